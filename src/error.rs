@@ -1,0 +1,126 @@
+//! Typed errors: model/transport errors with their classification, and the crate's other errors.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// What went wrong talking to a model (R-IN-2). Serialized in snake_case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// HTTP 429 (not quota).
+    RateLimited,
+    /// HTTP 529 / `overloaded_error`.
+    Overloaded,
+    /// HTTP 5xx, or malformed data inside a stream.
+    ServerError,
+    /// The stream ended without terminal evidence.
+    IncompleteStream,
+    /// Connection refused/reset, DNS failure.
+    Connection,
+    /// Connect, first-byte, stall or request timeout.
+    Timeout,
+    /// HTTP 400 / invalid request.
+    BadRequest,
+    /// HTTP 401.
+    Authentication,
+    /// HTTP 403.
+    Permission,
+    /// HTTP 404.
+    NotFound,
+    /// The prompt does not fit the model's context window.
+    ContextOverflow,
+    /// 429 `insufficient_quota`: retrying will not help.
+    QuotaExhausted,
+    /// HTTP 413.
+    RequestTooLarge,
+}
+
+impl ErrorKind {
+    /// Whether an error of this kind is retried (R-IN-2).
+    pub fn retryable(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::RateLimited
+                | ErrorKind::Overloaded
+                | ErrorKind::ServerError
+                | ErrorKind::IncompleteStream
+                | ErrorKind::Connection
+                | ErrorKind::Timeout
+        )
+    }
+
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::RateLimited => "rate_limited",
+            ErrorKind::Overloaded => "overloaded",
+            ErrorKind::ServerError => "server_error",
+            ErrorKind::IncompleteStream => "incomplete_stream",
+            ErrorKind::Connection => "connection",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::BadRequest => "bad_request",
+            ErrorKind::Authentication => "authentication",
+            ErrorKind::Permission => "permission",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::ContextOverflow => "context_overflow",
+            ErrorKind::QuotaExhausted => "quota_exhausted",
+            ErrorKind::RequestTooLarge => "request_too_large",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A classified model or transport error. Never contains an API key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct ModelError {
+    /// Classification.
+    pub kind: ErrorKind,
+    /// Human-readable detail.
+    pub message: String,
+    /// Server-requested delay before retrying, in milliseconds (already capped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    /// HTTP status, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
+}
+
+impl ModelError {
+    /// A new error of `kind`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ModelError {
+            kind,
+            message: message.into(),
+            retry_after_ms: None,
+            http_status: None,
+        }
+    }
+
+    /// Sets the retry-after hint.
+    pub fn with_retry_after_ms(mut self, ms: Option<u64>) -> Self {
+        self.retry_after_ms = ms;
+        self
+    }
+
+    /// Sets the HTTP status.
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.http_status = Some(status);
+        self
+    }
+
+    /// Whether the step may be retried as-is.
+    pub fn retryable(&self) -> bool {
+        self.kind.retryable()
+    }
+
+    /// Whether this error means the context must be compacted (never retried as-is).
+    pub fn context_overflow(&self) -> bool {
+        self.kind == ErrorKind::ContextOverflow
+    }
+}

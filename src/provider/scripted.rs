@@ -1,0 +1,1 @@
+//! The offline scripted model (placeholder: being implemented).

@@ -1,0 +1,19 @@
+//! The `calculator` built-in tool (placeholder: being implemented).
+
+use async_trait::async_trait;
+
+use super::{Tool, ToolContext, ToolError, ToolSpec};
+
+/// The `calculator` tool.
+#[derive(Debug, Default)]
+pub struct Calculator;
+
+#[async_trait]
+impl Tool for Calculator {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec { name: "calculator".into(), description: String::new(), parameters: serde_json::Value::Null }
+    }
+    async fn call(&self, _ctx: ToolContext, _arguments: serde_json::Value) -> Result<String, ToolError> {
+        Err(ToolError::Failed("not implemented yet".into()))
+    }
+}

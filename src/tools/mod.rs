@@ -1,0 +1,157 @@
+//! The tool port: tool specs (schemas from `schemars`), the `Tool` trait, the registry, and the
+//! built-in tools.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What the model is told about a tool (R-TOOL-1).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolSpec {
+    /// Unique name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub parameters: Value,
+}
+
+/// What a tool invocation knows besides its arguments.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    /// The tool call id: the idempotency key of side-effecting tools (R-IDEM-3).
+    pub call_id: String,
+    /// The directory file tools are confined to.
+    pub root: PathBuf,
+}
+
+/// A tool failure; it becomes an error result the model sees, never a machine error (R-IN-3).
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// Arguments did not match the schema.
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(String),
+    /// The tool ran and failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A tool the runtime can execute.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    /// The spec offered to the model.
+    fn spec(&self) -> ToolSpec;
+    /// Whether abort may kill it mid-run (R-TOOL-3). Immune tools finish and keep their results.
+    fn killable(&self) -> bool {
+        true
+    }
+    /// Whether running it twice is harmless, so a crash-interrupted call may be re-run (R-IDEM-6).
+    fn retry_safe(&self) -> bool {
+        false
+    }
+    /// Runs the tool.
+    async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<String, ToolError>;
+}
+
+/// Convenience for tools with typed arguments: the schema comes from `Args` and arguments are
+/// validated by deserializing before the tool runs.
+#[async_trait]
+pub trait TypedTool: Send + Sync + 'static {
+    /// The argument type.
+    type Args: DeserializeOwned + JsonSchema + Send;
+    /// Tool name.
+    const NAME: &'static str;
+    /// Tool description.
+    const DESCRIPTION: &'static str;
+    /// See [`Tool::killable`].
+    fn killable(&self) -> bool {
+        true
+    }
+    /// See [`Tool::retry_safe`].
+    fn retry_safe(&self) -> bool {
+        false
+    }
+    /// Runs with validated arguments.
+    async fn run(&self, ctx: ToolContext, args: Self::Args) -> Result<String, ToolError>;
+}
+
+#[async_trait]
+impl<T: TypedTool> Tool for T {
+    fn spec(&self) -> ToolSpec {
+        let schema = schemars::schema_for!(T::Args);
+        ToolSpec {
+            name: T::NAME.to_string(),
+            description: T::DESCRIPTION.to_string(),
+            parameters: serde_json::to_value(schema).unwrap_or(Value::Null),
+        }
+    }
+    fn killable(&self) -> bool {
+        TypedTool::killable(self)
+    }
+    fn retry_safe(&self) -> bool {
+        TypedTool::retry_safe(self)
+    }
+    async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<String, ToolError> {
+        let args: T::Args = serde_json::from_value(arguments)
+            .map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        self.run(ctx, args).await
+    }
+}
+
+/// The tools of an agent, by name (sorted, so specs are deterministic).
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+}
+
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.tools.keys()).finish()
+    }
+}
+
+impl ToolRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The built-in tools: `calculator`, `read_file`, `append_line`.
+    pub fn builtin() -> Self {
+        let mut r = Self::new();
+        r.insert(Arc::new(calculator::Calculator));
+        r.insert(Arc::new(read_file::ReadFile));
+        r.insert(Arc::new(append_line::AppendLine));
+        r
+    }
+
+    /// Adds (or replaces) a tool.
+    pub fn insert(&mut self, tool: Arc<dyn Tool>) {
+        self.tools.insert(tool.spec().name, tool);
+    }
+
+    /// Removes a tool by name.
+    pub fn remove(&mut self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.tools.remove(name)
+    }
+
+    /// Looks a tool up.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    /// Specs of every tool, sorted by name.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools.values().map(|t| t.spec()).collect()
+    }
+}
+
+pub mod append_line;
+pub mod calculator;
+pub mod read_file;
