@@ -1,0 +1,277 @@
+//! The statechart file format (`statecharts/*.toml`), shared by `build.rs` and the library.
+//!
+//! This file is compiled twice: by the build script (to generate the state/event/row enums)
+//! and by the crate (to render diagrams). It must only use `serde` and `std`.
+
+use serde::Deserialize;
+
+/// One machine's chart.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Chart {
+    /// Machine name (`react`, `process`).
+    pub machine: String,
+    /// Human title.
+    pub title: String,
+    /// The initial leaf state.
+    pub initial: String,
+    /// Superstates (composite states).
+    #[serde(default)]
+    pub superstate: Vec<SuperstateDef>,
+    /// Leaf states.
+    pub state: Vec<StateDef>,
+    /// Events.
+    pub event: Vec<EventDef>,
+    /// Named guards.
+    #[serde(default)]
+    pub guard: Vec<GuardDef>,
+    /// Transition rows.
+    pub row: Vec<RowDef>,
+}
+
+/// A composite state.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuperstateDef {
+    /// Name.
+    pub name: String,
+    /// Enclosing superstate.
+    #[serde(default)]
+    pub parent: Option<String>,
+    /// What it means.
+    pub doc: String,
+}
+
+/// A leaf state.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateDef {
+    /// Name.
+    pub name: String,
+    /// Enclosing superstate.
+    #[serde(default)]
+    pub parent: Option<String>,
+    /// Whether the state is terminal (absorbing).
+    #[serde(default)]
+    pub terminal: bool,
+    /// What it means.
+    pub doc: String,
+}
+
+/// An event kind.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventDef {
+    /// Name.
+    pub name: String,
+    /// Internal events are fed by the facade (run to completion), never by the runtime.
+    #[serde(default)]
+    pub internal: bool,
+    /// What it means.
+    pub doc: String,
+}
+
+/// A named guard.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuardDef {
+    /// Name.
+    pub name: String,
+    /// The condition, in words.
+    pub doc: String,
+}
+
+/// How a row treats the state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RowKindDef {
+    /// Exit and entry run; the state changes (or re-enters).
+    #[default]
+    Transition,
+    /// Handled in place; the state stays.
+    Internal,
+    /// Accepted and deliberately ignored; the state stays and nothing happens.
+    Ignored,
+}
+
+/// One row: `from --event [guard]--> to / effects`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RowDef {
+    /// Unique id (snake_case); becomes a `Row` enum variant.
+    pub id: String,
+    /// Source state or superstate.
+    pub from: String,
+    /// Event name.
+    pub event: String,
+    /// Guard name, if any.
+    #[serde(default)]
+    pub guard: Option<String>,
+    /// Target state (for internal/ignored rows, the state stays as it is).
+    pub to: String,
+    /// Row kind.
+    #[serde(default)]
+    pub kind: RowKindDef,
+    /// Effects, in words.
+    #[serde(default)]
+    pub effects: Vec<String>,
+}
+
+impl Chart {
+    /// Parses and validates a chart.
+    pub fn parse(text: &str) -> Result<Chart, String> {
+        let chart: Chart = toml::from_str(text).map_err(|e| e.to_string())?;
+        chart.validate()?;
+        Ok(chart)
+    }
+
+    fn is_superstate(&self, name: &str) -> bool {
+        self.superstate.iter().any(|s| s.name == name)
+    }
+
+    fn is_state(&self, name: &str) -> bool {
+        self.state.iter().any(|s| s.name == name)
+    }
+
+    /// The enclosing superstates of `name`, innermost first.
+    pub fn ancestors(&self, name: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut parent = self
+            .state
+            .iter()
+            .find(|s| s.name == name)
+            .and_then(|s| s.parent.clone())
+            .or_else(|| {
+                self.superstate
+                    .iter()
+                    .find(|s| s.name == name)
+                    .and_then(|s| s.parent.clone())
+            });
+        while let Some(p) = parent {
+            if out.contains(&p) {
+                break;
+            }
+            parent = self
+                .superstate
+                .iter()
+                .find(|s| s.name == p)
+                .and_then(|s| s.parent.clone());
+            out.push(p);
+        }
+        out
+    }
+
+    /// Checks that every name a row uses is declared, ids are unique, and the chart is consistent.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut names = std::collections::BTreeSet::new();
+        for n in self
+            .state
+            .iter()
+            .map(|s| &s.name)
+            .chain(self.superstate.iter().map(|s| &s.name))
+        {
+            if !names.insert(n.clone()) {
+                return Err(format!("{}: state name {n} declared twice", self.machine));
+            }
+        }
+        if !self.is_state(&self.initial) {
+            return Err(format!(
+                "{}: initial state {} is not a leaf state",
+                self.machine, self.initial
+            ));
+        }
+        for s in &self.state {
+            if let Some(p) = &s.parent {
+                if !self.is_superstate(p) {
+                    return Err(format!(
+                        "{}: state {} has unknown parent {p}",
+                        self.machine, s.name
+                    ));
+                }
+            }
+        }
+        for s in &self.superstate {
+            if let Some(p) = &s.parent {
+                if !self.is_superstate(p) {
+                    return Err(format!(
+                        "{}: superstate {} has unknown parent {p}",
+                        self.machine, s.name
+                    ));
+                }
+            }
+        }
+        let mut ids = std::collections::BTreeSet::new();
+        for r in &self.row {
+            if !ids.insert(r.id.clone()) {
+                return Err(format!("{}: row id {} used twice", self.machine, r.id));
+            }
+            if !names.contains(&r.from) {
+                return Err(format!(
+                    "{}: row {} from unknown state {}",
+                    self.machine, r.id, r.from
+                ));
+            }
+            if !names.contains(&r.to) {
+                return Err(format!(
+                    "{}: row {} to unknown state {}",
+                    self.machine, r.id, r.to
+                ));
+            }
+            if r.kind == RowKindDef::Transition && !self.is_state(&r.to) {
+                return Err(format!(
+                    "{}: row {} transitions to superstate {}",
+                    self.machine, r.id, r.to
+                ));
+            }
+            if r.kind != RowKindDef::Transition && r.to != r.from {
+                return Err(format!(
+                    "{}: internal/ignored row {} must have to == from",
+                    self.machine, r.id
+                ));
+            }
+            if !self.event.iter().any(|e| e.name == r.event) {
+                return Err(format!(
+                    "{}: row {} uses unknown event {}",
+                    self.machine, r.id, r.event
+                ));
+            }
+            if let Some(g) = &r.guard {
+                if !self.guard.iter().any(|d| &d.name == g) {
+                    return Err(format!(
+                        "{}: row {} uses unknown guard {g}",
+                        self.machine, r.id
+                    ));
+                }
+            }
+            if self.state.iter().any(|s| {
+                s.terminal && (s.name == r.from || self.ancestors(&s.name).contains(&r.from))
+            }) {
+                return Err(format!(
+                    "{}: row {} leaves a terminal state",
+                    self.machine, r.id
+                ));
+            }
+        }
+        for g in &self.guard {
+            if !self
+                .row
+                .iter()
+                .any(|r| r.guard.as_deref() == Some(g.name.as_str()))
+            {
+                return Err(format!(
+                    "{}: guard {} is used by no row",
+                    self.machine, g.name
+                ));
+            }
+        }
+        for e in &self.event {
+            if !self.row.iter().any(|r| r.event == e.name) {
+                return Err(format!(
+                    "{}: event {} is used by no row",
+                    self.machine, e.name
+                ));
+            }
+        }
+        Ok(())
+    }
+}

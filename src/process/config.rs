@@ -1,0 +1,77 @@
+//! Configuration of one step: retry policy, tool approval policy, parallelism.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Retry and backoff (R-IN-1): initial 1 s, doubling, cap 10 s, 3 retries, by default.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RetryPolicy {
+    /// Retries per step after the first attempt.
+    pub max_retries: u32,
+    /// First backoff delay.
+    pub initial_backoff_ms: u64,
+    /// Backoff cap.
+    pub max_backoff_ms: u64,
+    /// Cap on a server's `retry-after` hint.
+    pub retry_after_cap_ms: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 3,
+            initial_backoff_ms: 1_000,
+            max_backoff_ms: 10_000,
+            retry_after_cap_ms: 60_000,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Delay before the retry that follows failed attempt `attempt` (1-based). A server hint
+    /// overrides the computed backoff, capped by `retry_after_cap_ms`.
+    pub fn delay_ms(&self, attempt: u32, retry_after_ms: Option<u64>) -> u64 {
+        match retry_after_ms {
+            Some(hint) => hint.min(self.retry_after_cap_ms),
+            None => {
+                let shift = attempt.saturating_sub(1).min(32);
+                self.initial_backoff_ms
+                    .saturating_mul(1u64 << shift)
+                    .min(self.max_backoff_ms)
+            }
+        }
+    }
+}
+
+/// Whether a tool's calls need a human's approval (R-TOOL-3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalPolicy {
+    /// Never ask.
+    Never,
+    /// Always ask.
+    Always,
+}
+
+/// Configuration of the inner machine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StepConfig {
+    /// Retry policy.
+    pub retry: RetryPolicy,
+    /// Run a message's tool calls concurrently (results still in call order, R-IN-4).
+    pub parallel_tools: bool,
+    /// Per-tool approval policy; tools not listed need no approval.
+    pub approval: BTreeMap<String, ApprovalPolicy>,
+}
+
+impl Default for StepConfig {
+    fn default() -> Self {
+        StepConfig {
+            retry: RetryPolicy::default(),
+            parallel_tools: true,
+            approval: BTreeMap::new(),
+        }
+    }
+}

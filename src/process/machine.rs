@@ -1,0 +1,276 @@
+//! The inner process machine as a blocking `statig` machine (crate-private; see
+//! [`crate::process::Process`] for the facade). Handlers are pure: they read the event and
+//! the data, record the chart row they take, and push effects to the data's outbox.
+
+use statig::blocking::*;
+
+use crate::chart::ProcessRow as Row;
+use crate::event::{ApprovalDecision, Event};
+use crate::process::data::{ProcessData, StepOutcome};
+
+/// What the facade feeds the machine: an external event, or one of its own internal events.
+#[derive(Debug)]
+pub(crate) enum Input<'a> {
+    /// Start the step.
+    Begin,
+    /// An event from outside.
+    Ext(&'a Event),
+    /// Decide what comes next after landing in RunningTools.
+    Settle,
+}
+
+/// The statig machine; all data lives in the context ([`ProcessData`]).
+#[derive(Debug, Default)]
+pub(crate) struct ProcessMachine;
+
+#[state_machine(
+    initial = "State::idle()",
+    state(derive(Debug, Clone, PartialEq, Eq)),
+    superstate(derive(Debug))
+)]
+impl ProcessMachine {
+    /// Root: every event no state accepted ends here and is reported as unhandled.
+    #[superstate]
+    fn root(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
+        let _ = event;
+        context.unhandled = true;
+        Handled
+    }
+
+    /// Idle: Begin → Calling.
+    #[state(superstate = "root")]
+    fn idle(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
+        match event {
+            Input::Begin => {
+                context.take(Row::IdleBegin);
+                context.call_model();
+                Transition(State::calling())
+            }
+            _ => Super,
+        }
+    }
+
+    /// Live: Abort → Error; stale stream events are ignored.
+    #[superstate(superstate = "root")]
+    fn live(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
+        let Input::Ext(ev) = event else { return Super };
+        match ev {
+            Event::Abort { .. } => {
+                context.take(Row::LiveAbort);
+                let in_request = context.state.is_in("Requesting");
+                let in_retry = context.state == crate::chart::ProcessState::Retrying;
+                context.abort(in_request, in_retry);
+                Transition(State::error())
+            }
+            e if context.is_stale(e) => {
+                let row = match e {
+                    Event::StreamOpened { .. } => Row::LiveStaleStreamOpened,
+                    Event::Delta { .. } => Row::LiveStaleDelta,
+                    Event::Done { .. } => Row::LiveStaleDone,
+                    Event::TransportError { .. } => Row::LiveStaleTransportError,
+                    Event::ContextOverflow { .. } => Row::LiveStaleContextOverflow,
+                    _ => Row::LiveStaleStreamStalled,
+                };
+                context.take(row);
+                Handled
+            }
+            _ => Super,
+        }
+    }
+
+    /// Requesting: TransportError → Retrying | Error, ContextOverflow → Error,
+    /// StreamStalled → Retrying | Error.
+    #[superstate(superstate = "live")]
+    fn requesting(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
+        let Input::Ext(ev) = event else { return Super };
+        match ev {
+            Event::TransportError { attempt, error } if context.is_current(attempt) => {
+                if context.retry_budget_left(error.retryable()) {
+                    context.take(Row::RequestingRetry);
+                    context.schedule_retry(error.to_string(), error.retry_after_ms);
+                    Transition(State::retrying())
+                } else {
+                    context.take(Row::RequestingFail);
+                    context.fail(error.clone());
+                    Transition(State::error())
+                }
+            }
+            Event::ContextOverflow { attempt, error } if context.is_current(attempt) => {
+                context.take(Row::RequestingOverflow);
+                context.overflow(error.clone());
+                Transition(State::error())
+            }
+            Event::StreamStalled { attempt, after_ms } if context.is_current(attempt) => {
+                context.stalled(*after_ms);
+                if context.retry_budget_left(true) {
+                    context.take(Row::RequestingStallRetry);
+                    context.schedule_retry(format!("stream stalled for {after_ms} ms"), None);
+                    Transition(State::retrying())
+                } else {
+                    context.take(Row::RequestingStallFail);
+                    context.fail(crate::error::ModelError::new(
+                        crate::error::ErrorKind::Timeout,
+                        format!("stream stalled for {after_ms} ms; retries exhausted"),
+                    ));
+                    Transition(State::error())
+                }
+            }
+            _ => Super,
+        }
+    }
+
+    /// Calling: StreamOpened → Streaming.
+    #[state(superstate = "requesting")]
+    fn calling(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
+        match event {
+            Input::Ext(Event::StreamOpened { attempt }) if context.is_current(attempt) => {
+                context.take(Row::CallingOpened);
+                context.opened();
+                Transition(State::streaming())
+            }
+            _ => Super,
+        }
+    }
+
+    /// Streaming: Delta → Streaming (new seq), Done → RunningTools | Success.
+    #[state(superstate = "requesting")]
+    fn streaming(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
+        match event {
+            Input::Ext(e @ Event::Delta { seq, delta, .. }) if !context.is_stale(e) => {
+                context.take(Row::StreamingDelta);
+                context.delta(*seq, delta);
+                Handled
+            }
+            Input::Ext(e @ Event::Done { .. }) if !context.is_stale(e) => {
+                if context.has_tool_calls() {
+                    context.take(Row::StreamingDoneTools);
+                    context.commit();
+                    Transition(State::running_tools())
+                } else {
+                    context.take(Row::StreamingDone);
+                    context.commit();
+                    context.outcome = Some(StepOutcome::Success);
+                    Transition(State::success())
+                }
+            }
+            _ => Super,
+        }
+    }
+
+    /// Retrying: TimerElapsed → Calling (same step, next attempt).
+    #[state(superstate = "live")]
+    fn retrying(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
+        match event {
+            Input::Ext(Event::TimerElapsed { timer_id }) => {
+                if *timer_id == context.timer_id() {
+                    context.take(Row::RetryingTimer);
+                    context.retried();
+                    Transition(State::calling())
+                } else {
+                    context.take(Row::RetryingTimerStale);
+                    Handled
+                }
+            }
+            _ => Super,
+        }
+    }
+
+    /// ToolExecuting: ToolFinished → record the result (or ignore a stale one).
+    #[superstate(superstate = "live")]
+    fn tool_executing(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
+        match event {
+            Input::Ext(Event::ToolFinished {
+                tool_call_id,
+                status,
+                content,
+            }) => {
+                match context.running(tool_call_id) {
+                    Some(i) => {
+                        context.take(Row::ToolsFinished);
+                        context.tool_finished(i, *status, content.clone());
+                    }
+                    None => context.take(Row::ToolsFinishedStale),
+                }
+                Handled
+            }
+            _ => Super,
+        }
+    }
+
+    /// RunningTools: Settle → AwaitingApproval | Success | RunningTools.
+    #[state(superstate = "tool_executing")]
+    fn running_tools(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
+        match event {
+            Input::Settle => {
+                if context.approval_needed() {
+                    context.take(Row::RunningSettleApproval);
+                    context.ask_approval();
+                    Transition(State::awaiting_approval())
+                } else if context.all_results() {
+                    context.take(Row::RunningSettleDone);
+                    context.outcome = Some(StepOutcome::Success);
+                    Transition(State::success())
+                } else {
+                    context.take(Row::RunningSettleWait);
+                    context.start_queued();
+                    Handled
+                }
+            }
+            _ => Super,
+        }
+    }
+
+    /// AwaitingApproval: Approved | ApprovedAlways | Modified | Rejected → RunningTools.
+    #[state(superstate = "tool_executing")]
+    fn awaiting_approval(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
+        let Input::Ext(Event::Approval {
+            tool_call_id,
+            decision,
+        }) = event
+        else {
+            return Super;
+        };
+        let Some(i) = context.asking(tool_call_id) else {
+            context.take(match decision {
+                ApprovalDecision::Approved => Row::AwaitingApprovedStale,
+                ApprovalDecision::ApprovedAlways => Row::AwaitingApprovedAlwaysStale,
+                ApprovalDecision::Rejected { .. } => Row::AwaitingRejectedStale,
+                ApprovalDecision::Modified { .. } => Row::AwaitingModifiedStale,
+            });
+            return Handled;
+        };
+        match decision {
+            ApprovalDecision::Approved => {
+                context.take(Row::AwaitingApproved);
+                context.approved(i, decision, false);
+            }
+            ApprovalDecision::ApprovedAlways => {
+                context.take(Row::AwaitingApprovedAlways);
+                context.approved(i, decision, true);
+            }
+            ApprovalDecision::Rejected { reason } => {
+                context.take(Row::AwaitingRejected);
+                context.rejected(i, decision, reason);
+            }
+            ApprovalDecision::Modified { .. } => {
+                context.take(Row::AwaitingModified);
+                context.modified(i, decision);
+            }
+        }
+        Transition(State::running_tools())
+    }
+
+    /// Success: terminal, absorbs every event (reported unhandled).
+    #[state(superstate = "root")]
+    fn success(event: &Input<'_>) -> Outcome<State> {
+        let _ = event;
+        Super
+    }
+
+    /// Error: terminal, absorbs every event (reported unhandled).
+    #[state(superstate = "root")]
+    fn error(event: &Input<'_>) -> Outcome<State> {
+        let _ = event;
+        Super
+    }
+}

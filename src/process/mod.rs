@@ -1,0 +1,223 @@
+//! The inner process machine (SPEC §3): one model step — request, stream, retries, tools,
+//! approvals. [`Process`] is the documented facade over the crate-private statig machine.
+
+pub mod accumulate;
+pub mod config;
+pub(crate) mod data;
+pub(crate) mod machine;
+
+use std::collections::BTreeSet;
+
+use statig::blocking::{InitializedStateMachine, IntoStateMachineExt};
+
+use crate::chart::{ProcessEventKind, ProcessState};
+use crate::effect::Effect;
+use crate::event::{ApprovalDecision, Event};
+use crate::message::{AssistantMessage, ToolResult};
+use crate::model::ModelRequest;
+use crate::step::Transition;
+
+pub use config::{ApprovalPolicy, RetryPolicy, StepConfig};
+use data::ProcessData;
+pub use data::StepOutcome;
+use machine::{Input, ProcessMachine, State};
+
+/// The result of feeding one event to the inner machine.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcessStep {
+    /// State before.
+    pub from: ProcessState,
+    /// State after (after internal events ran to completion).
+    pub to: ProcessState,
+    /// Effects requested, in order.
+    pub effects: Vec<Effect>,
+    /// Whether no state accepted the event.
+    pub unhandled: bool,
+    /// Every transition taken, with its chart row.
+    pub transitions: Vec<Transition>,
+}
+
+/// One step of a run: the inner machine with its data.
+pub struct Process {
+    sm: InitializedStateMachine<ProcessMachine>,
+    data: ProcessData,
+}
+
+impl std::fmt::Debug for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Process")
+            .field("state", &self.state())
+            .field("request", &self.data.request.model_call_index)
+            .finish()
+    }
+}
+
+fn kind(state: &State) -> ProcessState {
+    match state {
+        State::Idle {} => ProcessState::Idle,
+        State::Calling {} => ProcessState::Calling,
+        State::Streaming {} => ProcessState::Streaming,
+        State::Retrying {} => ProcessState::Retrying,
+        State::RunningTools {} => ProcessState::RunningTools,
+        State::AwaitingApproval {} => ProcessState::AwaitingApproval,
+        State::Success {} => ProcessState::Success,
+        State::Error {} => ProcessState::Error,
+    }
+}
+
+/// The chart event kind of an input, if it is an inner-machine event at all.
+pub fn event_kind(event: &Event) -> Option<ProcessEventKind> {
+    Some(match event {
+        Event::StreamOpened { .. } => ProcessEventKind::StreamOpened,
+        Event::Delta { .. } => ProcessEventKind::Delta,
+        Event::Done { .. } => ProcessEventKind::Done,
+        Event::TransportError { .. } => ProcessEventKind::TransportError,
+        Event::ContextOverflow { .. } => ProcessEventKind::ContextOverflow,
+        Event::StreamStalled { .. } => ProcessEventKind::StreamStalled,
+        Event::TimerElapsed { .. } => ProcessEventKind::TimerElapsed,
+        Event::ToolFinished { .. } => ProcessEventKind::ToolFinished,
+        Event::Approval { decision, .. } => match decision {
+            ApprovalDecision::Approved => ProcessEventKind::Approved,
+            ApprovalDecision::ApprovedAlways => ProcessEventKind::ApprovedAlways,
+            ApprovalDecision::Rejected { .. } => ProcessEventKind::Rejected,
+            ApprovalDecision::Modified { .. } => ProcessEventKind::Modified,
+        },
+        Event::Abort { .. } => ProcessEventKind::Abort,
+        Event::Start { .. }
+        | Event::CompactionDone { .. }
+        | Event::CompactionFailed { .. }
+        | Event::StoreWriteFailed { .. } => return None,
+    })
+}
+
+impl Process {
+    /// A new step in `Idle`. `whitelist` holds tools a human approved "always" earlier in the run.
+    pub fn new(config: StepConfig, request: ModelRequest, whitelist: BTreeSet<String>) -> Self {
+        let mut data = ProcessData::new(config, request, whitelist);
+        let sm = ProcessMachine
+            .uninitialized_state_machine()
+            .init_with_context(&mut data);
+        Process { sm, data }
+    }
+
+    /// Starts the step (`Begin`): requests the first model call.
+    pub fn begin(&mut self) -> ProcessStep {
+        self.run(Input::Begin, ProcessEventKind::Begin)
+    }
+
+    /// Feeds one event. An event no state accepts is reported (`unhandled`), never dropped
+    /// silently; internal events (`Settle`) run to completion inside this call.
+    pub fn handle(&mut self, event: &Event) -> ProcessStep {
+        match event_kind(event) {
+            Some(k) => self.run(Input::Ext(event), k),
+            None => {
+                let s = self.state();
+                ProcessStep {
+                    from: s,
+                    to: s,
+                    effects: Vec::new(),
+                    unhandled: true,
+                    transitions: Vec::new(),
+                }
+            }
+        }
+    }
+
+    fn feed(
+        &mut self,
+        input: Input<'_>,
+        k: ProcessEventKind,
+        transitions: &mut Vec<Transition>,
+    ) -> bool {
+        let from = self.state();
+        self.data.state = from;
+        self.data.row = None;
+        self.data.unhandled = false;
+        self.sm.handle_with_context(&input, &mut self.data);
+        let to = self.state();
+        let unhandled = self.data.unhandled;
+        transitions.push(Transition::Process {
+            from,
+            event: k,
+            to,
+            row: self.data.row.take(),
+            unhandled,
+        });
+        unhandled
+    }
+
+    fn run(&mut self, input: Input<'_>, k: ProcessEventKind) -> ProcessStep {
+        let from = self.state();
+        let mut transitions = Vec::new();
+        let unhandled = self.feed(input, k, &mut transitions);
+        // Run to completion: landing in RunningTools asks the machine what comes next.
+        let mut guard = 0;
+        while self.state() == ProcessState::RunningTools && guard < 4 {
+            guard += 1;
+            let before = self.data.out.len();
+            self.feed(Input::Settle, ProcessEventKind::Settle, &mut transitions);
+            if self.state() == ProcessState::RunningTools && self.data.out.len() == before {
+                break;
+            }
+        }
+        ProcessStep {
+            from,
+            to: self.state(),
+            effects: std::mem::take(&mut self.data.out),
+            unhandled,
+            transitions,
+        }
+    }
+
+    /// The current leaf state.
+    pub fn state(&self) -> ProcessState {
+        kind(self.sm.state())
+    }
+
+    /// How the step ended, once it is terminal.
+    pub fn outcome(&self) -> Option<&StepOutcome> {
+        self.data.outcome.as_ref()
+    }
+
+    /// A snapshot of the message being streamed (R-STR-2).
+    pub fn partial(&self) -> &AssistantMessage {
+        &self.data.acc.message
+    }
+
+    /// The committed message, once `Done` arrived.
+    pub fn committed(&self) -> Option<&AssistantMessage> {
+        self.data.committed.as_ref()
+    }
+
+    /// Tool results in call order (complete once the step succeeded).
+    pub fn results(&self) -> Vec<ToolResult> {
+        self.data.results_in_call_order()
+    }
+
+    /// Tools approved "always" so far.
+    pub fn whitelist(&self) -> &BTreeSet<String> {
+        &self.data.whitelist
+    }
+
+    /// The request of the current attempt.
+    pub fn request(&self) -> &ModelRequest {
+        &self.data.request
+    }
+
+    /// Retries so far.
+    pub fn retries(&self) -> u32 {
+        self.data.retries
+    }
+}
+
+impl Process {
+    /// Ids of tool calls currently running.
+    pub fn running_calls(&self) -> Vec<String> {
+        self.data
+            .slots
+            .iter()
+            .filter(|s| s.state == data::SlotState::Running)
+            .map(|s| s.call.id.clone())
+            .collect()
+    }
+}

@@ -1,0 +1,307 @@
+//! The outer machine's data and the pure helpers its handlers use to request effects.
+
+use std::collections::BTreeSet;
+
+use crate::agent_event::{AgentEvent, Outcome};
+use crate::chart::{ReactRow, ReactState};
+use crate::context::estimate_tokens;
+use crate::effect::Effect;
+use crate::message::{Message, Usage};
+use crate::model::ModelRequest;
+use crate::process::{Process, StepOutcome};
+use crate::react::config::{Decision, LoopResult, Observation, RunConfig};
+use crate::step::Transition;
+use crate::store::Entry;
+
+/// Everything the outer machine knows. Passed to the statig handlers as their context.
+#[derive(Debug)]
+pub struct ReactData {
+    pub(crate) cfg: RunConfig,
+    pub(crate) run_id: String,
+    pub(crate) messages: Vec<Message>,
+    pub(crate) session_turns: u32,
+    pub(crate) committed_steps: u32,
+    pub(crate) step: Option<Process>,
+    pub(crate) usage: Usage,
+    pub(crate) last_tokens: Option<u64>,
+    pub(crate) compacted_since_step: bool,
+    pub(crate) last_had_tools: bool,
+    pub(crate) whitelist: BTreeSet<String>,
+    pub(crate) result: Option<LoopResult>,
+    pub(crate) state: ReactState,
+    // Per-handle outputs, drained by the facade.
+    pub(crate) out: Vec<Effect>,
+    pub(crate) inner: Vec<Transition>,
+    pub(crate) row: Option<ReactRow>,
+    pub(crate) unhandled: bool,
+}
+
+impl ReactData {
+    pub(crate) fn new(cfg: RunConfig) -> Self {
+        ReactData {
+            cfg,
+            run_id: String::new(),
+            messages: Vec::new(),
+            session_turns: 0,
+            committed_steps: 0,
+            step: None,
+            usage: Usage::default(),
+            last_tokens: None,
+            compacted_since_step: false,
+            last_had_tools: false,
+            whitelist: BTreeSet::new(),
+            result: None,
+            state: ReactState::INITIAL,
+            out: Vec::new(),
+            inner: Vec::new(),
+            row: None,
+            unhandled: false,
+        }
+    }
+
+    /// Records the chart row a handler took.
+    pub(crate) fn take(&mut self, row: ReactRow) {
+        debug_assert!(
+            self.row.is_none(),
+            "two rows in one handle: {:?} then {row:?}",
+            self.row
+        );
+        self.row = Some(row);
+    }
+
+    fn emit(&mut self, event: AgentEvent) {
+        self.out.push(Effect::Emit { event });
+    }
+
+    fn persist(&mut self, entry: Entry) {
+        self.out.push(Effect::Persist { entry });
+    }
+
+    pub(crate) fn start(
+        &mut self,
+        run_id: &str,
+        history: &[Message],
+        input: &[Message],
+        session_turns: u32,
+    ) {
+        self.run_id = run_id.to_string();
+        self.messages = history.to_vec();
+        self.session_turns = session_turns;
+        for m in input {
+            self.messages.push(m.clone());
+            self.persist(Entry::UserInput {
+                run_id: run_id.to_string(),
+                message: m.clone(),
+            });
+        }
+        self.emit(AgentEvent::RunStart {
+            run_id: run_id.to_string(),
+        });
+    }
+
+    /// Tokens of the context: the last reported usage, else an estimate.
+    pub(crate) fn context_tokens(&self) -> u64 {
+        self.last_tokens
+            .unwrap_or_else(|| estimate_tokens(&self.messages))
+    }
+
+    pub(crate) fn over_budget(&self) -> bool {
+        let by_tokens = self
+            .cfg
+            .context_budget_tokens
+            .is_some_and(|b| self.context_tokens() as f64 >= b as f64 * self.cfg.compact_ratio);
+        let by_count = self
+            .cfg
+            .compact_threshold
+            .is_some_and(|n| self.messages.len() > n);
+        by_tokens || by_count
+    }
+
+    pub(crate) fn max_steps_reached(&self) -> bool {
+        self.committed_steps >= self.cfg.max_steps
+    }
+
+    pub(crate) fn over_threshold(&self) -> bool {
+        !self.compacted_since_step && self.over_budget()
+    }
+
+    pub(crate) fn compact(&mut self, reason: &str) {
+        self.emit(AgentEvent::CompactStart {
+            reason: reason.to_string(),
+            messages: self.messages.len(),
+        });
+        self.out.push(Effect::Compact {
+            messages: self.messages.clone(),
+            budget_tokens: self
+                .cfg
+                .context_budget_tokens
+                .map(|b| (b as f64 * self.cfg.compact_ratio) as u64),
+            max_messages: self.cfg.compact_threshold,
+        });
+    }
+
+    pub(crate) fn compacted(&mut self, messages: &[Message], removed: usize) {
+        self.messages = messages.to_vec();
+        self.last_tokens = None;
+        self.compacted_since_step = true;
+        self.persist(Entry::Compaction {
+            run_id: self.run_id.clone(),
+            removed,
+            messages: messages.to_vec(),
+        });
+        self.emit(AgentEvent::CompactEnd { removed });
+    }
+
+    /// Builds the next step's request and starts the inner machine.
+    pub(crate) fn execute(&mut self) {
+        let index = self.committed_steps + 1;
+        let last = index >= self.cfg.max_steps;
+        let mut messages = self.messages.clone();
+        if last {
+            messages.push(Message::user(self.cfg.final_reminder.clone()));
+        }
+        let request = ModelRequest {
+            run_id: self.run_id.clone(),
+            model_call_index: index,
+            attempt: 1,
+            session_turn: self.session_turns,
+            model: self.cfg.model.clone(),
+            system: self.cfg.system.clone(),
+            messages,
+            tools: if last {
+                Vec::new()
+            } else {
+                self.cfg.tools.clone()
+            },
+            params: self.cfg.params.clone(),
+        };
+        let mut step = Process::new(self.cfg.step.clone(), request, self.whitelist.clone());
+        let s = step.begin();
+        self.inner.extend(s.transitions);
+        self.out.extend(s.effects);
+        self.step = Some(step);
+    }
+
+    /// Takes the finished step's message and results into the context.
+    pub(crate) fn absorb_step(&mut self) {
+        let Some(step) = self.step.take() else { return };
+        if let Some(m) = step.committed() {
+            let m = m.clone();
+            if let Some(u) = &m.usage {
+                self.usage.add(u);
+                self.last_tokens = Some(u.input_tokens + u.output_tokens);
+            }
+            self.last_had_tools = !m.tool_calls.is_empty();
+            self.messages.push(Message::Assistant(m));
+            self.messages
+                .extend(step.results().into_iter().map(Message::Tool));
+            self.committed_steps += 1;
+            self.session_turns += 1;
+            self.compacted_since_step = false;
+        }
+        self.whitelist = step.whitelist().clone();
+    }
+
+    pub(crate) fn observe(&mut self) -> Decision {
+        let o = Observation {
+            has_tool_calls: self.last_had_tools,
+            over_budget: self.over_budget(),
+            steps: self.committed_steps,
+            max_steps: self.cfg.max_steps,
+        };
+        (self.cfg.decide)(&o)
+    }
+
+    pub(crate) fn step_outcome(&self) -> Option<StepOutcome> {
+        self.step.as_ref().and_then(|s| s.outcome().cloned())
+    }
+
+    /// Ends the run: persists the run end (unless the store failed) and emits the end event.
+    pub(crate) fn finish(
+        &mut self,
+        outcome: Outcome,
+        reason: String,
+        error: Option<String>,
+        persist: bool,
+    ) {
+        if persist {
+            self.persist(Entry::RunEnd {
+                run_id: self.run_id.clone(),
+                outcome: outcome.as_str().to_string(),
+                reason: reason.clone(),
+            });
+        }
+        let event = match outcome {
+            Outcome::Completed => AgentEvent::RunEnd {
+                run_id: self.run_id.clone(),
+                outcome,
+                reason: reason.clone(),
+                usage: self.usage,
+            },
+            Outcome::Failed => AgentEvent::RunError {
+                run_id: self.run_id.clone(),
+                error: error.clone().unwrap_or_else(|| reason.clone()),
+            },
+            Outcome::Aborted => AgentEvent::AgentAbort {
+                run_id: self.run_id.clone(),
+                reason: reason.clone(),
+            },
+        };
+        self.emit(event);
+        self.result = Some(LoopResult {
+            outcome,
+            reason,
+            messages: self.messages.clone(),
+            iterations: self.committed_steps,
+            usage: self.usage,
+            error,
+        });
+    }
+
+    /// Forwards an event to the inner machine, collecting its transitions and effects.
+    pub(crate) fn forward(&mut self, event: &crate::event::Event) -> bool {
+        match self.step.as_mut() {
+            Some(step) => {
+                let s = step.handle(event);
+                self.inner.extend(s.transitions);
+                self.out.extend(s.effects);
+                s.unhandled
+            }
+            None => true,
+        }
+    }
+
+    /// Store failure: stop the stream and every running tool, persist nothing more.
+    pub(crate) fn halt_io(&mut self) {
+        if let Some(step) = &self.step {
+            let state = step.state();
+            if state.is_in("Requesting") {
+                let r = step.request();
+                self.out.push(Effect::CancelModel {
+                    attempt: crate::event::AttemptId {
+                        run_id: r.run_id.clone(),
+                        model_call_index: r.model_call_index,
+                        attempt: r.attempt,
+                    },
+                });
+            }
+            for id in step.running_calls() {
+                self.out.push(Effect::KillTool { tool_call_id: id });
+            }
+        }
+    }
+}
+
+impl ReactData {
+    /// On abort: keep the committed message of the current step and its (possibly aborted)
+    /// results, so the result's messages keep the pairing invariant.
+    pub(crate) fn absorb_aborted_step(&mut self) {
+        if let Some(step) = &self.step {
+            if step.outcome() == Some(&StepOutcome::Aborted) && step.committed().is_some() {
+                self.absorb_step();
+                return;
+            }
+        }
+        self.step = None;
+    }
+}

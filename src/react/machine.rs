@@ -1,0 +1,217 @@
+//! The outer ReAct machine as a blocking `statig` machine (crate-private; see
+//! [`crate::react::Run`] for the facade). Handlers are pure: they read the event and the
+//! data, record the chart row they take, and push effects to the data's outbox.
+
+use statig::blocking::*;
+
+use crate::agent_event::Outcome as RunOutcome;
+use crate::chart::ReactRow as Row;
+use crate::event::Event;
+use crate::process::StepOutcome;
+use crate::react::config::Decision;
+use crate::react::data::ReactData;
+
+/// What the facade feeds the machine: an external event or one of its internal events.
+#[derive(Debug)]
+pub(crate) enum Input<'a> {
+    /// An event from outside.
+    Ext(&'a Event),
+    /// Fed on entering Planning.
+    Plan,
+    /// Fed on entering Observing.
+    Decide,
+    /// The inner machine reached a terminal state.
+    InnerEnded,
+}
+
+/// The statig machine; all data lives in the context ([`ReactData`]).
+#[derive(Debug, Default)]
+pub(crate) struct ReactMachine;
+
+#[state_machine(
+    initial = "State::init()",
+    state(derive(Debug, Clone, PartialEq, Eq)),
+    superstate(derive(Debug))
+)]
+impl ReactMachine {
+    /// Root: every event no state accepted ends here and is reported as unhandled.
+    #[superstate]
+    fn root(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
+        let _ = event;
+        context.unhandled = true;
+        Handled
+    }
+
+    /// Active: Abort → Aborted, StoreWriteFailed → Failed.
+    #[superstate(superstate = "root")]
+    fn active(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
+        match event {
+            Input::Ext(Event::Abort { reason }) => {
+                context.take(Row::ActiveAbort);
+                context.absorb_aborted_step();
+                context.finish(RunOutcome::Aborted, reason.clone(), None, true);
+                Transition(State::aborted())
+            }
+            Input::Ext(Event::StoreWriteFailed { error }) => {
+                context.take(Row::ActiveStoreFailed);
+                context.halt_io();
+                context.finish(
+                    RunOutcome::Failed,
+                    "store_write_failed".into(),
+                    Some(format!("session store write failed: {error}")),
+                    false,
+                );
+                Transition(State::failed())
+            }
+            _ => Super,
+        }
+    }
+
+    /// Init: Start → Planning.
+    #[state(superstate = "active")]
+    fn init(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
+        match event {
+            Input::Ext(Event::Start {
+                run_id,
+                history,
+                input,
+                session_turns,
+            }) => {
+                context.take(Row::InitStart);
+                context.start(run_id, history, input, *session_turns);
+                Transition(State::planning())
+            }
+            _ => Super,
+        }
+    }
+
+    /// Planning: Plan → Completed (max steps) | Compacting | Executing.
+    #[state(superstate = "active")]
+    fn planning(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
+        match event {
+            Input::Plan if context.max_steps_reached() => {
+                context.take(Row::PlanningMaxSteps);
+                context.finish(RunOutcome::Completed, "max_steps".into(), None, true);
+                Transition(State::completed())
+            }
+            Input::Plan if context.over_threshold() => {
+                context.take(Row::PlanningCompact);
+                context.compact("threshold");
+                Transition(State::compacting())
+            }
+            Input::Plan => {
+                context.take(Row::PlanningExecute);
+                context.execute();
+                Transition(State::executing())
+            }
+            _ => Super,
+        }
+    }
+
+    /// Executing: InnerEnded → Observing | Compacting | Failed (inner events are forwarded
+    /// by the facade before this handler sees `InnerEnded`).
+    #[state(superstate = "active")]
+    fn executing(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
+        match event {
+            Input::InnerEnded => match context.step_outcome() {
+                Some(StepOutcome::Success) => {
+                    context.take(Row::ExecutingSuccess);
+                    context.absorb_step();
+                    Transition(State::observing())
+                }
+                Some(StepOutcome::ContextOverflow(_)) => {
+                    context.take(Row::ExecutingOverflow);
+                    context.step = None;
+                    context.compact("overflow");
+                    Transition(State::compacting())
+                }
+                Some(StepOutcome::Failed(e)) => {
+                    context.take(Row::ExecutingError);
+                    context.step = None;
+                    context.finish(
+                        RunOutcome::Failed,
+                        e.kind.to_string(),
+                        Some(e.to_string()),
+                        true,
+                    );
+                    Transition(State::failed())
+                }
+                Some(StepOutcome::Aborted) | None => Super,
+            },
+            _ => Super,
+        }
+    }
+
+    /// Observing: Decide → Completed | Compacting | Planning.
+    #[state(superstate = "active")]
+    fn observing(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
+        match event {
+            Input::Decide => match context.observe() {
+                Decision::Stop => {
+                    context.take(Row::ObservingStop);
+                    context.finish(RunOutcome::Completed, "stopped".into(), None, true);
+                    Transition(State::completed())
+                }
+                Decision::Compact => {
+                    context.take(Row::ObservingCompact);
+                    context.compact("budget");
+                    Transition(State::compacting())
+                }
+                Decision::Continue => {
+                    context.take(Row::ObservingContinue);
+                    Transition(State::planning())
+                }
+                Decision::Complete => {
+                    context.take(Row::ObservingComplete);
+                    context.finish(RunOutcome::Completed, "final_answer".into(), None, true);
+                    Transition(State::completed())
+                }
+            },
+            _ => Super,
+        }
+    }
+
+    /// Compacting: CompactionDone → Planning, CompactionFailed → Failed.
+    #[state(superstate = "active")]
+    fn compacting(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
+        match event {
+            Input::Ext(Event::CompactionDone { messages, removed }) => {
+                context.take(Row::CompactingDone);
+                context.compacted(messages, *removed);
+                Transition(State::planning())
+            }
+            Input::Ext(Event::CompactionFailed { error }) => {
+                context.take(Row::CompactingFailed);
+                context.finish(
+                    RunOutcome::Failed,
+                    "compaction_failed".into(),
+                    Some(format!("compaction failed: {error}")),
+                    true,
+                );
+                Transition(State::failed())
+            }
+            _ => Super,
+        }
+    }
+
+    /// Completed: terminal, absorbs every event (reported unhandled).
+    #[state(superstate = "root")]
+    fn completed(event: &Input<'_>) -> Outcome<State> {
+        let _ = event;
+        Super
+    }
+
+    /// Failed: terminal, absorbs every event (reported unhandled).
+    #[state(superstate = "root")]
+    fn failed(event: &Input<'_>) -> Outcome<State> {
+        let _ = event;
+        Super
+    }
+
+    /// Aborted: terminal, absorbs every event (reported unhandled).
+    #[state(superstate = "root")]
+    fn aborted(event: &Input<'_>) -> Outcome<State> {
+        let _ = event;
+        Super
+    }
+}
