@@ -69,6 +69,9 @@ pub fn evaluate(expression: &str) -> Result<String, String> {
         evalexpr::Value::Float(f) => render_float(f)
             .ok_or_else(|| format!("`{trimmed}` has no finite result (division by zero?)")),
         evalexpr::Value::Int(i) => Ok(i.to_string()),
+        evalexpr::Value::Empty => Err(format!(
+            "`{trimmed}` is not arithmetic: it evaluates to nothing"
+        )),
         other => Err(format!(
             "`{trimmed}` is not arithmetic: it evaluates to {} `{other}`",
             type_name(&other)
@@ -81,8 +84,7 @@ fn type_name(v: &evalexpr::Value) -> &'static str {
         evalexpr::Value::String(_) => "the string",
         evalexpr::Value::Boolean(_) => "the boolean",
         evalexpr::Value::Tuple(_) => "the tuple",
-        evalexpr::Value::Empty => "nothing:",
-        evalexpr::Value::Float(_) | evalexpr::Value::Int(_) => "the number",
+        _ => "the value",
     }
 }
 
@@ -153,10 +155,14 @@ fn floatify_integers(s: &str) -> String {
     out
 }
 
-/// Renders a finite float, without a trailing `.0` when it is integral.
+/// Renders a finite float, without a trailing `.0` when it is integral; very large or very
+/// small magnitudes use scientific notation (`1e300`, not 301 digits).
 fn render_float(f: f64) -> Option<String> {
     if !f.is_finite() {
         return None;
+    }
+    if f != 0.0 && !(1e-6..1e16).contains(&f.abs()) {
+        return Some(format!("{f:e}"));
     }
     // Integral and exactly representable as i64 (|f| < 2^53): print as an integer.
     if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 {
@@ -197,6 +203,9 @@ mod tests {
         assert_eq!(evaluate("1.5 * 3").as_deref(), Ok("4.5"));
         assert_eq!(evaluate(".5 + 1").as_deref(), Ok("1.5"));
         assert_eq!(evaluate("math::sqrt(16)").as_deref(), Ok("4"));
+        assert_eq!(evaluate("2^100").as_deref(), Ok("1.2676506002282294e30"));
+        assert_eq!(evaluate("1/2^30").as_deref(), Ok("9.313225746154785e-10"));
+        assert_eq!(evaluate("2^52").as_deref(), Ok("4503599627370496"));
     }
 
     #[test]
@@ -217,6 +226,8 @@ mod tests {
         assert!(e.contains("empty"), "{e}");
         let e = evaluate("1 < 2").unwrap_err();
         assert!(e.contains("not arithmetic"), "{e}");
+        let e = evaluate("a = 1").unwrap_err();
+        assert!(e.ends_with("evaluates to nothing"), "{e}");
         let e = evaluate(&"1+".repeat(MAX_EXPRESSION_CHARS)).unwrap_err();
         assert!(e.contains("too long"), "{e}");
         let deep = format!("{}1{}", "(".repeat(100), ")".repeat(100));
