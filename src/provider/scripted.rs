@@ -1,1 +1,643 @@
-//! The offline scripted model (placeholder: being implemented).
+//! The offline scripted model: replies come from a JSON script, so runs need no key and no
+//! network, and are deterministic.
+//!
+//! A script is `{"turns": [...]}`. Turn `k` answers the session's `k`-th model step: the turn
+//! served is `turns[request.session_turn]`, where `session_turn` counts the assistant turns the
+//! session has already committed, so a resumed session continues the script where it left off.
+//! The model keeps no counters: the reply is a pure function of the request.
+//!
+//! ```json
+//! {"turns": [
+//!   {"text": "Let me calculate that.",
+//!    "tool_calls": [{"name": "calculator", "arguments": {"expression": "{{prompt_expression}}"}}]},
+//!   {"errors": [{"status": 429, "retry_after_ms": 20}, {"stall": true}],
+//!    "text": "The answer is {{last_tool_result}}.", "chunk_chars": 4}
+//! ]}
+//! ```
+//!
+//! Each turn may have:
+//! - `text`, `reasoning`: streamed in deltas of `chunk_chars` characters (default 8).
+//! - `tool_calls`: `[{"id"?, "name", "arguments"?}]`; ids default to `call_<session_turn>_<i>`,
+//!   arguments to `{}`. A JSON *string* as `arguments` is sent verbatim as the raw argument text,
+//!   so a script can exercise invalid or truncated arguments (R-STR-6).
+//! - `errors`: failures served to the step's first attempts, in order: attempt `a` (from 1) gets
+//!   `errors[a-1]` while there is one, then the reply. `{"status": 429, "retry_after_ms"?: 20}`
+//!   fails [`Model::stream`] with the error kind the status implies (optionally overridden with
+//!   `"kind": "context_overflow"` etc., and `"message"`); `{"stall": true}` opens a stream that
+//!   yields `start-step` and then nothing, ever; `{"disconnect_after_chars": N}` streams up to `N`
+//!   characters of the text and then fails with a `connection` error.
+//!
+//! Templates, in `text` and in the string values of tool `arguments`: `{{last_tool_result}}`
+//! becomes the content of the last tool message of the request (empty if none), and
+//! `{{prompt_expression}}` the arithmetic expression in the last user message (see
+//! [`prompt_expression`]).
+
+use std::num::NonZeroUsize;
+use std::path::Path;
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{ErrorKind, ModelError};
+use crate::message::{FinishReason, Message, MessageDelta, Usage};
+use crate::model::{DeltaStream, Model, ModelRequest};
+
+/// Characters per delta when a turn sets no `chunk_chars`.
+pub const DEFAULT_CHUNK_CHARS: usize = 8;
+
+/// Template replaced by the content of the request's last tool message.
+pub const LAST_TOOL_RESULT: &str = "{{last_tool_result}}";
+/// Template replaced by the arithmetic expression in the request's last user message.
+pub const PROMPT_EXPRESSION: &str = "{{prompt_expression}}";
+
+/// A whole script: one [`Turn`] per model step of the session.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    /// Free text for the reader of the script; ignored by the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The replies, in session order.
+    pub turns: Vec<Turn>,
+}
+
+/// The reply to one model step, and the failures served before it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Turn {
+    /// Visible text (templates allowed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Reasoning text, streamed before the visible text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    /// Tool calls, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ScriptToolCall>,
+    /// Characters per text/reasoning/argument delta (default 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_chars: Option<NonZeroUsize>,
+    /// Failures served to the first attempts of this step, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<ScriptFailure>,
+}
+
+/// One tool call in a script.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptToolCall {
+    /// Call id; defaults to `call_<session_turn>_<index>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Tool name.
+    pub name: String,
+    /// Arguments: a JSON value (serialized), or a string sent verbatim as raw argument text.
+    #[serde(default = "empty_object")]
+    pub arguments: Value,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Default::default())
+}
+
+/// A failure served instead of the reply to one attempt.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(try_from = "RawFailure", into = "RawFailure")]
+pub enum ScriptFailure {
+    /// `stream()` fails with an HTTP-like error.
+    Status {
+        /// HTTP status, 400..=599.
+        status: u16,
+        /// Retry-after hint in milliseconds.
+        retry_after_ms: Option<u64>,
+        /// Overrides the kind derived from the status (e.g. `context_overflow`).
+        kind: Option<ErrorKind>,
+        /// Overrides the error message.
+        message: Option<String>,
+    },
+    /// The stream opens, yields `start-step`, then never yields again.
+    Stall,
+    /// The stream yields up to this many characters of text, then fails with `connection`.
+    DisconnectAfterChars(usize),
+}
+
+/// The JSON shape of a [`ScriptFailure`]: exactly one of `status`, `stall`,
+/// `disconnect_after_chars`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RawFailure {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    retry_after_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    kind: Option<ErrorKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stall: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    disconnect_after_chars: Option<usize>,
+}
+
+impl TryFrom<RawFailure> for ScriptFailure {
+    type Error = String;
+
+    fn try_from(raw: RawFailure) -> Result<Self, String> {
+        let status_only =
+            raw.retry_after_ms.is_some() || raw.kind.is_some() || raw.message.is_some();
+        match (raw.status, raw.stall, raw.disconnect_after_chars) {
+            (Some(status), None, None) => {
+                if !(400..=599).contains(&status) {
+                    return Err(format!(
+                        "error status {status} is not an HTTP error status (400..=599)"
+                    ));
+                }
+                Ok(ScriptFailure::Status {
+                    status,
+                    retry_after_ms: raw.retry_after_ms,
+                    kind: raw.kind,
+                    message: raw.message,
+                })
+            }
+            (None, Some(true), None) if !status_only => Ok(ScriptFailure::Stall),
+            (None, Some(false), None) => Err("`stall` must be true when present".into()),
+            (None, None, Some(n)) if !status_only => Ok(ScriptFailure::DisconnectAfterChars(n)),
+            (None, None, None) => {
+                Err("an error needs one of `status`, `stall` or `disconnect_after_chars`".into())
+            }
+            _ => Err(
+                "an error has exactly one of `status` (with optional `retry_after_ms`, \
+                 `kind`, `message`), `stall` or `disconnect_after_chars`"
+                    .into(),
+            ),
+        }
+    }
+}
+
+impl From<ScriptFailure> for RawFailure {
+    fn from(f: ScriptFailure) -> Self {
+        match f {
+            ScriptFailure::Status {
+                status,
+                retry_after_ms,
+                kind,
+                message,
+            } => RawFailure {
+                status: Some(status),
+                retry_after_ms,
+                kind,
+                message,
+                ..Default::default()
+            },
+            ScriptFailure::Stall => RawFailure {
+                stall: Some(true),
+                ..Default::default()
+            },
+            ScriptFailure::DisconnectAfterChars(n) => RawFailure {
+                disconnect_after_chars: Some(n),
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// The error kind a scripted HTTP status stands for.
+pub fn kind_for_status(status: u16) -> ErrorKind {
+    match status {
+        429 => ErrorKind::RateLimited,
+        529 => ErrorKind::Overloaded,
+        401 => ErrorKind::Authentication,
+        403 => ErrorKind::Permission,
+        404 => ErrorKind::NotFound,
+        413 => ErrorKind::RequestTooLarge,
+        500..=599 => ErrorKind::ServerError,
+        _ => ErrorKind::BadRequest,
+    }
+}
+
+/// A script that could not be loaded; names the file and, for JSON errors, line and column.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScriptLoadError {
+    /// The file could not be read.
+    #[error("cannot read script {origin}: {source}")]
+    Io {
+        /// The file.
+        origin: String,
+        /// The IO error.
+        source: std::io::Error,
+    },
+    /// The JSON is malformed or does not match the script format.
+    #[error("invalid script {origin}:{line}:{column}: {message}")]
+    Parse {
+        /// The file (or other origin name).
+        origin: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl Script {
+    /// Parses a script; `origin` names it in errors (usually the file path).
+    pub fn from_json_str(json: &str, origin: &str) -> Result<Script, ScriptLoadError> {
+        serde_json::from_str(json).map_err(|e| {
+            let full = e.to_string();
+            let suffix = format!(" at line {} column {}", e.line(), e.column());
+            let message = full.strip_suffix(&suffix).unwrap_or(&full).to_string();
+            ScriptLoadError::Parse {
+                origin: origin.to_string(),
+                line: e.line(),
+                column: e.column(),
+                message,
+            }
+        })
+    }
+
+    /// Reads and parses a script file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Script, ScriptLoadError> {
+        let path = path.as_ref();
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ScriptLoadError::Io {
+            origin: origin.clone(),
+            source,
+        })?;
+        Script::from_json_str(&text, &origin)
+    }
+
+    /// The built-in demo: turn 0 calls `calculator` on the expression in the prompt, turn 1
+    /// answers with its result. `examples/scripts/demo.json` holds the same script.
+    pub fn demo() -> Script {
+        Script {
+            description: Some(
+                "The built-in demo: compute the expression in the prompt with the calculator tool."
+                    .into(),
+            ),
+            turns: vec![
+                Turn {
+                    text: Some("Let me calculate that.".into()),
+                    tool_calls: vec![ScriptToolCall {
+                        id: None,
+                        name: "calculator".into(),
+                        arguments: serde_json::json!({ "expression": PROMPT_EXPRESSION }),
+                    }],
+                    ..Turn::default()
+                },
+                Turn {
+                    text: Some(format!("The answer is {LAST_TOOL_RESULT}.")),
+                    ..Turn::default()
+                },
+            ],
+        }
+    }
+}
+
+/// A [`Model`] that serves a [`Script`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScriptedModel {
+    script: Script,
+}
+
+impl ScriptedModel {
+    /// A model serving `script`.
+    pub fn new(script: Script) -> Self {
+        ScriptedModel { script }
+    }
+
+    /// Loads a script file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ScriptLoadError> {
+        Script::from_file(path).map(Self::new)
+    }
+
+    /// Parses a script; `origin_name` names it in errors.
+    pub fn from_json_str(json: &str, origin_name: &str) -> Result<Self, ScriptLoadError> {
+        Script::from_json_str(json, origin_name).map(Self::new)
+    }
+
+    /// The built-in demo script (see [`Script::demo`]).
+    pub fn demo() -> Self {
+        Self::new(Script::demo())
+    }
+
+    /// The script served.
+    pub fn script(&self) -> &Script {
+        &self.script
+    }
+
+    /// What `stream` serves for `request`, fully materialized: `Err` for a failure before the
+    /// stream opens, otherwise the stream's items and whether it then stalls forever.
+    pub fn plan(&self, request: &ModelRequest) -> Result<Served, ModelError> {
+        let index = request.session_turn as usize;
+        let Some(turn) = self.script.turns.get(index) else {
+            return Err(ModelError::new(
+                ErrorKind::BadRequest,
+                format!(
+                    "script exhausted at turn {index} (the script has {} turns)",
+                    self.script.turns.len()
+                ),
+            ));
+        };
+        let chunk = turn
+            .chunk_chars
+            .map_or(DEFAULT_CHUNK_CHARS, NonZeroUsize::get);
+        let attempt = request.attempt.max(1) as usize;
+        let templates = Templates::from_request(request);
+        let text = turn.text.as_deref().map(|t| templates.apply(t));
+        match turn.errors.get(attempt - 1) {
+            Some(ScriptFailure::Status {
+                status,
+                retry_after_ms,
+                kind,
+                message,
+            }) => {
+                let kind = kind.unwrap_or_else(|| kind_for_status(*status));
+                let message = message.clone().unwrap_or_else(|| {
+                    format!("scripted HTTP {status} at turn {index}, attempt {attempt}")
+                });
+                Err(ModelError::new(kind, message)
+                    .with_status(*status)
+                    .with_retry_after_ms(*retry_after_ms))
+            }
+            Some(ScriptFailure::Stall) => Ok(Served {
+                items: vec![Ok(MessageDelta::StartStep)],
+                stalls: true,
+            }),
+            Some(ScriptFailure::DisconnectAfterChars(n)) => {
+                let mut items = vec![Ok(MessageDelta::StartStep)];
+                let partial: String = text.unwrap_or_default().chars().take(*n).collect();
+                if !partial.is_empty() {
+                    items.push(Ok(MessageDelta::TextStart));
+                    items.extend(
+                        chunks(&partial, chunk).map(|text| Ok(MessageDelta::TextDelta { text })),
+                    );
+                }
+                items.push(Err(ModelError::new(
+                    ErrorKind::Connection,
+                    format!(
+                        "scripted disconnect after {} characters at turn {index}, attempt {attempt}",
+                        partial.chars().count()
+                    ),
+                )));
+                Ok(Served {
+                    items,
+                    stalls: false,
+                })
+            }
+            None => Ok(Served {
+                items: reply(turn, text, request, &templates, chunk)
+                    .into_iter()
+                    .map(Ok)
+                    .collect(),
+                stalls: false,
+            }),
+        }
+    }
+}
+
+/// The stream items of one attempt, as [`ScriptedModel::plan`] computes them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Served {
+    /// Items yielded in order.
+    pub items: Vec<Result<MessageDelta, ModelError>>,
+    /// Whether the stream stays pending forever after the items (a stall).
+    pub stalls: bool,
+}
+
+#[async_trait]
+impl Model for ScriptedModel {
+    fn name(&self) -> String {
+        "scripted".into()
+    }
+
+    async fn stream(&self, request: ModelRequest) -> Result<DeltaStream, ModelError> {
+        use futures::StreamExt;
+        let served = self.plan(&request)?;
+        let items = futures::stream::iter(served.items);
+        if served.stalls {
+            Ok(Box::pin(items.chain(futures::stream::pending())))
+        } else {
+            Ok(Box::pin(items))
+        }
+    }
+}
+
+/// The deltas of a successful reply.
+fn reply(
+    turn: &Turn,
+    text: Option<String>,
+    request: &ModelRequest,
+    templates: &Templates,
+    chunk: usize,
+) -> Vec<MessageDelta> {
+    let mut out = vec![MessageDelta::StartStep];
+    let mut output_chars = 0usize;
+    if let Some(reasoning) = &turn.reasoning {
+        output_chars += reasoning.chars().count();
+        out.push(MessageDelta::ReasoningStart);
+        out.extend(chunks(reasoning, chunk).map(|text| MessageDelta::ReasoningDelta { text }));
+        out.push(MessageDelta::ReasoningEnd);
+    }
+    if let Some(text) = text {
+        output_chars += text.chars().count();
+        out.push(MessageDelta::TextStart);
+        out.extend(chunks(&text, chunk).map(|text| MessageDelta::TextDelta { text }));
+        out.push(MessageDelta::TextEnd);
+    }
+    for (i, call) in turn.tool_calls.iter().enumerate() {
+        let id = call
+            .id
+            .clone()
+            .unwrap_or_else(|| format!("call_{}_{i}", request.session_turn));
+        let arguments = match &call.arguments {
+            Value::String(raw) => templates.apply(raw),
+            other => templates.apply_to_value(other).to_string(),
+        };
+        output_chars += call.name.chars().count() + arguments.chars().count();
+        out.push(MessageDelta::ToolInputStart {
+            id: id.clone(),
+            name: call.name.clone(),
+        });
+        out.extend(
+            chunks(&arguments, chunk).map(|delta| MessageDelta::ToolInputDelta {
+                id: id.clone(),
+                delta,
+            }),
+        );
+        out.push(MessageDelta::ToolInputEnd { id: id.clone() });
+        out.push(MessageDelta::ToolCall {
+            id,
+            name: call.name.clone(),
+            arguments,
+        });
+    }
+    let finish_reason = if turn.tool_calls.is_empty() {
+        FinishReason::Stop
+    } else {
+        FinishReason::ToolCalls
+    };
+    out.push(MessageDelta::FinishStep {
+        finish_reason: Some(finish_reason),
+        raw_finish_reason: None,
+        usage: Some(Usage {
+            input_tokens: (request_chars(request) / 4) as u64,
+            output_tokens: (output_chars / 4) as u64,
+            ..Usage::default()
+        }),
+    });
+    out.push(MessageDelta::Finish);
+    out
+}
+
+/// Splits `s` into pieces of `n` characters (the last may be shorter).
+fn chunks(s: &str, n: usize) -> impl Iterator<Item = String> + '_ {
+    let n = n.max(1);
+    let mut rest = s;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let end = rest.char_indices().nth(n).map_or(rest.len(), |(i, _)| i);
+        let (head, tail) = rest.split_at(end);
+        rest = tail;
+        Some(head.to_string())
+    })
+}
+
+/// Total characters of the request's prompt: the deterministic basis of the usage estimate.
+fn request_chars(request: &ModelRequest) -> usize {
+    let system = request.system.as_deref().map_or(0, |s| s.chars().count());
+    system
+        + request
+            .messages
+            .iter()
+            .map(|m| match m {
+                Message::System { content } | Message::User { content } => content.chars().count(),
+                Message::Assistant(a) => {
+                    a.text.chars().count()
+                        + a.reasoning.chars().count()
+                        + a.tool_calls
+                            .iter()
+                            .map(|c| {
+                                c.name.chars().count() + c.arguments.to_string().chars().count()
+                            })
+                            .sum::<usize>()
+                }
+                Message::Tool(r) => r.content.chars().count(),
+            })
+            .sum::<usize>()
+}
+
+/// Template values taken from a request.
+struct Templates {
+    last_tool_result: String,
+    prompt_expression: String,
+}
+
+impl Templates {
+    fn from_request(request: &ModelRequest) -> Self {
+        let last_tool_result = request
+            .messages
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                Message::Tool(r) => Some(r.content.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let prompt_expression = request
+            .messages
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                Message::User { content } => Some(prompt_expression(content)),
+                _ => None,
+            })
+            .unwrap_or_default();
+        Templates {
+            last_tool_result,
+            prompt_expression,
+        }
+    }
+
+    fn apply(&self, s: &str) -> String {
+        s.replace(LAST_TOOL_RESULT, &self.last_tool_result)
+            .replace(PROMPT_EXPRESSION, &self.prompt_expression)
+    }
+
+    fn apply_to_value(&self, v: &Value) -> Value {
+        match v {
+            Value::String(s) => Value::String(self.apply(s)),
+            Value::Array(items) => {
+                Value::Array(items.iter().map(|i| self.apply_to_value(i)).collect())
+            }
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| (k.clone(), self.apply_to_value(v)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+}
+
+/// The arithmetic expression in a prompt: the longest run of characters from
+/// `0-9 . + - * / % ^ ( )` and spaces, trimmed, that contains a digit; runs that also contain an
+/// operator win over bare numbers. Empty when there is none.
+///
+/// `"What is 2+3?"` → `"2+3"`; `"In 2024, what is (1+2)*3?"` → `"(1+2)*3"`.
+pub fn prompt_expression(prompt: &str) -> String {
+    fn allowed(c: char) -> bool {
+        c.is_ascii_digit() || " .+-*/%^()".contains(c)
+    }
+    let mut best: Option<(bool, usize, &str)> = None;
+    for run in prompt.split(|c: char| !allowed(c)) {
+        let run = run.trim();
+        if !run.chars().any(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        let has_operator = run.chars().any(|c| "+-*/%^".contains(c));
+        let key = (has_operator, run.len());
+        if best.is_none_or(|(op, len, _)| key > (op, len)) {
+            best = Some((has_operator, run.len(), run));
+        }
+    }
+    best.map(|(_, _, run)| run.to_string()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_split_by_chars_not_bytes() {
+        let v: Vec<String> = chunks("héllo wörld", 3).collect();
+        assert_eq!(v, ["hél", "lo ", "wör", "ld"]);
+        let v: Vec<String> = chunks("🦀🦀🦀", 2).collect();
+        assert_eq!(v, ["🦀🦀", "🦀"]);
+        assert_eq!(chunks("", 3).count(), 0);
+    }
+
+    #[test]
+    fn prompt_expression_picks_the_arithmetic() {
+        assert_eq!(prompt_expression("What is 2+3?"), "2+3");
+        assert_eq!(prompt_expression("In 2024, what is (1+2)*3?"), "(1+2)*3");
+        assert_eq!(prompt_expression("compute 12.5 / 5 please"), "12.5 / 5");
+        assert_eq!(prompt_expression("just 42"), "42");
+        assert_eq!(prompt_expression("no numbers - here"), "");
+    }
+
+    #[test]
+    fn status_kinds() {
+        assert_eq!(kind_for_status(429), ErrorKind::RateLimited);
+        assert_eq!(kind_for_status(502), ErrorKind::ServerError);
+        assert_eq!(kind_for_status(529), ErrorKind::Overloaded);
+        assert_eq!(kind_for_status(413), ErrorKind::RequestTooLarge);
+        assert_eq!(kind_for_status(418), ErrorKind::BadRequest);
+    }
+}
