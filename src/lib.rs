@@ -25,3 +25,5 @@ pub use message::{
 };
 pub use react::{LoopResult, Run, RunConfig};
 pub use step::{AgentState, Step, Transition};
+pub mod runtime;
+pub mod trace;

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use statig::blocking::{InitializedStateMachine, IntoStateMachineExt};
 
-use crate::chart::{ProcessEventKind, ProcessState};
+use crate::chart::{MachineKind, ProcessEventKind, ProcessState};
 use crate::effect::Effect;
 use crate::event::{ApprovalDecision, Event};
 use crate::message::{AssistantMessage, ToolResult};
@@ -49,6 +49,18 @@ impl std::fmt::Debug for Process {
             .field("state", &self.state())
             .field("request", &self.data.request.model_call_index)
             .finish()
+    }
+}
+
+/// The `state_changed` event for a transition, as an effect.
+pub(crate) fn state_changed(machine: MachineKind, from: &str, event: &str, to: &str) -> Effect {
+    Effect::Emit {
+        event: crate::agent_event::AgentEvent::StateChanged {
+            machine,
+            from: from.into(),
+            to: to.into(),
+            event: event.into(),
+        },
     }
 }
 
@@ -133,8 +145,15 @@ impl Process {
         self.data.state = from;
         self.data.row = None;
         self.data.unhandled = false;
+        let mark = self.data.out.len();
         self.sm.handle_with_context(&input, &mut self.data);
         let to = self.state();
+        if from != to {
+            self.data.out.insert(
+                mark,
+                state_changed(MachineKind::Process, from.name(), k.name(), to.name()),
+            );
+        }
         let unhandled = self.data.unhandled;
         transitions.push(Transition::Process {
             from,

@@ -135,8 +135,18 @@ impl Run {
         self.data.state = from;
         self.data.row = None;
         self.data.unhandled = false;
+        let mark = self.data.out.len();
         self.sm.handle_with_context(&input, &mut self.data);
         let to = self.react_state();
+        if from != to {
+            let ev = crate::process::state_changed(
+                crate::chart::MachineKind::React,
+                from.name(),
+                k.name(),
+                to.name(),
+            );
+            self.data.out.insert(mark, ev);
+        }
         let unhandled = self.data.unhandled;
         transitions.push(Transition::React {
             from,

@@ -1,0 +1,141 @@
+//! The `agentloop` command line: run an agent, replay a trace, print the charts.
+
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use agentloop::chart::{mermaid, MachineKind};
+use agentloop::trace::{replay, Trace};
+
+/// LLM agents as verified state machines.
+#[derive(Debug, Parser)]
+#[command(name = "agentloop", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one prompt to completion (offline scripted model by default).
+    Run(run::RunArgs),
+    /// Replay a trace against fresh machines; exit 0 when identical, 1 at the first divergence.
+    Replay {
+        /// The trace file (JSON Lines).
+        trace: PathBuf,
+    },
+    /// Trace utilities.
+    Trace {
+        #[command(subcommand)]
+        command: TraceCommand,
+    },
+    /// Print a machine's chart.
+    Chart {
+        /// Which machine.
+        machine: Machine,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = ChartFormat::Mermaid)]
+        format: ChartFormat,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TraceCommand {
+    /// Print the JSON Schema of a trace line.
+    Schema,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Machine {
+    /// The outer ReAct machine.
+    React,
+    /// The inner process machine.
+    Process,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ChartFormat {
+    /// Mermaid stateDiagram-v2.
+    Mermaid,
+    /// The chart source (TOML).
+    Toml,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run(args) => run::main(args),
+        Command::Replay { trace } => replay_main(&trace),
+        Command::Trace {
+            command: TraceCommand::Schema,
+        } => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&Trace::schema()).unwrap_or_default()
+            );
+            ExitCode::SUCCESS
+        }
+        Command::Chart { machine, format } => {
+            let kind = match machine {
+                Machine::React => MachineKind::React,
+                Machine::Process => MachineKind::Process,
+            };
+            match format {
+                ChartFormat::Mermaid => print!("{}", mermaid(&kind.chart())),
+                ChartFormat::Toml => print!(
+                    "{}",
+                    match kind {
+                        MachineKind::React => agentloop::chart::REACT_TOML,
+                        MachineKind::Process => agentloop::chart::PROCESS_TOML,
+                    }
+                ),
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn replay_main(path: &std::path::Path) -> ExitCode {
+    let trace = match Trace::load(path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match replay(&trace) {
+        None => {
+            println!(
+                "replay identical: {} records ({} inputs)",
+                trace.records.len(),
+                trace
+                    .records
+                    .iter()
+                    .filter(|r| matches!(r, agentloop::trace::TraceRecord::Input { .. }))
+                    .count()
+            );
+            ExitCode::SUCCESS
+        }
+        Some(d) => {
+            let cause = trace.records[..(d.index as usize).min(trace.records.len())]
+                .iter()
+                .rev()
+                .find_map(|r| match r {
+                    agentloop::trace::TraceRecord::Input { index, .. } => Some(*index),
+                    _ => None,
+                });
+            eprintln!(
+                "replay diverged at index {}{}",
+                d.index,
+                cause
+                    .map(|c| format!(" (in the step of input {c})"))
+                    .unwrap_or_default()
+            );
+            eprint!("{}", d.diff());
+            ExitCode::from(1)
+        }
+    }
+}

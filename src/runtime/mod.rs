@@ -1,0 +1,400 @@
+//! The tokio runtime: an [`Agent`] (model, tools, store, approver, clock, ids, event sink,
+//! compactor) that drives [`Run`]s by performing their effects and feeding results back.
+//!
+//! The builder is a typestate: an agent without a model does not compile.
+//!
+//! ```compile_fail
+//! let agent = agentloop::runtime::Agent::builder().build(); // no model: compile error
+//! ```
+
+pub(crate) mod driver;
+pub mod ports;
+pub mod session;
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::event::{ApprovalDecision, Event};
+use crate::message::Message;
+use crate::model::Model;
+use crate::react::{LoopResult, Run, RunConfig};
+use crate::store::{MemoryStore, SessionStore, StoreError};
+use crate::tools::ToolRegistry;
+use crate::trace::{Trace, TraceHeader, TRACE_VERSION};
+
+pub use ports::{
+    Approver, AutoApprove, Clock, Compactor, EventEnvelope, EventSink, FnSink, Ids, ManualApproval,
+    NullSink, RejectAll, SequentialIds, SystemClock, TimeIds, Truncate, VecSink,
+};
+pub use session::session_context;
+
+use driver::{Driver, Tasks};
+
+/// Timeouts the runtime turns into machine events (R-IN-7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timeouts {
+    /// Until the response starts and its first delta arrives (default 60 s).
+    pub first_chunk_ms: u64,
+    /// Between deltas (default 30 s).
+    pub stall_ms: u64,
+    /// Per tool call (default 120 s).
+    pub tool_ms: u64,
+    /// Whole-run deadline; expiry aborts the run (default none).
+    pub run_deadline_ms: Option<u64>,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            first_chunk_ms: 60_000,
+            stall_ms: 30_000,
+            tool_ms: 120_000,
+            run_deadline_ms: None,
+        }
+    }
+}
+
+/// Errors that prevent a run from starting. Failures during a run are a `Failed` result.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The session could not be loaded.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Sends control events (abort, approvals) into a running run.
+#[derive(Clone, Debug)]
+pub struct Controller {
+    tx: mpsc::UnboundedSender<Event>,
+}
+
+/// The receiving side of a [`Controller`], handed to [`Agent::run_with`].
+#[derive(Debug)]
+pub struct ControlReceiver {
+    rx: mpsc::UnboundedReceiver<Event>,
+}
+
+/// A new controller pair.
+pub fn control() -> (Controller, ControlReceiver) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (Controller { tx }, ControlReceiver { rx })
+}
+
+impl Controller {
+    /// Aborts the run (R-CTL-3). Returns false if the run is gone.
+    pub fn abort(&self, reason: impl Into<String>) -> bool {
+        self.tx
+            .send(Event::Abort {
+                reason: reason.into(),
+            })
+            .is_ok()
+    }
+
+    /// Answers an approval request (R-CTL-4).
+    pub fn decide(&self, tool_call_id: impl Into<String>, decision: ApprovalDecision) -> bool {
+        self.tx
+            .send(Event::Approval {
+                tool_call_id: tool_call_id.into(),
+                decision,
+            })
+            .is_ok()
+    }
+}
+
+/// What a run produced.
+#[derive(Clone, Debug)]
+pub struct RunOutput {
+    /// The run id.
+    pub run_id: String,
+    /// The result.
+    pub result: LoopResult,
+    /// The trace, if recording was asked for.
+    pub trace: Option<Trace>,
+}
+
+/// An agent: the machines' configuration plus every port.
+pub struct Agent {
+    pub(crate) model: Arc<dyn Model>,
+    pub(crate) tools: ToolRegistry,
+    pub(crate) store: Arc<dyn SessionStore>,
+    pub(crate) approver: Arc<dyn Approver>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) ids: Arc<dyn Ids>,
+    pub(crate) sink: Arc<dyn EventSink>,
+    pub(crate) compactor: Arc<dyn Compactor>,
+    pub(crate) config: RunConfig,
+    pub(crate) timeouts: Timeouts,
+    pub(crate) root: PathBuf,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("model", &self.model.name())
+            .field("tools", &self.tools)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+/// Typestate marker: the builder has no model yet.
+#[derive(Debug, Default)]
+pub struct NoModel;
+
+/// Typestate marker: the builder has a model.
+pub struct WithModel(Arc<dyn Model>);
+
+/// Builds an [`Agent`]. `build` exists only once a model was given.
+pub struct AgentBuilder<M> {
+    model: M,
+    tools: ToolRegistry,
+    store: Arc<dyn SessionStore>,
+    approver: Arc<dyn Approver>,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn Ids>,
+    sink: Arc<dyn EventSink>,
+    compactor: Arc<dyn Compactor>,
+    config: RunConfig,
+    timeouts: Timeouts,
+    root: PathBuf,
+}
+
+impl Agent {
+    /// A builder with defaults: built-in tools, in-memory store, auto-approve, system clock,
+    /// time-based ids, no event sink, truncation compaction, root `.`.
+    pub fn builder() -> AgentBuilder<NoModel> {
+        AgentBuilder {
+            model: NoModel,
+            tools: ToolRegistry::builtin(),
+            store: Arc::new(MemoryStore::new()),
+            approver: Arc::new(AutoApprove),
+            clock: Arc::new(SystemClock),
+            ids: Arc::new(TimeIds::default()),
+            sink: Arc::new(NullSink),
+            compactor: Arc::new(Truncate),
+            config: RunConfig::default(),
+            timeouts: Timeouts::default(),
+            root: PathBuf::from("."),
+        }
+    }
+}
+
+impl<M> AgentBuilder<M> {
+    /// Sets the model.
+    pub fn model(self, model: impl Model + 'static) -> AgentBuilder<WithModel> {
+        self.model_arc(Arc::new(model))
+    }
+
+    /// Sets a shared model.
+    pub fn model_arc(self, model: Arc<dyn Model>) -> AgentBuilder<WithModel> {
+        AgentBuilder {
+            model: WithModel(model),
+            tools: self.tools,
+            store: self.store,
+            approver: self.approver,
+            clock: self.clock,
+            ids: self.ids,
+            sink: self.sink,
+            compactor: self.compactor,
+            config: self.config,
+            timeouts: self.timeouts,
+            root: self.root,
+        }
+    }
+
+    /// Sets the tools.
+    pub fn tools(mut self, tools: ToolRegistry) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Sets the session store.
+    pub fn store(mut self, store: Arc<dyn SessionStore>) -> Self {
+        self.store = store;
+        self
+    }
+
+    /// Sets the approver.
+    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.approver = approver;
+        self
+    }
+
+    /// Sets the clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Sets the id generator.
+    pub fn ids(mut self, ids: Arc<dyn Ids>) -> Self {
+        self.ids = ids;
+        self
+    }
+
+    /// Sets the event sink.
+    pub fn sink(mut self, sink: Arc<dyn EventSink>) -> Self {
+        self.sink = sink;
+        self
+    }
+
+    /// Sets the compaction strategy.
+    pub fn compactor(mut self, compactor: Arc<dyn Compactor>) -> Self {
+        self.compactor = compactor;
+        self
+    }
+
+    /// Sets the run configuration (its `tools` are replaced by the registry's specs).
+    pub fn config(mut self, config: RunConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Changes the run configuration in place.
+    pub fn configure(mut self, f: impl FnOnce(&mut RunConfig)) -> Self {
+        f(&mut self.config);
+        self
+    }
+
+    /// Sets the timeouts.
+    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.timeouts = timeouts;
+        self
+    }
+
+    /// Sets the directory file tools are confined to.
+    pub fn root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.root = root.into();
+        self
+    }
+}
+
+impl AgentBuilder<WithModel> {
+    /// Builds the agent.
+    pub fn build(self) -> Agent {
+        let mut config = self.config;
+        config.tools = self.tools.specs();
+        if config.model.is_empty() || config.model == "scripted" {
+            config.model = self.model.0.name();
+        }
+        Agent {
+            model: self.model.0,
+            tools: self.tools,
+            store: self.store,
+            approver: self.approver,
+            clock: self.clock,
+            ids: self.ids,
+            sink: self.sink,
+            compactor: self.compactor,
+            config,
+            timeouts: self.timeouts,
+            root: self.root,
+        }
+    }
+}
+
+impl Agent {
+    /// The run configuration.
+    pub fn config(&self) -> &RunConfig {
+        &self.config
+    }
+
+    /// Runs one prompt in `session` to completion, without external control or trace.
+    pub async fn run(&self, session: &str, prompt: &str) -> Result<RunOutput, AgentError> {
+        self.run_with(session, vec![Message::user(prompt)], None, false)
+            .await
+    }
+
+    /// Runs `input` in `session` to completion. `control` receives aborts and approvals;
+    /// `record` keeps a trace of every input, transition and effect.
+    pub async fn run_with(
+        &self,
+        session: &str,
+        input: Vec<Message>,
+        control: Option<ControlReceiver>,
+        record: bool,
+    ) -> Result<RunOutput, AgentError> {
+        let entries = self.store.load(session).await?;
+        let (history, session_turns) = session_context(&entries);
+        let run_id = self.ids.run_id();
+        let mut run = Run::new(self.config.clone());
+        let mut trace = record.then(|| {
+            Trace::new(TraceHeader {
+                version: TRACE_VERSION,
+                agentloop: env!("CARGO_PKG_VERSION").to_string(),
+                session: session.to_string(),
+                config: self.config.clone(),
+                tools: self.config.tools.clone(),
+            })
+        });
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut ctl = control.map(|c| c.rx);
+        let mut driver = Driver {
+            agent: self,
+            session: session.to_string(),
+            run_id: run_id.clone(),
+            tx,
+            tasks: Tasks::default(),
+            next_event_index: 0,
+        };
+        let deadline = self
+            .timeouts
+            .run_deadline_ms
+            .map(|ms| tokio::time::Instant::now() + std::time::Duration::from_millis(ms));
+        let mut pending = VecDeque::from([Event::Start {
+            run_id: run_id.clone(),
+            history,
+            input,
+            session_turns,
+        }]);
+        let mut deadline_fired = false;
+        loop {
+            let event = match pending.pop_front() {
+                Some(e) => e,
+                None => {
+                    tokio::select! {
+                        Some(e) = rx.recv() => e,
+                        Some(e) = async { match ctl.as_mut() { Some(c) => c.recv().await, None => None } } => e,
+                        _ = async {
+                            match deadline {
+                                Some(d) if !deadline_fired => tokio::time::sleep_until(d).await,
+                                _ => std::future::pending::<()>().await,
+                            }
+                        } => {
+                            deadline_fired = true;
+                            Event::Abort { reason: "run deadline exceeded".into() }
+                        }
+                    }
+                }
+            };
+            let step = run.handle(event.clone());
+            if let Some(t) = trace.as_mut() {
+                t.record(&event, &step);
+            }
+            if let Some(failed) = driver.perform(step.effects).await {
+                pending.push_front(failed);
+            }
+            if run.is_terminal() && pending.is_empty() {
+                break;
+            }
+        }
+        driver.tasks.shutdown();
+        let result = run.result().cloned().unwrap_or_else(|| LoopResult {
+            outcome: crate::agent_event::Outcome::Failed,
+            reason: "no result".into(),
+            messages: run.messages().to_vec(),
+            iterations: 0,
+            usage: Default::default(),
+            error: Some("the run ended without a result".into()),
+        });
+        Ok(RunOutput {
+            run_id,
+            result,
+            trace,
+        })
+    }
+}

@@ -1,0 +1,199 @@
+//! The runtime's other ports (R-ARCH-4): approver, clock, ids, event sink, compactor — with
+//! default implementations.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::agent_event::AgentEvent;
+use crate::context::truncate;
+use crate::event::ApprovalDecision;
+use crate::message::{Message, ToolCall};
+
+/// Decides approval requests. `None` means "a human will answer through the run's
+/// [`Controller`](crate::runtime::Controller)".
+#[async_trait]
+pub trait Approver: Send + Sync {
+    /// Decide on `call`, or return `None` to wait for a controller decision.
+    async fn decide(&self, call: &ToolCall) -> Option<ApprovalDecision>;
+}
+
+/// Approves everything.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AutoApprove;
+
+#[async_trait]
+impl Approver for AutoApprove {
+    async fn decide(&self, _call: &ToolCall) -> Option<ApprovalDecision> {
+        Some(ApprovalDecision::Approved)
+    }
+}
+
+/// Rejects everything with a fixed reason.
+#[derive(Debug, Clone)]
+pub struct RejectAll(pub String);
+
+#[async_trait]
+impl Approver for RejectAll {
+    async fn decide(&self, _call: &ToolCall) -> Option<ApprovalDecision> {
+        Some(ApprovalDecision::Rejected {
+            reason: self.0.clone(),
+        })
+    }
+}
+
+/// Leaves every decision to the controller (a human).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ManualApproval;
+
+#[async_trait]
+impl Approver for ManualApproval {
+    async fn decide(&self, _call: &ToolCall) -> Option<ApprovalDecision> {
+        None
+    }
+}
+
+/// Time, for timestamps and timers. Tests use tokio's paused clock for virtual time.
+#[async_trait]
+pub trait Clock: Send + Sync {
+    /// Milliseconds since the Unix epoch (for event timestamps only; never read by machines).
+    fn now_ms(&self) -> u64;
+    /// Sleeps.
+    async fn sleep(&self, ms: u64);
+}
+
+/// The system clock with tokio timers.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+#[async_trait]
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    }
+    async fn sleep(&self, ms: u64) {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await
+    }
+}
+
+/// Generates run ids.
+pub trait Ids: Send + Sync {
+    /// A fresh run id.
+    fn run_id(&self) -> String;
+}
+
+/// Ids from the clock and a process-wide counter: unique enough for sessions on one machine.
+#[derive(Debug, Default)]
+pub struct TimeIds {
+    counter: AtomicU64,
+}
+
+impl Ids for TimeIds {
+    fn run_id(&self) -> String {
+        let t = SystemClock.now_ms();
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        format!("run-{t:x}-{n}-{}", std::process::id())
+    }
+}
+
+/// Deterministic ids `run-1`, `run-2`, ... (tests, reproducible traces).
+#[derive(Debug, Default)]
+pub struct SequentialIds {
+    counter: AtomicU64,
+}
+
+impl Ids for SequentialIds {
+    fn run_id(&self) -> String {
+        format!("run-{}", self.counter.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+}
+
+/// An event as delivered: indexed (monotonic per agent), timestamped.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EventEnvelope {
+    /// Monotonically increasing index.
+    pub index: u64,
+    /// Milliseconds since the Unix epoch.
+    pub ts_ms: u64,
+    /// The run.
+    pub run_id: String,
+    /// The event.
+    #[serde(flatten)]
+    pub event: AgentEvent,
+}
+
+/// Receives events. Must not block: the loop calls it inline.
+pub trait EventSink: Send + Sync {
+    /// Delivers one event.
+    fn emit(&self, event: &EventEnvelope);
+}
+
+/// Drops every event.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NullSink;
+
+impl EventSink for NullSink {
+    fn emit(&self, _event: &EventEnvelope) {}
+}
+
+/// Collects events in memory (tests, examples).
+#[derive(Debug, Default, Clone)]
+pub struct VecSink(pub Arc<Mutex<Vec<EventEnvelope>>>);
+
+impl VecSink {
+    /// The events so far.
+    pub fn events(&self) -> Vec<EventEnvelope> {
+        self.0.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+}
+
+impl EventSink for VecSink {
+    fn emit(&self, event: &EventEnvelope) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(event.clone());
+        }
+    }
+}
+
+/// Calls a function for every event.
+pub struct FnSink<F>(pub F);
+
+impl<F: Fn(&EventEnvelope) + Send + Sync> EventSink for FnSink<F> {
+    fn emit(&self, event: &EventEnvelope) {
+        (self.0)(event)
+    }
+}
+
+/// Computes compactions (R-OUT-4). Pluggable: truncation is the default.
+#[async_trait]
+pub trait Compactor: Send + Sync {
+    /// Returns the new context and how many messages it removed, or why it cannot fit.
+    async fn compact(
+        &self,
+        messages: &[Message],
+        budget_tokens: Option<u64>,
+        max_messages: Option<usize>,
+    ) -> Result<(Vec<Message>, usize), String>;
+}
+
+/// Compaction by truncation that never splits tool pairs ([`crate::context::truncate`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Truncate;
+
+#[async_trait]
+impl Compactor for Truncate {
+    async fn compact(
+        &self,
+        messages: &[Message],
+        budget_tokens: Option<u64>,
+        max_messages: Option<usize>,
+    ) -> Result<(Vec<Message>, usize), String> {
+        truncate(messages, budget_tokens, max_messages).map_err(|e| e.to_string())
+    }
+}
