@@ -101,6 +101,36 @@ pub enum Durability {
     },
 }
 
+impl std::str::FromStr for Durability {
+    type Err = String;
+
+    /// `sync`, `batched` (fsync every 64 appends) or `batched:N`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.split_once(':') {
+            None if s == "sync" => Ok(Durability::Sync),
+            None if s == "batched" => Ok(Durability::Batched { every: 64 }),
+            Some(("batched", n)) => match n.parse::<u32>() {
+                Ok(every) if every > 0 => Ok(Durability::Batched { every }),
+                _ => Err(format!(
+                    "invalid batch size {n:?} (expected a positive integer)"
+                )),
+            },
+            _ => Err(format!(
+                "invalid durability {s:?} (expected `sync`, `batched` or `batched:N`)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Durability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Durability::Sync => f.write_str("sync"),
+            Durability::Batched { every } => write!(f, "batched:{every}"),
+        }
+    }
+}
+
 /// Checks that `session` can name a session file: non-empty, at most
 /// [`MAX_SESSION_ID_LEN`] bytes, no path separators, no `..`, no leading `.`, no control
 /// characters.
@@ -703,6 +733,24 @@ mod tests {
             run_id: format!("r{n}"),
             outcome: "completed".into(),
             reason: String::new(),
+        }
+    }
+
+    #[test]
+    fn durability_parses_and_prints() {
+        for (text, d) in [
+            ("sync", Durability::Sync),
+            ("batched", Durability::Batched { every: 64 }),
+            ("batched:8", Durability::Batched { every: 8 }),
+        ] {
+            assert_eq!(text.parse::<Durability>(), Ok(d));
+        }
+        assert_eq!(
+            Durability::Batched { every: 8 }.to_string().parse(),
+            Ok(Durability::Batched { every: 8 })
+        );
+        for bad in ["", "fsync", "batched:0", "batched:x", "sync:1"] {
+            assert!(bad.parse::<Durability>().is_err(), "{bad:?}");
         }
     }
 

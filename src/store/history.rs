@@ -9,7 +9,7 @@ use crate::message::Message;
 /// append order. A [`Entry::Compaction`] replaces everything before it with its
 /// `messages`. Metadata, start markers and run ends carry no message. An entry whose
 /// idempotency key already appeared (which a store never writes, but a hand-edited file
-/// may hold) is skipped, the first one wins; [`check`](super::check) reports it.
+/// may hold) is skipped, the first one wins; [`check`](fn@super::check) reports it.
 pub fn history(entries: &[Entry]) -> Vec<Message> {
     let mut seen: HashSet<EntryKey> = HashSet::new();
     let mut messages = Vec::new();

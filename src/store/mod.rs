@@ -1,7 +1,7 @@
 //! The session store port: append-only session entries, and the in-memory store.
 //!
-//! Submodules: [`file`] (the embedded JSON Lines store), [`fault`] (fault injection),
-//! [`check`] (pairing invariant and repair), [`history`] (model context from entries) and
+//! Submodules: [`file`](mod@file) (the embedded JSON Lines store), [`fault`] (fault injection),
+//! [`check`](mod@check) (pairing invariant and repair), [`history`](mod@history) (model context from entries) and
 //! [`export`] (JSONL / Markdown export, listing).
 //!
 //! Plugging in another backend (SQLite, PostgreSQL) means implementing [`SessionStore`]:
