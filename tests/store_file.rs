@@ -208,6 +208,51 @@ async fn torn_tail_without_newline_is_reported_and_cut_under_the_lock() {
     assert!(report.warnings.is_empty());
 }
 
+/// A crash can cut the file at any byte: every prefix loads as the complete records before
+/// the cut, with a warning exactly when the cut is inside a record.
+#[test]
+fn every_crash_point_loads_the_complete_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let entries = sample();
+    {
+        let store = FileStore::open(dir.path()).unwrap();
+        append_all(&store, "full", &entries);
+    }
+    let full = std::fs::read(dir.path().join("full.jsonl")).unwrap();
+    let boundaries: Vec<usize> = std::iter::once(0)
+        .chain(
+            full.iter()
+                .enumerate()
+                .filter(|(_, &b)| b == b'\n')
+                .map(|(i, _)| i + 1),
+        )
+        .collect();
+    let store = FileStore::open(dir.path()).unwrap();
+    let path = dir.path().join("cut.jsonl");
+    for cut in 0..=full.len() {
+        std::fs::write(&path, &full[..cut]).unwrap();
+        let (loaded, report) = store.load_blocking("cut").unwrap();
+        let complete = boundaries.iter().filter(|&&b| b <= cut).count() - 1;
+        assert_eq!(loaded, entries[..complete], "cut at {cut}");
+        assert_eq!(
+            report.warnings.is_empty(),
+            boundaries.contains(&cut),
+            "cut at {cut}: {report:?}"
+        );
+    }
+    // Under the lock the cut goes back to the last boundary.
+    let cut = boundaries[3] + 10;
+    std::fs::write(&path, &full[..cut]).unwrap();
+    let _lock = store.lock("cut").unwrap();
+    let (loaded, report) = store.load_blocking("cut").unwrap();
+    assert_eq!(loaded, entries[..3]);
+    assert_eq!(report.truncated_bytes, 10);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        boundaries[3] as u64
+    );
+}
+
 #[test]
 fn unparsable_last_line_is_a_torn_tail_and_append_cuts_it() {
     let dir = tempfile::tempdir().unwrap();

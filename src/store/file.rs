@@ -694,6 +694,12 @@ impl FileStore {
 fn report_unlocked(path: &Path, torn: Option<Torn>) -> LoadReport {
     let mut report = LoadReport::default();
     if let Some(torn) = torn {
+        tracing::warn!(
+            target: "agentloop::store",
+            "{}: torn last record at byte offset {} left in place (not locked)",
+            path.display(),
+            torn.offset
+        );
         report.warnings.push(format!(
             "{}: {} at byte offset {} ({} bytes); left in place because this store does not \
              hold the session's lock (it is cut when the session is next opened for writing)",
@@ -798,6 +804,28 @@ mod tests {
                 assert!(detail.contains("expected seq 2"), "{detail}");
             }
             other => panic!("expected corrupt, got {other:?}"),
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn scan_never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let _ = scan(Path::new("s.jsonl"), &bytes);
+        }
+
+        #[test]
+        fn scan_survives_flipped_bytes(pos in 0usize..400, byte in proptest::prelude::any::<u8>()) {
+            let mut bytes = Vec::new();
+            for n in 1..=4 {
+                bytes.extend(encode_record(u64::from(n), &run_end(n)).unwrap());
+            }
+            let pos = pos % bytes.len();
+            bytes[pos] = byte;
+            // Ok (possibly with a torn tail) or a typed error; never a panic, and an Ok
+            // never returns more entries than were written.
+            if let Ok(scan) = scan(Path::new("s.jsonl"), &bytes) {
+                proptest::prop_assert!(scan.entries.len() <= 4);
+            }
         }
     }
 
