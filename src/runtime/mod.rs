@@ -9,7 +9,6 @@
 
 pub(crate) mod driver;
 pub mod ports;
-pub mod session;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -30,7 +29,6 @@ pub use ports::{
     Approver, AutoApprove, Clock, Compactor, EventEnvelope, EventSink, FnSink, Ids, ManualApproval,
     NullSink, RejectAll, SequentialIds, SystemClock, TimeIds, Truncate, VecSink,
 };
-pub use session::session_context;
 
 use driver::{Driver, Tasks};
 
@@ -319,7 +317,8 @@ impl Agent {
         record: bool,
     ) -> Result<RunOutput, AgentError> {
         let entries = self.store.load(session).await?;
-        let (history, session_turns) = session_context(&entries);
+        let history = crate::store::history(&entries);
+        let session_turns = crate::store::committed_turns(&entries);
         let run_id = self.ids.run_id();
         let mut run = Run::new(self.config.clone());
         let mut trace = record.then(|| {

@@ -1,4 +1,26 @@
 //! The session store port: append-only session entries, and the in-memory store.
+//!
+//! Submodules: [`file`](mod@file) (the embedded JSON Lines store), [`fault`] (fault injection),
+//! [`check`](mod@check) (pairing invariant and repair), [`history`](mod@history) (model context from entries) and
+//! [`export`] (JSONL / Markdown export, listing).
+//!
+//! Plugging in another backend (SQLite, PostgreSQL) means implementing [`SessionStore`]:
+//! `load` returns the entries in append order, `append` persists one entry durably and
+//! treats an entry whose [`Entry::idempotency_key`] is already stored as a no-op. A table
+//! `(session, seq, entry_json)` with a unique index on `(session, idempotency_key)` and
+//! `INSERT .. ON CONFLICT DO NOTHING` is the whole job.
+
+pub mod check;
+pub mod export;
+pub mod fault;
+pub mod file;
+pub mod history;
+
+pub use check::{check, duplicate_keys, pending, repair, repair_with, PendingCall, Violation};
+pub use export::{export_jsonl, export_markdown, list_sessions, SessionInfo};
+pub use fault::{FaultPoint, FaultyStore};
+pub use file::{validate_session_id, Durability, FileStore, SessionLock, RECORD_VERSION};
+pub use history::{committed_turns, history, next_model_call_index};
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -72,8 +94,79 @@ pub enum Entry {
     },
 }
 
+/// The idempotency key of an entry (R-IDEM-1, R-IDEM-3): a store keeps at most one entry
+/// per key; appending a second one is a no-op.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EntryKey {
+    /// A committed assistant turn: `(run_id, model_call_index)`.
+    Turn {
+        /// The run.
+        run_id: String,
+        /// Step number.
+        model_call_index: u32,
+    },
+    /// The start marker of a tool call.
+    ToolStarted {
+        /// The call id.
+        tool_call_id: String,
+    },
+    /// The terminal result of a tool call.
+    ToolResult {
+        /// The call id.
+        tool_call_id: String,
+    },
+}
+
+impl Entry {
+    /// The entry's idempotency key; `None` for entries that may repeat (user input,
+    /// metadata, compaction, run end).
+    pub fn idempotency_key(&self) -> Option<EntryKey> {
+        match self {
+            Entry::Assistant {
+                run_id,
+                model_call_index,
+                ..
+            } => Some(EntryKey::Turn {
+                run_id: run_id.clone(),
+                model_call_index: *model_call_index,
+            }),
+            Entry::ToolStarted { tool_call_id, .. } => Some(EntryKey::ToolStarted {
+                tool_call_id: tool_call_id.clone(),
+            }),
+            Entry::ToolResult { result, .. } => Some(EntryKey::ToolResult {
+                tool_call_id: result.tool_call_id.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The run this entry belongs to (`None` for metadata).
+    pub fn run_id(&self) -> Option<&str> {
+        match self {
+            Entry::Metadata { .. } => None,
+            Entry::UserInput { run_id, .. }
+            | Entry::Assistant { run_id, .. }
+            | Entry::ToolStarted { run_id, .. }
+            | Entry::ToolResult { run_id, .. }
+            | Entry::Compaction { run_id, .. }
+            | Entry::RunEnd { run_id, .. } => Some(run_id),
+        }
+    }
+}
+
+/// What loading a session found besides its entries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Bytes of a torn last entry that were cut off the file (0 when nothing was cut, also
+    /// when a torn tail was found but the store did not hold the session's lock).
+    pub truncated_bytes: u64,
+    /// Human-readable warnings (torn tail found / truncated).
+    pub warnings: Vec<String>,
+}
+
 /// A store failure. A failed write ends the run at once (R-IDEM-4).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// IO failure.
     #[error("session store io error at {path}: {source}")]
@@ -83,8 +176,8 @@ pub enum StoreError {
         /// The cause.
         source: std::io::Error,
     },
-    /// The session is locked by another process.
-    #[error("session {session} is locked by another process ({path})")]
+    /// The session is locked by another process (or another holder in this process).
+    #[error("session {session} is locked by another process or handle (lock file {path})")]
     Locked {
         /// The session id.
         session: String,
@@ -101,6 +194,26 @@ pub enum StoreError {
         /// What is wrong.
         detail: String,
     },
+    /// A stored record has a format version this build cannot read.
+    #[error("session file {path} at byte offset {offset}: unsupported record version {version} (this build reads version {supported})")]
+    UnsupportedVersion {
+        /// The file.
+        path: String,
+        /// Byte offset of the record.
+        offset: u64,
+        /// The version found (`null` when missing).
+        version: String,
+        /// The version this build reads.
+        supported: u32,
+    },
+    /// The session id cannot name a session file.
+    #[error("invalid session id {session:?}: {reason}")]
+    InvalidSession {
+        /// The rejected id.
+        session: String,
+        /// Why.
+        reason: &'static str,
+    },
     /// Any other failure (injected faults, backends).
     #[error("session store error: {0}")]
     Other(String),
@@ -112,8 +225,16 @@ pub enum StoreError {
 pub trait SessionStore: Send + Sync {
     /// All entries of `session`, oldest first (empty for a new session).
     async fn load(&self, session: &str) -> Result<Vec<Entry>, StoreError>;
-    /// Appends one entry.
+    /// Appends one entry. An entry whose [`Entry::idempotency_key`] is already stored is
+    /// not written again and the call returns `Ok` (R-IDEM-1, R-IDEM-3).
     async fn append(&self, session: &str, entry: &Entry) -> Result<(), StoreError>;
+    /// Like [`load`](Self::load), also reporting repairs and warnings (a torn last entry).
+    async fn load_with_report(
+        &self,
+        session: &str,
+    ) -> Result<(Vec<Entry>, LoadReport), StoreError> {
+        Ok((self.load(session).await?, LoadReport::default()))
+    }
 }
 
 /// A store that keeps sessions in memory (tests, one-shot runs).
@@ -144,9 +265,16 @@ impl SessionStore for MemoryStore {
             .sessions
             .lock()
             .map_err(|_| StoreError::Other("memory store poisoned".into()))?;
-        map.entry(session.to_string())
-            .or_default()
-            .push(entry.clone());
+        let entries = map.entry(session.to_string()).or_default();
+        if let Some(key) = entry.idempotency_key() {
+            if entries
+                .iter()
+                .any(|e| e.idempotency_key().as_ref() == Some(&key))
+            {
+                return Ok(());
+            }
+        }
+        entries.push(entry.clone());
         Ok(())
     }
 }

@@ -1,0 +1,109 @@
+//! Session store benchmarks: append latency per durability mode, and loading / resuming a
+//! 10,000-entry session. Medians come from criterion; for p99 run
+//! `cargo run --release --example store_latency`.
+
+use std::hint::black_box;
+
+use agentloop::message::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
+use agentloop::store::{check, history, Durability, Entry, FileStore};
+use criterion::{criterion_group, criterion_main, Criterion};
+
+/// A realistic mix: user input, assistant turn with one tool call, start marker, result.
+fn entry(i: u64) -> Entry {
+    let run_id = format!("run-{}", i / 400);
+    let step = (i / 4) as u32 + 1;
+    let id = format!("call-{}", i / 4);
+    match i % 4 {
+        0 => Entry::UserInput {
+            run_id,
+            message: Message::user(format!("please append line {i} to the notes file")),
+        },
+        1 => Entry::Assistant {
+            run_id,
+            model_call_index: step,
+            message: AssistantMessage {
+                text: "I will append the line now.".into(),
+                tool_calls: vec![ToolCall::from_raw(
+                    id,
+                    "append_line",
+                    r#"{"path":"notes.txt","line":"hello world"}"#,
+                )],
+                ..Default::default()
+            },
+        },
+        2 => Entry::ToolStarted {
+            run_id,
+            tool_call_id: id,
+            name: "append_line".into(),
+        },
+        _ => Entry::ToolResult {
+            run_id,
+            result: ToolResult {
+                tool_call_id: id,
+                name: "append_line".into(),
+                content: "appended 1 line (12 bytes) to notes.txt".into(),
+                status: ToolStatus::Completed,
+            },
+        },
+    }
+}
+
+fn appends(c: &mut Criterion) {
+    let mut group = c.benchmark_group("append");
+    for (name, durability) in [
+        ("sync", Durability::Sync),
+        ("batched_64", Durability::Batched { every: 64 }),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = FileStore::open(dir.path())
+            .expect("store")
+            .with_durability(durability);
+        let mut i = 0u64;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                store
+                    .append_blocking("bench", black_box(&entry(i)))
+                    .expect("append");
+                i += 1;
+            })
+        });
+    }
+    group.finish();
+}
+
+fn loads(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let store = FileStore::open(dir.path())
+            .expect("store")
+            .with_durability(Durability::Batched { every: 1000 });
+        for i in 0..10_000 {
+            store.append_blocking("big", &entry(i)).expect("append");
+        }
+    }
+    let mut group = c.benchmark_group("load_10k");
+    group.sample_size(20);
+    group.bench_function("read_only", |b| {
+        b.iter(|| {
+            let store = FileStore::open(dir.path()).expect("store");
+            let (entries, _) = store.load_blocking("big").expect("load");
+            assert_eq!(entries.len(), 10_000);
+            black_box(entries)
+        })
+    });
+    // What `resume` does before the first request: lock, load (validating, indexing keys,
+    // cutting a torn tail), check the invariants, rebuild the context.
+    group.bench_function("resume", |b| {
+        b.iter(|| {
+            let store = FileStore::open(dir.path()).expect("store");
+            let _lock = store.lock("big").expect("lock");
+            let (entries, _) = store.load_blocking("big").expect("load");
+            assert!(check(&entries).is_empty());
+            black_box(history(&entries))
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, appends, loads);
+criterion_main!(benches);
