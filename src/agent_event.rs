@@ -68,6 +68,11 @@ pub enum AgentEvent {
         /// Why.
         reason: String,
     },
+    /// A loaded session was repaired before the next request (R-IDEM-7).
+    SessionRepaired {
+        /// What was repaired, one note per tool call.
+        notes: Vec<String>,
+    },
     /// A machine changed state (added by the runtime, with a timestamp in the envelope).
     StateChanged {
         /// Which machine.

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::ModelError;
-use crate::message::{Message, MessageDelta, ToolStatus};
+use crate::message::{AssistantMessage, Message, MessageDelta, ToolResult, ToolStatus};
 
 /// Identifies one attempt of one step of one run. Stream events carry it so that events from a
 /// cancelled or failed attempt are recognised as stale (R-STR-3, R-IN-6).
@@ -40,6 +40,17 @@ pub enum ApprovalDecision {
     },
 }
 
+/// A committed assistant message whose tool calls are not all answered (resume).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PendingStep {
+    /// Its step number.
+    pub model_call_index: u32,
+    /// The committed message.
+    pub message: AssistantMessage,
+    /// Results already persisted (including repaired `outcome_unknown` ones).
+    pub results: Vec<ToolResult>,
+}
+
 /// Everything that can happen to a run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -54,6 +65,20 @@ pub enum Event {
         input: Vec<Message>,
         /// Assistant turns the session committed before this run.
         session_turns: u32,
+    },
+    /// Continue an interrupted run from the persisted session (R-IDEM-5).
+    Resume {
+        /// The interrupted run's id (kept, so idempotency keys stay stable).
+        run_id: String,
+        /// The session's context, without the pending step below.
+        history: Vec<Message>,
+        /// Assistant turns the session committed, including the pending step's.
+        session_turns: u32,
+        /// Steps of this run already committed (the next step uses `committed_steps + 1`).
+        committed_steps: u32,
+        /// The last committed message, when some of its tool calls have no result yet.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pending: Option<PendingStep>,
     },
     /// The model response for an attempt started.
     StreamOpened {
@@ -145,6 +170,7 @@ impl Event {
     pub fn name(&self) -> &'static str {
         match self {
             Event::Start { .. } => "start",
+            Event::Resume { .. } => "resume",
             Event::StreamOpened { .. } => "stream_opened",
             Event::Delta { .. } => "delta",
             Event::Done { .. } => "done",

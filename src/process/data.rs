@@ -295,9 +295,7 @@ impl ProcessData {
                     format!("unknown tool: {}", call.name),
                 );
                 (SlotState::Done, Some(r))
-            } else if self.cfg.approval.get(&call.name) == Some(&ApprovalPolicy::Always)
-                && !self.whitelist.contains(&call.name)
-            {
+            } else if self.needs_approval(call) {
                 (SlotState::NeedsApproval, None)
             } else {
                 (SlotState::Queued, None)
@@ -319,6 +317,39 @@ impl ProcessData {
             }
         }
         self.start_queued();
+    }
+
+    /// Loads a committed message and its known results; calls without one are queued (or
+    /// wait for approval). Nothing is persisted for the known results.
+    pub(crate) fn resume(&mut self, message: AssistantMessage, results: Vec<ToolResult>) {
+        self.slots = message
+            .tool_calls
+            .iter()
+            .map(
+                |call| match results.iter().find(|r| r.tool_call_id == call.id) {
+                    Some(r) => Slot {
+                        call: call.clone(),
+                        state: SlotState::Done,
+                        result: Some(r.clone()),
+                    },
+                    None => Slot {
+                        call: call.clone(),
+                        state: if self.needs_approval(call) {
+                            SlotState::NeedsApproval
+                        } else {
+                            SlotState::Queued
+                        },
+                        result: None,
+                    },
+                },
+            )
+            .collect();
+        self.committed = Some(message);
+    }
+
+    fn needs_approval(&self, call: &ToolCall) -> bool {
+        self.cfg.approval.get(&call.name) == Some(&ApprovalPolicy::Always)
+            && !self.whitelist.contains(&call.name)
     }
 
     fn record_result(&mut self, i: usize, result: ToolResult) {

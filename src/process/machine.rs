@@ -13,6 +13,8 @@ use crate::process::data::{ProcessData, StepOutcome};
 pub(crate) enum Input<'a> {
     /// Start the step.
     Begin,
+    /// Resume a committed message's unanswered tool calls.
+    Resume,
     /// An event from outside.
     Ext(&'a Event),
     /// Decide what comes next after landing in RunningTools.
@@ -37,7 +39,7 @@ impl ProcessMachine {
         Handled
     }
 
-    /// Idle: Begin → Calling.
+    /// Idle: Begin → Calling, Resume → RunningTools.
     #[state(superstate = "root")]
     fn idle(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
         match event {
@@ -45,6 +47,11 @@ impl ProcessMachine {
                 context.take(Row::IdleBegin);
                 context.call_model();
                 Transition(State::calling())
+            }
+            Input::Resume => {
+                context.take(Row::IdleResume);
+                context.start_queued();
+                Transition(State::running_tools())
             }
             _ => Super,
         }

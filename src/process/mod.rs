@@ -96,6 +96,7 @@ pub fn event_kind(event: &Event) -> Option<ProcessEventKind> {
         },
         Event::Abort { .. } => ProcessEventKind::Abort,
         Event::Start { .. }
+        | Event::Resume { .. }
         | Event::CompactionDone { .. }
         | Event::CompactionFailed { .. }
         | Event::StoreWriteFailed { .. } => return None,
@@ -115,6 +116,12 @@ impl Process {
     /// Starts the step (`Begin`): requests the first model call.
     pub fn begin(&mut self) -> ProcessStep {
         self.run(Input::Begin, ProcessEventKind::Begin)
+    }
+
+    /// Resumes a committed message whose calls lack results: runs only those (R-IDEM-5).
+    pub fn resume(&mut self, message: AssistantMessage, results: Vec<ToolResult>) -> ProcessStep {
+        self.data.resume(message, results);
+        self.run(Input::Resume, ProcessEventKind::Resume)
     }
 
     /// Feeds one event. An event no state accepts is reported (`unhandled`), never dropped

@@ -182,6 +182,30 @@ impl ReactData {
         self.step = Some(step);
     }
 
+    /// Recreates the interrupted step around its committed message and runs its unanswered
+    /// calls. The step's message was counted in `session_turns` and `committed_steps` already;
+    /// `absorb_step` counts it again, so both are decremented here.
+    pub(crate) fn resume_step(&mut self, p: &crate::event::PendingStep) {
+        self.committed_steps = self.committed_steps.saturating_sub(1);
+        self.session_turns = self.session_turns.saturating_sub(1);
+        let request = ModelRequest {
+            run_id: self.run_id.clone(),
+            model_call_index: p.model_call_index,
+            attempt: 1,
+            session_turn: self.session_turns,
+            model: self.cfg.model.clone(),
+            system: self.cfg.system.clone(),
+            messages: Vec::new(),
+            tools: self.cfg.tools.clone(),
+            params: self.cfg.params.clone(),
+        };
+        let mut step = Process::new(self.cfg.step.clone(), request, self.whitelist.clone());
+        let s = step.resume(p.message.clone(), p.results.clone());
+        self.inner.extend(s.transitions);
+        self.out.extend(s.effects);
+        self.step = Some(step);
+    }
+
     /// Takes the finished step's message and results into the context.
     pub(crate) fn absorb_step(&mut self) {
         let Some(step) = self.step.take() else { return };

@@ -67,7 +67,7 @@ impl ReactMachine {
         }
     }
 
-    /// Init: Start → Planning.
+    /// Init: Start → Planning, Resume → Executing (pending tools) | Planning.
     #[state(superstate = "active")]
     fn init(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
         match event {
@@ -80,6 +80,27 @@ impl ReactMachine {
                 context.take(Row::InitStart);
                 context.start(run_id, history, input, *session_turns);
                 Transition(State::planning())
+            }
+            Input::Ext(Event::Resume {
+                run_id,
+                history,
+                session_turns,
+                committed_steps,
+                pending,
+            }) => {
+                context.start(run_id, history, &[], *session_turns);
+                context.committed_steps = *committed_steps;
+                match pending {
+                    Some(p) => {
+                        context.take(Row::InitResumeTools);
+                        context.resume_step(p);
+                        Transition(State::executing())
+                    }
+                    None => {
+                        context.take(Row::InitResume);
+                        Transition(State::planning())
+                    }
+                }
             }
             _ => Super,
         }

@@ -62,6 +62,7 @@ fn kind(state: &State) -> ReactState {
 pub fn event_kind(event: &Event) -> Option<ReactEventKind> {
     Some(match event {
         Event::Start { .. } => ReactEventKind::Start,
+        Event::Resume { .. } => ReactEventKind::Resume,
         Event::CompactionDone { .. } => ReactEventKind::CompactionDone,
         Event::CompactionFailed { .. } => ReactEventKind::CompactionFailed,
         Event::Abort { .. } => ReactEventKind::Abort,

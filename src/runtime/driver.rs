@@ -55,18 +55,16 @@ pub(crate) struct Driver<'a> {
     pub(crate) run_id: String,
     pub(crate) tx: mpsc::UnboundedSender<Event>,
     pub(crate) tasks: Tasks,
-    pub(crate) next_event_index: u64,
 }
 
 impl Driver<'_> {
     fn emit(&mut self, event: AgentEvent) {
         let env = EventEnvelope {
-            index: self.next_event_index,
+            index: self.agent.next_event_index(),
             ts_ms: self.agent.clock.now_ms(),
             run_id: self.run_id.clone(),
             event,
         };
-        self.next_event_index += 1;
         self.agent.sink.emit(&env);
     }
 

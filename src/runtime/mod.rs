@@ -9,6 +9,7 @@
 
 pub(crate) mod driver;
 pub mod ports;
+pub mod resume;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -62,6 +63,12 @@ pub enum AgentError {
     /// The session could not be loaded.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// `resume` found no interrupted run.
+    #[error("session {session} has no interrupted run to resume")]
+    NothingToResume {
+        /// The session.
+        session: String,
+    },
 }
 
 /// Sends control events (abort, approvals) into a running run.
@@ -127,6 +134,7 @@ pub struct Agent {
     pub(crate) config: RunConfig,
     pub(crate) timeouts: Timeouts,
     pub(crate) root: PathBuf,
+    pub(crate) event_index: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Agent {
@@ -291,14 +299,26 @@ impl AgentBuilder<WithModel> {
             config,
             timeouts: self.timeouts,
             root: self.root,
+            event_index: Default::default(),
         }
     }
 }
 
 impl Agent {
+    /// The next event index (monotonic over the agent's lifetime).
+    pub(crate) fn next_event_index(&self) -> u64 {
+        self.event_index
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The run configuration.
     pub fn config(&self) -> &RunConfig {
         &self.config
+    }
+
+    /// Resumes the interrupted run of `session`, without external control or trace.
+    pub async fn resume(&self, session: &str) -> Result<RunOutput, AgentError> {
+        self.resume_with(session, None, false).await
     }
 
     /// Runs one prompt in `session` to completion, without external control or trace.
@@ -308,7 +328,8 @@ impl Agent {
     }
 
     /// Runs `input` in `session` to completion. `control` receives aborts and approvals;
-    /// `record` keeps a trace of every input, transition and effect.
+    /// `record` keeps a trace of every input, transition and effect. A session left with
+    /// unanswered tool calls by an interrupted run is repaired first (R-IDEM-7).
     pub async fn run_with(
         &self,
         session: &str,
@@ -316,10 +337,79 @@ impl Agent {
         control: Option<ControlReceiver>,
         record: bool,
     ) -> Result<RunOutput, AgentError> {
-        let entries = self.store.load(session).await?;
+        let entries = self.settle(session, false).await?;
         let history = crate::store::history(&entries);
         let session_turns = crate::store::committed_turns(&entries);
         let run_id = self.ids.run_id();
+        let start = Event::Start {
+            run_id: run_id.clone(),
+            history,
+            input,
+            session_turns,
+        };
+        self.drive(session, run_id, start, control, record).await
+    }
+
+    /// Continues the interrupted run of `session` (R-IDEM-5..7): calls started without a
+    /// result get `outcome_unknown` (unless their tool is retry-safe), calls that never started
+    /// run now, an uncommitted step is re-requested with the same `model_call_index`.
+    pub async fn resume_with(
+        &self,
+        session: &str,
+        control: Option<ControlReceiver>,
+        record: bool,
+    ) -> Result<RunOutput, AgentError> {
+        let entries = self.settle(session, true).await?;
+        let Some(run_id) = resume::interrupted_run(&entries) else {
+            return Err(AgentError::NothingToResume {
+                session: session.to_string(),
+            });
+        };
+        let resume = resume::resume_event(&entries, &run_id);
+        self.drive(session, run_id, resume, control, record).await
+    }
+
+    /// Loads `session` and appends the repairs it needs before the next request, emitting a
+    /// `session_repaired` event. For a resume, calls of the interrupted step that never
+    /// started are left to run; for a new run they are closed as aborted, with a run end.
+    async fn settle(
+        &self,
+        session: &str,
+        resuming: bool,
+    ) -> Result<Vec<crate::store::Entry>, AgentError> {
+        let mut entries = self.store.load(session).await?;
+        let tools = &self.tools;
+        let (mut repairs, mut notes) = crate::store::repair_with(&entries, |name| {
+            resuming && tools.get(name).is_some_and(|t| t.retry_safe())
+        });
+        if !resuming {
+            let (more, more_notes) = resume::supersede(&entries, &repairs);
+            repairs.extend(more);
+            notes.extend(more_notes);
+        }
+        for e in &repairs {
+            self.store.append(session, e).await?;
+        }
+        entries.extend(repairs);
+        if !notes.is_empty() {
+            self.sink.emit(&EventEnvelope {
+                index: self.next_event_index(),
+                ts_ms: self.clock.now_ms(),
+                run_id: resume::interrupted_run(&entries).unwrap_or_default(),
+                event: crate::agent_event::AgentEvent::SessionRepaired { notes },
+            });
+        }
+        Ok(entries)
+    }
+
+    async fn drive(
+        &self,
+        session: &str,
+        run_id: String,
+        first: Event,
+        control: Option<ControlReceiver>,
+        record: bool,
+    ) -> Result<RunOutput, AgentError> {
         let mut run = Run::new(self.config.clone());
         let mut trace = record.then(|| {
             Trace::new(TraceHeader {
@@ -338,18 +428,12 @@ impl Agent {
             run_id: run_id.clone(),
             tx,
             tasks: Tasks::default(),
-            next_event_index: 0,
         };
         let deadline = self
             .timeouts
             .run_deadline_ms
             .map(|ms| tokio::time::Instant::now() + std::time::Duration::from_millis(ms));
-        let mut pending = VecDeque::from([Event::Start {
-            run_id: run_id.clone(),
-            history,
-            input,
-            session_turns,
-        }]);
+        let mut pending = VecDeque::from([first]);
         let mut deadline_fired = false;
         loop {
             let event = match pending.pop_front() {

@@ -1,0 +1,117 @@
+//! Finding an interrupted run in stored entries and building the `Resume` event (R-IDEM-5).
+
+use std::collections::HashSet;
+
+use crate::event::{Event, PendingStep};
+use crate::message::{AssistantMessage, Message, ToolResult, ToolStatus};
+use crate::store::Entry;
+
+/// The last run that started (user input) but has no run end, if any.
+pub fn interrupted_run(entries: &[Entry]) -> Option<String> {
+    let ended: HashSet<&str> = entries
+        .iter()
+        .filter_map(|e| match e {
+            Entry::RunEnd { run_id, .. } => Some(run_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    entries.iter().rev().find_map(|e| match e {
+        Entry::UserInput { run_id, .. } if !ended.contains(run_id.as_str()) => Some(run_id.clone()),
+        _ => None,
+    })
+}
+
+fn results_of<'a>(entries: &'a [Entry], m: &AssistantMessage) -> Vec<&'a ToolResult> {
+    m.tool_calls
+        .iter()
+        .filter_map(|c| {
+            entries.iter().find_map(|e| match e {
+                Entry::ToolResult { result, .. } if result.tool_call_id == c.id => Some(result),
+                _ => None,
+            })
+        })
+        .collect()
+}
+
+/// The last committed message of `run_id`, if some of its tool calls have no result.
+fn pending_step(entries: &[Entry], run_id: &str) -> Option<PendingStep> {
+    let (index, message) = entries.iter().rev().find_map(|e| match e {
+        Entry::Assistant {
+            run_id: r,
+            model_call_index,
+            message,
+        } if r == run_id => Some((*model_call_index, message)),
+        _ => None,
+    })?;
+    let results = results_of(entries, message);
+    (results.len() < message.tool_calls.len()).then(|| PendingStep {
+        model_call_index: index,
+        message: message.clone(),
+        results: results.into_iter().cloned().collect(),
+    })
+}
+
+/// The `Resume` event for the interrupted `run_id`.
+pub fn resume_event(entries: &[Entry], run_id: &str) -> Event {
+    let mut history = crate::store::history(entries);
+    let pending = pending_step(entries, run_id);
+    if let Some(p) = &pending {
+        // The pending step's message and results come back through the step, not the history.
+        if let Some(pos) = history
+            .iter()
+            .rposition(|m| matches!(m, Message::Assistant(a) if *a == p.message))
+        {
+            history.truncate(pos);
+        }
+    }
+    let committed_steps = entries
+        .iter()
+        .filter(|e| matches!(e, Entry::Assistant { run_id: r, .. } if r == run_id))
+        .count() as u32;
+    Event::Resume {
+        run_id: run_id.to_string(),
+        history,
+        session_turns: crate::store::committed_turns(entries),
+        committed_steps,
+        pending,
+    }
+}
+
+/// For a new run on a session with an interrupted one: closes the interrupted step's calls
+/// that never started (`aborted`) and ends the interrupted run, so the pairing invariant holds.
+pub fn supersede(entries: &[Entry], repairs: &[Entry]) -> (Vec<Entry>, Vec<String>) {
+    let Some(run_id) = interrupted_run(entries) else {
+        return (Vec::new(), Vec::new());
+    };
+    let all: Vec<Entry> = entries.iter().chain(repairs).cloned().collect();
+    let mut out = Vec::new();
+    let mut notes = Vec::new();
+    if let Some(p) = pending_step(&all, &run_id) {
+        for c in &p.message.tool_calls {
+            if p.results.iter().any(|r| r.tool_call_id == c.id) {
+                continue;
+            }
+            notes.push(format!(
+                "tool call {} ({}) of run {run_id}: never ran; recorded aborted (superseded by a new prompt)",
+                c.id, c.name
+            ));
+            out.push(Entry::ToolResult {
+                run_id: run_id.clone(),
+                result: ToolResult {
+                    tool_call_id: c.id.clone(),
+                    name: c.name.clone(),
+                    content: "aborted: the run was interrupted and a new prompt superseded it"
+                        .into(),
+                    status: ToolStatus::Aborted,
+                },
+            });
+        }
+    }
+    notes.push(format!("run {run_id} was interrupted; recorded as aborted"));
+    out.push(Entry::RunEnd {
+        run_id,
+        outcome: "aborted".into(),
+        reason: "interrupted; superseded by a new prompt".into(),
+    });
+    (out, notes)
+}
