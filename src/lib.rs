@@ -1,4 +1,7 @@
 //! agentloop: LLM agents as verified state machines.
+//!
+//! The crate documentation is the README (its examples are compiled and run as doc tests).
+#![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
 pub mod agent_event;
