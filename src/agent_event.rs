@@ -230,6 +230,35 @@ pub enum AgentEvent {
         /// The decision.
         decision: ApprovalDecision,
     },
+    /// A steering message was merged into the context (R-CTL-2).
+    SteeringApplied {
+        /// The message.
+        text: String,
+    },
+    /// A call was skipped because steering arrived (policy `skip_remaining`).
+    ToolSkippedForSteering {
+        /// Call id.
+        tool_call_id: String,
+    },
+    /// The model changed (R-CTL-5).
+    ModelSwitched {
+        /// Previous model.
+        from: String,
+        /// New model.
+        to: String,
+    },
+    /// A doom loop or repeated pattern of tool calls (R-TOOL-4).
+    LoopDetected {
+        /// The call that completed the loop, if one call repeats.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_call_id: Option<String>,
+        /// The repeating tool names.
+        pattern: Vec<String>,
+        /// How many times it repeated.
+        repeats: u32,
+        /// What the run does: `ask` (approval) or `stop`.
+        action: String,
+    },
     /// Compaction started.
     CompactStart {
         /// Why (`threshold`, `overflow`, `budget`).

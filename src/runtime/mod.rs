@@ -18,7 +18,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use crate::event::{ApprovalDecision, Event};
+use crate::event::{ApprovalDecision, Event, KillPolicy};
 use crate::message::Message;
 use crate::model::Model;
 use crate::react::{LoopResult, Run, RunConfig};
@@ -92,11 +92,22 @@ pub fn control() -> (Controller, ControlReceiver) {
 impl Controller {
     /// Aborts the run (R-CTL-3). Returns false if the run is gone.
     pub fn abort(&self, reason: impl Into<String>) -> bool {
+        self.abort_with(reason, KillPolicy::default())
+    }
+
+    /// Aborts the run with a kill policy for running tools (R-CTL-3).
+    pub fn abort_with(&self, reason: impl Into<String>, kill: KillPolicy) -> bool {
         self.tx
             .send(Event::Abort {
                 reason: reason.into(),
+                kill,
             })
             .is_ok()
+    }
+
+    /// Sends any event into the run (steering, model switch, tools...).
+    pub fn send(&self, event: Event) -> bool {
+        self.tx.send(event).is_ok()
     }
 
     /// Answers an approval request (R-CTL-4).
@@ -284,6 +295,13 @@ impl AgentBuilder<WithModel> {
     pub fn build(self) -> Agent {
         let mut config = self.config;
         config.tools = self.tools.specs();
+        config.step.immune = self
+            .tools
+            .specs()
+            .iter()
+            .filter(|s| self.tools.get(&s.name).is_some_and(|t| !t.killable()))
+            .map(|s| s.name.clone())
+            .collect();
         if config.model.is_empty() || config.model == "scripted" {
             config.model = self.model.0.name();
         }
@@ -449,7 +467,7 @@ impl Agent {
                             }
                         } => {
                             deadline_fired = true;
-                            Event::Abort { reason: "run deadline exceeded".into() }
+                            Event::Abort { reason: "run deadline exceeded".into(), kill: KillPolicy::default() }
                         }
                     }
                 }
