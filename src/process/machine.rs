@@ -6,6 +6,7 @@ use statig::blocking::*;
 
 use crate::chart::ProcessRow as Row;
 use crate::event::{ApprovalDecision, Event};
+use crate::message::{AssistantMessage, ToolResult};
 use crate::process::data::{ProcessData, StepOutcome};
 
 /// What the facade feeds the machine: an external event, or one of its own internal events.
@@ -14,7 +15,7 @@ pub(crate) enum Input<'a> {
     /// Start the step.
     Begin,
     /// Resume a committed message's unanswered tool calls.
-    Resume,
+    Resume(&'a AssistantMessage, &'a [ToolResult]),
     /// An event from outside.
     Ext(&'a Event),
     /// Decide what comes next after landing in RunningTools.
@@ -48,8 +49,9 @@ impl ProcessMachine {
                 context.call_model();
                 Transition(State::calling())
             }
-            Input::Resume => {
+            Input::Resume(message, results) => {
                 context.take(Row::IdleResume);
+                context.resume((*message).clone(), results.to_vec());
                 context.start_queued();
                 Transition(State::running_tools())
             }

@@ -124,8 +124,7 @@ impl Process {
 
     /// Resumes a committed message whose calls lack results: runs only those (R-IDEM-5).
     pub fn resume(&mut self, message: AssistantMessage, results: Vec<ToolResult>) -> ProcessStep {
-        self.data.resume(message, results);
-        self.run(Input::Resume, ProcessEventKind::Resume)
+        self.run(Input::Resume(&message, &results), ProcessEventKind::Resume)
     }
 
     /// Feeds one event. An event no state accepts is reported (`unhandled`), never dropped

@@ -257,8 +257,8 @@ impl ReactData {
             self.messages.push(Message::Assistant(m));
             self.messages
                 .extend(step.results().into_iter().map(Message::Tool));
-            self.committed_steps += 1;
-            self.session_turns += 1;
+            self.committed_steps = self.committed_steps.saturating_add(1);
+            self.session_turns = self.session_turns.saturating_add(1);
             self.compacted_since_step = false;
         }
         self.whitelist = step.whitelist().clone();
@@ -404,6 +404,8 @@ impl ReactData {
                 self.out.push(Effect::KillTool { tool_call_id: id });
             }
         }
+        // The step ends with the run: nothing may reach it (and persist) after the failure.
+        self.step = None;
     }
 }
 
