@@ -95,7 +95,10 @@ impl ToolCall {
         } else {
             match serde_json::from_str::<Value>(raw) {
                 Ok(v) => (v, None),
-                Err(e) => (Value::Null, Some(format!("invalid JSON arguments ({e}): {raw}"))),
+                Err(e) => (
+                    Value::Null,
+                    Some(format!("invalid JSON arguments ({e}): {raw}")),
+                ),
             }
         };
         ToolCall {

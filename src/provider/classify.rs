@@ -118,15 +118,19 @@ impl ErrorInfo {
     }
 
     fn mentions(&self, needle: &str) -> bool {
-        [&self.code, &self.error_type]
-            .iter()
-            .any(|f| f.as_deref().is_some_and(|s| s.to_ascii_lowercase().contains(needle)))
+        [&self.code, &self.error_type].iter().any(|f| {
+            f.as_deref()
+                .is_some_and(|s| s.to_ascii_lowercase().contains(needle))
+        })
     }
 
     /// Whether the code or the message says the context window overflowed.
     pub fn is_context_overflow(&self) -> bool {
         CONTEXT_OVERFLOW_CODES.iter().any(|c| self.has(c))
-            || self.message.as_deref().is_some_and(is_context_overflow_text)
+            || self
+                .message
+                .as_deref()
+                .is_some_and(is_context_overflow_text)
     }
 
     fn is_quota(&self) -> bool {
@@ -302,9 +306,18 @@ fn parse_non_negative(s: &str) -> Option<f64> {
 /// A data event that is not valid JSON or has an unexpected shape: a retryable
 /// `server_error` naming the event (its 1-based number in the stream and its type) and
 /// showing the start of its data.
-pub fn malformed_event(event_number: usize, event_type: &str, reason: &str, data: &str) -> ModelError {
+pub fn malformed_event(
+    event_number: usize,
+    event_type: &str,
+    reason: &str,
+    data: &str,
+) -> ModelError {
     let snippet: String = data.chars().take(120).collect();
-    let ellipsis = if data.chars().nth(120).is_some() { "…" } else { "" };
+    let ellipsis = if data.chars().nth(120).is_some() {
+        "…"
+    } else {
+        ""
+    };
     ModelError::new(
         ErrorKind::ServerError,
         redact(

@@ -261,8 +261,8 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 /// Sends one streaming POST and returns the normalized delta stream. Shared by both
 /// providers. Never retries. Failures before the body (connect, no headers within
 /// `first_byte_timeout`, an HTTP error status) are the `Err`; failures inside the body are an
-/// `Err` item that ends the stream. `headers` values and the key are scrubbed from every
-/// error message. `now` is only read to resolve `retry-after` HTTP-dates.
+/// `Err` item that ends the stream. The key and the extra header values are scrubbed from
+/// every error message. `now` is only read to resolve `retry-after` HTTP-dates.
 pub(crate) async fn post_stream<N>(
     client: &reqwest::Client,
     config: &HttpConfig,
@@ -274,11 +274,12 @@ pub(crate) async fn post_stream<N>(
 where
     N: crate::provider::sse::SseNormalizer + Send + 'static,
 {
-    use crate::provider::classify::{classify_http, classify_stream_error, classify_transport, redact};
+    use crate::provider::classify::{
+        classify_http, classify_stream_error, classify_transport, redact,
+    };
     use futures::StreamExt;
 
-    let mut secrets: Vec<String> = config.secrets().into_iter().map(str::to_string).collect();
-    secrets.extend(headers.iter().map(|(_, v)| v.clone()));
+    let secrets: Vec<String> = config.secrets().into_iter().map(str::to_string).collect();
     let scrub = move |mut e: ModelError, secrets: &[String]| {
         let refs: Vec<&str> = secrets.iter().map(String::as_str).collect();
         e.message = redact(&e.message, &refs);

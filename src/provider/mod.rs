@@ -1,9 +1,9 @@
 //! Model clients: the offline scripted model, and (issue 3) real providers over HTTP.
 
-pub mod scripted;
 pub mod anthropic;
 pub mod classify;
 pub mod decode;
 pub mod http;
 pub mod openai;
+pub mod scripted;
 pub mod sse;

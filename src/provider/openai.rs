@@ -378,9 +378,14 @@ impl OpenAiNormalizer {
                 continue;
             }
             if let Some(delta) = choice.delta {
-                let has_content = [&delta.content, &delta.reasoning_content, &delta.reasoning, &delta.refusal]
-                    .iter()
-                    .any(|c| c.as_deref().is_some_and(|s| !s.is_empty()))
+                let has_content = [
+                    &delta.content,
+                    &delta.reasoning_content,
+                    &delta.reasoning,
+                    &delta.refusal,
+                ]
+                .iter()
+                .any(|c| c.as_deref().is_some_and(|s| !s.is_empty()))
                     || delta.tool_calls.as_ref().is_some_and(|t| !t.is_empty());
                 if has_content && self.phase != Phase::Open {
                     let error = malformed_event(
@@ -392,7 +397,10 @@ impl OpenAiNormalizer {
                     self.fail(error, out);
                     return;
                 }
-                for reasoning in [delta.reasoning_content, delta.reasoning].into_iter().flatten() {
+                for reasoning in [delta.reasoning_content, delta.reasoning]
+                    .into_iter()
+                    .flatten()
+                {
                     if !reasoning.is_empty() {
                         self.open_block(Block::Reasoning, out);
                         out.push(MessageDelta::ReasoningDelta {
@@ -435,7 +443,8 @@ fn starts_new_call(call: &CallAcc, id: Option<&str>, name: Option<&str>) -> bool
         return false;
     }
     call.name != name
-        || (!call.args.trim().is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(&call.args).is_ok())
+        || (!call.args.trim().is_empty()
+            && serde_json::from_str::<serde::de::IgnoredAny>(&call.args).is_ok())
 }
 
 impl SseNormalizer for OpenAiNormalizer {
@@ -453,7 +462,11 @@ impl SseNormalizer for OpenAiNormalizer {
         if ev.event.as_deref() == Some("error") {
             let v = serde_json::from_str::<Value>(data)
                 .unwrap_or_else(|_| json!({ "error": { "message": data } }));
-            let v = if v.get("error").is_some() { v } else { json!({ "error": v }) };
+            let v = if v.get("error").is_some() {
+                v
+            } else {
+                json!({ "error": v })
+            };
             self.fail(classify_stream_error(&v), &mut out);
             return out;
         }
@@ -541,7 +554,11 @@ pub fn request_body(req: &ModelRequest, model: &str) -> Value {
             }),
         });
     }
-    let model = if req.model.is_empty() { model } else { &req.model };
+    let model = if req.model.is_empty() {
+        model
+    } else {
+        &req.model
+    };
     let mut body = json!({
         "model": model,
         "messages": messages,
@@ -604,7 +621,10 @@ impl Model for OpenAiModel {
         let body = request_body(&request, &self.model);
         let mut headers = Vec::new();
         if let Some(key) = &self.config.api_key {
-            headers.push(("authorization".to_string(), format!("Bearer {}", key.expose())));
+            headers.push((
+                "authorization".to_string(),
+                format!("Bearer {}", key.expose()),
+            ));
         }
         post_stream(
             &self.client,

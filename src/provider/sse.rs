@@ -269,19 +269,15 @@ impl SseDecoder {
                 self.has_data = true;
             }
             b"event" => self.event = Some(String::from_utf8_lossy(value).into_owned()),
-            b"id" => {
-                if !value.contains(&0) {
-                    self.last_id = Some(String::from_utf8_lossy(value).into_owned());
-                }
+            b"id" if !value.contains(&0) => {
+                self.last_id = Some(String::from_utf8_lossy(value).into_owned());
             }
-            b"retry" => {
-                if !value.is_empty() && value.iter().all(u8::is_ascii_digit) {
-                    // Absurdly long digit strings saturate instead of failing.
-                    let ms = value.iter().fold(0u64, |acc, d| {
-                        acc.saturating_mul(10).saturating_add(u64::from(d - b'0'))
-                    });
-                    self.retry = Some(ms);
-                }
+            b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+                // Absurdly long digit strings saturate instead of failing.
+                let ms = value.iter().fold(0u64, |acc, d| {
+                    acc.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+                });
+                self.retry = Some(ms);
             }
             _ => {}
         }

@@ -144,7 +144,9 @@ impl SessionStore for MemoryStore {
             .sessions
             .lock()
             .map_err(|_| StoreError::Other("memory store poisoned".into()))?;
-        map.entry(session.to_string()).or_default().push(entry.clone());
+        map.entry(session.to_string())
+            .or_default()
+            .push(entry.clone());
         Ok(())
     }
 }

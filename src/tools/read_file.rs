@@ -11,9 +11,17 @@ pub struct ReadFile;
 #[async_trait]
 impl Tool for ReadFile {
     fn spec(&self) -> ToolSpec {
-        ToolSpec { name: "read_file".into(), description: String::new(), parameters: serde_json::Value::Null }
+        ToolSpec {
+            name: "read_file".into(),
+            description: String::new(),
+            parameters: serde_json::Value::Null,
+        }
     }
-    async fn call(&self, _ctx: ToolContext, _arguments: serde_json::Value) -> Result<String, ToolError> {
+    async fn call(
+        &self,
+        _ctx: ToolContext,
+        _arguments: serde_json::Value,
+    ) -> Result<String, ToolError> {
         Err(ToolError::Failed("not implemented yet".into()))
     }
 }
