@@ -175,7 +175,8 @@ impl SseDecoder {
                 self.at_start = false;
             }
         }
-        if self.pending_cr {
+        // An empty read says nothing about the held CR: keep it pending.
+        if self.pending_cr && !rest.is_empty() {
             self.pending_cr = false;
             if let Some((&b'\n', tail)) = rest.split_first() {
                 rest = tail;
@@ -218,10 +219,8 @@ impl SseDecoder {
     /// Ends the stream: a partial event is discarded (as the standard says) and reported.
     /// The decoder is reset and may be reused for a new stream.
     pub fn finish(&mut self) -> SseEof {
-        // An unterminated last line counts unless it is a comment or a lone BOM prefix.
-        let partial_line = !self.line.is_empty()
-            && self.line[0] != b':'
-            && !(self.at_start && self.is_bom_prefix());
+        // An unterminated last line counts unless it is a comment.
+        let partial_line = !self.line.is_empty() && self.line[0] != b':';
         let mid = self.in_event || partial_line;
         *self = Self::with_max_event_bytes(self.max_event_bytes);
         if mid {
@@ -229,10 +228,6 @@ impl SseDecoder {
         } else {
             SseEof::Clean
         }
-    }
-
-    fn is_bom_prefix(&self) -> bool {
-        b"\xEF\xBB\xBF".starts_with(&self.line)
     }
 
     fn check_size(&mut self, line_len: usize) -> Result<(), SseError> {
