@@ -67,7 +67,11 @@ fn lone_cr_at_the_end_of_a_read_followed_by_a_field() {
 fn comments_are_ignored() {
     let (events, eof) = whole(b": keep-alive\n\n:\ndata: x\n: inside\n\n: trailing");
     assert_eq!(events, vec![ev(None, "x", None)]);
-    assert_eq!(eof, SseEof::Clean, "an unterminated comment is not a partial event");
+    assert_eq!(
+        eof,
+        SseEof::Clean,
+        "an unterminated comment is not a partial event"
+    );
 }
 
 #[test]

@@ -82,7 +82,10 @@ pub fn to_crlf(bytes: &[u8]) -> Vec<u8> {
 
 /// Rewrites LF line endings to lone CR.
 pub fn to_cr(bytes: &[u8]) -> Vec<u8> {
-    bytes.iter().map(|&b| if b == b'\n' { b'\r' } else { b }).collect()
+    bytes
+        .iter()
+        .map(|&b| if b == b'\n' { b'\r' } else { b })
+        .collect()
 }
 
 /// A strategy for up to `max` cut points.
