@@ -485,7 +485,7 @@ fn unexpected_shape_is_a_retryable_error_naming_the_event() {
         json!({"choices": [{"delta": {"content": 5}}]}),
         json!({"choices": [{"delta": {"tool_calls": {}}}]}),
     ] {
-        let r = decode(P, &stream(&[bad.clone()], true), false);
+        let r = decode(P, &stream(std::slice::from_ref(&bad), true), false);
         assert_eq!(
             r.error.map(|e| e.kind),
             Some(ErrorKind::ServerError),
