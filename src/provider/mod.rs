@@ -3,6 +3,7 @@
 pub mod anthropic;
 pub mod classify;
 pub mod decode;
+pub mod fuzz;
 pub mod http;
 pub mod openai;
 pub mod scripted;
