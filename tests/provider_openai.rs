@@ -308,6 +308,30 @@ fn reasoning_field_of_openrouter_and_ollama() {
 }
 
 #[test]
+fn both_reasoning_fields_in_one_delta_count_once() {
+    let body = stream(
+        &[
+            delta(json!({"reasoning_content": "once", "reasoning": "once"})),
+            finish("stop"),
+        ],
+        true,
+    );
+    assert_eq!(decode(P, &body, false).message.unwrap().reasoning, "once");
+}
+
+#[test]
+fn choices_other_than_zero_are_not_mixed_in() {
+    let body = stream(
+        &[
+            json!({"choices": [{"index": 1, "delta": {"content": "other"}}, {"index": 0, "delta": {"content": "mine"}}]}),
+            finish("stop"),
+        ],
+        true,
+    );
+    assert_eq!(decode(P, &body, false).message.unwrap().text, "mine");
+}
+
+#[test]
 fn refusal() {
     let r = report("openai_refusal.sse");
     assert_eq!(

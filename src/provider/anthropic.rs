@@ -42,10 +42,12 @@ struct Event<'a> {
     ty: Option<Cow<'a, str>>,
     #[serde(default)]
     index: Option<usize>,
+    // Boxed: they appear once per message/block, and keeping `Event` small keeps the hot
+    // per-delta parse cheap.
     #[serde(default)]
-    message: Option<StartMessage>,
+    message: Option<Box<StartMessage>>,
     #[serde(default, borrow)]
-    content_block: Option<ContentBlock<'a>>,
+    content_block: Option<Box<ContentBlock<'a>>>,
     #[serde(default, borrow)]
     delta: Option<EventDelta<'a>>,
     #[serde(default)]
@@ -82,14 +84,17 @@ struct ContentBlock<'a> {
 struct EventDelta<'a> {
     #[serde(rename = "type", default, borrow)]
     ty: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    /// The payload of `text_delta` (`text`), `input_json_delta` (`partial_json`),
+    /// `thinking_delta` (`thinking`) or `signature_delta` (`signature`): one field, because a
+    /// delta carries exactly one of them and its `type` says which.
+    #[serde(
+        default,
+        borrow,
+        alias = "partial_json",
+        alias = "thinking",
+        alias = "signature"
+    )]
     text: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    partial_json: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    thinking: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    signature: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     stop_reason: Option<Cow<'a, str>>,
 }
@@ -217,6 +222,7 @@ impl AnthropicNormalizer {
                 out,
             );
         };
+        let cb = *cb;
         if index > 4096 || self.blocks.get(index).is_some_and(Option::is_some) {
             return self.malformed(ev, "content_block_start for an index already used", out);
         }
@@ -310,7 +316,7 @@ impl AnthropicNormalizer {
                 }
                 None => true,
             },
-            ("input_json_delta", BlockKind::Tool { id, args, .. }) => match delta.partial_json {
+            ("input_json_delta", BlockKind::Tool { id, args, .. }) => match delta.text {
                 Some(p) => {
                     if !p.is_empty() {
                         args.push_str(&p);
@@ -323,7 +329,7 @@ impl AnthropicNormalizer {
                 }
                 None => true,
             },
-            ("thinking_delta", BlockKind::Thinking) => match delta.thinking {
+            ("thinking_delta", BlockKind::Thinking) => match delta.text {
                 Some(t) => {
                     if !t.is_empty() {
                         out.push(MessageDelta::ReasoningDelta {
@@ -334,7 +340,7 @@ impl AnthropicNormalizer {
                 }
                 None => true,
             },
-            ("signature_delta", BlockKind::Thinking) => match delta.signature {
+            ("signature_delta", BlockKind::Thinking) => match delta.text {
                 Some(s) => {
                     out.push(MessageDelta::ReasoningSignature {
                         signature: s.into_owned(),
@@ -373,22 +379,21 @@ impl AnthropicNormalizer {
 }
 
 impl SseNormalizer for AnthropicNormalizer {
-    fn feed(&mut self, ev: &SseEvent) -> Vec<MessageDelta> {
-        let mut out = Vec::new();
+    fn feed_into(&mut self, ev: &SseEvent, out: &mut Vec<MessageDelta>) {
         if self.ended {
-            return out;
+            return;
         }
         self.events += 1;
         if ev.data.trim().is_empty() {
-            return out;
+            return;
         }
         if ev.event.as_deref() == Some("error") {
             let v = serde_json::from_str::<Value>(&ev.data)
                 .unwrap_or_else(|_| json!({ "error": { "message": ev.data } }));
-            self.fail(classify_stream_error(&v), &mut out);
-            return out;
+            self.fail(classify_stream_error(&v), out);
+            return;
         }
-        let e = match serde_json::from_str::<Event<'_>>(&ev.data) {
+        let mut e = match serde_json::from_str::<Event<'_>>(&ev.data) {
             Ok(e) => e,
             Err(err) => {
                 let reason = if err.is_data() {
@@ -396,41 +401,36 @@ impl SseNormalizer for AnthropicNormalizer {
                 } else {
                     format!("not valid JSON: {err}")
                 };
-                self.malformed(ev, &reason, &mut out);
-                return out;
+                self.malformed(ev, &reason, out);
+                return;
             }
         };
-        let ty = match &e.ty {
-            Some(t) => t.to_string(),
-            None => ev.event_type().to_string(),
-        };
-        match ty.as_str() {
+        let ty = e.ty.take().unwrap_or(Cow::Borrowed(ev.event_type()));
+        match ty.as_ref() {
             "message_start" => {
-                self.start_step(&mut out);
+                self.start_step(out);
                 if let Some(u) = e.message.and_then(|m| m.usage) {
                     u.apply(self.usage.get_or_insert_with(Usage::default));
                 }
             }
-            "content_block_start" => self.block_start(ev, e, &mut out),
-            "content_block_delta" => self.block_delta(ev, e, &mut out),
+            "content_block_start" => self.block_start(ev, e, out),
+            "content_block_delta" => self.block_delta(ev, e, out),
             "content_block_stop" => {
                 let Some(index) = e.index else {
-                    self.malformed(ev, "content_block_stop without index", &mut out);
-                    return out;
+                    self.malformed(ev, "content_block_stop without index", out);
+                    return;
                 };
                 match self.blocks.get_mut(index) {
-                    Some(Some(block)) => Self::close(block, &mut out),
-                    _ => self.malformed(
-                        ev,
-                        "content_block_stop for a block that never started",
-                        &mut out,
-                    ),
+                    Some(Some(block)) => Self::close(block, out),
+                    _ => {
+                        self.malformed(ev, "content_block_stop for a block that never started", out)
+                    }
                 }
             }
             "message_delta" => {
                 let Some(delta) = e.delta else {
-                    self.malformed(ev, "message_delta without delta", &mut out);
-                    return out;
+                    self.malformed(ev, "message_delta without delta", out);
+                    return;
                 };
                 if let Some(r) = delta.stop_reason {
                     self.raw_stop_reason = Some(r.into_owned());
@@ -439,15 +439,14 @@ impl SseNormalizer for AnthropicNormalizer {
                     u.apply(self.usage.get_or_insert_with(Usage::default));
                 }
             }
-            "message_stop" => self.finish_message(&mut out),
+            "message_stop" => self.finish_message(out),
             "error" => {
                 let v: Value = serde_json::from_str(&ev.data).unwrap_or(Value::Null);
-                self.fail(classify_stream_error(&v), &mut out);
+                self.fail(classify_stream_error(&v), out);
             }
             // ping and anything new
             _ => {}
         }
-        out
     }
 
     fn finish(&mut self, eof: SseEof) -> Vec<MessageDelta> {

@@ -42,11 +42,40 @@ use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
 #[derive(Deserialize)]
 struct Chunk<'a> {
     #[serde(default, borrow)]
-    choices: Option<Vec<Choice<'a>>>,
+    choices: Option<FirstChoice<'a>>,
     #[serde(default)]
     usage: Option<WireUsage>,
     #[serde(default)]
     error: Option<Value>,
+}
+
+/// The `choices` array reduced to choice 0, without collecting the array (one allocation less
+/// per chunk on the hot path).
+struct FirstChoice<'a>(Option<Choice<'a>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for FirstChoice<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Seq<'a>(std::marker::PhantomData<Choice<'a>>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Seq<'a> {
+            type Value = FirstChoice<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array of choices")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut first = None;
+                while let Some(c) = seq.next_element::<Choice<'a>>()? {
+                    if first.is_none() && c.index.unwrap_or(0) == 0 {
+                        first = Some(c);
+                    }
+                }
+                Ok(FirstChoice(first))
+            }
+        }
+        d.deserialize_seq(Seq(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize)]
@@ -373,10 +402,7 @@ impl OpenAiNormalizer {
         if let Some(u) = &chunk.usage {
             self.usage = Some(u.normalize());
         }
-        for choice in chunk.choices.into_iter().flatten() {
-            if choice.index.unwrap_or(0) != 0 {
-                continue;
-            }
+        if let Some(choice) = chunk.choices.and_then(|c| c.0) {
             if let Some(delta) = choice.delta {
                 let has_content = [
                     &delta.content,
@@ -397,16 +423,16 @@ impl OpenAiNormalizer {
                     self.fail(error, out);
                     return;
                 }
-                for reasoning in [delta.reasoning_content, delta.reasoning]
-                    .into_iter()
-                    .flatten()
-                {
-                    if !reasoning.is_empty() {
-                        self.open_block(Block::Reasoning, out);
-                        out.push(MessageDelta::ReasoningDelta {
-                            text: reasoning.into_owned(),
-                        });
-                    }
+                // Servers that send both names send the same text twice: take one.
+                let reasoning = delta
+                    .reasoning_content
+                    .filter(|r| !r.is_empty())
+                    .or(delta.reasoning.filter(|r| !r.is_empty()));
+                if let Some(reasoning) = reasoning {
+                    self.open_block(Block::Reasoning, out);
+                    out.push(MessageDelta::ReasoningDelta {
+                        text: reasoning.into_owned(),
+                    });
                 }
                 if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
                     self.open_block(Block::Text, out);
@@ -448,16 +474,15 @@ fn starts_new_call(call: &CallAcc, id: Option<&str>, name: Option<&str>) -> bool
 }
 
 impl SseNormalizer for OpenAiNormalizer {
-    fn feed(&mut self, ev: &SseEvent) -> Vec<MessageDelta> {
-        let mut out = Vec::new();
+    fn feed_into(&mut self, ev: &SseEvent, out: &mut Vec<MessageDelta>) {
         if self.phase == Phase::Ended {
-            return out;
+            return;
         }
         self.events += 1;
         let data = ev.data.trim();
         if data == "[DONE]" {
-            self.end(&mut out);
-            return out;
+            self.end(out);
+            return;
         }
         if ev.event.as_deref() == Some("error") {
             let v = serde_json::from_str::<Value>(data)
@@ -467,15 +492,15 @@ impl SseNormalizer for OpenAiNormalizer {
             } else {
                 json!({ "error": v })
             };
-            self.fail(classify_stream_error(&v), &mut out);
-            return out;
+            self.fail(classify_stream_error(&v), out);
+            return;
         }
         if data.is_empty() {
             // `data:` with nothing: no content, but no evidence of a broken stream either.
-            return out;
+            return;
         }
         match serde_json::from_str::<Chunk<'_>>(data) {
-            Ok(chunk) => self.chunk(ev, chunk, &mut out),
+            Ok(chunk) => self.chunk(ev, chunk, out),
             Err(e) => {
                 let reason = if e.is_data() {
                     format!("unexpected JSON shape for a chat.completion.chunk: {e}")
@@ -483,10 +508,9 @@ impl SseNormalizer for OpenAiNormalizer {
                     format!("not valid JSON: {e}")
                 };
                 let error = malformed_event(self.events, ev.event_type(), &reason, &ev.data);
-                self.fail(error, &mut out);
+                self.fail(error, out);
             }
         }
-        out
     }
 
     fn finish(&mut self, eof: SseEof) -> Vec<MessageDelta> {

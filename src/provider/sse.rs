@@ -92,6 +92,8 @@ pub struct SseDecoder {
     has_data: bool,
     /// `event:` of the current event.
     event: Option<String>,
+    /// A cleared buffer for the next `event:` value.
+    spare_event: Option<String>,
     /// `retry:` of the current event.
     retry: Option<u64>,
     /// The last event id.
@@ -133,6 +135,7 @@ impl SseDecoder {
             data: String::new(),
             has_data: false,
             event: None,
+            spare_event: None,
             retry: None,
             last_id: None,
             in_event: false,
@@ -148,8 +151,19 @@ impl SseDecoder {
         Ok(out)
     }
 
-    /// Decodes one read, appending completed events to `out` (no allocation when none).
+    /// Decodes one read, appending completed events to `out`.
     pub fn feed_into(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+        self.feed_each(chunk, |ev| out.push(ev.clone()))
+    }
+
+    /// Decodes one read and hands each completed event to `f`, by reference. This is the
+    /// allocation-free path: the event's buffers are reused for the next event.
+    pub fn feed_each(
+        &mut self,
+        chunk: &[u8],
+        mut f: impl FnMut(&SseEvent),
+    ) -> Result<(), SseError> {
+        let out = &mut f;
         if self.failed {
             return Err(SseError::EventTooLarge {
                 limit: self.max_event_bytes,
@@ -240,7 +254,11 @@ impl SseDecoder {
         Ok(())
     }
 
-    fn process_line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+    fn process_line(
+        &mut self,
+        line: &[u8],
+        out: &mut impl FnMut(&SseEvent),
+    ) -> Result<(), SseError> {
         if line.is_empty() {
             self.dispatch(out);
             return Ok(());
@@ -263,7 +281,16 @@ impl SseDecoder {
                 self.data.push('\n');
                 self.has_data = true;
             }
-            b"event" => self.event = Some(String::from_utf8_lossy(value).into_owned()),
+            b"event" => {
+                let mut name = self
+                    .event
+                    .take()
+                    .or_else(|| self.spare_event.take())
+                    .unwrap_or_default();
+                name.clear();
+                push_utf8(&mut name, value);
+                self.event = Some(name);
+            }
             b"id" if !value.contains(&0) => {
                 self.last_id = Some(String::from_utf8_lossy(value).into_owned());
             }
@@ -279,23 +306,39 @@ impl SseDecoder {
         Ok(())
     }
 
-    fn dispatch(&mut self, out: &mut Vec<SseEvent>) {
+    fn dispatch(&mut self, out: &mut impl FnMut(&SseEvent)) {
         self.in_event = false;
         let event = self.event.take();
         let retry = self.retry.take();
         if !self.has_data {
             self.data.clear();
+            self.recycle_event_name(event);
             return;
         }
         self.has_data = false;
         let mut data = std::mem::take(&mut self.data);
         data.pop(); // the trailing '\n'
-        out.push(SseEvent {
+        let ev = SseEvent {
             event,
             data,
             id: self.last_id.clone(),
             retry,
-        });
+        };
+        out(&ev);
+        // Keep both buffers' capacity for the next event.
+        let SseEvent {
+            event, mut data, ..
+        } = ev;
+        data.clear();
+        self.data = data;
+        self.recycle_event_name(event);
+    }
+
+    fn recycle_event_name(&mut self, name: Option<String>) {
+        if let Some(mut name) = name {
+            name.clear();
+            self.spare_event = Some(name);
+        }
     }
 }
 
@@ -317,8 +360,14 @@ pub fn decode_all(body: &[u8]) -> Result<(Vec<SseEvent>, SseEof), SseError> {
 /// incremental. After it has returned a [`MessageDelta::Error`] or [`MessageDelta::Finish`]
 /// it returns nothing more.
 pub trait SseNormalizer {
+    /// Normalizes one event, appending its deltas to `out`.
+    fn feed_into(&mut self, event: &SseEvent, out: &mut Vec<MessageDelta>);
     /// Normalizes one event.
-    fn feed(&mut self, event: &SseEvent) -> Vec<MessageDelta>;
+    fn feed(&mut self, event: &SseEvent) -> Vec<MessageDelta> {
+        let mut out = Vec::new();
+        self.feed_into(event, &mut out);
+        out
+    }
     /// End of the body: the closing deltas when terminal evidence was seen, else an
     /// `incomplete_stream` error.
     fn finish(&mut self, eof: SseEof) -> Vec<MessageDelta>;
@@ -331,7 +380,6 @@ pub trait SseNormalizer {
 pub struct SsePipeline<N> {
     decoder: SseDecoder,
     normalizer: N,
-    events: Vec<SseEvent>,
     ended: bool,
 }
 
@@ -341,7 +389,6 @@ impl<N: SseNormalizer> SsePipeline<N> {
         SsePipeline {
             decoder: SseDecoder::new(),
             normalizer,
-            events: Vec::new(),
             ended: false,
         }
     }
@@ -361,20 +408,30 @@ impl<N: SseNormalizer> SsePipeline<N> {
         if self.ended {
             return;
         }
-        self.events.clear();
-        if let Err(e) = self.decoder.feed_into(chunk, &mut self.events) {
-            self.ended = true;
-            out.push(MessageDelta::Error {
-                error: ModelError::new(ErrorKind::ServerError, format!("malformed stream: {e}")),
-            });
-            return;
-        }
-        for ev in &self.events {
-            let start = out.len();
-            out.extend(self.normalizer.feed(ev));
-            if out[start..].iter().any(is_terminal) {
-                self.ended = true;
+        let SsePipeline {
+            decoder,
+            normalizer,
+            ended,
+        } = self;
+        let result = decoder.feed_each(chunk, |ev| {
+            if *ended {
                 return;
+            }
+            let start = out.len();
+            normalizer.feed_into(ev, out);
+            if out[start..].iter().any(is_terminal) {
+                *ended = true;
+            }
+        });
+        if let Err(e) = result {
+            if !*ended {
+                *ended = true;
+                out.push(MessageDelta::Error {
+                    error: ModelError::new(
+                        ErrorKind::ServerError,
+                        format!("malformed stream: {e}"),
+                    ),
+                });
             }
         }
     }
