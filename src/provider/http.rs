@@ -239,10 +239,14 @@ impl HttpConfig {
         s
     }
 
-    /// Builds the `reqwest` client: connect timeout set, no redirects followed for POSTs
-    /// beyond reqwest's default policy, and no retry layer (reqwest has none).
+    /// Builds the `reqwest` client: connect timeout set and reqwest's own retry policy
+    /// switched off (by default reqwest 0.12 re-sends requests refused by HTTP/2 protocol
+    /// NACKs). The only re-send left below the machine is hyper's re-issue of a request whose
+    /// pooled connection closed *before the request was written*, which cannot duplicate work
+    /// because the server never saw it.
     pub fn build_client(&self) -> Result<reqwest::Client, ModelError> {
         reqwest::Client::builder()
+            .retry(reqwest::retry::never())
             .connect_timeout(self.connect_timeout)
             .user_agent(concat!("agentloop/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -431,4 +435,18 @@ async fn read_limited(resp: reqwest::Response, timeout: Duration, limit: usize) 
     };
     let _ = tokio::time::timeout(timeout, read).await;
     out
+}
+
+/// Builds the client for `config.provider`: [`crate::provider::openai::OpenAiModel`] or
+/// [`crate::provider::anthropic::AnthropicModel`], with `model` as the default model name.
+pub fn build_model(
+    model: &str,
+    config: HttpConfig,
+) -> Result<Box<dyn crate::model::Model>, ModelError> {
+    Ok(match config.provider {
+        ProviderKind::OpenAi => Box::new(crate::provider::openai::OpenAiModel::new(model, config)?),
+        ProviderKind::Anthropic => Box::new(crate::provider::anthropic::AnthropicModel::new(
+            model, config,
+        )?),
+    })
 }
