@@ -410,3 +410,24 @@ fn decode_http_success_response_with_chunked_sse_body() {
     let r = decode(ProviderKind::OpenAi, b"data: x\n\n", true);
     assert_eq!(r.error.unwrap().kind, ErrorKind::ServerError);
 }
+
+#[test]
+fn model_clients_never_show_the_key_in_debug_output() {
+    let key = "sk-live-DEBUGSECRET0123456789";
+    for p in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
+        let cfg = HttpConfig::new(p).with_api_key(key);
+        let m = agentloop::provider::http::build_model("m", cfg.clone()).unwrap();
+        assert_eq!(m.name(), format!("{p}:m"));
+        let shown = match p {
+            ProviderKind::OpenAi => format!(
+                "{:?}",
+                agentloop::provider::openai::OpenAiModel::new("m", cfg).unwrap()
+            ),
+            ProviderKind::Anthropic => format!(
+                "{:?}",
+                agentloop::provider::anthropic::AnthropicModel::new("m", cfg).unwrap()
+            ),
+        };
+        assert!(!shown.contains("DEBUGSECRET"), "{shown}");
+    }
+}
