@@ -3,6 +3,8 @@
 //! arguments arrive in many fragments, fed in network-sized reads of varying length.
 //!
 //! Run: `cargo bench --bench decode`. Criterion prints the median throughput per stream.
+//! Time is the benchmark thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), not wall time, so the
+//! figure stays meaningful on a shared 2-core machine where other builds compete for the CPU.
 
 use std::hint::black_box;
 
@@ -11,7 +13,75 @@ use agentloop::provider::decode::normalize_chunks;
 use agentloop::provider::http::ProviderKind;
 use agentloop::provider::openai::OpenAiNormalizer;
 use agentloop::provider::sse::{SseDecoder, SseNormalizer, SsePipeline};
+use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+
+/// Thread CPU time in nanoseconds.
+struct CpuTime;
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl Measurement for CpuTime {
+    type Intermediate = u64;
+    type Value = u64;
+    fn start(&self) -> u64 {
+        thread_cpu_ns()
+    }
+    fn end(&self, start: u64) -> u64 {
+        thread_cpu_ns().saturating_sub(start)
+    }
+    fn add(&self, a: &u64, b: &u64) -> u64 {
+        a + b
+    }
+    fn zero(&self) -> u64 {
+        0
+    }
+    fn to_f64(&self, v: &u64) -> f64 {
+        *v as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        &CpuFormatter
+    }
+}
+
+struct CpuFormatter;
+
+impl ValueFormatter for CpuFormatter {
+    fn scale_values(&self, typical: f64, values: &mut [f64]) -> &'static str {
+        let (div, unit) = if typical < 1e3 {
+            (1.0, "ns cpu")
+        } else if typical < 1e6 {
+            (1e3, "µs cpu")
+        } else if typical < 1e9 {
+            (1e6, "ms cpu")
+        } else {
+            (1e9, "s cpu")
+        };
+        values.iter_mut().for_each(|v| *v /= div);
+        unit
+    }
+    fn scale_throughputs(&self, _typical: f64, t: &Throughput, values: &mut [f64]) -> &'static str {
+        // values are ns per iteration → MB/s (10^6 bytes per second of CPU time).
+        let bytes = match t {
+            Throughput::Bytes(b) | Throughput::BytesDecimal(b) => *b as f64,
+            Throughput::Elements(e) => *e as f64,
+        };
+        values.iter_mut().for_each(|v| *v = bytes * 1e3 / *v);
+        "MB/s"
+    }
+    fn scale_for_machines(&self, _values: &mut [f64]) -> &'static str {
+        "ns"
+    }
+}
 use serde_json::json;
 
 const WORDS: &[&str] = &[
@@ -103,7 +173,7 @@ fn drive<N: SseNormalizer>(mut pipe: SsePipeline<N>, pieces: &[&[u8]]) -> usize 
     n + black_box(pipe.finish()).len()
 }
 
-fn bench(c: &mut Criterion) {
+fn bench(c: &mut Criterion<CpuTime>) {
     let streams = [
         ("openai", ProviderKind::OpenAi, openai_stream(4000, 1500)),
         (
@@ -152,5 +222,9 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+criterion_group! {
+    name = benches;
+    config = Criterion::default().with_measurement(CpuTime);
+    targets = bench
+}
 criterion_main!(benches);
