@@ -5,6 +5,7 @@
 //! The server is a small hand-written HTTP/1.1 responder on tokio rather than hyper/axum:
 //! the faults under test (a reset after N body bytes, headers that never come, a body that
 //! stops mid-chunk) are exactly what a well-behaved server framework will not do.
+#![allow(clippy::disallowed_methods)] // tests and benchmarks may read the wall clock
 
 #[path = "provider_support/mod.rs"]
 mod support;

@@ -12,6 +12,7 @@
 //!
 //! The test looks for the binary in `$AIMOCK_BIN`, else `llmock` on `PATH`; when neither is
 //! there it prints a notice and passes without running (the CI script installs it).
+#![allow(clippy::disallowed_methods)] // tests and benchmarks may read the wall clock
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

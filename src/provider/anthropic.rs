@@ -587,6 +587,8 @@ impl Model for AnthropicModel {
         format!("{}:{}", ProviderKind::Anthropic, self.model)
     }
 
+    // The wall clock resolves `retry-after` HTTP-dates at the network edge (not in a machine).
+    #[allow(clippy::disallowed_methods)]
     async fn stream(&self, request: ModelRequest) -> Result<DeltaStream, ModelError> {
         let body = request_body(&request, &self.model, self.config.default_max_tokens);
         let mut headers = vec![(

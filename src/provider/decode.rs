@@ -294,6 +294,7 @@ pub fn normalize_chunks<'a>(
 /// Decodes a captured response: a raw SSE body, or with `http` a raw HTTP response (status
 /// line, headers, blank line, body). `retry-after` HTTP-dates are resolved against the
 /// response's `Date` header, else the current time.
+#[allow(clippy::disallowed_methods)] // resolves HTTP-dates against the current time
 pub fn decode(provider: ProviderKind, input: &[u8], http: bool) -> DecodeReport {
     decode_at(provider, input, http, SystemTime::now())
 }

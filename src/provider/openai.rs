@@ -641,6 +641,8 @@ impl Model for OpenAiModel {
         format!("{}:{}", ProviderKind::OpenAi, self.model)
     }
 
+    // The wall clock resolves `retry-after` HTTP-dates at the network edge (not in a machine).
+    #[allow(clippy::disallowed_methods)]
     async fn stream(&self, request: ModelRequest) -> Result<DeltaStream, ModelError> {
         let body = request_body(&request, &self.model);
         let mut headers = Vec::new();
