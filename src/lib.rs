@@ -10,6 +10,7 @@ pub mod context;
 pub mod effect;
 pub mod error;
 pub mod event;
+pub mod hooks;
 pub mod message;
 pub mod model;
 pub mod process;
