@@ -135,7 +135,9 @@ impl Hooks for HookChain {
                 ToolDecision::Allow => {}
                 ToolDecision::Modify { arguments } => {
                     call.arguments = arguments.clone();
-                    if decision == ToolDecision::Allow || matches!(decision, ToolDecision::Modify { .. }) {
+                    if decision == ToolDecision::Allow
+                        || matches!(decision, ToolDecision::Modify { .. })
+                    {
                         decision = ToolDecision::Modify { arguments };
                     }
                 }

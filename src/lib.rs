@@ -30,4 +30,5 @@ pub use message::{
 pub use react::{LoopResult, Run, RunConfig};
 pub use step::{AgentState, Step, Transition};
 pub mod runtime;
+pub mod session;
 pub mod trace;

@@ -13,10 +13,10 @@ use tracing::Instrument;
 
 use crate::agent_event::AgentEvent;
 use crate::effect::Effect;
-use crate::event::ApprovalDecision;
-use crate::hooks::{ModelCallOutcome, ToolDecision};
 use crate::error::{ErrorKind, ModelError};
+use crate::event::ApprovalDecision;
 use crate::event::{AttemptId, Event};
+use crate::hooks::{ModelCallOutcome, ToolDecision};
 use crate::message::{MessageDelta, ToolCall, ToolStatus};
 use crate::model::{Model, ModelRequest};
 use crate::runtime::ports::EventEnvelope;
@@ -232,95 +232,98 @@ impl Driver<'_> {
         let emitter = self.agent.emitter(&self.run_id);
         let session = self.session.clone();
         let span = tracing::info_span!("tool", name = %call.name, tool_call_id = %call.id);
-        let h = tokio::spawn(async move {
-            let started = emitter.clock.now_ms();
-            let mut call = call;
-            match hooks.before_tool(&call) {
-                ToolDecision::Allow => {}
-                ToolDecision::Modify { arguments } => call.arguments = arguments,
-                ToolDecision::Block { reason } => {
-                    emitter.emit(AgentEvent::ToolBlocked {
-                        tool_call_id: call.id.clone(),
-                        name: call.name.clone(),
-                        reason: reason.clone(),
-                    });
-                    let _ = tx.send(Event::ToolFinished {
-                        tool_call_id: call.id,
-                        status: ToolStatus::Denied,
-                        content: format!("blocked: {reason}"),
-                    });
-                    return;
-                }
-                ToolDecision::Ask => {
-                    emitter.emit(AgentEvent::ApprovalRequired {
-                        tool_call_id: call.id.clone(),
-                        name: call.name.clone(),
-                        arguments: call.arguments.clone(),
-                    });
-                    let decision = approver.decide(&call).await.unwrap_or_else(|| {
-                        ApprovalDecision::Rejected {
-                            reason: "a hook asked for approval and no approver answered".into(),
-                        }
-                    });
-                    emitter.emit(AgentEvent::ApprovalResolved {
-                        tool_call_id: call.id.clone(),
-                        decision: decision.clone(),
-                    });
-                    match decision {
-                        ApprovalDecision::Approved | ApprovalDecision::ApprovedAlways => {}
-                        ApprovalDecision::Modified { arguments } => call.arguments = arguments,
-                        ApprovalDecision::Rejected { reason } => {
-                            let _ = tx.send(Event::ToolFinished {
-                                tool_call_id: call.id,
-                                status: ToolStatus::Denied,
-                                content: format!("denied by user: {reason}"),
-                            });
-                            return;
+        let h = tokio::spawn(
+            async move {
+                let started = emitter.clock.now_ms();
+                let mut call = call;
+                match hooks.before_tool(&call) {
+                    ToolDecision::Allow => {}
+                    ToolDecision::Modify { arguments } => call.arguments = arguments,
+                    ToolDecision::Block { reason } => {
+                        emitter.emit(AgentEvent::ToolBlocked {
+                            tool_call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            reason: reason.clone(),
+                        });
+                        let _ = tx.send(Event::ToolFinished {
+                            tool_call_id: call.id,
+                            status: ToolStatus::Denied,
+                            content: format!("blocked: {reason}"),
+                        });
+                        return;
+                    }
+                    ToolDecision::Ask => {
+                        emitter.emit(AgentEvent::ApprovalRequired {
+                            tool_call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            arguments: call.arguments.clone(),
+                        });
+                        let decision = approver.decide(&call).await.unwrap_or_else(|| {
+                            ApprovalDecision::Rejected {
+                                reason: "a hook asked for approval and no approver answered".into(),
+                            }
+                        });
+                        emitter.emit(AgentEvent::ApprovalResolved {
+                            tool_call_id: call.id.clone(),
+                            decision: decision.clone(),
+                        });
+                        match decision {
+                            ApprovalDecision::Approved | ApprovalDecision::ApprovedAlways => {}
+                            ApprovalDecision::Modified { arguments } => call.arguments = arguments,
+                            ApprovalDecision::Rejected { reason } => {
+                                let _ = tx.send(Event::ToolFinished {
+                                    tool_call_id: call.id,
+                                    status: ToolStatus::Denied,
+                                    content: format!("denied by user: {reason}"),
+                                });
+                                return;
+                            }
                         }
                     }
                 }
-            }
-            let args = call.arguments.clone();
-            let inner = AbortOnDrop(tokio::spawn(async move { tool.call(ctx, args).await }));
-            let (status, mut content) =
-                match tokio::time::timeout(Duration::from_millis(timeout_ms), inner).await {
-                    Ok(Ok(Ok(out))) => (ToolStatus::Completed, out),
-                    Ok(Ok(Err(e))) => (ToolStatus::Error, e.to_string()),
-                    Ok(Err(join)) if join.is_panic() => (
-                        ToolStatus::Error,
-                        format!("tool panicked: {}", panic_message(join)),
-                    ),
-                    Ok(Err(_)) => (ToolStatus::Error, "tool was cancelled".to_string()),
-                    Err(_) => (
-                        ToolStatus::Error,
-                        format!("tool timed out after {timeout_ms} ms"),
-                    ),
-                };
-            hooks.after_tool(&call.id, &call.name, status, &mut content);
-            if let Some(offload) = offload {
-                if let Some((replaced, path, bytes)) =
-                    offload.apply(&session, &call.id, &content).await
-                {
-                    emitter.emit(AgentEvent::LargeResultOffloaded {
-                        tool_call_id: call.id.clone(),
-                        name: call.name.clone(),
-                        path,
-                        bytes,
-                    });
-                    content = replaced;
+                let args = call.arguments.clone();
+                let inner = AbortOnDrop(tokio::spawn(async move { tool.call(ctx, args).await }));
+                let (status, mut content) =
+                    match tokio::time::timeout(Duration::from_millis(timeout_ms), inner).await {
+                        Ok(Ok(Ok(out))) => (ToolStatus::Completed, out),
+                        Ok(Ok(Err(e))) => (ToolStatus::Error, e.to_string()),
+                        Ok(Err(join)) if join.is_panic() => (
+                            ToolStatus::Error,
+                            format!("tool panicked: {}", panic_message(join)),
+                        ),
+                        Ok(Err(_)) => (ToolStatus::Error, "tool was cancelled".to_string()),
+                        Err(_) => (
+                            ToolStatus::Error,
+                            format!("tool timed out after {timeout_ms} ms"),
+                        ),
+                    };
+                hooks.after_tool(&call.id, &call.name, status, &mut content);
+                if let Some(offload) = offload {
+                    if let Some((replaced, path, bytes)) =
+                        offload.apply(&session, &call.id, &content).await
+                    {
+                        emitter.emit(AgentEvent::LargeResultOffloaded {
+                            tool_call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            path,
+                            bytes,
+                        });
+                        content = replaced;
+                    }
                 }
+                emitter.emit(AgentEvent::ToolMetrics {
+                    tool_call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    duration_ms: emitter.clock.now_ms().saturating_sub(started),
+                });
+                let _ = tx.send(Event::ToolFinished {
+                    tool_call_id: call.id,
+                    status,
+                    content,
+                });
             }
-            emitter.emit(AgentEvent::ToolMetrics {
-                tool_call_id: call.id.clone(),
-                name: call.name.clone(),
-                duration_ms: emitter.clock.now_ms().saturating_sub(started),
-            });
-            let _ = tx.send(Event::ToolFinished {
-                tool_call_id: call.id,
-                status,
-                content,
-            });
-        }.instrument(span));
+            .instrument(span),
+        );
         self.tasks.tools.insert(id, (h, killable));
     }
 }

@@ -515,8 +515,15 @@ impl Agent {
             });
         };
         let resume = resume::resume_event(&entries, &run_id);
-        self.drive(session, run_id, resume, self.config.clone(), control, record)
-            .await
+        self.drive(
+            session,
+            run_id,
+            resume,
+            self.config.clone(),
+            control,
+            record,
+        )
+        .await
     }
 
     /// Loads `session` and appends the repairs it needs before the next request, emitting a
