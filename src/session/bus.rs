@@ -146,6 +146,14 @@ impl EventBus {
         }
     }
 
+    /// The events the ring buffer holds now, oldest first.
+    pub fn buffered(&self) -> Vec<EventEnvelope> {
+        self.state
+            .lock()
+            .map(|s| s.ring.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// The index the next event will get.
     pub fn next_index(&self) -> u64 {
         self.state.lock().map(|s| s.next).unwrap_or(0)
