@@ -230,6 +230,35 @@ pub enum AgentEvent {
         /// The decision.
         decision: ApprovalDecision,
     },
+    /// A steering message was merged into the context (R-CTL-2).
+    SteeringApplied {
+        /// The message.
+        text: String,
+    },
+    /// A call was skipped because steering arrived (policy `skip_remaining`).
+    ToolSkippedForSteering {
+        /// Call id.
+        tool_call_id: String,
+    },
+    /// The model changed (R-CTL-5).
+    ModelSwitched {
+        /// Previous model.
+        from: String,
+        /// New model.
+        to: String,
+    },
+    /// A doom loop or repeated pattern of tool calls (R-TOOL-4).
+    LoopDetected {
+        /// The call that completed the loop, if one call repeats.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_call_id: Option<String>,
+        /// The repeating tool names.
+        pattern: Vec<String>,
+        /// How many times it repeated.
+        repeats: u32,
+        /// What the run does: `ask` (approval) or `stop`.
+        action: String,
+    },
     /// Compaction started.
     CompactStart {
         /// Why (`threshold`, `overflow`, `budget`).
@@ -287,13 +316,6 @@ pub enum AgentEvent {
         tool: String,
         /// Command family (first word of a shell command; the tool name otherwise).
         command_family: String,
-    },
-    /// `switch_model` changed the session's model (R-CTL-5).
-    ModelSwitched {
-        /// Previous model.
-        from: String,
-        /// New model.
-        to: String,
     },
     /// `attach_tool` added a tool (R-CTL-6).
     ToolAttached {

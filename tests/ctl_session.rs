@@ -479,3 +479,162 @@ async fn r_ctl_6_detached_tool_is_unknown_and_attached_tool_is_offered() {
     assert_eq!(count(&ev, "tool_detached"), 1);
     assert_eq!(count(&ev, "tool_attached"), 1);
 }
+
+fn registry(tools: Vec<SleepTool>) -> agentloop::tools::ToolRegistry {
+    let mut r = agentloop::tools::ToolRegistry::new();
+    for t in tools {
+        r.insert(Arc::new(t));
+    }
+    r
+}
+
+#[tokio::test(start_paused = true)]
+async fn r_ctl_2_steering_is_merged_at_the_next_step() {
+    let agent = builder(Slow::new(&tool_then_text("sleepy")))
+        .tools(registry(vec![SleepTool::new("sleepy", 1_000)]))
+        .build();
+    let s = session(agent);
+    let mut sub = s.subscribe(None, None);
+    s.prompt("work").await.expect("started");
+    wait_for(&mut sub, "tool_start").await;
+    s.steer("also check the logs").await.expect("queued");
+    s.wait_idle().await;
+    let ev = history(&s);
+    assert_eq!(count(&ev, "run_start"), 1, "steering joined the same run");
+    assert_eq!(count(&ev, "steering_applied"), 1);
+    // deliver_at_boundary: the tool batch finished normally.
+    assert_eq!(
+        tool_result(&s),
+        vec![(ToolStatus::Completed, "done".into())]
+    );
+    let names = names(&ev);
+    let applied = names.iter().position(|n| n == "steering_applied");
+    let second_request = names.iter().rposition(|n| n == "request_start");
+    assert!(
+        applied < second_request,
+        "merged before the next model call"
+    );
+    insta::assert_snapshot!(transcript(&ev));
+}
+
+#[tokio::test(start_paused = true)]
+async fn r_ctl_2_skip_remaining_policy_skips_the_tool_batch() {
+    let agent = builder(Slow::new(&tool_then_text("sleepy")))
+        .tools(registry(vec![SleepTool::new("sleepy", 60_000)]))
+        .configure(|c| c.steering = agentloop::react::SteeringPolicy::SkipRemaining)
+        .build();
+    let s = session(agent);
+    let mut sub = s.subscribe(None, None);
+    let started = tokio::time::Instant::now();
+    s.prompt("work").await.expect("started");
+    wait_for(&mut sub, "tool_start").await;
+    s.steer("stop that, do this").await.expect("queued");
+    s.wait_idle().await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    let results = tool_result(&s);
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].0, ToolStatus::Skipped);
+    assert_eq!(count(&history(&s), "steering_applied"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn r_ctl_3_abort_keeps_results_of_immune_tools() {
+    let script = r#"{"turns": [
+        {"tool_calls": [{"id": "k", "name": "sleepy"}, {"id": "i", "name": "immune"}]},
+        {"text": "unused"}
+    ]}"#;
+    let agent = builder(Slow::new(script))
+        .tools(registry(vec![
+            SleepTool::new("sleepy", 60_000),
+            SleepTool::new("immune", 500)
+                .immune()
+                .returning("immune done".into()),
+        ]))
+        .build();
+    let s = session(agent);
+    let mut sub = s.subscribe(None, None);
+    s.prompt("work").await.expect("started");
+    wait_for(&mut sub, "tool_start").await;
+    wait_for(&mut sub, "tool_start").await;
+    s.abort("stop", KillTools::Killable, false)
+        .await
+        .expect("abort");
+    s.wait_idle().await;
+    let ev = history(&s);
+    let abort_at = ev.iter().position(|e| e.event.type_name() == "agent_abort");
+    let immune_end = ev.iter().position(
+        |e| matches!(&e.event, AgentEvent::ToolEnd { tool_call_id, .. } if tool_call_id == "i"),
+    );
+    assert!(
+        abort_at < immune_end,
+        "agent_abort is emitted at once, before draining"
+    );
+    assert_eq!(
+        tool_result(&s),
+        vec![
+            (ToolStatus::Aborted, "aborted".into()),
+            (ToolStatus::Completed, "immune done".into())
+        ]
+    );
+    assert_eq!(s.last_result().map(|r| r.outcome), Some(Outcome::Aborted));
+    insta::assert_snapshot!(transcript(&ev));
+}
+
+#[tokio::test(start_paused = true)]
+async fn r_ctl_3_abort_with_kill_none_lets_tools_finish() {
+    let agent = builder(Slow::new(&tool_then_text("sleepy")))
+        .tools(registry(vec![SleepTool::new("sleepy", 1_000)]))
+        .build();
+    let s = session(agent);
+    let mut sub = s.subscribe(None, None);
+    s.prompt("work").await.expect("started");
+    wait_for(&mut sub, "tool_start").await;
+    s.abort("stop", KillTools::None, false)
+        .await
+        .expect("abort");
+    s.wait_idle().await;
+    assert_eq!(
+        tool_result(&s),
+        vec![(ToolStatus::Completed, "done".into())]
+    );
+    assert_eq!(count(&history(&s), "tool_killed"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn r_ctl_5_switch_model_while_busy_takes_effect_at_the_next_step() {
+    let agent = builder(Slow::new(&tool_then_text("sleepy")))
+        .tools(registry(vec![SleepTool::new("sleepy", 1_000)]))
+        .extra_model(
+            "other",
+            Arc::new(
+                Slow::new(r#"{"turns": [{"text": "x"}, {"text": "from other"}]}"#).named("other"),
+            ),
+        )
+        .build();
+    let s = session(agent);
+    let mut sub = s.subscribe(None, None);
+    s.prompt("work").await.expect("started");
+    wait_for(&mut sub, "tool_start").await;
+    assert_eq!(s.switch_model("other").await, Ok(true));
+    s.wait_idle().await;
+    let ev = history(&s);
+    let models: Vec<String> = ev
+        .iter()
+        .filter_map(|e| match &e.event {
+            AgentEvent::RequestStart { model, .. } => Some(model.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(models, vec!["scripted", "other"]);
+    assert_eq!(count(&ev, "model_switched"), 1);
+    assert_eq!(
+        count(&ev, "run_start"),
+        1,
+        "history and tools are kept in the same run"
+    );
+    assert_eq!(
+        s.last_result()
+            .and_then(|r| r.final_text().map(String::from)),
+        Some("from other".into())
+    );
+}

@@ -344,6 +344,7 @@ fn abort_mid_stream() {
         },
         Event::Abort {
             reason: "user pressed Ctrl-C".into(),
+            kill: Default::default(),
         },
         Event::Delta {
             attempt: a,

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::event::{ApprovalDecision, Event};
+use crate::event::{ApprovalDecision, Event, KillPolicy};
 use crate::hooks::{Hooks, NoHooks};
 use crate::message::Message;
 use crate::model::Model;
@@ -96,15 +96,20 @@ pub fn control() -> (Controller, ControlReceiver) {
 impl Controller {
     /// Aborts the run (R-CTL-3). Returns false if the run is gone.
     pub fn abort(&self, reason: impl Into<String>) -> bool {
+        self.abort_with(reason, KillPolicy::default())
+    }
+
+    /// Aborts the run with a kill policy for running tools (R-CTL-3).
+    pub fn abort_with(&self, reason: impl Into<String>, kill: KillPolicy) -> bool {
         self.tx
             .send(Event::Abort {
                 reason: reason.into(),
+                kill,
             })
             .is_ok()
     }
 
-    /// Sends any control event (steering, model switch, tool set changes, abort with a kill
-    /// policy). Returns false if the run is gone.
+    /// Sends any event into the run (steering, model switch, tools...).
     pub fn send(&self, event: Event) -> bool {
         self.tx.send(event).is_ok()
     }
@@ -370,6 +375,13 @@ impl AgentBuilder<WithModel> {
     pub fn build(self) -> Agent {
         let mut config = self.config;
         config.tools = self.tools.specs();
+        config.step.immune = self
+            .tools
+            .specs()
+            .iter()
+            .filter(|s| self.tools.get(&s.name).is_some_and(|t| !t.killable()))
+            .map(|s| s.name.clone())
+            .collect();
         if config.model.is_empty() || config.model == "scripted" {
             config.model = self.model.0.name();
         }
@@ -623,7 +635,7 @@ impl Agent {
                             }
                         } => {
                             deadline_fired = true;
-                            Event::Abort { reason: "run deadline exceeded".into() }
+                            Event::Abort { reason: "run deadline exceeded".into(), kill: KillPolicy::default() }
                         }
                     }
                 }

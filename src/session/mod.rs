@@ -58,18 +58,8 @@ use approvals::{Approvals, SessionApprover};
 use bus::BusSink;
 use metrics::RunUsage;
 
-/// Which running tools an abort kills (R-CTL-3).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum KillTools {
-    /// Kill killable tools; immune tools finish and keep their results (default).
-    #[default]
-    Killable,
-    /// Kill every running tool.
-    All,
-    /// Kill nothing: running tools finish and keep their results.
-    None,
-}
+/// Which running tools an abort kills (R-CTL-3): the machine's kill policy.
+pub use crate::event::KillPolicy as KillTools;
 
 /// The observable status of a session (R-CTL, seed 001).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -519,13 +509,16 @@ fn observer(shared: std::sync::Weak<Shared>, prices: PriceTable) -> bus::Observe
             }
             AgentEvent::AgentAbort { .. } => shared.saw_abort.store(true, Ordering::SeqCst),
             _ => {
-                if env.event.type_name() == "steering_applied" {
-                    let n = serde_json::to_value(&env.event)
-                        .ok()
-                        .and_then(|v| v.get("count").and_then(|c| c.as_u64()));
+                if let AgentEvent::SteeringApplied { text } = &env.event {
                     if let Ok(mut q) = shared.steering.lock() {
-                        let n = n.map(|n| n as usize).unwrap_or(q.len()).min(q.len());
-                        q.drain(..n);
+                        match q.iter().position(|t| t == text) {
+                            Some(i) => {
+                                q.remove(i);
+                            }
+                            None => {
+                                q.pop_front();
+                            }
+                        }
                     }
                 }
             }
@@ -601,6 +594,11 @@ impl Actor {
             }
             Command::Attach(tool, reply) => {
                 let name = tool.spec().name;
+                if tool.killable() {
+                    self.config.step.immune.remove(&name);
+                } else {
+                    self.config.step.immune.insert(name.clone());
+                }
                 self.agent.tools.insert(tool);
                 self.config.tools = self.agent.tools.specs();
                 self.publish(AgentEvent::ToolAttached { name });
@@ -711,10 +709,11 @@ impl Actor {
             return Ok(false);
         }
         let from = std::mem::replace(&mut self.config.model, model.clone());
-        if let Some(c) = &self.current {
-            forward_switch_model(&c.controller, &model);
+        match &self.current {
+            // The machine switches at the next step and emits `model_switched` itself.
+            Some(c) => forward_switch_model(&c.controller, &model),
+            None => self.publish(AgentEvent::ModelSwitched { from, to: model }),
         }
-        self.publish(AgentEvent::ModelSwitched { from, to: model });
         Ok(true)
     }
 
@@ -833,20 +832,23 @@ impl Actor {
 // These are the only places that depend on the machines' control events.
 
 fn forward_abort(c: &Controller, reason: String, kill: KillTools) {
-    let _ = kill; // TODO(machine): Event::Abort { reason, kill: KillPolicy } once it lands.
-    c.send(Event::Abort { reason });
+    c.abort_with(reason, kill);
 }
 
-fn forward_steer(_c: &Controller, _text: &str) {
-    // TODO(machine): Event::Steer { text } once it lands; until then, steering left at the
-    // run's end becomes the next prompt (see `run_ended`).
+fn forward_steer(c: &Controller, text: &str) {
+    c.send(Event::Steer {
+        text: text.to_string(),
+    });
 }
 
-fn forward_switch_model(_c: &Controller, _model: &str) {
-    // TODO(machine): Event::SwitchModel { model }; until then the switch applies to the next run.
+fn forward_switch_model(c: &Controller, model: &str) {
+    c.send(Event::SwitchModel {
+        model: model.to_string(),
+    });
 }
 
-fn forward_set_tools(_c: &Controller, _config: &RunConfig) {
-    // TODO(machine): Event::SetTools { tools }; until then the change applies to the next run
-    // (detached tools are already unknown to the driver).
+fn forward_set_tools(c: &Controller, config: &RunConfig) {
+    c.send(Event::SetTools {
+        tools: config.tools.clone(),
+    });
 }
