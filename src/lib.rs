@@ -6,6 +6,7 @@
 
 pub mod agent_event;
 pub mod chart;
+pub mod compaction;
 pub mod context;
 pub mod effect;
 pub mod error;

@@ -31,7 +31,7 @@ use crate::trace::{Trace, TraceHeader, TRACE_VERSION};
 
 pub use ports::{
     Approver, AutoApprove, Clock, Compactor, EventEnvelope, EventSink, FnSink, Ids, ManualApproval,
-    NullSink, RejectAll, SequentialIds, SystemClock, TimeIds, Truncate, VecSink,
+    NullSink, RejectAll, SequentialIds, SystemClock, TimeIds, TokioClock, Truncate, VecSink,
 };
 
 use driver::{Driver, Tasks};

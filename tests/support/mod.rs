@@ -9,7 +9,9 @@ use agentloop::agent_event::AgentEvent;
 use agentloop::error::ModelError;
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, AgentBuilder, EventEnvelope, SequentialIds, WithModel};
+use agentloop::runtime::{
+    Agent, AgentBuilder, EventEnvelope, SequentialIds, TokioClock, WithModel,
+};
 use agentloop::session::{Session, SessionConfig, Subscription, SubscriptionItem};
 use agentloop::store::MemoryStore;
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolSpec};
@@ -107,6 +109,7 @@ pub fn builder(model: impl Model + 'static) -> AgentBuilder<WithModel> {
         .model(model)
         .store(Arc::new(MemoryStore::new()))
         .ids(Arc::new(SequentialIds::default()))
+        .clock(Arc::new(TokioClock::default()))
 }
 
 /// A session over `agent` with a ring buffer of 1024 events.
