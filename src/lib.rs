@@ -19,6 +19,7 @@ pub mod provider;
 pub mod react;
 pub mod step;
 pub mod store;
+pub mod subagent;
 pub mod tools;
 
 pub use agent_event::{AgentEvent, Outcome};

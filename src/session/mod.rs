@@ -346,6 +346,22 @@ impl Session {
         rx.await.map_err(|_| SessionError::Closed)
     }
 
+    /// Like [`Session::abort`], without waiting for the answer (usable in `Drop`).
+    pub fn abort_nowait(
+        &self,
+        reason: impl Into<String>,
+        kill: KillTools,
+        clear_queue: bool,
+    ) -> Result<(), SessionError> {
+        let (reply, _) = oneshot::channel();
+        self.send(Command::Abort {
+            reason: reason.into(),
+            kill,
+            clear_queue,
+            reply,
+        })
+    }
+
     /// Approves a pending call (R-CTL-4); `always` whitelists its tool + command family for the
     /// session. Unknown or already decided calls are a harmless `Approval` error.
     pub fn approve(&self, tool_call_id: &str, always: bool) -> Result<(), SessionError> {
