@@ -638,3 +638,30 @@ async fn r_ctl_5_switch_model_while_busy_takes_effect_at_the_next_step() {
         Some("from other".into())
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn r_ctl_3_abort_while_awaiting_approval() {
+    let s = approval_session(SessionConfig::new("s"));
+    let mut sub = s.subscribe(None, None);
+    s.prompt("2+3?").await.expect("started");
+    wait_for(&mut sub, "approval_required").await;
+    assert_eq!(s.status(), Status::AwaitingApproval);
+    s.abort("no time", KillTools::Killable, false)
+        .await
+        .expect("abort");
+    wait_for(&mut sub, "agent_abort").await;
+    s.wait_idle().await;
+    assert!(
+        s.pending_approvals().is_empty(),
+        "the parked approval is gone"
+    );
+    assert!(matches!(
+        s.approve("c1", false),
+        Err(SessionError::Approval(_))
+    ));
+    assert_eq!(
+        tool_result(&s),
+        vec![(ToolStatus::Aborted, "aborted".into())]
+    );
+    insta::assert_snapshot!(transcript(&history(&s)));
+}

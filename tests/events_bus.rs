@@ -46,6 +46,19 @@ async fn r_evt_1_subscribe_since_replays_missed_events_then_continues_live() {
         })
         .collect();
     assert_eq!(live, vec!["prompt_received", "run_end"]);
+    let mut again = s.subscribe(
+        Some(run_start),
+        Some(vec!["run_end".into(), "prompt_received".into()]),
+    );
+    let replay: Vec<_> = again
+        .drain()
+        .into_iter()
+        .filter_map(|i| match i {
+            SubscriptionItem::Event(e) => Some(e),
+            SubscriptionItem::Lagged(_) => None,
+        })
+        .collect();
+    insta::assert_snapshot!(transcript(&replay));
 }
 
 #[tokio::test(start_paused = true)]
