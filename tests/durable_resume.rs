@@ -100,7 +100,11 @@ async fn committed_turn_resumes_at_tool_execution_running_only_missing_calls() {
     let out = agent.resume_with(S, None, true).await.unwrap();
     assert_eq!(out.result.outcome, Outcome::Completed, "{:?}", out.result);
     assert_eq!(out.run_id, "old", "resume continues the interrupted run");
-    assert_eq!(invocations(&calls), ["a2"], "only the call without a result runs");
+    assert_eq!(
+        invocations(&calls),
+        ["a2"],
+        "only the call without a result runs"
+    );
 
     let trace = out.trace.unwrap();
     let requests = model_requests(&trace);
@@ -163,7 +167,11 @@ async fn started_call_without_result_becomes_outcome_unknown_unless_retry_safe()
         ["n1"],
         "the started, not retry-safe call u1 must not run again"
     );
-    assert_eq!(invocations(&safe_calls), ["s1"], "a retry-safe call runs again");
+    assert_eq!(
+        invocations(&safe_calls),
+        ["s1"],
+        "a retry-safe call runs again"
+    );
 
     // The model sees the unknown outcome in its next request.
     let requests = model_requests(&out.trace.unwrap());
@@ -313,7 +321,9 @@ async fn session_waiting_for_approval_reemits_the_same_request() {
         agent(store, script.clone(), &[work.clone()], sink)
             .approver(Arc::new(ManualApproval))
             .configure(|c| {
-                c.step.approval.insert("work".into(), ApprovalPolicy::Always);
+                c.step
+                    .approval
+                    .insert("work".into(), ApprovalPolicy::Always);
             })
             .build()
     };
@@ -391,7 +401,10 @@ async fn new_run_on_interrupted_session_repairs_it_first() {
     assert_eq!(out.result.outcome, Outcome::Completed, "{:?}", out.result);
     assert_ne!(out.run_id, "old");
     assert!(invocations(&once_calls).is_empty());
-    assert!(invocations(&safe_calls).is_empty(), "a new run re-runs nothing");
+    assert!(
+        invocations(&safe_calls).is_empty(),
+        "a new run re-runs nothing"
+    );
 
     let notes: Vec<String> = sink
         .events()
@@ -432,4 +445,48 @@ async fn new_run_on_interrupted_session_repairs_it_first() {
         entries.last(),
         Some(Entry::RunEnd { run_id, outcome, .. }) if *run_id == out.run_id && outcome == "completed"
     ));
+}
+
+/// The final answer was committed but the crash came before the run end: resume ends the
+/// run without asking the model again; a new prompt records the old run completed.
+#[tokio::test]
+async fn final_answer_without_run_end_is_completed_not_requested_again() {
+    let entries = [
+        user("old", "go"),
+        assistant("old", 1, "step one", &[("a1", "work")]),
+        started("old", "a1", "work"),
+        result("old", "a1", "work"),
+        assistant("old", 2, "the answer", &[]),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let store = file_store(dir.path(), &entries);
+    let (work, calls) = CountingTool::new("work", false);
+    let sink = VecSink::default();
+    let a = agent(store, final_script(), &[work.clone()], &sink).build();
+    let out = a.resume_with(S, None, true).await.unwrap();
+    assert_eq!(out.result.outcome, Outcome::Completed, "{:?}", out.result);
+    assert_eq!(out.result.reason, "final_answer");
+    assert!(model_requests(&out.trace.unwrap()).is_empty());
+    assert!(invocations(&calls).is_empty());
+    drop(a);
+    let stored = reload(dir.path());
+    assert_eq!(stored.len(), entries.len() + 1);
+    assert!(matches!(
+        stored.last(),
+        Some(Entry::RunEnd { run_id, outcome, .. }) if run_id == "old" && outcome == "completed"
+    ));
+    assert_eq!(store::check(&stored), []);
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = file_store(dir.path(), &entries);
+    let a = agent(store, final_script(), &[work], &sink).build();
+    let out = a.run(S, "next").await.unwrap();
+    assert_eq!(out.result.outcome, Outcome::Completed);
+    drop(a);
+    let stored = reload(dir.path());
+    assert!(matches!(
+        &stored[entries.len()],
+        Entry::RunEnd { run_id, outcome, .. } if run_id == "old" && outcome == "completed"
+    ));
+    assert_eq!(store::check(&stored), []);
 }
