@@ -205,7 +205,7 @@ fn kill_and_resume_never_duplicates_a_side_effect() {
     let seed = std::env::var("CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_4_u64);
+        .unwrap_or(0x5eed4_u64);
     let mut rng = Lcg(seed);
     let tmp = tempfile::tempdir().unwrap();
     // CRASH_KEEP_DIR=<dir> keeps the stores and side-effect files for inspection.

@@ -318,7 +318,8 @@ async fn session_waiting_for_approval_reemits_the_same_request() {
     let (work, calls) = CountingTool::new("work", false);
     let build = |sink: &VecSink| {
         let store = Arc::new(FileStore::open(dir.path()).unwrap());
-        agent(store, script.clone(), &[work.clone()], sink)
+        let tool: Arc<dyn Tool> = work.clone();
+        agent(store, script.clone(), &[tool], sink)
             .approver(Arc::new(ManualApproval))
             .configure(|c| {
                 c.step
@@ -462,7 +463,8 @@ async fn final_answer_without_run_end_is_completed_not_requested_again() {
     let store = file_store(dir.path(), &entries);
     let (work, calls) = CountingTool::new("work", false);
     let sink = VecSink::default();
-    let a = agent(store, final_script(), &[work.clone()], &sink).build();
+    let tool: Arc<dyn Tool> = work.clone();
+    let a = agent(store, final_script(), &[tool], &sink).build();
     let out = a.resume_with(S, None, true).await.unwrap();
     assert_eq!(out.result.outcome, Outcome::Completed, "{:?}", out.result);
     assert_eq!(out.result.reason, "final_answer");
