@@ -33,7 +33,10 @@ fn results_of<'a>(entries: &'a [Entry], m: &AssistantMessage) -> Vec<&'a ToolRes
         .collect()
 }
 
-/// The last committed message of `run_id`, if some of its tool calls have no result.
+/// The last committed message of `run_id`, if some of its tool calls have no result, or if
+/// it has no tool calls at all: then it is the run's final answer and only the run end is
+/// missing (the crash came between the two writes), so resume settles an empty step and
+/// ends the run instead of asking the model for a step the run never needed.
 fn pending_step(entries: &[Entry], run_id: &str) -> Option<PendingStep> {
     let (index, message) = entries.iter().rev().find_map(|e| match e {
         Entry::Assistant {
@@ -44,7 +47,8 @@ fn pending_step(entries: &[Entry], run_id: &str) -> Option<PendingStep> {
         _ => None,
     })?;
     let results = results_of(entries, message);
-    (results.len() < message.tool_calls.len()).then(|| PendingStep {
+    let unfinished = results.len() < message.tool_calls.len() || message.tool_calls.is_empty();
+    unfinished.then(|| PendingStep {
         model_call_index: index,
         message: message.clone(),
         results: results.into_iter().cloned().collect(),
@@ -86,7 +90,20 @@ pub fn supersede(entries: &[Entry], repairs: &[Entry]) -> (Vec<Entry>, Vec<Strin
     let all: Vec<Entry> = entries.iter().chain(repairs).cloned().collect();
     let mut out = Vec::new();
     let mut notes = Vec::new();
-    if let Some(p) = pending_step(&all, &run_id) {
+    let pending = pending_step(&all, &run_id);
+    if let Some(p) = pending.as_ref().filter(|p| p.message.tool_calls.is_empty()) {
+        notes.push(format!(
+            "run {run_id} committed its final answer (step {}) but not its run end; recorded completed",
+            p.model_call_index
+        ));
+        out.push(Entry::RunEnd {
+            run_id,
+            outcome: "completed".into(),
+            reason: "final_answer (run end recorded on repair)".into(),
+        });
+        return (out, notes);
+    }
+    if let Some(p) = pending {
         for c in &p.message.tool_calls {
             if p.results.iter().any(|r| r.tool_call_id == c.id) {
                 continue;

@@ -2,6 +2,7 @@
 
 mod decode;
 mod run;
+mod sessions;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,6 +24,10 @@ struct Cli {
 enum Command {
     /// Run one prompt to completion (offline scripted model by default).
     Run(run::RunArgs),
+    /// Continue the interrupted run of a stored session (exit code: its outcome).
+    Resume(run::ResumeArgs),
+    /// List, show, check or export stored sessions.
+    Sessions(sessions::SessionsArgs),
     /// Replay a trace against fresh machines; exit 0 when identical, 1 at the first divergence.
     Replay {
         /// The trace file (JSON Lines).
@@ -71,6 +76,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => run::main(args),
+        Command::Resume(args) => run::resume_main(args),
+        Command::Sessions(args) => sessions::main(args),
         Command::Replay { trace } => replay_main(&trace),
         Command::Decode(args) => decode::main(args),
         Command::Trace {

@@ -1,4 +1,5 @@
-//! `agentloop run`.
+//! `agentloop run` and `agentloop resume`: the shared agent setup (model, tools, timeouts,
+//! event printing, store) and the two commands.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -8,14 +9,66 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 
 use agentloop::agent_event::{AgentEvent, Outcome};
+use agentloop::model::Model;
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{control, Agent, EventEnvelope, FnSink, Timeouts};
+use agentloop::runtime::{control, Agent, AgentError, EventEnvelope, FnSink, RunOutput, Timeouts};
+use agentloop::store::{Durability, Entry, FileStore, SessionLock, SessionStore};
 
 /// Arguments of `agentloop run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The prompt.
     pub prompt: String,
+    /// Session id: create or continue this session in the file store (without it, the run
+    /// is a one-shot in-memory session).
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Store options (used with `--session`).
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Model, tools and runtime options.
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+/// Arguments of `agentloop resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The session whose interrupted run to continue.
+    pub session: String,
+    /// Store options.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Model, tools and runtime options.
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+/// Where sessions live.
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// Session store directory (default: `$AGENTLOOP_STORE`, else `./.agentloop/sessions`).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// When appends reach the disk: `sync` (fsync every entry), `batched` (fsync every 64
+    /// entries) or `batched:N`.
+    #[arg(long, default_value = "sync")]
+    pub durability: Durability,
+}
+
+impl StoreArgs {
+    /// Opens the file store.
+    pub fn open(&self) -> Result<FileStore, String> {
+        let dir = self.store.clone().unwrap_or_else(FileStore::default_dir);
+        FileStore::open(&dir)
+            .map(|s| s.with_durability(self.durability))
+            .map_err(|e| format!("cannot open the session store {}: {e}", dir.display()))
+    }
+}
+
+/// Options shared by `run` and `resume`: the model, the tools and the runtime.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
     /// A scripted-model JSON script (default: the built-in calculator demo).
     #[arg(long)]
     pub script: Option<PathBuf>,
@@ -106,36 +159,34 @@ fn print_event(format: EventsFormat, env: &EventEnvelope) {
             AgentEvent::ResponseComplete { .. } => println!(),
             AgentEvent::RunError { error, .. } => eprintln!("[error] {error}"),
             AgentEvent::AgentAbort { reason, .. } => eprintln!("[abort] {reason}"),
+            AgentEvent::SessionRepaired { notes } => {
+                for note in notes {
+                    eprintln!("[repaired] {note}");
+                }
+            }
+            AgentEvent::ApprovalRequired {
+                tool_call_id, name, ..
+            } => eprintln!("[approval] {name} ({tool_call_id}) needs approval"),
             _ => {}
         },
     }
 }
 
-/// Runs the command.
-pub fn main(args: RunArgs) -> ExitCode {
-    let model = match &args.script {
-        Some(path) => match ScriptedModel::from_file(path) {
-            Ok(m) => m,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-        },
-        None => ScriptedModel::demo(),
-    };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::from(2);
-        }
-    };
+/// The model the agent talks to.
+fn model(args: &AgentArgs) -> Result<Arc<dyn Model>, String> {
+    match &args.script {
+        Some(path) => ScriptedModel::from_file(path)
+            .map(|m| Arc::new(m) as Arc<dyn Model>)
+            .map_err(|e| e.to_string()),
+        None => Ok(Arc::new(ScriptedModel::demo())),
+    }
+}
+
+/// The agent: model, tools, timeouts, event printing and the session store.
+fn agent(args: &AgentArgs, store: Option<Arc<dyn SessionStore>>) -> Result<Agent, String> {
     let format = args.events;
-    let agent = Agent::builder()
-        .model(model)
+    let mut builder = Agent::builder()
+        .model_arc(model(args)?)
         .root(args.root.clone())
         .sink(Arc::new(FnSink(move |env: &EventEnvelope| {
             print_event(format, env)
@@ -150,49 +201,194 @@ pub fn main(args: RunArgs) -> ExitCode {
             c.max_steps = args.max_steps;
             c.step.retry.max_retries = args.max_retries;
             c.step.retry.initial_backoff_ms = args.initial_backoff_ms;
+        });
+    if let Some(store) = store {
+        builder = builder.store(store);
+    }
+    Ok(builder.build())
+}
+
+/// A file store with `session` locked for the whole command; torn-tail warnings printed.
+struct Locked {
+    store: Arc<FileStore>,
+    session: String,
+    _lock: SessionLock,
+}
+
+impl Locked {
+    fn open(args: &StoreArgs, session: &str) -> Result<Self, String> {
+        let store = Arc::new(args.open()?);
+        let lock = store.lock(session).map_err(|e| format!("{e}"))?;
+        // Loading under the lock validates the file and cuts a torn last entry.
+        let (_, report) = store.load_blocking(session).map_err(|e| e.to_string())?;
+        for w in &report.warnings {
+            eprintln!("[store] warning: {w}");
+        }
+        Ok(Locked {
+            store,
+            session: session.to_string(),
+            _lock: lock,
         })
-        .build();
-    rt.block_on(async {
+    }
+
+    /// Syncs batched appends and releases the writer.
+    fn close(&self) -> Result<(), String> {
+        self.store
+            .close(&self.session)
+            .map_err(|e| format!("closing session {}: {e}", self.session))
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
+}
+
+fn fail(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(2)
+}
+
+/// Writes the trace, prints the summary and maps the outcome to an exit code.
+fn finish(args: &AgentArgs, out: &RunOutput) -> ExitCode {
+    if let (Some(path), Some(trace)) = (&args.trace, &out.trace) {
+        if let Err(e) = trace.write(path) {
+            return fail(format!("writing trace: {e}"));
+        }
+    }
+    let r = &out.result;
+    eprintln!(
+        "[{}] {} after {} step(s); usage in={} out={}",
+        r.outcome.as_str(),
+        r.reason,
+        r.iterations,
+        r.usage.input_tokens,
+        r.usage.output_tokens
+    );
+    outcome_code(r.outcome)
+}
+
+fn outcome_code(outcome: Outcome) -> ExitCode {
+    match outcome {
+        Outcome::Completed => ExitCode::SUCCESS,
+        Outcome::Failed => ExitCode::from(1),
+        Outcome::Aborted => ExitCode::from(130),
+    }
+}
+
+/// Runs the `run` command.
+pub fn main(args: RunArgs) -> ExitCode {
+    let locked = match &args.session {
+        Some(session) => match Locked::open(&args.store, session) {
+            Ok(l) => Some(l),
+            Err(e) => return fail(e),
+        },
+        None => None,
+    };
+    let store = locked
+        .as_ref()
+        .map(|l| l.store.clone() as Arc<dyn SessionStore>);
+    let agent = match agent(&args.agent, store) {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => return fail(e),
+    };
+    let session = args.session.clone().unwrap_or_else(|| "default".into());
+    let code = rt.block_on(async {
         let (controller, rx) = control();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
                 controller.abort("interrupted (Ctrl-C)");
             }
         });
-        let out = match agent
-            .run_with(
-                "default",
-                vec![agentloop::Message::user(args.prompt.clone())],
-                Some(rx),
-                args.trace.is_some(),
-            )
+        let input = vec![agentloop::Message::user(args.prompt.clone())];
+        match agent
+            .run_with(&session, input, Some(rx), args.agent.trace.is_some())
             .await
         {
-            Ok(o) => o,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-        };
-        if let (Some(path), Some(trace)) = (&args.trace, &out.trace) {
-            if let Err(e) = trace.write(path) {
-                eprintln!("error: writing trace: {e}");
-                return ExitCode::from(2);
-            }
+            Ok(out) => finish(&args.agent, &out),
+            Err(e) => fail(e),
         }
-        let r = &out.result;
-        eprintln!(
-            "[{}] {} after {} step(s); usage in={} out={}",
-            r.outcome.as_str(),
-            r.reason,
-            r.iterations,
-            r.usage.input_tokens,
-            r.usage.output_tokens
-        );
-        match r.outcome {
-            Outcome::Completed => ExitCode::SUCCESS,
-            Outcome::Failed => ExitCode::from(1),
-            Outcome::Aborted => ExitCode::from(130),
-        }
+    });
+    if let Some(Err(e)) = locked.as_ref().map(Locked::close) {
+        return fail(e);
+    }
+    code
+}
+
+/// The outcome of the last ended run of a session, if its last run ended.
+fn last_outcome(entries: &[Entry]) -> Option<(String, String)> {
+    entries.iter().rev().find_map(|e| match e {
+        Entry::RunEnd {
+            outcome, reason, ..
+        } => Some((outcome.clone(), reason.clone())),
+        _ => None,
     })
+}
+
+/// Runs the `resume` command. A session with nothing to resume is reported, and the exit
+/// code is that of its last run (so "resume until it exits 0" is a safe loop).
+pub fn resume_main(args: ResumeArgs) -> ExitCode {
+    let locked = match Locked::open(&args.store, &args.session) {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
+    let entries = match locked.store.load_blocking(&args.session) {
+        Ok((entries, _)) => entries,
+        Err(e) => return fail(e),
+    };
+    if entries.is_empty() {
+        return fail(format!(
+            "no session {} in {}",
+            args.session,
+            locked.store.dir().display()
+        ));
+    }
+    let agent = match agent(&args.agent, Some(locked.store.clone())) {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => return fail(e),
+    };
+    let code = rt.block_on(async {
+        let (controller, rx) = control();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                controller.abort("interrupted (Ctrl-C)");
+            }
+        });
+        match agent
+            .resume_with(&args.session, Some(rx), args.agent.trace.is_some())
+            .await
+        {
+            Ok(out) => finish(&args.agent, &out),
+            Err(AgentError::NothingToResume { session }) => {
+                match last_outcome(&entries) {
+                    Some((outcome, reason)) => {
+                        eprintln!(
+                            "session {session} has no interrupted run; its last run ended {outcome} ({reason})"
+                        );
+                        match outcome.as_str() {
+                            "completed" => ExitCode::SUCCESS,
+                            "aborted" => ExitCode::from(130),
+                            _ => ExitCode::from(1),
+                        }
+                    }
+                    None => fail(format!("session {session} has no run to resume")),
+                }
+            }
+            Err(e) => fail(e),
+        }
+    });
+    if let Err(e) = locked.close() {
+        return fail(e);
+    }
+    code
 }

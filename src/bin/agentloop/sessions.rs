@@ -1,0 +1,308 @@
+//! `agentloop sessions`: list, show, check and export stored sessions.
+//!
+//! These commands only read: they never take a session's lock, so they work beside a running
+//! session, and a torn last entry is reported as a warning but left in place (the next
+//! `run`/`resume` of the session cuts it).
+//!
+//! Exit codes: 0 fine, 1 `check` found violations, 2 the session cannot be read (missing,
+//! corrupt, unsupported version, IO error).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::UNIX_EPOCH;
+
+use clap::{Args, Subcommand, ValueEnum};
+
+use agentloop::message::{Message, ToolStatus};
+use agentloop::store::{
+    check, export_jsonl, export_markdown, list_sessions, pending, Entry, FileStore, LoadReport,
+};
+
+/// Arguments of `agentloop sessions`.
+#[derive(Debug, Args)]
+pub struct SessionsArgs {
+    /// Session store directory (default: `$AGENTLOOP_STORE`, else `./.agentloop/sessions`).
+    #[arg(long, global = true)]
+    pub store: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: SessionsCommand,
+}
+
+/// `agentloop sessions` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// List the sessions of the store.
+    List,
+    /// Print a session's entries readably.
+    Show {
+        /// The session id.
+        id: String,
+    },
+    /// Verify the pairing invariant and the idempotency keys; exit 1 on any violation.
+    Check {
+        /// The session id.
+        id: String,
+    },
+    /// Export a session.
+    Export {
+        /// The session id.
+        id: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = ExportFormat::Jsonl)]
+        format: ExportFormat,
+    },
+}
+
+/// Export formats.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ExportFormat {
+    /// The session file format (`{"v":1,"seq":N,...}` per line).
+    Jsonl,
+    /// A readable transcript.
+    Markdown,
+}
+
+fn fail(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(2)
+}
+
+/// Runs the `sessions` command.
+pub fn main(args: SessionsArgs) -> ExitCode {
+    let dir = args.store.clone().unwrap_or_else(FileStore::default_dir);
+    if let SessionsCommand::List = args.command {
+        return list(&dir);
+    }
+    let store = match FileStore::open(&dir) {
+        Ok(s) => s,
+        Err(e) => {
+            return fail(format!(
+                "cannot open the session store {}: {e}",
+                dir.display()
+            ))
+        }
+    };
+    let id = match &args.command {
+        SessionsCommand::List => return ExitCode::SUCCESS,
+        SessionsCommand::Show { id }
+        | SessionsCommand::Check { id }
+        | SessionsCommand::Export { id, .. } => id.clone(),
+    };
+    let (entries, report) = match load(&store, &id) {
+        Ok(loaded) => loaded,
+        Err(e) => return fail(e),
+    };
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
+    match args.command {
+        SessionsCommand::List => ExitCode::SUCCESS,
+        SessionsCommand::Show { .. } => {
+            show(&id, &entries);
+            ExitCode::SUCCESS
+        }
+        SessionsCommand::Check { .. } => check_main(&id, &entries),
+        SessionsCommand::Export { format, .. } => match format {
+            ExportFormat::Jsonl => {
+                let mut out = std::io::stdout().lock();
+                match export_jsonl(&entries, &mut out).and_then(|()| {
+                    out.flush()
+                        .map_err(|source| agentloop::store::StoreError::Io {
+                            path: "<stdout>".into(),
+                            source,
+                        })
+                }) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => fail(e),
+                }
+            }
+            ExportFormat::Markdown => {
+                print!("{}", export_markdown(&id, &entries));
+                ExitCode::SUCCESS
+            }
+        },
+    }
+}
+
+/// Loads a session that must exist, read-only (no lock).
+fn load(store: &FileStore, id: &str) -> Result<(Vec<Entry>, LoadReport), String> {
+    let path = store.session_path(id).map_err(|e| e.to_string())?;
+    if !path.is_file() {
+        return Err(format!(
+            "no session {id} in {} (no file {})",
+            store.dir().display(),
+            path.display()
+        ));
+    }
+    store.load_blocking(id).map_err(|e| e.to_string())
+}
+
+/// The state of a session's last run: `completed`/`failed`/`aborted`, `interrupted`, or `empty`.
+fn status(entries: &[Entry]) -> String {
+    match agentloop::runtime::resume::interrupted_run(entries) {
+        Some(run) => format!("interrupted ({run})"),
+        None => entries
+            .iter()
+            .rev()
+            .find_map(|e| match e {
+                Entry::RunEnd { outcome, .. } => Some(outcome.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| "empty".into()),
+    }
+}
+
+fn list(dir: &std::path::Path) -> ExitCode {
+    let sessions = match list_sessions(dir) {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    if sessions.is_empty() {
+        eprintln!("no sessions in {}", dir.display());
+        return ExitCode::SUCCESS;
+    }
+    let store = match FileStore::open(dir) {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    println!(
+        "{:<32} {:>8} {:>10} {:>12}  status",
+        "session", "entries", "bytes", "modified"
+    );
+    for s in sessions {
+        let state = match store.load_blocking(&s.id) {
+            Ok((entries, _)) => status(&entries),
+            Err(_) => "corrupt (see `sessions check`)".into(),
+        };
+        let modified = s
+            .modified
+            .and_then(|m| m.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_secs().to_string())
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "{:<32} {:>8} {:>10} {:>12}  {state}{}",
+            s.id,
+            s.entries,
+            s.bytes,
+            modified,
+            if s.torn_tail { ", torn tail" } else { "" }
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if flat.chars().count() > max {
+        let cut: String = flat.chars().take(max).collect();
+        format!("{cut}…")
+    } else {
+        flat
+    }
+}
+
+fn status_name(status: ToolStatus) -> &'static str {
+    match status {
+        ToolStatus::Completed => "completed",
+        ToolStatus::Error => "error",
+        ToolStatus::Denied => "denied",
+        ToolStatus::Skipped => "skipped",
+        ToolStatus::Aborted => "aborted",
+        ToolStatus::OutcomeUnknown => "outcome_unknown",
+    }
+}
+
+/// One line per entry: `seq  kind  run  details`.
+fn show(id: &str, entries: &[Entry]) {
+    println!(
+        "session {id}: {} entries, {}",
+        entries.len(),
+        status(entries)
+    );
+    let mut out = std::io::stdout().lock();
+    for (i, e) in entries.iter().enumerate() {
+        let seq = i + 1;
+        let run = e.run_id().unwrap_or("-");
+        let line = match e {
+            Entry::Metadata { model, .. } => format!("metadata      model={model}"),
+            Entry::UserInput { message, .. } => {
+                let text = match message {
+                    Message::User { content } | Message::System { content } => content.as_str(),
+                    _ => "",
+                };
+                format!("user          {run}  {}", one_line(text, 100))
+            }
+            Entry::Assistant {
+                model_call_index,
+                message,
+                ..
+            } => {
+                let calls: Vec<String> = message
+                    .tool_calls
+                    .iter()
+                    .map(|c| format!("{}({})", c.name, c.id))
+                    .collect();
+                format!(
+                    "assistant     {run}  step {model_call_index}: {}{}",
+                    one_line(&message.text, 80),
+                    if calls.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" -> {}", calls.join(", "))
+                    }
+                )
+            }
+            Entry::ToolStarted {
+                tool_call_id, name, ..
+            } => format!("tool_started  {run}  {name} ({tool_call_id})"),
+            Entry::ToolResult { result, .. } => format!(
+                "tool_result   {run}  {} ({}) {}: {}",
+                result.name,
+                result.tool_call_id,
+                status_name(result.status),
+                one_line(&result.content, 80)
+            ),
+            Entry::Compaction { removed, .. } => {
+                format!("compaction    {run}  removed {removed} messages")
+            }
+            Entry::RunEnd {
+                outcome, reason, ..
+            } => format!("run_end       {run}  {outcome}: {reason}"),
+        };
+        if writeln!(out, "{seq:>6}  {line}").is_err() {
+            return;
+        }
+    }
+}
+
+fn check_main(id: &str, entries: &[Entry]) -> ExitCode {
+    let violations = check(entries);
+    for call in pending(entries) {
+        println!(
+            "pending: tool call {} ({}) of run {} step {} has no result yet ({}); `agentloop resume {id}` settles it",
+            call.tool_call_id,
+            call.name,
+            call.run_id,
+            call.model_call_index,
+            if call.started { "started" } else { "not started" }
+        );
+    }
+    if violations.is_empty() {
+        println!(
+            "session {id}: ok ({} entries, {})",
+            entries.len(),
+            status(entries)
+        );
+        return ExitCode::SUCCESS;
+    }
+    for v in &violations {
+        println!("violation: {v}");
+    }
+    println!("session {id}: {} violation(s)", violations.len());
+    ExitCode::from(1)
+}
