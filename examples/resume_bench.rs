@@ -4,6 +4,7 @@
 //!
 //! `cargo run --release --example resume_bench -- [ENTRIES] [ITERATIONS] [DIR]`
 //! (defaults: 10000, 20, a temporary directory).
+#![allow(clippy::disallowed_methods)] // a benchmark reads the wall clock
 
 use std::path::PathBuf;
 use std::sync::Arc;

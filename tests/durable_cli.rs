@@ -1,6 +1,7 @@
 //! The session CLI as a user meets it: the lock ("locked"), a torn last line (warning), a
 //! corrupt middle line (error naming file and offset), `sessions check` on a broken session,
 //! export, and `resume` on a finished session.
+#![allow(clippy::disallowed_methods)] // tests and benchmarks may read the wall clock
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

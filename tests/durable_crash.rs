@@ -10,6 +10,7 @@
 //! - the final answer is stored and the run ended `completed`.
 //!
 //! `scripts/crash_test.sh` runs the same loop against the release binary for longer.
+#![allow(clippy::disallowed_methods)] // tests and benchmarks may read the wall clock
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
