@@ -66,6 +66,10 @@ fn find_binary() -> Option<String> {
 
 fn start() -> Option<MockServer> {
     let Some(bin) = find_binary() else {
+        assert!(
+            std::env::var("AGENTLOOP_REQUIRE_AIMOCK").is_err(),
+            "AGENTLOOP_REQUIRE_AIMOCK is set but llmock was not found (AIMOCK_BIN / PATH)"
+        );
         println!("NOTICE: skipping third-party mock test: `llmock` (npm @copilotkit/aimock) not installed and AIMOCK_BIN unset");
         return None;
     };

@@ -10,6 +10,7 @@ use clap::{Args, ValueEnum};
 
 use agentloop::agent_event::{AgentEvent, Outcome};
 use agentloop::model::Model;
+use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{control, Agent, AgentError, EventEnvelope, FnSink, RunOutput, Timeouts};
 use agentloop::store::{Durability, Entry, FileStore, SessionLock, SessionStore};
@@ -69,6 +70,18 @@ impl StoreArgs {
 /// Options shared by `run` and `resume`: the model, the tools and the runtime.
 #[derive(Debug, Args)]
 pub struct AgentArgs {
+    /// Which model client: the offline scripted model (default), or a real provider.
+    #[arg(long, value_enum, default_value_t = ProviderArg::Scripted)]
+    pub provider: ProviderArg,
+    /// Model name sent to the provider (required with --provider openai|anthropic).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Provider base URL (default: $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL, else the public API).
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// TCP connect timeout for real providers, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub connect_timeout: f64,
     /// A scripted-model JSON script (default: the built-in calculator demo).
     #[arg(long)]
     pub script: Option<PathBuf>,
@@ -173,13 +186,46 @@ fn print_event(format: EventsFormat, env: &EventEnvelope) {
 }
 
 /// The model the agent talks to.
+/// Model clients the CLI can build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProviderArg {
+    /// The offline scripted model (no key, no network).
+    Scripted,
+    /// OpenAI-compatible Chat Completions (OpenAI, Azure, OpenRouter, Ollama, vLLM, llama.cpp, DeepSeek).
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
 fn model(args: &AgentArgs) -> Result<Arc<dyn Model>, String> {
-    match &args.script {
-        Some(path) => ScriptedModel::from_file(path)
-            .map(|m| Arc::new(m) as Arc<dyn Model>)
-            .map_err(|e| e.to_string()),
-        None => Ok(Arc::new(ScriptedModel::demo())),
+    let kind = match args.provider {
+        ProviderArg::Scripted => {
+            return match &args.script {
+                Some(path) => ScriptedModel::from_file(path)
+                    .map(|m| Arc::new(m) as Arc<dyn Model>)
+                    .map_err(|e| e.to_string()),
+                None => Ok(Arc::new(ScriptedModel::demo())),
+            }
+        }
+        ProviderArg::Openai => ProviderKind::OpenAi,
+        ProviderArg::Anthropic => ProviderKind::Anthropic,
+    };
+    if args.script.is_some() {
+        return Err("--script applies to --provider scripted only".into());
     }
+    let name = args
+        .model
+        .clone()
+        .ok_or_else(|| format!("--model is required with --provider {}", kind.as_str()))?;
+    let mut cfg = HttpConfig::from_env(kind);
+    if let Some(url) = &args.base_url {
+        cfg = cfg.with_base_url(url.clone());
+    }
+    cfg.connect_timeout = std::time::Duration::from_millis(secs(args.connect_timeout));
+    cfg.first_byte_timeout = std::time::Duration::from_millis(secs(args.first_chunk_timeout));
+    build_model(&name, cfg)
+        .map(Arc::from)
+        .map_err(|e| e.to_string())
 }
 
 /// The agent: model, tools, timeouts, event printing and the session store.
