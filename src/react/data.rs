@@ -311,7 +311,8 @@ impl ReactData {
                 reason: reason.clone(),
             },
         };
-        if !(outcome == Outcome::Aborted && self.abort_emitted) {
+        // Exactly one end event per run: an abort announced while draining is that event.
+        if !self.abort_emitted {
             self.emit(event);
         }
         self.result = Some(LoopResult {
