@@ -94,7 +94,7 @@ pub fn action(bytes: &mut Bytes<'_>) -> Action {
         },
         1 => Action::Resume {
             pending: p % 2 == 0,
-            steps: p / 2,
+            steps: p,
         },
         2 => Action::StreamOpened(attempt(p)),
         3 | 4 => Action::Delta(
