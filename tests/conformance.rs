@@ -14,11 +14,13 @@
 //! - exactly one terminal outcome: `result()` appears once, never changes, with exactly one
 //!   `run_end`/`run_error`/`agent_abort`.
 
-mod support;
+#[path = "support/harness.rs"]
+mod harness;
+#[path = "support/strategies.rs"]
+mod strategies;
 
+use harness::{Action, ProcessHarness, RunHarness, Setup};
 use proptest::prelude::*;
-use support::harness::{Action, ProcessHarness, RunHarness, Setup};
-use support::strategies;
 
 fn drive_run(setup: Setup, actions: &[Action]) -> RunHarness {
     let mut h = RunHarness::new(setup);
@@ -60,7 +62,7 @@ fn smart_runs_end_and_reach_tools() {
     let mut ended = 0;
     let mut with_tools = 0;
     for seed in 0..200u64 {
-        let mut rng = support::harness::SplitMix(seed);
+        let mut rng = harness::SplitMix(seed);
         let mut h = RunHarness::new(Setup::from_byte(rng.byte()));
         h.keep_log = false;
         for _ in 0..400 {
@@ -98,7 +100,7 @@ fn start(h: &mut RunHarness) {
 fn abort_after_store_failure_is_absorbed() {
     let mut h = RunHarness::new(Setup::default());
     start(&mut h);
-    h.act(Action::StreamOpened(support::harness::AttemptPick::Current));
+    h.act(Action::StreamOpened(harness::AttemptPick::Current));
     h.act(Action::StoreWriteFailed);
     assert!(h.run.is_terminal());
     let before = h.run.state();
@@ -117,7 +119,7 @@ fn abort_after_store_failure_is_absorbed() {
 /// Same bug with tools running: the abort persists results after the store failed.
 #[test]
 fn abort_after_store_failure_persists_nothing() {
-    use support::harness::{ArgsPick, AttemptPick, DeltaPick, SeqPick, ToolPick};
+    use harness::{ArgsPick, AttemptPick, DeltaPick, SeqPick, ToolPick};
     let mut h = RunHarness::new(Setup::default());
     start(&mut h);
     h.act(Action::StreamOpened(AttemptPick::Current));

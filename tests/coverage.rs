@@ -3,12 +3,13 @@
 //! counts the chart row of every transition, prints a coverage table and fails below 100%,
 //! naming the rows never taken.
 
-mod support;
+#[path = "support/harness.rs"]
+mod harness;
 
 use std::collections::BTreeMap;
 
 use agentloop::chart::{ProcessRow, ReactRow};
-use support::harness::{
+use harness::{
     Action, ArgsPick, AttemptPick, DecisionPick, DeltaPick, ErrPick, IdPick, ProcessHarness,
     RunHarness, SeqPick, Setup, SplitMix, ToolPick,
 };

@@ -3,11 +3,12 @@
 //! without a nightly toolchain. Any file found there runs, including ones a fuzzing session
 //! added; seeds named `seed-*` also carry an expectation in their name.
 
-mod support;
+#[path = "support/fuzz_decode.rs"]
+mod fuzz_decode;
+#[path = "support/harness.rs"]
+mod harness;
 
 use std::path::{Path, PathBuf};
-
-use support::fuzz_decode;
 
 fn corpus(target: &str) -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))

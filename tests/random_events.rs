@@ -4,11 +4,14 @@
 //! decode theirs (`tests/support/fuzz_decode.rs`): about 60% follow the effects, the rest are
 //! noise (any event, stale or unknown ids, invalid in the current state).
 
-mod support;
+#[path = "support/fuzz_decode.rs"]
+mod fuzz_decode;
+#[path = "support/harness.rs"]
+mod harness;
 
 use agentloop::Run;
-use support::fuzz_decode::{action, Bytes};
-use support::harness::{avoid_known_bugs, sidestep_known_bugs, Action, Feeder, Setup, SplitMix};
+use fuzz_decode::{action, Bytes};
+use harness::{avoid_known_bugs, sidestep_known_bugs, Action, Feeder, Setup, SplitMix};
 
 const EVENTS: usize = 100_000;
 
