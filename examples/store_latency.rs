@@ -4,6 +4,8 @@
 //! `cargo run --release --example store_latency -- [APPENDS] [DIR]` (defaults: 2000, a
 //! temporary directory; pass a DIR on the disk you care about).
 
+#![allow(clippy::disallowed_methods)] // a benchmark reads the wall clock
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

@@ -230,6 +230,35 @@ pub enum AgentEvent {
         /// The decision.
         decision: ApprovalDecision,
     },
+    /// A steering message was merged into the context (R-CTL-2).
+    SteeringApplied {
+        /// The message.
+        text: String,
+    },
+    /// A call was skipped because steering arrived (policy `skip_remaining`).
+    ToolSkippedForSteering {
+        /// Call id.
+        tool_call_id: String,
+    },
+    /// The model changed (R-CTL-5).
+    ModelSwitched {
+        /// Previous model.
+        from: String,
+        /// New model.
+        to: String,
+    },
+    /// A doom loop or repeated pattern of tool calls (R-TOOL-4).
+    LoopDetected {
+        /// The call that completed the loop, if one call repeats.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_call_id: Option<String>,
+        /// The repeating tool names.
+        pattern: Vec<String>,
+        /// How many times it repeated.
+        repeats: u32,
+        /// What the run does: `ask` (approval) or `stop`.
+        action: String,
+    },
     /// Compaction started.
     CompactStart {
         /// Why (`threshold`, `overflow`, `budget`).
@@ -242,6 +271,152 @@ pub enum AgentEvent {
         /// Messages removed.
         removed: usize,
     },
+    // ---- session control (R-CTL), emitted by the session handle ----
+    /// A prompt arrived at the session.
+    PromptReceived {
+        /// The prompt.
+        text: String,
+    },
+    /// A prompt arrived while a run was busy and waits in the queue (R-CTL-1).
+    PromptQueued {
+        /// The prompt.
+        text: String,
+        /// Prompts waiting, including this one.
+        queued: usize,
+    },
+    /// A queued prompt was dropped (`abort` with `clear_queue`, R-CTL-3).
+    PromptDropped {
+        /// The prompt.
+        text: String,
+    },
+    /// A `before_prompt` hook rejected a prompt.
+    PromptRejected {
+        /// The prompt.
+        text: String,
+        /// Why.
+        reason: String,
+    },
+    /// What happened to a `steer` call (R-CTL-2).
+    SteeringReceived {
+        /// Per-session steering reference, from 1.
+        steering_ref: u64,
+        /// The message.
+        text: String,
+        /// Queued, started a run (idle), or rejected.
+        status: SteeringStatus,
+    },
+    /// A run resumed because of an outside signal (seed 001 `agent_resumed`).
+    AgentResumed {
+        /// `tool_approved`, `tool_rejected`, `tool_approval_timeout`, `queued_prompt`.
+        trigger: String,
+    },
+    /// `approve(call_id, always: true)` whitelisted a tool and command family for the session.
+    ToolApprovedAlways {
+        /// Tool name.
+        tool: String,
+        /// Command family (first word of a shell command; the tool name otherwise).
+        command_family: String,
+    },
+    /// `attach_tool` added a tool (R-CTL-6).
+    ToolAttached {
+        /// Tool name.
+        name: String,
+    },
+    /// `detach_tool` removed a tool (R-CTL-6).
+    ToolDetached {
+        /// Tool name.
+        name: String,
+    },
+    // ---- tools and loop health (R-TOOL, R-EXT-1), emitted by the runtime ----
+    /// A `before_tool` hook blocked a call; the model sees a denied result.
+    ToolBlocked {
+        /// Call id.
+        tool_call_id: String,
+        /// Tool name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// How long a tool call took.
+    ToolMetrics {
+        /// Call id.
+        tool_call_id: String,
+        /// Tool name.
+        name: String,
+        /// Wall time in milliseconds (clock port).
+        duration_ms: u64,
+    },
+    /// A tool result over the size limit was written to a file; the model sees a preview
+    /// and the path (R-TOOL-5).
+    LargeResultOffloaded {
+        /// Call id.
+        tool_call_id: String,
+        /// Tool name.
+        name: String,
+        /// Where the full result is.
+        path: String,
+        /// Size of the full result.
+        bytes: usize,
+    },
+    // ---- usage and cost (R-CTX-3) ----
+    /// Usage and cost of one step (`model_call_index` set) or of a whole run (unset). A run's
+    /// report is emitted on every ending, also on abort: usage so far is kept.
+    UsageReport {
+        /// The step, or none for the run total.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model_call_index: Option<u32>,
+        /// Model name the price was looked up with.
+        model: String,
+        /// Tokens.
+        usage: Usage,
+        /// Cost in USD, when the price table knows the model.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+    },
+    // ---- subagents (R-EXT-2) ----
+    /// A subagent tool started a child session.
+    SubagentStart {
+        /// The parent's tool call.
+        tool_call_id: String,
+        /// The child session id.
+        child_session: String,
+        /// The task given to the child.
+        description: String,
+    },
+    /// A child session finished.
+    SubagentEnd {
+        /// The parent's tool call.
+        tool_call_id: String,
+        /// The child session id.
+        child_session: String,
+        /// How the child's run ended.
+        outcome: Outcome,
+        /// The child's final text (or error).
+        result: String,
+    },
+    /// An event of a child session, forwarded wrapped.
+    SubagentEvent {
+        /// The parent's tool call.
+        tool_call_id: String,
+        /// The child session id.
+        child_session: String,
+        /// The child's event, with the child's index.
+        event: Box<crate::runtime::EventEnvelope>,
+    },
+}
+
+/// What happened to a steering message (R-CTL-2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SteeringStatus {
+    /// Queued; merged at the next step boundary.
+    Queued,
+    /// The session was idle: the message started a run, like a prompt.
+    StartedRun,
+    /// The steering queue was full (`QueueFull`).
+    RejectedFull,
+    /// A `before_steering` hook rejected it.
+    RejectedHook,
 }
 
 impl AgentEvent {

@@ -40,6 +40,19 @@ pub enum ApprovalDecision {
     },
 }
 
+/// Which running tools an abort kills (R-CTL-3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KillPolicy {
+    /// Kill killable tools; immune tools finish and keep their results (default).
+    #[default]
+    Killable,
+    /// Kill every running tool.
+    All,
+    /// Kill nothing: running tools finish and keep their results.
+    None,
+}
+
 /// A committed assistant message whose tool calls are not all answered (resume).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PendingStep {
@@ -157,6 +170,24 @@ pub enum Event {
     Abort {
         /// Why.
         reason: String,
+        /// Which running tools to kill.
+        #[serde(default)]
+        kill: KillPolicy,
+    },
+    /// Steering input (R-CTL-2): merged into the context at the next step boundary.
+    Steer {
+        /// The message.
+        text: String,
+    },
+    /// Use another model from the next step on (R-CTL-5).
+    SwitchModel {
+        /// Model name.
+        model: String,
+    },
+    /// Offer these tools from the next step on (R-CTL-6).
+    SetTools {
+        /// The tool specs.
+        tools: Vec<crate::tools::ToolSpec>,
     },
     /// A session store write failed (R-IDEM-4).
     StoreWriteFailed {
@@ -184,6 +215,9 @@ impl Event {
             Event::CompactionFailed { .. } => "compaction_failed",
             Event::Abort { .. } => "abort",
             Event::StoreWriteFailed { .. } => "store_write_failed",
+            Event::Steer { .. } => "steer",
+            Event::SwitchModel { .. } => "switch_model",
+            Event::SetTools { .. } => "set_tools",
         }
     }
 

@@ -55,6 +55,34 @@ pub enum ApprovalPolicy {
     Always,
 }
 
+/// What to do when the model repeats the same call (R-TOOL-4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LoopAction {
+    /// Ask a human before running the repeated call (approval request).
+    Ask,
+    /// Refuse the call and stop the run (`Completed`, reason `stopped`).
+    Stop,
+}
+
+/// Doom-loop detection: the same tool with identical arguments `threshold` times in a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DoomLoopPolicy {
+    /// Consecutive identical calls that count as a loop (default 3).
+    pub threshold: u32,
+    /// What to do.
+    pub action: LoopAction,
+}
+
+impl Default for DoomLoopPolicy {
+    fn default() -> Self {
+        DoomLoopPolicy {
+            threshold: 3,
+            action: LoopAction::Ask,
+        }
+    }
+}
+
 /// Configuration of the inner machine.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StepConfig {
@@ -64,6 +92,12 @@ pub struct StepConfig {
     pub parallel_tools: bool,
     /// Per-tool approval policy; tools not listed need no approval.
     pub approval: BTreeMap<String, ApprovalPolicy>,
+    /// Tools that abort does not kill (`Tool::killable() == false`); filled by the agent builder.
+    #[serde(default)]
+    pub immune: std::collections::BTreeSet<String>,
+    /// Doom-loop detection (`None` disables it).
+    #[serde(default)]
+    pub doom_loop: Option<DoomLoopPolicy>,
 }
 
 impl Default for StepConfig {
@@ -72,6 +106,8 @@ impl Default for StepConfig {
             retry: RetryPolicy::default(),
             parallel_tools: true,
             approval: BTreeMap::new(),
+            immune: Default::default(),
+            doom_loop: Some(DoomLoopPolicy::default()),
         }
     }
 }

@@ -6,11 +6,12 @@ use crate::agent_event::AgentEvent;
 use crate::chart::ProcessRow;
 use crate::effect::Effect;
 use crate::error::ModelError;
+use crate::event::KillPolicy;
 use crate::event::{AttemptId, Event};
 use crate::message::{AssistantMessage, MessageDelta, ToolCall, ToolResult, ToolStatus};
 use crate::model::ModelRequest;
 use crate::process::accumulate::Accumulator;
-use crate::process::config::{ApprovalPolicy, StepConfig};
+use crate::process::config::{ApprovalPolicy, LoopAction, StepConfig};
 use crate::store::Entry;
 
 /// Where a tool call of the committed message stands.
@@ -64,6 +65,10 @@ pub struct ProcessData {
     pub(crate) slots: Vec<Slot>,
     pub(crate) outcome: Option<StepOutcome>,
     pub(crate) retries: u32,
+    /// Signatures (tool name, canonical arguments) of the run's earlier calls, oldest first.
+    pub(crate) recent: Vec<(String, String)>,
+    /// A doom loop with action `stop` was detected: the outer machine stops the run.
+    pub(crate) stop_requested: bool,
     /// The leaf state before the current handle (set by the facade).
     pub(crate) state: crate::chart::ProcessState,
     // Per-handle outputs, drained by the facade.
@@ -84,6 +89,8 @@ impl ProcessData {
             slots: Vec::new(),
             outcome: None,
             retries: 0,
+            recent: Vec::new(),
+            stop_requested: false,
             state: crate::chart::ProcessState::INITIAL,
             out: Vec::new(),
             row: None,
@@ -280,7 +287,27 @@ impl ProcessData {
         let offered: BTreeSet<&str> = self.request.tools.iter().map(|t| t.name.as_str()).collect();
         let mut slots = Vec::with_capacity(message.tool_calls.len());
         let mut immediate = Vec::new();
+        let mut history = self.recent.clone();
         for call in &message.tool_calls {
+            let signature = (call.name.clone(), call.arguments.to_string());
+            let repeats = 1 + history
+                .iter()
+                .rev()
+                .take_while(|s| **s == signature)
+                .count() as u32;
+            history.push(signature);
+            let looped = self.cfg.doom_loop.filter(|p| repeats >= p.threshold);
+            if let Some(policy) = looped {
+                immediate.push(AgentEvent::LoopDetected {
+                    tool_call_id: Some(call.id.clone()),
+                    pattern: vec![call.name.clone()],
+                    repeats,
+                    action: match policy.action {
+                        LoopAction::Ask => "ask".into(),
+                        LoopAction::Stop => "stop".into(),
+                    },
+                });
+            }
             let (state, result) = if let Some(why) = &call.invalid_arguments {
                 let r = error_result(call, ToolStatus::Error, why.clone());
                 (SlotState::Done, Some(r))
@@ -295,6 +322,21 @@ impl ProcessData {
                     format!("unknown tool: {}", call.name),
                 );
                 (SlotState::Done, Some(r))
+            } else if let Some(policy) = looped {
+                match policy.action {
+                    LoopAction::Ask => (SlotState::NeedsApproval, None),
+                    LoopAction::Stop => {
+                        self.stop_requested = true;
+                        let why = format!(
+                            "refused: `{}` was called {repeats} times in a row with identical arguments (doom loop)",
+                            call.name
+                        );
+                        (
+                            SlotState::Done,
+                            Some(error_result(call, ToolStatus::Error, why)),
+                        )
+                    }
+                }
             } else if self.needs_approval(call) {
                 (SlotState::NeedsApproval, None)
             } else {
@@ -503,6 +545,72 @@ impl ProcessData {
             format!("denied by user: {reason}"),
         );
         self.record_result(i, r);
+    }
+
+    fn killed_by(&self, kill: KillPolicy, name: &str) -> bool {
+        match kill {
+            KillPolicy::All => true,
+            KillPolicy::None => false,
+            KillPolicy::Killable => !self.cfg.immune.contains(name),
+        }
+    }
+
+    /// Whether, under `kill`, some running call would keep running.
+    pub(crate) fn would_drain(&self, kill: KillPolicy) -> bool {
+        self.slots
+            .iter()
+            .any(|s| s.state == SlotState::Running && !self.killed_by(kill, &s.call.name))
+    }
+
+    /// Abort in ToolExecuting when some calls keep running: kill per policy, close every call
+    /// that did not start or was killed; the survivors' results will be kept (R-CTL-3).
+    pub(crate) fn abort_draining(&mut self, kill: KillPolicy) {
+        for i in 0..self.slots.len() {
+            let running = self.slots[i].state == SlotState::Running;
+            if self.slots[i].state == SlotState::Done
+                || (running && !self.killed_by(kill, &self.slots[i].call.name))
+            {
+                continue;
+            }
+            if running {
+                let id = self.slots[i].call.id.clone();
+                self.out.push(Effect::KillTool {
+                    tool_call_id: id.clone(),
+                });
+                self.emit(AgentEvent::ToolKilled { tool_call_id: id });
+            }
+            let r = error_result(&self.slots[i].call, ToolStatus::Aborted, "aborted".into());
+            self.record_result(i, r);
+        }
+        self.outcome = Some(StepOutcome::Aborted);
+    }
+
+    /// Steering with `skip_remaining`: calls not started are skipped, killable running calls
+    /// are killed and skipped; immune running calls finish (R-CTL-2).
+    pub(crate) fn skip_for_steering(&mut self) {
+        for i in 0..self.slots.len() {
+            let state = self.slots[i].state.clone();
+            let id = self.slots[i].call.id.clone();
+            match state {
+                SlotState::Done => continue,
+                SlotState::Running
+                    if !self.killed_by(KillPolicy::Killable, &self.slots[i].call.name) =>
+                {
+                    continue
+                }
+                SlotState::Running => self.out.push(Effect::KillTool {
+                    tool_call_id: id.clone(),
+                }),
+                _ => {}
+            }
+            self.emit(AgentEvent::ToolSkippedForSteering { tool_call_id: id });
+            let r = error_result(
+                &self.slots[i].call,
+                ToolStatus::Skipped,
+                "skipped: the user sent a steering message".into(),
+            );
+            self.record_result(i, r);
+        }
     }
 
     /// Abort: cancel the stream or timer, kill running tools, give every call without a

@@ -6,6 +6,7 @@ use statig::blocking::*;
 
 use crate::chart::ProcessRow as Row;
 use crate::event::{ApprovalDecision, Event};
+use crate::message::{AssistantMessage, ToolResult};
 use crate::process::data::{ProcessData, StepOutcome};
 
 /// What the facade feeds the machine: an external event, or one of its own internal events.
@@ -14,7 +15,7 @@ pub(crate) enum Input<'a> {
     /// Start the step.
     Begin,
     /// Resume a committed message's unanswered tool calls.
-    Resume,
+    Resume(&'a AssistantMessage, &'a [ToolResult]),
     /// An event from outside.
     Ext(&'a Event),
     /// Decide what comes next after landing in RunningTools.
@@ -48,8 +49,9 @@ impl ProcessMachine {
                 context.call_model();
                 Transition(State::calling())
             }
-            Input::Resume => {
+            Input::Resume(message, results) => {
                 context.take(Row::IdleResume);
+                context.resume((*message).clone(), results.to_vec());
                 context.start_queued();
                 Transition(State::running_tools())
             }
@@ -182,10 +184,22 @@ impl ProcessMachine {
         }
     }
 
-    /// ToolExecuting: ToolFinished → record the result (or ignore a stale one).
+    /// ToolExecuting: ToolFinished → record the result (or ignore a stale one);
+    /// Abort → Draining when tools keep running; Steer (skip_remaining) → RunningTools.
     #[superstate(superstate = "live")]
     fn tool_executing(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
+        let draining = context.state == crate::chart::ProcessState::Draining;
         match event {
+            Input::Ext(Event::Abort { kill, .. }) if !draining && context.would_drain(*kill) => {
+                context.take(Row::ToolsAbortDrain);
+                context.abort_draining(*kill);
+                Transition(State::draining())
+            }
+            Input::Ext(Event::Steer { .. }) if !draining => {
+                context.take(Row::ToolsSteerSkip);
+                context.skip_for_steering();
+                Transition(State::running_tools())
+            }
             Input::Ext(Event::ToolFinished {
                 tool_call_id,
                 status,
@@ -265,6 +279,22 @@ impl ProcessMachine {
             }
         }
         Transition(State::running_tools())
+    }
+
+    /// Draining: Settle → Error once the immune tools finished.
+    #[state(superstate = "tool_executing")]
+    fn draining(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
+        match event {
+            Input::Settle if context.all_results() => {
+                context.take(Row::DrainingSettleDone);
+                Transition(State::error())
+            }
+            Input::Settle => {
+                context.take(Row::DrainingSettleWait);
+                Handled
+            }
+            _ => Super,
+        }
     }
 
     /// Success: terminal, absorbs every event (reported unhandled).

@@ -17,7 +17,7 @@ use crate::message::{AssistantMessage, ToolResult};
 use crate::model::ModelRequest;
 use crate::step::Transition;
 
-pub use config::{ApprovalPolicy, RetryPolicy, StepConfig};
+pub use config::{ApprovalPolicy, DoomLoopPolicy, LoopAction, RetryPolicy, StepConfig};
 use data::ProcessData;
 pub use data::StepOutcome;
 use machine::{Input, ProcessMachine, State};
@@ -72,6 +72,7 @@ fn kind(state: &State) -> ProcessState {
         State::Retrying {} => ProcessState::Retrying,
         State::RunningTools {} => ProcessState::RunningTools,
         State::AwaitingApproval {} => ProcessState::AwaitingApproval,
+        State::Draining {} => ProcessState::Draining,
         State::Success {} => ProcessState::Success,
         State::Error {} => ProcessState::Error,
     }
@@ -95,11 +96,14 @@ pub fn event_kind(event: &Event) -> Option<ProcessEventKind> {
             ApprovalDecision::Modified { .. } => ProcessEventKind::Modified,
         },
         Event::Abort { .. } => ProcessEventKind::Abort,
+        Event::Steer { .. } => ProcessEventKind::Steer,
         Event::Start { .. }
         | Event::Resume { .. }
         | Event::CompactionDone { .. }
         | Event::CompactionFailed { .. }
-        | Event::StoreWriteFailed { .. } => return None,
+        | Event::StoreWriteFailed { .. }
+        | Event::SwitchModel { .. }
+        | Event::SetTools { .. } => return None,
     })
 }
 
@@ -120,8 +124,7 @@ impl Process {
 
     /// Resumes a committed message whose calls lack results: runs only those (R-IDEM-5).
     pub fn resume(&mut self, message: AssistantMessage, results: Vec<ToolResult>) -> ProcessStep {
-        self.data.resume(message, results);
-        self.run(Input::Resume, ProcessEventKind::Resume)
+        self.run(Input::Resume(&message, &results), ProcessEventKind::Resume)
     }
 
     /// Feeds one event. An event no state accepts is reported (`unhandled`), never dropped
@@ -178,11 +181,15 @@ impl Process {
         let unhandled = self.feed(input, k, &mut transitions);
         // Run to completion: landing in RunningTools asks the machine what comes next.
         let mut guard = 0;
-        while self.state() == ProcessState::RunningTools && guard < 4 {
+        while matches!(
+            self.state(),
+            ProcessState::RunningTools | ProcessState::Draining
+        ) && guard < 4
+        {
             guard += 1;
-            let before = self.data.out.len();
+            let (before, state) = (self.data.out.len(), self.state());
             self.feed(Input::Settle, ProcessEventKind::Settle, &mut transitions);
-            if self.state() == ProcessState::RunningTools && self.data.out.len() == before {
+            if self.state() == state && self.data.out.len() == before {
                 break;
             }
         }
@@ -228,6 +235,18 @@ impl Process {
     /// The request of the current attempt.
     pub fn request(&self) -> &ModelRequest {
         &self.data.request
+    }
+
+    /// Sets the signatures (tool name, canonical arguments) of the run's earlier calls, for
+    /// doom-loop detection.
+    pub fn with_recent_calls(mut self, recent: Vec<(String, String)>) -> Self {
+        self.data.recent = recent;
+        self
+    }
+
+    /// Whether a doom loop with action `stop` was detected.
+    pub fn stop_requested(&self) -> bool {
+        self.data.stop_requested
     }
 
     /// Retries so far.

@@ -1,3 +1,29 @@
 //! Model clients: the offline scripted model, and (issue 3) real providers over HTTP.
+//!
+//! Real providers (issue 3), one file per concern:
+//! - [`sse`]: the SSE decoder ([`sse::SseDecoder`]) and the bytes → deltas pipeline
+//!   ([`sse::SsePipeline`], [`sse::SseNormalizer`]);
+//! - [`openai`] / [`anthropic`]: pure stream normalizers, request bodies, and the [`crate::model::Model`]
+//!   clients [`openai::OpenAiModel`] / [`anthropic::AnthropicModel`] over reqwest;
+//! - [`classify`]: HTTP status/body/headers, in-stream errors, malformed data and transport
+//!   failures → [`crate::error::ModelError`];
+//! - [`http`]: [`http::ProviderKind`], [`http::HttpConfig`] (base URL, key from
+//!   `OPENAI_API_KEY`/`ANTHROPIC_API_KEY`, base URL from `OPENAI_BASE_URL`/`ANTHROPIC_BASE_URL`,
+//!   connect 10 s / first-byte 60 s timeouts) and [`http::build_model`];
+//! - [`decode`]: `agentloop decode` ([`decode::decode`] → [`decode::DecodeReport`]) and the
+//!   [`decode::MessageAssembler`] that turns deltas into the committed message;
+//! - [`fuzz`]: the harnesses shared by the fuzz targets and the corpus replay test.
+//!
+//! CLI wiring: `let mut cfg = HttpConfig::from_env(kind); if let Some(u) = base_url { cfg =
+//! cfg.with_base_url(u) }; let model = build_model(&model_name, cfg)?;` and for `decode`:
+//! `let r = decode(kind, &bytes, http); println!("{}", serde_json::to_string_pretty(&r)?);`
+//! plus `serde_json::to_string(&r.deltas)` with `--deltas`.
 
+pub mod anthropic;
+pub mod classify;
+pub mod decode;
+pub mod fuzz;
+pub mod http;
+pub mod openai;
 pub mod scripted;
+pub mod sse;

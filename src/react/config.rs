@@ -14,6 +14,10 @@ use crate::tools::ToolSpec;
 pub struct Observation {
     /// The committed message had tool calls.
     pub has_tool_calls: bool,
+    /// Steering messages wait to be merged.
+    pub steering_pending: bool,
+    /// Something (a doom loop with action `stop`, a hook) asked to stop.
+    pub stop_requested: bool,
     /// The context is over its budget (from reported usage or the estimate).
     pub over_budget: bool,
     /// Steps committed so far in this run.
@@ -41,11 +45,25 @@ pub type Decider = fn(&Observation) -> Decision;
 /// The default decision: continue after tool calls (compacting first when over budget),
 /// complete otherwise.
 pub fn default_decider(o: &Observation) -> Decision {
-    match (o.has_tool_calls, o.over_budget) {
+    if o.stop_requested {
+        return Decision::Stop;
+    }
+    match (o.has_tool_calls || o.steering_pending, o.over_budget) {
         (true, true) => Decision::Compact,
         (true, false) => Decision::Continue,
         (false, _) => Decision::Complete,
     }
+}
+
+/// What steering does to the running tool batch (R-CTL-2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SteeringPolicy {
+    /// The batch finishes; the message joins the next model call.
+    #[default]
+    DeliverAtBoundary,
+    /// Calls not yet started are skipped; killable running calls are killed.
+    SkipRemaining,
 }
 
 /// The reminder appended on the last allowed step (R-OUT-5).
@@ -81,6 +99,9 @@ pub struct RunConfig {
     pub compact_ratio: f64,
     /// Text of the final-step reminder.
     pub final_reminder: String,
+    /// What steering does to a running tool batch.
+    #[serde(default)]
+    pub steering: SteeringPolicy,
     /// Observing's decision function.
     #[serde(skip, default = "default_decider_fn")]
     #[schemars(skip)]
@@ -111,6 +132,7 @@ impl Default for RunConfig {
             context_budget_tokens: None,
             compact_ratio: 0.8,
             final_reminder: FINAL_REMINDER.into(),
+            steering: SteeringPolicy::default(),
             decide: default_decider,
         }
     }

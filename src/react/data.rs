@@ -3,13 +3,14 @@
 use std::collections::BTreeSet;
 
 use crate::agent_event::{AgentEvent, Outcome};
+use crate::chart::ProcessState;
 use crate::chart::{ReactRow, ReactState};
 use crate::context::estimate_tokens;
 use crate::effect::Effect;
 use crate::message::{Message, Usage};
 use crate::model::ModelRequest;
 use crate::process::{Process, StepOutcome};
-use crate::react::config::{Decision, LoopResult, Observation, RunConfig};
+use crate::react::config::{Decision, LoopResult, Observation, RunConfig, SteeringPolicy};
 use crate::step::Transition;
 use crate::store::Entry;
 
@@ -28,6 +29,11 @@ pub struct ReactData {
     pub(crate) last_had_tools: bool,
     pub(crate) whitelist: BTreeSet<String>,
     pub(crate) result: Option<LoopResult>,
+    pub(crate) steering: Vec<String>,
+    pub(crate) recent_calls: Vec<(String, String)>,
+    pub(crate) stop_requested: bool,
+    pub(crate) abort_emitted: bool,
+    pub(crate) abort_reason: Option<String>,
     pub(crate) state: ReactState,
     // Per-handle outputs, drained by the facade.
     pub(crate) out: Vec<Effect>,
@@ -51,6 +57,11 @@ impl ReactData {
             last_had_tools: false,
             whitelist: BTreeSet::new(),
             result: None,
+            steering: Vec::new(),
+            recent_calls: Vec::new(),
+            stop_requested: false,
+            abort_emitted: false,
+            abort_reason: None,
             state: ReactState::INITIAL,
             out: Vec::new(),
             inner: Vec::new(),
@@ -154,6 +165,15 @@ impl ReactData {
 
     /// Builds the next step's request and starts the inner machine.
     pub(crate) fn execute(&mut self) {
+        for text in std::mem::take(&mut self.steering) {
+            let m = Message::user(text.clone());
+            self.messages.push(m.clone());
+            self.persist(Entry::UserInput {
+                run_id: self.run_id.clone(),
+                message: m,
+            });
+            self.emit(AgentEvent::SteeringApplied { text });
+        }
         let index = self.committed_steps + 1;
         let last = index >= self.cfg.max_steps;
         let mut messages = self.messages.clone();
@@ -175,7 +195,8 @@ impl ReactData {
             },
             params: self.cfg.params.clone(),
         };
-        let mut step = Process::new(self.cfg.step.clone(), request, self.whitelist.clone());
+        let mut step = Process::new(self.cfg.step.clone(), request, self.whitelist.clone())
+            .with_recent_calls(self.recent_calls.clone());
         let s = step.begin();
         self.inner.extend(s.transitions);
         self.out.extend(s.effects);
@@ -216,11 +237,28 @@ impl ReactData {
                 self.last_tokens = Some(u.input_tokens + u.output_tokens);
             }
             self.last_had_tools = !m.tool_calls.is_empty();
+            self.stop_requested |= step.stop_requested();
+            for c in &m.tool_calls {
+                self.recent_calls
+                    .push((c.name.clone(), c.arguments.to_string()));
+            }
+            let excess = self.recent_calls.len().saturating_sub(64);
+            self.recent_calls.drain(..excess);
+            if let Some((pattern, repeats)) =
+                crate::react::health::repeated_pattern(&self.recent_calls)
+            {
+                self.emit(AgentEvent::LoopDetected {
+                    tool_call_id: None,
+                    pattern,
+                    repeats,
+                    action: "warn".into(),
+                });
+            }
             self.messages.push(Message::Assistant(m));
             self.messages
                 .extend(step.results().into_iter().map(Message::Tool));
-            self.committed_steps += 1;
-            self.session_turns += 1;
+            self.committed_steps = self.committed_steps.saturating_add(1);
+            self.session_turns = self.session_turns.saturating_add(1);
             self.compacted_since_step = false;
         }
         self.whitelist = step.whitelist().clone();
@@ -229,6 +267,8 @@ impl ReactData {
     pub(crate) fn observe(&mut self) -> Decision {
         let o = Observation {
             has_tool_calls: self.last_had_tools,
+            steering_pending: !self.steering.is_empty(),
+            stop_requested: self.stop_requested,
             over_budget: self.over_budget(),
             steps: self.committed_steps,
             max_steps: self.cfg.max_steps,
@@ -271,7 +311,9 @@ impl ReactData {
                 reason: reason.clone(),
             },
         };
-        self.emit(event);
+        if !(outcome == Outcome::Aborted && self.abort_emitted) {
+            self.emit(event);
+        }
         self.result = Some(LoopResult {
             outcome,
             reason,
@@ -280,6 +322,55 @@ impl ReactData {
             usage: self.usage,
             error,
         });
+    }
+
+    /// Emits `agent_abort` now (the run may still drain immune tools before it ends).
+    pub(crate) fn emit_abort(&mut self, reason: &str) {
+        self.abort_emitted = true;
+        self.emit(AgentEvent::AgentAbort {
+            run_id: self.run_id.clone(),
+            reason: reason.to_string(),
+        });
+    }
+
+    /// Queues steering; with `skip_remaining`, a running tool batch is cut short.
+    pub(crate) fn steer(&mut self, event: &crate::event::Event, text: &str) {
+        self.steering.push(text.to_string());
+        let batch_running = self.step.as_ref().is_some_and(|s| {
+            matches!(
+                s.state(),
+                ProcessState::RunningTools | ProcessState::AwaitingApproval
+            )
+        });
+        if self.cfg.steering == SteeringPolicy::SkipRemaining && batch_running {
+            self.forward(event);
+        }
+    }
+
+    /// Switches the model from the next step on; the same model is a no-op without event.
+    pub(crate) fn switch_model(&mut self, model: &str) {
+        if model != self.cfg.model {
+            let from = std::mem::replace(&mut self.cfg.model, model.to_string());
+            self.emit(AgentEvent::ModelSwitched {
+                from,
+                to: model.to_string(),
+            });
+        }
+    }
+
+    /// Forwards an abort to a live inner machine; returns whether it now drains tools.
+    pub(crate) fn forward_abort(&mut self, event: &crate::event::Event) -> bool {
+        if self.step.as_ref().is_some_and(|s| !s.state().is_terminal()) {
+            self.forward(event);
+        }
+        self.step
+            .as_ref()
+            .is_some_and(|s| s.state() == ProcessState::Draining)
+    }
+
+    /// Whether the current step ended (terminal inner state).
+    pub(crate) fn step_ended(&self) -> bool {
+        self.step.as_ref().is_some_and(|s| s.state().is_terminal())
     }
 
     /// Forwards an event to the inner machine, collecting its transitions and effects.
@@ -313,6 +404,8 @@ impl ReactData {
                 self.out.push(Effect::KillTool { tool_call_id: id });
             }
         }
+        // The step ends with the run: nothing may reach it (and persist) after the failure.
+        self.step = None;
     }
 }
 

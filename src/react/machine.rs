@@ -46,11 +46,27 @@ impl ReactMachine {
     #[superstate(superstate = "root")]
     fn active(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
         match event {
-            Input::Ext(Event::Abort { reason }) => {
+            Input::Ext(e @ Event::Abort { reason, .. }) => {
+                context.forward_abort(e);
                 context.take(Row::ActiveAbort);
                 context.absorb_aborted_step();
                 context.finish(RunOutcome::Aborted, reason.clone(), None, true);
                 Transition(State::aborted())
+            }
+            Input::Ext(e @ Event::Steer { text }) => {
+                context.take(Row::ActiveSteer);
+                context.steer(e, text);
+                Handled
+            }
+            Input::Ext(Event::SwitchModel { model }) => {
+                context.take(Row::ActiveSwitchModel);
+                context.switch_model(model);
+                Handled
+            }
+            Input::Ext(Event::SetTools { tools }) => {
+                context.take(Row::ActiveSetTools);
+                context.cfg.tools = tools.clone();
+                Handled
             }
             Input::Ext(Event::StoreWriteFailed { error }) => {
                 context.take(Row::ActiveStoreFailed);
@@ -129,11 +145,22 @@ impl ReactMachine {
         }
     }
 
-    /// Executing: InnerEnded → Observing | Compacting | Failed (inner events are forwarded
+    /// Executing: InnerEnded → Observing | Compacting | Failed | Aborted (after draining);
+    /// Abort → Executing while immune tools drain (inner events are forwarded
     /// by the facade before this handler sees `InnerEnded`).
     #[state(superstate = "active")]
     fn executing(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
         match event {
+            Input::Ext(e @ Event::Abort { reason, .. }) => {
+                if context.forward_abort(e) {
+                    context.take(Row::ExecutingAbortDrain);
+                    context.abort_reason = Some(reason.clone());
+                    context.emit_abort(reason);
+                    Handled
+                } else {
+                    Super
+                }
+            }
             Input::InnerEnded => match context.step_outcome() {
                 Some(StepOutcome::Success) => {
                     context.take(Row::ExecutingSuccess);
@@ -156,6 +183,16 @@ impl ReactMachine {
                         true,
                     );
                     Transition(State::failed())
+                }
+                Some(StepOutcome::Aborted) if context.step_ended() => {
+                    context.take(Row::ExecutingAborted);
+                    context.absorb_aborted_step();
+                    let reason = context
+                        .abort_reason
+                        .clone()
+                        .unwrap_or_else(|| "aborted".into());
+                    context.finish(RunOutcome::Aborted, reason, None, true);
+                    Transition(State::aborted())
                 }
                 Some(StepOutcome::Aborted) | None => Super,
             },

@@ -5,6 +5,7 @@
 
 pub mod config;
 pub(crate) mod data;
+pub mod health;
 pub(crate) mod machine;
 
 use statig::blocking::{InitializedStateMachine, IntoStateMachineExt};
@@ -15,7 +16,8 @@ use crate::message::{AssistantMessage, Message};
 use crate::step::{AgentState, Step, Transition};
 
 pub use config::{
-    default_decider, Decider, Decision, LoopResult, Observation, RunConfig, FINAL_REMINDER,
+    default_decider, Decider, Decision, LoopResult, Observation, RunConfig, SteeringPolicy,
+    FINAL_REMINDER,
 };
 use data::ReactData;
 use machine::{Input, ReactMachine, State};
@@ -67,6 +69,9 @@ pub fn event_kind(event: &Event) -> Option<ReactEventKind> {
         Event::CompactionFailed { .. } => ReactEventKind::CompactionFailed,
         Event::Abort { .. } => ReactEventKind::Abort,
         Event::StoreWriteFailed { .. } => ReactEventKind::StoreWriteFailed,
+        Event::Steer { .. } => ReactEventKind::Steer,
+        Event::SwitchModel { .. } => ReactEventKind::SwitchModel,
+        Event::SetTools { .. } => ReactEventKind::SetTools,
         _ => return None,
     })
 }
@@ -98,10 +103,6 @@ impl Run {
             };
             self.drain(&mut transitions, &mut effects);
         } else {
-            if matches!(event, Event::Abort { .. }) && self.data.step.is_some() {
-                self.data.forward(&event);
-                self.drain(&mut transitions, &mut effects);
-            }
             let k = event_kind(&event).unwrap_or(ReactEventKind::Start);
             unhandled = self.feed(Input::Ext(&event), k, &mut transitions, &mut effects);
         }
@@ -174,7 +175,7 @@ impl Run {
                 ReactState::Observing => {
                     self.feed(Input::Decide, ReactEventKind::Decide, transitions, effects);
                 }
-                ReactState::Executing => {
+                ReactState::Executing if self.data.step_ended() => {
                     let k = match self.data.step_outcome() {
                         Some(crate::process::StepOutcome::Success) => {
                             ReactEventKind::InnerSucceeded
@@ -183,6 +184,7 @@ impl Run {
                             ReactEventKind::InnerOverflowed
                         }
                         Some(crate::process::StepOutcome::Failed(_)) => ReactEventKind::InnerFailed,
+                        Some(crate::process::StepOutcome::Aborted) => ReactEventKind::InnerAborted,
                         _ => break,
                     };
                     self.feed(Input::InnerEnded, k, transitions, effects);

@@ -9,10 +9,14 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use tracing::Instrument;
+
 use crate::agent_event::AgentEvent;
 use crate::effect::Effect;
 use crate::error::{ErrorKind, ModelError};
+use crate::event::ApprovalDecision;
 use crate::event::{AttemptId, Event};
+use crate::hooks::{ModelCallOutcome, ToolDecision};
 use crate::message::{MessageDelta, ToolCall, ToolStatus};
 use crate::model::{Model, ModelRequest};
 use crate::runtime::ports::EventEnvelope;
@@ -55,10 +59,35 @@ pub(crate) struct Driver<'a> {
     pub(crate) run_id: String,
     pub(crate) tx: mpsc::UnboundedSender<Event>,
     pub(crate) tasks: Tasks,
+    /// When each machine (by `MachineKind as usize`) entered its current state (tracing).
+    pub(crate) state_since: [Option<u64>; 2],
 }
 
 impl Driver<'_> {
     fn emit(&mut self, event: AgentEvent) {
+        if let AgentEvent::StateChanged {
+            machine,
+            from,
+            to,
+            event: cause,
+        } = &event
+        {
+            // R-EVT-2: transitions as span events, with the time spent in the state left.
+            let now = self.agent.clock.now_ms();
+            let key = *machine as usize;
+            let since = self.state_since.get(key).copied().flatten();
+            if let Some(slot) = self.state_since.get_mut(key) {
+                *slot = Some(now);
+            }
+            tracing::info!(
+                machine = ?machine,
+                from = %from,
+                to = %to,
+                event = %cause,
+                in_state_ms = since.map(|t| now.saturating_sub(t)),
+                "state_changed"
+            );
+        }
         let env = EventEnvelope {
             index: self.agent.next_event_index(),
             ts_ms: self.agent.clock.now_ms(),
@@ -127,6 +156,7 @@ impl Driver<'_> {
                     budget_tokens,
                     max_messages,
                 } => {
+                    self.agent.hooks.before_compact(&messages);
                     let compactor = self.agent.compactor.clone();
                     let tx = self.tx.clone();
                     let h = tokio::spawn(async move {
@@ -152,18 +182,37 @@ impl Driver<'_> {
             model_call_index: request.model_call_index,
             attempt: request.attempt,
         };
-        let model = self.agent.model.clone();
+        let mut request = request;
+        self.agent.hooks.before_model_call(&mut request);
+        let model = self.agent.model_for(&request.model);
+        let hooks = self.agent.hooks.clone();
         let tx = self.tx.clone();
         let timeouts = self.agent.timeouts;
         let a = attempt.clone();
-        let h = tokio::spawn(async move { stream_attempt(model, request, a, tx, timeouts).await });
+        let span = tracing::info_span!(
+            "step",
+            model_call_index = request.model_call_index,
+            attempt = request.attempt,
+            model = %request.model
+        );
+        let h = tokio::spawn(
+            async move {
+                let req = request.clone();
+                let outcome = stream_attempt(model, request, a, tx, timeouts).await;
+                hooks.after_model_call(&req, &outcome);
+            }
+            .instrument(span),
+        );
         self.tasks.model.insert(attempt, h);
     }
 
+    /// Runs a tool call in its own task: `before_tool` hook (block / modify / ask), the call
+    /// under the per-tool timeout with panic capture, `after_tool` hook, large-result offload
+    /// (R-TOOL-5), `tool_metrics`; then `ToolFinished` back into the loop.
     fn run_tool(&mut self, call: ToolCall) {
         let tx = self.tx.clone();
         let id = call.id.clone();
-        let Some(tool) = self.agent.tools.get(&call.name).cloned() else {
+        let Some(tool) = self.agent.tools.get(&call.name) else {
             let _ = tx.send(Event::ToolFinished {
                 tool_call_id: id,
                 status: ToolStatus::Error,
@@ -177,34 +226,147 @@ impl Driver<'_> {
             root: self.agent.root.clone(),
         };
         let timeout_ms = self.agent.timeouts.tool_ms;
-        let h = tokio::spawn(async move {
-            let args = call.arguments.clone();
-            let inner = tokio::spawn(async move { tool.call(ctx, args).await });
-            let abort = inner.abort_handle();
-            let (status, content) =
-                match tokio::time::timeout(Duration::from_millis(timeout_ms), inner).await {
-                    Ok(Ok(Ok(out))) => (ToolStatus::Completed, out),
-                    Ok(Ok(Err(e))) => (ToolStatus::Error, e.to_string()),
-                    Ok(Err(join)) if join.is_panic() => (
-                        ToolStatus::Error,
-                        format!("tool panicked: {}", panic_message(join)),
-                    ),
-                    Ok(Err(_)) => (ToolStatus::Error, "tool was cancelled".to_string()),
-                    Err(_) => {
-                        abort.abort();
-                        (
+        let hooks = self.agent.hooks.clone();
+        let approver = self.agent.approver.clone();
+        let offload = self.agent.offload.clone();
+        let emitter = self.agent.emitter(&self.run_id);
+        let session = self.session.clone();
+        let span = tracing::info_span!("tool", name = %call.name, tool_call_id = %call.id);
+        let h = tokio::spawn(
+            async move {
+                let started = emitter.clock.now_ms();
+                let mut call = call;
+                match hooks.before_tool(&call) {
+                    ToolDecision::Allow => {}
+                    ToolDecision::Modify { arguments } => call.arguments = arguments,
+                    ToolDecision::Block { reason } => {
+                        emitter.emit(AgentEvent::ToolBlocked {
+                            tool_call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            reason: reason.clone(),
+                        });
+                        let _ = tx.send(Event::ToolFinished {
+                            tool_call_id: call.id,
+                            status: ToolStatus::Denied,
+                            content: format!("blocked: {reason}"),
+                        });
+                        return;
+                    }
+                    ToolDecision::Ask => {
+                        emitter.emit(AgentEvent::ApprovalRequired {
+                            tool_call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            arguments: call.arguments.clone(),
+                        });
+                        let decision = approver.decide(&call).await.unwrap_or_else(|| {
+                            ApprovalDecision::Rejected {
+                                reason: "a hook asked for approval and no approver answered".into(),
+                            }
+                        });
+                        emitter.emit(AgentEvent::ApprovalResolved {
+                            tool_call_id: call.id.clone(),
+                            decision: decision.clone(),
+                        });
+                        match decision {
+                            ApprovalDecision::Approved | ApprovalDecision::ApprovedAlways => {}
+                            ApprovalDecision::Modified { arguments } => call.arguments = arguments,
+                            ApprovalDecision::Rejected { reason } => {
+                                let _ = tx.send(Event::ToolFinished {
+                                    tool_call_id: call.id,
+                                    status: ToolStatus::Denied,
+                                    content: format!("denied by user: {reason}"),
+                                });
+                                return;
+                            }
+                        }
+                    }
+                }
+                let args = call.arguments.clone();
+                let inner = AbortOnDrop(tokio::spawn(async move { tool.call(ctx, args).await }));
+                let (status, mut content) =
+                    match tokio::time::timeout(Duration::from_millis(timeout_ms), inner).await {
+                        Ok(Ok(Ok(out))) => (ToolStatus::Completed, out),
+                        Ok(Ok(Err(e))) => (ToolStatus::Error, e.to_string()),
+                        Ok(Err(join)) if join.is_panic() => (
+                            ToolStatus::Error,
+                            format!("tool panicked: {}", panic_message(join)),
+                        ),
+                        Ok(Err(_)) => (ToolStatus::Error, "tool was cancelled".to_string()),
+                        Err(_) => (
                             ToolStatus::Error,
                             format!("tool timed out after {timeout_ms} ms"),
-                        )
+                        ),
+                    };
+                hooks.after_tool(&call.id, &call.name, status, &mut content);
+                if let Some(offload) = offload {
+                    if let Some((replaced, path, bytes)) =
+                        offload.apply(&session, &call.id, &content).await
+                    {
+                        emitter.emit(AgentEvent::LargeResultOffloaded {
+                            tool_call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            path,
+                            bytes,
+                        });
+                        content = replaced;
                     }
-                };
-            let _ = tx.send(Event::ToolFinished {
-                tool_call_id: call.id,
-                status,
-                content,
-            });
-        });
+                }
+                emitter.emit(AgentEvent::ToolMetrics {
+                    tool_call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    duration_ms: emitter.clock.now_ms().saturating_sub(started),
+                });
+                let _ = tx.send(Event::ToolFinished {
+                    tool_call_id: call.id,
+                    status,
+                    content,
+                });
+            }
+            .instrument(span),
+        );
         self.tasks.tools.insert(id, (h, killable));
+    }
+}
+
+/// Aborts the task when dropped: killing a tool's outer task also stops the tool's future
+/// (a dropped `JoinHandle` alone would let it run on).
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> std::future::Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+/// Emits events from a run's background tasks (same sink, clock and index as the driver).
+#[derive(Clone)]
+pub(crate) struct Emitter {
+    pub(crate) sink: Arc<dyn crate::runtime::EventSink>,
+    pub(crate) clock: Arc<dyn crate::runtime::Clock>,
+    pub(crate) index: Arc<std::sync::atomic::AtomicU64>,
+    pub(crate) run_id: String,
+}
+
+impl Emitter {
+    pub(crate) fn emit(&self, event: AgentEvent) {
+        self.sink.emit(&EventEnvelope {
+            index: self
+                .index
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            ts_ms: self.clock.now_ms(),
+            run_id: self.run_id.clone(),
+            event,
+        });
     }
 }
 
@@ -236,20 +398,41 @@ async fn stream_attempt(
     attempt: AttemptId,
     tx: mpsc::UnboundedSender<Event>,
     timeouts: Timeouts,
-) {
+) -> ModelCallOutcome {
+    let sent = stream_events(model, request, attempt, &tx, timeouts).await;
+    let outcome = match &sent {
+        Event::Done { .. } => ModelCallOutcome::Done,
+        Event::TransportError { error, .. } | Event::ContextOverflow { error, .. } => {
+            ModelCallOutcome::Failed(error.message.clone())
+        }
+        Event::StreamStalled { after_ms, .. } => {
+            ModelCallOutcome::Failed(format!("stalled after {after_ms} ms"))
+        }
+        other => ModelCallOutcome::Failed(other.name().to_string()),
+    };
+    let _ = tx.send(sent);
+    outcome
+}
+
+/// Streams the attempt's deltas into `tx` and returns its terminal event (not yet sent).
+async fn stream_events(
+    model: Arc<dyn Model>,
+    request: ModelRequest,
+    attempt: AttemptId,
+    tx: &mpsc::UnboundedSender<Event>,
+    timeouts: Timeouts,
+) -> Event {
     let first = Duration::from_millis(timeouts.first_chunk_ms);
     let stall = Duration::from_millis(timeouts.stall_ms);
     let mut stream = match tokio::time::timeout(first, model.stream(request)).await {
         Err(_) => {
-            let _ = tx.send(Event::StreamStalled {
+            return Event::StreamStalled {
                 attempt,
                 after_ms: timeouts.first_chunk_ms,
-            });
-            return;
+            };
         }
         Ok(Err(e)) => {
-            let _ = tx.send(failure(attempt, e));
-            return;
+            return failure(attempt, e);
         }
         Ok(Ok(s)) => s,
     };
@@ -261,33 +444,28 @@ async fn stream_attempt(
         let wait = if seq == 0 { first } else { stall };
         match tokio::time::timeout(wait, stream.next()).await {
             Err(_) => {
-                let _ = tx.send(Event::StreamStalled {
+                return Event::StreamStalled {
                     attempt,
                     after_ms: wait.as_millis() as u64,
-                });
-                return;
+                };
             }
             Ok(None) => {
-                let _ = tx.send(Event::TransportError {
+                return Event::TransportError {
                     attempt,
                     error: ModelError::new(
                         ErrorKind::IncompleteStream,
                         "stream ended without a finish",
                     ),
-                });
-                return;
+                };
             }
             Ok(Some(Err(e))) => {
-                let _ = tx.send(failure(attempt, e));
-                return;
+                return failure(attempt, e);
             }
             Ok(Some(Ok(MessageDelta::Finish))) => {
-                let _ = tx.send(Event::Done { attempt });
-                return;
+                return Event::Done { attempt };
             }
             Ok(Some(Ok(MessageDelta::Error { error }))) => {
-                let _ = tx.send(failure(attempt, error));
-                return;
+                return failure(attempt, error);
             }
             Ok(Some(Ok(delta))) => {
                 let _ = tx.send(Event::Delta {

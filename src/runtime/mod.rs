@@ -8,30 +8,34 @@
 //! ```
 
 pub(crate) mod driver;
+pub mod offload;
 pub mod ports;
 pub mod resume;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
-use crate::event::{ApprovalDecision, Event};
+use crate::event::{ApprovalDecision, Event, KillPolicy};
+use crate::hooks::{Hooks, NoHooks};
 use crate::message::Message;
 use crate::model::Model;
 use crate::react::{LoopResult, Run, RunConfig};
 use crate::store::{MemoryStore, SessionStore, StoreError};
-use crate::tools::ToolRegistry;
+use crate::tools::{Tool, ToolRegistry};
 use crate::trace::{Trace, TraceHeader, TRACE_VERSION};
 
 pub use ports::{
     Approver, AutoApprove, Clock, Compactor, EventEnvelope, EventSink, FnSink, Ids, ManualApproval,
-    NullSink, RejectAll, SequentialIds, SystemClock, TimeIds, Truncate, VecSink,
+    NullSink, RejectAll, SequentialIds, SystemClock, TimeIds, TokioClock, Truncate, VecSink,
 };
 
 use driver::{Driver, Tasks};
+pub use offload::Offload;
 
 /// Timeouts the runtime turns into machine events (R-IN-7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,11 +96,22 @@ pub fn control() -> (Controller, ControlReceiver) {
 impl Controller {
     /// Aborts the run (R-CTL-3). Returns false if the run is gone.
     pub fn abort(&self, reason: impl Into<String>) -> bool {
+        self.abort_with(reason, KillPolicy::default())
+    }
+
+    /// Aborts the run with a kill policy for running tools (R-CTL-3).
+    pub fn abort_with(&self, reason: impl Into<String>, kill: KillPolicy) -> bool {
         self.tx
             .send(Event::Abort {
                 reason: reason.into(),
+                kill,
             })
             .is_ok()
+    }
+
+    /// Sends any event into the run (steering, model switch, tools...).
+    pub fn send(&self, event: Event) -> bool {
+        self.tx.send(event).is_ok()
     }
 
     /// Answers an approval request (R-CTL-4).
@@ -121,10 +136,58 @@ pub struct RunOutput {
     pub trace: Option<Trace>,
 }
 
+/// The tools of an agent, shared so a session can attach tools while a run is going (R-CTL-6):
+/// the driver looks implementations up here; which tools the *model* is offered is the run's
+/// configuration.
+#[derive(Clone, Default)]
+pub struct SharedTools(Arc<RwLock<ToolRegistry>>);
+
+impl std::fmt::Debug for SharedTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.read() {
+            Ok(r) => r.fmt(f),
+            Err(_) => f.write_str("<poisoned>"),
+        }
+    }
+}
+
+impl SharedTools {
+    /// Wraps a registry.
+    pub fn new(registry: ToolRegistry) -> Self {
+        SharedTools(Arc::new(RwLock::new(registry)))
+    }
+    /// Looks a tool up.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.0.read().ok().and_then(|r| r.get(name).cloned())
+    }
+    /// Adds (or replaces) a tool.
+    pub fn insert(&self, tool: Arc<dyn Tool>) {
+        if let Ok(mut r) = self.0.write() {
+            r.insert(tool);
+        }
+    }
+    /// Removes a tool.
+    pub fn remove(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.0.write().ok().and_then(|mut r| r.remove(name))
+    }
+    /// Specs of every tool, sorted by name.
+    pub fn specs(&self) -> Vec<crate::tools::ToolSpec> {
+        self.0.read().map(|r| r.specs()).unwrap_or_default()
+    }
+}
+
 /// An agent: the machines' configuration plus every port.
+///
+/// Models are a registry keyed by name: the model given to the builder is registered under its
+/// [`Model::name`] (and under the configured model name); more can be added with
+/// [`AgentBuilder::extra_model`]. Each request is routed by its `model` field, so switching
+/// models (R-CTL-5) is a change of the run configuration's `model` — no client is rebuilt.
 pub struct Agent {
     pub(crate) model: Arc<dyn Model>,
-    pub(crate) tools: ToolRegistry,
+    pub(crate) models: BTreeMap<String, Arc<dyn Model>>,
+    pub(crate) tools: SharedTools,
+    pub(crate) hooks: Arc<dyn Hooks>,
+    pub(crate) offload: Option<Offload>,
     pub(crate) store: Arc<dyn SessionStore>,
     pub(crate) approver: Arc<dyn Approver>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -134,7 +197,7 @@ pub struct Agent {
     pub(crate) config: RunConfig,
     pub(crate) timeouts: Timeouts,
     pub(crate) root: PathBuf,
-    pub(crate) event_index: std::sync::atomic::AtomicU64,
+    pub(crate) event_index: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -157,6 +220,9 @@ pub struct WithModel(Arc<dyn Model>);
 /// Builds an [`Agent`]. `build` exists only once a model was given.
 pub struct AgentBuilder<M> {
     model: M,
+    models: BTreeMap<String, Arc<dyn Model>>,
+    hooks: Arc<dyn Hooks>,
+    offload: Option<Offload>,
     tools: ToolRegistry,
     store: Arc<dyn SessionStore>,
     approver: Arc<dyn Approver>,
@@ -175,6 +241,9 @@ impl Agent {
     pub fn builder() -> AgentBuilder<NoModel> {
         AgentBuilder {
             model: NoModel,
+            models: BTreeMap::new(),
+            hooks: Arc::new(NoHooks),
+            offload: None,
             tools: ToolRegistry::builtin(),
             store: Arc::new(MemoryStore::new()),
             approver: Arc::new(AutoApprove),
@@ -199,6 +268,9 @@ impl<M> AgentBuilder<M> {
     pub fn model_arc(self, model: Arc<dyn Model>) -> AgentBuilder<WithModel> {
         AgentBuilder {
             model: WithModel(model),
+            models: self.models,
+            hooks: self.hooks,
+            offload: self.offload,
             tools: self.tools,
             store: self.store,
             approver: self.approver,
@@ -210,6 +282,25 @@ impl<M> AgentBuilder<M> {
             timeouts: self.timeouts,
             root: self.root,
         }
+    }
+
+    /// Registers another model under `name`; a run whose configured model is `name` (e.g.
+    /// after `switch_model(name)`) is served by it.
+    pub fn extra_model(mut self, name: impl Into<String>, model: Arc<dyn Model>) -> Self {
+        self.models.insert(name.into(), model);
+        self
+    }
+
+    /// Sets the hooks (R-EXT-1); use [`crate::hooks::HookChain`] for several.
+    pub fn hooks(mut self, hooks: Arc<dyn Hooks>) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    /// Offloads tool results larger than the limit to files (R-TOOL-5).
+    pub fn offload(mut self, offload: Offload) -> Self {
+        self.offload = Some(offload);
+        self
     }
 
     /// Sets the tools.
@@ -284,12 +375,29 @@ impl AgentBuilder<WithModel> {
     pub fn build(self) -> Agent {
         let mut config = self.config;
         config.tools = self.tools.specs();
+        config.step.immune = self
+            .tools
+            .specs()
+            .iter()
+            .filter(|s| self.tools.get(&s.name).is_some_and(|t| !t.killable()))
+            .map(|s| s.name.clone())
+            .collect();
         if config.model.is_empty() || config.model == "scripted" {
             config.model = self.model.0.name();
         }
+        let mut models = self.models;
+        models
+            .entry(self.model.0.name())
+            .or_insert_with(|| self.model.0.clone());
+        models
+            .entry(config.model.clone())
+            .or_insert_with(|| self.model.0.clone());
         Agent {
             model: self.model.0,
-            tools: self.tools,
+            models,
+            hooks: self.hooks,
+            offload: self.offload,
+            tools: SharedTools::new(self.tools),
             store: self.store,
             approver: self.approver,
             clock: self.clock,
@@ -305,6 +413,16 @@ impl AgentBuilder<WithModel> {
 }
 
 impl Agent {
+    /// An emitter for background tasks of a run (tool tasks emit their own events).
+    pub(crate) fn emitter(&self, run_id: &str) -> driver::Emitter {
+        driver::Emitter {
+            sink: self.sink.clone(),
+            clock: self.clock.clone(),
+            index: self.event_index.clone(),
+            run_id: run_id.to_string(),
+        }
+    }
+
     /// The next event index (monotonic over the agent's lifetime).
     pub(crate) fn next_event_index(&self) -> u64 {
         self.event_index
@@ -314,6 +432,34 @@ impl Agent {
     /// The run configuration.
     pub fn config(&self) -> &RunConfig {
         &self.config
+    }
+
+    /// The model serving `name`, if registered.
+    pub fn model_named(&self, name: &str) -> Option<Arc<dyn Model>> {
+        self.models.get(name).cloned()
+    }
+
+    /// Names of the registered models.
+    pub fn model_names(&self) -> Vec<String> {
+        self.models.keys().cloned().collect()
+    }
+
+    /// The model for a request: by name, else the default model.
+    pub(crate) fn model_for(&self, name: &str) -> Arc<dyn Model> {
+        self.models
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| self.model.clone())
+    }
+
+    /// The agent's tools (shared: a session attaches tools here).
+    pub fn tools(&self) -> &SharedTools {
+        &self.tools
+    }
+
+    /// The hooks.
+    pub fn hooks(&self) -> &Arc<dyn Hooks> {
+        &self.hooks
     }
 
     /// Resumes the interrupted run of `session`, without external control or trace.
@@ -337,6 +483,20 @@ impl Agent {
         control: Option<ControlReceiver>,
         record: bool,
     ) -> Result<RunOutput, AgentError> {
+        self.run_configured(session, input, self.config.clone(), control, record)
+            .await
+    }
+
+    /// Like [`Agent::run_with`], with a run configuration other than the agent's (a session
+    /// passes its current model and tool set).
+    pub async fn run_configured(
+        &self,
+        session: &str,
+        input: Vec<Message>,
+        config: RunConfig,
+        control: Option<ControlReceiver>,
+        record: bool,
+    ) -> Result<RunOutput, AgentError> {
         let entries = self.settle(session, false).await?;
         let history = crate::store::history(&entries);
         let session_turns = crate::store::committed_turns(&entries);
@@ -347,7 +507,8 @@ impl Agent {
             input,
             session_turns,
         };
-        self.drive(session, run_id, start, control, record).await
+        self.drive(session, run_id, start, config, control, record)
+            .await
     }
 
     /// Continues the interrupted run of `session` (R-IDEM-5..7): calls started without a
@@ -366,7 +527,15 @@ impl Agent {
             });
         };
         let resume = resume::resume_event(&entries, &run_id);
-        self.drive(session, run_id, resume, control, record).await
+        self.drive(
+            session,
+            run_id,
+            resume,
+            self.config.clone(),
+            control,
+            record,
+        )
+        .await
     }
 
     /// Loads `session` and appends the repairs it needs before the next request, emitting a
@@ -407,17 +576,33 @@ impl Agent {
         session: &str,
         run_id: String,
         first: Event,
+        config: RunConfig,
         control: Option<ControlReceiver>,
         record: bool,
     ) -> Result<RunOutput, AgentError> {
-        let mut run = Run::new(self.config.clone());
+        let span = tracing::info_span!("run", session, run_id = %run_id, model = %config.model);
+        self.drive_inner(session, run_id, first, config, control, record)
+            .instrument(span)
+            .await
+    }
+
+    async fn drive_inner(
+        &self,
+        session: &str,
+        run_id: String,
+        first: Event,
+        config: RunConfig,
+        control: Option<ControlReceiver>,
+        record: bool,
+    ) -> Result<RunOutput, AgentError> {
+        let mut run = Run::new(config.clone());
         let mut trace = record.then(|| {
             Trace::new(TraceHeader {
                 version: TRACE_VERSION,
                 agentloop: env!("CARGO_PKG_VERSION").to_string(),
                 session: session.to_string(),
-                config: self.config.clone(),
-                tools: self.config.tools.clone(),
+                tools: config.tools.clone(),
+                config,
             })
         });
         let (tx, mut rx) = mpsc::unbounded_channel();
@@ -428,6 +613,7 @@ impl Agent {
             run_id: run_id.clone(),
             tx,
             tasks: Tasks::default(),
+            state_since: [None; 2],
         };
         let deadline = self
             .timeouts
@@ -449,7 +635,7 @@ impl Agent {
                             }
                         } => {
                             deadline_fired = true;
-                            Event::Abort { reason: "run deadline exceeded".into() }
+                            Event::Abort { reason: "run deadline exceeded".into(), kill: KillPolicy::default() }
                         }
                     }
                 }

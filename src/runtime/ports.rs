@@ -71,11 +71,46 @@ pub struct SystemClock;
 
 #[async_trait]
 impl Clock for SystemClock {
+    #[allow(clippy::disallowed_methods)] // the one place that reads the wall clock
     fn now_ms(&self) -> u64 {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0)
+    }
+    async fn sleep(&self, ms: u64) {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await
+    }
+}
+
+/// A clock on tokio's time: with a paused runtime (`start_paused`), timestamps follow virtual
+/// time, so time-per-state metrics are deterministic in tests. Starts at `epoch_ms`.
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    origin: tokio::time::Instant,
+    epoch_ms: u64,
+}
+
+impl TokioClock {
+    /// A clock reading `epoch_ms` now (call inside a tokio runtime).
+    pub fn starting_at(epoch_ms: u64) -> Self {
+        TokioClock {
+            origin: tokio::time::Instant::now(),
+            epoch_ms,
+        }
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        TokioClock::starting_at(0)
+    }
+}
+
+#[async_trait]
+impl Clock for TokioClock {
+    fn now_ms(&self) -> u64 {
+        self.epoch_ms + self.origin.elapsed().as_millis() as u64
     }
     async fn sleep(&self, ms: u64) {
         tokio::time::sleep(std::time::Duration::from_millis(ms)).await

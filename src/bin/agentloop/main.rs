@@ -1,5 +1,6 @@
 //! The `agentloop` command line: run an agent, replay a trace, print the charts.
 
+mod decode;
 mod run;
 
 use std::path::PathBuf;
@@ -27,6 +28,8 @@ enum Command {
         /// The trace file (JSON Lines).
         trace: PathBuf,
     },
+    /// Decode a captured provider response (SSE body, or raw HTTP with --http) into one JSON object.
+    Decode(decode::DecodeArgs),
     /// Trace utilities.
     Trace {
         #[command(subcommand)]
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(args) => run::main(args),
         Command::Replay { trace } => replay_main(&trace),
+        Command::Decode(args) => decode::main(args),
         Command::Trace {
             command: TraceCommand::Schema,
         } => {

@@ -1,0 +1,70 @@
+//! `agentloop decode`: decode a captured provider response into the normalized message.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+
+use agentloop::provider::decode::decode;
+use agentloop::provider::http::ProviderKind;
+
+/// Which wire format.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Provider {
+    /// OpenAI-compatible Chat Completions.
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl From<Provider> for ProviderKind {
+    fn from(p: Provider) -> Self {
+        match p {
+            Provider::Openai => ProviderKind::OpenAi,
+            Provider::Anthropic => ProviderKind::Anthropic,
+        }
+    }
+}
+
+/// Arguments of `agentloop decode`.
+#[derive(Debug, Args)]
+pub struct DecodeArgs {
+    /// The wire format of the capture.
+    #[arg(long, value_enum)]
+    pub provider: Provider,
+    /// The file is a raw HTTP response (status line, headers, blank line, body).
+    #[arg(long)]
+    pub http: bool,
+    /// Also print the normalized delta sequence (one JSON line per delta, before the report).
+    #[arg(long)]
+    pub deltas: bool,
+    /// A captured raw SSE response body (or HTTP response with `--http`).
+    pub file: PathBuf,
+}
+
+/// Runs the command: prints one JSON object; exit 0 when it decoded (even to an error outcome).
+pub fn main(args: DecodeArgs) -> ExitCode {
+    let bytes = match std::fs::read(&args.file) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("error: {}: {e}", args.file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let report = decode(args.provider.into(), &bytes, args.http);
+    if args.deltas {
+        for d in &report.deltas {
+            println!("{}", serde_json::to_string(d).unwrap_or_default());
+        }
+    }
+    match serde_json::to_string_pretty(&report) {
+        Ok(s) => {
+            println!("{s}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: cannot print the report: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! Hooks (R-EXT-1): plugins called by the runtime and the session at fixed points of the loop.
+//!
+//! Every method has a no-op default, so a plugin implements only what it needs. Hooks are
+//! synchronous and must not block: they run inline on the loop (like an
+//! [`EventSink`](crate::runtime::EventSink)). A veto is not an error: it becomes an event
+//! (`prompt_rejected`, `steering_received{status: rejected_hook}`, `tool_blocked`) and, for a
+//! blocked tool, a `denied` result the model sees.
+//!
+//! | hook | called by | may |
+//! |---|---|---|
+//! | `before_prompt` | session, before a prompt starts or is queued | reject (`prompt_rejected`) |
+//! | `before_steering` | session, before a steering message is queued | reject |
+//! | `before_model_call` | driver, before each attempt is sent | rewrite the request |
+//! | `after_model_call` | driver, when an attempt's stream ends | observe |
+//! | `before_tool` | driver, before a tool call runs | allow, block, modify arguments, ask a human |
+//! | `after_tool` | runtime, when a tool result arrives | rewrite the result text |
+//! | `before_compact` | driver, before a compaction runs | observe |
+//! | `on_event` | event bus, for every event | observe |
+
+use serde_json::Value;
+
+use crate::message::{Message, ToolCall, ToolStatus};
+use crate::model::ModelRequest;
+use crate::runtime::EventEnvelope;
+
+/// What `before_tool` decides about a call.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToolDecision {
+    /// Run it.
+    Allow,
+    /// Do not run it: the model sees a `denied` result with this reason; `tool_blocked` is emitted.
+    Block {
+        /// Why.
+        reason: String,
+    },
+    /// Run it with these arguments instead.
+    Modify {
+        /// Replacement arguments.
+        arguments: Value,
+    },
+    /// Ask a human first (through the session's approvals; without a session, the approver port).
+    Ask,
+}
+
+/// A yes/no decision for prompts and steering.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Go ahead.
+    Accept,
+    /// Reject, with a reason (reported as an event).
+    Reject(String),
+}
+
+/// How an attempt's stream ended, for `after_model_call`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModelCallOutcome {
+    /// The stream finished.
+    Done,
+    /// The stream failed (the machine decides whether to retry).
+    Failed(String),
+}
+
+/// Plugin hooks. All methods default to "do nothing / allow".
+pub trait Hooks: Send + Sync {
+    /// A prompt arrived (before it starts or is queued).
+    fn before_prompt(&self, _text: &str) -> Verdict {
+        Verdict::Accept
+    }
+    /// A steering message arrived (before it is queued).
+    fn before_steering(&self, _text: &str) -> Verdict {
+        Verdict::Accept
+    }
+    /// A model attempt is about to be sent; the request may be changed.
+    fn before_model_call(&self, _request: &mut ModelRequest) {}
+    /// A model attempt's stream ended.
+    fn after_model_call(&self, _request: &ModelRequest, _outcome: &ModelCallOutcome) {}
+    /// A tool call is about to run.
+    fn before_tool(&self, _call: &ToolCall) -> ToolDecision {
+        ToolDecision::Allow
+    }
+    /// A tool call ended; `content` may be rewritten before the model sees it.
+    fn after_tool(&self, _call_id: &str, _name: &str, _status: ToolStatus, _content: &mut String) {}
+    /// A compaction is about to run over `messages`.
+    fn before_compact(&self, _messages: &[Message]) {}
+    /// Every event, after it got its index.
+    fn on_event(&self, _event: &EventEnvelope) {}
+}
+
+/// The default: no hooks.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoHooks;
+
+impl Hooks for NoHooks {}
+
+/// Several hooks, called in order. The first veto wins; modifications chain.
+#[derive(Default)]
+pub struct HookChain(pub Vec<std::sync::Arc<dyn Hooks>>);
+
+impl std::fmt::Debug for HookChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HookChain({} hooks)", self.0.len())
+    }
+}
+
+impl Hooks for HookChain {
+    fn before_prompt(&self, text: &str) -> Verdict {
+        self.0
+            .iter()
+            .map(|h| h.before_prompt(text))
+            .find(|v| *v != Verdict::Accept)
+            .unwrap_or(Verdict::Accept)
+    }
+    fn before_steering(&self, text: &str) -> Verdict {
+        self.0
+            .iter()
+            .map(|h| h.before_steering(text))
+            .find(|v| *v != Verdict::Accept)
+            .unwrap_or(Verdict::Accept)
+    }
+    fn before_model_call(&self, request: &mut ModelRequest) {
+        for h in &self.0 {
+            h.before_model_call(request);
+        }
+    }
+    fn after_model_call(&self, request: &ModelRequest, outcome: &ModelCallOutcome) {
+        for h in &self.0 {
+            h.after_model_call(request, outcome);
+        }
+    }
+    fn before_tool(&self, call: &ToolCall) -> ToolDecision {
+        let mut call = call.clone();
+        let mut decision = ToolDecision::Allow;
+        for h in &self.0 {
+            match h.before_tool(&call) {
+                ToolDecision::Allow => {}
+                ToolDecision::Modify { arguments } => {
+                    call.arguments = arguments.clone();
+                    if decision == ToolDecision::Allow
+                        || matches!(decision, ToolDecision::Modify { .. })
+                    {
+                        decision = ToolDecision::Modify { arguments };
+                    }
+                }
+                d @ ToolDecision::Block { .. } => return d,
+                ToolDecision::Ask => decision = ToolDecision::Ask,
+            }
+        }
+        decision
+    }
+    fn after_tool(&self, call_id: &str, name: &str, status: ToolStatus, content: &mut String) {
+        for h in &self.0 {
+            h.after_tool(call_id, name, status, content);
+        }
+    }
+    fn before_compact(&self, messages: &[Message]) {
+        for h in &self.0 {
+            h.before_compact(messages);
+        }
+    }
+    fn on_event(&self, event: &EventEnvelope) {
+        for h in &self.0 {
+            h.on_event(event);
+        }
+    }
+}

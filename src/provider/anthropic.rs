@@ -1,0 +1,611 @@
+//! Anthropic Messages: the stream normalizer ([`AnthropicNormalizer`]), the request body
+//! ([`request_body`]) and the [`Model`] implementation ([`AnthropicModel`]).
+//!
+//! The reading of the wire format:
+//!
+//! - `message_start` → `start-step`; its `usage` is the first usage snapshot.
+//! - `content_block_start` / `content_block_delta` / `content_block_stop` by `index`:
+//!   `text` (`text_delta`) → text; `tool_use` (`input_json_delta`) → tool input, completed at
+//!   the block's stop as one `tool-call`; `thinking` (`thinking_delta`, `signature_delta`) →
+//!   reasoning and its signature; `redacted_thinking` → one redacted-reasoning delta. Other
+//!   block types (server tools, citations) and other delta types are ignored.
+//! - `message_delta` carries `stop_reason` and *cumulative* usage: each field it has replaces
+//!   the earlier value, never adds to it.
+//! - `message_stop` is the terminal evidence → `finish-step` + `finish`. A clean EOF before it
+//!   is `incomplete_stream`.
+//! - `ping` and unknown events are ignored; `event: error` (e.g. `overloaded_error`) under
+//!   HTTP 200 is a classified error (`overloaded`, retryable).
+//! - A data event that is not JSON, or whose JSON lacks what its type needs (a delta for a
+//!   block that never started, a `text_delta` inside a `tool_use` block…), is a retryable
+//!   `server_error` naming the event.
+
+use std::borrow::Cow;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::error::ModelError;
+use crate::message::{FinishReason, Message, MessageDelta, Usage};
+use crate::model::{DeltaStream, Model, ModelRequest};
+use crate::provider::classify::{classify_stream_error, incomplete_stream, malformed_event};
+use crate::provider::http::{post_stream, HttpConfig, ProviderKind};
+use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
+
+/// The `anthropic-version` header sent with every request.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+#[derive(Deserialize)]
+struct Event<'a> {
+    #[serde(rename = "type", default, borrow)]
+    ty: Option<Cow<'a, str>>,
+    #[serde(default)]
+    index: Option<usize>,
+    // Boxed: they appear once per message/block, and keeping `Event` small keeps the hot
+    // per-delta parse cheap.
+    #[serde(default)]
+    message: Option<Box<StartMessage>>,
+    #[serde(default, borrow)]
+    content_block: Option<Box<ContentBlock<'a>>>,
+    #[serde(default, borrow)]
+    delta: Option<EventDelta<'a>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Deserialize)]
+struct StartMessage {
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Deserialize)]
+struct ContentBlock<'a> {
+    #[serde(rename = "type", borrow)]
+    ty: Cow<'a, str>,
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    thinking: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    signature: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    data: Option<Cow<'a, str>>,
+    #[serde(default)]
+    input: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct EventDelta<'a> {
+    #[serde(rename = "type", default, borrow)]
+    ty: Option<Cow<'a, str>>,
+    /// The payload of `text_delta` (`text`), `input_json_delta` (`partial_json`),
+    /// `thinking_delta` (`thinking`) or `signature_delta` (`signature`): one field, because a
+    /// delta carries exactly one of them and its `type` says which.
+    #[serde(
+        default,
+        borrow,
+        alias = "partial_json",
+        alias = "thinking",
+        alias = "signature"
+    )]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    stop_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize, Default)]
+struct WireUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    /// Cumulative semantics: every field present replaces the old value.
+    fn apply(&self, usage: &mut Usage) {
+        if let Some(v) = self.input_tokens {
+            usage.input_tokens = v;
+        }
+        if let Some(v) = self.output_tokens {
+            usage.output_tokens = v;
+        }
+        if let Some(v) = self.cache_read_input_tokens {
+            usage.cache_read_input_tokens = v;
+        }
+        if let Some(v) = self.cache_creation_input_tokens {
+            usage.cache_creation_input_tokens = v;
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum BlockKind {
+    Text,
+    Tool {
+        id: String,
+        name: String,
+        args: String,
+    },
+    Thinking,
+    Redacted,
+    /// A block type this client does not represent (server tools, …).
+    Other,
+}
+
+#[derive(Debug, Clone)]
+struct BlockState {
+    kind: BlockKind,
+    open: bool,
+}
+
+/// Maps an Anthropic `stop_reason` to the normalized reason.
+pub fn map_stop_reason(raw: &str) -> FinishReason {
+    match raw {
+        "end_turn" | "stop_sequence" => FinishReason::Stop,
+        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+        "tool_use" => FinishReason::ToolCalls,
+        "refusal" => FinishReason::ContentFilter,
+        _ => FinishReason::Other,
+    }
+}
+
+/// The Messages stream normalizer. Pure; see the module docs.
+#[derive(Debug, Clone, Default)]
+pub struct AnthropicNormalizer {
+    events: usize,
+    started: bool,
+    blocks: Vec<Option<BlockState>>,
+    raw_stop_reason: Option<String>,
+    usage: Option<Usage>,
+    ended: bool,
+}
+
+impl AnthropicNormalizer {
+    /// A fresh normalizer for one response.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn fail(&mut self, error: ModelError, out: &mut Vec<MessageDelta>) {
+        self.ended = true;
+        out.push(MessageDelta::Error { error });
+    }
+
+    fn malformed(&mut self, ev: &SseEvent, reason: &str, out: &mut Vec<MessageDelta>) {
+        let e = malformed_event(self.events, ev.event_type(), reason, &ev.data);
+        self.fail(e, out);
+    }
+
+    fn start_step(&mut self, out: &mut Vec<MessageDelta>) {
+        if !self.started {
+            self.started = true;
+            out.push(MessageDelta::StartStep);
+        }
+    }
+
+    fn close(block: &mut BlockState, out: &mut Vec<MessageDelta>) {
+        if !block.open {
+            return;
+        }
+        block.open = false;
+        match &mut block.kind {
+            BlockKind::Text => out.push(MessageDelta::TextEnd),
+            BlockKind::Thinking => out.push(MessageDelta::ReasoningEnd),
+            BlockKind::Tool { id, name, args } => {
+                out.push(MessageDelta::ToolInputEnd { id: id.clone() });
+                out.push(MessageDelta::ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: std::mem::take(args),
+                });
+            }
+            BlockKind::Redacted | BlockKind::Other => {}
+        }
+    }
+
+    fn block_start(&mut self, ev: &SseEvent, e: Event<'_>, out: &mut Vec<MessageDelta>) {
+        let (Some(index), Some(cb)) = (e.index, e.content_block) else {
+            return self.malformed(
+                ev,
+                "content_block_start without index or content_block",
+                out,
+            );
+        };
+        let cb = *cb;
+        if index > 4096 || self.blocks.get(index).is_some_and(Option::is_some) {
+            return self.malformed(ev, "content_block_start for an index already used", out);
+        }
+        self.start_step(out);
+        let kind = match cb.ty.as_ref() {
+            "text" => {
+                out.push(MessageDelta::TextStart);
+                if let Some(t) = cb.text.filter(|t| !t.is_empty()) {
+                    out.push(MessageDelta::TextDelta {
+                        text: t.into_owned(),
+                    });
+                }
+                BlockKind::Text
+            }
+            "thinking" => {
+                out.push(MessageDelta::ReasoningStart);
+                if let Some(t) = cb.thinking.filter(|t| !t.is_empty()) {
+                    out.push(MessageDelta::ReasoningDelta {
+                        text: t.into_owned(),
+                    });
+                }
+                if let Some(s) = cb.signature.filter(|s| !s.is_empty()) {
+                    out.push(MessageDelta::ReasoningSignature {
+                        signature: s.into_owned(),
+                    });
+                }
+                BlockKind::Thinking
+            }
+            "redacted_thinking" => {
+                out.push(MessageDelta::RedactedReasoning {
+                    data: cb.data.map(Cow::into_owned).unwrap_or_default(),
+                });
+                BlockKind::Redacted
+            }
+            "tool_use" => {
+                let (Some(id), Some(name)) = (cb.id, cb.name) else {
+                    return self.malformed(ev, "tool_use block without id or name", out);
+                };
+                let (id, name) = (id.into_owned(), name.into_owned());
+                out.push(MessageDelta::ToolInputStart {
+                    id: id.clone(),
+                    name: name.clone(),
+                });
+                // Streaming sends `input: {}` and the arguments as deltas; a non-empty input
+                // in the start event is the complete arguments.
+                let args = match cb.input {
+                    Some(Value::Object(m)) if !m.is_empty() => {
+                        let s = Value::Object(m).to_string();
+                        out.push(MessageDelta::ToolInputDelta {
+                            id: id.clone(),
+                            delta: s.clone(),
+                        });
+                        s
+                    }
+                    _ => String::new(),
+                };
+                BlockKind::Tool { id, name, args }
+            }
+            _ => BlockKind::Other,
+        };
+        if self.blocks.len() <= index {
+            self.blocks.resize(index + 1, None);
+        }
+        self.blocks[index] = Some(BlockState { kind, open: true });
+    }
+
+    fn block_delta(&mut self, ev: &SseEvent, e: Event<'_>, out: &mut Vec<MessageDelta>) {
+        let (Some(index), Some(delta)) = (e.index, e.delta) else {
+            return self.malformed(ev, "content_block_delta without index or delta", out);
+        };
+        let Some(Some(block)) = self.blocks.get_mut(index) else {
+            return self.malformed(
+                ev,
+                "content_block_delta for a block that never started",
+                out,
+            );
+        };
+        if !block.open {
+            return self.malformed(ev, "content_block_delta after content_block_stop", out);
+        }
+        let ty = delta.ty.as_deref().unwrap_or("");
+        let mismatch = match (ty, &mut block.kind) {
+            ("text_delta", BlockKind::Text) => match delta.text {
+                Some(t) => {
+                    if !t.is_empty() {
+                        out.push(MessageDelta::TextDelta {
+                            text: t.into_owned(),
+                        });
+                    }
+                    false
+                }
+                None => true,
+            },
+            ("input_json_delta", BlockKind::Tool { id, args, .. }) => match delta.text {
+                Some(p) => {
+                    if !p.is_empty() {
+                        args.push_str(&p);
+                        out.push(MessageDelta::ToolInputDelta {
+                            id: id.clone(),
+                            delta: p.into_owned(),
+                        });
+                    }
+                    false
+                }
+                None => true,
+            },
+            ("thinking_delta", BlockKind::Thinking) => match delta.text {
+                Some(t) => {
+                    if !t.is_empty() {
+                        out.push(MessageDelta::ReasoningDelta {
+                            text: t.into_owned(),
+                        });
+                    }
+                    false
+                }
+                None => true,
+            },
+            ("signature_delta", BlockKind::Thinking) => match delta.text {
+                Some(s) => {
+                    out.push(MessageDelta::ReasoningSignature {
+                        signature: s.into_owned(),
+                    });
+                    false
+                }
+                None => true,
+            },
+            (
+                "text_delta" | "input_json_delta" | "thinking_delta" | "signature_delta",
+                BlockKind::Other,
+            ) => false,
+            ("text_delta" | "input_json_delta" | "thinking_delta" | "signature_delta", _) => true,
+            // citations_delta and future delta types carry nothing this client represents.
+            _ => false,
+        };
+        if mismatch {
+            let reason = format!("{ty} does not fit content block {index}");
+            self.malformed(ev, &reason, out);
+        }
+    }
+
+    fn finish_message(&mut self, out: &mut Vec<MessageDelta>) {
+        self.start_step(out);
+        for block in self.blocks.iter_mut().flatten() {
+            Self::close(block, out);
+        }
+        out.push(MessageDelta::FinishStep {
+            finish_reason: self.raw_stop_reason.as_deref().map(map_stop_reason),
+            raw_finish_reason: self.raw_stop_reason.clone(),
+            usage: self.usage,
+        });
+        out.push(MessageDelta::Finish);
+        self.ended = true;
+    }
+}
+
+impl SseNormalizer for AnthropicNormalizer {
+    fn feed_into(&mut self, ev: &SseEvent, out: &mut Vec<MessageDelta>) {
+        if self.ended {
+            return;
+        }
+        self.events += 1;
+        if ev.data.trim().is_empty() {
+            return;
+        }
+        if ev.event.as_deref() == Some("error") {
+            let v = serde_json::from_str::<Value>(&ev.data)
+                .unwrap_or_else(|_| json!({ "error": { "message": ev.data } }));
+            self.fail(classify_stream_error(&v), out);
+            return;
+        }
+        let mut e = match serde_json::from_str::<Event<'_>>(&ev.data) {
+            Ok(e) => e,
+            Err(err) => {
+                let reason = if err.is_data() {
+                    format!("unexpected JSON shape for a Messages stream event: {err}")
+                } else {
+                    format!("not valid JSON: {err}")
+                };
+                self.malformed(ev, &reason, out);
+                return;
+            }
+        };
+        let ty = e.ty.take().unwrap_or(Cow::Borrowed(ev.event_type()));
+        match ty.as_ref() {
+            "message_start" => {
+                self.start_step(out);
+                if let Some(u) = e.message.and_then(|m| m.usage) {
+                    u.apply(self.usage.get_or_insert_with(Usage::default));
+                }
+            }
+            "content_block_start" => self.block_start(ev, e, out),
+            "content_block_delta" => self.block_delta(ev, e, out),
+            "content_block_stop" => {
+                let Some(index) = e.index else {
+                    self.malformed(ev, "content_block_stop without index", out);
+                    return;
+                };
+                match self.blocks.get_mut(index) {
+                    Some(Some(block)) => Self::close(block, out),
+                    _ => {
+                        self.malformed(ev, "content_block_stop for a block that never started", out)
+                    }
+                }
+            }
+            "message_delta" => {
+                let Some(delta) = e.delta else {
+                    self.malformed(ev, "message_delta without delta", out);
+                    return;
+                };
+                if let Some(r) = delta.stop_reason {
+                    self.raw_stop_reason = Some(r.into_owned());
+                }
+                if let Some(u) = e.usage {
+                    u.apply(self.usage.get_or_insert_with(Usage::default));
+                }
+            }
+            "message_stop" => self.finish_message(out),
+            "error" => {
+                let v: Value = serde_json::from_str(&ev.data).unwrap_or(Value::Null);
+                self.fail(classify_stream_error(&v), out);
+            }
+            // ping and anything new
+            _ => {}
+        }
+    }
+
+    fn finish(&mut self, eof: SseEof) -> Vec<MessageDelta> {
+        let mut out = Vec::new();
+        if !self.ended {
+            let mid = if eof == SseEof::MidEvent {
+                " (it ended inside an event)"
+            } else {
+                ""
+            };
+            let e = incomplete_stream(&format!("the stream ended before message_stop{mid}"));
+            self.fail(e, &mut out);
+        }
+        out
+    }
+}
+
+/// The Messages request body for `req` (`stream: true`). System messages in the history join
+/// the `system` parameter; consecutive messages of one role are merged (the API requires
+/// alternation); tool results travel as `tool_result` blocks of a user message.
+pub fn request_body(req: &ModelRequest, model: &str, default_max_tokens: u32) -> Value {
+    let mut system: Vec<&str> = req.system.iter().map(String::as_str).collect();
+    let mut messages: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut push = |role: &'static str, blocks: Vec<Value>| {
+        if blocks.is_empty() {
+            return;
+        }
+        match messages.last_mut() {
+            Some((r, b)) if *r == role => b.extend(blocks),
+            _ => messages.push((role, blocks)),
+        }
+    };
+    for m in &req.messages {
+        match m {
+            Message::System { content } => system.push(content),
+            Message::User { content } => {
+                push("user", vec![json!({"type": "text", "text": content})])
+            }
+            Message::Assistant(a) => {
+                let mut blocks = Vec::new();
+                if !a.reasoning.is_empty() {
+                    if let Some(sig) = &a.reasoning_signature {
+                        blocks.push(
+                            json!({"type": "thinking", "thinking": a.reasoning, "signature": sig}),
+                        );
+                    }
+                }
+                for data in &a.redacted_reasoning {
+                    blocks.push(json!({"type": "redacted_thinking", "data": data}));
+                }
+                if !a.text.is_empty() {
+                    blocks.push(json!({"type": "text", "text": a.text}));
+                }
+                for c in &a.tool_calls {
+                    let input = if c.arguments.is_object() {
+                        c.arguments.clone()
+                    } else {
+                        json!({})
+                    };
+                    blocks.push(
+                        json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}),
+                    );
+                }
+                push("assistant", blocks);
+            }
+            Message::Tool(r) => push(
+                "user",
+                vec![json!({
+                    "type": "tool_result",
+                    "tool_use_id": r.tool_call_id,
+                    "content": r.content,
+                    "is_error": r.is_error(),
+                })],
+            ),
+        }
+    }
+    let messages: Vec<Value> = messages
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    let model = if req.model.is_empty() {
+        model
+    } else {
+        &req.model
+    };
+    let mut body = json!({
+        "model": model,
+        "max_tokens": req.params.max_tokens.unwrap_or(default_max_tokens),
+        "messages": messages,
+        "stream": true,
+    });
+    if !system.is_empty() {
+        body["system"] = json!(system.join("\n\n"));
+    }
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+            .collect();
+        body["tools"] = Value::Array(tools);
+    }
+    if let Some(t) = req.params.temperature {
+        body["temperature"] = json!(t);
+    }
+    body
+}
+
+/// An Anthropic Messages client (R-STR-5). Never retries (R-IN-6).
+#[derive(Debug, Clone)]
+pub struct AnthropicModel {
+    model: String,
+    config: HttpConfig,
+    client: reqwest::Client,
+}
+
+impl AnthropicModel {
+    /// A client for `model` (used when a request's `model` is empty). `config.provider`
+    /// should be [`ProviderKind::Anthropic`].
+    pub fn new(model: impl Into<String>, config: HttpConfig) -> Result<Self, ModelError> {
+        let client = config.build_client()?;
+        Ok(AnthropicModel {
+            model: model.into(),
+            config,
+            client,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &HttpConfig {
+        &self.config
+    }
+}
+
+#[async_trait]
+impl Model for AnthropicModel {
+    fn name(&self) -> String {
+        format!("{}:{}", ProviderKind::Anthropic, self.model)
+    }
+
+    // The wall clock resolves `retry-after` HTTP-dates at the network edge (not in a machine).
+    #[allow(clippy::disallowed_methods)]
+    async fn stream(&self, request: ModelRequest) -> Result<DeltaStream, ModelError> {
+        let body = request_body(&request, &self.model, self.config.default_max_tokens);
+        let mut headers = vec![(
+            "anthropic-version".to_string(),
+            ANTHROPIC_VERSION.to_string(),
+        )];
+        if let Some(key) = &self.config.api_key {
+            headers.push(("x-api-key".to_string(), key.expose().to_string()));
+        }
+        post_stream(
+            &self.client,
+            &self.config,
+            headers,
+            body,
+            AnthropicNormalizer::new(),
+            SystemTime::now,
+        )
+        .await
+    }
+}

@@ -1,0 +1,452 @@
+//! Shared HTTP client configuration of the real providers: base URL, API key, timeouts.
+//!
+//! Defaults (all settable from the library and, through the CLI, from flags):
+//!
+//! | setting | default | meaning |
+//! |---|---|---|
+//! | [`HttpConfig::connect_timeout`] | 10 s | TCP + TLS connect |
+//! | [`HttpConfig::first_byte_timeout`] | 60 s | from sending the request until the response headers arrive |
+//! | [`HttpConfig::stall_timeout`] | off | idle time between two body reads; the runtime's stall timer (between deltas, R-IN-7) is the normal place for this, so the client leaves it off unless a library user without the runtime wants it |
+//! | [`HttpConfig::max_retry_after`] | 60 s | cap applied to `retry-after-ms` / `retry-after` hints |
+//!
+//! The client never retries (R-IN-6): every failure is classified and returned once; the
+//! machine decides. The API key lives in [`ApiKey`], whose `Debug` prints `ApiKey(***)` and
+//! which has no `Display`; error messages are scrubbed of it
+//! ([`crate::provider::classify::redact`]).
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ErrorKind, ModelError};
+
+/// Which wire format a provider speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// OpenAI-compatible Chat Completions (OpenAI, Azure, OpenRouter, Ollama, vLLM, llama.cpp, DeepSeek…).
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl ProviderKind {
+    /// `openai` or `anthropic`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "openai",
+            ProviderKind::Anthropic => "anthropic",
+        }
+    }
+
+    /// The environment variable holding the API key.
+    pub fn key_env(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "OPENAI_API_KEY",
+            ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
+        }
+    }
+
+    /// The environment variable holding the base URL.
+    pub fn base_url_env(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "OPENAI_BASE_URL",
+            ProviderKind::Anthropic => "ANTHROPIC_BASE_URL",
+        }
+    }
+
+    /// The public endpoint's base URL. OpenAI's includes `/v1` (as `OPENAI_BASE_URL` does by
+    /// convention); Anthropic's does not (the client appends `/v1/messages`).
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "https://api.openai.com/v1",
+            ProviderKind::Anthropic => "https://api.anthropic.com",
+        }
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ProviderKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "openai" => Ok(ProviderKind::OpenAi),
+            "anthropic" => Ok(ProviderKind::Anthropic),
+            other => Err(format!(
+                "unknown provider {other:?} (expected openai or anthropic)"
+            )),
+        }
+    }
+}
+
+/// An API key. `Debug` never shows it and there is no `Display`; only the request builder reads
+/// it, through [`ApiKey::expose`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> Self {
+        ApiKey(key.into())
+    }
+
+    /// The secret itself: for the `Authorization`/`x-api-key` header and for scrubbing errors.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(***)")
+    }
+}
+
+/// Configuration shared by both providers' HTTP clients. Its `Debug` hides the key and the
+/// extra header values.
+#[derive(Clone)]
+pub struct HttpConfig {
+    /// Which wire format.
+    pub provider: ProviderKind,
+    /// Base URL without a trailing slash (OpenAI-style: `…/v1`; Anthropic-style: the host).
+    pub base_url: String,
+    /// The key; `None` sends no auth header (Ollama, llama.cpp and vLLM need none).
+    pub api_key: Option<ApiKey>,
+    /// TCP + TLS connect timeout.
+    pub connect_timeout: Duration,
+    /// Time allowed from sending the request until the response headers arrive.
+    pub first_byte_timeout: Duration,
+    /// Optional idle timeout between two body reads (off by default; see the module docs).
+    pub stall_timeout: Option<Duration>,
+    /// Cap for server-requested retry delays.
+    pub max_retry_after: Duration,
+    /// Anthropic `max_tokens` when the request sets none (the API requires one).
+    pub default_max_tokens: u32,
+    /// Extra request headers (e.g. `OpenAI-Organization`, `anthropic-beta`). Their values are
+    /// treated as secrets too: they are never printed.
+    pub extra_headers: Vec<(String, String)>,
+}
+
+impl fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let headers: Vec<(&str, &str)> = self
+            .extra_headers
+            .iter()
+            .map(|(k, _)| (k.as_str(), "***"))
+            .collect();
+        f.debug_struct("HttpConfig")
+            .field("provider", &self.provider)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("first_byte_timeout", &self.first_byte_timeout)
+            .field("stall_timeout", &self.stall_timeout)
+            .field("max_retry_after", &self.max_retry_after)
+            .field("default_max_tokens", &self.default_max_tokens)
+            .field("extra_headers", &headers)
+            .finish()
+    }
+}
+
+/// Default connect timeout.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default first-byte (response headers) timeout.
+pub const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default cap for `retry-after` hints.
+pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// Default Anthropic `max_tokens`.
+pub const DEFAULT_MAX_TOKENS: u32 = 8192;
+
+impl HttpConfig {
+    /// Defaults for `provider`: the public base URL, no key, default timeouts.
+    pub fn new(provider: ProviderKind) -> Self {
+        HttpConfig {
+            provider,
+            base_url: provider.default_base_url().to_string(),
+            api_key: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
+            stall_timeout: None,
+            max_retry_after: DEFAULT_MAX_RETRY_AFTER,
+            default_max_tokens: DEFAULT_MAX_TOKENS,
+            extra_headers: Vec::new(),
+        }
+    }
+
+    /// Defaults, then `OPENAI_API_KEY`/`ANTHROPIC_API_KEY` and `OPENAI_BASE_URL`/
+    /// `ANTHROPIC_BASE_URL` from the environment (empty variables are ignored).
+    pub fn from_env(provider: ProviderKind) -> Self {
+        Self::from_lookup(provider, |name| std::env::var(name).ok())
+    }
+
+    /// Like [`HttpConfig::from_env`] with a custom variable lookup (testable without touching
+    /// the process environment).
+    pub fn from_lookup(provider: ProviderKind, lookup: impl Fn(&str) -> Option<String>) -> Self {
+        let mut cfg = Self::new(provider);
+        if let Some(key) = lookup(provider.key_env()).filter(|k| !k.trim().is_empty()) {
+            cfg.api_key = Some(ApiKey::new(key.trim()));
+        }
+        if let Some(url) = lookup(provider.base_url_env()).filter(|u| !u.trim().is_empty()) {
+            cfg = cfg.with_base_url(url.trim());
+        }
+        cfg
+    }
+
+    /// Sets the base URL (a trailing `/` is removed).
+    pub fn with_base_url(mut self, url: impl Into<String>) -> Self {
+        let url = url.into();
+        self.base_url = url.trim_end_matches('/').to_string();
+        self
+    }
+
+    /// Sets the API key.
+    pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(ApiKey::new(key));
+        self
+    }
+
+    /// The endpoint URL: `{base}/chat/completions` (OpenAI) or `{base}/v1/messages`
+    /// (Anthropic; a base that already ends in `/v1` is not doubled).
+    pub fn endpoint(&self) -> String {
+        match self.provider {
+            ProviderKind::OpenAi => format!("{}/chat/completions", self.base_url),
+            ProviderKind::Anthropic => {
+                if self.base_url.ends_with("/v1") {
+                    format!("{}/messages", self.base_url)
+                } else {
+                    format!("{}/v1/messages", self.base_url)
+                }
+            }
+        }
+    }
+
+    /// The cap for retry hints, in milliseconds.
+    pub fn max_retry_after_ms(&self) -> u64 {
+        u64::try_from(self.max_retry_after.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Secrets to scrub from any text that leaves the client (the key and extra header values).
+    pub fn secrets(&self) -> Vec<&str> {
+        let mut s: Vec<&str> = self.api_key.iter().map(ApiKey::expose).collect();
+        s.extend(self.extra_headers.iter().map(|(_, v)| v.as_str()));
+        s
+    }
+
+    /// Builds the `reqwest` client: connect timeout set and reqwest's own retry policy
+    /// switched off (by default reqwest 0.12 re-sends requests refused by HTTP/2 protocol
+    /// NACKs). The only re-send left below the machine is hyper's re-issue of a request whose
+    /// pooled connection closed *before the request was written*, which cannot duplicate work
+    /// because the server never saw it.
+    pub fn build_client(&self) -> Result<reqwest::Client, ModelError> {
+        reqwest::Client::builder()
+            .retry(reqwest::retry::never())
+            .connect_timeout(self.connect_timeout)
+            .user_agent(concat!("agentloop/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| {
+                ModelError::new(
+                    ErrorKind::Connection,
+                    format!("cannot build HTTP client: {e}"),
+                )
+            })
+    }
+}
+
+/// Longest error body read for classification.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// Sends one streaming POST and returns the normalized delta stream. Shared by both
+/// providers. Never retries. Failures before the body (connect, no headers within
+/// `first_byte_timeout`, an HTTP error status) are the `Err`; failures inside the body are an
+/// `Err` item that ends the stream. The key and the extra header values are scrubbed from
+/// every error message. `now` is only read to resolve `retry-after` HTTP-dates.
+pub(crate) async fn post_stream<N>(
+    client: &reqwest::Client,
+    config: &HttpConfig,
+    headers: Vec<(String, String)>,
+    body: serde_json::Value,
+    normalizer: N,
+    now: fn() -> std::time::SystemTime,
+) -> Result<crate::model::DeltaStream, ModelError>
+where
+    N: crate::provider::sse::SseNormalizer + Send + 'static,
+{
+    use crate::provider::classify::{
+        classify_http, classify_stream_error, classify_transport, redact,
+    };
+    use futures::StreamExt;
+
+    let secrets: Vec<String> = config.secrets().into_iter().map(str::to_string).collect();
+    let scrub = move |mut e: ModelError, secrets: &[String]| {
+        let refs: Vec<&str> = secrets.iter().map(String::as_str).collect();
+        e.message = redact(&e.message, &refs);
+        e
+    };
+
+    let mut req = client
+        .post(config.endpoint())
+        .header("accept", "text/event-stream")
+        .json(&body);
+    for (k, v) in headers.iter().chain(config.extra_headers.iter()) {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    let timeout = config.first_byte_timeout;
+    let resp = match tokio::time::timeout(timeout, req.send()).await {
+        Err(_) => {
+            return Err(ModelError::new(
+                ErrorKind::Timeout,
+                format!("no response headers within {} ms", timeout.as_millis()),
+            ))
+        }
+        Ok(Err(e)) => {
+            let refs: Vec<&str> = secrets.iter().map(String::as_str).collect();
+            return Err(classify_transport(e, &refs));
+        }
+        Ok(Ok(resp)) => resp,
+    };
+    let status = resp.status();
+    let resp_headers = resp.headers().clone();
+    let is_json = resp_headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.trim_start().starts_with("application/json"));
+    if !status.is_success() || is_json {
+        let body = read_limited(resp, timeout, MAX_ERROR_BODY).await;
+        let err = if status.is_success() {
+            // A JSON body under 2xx: an error object, or a server that ignored `stream: true`.
+            match serde_json::from_slice::<serde_json::Value>(&body) {
+                Ok(v) if v.get("error").is_some_and(|e| !e.is_null()) => {
+                    classify_stream_error(&v).with_status(status.as_u16())
+                }
+                _ => ModelError::new(
+                    ErrorKind::ServerError,
+                    format!(
+                        "HTTP {}: expected a text/event-stream body, got application/json",
+                        status.as_u16()
+                    ),
+                )
+                .with_status(status.as_u16()),
+            }
+        } else {
+            classify_http(
+                status.as_u16(),
+                &resp_headers,
+                &body,
+                now(),
+                config.max_retry_after_ms(),
+            )
+        };
+        return Err(scrub(err, &secrets));
+    }
+
+    struct State<N> {
+        body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+        pipe: crate::provider::sse::SsePipeline<N>,
+        queue: std::collections::VecDeque<crate::message::MessageDelta>,
+        done: bool,
+        stall: Option<Duration>,
+        secrets: Vec<String>,
+    }
+    let state = State {
+        body: resp.bytes_stream().boxed(),
+        pipe: crate::provider::sse::SsePipeline::new(normalizer),
+        queue: Default::default(),
+        done: false,
+        stall: config.stall_timeout,
+        secrets,
+    };
+    let stream = futures::stream::unfold(state, move |mut st| async move {
+        use crate::message::MessageDelta;
+        loop {
+            if let Some(d) = st.queue.pop_front() {
+                return match d {
+                    MessageDelta::Error { error } => {
+                        st.done = true;
+                        st.queue.clear();
+                        let e = scrub(error, &st.secrets);
+                        Some((Err(e), st))
+                    }
+                    d => Some((Ok(d), st)),
+                };
+            }
+            if st.done {
+                return None;
+            }
+            let next = match st.stall {
+                Some(limit) => match tokio::time::timeout(limit, st.body.next()).await {
+                    Ok(n) => n,
+                    Err(_) => {
+                        st.done = true;
+                        let e = ModelError::new(
+                            ErrorKind::Timeout,
+                            format!("stream stalled: no data for {} ms", limit.as_millis()),
+                        );
+                        return Some((Err(e), st));
+                    }
+                },
+                None => st.body.next().await,
+            };
+            match next {
+                Some(Ok(bytes)) => {
+                    let deltas = st.pipe.feed(&bytes);
+                    st.queue.extend(deltas);
+                }
+                Some(Err(e)) => {
+                    st.done = true;
+                    let refs: Vec<&str> = st.secrets.iter().map(String::as_str).collect();
+                    let e = classify_transport(e, &refs);
+                    return Some((Err(e), st));
+                }
+                None => {
+                    let deltas = st.pipe.finish();
+                    st.queue.extend(deltas);
+                    st.done = true;
+                }
+            }
+            if st.pipe.ended() {
+                st.done = true;
+            }
+        }
+    });
+    Ok(Box::pin(stream))
+}
+
+/// Reads at most `limit` bytes of a body (an error body), giving up quietly on timeout or a
+/// transport error: classification then works from the status and headers alone.
+async fn read_limited(resp: reqwest::Response, timeout: Duration, limit: usize) -> Vec<u8> {
+    use futures::StreamExt;
+    let mut out = Vec::new();
+    let mut body = resp.bytes_stream();
+    let read = async {
+        while let Some(Ok(chunk)) = body.next().await {
+            let room = limit.saturating_sub(out.len());
+            out.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            if out.len() >= limit {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(timeout, read).await;
+    out
+}
+
+/// Builds the client for `config.provider`: [`crate::provider::openai::OpenAiModel`] or
+/// [`crate::provider::anthropic::AnthropicModel`], with `model` as the default model name.
+pub fn build_model(
+    model: &str,
+    config: HttpConfig,
+) -> Result<Box<dyn crate::model::Model>, ModelError> {
+    Ok(match config.provider {
+        ProviderKind::OpenAi => Box::new(crate::provider::openai::OpenAiModel::new(model, config)?),
+        ProviderKind::Anthropic => Box::new(crate::provider::anthropic::AnthropicModel::new(
+            model, config,
+        )?),
+    })
+}

@@ -1,0 +1,665 @@
+//! OpenAI-compatible Chat Completions: the stream normalizer ([`OpenAiNormalizer`]), the
+//! request body ([`request_body`]) and the [`Model`] implementation ([`OpenAiModel`]).
+//!
+//! One reading of the wire format that works with OpenAI, Azure, OpenRouter, Ollama, vLLM,
+//! llama.cpp and DeepSeek (`stream: true`, `stream_options.include_usage`):
+//!
+//! - `delta.content` → text; `delta.reasoning_content` (DeepSeek, vLLM) or `delta.reasoning`
+//!   (OpenRouter, Ollama) → reasoning; `delta.refusal` → refusal. Empty strings and `null`s are
+//!   nothing. Only choice 0 is read (the client never asks for `n > 1`).
+//! - Tool calls are assembled by `index` from fragments; parallel calls may interleave.
+//!   Quirks handled: servers that reuse index 0 for every parallel call (Ollama) — a fragment
+//!   with a *new* id *and* a name starts a new call when the current call's arguments already
+//!   form complete JSON or the name differs; servers that send a new id on every fragment of
+//!   one call — the first id is kept; `name` is assigned, never appended; fragments without
+//!   `index` continue the call with their id, else the last call; a call without any id gets
+//!   `call_<n>` (n = its position in the response).
+//! - Empty or whitespace arguments mean `{}` (see [`crate::message::ToolCall::from_raw`]).
+//! - `finish_reason` closes the open text/reasoning block and completes every tool call
+//!   (`tool-input-end` + `tool-call`), but `finish-step`/`finish` wait for `[DONE]` (or EOF
+//!   after a `finish_reason`), because usage arrives on a `choices: []` chunk after it.
+//! - `{"error": …}` chunks are terminal errors even when `[DONE]` follows.
+//! - Azure chunks with empty `choices`, without `delta`, or with only filter results are
+//!   accepted and contribute nothing.
+//! - Content after `finish_reason`, a data event that is not JSON, or JSON of an unexpected
+//!   shape is a retryable `server_error` naming the event; EOF before `[DONE]` and before any
+//!   `finish_reason` is `incomplete_stream`.
+
+use std::borrow::Cow;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::error::ModelError;
+use crate::message::{FinishReason, Message, MessageDelta, Usage};
+use crate::model::{DeltaStream, Model, ModelRequest};
+use crate::provider::classify::{classify_stream_error, incomplete_stream, malformed_event};
+use crate::provider::http::{post_stream, HttpConfig, ProviderKind};
+use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
+
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    choices: Option<FirstChoice<'a>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+/// The `choices` array reduced to choice 0, without collecting the array (one allocation less
+/// per chunk on the hot path).
+struct FirstChoice<'a>(Option<Choice<'a>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for FirstChoice<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Seq<'a>(std::marker::PhantomData<Choice<'a>>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Seq<'a> {
+            type Value = FirstChoice<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array of choices")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut first = None;
+                while let Some(c) = seq.next_element::<Choice<'a>>()? {
+                    if first.is_none() && c.index.unwrap_or(0) == 0 {
+                        first = Some(c);
+                    }
+                }
+                Ok(FirstChoice(first))
+            }
+        }
+        d.deserialize_seq(Seq(std::marker::PhantomData))
+    }
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    refusal: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<ToolFragment<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ToolFragment<'a> {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    function: Option<FunctionFragment<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionFragment<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    arguments: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<CompletionDetails>,
+    /// DeepSeek's name for cached prompt tokens.
+    #[serde(default)]
+    prompt_cache_hit_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct CompletionDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    fn normalize(&self) -> Usage {
+        Usage {
+            input_tokens: self.prompt_tokens.unwrap_or(0),
+            output_tokens: self.completion_tokens.unwrap_or(0),
+            cache_read_input_tokens: self
+                .prompt_tokens_details
+                .as_ref()
+                .and_then(|d| d.cached_tokens)
+                .or(self.prompt_cache_hit_tokens)
+                .unwrap_or(0),
+            cache_creation_input_tokens: 0,
+            reasoning_tokens: self
+                .completion_tokens_details
+                .as_ref()
+                .and_then(|d| d.reasoning_tokens)
+                .unwrap_or(0),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct CallAcc {
+    index: Option<u32>,
+    id: String,
+    /// The id was made up (`call_<n>`) because the server sent none yet.
+    id_generated: bool,
+    name: String,
+    args: String,
+    /// `tool-input-start` was emitted (needs a name).
+    started: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Block {
+    None,
+    Text,
+    Reasoning,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Reading choices.
+    Open,
+    /// `finish_reason` seen: waiting for usage and `[DONE]`.
+    Finishing,
+    /// `Finish` or an error was emitted.
+    Ended,
+}
+
+/// The Chat Completions stream normalizer: SSE events in, [`MessageDelta`]s out. Pure; see
+/// the module docs for the quirks it handles.
+#[derive(Debug, Clone)]
+pub struct OpenAiNormalizer {
+    events: usize,
+    started: bool,
+    block: Block,
+    calls: Vec<CallAcc>,
+    raw_finish_reason: Option<String>,
+    usage: Option<Usage>,
+    phase: Phase,
+}
+
+impl Default for OpenAiNormalizer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Maps a Chat Completions `finish_reason` to the normalized reason.
+pub fn map_finish_reason(raw: &str) -> FinishReason {
+    match raw {
+        "stop" | "eos" | "end_turn" => FinishReason::Stop,
+        "length" | "max_tokens" => FinishReason::Length,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        "content_filter" => FinishReason::ContentFilter,
+        _ => FinishReason::Other,
+    }
+}
+
+impl OpenAiNormalizer {
+    /// A fresh normalizer for one response.
+    pub fn new() -> Self {
+        OpenAiNormalizer {
+            events: 0,
+            started: false,
+            block: Block::None,
+            calls: Vec::new(),
+            raw_finish_reason: None,
+            usage: None,
+            phase: Phase::Open,
+        }
+    }
+
+    fn fail(&mut self, error: ModelError, out: &mut Vec<MessageDelta>) {
+        self.phase = Phase::Ended;
+        out.push(MessageDelta::Error { error });
+    }
+
+    fn open_block(&mut self, want: Block, out: &mut Vec<MessageDelta>) {
+        if self.block == want {
+            return;
+        }
+        self.close_block(out);
+        self.block = want;
+        out.push(match want {
+            Block::Text => MessageDelta::TextStart,
+            Block::Reasoning => MessageDelta::ReasoningStart,
+            Block::None => return,
+        });
+    }
+
+    fn close_block(&mut self, out: &mut Vec<MessageDelta>) {
+        match self.block {
+            Block::Text => out.push(MessageDelta::TextEnd),
+            Block::Reasoning => out.push(MessageDelta::ReasoningEnd),
+            Block::None => {}
+        }
+        self.block = Block::None;
+    }
+
+    fn start_call(call: &mut CallAcc, out: &mut Vec<MessageDelta>) {
+        call.started = true;
+        out.push(MessageDelta::ToolInputStart {
+            id: call.id.clone(),
+            name: call.name.clone(),
+        });
+        if !call.args.is_empty() {
+            out.push(MessageDelta::ToolInputDelta {
+                id: call.id.clone(),
+                delta: call.args.clone(),
+            });
+        }
+    }
+
+    fn tool_fragment(&mut self, f: ToolFragment<'_>, out: &mut Vec<MessageDelta>) {
+        let id = f.id.as_deref().filter(|s| !s.is_empty());
+        let (name, args) = match &f.function {
+            Some(func) => (
+                func.name.as_deref().filter(|s| !s.is_empty()),
+                func.arguments.as_deref().unwrap_or(""),
+            ),
+            None => (None, ""),
+        };
+        let target = match f.index {
+            Some(i) => self.calls.iter().rposition(|c| c.index == Some(i)),
+            None => {
+                let by_id = id.and_then(|id| self.calls.iter().rposition(|c| c.id == id));
+                match (by_id, name) {
+                    (Some(pos), _) => Some(pos),
+                    // A new id with a name and no index: a new call.
+                    (None, Some(_)) if id.is_some() => None,
+                    // Otherwise a continuation of the last call.
+                    _ => self.calls.len().checked_sub(1),
+                }
+            }
+        };
+        let pos = match target {
+            Some(pos) if !starts_new_call(&self.calls[pos], id, name) => pos,
+            _ => {
+                let ordinal = self.calls.len();
+                self.calls.push(CallAcc {
+                    index: f.index,
+                    id: id.map_or_else(|| format!("call_{ordinal}"), str::to_string),
+                    id_generated: id.is_none(),
+                    name: String::new(),
+                    args: String::new(),
+                    started: false,
+                });
+                ordinal
+            }
+        };
+        if matches!(self.block, Block::Text | Block::Reasoning) {
+            self.close_block(out);
+        }
+        let call = &mut self.calls[pos];
+        if let Some(id) = id {
+            // A call created without an id adopts the first real one, unless already announced.
+            if !call.started && call.id_generated {
+                call.id = id.to_string();
+                call.id_generated = false;
+            }
+        }
+        if let Some(name) = name {
+            if !call.started {
+                call.name = name.to_string();
+            }
+        }
+        if call.started {
+            if !args.is_empty() {
+                call.args.push_str(args);
+                out.push(MessageDelta::ToolInputDelta {
+                    id: call.id.clone(),
+                    delta: args.to_string(),
+                });
+            }
+        } else {
+            call.args.push_str(args);
+            if !call.name.is_empty() {
+                Self::start_call(call, out);
+            }
+        }
+    }
+
+    /// Closes blocks and completes every tool call (at `finish_reason` or `[DONE]`).
+    fn complete_content(&mut self, out: &mut Vec<MessageDelta>) {
+        self.close_block(out);
+        for call in &mut self.calls {
+            if !call.started {
+                Self::start_call(call, out);
+            }
+            out.push(MessageDelta::ToolInputEnd {
+                id: call.id.clone(),
+            });
+            out.push(MessageDelta::ToolCall {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: std::mem::take(&mut call.args),
+            });
+        }
+        self.calls.clear();
+    }
+
+    fn end(&mut self, out: &mut Vec<MessageDelta>) {
+        if self.phase == Phase::Open {
+            self.complete_content(out);
+        }
+        if !self.started {
+            out.push(MessageDelta::StartStep);
+            self.started = true;
+        }
+        out.push(MessageDelta::FinishStep {
+            finish_reason: self.raw_finish_reason.as_deref().map(map_finish_reason),
+            raw_finish_reason: self.raw_finish_reason.clone(),
+            usage: self.usage,
+        });
+        out.push(MessageDelta::Finish);
+        self.phase = Phase::Ended;
+    }
+
+    fn chunk(&mut self, ev: &SseEvent, chunk: Chunk<'_>, out: &mut Vec<MessageDelta>) {
+        if let Some(err) = chunk.error {
+            if !err.is_null() {
+                let error = classify_stream_error(&json!({ "error": err }));
+                self.fail(error, out);
+                return;
+            }
+        }
+        if !self.started {
+            self.started = true;
+            out.push(MessageDelta::StartStep);
+        }
+        if let Some(u) = &chunk.usage {
+            self.usage = Some(u.normalize());
+        }
+        if let Some(choice) = chunk.choices.and_then(|c| c.0) {
+            if let Some(delta) = choice.delta {
+                let has_content = [
+                    &delta.content,
+                    &delta.reasoning_content,
+                    &delta.reasoning,
+                    &delta.refusal,
+                ]
+                .iter()
+                .any(|c| c.as_deref().is_some_and(|s| !s.is_empty()))
+                    || delta.tool_calls.as_ref().is_some_and(|t| !t.is_empty());
+                if has_content && self.phase != Phase::Open {
+                    let error = malformed_event(
+                        self.events,
+                        ev.event_type(),
+                        "content after finish_reason",
+                        &ev.data,
+                    );
+                    self.fail(error, out);
+                    return;
+                }
+                // Servers that send both names send the same text twice: take one.
+                let reasoning = delta
+                    .reasoning_content
+                    .filter(|r| !r.is_empty())
+                    .or(delta.reasoning.filter(|r| !r.is_empty()));
+                if let Some(reasoning) = reasoning {
+                    self.open_block(Block::Reasoning, out);
+                    out.push(MessageDelta::ReasoningDelta {
+                        text: reasoning.into_owned(),
+                    });
+                }
+                if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+                    self.open_block(Block::Text, out);
+                    out.push(MessageDelta::TextDelta {
+                        text: text.into_owned(),
+                    });
+                }
+                if let Some(refusal) = delta.refusal.filter(|t| !t.is_empty()) {
+                    out.push(MessageDelta::Refusal {
+                        text: refusal.into_owned(),
+                    });
+                }
+                for frag in delta.tool_calls.into_iter().flatten() {
+                    self.tool_fragment(frag, out);
+                }
+            }
+            if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
+                if self.phase == Phase::Open {
+                    self.raw_finish_reason = Some(reason.into_owned());
+                    self.complete_content(out);
+                    self.phase = Phase::Finishing;
+                }
+            }
+        }
+    }
+}
+
+/// Whether a fragment that maps to `call` (same index) actually begins a different call.
+fn starts_new_call(call: &CallAcc, id: Option<&str>, name: Option<&str>) -> bool {
+    let (Some(id), Some(name)) = (id, name) else {
+        return false;
+    };
+    if id == call.id {
+        return false;
+    }
+    call.name != name
+        || (!call.args.trim().is_empty()
+            && serde_json::from_str::<serde::de::IgnoredAny>(&call.args).is_ok())
+}
+
+impl SseNormalizer for OpenAiNormalizer {
+    fn feed_into(&mut self, ev: &SseEvent, out: &mut Vec<MessageDelta>) {
+        if self.phase == Phase::Ended {
+            return;
+        }
+        self.events += 1;
+        let data = ev.data.trim();
+        if data == "[DONE]" {
+            self.end(out);
+            return;
+        }
+        if ev.event.as_deref() == Some("error") {
+            let v = serde_json::from_str::<Value>(data)
+                .unwrap_or_else(|_| json!({ "error": { "message": data } }));
+            let v = if v.get("error").is_some() {
+                v
+            } else {
+                json!({ "error": v })
+            };
+            self.fail(classify_stream_error(&v), out);
+            return;
+        }
+        if data.is_empty() {
+            // `data:` with nothing: no content, but no evidence of a broken stream either.
+            return;
+        }
+        match serde_json::from_str::<Chunk<'_>>(data) {
+            Ok(chunk) => self.chunk(ev, chunk, out),
+            Err(e) => {
+                let reason = if e.is_data() {
+                    format!("unexpected JSON shape for a chat.completion.chunk: {e}")
+                } else {
+                    format!("not valid JSON: {e}")
+                };
+                let error = malformed_event(self.events, ev.event_type(), &reason, &ev.data);
+                self.fail(error, out);
+            }
+        }
+    }
+
+    fn finish(&mut self, eof: SseEof) -> Vec<MessageDelta> {
+        let mut out = Vec::new();
+        match self.phase {
+            Phase::Ended => {}
+            Phase::Finishing => self.end(&mut out),
+            Phase::Open => {
+                let mid = if eof == SseEof::MidEvent {
+                    " (it ended inside an event)"
+                } else {
+                    ""
+                };
+                let error = incomplete_stream(&format!(
+                    "the stream ended before [DONE] and before any finish_reason{mid}"
+                ));
+                self.fail(error, &mut out);
+            }
+        }
+        out
+    }
+}
+
+/// The Chat Completions request body for `req` (`stream: true`, usage included).
+pub fn request_body(req: &ModelRequest, model: &str) -> Value {
+    let mut messages = Vec::new();
+    if let Some(system) = &req.system {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    for m in &req.messages {
+        messages.push(match m {
+            Message::System { content } => json!({"role": "system", "content": content}),
+            Message::User { content } => json!({"role": "user", "content": content}),
+            Message::Assistant(a) => {
+                let mut obj = Map::new();
+                obj.insert("role".into(), json!("assistant"));
+                let content = if a.text.is_empty() {
+                    a.refusal.clone().map_or(Value::Null, Value::String)
+                } else {
+                    Value::String(a.text.clone())
+                };
+                obj.insert("content".into(), content);
+                if !a.tool_calls.is_empty() {
+                    let calls: Vec<Value> = a
+                        .tool_calls
+                        .iter()
+                        .map(|c| {
+                            let args = if c.arguments.is_null() {
+                                "{}".to_string()
+                            } else {
+                                c.arguments.to_string()
+                            };
+                            json!({"id": c.id, "type": "function",
+                                   "function": {"name": c.name, "arguments": args}})
+                        })
+                        .collect();
+                    obj.insert("tool_calls".into(), Value::Array(calls));
+                }
+                Value::Object(obj)
+            }
+            Message::Tool(r) => json!({
+                "role": "tool",
+                "tool_call_id": r.tool_call_id,
+                "content": r.content,
+            }),
+        });
+    }
+    let model = if req.model.is_empty() {
+        model
+    } else {
+        &req.model
+    };
+    let mut body = json!({
+        "model": model,
+        "messages": messages,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.parameters}})
+            })
+            .collect();
+        body["tools"] = Value::Array(tools);
+    }
+    if let Some(t) = req.params.temperature {
+        body["temperature"] = json!(t);
+    }
+    if let Some(m) = req.params.max_tokens {
+        body["max_tokens"] = json!(m);
+    }
+    body
+}
+
+/// An OpenAI-compatible Chat Completions client (R-STR-5). Never retries (R-IN-6).
+#[derive(Debug, Clone)]
+pub struct OpenAiModel {
+    model: String,
+    config: HttpConfig,
+    client: reqwest::Client,
+}
+
+impl OpenAiModel {
+    /// A client for `model` (used when a request's `model` is empty). `config.provider`
+    /// should be [`ProviderKind::OpenAi`].
+    pub fn new(model: impl Into<String>, config: HttpConfig) -> Result<Self, ModelError> {
+        let client = config.build_client()?;
+        Ok(OpenAiModel {
+            model: model.into(),
+            config,
+            client,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &HttpConfig {
+        &self.config
+    }
+}
+
+#[async_trait]
+impl Model for OpenAiModel {
+    fn name(&self) -> String {
+        format!("{}:{}", ProviderKind::OpenAi, self.model)
+    }
+
+    // The wall clock resolves `retry-after` HTTP-dates at the network edge (not in a machine).
+    #[allow(clippy::disallowed_methods)]
+    async fn stream(&self, request: ModelRequest) -> Result<DeltaStream, ModelError> {
+        let body = request_body(&request, &self.model);
+        let mut headers = Vec::new();
+        if let Some(key) = &self.config.api_key {
+            headers.push((
+                "authorization".to_string(),
+                format!("Bearer {}", key.expose()),
+            ));
+        }
+        post_stream(
+            &self.client,
+            &self.config,
+            headers,
+            body,
+            OpenAiNormalizer::new(),
+            SystemTime::now,
+        )
+        .await
+    }
+}

@@ -1,0 +1,183 @@
+//! Approvals through the session handle (R-CTL-4): the session installs a [`SessionApprover`]
+//! as the agent's approver. A request parks until `approve`/`reject`/`modify` answers it or the
+//! approval timeout passes (a timeout counts as a reject). "Approve always" whitelists the
+//! tool and its command family for the rest of the session.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use tokio::sync::oneshot;
+
+use crate::agent_event::AgentEvent;
+use crate::event::ApprovalDecision;
+use crate::message::ToolCall;
+use crate::runtime::{Approver, Clock};
+
+use super::bus::EventBus;
+
+/// The command family of a call: for shell-like tools (arguments with a string `command` or
+/// `cmd`), the program name of the command (`git` for `git push -f`); otherwise the tool name.
+pub fn command_family(call: &ToolCall) -> String {
+    let cmd = ["command", "cmd"]
+        .iter()
+        .find_map(|k| call.arguments.get(*k).and_then(|v| v.as_str()));
+    match cmd.and_then(|c| c.split_whitespace().next()) {
+        Some(program) => program.rsplit('/').next().unwrap_or(program).to_string(),
+        None => call.name.clone(),
+    }
+}
+
+struct Pending {
+    call: ToolCall,
+    answer: oneshot::Sender<ApprovalDecision>,
+}
+
+/// Pending approvals and the session's whitelist, shared by the handle and the approver.
+#[derive(Default)]
+pub(crate) struct Approvals {
+    pending: Mutex<HashMap<String, Pending>>,
+    whitelist: Mutex<BTreeSet<(String, String)>>,
+}
+
+/// Why an approval answer was not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApprovalError {
+    /// No approval is pending for this call: unknown id, already answered, or timed out.
+    #[error("no pending approval for tool call {0} (unknown, already decided or timed out)")]
+    NotPending(String),
+}
+
+impl Approvals {
+    pub(crate) fn pending_ids(&self) -> Vec<String> {
+        self.pending
+            .lock()
+            .map(|p| {
+                let mut v: Vec<String> = p.keys().cloned().collect();
+                v.sort();
+                v
+            })
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn has_pending(&self) -> bool {
+        self.pending.lock().map(|p| !p.is_empty()).unwrap_or(false)
+    }
+
+    fn whitelisted(&self, call: &ToolCall) -> bool {
+        self.whitelist
+            .lock()
+            .map(|w| w.contains(&(call.name.clone(), command_family(call))))
+            .unwrap_or(false)
+    }
+
+    /// Answers a pending approval. `always` whitelists the call's tool + command family.
+    pub(crate) fn answer(
+        &self,
+        bus: &EventBus,
+        tool_call_id: &str,
+        decision: ApprovalDecision,
+        always: bool,
+    ) -> Result<(), ApprovalError> {
+        let p = self
+            .pending
+            .lock()
+            .ok()
+            .and_then(|mut p| p.remove(tool_call_id))
+            .ok_or_else(|| ApprovalError::NotPending(tool_call_id.to_string()))?;
+        if always {
+            let family = command_family(&p.call);
+            if let Ok(mut w) = self.whitelist.lock() {
+                w.insert((p.call.name.clone(), family.clone()));
+            }
+            bus.publish_current(AgentEvent::ToolApprovedAlways {
+                tool: p.call.name.clone(),
+                command_family: family,
+            });
+        }
+        let trigger = match decision {
+            ApprovalDecision::Rejected { .. } => "tool_rejected",
+            _ => "tool_approved",
+        };
+        // The run may have ended meanwhile (abort): then nobody waits, which is harmless.
+        let _ = p.answer.send(decision);
+        bus.publish_current(AgentEvent::AgentResumed {
+            trigger: trigger.into(),
+        });
+        Ok(())
+    }
+
+    fn park(&self, call: &ToolCall) -> oneshot::Receiver<ApprovalDecision> {
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut p) = self.pending.lock() {
+            p.insert(
+                call.id.clone(),
+                Pending {
+                    call: call.clone(),
+                    answer: tx,
+                },
+            );
+        }
+        rx
+    }
+
+    fn forget(&self, tool_call_id: &str) -> bool {
+        self.pending
+            .lock()
+            .ok()
+            .and_then(|mut p| p.remove(tool_call_id))
+            .is_some()
+    }
+}
+
+/// The approver a session installs into its agent.
+pub(crate) struct SessionApprover {
+    pub(crate) approvals: Arc<Approvals>,
+    pub(crate) bus: Arc<EventBus>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) timeout_ms: Option<u64>,
+}
+
+/// Removes a parked approval when its wait ends for any reason (answer, timeout, abort).
+struct Parked<'a>(&'a Approvals, String);
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.0.forget(&self.1);
+    }
+}
+
+#[async_trait]
+impl Approver for SessionApprover {
+    async fn decide(&self, call: &ToolCall) -> Option<ApprovalDecision> {
+        if self.approvals.whitelisted(call) {
+            return Some(ApprovalDecision::Approved);
+        }
+        let rx = self.approvals.park(call);
+        let _guard = Parked(&self.approvals, call.id.clone());
+        let timeout = async {
+            match self.timeout_ms {
+                Some(ms) => self.clock.sleep(ms).await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            answer = rx => Some(answer.unwrap_or(ApprovalDecision::Rejected {
+                reason: "approval channel closed".into(),
+            })),
+            _ = timeout => {
+                if self.approvals.forget(&call.id) {
+                    self.bus.publish_current(AgentEvent::AgentResumed {
+                        trigger: "tool_approval_timeout".into(),
+                    });
+                }
+                Some(ApprovalDecision::Rejected {
+                    reason: format!(
+                        "approval timed out after {} ms",
+                        self.timeout_ms.unwrap_or_default()
+                    ),
+                })
+            }
+        }
+    }
+}

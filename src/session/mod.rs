@@ -1,0 +1,870 @@
+//! The live session handle (SPEC §5, R-CTL): an actor task on tokio that owns an [`Agent`]
+//! and a session id, and a cheap, cloneable [`Session`] handle to drive it.
+//!
+//! ```text
+//!  Session (clone) ──commands──▶ actor ──spawn──▶ run task (Agent::run_configured)
+//!        │                        │  ▲                 │ effects, events
+//!        │ approve/reject/modify  │  └── run ended ────┘
+//!        ▼                        ▼
+//!  approvals (shared)        Controller ──Event::Abort / Steer / SwitchModel / SetTools──▶ run
+//!        ▲
+//!  event bus ◀── every event (runtime + session), indexed; status and metrics observe it
+//! ```
+//!
+//! Behaviour per status follows R-CTL-1..6 and seed 001:
+//!
+//! | call | idle | busy (`running`, `streaming`, `executing_tools`, `awaiting_approval`) |
+//! |---|---|---|
+//! | `prompt` | starts a run | queued (`prompt_queued`), started when the run ends |
+//! | `steer` | like `prompt` | steering queue (capacity 3, else `QueueFull`); merged at the next step |
+//! | `abort` | no-op + `agent_abort` | `Event::Abort` into the run; `clear_queue` drops queued prompts |
+//! | `approve`/`reject`/`modify` | `NotPending` error | answers a parked approval |
+//! | `switch_model` | immediate | takes effect at the next step |
+//! | `attach_tool`/`detach_tool` | next run | next step |
+//!
+//! Status is derived from the machines' `state_changed` events (the driver reports every
+//! transition): process `Calling`/`Retrying` → `running`, `Streaming` → `streaming`,
+//! `RunningTools` → `executing_tools`, `AwaitingApproval` (or a parked hook approval) →
+//! `awaiting_approval`; outer `Planning`/`Compacting` → `running`.
+//!
+//! Models are switched by name through the agent's model registry
+//! ([`AgentBuilder::extra_model`](crate::runtime::AgentBuilder::extra_model)).
+
+pub mod approvals;
+pub mod bus;
+pub mod metrics;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::agent_event::{AgentEvent, SteeringStatus};
+use crate::event::{ApprovalDecision, Event};
+use crate::hooks::Verdict;
+use crate::message::Message;
+use crate::react::{LoopResult, RunConfig};
+use crate::runtime::{control, Agent, Controller, RunOutput};
+use crate::tools::Tool;
+
+pub use approvals::{command_family, ApprovalError};
+pub use bus::{EventBus, Subscription, SubscriptionItem};
+pub use metrics::{Metrics, Price, PriceTable, ToolStats};
+
+use approvals::{Approvals, SessionApprover};
+use bus::BusSink;
+use metrics::RunUsage;
+
+/// Which running tools an abort kills (R-CTL-3): the machine's kill policy.
+pub use crate::event::KillPolicy as KillTools;
+
+/// The observable status of a session (R-CTL, seed 001).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// No run.
+    Idle,
+    /// A request was sent, no chunk yet (also planning, retry backoff, compaction).
+    Running,
+    /// The model is streaming.
+    Streaming,
+    /// Tools are running.
+    ExecutingTools,
+    /// A tool call waits for a human.
+    AwaitingApproval,
+}
+
+impl Status {
+    fn from_u8(v: u8) -> Status {
+        match v {
+            1 => Status::Running,
+            2 => Status::Streaming,
+            3 => Status::ExecutingTools,
+            4 => Status::AwaitingApproval,
+            _ => Status::Idle,
+        }
+    }
+
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Idle => "idle",
+            Status::Running => "running",
+            Status::Streaming => "streaming",
+            Status::ExecutingTools => "executing_tools",
+            Status::AwaitingApproval => "awaiting_approval",
+        }
+    }
+}
+
+/// Session settings.
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    /// The session id (store key).
+    pub session_id: String,
+    /// Steering queue capacity (default 3).
+    pub steering_capacity: usize,
+    /// Ring buffer of past events for `subscribe(since)` (default 0: off).
+    pub event_buffer_size: usize,
+    /// Live events buffered per subscriber before it lags (default 4096).
+    pub subscriber_capacity: usize,
+    /// Approval timeout; expiry counts as a reject (default 5 minutes; `None`: wait forever).
+    pub approval_timeout_ms: Option<u64>,
+    /// Prices for usage reports (default empty: usage without cost).
+    pub prices: PriceTable,
+}
+
+impl SessionConfig {
+    /// Defaults for session `id`.
+    pub fn new(id: impl Into<String>) -> Self {
+        SessionConfig {
+            session_id: id.into(),
+            steering_capacity: 3,
+            event_buffer_size: 0,
+            subscriber_capacity: 4096,
+            approval_timeout_ms: Some(300_000),
+            prices: PriceTable::default(),
+        }
+    }
+
+    /// Sets the ring buffer size (R-EVT-1).
+    pub fn event_buffer_size(mut self, n: usize) -> Self {
+        self.event_buffer_size = n;
+        self
+    }
+
+    /// Sets the steering queue capacity.
+    pub fn steering_capacity(mut self, n: usize) -> Self {
+        self.steering_capacity = n;
+        self
+    }
+
+    /// Sets the approval timeout.
+    pub fn approval_timeout_ms(mut self, ms: Option<u64>) -> Self {
+        self.approval_timeout_ms = ms;
+        self
+    }
+
+    /// Sets the price table.
+    pub fn prices(mut self, prices: PriceTable) -> Self {
+        self.prices = prices;
+        self
+    }
+}
+
+/// Errors of session calls. None of them changes the session: they are answers to the caller.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// The steering queue is full (R-CTL-2).
+    #[error("steering queue is full ({capacity} messages)")]
+    QueueFull {
+        /// The capacity.
+        capacity: usize,
+    },
+    /// A hook rejected the prompt or steering message.
+    #[error("rejected by a hook: {0}")]
+    Rejected(String),
+    /// The approval is not pending (unknown id, double answer, timed out).
+    #[error(transparent)]
+    Approval(#[from] ApprovalError),
+    /// No model of that name is registered.
+    #[error("unknown model {0:?} (registered: {1:?})")]
+    UnknownModel(String, Vec<String>),
+    /// No attached tool of that name.
+    #[error("unknown tool {0:?}")]
+    UnknownTool(String),
+    /// The session actor is gone.
+    #[error("the session is closed")]
+    Closed,
+}
+
+/// What `prompt` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PromptAck {
+    /// The session was idle: a run started.
+    Started,
+    /// A run is busy: queued at this position (1 = next).
+    Queued(usize),
+}
+
+/// What `steer` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SteerAck {
+    /// The session was idle: the message started a run.
+    Started,
+    /// Queued for the next step boundary (reference for `steering_received`).
+    Queued(u64),
+}
+
+/// What `abort` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AbortAck {
+    /// Nothing was running: `agent_abort` was emitted anyway.
+    Idle,
+    /// The running run was told to abort.
+    Aborting,
+}
+
+enum Command {
+    Prompt(String, oneshot::Sender<Result<PromptAck, SessionError>>),
+    Steer(String, oneshot::Sender<Result<SteerAck, SessionError>>),
+    Abort {
+        reason: String,
+        kill: KillTools,
+        clear_queue: bool,
+        reply: oneshot::Sender<AbortAck>,
+    },
+    SwitchModel(String, oneshot::Sender<Result<bool, SessionError>>),
+    Attach(Arc<dyn Tool>, oneshot::Sender<Result<(), SessionError>>),
+    Detach(String, oneshot::Sender<Result<(), SessionError>>),
+}
+
+struct Shared {
+    id: String,
+    bus: Arc<EventBus>,
+    approvals: Arc<Approvals>,
+    status: AtomicU8,
+    busy: AtomicBool,
+    saw_abort: AtomicBool,
+    metrics: Mutex<Metrics>,
+    last_result: Mutex<Option<LoopResult>>,
+    /// Steering messages forwarded to the running run and not yet applied.
+    steering: Mutex<VecDeque<String>>,
+    run_usage: Mutex<RunUsage>,
+    idle: watch::Sender<bool>,
+}
+
+/// The handle. Clone it freely; the session lives while a handle does.
+#[derive(Clone)]
+pub struct Session {
+    shared: Arc<Shared>,
+    tx: mpsc::UnboundedSender<Command>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.shared.id)
+            .field("status", &self.status())
+            .finish()
+    }
+}
+
+impl Session {
+    /// Starts a session actor for `agent` (must be called inside a tokio runtime). The session
+    /// takes over the agent's event sink (its events go to the session bus, then to the old
+    /// sink) and approver (approvals are answered through the handle).
+    pub fn spawn(mut agent: Agent, config: SessionConfig) -> Session {
+        let bus = Arc::new(EventBus::new(
+            config.subscriber_capacity,
+            config.event_buffer_size,
+            agent.clock.clone(),
+            agent.hooks.clone(),
+            agent.sink.clone(),
+        ));
+        let approvals = Arc::new(Approvals::default());
+        agent.sink = Arc::new(BusSink(bus.clone()));
+        agent.approver = Arc::new(SessionApprover {
+            approvals: approvals.clone(),
+            bus: bus.clone(),
+            clock: agent.clock.clone(),
+            timeout_ms: config.approval_timeout_ms,
+        });
+        let (idle, _) = watch::channel(true);
+        let shared = Arc::new(Shared {
+            id: config.session_id.clone(),
+            bus: bus.clone(),
+            approvals,
+            status: AtomicU8::new(0),
+            busy: AtomicBool::new(false),
+            saw_abort: AtomicBool::new(false),
+            metrics: Mutex::new(Metrics::default()),
+            last_result: Mutex::new(None),
+            steering: Mutex::new(VecDeque::new()),
+            run_usage: Mutex::new(RunUsage::default()),
+            idle,
+        });
+        bus.observe(observer(Arc::downgrade(&shared), config.prices.clone()));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let run_config = agent.config.clone();
+        let actor = Actor {
+            agent: Arc::new(agent),
+            shared: shared.clone(),
+            config: run_config,
+            steering_capacity: config.steering_capacity,
+            queue: VecDeque::new(),
+            current: None,
+            steering_ref: 0,
+        };
+        tokio::spawn(actor.run(rx));
+        Session { shared, tx }
+    }
+
+    /// The session id.
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// Sends a prompt (R-CTL-1): idle → a run starts; busy → queued (`prompt_queued`) and
+    /// started automatically when the run ends. A `before_prompt` hook may reject it
+    /// (`prompt_rejected`).
+    pub async fn prompt(&self, text: impl Into<String>) -> Result<PromptAck, SessionError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Prompt(text.into(), reply))?;
+        rx.await.map_err(|_| SessionError::Closed)?
+    }
+
+    /// Steers the running run (R-CTL-2): idle → like `prompt`; busy → queued for the next step
+    /// boundary (`steering_received{status: queued}`), or `QueueFull` when the queue holds
+    /// `steering_capacity` messages (`steering_received{status: rejected_full}`).
+    pub async fn steer(&self, text: impl Into<String>) -> Result<SteerAck, SessionError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Steer(text.into(), reply))?;
+        rx.await.map_err(|_| SessionError::Closed)?
+    }
+
+    /// Aborts (R-CTL-3), in every status: idle → no-op plus `agent_abort`; busy → the run
+    /// cancels its stream and timers and kills tools per `kill`. `clear_queue` drops queued
+    /// prompts (`prompt_dropped`).
+    pub async fn abort(
+        &self,
+        reason: impl Into<String>,
+        kill: KillTools,
+        clear_queue: bool,
+    ) -> Result<AbortAck, SessionError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Abort {
+            reason: reason.into(),
+            kill,
+            clear_queue,
+            reply,
+        })?;
+        rx.await.map_err(|_| SessionError::Closed)
+    }
+
+    /// Like [`Session::abort`], without waiting for the answer (usable in `Drop`).
+    pub fn abort_nowait(
+        &self,
+        reason: impl Into<String>,
+        kill: KillTools,
+        clear_queue: bool,
+    ) -> Result<(), SessionError> {
+        let (reply, _) = oneshot::channel();
+        self.send(Command::Abort {
+            reason: reason.into(),
+            kill,
+            clear_queue,
+            reply,
+        })
+    }
+
+    /// Approves a pending call (R-CTL-4); `always` whitelists its tool + command family for the
+    /// session. Unknown or already decided calls are a harmless `Approval` error.
+    pub fn approve(&self, tool_call_id: &str, always: bool) -> Result<(), SessionError> {
+        Ok(self.shared.approvals.answer(
+            &self.shared.bus,
+            tool_call_id,
+            ApprovalDecision::Approved,
+            always,
+        )?)
+    }
+
+    /// Rejects a pending call: the model sees a denied result.
+    pub fn reject(
+        &self,
+        tool_call_id: &str,
+        reason: impl Into<String>,
+    ) -> Result<(), SessionError> {
+        Ok(self.shared.approvals.answer(
+            &self.shared.bus,
+            tool_call_id,
+            ApprovalDecision::Rejected {
+                reason: reason.into(),
+            },
+            false,
+        )?)
+    }
+
+    /// Runs a pending call with other arguments.
+    pub fn modify(
+        &self,
+        tool_call_id: &str,
+        arguments: serde_json::Value,
+    ) -> Result<(), SessionError> {
+        Ok(self.shared.approvals.answer(
+            &self.shared.bus,
+            tool_call_id,
+            ApprovalDecision::Modified { arguments },
+            false,
+        )?)
+    }
+
+    /// Ids of calls waiting for approval.
+    pub fn pending_approvals(&self) -> Vec<String> {
+        self.shared.approvals.pending_ids()
+    }
+
+    /// Switches the model (R-CTL-5): idle → now; busy → from the next step. Returns false (and
+    /// emits nothing) when it is already the model. The name must be registered.
+    pub async fn switch_model(&self, model: impl Into<String>) -> Result<bool, SessionError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::SwitchModel(model.into(), reply))?;
+        rx.await.map_err(|_| SessionError::Closed)?
+    }
+
+    /// Attaches (or replaces) a tool (R-CTL-6): offered from the next step on.
+    pub async fn attach_tool(&self, tool: Arc<dyn Tool>) -> Result<(), SessionError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Attach(tool, reply))?;
+        rx.await.map_err(|_| SessionError::Closed)?
+    }
+
+    /// Detaches a tool: later calls to it get an "unknown tool" error result.
+    pub async fn detach_tool(&self, name: impl Into<String>) -> Result<(), SessionError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Detach(name.into(), reply))?;
+        rx.await.map_err(|_| SessionError::Closed)?
+    }
+
+    /// Subscribes to events (R-EVT-1). `since`: replay events after this index that the ring
+    /// buffer still holds (a `Lagged(n)` item first if some are gone); `types`: only these
+    /// event type names (`text_delta`, `agent_abort`, ...). See [`bus`] for lag behaviour.
+    pub fn subscribe(&self, since: Option<u64>, types: Option<Vec<String>>) -> Subscription {
+        self.shared.bus.subscribe(since, types)
+    }
+
+    /// The event bus (to publish custom events, or for subagents to forward into).
+    pub fn bus(&self) -> &Arc<EventBus> {
+        &self.shared.bus
+    }
+
+    /// The current status.
+    pub fn status(&self) -> Status {
+        if !self.shared.busy.load(Ordering::SeqCst) {
+            return Status::Idle;
+        }
+        if self.shared.approvals.has_pending() {
+            return Status::AwaitingApproval;
+        }
+        match Status::from_u8(self.shared.status.load(Ordering::SeqCst)) {
+            Status::Idle => Status::Running,
+            s => s,
+        }
+    }
+
+    /// A snapshot of the metrics (R-OBS).
+    pub fn metrics(&self) -> Metrics {
+        self.shared
+            .metrics
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default()
+    }
+
+    /// The result of the last finished run.
+    pub fn last_result(&self) -> Option<LoopResult> {
+        self.shared.last_result.lock().ok().and_then(|r| r.clone())
+    }
+
+    /// Waits until no run is going and the prompt queue is empty.
+    pub async fn wait_idle(&self) {
+        let mut rx = self.shared.idle.subscribe();
+        let _ = rx.wait_for(|idle| *idle).await;
+    }
+
+    fn send(&self, c: Command) -> Result<(), SessionError> {
+        self.tx.send(c).map_err(|_| SessionError::Closed)
+    }
+}
+
+/// Folds every bus event into status, metrics, steering bookkeeping and usage; returns the
+/// derived events (step usage reports).
+fn observer(shared: std::sync::Weak<Shared>, prices: PriceTable) -> bus::Observer {
+    let model = Mutex::new(String::new());
+    Box::new(move |env| {
+        let Some(shared) = shared.upgrade() else {
+            return Vec::new();
+        };
+        if let Ok(mut m) = shared.metrics.lock() {
+            m.observe(env);
+        }
+        let mut derived = Vec::new();
+        match &env.event {
+            AgentEvent::StateChanged { to, .. } => {
+                let s = match to.as_str() {
+                    "Calling" | "Retrying" | "Planning" | "Compacting" | "Init" | "Idle" => {
+                        Some(Status::Running)
+                    }
+                    "Streaming" => Some(Status::Streaming),
+                    "RunningTools" | "Draining" => Some(Status::ExecutingTools),
+                    "AwaitingApproval" => Some(Status::AwaitingApproval),
+                    _ => None,
+                };
+                if let Some(s) = s {
+                    shared.status.store(s as u8, Ordering::SeqCst);
+                }
+            }
+            AgentEvent::RequestStart { model: m, .. } => {
+                if let Ok(mut cur) = model.lock() {
+                    *cur = m.clone();
+                }
+            }
+            AgentEvent::ResponseComplete {
+                model_call_index,
+                usage: Some(u),
+                ..
+            } => {
+                let m = model.lock().map(|m| m.clone()).unwrap_or_default();
+                if let Ok(mut ru) = shared.run_usage.lock() {
+                    derived.push(ru.step(&prices, &m, *model_call_index, u));
+                }
+            }
+            AgentEvent::AgentAbort { .. } => shared.saw_abort.store(true, Ordering::SeqCst),
+            _ => {
+                if let AgentEvent::SteeringApplied { text } = &env.event {
+                    if let Ok(mut q) = shared.steering.lock() {
+                        match q.iter().position(|t| t == text) {
+                            Some(i) => {
+                                q.remove(i);
+                            }
+                            None => {
+                                q.pop_front();
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        derived
+    })
+}
+
+struct Current {
+    controller: Controller,
+    run: tokio::task::JoinHandle<Result<RunOutput, crate::runtime::AgentError>>,
+    abort_requested: Option<String>,
+}
+
+struct Actor {
+    agent: Arc<Agent>,
+    shared: Arc<Shared>,
+    /// The configuration the next run starts with (model and tools as switched/attached).
+    config: RunConfig,
+    steering_capacity: usize,
+    queue: VecDeque<String>,
+    current: Option<Current>,
+    steering_ref: u64,
+}
+
+impl Actor {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
+        loop {
+            let ended = async {
+                match self.current.as_mut() {
+                    Some(c) => Some((&mut c.run).await),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                cmd = rx.recv() => match cmd {
+                    Some(cmd) => self.command(cmd),
+                    None => break,
+                },
+                Some(out) = ended => self.run_ended(out),
+            }
+        }
+        // Every handle is gone: stop the run in progress.
+        if let Some(c) = self.current.take() {
+            c.controller.abort("session closed");
+            let _ = c.run.await;
+        }
+    }
+
+    fn publish(&self, event: AgentEvent) {
+        self.shared.bus.publish_current(event);
+    }
+
+    fn command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Prompt(text, reply) => {
+                let _ = reply.send(self.prompt(text));
+            }
+            Command::Steer(text, reply) => {
+                let _ = reply.send(self.steer(text));
+            }
+            Command::Abort {
+                reason,
+                kill,
+                clear_queue,
+                reply,
+            } => {
+                let _ = reply.send(self.abort(reason, kill, clear_queue));
+            }
+            Command::SwitchModel(model, reply) => {
+                let _ = reply.send(self.switch_model(model));
+            }
+            Command::Attach(tool, reply) => {
+                let name = tool.spec().name;
+                if tool.killable() {
+                    self.config.step.immune.remove(&name);
+                } else {
+                    self.config.step.immune.insert(name.clone());
+                }
+                self.agent.tools.insert(tool);
+                self.config.tools = self.agent.tools.specs();
+                self.publish(AgentEvent::ToolAttached { name });
+                self.tools_changed();
+                let _ = reply.send(Ok(()));
+            }
+            Command::Detach(name, reply) => {
+                let r = if self.agent.tools.remove(&name).is_some() {
+                    self.config.tools = self.agent.tools.specs();
+                    self.publish(AgentEvent::ToolDetached { name });
+                    self.tools_changed();
+                    Ok(())
+                } else {
+                    Err(SessionError::UnknownTool(name))
+                };
+                let _ = reply.send(r);
+            }
+        }
+    }
+
+    fn prompt(&mut self, text: String) -> Result<PromptAck, SessionError> {
+        if let Verdict::Reject(reason) = self.agent.hooks.before_prompt(&text) {
+            self.publish(AgentEvent::PromptRejected {
+                text,
+                reason: reason.clone(),
+            });
+            return Err(SessionError::Rejected(reason));
+        }
+        self.publish(AgentEvent::PromptReceived { text: text.clone() });
+        if self.current.is_some() {
+            self.queue.push_back(text.clone());
+            self.publish(AgentEvent::PromptQueued {
+                text,
+                queued: self.queue.len(),
+            });
+            Ok(PromptAck::Queued(self.queue.len()))
+        } else {
+            self.start(text);
+            Ok(PromptAck::Started)
+        }
+    }
+
+    fn steer(&mut self, text: String) -> Result<SteerAck, SessionError> {
+        self.steering_ref += 1;
+        let steering_ref = self.steering_ref;
+        let received = |status| AgentEvent::SteeringReceived {
+            steering_ref,
+            text: text.clone(),
+            status,
+        };
+        if let Verdict::Reject(reason) = self.agent.hooks.before_steering(&text) {
+            self.publish(received(SteeringStatus::RejectedHook));
+            return Err(SessionError::Rejected(reason));
+        }
+        let Some(current) = self.current.as_ref() else {
+            self.publish(received(SteeringStatus::StartedRun));
+            self.start(text);
+            return Ok(SteerAck::Started);
+        };
+        let pending = self.shared.steering.lock().map(|q| q.len()).unwrap_or(0);
+        if pending >= self.steering_capacity {
+            self.publish(received(SteeringStatus::RejectedFull));
+            return Err(SessionError::QueueFull {
+                capacity: self.steering_capacity,
+            });
+        }
+        if let Ok(mut q) = self.shared.steering.lock() {
+            q.push_back(text.clone());
+        }
+        self.publish(received(SteeringStatus::Queued));
+        forward_steer(&current.controller, &text);
+        Ok(SteerAck::Queued(steering_ref))
+    }
+
+    fn abort(&mut self, reason: String, kill: KillTools, clear_queue: bool) -> AbortAck {
+        if clear_queue {
+            let dropped: Vec<String> = self.queue.drain(..).collect();
+            for text in dropped {
+                self.publish(AgentEvent::PromptDropped { text });
+            }
+        }
+        match self.current.as_mut() {
+            None => {
+                self.shared.bus.publish(
+                    "",
+                    AgentEvent::AgentAbort {
+                        run_id: String::new(),
+                        reason,
+                    },
+                );
+                AbortAck::Idle
+            }
+            Some(c) => {
+                if c.abort_requested.is_none() {
+                    c.abort_requested = Some(reason.clone());
+                }
+                forward_abort(&c.controller, reason, kill);
+                AbortAck::Aborting
+            }
+        }
+    }
+
+    fn switch_model(&mut self, model: String) -> Result<bool, SessionError> {
+        if self.agent.model_named(&model).is_none() {
+            return Err(SessionError::UnknownModel(model, self.agent.model_names()));
+        }
+        if model == self.config.model {
+            return Ok(false);
+        }
+        let from = std::mem::replace(&mut self.config.model, model.clone());
+        match &self.current {
+            // The machine switches at the next step and emits `model_switched` itself.
+            Some(c) => forward_switch_model(&c.controller, &model),
+            None => self.publish(AgentEvent::ModelSwitched { from, to: model }),
+        }
+        Ok(true)
+    }
+
+    fn tools_changed(&self) {
+        if let Some(c) = &self.current {
+            forward_set_tools(&c.controller, &self.config);
+        }
+    }
+
+    fn start(&mut self, text: String) {
+        let (controller, receiver) = control();
+        let agent = self.agent.clone();
+        let config = self.config.clone();
+        let id = self.shared.id.clone();
+        self.shared.saw_abort.store(false, Ordering::SeqCst);
+        if let Ok(mut u) = self.shared.run_usage.lock() {
+            *u = RunUsage::default();
+        }
+        self.shared
+            .status
+            .store(Status::Running as u8, Ordering::SeqCst);
+        self.shared.busy.store(true, Ordering::SeqCst);
+        self.shared.idle.send_replace(false);
+        let run = tokio::spawn(async move {
+            agent
+                .run_configured(
+                    &id,
+                    vec![Message::user(text)],
+                    config,
+                    Some(receiver),
+                    false,
+                )
+                .await
+        });
+        self.current = Some(Current {
+            controller,
+            run,
+            abort_requested: None,
+        });
+    }
+
+    fn run_ended(
+        &mut self,
+        out: Result<Result<RunOutput, crate::runtime::AgentError>, tokio::task::JoinError>,
+    ) {
+        let Some(current) = self.current.take() else {
+            return;
+        };
+        let result = match out {
+            Ok(Ok(o)) => Some(o.result),
+            Ok(Err(e)) => {
+                self.publish(AgentEvent::RunError {
+                    run_id: String::new(),
+                    error: e.to_string(),
+                });
+                None
+            }
+            Err(e) => {
+                self.publish(AgentEvent::RunError {
+                    run_id: String::new(),
+                    error: format!("run task failed: {e}"),
+                });
+                None
+            }
+        };
+        // R-CTL-3: an abort always produces `agent_abort`, even if the run ended on its own
+        // just before the abort reached it.
+        if let Some(reason) = current.abort_requested {
+            if !self.shared.saw_abort.load(Ordering::SeqCst) {
+                self.publish(AgentEvent::AgentAbort {
+                    run_id: self.shared.bus.current_run(),
+                    reason,
+                });
+            }
+        }
+        // R-CTX-3: the run's usage, also on abort.
+        let total = self.shared.run_usage.lock().map(|u| u.total()).ok();
+        if let Some(total) = total {
+            self.publish(total);
+        }
+        if let (Some(r), Ok(mut last)) = (result, self.shared.last_result.lock()) {
+            *last = Some(r);
+        }
+        // Steering that never reached a step boundary becomes the next prompt.
+        let leftover: Vec<String> = self
+            .shared
+            .steering
+            .lock()
+            .map(|mut q| q.drain(..).collect())
+            .unwrap_or_default();
+        self.shared.bus.set_current_run("");
+        self.shared.busy.store(false, Ordering::SeqCst);
+        self.shared
+            .status
+            .store(Status::Idle as u8, Ordering::SeqCst);
+        let next = if leftover.is_empty() {
+            self.queue.pop_front()
+        } else {
+            Some(leftover.join("\n\n"))
+        };
+        match next {
+            Some(text) => {
+                self.publish(AgentEvent::AgentResumed {
+                    trigger: "queued_prompt".into(),
+                });
+                self.start(text);
+            }
+            None => {
+                self.shared.idle.send_replace(true);
+            }
+        }
+    }
+}
+
+// ---- forwarding into the running machine -------------------------------------------------
+// These are the only places that depend on the machines' control events.
+
+fn forward_abort(c: &Controller, reason: String, kill: KillTools) {
+    c.abort_with(reason, kill);
+}
+
+fn forward_steer(c: &Controller, text: &str) {
+    c.send(Event::Steer {
+        text: text.to_string(),
+    });
+}
+
+fn forward_switch_model(c: &Controller, model: &str) {
+    c.send(Event::SwitchModel {
+        model: model.to_string(),
+    });
+}
+
+fn forward_set_tools(c: &Controller, config: &RunConfig) {
+    c.send(Event::SetTools {
+        tools: config.tools.clone(),
+    });
+}

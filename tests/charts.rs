@@ -1,0 +1,98 @@
+//! The charts (R-ARCH-3): the committed Mermaid diagrams and the README's diagrams are exactly
+//! what `agentloop chart` generates, and the charts hold every state of SPEC §2 and §3.
+
+use agentloop::chart::{mermaid, MachineKind};
+
+fn generated(kind: MachineKind) -> String {
+    mermaid(&kind.chart())
+}
+
+#[test]
+fn committed_diagrams_match_the_charts() {
+    for (kind, file) in [
+        (MachineKind::React, "statecharts/react.mmd"),
+        (MachineKind::Process, "statecharts/process.mmd"),
+    ] {
+        let committed = std::fs::read_to_string(file).expect("committed diagram");
+        assert_eq!(
+            committed,
+            generated(kind),
+            "{file} is stale: run `cargo run -- chart {} > {file}`",
+            if kind == MachineKind::React {
+                "react"
+            } else {
+                "process"
+            }
+        );
+    }
+}
+
+#[test]
+fn readme_shows_the_generated_diagrams() {
+    let readme = std::fs::read_to_string("README.md").expect("README.md");
+    for kind in [MachineKind::React, MachineKind::Process] {
+        let block = format!("```mermaid\n{}```", generated(kind));
+        assert!(
+            readme.contains(&block),
+            "README.md does not show the current {kind:?} diagram"
+        );
+    }
+}
+
+#[test]
+fn every_spec_state_is_charted() {
+    let react = MachineKind::React.chart();
+    for s in [
+        "Init",
+        "Planning",
+        "Executing",
+        "Observing",
+        "Compacting",
+        "Completed",
+        "Failed",
+        "Aborted",
+    ] {
+        assert!(
+            react.state.iter().any(|d| d.name == s),
+            "react chart lacks {s}"
+        );
+    }
+    assert!(react.superstate.iter().any(|d| d.name == "Active"));
+    assert!(react.event.iter().any(|e| e.name == "StoreWriteFailed"));
+    let process = MachineKind::Process.chart();
+    for s in [
+        "Idle",
+        "Calling",
+        "Streaming",
+        "Retrying",
+        "RunningTools",
+        "AwaitingApproval",
+        "Success",
+        "Error",
+    ] {
+        assert!(
+            process.state.iter().any(|d| d.name == s),
+            "process chart lacks {s}"
+        );
+    }
+    for s in ["Live", "Requesting", "ToolExecuting"] {
+        assert!(
+            process.superstate.iter().any(|d| d.name == s),
+            "process chart lacks superstate {s}"
+        );
+    }
+    // Every state appears in the generated diagram.
+    for (chart, kind) in [(react, MachineKind::React), (process, MachineKind::Process)] {
+        let text = generated(kind);
+        for s in &chart.state {
+            assert!(text.contains(&s.name), "diagram lacks {}", s.name);
+        }
+    }
+}
+
+#[test]
+fn a_chart_edit_is_rejected_when_inconsistent() {
+    // The validator catches rows naming unknown states (the build script runs it too).
+    let broken = agentloop::chart::REACT_TOML.replace("to = \"Observing\"", "to = \"Observed\"");
+    assert!(agentloop::chart::Chart::parse(&broken).is_err());
+}

@@ -1,0 +1,218 @@
+//! Events (R-EVT-1): subscribe with replay from the ring buffer, type filters, lag notices;
+//! hooks (R-EXT-1): a veto is an event, never an error of the loop.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use agentloop::agent_event::AgentEvent;
+use agentloop::hooks::{Hooks, ToolDecision, Verdict};
+use agentloop::message::{Message, ToolStatus};
+use agentloop::runtime::EventEnvelope;
+use agentloop::session::{Session, SessionConfig, SessionError, SubscriptionItem};
+use agentloop::ToolCall;
+use serde_json::json;
+use support::*;
+
+const TWO_TEXTS: &str = r#"{"turns": [{"text": "first answer"}, {"text": "second answer"}]}"#;
+
+#[tokio::test(start_paused = true)]
+async fn r_evt_1_subscribe_since_replays_missed_events_then_continues_live() {
+    let s = session(builder(Slow::new(TWO_TEXTS)).build());
+    s.prompt("one").await.expect("started");
+    s.wait_idle().await;
+    let first = history(&s);
+    let run_start = first
+        .iter()
+        .find(|e| e.event.type_name() == "run_start")
+        .expect("run_start")
+        .index;
+    // A client that saw everything up to run_start reconnects, interested in two types.
+    let mut sub = s.subscribe(
+        Some(run_start),
+        Some(vec!["run_end".into(), "prompt_received".into()]),
+    );
+    let replayed = sub.drain();
+    assert_eq!(replayed.len(), 1, "only run-1's run_end is after run_start");
+    s.prompt("two").await.expect("started");
+    s.wait_idle().await;
+    let live: Vec<String> = sub
+        .drain()
+        .into_iter()
+        .filter_map(|i| match i {
+            SubscriptionItem::Event(e) => Some(e.event.type_name()),
+            SubscriptionItem::Lagged(_) => None,
+        })
+        .collect();
+    assert_eq!(live, vec!["prompt_received", "run_end"]);
+    let mut again = s.subscribe(
+        Some(run_start),
+        Some(vec!["run_end".into(), "prompt_received".into()]),
+    );
+    let replay: Vec<_> = again
+        .drain()
+        .into_iter()
+        .filter_map(|i| match i {
+            SubscriptionItem::Event(e) => Some(e),
+            SubscriptionItem::Lagged(_) => None,
+        })
+        .collect();
+    insta::assert_snapshot!(transcript(&replay));
+}
+
+#[tokio::test(start_paused = true)]
+async fn r_evt_1_indices_are_monotonic_and_gapless() {
+    let s = session(builder(Slow::new(TWO_TEXTS)).build());
+    let mut sub = s.subscribe(None, None);
+    s.prompt("one").await.expect("started");
+    s.prompt("two").await.expect("queued");
+    s.wait_idle().await;
+    let got: Vec<u64> = sub
+        .drain()
+        .into_iter()
+        .filter_map(|i| match i {
+            SubscriptionItem::Event(e) => Some(e.index),
+            _ => None,
+        })
+        .collect();
+    assert!(!got.is_empty());
+    assert!(got.windows(2).all(|w| w[1] == w[0] + 1), "{got:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn r_evt_1_without_ring_buffer_since_reports_the_gap() {
+    let s = Session::spawn(
+        builder(Slow::new(TWO_TEXTS)).build(),
+        SessionConfig::new("s"),
+    );
+    s.prompt("one").await.expect("started");
+    s.wait_idle().await;
+    let mut sub = s.subscribe(Some(0), None);
+    match sub.drain().first() {
+        Some(SubscriptionItem::Lagged(n)) => assert!(*n > 0),
+        other => panic!("expected a lag notice, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn r_evt_1_slow_subscriber_lags_and_never_blocks_the_loop() {
+    let mut config = SessionConfig::new("s");
+    config.subscriber_capacity = 4;
+    let s = Session::spawn(builder(Slow::new(TWO_TEXTS)).build(), config);
+    let mut slow = s.subscribe(None, None); // never read during the run
+    s.prompt("one").await.expect("started");
+    s.wait_idle().await; // the run finished although nobody read
+    let first = slow.recv().await.expect("item");
+    assert!(
+        matches!(first, SubscriptionItem::Lagged(n) if n > 0),
+        "{first:?}"
+    );
+    assert!(
+        matches!(slow.recv().await, Some(SubscriptionItem::Event(_))),
+        "then it continues"
+    );
+}
+
+struct Policy {
+    seen: AtomicUsize,
+}
+
+impl Hooks for Policy {
+    fn before_prompt(&self, text: &str) -> Verdict {
+        if text.contains("forbidden") {
+            Verdict::Reject("no forbidden topics".into())
+        } else {
+            Verdict::Accept
+        }
+    }
+    fn before_steering(&self, _text: &str) -> Verdict {
+        Verdict::Reject("no steering today".into())
+    }
+    fn before_tool(&self, call: &ToolCall) -> ToolDecision {
+        match call.arguments.get("expression").and_then(|e| e.as_str()) {
+            Some("6/0") => ToolDecision::Block {
+                reason: "division by zero is not allowed".into(),
+            },
+            Some("1+1") => ToolDecision::Modify {
+                arguments: json!({"expression": "40+2"}),
+            },
+            _ => ToolDecision::Allow,
+        }
+    }
+    fn on_event(&self, _event: &EventEnvelope) {
+        self.seen.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn hooked(script: &str) -> (Session, Arc<Policy>) {
+    let policy = Arc::new(Policy {
+        seen: AtomicUsize::new(0),
+    });
+    let agent = builder(Slow::new(script)).hooks(policy.clone()).build();
+    (session(agent), policy)
+}
+
+#[tokio::test(start_paused = true)]
+async fn r_ext_1_before_prompt_veto_is_an_event() {
+    let (s, policy) = hooked(TWO_TEXTS);
+    assert_eq!(
+        s.prompt("a forbidden question").await,
+        Err(SessionError::Rejected("no forbidden topics".into()))
+    );
+    let ev = history(&s);
+    assert_eq!(count(&ev, "prompt_rejected"), 1);
+    assert_eq!(count(&ev, "run_start"), 0);
+    assert!(
+        policy.seen.load(Ordering::Relaxed) >= 1,
+        "on_event sees every event"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn r_ext_1_before_steering_veto_is_an_event() {
+    let (s, _) = hooked(TWO_TEXTS);
+    assert!(matches!(
+        s.steer("go left").await,
+        Err(SessionError::Rejected(_))
+    ));
+    assert!(history(&s).iter().any(|e| matches!(
+        &e.event,
+        AgentEvent::SteeringReceived {
+            status: agentloop::agent_event::SteeringStatus::RejectedHook,
+            ..
+        }
+    )));
+}
+
+#[tokio::test(start_paused = true)]
+async fn r_ext_1_before_tool_block_and_modify() {
+    let (s, _) = hooked(
+        r#"{"turns": [
+            {"tool_calls": [
+                {"id": "a", "name": "calculator", "arguments": {"expression": "6/0"}},
+                {"id": "b", "name": "calculator", "arguments": {"expression": "1+1"}}
+            ]},
+            {"text": "done"}
+        ]}"#,
+    );
+    s.prompt("compute").await.expect("started");
+    s.wait_idle().await;
+    let results: Vec<(ToolStatus, String)> = s
+        .last_result()
+        .expect("result")
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(r) => Some((r.status, r.content.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results[0].0, ToolStatus::Denied, "the model sees the block");
+    assert!(results[0].1.contains("division by zero"));
+    assert_eq!(results[1], (ToolStatus::Completed, "42".into()));
+    let ev = history(&s);
+    assert_eq!(count(&ev, "tool_blocked"), 1);
+    assert_eq!(count(&ev, "run_error"), 0, "a veto is not an error");
+    insta::assert_snapshot!(transcript(&ev));
+}

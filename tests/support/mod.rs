@@ -1,0 +1,177 @@
+//! Shared harness for the session tests: a slowed-down scripted model (virtual time makes the
+//! delays free and deterministic), sleeping tools, and event helpers.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentloop::agent_event::AgentEvent;
+use agentloop::error::ModelError;
+use agentloop::model::{DeltaStream, Model, ModelRequest};
+use agentloop::provider::scripted::ScriptedModel;
+use agentloop::runtime::{
+    Agent, AgentBuilder, EventEnvelope, SequentialIds, TokioClock, WithModel,
+};
+use agentloop::session::{Session, SessionConfig, Subscription, SubscriptionItem};
+use agentloop::store::MemoryStore;
+use agentloop::tools::{Tool, ToolContext, ToolError, ToolSpec};
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+/// A scripted model whose response opens after `open_ms` and yields a delta every `delta_ms`.
+pub struct Slow {
+    pub name: String,
+    pub inner: ScriptedModel,
+    pub open_ms: u64,
+    pub delta_ms: u64,
+}
+
+impl Slow {
+    pub fn new(script: &str) -> Self {
+        Slow {
+            name: "scripted".into(),
+            inner: ScriptedModel::from_json_str(script, "inline").expect("valid script"),
+            open_ms: 100,
+            delta_ms: 50,
+        }
+    }
+    pub fn named(mut self, name: &str) -> Self {
+        self.name = name.into();
+        self
+    }
+}
+
+#[async_trait]
+impl Model for Slow {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    async fn stream(&self, request: ModelRequest) -> Result<DeltaStream, ModelError> {
+        tokio::time::sleep(Duration::from_millis(self.open_ms)).await;
+        let inner = self.inner.stream(request).await?;
+        let d = self.delta_ms;
+        Ok(Box::pin(inner.then(move |item| async move {
+            tokio::time::sleep(Duration::from_millis(d)).await;
+            item
+        })))
+    }
+}
+
+/// A tool that sleeps `ms` and returns `content` (or "done").
+pub struct SleepTool {
+    pub name: &'static str,
+    pub ms: u64,
+    pub killable: bool,
+    pub content: Option<String>,
+}
+
+impl SleepTool {
+    pub fn new(name: &'static str, ms: u64) -> Self {
+        SleepTool {
+            name,
+            ms,
+            killable: true,
+            content: None,
+        }
+    }
+    pub fn immune(mut self) -> Self {
+        self.killable = false;
+        self
+    }
+    pub fn returning(mut self, content: String) -> Self {
+        self.content = Some(content);
+        self
+    }
+}
+
+#[async_trait]
+impl Tool for SleepTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name.into(),
+            description: format!("sleeps {} ms", self.ms),
+            parameters: json!({"type": "object"}),
+        }
+    }
+    fn killable(&self) -> bool {
+        self.killable
+    }
+    async fn call(&self, _ctx: ToolContext, _args: Value) -> Result<String, ToolError> {
+        tokio::time::sleep(Duration::from_millis(self.ms)).await;
+        Ok(self.content.clone().unwrap_or_else(|| "done".into()))
+    }
+}
+
+/// An agent builder on `model` with deterministic ids and an in-memory store.
+pub fn builder(model: impl Model + 'static) -> AgentBuilder<WithModel> {
+    Agent::builder()
+        .model(model)
+        .store(Arc::new(MemoryStore::new()))
+        .ids(Arc::new(SequentialIds::default()))
+        .clock(Arc::new(TokioClock::default()))
+}
+
+/// A session over `agent` with a ring buffer of 1024 events.
+pub fn session(agent: Agent) -> Session {
+    Session::spawn(agent, SessionConfig::new("s").event_buffer_size(1024))
+}
+
+/// Waits for the first event of type `ty`.
+pub async fn wait_for(sub: &mut Subscription, ty: &str) -> EventEnvelope {
+    loop {
+        match sub.recv().await {
+            Some(SubscriptionItem::Event(e)) if e.event.type_name() == ty => return e,
+            Some(_) => continue,
+            None => panic!("session closed before {ty}"),
+        }
+    }
+}
+
+/// Every event so far (from the ring buffer).
+pub fn history(s: &Session) -> Vec<EventEnvelope> {
+    s.bus().buffered()
+}
+
+/// Type names of the events so far, without the noisy streaming and transition events.
+pub fn names(events: &[EventEnvelope]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e.event.type_name())
+        .filter(|n| {
+            !matches!(
+                n.as_str(),
+                "state_changed" | "text_delta" | "reasoning_delta"
+            )
+        })
+        .collect()
+}
+
+pub fn count(events: &[EventEnvelope], ty: &str) -> usize {
+    events.iter().filter(|e| e.event.type_name() == ty).count()
+}
+
+/// One line per event for snapshots: type and the interesting fields, no timestamps.
+pub fn transcript(events: &[EventEnvelope]) -> String {
+    events
+        .iter()
+        .filter(|e| {
+            !matches!(
+                e.event,
+                AgentEvent::TextDelta { .. }
+                    | AgentEvent::ReasoningDelta { .. }
+                    | AgentEvent::ToolMetrics { .. }
+            )
+        })
+        .map(|e| {
+            let mut v = serde_json::to_value(&e.event).unwrap_or(Value::Null);
+            if let Some(o) = v.as_object_mut() {
+                o.remove("type");
+                o.remove("usage");
+                o.remove("arguments");
+            }
+            format!("{} {} {}", e.run_id, e.event.type_name(), v)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
