@@ -82,8 +82,8 @@ fn smart_runs_end_and_reach_tools() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Regressions for bugs the properties found (reported to the lead; they fail until src/ is
-// fixed). `HARNESS_AVOID_KNOWN_BUGS=1` makes the generators sidestep their triggers.
+// Regressions for bugs the properties found. The first four are fixed on main; the last one
+// fails until src/ is fixed (`HARNESS_AVOID_KNOWN_BUGS=1` makes the generators sidestep it).
 // ---------------------------------------------------------------------------------------------
 
 fn start(h: &mut RunHarness) {
@@ -106,6 +106,7 @@ fn abort_after_store_failure_is_absorbed() {
     let before = h.run.state();
     let step = h.run.handle(agentloop::Event::Abort {
         reason: "user".into(),
+        kill: agentloop::event::KillPolicy::default(),
     });
     assert!(step.unhandled);
     assert_eq!(step.to, before, "a terminal run changed state on Abort");
@@ -133,6 +134,7 @@ fn abort_after_store_failure_persists_nothing() {
     h.act(Action::StoreWriteFailed);
     let step = h.run.handle(agentloop::Event::Abort {
         reason: "user".into(),
+        kill: agentloop::event::KillPolicy::default(),
     });
     let persists: Vec<_> = step
         .effects
@@ -184,4 +186,27 @@ fn process_resume_outside_idle_changes_nothing() {
         steps: 1,
     });
     h.act(Action::Abort);
+}
+
+/// An abort whose kill policy leaves tools running emits `agent_abort` at once and drains; a
+/// store failure while draining then ends the run `Failed` and emits `run_error` too: two
+/// terminal outcome events for one run (R-VER-1: exactly one terminal outcome).
+#[test]
+fn store_failure_while_draining_emits_one_end() {
+    use harness::{ArgsPick, AttemptPick, DeltaPick, SeqPick, ToolPick};
+    let mut h = RunHarness::new(Setup::default());
+    start(&mut h);
+    h.act(Action::StreamOpened(AttemptPick::Current));
+    h.act(Action::Delta(
+        AttemptPick::Current,
+        SeqPick::Next,
+        DeltaPick::ToolCall(ToolPick::Known(0), ArgsPick::Valid),
+    ));
+    h.act(Action::Done(AttemptPick::Current));
+    h.act(Action::AbortKill(2)); // kill policy `none`: the calculator keeps running
+    assert_eq!(
+        h.run.state().process,
+        Some(agentloop::chart::ProcessState::Draining)
+    );
+    h.act(Action::StoreWriteFailed);
 }

@@ -211,6 +211,40 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
             ],
         ),
         (
+            "abort draining immune tools: tools_abort_drain, executing_abort_drain, draining_settle_*, executing_aborted",
+            Setup {
+                immune: true,
+                ..Setup::default()
+            },
+            vec![
+                START,
+                OPEN,
+                tool_call(ToolPick::Known(1)),
+                tool_call(ToolPick::Known(1)),
+                DONE,
+                Action::AbortKill(0),
+                Action::ToolFinished(IdPick::Tracked(0), true),
+                Action::ToolFinished(IdPick::Tracked(0), true),
+            ],
+        ),
+        (
+            "steering and live changes: active_steer, tools_steer_skip, active_switch_model, active_set_tools",
+            Setup {
+                skip_remaining: true,
+                ..Setup::default()
+            },
+            vec![
+                START,
+                Action::SwitchModel,
+                Action::SetTools(0b011),
+                OPEN,
+                tool_call(calc),
+                tool_call(calc),
+                DONE,
+                Action::Steer,
+            ],
+        ),
+        (
             "resume with pending tools: init_resume_tools, idle_resume",
             Setup::default(),
             vec![Action::Resume {

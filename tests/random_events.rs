@@ -46,7 +46,7 @@ fn hundred_thousand_random_events() {
             };
             let mut event = feeder.event(a);
             if avoid_known_bugs() {
-                event = sidestep_known_bugs(event, run.is_terminal());
+                event = sidestep_known_bugs(event, run.state());
             }
             let before = run.state();
             let was_terminal = run.is_terminal();

@@ -134,9 +134,15 @@ pub fn action(bytes: &mut Bytes<'_>) -> Action {
             },
             decision(p >> 3),
         ),
-        12 => Action::CompactionDone,
+        12 => match p % 5 {
+            0 | 1 => Action::CompactionDone,
+            2 => Action::Steer,
+            3 => Action::SwitchModel,
+            _ => Action::SetTools(p >> 3),
+        },
         13 => Action::CompactionFailed,
-        14 => Action::Abort,
+        14 if p % 2 == 0 => Action::Abort,
+        14 => Action::AbortKill(p >> 1),
         _ => Action::StoreWriteFailed,
     }
 }

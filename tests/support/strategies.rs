@@ -16,14 +16,25 @@ pub fn setup() -> impl Strategy<Value = Setup> {
         prop_oneof![Just(None), Just(Some(4usize)), Just(Some(7usize))],
         1u32..=5,
         prop::bool::weighted(0.15),
+        (any::<bool>(), any::<bool>(), prop::bool::weighted(0.8)),
     )
         .prop_map(
-            |(parallel_tools, max_retries, compact_threshold, max_steps, stop_decider)| Setup {
+            |(
                 parallel_tools,
                 max_retries,
                 compact_threshold,
                 max_steps,
                 stop_decider,
+                (skip_remaining, immune, doom_loop),
+            )| Setup {
+                parallel_tools,
+                max_retries,
+                compact_threshold,
+                max_steps,
+                stop_decider,
+                skip_remaining,
+                immune,
+                doom_loop,
             },
         )
 }
@@ -105,6 +116,10 @@ pub fn noise() -> impl Strategy<Value = Action> {
         1 => Just(Action::CompactionDone),
         1 => Just(Action::CompactionFailed),
         1 => Just(Action::Abort),
+        1 => any::<u8>().prop_map(Action::AbortKill),
+        1 => Just(Action::Steer),
+        1 => Just(Action::SwitchModel),
+        1 => any::<u8>().prop_map(Action::SetTools),
         1 => Just(Action::StoreWriteFailed),
     ]
 }
