@@ -83,10 +83,11 @@ fn drive(steps: u32, deltas: usize, trace: Option<&mut Trace>) -> Vec<Event> {
         if !last {
             for _ in 0..2 {
                 call_id += 1;
+                // Distinct arguments: identical repeated calls would trip doom-loop detection.
                 stream.push(MessageDelta::ToolCall {
                     id: format!("call-{call_id}"),
                     name: "calculator".into(),
-                    arguments: r#"{"expression":"2+3"}"#.into(),
+                    arguments: format!(r#"{{"expression":"2+{call_id}"}}"#),
                 });
             }
         }
@@ -208,7 +209,7 @@ fn process_events() -> (ModelRequest, Vec<Event>) {
         events.push(delta(MessageDelta::ToolCall {
             id: format!("call-{i}"),
             name: "calculator".into(),
-            arguments: r#"{"expression":"2+3"}"#.into(),
+            arguments: format!(r#"{{"expression":"2+{i}"}}"#),
         }));
     }
     events.push(Event::Done {
