@@ -1,0 +1,17 @@
+//! Arbitrary bytes → a setup and an event sequence (effect-following and noise, see
+//! `tests/support/fuzz_decode.rs`) into the outer `Run`; every step is checked against
+//! the chart and the invariants of `tests/support/harness.rs` (a violation panics).
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+#[path = "../../tests/support/harness.rs"]
+mod harness;
+
+#[path = "../../tests/support/fuzz_decode.rs"]
+mod fuzz_decode;
+
+fuzz_target!(|data: &[u8]| {
+    fuzz_decode::react_events(data);
+});
