@@ -164,15 +164,12 @@ impl ProcessData {
 
     /// Whether a failed attempt may be retried.
     pub(crate) fn retry_budget_left(&self, retryable: bool) -> bool {
-        retryable && self.request.attempt <= self.cfg.retry.max_retries
+        retryable && self.retries < self.cfg.retry.max_retries
     }
 
     /// Schedules the next attempt: discards partial output, starts the backoff timer.
     pub(crate) fn schedule_retry(&mut self, reason: String, retry_after_ms: Option<u64>) {
-        let delay_ms = self
-            .cfg
-            .retry
-            .delay_ms(self.request.attempt, retry_after_ms);
+        let delay_ms = self.cfg.retry.delay_ms(self.retries + 1, retry_after_ms);
         self.request.attempt += 1;
         self.retries += 1;
         self.acc = Accumulator::default();

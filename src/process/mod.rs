@@ -207,7 +207,8 @@ impl Process {
         kind(self.sm.state())
     }
 
-    /// How the step ended, once it is terminal.
+    /// How the step ends: set when the end is decided — at the terminal transition, or for an
+    /// abort that waits for immune tools (`Draining`), at the abort.
     pub fn outcome(&self) -> Option<&StepOutcome> {
         self.data.outcome.as_ref()
     }

@@ -34,6 +34,9 @@ pub struct ReactData {
     pub(crate) stop_requested: bool,
     pub(crate) abort_emitted: bool,
     pub(crate) abort_reason: Option<String>,
+    /// After a context overflow the step is re-requested with the same `model_call_index`;
+    /// its attempt numbers continue so late events of the overflowed attempt stay stale.
+    pub(crate) next_attempt: Option<u32>,
     pub(crate) state: ReactState,
     // Per-handle outputs, drained by the facade.
     pub(crate) out: Vec<Effect>,
@@ -62,6 +65,7 @@ impl ReactData {
             stop_requested: false,
             abort_emitted: false,
             abort_reason: None,
+            next_attempt: None,
             state: ReactState::INITIAL,
             out: Vec::new(),
             inner: Vec::new(),
@@ -183,7 +187,7 @@ impl ReactData {
         let request = ModelRequest {
             run_id: self.run_id.clone(),
             model_call_index: index,
-            attempt: 1,
+            attempt: self.next_attempt.take().unwrap_or(1),
             session_turn: self.session_turns,
             model: self.cfg.model.clone(),
             system: self.cfg.system.clone(),

@@ -169,6 +169,7 @@ impl ReactMachine {
                 }
                 Some(StepOutcome::ContextOverflow(_)) => {
                     context.take(Row::ExecutingOverflow);
+                    context.next_attempt = context.step.as_ref().map(|s| s.request().attempt + 1);
                     context.step = None;
                     context.compact("overflow");
                     Transition(State::compacting())
