@@ -128,6 +128,15 @@ fn secs(s: f64) -> u64 {
     (s.max(0.0) * 1000.0) as u64
 }
 
+/// Whether answer text was printed since the last newline on stdout.
+static MID_LINE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn end_line() {
+    if MID_LINE.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        println!();
+    }
+}
+
 fn print_event(format: EventsFormat, env: &EventEnvelope) {
     match format {
         EventsFormat::Json => {
@@ -141,6 +150,7 @@ fn print_event(format: EventsFormat, env: &EventEnvelope) {
                 let mut out = std::io::stdout().lock();
                 let _ = write!(out, "{text}");
                 let _ = out.flush();
+                MID_LINE.store(!text.is_empty(), std::sync::atomic::Ordering::Relaxed);
             }
             AgentEvent::StateChanged {
                 machine,
@@ -154,8 +164,10 @@ fn print_event(format: EventsFormat, env: &EventEnvelope) {
                 model_call_index,
                 attempt,
             } => {
-                println!();
-                eprintln!("[retry] step {model_call_index} attempt {attempt}: discard the partial output above");
+                if MID_LINE.load(std::sync::atomic::Ordering::Relaxed) {
+                    end_line();
+                    eprintln!("[retry] step {model_call_index} attempt {attempt}: discard the partial output above");
+                }
             }
             AgentEvent::Retry {
                 attempt,
@@ -169,7 +181,7 @@ fn print_event(format: EventsFormat, env: &EventEnvelope) {
                 name, arguments, ..
             } => eprintln!("[tool] {name} {arguments}"),
             AgentEvent::ToolEnd { name, status, .. } => eprintln!("[tool] {name} -> {status:?}"),
-            AgentEvent::ResponseComplete { .. } => println!(),
+            AgentEvent::ResponseComplete { .. } => end_line(),
             AgentEvent::RunError { error, .. } => eprintln!("[error] {error}"),
             AgentEvent::AgentAbort { reason, .. } => eprintln!("[abort] {reason}"),
             AgentEvent::SessionRepaired { notes } => {
