@@ -163,11 +163,9 @@ fn print_event(format: EventsFormat, env: &EventEnvelope) {
             AgentEvent::ModelTurnRetried {
                 model_call_index,
                 attempt,
-            } => {
-                if MID_LINE.load(std::sync::atomic::Ordering::Relaxed) {
-                    end_line();
-                    eprintln!("[retry] step {model_call_index} attempt {attempt}: discard the partial output above");
-                }
+            } if MID_LINE.load(std::sync::atomic::Ordering::Relaxed) => {
+                end_line();
+                eprintln!("[retry] step {model_call_index} attempt {attempt}: discard the partial output above");
             }
             AgentEvent::Retry {
                 attempt,
