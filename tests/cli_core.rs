@@ -1,0 +1,194 @@
+//! The core CLI as a real child process: the main job, trace + replay (identical, and a changed
+//! event named by index), Ctrl-C aborting cleanly, and clear errors for malformed input.
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+fn agentloop(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agentloop"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run agentloop")
+}
+
+#[test]
+fn main_job_answers_with_the_calculator_and_replays() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = agentloop(dir.path(), &["run", "What is 2+3?", "--trace", "t.jsonl"]);
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("The answer is 5."), "{stdout}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("[tool] calculator {\"expression\":\"2+3\"}")
+    );
+
+    let replay = agentloop(dir.path(), &["replay", "t.jsonl"]);
+    assert!(
+        replay.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+
+    // Change one recorded delta: replay exits 1 and names where it diverged.
+    let text = std::fs::read_to_string(dir.path().join("t.jsonl")).expect("trace");
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let (i, line) = lines
+        .iter()
+        .enumerate()
+        .find(|(_, l)| l.contains("\"text-delta\""))
+        .map(|(i, l)| (i, l.clone()))
+        .expect("a text delta input");
+    lines[i] = line.replacen("\"text\":\"", "\"text\":\"CHANGED ", 1);
+    std::fs::write(dir.path().join("t2.jsonl"), lines.join("\n")).expect("write");
+    let replay = agentloop(dir.path(), &["replay", "t2.jsonl"]);
+    assert_eq!(replay.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&replay.stderr);
+    let input_index = i - 1; // line 0 is the header
+    assert!(
+        stderr.contains(&format!("(in the step of input {input_index})")),
+        "names the changed input: {stderr}"
+    );
+    assert!(stderr.contains("CHANGED"), "shows a diff: {stderr}");
+}
+
+#[test]
+fn retry_script_reports_one_retry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("s.json"),
+        r#"{"turns": [{"errors": [{"status": 429, "retry_after_ms": 20}], "text": "ok"}]}"#,
+    )
+    .expect("script");
+    let out = agentloop(
+        dir.path(),
+        &["run", "--script", "s.json", "--events", "json", "hi"],
+    );
+    assert!(out.status.success());
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON event per line"))
+        .collect();
+    let retries: Vec<_> = events.iter().filter(|e| e["type"] == "retry").collect();
+    assert_eq!(retries.len(), 1);
+    assert_eq!(retries[0]["delay_ms"], 20);
+    assert!(events
+        .iter()
+        .any(|e| e["type"] == "text_delta" && e["text"] == "ok"));
+    let indexes: Vec<u64> = events.iter().filter_map(|e| e["index"].as_u64()).collect();
+    assert!(indexes.windows(2).all(|w| w[0] < w[1]), "indexes increase");
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_aborts_cleanly_and_the_trace_records_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The model calls a tool and then stalls forever: Ctrl-C lands mid-stream of step 2.
+    std::fs::write(
+        dir.path().join("s.json"),
+        r#"{"turns": [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}]}, {"errors": [{"stall": true}], "text": "never"}]}"#,
+    )
+    .expect("script");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentloop"))
+        .args([
+            "run",
+            "--script",
+            "s.json",
+            "--trace",
+            "t.jsonl",
+            "--stall-timeout",
+            "600",
+            "--first-chunk-timeout",
+            "600",
+            "go",
+        ])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Wait until step 2 is streaming (the stall), reading the state changes on stderr.
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut seen = 0;
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("--StreamOpened--> Streaming") {
+                seen += 1;
+                if seen == 2 {
+                    let _ = tx.send(());
+                }
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("step 2 starts streaming");
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let exit = child.wait().expect("wait");
+    let stderr = reader.join().expect("stderr reader");
+    assert_eq!(exit.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("[abort] interrupted (Ctrl-C)"), "{stderr}");
+    let trace =
+        std::fs::read_to_string(dir.path().join("t.jsonl")).expect("trace written after the abort");
+    assert!(
+        trace.contains("\"type\":\"abort\""),
+        "the abort is recorded"
+    );
+    assert!(trace.contains("\"type\":\"agent_abort\""));
+    // Every started tool call ended with a result.
+    let started = trace.matches("\"entry\":\"tool_started\"").count();
+    let results = trace.matches("\"entry\":\"tool_result\"").count();
+    assert_eq!((started, results), (1, 1));
+    let replay = Command::new(env!("CARGO_BIN_EXE_agentloop"))
+        .args(["replay", "t.jsonl"])
+        .current_dir(dir.path())
+        .output()
+        .expect("replay");
+    assert!(replay.status.success());
+}
+
+#[test]
+fn malformed_inputs_get_clear_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("bad.json"),
+        "{\"turns\": [\n  {\"text\": 5}\n]}",
+    )
+    .expect("write");
+    let out = agentloop(dir.path(), &["run", "--script", "bad.json", "hi"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("bad.json:2:"),
+        "names file and line"
+    );
+
+    std::fs::write(
+        dir.path().join("t.jsonl"),
+        "{\"kind\":\"header\",\"version\":7}\n",
+    )
+    .expect("write");
+    let out = agentloop(dir.path(), &["replay", "t.jsonl"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unsupported trace version 7"));
+
+    let out = agentloop(dir.path(), &["run", "--max-steps", "zero", "hi"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-steps"));
+
+    let out = agentloop(dir.path(), &["chart", "react"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("---\ntitle: Outer ReAct machine"));
+}
