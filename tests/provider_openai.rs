@@ -750,3 +750,30 @@ proptest! {
         }
     }
 }
+
+/// Servers that omit tool-call ids get generated ones; the client prefixes them with the run
+/// and step, so two turns of one session never produce the same id (results are keyed by id).
+#[test]
+fn generated_ids_carry_the_clients_prefix() {
+    use agentloop::provider::openai::OpenAiNormalizer;
+    use agentloop::provider::sse::SsePipeline;
+    let body = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"calculator\",\"arguments\":\"{}\"}}]},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+        "data: [DONE]\n\n"
+    );
+    let ids = |prefix: &str| -> Vec<String> {
+        let mut p = SsePipeline::new(OpenAiNormalizer::new().with_id_prefix(prefix));
+        let mut deltas = p.feed(body.as_bytes());
+        deltas.extend(p.finish());
+        deltas
+            .into_iter()
+            .filter_map(|d| match d {
+                agentloop::MessageDelta::ToolCall { id, .. } => Some(id),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(ids("call_run-1_1_"), vec!["call_run-1_1_0".to_string()]);
+    assert_ne!(ids("call_run-1_1_"), ids("call_run-1_2_"));
+}

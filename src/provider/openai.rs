@@ -208,6 +208,7 @@ pub struct OpenAiNormalizer {
     raw_finish_reason: Option<String>,
     usage: Option<Usage>,
     phase: Phase,
+    id_prefix: String,
 }
 
 impl Default for OpenAiNormalizer {
@@ -228,6 +229,14 @@ pub fn map_finish_reason(raw: &str) -> FinishReason {
 }
 
 impl OpenAiNormalizer {
+    /// Sets the prefix of ids generated for calls that arrive without one (default `call_`).
+    /// The client passes one that names the run and step, so generated ids never repeat
+    /// across the turns of a session (tool results are keyed by call id, R-IDEM-3).
+    pub fn with_id_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.id_prefix = prefix.into();
+        self
+    }
+
     /// A fresh normalizer for one response.
     pub fn new() -> Self {
         OpenAiNormalizer {
@@ -238,6 +247,7 @@ impl OpenAiNormalizer {
             raw_finish_reason: None,
             usage: None,
             phase: Phase::Open,
+            id_prefix: "call_".into(),
         }
     }
 
@@ -310,7 +320,7 @@ impl OpenAiNormalizer {
                 let ordinal = self.calls.len();
                 self.calls.push(CallAcc {
                     index: f.index,
-                    id: id.map_or_else(|| format!("call_{ordinal}"), str::to_string),
+                    id: id.map_or_else(|| format!("{}{ordinal}", self.id_prefix), str::to_string),
                     id_generated: id.is_none(),
                     name: String::new(),
                     args: String::new(),
@@ -657,7 +667,10 @@ impl Model for OpenAiModel {
             &self.config,
             headers,
             body,
-            OpenAiNormalizer::new(),
+            OpenAiNormalizer::new().with_id_prefix(format!(
+                "call_{}_{}_",
+                request.run_id, request.model_call_index
+            )),
             SystemTime::now,
         )
         .await
