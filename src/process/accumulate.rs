@@ -1,24 +1,37 @@
-//! Accumulating stream deltas into an assistant message (R-STR-2, R-STR-4).
+//! Assembling stream deltas into the assistant message (R-STR-2, R-STR-4, R-STR-6). One
+//! implementation serves the machine (what is committed) and `agentloop decode` (what is
+//! reported), so the two cannot disagree.
 
+use serde_json::Value;
+
+use crate::error::ModelError;
 use crate::message::{AssistantMessage, FinishReason, MessageDelta, ToolCall};
 
-/// The partial message of the current attempt. Tool calls are taken only from complete
-/// `tool-call` deltas, never from raw fragments (R-STR-4); fragments are kept for snapshots.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Accumulator {
-    /// The message so far.
-    pub message: AssistantMessage,
-    /// Raw argument fragments of calls still streaming: (id, name, text).
-    pub partial_calls: Vec<(String, String, String)>,
-    /// Whether the provider reported `finish-step`.
-    pub finished_step: bool,
+/// Assembles [`MessageDelta`]s into the message the runtime commits (R-STR-2, R-STR-4,
+/// R-STR-6): tool calls only from `tool-call` deltas; arguments parsed with
+/// [`ToolCall::from_raw`]; when the turn ended with `length`, every tool call is marked
+/// invalid, because the model was cut off and its arguments (or its plan) may be incomplete.
+#[derive(Clone, Debug, Default)]
+pub struct MessageAssembler {
+    pub(crate) message: AssistantMessage,
+    pub(crate) raw_calls: Vec<(String, String, String)>,
+    pub(crate) raw_finish_reason: Option<String>,
+    pub(crate) finished: bool,
+    pub(crate) error: Option<ModelError>,
+    pub(crate) any: bool,
 }
 
-impl Accumulator {
+impl MessageAssembler {
+    /// An empty assembler.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
     /// Applies one delta.
-    pub fn apply(&mut self, delta: &MessageDelta) {
+    pub fn push(&mut self, d: &MessageDelta) {
+        self.any = true;
         let m = &mut self.message;
-        match delta {
+        match d {
             MessageDelta::TextDelta { text } => m.text.push_str(text),
             MessageDelta::ReasoningDelta { text } => m.reasoning.push_str(text),
             MessageDelta::ReasoningSignature { signature } => m
@@ -29,62 +42,81 @@ impl Accumulator {
             MessageDelta::Refusal { text } => {
                 m.refusal.get_or_insert_with(String::new).push_str(text)
             }
-            MessageDelta::ToolInputStart { id, name } => {
-                self.partial_calls
-                    .push((id.clone(), name.clone(), String::new()))
-            }
-            MessageDelta::ToolInputDelta { id, delta } => {
-                if let Some(c) = self.partial_calls.iter_mut().rev().find(|c| &c.0 == id) {
-                    c.2.push_str(delta);
-                }
-            }
             MessageDelta::ToolCall {
                 id,
                 name,
                 arguments,
-            } => {
-                self.partial_calls.retain(|c| &c.0 != id);
-                m.tool_calls
-                    .push(ToolCall::from_raw(id.clone(), name.clone(), arguments));
-            }
+            } => self
+                .raw_calls
+                .push((id.clone(), name.clone(), arguments.clone())),
             MessageDelta::FinishStep {
                 finish_reason,
+                raw_finish_reason,
                 usage,
-                ..
             } => {
-                self.finished_step = true;
-                if finish_reason.is_some() {
-                    m.finish_reason = *finish_reason;
-                }
-                if usage.is_some() {
-                    m.usage = *usage;
-                }
+                m.finish_reason = *finish_reason;
+                m.usage = *usage;
+                self.raw_finish_reason.clone_from(raw_finish_reason);
             }
+            MessageDelta::Finish => self.finished = true,
+            MessageDelta::Error { error } => self.error = Some(error.clone()),
             MessageDelta::StartStep
             | MessageDelta::TextStart
             | MessageDelta::TextEnd
             | MessageDelta::ReasoningStart
             | MessageDelta::ReasoningEnd
-            | MessageDelta::ToolInputEnd { .. }
-            | MessageDelta::Finish
-            | MessageDelta::Error { .. } => {}
+            | MessageDelta::ToolInputStart { .. }
+            | MessageDelta::ToolInputDelta { .. }
+            | MessageDelta::ToolInputEnd { .. } => {}
         }
     }
 
-    /// The message to commit. When the turn was cut by the output limit, tool calls are marked
-    /// invalid so they are never executed (R-STR-6).
-    pub fn finish(&self) -> AssistantMessage {
+    /// Whether `finish` arrived without an error (the message may be committed).
+    pub fn is_complete(&self) -> bool {
+        self.finished && self.error.is_none()
+    }
+
+    /// The error delta, if one arrived.
+    pub fn error(&self) -> Option<&ModelError> {
+        self.error.as_ref()
+    }
+
+    /// The provider's raw finish reason.
+    pub fn raw_finish_reason(&self) -> Option<&str> {
+        self.raw_finish_reason.as_deref()
+    }
+
+    /// The message so far, with tool calls built from the `tool-call` deltas.
+    pub fn message(&self) -> AssistantMessage {
         let mut m = self.message.clone();
-        if m.finish_reason == Some(FinishReason::Length) {
-            for c in &mut m.tool_calls {
-                if c.invalid_arguments.is_none() {
-                    c.invalid_arguments = Some(
-                        "tool arguments may be truncated (finish_reason length); not executed"
-                            .into(),
-                    );
+        let truncated = m.finish_reason == Some(FinishReason::Length);
+        m.tool_calls = self
+            .raw_calls
+            .iter()
+            .map(|(id, name, raw)| {
+                let mut call = ToolCall::from_raw(id, name, raw);
+                if truncated {
+                    call.arguments = Value::Null;
+                    call.invalid_arguments = Some(format!(
+                        "not executed: the response was cut off by the output token limit \
+                         (finish_reason length), so the arguments may be incomplete: {raw}"
+                    ));
                 }
-            }
-        }
+                call
+            })
+            .collect();
         m
+    }
+}
+
+impl MessageAssembler {
+    /// A snapshot of the message so far, for observers (R-STR-2).
+    pub fn snapshot(&self) -> AssistantMessage {
+        self.message()
+    }
+
+    /// Whether the message so far has tool calls.
+    pub fn has_tool_calls(&self) -> bool {
+        !self.raw_calls.is_empty()
     }
 }

@@ -10,7 +10,7 @@ use crate::event::KillPolicy;
 use crate::event::{AttemptId, Event};
 use crate::message::{AssistantMessage, MessageDelta, ToolCall, ToolResult, ToolStatus};
 use crate::model::ModelRequest;
-use crate::process::accumulate::Accumulator;
+use crate::process::accumulate::MessageAssembler;
 use crate::process::config::{ApprovalPolicy, LoopAction, StepConfig};
 use crate::store::Entry;
 
@@ -60,7 +60,7 @@ pub struct ProcessData {
     pub(crate) request: ModelRequest,
     pub(crate) whitelist: BTreeSet<String>,
     pub(crate) seen: HashSet<u64>,
-    pub(crate) acc: Accumulator,
+    pub(crate) acc: MessageAssembler,
     pub(crate) committed: Option<AssistantMessage>,
     pub(crate) slots: Vec<Slot>,
     pub(crate) outcome: Option<StepOutcome>,
@@ -84,7 +84,7 @@ impl ProcessData {
             request,
             whitelist,
             seen: HashSet::new(),
-            acc: Accumulator::default(),
+            acc: MessageAssembler::default(),
             committed: None,
             slots: Vec::new(),
             outcome: None,
@@ -152,7 +152,7 @@ impl ProcessData {
     /// Sends the current attempt's request.
     pub(crate) fn call_model(&mut self) {
         self.seen.clear();
-        self.acc = Accumulator::default();
+        self.acc = MessageAssembler::default();
         let request = self.request.clone();
         self.emit(AgentEvent::RequestStart {
             model_call_index: request.model_call_index,
@@ -172,7 +172,7 @@ impl ProcessData {
         let delay_ms = self.cfg.retry.delay_ms(self.retries + 1, retry_after_ms);
         self.request.attempt += 1;
         self.retries += 1;
-        self.acc = Accumulator::default();
+        self.acc = MessageAssembler::default();
         self.seen.clear();
         let timer_id = self.timer_id();
         self.out.push(Effect::StartTimer { timer_id, delay_ms });
@@ -230,7 +230,7 @@ impl ProcessData {
     /// Accumulates a new delta and emits its observable form.
     pub(crate) fn delta(&mut self, seq: u64, delta: &MessageDelta) {
         self.seen.insert(seq);
-        self.acc.apply(delta);
+        self.acc.push(delta);
         let (idx, attempt) = (self.request.model_call_index, self.request.attempt);
         let event = match delta {
             MessageDelta::TextDelta { text } => Some(AgentEvent::TextDelta {
@@ -260,12 +260,12 @@ impl ProcessData {
 
     /// Whether the accumulated message has tool calls.
     pub(crate) fn has_tool_calls(&self) -> bool {
-        !self.acc.message.tool_calls.is_empty()
+        self.acc.has_tool_calls()
     }
 
     /// Commits the accumulated message (R-STR-4) and, when it has tool calls, schedules them.
     pub(crate) fn commit(&mut self) {
-        let message = self.acc.finish();
+        let message = self.acc.message();
         self.persist(Entry::Assistant {
             run_id: self.request.run_id.clone(),
             model_call_index: self.request.model_call_index,

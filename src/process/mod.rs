@@ -214,8 +214,8 @@ impl Process {
     }
 
     /// A snapshot of the message being streamed (R-STR-2).
-    pub fn partial(&self) -> &AssistantMessage {
-        &self.data.acc.message
+    pub fn partial(&self) -> AssistantMessage {
+        self.data.acc.snapshot()
     }
 
     /// The committed message, once `Done` arrived.

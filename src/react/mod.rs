@@ -227,7 +227,7 @@ impl Run {
     }
 
     /// A snapshot of the message being streamed, if a step is streaming (R-STR-2).
-    pub fn partial(&self) -> Option<&AssistantMessage> {
+    pub fn partial(&self) -> Option<AssistantMessage> {
         self.data.step.as_ref().map(|s| s.partial())
     }
 
