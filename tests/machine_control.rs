@@ -293,3 +293,41 @@ async fn r_tool_4_doom_loop_can_stop_the_run() {
     assert_eq!(out.result.reason, "stopped");
     assert_eq!(out.result.iterations, 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn r_in_7_whole_request_timeout_is_a_retryable_event() {
+    let sink = VecSink::default();
+    let script = r#"{"turns": [{"errors": [{"stall": true}], "text": "second attempt"}]}"#;
+    let agent = Agent::builder()
+        .model(ScriptedModel::from_json_str(script, "inline").expect("script"))
+        .ids(Arc::new(SequentialIds::default()))
+        .sink(Arc::new(sink.clone()))
+        .timeouts(agentloop::runtime::Timeouts {
+            request_ms: Some(1_000),
+            ..Default::default()
+        })
+        .build();
+    let out = run(&agent, None).await;
+    assert_eq!(out.result.final_text(), Some("second attempt"));
+    assert!(events(&sink)
+        .iter()
+        .any(|e| matches!(e, AgentEvent::Retry { reason, .. } if reason.contains("request exceeded 1000 ms"))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn r_in_7_run_deadline_aborts() {
+    let sink = VecSink::default();
+    let script = r#"{"turns": [{"errors": [{"stall": true}, {"stall": true}, {"stall": true}, {"stall": true}], "text": "never"}]}"#;
+    let agent = Agent::builder()
+        .model(ScriptedModel::from_json_str(script, "inline").expect("script"))
+        .ids(Arc::new(SequentialIds::default()))
+        .sink(Arc::new(sink.clone()))
+        .timeouts(agentloop::runtime::Timeouts {
+            run_deadline_ms: Some(5_000),
+            ..Default::default()
+        })
+        .build();
+    let out = run(&agent, None).await;
+    assert_eq!(out.result.outcome, Outcome::Aborted);
+    assert_eq!(out.result.reason, "run deadline exceeded");
+}

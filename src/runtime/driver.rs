@@ -399,7 +399,16 @@ async fn stream_attempt(
     tx: mpsc::UnboundedSender<Event>,
     timeouts: Timeouts,
 ) -> ModelCallOutcome {
-    let sent = stream_events(model, request, attempt, &tx, timeouts).await;
+    let events = stream_events(model, request, attempt.clone(), &tx, timeouts);
+    let sent = match timeouts.request_ms {
+        Some(ms) => tokio::time::timeout(Duration::from_millis(ms), events)
+            .await
+            .unwrap_or_else(|_| Event::TransportError {
+                attempt,
+                error: ModelError::new(ErrorKind::Timeout, format!("request exceeded {ms} ms")),
+            }),
+        None => events.await,
+    };
     let outcome = match &sent {
         Event::Done { .. } => ModelCallOutcome::Done,
         Event::TransportError { error, .. } | Event::ContextOverflow { error, .. } => {

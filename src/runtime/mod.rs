@@ -46,6 +46,9 @@ pub struct Timeouts {
     pub stall_ms: u64,
     /// Per tool call (default 120 s).
     pub tool_ms: u64,
+    /// Whole model request (one attempt, from sending to the last delta); expiry is a
+    /// retryable `timeout` error (default none).
+    pub request_ms: Option<u64>,
     /// Whole-run deadline; expiry aborts the run (default none).
     pub run_deadline_ms: Option<u64>,
 }
@@ -56,6 +59,7 @@ impl Default for Timeouts {
             first_chunk_ms: 60_000,
             stall_ms: 30_000,
             tool_ms: 120_000,
+            request_ms: None,
             run_deadline_ms: None,
         }
     }

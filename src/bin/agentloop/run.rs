@@ -104,6 +104,12 @@ pub struct AgentArgs {
     /// Timeout for the first chunk of a response, in seconds.
     #[arg(long, default_value_t = 60.0)]
     pub first_chunk_timeout: f64,
+    /// Whole-request timeout per attempt, in seconds (default: none).
+    #[arg(long)]
+    pub request_timeout: Option<f64>,
+    /// Whole-run deadline, in seconds; expiry aborts the run (default: none).
+    #[arg(long)]
+    pub deadline: Option<f64>,
     /// Per-tool timeout, in seconds.
     #[arg(long, default_value_t = 120.0)]
     pub tool_timeout: f64,
@@ -251,7 +257,8 @@ fn agent(args: &AgentArgs, store: Option<Arc<dyn SessionStore>>) -> Result<Agent
             first_chunk_ms: secs(args.first_chunk_timeout),
             stall_ms: secs(args.stall_timeout),
             tool_ms: secs(args.tool_timeout),
-            run_deadline_ms: None,
+            request_ms: args.request_timeout.map(secs),
+            run_deadline_ms: args.deadline.map(secs),
         })
         .configure(|c| {
             c.max_steps = args.max_steps;
