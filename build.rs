@@ -56,7 +56,7 @@ fn generate(chart: &Chart, prefix: &str, out: &mut String) {
             } else {
                 format!("({:?})", r.kind).to_lowercase()
             };
-            transitions.push(format!("{}{g} → {to}", r.event));
+            transitions.push(format!("`{}{g} → {to}`", r.event));
         }
         writeln!(out, "    /// {}", doc(&s.doc)).ok();
         if !transitions.is_empty() {

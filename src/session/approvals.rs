@@ -1,4 +1,4 @@
-//! Approvals through the session handle (R-CTL-4): the session installs a [`SessionApprover`]
+//! Approvals through the session handle (R-CTL-4): the session installs a `SessionApprover`
 //! as the agent's approver. A request parks until `approve`/`reject`/`modify` answers it or the
 //! approval timeout passes (a timeout counts as a reject). "Approve always" whitelists the
 //! tool and its command family for the rest of the session.
