@@ -26,6 +26,38 @@ fn doc(s: &str) -> String {
     s.replace('\n', " ")
 }
 
+/// `pub const ALL` listing `variants` of `ty`.
+fn all_const(ty: &str, what: &str, variants: &[&str]) -> String {
+    let list: Vec<String> = variants.iter().map(|v| format!("{ty}::{v}")).collect();
+    format!(
+        "    /// Every {what}, in chart order.\n    pub const ALL: &'static [{ty}] = &[{}];\n",
+        list.join(", ")
+    )
+}
+
+/// `pub fn name` mapping each variant to its chart name.
+fn name_fn(ty: &str, what: &str, variants: &[&str]) -> String {
+    let arms: Vec<String> = variants
+        .iter()
+        .map(|v| format!("{ty}::{v} => \"{v}\""))
+        .collect();
+    format!(
+        "    /// The chart name of the {what}.\n    pub fn name(self) -> &'static str {{ match self {{ {} }} }}\n",
+        arms.join(", ")
+    )
+}
+
+/// `pub fn <name>(self) -> bool`, true for the `yes` variants.
+fn flag_fn(name: &str, doc: &str, ty: &str, yes: &[&str]) -> String {
+    let body = if yes.is_empty() {
+        "let _ = self; false".to_string()
+    } else {
+        let arms: Vec<String> = yes.iter().map(|v| format!("{ty}::{v}")).collect();
+        format!("matches!(self, {})", arms.join(" | "))
+    };
+    format!("    /// {doc}\n    pub fn {name}(self) -> bool {{ {body} }}\n")
+}
+
 fn generate(chart: &Chart, prefix: &str, out: &mut String) {
     let st = format!("{prefix}State");
     let ev = format!("{prefix}EventKind");
@@ -65,19 +97,15 @@ fn generate(chart: &Chart, prefix: &str, out: &mut String) {
         writeln!(out, "    {},", s.name).ok();
     }
     writeln!(out, "}}\n").ok();
+    let states: Vec<&str> = chart.state.iter().map(|s| s.name.as_str()).collect();
+    let terminal: Vec<&str> = chart
+        .state
+        .iter()
+        .filter(|s| s.terminal)
+        .map(|s| s.name.as_str())
+        .collect();
     writeln!(out, "impl {st} {{").ok();
-    writeln!(out, "    /// Every leaf state, in chart order.").ok();
-    writeln!(
-        out,
-        "    pub const ALL: &'static [{st}] = &[{}];",
-        chart
-            .state
-            .iter()
-            .map(|s| format!("{st}::{}", s.name))
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
-    .ok();
+    out.push_str(&all_const(&st, "leaf state", &states));
     writeln!(out, "    /// The initial state.").ok();
     writeln!(
         out,
@@ -85,33 +113,13 @@ fn generate(chart: &Chart, prefix: &str, out: &mut String) {
         chart.initial
     )
     .ok();
-    writeln!(out, "    /// The chart name of the state.").ok();
-    writeln!(
-        out,
-        "    pub fn name(self) -> &'static str {{ match self {{ {} }} }}",
-        chart
-            .state
-            .iter()
-            .map(|s| format!("{st}::{0} => \"{0}\"", s.name))
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
-    .ok();
-    writeln!(out, "    /// Whether the state is terminal (absorbing).").ok();
-    writeln!(out, "    pub fn is_terminal(self) -> bool {{ {} }}", {
-        let t: Vec<_> = chart
-            .state
-            .iter()
-            .filter(|s| s.terminal)
-            .map(|s| format!("{st}::{}", s.name))
-            .collect();
-        if t.is_empty() {
-            "let _ = self; false".to_string()
-        } else {
-            format!("matches!(self, {})", t.join(" | "))
-        }
-    })
-    .ok();
+    out.push_str(&name_fn(&st, "state", &states));
+    out.push_str(&flag_fn(
+        "is_terminal",
+        "Whether the state is terminal (absorbing).",
+        &st,
+        &terminal,
+    ));
     writeln!(out, "    /// The enclosing superstates, innermost first.").ok();
     writeln!(
         out,
@@ -150,50 +158,22 @@ fn generate(chart: &Chart, prefix: &str, out: &mut String) {
         writeln!(out, "    {},", e.name).ok();
     }
     writeln!(out, "}}\n").ok();
+    let events: Vec<&str> = chart.event.iter().map(|e| e.name.as_str()).collect();
+    let internal: Vec<&str> = chart
+        .event
+        .iter()
+        .filter(|e| e.internal)
+        .map(|e| e.name.as_str())
+        .collect();
     writeln!(out, "impl {ev} {{").ok();
-    writeln!(out, "    /// Every event kind, in chart order.").ok();
-    writeln!(
-        out,
-        "    pub const ALL: &'static [{ev}] = &[{}];",
-        chart
-            .event
-            .iter()
-            .map(|e| format!("{ev}::{}", e.name))
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
-    .ok();
-    writeln!(out, "    /// The chart name of the event.").ok();
-    writeln!(
-        out,
-        "    pub fn name(self) -> &'static str {{ match self {{ {} }} }}",
-        chart
-            .event
-            .iter()
-            .map(|e| format!("{ev}::{0} => \"{0}\"", e.name))
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
-    .ok();
-    writeln!(
-        out,
-        "    /// Whether the facade feeds this event itself (run to completion)."
-    )
-    .ok();
-    writeln!(out, "    pub fn is_internal(self) -> bool {{ {} }}", {
-        let t: Vec<_> = chart
-            .event
-            .iter()
-            .filter(|e| e.internal)
-            .map(|e| format!("{ev}::{}", e.name))
-            .collect();
-        if t.is_empty() {
-            "let _ = self; false".to_string()
-        } else {
-            format!("matches!(self, {})", t.join(" | "))
-        }
-    })
-    .ok();
+    out.push_str(&all_const(&ev, "event kind", &events));
+    out.push_str(&name_fn(&ev, "event", &events));
+    out.push_str(&flag_fn(
+        "is_internal",
+        "Whether the facade feeds this event itself (run to completion).",
+        &ev,
+        &internal,
+    ));
     writeln!(out, "}}\n").ok();
 
     // Rows.
@@ -221,18 +201,9 @@ fn generate(chart: &Chart, prefix: &str, out: &mut String) {
     }
     writeln!(out, "}}\n").ok();
     writeln!(out, "impl {row} {{").ok();
-    writeln!(out, "    /// Every row, in chart order.").ok();
-    writeln!(
-        out,
-        "    pub const ALL: &'static [{row}] = &[{}];",
-        chart
-            .row
-            .iter()
-            .map(|r| format!("{row}::{}", camel(&r.id)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
-    .ok();
+    let rows: Vec<String> = chart.row.iter().map(|r| camel(&r.id)).collect();
+    let rows: Vec<&str> = rows.iter().map(String::as_str).collect();
+    out.push_str(&all_const(&row, "row", &rows));
     writeln!(out, "    /// The row as written in the chart.").ok();
     writeln!(
         out,
