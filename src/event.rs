@@ -188,6 +188,9 @@ pub enum Event {
     SetTools {
         /// The tool specs.
         tools: Vec<crate::tools::ToolSpec>,
+        /// Tools among them that abort must not kill (`Tool::killable() == false`).
+        #[serde(default)]
+        immune: std::collections::BTreeSet<String>,
     },
     /// A session store write failed (R-IDEM-4).
     StoreWriteFailed {

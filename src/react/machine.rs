@@ -63,9 +63,10 @@ impl ReactMachine {
                 context.switch_model(model);
                 Handled
             }
-            Input::Ext(Event::SetTools { tools }) => {
+            Input::Ext(Event::SetTools { tools, immune }) => {
                 context.take(Row::ActiveSetTools);
                 context.cfg.tools = tools.clone();
+                context.cfg.step.immune = immune.clone();
                 Handled
             }
             Input::Ext(Event::StoreWriteFailed { error }) => {

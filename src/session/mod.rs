@@ -866,5 +866,6 @@ fn forward_switch_model(c: &Controller, model: &str) {
 fn forward_set_tools(c: &Controller, config: &RunConfig) {
     c.send(Event::SetTools {
         tools: config.tools.clone(),
+        immune: config.step.immune.clone(),
     });
 }

@@ -838,6 +838,7 @@ impl Feeder {
                     .filter(|(i, _)| mask & (1 << i) != 0)
                     .map(|(_, t)| t)
                     .collect(),
+                immune: Default::default(),
             },
             Action::StoreWriteFailed => Event::StoreWriteFailed {
                 error: "disk full".into(),
