@@ -9,46 +9,11 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use agentloop::message::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
-use agentloop::store::{check, history, Durability, Entry, FileStore, StoreError};
+use agentloop::store::{check, history, Durability, FileStore, StoreError};
 
-fn entry(i: u64) -> Entry {
-    let run_id = format!("run-{}", i / 400);
-    let id = format!("call-{}", i / 4);
-    match i % 4 {
-        0 => Entry::UserInput {
-            run_id,
-            message: Message::user(format!("please append line {i} to the notes file")),
-        },
-        1 => Entry::Assistant {
-            run_id,
-            model_call_index: (i / 4) as u32 + 1,
-            message: AssistantMessage {
-                text: "I will append the line now.".into(),
-                tool_calls: vec![ToolCall::from_raw(
-                    id,
-                    "append_line",
-                    r#"{"path":"notes.txt","line":"hello world"}"#,
-                )],
-                ..Default::default()
-            },
-        },
-        2 => Entry::ToolStarted {
-            run_id,
-            tool_call_id: id,
-            name: "append_line".into(),
-        },
-        _ => Entry::ToolResult {
-            run_id,
-            result: ToolResult {
-                tool_call_id: id,
-                name: "append_line".into(),
-                content: "appended 1 line (12 bytes) to notes.txt".into(),
-                status: ToolStatus::Completed,
-            },
-        },
-    }
-}
+#[path = "../benches/support/entries.rs"]
+mod entries;
+use entries::entry;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
