@@ -4,23 +4,21 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
-pub mod agent_event;
-pub mod chart;
+// The pure core, re-exported under the paths it always had.
+pub use agentloop_core::{
+    agent_event, chart, context, effect, error, event, message, process, react, session_log, step,
+};
+
 pub mod compaction;
-pub mod context;
-pub mod effect;
-pub mod error;
-pub mod event;
 pub mod hooks;
-pub mod message;
 pub mod model;
-pub mod process;
 pub mod provider;
-pub mod react;
-pub mod step;
+pub mod runtime;
+pub mod session;
 pub mod store;
 pub mod subagent;
 pub mod tools;
+pub mod trace;
 
 pub use agent_event::{AgentEvent, Outcome};
 pub use effect::Effect;
@@ -31,6 +29,3 @@ pub use message::{
 };
 pub use react::{LoopResult, Run, RunConfig};
 pub use step::{AgentState, Step, Transition};
-pub mod runtime;
-pub mod session;
-pub mod trace;

@@ -5,11 +5,9 @@
 
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../tests/support/harness.rs"]
-mod harness;
+use agentloop_testkit::harness;
 
-#[path = "../../tests/support/fuzz_decode.rs"]
-mod fuzz_decode;
+use agentloop_testkit::fuzz_decode;
 
 fuzz_target!(|data: &[u8]| {
     let _ = fuzz_decode::trace_reader(data);

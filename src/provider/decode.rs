@@ -130,42 +130,30 @@ pub struct DecodeReport {
 pub use crate::process::accumulate::MessageAssembler;
 
 /// The decode report's view of an assembler.
-impl MessageAssembler {
-    fn decoded(&self) -> Option<DecodedMessage> {
-        if !self.any || (self.error.is_some() && self.only_error()) {
-            return None;
-        }
-        let m = self.message();
-        Some(DecodedMessage {
-            text: m.text,
-            reasoning: m.reasoning,
-            reasoning_signature: m.reasoning_signature,
-            redacted_reasoning: m.redacted_reasoning,
-            refusal: m.refusal,
-            tool_calls: m
-                .tool_calls
-                .into_iter()
-                .zip(&self.raw_calls)
-                .map(|(c, (_, _, raw))| DecodedToolCall {
-                    arguments_valid: c.invalid_arguments.is_none(),
-                    id: c.id,
-                    name: c.name,
-                    arguments: c.arguments,
-                    arguments_raw: raw.clone(),
-                })
-                .collect(),
-        })
+fn decoded(asm: &MessageAssembler) -> Option<DecodedMessage> {
+    if !asm.received_any() || (asm.error().is_some() && asm.has_no_content()) {
+        return None;
     }
-
-    fn only_error(&self) -> bool {
-        let m = &self.message;
-        m.text.is_empty()
-            && m.reasoning.is_empty()
-            && m.reasoning_signature.is_none()
-            && m.redacted_reasoning.is_empty()
-            && m.refusal.is_none()
-            && self.raw_calls.is_empty()
-    }
+    let m = asm.message();
+    Some(DecodedMessage {
+        text: m.text,
+        reasoning: m.reasoning,
+        reasoning_signature: m.reasoning_signature,
+        redacted_reasoning: m.redacted_reasoning,
+        refusal: m.refusal,
+        tool_calls: m
+            .tool_calls
+            .into_iter()
+            .zip(asm.raw_arguments())
+            .map(|(c, raw)| DecodedToolCall {
+                arguments_valid: c.invalid_arguments.is_none(),
+                id: c.id,
+                name: c.name,
+                arguments: c.arguments,
+                arguments_raw: raw.to_string(),
+            })
+            .collect(),
+    })
 }
 
 /// Runs `chunks` (the body's reads, in order) through the provider's pipeline and returns every
@@ -262,8 +250,8 @@ fn report(deltas: Vec<MessageDelta>) -> DecodeReport {
         asm.push(d);
     }
     let completed = asm.is_complete();
-    let message = asm.decoded();
-    let m = &asm.message;
+    let message = decoded(&asm);
+    let m = asm.message();
     DecodeReport {
         outcome: if completed {
             DecodeOutcome::Completed
@@ -272,7 +260,7 @@ fn report(deltas: Vec<MessageDelta>) -> DecodeReport {
         },
         committed: completed,
         finish_reason: m.finish_reason,
-        raw_finish_reason: asm.raw_finish_reason.clone(),
+        raw_finish_reason: asm.raw_finish_reason().map(str::to_string),
         usage: m.usage,
         error: match (asm.error(), completed) {
             (Some(e), _) => Some(e.into()),

@@ -5,10 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
-use crate::agent_event::AgentEvent;
 use crate::context::truncate;
 use crate::event::ApprovalDecision;
 use crate::message::{Message, ToolCall};
@@ -149,19 +146,7 @@ impl Ids for SequentialIds {
     }
 }
 
-/// An event as delivered: indexed (monotonic per agent), timestamped.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct EventEnvelope {
-    /// Monotonically increasing index.
-    pub index: u64,
-    /// Milliseconds since the Unix epoch.
-    pub ts_ms: u64,
-    /// The run.
-    pub run_id: String,
-    /// The event.
-    #[serde(flatten)]
-    pub event: AgentEvent,
-}
+pub use agentloop_core::agent_event::EventEnvelope;
 
 /// Receives events. Must not block: the loop calls it inline.
 pub trait EventSink: Send + Sync {

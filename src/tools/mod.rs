@@ -8,19 +8,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+
 use serde_json::Value;
 
-/// What the model is told about a tool (R-TOOL-1).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct ToolSpec {
-    /// Unique name.
-    pub name: String,
-    /// What it does.
-    pub description: String,
-    /// JSON Schema of the arguments.
-    pub parameters: Value,
-}
+pub use agentloop_core::tool_spec::ToolSpec;
 
 /// What a tool invocation knows besides its arguments.
 #[derive(Clone, Debug)]

@@ -1,0 +1,164 @@
+//! The `agentloop` command line: run an agent, replay a trace, print the charts.
+
+mod decode;
+mod run;
+mod sessions;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use agentloop::chart::{mermaid, MachineKind};
+use agentloop::trace::{replay, Trace, TraceFile};
+
+/// LLM agents as verified state machines.
+#[derive(Debug, Parser)]
+#[command(name = "agentloop", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one prompt to completion (offline scripted model by default).
+    Run(run::RunArgs),
+    /// Continue the interrupted run of a stored session (exit code: its outcome).
+    Resume(run::ResumeArgs),
+    /// List, show, check or export stored sessions.
+    Sessions(sessions::SessionsArgs),
+    /// Replay a trace against fresh machines; exit 0 when identical, 1 at the first divergence.
+    Replay {
+        /// The trace file (JSON Lines).
+        trace: PathBuf,
+    },
+    /// Decode a captured provider response (SSE body, or raw HTTP with --http) into one JSON object.
+    Decode(decode::DecodeArgs),
+    /// Trace utilities.
+    Trace {
+        #[command(subcommand)]
+        command: TraceCommand,
+    },
+    /// Print a machine's chart.
+    Chart {
+        /// Which machine.
+        machine: Machine,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = ChartFormat::Mermaid)]
+        format: ChartFormat,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TraceCommand {
+    /// Print the JSON Schema of a trace line.
+    Schema,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Machine {
+    /// The outer ReAct machine.
+    React,
+    /// The inner process machine.
+    Process,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ChartFormat {
+    /// Mermaid stateDiagram-v2.
+    Mermaid,
+    /// The chart source (TOML).
+    Toml,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match cli.command {
+        Command::Run(args) => run::main(args),
+        Command::Resume(args) => run::resume_main(args),
+        Command::Sessions(args) => sessions::main(args),
+        Command::Replay { trace } => replay_main(&trace),
+        Command::Decode(args) => decode::main(args),
+        Command::Trace {
+            command: TraceCommand::Schema,
+        } => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&Trace::schema()).unwrap_or_default()
+            );
+            ExitCode::SUCCESS
+        }
+        Command::Chart { machine, format } => {
+            let kind = match machine {
+                Machine::React => MachineKind::React,
+                Machine::Process => MachineKind::Process,
+            };
+            match format {
+                ChartFormat::Mermaid => print!("{}", mermaid(&kind.chart())),
+                ChartFormat::Toml => print!(
+                    "{}",
+                    match kind {
+                        MachineKind::React => agentloop::chart::REACT_TOML,
+                        MachineKind::Process => agentloop::chart::PROCESS_TOML,
+                    }
+                ),
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+/// `RUST_LOG=agentloop=info` (any `tracing` filter) prints the runtime's spans and state
+/// changes to stderr; without `RUST_LOG` nothing is logged.
+fn init_logging() {
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
+fn replay_main(path: &std::path::Path) -> ExitCode {
+    let trace = match Trace::load(path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match replay(&trace) {
+        None => {
+            println!(
+                "replay identical: {} records ({} inputs)",
+                trace.records.len(),
+                trace
+                    .records
+                    .iter()
+                    .filter(|r| matches!(r, agentloop::trace::TraceRecord::Input { .. }))
+                    .count()
+            );
+            ExitCode::SUCCESS
+        }
+        Some(d) => {
+            let cause = trace.records[..(d.index as usize).min(trace.records.len())]
+                .iter()
+                .rev()
+                .find_map(|r| match r {
+                    agentloop::trace::TraceRecord::Input { index, .. } => Some(*index),
+                    _ => None,
+                });
+            eprintln!(
+                "replay diverged at index {}{}",
+                d.index,
+                cause
+                    .map(|c| format!(" (in the step of input {c})"))
+                    .unwrap_or_default()
+            );
+            eprint!("{}", d.diff());
+            ExitCode::from(1)
+        }
+    }
+}

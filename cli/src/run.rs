@@ -1,0 +1,458 @@
+//! `agentloop run` and `agentloop resume`: the shared agent setup (model, tools, timeouts,
+//! event printing, store) and the two commands.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, ValueEnum};
+
+use agentloop::agent_event::{AgentEvent, Outcome};
+use agentloop::model::Model;
+use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
+use agentloop::provider::scripted::ScriptedModel;
+use agentloop::runtime::{control, Agent, AgentError, EventEnvelope, FnSink, RunOutput, Timeouts};
+use agentloop::store::{Durability, Entry, FileStore, SessionLock, SessionStore};
+use agentloop::trace::TraceFile;
+
+/// Arguments of `agentloop run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The prompt.
+    pub prompt: String,
+    /// Session id: create or continue this session in the file store (without it, the run
+    /// is a one-shot in-memory session).
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Store options (used with `--session`).
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Model, tools and runtime options.
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+/// Arguments of `agentloop resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The session whose interrupted run to continue.
+    pub session: String,
+    /// Store options.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Model, tools and runtime options.
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+/// Where sessions live.
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// Session store directory (default: `$AGENTLOOP_STORE`, else `./.agentloop/sessions`).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// When appends reach the disk: `sync` (fsync every entry), `batched` (fsync every 64
+    /// entries) or `batched:N`.
+    #[arg(long, default_value = "sync")]
+    pub durability: Durability,
+}
+
+impl StoreArgs {
+    /// Opens the file store.
+    pub fn open(&self) -> Result<FileStore, String> {
+        let dir = self.store.clone().unwrap_or_else(FileStore::default_dir);
+        FileStore::open(&dir)
+            .map(|s| s.with_durability(self.durability))
+            .map_err(|e| format!("cannot open the session store {}: {e}", dir.display()))
+    }
+}
+
+/// Options shared by `run` and `resume`: the model, the tools and the runtime.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Which model client: the offline scripted model (default), or a real provider.
+    #[arg(long, value_enum, default_value_t = ProviderArg::Scripted)]
+    pub provider: ProviderArg,
+    /// Model name sent to the provider (required with --provider openai|anthropic).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Provider base URL (default: $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL, else the public API).
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// TCP connect timeout for real providers, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub connect_timeout: f64,
+    /// A scripted-model JSON script (default: the built-in calculator demo).
+    #[arg(long)]
+    pub script: Option<PathBuf>,
+    /// Write a JSON Lines trace of the run here.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Maximum model steps.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_steps: u32,
+    /// How to print events: `text` (answer on stdout, state changes on stderr) or `json`
+    /// (every event as a JSON line on stdout).
+    #[arg(long, value_enum, default_value_t = EventsFormat::Text)]
+    pub events: EventsFormat,
+    /// Directory the file tools are confined to.
+    #[arg(long, default_value = ".")]
+    pub root: PathBuf,
+    /// Stall timeout between deltas, in seconds.
+    #[arg(long, default_value_t = 30.0)]
+    pub stall_timeout: f64,
+    /// Timeout for the first chunk of a response, in seconds.
+    #[arg(long, default_value_t = 60.0)]
+    pub first_chunk_timeout: f64,
+    /// Whole-request timeout per attempt, in seconds (default: none).
+    #[arg(long)]
+    pub request_timeout: Option<f64>,
+    /// Whole-run deadline, in seconds; expiry aborts the run (default: none).
+    #[arg(long)]
+    pub deadline: Option<f64>,
+    /// Per-tool timeout, in seconds.
+    #[arg(long, default_value_t = 120.0)]
+    pub tool_timeout: f64,
+    /// Retries per step.
+    #[arg(long, default_value_t = 3)]
+    pub max_retries: u32,
+    /// Initial backoff in milliseconds (doubles, capped at 10 s).
+    #[arg(long, default_value_t = 1000)]
+    pub initial_backoff_ms: u64,
+}
+
+/// Event output formats.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum EventsFormat {
+    /// Human-readable.
+    Text,
+    /// JSON lines.
+    Json,
+}
+
+fn secs(s: f64) -> u64 {
+    (s.max(0.0) * 1000.0) as u64
+}
+
+/// Whether answer text was printed since the last newline on stdout.
+static MID_LINE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn end_line() {
+    if MID_LINE.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        println!();
+    }
+}
+
+fn print_event(format: EventsFormat, env: &EventEnvelope) {
+    match format {
+        EventsFormat::Json => {
+            if let Ok(line) = serde_json::to_string(env) {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{line}");
+            }
+        }
+        EventsFormat::Text => match &env.event {
+            AgentEvent::TextDelta { text, .. } => {
+                let mut out = std::io::stdout().lock();
+                let _ = write!(out, "{text}");
+                let _ = out.flush();
+                MID_LINE.store(!text.is_empty(), std::sync::atomic::Ordering::Relaxed);
+            }
+            AgentEvent::StateChanged {
+                machine,
+                from,
+                to,
+                event,
+            } => {
+                eprintln!("[{machine:?}] {from} --{event}--> {to}");
+            }
+            AgentEvent::ModelTurnRetried {
+                model_call_index,
+                attempt,
+            } if MID_LINE.load(std::sync::atomic::Ordering::Relaxed) => {
+                end_line();
+                eprintln!("[retry] step {model_call_index} attempt {attempt}: discard the partial output above");
+            }
+            AgentEvent::Retry {
+                attempt,
+                delay_ms,
+                reason,
+                ..
+            } => {
+                eprintln!("[retry] attempt {attempt} in {delay_ms} ms: {reason}");
+            }
+            AgentEvent::ToolStart {
+                name, arguments, ..
+            } => eprintln!("[tool] {name} {arguments}"),
+            AgentEvent::ToolEnd { name, status, .. } => eprintln!("[tool] {name} -> {status:?}"),
+            AgentEvent::ResponseComplete { .. } => end_line(),
+            AgentEvent::RunError { error, .. } => eprintln!("[error] {error}"),
+            AgentEvent::AgentAbort { reason, .. } => eprintln!("[abort] {reason}"),
+            AgentEvent::SessionRepaired { notes } => {
+                for note in notes {
+                    eprintln!("[repaired] {note}");
+                }
+            }
+            AgentEvent::ApprovalRequired {
+                tool_call_id, name, ..
+            } => eprintln!("[approval] {name} ({tool_call_id}) needs approval"),
+            _ => {}
+        },
+    }
+}
+
+/// The model the agent talks to.
+/// Model clients the CLI can build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProviderArg {
+    /// The offline scripted model (no key, no network).
+    Scripted,
+    /// OpenAI-compatible Chat Completions (OpenAI, Azure, OpenRouter, Ollama, vLLM, llama.cpp, DeepSeek).
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+fn model(args: &AgentArgs) -> Result<Arc<dyn Model>, String> {
+    let kind = match args.provider {
+        ProviderArg::Scripted => {
+            return match &args.script {
+                Some(path) => ScriptedModel::from_file(path)
+                    .map(|m| Arc::new(m) as Arc<dyn Model>)
+                    .map_err(|e| e.to_string()),
+                None => Ok(Arc::new(ScriptedModel::demo())),
+            }
+        }
+        ProviderArg::Openai => ProviderKind::OpenAi,
+        ProviderArg::Anthropic => ProviderKind::Anthropic,
+    };
+    if args.script.is_some() {
+        return Err("--script applies to --provider scripted only".into());
+    }
+    let name = args
+        .model
+        .clone()
+        .ok_or_else(|| format!("--model is required with --provider {}", kind.as_str()))?;
+    let mut cfg = HttpConfig::from_env(kind);
+    if let Some(url) = &args.base_url {
+        cfg = cfg.with_base_url(url.clone());
+    }
+    cfg.connect_timeout = std::time::Duration::from_millis(secs(args.connect_timeout));
+    cfg.first_byte_timeout = std::time::Duration::from_millis(secs(args.first_chunk_timeout));
+    build_model(&name, cfg)
+        .map(Arc::from)
+        .map_err(|e| e.to_string())
+}
+
+/// The agent: model, tools, timeouts, event printing and the session store.
+fn agent(args: &AgentArgs, store: Option<Arc<dyn SessionStore>>) -> Result<Agent, String> {
+    let format = args.events;
+    let mut builder = Agent::builder()
+        .model_arc(model(args)?)
+        .root(args.root.clone())
+        .sink(Arc::new(FnSink(move |env: &EventEnvelope| {
+            print_event(format, env)
+        })))
+        .timeouts(Timeouts {
+            first_chunk_ms: secs(args.first_chunk_timeout),
+            stall_ms: secs(args.stall_timeout),
+            tool_ms: secs(args.tool_timeout),
+            request_ms: args.request_timeout.map(secs),
+            run_deadline_ms: args.deadline.map(secs),
+        })
+        .configure(|c| {
+            c.max_steps = args.max_steps;
+            c.step.retry.max_retries = args.max_retries;
+            c.step.retry.initial_backoff_ms = args.initial_backoff_ms;
+        });
+    if let Some(store) = store {
+        builder = builder.store(store);
+    }
+    Ok(builder.build())
+}
+
+/// A file store with `session` locked for the whole command; torn-tail warnings printed.
+struct Locked {
+    store: Arc<FileStore>,
+    session: String,
+    _lock: SessionLock,
+}
+
+impl Locked {
+    fn open(args: &StoreArgs, session: &str) -> Result<Self, String> {
+        let store = Arc::new(args.open()?);
+        let lock = store.lock(session).map_err(|e| format!("{e}"))?;
+        // Loading under the lock validates the file and cuts a torn last entry.
+        let (_, report) = store.load_blocking(session).map_err(|e| e.to_string())?;
+        for w in &report.warnings {
+            eprintln!("[store] warning: {w}");
+        }
+        Ok(Locked {
+            store,
+            session: session.to_string(),
+            _lock: lock,
+        })
+    }
+
+    /// Syncs batched appends and releases the writer.
+    fn close(&self) -> Result<(), String> {
+        self.store
+            .close(&self.session)
+            .map_err(|e| format!("closing session {}: {e}", self.session))
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
+}
+
+fn fail(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(2)
+}
+
+/// Writes the trace, prints the summary and maps the outcome to an exit code.
+fn finish(args: &AgentArgs, out: &RunOutput) -> ExitCode {
+    if let (Some(path), Some(trace)) = (&args.trace, &out.trace) {
+        if let Err(e) = trace.write(path) {
+            return fail(format!("writing trace: {e}"));
+        }
+    }
+    let r = &out.result;
+    eprintln!(
+        "[{}] {} after {} step(s); usage in={} out={}",
+        r.outcome.as_str(),
+        r.reason,
+        r.iterations,
+        r.usage.input_tokens,
+        r.usage.output_tokens
+    );
+    outcome_code(r.outcome)
+}
+
+fn outcome_code(outcome: Outcome) -> ExitCode {
+    match outcome {
+        Outcome::Completed => ExitCode::SUCCESS,
+        Outcome::Failed => ExitCode::from(1),
+        Outcome::Aborted => ExitCode::from(130),
+    }
+}
+
+/// Runs the `run` command.
+pub fn main(args: RunArgs) -> ExitCode {
+    let locked = match &args.session {
+        Some(session) => match Locked::open(&args.store, session) {
+            Ok(l) => Some(l),
+            Err(e) => return fail(e),
+        },
+        None => None,
+    };
+    let store = locked
+        .as_ref()
+        .map(|l| l.store.clone() as Arc<dyn SessionStore>);
+    let agent = match agent(&args.agent, store) {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => return fail(e),
+    };
+    let session = args.session.clone().unwrap_or_else(|| "default".into());
+    let code = rt.block_on(async {
+        let (controller, rx) = control();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                controller.abort("interrupted (Ctrl-C)");
+            }
+        });
+        let input = vec![agentloop::Message::user(args.prompt.clone())];
+        match agent
+            .run_with(&session, input, Some(rx), args.agent.trace.is_some())
+            .await
+        {
+            Ok(out) => finish(&args.agent, &out),
+            Err(e) => fail(e),
+        }
+    });
+    if let Some(Err(e)) = locked.as_ref().map(Locked::close) {
+        return fail(e);
+    }
+    code
+}
+
+/// The outcome of the last ended run of a session, if its last run ended.
+fn last_outcome(entries: &[Entry]) -> Option<(String, String)> {
+    entries.iter().rev().find_map(|e| match e {
+        Entry::RunEnd {
+            outcome, reason, ..
+        } => Some((outcome.clone(), reason.clone())),
+        _ => None,
+    })
+}
+
+/// Runs the `resume` command. A session with nothing to resume is reported, and the exit
+/// code is that of its last run (so "resume until it exits 0" is a safe loop).
+pub fn resume_main(args: ResumeArgs) -> ExitCode {
+    let locked = match Locked::open(&args.store, &args.session) {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
+    let entries = match locked.store.load_blocking(&args.session) {
+        Ok((entries, _)) => entries,
+        Err(e) => return fail(e),
+    };
+    if entries.is_empty() {
+        return fail(format!(
+            "no session {} in {}",
+            args.session,
+            locked.store.dir().display()
+        ));
+    }
+    let agent = match agent(&args.agent, Some(locked.store.clone())) {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => return fail(e),
+    };
+    let code = rt.block_on(async {
+        let (controller, rx) = control();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                controller.abort("interrupted (Ctrl-C)");
+            }
+        });
+        match agent
+            .resume_with(&args.session, Some(rx), args.agent.trace.is_some())
+            .await
+        {
+            Ok(out) => finish(&args.agent, &out),
+            Err(AgentError::NothingToResume { session }) => {
+                match last_outcome(&entries) {
+                    Some((outcome, reason)) => {
+                        eprintln!(
+                            "session {session} has no interrupted run; its last run ended {outcome} ({reason})"
+                        );
+                        match outcome.as_str() {
+                            "completed" => ExitCode::SUCCESS,
+                            "aborted" => ExitCode::from(130),
+                            _ => ExitCode::from(1),
+                        }
+                    }
+                    None => fail(format!("session {session} has no run to resume")),
+                }
+            }
+            Err(e) => fail(e),
+        }
+    });
+    if let Err(e) = locked.close() {
+        return fail(e);
+    }
+    code
+}

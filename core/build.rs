@@ -1,0 +1,245 @@
+//! Generates the state, event and row enums of both machines from `statecharts/*.toml`,
+//! so the charts and the code share one source of truth (R-ARCH-3).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+#[path = "src/chart/model.rs"]
+#[allow(dead_code)]
+mod model;
+
+use model::{Chart, RowKindDef};
+
+fn camel(id: &str) -> String {
+    id.split('_')
+        .map(|p| {
+            let mut c = p.chars();
+            match c.next() {
+                Some(f) => f.to_uppercase().collect::<String>() + c.as_str(),
+                None => String::new(),
+            }
+        })
+        .collect()
+}
+
+fn doc(s: &str) -> String {
+    s.replace('\n', " ")
+}
+
+/// `pub const ALL` listing `variants` of `ty`.
+fn all_const(ty: &str, what: &str, variants: &[&str]) -> String {
+    let list: Vec<String> = variants.iter().map(|v| format!("{ty}::{v}")).collect();
+    format!(
+        "    /// Every {what}, in chart order.\n    pub const ALL: &'static [{ty}] = &[{}];\n",
+        list.join(", ")
+    )
+}
+
+/// `pub fn name` mapping each variant to its chart name.
+fn name_fn(ty: &str, what: &str, variants: &[&str]) -> String {
+    let arms: Vec<String> = variants
+        .iter()
+        .map(|v| format!("{ty}::{v} => \"{v}\""))
+        .collect();
+    format!(
+        "    /// The chart name of the {what}.\n    pub fn name(self) -> &'static str {{ match self {{ {} }} }}\n",
+        arms.join(", ")
+    )
+}
+
+/// `pub fn <name>(self) -> bool`, true for the `yes` variants.
+fn flag_fn(name: &str, doc: &str, ty: &str, yes: &[&str]) -> String {
+    let body = if yes.is_empty() {
+        "let _ = self; false".to_string()
+    } else {
+        let arms: Vec<String> = yes.iter().map(|v| format!("{ty}::{v}")).collect();
+        format!("matches!(self, {})", arms.join(" | "))
+    };
+    format!("    /// {doc}\n    pub fn {name}(self) -> bool {{ {body} }}\n")
+}
+
+fn generate(chart: &Chart, prefix: &str, out: &mut String) {
+    let st = format!("{prefix}State");
+    let ev = format!("{prefix}EventKind");
+    let row = format!("{prefix}Row");
+    let derive = "#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]";
+
+    // States.
+    writeln!(
+        out,
+        "/// Leaf states of the {} (generated from `statecharts/{}.toml`).",
+        chart.title, chart.machine
+    )
+    .ok();
+    writeln!(out, "{derive}").ok();
+    writeln!(out, "pub enum {st} {{").ok();
+    for s in &chart.state {
+        let mut transitions: Vec<String> = Vec::new();
+        let mut scopes = vec![s.name.clone()];
+        scopes.extend(chart.ancestors(&s.name));
+        for r in chart.row.iter().filter(|r| scopes.contains(&r.from)) {
+            let g = r
+                .guard
+                .as_ref()
+                .map(|g| format!(" [{g}]"))
+                .unwrap_or_default();
+            let to = if r.kind == RowKindDef::Transition {
+                r.to.clone()
+            } else {
+                format!("({:?})", r.kind).to_lowercase()
+            };
+            transitions.push(format!("`{}{g} → {to}`", r.event));
+        }
+        writeln!(out, "    /// {}", doc(&s.doc)).ok();
+        if !transitions.is_empty() {
+            writeln!(out, "    ///\n    /// Rows: {}.", transitions.join(", ")).ok();
+        }
+        writeln!(out, "    {},", s.name).ok();
+    }
+    writeln!(out, "}}\n").ok();
+    let states: Vec<&str> = chart.state.iter().map(|s| s.name.as_str()).collect();
+    let terminal: Vec<&str> = chart
+        .state
+        .iter()
+        .filter(|s| s.terminal)
+        .map(|s| s.name.as_str())
+        .collect();
+    writeln!(out, "impl {st} {{").ok();
+    out.push_str(&all_const(&st, "leaf state", &states));
+    writeln!(out, "    /// The initial state.").ok();
+    writeln!(
+        out,
+        "    pub const INITIAL: {st} = {st}::{};",
+        chart.initial
+    )
+    .ok();
+    out.push_str(&name_fn(&st, "state", &states));
+    out.push_str(&flag_fn(
+        "is_terminal",
+        "Whether the state is terminal (absorbing).",
+        &st,
+        &terminal,
+    ));
+    writeln!(out, "    /// The enclosing superstates, innermost first.").ok();
+    writeln!(
+        out,
+        "    pub fn ancestors(self) -> &'static [&'static str] {{ match self {{ {} }} }}",
+        chart
+            .state
+            .iter()
+            .map(|s| format!(
+                "{st}::{} => &[{}]",
+                s.name,
+                chart
+                    .ancestors(&s.name)
+                    .iter()
+                    .map(|a| format!("\"{a}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+    .ok();
+    writeln!(
+        out,
+        "    /// Whether this state is `name` or lies inside superstate `name`."
+    )
+    .ok();
+    writeln!(out, "    pub fn is_in(self, name: &str) -> bool {{ self.name() == name || self.ancestors().contains(&name) }}").ok();
+    writeln!(out, "}}\n").ok();
+
+    // Events.
+    writeln!(out, "/// Event kinds of the {} (generated).", chart.title).ok();
+    writeln!(out, "{derive}").ok();
+    writeln!(out, "pub enum {ev} {{").ok();
+    for e in &chart.event {
+        writeln!(out, "    /// {}", doc(&e.doc)).ok();
+        writeln!(out, "    {},", e.name).ok();
+    }
+    writeln!(out, "}}\n").ok();
+    let events: Vec<&str> = chart.event.iter().map(|e| e.name.as_str()).collect();
+    let internal: Vec<&str> = chart
+        .event
+        .iter()
+        .filter(|e| e.internal)
+        .map(|e| e.name.as_str())
+        .collect();
+    writeln!(out, "impl {ev} {{").ok();
+    out.push_str(&all_const(&ev, "event kind", &events));
+    out.push_str(&name_fn(&ev, "event", &events));
+    out.push_str(&flag_fn(
+        "is_internal",
+        "Whether the facade feeds this event itself (run to completion).",
+        &ev,
+        &internal,
+    ));
+    writeln!(out, "}}\n").ok();
+
+    // Rows.
+    writeln!(
+        out,
+        "/// Rows of the {} (generated): the allowed transitions.",
+        chart.title
+    )
+    .ok();
+    writeln!(out, "{derive}").ok();
+    writeln!(out, "pub enum {row} {{").ok();
+    for r in &chart.row {
+        let g = r
+            .guard
+            .as_ref()
+            .map(|g| format!(" [{g}]"))
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "    /// `{} --{}{g}--> {}` ({:?})",
+            r.from, r.event, r.to, r.kind
+        )
+        .ok();
+        writeln!(out, "    {},", camel(&r.id)).ok();
+    }
+    writeln!(out, "}}\n").ok();
+    writeln!(out, "impl {row} {{").ok();
+    let rows: Vec<String> = chart.row.iter().map(|r| camel(&r.id)).collect();
+    let rows: Vec<&str> = rows.iter().map(String::as_str).collect();
+    out.push_str(&all_const(&row, "row", &rows));
+    writeln!(out, "    /// The row as written in the chart.").ok();
+    writeln!(
+        out,
+        "    pub fn spec(self) -> RowSpec<{ev}> {{ match self {{"
+    )
+    .ok();
+    for r in &chart.row {
+        let kind = match r.kind {
+            RowKindDef::Transition => "RowKind::Transition",
+            RowKindDef::Internal => "RowKind::Internal",
+            RowKindDef::Ignored => "RowKind::Ignored",
+        };
+        let guard = r
+            .guard
+            .as_ref()
+            .map(|g| format!("Some(\"{g}\")"))
+            .unwrap_or_else(|| "None".into());
+        writeln!(out, "        {row}::{} => RowSpec {{ id: \"{}\", from: \"{}\", event: {ev}::{}, guard: {guard}, to: \"{}\", kind: {kind} }},", camel(&r.id), r.id, r.from, r.event, r.to).ok();
+    }
+    writeln!(out, "    }} }}").ok();
+    writeln!(out, "}}\n").ok();
+}
+
+fn main() {
+    let mut out =
+        String::from("// @generated by build.rs from statecharts/*.toml. Do not edit.\n\n");
+    for (file, prefix) in [("react", "React"), ("process", "Process")] {
+        let path = Path::new("../statecharts").join(format!("{file}.toml"));
+        println!("cargo:rerun-if-changed={}", path.display());
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let chart =
+            Chart::parse(&text).unwrap_or_else(|e| panic!("invalid chart {}: {e}", path.display()));
+        generate(&chart, prefix, &mut out);
+    }
+    println!("cargo:rerun-if-changed=src/chart/model.rs");
+    let dest = Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("charts.rs");
+    std::fs::write(&dest, out).expect("writing generated charts");
+}

@@ -1,0 +1,444 @@
+//! `AgentEvent`: what observers see (SPEC §9, R-EVT). The machines emit these as
+//! `Effect::Emit`; the runtime adds `state_changed` from each step's transitions and delivers
+//! them, indexed and timestamped, to the event sink.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::chart::MachineKind;
+use crate::error::ModelError;
+use crate::event::ApprovalDecision;
+use crate::message::{ToolStatus, Usage};
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Ended normally.
+    Completed,
+    /// Ended with an error.
+    Failed,
+    /// Aborted.
+    Aborted,
+}
+
+impl Outcome {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Failed => "failed",
+            Outcome::Aborted => "aborted",
+        }
+    }
+}
+
+/// One observable event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentEvent {
+    /// A run started.
+    RunStart {
+        /// The run.
+        run_id: String,
+    },
+    /// A run ended (completed: final answer, `max_steps` or `stopped`).
+    RunEnd {
+        /// The run.
+        run_id: String,
+        /// Outcome.
+        outcome: Outcome,
+        /// Reason (`final_answer`, `max_steps`, `stopped`, ...).
+        reason: String,
+        /// Usage of the whole run.
+        usage: Usage,
+    },
+    /// A run failed.
+    RunError {
+        /// The run.
+        run_id: String,
+        /// What went wrong.
+        error: String,
+    },
+    /// The run was aborted.
+    AgentAbort {
+        /// The run.
+        run_id: String,
+        /// Why.
+        reason: String,
+    },
+    /// A loaded session was repaired before the next request (R-IDEM-7).
+    SessionRepaired {
+        /// What was repaired, one note per tool call.
+        notes: Vec<String>,
+    },
+    /// A machine changed state (added by the runtime, with a timestamp in the envelope).
+    StateChanged {
+        /// Which machine.
+        machine: MachineKind,
+        /// Previous state.
+        from: String,
+        /// New state.
+        to: String,
+        /// The event that caused it.
+        event: String,
+    },
+    /// A model request is being sent.
+    RequestStart {
+        /// Step.
+        model_call_index: u32,
+        /// Attempt.
+        attempt: u32,
+        /// Model name.
+        model: String,
+    },
+    /// The response of an attempt started.
+    MessageStart {
+        /// Step.
+        model_call_index: u32,
+        /// Attempt.
+        attempt: u32,
+    },
+    /// Visible text (provisional until `response_complete`; drop on `model_turn_retried`).
+    TextDelta {
+        /// Step.
+        model_call_index: u32,
+        /// Attempt.
+        attempt: u32,
+        /// The text.
+        text: String,
+    },
+    /// Reasoning text.
+    ReasoningDelta {
+        /// Step.
+        model_call_index: u32,
+        /// Attempt.
+        attempt: u32,
+        /// The text.
+        text: String,
+    },
+    /// A tool call's arguments started streaming.
+    ToolInputStart {
+        /// Call id.
+        tool_call_id: String,
+        /// Tool name.
+        name: String,
+    },
+    /// A fragment of a tool call's arguments.
+    ToolInputDelta {
+        /// Call id.
+        tool_call_id: String,
+        /// Fragment.
+        delta: String,
+    },
+    /// The assistant message was committed.
+    ResponseComplete {
+        /// Step.
+        model_call_index: u32,
+        /// The step's usage.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Usage>,
+        /// Number of tool calls.
+        tool_calls: usize,
+    },
+    /// A retry was scheduled (R-IN-1).
+    Retry {
+        /// Step.
+        model_call_index: u32,
+        /// The attempt that will run next.
+        attempt: u32,
+        /// Delay before it.
+        delay_ms: u64,
+        /// The error that caused it.
+        reason: String,
+    },
+    /// The failed attempt's provisional output must be dropped (R-IN-6).
+    ModelTurnRetried {
+        /// Step.
+        model_call_index: u32,
+        /// The new attempt.
+        attempt: u32,
+    },
+    /// A request failed for good.
+    StreamError {
+        /// The error.
+        error: ModelError,
+    },
+    /// No delta within the stall timeout.
+    StreamStalled {
+        /// Step.
+        model_call_index: u32,
+        /// Attempt.
+        attempt: u32,
+        /// How long.
+        after_ms: u64,
+    },
+    /// The provider reported a context overflow.
+    ContextOverflow {
+        /// The error.
+        message: String,
+    },
+    /// The committed message asks for tools.
+    ToolCalls {
+        /// How many.
+        count: usize,
+    },
+    /// A tool started.
+    ToolStart {
+        /// Call id.
+        tool_call_id: String,
+        /// Tool name.
+        name: String,
+        /// Arguments.
+        arguments: Value,
+    },
+    /// A tool call got its terminal result.
+    ToolEnd {
+        /// Call id.
+        tool_call_id: String,
+        /// Tool name.
+        name: String,
+        /// Terminal status.
+        status: ToolStatus,
+    },
+    /// A running tool is being killed (abort).
+    ToolKilled {
+        /// Call id.
+        tool_call_id: String,
+    },
+    /// The model called a tool that is not offered.
+    ToolCallUnknown {
+        /// Call id.
+        tool_call_id: String,
+        /// The unknown name.
+        name: String,
+    },
+    /// A call waits for a human.
+    ApprovalRequired {
+        /// Call id.
+        tool_call_id: String,
+        /// Tool name.
+        name: String,
+        /// Arguments.
+        arguments: Value,
+    },
+    /// A human decided.
+    ApprovalResolved {
+        /// Call id.
+        tool_call_id: String,
+        /// The decision.
+        decision: ApprovalDecision,
+    },
+    /// A steering message was merged into the context (R-CTL-2).
+    SteeringApplied {
+        /// The message.
+        text: String,
+    },
+    /// A call was skipped because steering arrived (policy `skip_remaining`).
+    ToolSkippedForSteering {
+        /// Call id.
+        tool_call_id: String,
+    },
+    /// The model changed (R-CTL-5).
+    ModelSwitched {
+        /// Previous model.
+        from: String,
+        /// New model.
+        to: String,
+    },
+    /// A doom loop or repeated pattern of tool calls (R-TOOL-4).
+    LoopDetected {
+        /// The call that completed the loop, if one call repeats.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_call_id: Option<String>,
+        /// The repeating tool names.
+        pattern: Vec<String>,
+        /// How many times it repeated.
+        repeats: u32,
+        /// What the run does: `ask` (approval) or `stop`.
+        action: String,
+    },
+    /// Compaction started.
+    CompactStart {
+        /// Why (`threshold`, `overflow`, `budget`).
+        reason: String,
+        /// Context size before.
+        messages: usize,
+    },
+    /// Compaction finished.
+    CompactEnd {
+        /// Messages removed.
+        removed: usize,
+    },
+    // ---- session control (R-CTL), emitted by the session handle ----
+    /// A prompt arrived at the session.
+    PromptReceived {
+        /// The prompt.
+        text: String,
+    },
+    /// A prompt arrived while a run was busy and waits in the queue (R-CTL-1).
+    PromptQueued {
+        /// The prompt.
+        text: String,
+        /// Prompts waiting, including this one.
+        queued: usize,
+    },
+    /// A queued prompt was dropped (`abort` with `clear_queue`, R-CTL-3).
+    PromptDropped {
+        /// The prompt.
+        text: String,
+    },
+    /// A `before_prompt` hook rejected a prompt.
+    PromptRejected {
+        /// The prompt.
+        text: String,
+        /// Why.
+        reason: String,
+    },
+    /// What happened to a `steer` call (R-CTL-2).
+    SteeringReceived {
+        /// Per-session steering reference, from 1.
+        steering_ref: u64,
+        /// The message.
+        text: String,
+        /// Queued, started a run (idle), or rejected.
+        status: SteeringStatus,
+    },
+    /// A run resumed because of an outside signal (seed 001 `agent_resumed`).
+    AgentResumed {
+        /// `tool_approved`, `tool_rejected`, `tool_approval_timeout`, `queued_prompt`.
+        trigger: String,
+    },
+    /// `approve(call_id, always: true)` whitelisted a tool and command family for the session.
+    ToolApprovedAlways {
+        /// Tool name.
+        tool: String,
+        /// Command family (first word of a shell command; the tool name otherwise).
+        command_family: String,
+    },
+    /// `attach_tool` added a tool (R-CTL-6).
+    ToolAttached {
+        /// Tool name.
+        name: String,
+    },
+    /// `detach_tool` removed a tool (R-CTL-6).
+    ToolDetached {
+        /// Tool name.
+        name: String,
+    },
+    // ---- tools and loop health (R-TOOL, R-EXT-1), emitted by the runtime ----
+    /// A `before_tool` hook blocked a call; the model sees a denied result.
+    ToolBlocked {
+        /// Call id.
+        tool_call_id: String,
+        /// Tool name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// How long a tool call took.
+    ToolMetrics {
+        /// Call id.
+        tool_call_id: String,
+        /// Tool name.
+        name: String,
+        /// Wall time in milliseconds (clock port).
+        duration_ms: u64,
+    },
+    /// A tool result over the size limit was written to a file; the model sees a preview
+    /// and the path (R-TOOL-5).
+    LargeResultOffloaded {
+        /// Call id.
+        tool_call_id: String,
+        /// Tool name.
+        name: String,
+        /// Where the full result is.
+        path: String,
+        /// Size of the full result.
+        bytes: usize,
+    },
+    // ---- usage and cost (R-CTX-3) ----
+    /// Usage and cost of one step (`model_call_index` set) or of a whole run (unset). A run's
+    /// report is emitted on every ending, also on abort: usage so far is kept.
+    UsageReport {
+        /// The step, or none for the run total.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model_call_index: Option<u32>,
+        /// Model name the price was looked up with.
+        model: String,
+        /// Tokens.
+        usage: Usage,
+        /// Cost in USD, when the price table knows the model.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+    },
+    // ---- subagents (R-EXT-2) ----
+    /// A subagent tool started a child session.
+    SubagentStart {
+        /// The parent's tool call.
+        tool_call_id: String,
+        /// The child session id.
+        child_session: String,
+        /// The task given to the child.
+        description: String,
+    },
+    /// A child session finished.
+    SubagentEnd {
+        /// The parent's tool call.
+        tool_call_id: String,
+        /// The child session id.
+        child_session: String,
+        /// How the child's run ended.
+        outcome: Outcome,
+        /// The child's final text (or error).
+        result: String,
+    },
+    /// An event of a child session, forwarded wrapped.
+    SubagentEvent {
+        /// The parent's tool call.
+        tool_call_id: String,
+        /// The child session id.
+        child_session: String,
+        /// The child's event, with the child's index.
+        event: Box<EventEnvelope>,
+    },
+}
+
+/// What happened to a steering message (R-CTL-2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SteeringStatus {
+    /// Queued; merged at the next step boundary.
+    Queued,
+    /// The session was idle: the message started a run, like a prompt.
+    StartedRun,
+    /// The steering queue was full (`QueueFull`).
+    RejectedFull,
+    /// A `before_steering` hook rejected it.
+    RejectedHook,
+}
+
+impl AgentEvent {
+    /// The event's type name (its serialized `type`).
+    pub fn type_name(&self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_string))
+            .unwrap_or_default()
+    }
+}
+
+/// An event as delivered: indexed (monotonic per agent), timestamped.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EventEnvelope {
+    /// Monotonically increasing index.
+    pub index: u64,
+    /// Milliseconds since the Unix epoch.
+    pub ts_ms: u64,
+    /// The run.
+    pub run_id: String,
+    /// The event.
+    #[serde(flatten)]
+    pub event: AgentEvent,
+}

@@ -1,0 +1,165 @@
+//! The statecharts: generated state/event/row enums, the embedded chart files, and Mermaid
+//! rendering (R-ARCH-3).
+//!
+//! `statecharts/react.toml` and `statecharts/process.toml` are the source of truth. `build.rs`
+//! turns them into [`ReactState`], [`ReactEventKind`], [`ReactRow`] (and the `Process*` twins);
+//! the machines record which [`ReactRow`]/[`ProcessRow`] every step took, and the conformance
+//! tests check each recorded transition against [`RowSpec`].
+
+pub mod model;
+
+pub use model::Chart;
+
+include!(concat!(env!("OUT_DIR"), "/charts.rs"));
+
+/// The text of `statecharts/react.toml`.
+pub const REACT_TOML: &str = include_str!("../../../statecharts/react.toml");
+/// The text of `statecharts/process.toml`.
+pub const PROCESS_TOML: &str = include_str!("../../../statecharts/process.toml");
+
+/// How a row treats the current state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowKind {
+    /// Exit/entry run; the state changes or re-enters.
+    Transition,
+    /// Handled in place.
+    Internal,
+    /// Accepted and deliberately ignored.
+    Ignored,
+}
+
+/// One row of a chart, as generated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowSpec<E> {
+    /// Row id.
+    pub id: &'static str,
+    /// Source state or superstate.
+    pub from: &'static str,
+    /// Event kind.
+    pub event: E,
+    /// Guard name.
+    pub guard: Option<&'static str>,
+    /// Target state (== `from` for internal/ignored rows).
+    pub to: &'static str,
+    /// Row kind.
+    pub kind: RowKind,
+}
+
+/// Which machine.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum MachineKind {
+    /// The outer ReAct machine.
+    React,
+    /// The inner process machine.
+    Process,
+}
+
+impl MachineKind {
+    /// The embedded chart of this machine.
+    pub fn chart(self) -> Chart {
+        let text = match self {
+            MachineKind::React => REACT_TOML,
+            MachineKind::Process => PROCESS_TOML,
+        };
+        // The build script validated this exact text; parsing cannot fail at run time.
+        Chart::parse(text).unwrap_or_else(|e| panic!("embedded chart is invalid: {e}"))
+    }
+}
+
+impl ReactRow {
+    /// Whether `from --event--> to` is what this row allows.
+    pub fn allows(self, from: ReactState, event: ReactEventKind, to: ReactState) -> bool {
+        let s = self.spec();
+        from.is_in(s.from)
+            && s.event == event
+            && match s.kind {
+                RowKind::Transition => to.name() == s.to,
+                RowKind::Internal | RowKind::Ignored => to == from,
+            }
+    }
+}
+
+impl ProcessRow {
+    /// Whether `from --event--> to` is what this row allows.
+    pub fn allows(self, from: ProcessState, event: ProcessEventKind, to: ProcessState) -> bool {
+        let s = self.spec();
+        from.is_in(s.from)
+            && s.event == event
+            && match s.kind {
+                RowKind::Transition => to.name() == s.to,
+                RowKind::Internal | RowKind::Ignored => to == from,
+            }
+    }
+}
+
+/// Renders a chart as a Mermaid `stateDiagram-v2`. Ignored rows are listed in a note, not drawn.
+pub fn mermaid(chart: &Chart) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "---\ntitle: {}\n---\nstateDiagram-v2", chart.title);
+    let _ = writeln!(out, "    [*] --> {}", chart.initial);
+    fn children(chart: &Chart, parent: Option<&str>, depth: usize, out: &mut String) {
+        let pad = "    ".repeat(depth);
+        for s in chart
+            .superstate
+            .iter()
+            .filter(|s| s.parent.as_deref() == parent)
+        {
+            let _ = writeln!(out, "{pad}state {} {{", s.name);
+            children(chart, Some(&s.name), depth + 1, out);
+            let _ = writeln!(out, "{pad}}}");
+        }
+        for s in chart.state.iter().filter(|s| s.parent.as_deref() == parent) {
+            let _ = writeln!(out, "{pad}{}", s.name);
+        }
+    }
+    children(chart, None, 1, &mut out);
+    for r in &chart.row {
+        if r.kind == model::RowKindDef::Ignored {
+            continue;
+        }
+        let guard = r
+            .guard
+            .as_ref()
+            .map(|g| format!(" [{g}]"))
+            .unwrap_or_default();
+        let _ = writeln!(out, "    {} --> {} : {}{guard}", r.from, r.to, r.event);
+    }
+    for s in chart.state.iter().filter(|s| s.terminal) {
+        let _ = writeln!(out, "    {} --> [*]", s.name);
+    }
+    let ignored: Vec<String> = chart
+        .row
+        .iter()
+        .filter(|r| r.kind == model::RowKindDef::Ignored)
+        .map(|r| {
+            let guard = r
+                .guard
+                .as_ref()
+                .map(|g| format!(" [{g}]"))
+                .unwrap_or_default();
+            format!("{} ignores {}{guard}", r.from, r.event)
+        })
+        .collect();
+    if !ignored.is_empty() {
+        let _ = writeln!(
+            out,
+            "    note right of {}\n        {}\n    end note",
+            chart.initial,
+            ignored.join("<br/>\n        ")
+        );
+    }
+    out
+}

@@ -1,0 +1,56 @@
+//! agentloop-core: the pure core of [agentloop](https://docs.rs/agentloop).
+//!
+//! Everything here is plain data and pure functions: the two statig machines (outer
+//! [`react`], inner [`process`]), their input [`event`]s and output [`effect`]s, session
+//! [`entry`]s and the session-log functions ([`session_log`]: pairing check, repair, history),
+//! the [`model`] request, [`tool_spec`]s, observable [`agent_event`]s, the [`chart`]s generated
+//! from `statecharts/*.toml`, and the [`trace`] format with replay.
+//!
+//! The crate has no async runtime, HTTP, file-system or clock dependency (see its
+//! `Cargo.toml`): time, ids and every result from the outside world arrive as [`Event`]s, and
+//! everything the machines want done leaves as [`Effect`]s. The `agentloop` crate performs the
+//! effects with tokio and re-exports this crate's modules under the same paths.
+//!
+//! ```
+//! use agentloop_core::{Event, Message, Run, RunConfig};
+//! let mut run = Run::new(RunConfig::default());
+//! let step = run.handle(Event::Start {
+//!     run_id: "r1".into(),
+//!     history: vec![],
+//!     input: vec![Message::user("hi")],
+//!     session_turns: 0,
+//! });
+//! assert_eq!(step.to.to_string(), "Executing.Calling");
+//! assert!(step.transitions.iter().all(|t| t.conforms()));
+//! ```
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod agent_event;
+pub mod chart;
+pub mod context;
+pub mod effect;
+pub mod entry;
+pub mod error;
+pub mod event;
+pub mod message;
+pub mod model;
+pub mod process;
+pub mod react;
+pub mod session_log;
+pub mod step;
+pub mod tool_spec;
+pub mod trace;
+
+pub use agent_event::{AgentEvent, EventEnvelope, Outcome};
+pub use effect::Effect;
+pub use entry::{Entry, EntryKey};
+pub use error::{ErrorKind, ModelError};
+pub use event::{ApprovalDecision, AttemptId, Event};
+pub use message::{
+    AssistantMessage, Message, MessageDelta, ToolCall, ToolResult, ToolStatus, Usage,
+};
+pub use model::{ModelParams, ModelRequest};
+pub use react::{LoopResult, Run, RunConfig};
+pub use step::{AgentState, Step, Transition};
+pub use tool_spec::ToolSpec;

@@ -1,0 +1,143 @@
+//! Assembling stream deltas into the assistant message (R-STR-2, R-STR-4, R-STR-6). One
+//! implementation serves the machine (what is committed) and `agentloop decode` (what is
+//! reported), so the two cannot disagree.
+
+use serde_json::Value;
+
+use crate::error::ModelError;
+use crate::message::{AssistantMessage, FinishReason, MessageDelta, ToolCall};
+
+/// Assembles [`MessageDelta`]s into the message the runtime commits (R-STR-2, R-STR-4,
+/// R-STR-6): tool calls only from `tool-call` deltas; arguments parsed with
+/// [`ToolCall::from_raw`]; when the turn ended with `length`, every tool call is marked
+/// invalid, because the model was cut off and its arguments (or its plan) may be incomplete.
+#[derive(Clone, Debug, Default)]
+pub struct MessageAssembler {
+    pub(crate) message: AssistantMessage,
+    pub(crate) raw_calls: Vec<(String, String, String)>,
+    pub(crate) raw_finish_reason: Option<String>,
+    pub(crate) finished: bool,
+    pub(crate) error: Option<ModelError>,
+    pub(crate) any: bool,
+}
+
+impl MessageAssembler {
+    /// An empty assembler.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies one delta.
+    pub fn push(&mut self, d: &MessageDelta) {
+        self.any = true;
+        let m = &mut self.message;
+        match d {
+            MessageDelta::TextDelta { text } => m.text.push_str(text),
+            MessageDelta::ReasoningDelta { text } => m.reasoning.push_str(text),
+            MessageDelta::ReasoningSignature { signature } => m
+                .reasoning_signature
+                .get_or_insert_with(String::new)
+                .push_str(signature),
+            MessageDelta::RedactedReasoning { data } => m.redacted_reasoning.push(data.clone()),
+            MessageDelta::Refusal { text } => {
+                m.refusal.get_or_insert_with(String::new).push_str(text)
+            }
+            MessageDelta::ToolCall {
+                id,
+                name,
+                arguments,
+            } => self
+                .raw_calls
+                .push((id.clone(), name.clone(), arguments.clone())),
+            MessageDelta::FinishStep {
+                finish_reason,
+                raw_finish_reason,
+                usage,
+            } => {
+                m.finish_reason = *finish_reason;
+                m.usage = *usage;
+                self.raw_finish_reason.clone_from(raw_finish_reason);
+            }
+            MessageDelta::Finish => self.finished = true,
+            MessageDelta::Error { error } => self.error = Some(error.clone()),
+            MessageDelta::StartStep
+            | MessageDelta::TextStart
+            | MessageDelta::TextEnd
+            | MessageDelta::ReasoningStart
+            | MessageDelta::ReasoningEnd
+            | MessageDelta::ToolInputStart { .. }
+            | MessageDelta::ToolInputDelta { .. }
+            | MessageDelta::ToolInputEnd { .. } => {}
+        }
+    }
+
+    /// Whether `finish` arrived without an error (the message may be committed).
+    pub fn is_complete(&self) -> bool {
+        self.finished && self.error.is_none()
+    }
+
+    /// The error delta, if one arrived.
+    pub fn error(&self) -> Option<&ModelError> {
+        self.error.as_ref()
+    }
+
+    /// The provider's raw finish reason.
+    pub fn raw_finish_reason(&self) -> Option<&str> {
+        self.raw_finish_reason.as_deref()
+    }
+
+    /// The message so far, with tool calls built from the `tool-call` deltas.
+    pub fn message(&self) -> AssistantMessage {
+        let mut m = self.message.clone();
+        let truncated = m.finish_reason == Some(FinishReason::Length);
+        m.tool_calls = self
+            .raw_calls
+            .iter()
+            .map(|(id, name, raw)| {
+                let mut call = ToolCall::from_raw(id, name, raw);
+                if truncated {
+                    call.arguments = Value::Null;
+                    call.invalid_arguments = Some(format!(
+                        "not executed: the response was cut off by the output token limit \
+                         (finish_reason length), so the arguments may be incomplete: {raw}"
+                    ));
+                }
+                call
+            })
+            .collect();
+        m
+    }
+}
+
+impl MessageAssembler {
+    /// A snapshot of the message so far, for observers (R-STR-2).
+    pub fn snapshot(&self) -> AssistantMessage {
+        self.message()
+    }
+
+    /// Whether the message so far has tool calls.
+    pub fn has_tool_calls(&self) -> bool {
+        !self.raw_calls.is_empty()
+    }
+
+    /// Whether any delta arrived.
+    pub fn received_any(&self) -> bool {
+        self.any
+    }
+
+    /// The raw (unparsed) argument text of each tool call, in call order.
+    pub fn raw_arguments(&self) -> impl Iterator<Item = &str> {
+        self.raw_calls.iter().map(|(_, _, raw)| raw.as_str())
+    }
+
+    /// Whether no content (text, reasoning, refusal, tool calls) arrived.
+    pub fn has_no_content(&self) -> bool {
+        let m = &self.message;
+        m.text.is_empty()
+            && m.reasoning.is_empty()
+            && m.reasoning_signature.is_none()
+            && m.redacted_reasoning.is_empty()
+            && m.refusal.is_none()
+            && self.raw_calls.is_empty()
+    }
+}

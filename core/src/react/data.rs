@@ -1,0 +1,429 @@
+//! The outer machine's data and the pure helpers its handlers use to request effects.
+
+use std::collections::BTreeSet;
+
+use crate::agent_event::{AgentEvent, Outcome};
+use crate::chart::ProcessState;
+use crate::chart::{ReactRow, ReactState};
+use crate::context::estimate_tokens;
+use crate::effect::Effect;
+use crate::entry::Entry;
+use crate::message::{Message, Usage};
+use crate::model::ModelRequest;
+use crate::process::{Process, StepOutcome};
+use crate::react::config::{Decision, LoopResult, Observation, RunConfig, SteeringPolicy};
+use crate::step::Transition;
+
+/// Everything the outer machine knows. Passed to the statig handlers as their context.
+#[derive(Debug)]
+pub struct ReactData {
+    pub(crate) cfg: RunConfig,
+    pub(crate) run_id: String,
+    pub(crate) messages: Vec<Message>,
+    pub(crate) session_turns: u32,
+    pub(crate) committed_steps: u32,
+    pub(crate) step: Option<Process>,
+    pub(crate) usage: Usage,
+    pub(crate) last_tokens: Option<u64>,
+    pub(crate) compacted_since_step: bool,
+    pub(crate) last_had_tools: bool,
+    pub(crate) whitelist: BTreeSet<String>,
+    pub(crate) result: Option<LoopResult>,
+    pub(crate) steering: Vec<String>,
+    pub(crate) recent_calls: Vec<(String, String)>,
+    pub(crate) stop_requested: bool,
+    pub(crate) abort_emitted: bool,
+    pub(crate) abort_reason: Option<String>,
+    /// After a context overflow the step is re-requested with the same `model_call_index`;
+    /// its attempt numbers continue so late events of the overflowed attempt stay stale.
+    pub(crate) next_attempt: Option<u32>,
+    pub(crate) state: ReactState,
+    // Per-handle outputs, drained by the facade.
+    pub(crate) out: Vec<Effect>,
+    pub(crate) inner: Vec<Transition>,
+    pub(crate) row: Option<ReactRow>,
+    pub(crate) unhandled: bool,
+}
+
+impl ReactData {
+    pub(crate) fn new(cfg: RunConfig) -> Self {
+        ReactData {
+            cfg,
+            run_id: String::new(),
+            messages: Vec::new(),
+            session_turns: 0,
+            committed_steps: 0,
+            step: None,
+            usage: Usage::default(),
+            last_tokens: None,
+            compacted_since_step: false,
+            last_had_tools: false,
+            whitelist: BTreeSet::new(),
+            result: None,
+            steering: Vec::new(),
+            recent_calls: Vec::new(),
+            stop_requested: false,
+            abort_emitted: false,
+            abort_reason: None,
+            next_attempt: None,
+            state: ReactState::INITIAL,
+            out: Vec::new(),
+            inner: Vec::new(),
+            row: None,
+            unhandled: false,
+        }
+    }
+
+    /// Records the chart row a handler took.
+    pub(crate) fn take(&mut self, row: ReactRow) {
+        debug_assert!(
+            self.row.is_none(),
+            "two rows in one handle: {:?} then {row:?}",
+            self.row
+        );
+        self.row = Some(row);
+    }
+
+    fn emit(&mut self, event: AgentEvent) {
+        self.out.push(Effect::Emit { event });
+    }
+
+    fn persist(&mut self, entry: Entry) {
+        self.out.push(Effect::Persist { entry });
+    }
+
+    pub(crate) fn start(
+        &mut self,
+        run_id: &str,
+        history: &[Message],
+        input: &[Message],
+        session_turns: u32,
+    ) {
+        self.run_id = run_id.to_string();
+        self.messages = history.to_vec();
+        self.session_turns = session_turns;
+        for m in input {
+            self.messages.push(m.clone());
+            self.persist(Entry::UserInput {
+                run_id: run_id.to_string(),
+                message: m.clone(),
+            });
+        }
+        self.emit(AgentEvent::RunStart {
+            run_id: run_id.to_string(),
+        });
+    }
+
+    /// Tokens of the context: the last reported usage, else an estimate.
+    pub(crate) fn context_tokens(&self) -> u64 {
+        self.last_tokens
+            .unwrap_or_else(|| estimate_tokens(&self.messages))
+    }
+
+    pub(crate) fn over_budget(&self) -> bool {
+        let by_tokens = self
+            .cfg
+            .context_budget_tokens
+            .is_some_and(|b| self.context_tokens() as f64 >= b as f64 * self.cfg.compact_ratio);
+        let by_count = self
+            .cfg
+            .compact_threshold
+            .is_some_and(|n| self.messages.len() > n);
+        by_tokens || by_count
+    }
+
+    pub(crate) fn max_steps_reached(&self) -> bool {
+        self.committed_steps >= self.cfg.max_steps
+    }
+
+    pub(crate) fn over_threshold(&self) -> bool {
+        !self.compacted_since_step && self.over_budget()
+    }
+
+    pub(crate) fn compact(&mut self, reason: &str) {
+        self.emit(AgentEvent::CompactStart {
+            reason: reason.to_string(),
+            messages: self.messages.len(),
+        });
+        self.out.push(Effect::Compact {
+            messages: self.messages.clone(),
+            budget_tokens: self
+                .cfg
+                .context_budget_tokens
+                .map(|b| (b as f64 * self.cfg.compact_ratio) as u64),
+            max_messages: self.cfg.compact_threshold,
+        });
+    }
+
+    pub(crate) fn compacted(&mut self, messages: &[Message], removed: usize) {
+        self.messages = messages.to_vec();
+        self.last_tokens = None;
+        self.compacted_since_step = true;
+        self.persist(Entry::Compaction {
+            run_id: self.run_id.clone(),
+            removed,
+            messages: messages.to_vec(),
+        });
+        self.emit(AgentEvent::CompactEnd { removed });
+    }
+
+    /// Builds the next step's request and starts the inner machine.
+    pub(crate) fn execute(&mut self) {
+        for text in std::mem::take(&mut self.steering) {
+            let m = Message::user(text.clone());
+            self.messages.push(m.clone());
+            self.persist(Entry::UserInput {
+                run_id: self.run_id.clone(),
+                message: m,
+            });
+            self.emit(AgentEvent::SteeringApplied { text });
+        }
+        let index = self.committed_steps + 1;
+        let last = index >= self.cfg.max_steps;
+        let mut messages = self.messages.clone();
+        if last {
+            messages.push(Message::user(self.cfg.final_reminder.clone()));
+        }
+        let request = ModelRequest {
+            run_id: self.run_id.clone(),
+            model_call_index: index,
+            attempt: self.next_attempt.take().unwrap_or(1),
+            session_turn: self.session_turns,
+            model: self.cfg.model.clone(),
+            system: self.cfg.system.clone(),
+            messages,
+            tools: if last {
+                Vec::new()
+            } else {
+                self.cfg.tools.clone()
+            },
+            params: self.cfg.params.clone(),
+        };
+        let mut step = Process::new(self.cfg.step.clone(), request, self.whitelist.clone())
+            .with_recent_calls(self.recent_calls.clone());
+        let s = step.begin();
+        self.inner.extend(s.transitions);
+        self.out.extend(s.effects);
+        self.step = Some(step);
+    }
+
+    /// Recreates the interrupted step around its committed message and runs its unanswered
+    /// calls. The step's message was counted in `session_turns` and `committed_steps` already;
+    /// `absorb_step` counts it again, so both are decremented here.
+    pub(crate) fn resume_step(&mut self, p: &crate::event::PendingStep) {
+        self.committed_steps = self.committed_steps.saturating_sub(1);
+        self.session_turns = self.session_turns.saturating_sub(1);
+        let request = ModelRequest {
+            run_id: self.run_id.clone(),
+            model_call_index: p.model_call_index,
+            attempt: 1,
+            session_turn: self.session_turns,
+            model: self.cfg.model.clone(),
+            system: self.cfg.system.clone(),
+            messages: Vec::new(),
+            tools: self.cfg.tools.clone(),
+            params: self.cfg.params.clone(),
+        };
+        let mut step = Process::new(self.cfg.step.clone(), request, self.whitelist.clone());
+        let s = step.resume(p.message.clone(), p.results.clone());
+        self.inner.extend(s.transitions);
+        self.out.extend(s.effects);
+        self.step = Some(step);
+    }
+
+    /// Takes the finished step's message and results into the context.
+    pub(crate) fn absorb_step(&mut self) {
+        let Some(step) = self.step.take() else { return };
+        if let Some(m) = step.committed() {
+            let m = m.clone();
+            if let Some(u) = &m.usage {
+                self.usage.add(u);
+                self.last_tokens = Some(u.input_tokens + u.output_tokens);
+            }
+            self.last_had_tools = !m.tool_calls.is_empty();
+            self.stop_requested |= step.stop_requested();
+            for c in &m.tool_calls {
+                self.recent_calls
+                    .push((c.name.clone(), c.arguments.to_string()));
+            }
+            let excess = self.recent_calls.len().saturating_sub(64);
+            self.recent_calls.drain(..excess);
+            if let Some((pattern, repeats)) =
+                crate::react::health::repeated_pattern(&self.recent_calls)
+            {
+                self.emit(AgentEvent::LoopDetected {
+                    tool_call_id: None,
+                    pattern,
+                    repeats,
+                    action: "warn".into(),
+                });
+            }
+            self.messages.push(Message::Assistant(m));
+            self.messages
+                .extend(step.results().into_iter().map(Message::Tool));
+            self.committed_steps = self.committed_steps.saturating_add(1);
+            self.session_turns = self.session_turns.saturating_add(1);
+            self.compacted_since_step = false;
+        }
+        self.whitelist = step.whitelist().clone();
+    }
+
+    pub(crate) fn observe(&mut self) -> Decision {
+        let o = Observation {
+            has_tool_calls: self.last_had_tools,
+            steering_pending: !self.steering.is_empty(),
+            stop_requested: self.stop_requested,
+            over_budget: self.over_budget(),
+            steps: self.committed_steps,
+            max_steps: self.cfg.max_steps,
+        };
+        (self.cfg.decide)(&o)
+    }
+
+    pub(crate) fn step_outcome(&self) -> Option<StepOutcome> {
+        self.step.as_ref().and_then(|s| s.outcome().cloned())
+    }
+
+    /// Ends the run: persists the run end (unless the store failed) and emits the end event.
+    pub(crate) fn finish(
+        &mut self,
+        outcome: Outcome,
+        reason: String,
+        error: Option<String>,
+        persist: bool,
+    ) {
+        if persist {
+            self.persist(Entry::RunEnd {
+                run_id: self.run_id.clone(),
+                outcome: outcome.as_str().to_string(),
+                reason: reason.clone(),
+            });
+        }
+        let event = match outcome {
+            Outcome::Completed => AgentEvent::RunEnd {
+                run_id: self.run_id.clone(),
+                outcome,
+                reason: reason.clone(),
+                usage: self.usage,
+            },
+            Outcome::Failed => AgentEvent::RunError {
+                run_id: self.run_id.clone(),
+                error: error.clone().unwrap_or_else(|| reason.clone()),
+            },
+            Outcome::Aborted => AgentEvent::AgentAbort {
+                run_id: self.run_id.clone(),
+                reason: reason.clone(),
+            },
+        };
+        // Exactly one end event per run: an abort announced while draining is that event.
+        if !self.abort_emitted {
+            self.emit(event);
+        }
+        self.result = Some(LoopResult {
+            outcome,
+            reason,
+            messages: self.messages.clone(),
+            iterations: self.committed_steps,
+            usage: self.usage,
+            error,
+        });
+    }
+
+    /// Emits `agent_abort` now (the run may still drain immune tools before it ends).
+    pub(crate) fn emit_abort(&mut self, reason: &str) {
+        self.abort_emitted = true;
+        self.emit(AgentEvent::AgentAbort {
+            run_id: self.run_id.clone(),
+            reason: reason.to_string(),
+        });
+    }
+
+    /// Queues steering; with `skip_remaining`, a running tool batch is cut short.
+    pub(crate) fn steer(&mut self, event: &crate::event::Event, text: &str) {
+        self.steering.push(text.to_string());
+        let batch_running = self.step.as_ref().is_some_and(|s| {
+            matches!(
+                s.state(),
+                ProcessState::RunningTools | ProcessState::AwaitingApproval
+            )
+        });
+        if self.cfg.steering == SteeringPolicy::SkipRemaining && batch_running {
+            self.forward(event);
+        }
+    }
+
+    /// Switches the model from the next step on; the same model is a no-op without event.
+    pub(crate) fn switch_model(&mut self, model: &str) {
+        if model != self.cfg.model {
+            let from = std::mem::replace(&mut self.cfg.model, model.to_string());
+            self.emit(AgentEvent::ModelSwitched {
+                from,
+                to: model.to_string(),
+            });
+        }
+    }
+
+    /// Forwards an abort to a live inner machine; returns whether it now drains tools.
+    pub(crate) fn forward_abort(&mut self, event: &crate::event::Event) -> bool {
+        if self.step.as_ref().is_some_and(|s| !s.state().is_terminal()) {
+            self.forward(event);
+        }
+        self.step
+            .as_ref()
+            .is_some_and(|s| s.state() == ProcessState::Draining)
+    }
+
+    /// Whether the current step ended (terminal inner state).
+    pub(crate) fn step_ended(&self) -> bool {
+        self.step.as_ref().is_some_and(|s| s.state().is_terminal())
+    }
+
+    /// Forwards an event to the inner machine, collecting its transitions and effects.
+    pub(crate) fn forward(&mut self, event: &crate::event::Event) -> bool {
+        match self.step.as_mut() {
+            Some(step) => {
+                let s = step.handle(event);
+                self.inner.extend(s.transitions);
+                self.out.extend(s.effects);
+                s.unhandled
+            }
+            None => true,
+        }
+    }
+
+    /// Store failure: stop the stream and every running tool, persist nothing more.
+    pub(crate) fn halt_io(&mut self) {
+        if let Some(step) = &self.step {
+            let state = step.state();
+            if state.is_in("Requesting") {
+                let r = step.request();
+                self.out.push(Effect::CancelModel {
+                    attempt: crate::event::AttemptId {
+                        run_id: r.run_id.clone(),
+                        model_call_index: r.model_call_index,
+                        attempt: r.attempt,
+                    },
+                });
+            }
+            for id in step.running_calls() {
+                self.out.push(Effect::KillTool { tool_call_id: id });
+            }
+        }
+        // The step ends with the run: nothing may reach it (and persist) after the failure.
+        self.step = None;
+    }
+}
+
+impl ReactData {
+    /// On abort: keep the committed message of the current step and its (possibly aborted)
+    /// results, so the result's messages keep the pairing invariant.
+    pub(crate) fn absorb_aborted_step(&mut self) {
+        if let Some(step) = &self.step {
+            if step.outcome() == Some(&StepOutcome::Aborted) && step.committed().is_some() {
+                self.absorb_step();
+                return;
+            }
+        }
+        self.step = None;
+    }
+}

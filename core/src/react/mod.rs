@@ -1,0 +1,243 @@
+//! The outer ReAct machine (SPEC §2): one run — plan, execute a step, observe, compact.
+//! [`Run`] is the documented facade: `handle(Event) -> Step`. It owns the inner
+//! [`Process`](crate::process::Process) of the current step and runs internal events
+//! (`Plan`, `Decide`, inner machine finished) to completion inside one call.
+
+pub mod config;
+pub(crate) mod data;
+pub mod health;
+pub(crate) mod machine;
+
+use statig::blocking::{InitializedStateMachine, IntoStateMachineExt};
+
+use crate::chart::{ProcessState, ReactEventKind, ReactState};
+use crate::event::Event;
+use crate::message::{AssistantMessage, Message};
+use crate::step::{AgentState, Step, Transition};
+
+pub use config::{
+    default_decider, Decider, Decision, LoopResult, Observation, RunConfig, SteeringPolicy,
+    FINAL_REMINDER,
+};
+use data::ReactData;
+use machine::{Input, ReactMachine, State};
+
+/// One run: the outer machine, its data and the current step's inner machine.
+///
+/// ```
+/// use agentloop_core::{Event, Message, Run, RunConfig};
+/// let mut run = Run::new(RunConfig::default());
+/// let step = run.handle(Event::Start {
+///     run_id: "r1".into(),
+///     history: vec![],
+///     input: vec![Message::user("hi")],
+///     session_turns: 0,
+/// });
+/// assert_eq!(step.to.to_string(), "Executing.Calling");
+/// assert!(step.transitions.iter().all(|t| t.conforms()));
+/// ```
+pub struct Run {
+    sm: InitializedStateMachine<ReactMachine>,
+    data: ReactData,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run").field("state", &self.state()).finish()
+    }
+}
+
+fn kind(state: &State) -> ReactState {
+    match state {
+        State::Init {} => ReactState::Init,
+        State::Planning {} => ReactState::Planning,
+        State::Executing {} => ReactState::Executing,
+        State::Observing {} => ReactState::Observing,
+        State::Compacting {} => ReactState::Compacting,
+        State::Completed {} => ReactState::Completed,
+        State::Failed {} => ReactState::Failed,
+        State::Aborted {} => ReactState::Aborted,
+    }
+}
+
+/// The outer chart's event kind of an input, if the outer machine handles it itself.
+pub fn event_kind(event: &Event) -> Option<ReactEventKind> {
+    Some(match event {
+        Event::Start { .. } => ReactEventKind::Start,
+        Event::Resume { .. } => ReactEventKind::Resume,
+        Event::CompactionDone { .. } => ReactEventKind::CompactionDone,
+        Event::CompactionFailed { .. } => ReactEventKind::CompactionFailed,
+        Event::Abort { .. } => ReactEventKind::Abort,
+        Event::StoreWriteFailed { .. } => ReactEventKind::StoreWriteFailed,
+        Event::Steer { .. } => ReactEventKind::Steer,
+        Event::SwitchModel { .. } => ReactEventKind::SwitchModel,
+        Event::SetTools { .. } => ReactEventKind::SetTools,
+        _ => return None,
+    })
+}
+
+impl Run {
+    /// A new run in `Init`.
+    pub fn new(config: RunConfig) -> Self {
+        let mut data = ReactData::new(config);
+        let sm = ReactMachine
+            .uninitialized_state_machine()
+            .init_with_context(&mut data);
+        Run { sm, data }
+    }
+
+    /// Feeds one event and runs internal events to completion. Returns what happened: every
+    /// transition with its chart row, and the effects to perform, in order. An event that no
+    /// state accepts is reported with `unhandled: true`, never dropped silently.
+    pub fn handle(&mut self, event: Event) -> Step {
+        let from = self.state();
+        let mut transitions = Vec::new();
+        let mut effects = Vec::new();
+        let name = event.name().to_string();
+        let unhandled;
+        if event.is_process_event() {
+            unhandled = if self.react_state() == ReactState::Executing {
+                self.data.forward(&event)
+            } else {
+                true
+            };
+            self.drain(&mut transitions, &mut effects);
+        } else {
+            let k = event_kind(&event).unwrap_or(ReactEventKind::Start);
+            unhandled = self.feed(Input::Ext(&event), k, &mut transitions, &mut effects);
+        }
+        self.run_to_completion(&mut transitions, &mut effects);
+        Step {
+            from,
+            event: name,
+            to: self.state(),
+            effects,
+            unhandled,
+            transitions,
+        }
+    }
+
+    fn drain(
+        &mut self,
+        transitions: &mut Vec<Transition>,
+        effects: &mut Vec<crate::effect::Effect>,
+    ) {
+        transitions.append(&mut self.data.inner);
+        effects.append(&mut self.data.out);
+    }
+
+    fn feed(
+        &mut self,
+        input: Input<'_>,
+        k: ReactEventKind,
+        transitions: &mut Vec<Transition>,
+        effects: &mut Vec<crate::effect::Effect>,
+    ) -> bool {
+        let from = self.react_state();
+        self.data.state = from;
+        self.data.row = None;
+        self.data.unhandled = false;
+        let mark = self.data.out.len();
+        self.sm.handle_with_context(&input, &mut self.data);
+        let to = self.react_state();
+        if from != to {
+            let ev = crate::process::state_changed(
+                crate::chart::MachineKind::React,
+                from.name(),
+                k.name(),
+                to.name(),
+            );
+            self.data.out.insert(mark, ev);
+        }
+        let unhandled = self.data.unhandled;
+        transitions.push(Transition::React {
+            from,
+            event: k,
+            to,
+            row: self.data.row.take(),
+            unhandled,
+        });
+        // Inner transitions caused by this outer handler (Begin) come after it.
+        self.drain(transitions, effects);
+        unhandled
+    }
+
+    fn run_to_completion(
+        &mut self,
+        transitions: &mut Vec<Transition>,
+        effects: &mut Vec<crate::effect::Effect>,
+    ) {
+        loop {
+            match self.react_state() {
+                ReactState::Planning => {
+                    self.feed(Input::Plan, ReactEventKind::Plan, transitions, effects);
+                }
+                ReactState::Observing => {
+                    self.feed(Input::Decide, ReactEventKind::Decide, transitions, effects);
+                }
+                ReactState::Executing if self.data.step_ended() => {
+                    let k = match self.data.step_outcome() {
+                        Some(crate::process::StepOutcome::Success) => {
+                            ReactEventKind::InnerSucceeded
+                        }
+                        Some(crate::process::StepOutcome::ContextOverflow(_)) => {
+                            ReactEventKind::InnerOverflowed
+                        }
+                        Some(crate::process::StepOutcome::Failed(_)) => ReactEventKind::InnerFailed,
+                        Some(crate::process::StepOutcome::Aborted) => ReactEventKind::InnerAborted,
+                        _ => break,
+                    };
+                    self.feed(Input::InnerEnded, k, transitions, effects);
+                }
+                _ => break,
+            }
+        }
+    }
+
+    fn react_state(&self) -> ReactState {
+        kind(self.sm.state())
+    }
+
+    /// The current state (outer, and inner while a step exists).
+    pub fn state(&self) -> AgentState {
+        AgentState {
+            react: self.react_state(),
+            process: self.data.step.as_ref().map(|s| s.state()),
+        }
+    }
+
+    /// The current inner state, if a step exists.
+    pub fn process_state(&self) -> Option<ProcessState> {
+        self.data.step.as_ref().map(|s| s.state())
+    }
+
+    /// The result, once the run is terminal.
+    pub fn result(&self) -> Option<&LoopResult> {
+        self.data.result.as_ref()
+    }
+
+    /// Whether the run ended.
+    pub fn is_terminal(&self) -> bool {
+        self.react_state().is_terminal()
+    }
+
+    /// The context as it stands.
+    pub fn messages(&self) -> &[Message] {
+        &self.data.messages
+    }
+
+    /// A snapshot of the message being streamed, if a step is streaming (R-STR-2).
+    pub fn partial(&self) -> Option<AssistantMessage> {
+        self.data.step.as_ref().map(|s| s.partial())
+    }
+
+    /// The run's configuration.
+    pub fn config(&self) -> &RunConfig {
+        &self.data.cfg
+    }
+
+    /// The run id (empty before `Start`).
+    pub fn run_id(&self) -> &str {
+        &self.data.run_id
+    }
+}

@@ -1,0 +1,413 @@
+//! Session invariants: the pairing invariant and idempotency keys (`check`), the calls a
+//! resume still has to settle (`pending`), and the repair that resume applies (`repair`).
+//!
+//! Positions (`index`) are 0-based indexes into the entry list, which is the file's line
+//! number minus one for a [`FileStore`](https://docs.rs/agentloop/latest/agentloop/store/struct.FileStore.html) session.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::entry::{Entry, EntryKey};
+use crate::message::{ToolResult, ToolStatus};
+
+/// A broken session invariant (R-IDEM-1, R-IDEM-3, R-IDEM-6, R-IDEM-7).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Violation {
+    /// A tool call of a committed assistant turn has no terminal result, and the turn is
+    /// not the last, still-running step.
+    MissingToolResult {
+        /// Position of the assistant entry.
+        index: usize,
+        /// The run.
+        run_id: String,
+        /// The step.
+        model_call_index: u32,
+        /// The call.
+        tool_call_id: String,
+        /// Tool name.
+        name: String,
+    },
+    /// A second assistant entry with the same `(run_id, model_call_index)`.
+    DuplicateTurn {
+        /// Position of the duplicate.
+        index: usize,
+        /// The run.
+        run_id: String,
+        /// The step.
+        model_call_index: u32,
+    },
+    /// A tool call id used by two calls.
+    DuplicateToolCallId {
+        /// Position of the assistant entry with the second use.
+        index: usize,
+        /// The call id.
+        tool_call_id: String,
+    },
+    /// A second result for the same call.
+    DuplicateToolResult {
+        /// Position of the duplicate.
+        index: usize,
+        /// The call id.
+        tool_call_id: String,
+    },
+    /// A second start marker for the same call.
+    DuplicateToolStarted {
+        /// Position of the duplicate.
+        index: usize,
+        /// The call id.
+        tool_call_id: String,
+    },
+    /// A result for a call no earlier assistant turn made.
+    OrphanToolResult {
+        /// Position of the result.
+        index: usize,
+        /// The call id.
+        tool_call_id: String,
+    },
+    /// A start marker for a call no earlier assistant turn made.
+    OrphanToolStarted {
+        /// Position of the marker.
+        index: usize,
+        /// The call id.
+        tool_call_id: String,
+    },
+    /// A start marker after the call's result.
+    StartedAfterResult {
+        /// Position of the marker.
+        index: usize,
+        /// The call id.
+        tool_call_id: String,
+    },
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Violation::MissingToolResult {
+                index,
+                run_id,
+                model_call_index,
+                tool_call_id,
+                name,
+            } => write!(
+                f,
+                "entry {index}: tool call {tool_call_id} ({name}) of run {run_id} step \
+                 {model_call_index} has no result"
+            ),
+            Violation::DuplicateTurn {
+                index,
+                run_id,
+                model_call_index,
+            } => write!(
+                f,
+                "entry {index}: duplicate assistant turn (run {run_id}, step {model_call_index})"
+            ),
+            Violation::DuplicateToolCallId {
+                index,
+                tool_call_id,
+            } => write!(f, "entry {index}: tool call id {tool_call_id} used twice"),
+            Violation::DuplicateToolResult {
+                index,
+                tool_call_id,
+            } => write!(f, "entry {index}: second result for tool call {tool_call_id}"),
+            Violation::DuplicateToolStarted {
+                index,
+                tool_call_id,
+            } => write!(
+                f,
+                "entry {index}: second start marker for tool call {tool_call_id}"
+            ),
+            Violation::OrphanToolResult {
+                index,
+                tool_call_id,
+            } => write!(
+                f,
+                "entry {index}: result for tool call {tool_call_id}, which no earlier turn made"
+            ),
+            Violation::OrphanToolStarted {
+                index,
+                tool_call_id,
+            } => write!(
+                f,
+                "entry {index}: start marker for tool call {tool_call_id}, which no earlier turn made"
+            ),
+            Violation::StartedAfterResult {
+                index,
+                tool_call_id,
+            } => write!(
+                f,
+                "entry {index}: tool call {tool_call_id} marked started after its result"
+            ),
+        }
+    }
+}
+
+/// A tool call of the last, still-running step that has no result yet: resume settles it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PendingCall {
+    /// Position of the assistant entry.
+    pub index: usize,
+    /// The run.
+    pub run_id: String,
+    /// The step.
+    pub model_call_index: u32,
+    /// The call.
+    pub tool_call_id: String,
+    /// Tool name.
+    pub name: String,
+    /// Whether its start was persisted (then its outcome is unknown, R-IDEM-6).
+    pub started: bool,
+}
+
+struct Call {
+    index: usize,
+    run_id: String,
+    model_call_index: u32,
+    tool_call_id: String,
+    name: String,
+}
+
+struct Analysis {
+    violations: Vec<Violation>,
+    /// Calls without a result: (call, started, pending).
+    unanswered: Vec<(Call, bool, bool)>,
+}
+
+fn analyze(entries: &[Entry]) -> Analysis {
+    let mut violations = Vec::new();
+    let mut calls: Vec<Call> = Vec::new();
+    let mut call_ids: HashSet<&str> = HashSet::new();
+    let mut turns: HashSet<(&str, u32)> = HashSet::new();
+    let mut started: HashSet<&str> = HashSet::new();
+    let mut results: HashSet<&str> = HashSet::new();
+    // Index of the last (first-seen) assistant turn, and its run.
+    let mut last_turn: Option<(usize, &str)> = None;
+    // Whether the last turn's run is still running at the end of the log.
+    let mut last_turn_open = false;
+
+    for (index, entry) in entries.iter().enumerate() {
+        if let (Some((_, run)), Some(entry_run)) = (last_turn, entry.run_id()) {
+            let ends_run = matches!(entry, Entry::RunEnd { .. }) && entry_run == run;
+            if ends_run || entry_run != run {
+                last_turn_open = false;
+            }
+        }
+        match entry {
+            Entry::Assistant {
+                run_id,
+                model_call_index,
+                message,
+            } => {
+                if !turns.insert((run_id, *model_call_index)) {
+                    violations.push(Violation::DuplicateTurn {
+                        index,
+                        run_id: run_id.clone(),
+                        model_call_index: *model_call_index,
+                    });
+                    continue;
+                }
+                last_turn = Some((index, run_id));
+                last_turn_open = true;
+                for call in &message.tool_calls {
+                    if !call_ids.insert(&call.id) {
+                        violations.push(Violation::DuplicateToolCallId {
+                            index,
+                            tool_call_id: call.id.clone(),
+                        });
+                        continue;
+                    }
+                    calls.push(Call {
+                        index,
+                        run_id: run_id.clone(),
+                        model_call_index: *model_call_index,
+                        tool_call_id: call.id.clone(),
+                        name: call.name.clone(),
+                    });
+                }
+            }
+            Entry::ToolStarted { tool_call_id, .. } => {
+                let id = tool_call_id.as_str();
+                if !call_ids.contains(id) {
+                    violations.push(Violation::OrphanToolStarted {
+                        index,
+                        tool_call_id: id.to_string(),
+                    });
+                } else if started.contains(id) {
+                    violations.push(Violation::DuplicateToolStarted {
+                        index,
+                        tool_call_id: id.to_string(),
+                    });
+                } else if results.contains(id) {
+                    violations.push(Violation::StartedAfterResult {
+                        index,
+                        tool_call_id: id.to_string(),
+                    });
+                }
+                started.insert(id);
+            }
+            Entry::ToolResult { result, .. } => {
+                let id = result.tool_call_id.as_str();
+                if !call_ids.contains(id) {
+                    violations.push(Violation::OrphanToolResult {
+                        index,
+                        tool_call_id: id.to_string(),
+                    });
+                } else if !results.insert(id) {
+                    violations.push(Violation::DuplicateToolResult {
+                        index,
+                        tool_call_id: id.to_string(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    let pending_index = last_turn.filter(|_| last_turn_open).map(|(i, _)| i);
+    let mut unanswered = Vec::new();
+    for call in calls {
+        if results.contains(call.tool_call_id.as_str()) {
+            continue;
+        }
+        let was_started = started.contains(call.tool_call_id.as_str());
+        let is_pending = Some(call.index) == pending_index;
+        if !is_pending {
+            violations.push(Violation::MissingToolResult {
+                index: call.index,
+                run_id: call.run_id.clone(),
+                model_call_index: call.model_call_index,
+                tool_call_id: call.tool_call_id.clone(),
+                name: call.name.clone(),
+            });
+        }
+        unanswered.push((call, was_started, is_pending));
+    }
+    violations.sort_by_key(violation_index);
+    Analysis {
+        violations,
+        unanswered,
+    }
+}
+
+fn violation_index(v: &Violation) -> usize {
+    match v {
+        Violation::MissingToolResult { index, .. }
+        | Violation::DuplicateTurn { index, .. }
+        | Violation::DuplicateToolCallId { index, .. }
+        | Violation::DuplicateToolResult { index, .. }
+        | Violation::DuplicateToolStarted { index, .. }
+        | Violation::OrphanToolResult { index, .. }
+        | Violation::OrphanToolStarted { index, .. }
+        | Violation::StartedAfterResult { index, .. } => *index,
+    }
+}
+
+/// Every broken invariant of a session, in entry order. Calls of the last, still-running
+/// step (its run has not ended and no other run followed) that lack results are *not*
+/// violations: see [`pending`].
+pub fn check(entries: &[Entry]) -> Vec<Violation> {
+    analyze(entries).violations
+}
+
+/// The tool calls of the last, still-running step that have no result yet.
+pub fn pending(entries: &[Entry]) -> Vec<PendingCall> {
+    analyze(entries)
+        .unanswered
+        .into_iter()
+        .filter(|(_, _, is_pending)| *is_pending)
+        .map(|(call, started, _)| PendingCall {
+            index: call.index,
+            run_id: call.run_id,
+            model_call_index: call.model_call_index,
+            tool_call_id: call.tool_call_id,
+            name: call.name,
+            started,
+        })
+        .collect()
+}
+
+/// [`repair_with`] where no tool is retry-safe.
+pub fn repair(entries: &[Entry]) -> (Vec<Entry>, Vec<String>) {
+    repair_with(entries, |_| false)
+}
+
+/// The entries resume appends before the next model request so every tool call has a
+/// terminal result (R-IDEM-6, R-IDEM-7), and one note per repair (for the event saying so).
+///
+/// - A call that was started but has no result gets an
+///   [`ToolStatus::OutcomeUnknown`] error result — unless it belongs to the still-running
+///   step and `retry_safe(tool_name)` says the tool may simply run again.
+/// - A call of an earlier (not still-running) step that never started gets an
+///   [`ToolStatus::Aborted`] result: it never ran.
+/// - A call of the still-running step that never started is left alone: resume runs it.
+pub fn repair_with(
+    entries: &[Entry],
+    retry_safe: impl Fn(&str) -> bool,
+) -> (Vec<Entry>, Vec<String>) {
+    let mut repairs = Vec::new();
+    let mut notes = Vec::new();
+    for (call, started, is_pending) in analyze(entries).unanswered {
+        let (status, content) = if started {
+            if is_pending && retry_safe(&call.name) {
+                continue;
+            }
+            (
+                ToolStatus::OutcomeUnknown,
+                format!(
+                    "outcome unknown: `{}` was started before the session was interrupted and \
+                     its result was never recorded; it was not run again. Check its effects \
+                     before retrying.",
+                    call.name
+                ),
+            )
+        } else if is_pending {
+            continue;
+        } else {
+            (
+                ToolStatus::Aborted,
+                format!(
+                    "aborted: `{}` never ran; the run was interrupted before it started",
+                    call.name
+                ),
+            )
+        };
+        notes.push(format!(
+            "tool call {} ({}) of run {} step {}: no result; recorded {}",
+            call.tool_call_id,
+            call.name,
+            call.run_id,
+            call.model_call_index,
+            match status {
+                ToolStatus::OutcomeUnknown => "outcome_unknown",
+                _ => "aborted",
+            }
+        ));
+        repairs.push(Entry::ToolResult {
+            run_id: call.run_id,
+            result: ToolResult {
+                tool_call_id: call.tool_call_id,
+                name: call.name,
+                content,
+                status,
+            },
+        });
+    }
+    (repairs, notes)
+}
+
+/// Idempotency keys stored more than once (a subset of [`check`], for quick tests).
+pub fn duplicate_keys(entries: &[Entry]) -> Vec<EntryKey> {
+    let mut seen = HashMap::new();
+    let mut dups = Vec::new();
+    for key in entries.iter().filter_map(Entry::idempotency_key) {
+        let count = seen.entry(key.clone()).or_insert(0u32);
+        *count += 1;
+        if *count == 2 {
+            dups.push(key);
+        }
+    }
+    dups
+}

@@ -1,0 +1,324 @@
+//! Traces (R-TRACE): versioned JSON Lines — a header, then every input event, every transition
+//! and every effect, indexed — plus the reader, the JSON Schema and replay with first-divergence
+//! reporting.
+//!
+//! Replay needs no model, tools or network: the machines are pure, so feeding the recorded
+//! inputs into fresh machines must reproduce the recorded transitions and effects exactly.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::effect::Effect;
+use crate::event::Event;
+use crate::react::{Run, RunConfig};
+use crate::step::{Step, Transition};
+use crate::tool_spec::ToolSpec;
+
+/// The trace format version this build writes and reads.
+pub const TRACE_VERSION: u32 = 1;
+
+/// The first line of a trace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TraceHeader {
+    /// Format version ([`TRACE_VERSION`]).
+    pub version: u32,
+    /// The crate version that wrote it.
+    pub agentloop: String,
+    /// The session.
+    pub session: String,
+    /// The run's configuration (the machines are rebuilt from it on replay).
+    pub config: RunConfig,
+    /// The tools offered.
+    pub tools: Vec<ToolSpec>,
+}
+
+/// One line of a trace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TraceRecord {
+    /// The header (first line).
+    Header(TraceHeader),
+    /// An input event.
+    Input {
+        /// Position in the trace (0 = first record after the header).
+        index: u64,
+        /// The event.
+        event: Event,
+    },
+    /// A transition the input caused.
+    Transition {
+        /// Position.
+        index: u64,
+        /// The transition.
+        transition: Transition,
+    },
+    /// An effect the input caused.
+    Effect {
+        /// Position.
+        index: u64,
+        /// The effect.
+        effect: Effect,
+    },
+}
+
+impl TraceRecord {
+    /// The record's index (`None` for the header).
+    pub fn index(&self) -> Option<u64> {
+        match self {
+            TraceRecord::Header(_) => None,
+            TraceRecord::Input { index, .. }
+            | TraceRecord::Transition { index, .. }
+            | TraceRecord::Effect { index, .. } => Some(*index),
+        }
+    }
+}
+
+/// Errors reading or replaying a trace.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// Reading the trace's source failed (the message of the IO error).
+    #[error("{path}: {message}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        message: String,
+    },
+    /// A line is not a valid record.
+    #[error("{path}:{line}:{column}: invalid trace record: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// The header's version is not supported.
+    #[error(
+        "{path}:1: unsupported trace version {found} (this build reads version {TRACE_VERSION})"
+    )]
+    Version {
+        /// The file.
+        path: String,
+        /// The version found.
+        found: u64,
+    },
+    /// The trace does not start with a header.
+    #[error("{path}:1: the trace does not start with a header record")]
+    NoHeader {
+        /// The file.
+        path: String,
+    },
+    /// The records are out of order.
+    #[error("{path}:{line}: record index {found} where {expected} was expected")]
+    Index {
+        /// The file.
+        path: String,
+        /// 1-based line.
+        line: usize,
+        /// Index found.
+        found: u64,
+        /// Index expected.
+        expected: u64,
+    },
+}
+
+/// A trace in memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trace {
+    /// The header.
+    pub header: TraceHeader,
+    /// Every record after the header, in order.
+    pub records: Vec<TraceRecord>,
+}
+
+impl Trace {
+    /// A new trace with no records.
+    pub fn new(header: TraceHeader) -> Self {
+        Trace {
+            header,
+            records: Vec::new(),
+        }
+    }
+
+    /// Appends the records of one input and the step it caused.
+    pub fn record(&mut self, event: &Event, step: &Step) {
+        let mut index = self.records.len() as u64;
+        let mut next = || {
+            let i = index;
+            index += 1;
+            i
+        };
+        self.records.push(TraceRecord::Input {
+            index: next(),
+            event: event.clone(),
+        });
+        for t in &step.transitions {
+            self.records.push(TraceRecord::Transition {
+                index: next(),
+                transition: t.clone(),
+            });
+        }
+        for e in &step.effects {
+            self.records.push(TraceRecord::Effect {
+                index: next(),
+                effect: e.clone(),
+            });
+        }
+    }
+
+    /// Serializes as JSON Lines.
+    pub fn to_jsonl(&self) -> String {
+        let mut out = String::new();
+        let lines = std::iter::once(TraceRecord::Header(self.header.clone()))
+            .chain(self.records.iter().cloned());
+        for r in lines {
+            out.push_str(&serde_json::to_string(&r).unwrap_or_default());
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Parses JSON Lines text; `origin` names the source in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Trace, TraceError> {
+        Self::from_lines(text.lines().map(Ok::<_, std::convert::Infallible>), origin)
+    }
+
+    /// Reads JSON Lines from any source of lines (a file's `BufRead::lines()`, say); a line
+    /// that could not be read ends the read with [`TraceError::Io`]. Never panics on bad input.
+    pub fn from_lines<S, E>(
+        lines: impl IntoIterator<Item = Result<S, E>>,
+        origin: &str,
+    ) -> Result<Trace, TraceError>
+    where
+        S: AsRef<str>,
+        E: std::fmt::Display,
+    {
+        let mut header = None;
+        let mut records = Vec::new();
+        for (i, line) in lines.into_iter().enumerate() {
+            let line = line.map_err(|e| TraceError::Io {
+                path: origin.to_string(),
+                message: e.to_string(),
+            })?;
+            let line = line.as_ref();
+            let lineno = i + 1;
+            if line.trim().is_empty() {
+                continue;
+            }
+            if header.is_none() {
+                let v: serde_json::Value =
+                    serde_json::from_str(line).map_err(|e| TraceError::Parse {
+                        path: origin.to_string(),
+                        line: lineno,
+                        column: e.column(),
+                        message: e.to_string(),
+                    })?;
+                if v.get("kind").and_then(|k| k.as_str()) != Some("header") {
+                    return Err(TraceError::NoHeader {
+                        path: origin.to_string(),
+                    });
+                }
+                let found = v.get("version").and_then(|x| x.as_u64()).unwrap_or(0);
+                if found != u64::from(TRACE_VERSION) {
+                    return Err(TraceError::Version {
+                        path: origin.to_string(),
+                        found,
+                    });
+                }
+            }
+            let rec: TraceRecord = serde_json::from_str(line).map_err(|e| TraceError::Parse {
+                path: origin.to_string(),
+                line: lineno,
+                column: e.column(),
+                message: e.to_string(),
+            })?;
+            match rec {
+                TraceRecord::Header(h) if header.is_none() => header = Some(h),
+                TraceRecord::Header(_) => {
+                    return Err(TraceError::Parse {
+                        path: origin.to_string(),
+                        line: lineno,
+                        column: 1,
+                        message: "a second header record".into(),
+                    })
+                }
+                r => {
+                    let expected = records.len() as u64;
+                    let found = r.index().unwrap_or(expected);
+                    if found != expected {
+                        return Err(TraceError::Index {
+                            path: origin.to_string(),
+                            line: lineno,
+                            found,
+                            expected,
+                        });
+                    }
+                    records.push(r)
+                }
+            }
+        }
+        let header = header.ok_or_else(|| TraceError::NoHeader {
+            path: origin.to_string(),
+        })?;
+        Ok(Trace { header, records })
+    }
+
+    /// The JSON Schema of a trace line (R-TRACE-4).
+    pub fn schema() -> serde_json::Value {
+        serde_json::to_value(schemars::schema_for!(TraceRecord)).unwrap_or_default()
+    }
+}
+
+/// Where replay first differed from the recording.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Divergence {
+    /// Index of the first differing record.
+    pub index: u64,
+    /// The recorded record (`None` if replay produced more records).
+    pub recorded: Option<TraceRecord>,
+    /// The replayed record (`None` if replay produced fewer records).
+    pub replayed: Option<TraceRecord>,
+}
+
+impl Divergence {
+    /// A unified diff of the two records, pretty-printed.
+    pub fn diff(&self) -> String {
+        let pretty = |r: &Option<TraceRecord>| {
+            r.as_ref()
+                .map(|r| serde_json::to_string_pretty(r).unwrap_or_default())
+                .unwrap_or_else(|| "<none>".into())
+        };
+        let (a, b) = (pretty(&self.recorded), pretty(&self.replayed));
+        similar::TextDiff::from_lines(&a, &b)
+            .unified_diff()
+            .header("recorded", "replayed")
+            .to_string()
+    }
+}
+
+/// Replays a trace: feeds its inputs into fresh machines built from its header and compares
+/// every transition and effect (R-TRACE-2). Returns the first divergence, if any.
+pub fn replay(trace: &Trace) -> Option<Divergence> {
+    let mut run = Run::new(trace.header.config.clone());
+    let mut regenerated = Trace::new(trace.header.clone());
+    for r in &trace.records {
+        if let TraceRecord::Input { event, .. } = r {
+            let step = run.handle(event.clone());
+            regenerated.record(event, &step);
+        }
+    }
+    let n = trace.records.len().max(regenerated.records.len());
+    (0..n).find_map(|i| {
+        let a = trace.records.get(i);
+        let b = regenerated.records.get(i);
+        (a != b).then(|| Divergence {
+            index: i as u64,
+            recorded: a.cloned(),
+            replayed: b.cloned(),
+        })
+    })
+}

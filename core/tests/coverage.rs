@@ -1,0 +1,346 @@
+//! R-VER-2: chart-row coverage. Drives both machines through hand-written scenarios and a seeded
+//! random walk (the effect-following generator of `tests/support/harness.rs`, with some noise),
+//! counts the chart row of every transition, prints a coverage table and fails below 100%,
+//! naming the rows never taken.
+
+use agentloop_testkit::harness;
+
+use std::collections::BTreeMap;
+
+use agentloop_core::chart::{ProcessRow, ReactRow};
+use harness::{
+    Action, ArgsPick, AttemptPick, DecisionPick, DeltaPick, ErrPick, IdPick, ProcessHarness,
+    RunHarness, SeqPick, Setup, SplitMix, ToolPick,
+};
+
+#[derive(Default)]
+struct Tally {
+    react: BTreeMap<ReactRow, usize>,
+    process: BTreeMap<ProcessRow, usize>,
+}
+
+impl Tally {
+    fn add_run(&mut self, h: &RunHarness) {
+        for (r, n) in &h.react_rows {
+            *self.react.entry(*r).or_default() += n;
+        }
+        for (r, n) in &h.process_rows {
+            *self.process.entry(*r).or_default() += n;
+        }
+    }
+
+    fn add_process(&mut self, h: &ProcessHarness) {
+        for (r, n) in &h.rows {
+            *self.process.entry(*r).or_default() += n;
+        }
+    }
+}
+
+fn tool_call(tool: ToolPick) -> Action {
+    Action::Delta(
+        AttemptPick::Current,
+        SeqPick::Next,
+        DeltaPick::ToolCall(tool, ArgsPick::Valid),
+    )
+}
+
+fn text(i: u8) -> Action {
+    Action::Delta(AttemptPick::Current, SeqPick::Next, DeltaPick::Text(i))
+}
+
+const OPEN: Action = Action::StreamOpened(AttemptPick::Current);
+const DONE: Action = Action::Done(AttemptPick::Current);
+const START: Action = Action::Start {
+    long_history: false,
+};
+
+/// Hand-written scenarios: each names the rows it is there for.
+fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
+    let calc = ToolPick::Known(0);
+    let shell = ToolPick::Known(2);
+    let stop = Setup {
+        stop_decider: true,
+        ..Setup::default()
+    };
+    let compact = Setup {
+        compact_threshold: Some(4),
+        ..Setup::default()
+    };
+    vec![
+        (
+            "happy path with a tool: init_start, planning_execute, streaming_*, tools_finished, observing_continue, observing_complete",
+            Setup::default(),
+            vec![
+                START,
+                OPEN,
+                text(0),
+                text(0),
+                Action::Delta(AttemptPick::Current, SeqPick::Repeat, DeltaPick::Text(1)),
+                tool_call(calc),
+                DONE,
+                Action::ToolFinished(IdPick::Tracked(0), true),
+                OPEN,
+                text(1),
+                DONE,
+            ],
+        ),
+        (
+            "stale events: live_stale_*, retrying_timer_stale, tools_finished_stale",
+            Setup::default(),
+            vec![
+                START,
+                Action::StreamOpened(AttemptPick::OtherRun),
+                OPEN,
+                Action::Delta(AttemptPick::PrevAttempt, SeqPick::Next, DeltaPick::Text(0)),
+                Action::Done(AttemptPick::OtherStep),
+                Action::TransportError(AttemptPick::OtherStep, ErrPick::Server),
+                Action::ContextOverflow(AttemptPick::OtherRun),
+                Action::StreamStalled(AttemptPick::PrevAttempt),
+                Action::TransportError(AttemptPick::Current, ErrPick::RateLimited),
+                Action::TimerElapsed(false),
+                Action::TimerElapsed(true),
+                OPEN,
+                tool_call(calc),
+                DONE,
+                Action::ToolFinished(IdPick::Unknown, true),
+                Action::ToolFinished(IdPick::Tracked(0), false),
+                Action::Abort,
+            ],
+        ),
+        (
+            "retries exhausted and stalls: requesting_retry, requesting_fail, requesting_stall_*, executing_error",
+            Setup {
+                max_retries: 1,
+                ..Setup::default()
+            },
+            vec![
+                START,
+                Action::StreamStalled(AttemptPick::Current),
+                Action::TimerElapsed(true),
+                OPEN,
+                Action::StreamStalled(AttemptPick::Current),
+            ],
+        ),
+        (
+            "fatal error: requesting_fail",
+            Setup::default(),
+            vec![
+                START,
+                Action::TransportError(AttemptPick::Current, ErrPick::Auth),
+            ],
+        ),
+        (
+            "overflow: requesting_overflow, executing_overflow, compacting_done, compacting_failed",
+            Setup::default(),
+            vec![
+                START,
+                Action::ContextOverflow(AttemptPick::Current),
+                Action::CompactionDone,
+                Action::ContextOverflow(AttemptPick::Current),
+                Action::CompactionFailed,
+            ],
+        ),
+        (
+            "approvals: running_settle_approval, awaiting_*, running_settle_wait, running_settle_done",
+            Setup {
+                parallel_tools: false,
+                ..Setup::default()
+            },
+            vec![
+                START,
+                OPEN,
+                tool_call(shell),
+                tool_call(shell),
+                tool_call(shell),
+                tool_call(shell),
+                tool_call(calc),
+                DONE,
+                Action::Approval(IdPick::Unknown, DecisionPick::Approved),
+                Action::Approval(IdPick::Unknown, DecisionPick::ApprovedAlways),
+                Action::Approval(IdPick::Unknown, DecisionPick::Rejected),
+                Action::Approval(IdPick::Unknown, DecisionPick::Modified),
+                Action::Approval(IdPick::Tracked(0), DecisionPick::Approved),
+                Action::ToolFinished(IdPick::Tracked(0), true),
+                Action::ToolFinished(IdPick::Tracked(0), true),
+                Action::Approval(IdPick::Tracked(0), DecisionPick::Rejected),
+                Action::Approval(IdPick::Tracked(0), DecisionPick::Modified),
+                Action::ToolFinished(IdPick::Tracked(0), true),
+                Action::Approval(IdPick::Tracked(0), DecisionPick::ApprovedAlways),
+                Action::ToolFinished(IdPick::Tracked(0), true),
+                Action::ToolFinished(IdPick::Tracked(0), true),
+            ],
+        ),
+        (
+            "compaction at the first plan and after observing: planning_compact, observing_compact",
+            compact,
+            vec![
+                Action::Start { long_history: true },
+                Action::CompactionDone,
+                OPEN,
+                tool_call(calc),
+                DONE,
+                Action::ToolFinished(IdPick::Tracked(0), true),
+                Action::CompactionDone,
+                OPEN,
+                text(0),
+                DONE,
+            ],
+        ),
+        (
+            "max steps: planning_max_steps",
+            Setup {
+                max_steps: 1,
+                ..Setup::default()
+            },
+            vec![START, OPEN, tool_call(calc), DONE],
+        ),
+        (
+            "stop decision: observing_stop",
+            stop,
+            vec![
+                START,
+                OPEN,
+                tool_call(calc),
+                DONE,
+                Action::ToolFinished(IdPick::Tracked(0), true),
+                OPEN,
+                tool_call(calc),
+                DONE,
+                Action::ToolFinished(IdPick::Tracked(0), true),
+            ],
+        ),
+        (
+            "abort draining immune tools: tools_abort_drain, executing_abort_drain, draining_settle_*, executing_aborted",
+            Setup {
+                immune: true,
+                ..Setup::default()
+            },
+            vec![
+                START,
+                OPEN,
+                tool_call(ToolPick::Known(1)),
+                tool_call(ToolPick::Known(1)),
+                DONE,
+                Action::AbortKill(0),
+                Action::ToolFinished(IdPick::Tracked(0), true),
+                Action::ToolFinished(IdPick::Tracked(0), true),
+            ],
+        ),
+        (
+            "steering and live changes: active_steer, tools_steer_skip, active_switch_model, active_set_tools",
+            Setup {
+                skip_remaining: true,
+                ..Setup::default()
+            },
+            vec![
+                START,
+                Action::SwitchModel,
+                Action::SetTools(0b011),
+                OPEN,
+                tool_call(calc),
+                tool_call(calc),
+                DONE,
+                Action::Steer,
+            ],
+        ),
+        (
+            "resume with pending tools: init_resume_tools, idle_resume",
+            Setup::default(),
+            vec![Action::Resume {
+                pending: true,
+                steps: 1,
+            }],
+        ),
+        (
+            "resume without pending tools: init_resume; store failure: active_store_failed",
+            Setup::default(),
+            vec![
+                Action::Resume {
+                    pending: false,
+                    steps: 1,
+                },
+                Action::StoreWriteFailed,
+            ],
+        ),
+    ]
+}
+
+fn table<R: std::fmt::Debug + Ord + Copy>(
+    name: &str,
+    all: &[R],
+    id: impl Fn(R) -> &'static str,
+    counts: &BTreeMap<R, usize>,
+) -> Vec<&'static str> {
+    let covered = all.iter().filter(|r| counts.contains_key(r)).count();
+    println!(
+        "\n{name}: {covered}/{} rows covered ({:.1}%)",
+        all.len(),
+        100.0 * covered as f64 / all.len() as f64
+    );
+    println!("  {:<34} {:>8}", "row", "count");
+    for r in all {
+        println!(
+            "  {:<34} {:>8}",
+            id(*r),
+            counts
+                .get(r)
+                .map_or("MISSING".to_string(), |n| n.to_string())
+        );
+    }
+    all.iter()
+        .filter(|r| !counts.contains_key(r))
+        .map(|r| id(*r))
+        .collect()
+}
+
+#[test]
+fn every_chart_row_is_taken() {
+    let mut tally = Tally::default();
+    for (name, setup, actions) in scenarios() {
+        let mut h = RunHarness::new(setup);
+        for a in actions {
+            h.act(a);
+        }
+        assert!(
+            h.events > 0 && !h.react_rows.is_empty(),
+            "scenario {name} did nothing"
+        );
+        tally.add_run(&h);
+    }
+    // A seeded walk: mostly effect-following, some noise, across setups.
+    let mut rng = SplitMix(0x5eed);
+    for _ in 0..150 {
+        let mut h = RunHarness::new(Setup::from_byte(rng.byte()));
+        h.keep_log = false;
+        for _ in 0..200 {
+            if h.run.is_terminal() {
+                break;
+            }
+            h.act(Action::Smart(rng.byte()));
+        }
+        tally.add_run(&h);
+    }
+    // The standalone inner machine (its rows count too).
+    for _ in 0..50 {
+        let mut h = ProcessHarness::new(Setup::from_byte(rng.byte()));
+        h.resume_only_idle = true;
+        for _ in 0..100 {
+            if h.process.state().is_terminal() {
+                break;
+            }
+            h.act(Action::Smart(rng.byte()));
+        }
+        tally.add_process(&h);
+    }
+    let missing_react = table("react chart", ReactRow::ALL, |r| r.spec().id, &tally.react);
+    let missing_process = table(
+        "process chart",
+        ProcessRow::ALL,
+        |r| r.spec().id,
+        &tally.process,
+    );
+    assert!(
+        missing_react.is_empty() && missing_process.is_empty(),
+        "chart rows never taken: react {missing_react:?}, process {missing_process:?}"
+    );
+}
