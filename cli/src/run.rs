@@ -260,6 +260,7 @@ fn agent(args: &AgentArgs, store: Option<Arc<dyn SessionStore>>) -> Result<Agent
             tool_ms: secs(args.tool_timeout),
             request_ms: args.request_timeout.map(secs),
             run_deadline_ms: args.deadline.map(secs),
+            ..Timeouts::default()
         })
         .configure(|c| {
             c.max_steps = args.max_steps;

@@ -20,6 +20,7 @@ use crate::hooks::{ModelCallOutcome, ToolDecision};
 use crate::message::{MessageDelta, ToolCall, ToolStatus};
 use crate::model::{Model, ModelRequest};
 use crate::runtime::ports::EventEnvelope;
+use crate::runtime::tool_order::CompletionOrder;
 use crate::runtime::{Agent, Timeouts};
 use crate::tools::ToolContext;
 
@@ -61,6 +62,10 @@ pub(crate) struct Driver<'a> {
     pub(crate) tasks: Tasks,
     /// When each machine (by `MachineKind as usize`) entered its current state (tracing).
     pub(crate) state_since: [Option<u64>; 2],
+    /// Completions waiting for earlier calls (with `ToolOrder::CallOrder`).
+    pub(crate) order: Option<CompletionOrder>,
+    /// Completions a kill released, to be fed next.
+    pub(crate) released: Vec<Event>,
 }
 
 impl Driver<'_> {
@@ -130,8 +135,17 @@ impl Driver<'_> {
                         h.abort();
                     }
                 }
-                Effect::RunTool { call } => self.run_tool(call),
+                Effect::RunTool { call } => {
+                    if let Some(order) = self.order.as_mut() {
+                        order.started(&call.id);
+                    }
+                    self.run_tool(call)
+                }
                 Effect::KillTool { tool_call_id } => {
+                    if let Some(order) = self.order.as_mut() {
+                        let released = order.killed(&tool_call_id);
+                        self.released.extend(released);
+                    }
                     if let Some((h, killable)) = self.tasks.tools.remove(&tool_call_id) {
                         if killable {
                             h.abort();
@@ -174,6 +188,15 @@ impl Driver<'_> {
             }
         }
         None
+    }
+
+    /// An event from the run's background tasks: a tool completion goes through the
+    /// completion-order buffer; returns what may be fed to the machine now.
+    pub(crate) fn arrived(&mut self, event: Event) -> Vec<Event> {
+        match self.order.as_mut() {
+            Some(order) => order.arrived(event),
+            None => vec![event],
+        }
     }
 
     fn call_model(&mut self, request: ModelRequest) {

@@ -11,6 +11,7 @@ pub(crate) mod driver;
 pub mod offload;
 pub mod ports;
 pub mod resume;
+pub mod tool_order;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -36,6 +37,8 @@ pub use ports::{
 
 use driver::{Driver, Tasks};
 pub use offload::Offload;
+use tool_order::CompletionOrder;
+pub use tool_order::ToolOrder;
 
 /// Timeouts the runtime turns into machine events (R-IN-7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +54,10 @@ pub struct Timeouts {
     pub request_ms: Option<u64>,
     /// Whole-run deadline; expiry aborts the run (default none).
     pub run_deadline_ms: Option<u64>,
+    /// The order in which parallel tools' completions reach the machine (default: call
+    /// order, so identical runs record identical traces).
+    #[serde(default)]
+    pub tool_order: ToolOrder,
 }
 
 impl Default for Timeouts {
@@ -61,6 +68,7 @@ impl Default for Timeouts {
             tool_ms: 120_000,
             request_ms: None,
             run_deadline_ms: None,
+            tool_order: ToolOrder::default(),
         }
     }
 }
@@ -618,6 +626,9 @@ impl Agent {
             tx,
             tasks: Tasks::default(),
             state_since: [None; 2],
+            order: (self.timeouts.tool_order == ToolOrder::CallOrder)
+                .then(CompletionOrder::default),
+            released: Vec::new(),
         };
         let deadline = self
             .timeouts
@@ -631,7 +642,10 @@ impl Agent {
                 Some(e) => e,
                 None => {
                     tokio::select! {
-                        Some(e) = rx.recv() => e,
+                        Some(e) = rx.recv() => {
+                            pending.extend(driver.arrived(e));
+                            continue;
+                        }
                         Some(e) = async { match ctl.as_mut() { Some(c) => c.recv().await, None => None } } => e,
                         _ = async {
                             match deadline {
@@ -660,6 +674,7 @@ impl Agent {
             if let Some(failed) = driver.perform(step.effects).await {
                 pending.push_front(failed);
             }
+            pending.extend(driver.released.drain(..));
             if run.is_terminal() && pending.is_empty() {
                 break;
             }

@@ -1,0 +1,140 @@
+//! The order in which tool completions reach the machine.
+//!
+//! Tools of one message run concurrently and finish in whatever order the OS schedules them.
+//! Fed to the machine in that order, the same run gives a different trace each time, so a
+//! trace could not be compared with (or snapshot against) another recording of the same run.
+//! [`ToolOrder::CallOrder`] (the default) holds a completion back until every call issued
+//! before it has completed or been killed, so the machine sees completions in the model's
+//! call order and identical runs record identical traces. The tools still run in parallel;
+//! only the delivery of their results waits (R-IN-4, R-TRACE-2).
+
+use std::collections::{HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::Event;
+
+/// How tool completions are delivered to the machine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ToolOrder {
+    /// In the order the calls were started (deterministic traces; default).
+    #[default]
+    CallOrder,
+    /// As each call finishes (earliest persistence of each result; traces of parallel runs
+    /// may differ from run to run).
+    Completion,
+}
+
+/// Holds completions back until every earlier call has completed or been killed.
+#[derive(Debug, Default)]
+pub(crate) struct CompletionOrder {
+    /// Calls started and not yet delivered, in start order.
+    issued: VecDeque<String>,
+    /// Completions that arrived before an earlier call's.
+    held: HashMap<String, Event>,
+}
+
+impl CompletionOrder {
+    /// A call started.
+    pub(crate) fn started(&mut self, tool_call_id: &str) {
+        self.issued.push_back(tool_call_id.to_string());
+    }
+
+    /// A call was killed: it will never complete, so it no longer holds later ones back. A
+    /// completion that was already held for it is dropped (the machine closed the call).
+    pub(crate) fn killed(&mut self, tool_call_id: &str) -> Vec<Event> {
+        self.issued.retain(|id| id != tool_call_id);
+        self.held.remove(tool_call_id);
+        self.release()
+    }
+
+    /// A completion arrived; returns the completions that may go to the machine now, in
+    /// call order. Completions of calls this buffer never saw start pass straight through.
+    pub(crate) fn arrived(&mut self, event: Event) -> Vec<Event> {
+        let Event::ToolFinished { tool_call_id, .. } = &event else {
+            return vec![event];
+        };
+        if !self.issued.contains(tool_call_id) {
+            return vec![event];
+        }
+        self.held.insert(tool_call_id.clone(), event);
+        self.release()
+    }
+
+    fn release(&mut self) -> Vec<Event> {
+        let mut out = Vec::new();
+        while let Some(head) = self.issued.front() {
+            match self.held.remove(head) {
+                Some(e) => {
+                    out.push(e);
+                    self.issued.pop_front();
+                }
+                None => break,
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::ToolStatus;
+
+    fn done(id: &str) -> Event {
+        Event::ToolFinished {
+            tool_call_id: id.into(),
+            status: ToolStatus::Completed,
+            content: id.into(),
+        }
+    }
+
+    fn ids(events: &[Event]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| match e {
+                Event::ToolFinished { tool_call_id, .. } => tool_call_id.clone(),
+                other => other.name().to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn completions_are_released_in_call_order() {
+        let mut o = CompletionOrder::default();
+        for id in ["a", "b", "c", "d"] {
+            o.started(id);
+        }
+        assert!(o.arrived(done("c")).is_empty());
+        assert!(o.arrived(done("b")).is_empty());
+        assert_eq!(ids(&o.arrived(done("a"))), ["a", "b", "c"]);
+        assert_eq!(ids(&o.arrived(done("d"))), ["d"]);
+    }
+
+    #[test]
+    fn a_killed_call_no_longer_holds_later_ones_back() {
+        let mut o = CompletionOrder::default();
+        for id in ["a", "b", "c"] {
+            o.started(id);
+        }
+        assert!(o.arrived(done("b")).is_empty());
+        assert_eq!(ids(&o.killed("a")), ["b"]);
+        // A late completion of the killed call is dropped by the machine as stale; here it
+        // passes through (the buffer forgot the call), it does not block anything.
+        assert_eq!(ids(&o.arrived(done("a"))), ["a"]);
+        assert_eq!(ids(&o.arrived(done("c"))), ["c"]);
+    }
+
+    #[test]
+    fn unknown_completions_and_other_events_pass_through() {
+        let mut o = CompletionOrder::default();
+        o.started("a");
+        assert_eq!(ids(&o.arrived(done("zz"))), ["zz"]);
+        assert_eq!(
+            ids(&o.arrived(Event::TimerElapsed { timer_id: 1 })),
+            ["timer_elapsed"]
+        );
+    }
+}

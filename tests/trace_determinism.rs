@@ -1,0 +1,97 @@
+//! R-TRACE-2 / R-IN-4: the same inputs give the same trace. Four tool calls run in parallel
+//! and finish in the reverse of their call order (each sleeps less than the one before); with
+//! the default `ToolOrder::CallOrder` the machine still sees their completions in call order,
+//! so every recording of the run is identical. `ToolOrder::Completion` shows the test can
+//! fail: there the completions reach the machine in finish order.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentloop::event::Event;
+use agentloop::provider::scripted::ScriptedModel;
+use agentloop::runtime::{Agent, SequentialIds, Timeouts, ToolOrder};
+use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
+use agentloop::trace::{replay, Trace, TraceRecord};
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+/// Sleeps `ms` milliseconds, then answers with its argument.
+struct Sleepy;
+
+#[async_trait]
+impl Tool for Sleepy {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "sleepy".into(),
+            description: "Sleeps, then echoes".into(),
+            parameters: json!({"type": "object", "properties": {"ms": {"type": "integer"}}}),
+        }
+    }
+    async fn call(&self, _ctx: ToolContext, arguments: Value) -> Result<String, ToolError> {
+        let ms = arguments["ms"].as_u64().unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        Ok(format!("slept {ms}"))
+    }
+}
+
+const SCRIPT: &str = r#"{"turns": [
+  {"text": "four at once", "tool_calls": [
+    {"id": "c1", "name": "sleepy", "arguments": {"ms": 80}},
+    {"id": "c2", "name": "sleepy", "arguments": {"ms": 55}},
+    {"id": "c3", "name": "sleepy", "arguments": {"ms": 30}},
+    {"id": "c4", "name": "sleepy", "arguments": {"ms": 5}}
+  ]},
+  {"text": "done"}
+]}"#;
+
+async fn record(order: ToolOrder) -> Trace {
+    let mut tools = ToolRegistry::new();
+    tools.insert(Arc::new(Sleepy));
+    let agent = Agent::builder()
+        .model(ScriptedModel::from_json_str(SCRIPT, "inline").expect("script"))
+        .tools(tools)
+        .ids(Arc::new(SequentialIds::default()))
+        .timeouts(Timeouts {
+            tool_order: order,
+            ..Timeouts::default()
+        })
+        .build();
+    let out = agent
+        .run_with("s", vec![agentloop::Message::user("go")], None, true)
+        .await
+        .expect("run");
+    assert_eq!(out.result.final_text(), Some("done"));
+    out.trace.expect("trace")
+}
+
+fn finish_order(trace: &Trace) -> Vec<String> {
+    trace
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            TraceRecord::Input {
+                event: Event::ToolFinished { tool_call_id, .. },
+                ..
+            } => Some(tool_call_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_trace_2_parallel_tools_record_one_trace() {
+    let first = record(ToolOrder::CallOrder).await;
+    assert_eq!(finish_order(&first), ["c1", "c2", "c3", "c4"]);
+    assert!(replay(&first).is_none(), "the trace replays");
+    for _ in 0..7 {
+        let again = record(ToolOrder::CallOrder).await;
+        assert_eq!(again.to_jsonl(), first.to_jsonl(), "identical recordings");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_order_feeds_results_as_they_finish() {
+    let trace = record(ToolOrder::Completion).await;
+    assert_eq!(finish_order(&trace), ["c4", "c3", "c2", "c1"]);
+    assert!(replay(&trace).is_none());
+}
