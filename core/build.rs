@@ -62,6 +62,7 @@ fn generate(chart: &Chart, prefix: &str, out: &mut String) {
     let st = format!("{prefix}State");
     let ev = format!("{prefix}EventKind");
     let row = format!("{prefix}Row");
+    let guard = format!("{prefix}Guard");
     let derive = "#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]";
 
     // States.
@@ -176,6 +177,38 @@ fn generate(chart: &Chart, prefix: &str, out: &mut String) {
     ));
     writeln!(out, "}}\n").ok();
 
+    // Guards.
+    writeln!(
+        out,
+        "/// Named guards of the {} (generated): each is a pure predicate the machine and the \
+         conformance oracle evaluate.",
+        chart.title
+    )
+    .ok();
+    writeln!(out, "{derive}").ok();
+    writeln!(out, "pub enum {guard} {{").ok();
+    for g in &chart.guard {
+        writeln!(out, "    /// {}", doc(&g.doc)).ok();
+        writeln!(out, "    {},", camel(&g.name)).ok();
+    }
+    writeln!(out, "}}\n").ok();
+    let guards: Vec<String> = chart.guard.iter().map(|g| camel(&g.name)).collect();
+    let guards: Vec<&str> = guards.iter().map(String::as_str).collect();
+    writeln!(out, "impl {guard} {{").ok();
+    out.push_str(&all_const(&guard, "guard", &guards));
+    let arms: Vec<String> = chart
+        .guard
+        .iter()
+        .map(|g| format!("{guard}::{} => \"{}\"", camel(&g.name), g.name))
+        .collect();
+    writeln!(
+        out,
+        "    /// The chart name of the guard.\n    pub fn name(self) -> &'static str {{ match self {{ {} }} }}",
+        arms.join(", ")
+    )
+    .ok();
+    writeln!(out, "}}\n").ok();
+
     // Rows.
     writeln!(
         out,
@@ -224,6 +257,21 @@ fn generate(chart: &Chart, prefix: &str, out: &mut String) {
         writeln!(out, "        {row}::{} => RowSpec {{ id: \"{}\", from: \"{}\", event: {ev}::{}, guard: {guard}, to: \"{}\", kind: {kind} }},", camel(&r.id), r.id, r.from, r.event, r.to).ok();
     }
     writeln!(out, "    }} }}").ok();
+    writeln!(out, "    /// The row's guard, if it has one.").ok();
+    let arms: Vec<String> = chart
+        .row
+        .iter()
+        .map(|r| match &r.guard {
+            Some(g) => format!("{row}::{} => Some({guard}::{})", camel(&r.id), camel(g)),
+            None => format!("{row}::{} => None", camel(&r.id)),
+        })
+        .collect();
+    writeln!(
+        out,
+        "    pub fn guard(self) -> Option<{guard}> {{ match self {{ {} }} }}",
+        arms.join(", ")
+    )
+    .ok();
     writeln!(out, "}}\n").ok();
 }
 

@@ -115,4 +115,20 @@ pub struct Step {
     pub unhandled: bool,
     /// Every transition taken, outer and inner, in order.
     pub transitions: Vec<Transition>,
+    /// The chart oracle's verdict on each transition, in the same order (not recorded in
+    /// traces: replay re-derives it).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub guard_checks: Vec<crate::chart::GuardCheck>,
+}
+
+impl Step {
+    /// The transitions whose row is not the one the chart's guards select.
+    pub fn guard_violations(&self) -> Vec<crate::chart::GuardCheck> {
+        self.guard_checks
+            .iter()
+            .filter(|c| !c.holds())
+            .copied()
+            .collect()
+    }
 }

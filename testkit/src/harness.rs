@@ -9,7 +9,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use agentloop_core::agent_event::AgentEvent;
-use agentloop_core::chart::{ProcessEventKind, ProcessRow, ProcessState, ReactRow, ReactState};
+use agentloop_core::chart::{
+    GuardCheck, ProcessEventKind, ProcessRow, ProcessState, ReactRow, ReactState,
+};
 use agentloop_core::entry::Entry;
 use agentloop_core::error::{ErrorKind, ModelError};
 use agentloop_core::event::{KillPolicy, PendingStep};
@@ -1114,6 +1116,19 @@ fn check_rows(transitions: &[Transition], ctx: &str) {
     }
 }
 
+/// The executable chart: every transition took the row whose guard held (the oracle
+/// evaluated the chart's guards before the handler ran), and one verdict exists per transition.
+pub fn check_guards(transitions: &[Transition], checks: &[GuardCheck], ctx: &str) {
+    assert_eq!(
+        transitions.len(),
+        checks.len(),
+        "{ctx}: one guard verdict per transition"
+    );
+    for c in checks {
+        assert!(c.holds(), "{ctx}: {c}");
+    }
+}
+
 /// Checks that an unhandled input did nothing.
 fn check_unhandled(unhandled: bool, changed: bool, effects: &[Effect], ctx: &str) {
     if unhandled {
@@ -1259,6 +1274,7 @@ impl RunHarness {
             "{ctx}: step.to is not the state after"
         );
         check_rows(&step.transitions, ctx);
+        check_guards(&step.transitions, &step.guard_checks, ctx);
         for t in &step.transitions {
             match t {
                 Transition::React { row: Some(r), .. } => {
@@ -1493,6 +1509,7 @@ impl ProcessHarness {
             "{ctx}: step.to is not the state after"
         );
         check_rows(&step.transitions, &ctx);
+        check_guards(&step.transitions, &step.guard_checks, &ctx);
         let mut cur = before;
         for t in &step.transitions {
             if let Transition::Process { from, to, row, .. } = *t {

@@ -104,6 +104,81 @@ impl ProcessRow {
     }
 }
 
+impl ReactState {
+    /// The rows this state may take for `event`, in the order the chart decides: the leaf
+    /// state's rows first, then each enclosing superstate's (innermost first), each level in
+    /// chart order. The first row whose guard holds is the one the machine must take.
+    pub fn candidates(self, event: ReactEventKind) -> Vec<ReactRow> {
+        let mut scopes = vec![self.name()];
+        scopes.extend(self.ancestors());
+        scopes
+            .iter()
+            .flat_map(|scope| {
+                ReactRow::ALL
+                    .iter()
+                    .copied()
+                    .filter(move |r| r.spec().from == *scope && r.spec().event == event)
+            })
+            .collect()
+    }
+}
+
+impl ProcessState {
+    /// The rows this state may take for `event`, in the order the chart decides (see
+    /// [`ReactState::candidates`]).
+    pub fn candidates(self, event: ProcessEventKind) -> Vec<ProcessRow> {
+        let mut scopes = vec![self.name()];
+        scopes.extend(self.ancestors());
+        scopes
+            .iter()
+            .flat_map(|scope| {
+                ProcessRow::ALL
+                    .iter()
+                    .copied()
+                    .filter(move |r| r.spec().from == *scope && r.spec().event == event)
+            })
+            .collect()
+    }
+}
+
+/// The chart oracle's verdict on one transition: the row the machine took, and the row the
+/// chart prescribes — the first candidate whose guard held, evaluated before the machine ran.
+/// They differ when a handler tests the wrong condition or takes the wrong row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuardCheck {
+    /// Which machine.
+    pub machine: MachineKind,
+    /// The state before, by chart name.
+    pub from: &'static str,
+    /// The event kind, by chart name.
+    pub event: &'static str,
+    /// The row taken (`None`: unhandled).
+    pub taken: Option<&'static str>,
+    /// The row the guards select (`None`: no row applies).
+    pub expected: Option<&'static str>,
+}
+
+impl GuardCheck {
+    /// Whether the machine took the row the chart's guards select.
+    pub fn holds(&self) -> bool {
+        self.taken == self.expected
+    }
+}
+
+impl std::fmt::Display for GuardCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} {} --{}--> took row {}, the chart's guards select {}",
+            self.machine,
+            self.from,
+            self.event,
+            self.taken.unwrap_or("(none: unhandled)"),
+            self.expected.unwrap_or("(none: unhandled)")
+        )
+    }
+}
+
 /// Renders a chart as a Mermaid `stateDiagram-v2`. Ignored rows are listed in a note, not drawn.
 pub fn mermaid(chart: &Chart) -> String {
     use std::fmt::Write as _;

@@ -4,13 +4,14 @@
 pub mod accumulate;
 pub mod config;
 pub(crate) mod data;
+pub(crate) mod guards;
 pub(crate) mod machine;
 
 use std::collections::BTreeSet;
 
 use statig::blocking::{InitializedStateMachine, IntoStateMachineExt};
 
-use crate::chart::{MachineKind, ProcessEventKind, ProcessState};
+use crate::chart::{GuardCheck, MachineKind, ProcessEventKind, ProcessState};
 use crate::effect::Effect;
 use crate::event::{ApprovalDecision, Event};
 use crate::message::{AssistantMessage, ToolResult};
@@ -35,6 +36,8 @@ pub struct ProcessStep {
     pub unhandled: bool,
     /// Every transition taken, with its chart row.
     pub transitions: Vec<Transition>,
+    /// The chart oracle's verdict on each transition (see [`GuardCheck`]).
+    pub guard_checks: Vec<GuardCheck>,
 }
 
 /// One step of a run: the inner machine with its data.
@@ -140,6 +143,7 @@ impl Process {
                     effects: Vec::new(),
                     unhandled: true,
                     transitions: Vec::new(),
+                    guard_checks: Vec::new(),
                 }
             }
         }
@@ -150,8 +154,10 @@ impl Process {
         input: Input<'_>,
         k: ProcessEventKind,
         transitions: &mut Vec<Transition>,
+        checks: &mut Vec<GuardCheck>,
     ) -> bool {
         let from = self.state();
+        let expected = guards::expected(from, k, &self.data, &input);
         self.data.state = from;
         self.data.row = None;
         self.data.unhandled = false;
@@ -165,11 +171,19 @@ impl Process {
             );
         }
         let unhandled = self.data.unhandled;
+        let row = self.data.row.take();
+        checks.push(GuardCheck {
+            machine: MachineKind::Process,
+            from: from.name(),
+            event: k.name(),
+            taken: row.map(|r| r.spec().id),
+            expected: expected.map(|r| r.spec().id),
+        });
         transitions.push(Transition::Process {
             from,
             event: k,
             to,
-            row: self.data.row.take(),
+            row,
             unhandled,
         });
         unhandled
@@ -178,7 +192,8 @@ impl Process {
     fn run(&mut self, input: Input<'_>, k: ProcessEventKind) -> ProcessStep {
         let from = self.state();
         let mut transitions = Vec::new();
-        let unhandled = self.feed(input, k, &mut transitions);
+        let mut checks = Vec::new();
+        let unhandled = self.feed(input, k, &mut transitions, &mut checks);
         // Run to completion: landing in RunningTools asks the machine what comes next.
         let mut guard = 0;
         while matches!(
@@ -188,7 +203,12 @@ impl Process {
         {
             guard += 1;
             let (before, state) = (self.data.out.len(), self.state());
-            self.feed(Input::Settle, ProcessEventKind::Settle, &mut transitions);
+            self.feed(
+                Input::Settle,
+                ProcessEventKind::Settle,
+                &mut transitions,
+                &mut checks,
+            );
             if self.state() == state && self.data.out.len() == before {
                 break;
             }
@@ -199,6 +219,7 @@ impl Process {
             effects: std::mem::take(&mut self.data.out),
             unhandled,
             transitions,
+            guard_checks: checks,
         }
     }
 
@@ -257,6 +278,12 @@ impl Process {
 }
 
 impl Process {
+    /// Whether an abort with `kill` would leave some running call running (immune tools, or
+    /// kill policy `none`), so the step would drain instead of ending at once.
+    pub fn abort_would_drain(&self, kill: crate::event::KillPolicy) -> bool {
+        self.data.would_drain(kill)
+    }
+
     /// Ids of tool calls currently running.
     pub fn running_calls(&self) -> Vec<String> {
         self.data

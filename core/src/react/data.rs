@@ -41,6 +41,7 @@ pub struct ReactData {
     // Per-handle outputs, drained by the facade.
     pub(crate) out: Vec<Effect>,
     pub(crate) inner: Vec<Transition>,
+    pub(crate) checks: Vec<crate::chart::GuardCheck>,
     pub(crate) row: Option<ReactRow>,
     pub(crate) unhandled: bool,
 }
@@ -69,6 +70,7 @@ impl ReactData {
             state: ReactState::INITIAL,
             out: Vec::new(),
             inner: Vec::new(),
+            checks: Vec::new(),
             row: None,
             unhandled: false,
         }
@@ -203,6 +205,7 @@ impl ReactData {
             .with_recent_calls(self.recent_calls.clone());
         let s = step.begin();
         self.inner.extend(s.transitions);
+        self.checks.extend(s.guard_checks);
         self.out.extend(s.effects);
         self.step = Some(step);
     }
@@ -227,6 +230,7 @@ impl ReactData {
         let mut step = Process::new(self.cfg.step.clone(), request, self.whitelist.clone());
         let s = step.resume(p.message.clone(), p.results.clone());
         self.inner.extend(s.transitions);
+        self.checks.extend(s.guard_checks);
         self.out.extend(s.effects);
         self.step = Some(step);
     }
@@ -268,7 +272,7 @@ impl ReactData {
         self.whitelist = step.whitelist().clone();
     }
 
-    pub(crate) fn observe(&mut self) -> Decision {
+    pub(crate) fn observe(&self) -> Decision {
         let o = Observation {
             has_tool_calls: self.last_had_tools,
             steering_pending: !self.steering.is_empty(),
@@ -384,6 +388,7 @@ impl ReactData {
             Some(step) => {
                 let s = step.handle(event);
                 self.inner.extend(s.transitions);
+                self.checks.extend(s.guard_checks);
                 self.out.extend(s.effects);
                 s.unhandled
             }

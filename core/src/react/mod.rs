@@ -5,12 +5,13 @@
 
 pub mod config;
 pub(crate) mod data;
+pub(crate) mod guards;
 pub mod health;
 pub(crate) mod machine;
 
 use statig::blocking::{InitializedStateMachine, IntoStateMachineExt};
 
-use crate::chart::{ProcessState, ReactEventKind, ReactState};
+use crate::chart::{GuardCheck, MachineKind, ProcessState, ReactEventKind, ReactState};
 use crate::event::Event;
 use crate::message::{AssistantMessage, Message};
 use crate::step::{AgentState, Step, Transition};
@@ -93,6 +94,7 @@ impl Run {
         let from = self.state();
         let mut transitions = Vec::new();
         let mut effects = Vec::new();
+        let mut checks = Vec::new();
         let name = event.name().to_string();
         let unhandled;
         if event.is_process_event() {
@@ -101,12 +103,18 @@ impl Run {
             } else {
                 true
             };
-            self.drain(&mut transitions, &mut effects);
+            self.drain(&mut transitions, &mut effects, &mut checks);
         } else {
             let k = event_kind(&event).unwrap_or(ReactEventKind::Start);
-            unhandled = self.feed(Input::Ext(&event), k, &mut transitions, &mut effects);
+            unhandled = self.feed(
+                Input::Ext(&event),
+                k,
+                &mut transitions,
+                &mut effects,
+                &mut checks,
+            );
         }
-        self.run_to_completion(&mut transitions, &mut effects);
+        self.run_to_completion(&mut transitions, &mut effects, &mut checks);
         Step {
             from,
             event: name,
@@ -114,6 +122,7 @@ impl Run {
             effects,
             unhandled,
             transitions,
+            guard_checks: checks,
         }
     }
 
@@ -121,9 +130,11 @@ impl Run {
         &mut self,
         transitions: &mut Vec<Transition>,
         effects: &mut Vec<crate::effect::Effect>,
+        checks: &mut Vec<GuardCheck>,
     ) {
         transitions.append(&mut self.data.inner);
         effects.append(&mut self.data.out);
+        checks.append(&mut self.data.checks);
     }
 
     fn feed(
@@ -132,8 +143,10 @@ impl Run {
         k: ReactEventKind,
         transitions: &mut Vec<Transition>,
         effects: &mut Vec<crate::effect::Effect>,
+        checks: &mut Vec<GuardCheck>,
     ) -> bool {
         let from = self.react_state();
+        let expected = guards::expected(from, k, &self.data, &input);
         self.data.state = from;
         self.data.row = None;
         self.data.unhandled = false;
@@ -150,15 +163,23 @@ impl Run {
             self.data.out.insert(mark, ev);
         }
         let unhandled = self.data.unhandled;
+        let row = self.data.row.take();
+        checks.push(GuardCheck {
+            machine: MachineKind::React,
+            from: from.name(),
+            event: k.name(),
+            taken: row.map(|r| r.spec().id),
+            expected: expected.map(|r| r.spec().id),
+        });
         transitions.push(Transition::React {
             from,
             event: k,
             to,
-            row: self.data.row.take(),
+            row,
             unhandled,
         });
         // Inner transitions caused by this outer handler (Begin) come after it.
-        self.drain(transitions, effects);
+        self.drain(transitions, effects, checks);
         unhandled
     }
 
@@ -166,14 +187,27 @@ impl Run {
         &mut self,
         transitions: &mut Vec<Transition>,
         effects: &mut Vec<crate::effect::Effect>,
+        checks: &mut Vec<GuardCheck>,
     ) {
         loop {
             match self.react_state() {
                 ReactState::Planning => {
-                    self.feed(Input::Plan, ReactEventKind::Plan, transitions, effects);
+                    self.feed(
+                        Input::Plan,
+                        ReactEventKind::Plan,
+                        transitions,
+                        effects,
+                        checks,
+                    );
                 }
                 ReactState::Observing => {
-                    self.feed(Input::Decide, ReactEventKind::Decide, transitions, effects);
+                    self.feed(
+                        Input::Decide,
+                        ReactEventKind::Decide,
+                        transitions,
+                        effects,
+                        checks,
+                    );
                 }
                 ReactState::Executing if self.data.step_ended() => {
                     let k = match self.data.step_outcome() {
@@ -187,7 +221,7 @@ impl Run {
                         Some(crate::process::StepOutcome::Aborted) => ReactEventKind::InnerAborted,
                         _ => break,
                     };
-                    self.feed(Input::InnerEnded, k, transitions, effects);
+                    self.feed(Input::InnerEnded, k, transitions, effects, checks);
                 }
                 _ => break,
             }

@@ -1,0 +1,152 @@
+//! The oracle and the chart validator can fail: negative tests for the checks every other
+//! conformance test relies on (R-ARCH-3).
+
+use agentloop_core::chart::{
+    Chart, GuardCheck, MachineKind, ProcessEventKind, ProcessRow, ProcessState, ReactEventKind,
+    ReactRow, ReactState, PROCESS_TOML, REACT_TOML,
+};
+use agentloop_core::{AttemptId, Event, Message, Run, RunConfig, Transition};
+
+#[test]
+fn a_guard_check_with_another_row_fails_and_says_which() {
+    let c = GuardCheck {
+        machine: MachineKind::Process,
+        from: "Calling",
+        event: "StreamOpened",
+        taken: Some("calling_opened"),
+        expected: Some("live_stale_stream_opened"),
+    };
+    assert!(!c.holds());
+    let text = c.to_string();
+    assert!(text.contains("calling_opened") && text.contains("live_stale_stream_opened"));
+    assert!(GuardCheck {
+        taken: None,
+        expected: None,
+        ..c
+    }
+    .holds());
+    assert!(!GuardCheck { taken: None, ..c }.holds());
+}
+
+#[test]
+fn candidates_put_the_leaf_before_its_superstates() {
+    assert_eq!(
+        ProcessState::Calling.candidates(ProcessEventKind::StreamOpened),
+        [ProcessRow::CallingOpened, ProcessRow::LiveStaleStreamOpened]
+    );
+    assert_eq!(
+        ReactState::Executing.candidates(ReactEventKind::Abort),
+        [ReactRow::ExecutingAbortDrain, ReactRow::ActiveAbort]
+    );
+    assert!(ReactState::Completed
+        .candidates(ReactEventKind::Abort)
+        .is_empty());
+}
+
+#[test]
+fn rows_do_not_allow_other_transitions() {
+    // `allows` must be able to say no (a mutant returning `true` made every check vacuous).
+    assert!(ReactRow::InitStart.allows(
+        ReactState::Init,
+        ReactEventKind::Start,
+        ReactState::Planning
+    ));
+    assert!(!ReactRow::InitStart.allows(
+        ReactState::Init,
+        ReactEventKind::Start,
+        ReactState::Executing
+    ));
+    assert!(!ReactRow::InitStart.allows(
+        ReactState::Planning,
+        ReactEventKind::Start,
+        ReactState::Planning
+    ));
+    assert!(!ReactRow::InitStart.allows(
+        ReactState::Init,
+        ReactEventKind::Resume,
+        ReactState::Planning
+    ));
+    assert!(!ProcessRow::StreamingDelta.allows(
+        ProcessState::Streaming,
+        ProcessEventKind::Delta,
+        ProcessState::Calling
+    ));
+    let bad = Transition::React {
+        from: ReactState::Init,
+        event: ReactEventKind::Start,
+        to: ReactState::Completed,
+        row: Some(ReactRow::InitStart),
+        unhandled: false,
+    };
+    assert!(!bad.conforms());
+    let silent = Transition::React {
+        from: ReactState::Init,
+        event: ReactEventKind::Start,
+        to: ReactState::Planning,
+        row: None,
+        unhandled: true,
+    };
+    assert!(
+        !silent.conforms(),
+        "an unhandled event must not move the state"
+    );
+}
+
+#[test]
+fn a_stale_stream_opened_selects_the_stale_row() {
+    let mut run = Run::new(RunConfig::default());
+    let step = run.handle(Event::Start {
+        run_id: "r".into(),
+        history: vec![],
+        input: vec![Message::user("hi")],
+        session_turns: 0,
+    });
+    assert!(step.guard_violations().is_empty());
+    assert_eq!(step.guard_checks.len(), step.transitions.len());
+    let stale = run.handle(Event::StreamOpened {
+        attempt: AttemptId {
+            run_id: "r".into(),
+            model_call_index: 1,
+            attempt: 7,
+        },
+    });
+    assert_eq!(stale.guard_checks.len(), 1);
+    assert_eq!(
+        stale.guard_checks[0].expected,
+        Some("live_stale_stream_opened")
+    );
+    assert!(stale.guard_violations().is_empty());
+    assert_eq!(stale.to.to_string(), "Executing.Calling");
+}
+
+#[test]
+fn the_validator_rejects_broken_charts() {
+    assert!(Chart::parse(REACT_TOML).is_ok());
+    assert!(Chart::parse(PROCESS_TOML).is_ok());
+    let cases = [
+        (
+            "unknown target state",
+            REACT_TOML.replacen("to = \"Observing\"", "to = \"Observed\"", 1),
+        ),
+        (
+            "unknown guard",
+            PROCESS_TOML.replacen("guard = \"current\"", "guard = \"currant\"", 1),
+        ),
+        (
+            "unused guard",
+            PROCESS_TOML.replace("guard = \"not_draining\"\n", ""),
+        ),
+        (
+            "duplicate row id",
+            REACT_TOML.replacen("id = \"compacting_failed\"", "id = \"compacting_done\"", 1),
+        ),
+        (
+            "unknown source state",
+            PROCESS_TOML.replacen("from = \"Idle\"", "from = \"Idel\"", 1),
+        ),
+    ];
+    for (what, text) in cases {
+        assert_ne!(text, REACT_TOML);
+        assert!(Chart::parse(&text).is_err(), "{what}: accepted");
+    }
+}
