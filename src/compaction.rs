@@ -1,4 +1,5 @@
-//! Compaction strategies (R-OUT-4, R-OUT-6) as [`Compactor`]s: [`Truncate`] (in
+//! Compaction strategies (R-OUT-4, R-OUT-6) as [`Compactor`]s over the core's one grouping and
+//! pinning ([`groups`], [`pinned`]): [`Truncate`] (in
 //! `runtime::ports`), [`SlidingWindow`] and [`LlmSummary`].
 //!
 //! Every strategy works on *groups*: an assistant message together with the tool results that
@@ -13,107 +14,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::StreamExt;
 
-use crate::context::estimate_tokens;
+pub use crate::context::{cannot_fit, collect, fits, groups, pinned};
+pub use crate::context::{SlidingWindow, SUMMARY_PREFIX};
 use crate::message::{Message, MessageDelta};
 use crate::model::{Model, ModelRequest};
 use crate::runtime::Compactor;
 
 pub use crate::runtime::Truncate;
-
-/// Messages grouped so tool results stay with their call; each group is a list of indices.
-pub fn groups(messages: &[Message]) -> Vec<Vec<usize>> {
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    for (i, m) in messages.iter().enumerate() {
-        match (m, groups.last_mut()) {
-            (Message::Tool(_), Some(g)) => g.push(i),
-            _ => groups.push(vec![i]),
-        }
-    }
-    groups
-}
-
-/// Which groups must stay: system prompt, first and latest user message (earlier summaries
-/// excluded), the most recent group.
-pub fn pinned(messages: &[Message], groups: &[Vec<usize>]) -> Vec<bool> {
-    // An earlier summary is a user message too, but not a pin: a later summary folds it in.
-    let is_user = |m: &Message| matches!(m, Message::User { content } if !content.starts_with(SUMMARY_PREFIX));
-    let first_user = messages.iter().position(is_user);
-    let last_user = messages.iter().rposition(is_user);
-    let last = groups.len().saturating_sub(1);
-    groups
-        .iter()
-        .enumerate()
-        .map(|(gi, g)| {
-            gi == last
-                || g.iter().any(|&i| {
-                    matches!(messages[i], Message::System { .. })
-                        || Some(i) == first_user
-                        || Some(i) == last_user
-                })
-        })
-        .collect()
-}
-
-fn fits(kept: &[Message], budget_tokens: Option<u64>, max_messages: Option<usize>) -> bool {
-    budget_tokens.is_none_or(|b| estimate_tokens(kept) <= b)
-        && max_messages.is_none_or(|n| kept.len() <= n)
-}
-
-fn collect(messages: &[Message], groups: &[Vec<usize>], keep: &[bool]) -> Vec<Message> {
-    groups
-        .iter()
-        .zip(keep)
-        .filter(|(_, k)| **k)
-        .flat_map(|(g, _)| g.iter().map(|&i| messages[i].clone()))
-        .collect()
-}
-
-fn cannot_fit(kept: &[Message]) -> String {
-    format!(
-        "cannot compact below budget: {} messages / ~{} tokens remain after removing everything removable",
-        kept.len(),
-        estimate_tokens(kept)
-    )
-}
-
-/// Keeps the pinned groups and the most recent `window` groups; drops everything older. If
-/// that is still over budget, the window shrinks until it fits; if even the pinned groups
-/// alone do not fit, compaction fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlidingWindow {
-    /// Recent groups to keep (an assistant turn with its tool results is one group).
-    pub window: usize,
-}
-
-impl SlidingWindow {
-    /// The pure computation behind the compactor.
-    pub fn apply(
-        &self,
-        messages: &[Message],
-        budget_tokens: Option<u64>,
-        max_messages: Option<usize>,
-    ) -> Result<(Vec<Message>, usize), String> {
-        let groups = groups(messages);
-        let pinned = pinned(messages, &groups);
-        let n = groups.len();
-        let mut window = self.window.min(n);
-        loop {
-            let keep: Vec<bool> = (0..n).map(|gi| pinned[gi] || gi + window >= n).collect();
-            let kept = collect(messages, &groups, &keep);
-            if fits(&kept, budget_tokens, max_messages) {
-                let removed = messages.len() - kept.len();
-                if removed == 0 {
-                    return Err(cannot_fit(&kept));
-                }
-                return Ok((kept, removed));
-            }
-            if window == 0 {
-                return Err(cannot_fit(&kept));
-            }
-            window -= 1;
-        }
-    }
-}
 
 #[async_trait]
 impl Compactor for SlidingWindow {
@@ -131,9 +38,6 @@ impl Compactor for SlidingWindow {
 pub const SUMMARY_PROMPT: &str = "Summarize the conversation below for your own later use. Keep \
 every fact, decision, file name, number and open question that the task still needs; drop \
 chatter. Answer with the summary only.";
-
-/// The prefix of the message that replaces the summarized entries.
-pub const SUMMARY_PREFIX: &str = "[Summary of the earlier conversation]\n";
 
 /// LLM summary: one extra model call through the [`Model`] port summarizes the older,
 /// unpinned groups; the summary (one user message after the pinned goal) replaces them, the

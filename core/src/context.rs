@@ -37,74 +37,199 @@ pub enum CompactionError {
     },
 }
 
-/// Compaction by truncation: keeps system messages, the first user message (the original goal)
-/// and the most recent user message (the task frontier); drops the oldest other messages, in
-/// whole groups (an assistant message together with its tool results), until the context fits
-/// `budget_tokens` and `max_messages`. Fails instead of looping when it cannot fit (R-OUT-6).
-/// Returns the new context and how many messages were removed.
+/// Compaction by truncation: keeps the pinned groups ([`pinned`]: system messages, the first
+/// and the latest user message, the most recent group) and drops the oldest other groups (an
+/// assistant message together with its tool results) until the context fits `budget_tokens`
+/// and `max_messages`. Fails instead of looping when it cannot fit (R-OUT-6). Returns the new
+/// context and how many messages were removed. The same grouping and pins serve every
+/// strategy ([`SlidingWindow`] and the runtime's LLM summary).
 pub fn truncate(
     messages: &[Message],
     budget_tokens: Option<u64>,
     max_messages: Option<usize>,
 ) -> Result<(Vec<Message>, usize), CompactionError> {
-    // Group messages: an assistant message with the tool results that follow it is one unit.
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    for (i, m) in messages.iter().enumerate() {
-        match m {
-            Message::Tool(_) if !groups.is_empty() => {
-                if let Some(g) = groups.last_mut() {
-                    g.push(i)
-                }
-            }
-            _ => groups.push(vec![i]),
-        }
-    }
-    let first_user = messages
-        .iter()
-        .position(|m| matches!(m, Message::User { .. }));
-    let last_user = messages
-        .iter()
-        .rposition(|m| matches!(m, Message::User { .. }));
-    let pinned = |g: &Vec<usize>| {
-        g.iter().any(|&i| {
-            matches!(messages[i], Message::System { .. })
-                || Some(i) == first_user
-                || Some(i) == last_user
-        })
-    };
-    let fits = |kept: &[Message]| {
-        budget_tokens.is_none_or(|b| estimate_tokens(kept) <= b)
-            && max_messages.is_none_or(|n| kept.len() <= n)
-    };
+    let groups = groups(messages);
+    let pinned = pinned(messages, &groups);
     let mut keep = vec![true; groups.len()];
-    // The most recent group stays: it is the step the model must continue from.
-    let last = groups.len().saturating_sub(1);
     let mut removed = 0;
-    let collect = |keep: &[bool]| -> Vec<Message> {
-        groups
-            .iter()
-            .zip(keep)
-            .filter(|(_, k)| **k)
-            .flat_map(|(g, _)| g.iter().map(|&i| messages[i].clone()))
-            .collect()
-    };
-    let mut kept = collect(&keep);
+    let mut kept = collect(messages, &groups, &keep);
     for gi in 0..groups.len() {
-        if fits(&kept) {
+        if fits(&kept, budget_tokens, max_messages) {
             break;
         }
-        if gi == last || pinned(&groups[gi]) {
+        if pinned[gi] {
             continue;
         }
         keep[gi] = false;
         removed += groups[gi].len();
-        kept = collect(&keep);
+        kept = collect(messages, &groups, &keep);
     }
-    if !fits(&kept) || removed == 0 {
+    if !fits(&kept, budget_tokens, max_messages) || removed == 0 {
         return Err(CompactionError::CannotFit {
             messages: kept.len(),
             tokens: estimate_tokens(&kept),
         });
     }
     Ok((kept, removed))
+}
+
+/// The prefix of the message that replaces summarized entries (an LLM summary).
+pub const SUMMARY_PREFIX: &str = "[Summary of the earlier conversation]\n";
+
+/// Messages grouped so tool results stay with their call; each group is a list of indices.
+pub fn groups(messages: &[Message]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        match (m, groups.last_mut()) {
+            (Message::Tool(_), Some(g)) => g.push(i),
+            _ => groups.push(vec![i]),
+        }
+    }
+    groups
+}
+
+/// Which groups must stay: system prompt, first and latest user message (earlier summaries
+/// excluded), the most recent group.
+pub fn pinned(messages: &[Message], groups: &[Vec<usize>]) -> Vec<bool> {
+    // An earlier summary is a user message too, but not a pin: a later summary folds it in.
+    let is_user = |m: &Message| matches!(m, Message::User { content } if !content.starts_with(SUMMARY_PREFIX));
+    let first_user = messages.iter().position(is_user);
+    let last_user = messages.iter().rposition(is_user);
+    let last = groups.len().saturating_sub(1);
+    groups
+        .iter()
+        .enumerate()
+        .map(|(gi, g)| {
+            gi == last
+                || g.iter().any(|&i| {
+                    matches!(messages[i], Message::System { .. })
+                        || Some(i) == first_user
+                        || Some(i) == last_user
+                })
+        })
+        .collect()
+}
+
+/// Whether `kept` is within the token budget and the message cap.
+pub fn fits(kept: &[Message], budget_tokens: Option<u64>, max_messages: Option<usize>) -> bool {
+    budget_tokens.is_none_or(|b| estimate_tokens(kept) <= b)
+        && max_messages.is_none_or(|n| kept.len() <= n)
+}
+
+/// The messages of the groups marked `keep`, in order.
+pub fn collect(messages: &[Message], groups: &[Vec<usize>], keep: &[bool]) -> Vec<Message> {
+    groups
+        .iter()
+        .zip(keep)
+        .filter(|(_, k)| **k)
+        .flat_map(|(g, _)| g.iter().map(|&i| messages[i].clone()))
+        .collect()
+}
+
+/// The error text when even the pinned groups do not fit.
+pub fn cannot_fit(kept: &[Message]) -> String {
+    format!(
+        "cannot compact below budget: {} messages / ~{} tokens remain after removing everything removable",
+        kept.len(),
+        estimate_tokens(kept)
+    )
+}
+
+/// Keeps the pinned groups and the most recent `window` groups; drops everything older. If
+/// that is still over budget, the window shrinks until it fits; if even the pinned groups
+/// alone do not fit, compaction fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingWindow {
+    /// Recent groups to keep (an assistant turn with its tool results is one group).
+    pub window: usize,
+}
+
+impl SlidingWindow {
+    /// The pure computation behind the compactor.
+    pub fn apply(
+        &self,
+        messages: &[Message],
+        budget_tokens: Option<u64>,
+        max_messages: Option<usize>,
+    ) -> Result<(Vec<Message>, usize), String> {
+        let groups = groups(messages);
+        let pinned = pinned(messages, &groups);
+        let n = groups.len();
+        let mut window = self.window.min(n);
+        loop {
+            let keep: Vec<bool> = (0..n).map(|gi| pinned[gi] || gi + window >= n).collect();
+            let kept = collect(messages, &groups, &keep);
+            if fits(&kept, budget_tokens, max_messages) {
+                let removed = messages.len() - kept.len();
+                if removed == 0 {
+                    return Err(cannot_fit(&kept));
+                }
+                return Ok((kept, removed));
+            }
+            if window == 0 {
+                return Err(cannot_fit(&kept));
+            }
+            window -= 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{AssistantMessage, ToolCall, ToolResult, ToolStatus};
+
+    fn turn(i: usize) -> Vec<Message> {
+        let id = format!("c{i}");
+        let mut a = AssistantMessage::default();
+        a.tool_calls.push(ToolCall::from_raw(
+            &id,
+            "calculator",
+            "{\"expression\":\"1+1\"}",
+        ));
+        vec![
+            Message::Assistant(a),
+            Message::Tool(ToolResult {
+                tool_call_id: id,
+                name: "calculator".into(),
+                content: "2".repeat(200),
+                status: ToolStatus::Completed,
+            }),
+        ]
+    }
+
+    #[test]
+    fn every_strategy_pins_the_same_messages() {
+        // An earlier summary is a user message but not a pin: truncation (like the sliding
+        // window and the LLM summary) may drop it; the goal and the latest user message stay.
+        let mut m = vec![
+            Message::System {
+                content: "sys".into(),
+            },
+            Message::user("the goal"),
+            Message::user(format!("{SUMMARY_PREFIX}old summary")),
+        ];
+        for i in 0..6 {
+            m.extend(turn(i));
+        }
+        m.push(Message::user("latest"));
+        m.extend(turn(9));
+        let (kept, removed) = truncate(&m, Some(150), None).expect("fits");
+        assert!(removed > 0);
+        let texts: Vec<String> = kept
+            .iter()
+            .filter_map(|x| match x {
+                Message::User { content } | Message::System { content } => Some(content.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(texts, ["sys", "the goal", "latest"]);
+        // Tool results never lose their call.
+        let g = groups(&kept);
+        assert!(g.iter().all(|g| !matches!(kept[g[0]], Message::Tool(_))));
+        let window = SlidingWindow { window: 1 }
+            .apply(&m, Some(150), None)
+            .expect("fits");
+        assert_eq!(window.0, kept, "the two strategies agree on what stays");
+    }
 }

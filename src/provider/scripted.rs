@@ -204,18 +204,10 @@ impl From<ScriptFailure> for RawFailure {
     }
 }
 
-/// The error kind a scripted HTTP status stands for.
+/// The error kind a scripted HTTP status stands for: the providers' classifier with an empty
+/// error body, so a scripted failure and a real one with the same status agree.
 pub fn kind_for_status(status: u16) -> ErrorKind {
-    match status {
-        429 => ErrorKind::RateLimited,
-        529 => ErrorKind::Overloaded,
-        401 => ErrorKind::Authentication,
-        403 => ErrorKind::Permission,
-        404 => ErrorKind::NotFound,
-        413 => ErrorKind::RequestTooLarge,
-        500..=599 => ErrorKind::ServerError,
-        _ => ErrorKind::BadRequest,
-    }
+    crate::provider::classify::kind_for_status(status, &Default::default())
 }
 
 /// A script that could not be loaded; names the file and, for JSON errors, line and column.
@@ -639,5 +631,8 @@ mod tests {
         assert_eq!(kind_for_status(529), ErrorKind::Overloaded);
         assert_eq!(kind_for_status(413), ErrorKind::RequestTooLarge);
         assert_eq!(kind_for_status(418), ErrorKind::BadRequest);
+        // One classifier: the statuses the two used to disagree on.
+        assert_eq!(kind_for_status(402), ErrorKind::QuotaExhausted);
+        assert_eq!(kind_for_status(408), ErrorKind::Timeout);
     }
 }
