@@ -665,3 +665,30 @@ async fn r_ctl_3_abort_while_awaiting_approval() {
     );
     insta::assert_snapshot!(transcript(&history(&s)));
 }
+
+/// R-TRACE-1: runs driven by a `Session` can be recorded; the trace replays.
+#[tokio::test(start_paused = true)]
+async fn r_trace_1_session_runs_are_recorded_and_replay() {
+    let agent = builder(Slow::new(TWO_TEXTS)).build();
+    let off = Session::spawn(
+        builder(Slow::new(TWO_TEXTS)).build(),
+        SessionConfig::new("off"),
+    );
+    off.prompt("a").await.expect("prompt");
+    off.wait_idle().await;
+    assert!(off.last_trace().is_none(), "recording is off by default");
+
+    let s = Session::spawn(agent, SessionConfig::new("rec").record_traces(true));
+    s.prompt("a").await.expect("prompt");
+    s.wait_idle().await;
+    let trace = s.last_trace().expect("a trace of the run");
+    assert_eq!(trace.header.session, "rec");
+    assert!(trace.records.len() > 5);
+    assert!(
+        agentloop::trace::replay(&trace).is_none(),
+        "replays identically"
+    );
+    let text = trace.to_jsonl();
+    let parsed = agentloop::trace::Trace::parse(&text, "session").expect("parses");
+    assert!(agentloop::trace::replay(&parsed).is_none());
+}

@@ -115,6 +115,9 @@ pub struct SessionConfig {
     pub approval_timeout_ms: Option<u64>,
     /// Prices for usage reports (default empty: usage without cost).
     pub prices: PriceTable,
+    /// Record a trace of every run (R-TRACE-1); the latest is [`Session::last_trace`]
+    /// (default off).
+    pub record_traces: bool,
 }
 
 impl SessionConfig {
@@ -127,7 +130,14 @@ impl SessionConfig {
             subscriber_capacity: 4096,
             approval_timeout_ms: Some(300_000),
             prices: PriceTable::default(),
+            record_traces: false,
         }
+    }
+
+    /// Records a trace of every run (R-TRACE-1): read it with [`Session::last_trace`].
+    pub fn record_traces(mut self, on: bool) -> Self {
+        self.record_traces = on;
+        self
     }
 
     /// Sets the ring buffer size (R-EVT-1).
@@ -232,6 +242,8 @@ struct Shared {
     saw_abort: AtomicBool,
     metrics: Mutex<Metrics>,
     last_result: Mutex<Option<LoopResult>>,
+    /// The trace of the last finished run, when recording.
+    last_trace: Mutex<Option<crate::trace::Trace>>,
     /// Steering messages forwarded to the running run and not yet applied.
     steering: Mutex<VecDeque<String>>,
     run_usage: Mutex<RunUsage>,
@@ -284,6 +296,7 @@ impl Session {
             saw_abort: AtomicBool::new(false),
             metrics: Mutex::new(Metrics::default()),
             last_result: Mutex::new(None),
+            last_trace: Mutex::new(None),
             steering: Mutex::new(VecDeque::new()),
             run_usage: Mutex::new(RunUsage::default()),
             idle,
@@ -296,6 +309,7 @@ impl Session {
             shared: shared.clone(),
             config: run_config,
             steering_capacity: config.steering_capacity,
+            record: config.record_traces,
             queue: VecDeque::new(),
             current: None,
             steering_ref: 0,
@@ -307,6 +321,12 @@ impl Session {
     /// The session id.
     pub fn id(&self) -> &str {
         &self.shared.id
+    }
+
+    /// The trace of the last finished run, when the session records traces
+    /// ([`SessionConfig::record_traces`], R-TRACE-1). It replays like any other trace.
+    pub fn last_trace(&self) -> Option<crate::trace::Trace> {
+        self.shared.last_trace.lock().ok().and_then(|t| t.clone())
     }
 
     /// Sends a prompt (R-CTL-1): idle → a run starts; busy → queued (`prompt_queued`) and
@@ -555,6 +575,8 @@ struct Actor {
     /// The configuration the next run starts with (model and tools as switched/attached).
     config: RunConfig,
     steering_capacity: usize,
+    /// Record a trace of each run.
+    record: bool,
     queue: VecDeque<String>,
     current: Option<Current>,
     steering_ref: u64,
@@ -744,6 +766,7 @@ impl Actor {
         let agent = self.agent.clone();
         let config = self.config.clone();
         let id = self.shared.id.clone();
+        let record = self.record;
         self.shared.saw_abort.store(false, Ordering::SeqCst);
         if let Ok(mut u) = self.shared.run_usage.lock() {
             *u = RunUsage::default();
@@ -760,7 +783,7 @@ impl Actor {
                     vec![Message::user(text)],
                     config,
                     Some(receiver),
-                    false,
+                    record,
                 )
                 .await
         });
@@ -779,7 +802,12 @@ impl Actor {
             return;
         };
         let result = match out {
-            Ok(Ok(o)) => Some(o.result),
+            Ok(Ok(o)) => {
+                if let (Some(t), Ok(mut last)) = (o.trace, self.shared.last_trace.lock()) {
+                    *last = Some(t);
+                }
+                Some(o.result)
+            }
             Ok(Err(e)) => {
                 self.publish(AgentEvent::RunError {
                     run_id: String::new(),
