@@ -245,6 +245,7 @@ fn process_handle(c: &mut Criterion) {
 fn trace_replay(c: &mut Criterion) {
     let cfg = config(51);
     let mut trace = Trace::new(TraceHeader {
+        timeouts: None,
         version: TRACE_VERSION,
         agentloop: env!("CARGO_PKG_VERSION").into(),
         session: "bench".into(),

@@ -309,6 +309,7 @@ fn abort_mid_stream() {
     let cfg = RunConfig::default();
     let mut run = Run::new(cfg.clone());
     let mut trace = Trace::new(TraceHeader {
+        timeouts: None,
         version: TRACE_VERSION,
         agentloop: "test".into(),
         session: "s".into(),

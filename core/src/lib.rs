@@ -39,6 +39,7 @@ pub mod process;
 pub mod react;
 pub mod session_log;
 pub mod step;
+pub mod timeouts;
 pub mod tool_spec;
 pub mod trace;
 

@@ -26,6 +26,9 @@ pub struct TraceHeader {
     pub agentloop: String,
     /// The session.
     pub session: String,
+    /// The runtime's deadlines and tool-completion order (absent in traces built by hand).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeouts: Option<crate::timeouts::Timeouts>,
     /// The run's configuration (the machines are rebuilt from it on replay).
     pub config: RunConfig,
     /// The tools offered.

@@ -17,7 +17,6 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
@@ -35,43 +34,10 @@ pub use ports::{
     NullSink, RejectAll, SequentialIds, SystemClock, TimeIds, TokioClock, Truncate, VecSink,
 };
 
+pub use agentloop_core::timeouts::{Timeouts, ToolOrder};
 use driver::{Driver, Tasks};
 pub use offload::Offload;
 use tool_order::CompletionOrder;
-pub use tool_order::ToolOrder;
-
-/// Timeouts the runtime turns into machine events (R-IN-7).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Timeouts {
-    /// Until the response starts and its first delta arrives (default 60 s).
-    pub first_chunk_ms: u64,
-    /// Between deltas (default 30 s).
-    pub stall_ms: u64,
-    /// Per tool call (default 120 s).
-    pub tool_ms: u64,
-    /// Whole model request (one attempt, from sending to the last delta); expiry is a
-    /// retryable `timeout` error (default none).
-    pub request_ms: Option<u64>,
-    /// Whole-run deadline; expiry aborts the run (default none).
-    pub run_deadline_ms: Option<u64>,
-    /// The order in which parallel tools' completions reach the machine (default: call
-    /// order, so identical runs record identical traces).
-    #[serde(default)]
-    pub tool_order: ToolOrder,
-}
-
-impl Default for Timeouts {
-    fn default() -> Self {
-        Timeouts {
-            first_chunk_ms: 60_000,
-            stall_ms: 30_000,
-            tool_ms: 120_000,
-            request_ms: None,
-            run_deadline_ms: None,
-            tool_order: ToolOrder::default(),
-        }
-    }
-}
 
 /// Errors that prevent a run from starting. Failures during a run are a `Failed` result.
 #[derive(Debug, thiserror::Error)]
@@ -613,6 +579,7 @@ impl Agent {
                 version: TRACE_VERSION,
                 agentloop: env!("CARGO_PKG_VERSION").to_string(),
                 session: session.to_string(),
+                timeouts: Some(self.timeouts),
                 tools: config.tools.clone(),
                 config,
             })

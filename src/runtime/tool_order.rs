@@ -10,22 +10,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use serde::{Deserialize, Serialize};
-
 use crate::event::Event;
 
-/// How tool completions are delivered to the machine.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum ToolOrder {
-    /// In the order the calls were started (deterministic traces; default).
-    #[default]
-    CallOrder,
-    /// As each call finishes (earliest persistence of each result; traces of parallel runs
-    /// may differ from run to run).
-    Completion,
-}
+pub use agentloop_core::timeouts::ToolOrder;
 
 /// Holds completions back until every earlier call has completed or been killed.
 #[derive(Debug, Default)]
