@@ -64,7 +64,9 @@ fn delta(b: u8) -> DeltaPick {
             },
         ),
         5 => DeltaPick::ToolInputStart,
-        6 => DeltaPick::FinishStep { length: v.is_multiple_of(2) },
+        6 => DeltaPick::FinishStep {
+            length: v.is_multiple_of(2),
+        },
         _ if v.is_multiple_of(2) => DeltaPick::ToolInputDelta,
         _ => DeltaPick::Finish,
     }
