@@ -199,10 +199,9 @@ async fn started_call_without_result_becomes_outcome_unknown_unless_retry_safe()
         .events()
         .into_iter()
         .filter_map(|e| match e.event {
-            AgentEvent::SessionRepaired { notes } => Some(notes),
+            AgentEvent::SessionRepaired { repair } => Some(repair.to_string()),
             _ => None,
         })
-        .flatten()
         .collect();
     assert_eq!(repaired.len(), 1, "{repaired:?}");
     assert!(
@@ -411,10 +410,9 @@ async fn new_run_on_interrupted_session_repairs_it_first() {
         .events()
         .into_iter()
         .filter_map(|e| match e.event {
-            AgentEvent::SessionRepaired { notes } => Some(notes),
+            AgentEvent::SessionRepaired { repair } => Some(repair.to_string()),
             _ => None,
         })
-        .flatten()
         .collect();
     for needle in ["u1", "s1", "n1", "run old"] {
         assert!(

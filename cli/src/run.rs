@@ -189,11 +189,7 @@ fn print_event(format: EventsFormat, env: &EventEnvelope) {
             AgentEvent::ResponseComplete { .. } => end_line(),
             AgentEvent::RunError { error, .. } => eprintln!("[error] {error}"),
             AgentEvent::AgentAbort { reason, .. } => eprintln!("[abort] {reason}"),
-            AgentEvent::SessionRepaired { notes } => {
-                for note in notes {
-                    eprintln!("[repaired] {note}");
-                }
-            }
+            AgentEvent::SessionRepaired { repair } => eprintln!("[repaired] {repair}"),
             AgentEvent::ApprovalRequired {
                 tool_call_id, name, ..
             } => eprintln!("[approval] {name} ({tool_call_id}) needs approval"),

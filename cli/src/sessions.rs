@@ -273,6 +273,14 @@ fn show(id: &str, entries: &[Entry]) {
             Entry::RunEnd {
                 outcome, reason, ..
             } => format!("run_end       {run}  {outcome}: {reason}"),
+            Entry::Repair { repairs, .. } => format!(
+                "repair        {run}  {}",
+                repairs
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
         };
         if writeln!(out, "{seq:>6}  {line}").is_err() {
             return;
@@ -303,6 +311,10 @@ fn check_main(id: &str, entries: &[Entry]) -> ExitCode {
     for v in &violations {
         println!("violation: {v}");
     }
-    println!("session {id}: {} violation(s)", violations.len());
+    println!(
+        "session {id}: {} violation(s); the next run on the session repairs them \
+         (`agentloop run --session {id} PROMPT`)",
+        violations.len()
+    );
     ExitCode::from(1)
 }

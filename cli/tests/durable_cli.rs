@@ -210,3 +210,85 @@ fn export_jsonl_reproduces_the_file_and_markdown_is_readable() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("no session nope"), "{}", text(&out));
 }
+
+/// R-IDEM-7: a session file holding a forged orphan tool result (a result for a call no turn
+/// made) fails `sessions check`; the next `run` on the session repairs it before its model
+/// request (a `session_repaired` event in `--events json`, the orphan nowhere in the trace)
+/// and records the repair, so `sessions check` passes afterwards.
+#[test]
+fn r_idem_7_run_repairs_a_forged_orphan_result_and_check_then_passes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let good = String::from_utf8(completed_session(&store)).unwrap();
+    let seq = good.lines().count() + 1;
+    let forged = format!(
+        r#"{{"v":1,"seq":{seq},"entry":"tool_result","run_id":"forged","result":{{"tool_call_id":"forged_call_1","name":"calculator","content":"999","status":"completed"}}}}"#
+    );
+    std::fs::write(store.join("done.jsonl"), format!("{good}{forged}\n")).unwrap();
+
+    let out = agentloop(&["sessions", "check", "done"], &store);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let report = text(&out);
+    assert!(
+        report.contains(&format!(
+            "entry {}: result for tool call forged_call_1, which no earlier turn made",
+            seq - 1
+        )),
+        "{report}"
+    );
+
+    // The demo script has two turns, both used by the session: a third answers the new prompt.
+    let script = tmp.path().join("three.json");
+    std::fs::write(
+        &script,
+        r#"{"turns": [{"text": "unused"}, {"text": "unused"}, {"text": "repaired and answered"}]}"#,
+    )
+    .unwrap();
+    let trace = tmp.path().join("trace.jsonl");
+    let out = Command::new(bin())
+        .args(["run", "--session", "done", "--events", "json", "--script"])
+        .arg(&script)
+        .arg("--trace")
+        .arg(&trace)
+        .arg("--store")
+        .arg(&store)
+        .arg("and now?")
+        .output()
+        .expect("run agentloop");
+    assert!(out.status.success(), "{}", text(&out));
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let repaired: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["type"] == "session_repaired")
+        .collect();
+    assert_eq!(repaired.len(), 1, "{events:?}");
+    assert_eq!(
+        repaired[0]["repair"],
+        serde_json::json!({"kind": "orphan_result_dropped", "index": seq - 1, "tool_call_id": "forged_call_1"})
+    );
+    let first_request = events.iter().position(|e| e["type"] == "request_start");
+    let repair_at = events.iter().position(|e| e["type"] == "session_repaired");
+    assert!(repair_at < first_request, "{events:?}");
+    // The model request (in the trace: the run's history and its call_model effects) never
+    // holds the orphan.
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    assert!(trace.contains("call_model"), "{trace}");
+    assert!(!trace.contains("forged_call_1"), "{trace}");
+
+    let out = agentloop(&["sessions", "check", "done"], &store);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("session done: ok"), "{}", text(&out));
+    let out = agentloop(&["sessions", "show", "done"], &store);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("repair") && text(&out).contains("forged_call_1"),
+        "{}",
+        text(&out)
+    );
+    // The file was only appended to.
+    let after = std::fs::read_to_string(store.join("done.jsonl")).unwrap();
+    assert!(after.starts_with(&format!("{good}{forged}\n")));
+}

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::chart::MachineKind;
+use crate::entry::Repair;
 use crate::error::ModelError;
 use crate::event::ApprovalDecision;
 use crate::message::{ToolStatus, Usage};
@@ -68,10 +69,11 @@ pub enum AgentEvent {
         /// Why.
         reason: String,
     },
-    /// A loaded session was repaired before the next request (R-IDEM-7).
+    /// A loaded session was repaired before the next request (R-IDEM-7): one event per
+    /// repair, all recorded in the session's `repair` entry.
     SessionRepaired {
-        /// What was repaired, one note per tool call.
-        notes: Vec<String>,
+        /// What was repaired (its `Display` is a readable note).
+        repair: Repair,
     },
     /// A machine changed state (added by the runtime, with a timestamp in the envelope).
     StateChanged {

@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::message::{AssistantMessage, Message, ToolResult};
+use crate::message::{AssistantMessage, Message, ToolResult, ToolStatus};
 
 /// One persisted session entry. Entries are only ever appended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -67,6 +67,191 @@ pub enum Entry {
         /// Why.
         reason: String,
     },
+    /// What a repair of the session did (R-IDEM-7), appended after the entries it added. The
+    /// log is append-only, so an entry a repair drops from the model's context stays in the
+    /// file: this marker records the drop, and
+    /// [`check`](fn@crate::session_log::check) no longer reports the entry.
+    Repair {
+        /// The run that applied the repair (the new run, or the resumed one).
+        run_id: String,
+        /// Every repair, in entry order.
+        repairs: Vec<Repair>,
+    },
+}
+
+/// One repair of a session log (R-IDEM-7), recorded in an [`Entry::Repair`] marker and
+/// announced with a `session_repaired` event. `index` is the 0-based position of the entry
+/// concerned (the file's line number minus one for a file store).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Repair {
+    /// A tool call without a terminal result got one, appended as a `tool_result` entry
+    /// (`aborted` when it never started, `outcome_unknown` when it started, R-IDEM-6).
+    MissingResultFilled {
+        /// Position of the assistant entry that made the call.
+        index: usize,
+        /// The run.
+        run_id: String,
+        /// The step.
+        model_call_index: u32,
+        /// The call.
+        tool_call_id: String,
+        /// Tool name.
+        name: String,
+        /// The status recorded.
+        status: ToolStatus,
+    },
+    /// A tool result for a call no earlier assistant turn made is left out of the context.
+    OrphanResultDropped {
+        /// Position of the result.
+        index: usize,
+        /// The call id.
+        tool_call_id: String,
+    },
+    /// A second result for one call is left out of the context (the first one counts).
+    DuplicateResultDropped {
+        /// Position of the duplicate.
+        index: usize,
+        /// The call id.
+        tool_call_id: String,
+    },
+    /// A second assistant entry with the same `(run_id, model_call_index)` is left out of the
+    /// context (the first one counts).
+    DuplicateTurnDropped {
+        /// Position of the duplicate.
+        index: usize,
+        /// The run.
+        run_id: String,
+        /// The step.
+        model_call_index: u32,
+    },
+    /// A tool call reusing the id of an earlier call is left out of its assistant message.
+    DuplicateToolCallDropped {
+        /// Position of the assistant entry with the second use.
+        index: usize,
+        /// The call id.
+        tool_call_id: String,
+    },
+    /// A start marker that cannot count (no earlier turn made the call, the call was already
+    /// started, or it already has its result) is ignored.
+    StrayStartIgnored {
+        /// Position of the marker.
+        index: usize,
+        /// The call id.
+        tool_call_id: String,
+    },
+    /// An interrupted run that a new prompt superseded got its run end.
+    InterruptedRunEnded {
+        /// The interrupted run.
+        run_id: String,
+        /// The outcome recorded (`aborted`, or `completed` when its final answer was committed).
+        outcome: String,
+    },
+}
+
+impl Repair {
+    /// The position of the entry concerned (`None` for a run end).
+    pub fn index(&self) -> Option<usize> {
+        match self {
+            Repair::MissingResultFilled { index, .. }
+            | Repair::OrphanResultDropped { index, .. }
+            | Repair::DuplicateResultDropped { index, .. }
+            | Repair::DuplicateTurnDropped { index, .. }
+            | Repair::DuplicateToolCallDropped { index, .. }
+            | Repair::StrayStartIgnored { index, .. } => Some(*index),
+            Repair::InterruptedRunEnded { .. } => None,
+        }
+    }
+
+    /// The snake_case name of the repair (its serialized `kind`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Repair::MissingResultFilled { .. } => "missing_result_filled",
+            Repair::OrphanResultDropped { .. } => "orphan_result_dropped",
+            Repair::DuplicateResultDropped { .. } => "duplicate_result_dropped",
+            Repair::DuplicateTurnDropped { .. } => "duplicate_turn_dropped",
+            Repair::DuplicateToolCallDropped { .. } => "duplicate_tool_call_dropped",
+            Repair::StrayStartIgnored { .. } => "stray_start_ignored",
+            Repair::InterruptedRunEnded { .. } => "interrupted_run_ended",
+        }
+    }
+}
+
+impl std::fmt::Display for Repair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Repair::MissingResultFilled {
+                index,
+                run_id,
+                model_call_index,
+                tool_call_id,
+                name,
+                status,
+            } => write!(
+                f,
+                "entry {index}: tool call {tool_call_id} ({name}) of run {run_id} step \
+                 {model_call_index} had no result; recorded {}",
+                status_name(*status)
+            ),
+            Repair::OrphanResultDropped {
+                index,
+                tool_call_id,
+            } => write!(
+                f,
+                "entry {index}: result for tool call {tool_call_id}, which no earlier turn \
+                 made, dropped from the context"
+            ),
+            Repair::DuplicateResultDropped {
+                index,
+                tool_call_id,
+            } => write!(
+                f,
+                "entry {index}: second result for tool call {tool_call_id} dropped from the \
+                 context"
+            ),
+            Repair::DuplicateTurnDropped {
+                index,
+                run_id,
+                model_call_index,
+            } => write!(
+                f,
+                "entry {index}: duplicate assistant turn (run {run_id}, step \
+                 {model_call_index}) dropped from the context"
+            ),
+            Repair::DuplicateToolCallDropped {
+                index,
+                tool_call_id,
+            } => write!(
+                f,
+                "entry {index}: second use of tool call id {tool_call_id} dropped from its \
+                 assistant message"
+            ),
+            Repair::StrayStartIgnored {
+                index,
+                tool_call_id,
+            } => write!(
+                f,
+                "entry {index}: stray start marker for tool call {tool_call_id} ignored"
+            ),
+            Repair::InterruptedRunEnded { run_id, outcome } => write!(
+                f,
+                "run {run_id} was interrupted and superseded by a new prompt; recorded its run \
+                 end ({outcome})"
+            ),
+        }
+    }
+}
+
+/// The snake_case name of a tool status.
+fn status_name(status: ToolStatus) -> &'static str {
+    match status {
+        ToolStatus::Completed => "completed",
+        ToolStatus::Error => "error",
+        ToolStatus::Denied => "denied",
+        ToolStatus::Skipped => "skipped",
+        ToolStatus::Aborted => "aborted",
+        ToolStatus::OutcomeUnknown => "outcome_unknown",
+    }
 }
 
 /// The idempotency key of an entry (R-IDEM-1, R-IDEM-3): a store keeps at most one entry
@@ -94,7 +279,7 @@ pub enum EntryKey {
 
 impl Entry {
     /// The entry's idempotency key; `None` for entries that may repeat (user input,
-    /// metadata, compaction, run end).
+    /// metadata, compaction, run end, repair).
     pub fn idempotency_key(&self) -> Option<EntryKey> {
         match self {
             Entry::Assistant {
@@ -124,7 +309,8 @@ impl Entry {
             | Entry::ToolStarted { run_id, .. }
             | Entry::ToolResult { run_id, .. }
             | Entry::Compaction { run_id, .. }
-            | Entry::RunEnd { run_id, .. } => Some(run_id),
+            | Entry::RunEnd { run_id, .. }
+            | Entry::Repair { run_id, .. } => Some(run_id),
         }
     }
 }

@@ -475,10 +475,11 @@ impl Agent {
         control: Option<ControlReceiver>,
         record: bool,
     ) -> Result<RunOutput, AgentError> {
-        let entries = self.settle(session, false).await?;
+        let run_id = self.ids.run_id();
+        let entries = self.store.load(session).await?;
+        let entries = self.settle(session, entries, &run_id, false).await?;
         let history = crate::store::history(&entries);
         let session_turns = crate::store::committed_turns(&entries);
-        let run_id = self.ids.run_id();
         let start = Event::Start {
             run_id: run_id.clone(),
             history,
@@ -498,12 +499,13 @@ impl Agent {
         control: Option<ControlReceiver>,
         record: bool,
     ) -> Result<RunOutput, AgentError> {
-        let entries = self.settle(session, true).await?;
+        let entries = self.store.load(session).await?;
         let Some(run_id) = resume::interrupted_run(&entries) else {
             return Err(AgentError::NothingToResume {
                 session: session.to_string(),
             });
         };
+        let entries = self.settle(session, entries, &run_id, true).await?;
         let resume = resume::resume_event(&entries, &run_id);
         self.drive(
             session,
@@ -516,34 +518,42 @@ impl Agent {
         .await
     }
 
-    /// Loads `session` and appends the repairs it needs before the next request, emitting a
-    /// `session_repaired` event. For a resume, calls of the interrupted step that never
-    /// started are left to run; for a new run they are closed as aborted, with a run end.
+    /// Appends the repairs the loaded `entries` of `session` need before the next request
+    /// (R-IDEM-7): the entries [`repair_with`](crate::store::repair_with) adds, then one
+    /// [`Entry::Repair`](crate::store::Entry::Repair) marker of `run_id` listing every repair,
+    /// and emits one `session_repaired` event per repair. For a resume, calls of the
+    /// interrupted step that never started are left to run; for a new run they are closed as
+    /// aborted, with a run end. Returns the entries with the appended ones.
     async fn settle(
         &self,
         session: &str,
+        mut entries: Vec<crate::store::Entry>,
+        run_id: &str,
         resuming: bool,
     ) -> Result<Vec<crate::store::Entry>, AgentError> {
-        let mut entries = self.store.load(session).await?;
         let tools = &self.tools;
-        let (mut repairs, mut notes) = crate::store::repair_with(&entries, |name| {
+        let mut repaired = crate::store::repair_with(&entries, |name| {
             resuming && tools.get(name).is_some_and(|t| t.retry_safe())
         });
         if !resuming {
-            let (more, more_notes) = resume::supersede(&entries, &repairs);
-            repairs.extend(more);
-            notes.extend(more_notes);
+            let superseded = resume::supersede(&entries, &repaired.entries);
+            repaired.extend(superseded);
         }
-        for e in &repairs {
-            self.store.append(session, e).await?;
+        if repaired.is_empty() {
+            return Ok(entries);
         }
-        entries.extend(repairs);
-        if !notes.is_empty() {
+        let repairs = repaired.repairs.clone();
+        for e in repaired.into_entries(run_id) {
+            self.store.append(session, &e).await?;
+            entries.push(e);
+        }
+        for repair in repairs {
+            tracing::info!(session, run_id, %repair, "session_repaired");
             self.sink.emit(&EventEnvelope {
                 index: self.next_event_index(),
                 ts_ms: self.clock.now_ms(),
-                run_id: resume::interrupted_run(&entries).unwrap_or_default(),
-                event: crate::agent_event::AgentEvent::SessionRepaired { notes },
+                run_id: run_id.to_string(),
+                event: crate::agent_event::AgentEvent::SessionRepaired { repair },
             });
         }
         Ok(entries)

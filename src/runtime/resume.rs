@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use crate::event::{Event, PendingStep};
 use crate::message::{AssistantMessage, Message, ToolResult, ToolStatus};
-use crate::store::Entry;
+use crate::store::{Entry, Repair, Repaired};
 
 /// The last run that started (user input) but has no run end, if any.
 pub fn interrupted_run(entries: &[Entry]) -> Option<String> {
@@ -82,37 +82,53 @@ pub fn resume_event(entries: &[Entry], run_id: &str) -> Event {
 }
 
 /// For a new run on a session with an interrupted one: closes the interrupted step's calls
-/// that never started (`aborted`) and ends the interrupted run, so the pairing invariant holds.
-pub fn supersede(entries: &[Entry], repairs: &[Entry]) -> (Vec<Entry>, Vec<String>) {
+/// that never started (`aborted`) and ends the interrupted run, so the pairing invariant holds
+/// (R-IDEM-7). `repaired` is what [`repair_with`](crate::store::repair_with) already appends.
+pub fn supersede(entries: &[Entry], repaired: &[Entry]) -> Repaired {
+    let mut out = Repaired::default();
     let Some(run_id) = interrupted_run(entries) else {
-        return (Vec::new(), Vec::new());
+        return out;
     };
-    let all: Vec<Entry> = entries.iter().chain(repairs).cloned().collect();
-    let mut out = Vec::new();
-    let mut notes = Vec::new();
+    let all: Vec<Entry> = entries.iter().chain(repaired).cloned().collect();
     let pending = pending_step(&all, &run_id);
-    if let Some(p) = pending.as_ref().filter(|p| p.message.tool_calls.is_empty()) {
-        notes.push(format!(
-            "run {run_id} committed its final answer (step {}) but not its run end; recorded completed",
-            p.model_call_index
-        ));
-        out.push(Entry::RunEnd {
-            run_id,
+    if pending
+        .as_ref()
+        .is_some_and(|p| p.message.tool_calls.is_empty())
+    {
+        // The final answer was committed, only the run end is missing.
+        out.entries.push(Entry::RunEnd {
+            run_id: run_id.clone(),
             outcome: "completed".into(),
             reason: "final_answer (run end recorded on repair)".into(),
         });
-        return (out, notes);
+        out.repairs.push(Repair::InterruptedRunEnded {
+            run_id,
+            outcome: "completed".into(),
+        });
+        return out;
     }
     if let Some(p) = pending {
+        // The assistant entry's position, for the repair record.
+        let index = entries
+            .iter()
+            .position(|e| {
+                matches!(e, Entry::Assistant { run_id: r, model_call_index, .. }
+                    if *r == run_id && *model_call_index == p.model_call_index)
+            })
+            .unwrap_or_default();
         for c in &p.message.tool_calls {
             if p.results.iter().any(|r| r.tool_call_id == c.id) {
                 continue;
             }
-            notes.push(format!(
-                "tool call {} ({}) of run {run_id}: never ran; recorded aborted (superseded by a new prompt)",
-                c.id, c.name
-            ));
-            out.push(Entry::ToolResult {
+            out.repairs.push(Repair::MissingResultFilled {
+                index,
+                run_id: run_id.clone(),
+                model_call_index: p.model_call_index,
+                tool_call_id: c.id.clone(),
+                name: c.name.clone(),
+                status: ToolStatus::Aborted,
+            });
+            out.entries.push(Entry::ToolResult {
                 run_id: run_id.clone(),
                 result: ToolResult {
                     tool_call_id: c.id.clone(),
@@ -124,11 +140,14 @@ pub fn supersede(entries: &[Entry], repairs: &[Entry]) -> (Vec<Entry>, Vec<Strin
             });
         }
     }
-    notes.push(format!("run {run_id} was interrupted; recorded as aborted"));
-    out.push(Entry::RunEnd {
-        run_id,
+    out.entries.push(Entry::RunEnd {
+        run_id: run_id.clone(),
         outcome: "aborted".into(),
         reason: "interrupted; superseded by a new prompt".into(),
     });
-    (out, notes)
+    out.repairs.push(Repair::InterruptedRunEnded {
+        run_id,
+        outcome: "aborted".into(),
+    });
+    out
 }

@@ -142,6 +142,13 @@ pub fn export_markdown(session: &str, entries: &[Entry]) -> String {
                     writeln!(out, "_Run {outcome}: {reason}._\n")
                 };
             }
+            Entry::Repair { repairs, .. } => {
+                let _ = writeln!(out, "_Session repaired:_\n");
+                for r in repairs {
+                    let _ = writeln!(out, "- {r}");
+                }
+                let _ = writeln!(out);
+            }
         }
     }
     out

@@ -1,7 +1,8 @@
 //! The session store port: append-only session entries, and the in-memory store.
 //!
 //! Submodules: [`file`](mod@file) (the embedded JSON Lines store), [`fault`] (fault injection),
-//! [`check`](mod@check) (pairing invariant and repair), [`history`](mod@history) (model context from entries) and
+//! [`check`](mod@check) (pairing invariant), [`repair`](mod@repair) (its repair),
+//! [`history`](mod@history) (model context from entries) and
 //! [`export`] (JSONL / Markdown export, listing).
 //!
 //! Plugging in another backend (SQLite, PostgreSQL) means implementing [`SessionStore`]:
@@ -17,7 +18,7 @@ pub mod file;
 pub use agentloop_core::session_log::{check, history};
 pub use agentloop_core::session_log::{
     committed_turns, duplicate_keys, next_model_call_index, pending, repair, repair_with,
-    PendingCall, Violation,
+    PendingCall, Repair, Repaired, Violation,
 };
 
 pub use export::{export_jsonl, export_markdown, list_sessions, SessionInfo};

@@ -1,5 +1,6 @@
-//! Session invariants: the pairing invariant and idempotency keys (`check`), the calls a
-//! resume still has to settle (`pending`), and the repair that resume applies (`repair`).
+//! Session invariants: the pairing invariant and idempotency keys (`check`) and the calls a
+//! resume still has to settle (`pending`). The repair of what `check` finds is in
+//! [`repair`](mod@super::repair).
 //!
 //! Positions (`index`) are 0-based indexes into the entry list, which is the file's line
 //! number minus one for a [`FileStore`](https://docs.rs/agentloop/latest/agentloop/store/struct.FileStore.html) session.
@@ -9,8 +10,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::entry::{Entry, EntryKey};
-use crate::message::{ToolResult, ToolStatus};
+use crate::entry::{Entry, EntryKey, Repair};
 
 /// A broken session invariant (R-IDEM-1, R-IDEM-3, R-IDEM-6, R-IDEM-7).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -145,6 +145,76 @@ impl fmt::Display for Violation {
     }
 }
 
+impl Violation {
+    /// The position of the entry concerned.
+    pub fn index(&self) -> usize {
+        match self {
+            Violation::MissingToolResult { index, .. }
+            | Violation::DuplicateTurn { index, .. }
+            | Violation::DuplicateToolCallId { index, .. }
+            | Violation::DuplicateToolResult { index, .. }
+            | Violation::DuplicateToolStarted { index, .. }
+            | Violation::OrphanToolResult { index, .. }
+            | Violation::OrphanToolStarted { index, .. }
+            | Violation::StartedAfterResult { index, .. } => *index,
+        }
+    }
+
+    /// The repair that settles this violation by leaving the entry out (recorded in an
+    /// [`Entry::Repair`] marker), or `None` for a missing result, which a repair settles by
+    /// appending one ([`Repair::MissingResultFilled`]).
+    pub fn drop_repair(&self) -> Option<Repair> {
+        match self {
+            Violation::MissingToolResult { .. } => None,
+            Violation::DuplicateTurn {
+                index,
+                run_id,
+                model_call_index,
+            } => Some(Repair::DuplicateTurnDropped {
+                index: *index,
+                run_id: run_id.clone(),
+                model_call_index: *model_call_index,
+            }),
+            Violation::DuplicateToolCallId {
+                index,
+                tool_call_id,
+            } => Some(Repair::DuplicateToolCallDropped {
+                index: *index,
+                tool_call_id: tool_call_id.clone(),
+            }),
+            Violation::DuplicateToolResult {
+                index,
+                tool_call_id,
+            } => Some(Repair::DuplicateResultDropped {
+                index: *index,
+                tool_call_id: tool_call_id.clone(),
+            }),
+            Violation::OrphanToolResult {
+                index,
+                tool_call_id,
+            } => Some(Repair::OrphanResultDropped {
+                index: *index,
+                tool_call_id: tool_call_id.clone(),
+            }),
+            Violation::DuplicateToolStarted {
+                index,
+                tool_call_id,
+            }
+            | Violation::OrphanToolStarted {
+                index,
+                tool_call_id,
+            }
+            | Violation::StartedAfterResult {
+                index,
+                tool_call_id,
+            } => Some(Repair::StrayStartIgnored {
+                index: *index,
+                tool_call_id: tool_call_id.clone(),
+            }),
+        }
+    }
+}
+
 /// A tool call of the last, still-running step that has no result yet: resume settles it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct PendingCall {
@@ -162,21 +232,39 @@ pub struct PendingCall {
     pub started: bool,
 }
 
-struct Call {
-    index: usize,
-    run_id: String,
-    model_call_index: u32,
-    tool_call_id: String,
-    name: String,
+pub(super) struct Call {
+    pub(super) index: usize,
+    pub(super) run_id: String,
+    pub(super) model_call_index: u32,
+    pub(super) tool_call_id: String,
+    pub(super) name: String,
 }
 
-struct Analysis {
-    violations: Vec<Violation>,
+pub(super) struct Analysis {
+    /// Broken invariants that no [`Entry::Repair`] marker settled, in entry order.
+    pub(super) violations: Vec<Violation>,
     /// Calls without a result: (call, started, pending).
-    unanswered: Vec<(Call, bool, bool)>,
+    pub(super) unanswered: Vec<(Call, bool, bool)>,
 }
 
-fn analyze(entries: &[Entry]) -> Analysis {
+/// The drops recorded by [`Entry::Repair`] markers, each only for an entry before its marker.
+fn recorded_drops(entries: &[Entry]) -> Vec<&Repair> {
+    entries
+        .iter()
+        .enumerate()
+        .filter_map(|(at, e)| match e {
+            Entry::Repair { repairs, .. } => Some((at, repairs)),
+            _ => None,
+        })
+        .flat_map(|(at, repairs)| {
+            repairs
+                .iter()
+                .filter(move |r| r.index().is_some_and(|i| i < at))
+        })
+        .collect()
+}
+
+pub(super) fn analyze(entries: &[Entry]) -> Analysis {
     let mut violations = Vec::new();
     let mut calls: Vec<Call> = Vec::new();
     let mut call_ids: HashSet<&str> = HashSet::new();
@@ -190,8 +278,16 @@ fn analyze(entries: &[Entry]) -> Analysis {
 
     for (index, entry) in entries.iter().enumerate() {
         if let (Some((_, run)), Some(entry_run)) = (last_turn, entry.run_id()) {
+            // The step stops running when its run ends or another run does something. A late
+            // result or start marker of another run (an appended repair), or a repair marker,
+            // does not stop it.
             let ends_run = matches!(entry, Entry::RunEnd { .. }) && entry_run == run;
-            if ends_run || entry_run != run {
+            let other_run_acts = entry_run != run
+                && !matches!(
+                    entry,
+                    Entry::ToolResult { .. } | Entry::ToolStarted { .. } | Entry::Repair { .. }
+                );
+            if ends_run || other_run_acts {
                 last_turn_open = false;
             }
         }
@@ -231,10 +327,13 @@ fn analyze(entries: &[Entry]) -> Analysis {
             Entry::ToolStarted { tool_call_id, .. } => {
                 let id = tool_call_id.as_str();
                 if !call_ids.contains(id) {
+                    // Like an orphan result, it claims nothing: a later call with this id
+                    // has not started.
                     violations.push(Violation::OrphanToolStarted {
                         index,
                         tool_call_id: id.to_string(),
                     });
+                    continue;
                 } else if started.contains(id) {
                     violations.push(Violation::DuplicateToolStarted {
                         index,
@@ -285,29 +384,23 @@ fn analyze(entries: &[Entry]) -> Analysis {
         }
         unanswered.push((call, was_started, is_pending));
     }
-    violations.sort_by_key(violation_index);
+    violations.sort_by_key(Violation::index);
+    let drops = recorded_drops(entries);
+    if !drops.is_empty() {
+        violations.retain(|v| !v.drop_repair().is_some_and(|r| drops.contains(&&r)));
+    }
     Analysis {
         violations,
         unanswered,
     }
 }
 
-fn violation_index(v: &Violation) -> usize {
-    match v {
-        Violation::MissingToolResult { index, .. }
-        | Violation::DuplicateTurn { index, .. }
-        | Violation::DuplicateToolCallId { index, .. }
-        | Violation::DuplicateToolResult { index, .. }
-        | Violation::DuplicateToolStarted { index, .. }
-        | Violation::OrphanToolResult { index, .. }
-        | Violation::OrphanToolStarted { index, .. }
-        | Violation::StartedAfterResult { index, .. } => *index,
-    }
-}
-
-/// Every broken invariant of a session, in entry order. Calls of the last, still-running
-/// step (its run has not ended and no other run followed) that lack results are *not*
-/// violations: see [`pending`].
+/// Every broken invariant of a session, in entry order (R-IDEM-7). Calls of the last,
+/// still-running step (its run has not ended and no other run took a turn, got user input,
+/// compacted or ended since) that lack results are
+/// *not* violations: see [`pending`]. An entry that a later [`Entry::Repair`] marker records
+/// as dropped is not reported again: [`repair`](fn@super::repair) settles every violation
+/// reported here, so after it `check` reports nothing.
 pub fn check(entries: &[Entry]) -> Vec<Violation> {
     analyze(entries).violations
 }
@@ -327,75 +420,6 @@ pub fn pending(entries: &[Entry]) -> Vec<PendingCall> {
             started,
         })
         .collect()
-}
-
-/// [`repair_with`] where no tool is retry-safe.
-pub fn repair(entries: &[Entry]) -> (Vec<Entry>, Vec<String>) {
-    repair_with(entries, |_| false)
-}
-
-/// The entries resume appends before the next model request so every tool call has a
-/// terminal result (R-IDEM-6, R-IDEM-7), and one note per repair (for the event saying so).
-///
-/// - A call that was started but has no result gets an
-///   [`ToolStatus::OutcomeUnknown`] error result — unless it belongs to the still-running
-///   step and `retry_safe(tool_name)` says the tool may simply run again.
-/// - A call of an earlier (not still-running) step that never started gets an
-///   [`ToolStatus::Aborted`] result: it never ran.
-/// - A call of the still-running step that never started is left alone: resume runs it.
-pub fn repair_with(
-    entries: &[Entry],
-    retry_safe: impl Fn(&str) -> bool,
-) -> (Vec<Entry>, Vec<String>) {
-    let mut repairs = Vec::new();
-    let mut notes = Vec::new();
-    for (call, started, is_pending) in analyze(entries).unanswered {
-        let (status, content) = if started {
-            if is_pending && retry_safe(&call.name) {
-                continue;
-            }
-            (
-                ToolStatus::OutcomeUnknown,
-                format!(
-                    "outcome unknown: `{}` was started before the session was interrupted and \
-                     its result was never recorded; it was not run again. Check its effects \
-                     before retrying.",
-                    call.name
-                ),
-            )
-        } else if is_pending {
-            continue;
-        } else {
-            (
-                ToolStatus::Aborted,
-                format!(
-                    "aborted: `{}` never ran; the run was interrupted before it started",
-                    call.name
-                ),
-            )
-        };
-        notes.push(format!(
-            "tool call {} ({}) of run {} step {}: no result; recorded {}",
-            call.tool_call_id,
-            call.name,
-            call.run_id,
-            call.model_call_index,
-            match status {
-                ToolStatus::OutcomeUnknown => "outcome_unknown",
-                _ => "aborted",
-            }
-        ));
-        repairs.push(Entry::ToolResult {
-            run_id: call.run_id,
-            result: ToolResult {
-                tool_call_id: call.tool_call_id,
-                name: call.name,
-                content,
-                status,
-            },
-        });
-    }
-    (repairs, notes)
 }
 
 /// Idempotency keys stored more than once (a subset of [`check`], for quick tests).

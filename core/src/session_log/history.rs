@@ -7,35 +7,63 @@ use crate::message::Message;
 
 /// The conversation as the model sees it: user inputs, assistant turns and tool results
 /// (each placed after its assistant message in the model's call order, R-IN-4, whatever order
-/// they finished and were persisted in). A [`Entry::Compaction`] replaces everything before it with its
-/// `messages`. Metadata, start markers and run ends carry no message. An entry whose
-/// idempotency key already appeared (which a store never writes, but a hand-edited file
-/// may hold) is skipped, the first one wins; [`check`](fn@super::check) reports it.
+/// they finished and were persisted in). A [`Entry::Compaction`] replaces everything before it
+/// with its `messages`. Metadata, start markers, run ends and repair markers carry no message.
+///
+/// The context keeps the pairing invariant whatever the log holds (R-IDEM-7): an entry whose
+/// idempotency key already appeared (which a store never writes, but a hand-edited file may
+/// hold) is skipped, the first one wins; a tool call reusing an earlier call's id is left out
+/// of its message; and a tool result whose call is not in the context — an orphan, whose call
+/// no earlier turn made, or one whose call a compaction removed — is left out.
+/// [`check`](fn@super::check) reports the broken entries and
+/// [`repair`](fn@super::repair) records each as dropped.
 pub fn history(entries: &[Entry]) -> Vec<Message> {
     let mut seen: HashSet<EntryKey> = HashSet::new();
+    let mut call_ids: HashSet<&str> = HashSet::new();
     let mut messages = Vec::new();
     for entry in entries {
-        if let Some(key) = entry.idempotency_key() {
-            if !seen.insert(key) {
-                continue;
-            }
-        }
         match entry {
             Entry::UserInput { message, .. } => messages.push(message.clone()),
-            Entry::Assistant { message, .. } => messages.push(Message::Assistant(message.clone())),
-            Entry::ToolResult { result, .. } => insert_result(&mut messages, result),
+            Entry::Assistant { message, .. } => {
+                if entry.idempotency_key().is_some_and(|key| !seen.insert(key)) {
+                    continue;
+                }
+                let fresh: Vec<bool> = message
+                    .tool_calls
+                    .iter()
+                    .map(|c| call_ids.insert(c.id.as_str()))
+                    .collect();
+                let mut message = message.clone();
+                if fresh.contains(&false) {
+                    let mut keep = fresh.into_iter();
+                    message.tool_calls.retain(|_| keep.next().unwrap_or(true));
+                }
+                messages.push(Message::Assistant(message));
+            }
+            Entry::ToolResult { result, .. } => {
+                if !call_ids.contains(result.tool_call_id.as_str()) {
+                    continue; // an orphan: it claims no key, a later real call may answer
+                }
+                if entry.idempotency_key().is_some_and(|key| !seen.insert(key)) {
+                    continue;
+                }
+                insert_result(&mut messages, result);
+            }
             Entry::Compaction {
                 messages: replacement,
                 ..
             } => messages = replacement.clone(),
-            Entry::Metadata { .. } | Entry::ToolStarted { .. } | Entry::RunEnd { .. } => {}
+            Entry::Metadata { .. }
+            | Entry::ToolStarted { .. }
+            | Entry::RunEnd { .. }
+            | Entry::Repair { .. } => {}
         }
     }
     messages
 }
 
 /// Places a tool result after its assistant message, among that message's results, in call
-/// order. A result with no matching call is appended (`check` reports it).
+/// order. A result whose call is not in the context is left out.
 fn insert_result(messages: &mut Vec<Message>, result: &crate::message::ToolResult) {
     let owner = messages.iter().rposition(|m| match m {
         Message::Assistant(a) => a.tool_calls.iter().any(|c| c.id == result.tool_call_id),
@@ -43,7 +71,6 @@ fn insert_result(messages: &mut Vec<Message>, result: &crate::message::ToolResul
     });
     let (Some(owner), Some(Message::Assistant(a))) = (owner, owner.and_then(|o| messages.get(o)))
     else {
-        messages.push(Message::Tool(result.clone()));
         return;
     };
     let rank = |id: &str| {
