@@ -92,6 +92,7 @@ fn every_example_script_parses() {
             "crash_many.json",
             "demo.json",
             "disconnect_then_ok.json",
+            "four_parallel.json",
             "reasoning.json",
             "retry.json",
             "stall_then_ok.json",
