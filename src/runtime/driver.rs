@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::mpsc;
@@ -211,6 +210,7 @@ impl Driver<'_> {
         let hooks = self.agent.hooks.clone();
         let tx = self.tx.clone();
         let timeouts = self.agent.timeouts;
+        let clock = self.agent.clock.clone();
         let a = attempt.clone();
         let span = tracing::info_span!(
             "step",
@@ -221,7 +221,7 @@ impl Driver<'_> {
         let h = tokio::spawn(
             async move {
                 let req = request.clone();
-                let outcome = stream_attempt(model, request, a, tx, timeouts).await;
+                let outcome = stream_attempt(model, request, a, tx, timeouts, clock).await;
                 hooks.after_model_call(&req, &outcome);
             }
             .instrument(span),
@@ -307,7 +307,7 @@ impl Driver<'_> {
                 let args = call.arguments.clone();
                 let inner = AbortOnDrop(tokio::spawn(async move { tool.call(ctx, args).await }));
                 let (status, mut content) =
-                    match tokio::time::timeout(Duration::from_millis(timeout_ms), inner).await {
+                    match with_deadline(emitter.clock.as_ref(), timeout_ms, inner).await {
                         Ok(Ok(Ok(out))) => (ToolStatus::Completed, out),
                         Ok(Ok(Err(e))) => (ToolStatus::Error, e.to_string()),
                         Ok(Err(join)) if join.is_panic() => (
@@ -404,6 +404,25 @@ fn panic_message(join: tokio::task::JoinError) -> String {
     }
 }
 
+/// The deadline passed before the future finished.
+#[derive(Debug)]
+pub(crate) struct Elapsed;
+
+/// Runs `fut` under a deadline measured by the Clock port (never a hidden tokio timer), so a
+/// virtual clock in tests governs every timeout (R-IN-7). `Err(Elapsed)` when the deadline
+/// passed first.
+pub(crate) async fn with_deadline<F: std::future::Future>(
+    clock: &dyn crate::runtime::Clock,
+    ms: u64,
+    fut: F,
+) -> Result<F::Output, Elapsed> {
+    tokio::select! {
+        biased;
+        out = fut => Ok(out),
+        _ = clock.sleep(ms) => Err(Elapsed),
+    }
+}
+
 fn failure(attempt: AttemptId, error: ModelError) -> Event {
     if error.context_overflow() {
         Event::ContextOverflow { attempt, error }
@@ -421,10 +440,18 @@ async fn stream_attempt(
     attempt: AttemptId,
     tx: mpsc::UnboundedSender<Event>,
     timeouts: Timeouts,
+    clock: Arc<dyn crate::runtime::Clock>,
 ) -> ModelCallOutcome {
-    let events = stream_events(model, request, attempt.clone(), &tx, timeouts);
+    let events = stream_events(
+        model,
+        request,
+        attempt.clone(),
+        &tx,
+        timeouts,
+        clock.as_ref(),
+    );
     let sent = match timeouts.request_ms {
-        Some(ms) => tokio::time::timeout(Duration::from_millis(ms), events)
+        Some(ms) => with_deadline(clock.as_ref(), ms, events)
             .await
             .unwrap_or_else(|_| Event::TransportError {
                 attempt,
@@ -453,10 +480,11 @@ async fn stream_events(
     attempt: AttemptId,
     tx: &mpsc::UnboundedSender<Event>,
     timeouts: Timeouts,
+    clock: &dyn crate::runtime::Clock,
 ) -> Event {
-    let first = Duration::from_millis(timeouts.first_chunk_ms);
-    let stall = Duration::from_millis(timeouts.stall_ms);
-    let mut stream = match tokio::time::timeout(first, model.stream(request)).await {
+    let first = timeouts.first_chunk_ms;
+    let stall = timeouts.stall_ms;
+    let mut stream = match with_deadline(clock, first, model.stream(request)).await {
         Err(_) => {
             return Event::StreamStalled {
                 attempt,
@@ -474,11 +502,11 @@ async fn stream_events(
     let mut seq = 0u64;
     loop {
         let wait = if seq == 0 { first } else { stall };
-        match tokio::time::timeout(wait, stream.next()).await {
+        match with_deadline(clock, wait, stream.next()).await {
             Err(_) => {
                 return Event::StreamStalled {
                     attempt,
-                    after_ms: wait.as_millis() as u64,
+                    after_ms: wait,
                 };
             }
             Ok(None) => {

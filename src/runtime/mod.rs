@@ -607,10 +607,16 @@ impl Agent {
                 .then(CompletionOrder::default),
             released: Vec::new(),
         };
-        let deadline = self
-            .timeouts
-            .run_deadline_ms
-            .map(|ms| tokio::time::Instant::now() + std::time::Duration::from_millis(ms));
+        // The whole-run deadline is a sleep on the Clock port, started once.
+        let clock = self.clock.clone();
+        let deadline_ms = self.timeouts.run_deadline_ms;
+        let deadline = async move {
+            match deadline_ms {
+                Some(ms) => clock.sleep(ms).await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::pin!(deadline);
         let mut pending = VecDeque::from([first]);
         let mut deadline_fired = false;
         let mut late_store_failure = None;
@@ -624,12 +630,7 @@ impl Agent {
                             continue;
                         }
                         Some(e) = async { match ctl.as_mut() { Some(c) => c.recv().await, None => None } } => e,
-                        _ = async {
-                            match deadline {
-                                Some(d) if !deadline_fired => tokio::time::sleep_until(d).await,
-                                _ => std::future::pending::<()>().await,
-                            }
-                        } => {
+                        _ = &mut deadline, if !deadline_fired => {
                             deadline_fired = true;
                             Event::Abort { reason: "run deadline exceeded".into(), kill: KillPolicy::default() }
                         }
