@@ -36,7 +36,11 @@ async fn run(agent: &Agent, prompt: &str) -> RunOutput {
 
 /// Replays the trace, checks conformance, and returns it as JSON Lines for the snapshot.
 fn verified(trace: &Trace) -> String {
-    assert_eq!(replay(trace), None, "trace must replay identically");
+    assert_eq!(
+        replay(trace).expect("default decider"),
+        None,
+        "trace must replay identically"
+    );
     for r in &trace.records {
         if let TraceRecord::Transition { transition, index } = r {
             assert!(
@@ -141,7 +145,10 @@ async fn stall_then_retry() {
         count(&sink, |e| matches!(e, AgentEvent::ModelTurnRetried { .. })),
         1
     );
-    assert_eq!(replay(out.trace.as_ref().expect("trace")), None);
+    assert_eq!(
+        replay(out.trace.as_ref().expect("trace")).expect("default decider"),
+        None
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -171,7 +178,7 @@ async fn disconnect_discards_partial_output() {
         .collect();
     assert_eq!(committed.len(), 1);
     assert_eq!(Some(committed[0].as_str()), out.result.final_text());
-    assert_eq!(replay(&trace), None);
+    assert_eq!(replay(&trace).expect("default decider"), None);
 }
 
 #[tokio::test(start_paused = true)]
@@ -366,4 +373,34 @@ fn abort_mid_stream() {
         .iter()
         .any(|m| matches!(m, Message::Assistant(_))));
     insta::assert_snapshot!(verified(&trace));
+}
+
+/// Stops after the first step that asked for tools (the default decider would continue).
+fn stop_after_tools(o: &agentloop::react::Observation) -> agentloop::react::Decision {
+    if o.has_tool_calls {
+        agentloop::react::Decision::Stop
+    } else {
+        agentloop::react::default_decider(o)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn r_out_3_runtime_trace_names_its_decider_and_replays_only_with_it() {
+    use agentloop::react::{DeciderRef, DeciderRegistry};
+    use agentloop::trace::{replay_with, TraceError};
+    let (agent, _) = agent(
+        r#"{"turns": [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "2+3"}}]}, {"text": "5"}]}"#,
+        |c| c.decider = DeciderRef::new("stop_after_tools", stop_after_tools),
+    );
+    let out = run(&agent, "What is 2+3?").await;
+    assert_eq!(out.result.reason, "stopped", "the custom decider ran");
+    let trace = out.trace.expect("trace");
+    let parsed = Trace::parse(&trace.to_jsonl(), "runtime.jsonl").expect("parses");
+    assert_eq!(parsed.header.config.decider.name(), "stop_after_tools");
+    let registry = DeciderRegistry::new().with("stop_after_tools", stop_after_tools);
+    assert_eq!(replay_with(&parsed, &registry).expect("registered"), None);
+    assert!(matches!(
+        replay(&parsed),
+        Err(TraceError::UnknownDecider { name, .. }) if name == "stop_after_tools"
+    ));
 }

@@ -277,7 +277,7 @@ impl ReactData {
             steps: self.committed_steps,
             max_steps: self.cfg.max_steps,
         };
-        (self.cfg.decide)(&o)
+        self.cfg.decider.decide(&o)
     }
 
     pub(crate) fn step_outcome(&self) -> Option<StepOutcome> {
