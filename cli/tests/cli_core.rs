@@ -86,6 +86,36 @@ fn json_events(out: &Output) -> Vec<serde_json::Value> {
 }
 
 #[test]
+fn r_str_4_json_events_carry_the_committed_message_and_the_final_text() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = agentloop(dir.path(), &["run", "--events", "json", "What is 2+3?"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = json_events(&out);
+    // The final answer is a field of the end event: no delta re-assembly needed.
+    let ends: Vec<_> = events.iter().filter(|e| e["type"] == "run_end").collect();
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["final_text"], "The answer is 5.");
+    assert_eq!(ends[0]["outcome"], "completed");
+    // Each commit carries its whole message.
+    let commits: Vec<_> = events
+        .iter()
+        .filter(|e| e["type"] == "response_complete")
+        .collect();
+    assert_eq!(commits.len(), 2);
+    let first = &commits[0]["message"];
+    assert_eq!(first["text"], "Let me calculate that.");
+    assert_eq!(first["tool_calls"][0]["name"], "calculator");
+    assert_eq!(first["tool_calls"][0]["arguments"]["expression"], "2+3");
+    assert_eq!(commits[0]["tool_calls"], 1, "the old count field stays");
+    assert_eq!(commits[1]["message"]["text"], "The answer is 5.");
+    assert_eq!(commits[1]["message"]["finish_reason"], "stop");
+}
+
+#[test]
 fn r_out_3_replay_of_a_trace_naming_an_unknown_decider_exits_2_and_names_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = agentloop(dir.path(), &["run", "What is 2+3?", "--trace", "t.jsonl"]);

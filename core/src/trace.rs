@@ -14,8 +14,10 @@ use crate::react::{DeciderRegistry, Run, RunConfig, UnknownDecider};
 use crate::step::{Step, Transition};
 use crate::tool_spec::ToolSpec;
 
-/// The trace format version this build writes and reads.
-pub const TRACE_VERSION: u32 = 1;
+/// The trace format version this build writes and reads. Version 2: `response_complete`
+/// carries the committed message and `run_end` the final text, so a version-1 trace would
+/// replay with a false divergence; it is rejected as unsupported instead.
+pub const TRACE_VERSION: u32 = 2;
 
 /// The first line of a trace.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

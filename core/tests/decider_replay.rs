@@ -1,4 +1,5 @@
-//! The decision function by name (R-OUT-3) and what replay does with it (R-TRACE-2). Runs are driven through
+//! The decision function by name (R-OUT-3) and what replay does with it (R-TRACE-2), plus the
+//! payloads of the commit and end events (R-STR-4, R-OUT-1). Runs are driven through
 //! `Run::handle` by hand: a model step that calls the calculator, its result, then (with the
 //! default decider) a final answer.
 
@@ -175,15 +176,16 @@ fn custom() -> DeciderRef {
     DeciderRef::new(STOP_AFTER_TOOLS, stop_after_tools)
 }
 
-fn end_reason(events: &[AgentEvent]) -> String {
+fn run_end(events: &[AgentEvent]) -> (String, Option<String>) {
     events
         .iter()
         .find_map(|e| match e {
             AgentEvent::RunEnd {
                 outcome: Outcome::Completed,
                 reason,
+                final_text,
                 ..
-            } => Some(reason.clone()),
+            } => Some((reason.clone(), final_text.clone())),
             _ => None,
         })
         .expect("a run_end event")
@@ -193,7 +195,7 @@ fn end_reason(events: &[AgentEvent]) -> String {
 fn r_out_3_custom_decider_trace_round_trips_jsonl_and_replays_with_the_registry() {
     let (trace, events) = record(custom());
     // The custom decider stopped after the tool step; the default one would have gone on.
-    assert_eq!(end_reason(&events), "stopped");
+    assert_eq!(run_end(&events).0, "stopped");
 
     let text = trace.to_jsonl();
     let header: serde_json::Value =
@@ -249,7 +251,7 @@ fn r_out_3_replay_without_the_decider_fails_naming_it() {
 #[test]
 fn r_out_3_default_decider_replays_with_plain_replay_and_old_headers_mean_default() {
     let (trace, events) = record(DeciderRef::default());
-    assert_eq!(end_reason(&events), "final_answer");
+    assert_eq!(run_end(&events).0, "final_answer");
     let text = trace.to_jsonl();
     assert!(text.contains(r#""decider":"default""#));
     let parsed = Trace::parse(&text, "default.jsonl").expect("parses");
@@ -262,4 +264,43 @@ fn r_out_3_default_decider_replays_with_plain_replay_and_old_headers_mean_defaul
     let parsed = Trace::parse(&old, "old.jsonl").expect("parses");
     assert_eq!(parsed.header.config.decider.name(), DEFAULT_DECIDER);
     assert_eq!(replay(&parsed).expect("built-in decider"), None);
+}
+
+#[test]
+fn r_str_4_response_complete_carries_the_committed_message_and_run_end_the_final_text() {
+    let (_, events) = record(DeciderRef::default());
+    let commits: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ResponseComplete {
+                model_call_index,
+                tool_calls,
+                usage,
+                message,
+            } => Some((*model_call_index, *tool_calls, *usage, message.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(commits.len(), 2);
+    let (index, tool_calls, usage, first) = &commits[0];
+    assert_eq!((*index, *tool_calls), (1, 1));
+    assert_eq!(first.text, "Let me calculate.");
+    assert_eq!(first.tool_calls.len(), 1);
+    assert_eq!(first.tool_calls[0].name, "calculator");
+    assert_eq!(first.tool_calls[0].arguments["expression"], "2+3");
+    assert_eq!(first.finish_reason, Some(FinishReason::ToolCalls));
+    assert_eq!(*usage, first.usage);
+    assert_eq!(commits[1].3.text, "The answer is 5.");
+    assert_eq!(
+        run_end(&events),
+        ("final_answer".into(), Some("The answer is 5.".into()))
+    );
+
+    // The JSON form: the message is one field, the final text another.
+    let end = events
+        .iter()
+        .find(|e| matches!(e, AgentEvent::RunEnd { .. }))
+        .expect("run_end");
+    let json = serde_json::to_value(end).expect("serializes");
+    assert_eq!(json["final_text"], "The answer is 5.");
 }
