@@ -10,7 +10,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use agentloop::chart::{mermaid, MachineKind};
-use agentloop::trace::{replay, Trace, TraceError, TraceFile};
+use agentloop::react::DeciderRegistry;
+use agentloop::trace::{replay_with, Trace, TraceError, TraceFile};
 
 /// LLM agents as verified state machines.
 #[derive(Debug, Parser)]
@@ -132,7 +133,7 @@ fn replay_main(path: &std::path::Path) -> ExitCode {
     };
     // The CLI has only the built-in decider: a trace recorded with another decision function
     // is refused (exit 2, naming it) rather than replayed with the default one.
-    let divergence = match replay(&trace) {
+    let divergence = match replay_with(&trace, &DeciderRegistry::new()) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("error: {}: {e}", path.display());

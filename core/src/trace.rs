@@ -324,11 +324,22 @@ impl Divergence {
     }
 }
 
-/// Replays a trace whose decider is built in (the default one): [`replay_with`] and a
-/// [`DeciderRegistry::new`]. A trace recorded with another decider fails with
+/// Replays a trace recorded with a built-in decider (the default one): [`replay_with`] with
+/// [`DeciderRegistry::new`]. Returns the first divergence, if any.
+///
+/// A trace recorded with another decider is never replayed with a substitute function: it is
+/// reported as diverging at its first record, with nothing replayed (`replayed: None`). Use
+/// [`replay_with`] and a registry that has the decider to replay it, or to get the typed
 /// [`TraceError::UnknownDecider`].
-pub fn replay(trace: &Trace) -> Result<Option<Divergence>, TraceError> {
-    replay_with(trace, &DeciderRegistry::new())
+pub fn replay(trace: &Trace) -> Option<Divergence> {
+    match replay_with(trace, &DeciderRegistry::new()) {
+        Ok(divergence) => divergence,
+        Err(_) => Some(Divergence {
+            index: 0,
+            recorded: trace.records.first().cloned(),
+            replayed: None,
+        }),
+    }
 }
 
 /// Replays a trace: feeds its inputs into fresh machines built from its header — with the

@@ -222,21 +222,24 @@ fn r_out_3_custom_decider_trace_round_trips_jsonl_and_replays_with_the_registry(
 fn r_out_3_replay_without_the_decider_fails_naming_it() {
     let (trace, _) = record(custom());
     let parsed = Trace::parse(&trace.to_jsonl(), "custom.jsonl").expect("parses");
-    for result in [
-        replay(&parsed),
-        replay_with(&parsed, &DeciderRegistry::new()),
-    ] {
-        match result {
-            Err(TraceError::UnknownDecider { name, known }) => {
-                assert_eq!(name, STOP_AFTER_TOOLS);
-                assert_eq!(known, vec![DEFAULT_DECIDER.to_string()]);
-            }
-            other => panic!("expected UnknownDecider, got {other:?}"),
-        }
+    let error = match replay_with(&parsed, &DeciderRegistry::new()) {
+        Err(e @ TraceError::UnknownDecider { .. }) => e,
+        other => panic!("expected UnknownDecider, got {other:?}"),
+    };
+    if let TraceError::UnknownDecider { name, known } = &error {
+        assert_eq!(name, STOP_AFTER_TOOLS);
+        assert_eq!(known, &vec![DEFAULT_DECIDER.to_string()]);
     }
-    let message = replay(&parsed).expect_err("unknown decider").to_string();
+    let message = error.to_string();
     assert!(message.contains("`stop_after_tools`"), "{message}");
     assert!(message.contains("not registered"), "{message}");
+
+    // The plain `replay` (built-in deciders only) does not run it with the default decision
+    // either: it reports a divergence at the first record, with nothing replayed.
+    let d = replay(&parsed).expect("not reported identical");
+    assert_eq!(d.index, 0);
+    assert_eq!(d.recorded.as_ref(), parsed.records.first());
+    assert_eq!(d.replayed, None);
 
     // Registered under the right name but with another function, replay reports the real
     // divergence (the default decision continues where the recording stopped).
@@ -256,14 +259,22 @@ fn r_out_3_default_decider_replays_with_plain_replay_and_old_headers_mean_defaul
     assert!(text.contains(r#""decider":"default""#));
     let parsed = Trace::parse(&text, "default.jsonl").expect("parses");
     assert!(parsed.header.config.decider.is_resolved());
-    assert_eq!(replay(&parsed).expect("built-in decider"), None);
+    assert_eq!(replay(&parsed), None);
+    assert_eq!(
+        replay_with(&parsed, &DeciderRegistry::new()).ok(),
+        Some(None)
+    );
 
     // A header written before deciders had names has none: it means the default decider.
     let old = text.replacen(r#","decider":"default""#, "", 1);
     assert!(!old.contains("\"decider\""));
     let parsed = Trace::parse(&old, "old.jsonl").expect("parses");
     assert_eq!(parsed.header.config.decider.name(), DEFAULT_DECIDER);
-    assert_eq!(replay(&parsed).expect("built-in decider"), None);
+    assert_eq!(replay(&parsed), None);
+    assert_eq!(
+        replay_with(&parsed, &DeciderRegistry::new()).ok(),
+        Some(None)
+    );
 }
 
 #[test]
