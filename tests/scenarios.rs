@@ -368,3 +368,37 @@ fn abort_mid_stream() {
         .any(|m| matches!(m, Message::Assistant(_))));
     insta::assert_snapshot!(verified(&trace));
 }
+
+/// Stops after the first step that asked for tools (the default decider would continue).
+fn stop_after_tools(o: &agentloop::react::Observation) -> agentloop::react::Decision {
+    if o.has_tool_calls {
+        agentloop::react::Decision::Stop
+    } else {
+        agentloop::react::default_decider(o)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn r_out_3_runtime_trace_names_its_decider_and_replays_only_with_it() {
+    use agentloop::react::{DeciderRef, DeciderRegistry};
+    use agentloop::trace::{replay_with, TraceError};
+    let (agent, _) = agent(
+        r#"{"turns": [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "2+3"}}]}, {"text": "5"}]}"#,
+        |c| c.decider = DeciderRef::new("stop_after_tools", stop_after_tools),
+    );
+    let out = run(&agent, "What is 2+3?").await;
+    assert_eq!(out.result.reason, "stopped", "the custom decider ran");
+    let trace = out.trace.expect("trace");
+    let parsed = Trace::parse(&trace.to_jsonl(), "runtime.jsonl").expect("parses");
+    assert_eq!(parsed.header.config.decider.name(), "stop_after_tools");
+    let registry = DeciderRegistry::new().with("stop_after_tools", stop_after_tools);
+    assert_eq!(replay_with(&parsed, &registry).expect("registered"), None);
+    assert!(matches!(
+        replay_with(&parsed, &DeciderRegistry::new()),
+        Err(TraceError::UnknownDecider { name, .. }) if name == "stop_after_tools"
+    ));
+    // The plain replay has only the default decider: it reports the trace as diverging at its
+    // first record, without replaying it with the default decision.
+    let d = replay(&parsed).expect("not identical");
+    assert_eq!((d.index, d.replayed), (0, None));
+}

@@ -10,7 +10,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use agentloop::chart::{mermaid, MachineKind};
-use agentloop::trace::{replay, Trace, TraceFile};
+use agentloop::react::DeciderRegistry;
+use agentloop::trace::{replay_with, Trace, TraceError, TraceFile};
 
 /// LLM agents as verified state machines.
 #[derive(Debug, Parser)]
@@ -28,7 +29,8 @@ enum Command {
     Resume(run::ResumeArgs),
     /// List, show, check or export stored sessions.
     Sessions(sessions::SessionsArgs),
-    /// Replay a trace against fresh machines; exit 0 when identical, 1 at the first divergence.
+    /// Replay a trace against fresh machines; exit 0 when identical, 1 at the first divergence,
+    /// 2 when the trace cannot be read or names a decider this program does not have.
     Replay {
         /// The trace file (JSON Lines).
         trace: PathBuf,
@@ -129,7 +131,22 @@ fn replay_main(path: &std::path::Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match replay(&trace) {
+    // The CLI has only the built-in decider: a trace recorded with another decision function
+    // is refused (exit 2, naming it) rather than replayed with the default one.
+    let divergence = match replay_with(&trace, &DeciderRegistry::new()) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {}: {e}", path.display());
+            if matches!(e, TraceError::UnknownDecider { .. }) {
+                eprintln!(
+                    "hint: the agentloop command has only the built-in deciders; replay this \
+                     trace from the program that recorded it, with agentloop::trace::replay_with"
+                );
+            }
+            return ExitCode::from(2);
+        }
+    };
+    match divergence {
         None => {
             println!(
                 "replay identical: {} records ({} inputs)",

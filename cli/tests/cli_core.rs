@@ -66,10 +66,7 @@ fn retry_script_reports_one_retry() {
         &["run", "--script", "s.json", "--events", "json", "hi"],
     );
     assert!(out.status.success());
-    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON event per line"))
-        .collect();
+    let events = json_events(&out);
     let retries: Vec<_> = events.iter().filter(|e| e["type"] == "retry").collect();
     assert_eq!(retries.len(), 1);
     assert_eq!(retries[0]["delay_ms"], 20);
@@ -78,6 +75,70 @@ fn retry_script_reports_one_retry() {
         .any(|e| e["type"] == "text_delta" && e["text"] == "ok"));
     let indexes: Vec<u64> = events.iter().filter_map(|e| e["index"].as_u64()).collect();
     assert!(indexes.windows(2).all(|w| w[0] < w[1]), "indexes increase");
+}
+
+/// Every stdout line of `--events json`, parsed.
+fn json_events(out: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON event per line"))
+        .collect()
+}
+
+#[test]
+fn r_str_4_json_events_carry_the_committed_message_and_the_final_text() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = agentloop(dir.path(), &["run", "--events", "json", "What is 2+3?"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = json_events(&out);
+    // The final answer is a field of the end event: no delta re-assembly needed.
+    let ends: Vec<_> = events.iter().filter(|e| e["type"] == "run_end").collect();
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["final_text"], "The answer is 5.");
+    assert_eq!(ends[0]["outcome"], "completed");
+    // Each commit carries its whole message.
+    let commits: Vec<_> = events
+        .iter()
+        .filter(|e| e["type"] == "response_complete")
+        .collect();
+    assert_eq!(commits.len(), 2);
+    let first = &commits[0]["message"];
+    assert_eq!(first["text"], "Let me calculate that.");
+    assert_eq!(first["tool_calls"][0]["name"], "calculator");
+    assert_eq!(first["tool_calls"][0]["arguments"]["expression"], "2+3");
+    assert_eq!(commits[0]["tool_calls"], 1, "the old count field stays");
+    assert_eq!(commits[1]["message"]["text"], "The answer is 5.");
+    assert_eq!(commits[1]["message"]["finish_reason"], "stop");
+}
+
+#[test]
+fn r_out_3_replay_of_a_trace_naming_an_unknown_decider_exits_2_and_names_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = agentloop(dir.path(), &["run", "What is 2+3?", "--trace", "t.jsonl"]);
+    assert!(out.status.success());
+    let text = std::fs::read_to_string(dir.path().join("t.jsonl")).expect("trace");
+    let (header, rest) = text.split_once('\n').expect("a header line");
+    let mut header: serde_json::Value = serde_json::from_str(header).expect("JSON header");
+    assert_eq!(
+        header["config"]["decider"], "default",
+        "the header names the decider"
+    );
+    header["config"]["decider"] = "my_custom_decider".into();
+    std::fs::write(dir.path().join("custom.jsonl"), format!("{header}\n{rest}")).expect("write");
+    let replay = agentloop(dir.path(), &["replay", "custom.jsonl"]);
+    let stderr = String::from_utf8_lossy(&replay.stderr);
+    assert_eq!(replay.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("custom.jsonl"), "{stderr}");
+    assert!(stderr.contains("`my_custom_decider`"), "{stderr}");
+    assert!(stderr.contains("not registered"), "{stderr}");
+    assert!(
+        !stderr.contains("diverged"),
+        "no false divergence: {stderr}"
+    );
 }
 
 #[cfg(unix)]

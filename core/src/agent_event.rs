@@ -10,7 +10,7 @@ use crate::chart::MachineKind;
 use crate::entry::Repair;
 use crate::error::ModelError;
 use crate::event::ApprovalDecision;
-use crate::message::{ToolStatus, Usage};
+use crate::message::{AssistantMessage, ToolStatus, Usage};
 
 /// How a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -54,6 +54,12 @@ pub enum AgentEvent {
         reason: String,
         /// Usage of the whole run.
         usage: Usage,
+        /// The final answer: the text of the last assistant message, as
+        /// [`LoopResult::final_text`](crate::react::LoopResult::final_text) gives it (empty
+        /// when that message had only tool calls; `None` when the context has no assistant
+        /// message).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        final_text: Option<String>,
     },
     /// A run failed.
     RunError {
@@ -134,15 +140,20 @@ pub enum AgentEvent {
         /// Fragment.
         delta: String,
     },
-    /// The assistant message was committed.
+    /// The assistant message was committed (R-STR-4). It carries the whole committed message,
+    /// so consumers never re-assemble the deltas.
     ResponseComplete {
         /// Step.
         model_call_index: u32,
-        /// The step's usage.
+        /// The step's usage (also in `message.usage`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         usage: Option<Usage>,
-        /// Number of tool calls.
+        /// Number of tool calls (`message.tool_calls.len()`).
         tool_calls: usize,
+        /// The committed message: text, reasoning, tool calls, finish reason, usage (boxed:
+        /// it keeps every other event small).
+        #[serde(default)]
+        message: Box<AssistantMessage>,
     },
     /// A retry was scheduled (R-IN-1).
     Retry {

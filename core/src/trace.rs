@@ -10,12 +10,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::effect::Effect;
 use crate::event::Event;
-use crate::react::{Run, RunConfig};
+use crate::react::{DeciderRegistry, Run, RunConfig, UnknownDecider};
 use crate::step::{Step, Transition};
 use crate::tool_spec::ToolSpec;
 
-/// The trace format version this build writes and reads.
-pub const TRACE_VERSION: u32 = 1;
+/// The trace format version this build writes and reads. Version 2: `response_complete`
+/// carries the committed message and `run_end` the final text, so a version-1 trace would
+/// replay with a false divergence; it is rejected as unsupported instead.
+pub const TRACE_VERSION: u32 = 2;
 
 /// The first line of a trace.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -127,6 +129,28 @@ pub enum TraceError {
         /// Index expected.
         expected: u64,
     },
+    /// The trace was recorded with a decision function (R-OUT-3) the replaying registry does
+    /// not have; replaying it with another function would report a false divergence.
+    #[error(
+        "the trace was recorded with decider `{name}`, which is not registered (registered: \
+         {}); replay it with a DeciderRegistry that has `{name}`",
+        .known.join(", ")
+    )]
+    UnknownDecider {
+        /// The decider name in the trace header.
+        name: String,
+        /// The names the registry has.
+        known: Vec<String>,
+    },
+}
+
+impl From<UnknownDecider> for TraceError {
+    fn from(e: UnknownDecider) -> Self {
+        TraceError::UnknownDecider {
+            name: e.name,
+            known: e.known,
+        }
+    }
 }
 
 /// A trace in memory.
@@ -303,10 +327,35 @@ impl Divergence {
     }
 }
 
-/// Replays a trace: feeds its inputs into fresh machines built from its header and compares
-/// every transition and effect (R-TRACE-2). Returns the first divergence, if any.
+/// Replays a trace recorded with a built-in decider (the default one): [`replay_with`] with
+/// [`DeciderRegistry::new`]. Returns the first divergence, if any.
+///
+/// A trace recorded with another decider is never replayed with a substitute function: it is
+/// reported as diverging at its first record, with nothing replayed (`replayed: None`). Use
+/// [`replay_with`] and a registry that has the decider to replay it, or to get the typed
+/// [`TraceError::UnknownDecider`].
 pub fn replay(trace: &Trace) -> Option<Divergence> {
-    let mut run = Run::new(trace.header.config.clone());
+    match replay_with(trace, &DeciderRegistry::new()) {
+        Ok(divergence) => divergence,
+        Err(_) => Some(Divergence {
+            index: 0,
+            recorded: trace.records.first().cloned(),
+            replayed: None,
+        }),
+    }
+}
+
+/// Replays a trace: feeds its inputs into fresh machines built from its header — with the
+/// decision function `registry` has under the header's decider name — and compares every
+/// transition and effect (R-TRACE-2). Returns the first divergence, if any, or
+/// [`TraceError::UnknownDecider`] when the registry lacks the trace's decider.
+pub fn replay_with(
+    trace: &Trace,
+    registry: &DeciderRegistry,
+) -> Result<Option<Divergence>, TraceError> {
+    let mut config = trace.header.config.clone();
+    config.resolve_decider(registry)?;
+    let mut run = Run::new(config);
     let mut regenerated = Trace::new(trace.header.clone());
     for r in &trace.records {
         if let TraceRecord::Input { event, .. } = r {
@@ -315,7 +364,7 @@ pub fn replay(trace: &Trace) -> Option<Divergence> {
         }
     }
     let n = trace.records.len().max(regenerated.records.len());
-    (0..n).find_map(|i| {
+    Ok((0..n).find_map(|i| {
         let a = trace.records.get(i);
         let b = regenerated.records.get(i);
         (a != b).then(|| Divergence {
@@ -323,5 +372,5 @@ pub fn replay(trace: &Trace) -> Option<Divergence> {
             recorded: a.cloned(),
             replayed: b.cloned(),
         })
-    })
+    }))
 }

@@ -22,7 +22,7 @@ use tracing::Instrument;
 
 use crate::event::{ApprovalDecision, Event, KillPolicy};
 use crate::hooks::{Hooks, NoHooks};
-use crate::message::Message;
+use crate::message::{AssistantMessage, Message};
 use crate::model::Model;
 use crate::react::{LoopResult, Run, RunConfig};
 use crate::store::{MemoryStore, SessionStore, StoreError};
@@ -53,25 +53,72 @@ pub enum AgentError {
     },
 }
 
-/// Sends control events (abort, approvals) into a running run.
+/// The partial-message snapshot of a run (R-STR-2), shared between the run's driver, which
+/// refreshes it after every event the machines handle (every delta included) and before it
+/// performs that event's effects, and any number of readers. It holds what
+/// [`Run::partial`] returns: the message of the current step as assembled so far (the
+/// committed message once the step committed, while its tools run), `None` between steps and
+/// after the run. Cloning shares the snapshot; reading clones an `Arc`, not the message.
+#[derive(Clone, Debug, Default)]
+pub struct PartialMessage(Arc<RwLock<Option<Arc<AssistantMessage>>>>);
+
+impl PartialMessage {
+    /// The message as it stands, if a step is in progress.
+    pub fn get(&self) -> Option<Arc<AssistantMessage>> {
+        self.0.read().ok().and_then(|m| m.clone())
+    }
+
+    /// Replaces the snapshot (the driver's side).
+    pub(crate) fn set(&self, message: Option<AssistantMessage>) {
+        if let Ok(mut slot) = self.0.write() {
+            *slot = message.map(Arc::new);
+        }
+    }
+}
+
+/// Sends control events (abort, approvals) into a running run, and reads its partial message.
 #[derive(Clone, Debug)]
 pub struct Controller {
     tx: mpsc::UnboundedSender<Event>,
+    partial: PartialMessage,
 }
 
 /// The receiving side of a [`Controller`], handed to [`Agent::run_with`].
 #[derive(Debug)]
 pub struct ControlReceiver {
     rx: mpsc::UnboundedReceiver<Event>,
+    partial: PartialMessage,
 }
 
 /// A new controller pair.
 pub fn control() -> (Controller, ControlReceiver) {
+    control_sharing(PartialMessage::default())
+}
+
+/// A new controller pair whose run publishes its partial message into `partial`.
+pub(crate) fn control_sharing(partial: PartialMessage) -> (Controller, ControlReceiver) {
     let (tx, rx) = mpsc::unbounded_channel();
-    (Controller { tx }, ControlReceiver { rx })
+    (
+        Controller {
+            tx,
+            partial: partial.clone(),
+        },
+        ControlReceiver { rx, partial },
+    )
 }
 
 impl Controller {
+    /// A snapshot of the message being streamed by the controlled run (R-STR-2); see
+    /// [`PartialMessage`]. `None` before the run starts a step, between steps and after it.
+    pub fn partial(&self) -> Option<Arc<AssistantMessage>> {
+        self.partial.get()
+    }
+
+    /// The shared snapshot itself (to hand to another observer).
+    pub fn partial_message(&self) -> PartialMessage {
+        self.partial.clone()
+    }
+
     /// Aborts the run (R-CTL-3). Returns false if the run is gone.
     pub fn abort(&self, reason: impl Into<String>) -> bool {
         self.abort_with(reason, KillPolicy::default())
@@ -595,7 +642,10 @@ impl Agent {
             })
         });
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let mut ctl = control.map(|c| c.rx);
+        let (mut ctl, partial) = match control {
+            Some(c) => (Some(c.rx), Some(c.partial)),
+            None => (None, None),
+        };
         let mut driver = Driver {
             agent: self,
             session: session.to_string(),
@@ -649,6 +699,11 @@ impl Agent {
             if let Some(t) = trace.as_mut() {
                 t.record(&event, &step);
             }
+            // R-STR-2: observers see the message as the machines assembled it, before the
+            // step's events (a `text_delta`, say) are delivered.
+            if let Some(p) = &partial {
+                p.set(run.partial());
+            }
             if let Some(failed) = driver.perform(step.effects).await {
                 pending.push_front(failed);
             }
@@ -658,6 +713,9 @@ impl Agent {
             }
         }
         driver.tasks.shutdown();
+        if let Some(p) = &partial {
+            p.set(None);
+        }
         let mut result = run.result().cloned().unwrap_or_else(|| LoopResult {
             outcome: crate::agent_event::Outcome::Failed,
             reason: "no result".into(),

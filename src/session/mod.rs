@@ -45,9 +45,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::agent_event::{AgentEvent, SteeringStatus};
 use crate::event::{ApprovalDecision, Event};
 use crate::hooks::Verdict;
-use crate::message::Message;
+use crate::message::{AssistantMessage, Message};
 use crate::react::{LoopResult, RunConfig};
-use crate::runtime::{control, Agent, Controller, RunOutput};
+use crate::runtime::{control_sharing, Agent, Controller, PartialMessage, RunOutput};
 use crate::tools::Tool;
 
 pub use approvals::{command_family, ApprovalError};
@@ -248,6 +248,8 @@ struct Shared {
     steering: Mutex<VecDeque<String>>,
     run_usage: Mutex<RunUsage>,
     idle: watch::Sender<bool>,
+    /// The running run's partial message (R-STR-2); every run of the session publishes here.
+    partial: PartialMessage,
 }
 
 /// The handle. Clone it freely; the session lives while a handle does.
@@ -300,6 +302,7 @@ impl Session {
             steering: Mutex::new(VecDeque::new()),
             run_usage: Mutex::new(RunUsage::default()),
             idle,
+            partial: PartialMessage::default(),
         });
         bus.observe(observer(Arc::downgrade(&shared), config.prices.clone()));
         let (tx, rx) = mpsc::unbounded_channel();
@@ -483,6 +486,14 @@ impl Session {
             .lock()
             .map(|m| m.clone())
             .unwrap_or_default()
+    }
+
+    /// A snapshot of the message the running run is streaming (R-STR-2): the current step's
+    /// message as assembled so far, refreshed after every delta the machines accept (before
+    /// its `text_delta` event is published). `None` when idle and between steps. Cheap: an
+    /// `Arc` clone under a read lock.
+    pub fn partial(&self) -> Option<Arc<AssistantMessage>> {
+        self.shared.partial.get()
     }
 
     /// The result of the last finished run.
@@ -762,7 +773,7 @@ impl Actor {
     }
 
     fn start(&mut self, text: String) {
-        let (controller, receiver) = control();
+        let (controller, receiver) = control_sharing(self.shared.partial.clone());
         let agent = self.agent.clone();
         let config = self.config.clone();
         let id = self.shared.id.clone();
@@ -849,6 +860,8 @@ impl Actor {
             .map(|mut q| q.drain(..).collect())
             .unwrap_or_default();
         self.shared.bus.set_current_run("");
+        // The driver clears it when a run ends; a run task that died did not.
+        self.shared.partial.set(None);
         self.shared.busy.store(false, Ordering::SeqCst);
         self.shared
             .status

@@ -180,9 +180,12 @@ pub fn process_events(data: &[u8]) -> ProcessHarness {
 }
 
 /// The `trace_reader` target: parses arbitrary text as a trace and replays it when it parses.
-/// Returns whether it parsed and, if so, whether replay reproduced it.
+/// Returns whether it parsed (and names a known decider) and, if so, whether replay
+/// reproduced it.
 pub fn trace_reader(data: &[u8]) -> Option<bool> {
     let text = std::str::from_utf8(data).ok()?;
     let trace = agentloop_core::trace::Trace::parse(text, "fuzz").ok()?;
-    Some(agentloop_core::trace::replay(&trace).is_none())
+    agentloop_core::trace::replay_with(&trace, &crate::harness::deciders())
+        .ok()
+        .map(|d| d.is_none())
 }

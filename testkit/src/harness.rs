@@ -20,7 +20,9 @@ use agentloop_core::model::{ModelParams, ModelRequest};
 use agentloop_core::process::{
     ApprovalPolicy, DoomLoopPolicy, Process, ProcessStep, RetryPolicy, StepConfig,
 };
-use agentloop_core::react::{default_decider, Decision, LoopResult, Observation, SteeringPolicy};
+use agentloop_core::react::{
+    default_decider, DeciderRef, DeciderRegistry, Decision, LoopResult, Observation, SteeringPolicy,
+};
 use agentloop_core::tool_spec::ToolSpec;
 use agentloop_core::{
     ApprovalDecision, AssistantMessage, AttemptId, Effect, Event, Message, Run, RunConfig, Step,
@@ -71,6 +73,14 @@ impl Default for Setup {
             doom_loop: true,
         }
     }
+}
+
+/// The name [`Setup::stop_decider`]'s decision function is recorded under.
+pub const STOP_AFTER_TWO: &str = "stop_after_two";
+
+/// The deciders harness runs use: the default one and [`STOP_AFTER_TWO`].
+pub fn deciders() -> DeciderRegistry {
+    DeciderRegistry::new().with(STOP_AFTER_TWO, stop_after_two)
 }
 
 fn stop_after_two(o: &Observation) -> Decision {
@@ -144,10 +154,10 @@ impl Setup {
             } else {
                 SteeringPolicy::DeliverAtBoundary
             },
-            decide: if self.stop_decider {
-                stop_after_two
+            decider: if self.stop_decider {
+                DeciderRef::new(STOP_AFTER_TWO, stop_after_two)
             } else {
-                default_decider
+                DeciderRef::default()
             },
             ..RunConfig::default()
         }

@@ -275,6 +275,7 @@ impl ProcessData {
             model_call_index: self.request.model_call_index,
             usage: message.usage,
             tool_calls: message.tool_calls.len(),
+            message: Box::new(message.clone()),
         });
         if !message.tool_calls.is_empty() {
             self.emit(AgentEvent::ToolCalls {

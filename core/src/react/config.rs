@@ -42,6 +42,190 @@ pub enum Decision {
 /// Observing's decision function (R-OUT-3): a plain function, so it stays pure and replaceable.
 pub type Decider = fn(&Observation) -> Decision;
 
+/// The name [`default_decider`] is recorded under.
+pub const DEFAULT_DECIDER: &str = "default";
+
+/// Observing's decision function together with the name it is recorded under (R-OUT-3).
+///
+/// A function cannot be serialized, so a configuration (and the header of a trace) records the
+/// decider by name only: it serializes as that string. Deserializing resolves the name
+/// against the built-in deciders ([`DEFAULT_DECIDER`] only); any other name comes back
+/// *unresolved* — it keeps its name but has no function — until it is resolved with a
+/// [`DeciderRegistry`] ([`RunConfig::resolve_decider`]; trace replay does this and fails with
+/// a typed error when the name is not registered, never falling back to another function).
+///
+/// ```
+/// use agentloop_core::react::{default_decider, DeciderRef, DeciderRegistry, Decision, Observation};
+/// fn always_stop(_: &Observation) -> Decision { Decision::Stop }
+/// let d = DeciderRef::new("always_stop", always_stop);
+/// assert_eq!(serde_json::to_string(&d).unwrap(), r#""always_stop""#);
+/// let back: DeciderRef = serde_json::from_str(r#""always_stop""#).unwrap();
+/// assert!(!back.is_resolved());
+/// let registry = DeciderRegistry::new().with("always_stop", always_stop);
+/// assert!(registry.resolve(&back).unwrap().is_resolved());
+/// assert!(DeciderRegistry::new().resolve(&back).is_err());
+/// ```
+#[derive(Clone)]
+pub struct DeciderRef {
+    name: String,
+    f: Option<Decider>,
+}
+
+impl DeciderRef {
+    /// `f`, recorded as `name`. Register the same pair in the [`DeciderRegistry`] used for
+    /// replay.
+    pub fn new(name: impl Into<String>, f: Decider) -> Self {
+        DeciderRef {
+            name: name.into(),
+            f: Some(f),
+        }
+    }
+
+    /// A name without a function (what deserializing an unknown name gives).
+    pub fn unresolved(name: impl Into<String>) -> Self {
+        DeciderRef {
+            name: name.into(),
+            f: None,
+        }
+    }
+
+    /// The name the decider is recorded under.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The function, if the name is resolved.
+    pub fn function(&self) -> Option<Decider> {
+        self.f
+    }
+
+    /// Whether the decider has its function.
+    pub fn is_resolved(&self) -> bool {
+        self.f.is_some()
+    }
+
+    /// Decides. An unresolved decider (a configuration deserialized with a name nothing
+    /// resolved) decides like [`default_decider`]; resolve it first
+    /// ([`RunConfig::resolve_decider`]) wherever that difference matters, as replay does.
+    pub fn decide(&self, o: &Observation) -> Decision {
+        self.f.unwrap_or(default_decider)(o)
+    }
+}
+
+impl Default for DeciderRef {
+    fn default() -> Self {
+        DeciderRef::new(DEFAULT_DECIDER, default_decider)
+    }
+}
+
+impl std::fmt::Debug for DeciderRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeciderRef")
+            .field("name", &self.name)
+            .field("resolved", &self.is_resolved())
+            .finish()
+    }
+}
+
+impl PartialEq for DeciderRef {
+    /// Deciders compare by name (function pointers have no reliable identity).
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Serialize for DeciderRef {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.name)
+    }
+}
+
+impl<'de> Deserialize<'de> for DeciderRef {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        let builtin = DeciderRegistry::new();
+        Ok(match builtin.get(&name) {
+            Some(f) => DeciderRef::new(name, f),
+            None => DeciderRef::unresolved(name),
+        })
+    }
+}
+
+/// A decider name no registry entry matches.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown decider `{name}`: no decision function is registered under that name (registered: \
+     {}); register it in the DeciderRegistry used for replay",
+    .known.join(", ")
+)]
+pub struct UnknownDecider {
+    /// The missing name.
+    pub name: String,
+    /// The names the registry has.
+    pub known: Vec<String>,
+}
+
+/// Decision functions by name (R-OUT-3), for rebuilding a recorded configuration: replay
+/// looks the trace header's decider name up here. Always holds [`DEFAULT_DECIDER`].
+#[derive(Clone, Debug)]
+pub struct DeciderRegistry {
+    deciders: std::collections::BTreeMap<String, Decider>,
+}
+
+impl Default for DeciderRegistry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl DeciderRegistry {
+    /// A registry with the built-in [`DEFAULT_DECIDER`].
+    pub fn new() -> Self {
+        let mut deciders = std::collections::BTreeMap::new();
+        deciders.insert(DEFAULT_DECIDER.to_string(), default_decider as Decider);
+        DeciderRegistry { deciders }
+    }
+
+    /// Registers `f` under `name`; returns the function it replaces, if any.
+    pub fn register(&mut self, name: impl Into<String>, f: Decider) -> Option<Decider> {
+        self.deciders.insert(name.into(), f)
+    }
+
+    /// Registers `f` under `name` (builder style).
+    pub fn with(mut self, name: impl Into<String>, f: Decider) -> Self {
+        self.register(name, f);
+        self
+    }
+
+    /// Registers a named decider.
+    pub fn with_ref(self, decider: &DeciderRef) -> Self {
+        match decider.function() {
+            Some(f) => self.with(decider.name(), f),
+            None => self,
+        }
+    }
+
+    /// The function registered under `name`.
+    pub fn get(&self, name: &str) -> Option<Decider> {
+        self.deciders.get(name).copied()
+    }
+
+    /// The registered names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.deciders.keys().cloned().collect()
+    }
+
+    /// The decider named like `decider`, with this registry's function.
+    pub fn resolve(&self, decider: &DeciderRef) -> Result<DeciderRef, UnknownDecider> {
+        self.get(decider.name())
+            .map(|f| DeciderRef::new(decider.name(), f))
+            .ok_or_else(|| UnknownDecider {
+                name: decider.name().to_string(),
+                known: self.names(),
+            })
+    }
+}
+
 /// The default decision: continue after tool calls (compacting first when over budget),
 /// complete otherwise.
 pub fn default_decider(o: &Observation) -> Decision {
@@ -102,19 +286,26 @@ pub struct RunConfig {
     /// What steering does to a running tool batch.
     #[serde(default)]
     pub steering: SteeringPolicy,
-    /// Observing's decision function.
-    #[serde(skip, default = "default_decider_fn")]
-    #[schemars(skip)]
-    pub decide: Decider,
+    /// Observing's decision function, recorded by name (R-OUT-3); a configuration without
+    /// the field has the default decider.
+    #[serde(default)]
+    #[schemars(with = "String")]
+    pub decider: DeciderRef,
 }
 
-fn default_decider_fn() -> Decider {
-    default_decider
+impl RunConfig {
+    /// Replaces the decider's function with the one `registry` has under its name. Fails,
+    /// naming the function, when the registry has none: a recorded configuration is never
+    /// rebuilt with another decision function.
+    pub fn resolve_decider(&mut self, registry: &DeciderRegistry) -> Result<(), UnknownDecider> {
+        self.decider = registry.resolve(&self.decider)?;
+        Ok(())
+    }
 }
 
 impl PartialEq for RunConfig {
     fn eq(&self, other: &Self) -> bool {
-        // The decider is compared by behaviour elsewhere; configs compare by data.
+        // Configs compare by data; the decider by its name.
         serde_json::to_value(self).ok() == serde_json::to_value(other).ok()
     }
 }
@@ -133,7 +324,7 @@ impl Default for RunConfig {
             compact_ratio: 0.8,
             final_reminder: FINAL_REMINDER.into(),
             steering: SteeringPolicy::default(),
-            decide: default_decider,
+            decider: DeciderRef::default(),
         }
     }
 }

@@ -281,7 +281,7 @@ impl ReactData {
             steps: self.committed_steps,
             max_steps: self.cfg.max_steps,
         };
-        (self.cfg.decide)(&o)
+        self.cfg.decider.decide(&o)
     }
 
     pub(crate) fn step_outcome(&self) -> Option<StepOutcome> {
@@ -303,34 +303,39 @@ impl ReactData {
                 reason: reason.clone(),
             });
         }
-        let event = match outcome {
-            Outcome::Completed => AgentEvent::RunEnd {
-                run_id: self.run_id.clone(),
-                outcome,
-                reason: reason.clone(),
-                usage: self.usage,
-            },
-            Outcome::Failed => AgentEvent::RunError {
-                run_id: self.run_id.clone(),
-                error: error.clone().unwrap_or_else(|| reason.clone()),
-            },
-            Outcome::Aborted => AgentEvent::AgentAbort {
-                run_id: self.run_id.clone(),
-                reason: reason.clone(),
-            },
-        };
-        // Exactly one end event per run: an abort announced while draining is that event.
-        if !self.abort_emitted {
-            self.emit(event);
-        }
-        self.result = Some(LoopResult {
+        let result = LoopResult {
             outcome,
             reason,
             messages: self.messages.clone(),
             iterations: self.committed_steps,
             usage: self.usage,
             error,
-        });
+        };
+        let event = match outcome {
+            Outcome::Completed => AgentEvent::RunEnd {
+                run_id: self.run_id.clone(),
+                outcome,
+                reason: result.reason.clone(),
+                usage: self.usage,
+                final_text: result.final_text().map(str::to_string),
+            },
+            Outcome::Failed => AgentEvent::RunError {
+                run_id: self.run_id.clone(),
+                error: result
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| result.reason.clone()),
+            },
+            Outcome::Aborted => AgentEvent::AgentAbort {
+                run_id: self.run_id.clone(),
+                reason: result.reason.clone(),
+            },
+        };
+        // Exactly one end event per run: an abort announced while draining is that event.
+        if !self.abort_emitted {
+            self.emit(event);
+        }
+        self.result = Some(result);
     }
 
     /// Emits `agent_abort` now (the run may still drain immune tools before it ends).

@@ -17,8 +17,8 @@ use crate::message::{AssistantMessage, Message};
 use crate::step::{AgentState, Step, Transition};
 
 pub use config::{
-    default_decider, Decider, Decision, LoopResult, Observation, RunConfig, SteeringPolicy,
-    FINAL_REMINDER,
+    default_decider, Decider, DeciderRef, DeciderRegistry, Decision, LoopResult, Observation,
+    RunConfig, SteeringPolicy, UnknownDecider, DEFAULT_DECIDER, FINAL_REMINDER,
 };
 use data::ReactData;
 use machine::{Input, ReactMachine, State};
