@@ -161,7 +161,7 @@ fn run_handle(c: &mut Criterion) {
             |events| {
                 let mut run = Run::new(config(5));
                 for e in events {
-                    black_box(run.handle(e));
+                    let _ = black_box(run.handle(e));
                 }
                 assert!(run.is_terminal());
             },
@@ -232,9 +232,9 @@ fn process_handle(c: &mut Criterion) {
     g.bench_function("step", |b| {
         b.iter(|| {
             let mut p = Process::new(StepConfig::default(), request.clone(), BTreeSet::new());
-            black_box(p.begin());
+            let _ = black_box(p.begin());
             for e in &events {
-                black_box(p.handle(e));
+                let _ = black_box(p.handle(e));
             }
             assert!(p.state().is_terminal());
         })

@@ -166,7 +166,7 @@ async fn scenario(k: u64, point: FaultPoint) {
         Err(AgentError::NothingToResume { .. }) => {
             // Only when the failed write was the run end and it reached the disk.
             assert!(
-                matches!(stored.last(), Some(Entry::RunEnd { outcome, .. }) if outcome == "completed"),
+                matches!(stored.last(), Some(Entry::RunEnd { outcome, .. }) if *outcome == agentloop::Outcome::Completed),
                 "{ctx}: nothing to resume in {stored:?}"
             );
         }
@@ -183,7 +183,7 @@ async fn scenario(k: u64, point: FaultPoint) {
     });
     assert_eq!(answer, Some(FINAL), "{ctx}");
     assert!(
-        matches!(entries.last(), Some(Entry::RunEnd { outcome, .. }) if outcome == "completed"),
+        matches!(entries.last(), Some(Entry::RunEnd { outcome, .. }) if *outcome == agentloop::Outcome::Completed),
         "{ctx}: {:?}",
         entries.last()
     );

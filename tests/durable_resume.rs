@@ -132,7 +132,7 @@ async fn committed_turn_resumes_at_tool_execution_running_only_missing_calls() {
     );
     assert!(matches!(
         entries.last(),
-        Some(Entry::RunEnd { run_id, outcome, .. }) if run_id == "old" && outcome == "completed"
+        Some(Entry::RunEnd { run_id, outcome, .. }) if run_id == "old" && *outcome == agentloop::Outcome::Completed
     ));
 }
 
@@ -438,11 +438,11 @@ async fn new_run_on_interrupted_session_repairs_it_first() {
     assert!(store::pending(&entries).is_empty());
     assert!(entries.iter().any(|e| matches!(
         e,
-        Entry::RunEnd { run_id, outcome, .. } if run_id == "old" && outcome == "aborted"
+        Entry::RunEnd { run_id, outcome, .. } if run_id == "old" && *outcome == agentloop::Outcome::Aborted
     )));
     assert!(matches!(
         entries.last(),
-        Some(Entry::RunEnd { run_id, outcome, .. }) if *run_id == out.run_id && outcome == "completed"
+        Some(Entry::RunEnd { run_id, outcome, .. }) if *run_id == out.run_id && *outcome == agentloop::Outcome::Completed
     ));
 }
 
@@ -473,7 +473,7 @@ async fn final_answer_without_run_end_is_completed_not_requested_again() {
     assert_eq!(stored.len(), entries.len() + 1);
     assert!(matches!(
         stored.last(),
-        Some(Entry::RunEnd { run_id, outcome, .. }) if run_id == "old" && outcome == "completed"
+        Some(Entry::RunEnd { run_id, outcome, .. }) if run_id == "old" && *outcome == agentloop::Outcome::Completed
     ));
     assert_eq!(store::check(&stored), []);
 
@@ -486,7 +486,7 @@ async fn final_answer_without_run_end_is_completed_not_requested_again() {
     let stored = reload(dir.path());
     assert!(matches!(
         &stored[entries.len()],
-        Entry::RunEnd { run_id, outcome, .. } if run_id == "old" && outcome == "completed"
+        Entry::RunEnd { run_id, outcome, .. } if run_id == "old" && *outcome == agentloop::Outcome::Completed
     ));
     assert_eq!(store::check(&stored), []);
 }

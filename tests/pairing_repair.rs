@@ -66,7 +66,7 @@ fn agent(
 fn run_end(run: &str) -> Entry {
     Entry::RunEnd {
         run_id: run.into(),
-        outcome: "completed".into(),
+        outcome: agentloop::Outcome::Completed,
         reason: "final_answer".into(),
     }
 }
@@ -344,6 +344,6 @@ async fn r_idem_7_resume_repairs_orphan_and_duplicate_results_on_a_file_store() 
     assert!(store::pending(&entries).is_empty());
     assert!(matches!(
         entries.last(),
-        Some(Entry::RunEnd { run_id, outcome, .. }) if run_id == "old" && outcome == "completed"
+        Some(Entry::RunEnd { run_id, outcome, .. }) if run_id == "old" && *outcome == agentloop::Outcome::Completed
     ));
 }

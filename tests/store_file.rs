@@ -59,7 +59,7 @@ fn result(run: &str, id: &str, name: &str, status: ToolStatus) -> Entry {
 fn run_end(run: &str) -> Entry {
     Entry::RunEnd {
         run_id: run.into(),
-        outcome: "completed".into(),
+        outcome: agentloop::Outcome::Completed,
         reason: String::new(),
     }
 }

@@ -387,7 +387,7 @@ fn last_outcome(entries: &[Entry]) -> Option<(String, String)> {
     entries.iter().rev().find_map(|e| match e {
         Entry::RunEnd {
             outcome, reason, ..
-        } => Some((outcome.clone(), reason.clone())),
+        } => Some((outcome.to_string(), reason.clone())),
         _ => None,
     })
 }

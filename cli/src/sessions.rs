@@ -147,7 +147,7 @@ fn status(entries: &[Entry]) -> String {
             .iter()
             .rev()
             .find_map(|e| match e {
-                Entry::RunEnd { outcome, .. } => Some(outcome.clone()),
+                Entry::RunEnd { outcome, .. } => Some(outcome.to_string()),
                 _ => None,
             })
             .unwrap_or_else(|| "empty".into()),

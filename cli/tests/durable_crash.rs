@@ -195,7 +195,7 @@ fn verify_session(store: &Path, root: &Path, session: &str, stats: &mut Stats) {
     });
     assert_eq!(answer.as_deref(), Some(FINAL), "{session}");
     assert!(
-        matches!(entries.last(), Some(Entry::RunEnd { outcome, .. }) if outcome == "completed"),
+        matches!(entries.last(), Some(Entry::RunEnd { outcome, .. }) if *outcome == agentloop::Outcome::Completed),
         "{session}: {:?}",
         entries.last()
     );

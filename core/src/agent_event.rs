@@ -24,6 +24,12 @@ pub enum Outcome {
     Aborted,
 }
 
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl Outcome {
     /// The snake_case name.
     pub fn as_str(self) -> &'static str {

@@ -62,8 +62,8 @@ pub enum Entry {
     RunEnd {
         /// The run.
         run_id: String,
-        /// `completed`, `failed` or `aborted`.
-        outcome: String,
+        /// How it ended (`completed`, `failed` or `aborted` on the wire).
+        outcome: crate::agent_event::Outcome,
         /// Why.
         reason: String,
     },
@@ -145,7 +145,7 @@ pub enum Repair {
         /// The interrupted run.
         run_id: String,
         /// The outcome recorded (`aborted`, or `completed` when its final answer was committed).
-        outcome: String,
+        outcome: crate::agent_event::Outcome,
     },
 }
 

@@ -100,7 +100,9 @@ impl std::fmt::Display for AgentState {
     }
 }
 
-/// What one [`crate::react::Run::handle`] call did.
+/// What one [`crate::react::Run::handle`] call did. Its effects must be performed (or, in a
+/// replay, compared): dropping a step loses them.
+#[must_use = "a step's effects must be performed"]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Step {
     /// State before.

@@ -23,7 +23,7 @@ use proptest::prelude::*;
 fn drive_run(setup: Setup, actions: &[Action]) -> RunHarness {
     let mut h = RunHarness::new(setup);
     for a in actions {
-        h.act(*a);
+        let _ = h.act(*a);
     }
     h
 }
@@ -48,7 +48,7 @@ proptest! {
     fn process_follows_chart_and_invariants(setup in strategies::setup(), actions in strategies::actions(7, 150)) {
         let mut h = ProcessHarness::new(setup);
         for a in &actions {
-            h.act(*a);
+            let _ = h.act(*a);
         }
     }
 }
@@ -67,7 +67,7 @@ fn smart_runs_end_and_reach_tools() {
             if h.run.is_terminal() {
                 break;
             }
-            h.act(Action::Smart(rng.byte()));
+            let _ = h.act(Action::Smart(rng.byte()));
         }
         ended += usize::from(h.run.is_terminal());
         with_tools += usize::from(!h.ledger.ran.is_empty());
@@ -85,7 +85,7 @@ fn smart_runs_end_and_reach_tools() {
 // ---------------------------------------------------------------------------------------------
 
 fn start(h: &mut RunHarness) {
-    h.act(Action::Start {
+    let _ = h.act(Action::Start {
         long_history: false,
     });
 }
@@ -98,8 +98,8 @@ fn start(h: &mut RunHarness) {
 fn abort_after_store_failure_is_absorbed() {
     let mut h = RunHarness::new(Setup::default());
     start(&mut h);
-    h.act(Action::StreamOpened(harness::AttemptPick::Current));
-    h.act(Action::StoreWriteFailed);
+    let _ = h.act(Action::StreamOpened(harness::AttemptPick::Current));
+    let _ = h.act(Action::StoreWriteFailed);
     assert!(h.run.is_terminal());
     let before = h.run.state();
     let step = h.run.handle(agentloop_core::Event::Abort {
@@ -121,15 +121,15 @@ fn abort_after_store_failure_persists_nothing() {
     use harness::{ArgsPick, AttemptPick, DeltaPick, SeqPick, ToolPick};
     let mut h = RunHarness::new(Setup::default());
     start(&mut h);
-    h.act(Action::StreamOpened(AttemptPick::Current));
-    h.act(Action::Delta(
+    let _ = h.act(Action::StreamOpened(AttemptPick::Current));
+    let _ = h.act(Action::Delta(
         AttemptPick::Current,
         SeqPick::Next,
         DeltaPick::ToolCall(ToolPick::Known(0), ArgsPick::Valid),
     ));
-    h.act(Action::Done(AttemptPick::Current));
+    let _ = h.act(Action::Done(AttemptPick::Current));
     assert_eq!(h.feeder.running.len(), 1, "the calculator call runs");
-    h.act(Action::StoreWriteFailed);
+    let _ = h.act(Action::StoreWriteFailed);
     let step = h.run.handle(agentloop_core::Event::Abort {
         reason: "user".into(),
         kill: agentloop_core::event::KillPolicy::default(),
@@ -150,7 +150,7 @@ fn abort_after_store_failure_persists_nothing() {
 #[test]
 fn resume_with_extreme_session_turns_does_not_panic() {
     let mut run = agentloop_core::Run::new(Setup::default().run_config());
-    run.handle(agentloop_core::Event::Resume {
+    let _ = run.handle(agentloop_core::Event::Resume {
         run_id: "run-1".into(),
         history: vec![agentloop_core::Message::user("hi")],
         session_turns: u32::MAX,
@@ -162,10 +162,10 @@ fn resume_with_extreme_session_turns_does_not_panic() {
         model_call_index: 2,
         attempt: 1,
     };
-    run.handle(agentloop_core::Event::StreamOpened {
+    let _ = run.handle(agentloop_core::Event::StreamOpened {
         attempt: attempt.clone(),
     });
-    run.handle(agentloop_core::Event::Done { attempt });
+    let _ = run.handle(agentloop_core::Event::Done { attempt });
     assert!(run.is_terminal());
 }
 
@@ -176,14 +176,14 @@ fn resume_with_extreme_session_turns_does_not_panic() {
 fn process_resume_outside_idle_changes_nothing() {
     let mut h = ProcessHarness::new(Setup::default());
     h.resume_only_idle = false;
-    h.act(Action::Start {
+    let _ = h.act(Action::Start {
         long_history: false,
     });
-    h.act(Action::Resume {
+    let _ = h.act(Action::Resume {
         pending: true,
         steps: 1,
     });
-    h.act(Action::Abort);
+    let _ = h.act(Action::Abort);
 }
 
 /// An abort whose kill policy leaves tools running emits `agent_abort` at once and drains; a
@@ -194,17 +194,17 @@ fn store_failure_while_draining_emits_one_end() {
     use harness::{ArgsPick, AttemptPick, DeltaPick, SeqPick, ToolPick};
     let mut h = RunHarness::new(Setup::default());
     start(&mut h);
-    h.act(Action::StreamOpened(AttemptPick::Current));
-    h.act(Action::Delta(
+    let _ = h.act(Action::StreamOpened(AttemptPick::Current));
+    let _ = h.act(Action::Delta(
         AttemptPick::Current,
         SeqPick::Next,
         DeltaPick::ToolCall(ToolPick::Known(0), ArgsPick::Valid),
     ));
-    h.act(Action::Done(AttemptPick::Current));
-    h.act(Action::AbortKill(2)); // kill policy `none`: the calculator keeps running
+    let _ = h.act(Action::Done(AttemptPick::Current));
+    let _ = h.act(Action::AbortKill(2)); // kill policy `none`: the calculator keeps running
     assert_eq!(
         h.run.state().process,
         Some(agentloop_core::chart::ProcessState::Draining)
     );
-    h.act(Action::StoreWriteFailed);
+    let _ = h.act(Action::StoreWriteFailed);
 }

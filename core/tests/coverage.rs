@@ -299,7 +299,7 @@ fn every_chart_row_is_taken() {
     for (name, setup, actions) in scenarios() {
         let mut h = RunHarness::new(setup);
         for a in actions {
-            h.act(a);
+            let _ = h.act(a);
         }
         assert!(
             h.events > 0 && !h.react_rows.is_empty(),
@@ -316,7 +316,7 @@ fn every_chart_row_is_taken() {
             if h.run.is_terminal() {
                 break;
             }
-            h.act(Action::Smart(rng.byte()));
+            let _ = h.act(Action::Smart(rng.byte()));
         }
         tally.add_run(&h);
     }
@@ -328,7 +328,7 @@ fn every_chart_row_is_taken() {
             if h.process.state().is_terminal() {
                 break;
             }
-            h.act(Action::Smart(rng.byte()));
+            let _ = h.act(Action::Smart(rng.byte()));
         }
         tally.add_process(&h);
     }

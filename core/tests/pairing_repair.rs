@@ -58,7 +58,7 @@ fn result(run: &str, id: &str) -> Entry {
 fn run_end(run: &str) -> Entry {
     Entry::RunEnd {
         run_id: run.into(),
-        outcome: "completed".into(),
+        outcome: agentloop_core::Outcome::Completed,
         reason: "final_answer".into(),
     }
 }

@@ -98,12 +98,12 @@ pub fn supersede(entries: &[Entry], repaired: &[Entry]) -> Repaired {
         // The final answer was committed, only the run end is missing.
         out.entries.push(Entry::RunEnd {
             run_id: run_id.clone(),
-            outcome: "completed".into(),
+            outcome: crate::agent_event::Outcome::Completed,
             reason: "final_answer (run end recorded on repair)".into(),
         });
         out.repairs.push(Repair::InterruptedRunEnded {
             run_id,
-            outcome: "completed".into(),
+            outcome: crate::agent_event::Outcome::Completed,
         });
         return out;
     }
@@ -142,12 +142,12 @@ pub fn supersede(entries: &[Entry], repaired: &[Entry]) -> Repaired {
     }
     out.entries.push(Entry::RunEnd {
         run_id: run_id.clone(),
-        outcome: "aborted".into(),
+        outcome: crate::agent_event::Outcome::Aborted,
         reason: "interrupted; superseded by a new prompt".into(),
     });
     out.repairs.push(Repair::InterruptedRunEnded {
         run_id,
-        outcome: "aborted".into(),
+        outcome: crate::agent_event::Outcome::Aborted,
     });
     out
 }

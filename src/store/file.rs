@@ -737,7 +737,7 @@ mod tests {
     fn run_end(n: u32) -> Entry {
         Entry::RunEnd {
             run_id: format!("r{n}"),
-            outcome: "completed".into(),
+            outcome: crate::agent_event::Outcome::Completed,
             reason: String::new(),
         }
     }

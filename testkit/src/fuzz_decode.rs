@@ -164,7 +164,7 @@ pub fn react_events(data: &[u8]) -> RunHarness {
     let mut h = RunHarness::new(setup);
     h.keep_log = false;
     for a in actions {
-        h.act(a);
+        let _ = h.act(a);
     }
     h
 }
@@ -174,7 +174,7 @@ pub fn process_events(data: &[u8]) -> ProcessHarness {
     let (setup, actions) = decode(data, 4096);
     let mut h = ProcessHarness::new(setup);
     for a in actions {
-        h.act(a);
+        let _ = h.act(a);
     }
     h
 }

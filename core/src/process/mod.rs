@@ -24,6 +24,7 @@ pub use data::StepOutcome;
 use machine::{Input, ProcessMachine, State};
 
 /// The result of feeding one event to the inner machine.
+#[must_use = "a step's effects must be performed"]
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProcessStep {
     /// State before.

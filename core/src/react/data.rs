@@ -299,7 +299,7 @@ impl ReactData {
         if persist {
             self.persist(Entry::RunEnd {
                 run_id: self.run_id.clone(),
-                outcome: outcome.as_str().to_string(),
+                outcome,
                 reason: reason.clone(),
             });
         }
