@@ -1,0 +1,489 @@
+//! The inner machine driven directly through `Process`: retries with backoff timers (R-IN-1,
+//! R-IN-2), stale-event filtering, the streamed snapshot (R-STR-2), running calls and their
+//! results in call order (R-IN-4), sequential tools, approvals, aborts that drain immune
+//! tools (R-CTL-3), and the event-kind mappings of both machines.
+
+use std::collections::BTreeSet;
+
+use agentloop_core::chart::{ProcessEventKind, ProcessState, ReactEventKind};
+use agentloop_core::event::KillPolicy;
+use agentloop_core::message::FinishReason;
+use agentloop_core::process::{self, Process, StepConfig, StepOutcome};
+use agentloop_core::react;
+use agentloop_core::{
+    ApprovalDecision, AttemptId, Effect, ErrorKind, Event, MessageDelta, ModelError, ModelRequest,
+    ToolSpec, ToolStatus,
+};
+
+fn request() -> ModelRequest {
+    ModelRequest {
+        run_id: "r1".into(),
+        model_call_index: 2,
+        attempt: 1,
+        session_turn: 0,
+        model: "m".into(),
+        system: None,
+        messages: vec![agentloop_core::Message::user("hi")],
+        tools: ["calc", "ls", "sleep"]
+            .iter()
+            .map(|n| ToolSpec {
+                name: (*n).into(),
+                description: String::new(),
+                parameters: serde_json::json!({}),
+            })
+            .collect(),
+        params: Default::default(),
+    }
+}
+
+fn attempt(n: u32) -> AttemptId {
+    AttemptId {
+        run_id: "r1".into(),
+        model_call_index: 2,
+        attempt: n,
+    }
+}
+
+fn delta(n: u32, seq: u64, d: MessageDelta) -> Event {
+    Event::Delta {
+        attempt: attempt(n),
+        seq,
+        delta: d,
+    }
+}
+
+/// Streams a turn calling `calls` (ids `c1`, `c2`, ...) on attempt `n` and sends `Done`.
+fn stream_calls(p: &mut Process, n: u32, names: &[&str]) -> Vec<Effect> {
+    p.handle(&Event::StreamOpened {
+        attempt: attempt(n),
+    });
+    let mut seq = 0;
+    for (i, name) in names.iter().enumerate() {
+        p.handle(&delta(
+            n,
+            seq,
+            MessageDelta::ToolCall {
+                id: format!("c{}", i + 1),
+                name: (*name).into(),
+                arguments: format!("{{\"i\":{i}}}"),
+            },
+        ));
+        seq += 1;
+    }
+    p.handle(&delta(
+        n,
+        seq,
+        MessageDelta::FinishStep {
+            finish_reason: Some(FinishReason::ToolCalls),
+            raw_finish_reason: None,
+            usage: None,
+        },
+    ));
+    p.handle(&delta(n, seq + 1, MessageDelta::Finish));
+    p.handle(&Event::Done {
+        attempt: attempt(n),
+    })
+    .effects
+}
+
+fn finished(p: &mut Process, id: &str) -> process::ProcessStep {
+    p.handle(&Event::ToolFinished {
+        tool_call_id: id.into(),
+        status: ToolStatus::Completed,
+        content: format!("out:{id}"),
+    })
+}
+
+#[test]
+fn r_in_1_a_retryable_error_retries_after_the_backoff_timer() {
+    let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
+    assert_eq!(p.state(), ProcessState::Idle);
+    let s = p.begin();
+    assert_eq!(s.to, ProcessState::Calling);
+    assert_eq!(p.retries(), 0);
+    let s = p.handle(&Event::TransportError {
+        attempt: attempt(1),
+        error: ModelError::new(ErrorKind::Overloaded, "busy"),
+    });
+    assert_eq!(s.to, ProcessState::Retrying);
+    assert_eq!(p.retries(), 1);
+    assert_eq!(p.request().attempt, 2);
+    let timer = s
+        .effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::StartTimer { timer_id, delay_ms } => Some((*timer_id, *delay_ms)),
+            _ => None,
+        })
+        .expect("a backoff timer");
+    assert_eq!(timer, (2_000_002, 1_000));
+    // Another timer is not ours.
+    let s = p.handle(&Event::TimerElapsed { timer_id: 1 });
+    assert_eq!(s.to, ProcessState::Retrying);
+    let s = p.handle(&Event::TimerElapsed { timer_id: timer.0 });
+    assert_eq!(s.to, ProcessState::Calling);
+    assert!(s.effects.iter().any(
+        |e| matches!(e, Effect::CallModel { request } if request.attempt == 2 && request.model_call_index == 2)
+    ));
+    // A second failure doubles the delay.
+    let s = p.handle(&Event::TransportError {
+        attempt: attempt(2),
+        error: ModelError::new(ErrorKind::Timeout, "slow"),
+    });
+    assert!(s.effects.iter().any(|e| matches!(
+        e,
+        Effect::StartTimer {
+            delay_ms: 2_000,
+            ..
+        }
+    )));
+    assert_eq!(p.retries(), 2);
+}
+
+#[test]
+fn r_in_2_a_non_retryable_error_fails_the_step() {
+    let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
+    p.begin();
+    let err = ModelError::new(ErrorKind::Authentication, "bad key");
+    let s = p.handle(&Event::TransportError {
+        attempt: attempt(1),
+        error: err.clone(),
+    });
+    assert_eq!(s.to, ProcessState::Error);
+    assert_eq!(p.outcome(), Some(&StepOutcome::Failed(err)));
+    assert_eq!(p.retries(), 0);
+}
+
+#[test]
+fn r_str_2_events_of_another_attempt_are_ignored_and_the_snapshot_grows() {
+    let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
+    p.begin();
+    p.handle(&Event::StreamOpened {
+        attempt: attempt(1),
+    });
+    assert_eq!(p.state(), ProcessState::Streaming);
+    p.handle(&delta(1, 0, MessageDelta::TextDelta { text: "ab".into() }));
+    // Stale: another attempt, or a repeated seq.
+    p.handle(&delta(9, 1, MessageDelta::TextDelta { text: "X".into() }));
+    p.handle(&delta(1, 0, MessageDelta::TextDelta { text: "Y".into() }));
+    p.handle(&delta(1, 1, MessageDelta::TextDelta { text: "cd".into() }));
+    assert_eq!(p.partial().text, "abcd");
+    assert!(p.committed().is_none());
+    let s = p.handle(&Event::Done {
+        attempt: attempt(9),
+    });
+    assert_eq!(
+        s.to,
+        ProcessState::Streaming,
+        "a stale Done changes nothing"
+    );
+}
+
+#[test]
+fn r_in_4_running_calls_and_results_in_call_order() {
+    let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
+    p.begin();
+    let effects = stream_calls(&mut p, 1, &["calc", "ls", "calc"]);
+    let runs: Vec<_> = effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::RunTool { call } => Some(call.id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(runs, ["c1", "c2", "c3"], "parallel: all start at once");
+    assert_eq!(p.state(), ProcessState::RunningTools);
+    assert_eq!(p.running_calls(), ["c1", "c2", "c3"]);
+    assert_eq!(p.committed().map(|m| m.tool_calls.len()), Some(3));
+    finished(&mut p, "c3");
+    assert_eq!(p.running_calls(), ["c1", "c2"]);
+    finished(&mut p, "c1");
+    assert_eq!(p.running_calls(), ["c2"]);
+    let s = finished(&mut p, "c2");
+    assert_eq!(s.to, ProcessState::Success);
+    assert!(p.running_calls().is_empty());
+    let ids: Vec<_> = p.results().into_iter().map(|r| r.tool_call_id).collect();
+    assert_eq!(ids, ["c1", "c2", "c3"]);
+    assert_eq!(p.outcome(), Some(&StepOutcome::Success));
+}
+
+#[test]
+fn sequential_tools_start_one_after_another() {
+    let cfg = StepConfig {
+        parallel_tools: false,
+        ..StepConfig::default()
+    };
+    let mut p = Process::new(cfg, request(), BTreeSet::new());
+    p.begin();
+    stream_calls(&mut p, 1, &["calc", "ls"]);
+    assert_eq!(p.running_calls(), ["c1"]);
+    let s = finished(&mut p, "c1");
+    assert!(s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::RunTool { call } if call.id == "c2")));
+    assert_eq!(p.running_calls(), ["c2"]);
+    finished(&mut p, "c2");
+    assert_eq!(p.state(), ProcessState::Success);
+}
+
+#[test]
+fn r_tool_3_approved_always_adds_the_tool_to_the_whitelist() {
+    let mut cfg = StepConfig::default();
+    cfg.approval.insert(
+        "calc".into(),
+        agentloop_core::process::ApprovalPolicy::Always,
+    );
+    let mut p = Process::new(cfg.clone(), request(), BTreeSet::new());
+    p.begin();
+    let effects = stream_calls(&mut p, 1, &["calc"]);
+    assert!(effects
+        .iter()
+        .any(|e| matches!(e, Effect::RequestApproval { call } if call.id == "c1")));
+    assert_eq!(p.state(), ProcessState::AwaitingApproval);
+    assert!(p.whitelist().is_empty());
+    let s = p.handle(&Event::Approval {
+        tool_call_id: "c1".into(),
+        decision: ApprovalDecision::ApprovedAlways,
+    });
+    assert!(s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::RunTool { .. })));
+    assert_eq!(p.whitelist(), &BTreeSet::from(["calc".to_string()]));
+    // A step created with the whitelist does not ask.
+    let mut p = Process::new(cfg, request(), BTreeSet::from(["calc".to_string()]));
+    p.begin();
+    let effects = stream_calls(&mut p, 1, &["calc"]);
+    assert!(!effects
+        .iter()
+        .any(|e| matches!(e, Effect::RequestApproval { .. })));
+    assert_eq!(p.running_calls(), ["c1"]);
+}
+
+#[test]
+fn r_ctl_3_an_abort_drains_immune_tools_and_kills_the_rest() {
+    let cfg = StepConfig {
+        immune: BTreeSet::from(["sleep".to_string()]),
+        ..StepConfig::default()
+    };
+    let mut p = Process::new(cfg, request(), BTreeSet::new());
+    p.begin();
+    stream_calls(&mut p, 1, &["sleep", "calc"]);
+    assert!(p.abort_would_drain(KillPolicy::Killable));
+    assert!(p.abort_would_drain(KillPolicy::None));
+    assert!(!p.abort_would_drain(KillPolicy::All));
+    let s = p.handle(&Event::Abort {
+        reason: "stop".into(),
+        kill: KillPolicy::Killable,
+    });
+    assert_eq!(s.to, ProcessState::Draining);
+    assert!(s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::KillTool { tool_call_id } if tool_call_id == "c2")));
+    assert!(!s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::KillTool { tool_call_id } if tool_call_id == "c1")));
+    assert_eq!(p.running_calls(), ["c1"]);
+    let s = finished(&mut p, "c1");
+    assert_eq!(s.to, ProcessState::Error);
+    assert_eq!(p.outcome(), Some(&StepOutcome::Aborted));
+    let results = p.results();
+    assert_eq!(results[0].status, ToolStatus::Completed);
+    assert_eq!(results[1].status, ToolStatus::Aborted);
+}
+
+#[test]
+fn no_running_tools_means_an_abort_does_not_drain() {
+    let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
+    p.begin();
+    assert!(!p.abort_would_drain(KillPolicy::None));
+    assert!(!p.stop_requested());
+}
+
+#[test]
+fn process_debug_names_the_state_and_step() {
+    let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
+    assert_eq!(format!("{p:?}"), "Process { state: Idle, request: 2 }");
+    p.begin();
+    assert_eq!(format!("{p:?}"), "Process { state: Calling, request: 2 }");
+}
+
+#[test]
+fn events_map_to_their_chart_kinds() {
+    let a = attempt(1);
+    let err = ModelError::new(ErrorKind::Timeout, "t");
+    let cases: Vec<(Event, Option<ProcessEventKind>, Option<ReactEventKind>)> = vec![
+        (
+            Event::StreamOpened { attempt: a.clone() },
+            Some(ProcessEventKind::StreamOpened),
+            None,
+        ),
+        (
+            delta(1, 0, MessageDelta::Finish),
+            Some(ProcessEventKind::Delta),
+            None,
+        ),
+        (
+            Event::Done { attempt: a.clone() },
+            Some(ProcessEventKind::Done),
+            None,
+        ),
+        (
+            Event::TransportError {
+                attempt: a.clone(),
+                error: err.clone(),
+            },
+            Some(ProcessEventKind::TransportError),
+            None,
+        ),
+        (
+            Event::ContextOverflow {
+                attempt: a.clone(),
+                error: err,
+            },
+            Some(ProcessEventKind::ContextOverflow),
+            None,
+        ),
+        (
+            Event::StreamStalled {
+                attempt: a,
+                after_ms: 1,
+            },
+            Some(ProcessEventKind::StreamStalled),
+            None,
+        ),
+        (
+            Event::TimerElapsed { timer_id: 1 },
+            Some(ProcessEventKind::TimerElapsed),
+            None,
+        ),
+        (
+            Event::ToolFinished {
+                tool_call_id: "c".into(),
+                status: ToolStatus::Completed,
+                content: String::new(),
+            },
+            Some(ProcessEventKind::ToolFinished),
+            None,
+        ),
+        (
+            Event::Approval {
+                tool_call_id: "c".into(),
+                decision: ApprovalDecision::Approved,
+            },
+            Some(ProcessEventKind::Approved),
+            None,
+        ),
+        (
+            Event::Approval {
+                tool_call_id: "c".into(),
+                decision: ApprovalDecision::ApprovedAlways,
+            },
+            Some(ProcessEventKind::ApprovedAlways),
+            None,
+        ),
+        (
+            Event::Approval {
+                tool_call_id: "c".into(),
+                decision: ApprovalDecision::Rejected { reason: "n".into() },
+            },
+            Some(ProcessEventKind::Rejected),
+            None,
+        ),
+        (
+            Event::Approval {
+                tool_call_id: "c".into(),
+                decision: ApprovalDecision::Modified {
+                    arguments: serde_json::json!({}),
+                },
+            },
+            Some(ProcessEventKind::Modified),
+            None,
+        ),
+        (
+            Event::Abort {
+                reason: "r".into(),
+                kill: KillPolicy::Killable,
+            },
+            Some(ProcessEventKind::Abort),
+            Some(ReactEventKind::Abort),
+        ),
+        (
+            Event::Steer { text: "s".into() },
+            Some(ProcessEventKind::Steer),
+            Some(ReactEventKind::Steer),
+        ),
+        (
+            Event::Start {
+                run_id: "r".into(),
+                history: vec![],
+                input: vec![],
+                session_turns: 0,
+            },
+            None,
+            Some(ReactEventKind::Start),
+        ),
+        (
+            Event::Resume {
+                run_id: "r".into(),
+                history: vec![],
+                session_turns: 0,
+                committed_steps: 0,
+                pending: None,
+            },
+            None,
+            Some(ReactEventKind::Resume),
+        ),
+        (
+            Event::CompactionDone {
+                messages: vec![],
+                removed: 0,
+            },
+            None,
+            Some(ReactEventKind::CompactionDone),
+        ),
+        (
+            Event::CompactionFailed { error: "e".into() },
+            None,
+            Some(ReactEventKind::CompactionFailed),
+        ),
+        (
+            Event::StoreWriteFailed { error: "e".into() },
+            None,
+            Some(ReactEventKind::StoreWriteFailed),
+        ),
+        (
+            Event::SwitchModel { model: "m".into() },
+            None,
+            Some(ReactEventKind::SwitchModel),
+        ),
+        (
+            Event::SetTools {
+                tools: vec![],
+                immune: Default::default(),
+            },
+            None,
+            Some(ReactEventKind::SetTools),
+        ),
+    ];
+    for (e, p, r) in cases {
+        assert_eq!(process::event_kind(&e), p, "{}", e.name());
+        assert_eq!(react::event_kind(&e), r, "{}", e.name());
+    }
+}
+
+#[test]
+fn a_non_process_event_is_reported_unhandled_by_the_step() {
+    let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
+    p.begin();
+    let s = p.handle(&Event::SwitchModel { model: "x".into() });
+    assert!(s.unhandled);
+    assert_eq!(
+        (s.from, s.to),
+        (ProcessState::Calling, ProcessState::Calling)
+    );
+    assert!(s.effects.is_empty() && s.transitions.is_empty());
+}
