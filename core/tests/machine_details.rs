@@ -747,3 +747,176 @@ fn run_accessors_report_the_run() {
     assert!(!run.is_terminal());
     assert!(run.result().is_none());
 }
+
+fn first_request(effects: &[Effect]) -> ModelRequest {
+    effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::CallModel { request } => Some(request.clone()),
+            _ => None,
+        })
+        .expect("a model request")
+}
+
+#[test]
+fn r_ctl_5_r_ctl_6_model_and_tools_switch_from_the_next_step_on() {
+    let mut d = Driver::new(
+        config(),
+        vec![
+            tool_turn(&[("c1", "calc", "{}")], None),
+            text_turn("done", None),
+        ],
+    );
+    let mut effects = d.start("hi");
+    for e in [
+        Event::SwitchModel {
+            model: "scripted".into(), // the same model: nothing to announce
+        },
+        Event::SwitchModel {
+            model: "bigger".into(),
+        },
+        Event::SetTools {
+            tools: vec![spec("calc")],
+            immune: Default::default(),
+        },
+    ] {
+        let s = d.run.handle(e);
+        assert!(!s.unhandled);
+        effects.extend(s.effects);
+    }
+    assert_eq!(d.run.config().model, "bigger");
+    d.pump(effects);
+    assert_eq!(d.requests[0].model, "scripted");
+    assert_eq!(d.requests[0].tools.len(), 2);
+    assert_eq!(d.requests[1].model, "bigger");
+    assert_eq!(d.requests[1].tools, [spec("calc")]);
+    let switched: Vec<_> = d
+        .emitted()
+        .into_iter()
+        .filter_map(|e| match e {
+            AgentEvent::ModelSwitched { from, to } => Some((from.clone(), to.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(switched, [("scripted".to_string(), "bigger".to_string())]);
+}
+
+#[test]
+fn r_out_6_a_failed_compaction_fails_the_run() {
+    // Over the message threshold already before the first step: Planning compacts first.
+    let mut run = Run::new(RunConfig {
+        compact_threshold: Some(0),
+        ..config()
+    });
+    let start = run.handle(Event::Start {
+        run_id: "r1".into(),
+        history: vec![],
+        input: vec![Message::user("hi")],
+        session_turns: 0,
+    });
+    assert_eq!(start.to.to_string(), "Compacting");
+    assert!(start.effects.iter().any(|e| matches!(
+        e,
+        Effect::Compact { messages, budget_tokens: None, max_messages: Some(0) } if messages.len() == 1
+    )));
+    assert!(!start
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::CallModel { .. })));
+    let s = run.handle(Event::CompactionFailed {
+        error: "no room".into(),
+    });
+    assert_eq!(s.to.to_string(), "Failed");
+    let r = run.result().expect("ended");
+    assert_eq!(r.outcome, Outcome::Failed);
+    assert_eq!(r.reason, "compaction_failed");
+    assert_eq!(r.error.as_deref(), Some("compaction failed: no room"));
+    assert!(s.effects.iter().any(|e| matches!(
+        e,
+        Effect::Persist { entry: Entry::RunEnd { outcome, .. } } if outcome == "failed"
+    )));
+    assert!(run.is_terminal());
+}
+
+#[test]
+fn r_idem_4_a_store_failure_stops_the_stream_and_persists_nothing_more() {
+    let mut run = Run::new(config());
+    let start = run.handle(Event::Start {
+        run_id: "r1".into(),
+        history: vec![],
+        input: vec![Message::user("hi")],
+        session_turns: 0,
+    });
+    let req = first_request(&start.effects);
+    let s = run.handle(Event::StoreWriteFailed {
+        error: "disk full".into(),
+    });
+    assert!(s.effects.iter().any(|e| matches!(
+        e,
+        Effect::CancelModel { attempt } if attempt.attempt == req.attempt && attempt.model_call_index == req.model_call_index
+    )));
+    assert!(!s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::Persist { .. })));
+    let r = run.result().expect("ended");
+    assert_eq!(r.outcome, Outcome::Failed);
+    assert_eq!(r.reason, "store_write_failed");
+    assert_eq!(
+        r.error.as_deref(),
+        Some("session store write failed: disk full")
+    );
+    assert!(run.process_state().is_none(), "the step ended with the run");
+}
+
+#[test]
+fn r_idem_4_a_store_failure_kills_running_tools() {
+    let mut run = Run::new(config());
+    let start = run.handle(Event::Start {
+        run_id: "r1".into(),
+        history: vec![],
+        input: vec![Message::user("hi")],
+        session_turns: 0,
+    });
+    let req = first_request(&start.effects);
+    let attempt = AttemptId {
+        run_id: req.run_id.clone(),
+        model_call_index: req.model_call_index,
+        attempt: req.attempt,
+    };
+    run.handle(Event::StreamOpened {
+        attempt: attempt.clone(),
+    });
+    for (seq, delta) in tool_turn(&[("c1", "calc", "{}"), ("c2", "ls", "{}")], None)
+        .into_iter()
+        .enumerate()
+    {
+        run.handle(Event::Delta {
+            attempt: attempt.clone(),
+            seq: seq as u64,
+            delta,
+        });
+    }
+    run.handle(Event::Done { attempt });
+    run.handle(Event::ToolFinished {
+        tool_call_id: "c1".into(),
+        status: ToolStatus::Completed,
+        content: "ok".into(),
+    });
+    let s = run.handle(Event::StoreWriteFailed {
+        error: "disk full".into(),
+    });
+    let kills: Vec<_> = s
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::KillTool { tool_call_id } => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kills, ["c2"]);
+    assert!(!s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::CancelModel { .. })));
+}
