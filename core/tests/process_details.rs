@@ -487,3 +487,233 @@ fn a_non_process_event_is_reported_unhandled_by_the_step() {
     );
     assert!(s.effects.is_empty() && s.transitions.is_empty());
 }
+
+#[test]
+fn r_in_1_retries_stop_at_the_budget_and_honour_the_server_hint() {
+    let mut cfg = StepConfig::default();
+    cfg.retry.max_retries = 1;
+    let mut p = Process::new(cfg, request(), BTreeSet::new());
+    p.begin();
+    let s = p.handle(&Event::TransportError {
+        attempt: attempt(1),
+        error: ModelError::new(ErrorKind::RateLimited, "slow down")
+            .with_retry_after_ms(Some(7_500)),
+    });
+    assert!(s.effects.iter().any(|e| matches!(
+        e,
+        Effect::StartTimer {
+            delay_ms: 7_500,
+            ..
+        }
+    )));
+    let timer = p.request().model_call_index as u64 * 1_000_000 + 2;
+    p.handle(&Event::TimerElapsed { timer_id: timer });
+    assert_eq!(p.state(), ProcessState::Calling);
+    let err = ModelError::new(ErrorKind::ServerError, "boom");
+    let s = p.handle(&Event::TransportError {
+        attempt: attempt(2),
+        error: err.clone(),
+    });
+    assert_eq!(s.to, ProcessState::Error, "retries exhausted");
+    assert_eq!(p.outcome(), Some(&StepOutcome::Failed(err)));
+    assert_eq!(p.retries(), 1);
+}
+
+#[test]
+fn r_in_1_a_stalled_stream_is_cancelled_and_retried_until_the_budget_is_spent() {
+    let mut cfg = StepConfig::default();
+    cfg.retry.max_retries = 1;
+    let mut p = Process::new(cfg, request(), BTreeSet::new());
+    p.begin();
+    p.handle(&Event::StreamOpened {
+        attempt: attempt(1),
+    });
+    let s = p.handle(&Event::StreamStalled {
+        attempt: attempt(1),
+        after_ms: 30_000,
+    });
+    assert!(s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::CancelModel { attempt: a } if *a == attempt(1))));
+    assert_eq!(s.to, ProcessState::Retrying);
+    // A stall of an old attempt is ignored.
+    let s = p.handle(&Event::StreamStalled {
+        attempt: attempt(1),
+        after_ms: 1,
+    });
+    assert_eq!(s.to, ProcessState::Retrying);
+    assert!(s.effects.is_empty());
+    p.handle(&Event::TimerElapsed {
+        timer_id: 2_000_002,
+    });
+    let s = p.handle(&Event::StreamStalled {
+        attempt: attempt(2),
+        after_ms: 30_000,
+    });
+    assert_eq!(s.to, ProcessState::Error);
+    match p.outcome() {
+        Some(StepOutcome::Failed(e)) => {
+            assert_eq!(e.kind, ErrorKind::Timeout);
+            assert_eq!(e.message, "stream stalled for 30000 ms; retries exhausted");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn r_in_2_context_overflow_ends_the_step_for_compaction() {
+    let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
+    p.begin();
+    let err = ModelError::new(ErrorKind::ContextOverflow, "too long");
+    let s = p.handle(&Event::ContextOverflow {
+        attempt: attempt(1),
+        error: err.clone(),
+    });
+    assert_eq!(s.to, ProcessState::Error);
+    assert_eq!(p.outcome(), Some(&StepOutcome::ContextOverflow(err)));
+    assert_eq!(p.retries(), 0);
+}
+
+#[test]
+fn r_ctl_3_abort_while_waiting_to_retry_cancels_the_timer() {
+    let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
+    p.begin();
+    p.handle(&Event::TransportError {
+        attempt: attempt(1),
+        error: ModelError::new(ErrorKind::Overloaded, "busy"),
+    });
+    let s = p.handle(&Event::Abort {
+        reason: "stop".into(),
+        kill: KillPolicy::Killable,
+    });
+    assert!(s.effects.iter().any(|e| matches!(
+        e,
+        Effect::CancelTimer {
+            timer_id: 2_000_002
+        }
+    )));
+    assert!(!s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::CancelModel { .. })));
+    assert_eq!(p.outcome(), Some(&StepOutcome::Aborted));
+    // While requesting, the model call is cancelled instead.
+    let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
+    p.begin();
+    let s = p.handle(&Event::Abort {
+        reason: "stop".into(),
+        kill: KillPolicy::Killable,
+    });
+    assert!(s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::CancelModel { attempt: a } if *a == attempt(1))));
+    assert!(!s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::CancelTimer { .. })));
+}
+
+#[test]
+fn r_tool_3_modified_arguments_run_and_rejections_are_denied() {
+    let mut cfg = StepConfig::default();
+    cfg.approval.insert(
+        "calc".into(),
+        agentloop_core::process::ApprovalPolicy::Always,
+    );
+    let mut p = Process::new(cfg, request(), BTreeSet::new());
+    p.begin();
+    stream_calls(&mut p, 1, &["calc", "calc"]);
+    let s = p.handle(&Event::Approval {
+        tool_call_id: "c1".into(),
+        decision: ApprovalDecision::Modified {
+            arguments: serde_json::json!({"i": 99}),
+        },
+    });
+    assert!(s.effects.iter().any(|e| matches!(
+        e,
+        Effect::RunTool { call } if call.id == "c1" && call.arguments == serde_json::json!({"i": 99})
+    )));
+    // The second call is asked about next.
+    assert!(s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::RequestApproval { call } if call.id == "c2")));
+    let s = p.handle(&Event::Approval {
+        tool_call_id: "c2".into(),
+        decision: ApprovalDecision::Rejected {
+            reason: "too risky".into(),
+        },
+    });
+    assert!(!s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::RunTool { call } if call.id == "c2")));
+    finished(&mut p, "c1");
+    assert_eq!(p.state(), ProcessState::Success);
+    let r = p.results();
+    assert_eq!(r[1].status, ToolStatus::Denied);
+    assert_eq!(r[1].content, "denied by user: too risky");
+    assert!(
+        p.whitelist().is_empty(),
+        "a modified approval whitelists nothing"
+    );
+}
+
+#[test]
+fn r_str_6_invalid_arguments_and_unknown_tools_get_error_results_without_running() {
+    let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
+    p.begin();
+    p.handle(&Event::StreamOpened {
+        attempt: attempt(1),
+    });
+    for (seq, d) in [
+        MessageDelta::ToolCall {
+            id: "c1".into(),
+            name: "calc".into(),
+            arguments: "{oops".into(),
+        },
+        MessageDelta::ToolCall {
+            id: "c2".into(),
+            name: "nope".into(),
+            arguments: "{}".into(),
+        },
+        MessageDelta::ToolCall {
+            id: "c3".into(),
+            name: "ls".into(),
+            arguments: "{}".into(),
+        },
+        MessageDelta::Finish,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        p.handle(&delta(1, seq as u64, d));
+    }
+    let s = p.handle(&Event::Done {
+        attempt: attempt(1),
+    });
+    let runs: Vec<_> = s
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::RunTool { call } => Some(call.id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(runs, ["c3"]);
+    assert_eq!(p.running_calls(), ["c3"]);
+    finished(&mut p, "c3");
+    let r = p.results();
+    assert_eq!(r.len(), 3);
+    assert_eq!(r[0].status, ToolStatus::Error);
+    assert!(
+        r[0].content.starts_with("invalid JSON arguments"),
+        "{}",
+        r[0].content
+    );
+    assert_eq!(r[1].status, ToolStatus::Error);
+    assert_eq!(r[1].content, "unknown tool: nope");
+    assert_eq!(r[2].status, ToolStatus::Completed);
+}
