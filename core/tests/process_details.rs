@@ -717,3 +717,108 @@ fn r_str_6_invalid_arguments_and_unknown_tools_get_error_results_without_running
     assert_eq!(r[1].content, "unknown tool: nope");
     assert_eq!(r[2].status, ToolStatus::Completed);
 }
+
+/// One line per effect: persisted entries by kind, emitted events by type and key fields.
+fn describe(effects: &[Effect]) -> Vec<String> {
+    effects
+        .iter()
+        .map(|e| match e {
+            Effect::Emit { event } => {
+                let v = serde_json::to_value(event).unwrap();
+                let mut s = format!("emit {}", v["type"].as_str().unwrap());
+                if let Some(o) = v.as_object() {
+                    for (k, val) in o {
+                        if k != "type" {
+                            s.push_str(&format!(" {k}={val}"));
+                        }
+                    }
+                }
+                s
+            }
+            Effect::Persist { entry } => {
+                let v = serde_json::to_value(entry).unwrap();
+                format!("persist {}", v["entry"].as_str().unwrap())
+            }
+            Effect::CallModel { request } => {
+                format!(
+                    "call_model {}#{}",
+                    request.model_call_index, request.attempt
+                )
+            }
+            Effect::RunTool { call } => format!("run_tool {}", call.id),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn r_str_2_a_tool_step_emits_its_observable_events_in_order() {
+    let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
+    let mut effects = p.begin().effects;
+    effects.extend(
+        p.handle(&Event::StreamOpened {
+            attempt: attempt(1),
+        })
+        .effects,
+    );
+    for (seq, d) in [
+        MessageDelta::ReasoningDelta { text: "hm".into() },
+        MessageDelta::TextDelta { text: "ok".into() },
+        MessageDelta::ToolInputStart {
+            id: "c1".into(),
+            name: "calc".into(),
+        },
+        MessageDelta::ToolInputDelta {
+            id: "c1".into(),
+            delta: "{}".into(),
+        },
+        MessageDelta::ToolInputEnd { id: "c1".into() },
+        MessageDelta::ToolCall {
+            id: "c1".into(),
+            name: "calc".into(),
+            arguments: "{}".into(),
+        },
+        MessageDelta::FinishStep {
+            finish_reason: Some(FinishReason::ToolCalls),
+            raw_finish_reason: None,
+            usage: None,
+        },
+        MessageDelta::Finish,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        effects.extend(p.handle(&delta(1, seq as u64, d)).effects);
+    }
+    effects.extend(
+        p.handle(&Event::Done {
+            attempt: attempt(1),
+        })
+        .effects,
+    );
+    effects.extend(finished(&mut p, "c1").effects);
+    let got = describe(&effects);
+    let expected = [
+        r#"emit state_changed event="Begin" from="Idle" machine="process" to="Calling""#,
+        r#"emit request_start attempt=1 model="m" model_call_index=2"#,
+        "call_model 2#1",
+        r#"emit state_changed event="StreamOpened" from="Calling" machine="process" to="Streaming""#,
+        "emit message_start attempt=1 model_call_index=2",
+        r#"emit reasoning_delta attempt=1 model_call_index=2 text="hm""#,
+        r#"emit text_delta attempt=1 model_call_index=2 text="ok""#,
+        r#"emit tool_input_start name="calc" tool_call_id="c1""#,
+        r#"emit tool_input_delta delta="{}" tool_call_id="c1""#,
+        r#"emit state_changed event="Done" from="Streaming" machine="process" to="RunningTools""#,
+        "persist assistant",
+        "emit response_complete model_call_index=2 tool_calls=1",
+        "emit tool_calls count=1",
+        "persist tool_started",
+        r#"emit tool_start arguments={} name="calc" tool_call_id="c1""#,
+        "run_tool c1",
+        "persist tool_result",
+        r#"emit tool_end name="calc" status="completed" tool_call_id="c1""#,
+        // The last result settles the step.
+        r#"emit state_changed event="Settle" from="RunningTools" machine="process" to="Success""#,
+    ];
+    assert_eq!(got, expected, "{got:#?}");
+}
