@@ -920,3 +920,69 @@ fn r_idem_4_a_store_failure_kills_running_tools() {
         .iter()
         .any(|e| matches!(e, Effect::CancelModel { .. })));
 }
+
+#[test]
+fn r_out_1_a_one_step_run_emits_and_persists_in_order() {
+    let mut d = Driver::new(config(), vec![text_turn("hello", usage(3, 4))]);
+    d.go("hi");
+    let got: Vec<String> = d
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Emit { event } => {
+                let v = serde_json::to_value(event).unwrap();
+                let t = v["type"].as_str().unwrap().to_string();
+                (t != "text_delta" && t != "request_start" && t != "message_start").then(|| {
+                    match event {
+                        AgentEvent::StateChanged {
+                            machine,
+                            from,
+                            to,
+                            event,
+                        } => {
+                            format!("{machine:?} {from} -{event}-> {to}")
+                        }
+                        AgentEvent::RunEnd {
+                            outcome,
+                            reason,
+                            usage,
+                            ..
+                        } => format!(
+                            "run_end {} {reason} {}+{}",
+                            outcome.as_str(),
+                            usage.input_tokens,
+                            usage.output_tokens
+                        ),
+                        _ => t,
+                    }
+                })
+            }
+            Effect::Persist { entry } => Some(format!(
+                "persist {}",
+                serde_json::to_value(entry).unwrap()["entry"]
+                    .as_str()
+                    .unwrap()
+            )),
+            Effect::CallModel { .. } => Some("call_model".into()),
+            _ => None,
+        })
+        .collect();
+    // A state change is announced before what its handler did.
+    let expected = [
+        "React Init -Start-> Planning",
+        "persist user_input",
+        "run_start",
+        "React Planning -Plan-> Executing",
+        "Process Idle -Begin-> Calling",
+        "call_model",
+        "Process Calling -StreamOpened-> Streaming",
+        "Process Streaming -Done-> Success",
+        "persist assistant",
+        "response_complete",
+        "React Executing -InnerSucceeded-> Observing",
+        "React Observing -Decide-> Completed",
+        "persist run_end",
+        "run_end completed final_answer 3+4",
+    ];
+    assert_eq!(got, expected, "{got:#?}");
+}
