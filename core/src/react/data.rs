@@ -252,9 +252,14 @@ impl ReactData {
             }
             let excess = self.recent_calls.len().saturating_sub(64);
             self.recent_calls.drain(..excess);
-            if let Some((pattern, repeats)) =
+            // Only a step that added calls can complete a cycle: re-checking an unchanged
+            // history would report the same loop again (R-TOOL-4: each loop once).
+            let pattern = if m.tool_calls.is_empty() {
+                None
+            } else {
                 crate::react::health::repeated_pattern(&self.recent_calls)
-            {
+            };
+            if let Some((pattern, repeats)) = pattern {
                 self.emit(AgentEvent::LoopDetected {
                     tool_call_id: None,
                     pattern,

@@ -1,0 +1,988 @@
+//! Run-level properties of the two machines, driven step by step through `Run::handle`:
+//! usage accumulation (R-CTX-3), tool results in call order (R-IN-4), budget- and
+//! count-driven compaction (R-OUT-4, R-CTX), the approve-always whitelist across steps
+//! (R-TOOL-3), doom loops (R-TOOL-4), steering at the step boundary (R-CTL-2), the last-step
+//! reminder (R-OUT-5), and the run's accessors.
+
+use std::collections::VecDeque;
+
+use agentloop_core::agent_event::AgentEvent;
+use agentloop_core::message::FinishReason;
+use agentloop_core::process::{ApprovalPolicy, DoomLoopPolicy, LoopAction};
+use agentloop_core::react::config::FINAL_REMINDER;
+use agentloop_core::{
+    ApprovalDecision, AttemptId, Effect, Entry, Event, Message, MessageDelta, ModelRequest,
+    Outcome, Run, RunConfig, ToolCall, ToolSpec, ToolStatus, Usage,
+};
+
+fn spec(name: &str) -> ToolSpec {
+    ToolSpec {
+        name: name.into(),
+        description: format!("the {name} tool"),
+        parameters: serde_json::json!({"type": "object"}),
+    }
+}
+
+fn config() -> RunConfig {
+    RunConfig {
+        tools: vec![spec("calc"), spec("ls")],
+        ..RunConfig::default()
+    }
+}
+
+fn usage(input: u64, output: u64) -> Option<Usage> {
+    Some(Usage {
+        input_tokens: input,
+        output_tokens: output,
+        ..Default::default()
+    })
+}
+
+/// A model turn answering with text.
+fn text_turn(text: &str, usage: Option<Usage>) -> Vec<MessageDelta> {
+    vec![
+        MessageDelta::TextDelta { text: text.into() },
+        MessageDelta::FinishStep {
+            finish_reason: Some(FinishReason::Stop),
+            raw_finish_reason: None,
+            usage,
+        },
+        MessageDelta::Finish,
+    ]
+}
+
+/// A model turn calling tools: `(id, name, arguments)`.
+fn tool_turn(calls: &[(&str, &str, &str)], usage: Option<Usage>) -> Vec<MessageDelta> {
+    let mut d: Vec<MessageDelta> = calls
+        .iter()
+        .map(|(id, name, args)| MessageDelta::ToolCall {
+            id: (*id).into(),
+            name: (*name).into(),
+            arguments: (*args).into(),
+        })
+        .collect();
+    d.push(MessageDelta::FinishStep {
+        finish_reason: Some(FinishReason::ToolCalls),
+        raw_finish_reason: None,
+        usage,
+    });
+    d.push(MessageDelta::Finish);
+    d
+}
+
+type Approver = fn(&ToolCall) -> ApprovalDecision;
+type Compactor = fn(&[Message]) -> Vec<Message>;
+
+/// Answers every effect of a run: scripted model turns, tools finishing in reverse call order
+/// (so call order must be restored by the machine), approvals and compactions.
+struct Driver {
+    run: Run,
+    turns: VecDeque<Vec<MessageDelta>>,
+    approve: Approver,
+    compactor: Compactor,
+    requests: Vec<ModelRequest>,
+    effects: Vec<Effect>,
+}
+
+impl Driver {
+    fn new(cfg: RunConfig, turns: Vec<Vec<MessageDelta>>) -> Self {
+        Driver {
+            run: Run::new(cfg),
+            turns: turns.into(),
+            approve: |_| ApprovalDecision::Approved,
+            compactor: |_| vec![Message::user("summary")],
+            requests: Vec::new(),
+            effects: Vec::new(),
+        }
+    }
+
+    fn start(&mut self, prompt: &str) -> Vec<Effect> {
+        self.run
+            .handle(Event::Start {
+                run_id: "r1".into(),
+                history: vec![],
+                input: vec![Message::user(prompt)],
+                session_turns: 0,
+            })
+            .effects
+    }
+
+    fn feed(&mut self, queue: &mut VecDeque<Effect>, event: Event) {
+        let step = self.run.handle(event);
+        assert!(
+            step.transitions.iter().all(|t| t.conforms()),
+            "{:?}",
+            step.transitions
+        );
+        assert!(step.guard_violations().is_empty());
+        queue.extend(step.effects);
+    }
+
+    /// Answers effects until the run needs nothing more.
+    fn pump(&mut self, effects: Vec<Effect>) {
+        let mut queue: VecDeque<Effect> = effects.into();
+        let mut tools: Vec<ToolCall> = Vec::new();
+        loop {
+            while let Some(e) = queue.pop_front() {
+                self.effects.push(e.clone());
+                match e {
+                    Effect::CallModel { request } => {
+                        self.requests.push(request.clone());
+                        let attempt = AttemptId {
+                            run_id: request.run_id.clone(),
+                            model_call_index: request.model_call_index,
+                            attempt: request.attempt,
+                        };
+                        let turn = self.turns.pop_front().expect("a scripted model turn");
+                        self.feed(
+                            &mut queue,
+                            Event::StreamOpened {
+                                attempt: attempt.clone(),
+                            },
+                        );
+                        for (seq, delta) in turn.into_iter().enumerate() {
+                            self.feed(
+                                &mut queue,
+                                Event::Delta {
+                                    attempt: attempt.clone(),
+                                    seq: seq as u64,
+                                    delta,
+                                },
+                            );
+                        }
+                        self.feed(&mut queue, Event::Done { attempt });
+                    }
+                    Effect::RunTool { call } => tools.push(call),
+                    Effect::RequestApproval { call } => {
+                        let decision = (self.approve)(&call);
+                        self.feed(
+                            &mut queue,
+                            Event::Approval {
+                                tool_call_id: call.id,
+                                decision,
+                            },
+                        );
+                    }
+                    Effect::Compact { messages, .. } => {
+                        let replacement = (self.compactor)(&messages);
+                        let removed = messages.len().saturating_sub(replacement.len());
+                        self.feed(
+                            &mut queue,
+                            Event::CompactionDone {
+                                messages: replacement,
+                                removed,
+                            },
+                        );
+                    }
+                    _ => {}
+                }
+            }
+            if tools.is_empty() {
+                break;
+            }
+            for call in tools.drain(..).rev() {
+                self.feed(
+                    &mut queue,
+                    Event::ToolFinished {
+                        content: format!("out:{}", call.id),
+                        tool_call_id: call.id,
+                        status: ToolStatus::Completed,
+                    },
+                );
+            }
+        }
+    }
+
+    fn go(&mut self, prompt: &str) {
+        let e = self.start(prompt);
+        self.pump(e);
+    }
+
+    fn result(&self) -> &agentloop_core::LoopResult {
+        self.run.result().expect("the run ended")
+    }
+
+    fn emitted(&self) -> Vec<&AgentEvent> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Emit { event } => Some(event),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn count(&self, f: impl Fn(&Effect) -> bool) -> usize {
+        self.effects.iter().filter(|e| f(e)).count()
+    }
+
+    fn compactions(&self) -> Vec<(Option<u64>, Option<usize>)> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Compact {
+                    budget_tokens,
+                    max_messages,
+                    ..
+                } => Some((*budget_tokens, *max_messages)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn shape(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| match m {
+            Message::System { content } => format!("s:{content}"),
+            Message::User { content } => format!("u:{content}"),
+            Message::Assistant(a) => {
+                let ids: Vec<_> = a.tool_calls.iter().map(|c| c.id.as_str()).collect();
+                format!("a:{}[{}]", a.text, ids.join(","))
+            }
+            Message::Tool(r) => format!("t:{}={}", r.tool_call_id, r.content),
+        })
+        .collect()
+}
+
+#[test]
+fn r_ctx_3_usage_is_summed_over_the_steps_of_a_run() {
+    let u1 = Usage {
+        input_tokens: 100,
+        output_tokens: 20,
+        cache_read_input_tokens: 3,
+        cache_creation_input_tokens: 4,
+        reasoning_tokens: 5,
+    };
+    let u2 = Usage {
+        input_tokens: 200,
+        output_tokens: 30,
+        cache_read_input_tokens: 7,
+        cache_creation_input_tokens: 11,
+        reasoning_tokens: 13,
+    };
+    let mut d = Driver::new(
+        config(),
+        vec![
+            tool_turn(&[("c1", "calc", "{}")], Some(u1)),
+            text_turn("done", None),
+            // (never requested)
+        ],
+    );
+    d.turns
+        .insert(1, tool_turn(&[("c2", "ls", "{}")], Some(u2)));
+    d.go("hi");
+    let r = d.result();
+    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!(r.reason, "final_answer");
+    assert_eq!(r.iterations, 3);
+    let total = Usage {
+        input_tokens: 300,
+        output_tokens: 50,
+        cache_read_input_tokens: 10,
+        cache_creation_input_tokens: 15,
+        reasoning_tokens: 18,
+    };
+    assert_eq!(r.usage, total);
+    assert_eq!(r.final_text(), Some("done"));
+    let end = d
+        .emitted()
+        .into_iter()
+        .find_map(|e| match e {
+            AgentEvent::RunEnd { usage, .. } => Some(*usage),
+            _ => None,
+        })
+        .expect("run_end");
+    assert_eq!(end, total);
+}
+
+#[test]
+fn r_in_4_results_enter_the_context_in_call_order() {
+    let mut d = Driver::new(
+        config(),
+        vec![
+            tool_turn(
+                &[
+                    ("c1", "calc", "{}"),
+                    ("c2", "ls", "{}"),
+                    ("c3", "calc", r#"{"x":1}"#),
+                ],
+                None,
+            ),
+            text_turn("done", None),
+        ],
+    );
+    d.go("hi");
+    let expected = [
+        "u:hi",
+        "a:[c1,c2,c3]",
+        "t:c1=out:c1",
+        "t:c2=out:c2",
+        "t:c3=out:c3",
+        "a:done[]",
+    ];
+    assert_eq!(shape(&d.result().messages), expected);
+    assert_eq!(shape(d.run.messages()), expected);
+    // The second request carries the results in call order too.
+    assert_eq!(shape(&d.requests[1].messages), expected[..5]);
+    // They were persisted in completion order (reverse), each once.
+    let persisted: Vec<_> = d
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Persist {
+                entry: Entry::ToolResult { result, .. },
+            } => Some(result.tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(persisted, ["c3", "c2", "c1"]);
+}
+
+#[test]
+fn r_out_4_reported_usage_at_the_budget_ratio_compacts_before_the_next_step() {
+    let cfg = RunConfig {
+        context_budget_tokens: Some(1000),
+        compact_ratio: 0.5,
+        ..config()
+    };
+    let mut d = Driver::new(
+        cfg.clone(),
+        vec![
+            tool_turn(&[("c1", "calc", "{}")], usage(400, 100)),
+            text_turn("done", None),
+        ],
+    );
+    d.go("hi");
+    assert_eq!(d.compactions(), [(Some(500), None)]);
+    // The next request is built from the compacted context.
+    assert_eq!(shape(&d.requests[1].messages), ["u:summary"]);
+    assert_eq!(shape(&d.result().messages), ["u:summary", "a:done[]"]);
+    assert!(d.effects.iter().any(|e| matches!(
+        e,
+        Effect::Persist {
+            entry: Entry::Compaction { removed: 2, .. }
+        }
+    )));
+    assert!(d
+        .emitted()
+        .iter()
+        .any(|e| matches!(e, AgentEvent::CompactEnd { removed: 2 })));
+    // One token below the ratio: no compaction.
+    let mut d = Driver::new(
+        cfg,
+        vec![
+            tool_turn(&[("c1", "calc", "{}")], usage(400, 99)),
+            text_turn("done", None),
+        ],
+    );
+    d.go("hi");
+    assert!(d.compactions().is_empty());
+    assert_eq!(d.requests[1].messages.len(), 3);
+}
+
+#[test]
+fn r_out_4_without_reported_usage_the_estimate_drives_compaction() {
+    // "hi" (5) + assistant call `calc` `{}` (6) + result `out:c1` + `calc` (7) = 18 tokens.
+    let turns = || {
+        vec![
+            tool_turn(&[("c1", "calc", "{}")], None),
+            text_turn("done", None),
+        ]
+    };
+    let budget = |b| RunConfig {
+        context_budget_tokens: Some(b),
+        compact_ratio: 1.0,
+        ..config()
+    };
+    let mut d = Driver::new(budget(18), turns());
+    d.go("hi");
+    assert_eq!(d.compactions(), [(Some(18), None)]);
+    let mut d = Driver::new(budget(19), turns());
+    d.go("hi");
+    assert!(d.compactions().is_empty());
+}
+
+#[test]
+fn r_out_4_more_messages_than_the_threshold_compacts() {
+    let turns = || {
+        vec![
+            tool_turn(&[("c1", "calc", "{}")], None),
+            text_turn("done", None),
+        ]
+    };
+    // After the first step the context holds 3 messages.
+    let mut d = Driver::new(
+        RunConfig {
+            compact_threshold: Some(2),
+            ..config()
+        },
+        turns(),
+    );
+    d.go("hi");
+    assert_eq!(d.compactions(), [(None, Some(2))]);
+    let mut d = Driver::new(
+        RunConfig {
+            compact_threshold: Some(3),
+            ..config()
+        },
+        turns(),
+    );
+    d.go("hi");
+    assert!(d.compactions().is_empty());
+}
+
+#[test]
+fn r_out_3_a_final_answer_over_budget_completes_without_compacting() {
+    let mut d = Driver::new(
+        RunConfig {
+            context_budget_tokens: Some(10),
+            ..config()
+        },
+        vec![text_turn("done", usage(50, 50))],
+    );
+    d.go("hi");
+    assert!(d.compactions().is_empty());
+    assert_eq!(d.result().reason, "final_answer");
+}
+
+fn approvals(d: &Driver) -> usize {
+    d.count(|e| matches!(e, Effect::RequestApproval { .. }))
+}
+
+fn tool_runs(d: &Driver) -> usize {
+    d.count(|e| matches!(e, Effect::RunTool { .. }))
+}
+
+fn calc_each_step() -> Vec<Vec<MessageDelta>> {
+    vec![
+        tool_turn(&[("c1", "calc", r#"{"x":1}"#)], None),
+        tool_turn(&[("c2", "calc", r#"{"x":2}"#)], None),
+        tool_turn(&[("c3", "ls", "{}")], None),
+        text_turn("done", None),
+    ]
+}
+
+#[test]
+fn r_tool_3_approve_always_whitelists_the_tool_for_later_steps() {
+    let mut cfg = config();
+    cfg.step
+        .approval
+        .insert("calc".into(), ApprovalPolicy::Always);
+    let mut d = Driver::new(cfg.clone(), calc_each_step());
+    d.approve = |_| ApprovalDecision::ApprovedAlways;
+    d.go("hi");
+    assert_eq!(approvals(&d), 1, "asked once, then whitelisted");
+    assert_eq!(tool_runs(&d), 3);
+    assert_eq!(d.result().reason, "final_answer");
+    // A plain approval whitelists nothing: asked in both steps; `ls` never needs approval.
+    let mut d = Driver::new(cfg, calc_each_step());
+    d.go("hi");
+    assert_eq!(approvals(&d), 2);
+    assert_eq!(tool_runs(&d), 3);
+}
+
+#[test]
+fn r_tool_3_a_rejected_call_is_not_run_and_gets_a_denied_result() {
+    let mut cfg = config();
+    cfg.step
+        .approval
+        .insert("calc".into(), ApprovalPolicy::Always);
+    let mut d = Driver::new(
+        cfg,
+        vec![
+            tool_turn(&[("c1", "calc", "{}")], None),
+            text_turn("ok", None),
+        ],
+    );
+    d.approve = |_| ApprovalDecision::Rejected {
+        reason: "no".into(),
+    };
+    d.go("hi");
+    assert_eq!(tool_runs(&d), 0);
+    let Message::Tool(r) = &d.result().messages[2] else {
+        panic!("{:?}", d.result().messages)
+    };
+    assert_eq!(r.status, ToolStatus::Denied);
+}
+
+fn same_call_each_step(n: usize) -> Vec<Vec<MessageDelta>> {
+    let mut t: Vec<_> = (0..n)
+        .map(|i| tool_turn(&[(&format!("c{i}"), "calc", r#"{"x":1}"#)], None))
+        .collect();
+    t.push(text_turn("done", None));
+    t
+}
+
+fn loops(d: &Driver) -> Vec<(Option<String>, u32, String)> {
+    d.emitted()
+        .into_iter()
+        .filter_map(|e| match e {
+            AgentEvent::LoopDetected {
+                tool_call_id,
+                repeats,
+                action,
+                ..
+            } => Some((tool_call_id.clone(), *repeats, action.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn r_tool_4_the_third_identical_call_in_a_row_asks_for_approval() {
+    let mut d = Driver::new(config(), same_call_each_step(3));
+    d.go("hi");
+    assert_eq!(loops(&d), [(Some("c2".to_string()), 3, "ask".to_string())]);
+    assert_eq!(approvals(&d), 1);
+    assert_eq!(tool_runs(&d), 3, "approved, so it ran");
+    // Two identical calls are no loop.
+    let mut d = Driver::new(config(), same_call_each_step(2));
+    d.go("hi");
+    assert!(loops(&d).is_empty());
+    assert_eq!(approvals(&d), 0);
+    // Different arguments in between break the streak.
+    let mut turns = same_call_each_step(3);
+    turns.insert(1, tool_turn(&[("cx", "calc", r#"{"x":2}"#)], None));
+    let mut d = Driver::new(config(), turns);
+    d.go("hi");
+    assert!(loops(&d).is_empty());
+}
+
+#[test]
+fn r_tool_4_a_stop_policy_refuses_the_call_and_stops_the_run() {
+    let mut cfg = config();
+    cfg.step.doom_loop = Some(DoomLoopPolicy {
+        threshold: 2,
+        action: LoopAction::Stop,
+    });
+    let mut d = Driver::new(cfg, same_call_each_step(2));
+    d.go("hi");
+    assert_eq!(loops(&d), [(Some("c1".to_string()), 2, "stop".to_string())]);
+    assert_eq!(tool_runs(&d), 1);
+    let r = d.result();
+    assert_eq!(
+        (r.outcome, r.reason.as_str()),
+        (Outcome::Completed, "stopped")
+    );
+    let Some(Message::Tool(last)) = r.messages.last() else {
+        panic!("{:?}", r.messages)
+    };
+    assert_eq!(last.status, ToolStatus::Error);
+    assert!(
+        last.content.contains("2 times in a row"),
+        "{}",
+        last.content
+    );
+    // Detection disabled: no loop, no stop.
+    let mut cfg = config();
+    cfg.step.doom_loop = None;
+    let mut d = Driver::new(cfg, same_call_each_step(4));
+    d.go("hi");
+    assert!(loops(&d).is_empty());
+    assert_eq!(d.result().reason, "final_answer");
+}
+
+#[test]
+fn r_tool_4_a_repeated_cycle_across_steps_is_reported_once() {
+    let mut turns: Vec<_> = (0..6)
+        .map(|i| {
+            let name = if i % 2 == 0 { "calc" } else { "ls" };
+            tool_turn(&[(&format!("c{i}"), name, "{}")], None)
+        })
+        .collect();
+    turns.push(text_turn("done", None));
+    let mut d = Driver::new(config(), turns);
+    d.go("hi");
+    let patterns: Vec<_> = d
+        .emitted()
+        .into_iter()
+        .filter_map(|e| match e {
+            AgentEvent::LoopDetected {
+                tool_call_id: None,
+                pattern,
+                repeats,
+                action,
+            } => Some((pattern.clone(), *repeats, action.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        patterns,
+        [(
+            vec!["calc".to_string(), "ls".to_string()],
+            3,
+            "warn".to_string()
+        )]
+    );
+}
+
+#[test]
+fn r_ctl_2_steering_joins_the_next_request_and_keeps_the_run_going() {
+    let mut d = Driver::new(
+        config(),
+        vec![text_turn("first", None), text_turn("second", None)],
+    );
+    let effects = d.start("hi");
+    let steer = d.run.handle(Event::Steer {
+        text: "also this".into(),
+    });
+    assert!(!steer.unhandled);
+    let mut all = effects;
+    all.extend(steer.effects);
+    d.pump(all);
+    // Without steering, "first" would have been the final answer.
+    assert_eq!(d.requests.len(), 2);
+    assert_eq!(
+        shape(&d.requests[1].messages),
+        ["u:hi", "a:first[]", "u:also this"]
+    );
+    assert!(d
+        .emitted()
+        .iter()
+        .any(|e| matches!(e, AgentEvent::SteeringApplied { text } if text == "also this")));
+    assert!(d.effects.iter().any(|e| matches!(
+        e,
+        Effect::Persist { entry: Entry::UserInput { message, .. } } if *message == Message::user("also this")
+    )));
+    assert_eq!(d.result().final_text(), Some("second"));
+    assert_eq!(d.result().iterations, 2);
+}
+
+#[test]
+fn r_out_5_the_last_allowed_step_gets_the_reminder_and_no_tools() {
+    let mut d = Driver::new(
+        RunConfig {
+            max_steps: 2,
+            ..config()
+        },
+        vec![
+            tool_turn(&[("c1", "calc", "{}")], None),
+            text_turn("final", None),
+        ],
+    );
+    d.go("hi");
+    assert_eq!(d.requests[0].tools.len(), 2);
+    assert_eq!(d.requests[0].model_call_index, 1);
+    assert_eq!(d.requests[1].model_call_index, 2);
+    assert!(d.requests[1].tools.is_empty());
+    assert_eq!(
+        d.requests[1].messages.last(),
+        Some(&Message::user(FINAL_REMINDER))
+    );
+    // The reminder is not part of the context.
+    assert!(!d.result().messages.contains(&Message::user(FINAL_REMINDER)));
+    // A step that still calls tools at the limit ends the run with `max_steps`.
+    let mut d = Driver::new(
+        RunConfig {
+            max_steps: 1,
+            ..config()
+        },
+        vec![tool_turn(&[("c1", "calc", "{}")], None)],
+    );
+    d.go("hi");
+    assert_eq!(d.result().reason, "max_steps");
+}
+
+#[test]
+fn run_accessors_report_the_run() {
+    let cfg = RunConfig {
+        model: "m-1".into(),
+        ..config()
+    };
+    let mut run = Run::new(cfg.clone());
+    assert_eq!(run.run_id(), "");
+    assert_eq!(
+        format!("{run:?}"),
+        "Run { state: AgentState { react: Init, process: None } }"
+    );
+    assert!(run.partial().is_none());
+    assert!(run.process_state().is_none());
+    let step = run.handle(Event::Start {
+        run_id: "run-7".into(),
+        history: vec![Message::user("old")],
+        input: vec![Message::user("new")],
+        session_turns: 4,
+    });
+    assert_eq!(run.run_id(), "run-7");
+    assert_eq!(run.config(), &cfg);
+    assert_eq!(run.config().model, "m-1");
+    assert_eq!(run.messages(), [Message::user("old"), Message::user("new")]);
+    assert_eq!(
+        run.process_state(),
+        Some(agentloop_core::chart::ProcessState::Calling)
+    );
+    assert!(format!("{run:?}").contains("process: Some(Calling)"));
+    let request = step
+        .effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::CallModel { request } => Some(request.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(request.session_turn, 4);
+    assert_eq!(request.model, "m-1");
+    let attempt = AttemptId {
+        run_id: "run-7".into(),
+        model_call_index: 1,
+        attempt: 1,
+    };
+    assert_eq!(
+        (request.model_call_index, request.attempt),
+        (attempt.model_call_index, attempt.attempt)
+    );
+    run.handle(Event::StreamOpened {
+        attempt: attempt.clone(),
+    });
+    run.handle(Event::Delta {
+        attempt,
+        seq: 0,
+        delta: MessageDelta::TextDelta {
+            text: "partial".into(),
+        },
+    });
+    assert_eq!(run.partial().map(|m| m.text), Some("partial".to_string()));
+    assert!(!run.is_terminal());
+    assert!(run.result().is_none());
+}
+
+fn first_request(effects: &[Effect]) -> ModelRequest {
+    effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::CallModel { request } => Some(request.clone()),
+            _ => None,
+        })
+        .expect("a model request")
+}
+
+#[test]
+fn r_ctl_5_r_ctl_6_model_and_tools_switch_from_the_next_step_on() {
+    let mut d = Driver::new(
+        config(),
+        vec![
+            tool_turn(&[("c1", "calc", "{}")], None),
+            text_turn("done", None),
+        ],
+    );
+    let mut effects = d.start("hi");
+    for e in [
+        Event::SwitchModel {
+            model: "scripted".into(), // the same model: nothing to announce
+        },
+        Event::SwitchModel {
+            model: "bigger".into(),
+        },
+        Event::SetTools {
+            tools: vec![spec("calc")],
+            immune: Default::default(),
+        },
+    ] {
+        let s = d.run.handle(e);
+        assert!(!s.unhandled);
+        effects.extend(s.effects);
+    }
+    assert_eq!(d.run.config().model, "bigger");
+    d.pump(effects);
+    assert_eq!(d.requests[0].model, "scripted");
+    assert_eq!(d.requests[0].tools.len(), 2);
+    assert_eq!(d.requests[1].model, "bigger");
+    assert_eq!(d.requests[1].tools, [spec("calc")]);
+    let switched: Vec<_> = d
+        .emitted()
+        .into_iter()
+        .filter_map(|e| match e {
+            AgentEvent::ModelSwitched { from, to } => Some((from.clone(), to.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(switched, [("scripted".to_string(), "bigger".to_string())]);
+}
+
+#[test]
+fn r_out_6_a_failed_compaction_fails_the_run() {
+    // Over the message threshold already before the first step: Planning compacts first.
+    let mut run = Run::new(RunConfig {
+        compact_threshold: Some(0),
+        ..config()
+    });
+    let start = run.handle(Event::Start {
+        run_id: "r1".into(),
+        history: vec![],
+        input: vec![Message::user("hi")],
+        session_turns: 0,
+    });
+    assert_eq!(start.to.to_string(), "Compacting");
+    assert!(start.effects.iter().any(|e| matches!(
+        e,
+        Effect::Compact { messages, budget_tokens: None, max_messages: Some(0) } if messages.len() == 1
+    )));
+    assert!(!start
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::CallModel { .. })));
+    let s = run.handle(Event::CompactionFailed {
+        error: "no room".into(),
+    });
+    assert_eq!(s.to.to_string(), "Failed");
+    let r = run.result().expect("ended");
+    assert_eq!(r.outcome, Outcome::Failed);
+    assert_eq!(r.reason, "compaction_failed");
+    assert_eq!(r.error.as_deref(), Some("compaction failed: no room"));
+    assert!(s.effects.iter().any(|e| matches!(
+        e,
+        Effect::Persist { entry: Entry::RunEnd { outcome, .. } } if outcome == "failed"
+    )));
+    assert!(run.is_terminal());
+}
+
+#[test]
+fn r_idem_4_a_store_failure_stops_the_stream_and_persists_nothing_more() {
+    let mut run = Run::new(config());
+    let start = run.handle(Event::Start {
+        run_id: "r1".into(),
+        history: vec![],
+        input: vec![Message::user("hi")],
+        session_turns: 0,
+    });
+    let req = first_request(&start.effects);
+    let s = run.handle(Event::StoreWriteFailed {
+        error: "disk full".into(),
+    });
+    assert!(s.effects.iter().any(|e| matches!(
+        e,
+        Effect::CancelModel { attempt } if attempt.attempt == req.attempt && attempt.model_call_index == req.model_call_index
+    )));
+    assert!(!s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::Persist { .. })));
+    let r = run.result().expect("ended");
+    assert_eq!(r.outcome, Outcome::Failed);
+    assert_eq!(r.reason, "store_write_failed");
+    assert_eq!(
+        r.error.as_deref(),
+        Some("session store write failed: disk full")
+    );
+    assert!(run.process_state().is_none(), "the step ended with the run");
+}
+
+#[test]
+fn r_idem_4_a_store_failure_kills_running_tools() {
+    let mut run = Run::new(config());
+    let start = run.handle(Event::Start {
+        run_id: "r1".into(),
+        history: vec![],
+        input: vec![Message::user("hi")],
+        session_turns: 0,
+    });
+    let req = first_request(&start.effects);
+    let attempt = AttemptId {
+        run_id: req.run_id.clone(),
+        model_call_index: req.model_call_index,
+        attempt: req.attempt,
+    };
+    run.handle(Event::StreamOpened {
+        attempt: attempt.clone(),
+    });
+    for (seq, delta) in tool_turn(&[("c1", "calc", "{}"), ("c2", "ls", "{}")], None)
+        .into_iter()
+        .enumerate()
+    {
+        run.handle(Event::Delta {
+            attempt: attempt.clone(),
+            seq: seq as u64,
+            delta,
+        });
+    }
+    run.handle(Event::Done { attempt });
+    run.handle(Event::ToolFinished {
+        tool_call_id: "c1".into(),
+        status: ToolStatus::Completed,
+        content: "ok".into(),
+    });
+    let s = run.handle(Event::StoreWriteFailed {
+        error: "disk full".into(),
+    });
+    let kills: Vec<_> = s
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::KillTool { tool_call_id } => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kills, ["c2"]);
+    assert!(!s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::CancelModel { .. })));
+}
+
+#[test]
+fn r_out_1_a_one_step_run_emits_and_persists_in_order() {
+    let mut d = Driver::new(config(), vec![text_turn("hello", usage(3, 4))]);
+    d.go("hi");
+    let got: Vec<String> = d
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Emit { event } => {
+                let v = serde_json::to_value(event).unwrap();
+                let t = v["type"].as_str().unwrap().to_string();
+                (t != "text_delta" && t != "request_start" && t != "message_start").then(|| {
+                    match event {
+                        AgentEvent::StateChanged {
+                            machine,
+                            from,
+                            to,
+                            event,
+                        } => {
+                            format!("{machine:?} {from} -{event}-> {to}")
+                        }
+                        AgentEvent::RunEnd {
+                            outcome,
+                            reason,
+                            usage,
+                            ..
+                        } => format!(
+                            "run_end {} {reason} {}+{}",
+                            outcome.as_str(),
+                            usage.input_tokens,
+                            usage.output_tokens
+                        ),
+                        _ => t,
+                    }
+                })
+            }
+            Effect::Persist { entry } => Some(format!(
+                "persist {}",
+                serde_json::to_value(entry).unwrap()["entry"]
+                    .as_str()
+                    .unwrap()
+            )),
+            Effect::CallModel { .. } => Some("call_model".into()),
+            _ => None,
+        })
+        .collect();
+    // A state change is announced before what its handler did.
+    let expected = [
+        "React Init -Start-> Planning",
+        "persist user_input",
+        "run_start",
+        "React Planning -Plan-> Executing",
+        "Process Idle -Begin-> Calling",
+        "call_model",
+        "Process Calling -StreamOpened-> Streaming",
+        "Process Streaming -Done-> Success",
+        "persist assistant",
+        "response_complete",
+        "React Executing -InnerSucceeded-> Observing",
+        "React Observing -Decide-> Completed",
+        "persist run_end",
+        "run_end completed final_answer 3+4",
+    ];
+    assert_eq!(got, expected, "{got:#?}");
+}

@@ -1,0 +1,364 @@
+//! Controlling a run while its tools run: abort (R-CTL-3), steering with `skip_remaining`
+//! (R-CTL-2), and resuming a step whose calls lack results (R-IDEM-5), at the `Run` level.
+
+use agentloop_core::agent_event::AgentEvent;
+use agentloop_core::event::{KillPolicy, PendingStep};
+use agentloop_core::message::FinishReason;
+use agentloop_core::react::config::SteeringPolicy;
+use agentloop_core::{
+    AssistantMessage, AttemptId, Effect, Entry, Event, Message, MessageDelta, Outcome, Run,
+    RunConfig, Step, ToolCall, ToolResult, ToolSpec, ToolStatus,
+};
+
+fn config() -> RunConfig {
+    let mut cfg = RunConfig {
+        tools: ["calc", "ls", "sleep"]
+            .iter()
+            .map(|n| ToolSpec {
+                name: (*n).into(),
+                description: String::new(),
+                parameters: serde_json::json!({}),
+            })
+            .collect(),
+        ..RunConfig::default()
+    };
+    cfg.step.immune.insert("sleep".into());
+    cfg
+}
+
+fn attempt_of(step: &Step) -> AttemptId {
+    step.effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::CallModel { request } => Some(AttemptId {
+                run_id: request.run_id.clone(),
+                model_call_index: request.model_call_index,
+                attempt: request.attempt,
+            }),
+            _ => None,
+        })
+        .expect("a model request")
+}
+
+/// Starts a run whose first step calls `names` (ids c1, c2, ...); returns it with its tools
+/// running.
+fn running(cfg: RunConfig, names: &[&str]) -> Run {
+    let mut run = Run::new(cfg);
+    let s = run.handle(Event::Start {
+        run_id: "r1".into(),
+        history: vec![],
+        input: vec![Message::user("hi")],
+        session_turns: 0,
+    });
+    let attempt = attempt_of(&s);
+    run.handle(Event::StreamOpened {
+        attempt: attempt.clone(),
+    });
+    let mut deltas: Vec<MessageDelta> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| MessageDelta::ToolCall {
+            id: format!("c{}", i + 1),
+            name: (*n).into(),
+            arguments: "{}".into(),
+        })
+        .collect();
+    deltas.push(MessageDelta::FinishStep {
+        finish_reason: Some(FinishReason::ToolCalls),
+        raw_finish_reason: None,
+        usage: None,
+    });
+    deltas.push(MessageDelta::Finish);
+    for (seq, delta) in deltas.into_iter().enumerate() {
+        run.handle(Event::Delta {
+            attempt: attempt.clone(),
+            seq: seq as u64,
+            delta,
+        });
+    }
+    run.handle(Event::Done { attempt });
+    assert_eq!(run.state().to_string(), "Executing.RunningTools");
+    run
+}
+
+fn kills(step: &Step) -> Vec<&str> {
+    step.effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::KillTool { tool_call_id } => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn ends(step: &Step) -> usize {
+    step.effects
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Effect::Emit {
+                    event: AgentEvent::AgentAbort { .. }
+                        | AgentEvent::RunEnd { .. }
+                        | AgentEvent::RunError { .. }
+                }
+            )
+        })
+        .count()
+}
+
+fn statuses(run: &Run) -> Vec<(String, ToolStatus)> {
+    run.result()
+        .expect("ended")
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(r) => Some((r.tool_call_id.clone(), r.status)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn r_ctl_3_abort_kills_running_tools_and_keeps_the_pairing() {
+    let mut run = running(config(), &["calc", "ls"]);
+    run.handle(Event::ToolFinished {
+        tool_call_id: "c1".into(),
+        status: ToolStatus::Completed,
+        content: "2".into(),
+    });
+    let s = run.handle(Event::Abort {
+        reason: "user abort".into(),
+        kill: KillPolicy::Killable,
+    });
+    assert_eq!(s.to.to_string(), "Aborted");
+    assert_eq!(kills(&s), ["c2"]);
+    assert_eq!(ends(&s), 1, "exactly one end event");
+    let r = run.result().unwrap();
+    assert_eq!(
+        (r.outcome, r.reason.as_str()),
+        (Outcome::Aborted, "user abort")
+    );
+    // The committed message stays, with a result for every call.
+    assert!(matches!(&r.messages[1], Message::Assistant(a) if a.tool_calls.len() == 2));
+    assert_eq!(
+        statuses(&run),
+        [
+            ("c1".to_string(), ToolStatus::Completed),
+            ("c2".to_string(), ToolStatus::Aborted)
+        ]
+    );
+    assert!(s.effects.iter().any(|e| matches!(
+        e,
+        Effect::Persist { entry: Entry::RunEnd { outcome, .. } } if outcome == "aborted"
+    )));
+}
+
+#[test]
+fn r_ctl_3_abort_waits_for_immune_tools_and_announces_the_abort_once() {
+    let mut run = running(config(), &["sleep", "calc"]);
+    let s = run.handle(Event::Abort {
+        reason: "stop".into(),
+        kill: KillPolicy::Killable,
+    });
+    assert_eq!(s.to.to_string(), "Executing.Draining");
+    assert_eq!(kills(&s), ["c2"]);
+    assert_eq!(ends(&s), 1, "agent_abort is announced at once");
+    assert!(!run.is_terminal());
+    let s = run.handle(Event::ToolFinished {
+        tool_call_id: "c1".into(),
+        status: ToolStatus::Completed,
+        content: "slept".into(),
+    });
+    assert_eq!(s.to.to_string(), "Aborted");
+    assert_eq!(ends(&s), 0, "not announced twice");
+    assert_eq!(run.result().unwrap().outcome, Outcome::Aborted);
+    assert_eq!(
+        statuses(&run),
+        [
+            ("c1".to_string(), ToolStatus::Completed),
+            ("c2".to_string(), ToolStatus::Aborted)
+        ]
+    );
+}
+
+#[test]
+fn r_ctl_3_abort_before_any_commit_leaves_no_assistant_message() {
+    let mut run = Run::new(config());
+    let s = run.handle(Event::Start {
+        run_id: "r1".into(),
+        history: vec![],
+        input: vec![Message::user("hi")],
+        session_turns: 0,
+    });
+    let attempt = attempt_of(&s);
+    let s = run.handle(Event::Abort {
+        reason: "nope".into(),
+        kill: KillPolicy::All,
+    });
+    assert!(s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::CancelModel { attempt: a } if *a == attempt)));
+    let r = run.result().unwrap();
+    assert_eq!(r.messages, [Message::user("hi")]);
+    assert_eq!(r.iterations, 0);
+}
+
+#[test]
+fn r_ctl_2_skip_remaining_steering_cuts_the_batch_short() {
+    let cfg = RunConfig {
+        steering: SteeringPolicy::SkipRemaining,
+        ..config()
+    };
+    let mut run = running(cfg, &["calc", "sleep"]);
+    let s = run.handle(Event::Steer {
+        text: "change of plan".into(),
+    });
+    // The killable call is killed and skipped; the immune one finishes.
+    assert_eq!(kills(&s), ["c1"]);
+    let skipped: Vec<_> = s
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Emit {
+                event: AgentEvent::ToolSkippedForSteering { tool_call_id },
+            } => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(skipped, ["c1"]);
+    let s = run.handle(Event::ToolFinished {
+        tool_call_id: "c2".into(),
+        status: ToolStatus::Completed,
+        content: "slept".into(),
+    });
+    // The next request carries both results and the steering message.
+    let next = s
+        .effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::CallModel { request } => Some(request.clone()),
+            _ => None,
+        })
+        .expect("the next step starts");
+    let tail: Vec<_> = next.messages[2..].to_vec();
+    assert!(
+        matches!(&tail[0], Message::Tool(r) if r.tool_call_id == "c1" && r.status == ToolStatus::Skipped)
+    );
+    assert!(
+        matches!(&tail[1], Message::Tool(r) if r.tool_call_id == "c2" && r.status == ToolStatus::Completed)
+    );
+    assert_eq!(tail[2], Message::user("change of plan"));
+}
+
+#[test]
+fn r_ctl_2_steering_at_the_boundary_lets_the_batch_finish() {
+    let mut run = running(config(), &["calc", "ls"]);
+    let s = run.handle(Event::Steer {
+        text: "later".into(),
+    });
+    assert!(kills(&s).is_empty());
+    assert!(!s.effects.iter().any(|e| matches!(
+        e,
+        Effect::Emit {
+            event: AgentEvent::ToolSkippedForSteering { .. }
+        }
+    )));
+    assert_eq!(run.state().to_string(), "Executing.RunningTools");
+}
+
+#[test]
+fn r_idem_5_resume_runs_only_the_unanswered_calls() {
+    let calls: Vec<ToolCall> = ["c1", "c2"]
+        .iter()
+        .map(|id| ToolCall::from_raw(*id, "calc", "{}"))
+        .collect();
+    let message = AssistantMessage {
+        tool_calls: calls.clone(),
+        ..Default::default()
+    };
+    let done = ToolResult {
+        tool_call_id: "c1".into(),
+        name: "calc".into(),
+        content: "1".into(),
+        status: ToolStatus::Completed,
+    };
+    // The pending step's message and results come back through the step, not the history.
+    let history = vec![Message::user("hi")];
+    let mut run = Run::new(config());
+    let s = run.handle(Event::Resume {
+        run_id: "r1".into(),
+        history: history.clone(),
+        session_turns: 3,
+        committed_steps: 1,
+        pending: Some(PendingStep {
+            model_call_index: 1,
+            message: message.clone(),
+            results: vec![done.clone()],
+        }),
+    });
+    let runs: Vec<_> = s
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::RunTool { call } => Some(call.id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(runs, ["c2"]);
+    assert_eq!(run.state().to_string(), "Executing.RunningTools");
+    let s = run.handle(Event::ToolFinished {
+        tool_call_id: "c2".into(),
+        status: ToolStatus::Completed,
+        content: "2".into(),
+    });
+    // The next step is step 2 and sees both results after the message, once.
+    let next = s
+        .effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::CallModel { request } => Some(request.clone()),
+            _ => None,
+        })
+        .expect("the run continues");
+    assert_eq!(next.model_call_index, 2);
+    assert_eq!(next.session_turn, 3);
+    let tools: Vec<_> = next
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(r) => Some(r.tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tools, ["c1", "c2"]);
+    let assistants = next
+        .messages
+        .iter()
+        .filter(|m| matches!(m, Message::Assistant(_)))
+        .count();
+    assert_eq!(assistants, 1);
+}
+
+#[test]
+fn r_idem_5_resume_without_pending_plans_the_next_step() {
+    let mut run = Run::new(config());
+    let s = run.handle(Event::Resume {
+        run_id: "r1".into(),
+        history: vec![Message::user("hi")],
+        session_turns: 2,
+        committed_steps: 2,
+        pending: None,
+    });
+    let req = s
+        .effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::CallModel { request } => Some(request.clone()),
+            _ => None,
+        })
+        .expect("a request");
+    assert_eq!(req.model_call_index, 3);
+    assert_eq!(req.session_turn, 2);
+}

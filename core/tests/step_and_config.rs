@@ -1,0 +1,238 @@
+//! Small pure parts of the machines' interface: transition conformance and state display,
+//! guard violations, the default Observing decision (R-OUT-3), retry backoff (R-IN-1), run
+//! configuration equality and the run result's final text (R-OUT-1).
+
+use agentloop_core::chart::{
+    GuardCheck, MachineKind, ProcessEventKind, ProcessRow, ProcessState, ReactEventKind, ReactRow,
+    ReactState,
+};
+use agentloop_core::process::RetryPolicy;
+use agentloop_core::react::config::{default_decider, Decision, Observation};
+use agentloop_core::step::AgentState;
+use agentloop_core::{
+    AssistantMessage, LoopResult, Message, Outcome, RunConfig, Step, ToolResult, ToolStatus,
+    Transition, Usage,
+};
+
+fn react(from: ReactState, to: ReactState, row: Option<ReactRow>, unhandled: bool) -> Transition {
+    Transition::React {
+        from,
+        event: ReactEventKind::Start,
+        to,
+        row,
+        unhandled,
+    }
+}
+
+fn process(
+    from: ProcessState,
+    to: ProcessState,
+    row: Option<ProcessRow>,
+    unhandled: bool,
+) -> Transition {
+    Transition::Process {
+        from,
+        event: ProcessEventKind::StreamOpened,
+        to,
+        row,
+        unhandled,
+    }
+}
+
+#[test]
+fn r_arch_3_react_transitions_conform_only_to_their_row_or_as_unhandled_no_ops() {
+    use ReactState::*;
+    let row = Some(ReactRow::InitStart);
+    assert!(react(Init, Planning, row, false).conforms());
+    assert!(
+        !react(Init, Planning, row, true).conforms(),
+        "a row is not unhandled"
+    );
+    assert!(!react(Init, Executing, row, false).conforms());
+    assert!(react(Init, Init, None, true).conforms());
+    assert!(
+        !react(Init, Init, None, false).conforms(),
+        "no row must be unhandled"
+    );
+    assert!(
+        !react(Init, Planning, None, true).conforms(),
+        "unhandled keeps the state"
+    );
+}
+
+#[test]
+fn r_arch_3_process_transitions_conform_only_to_their_row_or_as_unhandled_no_ops() {
+    use ProcessState::*;
+    let row = Some(ProcessRow::CallingOpened);
+    assert!(process(Calling, Streaming, row, false).conforms());
+    assert!(!process(Calling, Streaming, row, true).conforms());
+    assert!(!process(Calling, Retrying, row, false).conforms());
+    assert!(process(Idle, Idle, None, true).conforms());
+    assert!(!process(Idle, Idle, None, false).conforms());
+    assert!(!process(Idle, Calling, None, true).conforms());
+}
+
+#[test]
+fn transitions_know_whether_the_state_changed() {
+    assert!(react(ReactState::Init, ReactState::Planning, None, false).changed());
+    assert!(!react(ReactState::Init, ReactState::Init, None, false).changed());
+    assert!(process(ProcessState::Calling, ProcessState::Streaming, None, false).changed());
+    assert!(!process(ProcessState::Calling, ProcessState::Calling, None, false).changed());
+}
+
+#[test]
+fn agent_state_displays_outer_and_inner_state() {
+    let s = AgentState {
+        react: ReactState::Executing,
+        process: Some(ProcessState::Calling),
+    };
+    assert_eq!(s.to_string(), "Executing.Calling");
+    let s = AgentState {
+        react: ReactState::Completed,
+        process: None,
+    };
+    assert_eq!(s.to_string(), "Completed");
+}
+
+#[test]
+fn guard_violations_are_the_checks_that_do_not_hold() {
+    let ok = GuardCheck {
+        machine: MachineKind::React,
+        from: "Init",
+        event: "Start",
+        taken: Some("init_start"),
+        expected: Some("init_start"),
+    };
+    let bad = GuardCheck {
+        taken: Some("x"),
+        ..ok
+    };
+    let state = AgentState {
+        react: ReactState::Init,
+        process: None,
+    };
+    let step = Step {
+        from: state,
+        event: "start".into(),
+        to: state,
+        effects: vec![],
+        unhandled: false,
+        transitions: vec![],
+        guard_checks: vec![ok, bad, ok],
+    };
+    assert_eq!(step.guard_violations(), vec![bad]);
+    let clean = Step {
+        guard_checks: vec![ok],
+        ..step
+    };
+    assert!(clean.guard_violations().is_empty());
+}
+
+fn obs(has_tool_calls: bool, steering_pending: bool, stop: bool, over_budget: bool) -> Observation {
+    Observation {
+        has_tool_calls,
+        steering_pending,
+        stop_requested: stop,
+        over_budget,
+        steps: 1,
+        max_steps: 10,
+    }
+}
+
+#[test]
+fn r_out_3_default_decision() {
+    use Decision::*;
+    for tools in [false, true] {
+        for steer in [false, true] {
+            for over in [false, true] {
+                assert_eq!(default_decider(&obs(tools, steer, true, over)), Stop);
+                let expected = match (tools || steer, over) {
+                    (true, true) => Compact,
+                    (true, false) => Continue,
+                    (false, _) => Complete,
+                };
+                assert_eq!(
+                    default_decider(&obs(tools, steer, false, over)),
+                    expected,
+                    "tools {tools} steer {steer} over {over}"
+                );
+            }
+        }
+    }
+    // Spelled out: pending steering alone continues (compacting first when over budget).
+    assert_eq!(default_decider(&obs(false, true, false, false)), Continue);
+    assert_eq!(default_decider(&obs(false, true, false, true)), Compact);
+    assert_eq!(default_decider(&obs(true, false, false, false)), Continue);
+    assert_eq!(default_decider(&obs(false, false, false, true)), Complete);
+}
+
+#[test]
+fn r_in_1_backoff_doubles_from_the_initial_delay_up_to_the_cap() {
+    let p = RetryPolicy::default();
+    assert_eq!(p.delay_ms(1, None), 1_000);
+    assert_eq!(p.delay_ms(2, None), 2_000);
+    assert_eq!(p.delay_ms(3, None), 4_000);
+    assert_eq!(p.delay_ms(4, None), 8_000);
+    assert_eq!(p.delay_ms(5, None), 10_000);
+    assert_eq!(p.delay_ms(0, None), 1_000);
+    assert_eq!(p.delay_ms(u32::MAX, None), 10_000);
+    // A server hint wins, capped.
+    assert_eq!(p.delay_ms(1, Some(2_500)), 2_500);
+    assert_eq!(p.delay_ms(3, Some(0)), 0);
+    assert_eq!(p.delay_ms(1, Some(120_000)), 60_000);
+    let p = RetryPolicy {
+        initial_backoff_ms: 3,
+        max_backoff_ms: u64::MAX,
+        ..RetryPolicy::default()
+    };
+    assert_eq!(p.delay_ms(6, None), 3 << 5);
+}
+
+#[test]
+fn r_out_2_run_configs_compare_by_data() {
+    assert_eq!(RunConfig::default(), RunConfig::default());
+    let other = RunConfig {
+        model: "other".into(),
+        ..RunConfig::default()
+    };
+    assert_ne!(RunConfig::default(), other);
+    let other = RunConfig {
+        context_budget_tokens: Some(1),
+        ..RunConfig::default()
+    };
+    assert_ne!(RunConfig::default(), other);
+}
+
+#[test]
+fn r_out_1_final_text_is_the_last_assistant_text() {
+    let a = |t: &str| {
+        Message::Assistant(AssistantMessage {
+            text: t.into(),
+            ..Default::default()
+        })
+    };
+    let mut r = LoopResult {
+        outcome: Outcome::Completed,
+        reason: "final_answer".into(),
+        messages: vec![
+            Message::user("q"),
+            a("first"),
+            Message::Tool(ToolResult {
+                tool_call_id: "c".into(),
+                name: "t".into(),
+                content: "tool output".into(),
+                status: ToolStatus::Completed,
+            }),
+            a("second"),
+            Message::user("later"),
+        ],
+        iterations: 2,
+        usage: Usage::default(),
+        error: None,
+    };
+    assert_eq!(r.final_text(), Some("second"));
+    r.messages.truncate(3);
+    assert_eq!(r.final_text(), Some("first"));
+    r.messages.truncate(1);
+    assert_eq!(r.final_text(), None);
+}
