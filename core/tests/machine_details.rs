@@ -733,10 +733,10 @@ fn run_accessors_report_the_run() {
         (request.model_call_index, request.attempt),
         (attempt.model_call_index, attempt.attempt)
     );
-    run.handle(Event::StreamOpened {
+    let _ = run.handle(Event::StreamOpened {
         attempt: attempt.clone(),
     });
-    run.handle(Event::Delta {
+    let _ = run.handle(Event::Delta {
         attempt,
         seq: 0,
         delta: MessageDelta::TextDelta {
@@ -833,7 +833,7 @@ fn r_out_6_a_failed_compaction_fails_the_run() {
     assert_eq!(r.error.as_deref(), Some("compaction failed: no room"));
     assert!(s.effects.iter().any(|e| matches!(
         e,
-        Effect::Persist { entry: Entry::RunEnd { outcome, .. } } if outcome == "failed"
+        Effect::Persist { entry: Entry::RunEnd { outcome, .. } } if *outcome == agentloop_core::Outcome::Failed
     )));
     assert!(run.is_terminal());
 }
@@ -884,21 +884,21 @@ fn r_idem_4_a_store_failure_kills_running_tools() {
         model_call_index: req.model_call_index,
         attempt: req.attempt,
     };
-    run.handle(Event::StreamOpened {
+    let _ = run.handle(Event::StreamOpened {
         attempt: attempt.clone(),
     });
     for (seq, delta) in tool_turn(&[("c1", "calc", "{}"), ("c2", "ls", "{}")], None)
         .into_iter()
         .enumerate()
     {
-        run.handle(Event::Delta {
+        let _ = run.handle(Event::Delta {
             attempt: attempt.clone(),
             seq: seq as u64,
             delta,
         });
     }
-    run.handle(Event::Done { attempt });
-    run.handle(Event::ToolFinished {
+    let _ = run.handle(Event::Done { attempt });
+    let _ = run.handle(Event::ToolFinished {
         tool_call_id: "c1".into(),
         status: ToolStatus::Completed,
         content: "ok".into(),

@@ -170,6 +170,7 @@ fn outcomes_and_agent_event_type_names() {
         outcome: Outcome::Completed,
         reason: "final_answer".into(),
         usage: Usage::default(),
+        final_text: None,
     };
     assert_eq!(end.type_name(), "run_end");
     assert_eq!(
@@ -242,7 +243,7 @@ fn all_repairs() -> Vec<(Repair, &'static str, Option<usize>, &'static str)> {
         (
             Repair::InterruptedRunEnded {
                 run_id: "r3".into(),
-                outcome: "aborted".into(),
+                outcome: agentloop_core::Outcome::Aborted,
             },
             "interrupted_run_ended",
             None,
@@ -359,7 +360,7 @@ fn r_idem_1_r_idem_3_entry_keys_and_run_ids() {
         (
             Entry::RunEnd {
                 run_id: "u3".into(),
-                outcome: "completed".into(),
+                outcome: agentloop_core::Outcome::Completed,
                 reason: "final_answer".into(),
             },
             "u3",

@@ -54,12 +54,12 @@ fn delta(n: u32, seq: u64, d: MessageDelta) -> Event {
 
 /// Streams a turn calling `calls` (ids `c1`, `c2`, ...) on attempt `n` and sends `Done`.
 fn stream_calls(p: &mut Process, n: u32, names: &[&str]) -> Vec<Effect> {
-    p.handle(&Event::StreamOpened {
+    let _ = p.handle(&Event::StreamOpened {
         attempt: attempt(n),
     });
     let mut seq = 0;
     for (i, name) in names.iter().enumerate() {
-        p.handle(&delta(
+        let _ = p.handle(&delta(
             n,
             seq,
             MessageDelta::ToolCall {
@@ -70,7 +70,7 @@ fn stream_calls(p: &mut Process, n: u32, names: &[&str]) -> Vec<Effect> {
         ));
         seq += 1;
     }
-    p.handle(&delta(
+    let _ = p.handle(&delta(
         n,
         seq,
         MessageDelta::FinishStep {
@@ -79,7 +79,7 @@ fn stream_calls(p: &mut Process, n: u32, names: &[&str]) -> Vec<Effect> {
             usage: None,
         },
     ));
-    p.handle(&delta(n, seq + 1, MessageDelta::Finish));
+    let _ = p.handle(&delta(n, seq + 1, MessageDelta::Finish));
     p.handle(&Event::Done {
         attempt: attempt(n),
     })
@@ -143,7 +143,7 @@ fn r_in_1_a_retryable_error_retries_after_the_backoff_timer() {
 #[test]
 fn r_in_2_a_non_retryable_error_fails_the_step() {
     let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
-    p.begin();
+    let _ = p.begin();
     let err = ModelError::new(ErrorKind::Authentication, "bad key");
     let s = p.handle(&Event::TransportError {
         attempt: attempt(1),
@@ -157,16 +157,16 @@ fn r_in_2_a_non_retryable_error_fails_the_step() {
 #[test]
 fn r_str_2_events_of_another_attempt_are_ignored_and_the_snapshot_grows() {
     let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
-    p.begin();
-    p.handle(&Event::StreamOpened {
+    let _ = p.begin();
+    let _ = p.handle(&Event::StreamOpened {
         attempt: attempt(1),
     });
     assert_eq!(p.state(), ProcessState::Streaming);
-    p.handle(&delta(1, 0, MessageDelta::TextDelta { text: "ab".into() }));
+    let _ = p.handle(&delta(1, 0, MessageDelta::TextDelta { text: "ab".into() }));
     // Stale: another attempt, or a repeated seq.
-    p.handle(&delta(9, 1, MessageDelta::TextDelta { text: "X".into() }));
-    p.handle(&delta(1, 0, MessageDelta::TextDelta { text: "Y".into() }));
-    p.handle(&delta(1, 1, MessageDelta::TextDelta { text: "cd".into() }));
+    let _ = p.handle(&delta(9, 1, MessageDelta::TextDelta { text: "X".into() }));
+    let _ = p.handle(&delta(1, 0, MessageDelta::TextDelta { text: "Y".into() }));
+    let _ = p.handle(&delta(1, 1, MessageDelta::TextDelta { text: "cd".into() }));
     assert_eq!(p.partial().text, "abcd");
     assert!(p.committed().is_none());
     let s = p.handle(&Event::Done {
@@ -182,7 +182,7 @@ fn r_str_2_events_of_another_attempt_are_ignored_and_the_snapshot_grows() {
 #[test]
 fn r_in_4_running_calls_and_results_in_call_order() {
     let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
-    p.begin();
+    let _ = p.begin();
     let effects = stream_calls(&mut p, 1, &["calc", "ls", "calc"]);
     let runs: Vec<_> = effects
         .iter()
@@ -195,9 +195,9 @@ fn r_in_4_running_calls_and_results_in_call_order() {
     assert_eq!(p.state(), ProcessState::RunningTools);
     assert_eq!(p.running_calls(), ["c1", "c2", "c3"]);
     assert_eq!(p.committed().map(|m| m.tool_calls.len()), Some(3));
-    finished(&mut p, "c3");
+    let _ = finished(&mut p, "c3");
     assert_eq!(p.running_calls(), ["c1", "c2"]);
-    finished(&mut p, "c1");
+    let _ = finished(&mut p, "c1");
     assert_eq!(p.running_calls(), ["c2"]);
     let s = finished(&mut p, "c2");
     assert_eq!(s.to, ProcessState::Success);
@@ -214,7 +214,7 @@ fn sequential_tools_start_one_after_another() {
         ..StepConfig::default()
     };
     let mut p = Process::new(cfg, request(), BTreeSet::new());
-    p.begin();
+    let _ = p.begin();
     stream_calls(&mut p, 1, &["calc", "ls"]);
     assert_eq!(p.running_calls(), ["c1"]);
     let s = finished(&mut p, "c1");
@@ -223,7 +223,7 @@ fn sequential_tools_start_one_after_another() {
         .iter()
         .any(|e| matches!(e, Effect::RunTool { call } if call.id == "c2")));
     assert_eq!(p.running_calls(), ["c2"]);
-    finished(&mut p, "c2");
+    let _ = finished(&mut p, "c2");
     assert_eq!(p.state(), ProcessState::Success);
 }
 
@@ -235,7 +235,7 @@ fn r_tool_3_approved_always_adds_the_tool_to_the_whitelist() {
         agentloop_core::process::ApprovalPolicy::Always,
     );
     let mut p = Process::new(cfg.clone(), request(), BTreeSet::new());
-    p.begin();
+    let _ = p.begin();
     let effects = stream_calls(&mut p, 1, &["calc"]);
     assert!(effects
         .iter()
@@ -253,7 +253,7 @@ fn r_tool_3_approved_always_adds_the_tool_to_the_whitelist() {
     assert_eq!(p.whitelist(), &BTreeSet::from(["calc".to_string()]));
     // A step created with the whitelist does not ask.
     let mut p = Process::new(cfg, request(), BTreeSet::from(["calc".to_string()]));
-    p.begin();
+    let _ = p.begin();
     let effects = stream_calls(&mut p, 1, &["calc"]);
     assert!(!effects
         .iter()
@@ -268,7 +268,7 @@ fn r_ctl_3_an_abort_drains_immune_tools_and_kills_the_rest() {
         ..StepConfig::default()
     };
     let mut p = Process::new(cfg, request(), BTreeSet::new());
-    p.begin();
+    let _ = p.begin();
     stream_calls(&mut p, 1, &["sleep", "calc"]);
     assert!(p.abort_would_drain(KillPolicy::Killable));
     assert!(p.abort_would_drain(KillPolicy::None));
@@ -298,7 +298,7 @@ fn r_ctl_3_an_abort_drains_immune_tools_and_kills_the_rest() {
 #[test]
 fn no_running_tools_means_an_abort_does_not_drain() {
     let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
-    p.begin();
+    let _ = p.begin();
     assert!(!p.abort_would_drain(KillPolicy::None));
     assert!(!p.stop_requested());
 }
@@ -307,7 +307,7 @@ fn no_running_tools_means_an_abort_does_not_drain() {
 fn process_debug_names_the_state_and_step() {
     let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
     assert_eq!(format!("{p:?}"), "Process { state: Idle, request: 2 }");
-    p.begin();
+    let _ = p.begin();
     assert_eq!(format!("{p:?}"), "Process { state: Calling, request: 2 }");
 }
 
@@ -478,7 +478,7 @@ fn events_map_to_their_chart_kinds() {
 #[test]
 fn a_non_process_event_is_reported_unhandled_by_the_step() {
     let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
-    p.begin();
+    let _ = p.begin();
     let s = p.handle(&Event::SwitchModel { model: "x".into() });
     assert!(s.unhandled);
     assert_eq!(
@@ -493,7 +493,7 @@ fn r_in_1_retries_stop_at_the_budget_and_honour_the_server_hint() {
     let mut cfg = StepConfig::default();
     cfg.retry.max_retries = 1;
     let mut p = Process::new(cfg, request(), BTreeSet::new());
-    p.begin();
+    let _ = p.begin();
     let s = p.handle(&Event::TransportError {
         attempt: attempt(1),
         error: ModelError::new(ErrorKind::RateLimited, "slow down")
@@ -507,7 +507,7 @@ fn r_in_1_retries_stop_at_the_budget_and_honour_the_server_hint() {
         }
     )));
     let timer = p.request().model_call_index as u64 * 1_000_000 + 2;
-    p.handle(&Event::TimerElapsed { timer_id: timer });
+    let _ = p.handle(&Event::TimerElapsed { timer_id: timer });
     assert_eq!(p.state(), ProcessState::Calling);
     let err = ModelError::new(ErrorKind::ServerError, "boom");
     let s = p.handle(&Event::TransportError {
@@ -524,8 +524,8 @@ fn r_in_1_a_stalled_stream_is_cancelled_and_retried_until_the_budget_is_spent() 
     let mut cfg = StepConfig::default();
     cfg.retry.max_retries = 1;
     let mut p = Process::new(cfg, request(), BTreeSet::new());
-    p.begin();
-    p.handle(&Event::StreamOpened {
+    let _ = p.begin();
+    let _ = p.handle(&Event::StreamOpened {
         attempt: attempt(1),
     });
     let s = p.handle(&Event::StreamStalled {
@@ -544,7 +544,7 @@ fn r_in_1_a_stalled_stream_is_cancelled_and_retried_until_the_budget_is_spent() 
     });
     assert_eq!(s.to, ProcessState::Retrying);
     assert!(s.effects.is_empty());
-    p.handle(&Event::TimerElapsed {
+    let _ = p.handle(&Event::TimerElapsed {
         timer_id: 2_000_002,
     });
     let s = p.handle(&Event::StreamStalled {
@@ -564,7 +564,7 @@ fn r_in_1_a_stalled_stream_is_cancelled_and_retried_until_the_budget_is_spent() 
 #[test]
 fn r_in_2_context_overflow_ends_the_step_for_compaction() {
     let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
-    p.begin();
+    let _ = p.begin();
     let err = ModelError::new(ErrorKind::ContextOverflow, "too long");
     let s = p.handle(&Event::ContextOverflow {
         attempt: attempt(1),
@@ -578,8 +578,8 @@ fn r_in_2_context_overflow_ends_the_step_for_compaction() {
 #[test]
 fn r_ctl_3_abort_while_waiting_to_retry_cancels_the_timer() {
     let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
-    p.begin();
-    p.handle(&Event::TransportError {
+    let _ = p.begin();
+    let _ = p.handle(&Event::TransportError {
         attempt: attempt(1),
         error: ModelError::new(ErrorKind::Overloaded, "busy"),
     });
@@ -600,7 +600,7 @@ fn r_ctl_3_abort_while_waiting_to_retry_cancels_the_timer() {
     assert_eq!(p.outcome(), Some(&StepOutcome::Aborted));
     // While requesting, the model call is cancelled instead.
     let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
-    p.begin();
+    let _ = p.begin();
     let s = p.handle(&Event::Abort {
         reason: "stop".into(),
         kill: KillPolicy::Killable,
@@ -623,7 +623,7 @@ fn r_tool_3_modified_arguments_run_and_rejections_are_denied() {
         agentloop_core::process::ApprovalPolicy::Always,
     );
     let mut p = Process::new(cfg, request(), BTreeSet::new());
-    p.begin();
+    let _ = p.begin();
     stream_calls(&mut p, 1, &["calc", "calc"]);
     let s = p.handle(&Event::Approval {
         tool_call_id: "c1".into(),
@@ -650,7 +650,7 @@ fn r_tool_3_modified_arguments_run_and_rejections_are_denied() {
         .effects
         .iter()
         .any(|e| matches!(e, Effect::RunTool { call } if call.id == "c2")));
-    finished(&mut p, "c1");
+    let _ = finished(&mut p, "c1");
     assert_eq!(p.state(), ProcessState::Success);
     let r = p.results();
     assert_eq!(r[1].status, ToolStatus::Denied);
@@ -664,8 +664,8 @@ fn r_tool_3_modified_arguments_run_and_rejections_are_denied() {
 #[test]
 fn r_str_6_invalid_arguments_and_unknown_tools_get_error_results_without_running() {
     let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
-    p.begin();
-    p.handle(&Event::StreamOpened {
+    let _ = p.begin();
+    let _ = p.handle(&Event::StreamOpened {
         attempt: attempt(1),
     });
     for (seq, d) in [
@@ -689,7 +689,7 @@ fn r_str_6_invalid_arguments_and_unknown_tools_get_error_results_without_running
     .into_iter()
     .enumerate()
     {
-        p.handle(&delta(1, seq as u64, d));
+        let _ = p.handle(&delta(1, seq as u64, d));
     }
     let s = p.handle(&Event::Done {
         attempt: attempt(1),
@@ -704,7 +704,7 @@ fn r_str_6_invalid_arguments_and_unknown_tools_get_error_results_without_running
         .collect();
     assert_eq!(runs, ["c3"]);
     assert_eq!(p.running_calls(), ["c3"]);
-    finished(&mut p, "c3");
+    let _ = finished(&mut p, "c3");
     let r = p.results();
     assert_eq!(r.len(), 3);
     assert_eq!(r[0].status, ToolStatus::Error);
@@ -810,7 +810,7 @@ fn r_str_2_a_tool_step_emits_its_observable_events_in_order() {
         r#"emit tool_input_delta delta="{}" tool_call_id="c1""#,
         r#"emit state_changed event="Done" from="Streaming" machine="process" to="RunningTools""#,
         "persist assistant",
-        "emit response_complete model_call_index=2 tool_calls=1",
+        "emit response_complete message={\"finish_reason\":\"tool_calls\",\"reasoning\":\"hm\",\"text\":\"ok\",\"tool_calls\":[{\"arguments\":{},\"id\":\"c1\",\"name\":\"calc\"}]} model_call_index=2 tool_calls=1",
         "emit tool_calls count=1",
         "persist tool_started",
         r#"emit tool_start arguments={} name="calc" tool_call_id="c1""#,

@@ -51,7 +51,7 @@ fn running(cfg: RunConfig, names: &[&str]) -> Run {
         session_turns: 0,
     });
     let attempt = attempt_of(&s);
-    run.handle(Event::StreamOpened {
+    let _ = run.handle(Event::StreamOpened {
         attempt: attempt.clone(),
     });
     let mut deltas: Vec<MessageDelta> = names
@@ -70,13 +70,13 @@ fn running(cfg: RunConfig, names: &[&str]) -> Run {
     });
     deltas.push(MessageDelta::Finish);
     for (seq, delta) in deltas.into_iter().enumerate() {
-        run.handle(Event::Delta {
+        let _ = run.handle(Event::Delta {
             attempt: attempt.clone(),
             seq: seq as u64,
             delta,
         });
     }
-    run.handle(Event::Done { attempt });
+    let _ = run.handle(Event::Done { attempt });
     assert_eq!(run.state().to_string(), "Executing.RunningTools");
     run
 }
@@ -122,7 +122,7 @@ fn statuses(run: &Run) -> Vec<(String, ToolStatus)> {
 #[test]
 fn r_ctl_3_abort_kills_running_tools_and_keeps_the_pairing() {
     let mut run = running(config(), &["calc", "ls"]);
-    run.handle(Event::ToolFinished {
+    let _ = run.handle(Event::ToolFinished {
         tool_call_id: "c1".into(),
         status: ToolStatus::Completed,
         content: "2".into(),
@@ -150,7 +150,7 @@ fn r_ctl_3_abort_kills_running_tools_and_keeps_the_pairing() {
     );
     assert!(s.effects.iter().any(|e| matches!(
         e,
-        Effect::Persist { entry: Entry::RunEnd { outcome, .. } } if outcome == "aborted"
+        Effect::Persist { entry: Entry::RunEnd { outcome, .. } } if *outcome == agentloop_core::Outcome::Aborted
     )));
 }
 

@@ -83,7 +83,7 @@ fn r_in_4_results_follow_their_call_in_call_order_whatever_the_persist_order() {
         turn("r1", 2, "done", &[]),
         Entry::RunEnd {
             run_id: "r1".into(),
-            outcome: "completed".into(),
+            outcome: agentloop_core::Outcome::Completed,
             reason: "final_answer".into(),
         },
         Entry::Repair {
