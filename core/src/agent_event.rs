@@ -44,6 +44,7 @@ impl Outcome {
 /// One observable event.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum AgentEvent {
     /// A run started.
     RunStart {

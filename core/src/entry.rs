@@ -84,6 +84,7 @@ pub enum Entry {
 /// concerned (the file's line number minus one for a file store).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Repair {
     /// A tool call without a terminal result got one, appended as a `tool_result` entry
     /// (`aborted` when it never started, `outcome_unknown` when it started, R-IDEM-6).

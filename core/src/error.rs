@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 /// What went wrong talking to a model (R-IN-2). Serialized in snake_case.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// HTTP 429 (not quota).
     RateLimited,

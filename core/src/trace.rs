@@ -80,6 +80,7 @@ impl TraceRecord {
 
 /// Errors reading or replaying a trace.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TraceError {
     /// Reading the trace's source failed (the message of the IO error).
     #[error("{path}: {message}")]

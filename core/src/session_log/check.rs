@@ -15,6 +15,7 @@ use crate::entry::{Entry, EntryKey, Repair};
 /// A broken session invariant (R-IDEM-1, R-IDEM-3, R-IDEM-6, R-IDEM-7).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Violation {
     /// A tool call of a committed assistant turn has no terminal result, and the turn is
     /// not the last, still-running step.
