@@ -95,3 +95,68 @@ async fn completion_order_feeds_results_as_they_finish() {
     assert_eq!(finish_order(&trace), ["c4", "c3", "c2", "c1"]);
     assert!(replay(&trace).is_none());
 }
+
+/// A `before_model_call` hook that adds a system prompt.
+struct AddSystem;
+
+impl agentloop::hooks::Hooks for AddSystem {
+    fn before_model_call(&self, request: &mut agentloop::model::ModelRequest) {
+        request.system = Some("be brief".into());
+    }
+}
+
+/// R-TRACE-1 / R-EXT-1: a hook's rewrite of the request is an input of the machine, so the
+/// trace holds the request actually sent, and the trace still replays without the hook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_trace_1_hook_rewrites_of_the_request_are_recorded() {
+    let agent = Agent::builder()
+        .model(ScriptedModel::demo())
+        .hooks(Arc::new(AddSystem))
+        .ids(Arc::new(SequentialIds::default()))
+        .build();
+    let out = agent
+        .run_with(
+            "s",
+            vec![agentloop::Message::user("What is 2+3?")],
+            None,
+            true,
+        )
+        .await
+        .expect("run");
+    assert_eq!(out.result.final_text(), Some("The answer is 5."));
+    let trace = out.trace.expect("trace");
+    let rewrites: Vec<_> = trace
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            TraceRecord::Input {
+                event: Event::RequestRewritten { request, .. },
+                ..
+            } => Some(request.system.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        rewrites,
+        [Some("be brief".to_string()), Some("be brief".to_string())],
+        "one recorded rewrite per model call"
+    );
+    assert!(replay(&trace).is_none(), "replays without the hook");
+
+    // Without a hook there is nothing to record.
+    let plain = Agent::builder()
+        .model(ScriptedModel::demo())
+        .ids(Arc::new(SequentialIds::default()))
+        .build();
+    let out = plain
+        .run_with(
+            "s",
+            vec![agentloop::Message::user("What is 2+3?")],
+            None,
+            true,
+        )
+        .await
+        .expect("run");
+    let trace = out.trace.expect("trace");
+    assert!(!trace.to_jsonl().contains("request_rewritten"));
+}

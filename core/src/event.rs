@@ -98,6 +98,13 @@ pub enum Event {
         /// Which attempt.
         attempt: AttemptId,
     },
+    /// A `before_model_call` hook changed the request of an attempt; this is what was sent.
+    RequestRewritten {
+        /// Which attempt.
+        attempt: AttemptId,
+        /// The request as sent.
+        request: Box<crate::model::ModelRequest>,
+    },
     /// One normalized delta.
     Delta {
         /// Which attempt.
@@ -206,6 +213,7 @@ impl Event {
             Event::Start { .. } => "start",
             Event::Resume { .. } => "resume",
             Event::StreamOpened { .. } => "stream_opened",
+            Event::RequestRewritten { .. } => "request_rewritten",
             Event::Delta { .. } => "delta",
             Event::Done { .. } => "done",
             Event::TransportError { .. } => "transport_error",
@@ -229,6 +237,7 @@ impl Event {
         matches!(
             self,
             Event::StreamOpened { .. }
+                | Event::RequestRewritten { .. }
                 | Event::Delta { .. }
                 | Event::Done { .. }
                 | Event::TransportError { .. }

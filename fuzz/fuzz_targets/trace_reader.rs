@@ -5,7 +5,6 @@
 
 use libfuzzer_sys::fuzz_target;
 
-use agentloop_testkit::harness;
 
 use agentloop_testkit::fuzz_decode;
 

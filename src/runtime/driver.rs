@@ -205,7 +205,16 @@ impl Driver<'_> {
             attempt: request.attempt,
         };
         let mut request = request;
+        let machine_built = request.clone();
         self.agent.hooks.before_model_call(&mut request);
+        if request != machine_built {
+            // What the hooks sent goes back into the machine as an input, so the trace
+            // records the request actually sent (replay needs no hooks).
+            self.released.push(Event::RequestRewritten {
+                attempt: attempt.clone(),
+                request: Box::new(request.clone()),
+            });
+        }
         let model = self.agent.model_for(&request.model);
         let hooks = self.agent.hooks.clone();
         let tx = self.tx.clone();

@@ -304,6 +304,8 @@ pub enum Action {
     },
     /// `StreamOpened`.
     StreamOpened(AttemptPick),
+    /// `RequestRewritten` (a hook changed the request of that attempt).
+    RequestRewritten(AttemptPick),
     /// `Delta`.
     Delta(AttemptPick, SeqPick, DeltaPick),
     /// `Done`.
@@ -557,6 +559,8 @@ impl Feeder {
                 0..=4 => Action::TransportError(AttemptPick::Current, ErrPick::RateLimited),
                 5..=6 => Action::StreamStalled(AttemptPick::Current),
                 7 => Action::TransportError(AttemptPick::Current, ErrPick::Server),
+                8..=10 => Action::RequestRewritten(AttemptPick::Current),
+                11 => Action::RequestRewritten(AttemptPick::PrevAttempt),
                 _ => Action::StreamOpened(AttemptPick::Current),
             },
             (_, Some(ProcessState::Streaming)) => {
@@ -740,6 +744,25 @@ impl Feeder {
             Action::StreamOpened(a) => Event::StreamOpened {
                 attempt: self.attempt(a),
             },
+            Action::RequestRewritten(a) => {
+                let attempt = self.attempt(a);
+                let mut request = self.request.clone().unwrap_or_else(|| ModelRequest {
+                    run_id: attempt.run_id.clone(),
+                    model_call_index: attempt.model_call_index,
+                    attempt: attempt.attempt,
+                    session_turn: 0,
+                    model: "m".into(),
+                    system: None,
+                    messages: Vec::new(),
+                    tools: Vec::new(),
+                    params: ModelParams::default(),
+                });
+                request.system = Some("rewritten by a hook".into());
+                Event::RequestRewritten {
+                    attempt,
+                    request: Box::new(request),
+                }
+            }
             Action::Delta(a, s, d) => {
                 let attempt = self.attempt(a);
                 let (seq, delta) = if a == AttemptPick::Current {

@@ -65,6 +65,8 @@ pub struct ProcessData {
     pub(crate) slots: Vec<Slot>,
     pub(crate) outcome: Option<StepOutcome>,
     pub(crate) retries: u32,
+    /// The current attempt's request as a hook rewrote it (cleared for each attempt).
+    pub(crate) sent: Option<Box<ModelRequest>>,
     /// Signatures (tool name, canonical arguments) of the run's earlier calls, oldest first.
     pub(crate) recent: Vec<(String, String)>,
     /// A doom loop with action `stop` was detected: the outer machine stops the run.
@@ -89,6 +91,7 @@ impl ProcessData {
             slots: Vec::new(),
             outcome: None,
             retries: 0,
+            sent: None,
             recent: Vec::new(),
             stop_requested: false,
             state: crate::chart::ProcessState::INITIAL,
@@ -137,6 +140,7 @@ impl ProcessData {
                 !self.is_current(attempt) || self.seen.contains(seq)
             }
             Event::StreamOpened { attempt }
+            | Event::RequestRewritten { attempt, .. }
             | Event::Done { attempt }
             | Event::TransportError { attempt, .. }
             | Event::ContextOverflow { attempt, .. }
@@ -152,6 +156,7 @@ impl ProcessData {
     /// Sends the current attempt's request.
     pub(crate) fn call_model(&mut self) {
         self.seen.clear();
+        self.sent = None;
         self.acc = MessageAssembler::default();
         let request = self.request.clone();
         self.emit(AgentEvent::RequestStart {

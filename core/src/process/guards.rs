@@ -17,6 +17,7 @@ fn current(data: &ProcessData, input: &Input<'_>) -> bool {
     };
     match event {
         Event::StreamOpened { .. }
+        | Event::RequestRewritten { .. }
         | Event::Delta { .. }
         | Event::Done { .. }
         | Event::TransportError { .. }

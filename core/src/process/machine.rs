@@ -74,6 +74,7 @@ impl ProcessMachine {
             e if context.is_stale(e) => {
                 let row = match e {
                     Event::StreamOpened { .. } => Row::LiveStaleStreamOpened,
+                    Event::RequestRewritten { .. } => Row::LiveStaleRequestRewritten,
                     Event::Delta { .. } => Row::LiveStaleDelta,
                     Event::Done { .. } => Row::LiveStaleDone,
                     Event::TransportError { .. } => Row::LiveStaleTransportError,
@@ -88,7 +89,7 @@ impl ProcessMachine {
     }
 
     /// Requesting: TransportError → Retrying | Error, ContextOverflow → Error,
-    /// StreamStalled → Retrying | Error.
+    /// StreamStalled → Retrying | Error, RequestRewritten → Requesting (internal).
     #[superstate(superstate = "live")]
     fn requesting(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
         let Input::Ext(ev) = event else { return Super };
@@ -103,6 +104,11 @@ impl ProcessMachine {
                     context.fail(error.clone());
                     Transition(State::error())
                 }
+            }
+            Event::RequestRewritten { attempt, request } if context.is_current(attempt) => {
+                context.take(Row::RequestingRewritten);
+                context.sent = Some(request.clone());
+                Handled
             }
             Event::ContextOverflow { attempt, error } if context.is_current(attempt) => {
                 context.take(Row::RequestingOverflow);

@@ -86,6 +86,7 @@ fn kind(state: &State) -> ProcessState {
 pub fn event_kind(event: &Event) -> Option<ProcessEventKind> {
     Some(match event {
         Event::StreamOpened { .. } => ProcessEventKind::StreamOpened,
+        Event::RequestRewritten { .. } => ProcessEventKind::RequestRewritten,
         Event::Delta { .. } => ProcessEventKind::Delta,
         Event::Done { .. } => ProcessEventKind::Done,
         Event::TransportError { .. } => ProcessEventKind::TransportError,
@@ -255,9 +256,14 @@ impl Process {
         &self.data.whitelist
     }
 
-    /// The request of the current attempt.
+    /// The request of the current attempt, as the machine built it.
     pub fn request(&self) -> &ModelRequest {
         &self.data.request
+    }
+
+    /// The request of the current attempt as a `before_model_call` hook rewrote it, if one did.
+    pub fn sent_request(&self) -> Option<&ModelRequest> {
+        self.data.sent.as_deref()
     }
 
     /// Sets the signatures (tool name, canonical arguments) of the run's earlier calls, for
