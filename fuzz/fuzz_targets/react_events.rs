@@ -1,12 +1,11 @@
 //! Arbitrary bytes → a setup and an event sequence (effect-following and noise, see
 //! `tests/support/fuzz_decode.rs`) into the outer `Run`; every step is checked against
-//! the chart and the invariants of `tests/support/harness.rs` (a violation panics).
+//! the chart and the invariants of `agentloop_testkit::harness` (a violation panics).
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-use agentloop_testkit::harness;
 
 use agentloop_testkit::fuzz_decode;
 
