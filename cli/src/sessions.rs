@@ -206,17 +206,6 @@ fn one_line(text: &str, max: usize) -> String {
     }
 }
 
-fn status_name(status: ToolStatus) -> &'static str {
-    match status {
-        ToolStatus::Completed => "completed",
-        ToolStatus::Error => "error",
-        ToolStatus::Denied => "denied",
-        ToolStatus::Skipped => "skipped",
-        ToolStatus::Aborted => "aborted",
-        ToolStatus::OutcomeUnknown => "outcome_unknown",
-    }
-}
-
 /// One line per entry: `seq  kind  run  details`.
 fn show(id: &str, entries: &[Entry]) {
     println!(
@@ -264,7 +253,7 @@ fn show(id: &str, entries: &[Entry]) {
                 "tool_result   {run}  {} ({}) {}: {}",
                 result.name,
                 result.tool_call_id,
-                status_name(result.status),
+                ToolStatus::as_str(result.status),
                 one_line(&result.content, 80)
             ),
             Entry::Compaction { removed, .. } => {

@@ -192,7 +192,7 @@ impl std::fmt::Display for Repair {
                 f,
                 "entry {index}: tool call {tool_call_id} ({name}) of run {run_id} step \
                  {model_call_index} had no result; recorded {}",
-                status_name(*status)
+                ToolStatus::as_str(*status)
             ),
             Repair::OrphanResultDropped {
                 index,
@@ -240,18 +240,6 @@ impl std::fmt::Display for Repair {
                  end ({outcome})"
             ),
         }
-    }
-}
-
-/// The snake_case name of a tool status.
-fn status_name(status: ToolStatus) -> &'static str {
-    match status {
-        ToolStatus::Completed => "completed",
-        ToolStatus::Error => "error",
-        ToolStatus::Denied => "denied",
-        ToolStatus::Skipped => "skipped",
-        ToolStatus::Aborted => "aborted",
-        ToolStatus::OutcomeUnknown => "outcome_unknown",
     }
 }
 

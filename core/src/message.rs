@@ -128,6 +128,20 @@ pub enum ToolStatus {
     OutcomeUnknown,
 }
 
+impl ToolStatus {
+    /// The snake_case name (as serialized).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolStatus::Completed => "completed",
+            ToolStatus::Error => "error",
+            ToolStatus::Denied => "denied",
+            ToolStatus::Skipped => "skipped",
+            ToolStatus::Aborted => "aborted",
+            ToolStatus::OutcomeUnknown => "outcome_unknown",
+        }
+    }
+}
+
 /// The result of one tool call, as the model sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolResult {

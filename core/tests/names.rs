@@ -377,3 +377,21 @@ fn r_idem_1_r_idem_3_entry_keys_and_run_ids() {
         assert_eq!(e.run_id(), Some(run));
     }
 }
+
+#[test]
+fn tool_status_names_are_their_wire_names() {
+    use agentloop_core::ToolStatus;
+    for s in [
+        ToolStatus::Completed,
+        ToolStatus::Error,
+        ToolStatus::Denied,
+        ToolStatus::Skipped,
+        ToolStatus::Aborted,
+        ToolStatus::OutcomeUnknown,
+    ] {
+        assert_eq!(
+            serde_json::to_value(s).expect("serializes"),
+            serde_json::Value::String(s.as_str().to_string())
+        );
+    }
+}

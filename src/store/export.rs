@@ -22,17 +22,6 @@ pub fn export_jsonl(entries: &[Entry], out: &mut impl Write) -> Result<(), Store
     Ok(())
 }
 
-fn status_name(status: ToolStatus) -> &'static str {
-    match status {
-        ToolStatus::Completed => "completed",
-        ToolStatus::Error => "error",
-        ToolStatus::Denied => "denied",
-        ToolStatus::Skipped => "skipped",
-        ToolStatus::Aborted => "aborted",
-        ToolStatus::OutcomeUnknown => "outcome_unknown",
-    }
-}
-
 /// A fenced block whose fence is longer than any backtick run inside `text`.
 fn fenced(out: &mut String, lang: &str, text: &str) {
     let mut longest = 0;
@@ -78,7 +67,7 @@ fn message_md(out: &mut String, message: &Message) {
                 "**Tool `{}`** (`{}`, {}):\n",
                 r.name,
                 r.tool_call_id,
-                status_name(r.status)
+                ToolStatus::as_str(r.status)
             );
             fenced(out, "", &r.content);
         }
