@@ -195,3 +195,33 @@ fn r_idem_5_turn_counters() {
     assert_eq!(next_model_call_index(&entries, "r3"), 1);
     assert_eq!(next_model_call_index(&[], "r1"), 1);
 }
+
+#[test]
+fn r_idem_1_duplicate_keys_names_each_repeated_key_once() {
+    use agentloop_core::session_log::duplicate_keys;
+    use agentloop_core::EntryKey;
+    let clean = vec![
+        user("r", "hi"),
+        turn("r", 1, "", &["c1", "c2"]),
+        result("r", "c1"),
+        result("r", "c2"),
+    ];
+    assert!(duplicate_keys(&clean).is_empty());
+    let mut dup = clean.clone();
+    dup.push(result("r", "c1"));
+    dup.push(result("r", "c1"));
+    dup.push(turn("r", 1, "again", &[]));
+    assert_eq!(
+        duplicate_keys(&dup),
+        vec![
+            EntryKey::ToolResult {
+                tool_call_id: "c1".into()
+            },
+            EntryKey::Turn {
+                run_id: "r".into(),
+                model_call_index: 1
+            },
+        ],
+        "a key stored three times is named once, in the order it became a duplicate"
+    );
+}
