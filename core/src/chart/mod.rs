@@ -104,22 +104,40 @@ impl ProcessRow {
     }
 }
 
+/// The rows of `all` that a state (named `leaf`, inside `ancestors`, innermost first) may take
+/// for `event`, in the order the chart decides: the leaf's rows first, then each enclosing
+/// superstate's, each level in chart order. Shared by both machines' `candidates`.
+fn candidates_in<R: Copy, E: PartialEq + Copy>(
+    leaf: &'static str,
+    ancestors: &[&'static str],
+    all: &[R],
+    spec: impl Fn(R) -> RowSpec<E>,
+    event: E,
+) -> Vec<R> {
+    std::iter::once(leaf)
+        .chain(ancestors.iter().copied())
+        .flat_map(|scope| {
+            let spec = &spec;
+            all.iter().copied().filter(move |&r| {
+                let s = spec(r);
+                s.from == scope && s.event == event
+            })
+        })
+        .collect()
+}
+
 impl ReactState {
     /// The rows this state may take for `event`, in the order the chart decides: the leaf
     /// state's rows first, then each enclosing superstate's (innermost first), each level in
     /// chart order. The first row whose guard holds is the one the machine must take.
     pub fn candidates(self, event: ReactEventKind) -> Vec<ReactRow> {
-        let mut scopes = vec![self.name()];
-        scopes.extend(self.ancestors());
-        scopes
-            .iter()
-            .flat_map(|scope| {
-                ReactRow::ALL
-                    .iter()
-                    .copied()
-                    .filter(move |r| r.spec().from == *scope && r.spec().event == event)
-            })
-            .collect()
+        candidates_in(
+            self.name(),
+            self.ancestors(),
+            ReactRow::ALL,
+            ReactRow::spec,
+            event,
+        )
     }
 }
 
@@ -127,17 +145,13 @@ impl ProcessState {
     /// The rows this state may take for `event`, in the order the chart decides (see
     /// [`ReactState::candidates`]).
     pub fn candidates(self, event: ProcessEventKind) -> Vec<ProcessRow> {
-        let mut scopes = vec![self.name()];
-        scopes.extend(self.ancestors());
-        scopes
-            .iter()
-            .flat_map(|scope| {
-                ProcessRow::ALL
-                    .iter()
-                    .copied()
-                    .filter(move |r| r.spec().from == *scope && r.spec().event == event)
-            })
-            .collect()
+        candidates_in(
+            self.name(),
+            self.ancestors(),
+            ProcessRow::ALL,
+            ProcessRow::spec,
+            event,
+        )
     }
 }
 
