@@ -8,17 +8,21 @@
 //! call order and identical runs record identical traces. The tools still run in parallel;
 //! only the delivery of their results waits (R-IN-4, R-TRACE-2).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::event::Event;
 
 pub use agentloop_core::timeouts::ToolOrder;
 
-/// Holds completions back until every earlier call has completed or been killed.
+/// Holds completions back until every earlier call has completed or been killed. Each call
+/// costs O(1) amortized (a queue, a set of the calls still awaited, a map of held results), so
+/// n calls cost O(n).
 #[derive(Debug, Default)]
 pub(crate) struct CompletionOrder {
-    /// Calls started and not yet delivered, in start order.
+    /// Calls in start order; a killed call stays until it reaches the front and is skipped.
     issued: VecDeque<String>,
+    /// Calls started, not yet delivered and not killed.
+    awaited: HashSet<String>,
     /// Completions that arrived before an earlier call's.
     held: HashMap<String, Event>,
 }
@@ -27,23 +31,24 @@ impl CompletionOrder {
     /// A call started.
     pub(crate) fn started(&mut self, tool_call_id: &str) {
         self.issued.push_back(tool_call_id.to_string());
+        self.awaited.insert(tool_call_id.to_string());
     }
 
     /// A call was killed: it will never complete, so it no longer holds later ones back. A
     /// completion that was already held for it is dropped (the machine closed the call).
     pub(crate) fn killed(&mut self, tool_call_id: &str) -> Vec<Event> {
-        self.issued.retain(|id| id != tool_call_id);
+        self.awaited.remove(tool_call_id);
         self.held.remove(tool_call_id);
         self.release()
     }
 
     /// A completion arrived; returns the completions that may go to the machine now, in
-    /// call order. Completions of calls this buffer never saw start pass straight through.
+    /// call order. Completions of calls this buffer does not await pass straight through.
     pub(crate) fn arrived(&mut self, event: Event) -> Vec<Event> {
         let Event::ToolFinished { tool_call_id, .. } = &event else {
             return vec![event];
         };
-        if !self.issued.contains(tool_call_id) {
+        if !self.awaited.contains(tool_call_id) {
             return vec![event];
         }
         self.held.insert(tool_call_id.clone(), event);
@@ -53,10 +58,16 @@ impl CompletionOrder {
     fn release(&mut self) -> Vec<Event> {
         let mut out = Vec::new();
         while let Some(head) = self.issued.front() {
+            if !self.awaited.contains(head) {
+                // Killed: skip it.
+                self.issued.pop_front();
+                continue;
+            }
             match self.held.remove(head) {
                 Some(e) => {
-                    out.push(e);
+                    self.awaited.remove(head);
                     self.issued.pop_front();
+                    out.push(e);
                 }
                 None => break,
             }
