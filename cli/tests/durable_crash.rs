@@ -29,7 +29,10 @@ fn bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_agentloop")))
 }
 const MIN_KILLS: usize = 150;
-/// Kill delays are drawn uniformly from 0..MAX_DELAY_US after the process starts.
+/// Kills per session at most (then the attempt runs to its end and the session is verified).
+const MAX_KILLS_PER_SESSION: usize = 40;
+/// Kill delays are drawn uniformly from 0..MAX_DELAY_US (after spawn, or a third of it after
+/// the attempt first writes).
 const MAX_DELAY_US: u64 = 30_000;
 const FINAL: &str = "All batches written. Done.";
 
@@ -59,6 +62,17 @@ fn file_len(path: &Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
+/// Polls until `path` is longer than `before`, the child has exited, or 10 s have passed.
+fn wait_for_growth(path: &Path, before: u64, child: &mut std::process::Child) {
+    let started = Instant::now();
+    while file_len(path) <= before
+        && child.try_wait().expect("try_wait").is_none()
+        && started.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
 #[derive(Default, Debug)]
 struct Stats {
     kills: usize,
@@ -73,6 +87,7 @@ struct Stats {
 fn crash_session(store: &Path, root: &Path, session: &str, rng: &mut Lcg, stats: &mut Stats) {
     let session_file = store.join(format!("{session}.jsonl"));
     let script = script_path();
+    let mut kills_here = 0;
     for attempt in 0.. {
         assert!(attempt < 2_000, "session {session} did not complete");
         stats.attempts += 1;
@@ -98,13 +113,26 @@ fn crash_session(store: &Path, root: &Path, session: &str, rng: &mut Lcg, stats:
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn agentloop");
-        let kill = stats.kills < MIN_KILLS;
+        // At most MAX_KILLS_PER_SESSION per session, so that even a slow machine (where
+        // every attempt outlives its kill delay) completes and verifies several sessions.
+        let kill = stats.kills < MIN_KILLS && kills_here < MAX_KILLS_PER_SESSION;
         if kill {
-            std::thread::sleep(Duration::from_micros(rng.next() % MAX_DELAY_US));
+            // Half the kills come at a random moment after spawn (they may land before the
+            // first write: a crash during start-up). The other half wait until this attempt
+            // has written something and then come at a random moment: without that, a
+            // loaded machine whose process start-up outlasts MAX_DELAY_US kills every attempt
+            // before it writes, and no kill lands inside a run (seen once in CI-like runs).
+            if rng.next() % 2 == 1 {
+                wait_for_growth(&session_file, before, &mut child);
+                std::thread::sleep(Duration::from_micros(rng.next() % (MAX_DELAY_US / 3)));
+            } else {
+                std::thread::sleep(Duration::from_micros(rng.next() % MAX_DELAY_US));
+            }
             if child.try_wait().expect("try_wait").is_none() {
                 child.kill().expect("SIGKILL");
                 let _ = child.wait();
                 stats.kills += 1;
+                kills_here += 1;
                 let after = file_len(&session_file);
                 if after > before {
                     stats.kills_mid_run += 1;
