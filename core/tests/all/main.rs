@@ -1,0 +1,23 @@
+//! The core crate's integration tests, one module per concern, built as one binary (one link
+//! instead of one per file: `cargo test -p agentloop-core` and mutation runs build faster).
+
+mod accumulate;
+mod chart_render;
+mod conformance;
+mod context;
+mod coverage;
+mod decider_replay;
+mod fuzz_corpus_core;
+mod loop_health;
+mod machine_details;
+mod messages;
+mod names;
+mod oracle;
+mod pairing_repair;
+mod process_details;
+mod purity;
+mod random_events;
+mod run_control;
+mod session_history;
+mod step_and_config;
+mod trace_io;
