@@ -41,7 +41,7 @@ fn agent(store: Arc<dyn SessionStore>, work: Arc<CountingTool>) -> Agent {
         .build()
 }
 
-/// The Persist effects the trace requested before the `StoreWriteFailed` input, and whether
+/// The Persist (and CommitRunEnd) effects the trace requested before the `StoreWriteFailed` input, and whether
 /// any was requested after it.
 fn persists_around_failure(trace: &Trace) -> (Vec<Entry>, bool) {
     let mut before = Vec::new();
@@ -54,7 +54,7 @@ fn persists_around_failure(trace: &Trace) -> (Vec<Entry>, bool) {
                 ..
             } => failed = true,
             TraceRecord::Effect {
-                effect: Effect::Persist { entry },
+                effect: Effect::Persist { entry } | Effect::CommitRunEnd { entry },
                 ..
             } => {
                 if failed {
@@ -104,6 +104,27 @@ async fn scenario(k: u64, point: FaultPoint) {
         "{ctx}: nothing is written after the failure"
     );
     let trace = out.trace.unwrap();
+    // The failure is a chart row, so the trace replays to the same steps. A failed write of
+    // the final step (its assistant message, write n-1, or the run end, write n) arrives
+    // when the machine is in Finishing and takes row `finishing_store_failed`.
+    assert_eq!(agentloop::trace::replay(&trace), None, "{ctx}");
+    let finishing_failed = trace.records.iter().any(|r| {
+        matches!(
+            r,
+            TraceRecord::Transition {
+                transition: agentloop::step::Transition::React {
+                    row: Some(agentloop::chart::ReactRow::FinishingStoreFailed),
+                    ..
+                },
+                ..
+            }
+        )
+    });
+    assert_eq!(
+        finishing_failed,
+        k + 1 >= clean_write_count().await,
+        "{ctx}"
+    );
     let (requested, after) = persists_around_failure(&trace);
     assert!(!after, "{ctx}: a Persist was requested after the failure");
     let k = k as usize;

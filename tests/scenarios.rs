@@ -354,6 +354,8 @@ fn abort_mid_stream() {
                 text: " a time".into(),
             },
         },
+        // The store acknowledges the run-end entry: the run reports its end.
+        Event::RunEndCommitted,
     ];
     for e in events {
         let step = run.handle(e.clone());

@@ -21,6 +21,12 @@ pub enum Effect {
         /// The entry.
         entry: Entry,
     },
+    /// Append the run-end entry, the run's final commit. The runtime answers with
+    /// `Event::RunEndCommitted`, or `Event::StoreWriteFailed` if the write failed.
+    CommitRunEnd {
+        /// The entry (an `Entry::RunEnd`).
+        entry: Entry,
+    },
     /// Start a streaming model request.
     CallModel {
         /// The request (carries run id, step and attempt).

@@ -204,6 +204,9 @@ pub enum Event {
         /// The store's error.
         error: String,
     },
+    /// The store acknowledged the run-end entry ([`Effect::CommitRunEnd`](crate::Effect)):
+    /// the run may report its end (R-IDEM-4).
+    RunEndCommitted,
 }
 
 impl Event {
@@ -226,6 +229,7 @@ impl Event {
             Event::CompactionFailed { .. } => "compaction_failed",
             Event::Abort { .. } => "abort",
             Event::StoreWriteFailed { .. } => "store_write_failed",
+            Event::RunEndCommitted => "run_end_committed",
             Event::Steer { .. } => "steer",
             Event::SwitchModel { .. } => "switch_model",
             Event::SetTools { .. } => "set_tools",

@@ -15,9 +15,11 @@ use crate::step::{Step, Transition};
 use crate::tool_spec::ToolSpec;
 
 /// The trace format version this build writes and reads. Version 2: `response_complete`
-/// carries the committed message and `run_end` the final text, so a version-1 trace would
-/// replay with a false divergence; it is rejected as unsupported instead.
-pub const TRACE_VERSION: u32 = 2;
+/// carries the committed message and `run_end` the final text. Version 3: a run commits its
+/// run-end entry in `Finishing` and reports its end on `run_end_committed`, an input event
+/// older traces lack. An older trace would replay with a false divergence; it is rejected as
+/// unsupported instead.
+pub const TRACE_VERSION: u32 = 3;
 
 /// The first line of a trace.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

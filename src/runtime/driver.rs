@@ -102,10 +102,20 @@ impl Driver<'_> {
     }
 
     /// Performs a step's effects in order. A failed store write stops the remaining effects
-    /// (nothing after it is persisted or started) and returns the `StoreWriteFailed` event.
+    /// (nothing after it is persisted or started) and returns the `StoreWriteFailed` event;
+    /// a stored run-end entry returns `RunEndCommitted`.
     pub(crate) async fn perform(&mut self, effects: Vec<Effect>) -> Option<Event> {
+        let mut answer = None;
         for effect in effects {
             match effect {
+                Effect::CommitRunEnd { entry } => {
+                    if let Err(e) = self.agent.store.append(&self.session, &entry).await {
+                        return Some(Event::StoreWriteFailed {
+                            error: e.to_string(),
+                        });
+                    }
+                    answer = Some(Event::RunEndCommitted);
+                }
                 Effect::Persist { entry } => {
                     if let Err(e) = self.agent.store.append(&self.session, &entry).await {
                         return Some(Event::StoreWriteFailed {
@@ -186,7 +196,7 @@ impl Driver<'_> {
                 }
             }
         }
-        None
+        answer
     }
 
     /// An event from the run's background tasks: a tool completion goes through the

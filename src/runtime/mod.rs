@@ -669,7 +669,6 @@ impl Agent {
         tokio::pin!(deadline);
         let mut pending = VecDeque::from([first]);
         let mut deadline_fired = false;
-        let mut late_store_failure = None;
         loop {
             let event = match pending.pop_front() {
                 Some(e) => e,
@@ -687,14 +686,6 @@ impl Agent {
                     }
                 }
             };
-            if let Event::StoreWriteFailed { error } = &event {
-                if run.is_terminal() {
-                    // The step that ended the run also persisted (the final commit, the run
-                    // end) and a write failed: the terminal machine no longer takes
-                    // events, so the runtime turns its outcome into Failed (R-IDEM-4).
-                    late_store_failure = Some(error.clone());
-                }
-            }
             let step = run.handle(event.clone());
             if let Some(t) = trace.as_mut() {
                 t.record(&event, &step);
@@ -716,7 +707,7 @@ impl Agent {
         if let Some(p) = &partial {
             p.set(None);
         }
-        let mut result = run.result().cloned().unwrap_or_else(|| LoopResult {
+        let result = run.result().cloned().unwrap_or_else(|| LoopResult {
             outcome: crate::agent_event::Outcome::Failed,
             reason: "no result".into(),
             messages: run.messages().to_vec(),
@@ -724,25 +715,6 @@ impl Agent {
             usage: Default::default(),
             error: Some("the run ended without a result".into()),
         });
-        if let Some(error) = late_store_failure {
-            let error = format!(
-                "session store write failed: {error} (after the run reached {}; the store \
-                 lacks the entries from the failed write on, so the session stays resumable)",
-                result.outcome.as_str()
-            );
-            result.outcome = crate::agent_event::Outcome::Failed;
-            result.reason = "store_write_failed".into();
-            result.error = Some(error.clone());
-            self.sink.emit(&EventEnvelope {
-                index: self.next_event_index(),
-                ts_ms: self.clock.now_ms(),
-                run_id: run_id.clone(),
-                event: crate::agent_event::AgentEvent::RunError {
-                    run_id: run_id.clone(),
-                    error,
-                },
-            });
-        }
         Ok(RunOutput {
             run_id,
             result,

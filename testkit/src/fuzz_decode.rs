@@ -143,6 +143,7 @@ pub fn action(bytes: &mut Bytes<'_>) -> Action {
         13 => Action::CompactionFailed,
         14 if p.is_multiple_of(2) => Action::Abort,
         14 => Action::AbortKill(p >> 1),
+        _ if p.is_multiple_of(2) => Action::RunEndCommitted,
         _ => Action::StoreWriteFailed,
     }
 }

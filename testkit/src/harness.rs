@@ -338,6 +338,8 @@ pub enum Action {
     SetTools(u8),
     /// `StoreWriteFailed`.
     StoreWriteFailed,
+    /// `RunEndCommitted` (the store acknowledged the run-end entry).
+    RunEndCommitted,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -662,6 +664,11 @@ impl Feeder {
                 0..=4 => Action::CompactionFailed,
                 _ => Action::CompactionDone,
             },
+            (Some(ReactState::Finishing), _) => match roll {
+                0..=9 => Action::StoreWriteFailed,
+                10..=14 => Action::Abort,
+                _ => Action::RunEndCommitted,
+            },
             _ => match roll {
                 0..=29 => Action::Abort,
                 30..=49 => Action::StoreWriteFailed,
@@ -875,6 +882,7 @@ impl Feeder {
             Action::StoreWriteFailed => Event::StoreWriteFailed {
                 error: "disk full".into(),
             },
+            Action::RunEndCommitted => Event::RunEndCommitted,
         }
     }
 }
@@ -1379,8 +1387,10 @@ impl RunHarness {
         match (&self.result, self.run.result()) {
             (None, None) => {
                 assert!(!terminal, "{ctx}: terminal without a result");
-                // Only an abort that drains immune tools announces the end before it.
-                let draining = step.to.process == Some(ProcessState::Draining);
+                // Only an abort that drains immune tools announces the end before it (the
+                // run then drains, and commits its run-end entry in Finishing).
+                let draining = step.to.process == Some(ProcessState::Draining)
+                    || step.to.react == ReactState::Finishing;
                 assert!(
                     self.ledger.ends == 0 || (self.ledger.end_is_abort && draining),
                     "{ctx}: an end event before the end"

@@ -121,6 +121,7 @@ pub fn noise() -> impl Strategy<Value = Action> {
         1 => Just(Action::SwitchModel),
         1 => any::<u8>().prop_map(Action::SetTools),
         1 => Just(Action::StoreWriteFailed),
+        1 => Just(Action::RunEndCommitted),
     ]
 }
 

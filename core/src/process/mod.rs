@@ -107,6 +107,7 @@ pub fn event_kind(event: &Event) -> Option<ProcessEventKind> {
         | Event::CompactionDone { .. }
         | Event::CompactionFailed { .. }
         | Event::StoreWriteFailed { .. }
+        | Event::RunEndCommitted
         | Event::SwitchModel { .. }
         | Event::SetTools { .. } => return None,
     })

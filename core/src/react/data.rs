@@ -29,6 +29,8 @@ pub struct ReactData {
     pub(crate) last_had_tools: bool,
     pub(crate) whitelist: BTreeSet<String>,
     pub(crate) result: Option<LoopResult>,
+    /// The end decided by `finish`, held in `Finishing` until its run-end entry is stored.
+    pub(crate) ending: Option<LoopResult>,
     pub(crate) steering: Vec<String>,
     pub(crate) recent_calls: Vec<(String, String)>,
     pub(crate) stop_requested: bool,
@@ -61,6 +63,7 @@ impl ReactData {
             last_had_tools: false,
             whitelist: BTreeSet::new(),
             result: None,
+            ending: None,
             steering: Vec::new(),
             recent_calls: Vec::new(),
             stop_requested: false,
@@ -293,21 +296,16 @@ impl ReactData {
         self.step.as_ref().and_then(|s| s.outcome().cloned())
     }
 
-    /// Ends the run: persists the run end (unless the store failed) and emits the end event.
+    /// Decides the run's end. With `commit`, the run-end entry is committed first
+    /// (`CommitRunEnd`; the machine waits in `Finishing`) and the end is reported on
+    /// `RunEndCommitted`; without (the store already failed), the end is reported now.
     pub(crate) fn finish(
         &mut self,
         outcome: Outcome,
         reason: String,
         error: Option<String>,
-        persist: bool,
+        commit: bool,
     ) {
-        if persist {
-            self.persist(Entry::RunEnd {
-                run_id: self.run_id.clone(),
-                outcome,
-                reason: reason.clone(),
-            });
-        }
         let result = LoopResult {
             outcome,
             reason,
@@ -316,10 +314,56 @@ impl ReactData {
             usage: self.usage,
             error,
         };
-        let event = match outcome {
+        if commit {
+            self.out.push(Effect::CommitRunEnd {
+                entry: Entry::RunEnd {
+                    run_id: self.run_id.clone(),
+                    outcome,
+                    reason: result.reason.clone(),
+                },
+            });
+            self.ending = Some(result);
+        } else {
+            self.end(result);
+        }
+    }
+
+    /// The outcome `finish` decided, while its run-end entry is being committed.
+    pub(crate) fn ending_outcome(&self) -> Option<Outcome> {
+        self.ending.as_ref().map(|r| r.outcome)
+    }
+
+    /// The run-end entry is stored: reports the end `finish` decided.
+    pub(crate) fn committed(&mut self) {
+        if let Some(result) = self.ending.take() {
+            self.end(result);
+        }
+    }
+
+    /// A write of the final step (its message or the run-end entry) failed (R-IDEM-4): the
+    /// run fails, naming the end it had reached. If `agent_abort` was announced while draining, that stays the run's one
+    /// end event (R-VER-1) and the failure is in the result only.
+    pub(crate) fn commit_failed(&mut self, error: &str) {
+        let reached = self.ending.take().map_or("its end", |r| r.outcome.as_str());
+        self.finish(
+            Outcome::Failed,
+            "store_write_failed".into(),
+            Some(format!(
+                "session store write failed: {error} (after the run reached {reached}; the \
+                 store lacks the entries from the failed write on, so the session stays \
+                 resumable)"
+            )),
+            false,
+        );
+    }
+
+    /// Reports the end: one end event per run (an abort announced while draining is that
+    /// event), and the result.
+    fn end(&mut self, result: LoopResult) {
+        let event = match result.outcome {
             Outcome::Completed => AgentEvent::RunEnd {
                 run_id: self.run_id.clone(),
-                outcome,
+                outcome: result.outcome,
                 reason: result.reason.clone(),
                 usage: self.usage,
                 final_text: result.final_text().map(str::to_string),
@@ -336,7 +380,6 @@ impl ReactData {
                 reason: result.reason.clone(),
             },
         };
-        // Exactly one end event per run: an abort announced while draining is that event.
         if !self.abort_emitted {
             self.emit(event);
         }

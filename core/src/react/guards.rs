@@ -1,6 +1,7 @@
 //! The outer chart's guards as pure predicates, and the oracle that picks the row the chart
 //! prescribes for an input (see [`crate::process`]'s guards for the inner machine).
 
+use crate::agent_event::Outcome;
 use crate::chart::{ProcessState, ReactEventKind, ReactGuard, ReactRow, ReactState};
 use crate::event::Event;
 use crate::react::config::Decision;
@@ -38,6 +39,9 @@ pub(crate) fn holds(g: ReactGuard, data: &ReactData, input: &Input<'_>) -> bool 
         ReactGuard::ContinueOverBudget => data.observe() == Decision::Compact,
         ReactGuard::HasToolCalls => data.observe() == Decision::Continue,
         ReactGuard::NoToolCalls => data.observe() == Decision::Complete,
+        ReactGuard::EndedCompleted => data.ending_outcome() == Some(Outcome::Completed),
+        ReactGuard::EndedFailed => data.ending_outcome() == Some(Outcome::Failed),
+        ReactGuard::EndedAborted => data.ending_outcome() == Some(Outcome::Aborted),
         ReactGuard::ToolsDraining => abort_drains(data, input),
         ReactGuard::NothingToDrain => !abort_drains(data, input),
     }

@@ -42,7 +42,7 @@ impl ReactMachine {
         Handled
     }
 
-    /// Active: Abort → Aborted, StoreWriteFailed → Failed.
+    /// Active: Abort → Finishing (aborted), StoreWriteFailed → Failed.
     #[superstate(superstate = "root")]
     fn active(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
         match event {
@@ -51,7 +51,7 @@ impl ReactMachine {
                 context.take(Row::ActiveAbort);
                 context.absorb_aborted_step();
                 context.finish(RunOutcome::Aborted, reason.clone(), None, true);
-                Transition(State::aborted())
+                Transition(State::finishing())
             }
             Input::Ext(e @ Event::Steer { text }) => {
                 context.take(Row::ActiveSteer);
@@ -123,14 +123,14 @@ impl ReactMachine {
         }
     }
 
-    /// Planning: Plan → Completed (max steps) | Compacting | Executing.
+    /// Planning: Plan → Finishing (max steps) | Compacting | Executing.
     #[state(superstate = "active")]
     fn planning(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
         match event {
             Input::Plan if context.max_steps_reached() => {
                 context.take(Row::PlanningMaxSteps);
                 context.finish(RunOutcome::Completed, "max_steps".into(), None, true);
-                Transition(State::completed())
+                Transition(State::finishing())
             }
             Input::Plan if context.over_threshold() => {
                 context.take(Row::PlanningCompact);
@@ -146,7 +146,7 @@ impl ReactMachine {
         }
     }
 
-    /// Executing: InnerEnded → Observing | Compacting | Failed | Aborted (after draining);
+    /// Executing: InnerEnded → Observing | Compacting | Finishing (failed, or aborted after draining);
     /// Abort → Executing while immune tools drain (inner events are forwarded
     /// by the facade before this handler sees `InnerEnded`).
     #[state(superstate = "active")]
@@ -184,7 +184,7 @@ impl ReactMachine {
                         Some(e.to_string()),
                         true,
                     );
-                    Transition(State::failed())
+                    Transition(State::finishing())
                 }
                 Some(StepOutcome::Aborted) if context.step_ended() => {
                     context.take(Row::ExecutingAborted);
@@ -194,7 +194,7 @@ impl ReactMachine {
                         .clone()
                         .unwrap_or_else(|| "aborted".into());
                     context.finish(RunOutcome::Aborted, reason, None, true);
-                    Transition(State::aborted())
+                    Transition(State::finishing())
                 }
                 Some(StepOutcome::Aborted) | None => Super,
             },
@@ -202,7 +202,7 @@ impl ReactMachine {
         }
     }
 
-    /// Observing: Decide → Completed | Compacting | Planning.
+    /// Observing: Decide → Finishing (stop, final answer) | Compacting | Planning.
     #[state(superstate = "active")]
     fn observing(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
         match event {
@@ -210,7 +210,7 @@ impl ReactMachine {
                 Decision::Stop => {
                     context.take(Row::ObservingStop);
                     context.finish(RunOutcome::Completed, "stopped".into(), None, true);
-                    Transition(State::completed())
+                    Transition(State::finishing())
                 }
                 Decision::Compact => {
                     context.take(Row::ObservingCompact);
@@ -224,14 +224,14 @@ impl ReactMachine {
                 Decision::Complete => {
                     context.take(Row::ObservingComplete);
                     context.finish(RunOutcome::Completed, "final_answer".into(), None, true);
-                    Transition(State::completed())
+                    Transition(State::finishing())
                 }
             },
             _ => Super,
         }
     }
 
-    /// Compacting: CompactionDone → Planning, CompactionFailed → Failed.
+    /// Compacting: CompactionDone → Planning, CompactionFailed → Finishing.
     #[state(superstate = "active")]
     fn compacting(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
         match event {
@@ -248,7 +248,46 @@ impl ReactMachine {
                     Some(format!("compaction failed: {error}")),
                     true,
                 );
+                Transition(State::finishing())
+            }
+            _ => Super,
+        }
+    }
+
+    /// Finishing: the run-end entry is being committed. RunEndCommitted → the decided end,
+    /// StoreWriteFailed → Failed, Abort ignored (the end is already decided).
+    #[state(superstate = "root")]
+    fn finishing(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
+        match event {
+            Input::Ext(Event::RunEndCommitted) => {
+                let next = match context.ending_outcome() {
+                    Some(RunOutcome::Completed) => {
+                        context.take(Row::FinishingCompleted);
+                        State::completed()
+                    }
+                    Some(RunOutcome::Failed) => {
+                        context.take(Row::FinishingFailed);
+                        State::failed()
+                    }
+                    Some(RunOutcome::Aborted) => {
+                        context.take(Row::FinishingAborted);
+                        State::aborted()
+                    }
+                    // Finishing is entered only through `finish` with a commit, which
+                    // holds the ending; without one the event is reported unhandled.
+                    None => return Super,
+                };
+                context.committed();
+                Transition(next)
+            }
+            Input::Ext(Event::StoreWriteFailed { error }) => {
+                context.take(Row::FinishingStoreFailed);
+                context.commit_failed(error);
                 Transition(State::failed())
+            }
+            Input::Ext(Event::Abort { .. }) => {
+                context.take(Row::FinishingAbort);
+                Handled
             }
             _ => Super,
         }

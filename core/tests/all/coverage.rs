@@ -82,6 +82,21 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
                 OPEN,
                 text(1),
                 DONE,
+                Action::RunEndCommitted,
+            ],
+        ),
+        (
+            "the end is committed before it is reported: active_abort, finishing_abort, finishing_aborted",
+            Setup::default(),
+            vec![START, OPEN, Action::Abort, Action::Abort, Action::RunEndCommitted],
+        ),
+        (
+            "the run-end entry cannot be stored: executing_error, finishing_store_failed",
+            Setup::default(),
+            vec![
+                START,
+                Action::TransportError(AttemptPick::Current, ErrPick::Auth),
+                Action::StoreWriteFailed,
             ],
         ),
         (

@@ -162,6 +162,8 @@ fn record(decider: DeciderRef) -> (Trace, Vec<AgentEvent>) {
             &[],
         ));
     }
+    // The run-end entry is stored: the run reports its end.
+    effects.extend(feed(&mut run, &mut trace, Event::RunEndCommitted));
     assert!(run.is_terminal(), "the run ended: {:?}", run.state());
     let events = effects
         .into_iter()

@@ -153,6 +153,7 @@ impl Driver {
                         self.feed(&mut queue, Event::Done { attempt });
                     }
                     Effect::RunTool { call } => tools.push(call),
+                    Effect::CommitRunEnd { .. } => self.feed(&mut queue, Event::RunEndCommitted),
                     Effect::RequestApproval { call } => {
                         let decision = (self.approve)(&call);
                         self.feed(
@@ -826,14 +827,22 @@ fn r_out_6_a_failed_compaction_fails_the_run() {
     let s = run.handle(Event::CompactionFailed {
         error: "no room".into(),
     });
-    assert_eq!(s.to.to_string(), "Failed");
+    // The run's end is decided; the run-end entry is committed before the end is reported.
+    assert_eq!(s.to.to_string(), "Finishing");
+    assert!(run.result().is_none());
+    assert!(s.effects.iter().any(|e| matches!(
+        e,
+        Effect::CommitRunEnd { entry: Entry::RunEnd { outcome, .. } } if *outcome == agentloop_core::Outcome::Failed
+    )));
+    let end = run.handle(Event::RunEndCommitted);
+    assert_eq!(end.to.to_string(), "Failed");
     let r = run.result().expect("ended");
     assert_eq!(r.outcome, Outcome::Failed);
     assert_eq!(r.reason, "compaction_failed");
     assert_eq!(r.error.as_deref(), Some("compaction failed: no room"));
-    assert!(s.effects.iter().any(|e| matches!(
+    assert!(end.effects.iter().any(|e| matches!(
         e,
-        Effect::Persist { entry: Entry::RunEnd { outcome, .. } } if *outcome == agentloop_core::Outcome::Failed
+        Effect::Emit { event: AgentEvent::RunError { error, .. } } if error == "compaction failed: no room"
     )));
     assert!(run.is_terminal());
 }
@@ -963,6 +972,12 @@ fn r_out_1_a_one_step_run_emits_and_persists_in_order() {
                     .as_str()
                     .unwrap()
             )),
+            Effect::CommitRunEnd { entry } => Some(format!(
+                "commit {}",
+                serde_json::to_value(entry).unwrap()["entry"]
+                    .as_str()
+                    .unwrap()
+            )),
             Effect::CallModel { .. } => Some("call_model".into()),
             _ => None,
         })
@@ -980,8 +995,9 @@ fn r_out_1_a_one_step_run_emits_and_persists_in_order() {
         "persist assistant",
         "response_complete",
         "React Executing -InnerSucceeded-> Observing",
-        "React Observing -Decide-> Completed",
-        "persist run_end",
+        "React Observing -Decide-> Finishing",
+        "commit run_end",
+        "React Finishing -RunEndCommitted-> Completed",
         "run_end completed final_answer 3+4",
     ];
     assert_eq!(got, expected, "{got:#?}");

@@ -131,9 +131,16 @@ fn r_ctl_3_abort_kills_running_tools_and_keeps_the_pairing() {
         reason: "user abort".into(),
         kill: KillPolicy::Killable,
     });
-    assert_eq!(s.to.to_string(), "Aborted");
+    assert_eq!(s.to.to_string(), "Finishing");
     assert_eq!(kills(&s), ["c2"]);
-    assert_eq!(ends(&s), 1, "exactly one end event");
+    assert_eq!(ends(&s), 0, "the end is reported once its entry is stored");
+    assert!(s.effects.iter().any(|e| matches!(
+        e,
+        Effect::CommitRunEnd { entry: Entry::RunEnd { outcome, .. } } if *outcome == agentloop_core::Outcome::Aborted
+    )));
+    let end = run.handle(Event::RunEndCommitted);
+    assert_eq!(end.to.to_string(), "Aborted");
+    assert_eq!(ends(&end), 1, "exactly one end event");
     let r = run.result().unwrap();
     assert_eq!(
         (r.outcome, r.reason.as_str()),
@@ -148,10 +155,6 @@ fn r_ctl_3_abort_kills_running_tools_and_keeps_the_pairing() {
             ("c2".to_string(), ToolStatus::Aborted)
         ]
     );
-    assert!(s.effects.iter().any(|e| matches!(
-        e,
-        Effect::Persist { entry: Entry::RunEnd { outcome, .. } } if *outcome == agentloop_core::Outcome::Aborted
-    )));
 }
 
 #[test]
@@ -170,8 +173,10 @@ fn r_ctl_3_abort_waits_for_immune_tools_and_announces_the_abort_once() {
         status: ToolStatus::Completed,
         content: "slept".into(),
     });
-    assert_eq!(s.to.to_string(), "Aborted");
-    assert_eq!(ends(&s), 0, "not announced twice");
+    assert_eq!(s.to.to_string(), "Finishing");
+    let end = run.handle(Event::RunEndCommitted);
+    assert_eq!(end.to.to_string(), "Aborted");
+    assert_eq!(ends(&s) + ends(&end), 0, "not announced twice");
     assert_eq!(run.result().unwrap().outcome, Outcome::Aborted);
     assert_eq!(
         statuses(&run),
@@ -200,6 +205,7 @@ fn r_ctl_3_abort_before_any_commit_leaves_no_assistant_message() {
         .effects
         .iter()
         .any(|e| matches!(e, Effect::CancelModel { attempt: a } if *a == attempt)));
+    let _ = run.handle(Event::RunEndCommitted);
     let r = run.result().unwrap();
     assert_eq!(r.messages, [Message::user("hi")]);
     assert_eq!(r.iterations, 0);
@@ -361,4 +367,68 @@ fn r_idem_5_resume_without_pending_plans_the_next_step() {
         .expect("a request");
     assert_eq!(req.model_call_index, 3);
     assert_eq!(req.session_turn, 2);
+}
+
+/// R-IDEM-4, row `finishing_store_failed`: the run-end entry cannot be stored. The run fails,
+/// its error names the end it had reached, and exactly one end event (`run_error`) goes out.
+#[test]
+fn r_idem_4_a_failed_run_end_commit_fails_the_run_naming_the_end_it_reached() {
+    let mut run = running(config(), &["calc"]);
+    let s = run.handle(Event::Abort {
+        reason: "user abort".into(),
+        kill: KillPolicy::All,
+    });
+    assert_eq!(s.to.to_string(), "Finishing");
+    // An abort while the end is being committed changes nothing (row `finishing_abort`).
+    let again = run.handle(Event::Abort {
+        reason: "twice".into(),
+        kill: KillPolicy::All,
+    });
+    assert!(!again.unhandled);
+    assert_eq!(again.to.to_string(), "Finishing");
+    assert!(again.effects.is_empty());
+    let end = run.handle(Event::StoreWriteFailed {
+        error: "disk full".into(),
+    });
+    assert_eq!(end.to.to_string(), "Failed");
+    assert!(end.transitions.iter().all(|t| t.conforms()));
+    assert!(end.guard_violations().is_empty());
+    assert_eq!(ends(&end), 1);
+    let r = run.result().unwrap();
+    assert_eq!(r.outcome, Outcome::Failed);
+    assert_eq!(r.reason, "store_write_failed");
+    let error = r.error.as_deref().unwrap();
+    assert!(
+        error.contains("disk full") && error.contains("after the run reached aborted"),
+        "{error}"
+    );
+    assert!(end.effects.iter().any(|e| matches!(
+        e,
+        Effect::Emit { event: AgentEvent::RunError { error: e, .. } } if e == error
+    )));
+}
+
+/// An abort announced while immune tools drained stays the run's one end event when the
+/// run-end commit then fails (R-VER-1: exactly one terminal outcome); the failure is in the
+/// result.
+#[test]
+fn r_idem_4_a_failed_commit_after_a_drained_abort_adds_no_second_end_event() {
+    let mut run = running(config(), &["sleep"]);
+    let s = run.handle(Event::Abort {
+        reason: "stop".into(),
+        kill: KillPolicy::Killable,
+    });
+    assert_eq!(ends(&s), 1);
+    let s = run.handle(Event::ToolFinished {
+        tool_call_id: "c1".into(),
+        status: ToolStatus::Completed,
+        content: "slept".into(),
+    });
+    assert_eq!(s.to.to_string(), "Finishing");
+    let end = run.handle(Event::StoreWriteFailed {
+        error: "disk full".into(),
+    });
+    assert_eq!(end.to.to_string(), "Failed");
+    assert_eq!(ends(&s) + ends(&end), 0);
+    assert_eq!(run.result().unwrap().reason, "store_write_failed");
 }
