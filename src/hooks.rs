@@ -23,6 +23,17 @@ use crate::message::{Message, ToolCall, ToolStatus};
 use crate::model::ModelRequest;
 use crate::runtime::EventEnvelope;
 
+impl From<ToolDecision> for agentloop_core::GateVerdict {
+    fn from(d: ToolDecision) -> Self {
+        match d {
+            ToolDecision::Allow => agentloop_core::GateVerdict::Allow,
+            ToolDecision::Modify { arguments } => agentloop_core::GateVerdict::Modify { arguments },
+            ToolDecision::Block { reason } => agentloop_core::GateVerdict::Block { reason },
+            ToolDecision::Ask => agentloop_core::GateVerdict::Ask,
+        }
+    }
+}
+
 /// What `before_tool` decides about a call.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ToolDecision {
@@ -74,9 +85,16 @@ pub trait Hooks: Send + Sync {
     fn before_model_call(&self, _request: &mut ModelRequest) {}
     /// A model attempt's stream ended.
     fn after_model_call(&self, _request: &ModelRequest, _outcome: &ModelCallOutcome) {}
-    /// A tool call is about to run.
+    /// A tool call is about to run. The verdict goes back to the machine as a
+    /// `tool_gated` input (rows `tools_gate_*`), so the trace records it and replay needs no
+    /// hook.
     fn before_tool(&self, _call: &ToolCall) -> ToolDecision {
         ToolDecision::Allow
+    }
+    /// Whether [`before_tool`](Hooks::before_tool) may say anything but `Allow`: when false
+    /// the machine runs calls without asking (no `tool_gated` round trip). Default: true.
+    fn gates_tools(&self) -> bool {
+        true
     }
     /// A tool call ended; `content` may be rewritten before the model sees it.
     fn after_tool(&self, _call_id: &str, _name: &str, _status: ToolStatus, _content: &mut String) {}
@@ -90,7 +108,11 @@ pub trait Hooks: Send + Sync {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoHooks;
 
-impl Hooks for NoHooks {}
+impl Hooks for NoHooks {
+    fn gates_tools(&self) -> bool {
+        false
+    }
+}
 
 /// Several hooks, called in order. The first veto wins; modifications chain.
 #[derive(Default)]
@@ -126,6 +148,9 @@ impl Hooks for HookChain {
         for h in &self.0 {
             h.after_model_call(request, outcome);
         }
+    }
+    fn gates_tools(&self) -> bool {
+        self.0.iter().any(|h| h.gates_tools())
     }
     fn before_tool(&self, call: &ToolCall) -> ToolDecision {
         let mut call = call.clone();

@@ -23,7 +23,7 @@ pub mod trace;
 pub use agent_event::{AgentEvent, Outcome};
 pub use effect::Effect;
 pub use error::{ErrorKind, ModelError};
-pub use event::{ApprovalDecision, AttemptId, Event};
+pub use event::{ApprovalDecision, AttemptId, Event, GateVerdict};
 pub use message::{
     AssistantMessage, Message, MessageDelta, ToolCall, ToolResult, ToolStatus, Usage,
 };

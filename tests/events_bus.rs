@@ -185,17 +185,18 @@ async fn r_ext_1_before_steering_veto_is_an_event() {
     )));
 }
 
+/// Two calls: the `Policy` hook blocks the first and rewrites the second's arguments.
+const BLOCK_AND_MODIFY: &str = r#"{"turns": [
+        {"tool_calls": [
+            {"id": "a", "name": "calculator", "arguments": {"expression": "6/0"}},
+            {"id": "b", "name": "calculator", "arguments": {"expression": "1+1"}}
+        ]},
+        {"text": "done"}
+    ]}"#;
+
 #[tokio::test(start_paused = true)]
 async fn r_ext_1_before_tool_block_and_modify() {
-    let (s, _) = hooked(
-        r#"{"turns": [
-            {"tool_calls": [
-                {"id": "a", "name": "calculator", "arguments": {"expression": "6/0"}},
-                {"id": "b", "name": "calculator", "arguments": {"expression": "1+1"}}
-            ]},
-            {"text": "done"}
-        ]}"#,
-    );
+    let (s, _) = hooked(BLOCK_AND_MODIFY);
     s.prompt("compute").await.expect("started");
     s.wait_idle().await;
     let results: Vec<(ToolStatus, String)> = s
@@ -215,4 +216,52 @@ async fn r_ext_1_before_tool_block_and_modify() {
     assert_eq!(count(&ev, "tool_blocked"), 1);
     assert_eq!(count(&ev, "run_error"), 0, "a veto is not an error");
     insta::assert_snapshot!(transcript(&ev));
+}
+
+/// R-EXT-1, R-TRACE-2: the hooks' verdicts are machine inputs (`tool_gated`, rows
+/// `tools_gate_*`), so the trace holds them and replays without any hook installed.
+#[tokio::test(start_paused = true)]
+async fn r_ext_1_tool_hook_verdicts_are_in_the_trace_and_replay() {
+    let policy = Arc::new(Policy {
+        seen: AtomicUsize::new(0),
+    });
+    let agent = builder(Slow::new(BLOCK_AND_MODIFY)).hooks(policy).build();
+    let out = agent
+        .run_with("s", vec![Message::user("compute")], None, true)
+        .await
+        .expect("run");
+    let trace = out.trace.expect("recorded");
+    let verdicts: Vec<(String, agentloop::GateVerdict)> = trace
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            agentloop::trace::TraceRecord::Input {
+                event:
+                    agentloop::Event::ToolGated {
+                        tool_call_id,
+                        verdict,
+                    },
+                ..
+            } => Some((tool_call_id.clone(), verdict.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        verdicts,
+        [
+            (
+                "a".to_string(),
+                agentloop::GateVerdict::Block {
+                    reason: "division by zero is not allowed".into()
+                }
+            ),
+            (
+                "b".to_string(),
+                agentloop::GateVerdict::Modify {
+                    arguments: json!({"expression": "40+2"})
+                }
+            ),
+        ]
+    );
+    assert_eq!(agentloop::trace::replay(&trace), None);
 }

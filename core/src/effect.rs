@@ -59,6 +59,12 @@ pub enum Effect {
         /// The call.
         tool_call_id: String,
     },
+    /// Ask the `before_tool` hooks about a call before it runs; the answer comes back as
+    /// `Event::ToolGated`.
+    GateTool {
+        /// The call.
+        call: ToolCall,
+    },
     /// Ask a human about a call; the answer comes back as `Event::Approval`.
     RequestApproval {
         /// The call.

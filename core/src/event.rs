@@ -40,6 +40,28 @@ pub enum ApprovalDecision {
     },
 }
 
+/// What the `before_tool` hooks said about a call (R-EXT-1), fed back as
+/// [`Event::ToolGated`]: each verdict is a row of the process chart, so the trace holds it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum GateVerdict {
+    /// Run the call as it is.
+    Allow,
+    /// Run the call with these arguments instead.
+    Modify {
+        /// Replacement arguments.
+        arguments: Value,
+    },
+    /// Do not run it: the model sees a `denied` result with this reason.
+    Block {
+        /// Why.
+        reason: String,
+    },
+    /// Ask a human first: the call takes the approval path of approval-policy calls.
+    Ask,
+}
+
 /// Which running tools an abort kills (R-CTL-3).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -161,6 +183,13 @@ pub enum Event {
         /// The decision.
         decision: ApprovalDecision,
     },
+    /// The `before_tool` hooks' verdict on a call the machine asked about (`GateTool`).
+    ToolGated {
+        /// The call.
+        tool_call_id: String,
+        /// The verdict.
+        verdict: GateVerdict,
+    },
     /// The compaction effect finished.
     CompactionDone {
         /// The new context.
@@ -225,6 +254,7 @@ impl Event {
             Event::TimerElapsed { .. } => "timer_elapsed",
             Event::ToolFinished { .. } => "tool_finished",
             Event::Approval { .. } => "approval",
+            Event::ToolGated { .. } => "tool_gated",
             Event::CompactionDone { .. } => "compaction_done",
             Event::CompactionFailed { .. } => "compaction_failed",
             Event::Abort { .. } => "abort",
@@ -250,6 +280,7 @@ impl Event {
                 | Event::TimerElapsed { .. }
                 | Event::ToolFinished { .. }
                 | Event::Approval { .. }
+                | Event::ToolGated { .. }
         )
     }
 }

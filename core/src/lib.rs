@@ -47,7 +47,7 @@ pub use agent_event::{AgentEvent, EventEnvelope, Outcome};
 pub use effect::Effect;
 pub use entry::{Entry, EntryKey};
 pub use error::{ErrorKind, ModelError};
-pub use event::{ApprovalDecision, AttemptId, Event};
+pub use event::{ApprovalDecision, AttemptId, Event, GateVerdict};
 pub use message::{
     AssistantMessage, Message, MessageDelta, ToolCall, ToolResult, ToolStatus, Usage,
 };

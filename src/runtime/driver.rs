@@ -13,9 +13,8 @@ use tracing::Instrument;
 use crate::agent_event::AgentEvent;
 use crate::effect::Effect;
 use crate::error::{ErrorKind, ModelError};
-use crate::event::ApprovalDecision;
 use crate::event::{AttemptId, Event};
-use crate::hooks::{ModelCallOutcome, ToolDecision};
+use crate::hooks::ModelCallOutcome;
 use crate::message::{MessageDelta, ToolCall, ToolStatus};
 use crate::model::{Model, ModelRequest};
 use crate::runtime::ports::EventEnvelope;
@@ -63,8 +62,9 @@ pub(crate) struct Driver<'a> {
     pub(crate) state_since: [Option<u64>; 2],
     /// Completions waiting for earlier calls (with `ToolOrder::CallOrder`).
     pub(crate) order: Option<CompletionOrder>,
-    /// Completions a kill released, to be fed next.
-    pub(crate) released: Vec<Event>,
+    /// Inputs produced while performing effects, fed next: completions a kill released, a
+    /// hook's request rewrite, the hooks' verdicts on gated calls.
+    pub(crate) answers: Vec<Event>,
 }
 
 impl Driver<'_> {
@@ -153,13 +153,21 @@ impl Driver<'_> {
                 Effect::KillTool { tool_call_id } => {
                     if let Some(order) = self.order.as_mut() {
                         let released = order.killed(&tool_call_id);
-                        self.released.extend(released);
+                        self.answers.extend(released);
                     }
                     if let Some((h, killable)) = self.tasks.tools.remove(&tool_call_id) {
                         if killable {
                             h.abort();
                         }
                     }
+                }
+                Effect::GateTool { call } => {
+                    // The hooks' verdict is an input of the machine (rows `tools_gate_*`).
+                    let verdict = self.agent.hooks.before_tool(&call).into();
+                    self.answers.push(Event::ToolGated {
+                        tool_call_id: call.id,
+                        verdict,
+                    });
                 }
                 Effect::RequestApproval { call } => {
                     let approver = self.agent.approver.clone();
@@ -220,7 +228,7 @@ impl Driver<'_> {
         if request != machine_built {
             // What the hooks sent goes back into the machine as an input, so the trace
             // records the request actually sent (replay needs no hooks).
-            self.released.push(Event::RequestRewritten {
+            self.answers.push(Event::RequestRewritten {
                 attempt: attempt.clone(),
                 request: Box::new(request.clone()),
             });
@@ -248,8 +256,8 @@ impl Driver<'_> {
         self.tasks.model.insert(attempt, h);
     }
 
-    /// Runs a tool call in its own task: `before_tool` hook (block / modify / ask), the call
-    /// under the per-tool timeout with panic capture, `after_tool` hook, large-result offload
+    /// Runs a tool call in its own task (the `before_tool` hooks were asked before, through
+    /// `GateTool`): the call under the per-tool timeout with panic capture, `after_tool` hook, large-result offload
     /// (R-TOOL-5), `tool_metrics`; then `ToolFinished` back into the loop.
     fn run_tool(&mut self, call: ToolCall) {
         let tx = self.tx.clone();
@@ -269,7 +277,6 @@ impl Driver<'_> {
         };
         let timeout_ms = self.agent.timeouts.tool_ms;
         let hooks = self.agent.hooks.clone();
-        let approver = self.agent.approver.clone();
         let offload = self.agent.offload.clone();
         let emitter = self.agent.emitter(&self.run_id);
         let session = self.session.clone();
@@ -277,52 +284,6 @@ impl Driver<'_> {
         let h = tokio::spawn(
             async move {
                 let started = emitter.clock.now_ms();
-                let mut call = call;
-                match hooks.before_tool(&call) {
-                    ToolDecision::Allow => {}
-                    ToolDecision::Modify { arguments } => call.arguments = arguments,
-                    ToolDecision::Block { reason } => {
-                        emitter.emit(AgentEvent::ToolBlocked {
-                            tool_call_id: call.id.clone(),
-                            name: call.name.clone(),
-                            reason: reason.clone(),
-                        });
-                        let _ = tx.send(Event::ToolFinished {
-                            tool_call_id: call.id,
-                            status: ToolStatus::Denied,
-                            content: format!("blocked: {reason}"),
-                        });
-                        return;
-                    }
-                    ToolDecision::Ask => {
-                        emitter.emit(AgentEvent::ApprovalRequired {
-                            tool_call_id: call.id.clone(),
-                            name: call.name.clone(),
-                            arguments: call.arguments.clone(),
-                        });
-                        let decision = approver.decide(&call).await.unwrap_or_else(|| {
-                            ApprovalDecision::Rejected {
-                                reason: "a hook asked for approval and no approver answered".into(),
-                            }
-                        });
-                        emitter.emit(AgentEvent::ApprovalResolved {
-                            tool_call_id: call.id.clone(),
-                            decision: decision.clone(),
-                        });
-                        match decision {
-                            ApprovalDecision::Approved | ApprovalDecision::ApprovedAlways => {}
-                            ApprovalDecision::Modified { arguments } => call.arguments = arguments,
-                            ApprovalDecision::Rejected { reason } => {
-                                let _ = tx.send(Event::ToolFinished {
-                                    tool_call_id: call.id,
-                                    status: ToolStatus::Denied,
-                                    content: format!("denied by user: {reason}"),
-                                });
-                                return;
-                            }
-                        }
-                    }
-                }
                 let args = call.arguments.clone();
                 let inner = AbortOnDrop(tokio::spawn(async move { tool.call(ctx, args).await }));
                 let (status, mut content) =

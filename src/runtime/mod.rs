@@ -407,6 +407,7 @@ impl AgentBuilder<WithModel> {
             .filter(|s| self.tools.get(&s.name).is_some_and(|t| !t.killable()))
             .map(|s| s.name.clone())
             .collect();
+        config.step.gate_tools = self.hooks.gates_tools();
         if config.model.is_empty() || config.model == "scripted" {
             config.model = self.model.0.name();
         }
@@ -655,7 +656,7 @@ impl Agent {
             state_since: [None; 2],
             order: (self.timeouts.tool_order == ToolOrder::CallOrder)
                 .then(CompletionOrder::default),
-            released: Vec::new(),
+            answers: Vec::new(),
         };
         // The whole-run deadline is a sleep on the Clock port, started once.
         let clock = self.clock.clone();
@@ -698,7 +699,7 @@ impl Agent {
             if let Some(failed) = driver.perform(step.effects).await {
                 pending.push_front(failed);
             }
-            pending.extend(driver.released.drain(..));
+            pending.extend(driver.answers.drain(..));
             if run.is_terminal() && pending.is_empty() {
                 break;
             }

@@ -6,6 +6,7 @@
 //! current or stale ids. Every byte string decodes to something, so the fuzzer never wastes
 //! inputs.
 
+use crate::harness::GatePick;
 use crate::harness::{
     Action, ArgsPick, AttemptPick, DecisionPick, DeltaPick, ErrPick, IdPick, ProcessHarness,
     RunHarness, SeqPick, Setup, ToolPick,
@@ -134,10 +135,18 @@ pub fn action(bytes: &mut Bytes<'_>) -> Action {
             },
             decision(p >> 3),
         ),
-        12 => match p % 5 {
+        12 => match p % 6 {
             0 | 1 => Action::CompactionDone,
             2 => Action::Steer,
             3 => Action::SwitchModel,
+            4 => Action::Gate(
+                if p.is_multiple_of(5) {
+                    IdPick::Unknown
+                } else {
+                    IdPick::Tracked(p)
+                },
+                GatePick::from_byte(p >> 3),
+            ),
             _ => Action::SetTools(p >> 3),
         },
         13 => Action::CompactionFailed,

@@ -14,7 +14,7 @@ use agentloop_core::chart::{
 };
 use agentloop_core::entry::Entry;
 use agentloop_core::error::{ErrorKind, ModelError};
-use agentloop_core::event::{KillPolicy, PendingStep};
+use agentloop_core::event::{GateVerdict, KillPolicy, PendingStep};
 use agentloop_core::message::{FinishReason, MessageDelta, ToolResult, ToolStatus, Usage};
 use agentloop_core::model::{ModelParams, ModelRequest};
 use agentloop_core::process::{
@@ -58,6 +58,8 @@ pub struct Setup {
     pub immune: bool,
     /// Doom-loop detection on (three identical calls in a row ask for approval).
     pub doom_loop: bool,
+    /// Calls are gated by `before_tool` hooks (`GateTool` / `ToolGated`).
+    pub gate_tools: bool,
 }
 
 impl Default for Setup {
@@ -71,6 +73,7 @@ impl Default for Setup {
             skip_remaining: false,
             immune: true,
             doom_loop: true,
+            gate_tools: false,
         }
     }
 }
@@ -119,6 +122,7 @@ impl Setup {
             skip_remaining: b % 5 == 1,
             immune: !b.is_multiple_of(3),
             doom_loop: b % 11 != 5,
+            gate_tools: b % 3 == 2,
         }
     }
 
@@ -139,6 +143,7 @@ impl Setup {
                 BTreeSet::new()
             },
             doom_loop: self.doom_loop.then(DoomLoopPolicy::default),
+            gate_tools: self.gate_tools,
         }
     }
 
@@ -271,7 +276,32 @@ pub enum ErrPick {
     Auth,
 }
 
-/// An approval decision.
+/// A `before_tool` hooks' verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GatePick {
+    /// `Allow`.
+    Allow,
+    /// `Modify` (new arguments).
+    Modify,
+    /// `Block`.
+    Block,
+    /// `Ask` (the approval path).
+    Ask,
+}
+
+impl GatePick {
+    /// A verdict by the byte.
+    pub fn from_byte(b: u8) -> Self {
+        match b % 4 {
+            0 => GatePick::Modify,
+            1 => GatePick::Block,
+            2 => GatePick::Ask,
+            _ => GatePick::Allow,
+        }
+    }
+}
+
+/// A human's approval decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DecisionPick {
     /// Approved.
@@ -322,6 +352,8 @@ pub enum Action {
     ToolFinished(IdPick, bool),
     /// `Approval`.
     Approval(IdPick, DecisionPick),
+    /// `ToolGated` for a call being gated (tracked) or an unknown one.
+    Gate(IdPick, GatePick),
     /// `CompactionDone`.
     CompactionDone,
     /// `CompactionFailed`.
@@ -361,6 +393,8 @@ pub struct Feeder {
     pub running: Vec<String>,
     /// Calls with a pending `RequestApproval`.
     pub asking: Vec<String>,
+    /// Calls with a pending `GateTool`.
+    pub gating: Vec<String>,
     /// The messages of the last `Compact`.
     pub compact: Option<Vec<Message>>,
     /// Tool calls sent in the current attempt.
@@ -397,14 +431,20 @@ impl Feeder {
                 Effect::StartTimer { timer_id, .. } => self.timer = Some(*timer_id),
                 Effect::RunTool { call } => {
                     self.asking.retain(|id| id != &call.id);
+                    self.gating.retain(|id| id != &call.id);
                     self.running.push(call.id.clone());
                 }
-                Effect::RequestApproval { call } => self.asking.push(call.id.clone()),
+                Effect::GateTool { call } => self.gating.push(call.id.clone()),
+                Effect::RequestApproval { call } => {
+                    self.gating.retain(|id| id != &call.id);
+                    self.asking.push(call.id.clone());
+                }
                 Effect::Persist {
                     entry: Entry::ToolResult { result, .. },
                 } => {
                     self.running.retain(|id| id != &result.tool_call_id);
                     self.asking.retain(|id| id != &result.tool_call_id);
+                    self.gating.retain(|id| id != &result.tool_call_id);
                 }
                 Effect::Compact { messages, .. } => self.compact = Some(messages.clone()),
                 _ => {}
@@ -634,6 +674,16 @@ impl Feeder {
                 10..=14 => Action::StreamOpened(AttemptPick::PrevAttempt),
                 _ => Action::TimerElapsed(true),
             },
+            (_, Some(ProcessState::RunningTools | ProcessState::AwaitingApproval))
+                if !self.gating.is_empty() && roll < 70 =>
+            {
+                let id = if roll < 5 {
+                    IdPick::Unknown
+                } else {
+                    IdPick::Tracked(low)
+                };
+                Action::Gate(id, GatePick::from_byte(low / 3))
+            }
             (_, Some(ProcessState::RunningTools)) => match roll {
                 0..=3 => Action::ToolFinished(IdPick::Unknown, true),
                 4 => Action::AbortKill(low),
@@ -816,6 +866,19 @@ impl Feeder {
                     ToolStatus::Error
                 },
                 content: if ok { "5".into() } else { "boom".into() },
+            },
+            Action::Gate(id, g) => Event::ToolGated {
+                tool_call_id: self.tracked(&self.gating, id),
+                verdict: match g {
+                    GatePick::Allow => GateVerdict::Allow,
+                    GatePick::Modify => GateVerdict::Modify {
+                        arguments: serde_json::json!({"expression": "1+1"}),
+                    },
+                    GatePick::Block => GateVerdict::Block {
+                        reason: "policy".into(),
+                    },
+                    GatePick::Ask => GateVerdict::Ask,
+                },
             },
             Action::Approval(id, d) => Event::Approval {
                 tool_call_id: self.tracked(&self.asking, id),

@@ -3,6 +3,7 @@
 
 use proptest::prelude::*;
 
+use crate::harness::GatePick;
 use crate::harness::{
     Action, ArgsPick, AttemptPick, DecisionPick, DeltaPick, ErrPick, IdPick, SeqPick, Setup,
     ToolPick,
@@ -16,7 +17,12 @@ pub fn setup() -> impl Strategy<Value = Setup> {
         prop_oneof![Just(None), Just(Some(4usize)), Just(Some(7usize))],
         1u32..=5,
         prop::bool::weighted(0.15),
-        (any::<bool>(), any::<bool>(), prop::bool::weighted(0.8)),
+        (
+            any::<bool>(),
+            any::<bool>(),
+            prop::bool::weighted(0.8),
+            prop::bool::weighted(0.3),
+        ),
     )
         .prop_map(
             |(
@@ -25,7 +31,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 compact_threshold,
                 max_steps,
                 stop_decider,
-                (skip_remaining, immune, doom_loop),
+                (skip_remaining, immune, doom_loop, gate_tools),
             )| Setup {
                 parallel_tools,
                 max_retries,
@@ -35,6 +41,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 skip_remaining,
                 immune,
                 doom_loop,
+                gate_tools,
             },
         )
 }
@@ -113,6 +120,7 @@ pub fn noise() -> impl Strategy<Value = Action> {
         1 => any::<bool>().prop_map(Action::TimerElapsed),
         2 => (id(), any::<bool>()).prop_map(|(i, ok)| Action::ToolFinished(i, ok)),
         2 => (id(), decision()).prop_map(|(i, d)| Action::Approval(i, d)),
+        1 => (id(), any::<u8>()).prop_map(|(i, g)| Action::Gate(i, GatePick::from_byte(g))),
         1 => Just(Action::CompactionDone),
         1 => Just(Action::CompactionFailed),
         1 => Just(Action::Abort),

@@ -98,6 +98,11 @@ pub struct StepConfig {
     /// Doom-loop detection (`None` disables it).
     #[serde(default)]
     pub doom_loop: Option<DoomLoopPolicy>,
+    /// Ask the runtime's `before_tool` hooks about each call before it runs
+    /// ([`Effect::GateTool`](crate::Effect), answered by [`Event::ToolGated`](crate::Event));
+    /// the agent builder sets it when hooks are installed.
+    #[serde(default)]
+    pub gate_tools: bool,
 }
 
 impl Default for StepConfig {
@@ -108,6 +113,7 @@ impl Default for StepConfig {
             approval: BTreeMap::new(),
             immune: Default::default(),
             doom_loop: Some(DoomLoopPolicy::default()),
+            gate_tools: false,
         }
     }
 }

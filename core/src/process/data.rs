@@ -23,6 +23,8 @@ pub enum SlotState {
     NeedsApproval,
     /// A human is being asked.
     Asking,
+    /// The runtime's `before_tool` hooks are being asked (`GateTool`).
+    Gating,
     /// Running.
     Running,
     /// Has its terminal result.
@@ -38,6 +40,16 @@ pub struct Slot {
     pub state: SlotState,
     /// Its terminal result.
     pub result: Option<ToolResult>,
+    /// The `before_tool` hooks have had their say (a call they sent to a human is not
+    /// gated again once approved).
+    pub gated: bool,
+}
+
+impl Slot {
+    /// Whether the call occupies the step's one sequential lane (running or being gated).
+    fn busy(&self) -> bool {
+        matches!(self.state, SlotState::Running | SlotState::Gating)
+    }
 }
 
 /// How a step ended.
@@ -349,6 +361,7 @@ impl ProcessData {
                 call: call.clone(),
                 state,
                 result,
+                gated: false,
             });
         }
         self.committed = Some(message);
@@ -376,6 +389,7 @@ impl ProcessData {
                         call: call.clone(),
                         state: SlotState::Done,
                         result: Some(r.clone()),
+                        gated: false,
                     },
                     None => Slot {
                         call: call.clone(),
@@ -385,6 +399,7 @@ impl ProcessData {
                             SlotState::Queued
                         },
                         result: None,
+                        gated: false,
                     },
                 },
             )
@@ -412,7 +427,21 @@ impl ProcessData {
         slot.result = Some(result);
     }
 
+    /// Starts slot `i`: asks the `before_tool` hooks first when the step gates tools and the
+    /// call has not been gated yet, else runs it.
     fn start(&mut self, i: usize) {
+        if self.cfg.gate_tools && !self.slots[i].gated {
+            self.slots[i].state = SlotState::Gating;
+            self.slots[i].gated = true;
+            let call = self.slots[i].call.clone();
+            self.out.push(Effect::GateTool { call });
+            return;
+        }
+        self.run(i);
+    }
+
+    /// Runs slot `i`: its start marker first (R-IDEM-6), then the tool.
+    fn run(&mut self, i: usize) {
         let call = self.slots[i].call.clone();
         self.slots[i].state = SlotState::Running;
         self.persist(Entry::ToolStarted {
@@ -434,8 +463,7 @@ impl ProcessData {
             if self.slots[i].state != SlotState::Queued {
                 continue;
             }
-            if !self.cfg.parallel_tools && self.slots.iter().any(|s| s.state == SlotState::Running)
-            {
+            if !self.cfg.parallel_tools && self.slots.iter().any(Slot::busy) {
                 return;
             }
             self.start(i);
@@ -474,6 +502,37 @@ impl ProcessData {
         self.slots
             .iter()
             .position(|s| s.state == SlotState::Asking && s.call.id == tool_call_id)
+    }
+
+    pub(crate) fn gating(&self, tool_call_id: &str) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|s| s.state == SlotState::Gating && s.call.id == tool_call_id)
+    }
+
+    /// The hooks' verdict on gated slot `i` (R-EXT-1): run it (as it is or with their
+    /// arguments), close it with a denied result, or send it down the approval path.
+    pub(crate) fn gated(&mut self, i: usize, verdict: &crate::event::GateVerdict) {
+        use crate::event::GateVerdict;
+        match verdict {
+            GateVerdict::Allow => self.run(i),
+            GateVerdict::Modify { arguments } => {
+                self.slots[i].call.arguments = arguments.clone();
+                self.run(i);
+            }
+            GateVerdict::Block { reason } => {
+                let call = self.slots[i].call.clone();
+                self.emit(AgentEvent::ToolBlocked {
+                    tool_call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    reason: reason.clone(),
+                });
+                let r = error_result(&call, ToolStatus::Denied, format!("blocked: {reason}"));
+                self.record_result(i, r);
+                self.start_queued();
+            }
+            GateVerdict::Ask => self.slots[i].state = SlotState::NeedsApproval,
+        }
     }
 
     pub(crate) fn running(&self, tool_call_id: &str) -> Option<usize> {
@@ -518,7 +577,7 @@ impl ProcessData {
 
     /// Starts slot `i` now if the parallelism policy allows, else leaves it queued.
     fn start_queued_from(&mut self, i: usize) {
-        if self.cfg.parallel_tools || !self.slots.iter().any(|s| s.state == SlotState::Running) {
+        if self.cfg.parallel_tools || !self.slots.iter().any(Slot::busy) {
             self.start(i);
         }
         self.start_queued();

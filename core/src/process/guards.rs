@@ -10,7 +10,8 @@ use crate::process::data::ProcessData;
 use crate::process::machine::Input;
 
 /// Whether the input's ids name what the step is waiting for: the current attempt (and an
-/// unseen seq for a delta), the current backoff timer, a running call, a call being asked about.
+/// unseen seq for a delta), the current backoff timer, a running call, a call being asked about,
+/// a call the hooks are being asked about.
 fn current(data: &ProcessData, input: &Input<'_>) -> bool {
     let Input::Ext(event) = input else {
         return true;
@@ -26,6 +27,7 @@ fn current(data: &ProcessData, input: &Input<'_>) -> bool {
         Event::TimerElapsed { timer_id } => *timer_id == data.timer_id(),
         Event::ToolFinished { tool_call_id, .. } => data.running(tool_call_id).is_some(),
         Event::Approval { tool_call_id, .. } => data.asking(tool_call_id).is_some(),
+        Event::ToolGated { tool_call_id, .. } => data.gating(tool_call_id).is_some(),
         _ => true,
     }
 }

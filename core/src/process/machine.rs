@@ -5,7 +5,7 @@
 use statig::blocking::*;
 
 use crate::chart::ProcessRow as Row;
-use crate::event::{ApprovalDecision, Event};
+use crate::event::{ApprovalDecision, Event, GateVerdict};
 use crate::message::{AssistantMessage, ToolResult};
 use crate::process::data::{ProcessData, StepOutcome};
 
@@ -190,7 +190,8 @@ impl ProcessMachine {
         }
     }
 
-    /// ToolExecuting: ToolFinished → record the result (or ignore a stale one);
+    /// ToolExecuting: ToolFinished → record the result (or ignore a stale one); ToolGated →
+    /// run, block or send to approval the call the hooks were asked about (or ignore);
     /// Abort → Draining when tools keep running; Steer (skip_remaining) → RunningTools.
     #[superstate(superstate = "live")]
     fn tool_executing(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
@@ -217,6 +218,29 @@ impl ProcessMachine {
                         context.tool_finished(i, *status, content.clone());
                     }
                     None => context.take(Row::ToolsFinishedStale),
+                }
+                Handled
+            }
+            Input::Ext(Event::ToolGated {
+                tool_call_id,
+                verdict,
+            }) => {
+                let (current, stale) = match verdict {
+                    GateVerdict::Allow => (Row::ToolsGateAllowed, Row::ToolsGateAllowedStale),
+                    GateVerdict::Modify { .. } => {
+                        (Row::ToolsGateModified, Row::ToolsGateModifiedStale)
+                    }
+                    GateVerdict::Block { .. } => {
+                        (Row::ToolsGateBlocked, Row::ToolsGateBlockedStale)
+                    }
+                    GateVerdict::Ask => (Row::ToolsGateAsked, Row::ToolsGateAskedStale),
+                };
+                match context.gating(tool_call_id) {
+                    Some(i) => {
+                        context.take(current);
+                        context.gated(i, verdict);
+                    }
+                    None => context.take(stale),
                 }
                 Handled
             }

@@ -13,7 +13,7 @@ use statig::blocking::{InitializedStateMachine, IntoStateMachineExt};
 
 use crate::chart::{GuardCheck, MachineKind, ProcessEventKind, ProcessState};
 use crate::effect::Effect;
-use crate::event::{ApprovalDecision, Event};
+use crate::event::{ApprovalDecision, Event, GateVerdict};
 use crate::message::{AssistantMessage, ToolResult};
 use crate::model::ModelRequest;
 use crate::step::Transition;
@@ -99,6 +99,12 @@ pub fn event_kind(event: &Event) -> Option<ProcessEventKind> {
             ApprovalDecision::ApprovedAlways => ProcessEventKind::ApprovedAlways,
             ApprovalDecision::Rejected { .. } => ProcessEventKind::Rejected,
             ApprovalDecision::Modified { .. } => ProcessEventKind::Modified,
+        },
+        Event::ToolGated { verdict, .. } => match verdict {
+            GateVerdict::Allow => ProcessEventKind::GateAllowed,
+            GateVerdict::Modify { .. } => ProcessEventKind::GateModified,
+            GateVerdict::Block { .. } => ProcessEventKind::GateBlocked,
+            GateVerdict::Ask => ProcessEventKind::GateAsked,
         },
         Event::Abort { .. } => ProcessEventKind::Abort,
         Event::Steer { .. } => ProcessEventKind::Steer,

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use agentloop_core::chart::{ProcessRow, ReactRow};
 use harness::{
-    Action, ArgsPick, AttemptPick, DecisionPick, DeltaPick, ErrPick, IdPick, ProcessHarness,
-    RunHarness, SeqPick, Setup, SplitMix, ToolPick,
+    Action, ArgsPick, AttemptPick, DecisionPick, DeltaPick, ErrPick, GatePick, IdPick,
+    ProcessHarness, RunHarness, SeqPick, Setup, SplitMix, ToolPick,
 };
 
 #[derive(Default)]
@@ -83,6 +83,30 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
                 text(1),
                 DONE,
                 Action::RunEndCommitted,
+            ],
+        ),
+        (
+            "hooks gate each call (R-EXT-1): tools_gate_* and their stale rows",
+            Setup {
+                gate_tools: true,
+                ..Setup::default()
+            },
+            vec![
+                START,
+                OPEN,
+                tool_call(calc),
+                tool_call(calc),
+                tool_call(calc),
+                tool_call(calc),
+                DONE,
+                Action::Gate(IdPick::Tracked(0), GatePick::Allow),
+                Action::Gate(IdPick::Tracked(0), GatePick::Modify),
+                Action::Gate(IdPick::Tracked(0), GatePick::Block),
+                Action::Gate(IdPick::Tracked(0), GatePick::Ask),
+                Action::Gate(IdPick::Unknown, GatePick::Allow),
+                Action::Gate(IdPick::Unknown, GatePick::Modify),
+                Action::Gate(IdPick::Unknown, GatePick::Block),
+                Action::Gate(IdPick::Unknown, GatePick::Ask),
             ],
         ),
         (
