@@ -307,6 +307,20 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))
 }
 
+/// How long the runtime's shutdown waits for blocking work still running when the run has
+/// ended (a tool abandoned at its timeout, stuck in a file system call).
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Runs `fut` to completion, then shuts the runtime down without waiting more than
+/// [`SHUTDOWN_GRACE`] for blocking tasks: dropping a runtime waits for every blocking task,
+/// so one abandoned tool could otherwise keep the process alive forever after the run ended.
+/// Everything the run must persist (session entries, the trace) is written inside `fut`.
+fn block_on_bounded<F: std::future::Future>(rt: tokio::runtime::Runtime, fut: F) -> F::Output {
+    let out = rt.block_on(fut);
+    rt.shutdown_timeout(SHUTDOWN_GRACE);
+    out
+}
+
 fn fail(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {message}");
     ExitCode::from(2)
@@ -360,7 +374,7 @@ pub fn main(args: RunArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     let session = args.session.clone().unwrap_or_else(|| "default".into());
-    let code = rt.block_on(async {
+    let code = block_on_bounded(rt, async {
         let (controller, rx) = control();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
@@ -418,7 +432,7 @@ pub fn resume_main(args: ResumeArgs) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(e),
     };
-    let code = rt.block_on(async {
+    let code = block_on_bounded(rt, async {
         let (controller, rx) = control();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
@@ -430,21 +444,19 @@ pub fn resume_main(args: ResumeArgs) -> ExitCode {
             .await
         {
             Ok(out) => finish(&args.agent, &out),
-            Err(AgentError::NothingToResume { session }) => {
-                match last_outcome(&entries) {
-                    Some((outcome, reason)) => {
-                        eprintln!(
+            Err(AgentError::NothingToResume { session }) => match last_outcome(&entries) {
+                Some((outcome, reason)) => {
+                    eprintln!(
                             "session {session} has no interrupted run; its last run ended {outcome} ({reason})"
                         );
-                        match outcome.as_str() {
-                            "completed" => ExitCode::SUCCESS,
-                            "aborted" => ExitCode::from(130),
-                            _ => ExitCode::from(1),
-                        }
+                    match outcome.as_str() {
+                        "completed" => ExitCode::SUCCESS,
+                        "aborted" => ExitCode::from(130),
+                        _ => ExitCode::from(1),
                     }
-                    None => fail(format!("session {session} has no run to resume")),
                 }
-            }
+                None => fail(format!("session {session} has no run to resume")),
+            },
             Err(e) => fail(e),
         }
     });
