@@ -107,3 +107,65 @@ fn r_tool_3_a_fifo_under_the_root_never_keeps_the_process_alive() {
         );
     }
 }
+
+fn agentloop(args: &[&str], store: &Path) -> Output {
+    Command::new(bin())
+        .args(args)
+        .arg("--store")
+        .arg(store)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run agentloop")
+}
+
+/// R-IDEM-4: a session file that is a symbolic link to a file outside the store is reported
+/// by `sessions list`, refused by `sessions check`/`show`, `run` and `resume` (exit 2, naming
+/// the link), and the file it points to is never read or changed.
+#[test]
+fn r_idem_4_a_symlinked_session_file_is_reported_and_refused_never_followed() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let store = tmp.path().join("store");
+    let out = agentloop(&["run", "--session", "real", "what is 6*7"], &store);
+    assert!(out.status.success(), "{}", text(&out));
+    // A valid session outside the store, whose last line is torn: a writer following the
+    // link would cut it.
+    let mut outside_bytes = std::fs::read(store.join("real.jsonl")).expect("session");
+    outside_bytes.extend_from_slice(br#"{"v":1,"seq":99,"entry":"run_e"#);
+    let outside = tmp.path().join("outside.jsonl");
+    std::fs::write(&outside, &outside_bytes).expect("outside");
+    std::os::unix::fs::symlink(&outside, store.join("evil.jsonl")).expect("symlink");
+
+    let out = agentloop(&["sessions", "list"], &store);
+    assert!(out.status.success(), "{}", text(&out));
+    let listing = String::from_utf8_lossy(&out.stdout).into_owned();
+    let evil = listing
+        .lines()
+        .find(|l| l.starts_with("evil"))
+        .unwrap_or_else(|| panic!("evil is listed: {listing}"));
+    assert!(evil.contains("symbolic link"), "{listing}");
+    assert!(
+        !evil.contains("completed"),
+        "the link was followed: {listing}"
+    );
+
+    for args in [
+        &["sessions", "check", "evil"][..],
+        &["sessions", "show", "evil"][..],
+        &["run", "--session", "evil", "more"][..],
+        &["resume", "evil"][..],
+    ] {
+        let out = agentloop(args, &store);
+        let msg = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {msg}");
+        assert!(
+            msg.contains("evil.jsonl") && msg.contains("symbolic link"),
+            "{args:?}: {msg}"
+        );
+        assert!(!msg.contains("panicked"), "{msg}");
+    }
+    assert_eq!(
+        std::fs::read(&outside).expect("outside"),
+        outside_bytes,
+        "the file outside the store changed"
+    );
+}
