@@ -406,8 +406,32 @@ fn last_outcome(entries: &[Entry]) -> Option<(String, String)> {
     })
 }
 
+/// Exit code of `resume` when the session has no entries (missing, or an empty file): there
+/// is nothing to resume. Distinct from 2 (an error), so a "resume until it exits 0" loop can
+/// stop on it and start the session again with `run`.
+pub const NOTHING_TO_RESUME: u8 = 3;
+
+/// Reports a session without entries; [`NOTHING_TO_RESUME`].
+fn nothing_to_resume(session: &str, store: &FileStore) -> ExitCode {
+    let file = store
+        .session_path(session)
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let found = if std::fs::symlink_metadata(&file).is_ok() {
+        format!("session {session} has no entries ({file} is empty)")
+    } else {
+        format!("no session {session} in {}", store.dir().display())
+    };
+    eprintln!(
+        "{found}: nothing to resume (a run killed before its first write stores nothing); \
+         start it with `agentloop run --session {session} PROMPT`"
+    );
+    ExitCode::from(NOTHING_TO_RESUME)
+}
+
 /// Runs the `resume` command. A session with nothing to resume is reported, and the exit
-/// code is that of its last run (so "resume until it exits 0" is a safe loop).
+/// code is that of its last run (so "resume until it exits 0" is a safe loop); a session
+/// without entries exits [`NOTHING_TO_RESUME`].
 pub fn resume_main(args: ResumeArgs) -> ExitCode {
     let locked = match Locked::open(&args.store, &args.session) {
         Ok(l) => l,
@@ -418,11 +442,7 @@ pub fn resume_main(args: ResumeArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     if entries.is_empty() {
-        return fail(format!(
-            "no session {} in {}",
-            args.session,
-            locked.store.dir().display()
-        ));
+        return nothing_to_resume(&args.session, &locked.store);
     }
     let agent = match agent(&args.agent, Some(locked.store.clone())) {
         Ok(a) => a,
