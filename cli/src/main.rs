@@ -1,6 +1,7 @@
 //! The `agentloop` command line: run an agent, replay a trace, print the charts.
 
 mod decode;
+mod print;
 mod run;
 mod sessions;
 

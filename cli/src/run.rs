@@ -1,14 +1,15 @@
 //! `agentloop run` and `agentloop resume`: the shared agent setup (model, tools, timeouts,
 //! event printing, store) and the two commands.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 
-use agentloop::agent_event::{AgentEvent, Outcome};
+use crate::print::{EventsFormat, Printer};
+
+use agentloop::agent_event::Outcome;
 use agentloop::model::Model;
 use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
 use agentloop::provider::scripted::ScriptedModel;
@@ -122,80 +123,8 @@ pub struct AgentArgs {
     pub initial_backoff_ms: u64,
 }
 
-/// Event output formats.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum EventsFormat {
-    /// Human-readable.
-    Text,
-    /// JSON lines.
-    Json,
-}
-
 fn secs(s: f64) -> u64 {
     (s.max(0.0) * 1000.0) as u64
-}
-
-/// Whether answer text was printed since the last newline on stdout.
-static MID_LINE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-fn end_line() {
-    if MID_LINE.swap(false, std::sync::atomic::Ordering::Relaxed) {
-        println!();
-    }
-}
-
-fn print_event(format: EventsFormat, env: &EventEnvelope) {
-    match format {
-        EventsFormat::Json => {
-            if let Ok(line) = serde_json::to_string(env) {
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "{line}");
-            }
-        }
-        EventsFormat::Text => match &env.event {
-            AgentEvent::TextDelta { text, .. } => {
-                let mut out = std::io::stdout().lock();
-                let _ = write!(out, "{text}");
-                let _ = out.flush();
-                MID_LINE.store(!text.is_empty(), std::sync::atomic::Ordering::Relaxed);
-            }
-            AgentEvent::StateChanged {
-                machine,
-                from,
-                to,
-                event,
-            } => {
-                eprintln!("[{machine:?}] {from} --{event}--> {to}");
-            }
-            AgentEvent::ModelTurnRetried {
-                model_call_index,
-                attempt,
-            } if MID_LINE.load(std::sync::atomic::Ordering::Relaxed) => {
-                end_line();
-                eprintln!("[retry] step {model_call_index} attempt {attempt}: discard the partial output above");
-            }
-            AgentEvent::Retry {
-                attempt,
-                delay_ms,
-                reason,
-                ..
-            } => {
-                eprintln!("[retry] attempt {attempt} in {delay_ms} ms: {reason}");
-            }
-            AgentEvent::ToolStart {
-                name, arguments, ..
-            } => eprintln!("[tool] {name} {arguments}"),
-            AgentEvent::ToolEnd { name, status, .. } => eprintln!("[tool] {name} -> {status:?}"),
-            AgentEvent::ResponseComplete { .. } => end_line(),
-            AgentEvent::RunError { error, .. } => eprintln!("[error] {error}"),
-            AgentEvent::AgentAbort { reason, .. } => eprintln!("[abort] {reason}"),
-            AgentEvent::SessionRepaired { repair } => eprintln!("[repaired] {repair}"),
-            AgentEvent::ApprovalRequired {
-                tool_call_id, name, ..
-            } => eprintln!("[approval] {name} ({tool_call_id}) needs approval"),
-            _ => {}
-        },
-    }
 }
 
 /// The model the agent talks to.
@@ -243,12 +172,12 @@ fn model(args: &AgentArgs) -> Result<Arc<dyn Model>, String> {
 
 /// The agent: model, tools, timeouts, event printing and the session store.
 fn agent(args: &AgentArgs, store: Option<Arc<dyn SessionStore>>) -> Result<Agent, String> {
-    let format = args.events;
+    let printer = Printer::new(args.events);
     let mut builder = Agent::builder()
         .model_arc(model(args)?)
         .root(args.root.clone())
         .sink(Arc::new(FnSink(move |env: &EventEnvelope| {
-            print_event(format, env)
+            printer.print(env)
         })))
         .timeouts(Timeouts {
             first_chunk_ms: secs(args.first_chunk_timeout),
