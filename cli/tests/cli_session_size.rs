@@ -15,6 +15,7 @@ fn bin() -> PathBuf {
 }
 
 /// Runs the CLI to completion; returns (exit code, stdout + stderr, peak RSS in KiB).
+#[allow(clippy::zombie_processes)] // the child is reaped by `wait4`, which also gives its rusage
 fn run_measured(args: &[&str], store: &Path) -> (Option<i32>, String, i64) {
     let mut child = Command::new(bin())
         .args(args)
