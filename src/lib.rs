@@ -13,6 +13,7 @@ pub mod compaction;
 pub mod hooks;
 pub mod model;
 pub mod provider;
+pub mod regular_file;
 pub mod runtime;
 pub mod session;
 pub mod store;

@@ -8,7 +8,8 @@ use agentloop::message::{AssistantMessage, Message, ToolCall, ToolResult, ToolSt
 use agentloop::store::{
     check, committed_turns, export_jsonl, export_markdown, history, list_sessions,
     next_model_call_index, pending, repair, repair_with, Durability, Entry, FaultPoint,
-    FaultyStore, FileStore, MemoryStore, SessionStore, StoreError, Violation,
+    FaultyStore, FileKind, FileStore, MemoryStore, SessionStore, StoreError, Violation,
+    DEFAULT_MAX_ENTRY_BYTES,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -831,4 +832,249 @@ fn exports_and_listing() {
     assert!(list_sessions(&dir.path().join("missing"))
         .unwrap()
         .is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// Files that are not regular files (issue 9 item 3)
+
+/// R-IDEM-4: a session file that is a symbolic link out of the store is refused with a typed
+/// error, by a locked writer and by a reader; the file it points to is never read, cut or
+/// written (its content looks like a torn tail, which a writer would otherwise cut off).
+#[cfg(unix)]
+#[test]
+fn r_idem_4_a_symlinked_session_file_is_refused_and_its_target_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("store");
+    std::fs::create_dir(&store_dir).unwrap();
+    let outside = dir.path().join("precious.txt");
+    std::fs::write(&outside, "precious data without a newline").unwrap();
+    std::os::unix::fs::symlink(&outside, store_dir.join("s.jsonl")).unwrap();
+
+    let store = FileStore::open(&store_dir).unwrap();
+    let refused = |e: StoreError| {
+        assert!(
+            matches!(
+                &e,
+                StoreError::NotRegularFile { path, kind: FileKind::SymbolicLink }
+                    if path.ends_with("s.jsonl")
+            ),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains("s.jsonl") && text.contains("symbolic link"),
+            "{text}"
+        );
+    };
+    let reader = FileStore::open(&store_dir).unwrap();
+    refused(reader.load_blocking("s").unwrap_err());
+    let _lock = store.lock("s").unwrap();
+    refused(store.load_blocking("s").unwrap_err());
+    refused(store.append_blocking("s", &run_end("r")).unwrap_err());
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "precious data without a newline"
+    );
+}
+
+/// A lock file that is a symbolic link is refused too: nothing is created or locked outside.
+#[cfg(unix)]
+#[test]
+fn a_symlinked_lock_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("store");
+    std::fs::create_dir(&store_dir).unwrap();
+    let outside = dir.path().join("elsewhere.lock");
+    std::os::unix::fs::symlink(&outside, store_dir.join("s.lock")).unwrap();
+    let store = FileStore::open(&store_dir).unwrap();
+    let e = store.lock("s").unwrap_err();
+    assert!(
+        matches!(
+            e,
+            StoreError::NotRegularFile {
+                kind: FileKind::SymbolicLink,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let e = store.append_blocking("s", &run_end("r")).unwrap_err();
+    assert!(e.to_string().contains("s.lock"), "{e}");
+    assert!(!outside.exists(), "a file was created outside the store");
+}
+
+/// A FIFO as session file is refused at once (reading it would block until a writer came).
+#[cfg(unix)]
+#[test]
+fn a_fifo_session_file_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new("mkfifo")
+        .arg(dir.path().join("f.jsonl"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let path = dir.path().to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let store = FileStore::open(&path).unwrap();
+        let _ = tx.send((
+            store.load_blocking("f").map(|_| ()),
+            store.append_blocking("f", &run_end("r")).map(|_| ()),
+        ));
+    });
+    let (load, append) = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the store blocked on a FIFO");
+    for e in [load.unwrap_err(), append.unwrap_err()] {
+        assert!(
+            matches!(
+                e,
+                StoreError::NotRegularFile {
+                    kind: FileKind::Fifo,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
+}
+
+/// Listing reports a linked or special session file instead of following or reading it.
+#[cfg(unix)]
+#[test]
+fn listing_reports_links_instead_of_following_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("store");
+    std::fs::create_dir(&store_dir).unwrap();
+    let mut jsonl = Vec::new();
+    export_jsonl(&sample(), &mut jsonl).unwrap();
+    let outside = dir.path().join("outside.jsonl");
+    std::fs::write(&outside, &jsonl).unwrap();
+    std::fs::write(store_dir.join("real.jsonl"), &jsonl).unwrap();
+    std::os::unix::fs::symlink(&outside, store_dir.join("link.jsonl")).unwrap();
+    let list = list_sessions(&store_dir).unwrap();
+    let summary: Vec<_> = list
+        .iter()
+        .map(|s| (s.id.as_str(), s.entries, s.bytes, s.not_regular))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("link", 0, 0, Some(FileKind::SymbolicLink)),
+            ("real", sample().len(), jsonl.len() as u64, None),
+        ]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Entry size limit (issue 9 item 5)
+
+fn big_user(run: &str, bytes: usize) -> Entry {
+    user(run, &"x".repeat(bytes))
+}
+
+#[test]
+fn the_default_entry_limit_is_16_mib() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileStore::open(dir.path()).unwrap();
+    assert_eq!(DEFAULT_MAX_ENTRY_BYTES, 16 * 1024 * 1024);
+    assert_eq!(store.max_entry_bytes(), DEFAULT_MAX_ENTRY_BYTES);
+}
+
+/// R-IDEM-4: an entry over the limit fails with a typed error before anything is written:
+/// the file is byte-for-byte unchanged and the next append continues the sequence.
+#[test]
+fn r_idem_4_an_oversized_entry_is_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileStore::open(dir.path())
+        .unwrap()
+        .with_max_entry_bytes(1024);
+    assert_eq!(store.max_entry_bytes(), 1024);
+    append_all(&store, "s", &sample()[..2]);
+    let path = dir.path().join("s.jsonl");
+    let before = std::fs::read(&path).unwrap();
+    let e = store
+        .append_blocking("s", &big_user("r1", 4000))
+        .unwrap_err();
+    match &e {
+        StoreError::EntryTooLarge { session, limit, .. } => {
+            assert_eq!((session.as_str(), *limit), ("s", 1024));
+        }
+        other => panic!("expected EntryTooLarge, got {other:?}"),
+    }
+    assert!(e.to_string().contains("1024"), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "nothing written");
+    // The session is still usable and its seq continues.
+    append_all(&store, "s", &sample()[2..3]);
+    assert_eq!(store.load_blocking("s").unwrap().0, sample()[..3].to_vec());
+    // A new session whose first entry is too large is not created at all.
+    assert!(store.append_blocking("t", &big_user("r1", 4000)).is_err());
+    assert!(!dir.path().join("t.jsonl").exists());
+}
+
+/// Reading a line over the limit is a typed error naming the line, for writers and readers;
+/// a store with a larger limit reads the same file.
+#[test]
+fn a_stored_line_over_the_limit_is_a_typed_error_naming_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = FileStore::open(dir.path()).unwrap();
+    append_all(
+        &big,
+        "s",
+        &[user("r1", "short"), big_user("r1", 5000), run_end("r1")],
+    );
+    big.close("s").unwrap();
+    drop(big);
+    let first_line = lines(&dir.path().join("s.jsonl"))[0].len() as u64 + 1;
+    let small = FileStore::open(dir.path())
+        .unwrap()
+        .with_max_entry_bytes(1000);
+    let check_err = |e: StoreError| {
+        match &e {
+            StoreError::LineTooLong {
+                path,
+                line,
+                offset,
+                limit,
+            } => {
+                assert!(path.ends_with("s.jsonl"), "{path}");
+                assert_eq!((*line, *offset, *limit), (2, first_line, 1000));
+            }
+            other => panic!("expected LineTooLong, got {other:?}"),
+        }
+        assert!(e.to_string().contains("line 2"), "{e}");
+    };
+    check_err(small.load_blocking("s").unwrap_err());
+    let _lock = small.lock("s").unwrap();
+    check_err(small.load_blocking("s").unwrap_err());
+    check_err(small.append_blocking("s", &run_end("r2")).unwrap_err());
+    let reader = FileStore::open(dir.path()).unwrap();
+    assert_eq!(reader.load_blocking("s").unwrap().0.len(), 3);
+}
+
+// ---------------------------------------------------------------------------------------
+// Lazy creation (issue 9 item 10)
+
+/// R-IDEM-5: a session file exists only once its first entry is in it, so a process killed
+/// before its first write leaves no empty session behind.
+#[test]
+fn r_idem_5_the_session_file_is_created_with_its_first_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileStore::open(dir.path()).unwrap();
+    let path = dir.path().join("s.jsonl");
+    let _lock = store.lock("s").unwrap();
+    assert_eq!(store.load_blocking("s").unwrap().0, vec![]);
+    assert!(!path.exists(), "loading under the lock created the file");
+    append_all(&store, "s", &sample()[..1]);
+    assert_eq!(lines(&path).len(), 1);
+    append_all(&store, "s", &sample()[1..]);
+    assert_eq!(store.load_blocking("s").unwrap().0, sample());
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().all(|n| n == "s.jsonl" || n == "s.lock"),
+        "{names:?}"
+    );
 }

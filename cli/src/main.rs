@@ -1,6 +1,7 @@
 //! The `agentloop` command line: run an agent, replay a trace, print the charts.
 
 mod decode;
+mod print;
 mod run;
 mod sessions;
 
@@ -25,7 +26,8 @@ struct Cli {
 enum Command {
     /// Run one prompt to completion (offline scripted model by default).
     Run(run::RunArgs),
-    /// Continue the interrupted run of a stored session (exit code: its outcome).
+    /// Continue the interrupted run of a stored session (exit code: its outcome; 3 when the
+    /// session has no entries: nothing to resume).
     Resume(run::ResumeArgs),
     /// List, show, check or export stored sessions.
     Sessions(sessions::SessionsArgs),

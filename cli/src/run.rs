@@ -1,14 +1,15 @@
 //! `agentloop run` and `agentloop resume`: the shared agent setup (model, tools, timeouts,
 //! event printing, store) and the two commands.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 
-use agentloop::agent_event::{AgentEvent, Outcome};
+use crate::print::{EventsFormat, Printer};
+
+use agentloop::agent_event::Outcome;
 use agentloop::model::Model;
 use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
 use agentloop::provider::scripted::ScriptedModel;
@@ -122,80 +123,8 @@ pub struct AgentArgs {
     pub initial_backoff_ms: u64,
 }
 
-/// Event output formats.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum EventsFormat {
-    /// Human-readable.
-    Text,
-    /// JSON lines.
-    Json,
-}
-
 fn secs(s: f64) -> u64 {
     (s.max(0.0) * 1000.0) as u64
-}
-
-/// Whether answer text was printed since the last newline on stdout.
-static MID_LINE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-fn end_line() {
-    if MID_LINE.swap(false, std::sync::atomic::Ordering::Relaxed) {
-        println!();
-    }
-}
-
-fn print_event(format: EventsFormat, env: &EventEnvelope) {
-    match format {
-        EventsFormat::Json => {
-            if let Ok(line) = serde_json::to_string(env) {
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "{line}");
-            }
-        }
-        EventsFormat::Text => match &env.event {
-            AgentEvent::TextDelta { text, .. } => {
-                let mut out = std::io::stdout().lock();
-                let _ = write!(out, "{text}");
-                let _ = out.flush();
-                MID_LINE.store(!text.is_empty(), std::sync::atomic::Ordering::Relaxed);
-            }
-            AgentEvent::StateChanged {
-                machine,
-                from,
-                to,
-                event,
-            } => {
-                eprintln!("[{machine:?}] {from} --{event}--> {to}");
-            }
-            AgentEvent::ModelTurnRetried {
-                model_call_index,
-                attempt,
-            } if MID_LINE.load(std::sync::atomic::Ordering::Relaxed) => {
-                end_line();
-                eprintln!("[retry] step {model_call_index} attempt {attempt}: discard the partial output above");
-            }
-            AgentEvent::Retry {
-                attempt,
-                delay_ms,
-                reason,
-                ..
-            } => {
-                eprintln!("[retry] attempt {attempt} in {delay_ms} ms: {reason}");
-            }
-            AgentEvent::ToolStart {
-                name, arguments, ..
-            } => eprintln!("[tool] {name} {arguments}"),
-            AgentEvent::ToolEnd { name, status, .. } => eprintln!("[tool] {name} -> {status:?}"),
-            AgentEvent::ResponseComplete { .. } => end_line(),
-            AgentEvent::RunError { error, .. } => eprintln!("[error] {error}"),
-            AgentEvent::AgentAbort { reason, .. } => eprintln!("[abort] {reason}"),
-            AgentEvent::SessionRepaired { repair } => eprintln!("[repaired] {repair}"),
-            AgentEvent::ApprovalRequired {
-                tool_call_id, name, ..
-            } => eprintln!("[approval] {name} ({tool_call_id}) needs approval"),
-            _ => {}
-        },
-    }
 }
 
 /// The model the agent talks to.
@@ -243,12 +172,12 @@ fn model(args: &AgentArgs) -> Result<Arc<dyn Model>, String> {
 
 /// The agent: model, tools, timeouts, event printing and the session store.
 fn agent(args: &AgentArgs, store: Option<Arc<dyn SessionStore>>) -> Result<Agent, String> {
-    let format = args.events;
+    let printer = Printer::new(args.events);
     let mut builder = Agent::builder()
         .model_arc(model(args)?)
         .root(args.root.clone())
         .sink(Arc::new(FnSink(move |env: &EventEnvelope| {
-            print_event(format, env)
+            printer.print(env)
         })))
         .timeouts(Timeouts {
             first_chunk_ms: secs(args.first_chunk_timeout),
@@ -307,6 +236,20 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))
 }
 
+/// How long the runtime's shutdown waits for blocking work still running when the run has
+/// ended (a tool abandoned at its timeout, stuck in a file system call).
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Runs `fut` to completion, then shuts the runtime down without waiting more than
+/// [`SHUTDOWN_GRACE`] for blocking tasks: dropping a runtime waits for every blocking task,
+/// so one abandoned tool could otherwise keep the process alive forever after the run ended.
+/// Everything the run must persist (session entries, the trace) is written inside `fut`.
+fn block_on_bounded<F: std::future::Future>(rt: tokio::runtime::Runtime, fut: F) -> F::Output {
+    let out = rt.block_on(fut);
+    rt.shutdown_timeout(SHUTDOWN_GRACE);
+    out
+}
+
 fn fail(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {message}");
     ExitCode::from(2)
@@ -360,7 +303,7 @@ pub fn main(args: RunArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     let session = args.session.clone().unwrap_or_else(|| "default".into());
-    let code = rt.block_on(async {
+    let code = block_on_bounded(rt, async {
         let (controller, rx) = control();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
@@ -392,8 +335,32 @@ fn last_outcome(entries: &[Entry]) -> Option<(String, String)> {
     })
 }
 
+/// Exit code of `resume` when the session has no entries (missing, or an empty file): there
+/// is nothing to resume. Distinct from 2 (an error), so a "resume until it exits 0" loop can
+/// stop on it and start the session again with `run`.
+pub const NOTHING_TO_RESUME: u8 = 3;
+
+/// Reports a session without entries; [`NOTHING_TO_RESUME`].
+fn nothing_to_resume(session: &str, store: &FileStore) -> ExitCode {
+    let file = store
+        .session_path(session)
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let found = if std::fs::symlink_metadata(&file).is_ok() {
+        format!("session {session} has no entries ({file} is empty)")
+    } else {
+        format!("no session {session} in {}", store.dir().display())
+    };
+    eprintln!(
+        "{found}: nothing to resume (a run killed before its first write stores nothing); \
+         start it with `agentloop run --session {session} PROMPT`"
+    );
+    ExitCode::from(NOTHING_TO_RESUME)
+}
+
 /// Runs the `resume` command. A session with nothing to resume is reported, and the exit
-/// code is that of its last run (so "resume until it exits 0" is a safe loop).
+/// code is that of its last run (so "resume until it exits 0" is a safe loop); a session
+/// without entries exits [`NOTHING_TO_RESUME`].
 pub fn resume_main(args: ResumeArgs) -> ExitCode {
     let locked = match Locked::open(&args.store, &args.session) {
         Ok(l) => l,
@@ -404,11 +371,7 @@ pub fn resume_main(args: ResumeArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     if entries.is_empty() {
-        return fail(format!(
-            "no session {} in {}",
-            args.session,
-            locked.store.dir().display()
-        ));
+        return nothing_to_resume(&args.session, &locked.store);
     }
     let agent = match agent(&args.agent, Some(locked.store.clone())) {
         Ok(a) => a,
@@ -418,7 +381,7 @@ pub fn resume_main(args: ResumeArgs) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(e),
     };
-    let code = rt.block_on(async {
+    let code = block_on_bounded(rt, async {
         let (controller, rx) = control();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
@@ -430,21 +393,19 @@ pub fn resume_main(args: ResumeArgs) -> ExitCode {
             .await
         {
             Ok(out) => finish(&args.agent, &out),
-            Err(AgentError::NothingToResume { session }) => {
-                match last_outcome(&entries) {
-                    Some((outcome, reason)) => {
-                        eprintln!(
+            Err(AgentError::NothingToResume { session }) => match last_outcome(&entries) {
+                Some((outcome, reason)) => {
+                    eprintln!(
                             "session {session} has no interrupted run; its last run ended {outcome} ({reason})"
                         );
-                        match outcome.as_str() {
-                            "completed" => ExitCode::SUCCESS,
-                            "aborted" => ExitCode::from(130),
-                            _ => ExitCode::from(1),
-                        }
+                    match outcome.as_str() {
+                        "completed" => ExitCode::SUCCESS,
+                        "aborted" => ExitCode::from(130),
+                        _ => ExitCode::from(1),
                     }
-                    None => fail(format!("session {session} has no run to resume")),
                 }
-            }
+                None => fail(format!("session {session} has no run to resume")),
+            },
             Err(e) => fail(e),
         }
     });

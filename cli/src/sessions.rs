@@ -17,6 +17,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use agentloop::message::{Message, ToolStatus};
 use agentloop::store::{
     check, export_jsonl, export_markdown, list_sessions, pending, Entry, FileStore, LoadReport,
+    StoreError,
 };
 
 /// Arguments of `agentloop sessions`.
@@ -108,11 +109,10 @@ pub fn main(args: SessionsArgs) -> ExitCode {
             ExportFormat::Jsonl => {
                 let mut out = std::io::stdout().lock();
                 match export_jsonl(&entries, &mut out).and_then(|()| {
-                    out.flush()
-                        .map_err(|source| agentloop::store::StoreError::Io {
-                            path: "<stdout>".into(),
-                            source,
-                        })
+                    out.flush().map_err(|source| StoreError::Io {
+                        path: "<stdout>".into(),
+                        source,
+                    })
                 }) {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => fail(e),
@@ -129,7 +129,8 @@ pub fn main(args: SessionsArgs) -> ExitCode {
 /// Loads a session that must exist, read-only (no lock).
 fn load(store: &FileStore, id: &str) -> Result<(Vec<Entry>, LoadReport), String> {
     let path = store.session_path(id).map_err(|e| e.to_string())?;
-    if !path.is_file() {
+    // Not `is_file`, which follows a link: a link (or FIFO) is refused by the load, by name.
+    if std::fs::symlink_metadata(&path).is_err() {
         return Err(format!(
             "no session {id} in {} (no file {})",
             store.dir().display(),
@@ -172,9 +173,18 @@ fn list(dir: &std::path::Path) -> ExitCode {
         "session", "entries", "bytes", "modified"
     );
     for s in sessions {
-        let state = match store.load_blocking(&s.id) {
-            Ok((entries, _)) => status(&entries),
-            Err(_) => "corrupt (see `sessions check`)".into(),
+        let state = match s.not_regular {
+            Some(kind) => format!("refused: {kind}, not a regular file (not followed)"),
+            None => match store.load_blocking(&s.id) {
+                Ok((entries, _)) => status(&entries),
+                Err(StoreError::LineTooLong { line, .. }) => {
+                    format!("unreadable: line {line} is over the entry size limit")
+                }
+                Err(StoreError::NotRegularFile { kind, .. }) => {
+                    format!("refused: {kind}, not a regular file (not followed)")
+                }
+                Err(_) => "corrupt (see `sessions check`)".into(),
+            },
         };
         let modified = s
             .modified

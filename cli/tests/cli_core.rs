@@ -312,3 +312,45 @@ fn normalize_run_ids(v: &mut serde_json::Value) {
         _ => {}
     }
 }
+
+/// Issue 9 item 4: a huge tool argument is echoed to stderr cut at 2 KiB with a marker
+/// naming how much was left out; the tool still gets the whole argument (R-TOOL-1).
+#[test]
+fn huge_tool_arguments_are_echoed_truncated() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let line = "y".repeat(10_000);
+    let script = serde_json::json!({"turns": [
+        {"tool_calls": [{"name": "append_line", "arguments": {"path": "log.txt", "line": line}}]},
+        {"text": "done"}
+    ]});
+    std::fs::write(dir.path().join("s.json"), script.to_string()).expect("script");
+    let out = agentloop(
+        dir.path(),
+        &["run", "--root", ".", "--script", "s.json", "go"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let echoed = stderr
+        .lines()
+        .find(|l| l.starts_with("[tool] append_line {"))
+        .unwrap_or_else(|| panic!("the call is echoed: {stderr}"));
+    let arguments = serde_json::json!({"path": "log.txt", "line": line}).to_string();
+    let expected = format!(
+        "[tool] append_line {}… ({} bytes truncated)",
+        &arguments[..2048],
+        arguments.len() - 2048
+    );
+    assert!(
+        echoed == expected,
+        "echoed {} bytes, expected {}: …{}",
+        echoed.len(),
+        expected.len(),
+        &echoed[echoed.len().saturating_sub(60)..]
+    );
+    let written = std::fs::read_to_string(dir.path().join("log.txt")).expect("log");
+    assert_eq!(
+        written,
+        format!("{line}\n"),
+        "the tool got the whole argument"
+    );
+}

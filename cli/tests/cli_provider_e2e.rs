@@ -291,3 +291,42 @@ fn cli_against_third_party_mock_server() {
     assert!(stderr.contains("[tool] calculator"), "{stderr}");
     assert!(stdout.contains("The answer is 42."), "{stdout}");
 }
+
+/// R-IN-6: an attempt that fails mid-stream after some text reached stdout is retried, and
+/// stdout marks the retry on its own line, so the text after the last marker is the answer
+/// (issue 9 item 11). The marker is on stdout, in order with the text it discards.
+#[test]
+fn r_in_6_a_retry_after_partial_text_is_marked_on_stdout() {
+    // The first stream ends (EOF) after some text, without finish_reason or [DONE]: a
+    // retryable incomplete stream.
+    let partial = chunk(
+        serde_json::json!({"role": "assistant", "content": "Partial answer th"}),
+        None,
+    );
+    let server = serve(vec![Reply::Sse(partial), Reply::Sse(answer_stream())]);
+    let out = agentloop(&[
+        "run",
+        "--provider",
+        "openai",
+        "--model",
+        "gpt-test",
+        "--base-url",
+        &server.base,
+        "--initial-backoff-ms",
+        "10",
+        "What is 2+3?",
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    assert_eq!(server.requests.lock().expect("log").len(), 2, "one retry");
+    let marker = "[retrying: previous output discarded]";
+    let (discarded, answer) = stdout
+        .rsplit_once(&format!("{marker}\n"))
+        .unwrap_or_else(|| panic!("no retry marker line on stdout: {stdout:?}"));
+    assert_eq!(discarded, "Partial answer th\n", "{stdout:?}");
+    assert_eq!(answer, "The answer is 5.\n", "{stdout:?}");
+    assert!(stderr.contains("[retry] attempt 2"), "{stderr}");
+}

@@ -1,13 +1,15 @@
 //! Session export (JSON Lines, Markdown transcript) and listing of a store directory.
 
 use std::fmt::Write as _;
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::file::{encode_record, validate_session_id};
-use super::{Entry, StoreError};
+use super::file::validate_session_id;
+use super::records::encode_record;
+use super::{Entry, FileKind, StoreError};
 use crate::message::{Message, ToolStatus};
+use crate::regular_file::{open_regular, OpenError};
 
 /// Writes `entries` as a session file (`{"v":1,"seq":N,...}` per line): the output can be
 /// copied into a store directory as `<session>.jsonl`.
@@ -158,10 +160,15 @@ pub struct SessionInfo {
     pub modified: Option<SystemTime>,
     /// The file does not end with a newline (a torn last record).
     pub torn_tail: bool,
+    /// Set when the path is not a regular file (a symbolic link, a FIFO, ...): it was not
+    /// followed or read, and the counts are 0. The store refuses to load such a session.
+    pub not_regular: Option<FileKind>,
 }
 
-/// The sessions in `dir` (`*.jsonl` files with a valid session id), sorted by id; empty
-/// when `dir` does not exist.
+/// The sessions in `dir` (`*.jsonl` entries with a valid session id), sorted by id; empty
+/// when `dir` does not exist. Files are read in bounded chunks (only newlines are counted);
+/// an entry that is not a regular file is listed with [`SessionInfo::not_regular`] and never
+/// followed or read.
 pub fn list_sessions(dir: &Path) -> Result<Vec<SessionInfo>, StoreError> {
     let io = |path: &Path| {
         let path = path.display().to_string();
@@ -183,19 +190,47 @@ pub fn list_sessions(dir: &Path) -> Result<Vec<SessionInfo>, StoreError> {
         else {
             continue;
         };
-        if validate_session_id(id).is_err() || !path.is_file() {
+        if validate_session_id(id).is_err() {
             continue;
         }
-        let bytes = std::fs::read(&path).map_err(io(&path))?;
-        let meta = item.metadata().map_err(io(&path))?;
-        sessions.push(SessionInfo {
+        let mut info = SessionInfo {
             id: id.to_string(),
-            entries: bytes.iter().filter(|&&b| b == b'\n').count(),
-            bytes: bytes.len() as u64,
-            modified: meta.modified().ok(),
-            torn_tail: bytes.last().is_some_and(|&b| b != b'\n'),
-            path,
-        });
+            path: path.clone(),
+            entries: 0,
+            bytes: 0,
+            modified: None,
+            torn_tail: false,
+            not_regular: None,
+        };
+        let file = match open_regular(&path, std::fs::OpenOptions::new().read(true)) {
+            Ok(file) => file,
+            Err(OpenError::NotRegular(kind)) => {
+                info.not_regular = Some(kind);
+                sessions.push(info);
+                continue;
+            }
+            // Deleted since the directory was read.
+            Err(OpenError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(OpenError::Io(e)) => return Err(io(&path)(e)),
+        };
+        info.modified = file.metadata().ok().and_then(|m| m.modified().ok());
+        let mut reader = std::io::BufReader::new(file);
+        let mut last = None;
+        loop {
+            let chunk = match reader.fill_buf() {
+                Ok(chunk) => chunk,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io(&path)(e)),
+            };
+            let Some(&end) = chunk.last() else { break };
+            info.entries += memchr::memchr_iter(b'\n', chunk).count();
+            info.bytes += chunk.len() as u64;
+            last = Some(end);
+            let n = chunk.len();
+            reader.consume(n);
+        }
+        info.torn_tail = last.is_some_and(|b| b != b'\n');
+        sessions.push(info);
     }
     sessions.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(sessions)

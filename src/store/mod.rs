@@ -1,6 +1,7 @@
 //! The session store port: append-only session entries, and the in-memory store.
 //!
-//! Submodules: [`file`](mod@file) (the embedded JSON Lines store), [`fault`] (fault injection),
+//! Submodules: [`file`](mod@file) (the embedded JSON Lines store), [`records`] (its line
+//! format and bounded scan), [`fault`] (fault injection),
 //! [`check`](mod@check) (pairing invariant), [`repair`](mod@repair) (its repair),
 //! [`history`](mod@history) (model context from entries) and
 //! [`export`] (JSONL / Markdown export, listing).
@@ -14,6 +15,7 @@
 pub mod export;
 pub mod fault;
 pub mod file;
+pub mod records;
 
 pub use agentloop_core::session_log::{check, history};
 pub use agentloop_core::session_log::{
@@ -23,7 +25,10 @@ pub use agentloop_core::session_log::{
 
 pub use export::{export_jsonl, export_markdown, list_sessions, SessionInfo};
 pub use fault::{FaultPoint, FaultyStore};
-pub use file::{validate_session_id, Durability, FileStore, SessionLock, RECORD_VERSION};
+pub use file::{validate_session_id, Durability, FileStore, SessionLock};
+pub use records::{DEFAULT_MAX_ENTRY_BYTES, RECORD_VERSION};
+
+pub use crate::regular_file::FileKind;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -83,6 +88,39 @@ pub enum StoreError {
         version: String,
         /// The version this build reads.
         supported: u32,
+    },
+    /// A session or lock file is not a regular file (a symbolic link, a FIFO, a directory,
+    /// ...). It is refused, never followed, read or written: a link could lead out of the
+    /// store, a FIFO would block.
+    #[error("{path} is {kind}, not a regular file: refused (session and lock files must be regular files; links are not followed)")]
+    NotRegularFile {
+        /// The file.
+        path: String,
+        /// What it is.
+        kind: FileKind,
+    },
+    /// An entry is larger than the store's entry size limit; nothing was written.
+    #[error("entry of {bytes} bytes for session {session} exceeds the limit of {limit} bytes per entry: not written")]
+    EntryTooLarge {
+        /// The session.
+        session: String,
+        /// The entry's encoded size.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A stored line is longer than the store's entry size limit. It was not read whole (a
+    /// store with a larger limit can read it).
+    #[error("session file {path}: line {line} (byte offset {offset}) is longer than the limit of {limit} bytes per entry; not loaded (a store with a larger limit can read it)")]
+    LineTooLong {
+        /// The file.
+        path: String,
+        /// The line number, from 1.
+        line: u64,
+        /// Byte offset of the line.
+        offset: u64,
+        /// The limit.
+        limit: u64,
     },
     /// The session id cannot name a session file.
     #[error("invalid session id {session:?}: {reason}")]

@@ -3,7 +3,8 @@
 //! It exists to make side effects visible in demos and crash tests: each successful call adds
 //! exactly `line + "\n"` to the file (created if missing; its directory must exist), written
 //! with a single append-mode write and flushed to disk before the tool returns. Paths are
-//! confined to [`ToolContext::root`] exactly as `read_file` does. The tool call id is the
+//! confined to [`ToolContext::root`] exactly as `read_file` does, and only regular files are
+//! appended to (a FIFO or device is refused without being waited on). The tool call id is the
 //! idempotency key (R-IDEM-3, R-IDEM-6): the tool returns `appended 1 line (call <id>)`, so
 //! the persisted result names the call that caused the write. The tool is *not* retry-safe:
 //! after a crash between start and result, the runtime reports `outcome_unknown` instead of
@@ -15,8 +16,9 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::read_file::resolve_for_write;
+use super::read_file::{open_error, resolve_for_write};
 use super::{ToolContext, ToolError, TypedTool};
+use crate::regular_file::open_regular;
 
 /// Longest line accepted, in bytes.
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
@@ -77,14 +79,13 @@ impl TypedTool for AppendLine {
 
 fn append(root: &std::path::Path, requested: &str, record: &[u8]) -> Result<(), String> {
     let target = resolve_for_write(root, requested)?;
-    if target.is_dir() {
-        return Err(format!("`{requested}` is a directory, not a file"));
-    }
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&target)
-        .map_err(|e| format!("cannot open `{requested}` for appending: {e}"))?;
+    // `target`'s last component is not a link (it was resolved); refuse one swapped in since.
+    // Never blocks: a FIFO or device is refused (see `crate::regular_file`).
+    let mut file = open_regular(
+        &target,
+        std::fs::OpenOptions::new().create(true).append(true),
+    )
+    .map_err(|e| open_error(requested, e, "append to"))?;
     // One write of the whole record: O_APPEND keeps parallel appends from interleaving.
     file.write_all(record)
         .and_then(|()| file.sync_data())

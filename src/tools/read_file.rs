@@ -4,6 +4,8 @@
 //! canonicalized, and a path that leaves the root — through `..`, an absolute path, or a
 //! symbolic link pointing outside — is refused with a clear error. Files larger than
 //! [`MAX_READ_BYTES`] (1 MiB) are refused rather than truncated; non-UTF-8 files are refused.
+//! Only regular files are read: a FIFO, socket, device or directory is refused without being
+//! waited on (see [`crate::regular_file`]), so no path can make the tool block forever.
 //!
 //! The check happens before the file is opened, so a concurrent process that swaps a path
 //! component for a symlink in between could still redirect the access (a time-of-check /
@@ -11,12 +13,15 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use std::fs::OpenOptions;
+use std::io::Read;
+
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use tokio::io::AsyncReadExt;
 
 use super::{ToolContext, ToolError, TypedTool};
+use crate::regular_file::{open_regular, OpenError};
 
 /// Largest file `read_file` returns, in bytes (1 MiB).
 pub const MAX_READ_BYTES: u64 = 1024 * 1024;
@@ -52,30 +57,47 @@ impl TypedTool for ReadFile {
 }
 
 async fn read_confined(root: &Path, requested: &str) -> Result<String, String> {
+    // Blocking IO on a blocking thread: a timed-out call abandons it (the process does not wait
+    // for it at exit), and `open_regular` never blocks on a FIFO or device anyway.
+    let root = root.to_path_buf();
+    let requested = requested.to_string();
+    tokio::task::spawn_blocking(move || read_blocking(&root, &requested))
+        .await
+        .map_err(|e| format!("read_file did not finish: {e}"))?
+}
+
+fn read_blocking(root: &Path, requested: &str) -> Result<String, String> {
     let target = resolve_existing(root, requested)?;
-    let meta = tokio::fs::metadata(&target)
-        .await
-        .map_err(|e| format!("cannot read `{requested}`: {e}"))?;
-    if meta.is_dir() {
-        return Err(format!("`{requested}` is a directory, not a file"));
+    // `target` is canonical: a link in its last component now means it was swapped since.
+    let file = open_regular(&target, OpenOptions::new().read(true))
+        .map_err(|e| open_error(requested, e, "read"))?;
+    let len = file
+        .metadata()
+        .map_err(|e| format!("cannot read `{requested}`: {e}"))?
+        .len();
+    if len > MAX_READ_BYTES {
+        return Err(too_large(requested, len));
     }
-    if meta.len() > MAX_READ_BYTES {
-        return Err(too_large(requested, meta.len()));
-    }
-    let file = tokio::fs::File::open(&target)
-        .await
-        .map_err(|e| format!("cannot open `{requested}`: {e}"))?;
     // Read one byte past the cap, so a file that grew after the metadata check is still refused.
     let mut bytes = Vec::new();
     file.take(MAX_READ_BYTES + 1)
         .read_to_end(&mut bytes)
-        .await
         .map_err(|e| format!("cannot read `{requested}`: {e}"))?;
     if bytes.len() as u64 > MAX_READ_BYTES {
         return Err(too_large(requested, bytes.len() as u64));
     }
     String::from_utf8(bytes)
         .map_err(|_| format!("`{requested}` is not UTF-8 text (binary files are not supported)"))
+}
+
+/// The tool error for a failed [`open_regular`]; `verb` says what the tool was doing (`read`).
+pub(crate) fn open_error(requested: &str, e: OpenError, verb: &str) -> String {
+    match e {
+        OpenError::NotRegular(kind) => {
+            format!("`{requested}` is {kind}, not a regular file: refused")
+        }
+        OpenError::Io(e) => format!("cannot {verb} `{requested}`: {e}"),
+    }
 }
 
 fn too_large(requested: &str, len: u64) -> String {
@@ -247,6 +269,38 @@ mod tests {
         assert!(e.contains("symbolic link"), "{e}");
         // A symlink that stays inside the root is followed.
         assert_eq!(read(&root, "ok_link.txt").await.unwrap(), "inside");
+    }
+
+    /// R-TOOL-3: a FIFO is refused at once for reading and appending, never waited on.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn r_tool_3_fifos_are_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("mkfifo")
+            .arg(dir.path().join("pipe"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let limit = std::time::Duration::from_secs(10);
+        let e = tokio::time::timeout(limit, read(dir.path(), "pipe"))
+            .await
+            .expect("read_file returned")
+            .unwrap_err();
+        assert!(
+            e.contains("FIFO") && e.contains("not a regular file"),
+            "{e}"
+        );
+        let append = crate::tools::append_line::AppendLine
+            .call(ctx(dir.path()), json!({"path": "pipe", "line": "x"}));
+        let e = tokio::time::timeout(limit, append)
+            .await
+            .expect("append_line returned")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("FIFO") && e.contains("not a regular file"),
+            "{e}"
+        );
     }
 
     #[tokio::test]

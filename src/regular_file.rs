@@ -1,0 +1,186 @@
+//! Opening files that must be regular files — session files, lock files, the files the
+//! built-in tools read and append to — without ever blocking on a FIFO or a device, and
+//! without following a symbolic link in the last path component (callers that accept links
+//! resolve them first, and check where they lead).
+//!
+//! On Unix the file is opened with `O_NONBLOCK | O_NOFOLLOW`,
+//! then the *opened descriptor* is checked with `fstat`. Checking the path first
+//! (`symlink_metadata`) and opening it afterwards would leave a window in which the path can
+//! be swapped for a FIFO — and an `open` of a FIFO without `O_NONBLOCK` blocks until a peer
+//! opens the other end, possibly forever. With `O_NONBLOCK` the open itself never waits: a
+//! FIFO opened for reading returns at once (and `fstat` refuses it), one opened for writing
+//! without a reader fails with `ENXIO`. `O_NONBLOCK` has no effect on reads and writes of
+//! regular files, so the descriptor is used as is. When the open fails, the path is looked at
+//! (`symlink_metadata`) only to name what is there in the error.
+//!
+//! Elsewhere the path is checked before it is opened (a best effort; such platforms have no
+//! FIFOs that block on open in the same way).
+
+use std::fs::{File, Metadata, OpenOptions};
+use std::path::Path;
+
+/// What a path is when it is not a regular file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FileKind {
+    /// A symbolic link (refused where links are not followed).
+    SymbolicLink,
+    /// A directory.
+    Directory,
+    /// A FIFO (named pipe).
+    Fifo,
+    /// A Unix domain socket.
+    Socket,
+    /// A character device.
+    CharDevice,
+    /// A block device.
+    BlockDevice,
+    /// Anything else that is not a regular file.
+    Other,
+}
+
+impl std::fmt::Display for FileKind {
+    /// With its article: `a FIFO (named pipe)`, `a symbolic link`, ...
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FileKind::SymbolicLink => "a symbolic link",
+            FileKind::Directory => "a directory",
+            FileKind::Fifo => "a FIFO (named pipe)",
+            FileKind::Socket => "a socket",
+            FileKind::CharDevice => "a character device",
+            FileKind::BlockDevice => "a block device",
+            FileKind::Other => "a special file",
+        })
+    }
+}
+
+impl FileKind {
+    /// The kind of a file that is not a regular file (`None` for a regular file).
+    pub fn of(meta: &Metadata) -> Option<FileKind> {
+        let t = meta.file_type();
+        if t.is_file() {
+            return None;
+        }
+        if t.is_symlink() {
+            return Some(FileKind::SymbolicLink);
+        }
+        if t.is_dir() {
+            return Some(FileKind::Directory);
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileTypeExt;
+            if t.is_fifo() {
+                return Some(FileKind::Fifo);
+            }
+            if t.is_socket() {
+                return Some(FileKind::Socket);
+            }
+            if t.is_char_device() {
+                return Some(FileKind::CharDevice);
+            }
+            if t.is_block_device() {
+                return Some(FileKind::BlockDevice);
+            }
+        }
+        Some(FileKind::Other)
+    }
+}
+
+/// Why [`open_regular`] did not return a file.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// The path is not a regular file (nothing was read or written).
+    NotRegular(FileKind),
+    /// The open (or the `fstat` after it) failed.
+    Io(std::io::Error),
+}
+
+/// Opens `path` with `options`, refusing anything but a regular file — a symbolic link in
+/// the last component included — without blocking (see the module docs).
+pub(crate) fn open_regular(path: &Path, options: &mut OpenOptions) -> Result<File, OpenError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
+    }
+    #[cfg(not(unix))]
+    {
+        if let Some(kind) = kind_at(path) {
+            return Err(OpenError::NotRegular(kind));
+        }
+    }
+    match options.open(path) {
+        Ok(file) => {
+            let meta = file.metadata().map_err(OpenError::Io)?;
+            match FileKind::of(&meta) {
+                None => Ok(file),
+                Some(kind) => Err(OpenError::NotRegular(kind)),
+            }
+        }
+        // ELOOP (a refused link), ENXIO (a FIFO without reader), EISDIR: name what is there.
+        Err(e) => Err(match kind_at(path) {
+            Some(kind) => OpenError::NotRegular(kind),
+            None => OpenError::Io(e),
+        }),
+    }
+}
+
+/// What is at `path` (not following a link) when it exists and is not a regular file.
+fn kind_at(path: &Path) -> Option<FileKind> {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .and_then(|m| FileKind::of(&m))
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    fn mkfifo(path: &Path) {
+        let status = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn kind(result: Result<File, OpenError>) -> Option<FileKind> {
+        match result {
+            Err(OpenError::NotRegular(kind)) => Some(kind),
+            Err(OpenError::Io(e)) => panic!("io error {e}"),
+            Ok(_) => None,
+        }
+    }
+
+    #[test]
+    fn fifos_are_refused_without_blocking_for_reading_and_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe");
+        mkfifo(&fifo);
+        let read = open_regular(&fifo, OpenOptions::new().read(true));
+        assert_eq!(kind(read), Some(FileKind::Fifo));
+        let write = open_regular(&fifo, OpenOptions::new().append(true).create(true));
+        assert_eq!(kind(write), Some(FileKind::Fifo));
+    }
+
+    #[test]
+    fn links_and_directories_are_refused_and_regular_files_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target.txt");
+        std::fs::write(&target, "x").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let refused = open_regular(&link, OpenOptions::new().read(true));
+        assert_eq!(kind(refused), Some(FileKind::SymbolicLink));
+        let created = open_regular(&link, OpenOptions::new().append(true).create(true));
+        assert_eq!(kind(created), Some(FileKind::SymbolicLink));
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "x");
+        let regular = open_regular(&target, OpenOptions::new().read(true));
+        assert_eq!(kind(regular), None);
+        let dir_open = open_regular(dir.path(), OpenOptions::new().read(true));
+        assert_eq!(kind(dir_open), Some(FileKind::Directory));
+        let dir_write = open_regular(dir.path(), OpenOptions::new().append(true));
+        assert_eq!(kind(dir_write), Some(FileKind::Directory));
+    }
+}
