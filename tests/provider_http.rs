@@ -384,5 +384,6 @@ async fn json_error_body_under_200_is_classified() {
         .await
         .err()
         .unwrap();
-    assert_eq!(e.kind, ErrorKind::ServerError);
+    assert_eq!(e.kind, ErrorKind::MalformedResponse, "{e}");
+    assert!(e.message.contains("not streamed"), "shows the body: {e}");
 }
