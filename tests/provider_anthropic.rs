@@ -209,13 +209,15 @@ fn ping_unknown_events_and_unknown_block_types_are_ignored() {
     );
 }
 
+/// Issue 9: malformed data repeats on a retry, so it is `malformed_response`, not retried.
 #[test]
-fn malformed_events_are_retryable_errors_naming_the_event() {
+fn malformed_events_are_unretried_errors_naming_the_event() {
     let deltas = deltas_whole(P, &fixture("anthropic_malformed.sse"));
     let Some(MessageDelta::Error { error }) = deltas.last() else {
         panic!("{deltas:?}")
     };
-    assert_eq!(error.kind, ErrorKind::ServerError);
+    assert_eq!(error.kind, ErrorKind::MalformedResponse);
+    assert!(!error.retryable());
     assert!(error.message.contains("event #2"), "{}", error.message);
     assert!(
         error.message.contains("content_block_delta"),
@@ -226,7 +228,7 @@ fn malformed_events_are_retryable_errors_naming_the_event() {
     let Some(MessageDelta::Error { error }) = deltas.last() else {
         panic!("{deltas:?}")
     };
-    assert_eq!(error.kind, ErrorKind::ServerError);
+    assert_eq!(error.kind, ErrorKind::MalformedResponse);
     assert!(
         error.message.contains("event #2") && error.message.contains("not valid JSON"),
         "{}",
@@ -325,8 +327,8 @@ fn shape_errors() {
     for events in bad {
         let r = decode(P, &stream(&events), false);
         assert_eq!(
-            r.error.as_ref().map(|e| e.kind),
-            Some(ErrorKind::ServerError),
+            r.error.as_ref().map(|e| (e.kind, e.retryable)),
+            Some((ErrorKind::MalformedResponse, false)),
             "{events:?}"
         );
     }

@@ -408,7 +408,32 @@ fn decode_http_success_response_with_chunked_sse_body() {
     assert_eq!(r.message.unwrap().text, "hi");
     // Not HTTP at all: a clear, typed error rather than a panic.
     let r = decode(ProviderKind::OpenAi, b"data: x\n\n", true);
-    assert_eq!(r.error.unwrap().kind, ErrorKind::ServerError);
+    assert_eq!(r.error.unwrap().kind, ErrorKind::MalformedResponse);
+}
+
+/// Issue 9.8: `decode --http` reads a 2xx answer the way the client does — a compressed body
+/// or JSON instead of an event stream is a `malformed_response`, not retried.
+#[test]
+fn decode_http_success_that_is_not_a_readable_event_stream() {
+    let gzip = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\ncontent-length: 4\r\n\r\n\x1f\x08\x00\x00";
+    let r = decode(ProviderKind::Anthropic, gzip.as_bytes(), true);
+    let e = r.error.unwrap();
+    assert_eq!(
+        (e.kind, e.retryable, e.http_status),
+        (ErrorKind::MalformedResponse, false, Some(200))
+    );
+    let json =
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json; charset=utf-8\r\n\r\n{\"choices\":[]}";
+    let e = decode(ProviderKind::OpenAi, json.as_bytes(), true)
+        .error
+        .unwrap();
+    assert_eq!((e.kind, e.retryable), (ErrorKind::MalformedResponse, false));
+    // An error object under 200 keeps its own classification.
+    let json = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}";
+    let e = decode(ProviderKind::Anthropic, json.as_bytes(), true)
+        .error
+        .unwrap();
+    assert_eq!((e.kind, e.retryable), (ErrorKind::Overloaded, true));
 }
 
 #[test]
@@ -430,4 +455,35 @@ fn model_clients_never_show_the_key_in_debug_output() {
         };
         assert!(!shown.contains("DEBUGSECRET"), "{shown}");
     }
+}
+
+/// Issue 9.1: the client follows no redirects; a 3xx names its status and only the host of
+/// its `Location` (a path or query could carry a token), and is not retried.
+#[test]
+fn redirects_are_typed_errors_naming_the_location_host() {
+    let h = headers(&[(
+        "location",
+        "https://eu.example.com:8443/v1/messages?token=abc",
+    )]);
+    let e = classify_http(301, &h, b"", now(), CAP);
+    assert_eq!(
+        (e.kind, e.retryable(), e.http_status),
+        (ErrorKind::Redirected, false, Some(301))
+    );
+    assert!(
+        e.message.contains("HTTP 301") && e.message.contains("eu.example.com:8443"),
+        "{e}"
+    );
+    assert!(!e.message.contains("token"), "{e}");
+    let e = classify_http(
+        308,
+        &headers(&[("location", "/v2/messages")]),
+        b"",
+        now(),
+        CAP,
+    );
+    assert_eq!(e.kind, ErrorKind::Redirected);
+    assert!(e.message.contains("same host"), "{e}");
+    let e = classify_http(302, &HeaderMap::new(), b"", now(), CAP);
+    assert!(e.message.contains("without a Location"), "{e}");
 }

@@ -2,264 +2,21 @@
 //! split at arbitrary byte boundaries, and injected faults (429 with `retry-after-ms`, 500,
 //! 529, 401, connection reset mid-stream, stall, no response headers, refused connection).
 //!
-//! The server is a small hand-written HTTP/1.1 responder on tokio rather than hyper/axum:
-//! the faults under test (a reset after N body bytes, headers that never come, a body that
-//! stops mid-chunk) are exactly what a well-behaved server framework will not do.
+//! The server is the loopback responder of `provider_support/server.rs`.
 #![allow(clippy::disallowed_methods)] // tests and benchmarks may read the wall clock
 
 #[path = "provider_support/mod.rs"]
 mod support;
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentloop::error::{ErrorKind, ModelError};
-use agentloop::message::{Message, MessageDelta};
-use agentloop::model::{Model, ModelParams, ModelRequest};
-use agentloop::provider::anthropic::AnthropicModel;
+use agentloop::error::ErrorKind;
+use agentloop::message::MessageDelta;
 use agentloop::provider::http::{HttpConfig, ProviderKind};
-use agentloop::provider::openai::OpenAiModel;
-use agentloop::tools::ToolSpec;
 use futures::StreamExt;
-use serde_json::json;
+use support::server::*;
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-
-const KEY: &str = "sk-test-SUPERSECRETKEY0123456789";
-
-/// What the server does with one connection.
-#[derive(Clone)]
-enum Reply {
-    /// 200 `text/event-stream`, chunked; each piece written and flushed on its own.
-    Sse { pieces: Vec<Vec<u8>>, gap: Duration },
-    /// A complete response with this status, headers and body.
-    Status {
-        status: u16,
-        headers: Vec<(&'static str, String)>,
-        body: String,
-    },
-    /// Headers and these body pieces, then a TCP reset.
-    ResetAfter { pieces: Vec<Vec<u8>> },
-    /// Headers and these body pieces, then silence for `hold`.
-    StallAfter {
-        pieces: Vec<Vec<u8>>,
-        hold: Duration,
-    },
-    /// Reads the request and answers nothing for `hold`.
-    NoHeaders { hold: Duration },
-    /// Reads the request and closes the connection without a byte.
-    Close,
-}
-
-#[derive(Debug, Clone)]
-struct Recorded {
-    head: String,
-    body: serde_json::Value,
-}
-
-struct Server {
-    url: String,
-    requests: Arc<Mutex<Vec<Recorded>>>,
-}
-
-impl Server {
-    /// Serves `replies` in order, one per connection; further connections get a 500.
-    async fn start(replies: Vec<Reply>) -> Server {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let recorded = requests.clone();
-        tokio::spawn(async move {
-            let mut replies = replies.into_iter();
-            loop {
-                let Ok((sock, _)) = listener.accept().await else {
-                    return;
-                };
-                let reply = replies.next().unwrap_or(Reply::Status {
-                    status: 500,
-                    headers: vec![],
-                    body: "{}".into(),
-                });
-                let recorded = recorded.clone();
-                tokio::spawn(async move {
-                    serve(sock, reply, recorded).await;
-                });
-            }
-        });
-        Server {
-            url: format!("http://{addr}"),
-            requests,
-        }
-    }
-
-    fn requests(&self) -> Vec<Recorded> {
-        self.requests.lock().unwrap().clone()
-    }
-}
-
-async fn read_request(sock: &mut TcpStream) -> Option<Recorded> {
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 4096];
-    let head_end = loop {
-        let n = sock.read(&mut tmp).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&tmp[..n]);
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let len: usize = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse().ok())?
-        })
-        .unwrap_or(0);
-    while buf.len() < head_end + len {
-        let n = sock.read(&mut tmp).await.ok()?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&tmp[..n]);
-    }
-    let body = serde_json::from_slice(&buf[head_end..]).unwrap_or(serde_json::Value::Null);
-    Some(Recorded { head, body })
-}
-
-async fn write_piece(sock: &mut TcpStream, piece: &[u8]) -> std::io::Result<()> {
-    if piece.is_empty() {
-        return Ok(()); // a zero-size chunk would end the body
-    }
-    sock.write_all(format!("{:x}\r\n", piece.len()).as_bytes())
-        .await?;
-    sock.write_all(piece).await?;
-    sock.write_all(b"\r\n").await?;
-    sock.flush().await
-}
-
-const SSE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
-
-async fn serve(mut sock: TcpStream, reply: Reply, recorded: Arc<Mutex<Vec<Recorded>>>) {
-    sock.set_nodelay(true).ok();
-    let Some(req) = read_request(&mut sock).await else {
-        return;
-    };
-    recorded.lock().unwrap().push(req);
-    match reply {
-        Reply::Sse { pieces, gap } => {
-            if sock.write_all(SSE_HEAD).await.is_err() {
-                return;
-            }
-            for p in pieces {
-                if write_piece(&mut sock, &p).await.is_err() {
-                    return;
-                }
-                if !gap.is_zero() {
-                    tokio::time::sleep(gap).await;
-                }
-            }
-            let _ = sock.write_all(b"0\r\n\r\n").await;
-            let _ = sock.shutdown().await;
-        }
-        Reply::Status {
-            status,
-            headers,
-            body,
-        } => {
-            let mut head = format!(
-                "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n",
-                body.len()
-            );
-            for (k, v) in headers {
-                head.push_str(&format!("{k}: {v}\r\n"));
-            }
-            head.push_str("\r\n");
-            let _ = sock.write_all(head.as_bytes()).await;
-            let _ = sock.write_all(body.as_bytes()).await;
-            let _ = sock.shutdown().await;
-        }
-        Reply::ResetAfter { pieces } => {
-            let _ = sock.write_all(SSE_HEAD).await;
-            for p in pieces {
-                let _ = write_piece(&mut sock, &p).await;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            #[allow(deprecated)] // linger 0 does not block: it makes close() send RST
-            let _ = sock.set_linger(Some(Duration::ZERO));
-            drop(sock);
-        }
-        Reply::StallAfter { pieces, hold } => {
-            let _ = sock.write_all(SSE_HEAD).await;
-            for p in pieces {
-                let _ = write_piece(&mut sock, &p).await;
-            }
-            tokio::time::sleep(hold).await;
-        }
-        Reply::NoHeaders { hold } => tokio::time::sleep(hold).await,
-        Reply::Close => drop(sock),
-    }
-}
-
-fn request(model: &str) -> ModelRequest {
-    ModelRequest {
-        run_id: "run-1".into(),
-        model_call_index: 1,
-        attempt: 1,
-        session_turn: 0,
-        model: model.into(),
-        system: Some("You are terse.".into()),
-        messages: vec![Message::user("What is 2+2?")],
-        tools: vec![ToolSpec {
-            name: "calculator".into(),
-            description: "Evaluates arithmetic".into(),
-            parameters: json!({"type": "object", "properties": {"expression": {"type": "string"}}}),
-        }],
-        params: ModelParams::default(),
-    }
-}
-
-fn config(p: ProviderKind, server: &Server) -> HttpConfig {
-    let base = match p {
-        ProviderKind::OpenAi => format!("{}/v1", server.url),
-        ProviderKind::Anthropic => server.url.clone(),
-    };
-    let mut c = HttpConfig::new(p).with_base_url(base).with_api_key(KEY);
-    c.connect_timeout = Duration::from_secs(2);
-    c.first_byte_timeout = Duration::from_secs(5);
-    c
-}
-
-fn model(p: ProviderKind, cfg: HttpConfig) -> Box<dyn Model> {
-    match p {
-        ProviderKind::OpenAi => Box::new(OpenAiModel::new("gpt-test", cfg).unwrap()),
-        ProviderKind::Anthropic => Box::new(AnthropicModel::new("claude-test", cfg).unwrap()),
-    }
-}
-
-/// Runs one request; returns the deltas and the error that ended the stream, if any.
-async fn run(
-    p: ProviderKind,
-    cfg: HttpConfig,
-) -> Result<(Vec<MessageDelta>, Option<ModelError>), ModelError> {
-    let m = model(p, cfg);
-    let mut s = m.stream(request("")).await?;
-    let mut deltas = Vec::new();
-    while let Some(item) = s.next().await {
-        match item {
-            Ok(d) => deltas.push(d),
-            Err(e) => {
-                assert!(s.next().await.is_none(), "an error ends the stream");
-                return Ok((deltas, Some(e)));
-            }
-        }
-    }
-    Ok((deltas, None))
-}
+use tokio::net::TcpListener;
 
 /// Deterministic pseudo-random cut points (xorshift), so a failure names its seed.
 fn cuts(seed: u64, len: usize, n: usize) -> Vec<usize> {
@@ -627,5 +384,6 @@ async fn json_error_body_under_200_is_classified() {
         .await
         .err()
         .unwrap();
-    assert_eq!(e.kind, ErrorKind::ServerError);
+    assert_eq!(e.kind, ErrorKind::MalformedResponse, "{e}");
+    assert!(e.message.contains("not streamed"), "shows the body: {e}");
 }

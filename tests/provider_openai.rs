@@ -473,12 +473,13 @@ fn clean_eof_without_terminal_evidence_is_incomplete() {
     }
 }
 
+/// Issue 9: malformed data repeats on a retry, so it is `malformed_response`, not retried.
 #[test]
-fn malformed_json_is_a_retryable_error_naming_the_event() {
+fn malformed_json_is_an_unretried_error_naming_the_event() {
     let r = report("openai_malformed.sse");
     let e = r.error.unwrap();
-    assert_eq!(e.kind, ErrorKind::ServerError);
-    assert!(e.retryable);
+    assert_eq!(e.kind, ErrorKind::MalformedResponse);
+    assert!(!e.retryable);
     let deltas = deltas_whole(P, &fixture("openai_malformed.sse"));
     let Some(MessageDelta::Error { error }) = deltas.last() else {
         panic!()
@@ -492,12 +493,12 @@ fn malformed_json_is_a_retryable_error_naming_the_event() {
 }
 
 #[test]
-fn unexpected_shape_is_a_retryable_error_naming_the_event() {
+fn unexpected_shape_is_an_unretried_error_naming_the_event() {
     let deltas = deltas_whole(P, &fixture("openai_bad_shape.sse"));
     let Some(MessageDelta::Error { error }) = deltas.last() else {
         panic!("{deltas:?}")
     };
-    assert_eq!(error.kind, ErrorKind::ServerError);
+    assert_eq!(error.kind, ErrorKind::MalformedResponse);
     assert!(
         error.message.contains("event #2") && error.message.contains("unexpected JSON shape"),
         "{}",
@@ -507,12 +508,13 @@ fn unexpected_shape_is_a_retryable_error_naming_the_event() {
         json!(42),
         json!([1]),
         json!({"choices": [{"delta": {"content": 5}}]}),
+        json!({"choices": [{"delta": {"content": [{"type": "text", "text": 5}]}}]}),
         json!({"choices": [{"delta": {"tool_calls": {}}}]}),
     ] {
         let r = decode(P, &stream(std::slice::from_ref(&bad), true), false);
         assert_eq!(
             r.error.map(|e| e.kind),
-            Some(ErrorKind::ServerError),
+            Some(ErrorKind::MalformedResponse),
             "{bad}"
         );
     }
@@ -529,7 +531,77 @@ fn content_after_finish_reason_is_an_error_not_silently_dropped() {
         true,
     );
     let r = decode(P, &body, false);
-    assert_eq!(r.error.unwrap().kind, ErrorKind::ServerError);
+    assert_eq!(r.error.unwrap().kind, ErrorKind::MalformedResponse);
+}
+
+/// Issue 9: Mistral's magistral models send `content` as an array of parts; `thinking`
+/// parts (whose `thinking` is an array of text parts, or a string) are reasoning, `text`
+/// parts are text, other part types are ignored.
+#[test]
+fn mistral_content_parts_are_reasoning_and_text() {
+    let body = stream(
+        &[
+            delta(json!({"role": "assistant", "content": [
+                {"type": "thinking", "thinking": [{"type": "text", "text": "Two and "}]}]})),
+            delta(json!({"content": [{"type": "thinking", "thinking": "two."}]})),
+            delta(json!({"content": [{"type": "text", "text": "4"},
+                                     {"type": "reference", "reference_ids": [1]}]})),
+            delta(json!({"content": "!"})),
+            delta(json!({"content": []})),
+            finish("stop"),
+        ],
+        true,
+    );
+    let deltas = deltas_whole(P, &body);
+    assert_eq!(
+        deltas,
+        vec![
+            MessageDelta::StartStep,
+            MessageDelta::ReasoningStart,
+            MessageDelta::ReasoningDelta {
+                text: "Two and ".into()
+            },
+            MessageDelta::ReasoningDelta {
+                text: "two.".into()
+            },
+            MessageDelta::ReasoningEnd,
+            MessageDelta::TextStart,
+            MessageDelta::TextDelta { text: "4".into() },
+            MessageDelta::TextDelta { text: "!".into() },
+            MessageDelta::TextEnd,
+            MessageDelta::FinishStep {
+                finish_reason: Some(FinishReason::Stop),
+                raw_finish_reason: Some("stop".into()),
+                usage: None,
+            },
+            MessageDelta::Finish,
+        ]
+    );
+    // One chunk with both kinds, in order.
+    let body = stream(
+        &[
+            delta(json!({"content": [
+                {"type": "thinking", "thinking": [{"type": "text", "text": "hm"}]},
+                {"type": "text", "text": "ok"}]})),
+            finish("stop"),
+        ],
+        true,
+    );
+    let r = decode(P, &body, false);
+    let m = r.message.unwrap();
+    assert_eq!((m.reasoning.as_str(), m.text.as_str()), ("hm", "ok"));
+    // Parts after finish_reason are content after finish_reason.
+    let body = stream(
+        &[
+            finish("stop"),
+            delta(json!({"content": [{"type": "text", "text": "late"}]})),
+        ],
+        true,
+    );
+    assert_eq!(
+        decode(P, &body, false).error.map(|e| e.kind),
+        Some(ErrorKind::MalformedResponse)
+    );
 }
 
 #[test]

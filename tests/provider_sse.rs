@@ -334,3 +334,42 @@ proptest! {
         prop_assert_eq!(eof_a, eof_b);
     }
 }
+
+/// Issue 9.4: the pipeline counts the normalized deltas against `ResponseLimits`; the first
+/// delta beyond a bound is replaced by a `response_too_large` error that ends the stream.
+#[test]
+fn pipeline_stops_at_the_first_delta_beyond_a_response_limit() {
+    use agentloop::error::ErrorKind;
+    use agentloop::message::MessageDelta;
+    use agentloop::provider::openai::OpenAiNormalizer;
+    use agentloop::provider::sse::SsePipeline;
+    use agentloop::provider::ResponseLimits;
+
+    let event = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"0123456789\"}}]}\n\n";
+    let limits = ResponseLimits {
+        max_response_bytes: 95,
+        ..ResponseLimits::default()
+    };
+    let mut pipe = SsePipeline::with_limits(OpenAiNormalizer::new(), limits);
+    assert_eq!(pipe.limits(), &limits);
+    let mut deltas = Vec::new();
+    for _ in 0..20 {
+        deltas.extend(pipe.feed(event.as_bytes()));
+    }
+    deltas.extend(pipe.finish());
+    let text: usize = deltas
+        .iter()
+        .map(|d| match d {
+            MessageDelta::TextDelta { text } => text.len(),
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(text, 90, "nine whole deltas; the tenth crossed the bound");
+    let Some(MessageDelta::Error { error }) = deltas.last() else {
+        panic!("{deltas:?}")
+    };
+    assert_eq!(error.kind, ErrorKind::ResponseTooLarge);
+    assert!(!error.retryable());
+    assert!(error.message.contains("max_response_bytes = 95"), "{error}");
+    assert!(pipe.ended());
+}

@@ -95,9 +95,10 @@ async fn retry_then_success() {
             _ => None,
         })
         .collect();
-    // retry-after overrides the backoff; the second retry uses the doubled backoff (R-IN-1).
-    assert_eq!(retries, vec![20, 2_000]);
-    assert!(started.elapsed() >= std::time::Duration::from_millis(2_020));
+    // A retry-after shorter than the backoff does not shorten it (R-IN-1, issue 9); the
+    // second retry uses the doubled backoff.
+    assert_eq!(retries, vec![1_000, 2_000]);
+    assert!(started.elapsed() >= std::time::Duration::from_millis(3_000));
     insta::assert_snapshot!(verified(out.trace.as_ref().expect("trace")));
 }
 

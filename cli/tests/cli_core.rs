@@ -61,9 +61,19 @@ fn retry_script_reports_one_retry() {
         r#"{"turns": [{"errors": [{"status": 429, "retry_after_ms": 20}], "text": "ok"}]}"#,
     )
     .expect("script");
+    // A backoff below the hint, so the hint is the delay (the backoff is its floor).
     let out = agentloop(
         dir.path(),
-        &["run", "--script", "s.json", "--events", "json", "hi"],
+        &[
+            "run",
+            "--script",
+            "s.json",
+            "--events",
+            "json",
+            "--initial-backoff-ms",
+            "10",
+            "hi",
+        ],
     );
     assert!(out.status.success());
     let events = json_events(&out);

@@ -140,6 +140,9 @@ fn two_step_tool_conversation_with_one_retry() {
         "gpt-test",
         "--base-url",
         &server.base,
+        // Below the server's hint, so the hint is the delay (the backoff is its floor).
+        "--initial-backoff-ms",
+        "10",
         "What is 2+3?",
     ]);
     let (stdout, stderr) = (

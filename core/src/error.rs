@@ -12,7 +12,7 @@ pub enum ErrorKind {
     RateLimited,
     /// HTTP 529 / `overloaded_error`.
     Overloaded,
-    /// HTTP 5xx, or malformed data inside a stream.
+    /// HTTP 5xx.
     ServerError,
     /// The stream ended without terminal evidence.
     IncompleteStream,
@@ -34,6 +34,16 @@ pub enum ErrorKind {
     QuotaExhausted,
     /// HTTP 413.
     RequestTooLarge,
+    /// HTTP 3xx: the client follows no redirects (an API key must never travel to another
+    /// origin); the base URL should name the final location.
+    Redirected,
+    /// A response the client cannot read: stream data that is not JSON or has an unexpected
+    /// shape, a `Content-Encoding` it does not decode, a 2xx body that is not an event stream.
+    /// The same request would get the same answer, so it is not retried.
+    MalformedResponse,
+    /// The response exceeded a configured bound (whole size, one tool call's arguments, the
+    /// number of content blocks / tool calls); not retried, the next attempt would too.
+    ResponseTooLarge,
 }
 
 impl ErrorKind {
@@ -66,6 +76,9 @@ impl ErrorKind {
             ErrorKind::ContextOverflow => "context_overflow",
             ErrorKind::QuotaExhausted => "quota_exhausted",
             ErrorKind::RequestTooLarge => "request_too_large",
+            ErrorKind::Redirected => "redirected",
+            ErrorKind::MalformedResponse => "malformed_response",
+            ErrorKind::ResponseTooLarge => "response_too_large",
         }
     }
 }

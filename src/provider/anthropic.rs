@@ -16,8 +16,11 @@
 //! - `ping` and unknown events are ignored; `event: error` (e.g. `overloaded_error`) under
 //!   HTTP 200 is a classified error (`overloaded`, retryable).
 //! - A data event that is not JSON, or whose JSON lacks what its type needs (a delta for a
-//!   block that never started, a `text_delta` inside a `tool_use` block…), is a retryable
-//!   `server_error` naming the event.
+//!   block that never started, a `text_delta` inside a `tool_use` block…), is a
+//!   `malformed_response` naming the event (not retried).
+//! - A block `index` at or beyond [`ResponseLimits::max_content_blocks`] is
+//!   `response_too_large` (not retried): the block table is indexed by it, so the bound is
+//!   checked before anything is stored.
 
 use std::borrow::Cow;
 use std::time::SystemTime;
@@ -31,6 +34,7 @@ use crate::message::{FinishReason, Message, MessageDelta, Usage};
 use crate::model::{DeltaStream, Model, ModelRequest};
 use crate::provider::classify::{classify_stream_error, incomplete_stream, malformed_event};
 use crate::provider::http::{post_stream, HttpConfig, ProviderKind};
+use crate::provider::limits::{too_many_blocks, ResponseLimits};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
 
 /// The `anthropic-version` header sent with every request.
@@ -169,6 +173,7 @@ pub struct AnthropicNormalizer {
     raw_stop_reason: Option<String>,
     usage: Option<Usage>,
     ended: bool,
+    limits: ResponseLimits,
 }
 
 impl AnthropicNormalizer {
@@ -223,7 +228,10 @@ impl AnthropicNormalizer {
             );
         };
         let cb = *cb;
-        if index > 4096 || self.blocks.get(index).is_some_and(Option::is_some) {
+        if index >= self.limits.max_content_blocks {
+            return self.fail(too_many_blocks(self.limits.max_content_blocks), out);
+        }
+        if self.blocks.get(index).is_some_and(Option::is_some) {
             return self.malformed(ev, "content_block_start for an index already used", out);
         }
         self.start_step(out);
@@ -461,6 +469,10 @@ impl SseNormalizer for AnthropicNormalizer {
             self.fail(e, &mut out);
         }
         out
+    }
+
+    fn set_limits(&mut self, limits: &ResponseLimits) {
+        self.limits = *limits;
     }
 }
 

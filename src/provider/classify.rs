@@ -10,15 +10,16 @@
 //!    [`CONTEXT_OVERFLOW_PHRASES`] → `context_overflow` (compaction, never a retry as-is);
 //! 2. 429 with `insufficient_quota`/`billing` in the code or type, and 402 → `quota_exhausted`;
 //! 3. an `overloaded_error` body under any status, and 529 → `overloaded`;
-//! 4. then by status: 400/422 and other 4xx `bad_request`, 401 `authentication`,
+//! 4. then by status: 3xx `redirected` (the client follows no redirects, see
+//!    [`crate::provider::http`]), 400/422 and other 4xx `bad_request`, 401 `authentication`,
 //!    403 `permission`, 404 `not_found`, 408 `timeout`, 413 `request_too_large`,
 //!    429 `rate_limited`, 5xx `server_error`.
 //!
-//! Malformed stream data (not JSON, or JSON of an unexpected shape) is `server_error`: the
-//! server sent something a correct server never sends, the request itself was fine, so the
-//! same request may succeed again — exactly the retryable "server fault" class; none of the
-//! other twelve kinds describes it better (`incomplete_stream` is reserved for a stream that
-//! ended without terminal evidence, which is a different diagnosis).
+//! Malformed stream data (not JSON, or JSON of an unexpected shape) is `malformed_response`,
+//! not retried: a server that sends a shape this client does not read (a new dialect, a
+//! proxy's page) sends it again on the next attempt, and retrying only multiplies the cost
+//! and the wait before the user sees the cause. A stream that ended without terminal evidence
+//! is a different diagnosis (`incomplete_stream`, retried).
 
 use std::time::{Duration, SystemTime};
 
@@ -172,6 +173,9 @@ pub fn classify_http(
     now: SystemTime,
     cap_ms: u64,
 ) -> ModelError {
+    if (300..400).contains(&status) {
+        return redirect_error(status, headers);
+    }
     let info = ErrorInfo::from_body(body);
     let kind = kind_for_status(status, &info);
     let reason = reqwest::StatusCode::from_u16(status)
@@ -193,6 +197,41 @@ pub fn classify_http(
         .with_retry_after_ms(retry_after_ms(headers, now, cap_ms))
 }
 
+/// A 3xx answer: `redirected`, naming the status and the host of its `Location` (only the
+/// host: a location's path or query could carry a token).
+pub fn redirect_error(status: u16, headers: &HeaderMap) -> ModelError {
+    let location = headers
+        .get(reqwest::header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    let target = match location.map(reqwest::Url::parse) {
+        Some(Ok(url)) => match (url.host_str(), url.port()) {
+            (Some(host), Some(port)) => format!("to host {host}:{port}"),
+            (Some(host), None) => format!("to host {host}"),
+            (None, _) => "to a location without a host".to_string(),
+        },
+        Some(Err(_)) => "to a path on the same host".to_string(),
+        None => "without a Location".to_string(),
+    };
+    let reason = reqwest::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .map(|r| format!(" {r}"))
+        .unwrap_or_default();
+    ModelError::new(
+        ErrorKind::Redirected,
+        redact(
+            &format!(
+                "HTTP {status}{reason} {target}: not followed (the client follows no \
+                 redirects, so an API key never reaches another origin); set the base URL \
+                 to the final location"
+            ),
+            &[],
+        ),
+    )
+    .with_status(status)
+}
+
 /// The kind for an HTTP status and the error body's fields (rules 1–4 of the module docs).
 pub fn kind_for_status(status: u16, info: &ErrorInfo) -> ErrorKind {
     if matches!(status, 400 | 413 | 422) && info.is_context_overflow() {
@@ -212,7 +251,8 @@ pub fn kind_for_status(status: u16, info: &ErrorInfo) -> ErrorKind {
         413 => ErrorKind::RequestTooLarge,
         429 => ErrorKind::RateLimited,
         500..=599 => ErrorKind::ServerError,
-        // Every other status that reached here is an error we do not retry; 2xx/3xx cannot
+        300..=399 => ErrorKind::Redirected,
+        // Every other status that reached here is an error we do not retry; 2xx cannot
         // reach classification, and an unknown status is a protocol error of the request.
         _ => ErrorKind::BadRequest,
     }
@@ -230,6 +270,74 @@ pub fn classify_stream_error(v: &Value) -> ModelError {
         format!("error event in stream: {detail}")
     };
     ModelError::new(kind, redact(&message, &[]))
+}
+
+/// How much of an unexpected 2xx body an error message shows.
+const BODY_SNIPPET_CHARS: usize = 200;
+
+/// A 2xx answer whose `Content-Encoding` is not `identity`: the client asks for `identity`
+/// and decodes no compression, so the body would be compressed bytes →
+/// `malformed_response` naming the encoding. `None` when the body is plain.
+pub fn unsupported_encoding(status: u16, headers: &HeaderMap) -> Option<ModelError> {
+    let encoding =
+        header_lowercase(headers, reqwest::header::CONTENT_ENCODING).filter(|e| e != "identity")?;
+    Some(
+        ModelError::new(
+            ErrorKind::MalformedResponse,
+            format!(
+                "HTTP {status}: server answered Content-Encoding: {encoding}, which is not \
+                 supported (the client asks for identity and decodes no compression)"
+            ),
+        )
+        .with_status(status),
+    )
+}
+
+/// The media type of a 2xx answer that is certainly not an event stream (`application/json`:
+/// an error object or a server that ignored `stream: true`; `text/html`: a proxy's or
+/// portal's page). Other types, or none, are left to the SSE decoder.
+pub fn non_stream_media_type(headers: &HeaderMap) -> Option<String> {
+    let ct = header_lowercase(headers, reqwest::header::CONTENT_TYPE)?;
+    let mime = ct.split(';').next().unwrap_or("").trim().to_string();
+    matches!(mime.as_str(), "application/json" | "text/html").then_some(mime)
+}
+
+/// The error for a 2xx body of media type `mime` instead of an event stream: an error object
+/// is classified as the provider's error (so an `overloaded_error` stays retryable);
+/// anything else is `malformed_response` showing the first 200 characters of the body.
+pub fn classify_non_stream_body(status: u16, mime: &str, body: &[u8]) -> ModelError {
+    if mime == "application/json" {
+        if let Ok(v) = serde_json::from_slice::<Value>(body) {
+            if v.get("error").is_some_and(|e| !e.is_null()) {
+                let info = ErrorInfo::from_json(&v);
+                let message = format!(
+                    "HTTP {status} with an application/json error body instead of \
+                     text/event-stream: {}",
+                    info.describe()
+                );
+                return ModelError::new(kind_for_stream_error(&info), redact(&message, &[]))
+                    .with_status(status);
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    let snippet: String = text.chars().take(BODY_SNIPPET_CHARS).collect();
+    let more = if text.chars().nth(BODY_SNIPPET_CHARS).is_some() {
+        "…"
+    } else {
+        ""
+    };
+    let message = format!("HTTP {status}: expected text/event-stream, got {mime}: {snippet}{more}");
+    ModelError::new(ErrorKind::MalformedResponse, redact(&message, &[])).with_status(status)
+}
+
+fn header_lowercase(headers: &HeaderMap, name: reqwest::header::HeaderName) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_ascii_lowercase())
+        .filter(|v| !v.is_empty())
 }
 
 /// The kind of an in-stream error (no HTTP status): by code/type, else a numeric code as a
@@ -303,8 +411,8 @@ fn parse_non_negative(s: &str) -> Option<f64> {
     (v.is_finite() && v >= 0.0).then_some(v)
 }
 
-/// A data event that is not valid JSON or has an unexpected shape: a retryable
-/// `server_error` naming the event (its 1-based number in the stream and its type) and
+/// A data event that is not valid JSON or has an unexpected shape: a `malformed_response`
+/// (not retried) naming the event (its 1-based number in the stream and its type) and
 /// showing the start of its data.
 pub fn malformed_event(
     event_number: usize,
@@ -319,7 +427,7 @@ pub fn malformed_event(
         ""
     };
     ModelError::new(
-        ErrorKind::ServerError,
+        ErrorKind::MalformedResponse,
         redact(
             &format!(
                 "malformed stream data in event #{event_number} (event type {event_type:?}): \

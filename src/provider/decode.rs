@@ -29,7 +29,9 @@ use serde_json::Value;
 use crate::error::{ErrorKind, ModelError};
 use crate::message::{FinishReason, MessageDelta, Usage};
 use crate::provider::anthropic::AnthropicNormalizer;
-use crate::provider::classify::classify_http;
+use crate::provider::classify::{
+    classify_http, classify_non_stream_body, non_stream_media_type, unsupported_encoding,
+};
 use crate::provider::http::{ProviderKind, DEFAULT_MAX_RETRY_AFTER};
 use crate::provider::openai::OpenAiNormalizer;
 use crate::provider::sse::{SseNormalizer, SsePipeline};
@@ -204,19 +206,22 @@ pub fn decode_at(
         Ok(r) => r,
         Err(why) => {
             let e = ModelError::new(
-                ErrorKind::ServerError,
+                ErrorKind::MalformedResponse,
                 format!("malformed HTTP response: {why}"),
             );
             return report(vec![MessageDelta::Error { error: e }]);
         }
     };
     if (200..300).contains(&resp.status) {
+        if let Some(e) = unsupported_encoding(resp.status, &resp.headers) {
+            return report(vec![MessageDelta::Error { error: e }]);
+        }
         let body = if resp.chunked {
             match dechunk(&resp.body) {
                 Ok(b) => b,
                 Err(why) => {
                     let e = ModelError::new(
-                        ErrorKind::ServerError,
+                        ErrorKind::MalformedResponse,
                         format!("malformed chunked body: {why}"),
                     )
                     .with_status(resp.status);
@@ -226,6 +231,10 @@ pub fn decode_at(
         } else {
             resp.body.clone()
         };
+        if let Some(mime) = non_stream_media_type(&resp.headers) {
+            let e = classify_non_stream_body(resp.status, &mime, &body);
+            return report(vec![MessageDelta::Error { error: e }]);
+        }
         return report(normalize_chunks(provider, [body.as_slice()]));
     }
     let now = resp

@@ -8,9 +8,13 @@
 //! | [`HttpConfig::first_byte_timeout`] | 60 s | from sending the request until the response headers arrive |
 //! | [`HttpConfig::stall_timeout`] | off | idle time between two body reads; the runtime's stall timer (between deltas, R-IN-7) is the normal place for this, so the client leaves it off unless a library user without the runtime wants it |
 //! | [`HttpConfig::max_retry_after`] | 60 s | cap applied to `retry-after-ms` / `retry-after` hints |
+//! | [`HttpConfig::limits`] | [`ResponseLimits::default`] | bounds on one response: 32 MiB in all, 8 MiB per tool call's arguments, 1,024 content blocks ([`crate::provider::limits`]) |
 //!
 //! The client never retries (R-IN-6): every failure is classified and returned once; the
-//! machine decides. The API key lives in [`ApiKey`], whose `Debug` prints `ApiKey(***)` and
+//! machine decides. It follows no redirects (a 3xx is [`ErrorKind::Redirected`]; see
+//! [`HttpConfig::build_client`]), asks for `Accept-Encoding: identity`, and refuses a 2xx body
+//! it cannot read (another `Content-Encoding`, JSON or HTML instead of an event stream) with a
+//! [`ErrorKind::MalformedResponse`] naming the cause. The API key lives in [`ApiKey`], whose `Debug` prints `ApiKey(***)` and
 //! which has no `Display`; error messages are scrubbed of it
 //! ([`crate::provider::classify::redact`]).
 
@@ -20,6 +24,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorKind, ModelError};
+use crate::provider::limits::ResponseLimits;
 
 /// Which wire format a provider speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -132,6 +137,8 @@ pub struct HttpConfig {
     /// Extra request headers (e.g. `OpenAI-Organization`, `anthropic-beta`). Their values are
     /// treated as secrets too: they are never printed.
     pub extra_headers: Vec<(String, String)>,
+    /// Bounds on one response (size, one tool call's arguments, content blocks).
+    pub limits: ResponseLimits,
 }
 
 impl fmt::Debug for HttpConfig {
@@ -151,6 +158,7 @@ impl fmt::Debug for HttpConfig {
             .field("max_retry_after", &self.max_retry_after)
             .field("default_max_tokens", &self.default_max_tokens)
             .field("extra_headers", &headers)
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -177,6 +185,7 @@ impl HttpConfig {
             max_retry_after: DEFAULT_MAX_RETRY_AFTER,
             default_max_tokens: DEFAULT_MAX_TOKENS,
             extra_headers: Vec::new(),
+            limits: ResponseLimits::default(),
         }
     }
 
@@ -239,14 +248,21 @@ impl HttpConfig {
         s
     }
 
-    /// Builds the `reqwest` client: connect timeout set and reqwest's own retry policy
-    /// switched off (by default reqwest 0.12 re-sends requests refused by HTTP/2 protocol
-    /// NACKs). The only re-send left below the machine is hyper's re-issue of a request whose
-    /// pooled connection closed *before the request was written*, which cannot duplicate work
-    /// because the server never saw it.
+    /// Builds the `reqwest` client: connect timeout set, reqwest's own retry policy switched
+    /// off (by default reqwest 0.12 re-sends requests refused by HTTP/2 protocol NACKs), and
+    /// redirects not followed. The only re-send left below the machine is hyper's re-issue of
+    /// a request whose pooled connection closed *before the request was written*, which cannot
+    /// duplicate work because the server never saw it.
+    ///
+    /// Redirects: reqwest's default policy follows up to 10 and, on a change of host, drops
+    /// only `Authorization` and cookies — `x-api-key` and the extra headers would travel to
+    /// the new host. An API endpoint has no reason to redirect a POST, so the client follows
+    /// none: a 3xx is a [`ErrorKind::Redirected`] error naming the status and the `Location`
+    /// host (not retried; the base URL needs fixing).
     pub fn build_client(&self) -> Result<reqwest::Client, ModelError> {
         reqwest::Client::builder()
             .retry(reqwest::retry::never())
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(self.connect_timeout)
             .user_agent(concat!("agentloop/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -278,9 +294,7 @@ pub(crate) async fn post_stream<N>(
 where
     N: crate::provider::sse::SseNormalizer + Send + 'static,
 {
-    use crate::provider::classify::{
-        classify_http, classify_stream_error, classify_transport, redact,
-    };
+    use crate::provider::classify::{classify_http, classify_transport, redact};
     use futures::StreamExt;
 
     let secrets: Vec<String> = config.secrets().into_iter().map(str::to_string).collect();
@@ -293,6 +307,7 @@ where
     let mut req = client
         .post(config.endpoint())
         .header("accept", "text/event-stream")
+        .header("accept-encoding", "identity")
         .json(&body);
     for (k, v) in headers.iter().chain(config.extra_headers.iter()) {
         req = req.header(k.as_str(), v.as_str());
@@ -313,39 +328,21 @@ where
     };
     let status = resp.status();
     let resp_headers = resp.headers().clone();
-    let is_json = resp_headers
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.trim_start().starts_with("application/json"));
-    if !status.is_success() || is_json {
+    if !status.is_success() {
         let body = read_limited(resp, timeout, MAX_ERROR_BODY).await;
-        let err = if status.is_success() {
-            // A JSON body under 2xx: an error object, or a server that ignored `stream: true`.
-            match serde_json::from_slice::<serde_json::Value>(&body) {
-                Ok(v) if v.get("error").is_some_and(|e| !e.is_null()) => {
-                    classify_stream_error(&v).with_status(status.as_u16())
-                }
-                _ => ModelError::new(
-                    ErrorKind::ServerError,
-                    format!(
-                        "HTTP {}: expected a text/event-stream body, got application/json",
-                        status.as_u16()
-                    ),
-                )
-                .with_status(status.as_u16()),
-            }
-        } else {
-            classify_http(
-                status.as_u16(),
-                &resp_headers,
-                &body,
-                now(),
-                config.max_retry_after_ms(),
-            )
-        };
+        let err = classify_http(
+            status.as_u16(),
+            &resp_headers,
+            &body,
+            now(),
+            config.max_retry_after_ms(),
+        );
         return Err(scrub(err, &secrets));
     }
-
+    let resp = match readable_success(&resp_headers, resp, timeout).await {
+        Ok(resp) => resp,
+        Err(err) => return Err(scrub(err, &secrets)),
+    };
     struct State<N> {
         body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
         pipe: crate::provider::sse::SsePipeline<N>,
@@ -356,7 +353,7 @@ where
     }
     let state = State {
         body: resp.bytes_stream().boxed(),
-        pipe: crate::provider::sse::SsePipeline::new(normalizer),
+        pipe: crate::provider::sse::SsePipeline::with_limits(normalizer, config.limits),
         queue: Default::default(),
         done: false,
         stall: config.stall_timeout,
@@ -370,6 +367,8 @@ where
                     MessageDelta::Error { error } => {
                         st.done = true;
                         st.queue.clear();
+                        // Hang up now: nothing more is read after an error.
+                        st.body = futures::stream::empty().boxed();
                         let e = scrub(error, &st.secrets);
                         Some((Err(e), st))
                     }
@@ -416,6 +415,29 @@ where
         }
     });
     Ok(Box::pin(stream))
+}
+
+/// A 2xx response handed back when the SSE pipeline can read it, else the typed error of
+/// [`crate::provider::classify::unsupported_encoding`] or
+/// [`crate::provider::classify::classify_non_stream_body`] (whose body is read, bounded, only
+/// then).
+async fn readable_success(
+    headers: &reqwest::header::HeaderMap,
+    resp: reqwest::Response,
+    timeout: Duration,
+) -> Result<reqwest::Response, ModelError> {
+    use crate::provider::classify::{
+        classify_non_stream_body, non_stream_media_type, unsupported_encoding,
+    };
+    let status = resp.status().as_u16();
+    if let Some(e) = unsupported_encoding(status, headers) {
+        return Err(e);
+    }
+    let Some(mime) = non_stream_media_type(headers) else {
+        return Ok(resp);
+    };
+    let body = read_limited(resp, timeout, MAX_ERROR_BODY).await;
+    Err(classify_non_stream_body(status, &mime, &body))
 }
 
 /// Reads at most `limit` bytes of a body (an error body), giving up quietly on timeout or a

@@ -12,6 +12,8 @@
 //!   connect 10 s / first-byte 60 s timeouts) and [`http::build_model`];
 //! - [`decode`]: `agentloop decode` ([`decode::decode`] → [`decode::DecodeReport`]) and the
 //!   [`decode::MessageAssembler`] that turns deltas into the committed message;
+//! - [`limits`]: [`ResponseLimits`], the bounds on one response (size, one tool call's
+//!   arguments, content blocks), enforced on every stream;
 //! - [`fuzz`]: the harnesses shared by the fuzz targets and the corpus replay test.
 //!
 //! CLI wiring: `let mut cfg = HttpConfig::from_env(kind); if let Some(u) = base_url { cfg =
@@ -24,6 +26,9 @@ pub mod classify;
 pub mod decode;
 pub mod fuzz;
 pub mod http;
+pub mod limits;
 pub mod openai;
 pub mod scripted;
 pub mod sse;
+
+pub use limits::ResponseLimits;

@@ -7,6 +7,10 @@
 //! - `delta.content` → text; `delta.reasoning_content` (DeepSeek, vLLM) or `delta.reasoning`
 //!   (OpenRouter, Ollama) → reasoning; `delta.refusal` → refusal. Empty strings and `null`s are
 //!   nothing. Only choice 0 is read (the client never asks for `n > 1`).
+//! - `delta.content` may also be an array of typed parts (Mistral's magistral reasoning
+//!   models): `{"type": "text", "text": …}` → text, `{"type": "thinking", "thinking": …}` →
+//!   reasoning, where `thinking` is itself a string or an array of text parts; parts of other
+//!   types (references, images) are ignored. The parts are read in order.
 //! - Tool calls are assembled by `index` from fragments; parallel calls may interleave.
 //!   Quirks handled: servers that reuse index 0 for every parallel call (Ollama) — a fragment
 //!   with a *new* id *and* a name starts a new call when the current call's arguments already
@@ -22,8 +26,11 @@
 //! - Azure chunks with empty `choices`, without `delta`, or with only filter results are
 //!   accepted and contribute nothing.
 //! - Content after `finish_reason`, a data event that is not JSON, or JSON of an unexpected
-//!   shape is a retryable `server_error` naming the event; EOF before `[DONE]` and before any
-//!   `finish_reason` is `incomplete_stream`.
+//!   shape is a `malformed_response` naming the event (not retried); EOF before `[DONE]` and
+//!   before any `finish_reason` is `incomplete_stream`.
+//! - More tool calls than [`ResponseLimits::max_content_blocks`], or arguments beyond
+//!   [`ResponseLimits::max_tool_argument_bytes`] gathered before a call's name arrives, are
+//!   `response_too_large` (the pipeline counts everything that was emitted).
 
 use std::borrow::Cow;
 use std::time::SystemTime;
@@ -37,6 +44,7 @@ use crate::message::{FinishReason, Message, MessageDelta, Usage};
 use crate::model::{DeltaStream, Model, ModelRequest};
 use crate::provider::classify::{classify_stream_error, incomplete_stream, malformed_event};
 use crate::provider::http::{post_stream, HttpConfig, ProviderKind};
+use crate::provider::limits::{too_many_blocks, tool_arguments_too_large, ResponseLimits};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
 
 #[derive(Deserialize)]
@@ -91,7 +99,7 @@ struct Choice<'a> {
 #[derive(Deserialize)]
 struct Delta<'a> {
     #[serde(default, borrow)]
-    content: Option<Cow<'a, str>>,
+    content: Option<Content<'a>>,
     #[serde(default, borrow)]
     reasoning_content: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
@@ -100,6 +108,91 @@ struct Delta<'a> {
     refusal: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<ToolFragment<'a>>>,
+}
+
+/// `delta.content`: a string, or an array of typed parts (see the module docs).
+enum Content<'a> {
+    Text(Cow<'a, str>),
+    Parts(Vec<ContentPart<'a>>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor<'a>(std::marker::PhantomData<ContentPart<'a>>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visitor<'a> {
+            type Value = Content<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or an array of content parts")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                v: &'de str,
+            ) -> Result<Self::Value, E> {
+                Ok(Content::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Content::Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Content::Text(Cow::Owned(v)))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut parts = Vec::new();
+                while let Some(p) = seq.next_element::<ContentPart<'a>>()? {
+                    parts.push(p);
+                }
+                Ok(Content::Parts(parts))
+            }
+        }
+        d.deserialize_any(Visitor(std::marker::PhantomData))
+    }
+}
+
+impl Content<'_> {
+    /// Hands each piece of text to `f` in order, with whether it is reasoning (`thinking`
+    /// parts, and everything inside them).
+    fn walk(&self, reasoning: bool, f: &mut impl FnMut(bool, &str)) {
+        match self {
+            Content::Text(t) => f(reasoning, t),
+            Content::Parts(parts) => {
+                for p in parts {
+                    match p.ty.as_deref() {
+                        Some("text") | None => {
+                            if let Some(t) = &p.text {
+                                f(reasoning, t);
+                            }
+                        }
+                        Some("thinking") => {
+                            if let Some(t) = &p.thinking {
+                                t.walk(true, f);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    fn has_text(&self) -> bool {
+        let mut any = false;
+        self.walk(false, &mut |_, t| any |= !t.is_empty());
+        any
+    }
+}
+
+/// One element of an array `content`.
+#[derive(Deserialize)]
+struct ContentPart<'a> {
+    #[serde(rename = "type", default, borrow)]
+    ty: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    thinking: Option<Content<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -209,6 +302,7 @@ pub struct OpenAiNormalizer {
     usage: Option<Usage>,
     phase: Phase,
     id_prefix: String,
+    limits: ResponseLimits,
 }
 
 impl Default for OpenAiNormalizer {
@@ -248,6 +342,7 @@ impl OpenAiNormalizer {
             usage: None,
             phase: Phase::Open,
             id_prefix: "call_".into(),
+            limits: ResponseLimits::default(),
         }
     }
 
@@ -318,6 +413,9 @@ impl OpenAiNormalizer {
             Some(pos) if !starts_new_call(&self.calls[pos], id, name) => pos,
             _ => {
                 let ordinal = self.calls.len();
+                if ordinal >= self.limits.max_content_blocks {
+                    return self.fail(too_many_blocks(self.limits.max_content_blocks), out);
+                }
                 self.calls.push(CallAcc {
                     index: f.index,
                     id: id.map_or_else(|| format!("{}{ordinal}", self.id_prefix), str::to_string),
@@ -355,6 +453,10 @@ impl OpenAiNormalizer {
             }
         } else {
             call.args.push_str(args);
+            if call.args.len() > self.limits.max_tool_argument_bytes {
+                let e = tool_arguments_too_large(&call.id, self.limits.max_tool_argument_bytes);
+                return self.fail(e, out);
+            }
             if !call.name.is_empty() {
                 Self::start_call(call, out);
             }
@@ -414,14 +516,10 @@ impl OpenAiNormalizer {
         }
         if let Some(choice) = chunk.choices.and_then(|c| c.0) {
             if let Some(delta) = choice.delta {
-                let has_content = [
-                    &delta.content,
-                    &delta.reasoning_content,
-                    &delta.reasoning,
-                    &delta.refusal,
-                ]
-                .iter()
-                .any(|c| c.as_deref().is_some_and(|s| !s.is_empty()))
+                let has_content = [&delta.reasoning_content, &delta.reasoning, &delta.refusal]
+                    .iter()
+                    .any(|c| c.as_deref().is_some_and(|s| !s.is_empty()))
+                    || delta.content.as_ref().is_some_and(Content::has_text)
                     || delta.tool_calls.as_ref().is_some_and(|t| !t.is_empty());
                 if has_content && self.phase != Phase::Open {
                     let error = malformed_event(
@@ -444,11 +542,26 @@ impl OpenAiNormalizer {
                         text: reasoning.into_owned(),
                     });
                 }
-                if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
-                    self.open_block(Block::Text, out);
-                    out.push(MessageDelta::TextDelta {
-                        text: text.into_owned(),
-                    });
+                match delta.content {
+                    Some(Content::Text(text)) if !text.is_empty() => {
+                        self.open_block(Block::Text, out);
+                        out.push(MessageDelta::TextDelta {
+                            text: text.into_owned(),
+                        });
+                    }
+                    Some(parts @ Content::Parts(_)) => parts.walk(false, &mut |reasoning, text| {
+                        if text.is_empty() {
+                            return;
+                        }
+                        if reasoning {
+                            self.open_block(Block::Reasoning, out);
+                            out.push(MessageDelta::ReasoningDelta { text: text.into() });
+                        } else {
+                            self.open_block(Block::Text, out);
+                            out.push(MessageDelta::TextDelta { text: text.into() });
+                        }
+                    }),
+                    _ => {}
                 }
                 if let Some(refusal) = delta.refusal.filter(|t| !t.is_empty()) {
                     out.push(MessageDelta::Refusal {
@@ -457,6 +570,9 @@ impl OpenAiNormalizer {
                 }
                 for frag in delta.tool_calls.into_iter().flatten() {
                     self.tool_fragment(frag, out);
+                    if self.phase == Phase::Ended {
+                        return;
+                    }
                 }
             }
             if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
@@ -541,6 +657,10 @@ impl SseNormalizer for OpenAiNormalizer {
             }
         }
         out
+    }
+
+    fn set_limits(&mut self, limits: &ResponseLimits) {
+        self.limits = *limits;
     }
 }
 

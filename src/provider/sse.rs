@@ -31,6 +31,7 @@ use std::fmt;
 
 use crate::error::{ErrorKind, ModelError};
 use crate::message::MessageDelta;
+use crate::provider::limits::{ResponseLimits, ResponseMeter};
 
 /// Default upper bound of one event's size (data plus the current line), in bytes.
 pub const DEFAULT_MAX_EVENT_BYTES: usize = 64 * 1024 * 1024;
@@ -371,26 +372,47 @@ pub trait SseNormalizer {
     /// End of the body: the closing deltas when terminal evidence was seen, else an
     /// `incomplete_stream` error.
     fn finish(&mut self, eof: SseEof) -> Vec<MessageDelta>;
+    /// Takes the response's bounds, for what the normalizer itself holds (Anthropic's block
+    /// table, OpenAI's tool-call arguments before the name arrives). The pipeline counts the
+    /// deltas against the same bounds; the default does nothing.
+    fn set_limits(&mut self, limits: &ResponseLimits) {
+        let _ = limits;
+    }
 }
 
 /// Bytes → events → deltas: an [`SseDecoder`] feeding a normalizer, stopping after the first
 /// error or `Finish`. This is the one code path shared by the HTTP clients, `decode`, the
-/// tests, the fuzz targets and the benchmark.
+/// tests, the fuzz targets and the benchmark. The deltas are counted against
+/// [`ResponseLimits`]: the first one beyond a bound is replaced by a `response_too_large`
+/// error, which ends the stream.
 #[derive(Debug)]
 pub struct SsePipeline<N> {
     decoder: SseDecoder,
     normalizer: N,
+    meter: ResponseMeter,
     ended: bool,
 }
 
 impl<N: SseNormalizer> SsePipeline<N> {
-    /// A pipeline around `normalizer`.
+    /// A pipeline around `normalizer`, with the default [`ResponseLimits`].
     pub fn new(normalizer: N) -> Self {
+        Self::with_limits(normalizer, ResponseLimits::default())
+    }
+
+    /// A pipeline around `normalizer`, bounded by `limits`.
+    pub fn with_limits(mut normalizer: N, limits: ResponseLimits) -> Self {
+        normalizer.set_limits(&limits);
         SsePipeline {
             decoder: SseDecoder::new(),
             normalizer,
+            meter: ResponseMeter::new(limits),
             ended: false,
         }
+    }
+
+    /// The bounds this pipeline enforces.
+    pub fn limits(&self) -> &ResponseLimits {
+        self.meter.limits()
     }
 
     /// Whether an error or `Finish` was produced (nothing more will come).
@@ -411,6 +433,7 @@ impl<N: SseNormalizer> SsePipeline<N> {
         let SsePipeline {
             decoder,
             normalizer,
+            meter,
             ended,
         } = self;
         let result = decoder.feed_each(chunk, |ev| {
@@ -419,7 +442,7 @@ impl<N: SseNormalizer> SsePipeline<N> {
             }
             let start = out.len();
             normalizer.feed_into(ev, out);
-            if out[start..].iter().any(is_terminal) {
+            if meter.count_new(out, start) || out[start..].iter().any(is_terminal) {
                 *ended = true;
             }
         });
@@ -428,8 +451,8 @@ impl<N: SseNormalizer> SsePipeline<N> {
                 *ended = true;
                 out.push(MessageDelta::Error {
                     error: ModelError::new(
-                        ErrorKind::ServerError,
-                        format!("malformed stream: {e}"),
+                        ErrorKind::ResponseTooLarge,
+                        format!("response limit exceeded: {e}"),
                     ),
                 });
             }
@@ -450,7 +473,9 @@ impl<N: SseNormalizer> SsePipeline<N> {
         }
         self.ended = true;
         let eof = self.decoder.finish();
-        self.normalizer.finish(eof)
+        let mut out = self.normalizer.finish(eof);
+        self.meter.count_new(&mut out, 0);
+        out
     }
 }
 

@@ -1,5 +1,8 @@
-//! Shared helpers of the provider tests: fixtures, read splits, line-ending rewrites.
+//! Shared helpers of the provider tests: fixtures, read splits, line-ending rewrites, and the
+//! loopback server ([`server`]).
 #![allow(dead_code)]
+
+pub mod server;
 
 use std::path::PathBuf;
 

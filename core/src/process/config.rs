@@ -30,17 +30,19 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// Delay before the retry that follows failed attempt `attempt` (1-based). A server hint
-    /// overrides the computed backoff, capped by `retry_after_cap_ms`.
+    /// Delay before the retry that follows failed attempt `attempt` (1-based): the
+    /// exponential backoff, or a server's hint (capped by `retry_after_cap_ms`) when that is
+    /// longer. The backoff is the floor: a `retry-after` of 0 or a date in the past must not
+    /// turn the retries into a tight loop against a server that is struggling.
     pub fn delay_ms(&self, attempt: u32, retry_after_ms: Option<u64>) -> u64 {
+        let shift = attempt.saturating_sub(1).min(32);
+        let backoff = self
+            .initial_backoff_ms
+            .saturating_mul(1u64 << shift)
+            .min(self.max_backoff_ms);
         match retry_after_ms {
-            Some(hint) => hint.min(self.retry_after_cap_ms),
-            None => {
-                let shift = attempt.saturating_sub(1).min(32);
-                self.initial_backoff_ms
-                    .saturating_mul(1u64 << shift)
-                    .min(self.max_backoff_ms)
-            }
+            Some(hint) => hint.min(self.retry_after_cap_ms).max(backoff),
+            None => backoff,
         }
     }
 }

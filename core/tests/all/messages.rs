@@ -94,7 +94,7 @@ fn r_ctx_3_usage_adds_every_field() {
     assert_eq!(total.input_tokens, 103);
 }
 
-const ALL_KINDS: [(ErrorKind, &str, bool); 13] = [
+const ALL_KINDS: [(ErrorKind, &str, bool); 16] = [
     (ErrorKind::RateLimited, "rate_limited", true),
     (ErrorKind::Overloaded, "overloaded", true),
     (ErrorKind::ServerError, "server_error", true),
@@ -108,6 +108,9 @@ const ALL_KINDS: [(ErrorKind, &str, bool); 13] = [
     (ErrorKind::ContextOverflow, "context_overflow", false),
     (ErrorKind::QuotaExhausted, "quota_exhausted", false),
     (ErrorKind::RequestTooLarge, "request_too_large", false),
+    (ErrorKind::Redirected, "redirected", false),
+    (ErrorKind::MalformedResponse, "malformed_response", false),
+    (ErrorKind::ResponseTooLarge, "response_too_large", false),
 ];
 
 #[test]

@@ -176,9 +176,8 @@ fn r_in_1_backoff_doubles_from_the_initial_delay_up_to_the_cap() {
     assert_eq!(p.delay_ms(5, None), 10_000);
     assert_eq!(p.delay_ms(0, None), 1_000);
     assert_eq!(p.delay_ms(u32::MAX, None), 10_000);
-    // A server hint wins, capped.
+    // A longer server hint wins, capped.
     assert_eq!(p.delay_ms(1, Some(2_500)), 2_500);
-    assert_eq!(p.delay_ms(3, Some(0)), 0);
     assert_eq!(p.delay_ms(1, Some(120_000)), 60_000);
     let p = RetryPolicy {
         initial_backoff_ms: 3,
@@ -186,6 +185,28 @@ fn r_in_1_backoff_doubles_from_the_initial_delay_up_to_the_cap() {
         ..RetryPolicy::default()
     };
     assert_eq!(p.delay_ms(6, None), 3 << 5);
+}
+
+/// Issue 9: a `retry-after` of 0 or in the past (which [`retry_after_ms`] turns into 0) must
+/// not make a 0 ms retry loop; the computed backoff is the floor.
+#[test]
+fn r_in_1_a_retry_after_hint_never_shortens_the_backoff() {
+    let p = RetryPolicy::default();
+    assert_eq!(p.delay_ms(1, Some(0)), 1_000);
+    assert_eq!(p.delay_ms(3, Some(0)), 4_000);
+    assert_eq!(
+        p.delay_ms(3, Some(2_500)),
+        4_000,
+        "shorter than the backoff"
+    );
+    assert_eq!(p.delay_ms(5, Some(0)), 10_000);
+    assert_eq!(p.delay_ms(1, Some(1_001)), 1_001, "longer than the backoff");
+    // The cap applies to the hint, never below the backoff.
+    let p = RetryPolicy {
+        retry_after_cap_ms: 500,
+        ..RetryPolicy::default()
+    };
+    assert_eq!(p.delay_ms(2, Some(60_000)), 2_000);
 }
 
 #[test]

@@ -1,0 +1,176 @@
+//! Bounds on one model response ([`ResponseLimits`]) and the meter that enforces them on the
+//! normalized deltas.
+//!
+//! A server that streams without end (a runaway model, a broken proxy, a hostile endpoint)
+//! must not grow the client's memory without bound. Each limit ends the attempt with a
+//! [`ErrorKind::ResponseTooLarge`] error, which is not retried: the same request would most
+//! likely run into the same bound again.
+//!
+//! The bounds are counted on the normalized deltas, after each server-sent event, so what is
+//! held at any time is at most the limit plus one event; one event is bounded on its own by
+//! the SSE decoder ([`crate::provider::sse::DEFAULT_MAX_EVENT_BYTES`], also
+//! `response_too_large`). The normalizers check what they hold before emitting it (Anthropic's
+//! block table is indexed by the block number; OpenAI gathers arguments until a call's name
+//! arrives).
+//!
+//! | limit | default | why |
+//! |---|---|---|
+//! | [`ResponseLimits::max_response_bytes`] | 32 MiB | text + reasoning + refusal + tool arguments (+ signatures, redacted reasoning). The largest output budgets offered today are ~128k tokens (≈ 0.5 MiB of text); even a 1M-token output (≈ 4 MiB) fits 8 times. The bound is on memory: a response is held several times over (observers' deltas, the assembled message, the trace). |
+//! | [`ResponseLimits::max_tool_argument_bytes`] | 8 MiB | one tool call's argument text; the largest legitimate case is a call that writes a whole file. |
+//! | [`ResponseLimits::max_content_blocks`] | 1024 | content blocks of one response: every Anthropic content block (text, thinking, tool use, server tools…), every OpenAI tool call and text/reasoning run. Real turns carry tens of parallel tool calls; each one is run, persisted and answered, so a thousand is already far beyond use. |
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ErrorKind, ModelError};
+use crate::message::MessageDelta;
+
+/// Default [`ResponseLimits::max_response_bytes`]: 32 MiB.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
+/// Default [`ResponseLimits::max_tool_argument_bytes`]: 8 MiB.
+pub const DEFAULT_MAX_TOOL_ARGUMENT_BYTES: usize = 8 * 1024 * 1024;
+/// Default [`ResponseLimits::max_content_blocks`]: 1024.
+pub const DEFAULT_MAX_CONTENT_BLOCKS: usize = 1024;
+
+/// Bounds on one model response; see the module docs for the defaults and their reasons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ResponseLimits {
+    /// Total bytes of text, reasoning, refusal and tool-argument deltas (plus reasoning
+    /// signatures and redacted reasoning) in one response.
+    pub max_response_bytes: usize,
+    /// Bytes of one tool call's arguments.
+    pub max_tool_argument_bytes: usize,
+    /// Content blocks in one response: Anthropic content blocks of any type; OpenAI tool
+    /// calls and text/reasoning runs. This bounds the tool calls of one turn.
+    pub max_content_blocks: usize,
+}
+
+impl Default for ResponseLimits {
+    fn default() -> Self {
+        ResponseLimits {
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_tool_argument_bytes: DEFAULT_MAX_TOOL_ARGUMENT_BYTES,
+            max_content_blocks: DEFAULT_MAX_CONTENT_BLOCKS,
+        }
+    }
+}
+
+/// The error for a crossed bound: `response_too_large`, naming what and the field.
+pub(crate) fn exceeded(field: &str, limit: usize, what: &str) -> ModelError {
+    ModelError::new(
+        ErrorKind::ResponseTooLarge,
+        format!("response limit exceeded: {what} (ResponseLimits::{field} = {limit})"),
+    )
+}
+
+/// The error for one content block too many.
+pub(crate) fn too_many_blocks(limit: usize) -> ModelError {
+    exceeded(
+        "max_content_blocks",
+        limit,
+        &format!("more than {limit} content blocks / tool calls in one response"),
+    )
+}
+
+/// The error for a tool call's arguments beyond the bound.
+pub(crate) fn tool_arguments_too_large(id: &str, limit: usize) -> ModelError {
+    exceeded(
+        "max_tool_argument_bytes",
+        limit,
+        &format!("the arguments of tool call {id:?} are longer than {limit} bytes"),
+    )
+}
+
+/// Counts a response's normalized deltas against [`ResponseLimits`]. Used by
+/// [`crate::provider::sse::SsePipeline`], so every stream (HTTP clients, `decode`, fuzz
+/// targets) is bounded the same way.
+#[derive(Clone, Debug)]
+pub(crate) struct ResponseMeter {
+    limits: ResponseLimits,
+    bytes: usize,
+    blocks: usize,
+    /// Argument bytes per tool call id, newest last (at most `max_content_blocks` entries).
+    args: Vec<(String, usize)>,
+}
+
+impl ResponseMeter {
+    pub(crate) fn new(limits: ResponseLimits) -> Self {
+        ResponseMeter {
+            limits,
+            bytes: 0,
+            blocks: 0,
+            args: Vec::new(),
+        }
+    }
+
+    pub(crate) fn limits(&self) -> &ResponseLimits {
+        &self.limits
+    }
+
+    fn block(&mut self) -> Result<(), ModelError> {
+        self.blocks += 1;
+        if self.blocks > self.limits.max_content_blocks {
+            return Err(too_many_blocks(self.limits.max_content_blocks));
+        }
+        Ok(())
+    }
+
+    /// Counts one delta; the error when it crosses a bound.
+    pub(crate) fn count(&mut self, delta: &MessageDelta) -> Result<(), ModelError> {
+        let bytes = match delta {
+            MessageDelta::TextStart | MessageDelta::ReasoningStart => {
+                self.block()?;
+                0
+            }
+            MessageDelta::ToolInputStart { id, .. } => {
+                self.block()?;
+                self.args.push((id.clone(), 0));
+                0
+            }
+            MessageDelta::RedactedReasoning { data } => {
+                self.block()?;
+                data.len()
+            }
+            MessageDelta::TextDelta { text }
+            | MessageDelta::ReasoningDelta { text }
+            | MessageDelta::Refusal { text } => text.len(),
+            MessageDelta::ReasoningSignature { signature } => signature.len(),
+            MessageDelta::ToolInputDelta { id, delta } => {
+                let limit = self.limits.max_tool_argument_bytes;
+                if let Some((_, n)) = self.args.iter_mut().rev().find(|(i, _)| i == id) {
+                    *n = n.saturating_add(delta.len());
+                    if *n > limit {
+                        return Err(tool_arguments_too_large(id, limit));
+                    }
+                } else if delta.len() > limit {
+                    return Err(tool_arguments_too_large(id, limit));
+                }
+                delta.len()
+            }
+            _ => 0,
+        };
+        self.bytes = self.bytes.saturating_add(bytes);
+        let limit = self.limits.max_response_bytes;
+        if self.bytes > limit {
+            return Err(exceeded(
+                "max_response_bytes",
+                limit,
+                &format!("more than {limit} bytes of text, reasoning and tool arguments"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Counts the deltas `out[start..]`; at the first one that crosses a bound, drops it and
+    /// everything after it and appends the error. Returns whether it did.
+    pub(crate) fn count_new(&mut self, out: &mut Vec<MessageDelta>, start: usize) -> bool {
+        for i in start..out.len() {
+            if let Err(error) = self.count(&out[i]) {
+                out.truncate(i);
+                out.push(MessageDelta::Error { error });
+                return true;
+            }
+        }
+        false
+    }
+}
