@@ -13,6 +13,10 @@ pub mod compaction;
 pub mod hooks;
 pub mod model;
 pub mod provider;
+#[cfg_attr(
+    not(any(feature = "file-store", feature = "builtin-tools")),
+    allow(dead_code)
+)]
 pub mod regular_file;
 pub mod runtime;
 pub mod session;

@@ -1,5 +1,5 @@
 //! Anthropic Messages: the stream normalizer ([`AnthropicNormalizer`]), the request body
-//! ([`request_body`]) and the [`Model`] implementation ([`AnthropicModel`]).
+//! ([`request_body`]) and the [`Model`](crate::model::Model) implementation ([`AnthropicModel`]).
 //!
 //! The reading of the wire format:
 //!
@@ -23,17 +23,14 @@
 //!   checked before anything is stored.
 
 use std::borrow::Cow;
-use std::time::SystemTime;
 
-use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ModelError;
 use crate::message::{FinishReason, Message, MessageDelta, Usage};
-use crate::model::{DeltaStream, Model, ModelRequest};
+use crate::model::ModelRequest;
 use crate::provider::classify::{classify_stream_error, incomplete_stream, malformed_event};
-use crate::provider::http::{post_stream, HttpConfig, ProviderKind};
 use crate::provider::limits::{too_many_blocks, ResponseLimits};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
 
@@ -567,57 +564,7 @@ pub fn request_body(req: &ModelRequest, model: &str, default_max_tokens: u32) ->
     body
 }
 
-/// An Anthropic Messages client (R-STR-5). Never retries (R-IN-6).
-#[derive(Debug, Clone)]
-pub struct AnthropicModel {
-    model: String,
-    config: HttpConfig,
-    client: reqwest::Client,
-}
-
-impl AnthropicModel {
-    /// A client for `model` (used when a request's `model` is empty). `config.provider`
-    /// should be [`ProviderKind::Anthropic`].
-    pub fn new(model: impl Into<String>, config: HttpConfig) -> Result<Self, ModelError> {
-        let client = config.build_client()?;
-        Ok(AnthropicModel {
-            model: model.into(),
-            config,
-            client,
-        })
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &HttpConfig {
-        &self.config
-    }
-}
-
-#[async_trait]
-impl Model for AnthropicModel {
-    fn name(&self) -> String {
-        format!("{}:{}", ProviderKind::Anthropic, self.model)
-    }
-
-    // The wall clock resolves `retry-after` HTTP-dates at the network edge (not in a machine).
-    #[allow(clippy::disallowed_methods)]
-    async fn stream(&self, request: ModelRequest) -> Result<DeltaStream, ModelError> {
-        let body = request_body(&request, &self.model, self.config.default_max_tokens);
-        let mut headers = vec![(
-            "anthropic-version".to_string(),
-            ANTHROPIC_VERSION.to_string(),
-        )];
-        if let Some(key) = &self.config.api_key {
-            headers.push(("x-api-key".to_string(), key.expose().to_string()));
-        }
-        post_stream(
-            &self.client,
-            &self.config,
-            headers,
-            body,
-            AnthropicNormalizer::new(),
-            SystemTime::now,
-        )
-        .await
-    }
-}
+#[cfg(feature = "anthropic")]
+mod client;
+#[cfg(feature = "anthropic")]
+pub use client::AnthropicModel;

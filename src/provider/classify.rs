@@ -21,8 +21,10 @@
 //! and the wait before the user sees the cause. A stream that ended without terminal evidence
 //! is a different diagnosis (`incomplete_stream`, retried).
 
+#[cfg_attr(not(feature = "http"), allow(unused_imports))]
 use std::time::{Duration, SystemTime};
 
+#[cfg(feature = "http")]
 use reqwest::header::HeaderMap;
 use serde_json::Value;
 
@@ -166,6 +168,7 @@ pub fn is_context_overflow_text(message: &str) -> bool {
 
 /// Classifies an HTTP error response. `now` resolves `retry-after` HTTP-dates; `cap_ms` caps
 /// the hint.
+#[cfg(feature = "http")]
 pub fn classify_http(
     status: u16,
     headers: &HeaderMap,
@@ -199,6 +202,7 @@ pub fn classify_http(
 
 /// A 3xx answer: `redirected`, naming the status and the host of its `Location` (only the
 /// host: a location's path or query could carry a token).
+#[cfg(feature = "http")]
 pub fn redirect_error(status: u16, headers: &HeaderMap) -> ModelError {
     let location = headers
         .get(reqwest::header::LOCATION)
@@ -278,6 +282,7 @@ const BODY_SNIPPET_CHARS: usize = 200;
 /// A 2xx answer whose `Content-Encoding` is not `identity`: the client asks for `identity`
 /// and decodes no compression, so the body would be compressed bytes →
 /// `malformed_response` naming the encoding. `None` when the body is plain.
+#[cfg(feature = "http")]
 pub fn unsupported_encoding(status: u16, headers: &HeaderMap) -> Option<ModelError> {
     let encoding =
         header_lowercase(headers, reqwest::header::CONTENT_ENCODING).filter(|e| e != "identity")?;
@@ -296,6 +301,7 @@ pub fn unsupported_encoding(status: u16, headers: &HeaderMap) -> Option<ModelErr
 /// The media type of a 2xx answer that is certainly not an event stream (`application/json`:
 /// an error object or a server that ignored `stream: true`; `text/html`: a proxy's or
 /// portal's page). Other types, or none, are left to the SSE decoder.
+#[cfg(feature = "http")]
 pub fn non_stream_media_type(headers: &HeaderMap) -> Option<String> {
     let ct = header_lowercase(headers, reqwest::header::CONTENT_TYPE)?;
     let mime = ct.split(';').next().unwrap_or("").trim().to_string();
@@ -332,6 +338,7 @@ pub fn classify_non_stream_body(status: u16, mime: &str, body: &[u8]) -> ModelEr
     ModelError::new(ErrorKind::MalformedResponse, redact(&message, &[])).with_status(status)
 }
 
+#[cfg(feature = "http")]
 fn header_lowercase(headers: &HeaderMap, name: reqwest::header::HeaderName) -> Option<String> {
     headers
         .get(name)
@@ -384,6 +391,7 @@ pub fn kind_for_stream_error(info: &ErrorInfo) -> ErrorKind {
 /// The server's retry hint: `retry-after-ms` (milliseconds, may be fractional), else
 /// `retry-after` (delay-seconds, or an HTTP-date relative to `now`), capped at `cap_ms`.
 /// A date in the past gives 0; unparsable values are ignored.
+#[cfg(feature = "http")]
 pub fn retry_after_ms(headers: &HeaderMap, now: SystemTime, cap_ms: u64) -> Option<u64> {
     let header = |name: &str| {
         headers
@@ -406,6 +414,7 @@ pub fn retry_after_ms(headers: &HeaderMap, now: SystemTime, cap_ms: u64) -> Opti
     Some(ms.min(cap_ms))
 }
 
+#[cfg(feature = "http")]
 fn parse_non_negative(s: &str) -> Option<f64> {
     let v: f64 = s.parse().ok()?;
     (v.is_finite() && v >= 0.0).then_some(v)
@@ -446,6 +455,7 @@ pub fn incomplete_stream(detail: &str) -> ModelError {
 /// Classifies a transport failure from `reqwest`: timeouts → `timeout`, everything else
 /// (refused, reset, DNS, TLS, a body cut off) → `connection`. The URL is left out of the
 /// message (it could carry credentials) and `secrets` are scrubbed.
+#[cfg(feature = "http")]
 pub fn classify_transport(err: reqwest::Error, secrets: &[&str]) -> ModelError {
     let kind = if err.is_timeout() {
         ErrorKind::Timeout

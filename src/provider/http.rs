@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+#[cfg_attr(not(feature = "http"), allow(unused_imports))]
 use crate::error::{ErrorKind, ModelError};
 use crate::provider::limits::ResponseLimits;
 
@@ -259,6 +260,7 @@ impl HttpConfig {
     /// the new host. An API endpoint has no reason to redirect a POST, so the client follows
     /// none: a 3xx is a [`ErrorKind::Redirected`] error naming the status and the `Location`
     /// host (not retried; the base URL needs fixing).
+    #[cfg(feature = "http")]
     pub fn build_client(&self) -> Result<reqwest::Client, ModelError> {
         reqwest::Client::builder()
             .retry(reqwest::retry::never())
@@ -276,6 +278,7 @@ impl HttpConfig {
 }
 
 /// Longest error body read for classification.
+#[cfg(feature = "http")]
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
 /// Sends one streaming POST and returns the normalized delta stream. Shared by both
@@ -283,6 +286,7 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 /// `first_byte_timeout`, an HTTP error status) are the `Err`; failures inside the body are an
 /// `Err` item that ends the stream. The key and the extra header values are scrubbed from
 /// every error message. `now` is only read to resolve `retry-after` HTTP-dates.
+#[cfg(feature = "http")]
 pub(crate) async fn post_stream<N>(
     client: &reqwest::Client,
     config: &HttpConfig,
@@ -421,6 +425,7 @@ where
 /// [`crate::provider::classify::unsupported_encoding`] or
 /// [`crate::provider::classify::classify_non_stream_body`] (whose body is read, bounded, only
 /// then).
+#[cfg(feature = "http")]
 async fn readable_success(
     headers: &reqwest::header::HeaderMap,
     resp: reqwest::Response,
@@ -442,6 +447,7 @@ async fn readable_success(
 
 /// Reads at most `limit` bytes of a body (an error body), giving up quietly on timeout or a
 /// transport error: classification then works from the status and headers alone.
+#[cfg(feature = "http")]
 async fn read_limited(resp: reqwest::Response, timeout: Duration, limit: usize) -> Vec<u8> {
     use futures::StreamExt;
     let mut out = Vec::new();
@@ -461,14 +467,24 @@ async fn read_limited(resp: reqwest::Response, timeout: Duration, limit: usize) 
 
 /// Builds the client for `config.provider`: [`crate::provider::openai::OpenAiModel`] or
 /// [`crate::provider::anthropic::AnthropicModel`], with `model` as the default model name.
+#[cfg(feature = "http")]
 pub fn build_model(
     model: &str,
     config: HttpConfig,
 ) -> Result<Box<dyn crate::model::Model>, ModelError> {
     Ok(match config.provider {
+        #[cfg(feature = "openai")]
         ProviderKind::OpenAi => Box::new(crate::provider::openai::OpenAiModel::new(model, config)?),
+        #[cfg(feature = "anthropic")]
         ProviderKind::Anthropic => Box::new(crate::provider::anthropic::AnthropicModel::new(
             model, config,
         )?),
+        #[allow(unreachable_patterns)]
+        other => {
+            return Err(ModelError::new(
+                ErrorKind::BadRequest,
+                format!("agentloop was built without the `{other}` feature"),
+            ))
+        }
     })
 }

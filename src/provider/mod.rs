@@ -23,7 +23,9 @@
 
 pub mod anthropic;
 pub mod classify;
+#[cfg(all(feature = "openai", feature = "anthropic"))]
 pub mod decode;
+#[cfg(all(feature = "openai", feature = "anthropic"))]
 pub mod fuzz;
 pub mod http;
 pub mod limits;

@@ -1,5 +1,5 @@
 //! OpenAI-compatible Chat Completions: the stream normalizer ([`OpenAiNormalizer`]), the
-//! request body ([`request_body`]) and the [`Model`] implementation ([`OpenAiModel`]).
+//! request body ([`request_body`]) and the [`Model`](crate::model::Model) implementation ([`OpenAiModel`]).
 //!
 //! One reading of the wire format that works with OpenAI, Azure, OpenRouter, Ollama, vLLM,
 //! llama.cpp and DeepSeek (`stream: true`, `stream_options.include_usage`):
@@ -33,17 +33,14 @@
 //!   `response_too_large` (the pipeline counts everything that was emitted).
 
 use std::borrow::Cow;
-use std::time::SystemTime;
 
-use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::error::ModelError;
 use crate::message::{FinishReason, Message, MessageDelta, Usage};
-use crate::model::{DeltaStream, Model, ModelRequest};
+use crate::model::ModelRequest;
 use crate::provider::classify::{classify_stream_error, incomplete_stream, malformed_event};
-use crate::provider::http::{post_stream, HttpConfig, ProviderKind};
 use crate::provider::limits::{too_many_blocks, tool_arguments_too_large, ResponseLimits};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
 
@@ -739,60 +736,7 @@ pub fn request_body(req: &ModelRequest, model: &str) -> Value {
     body
 }
 
-/// An OpenAI-compatible Chat Completions client (R-STR-5). Never retries (R-IN-6).
-#[derive(Debug, Clone)]
-pub struct OpenAiModel {
-    model: String,
-    config: HttpConfig,
-    client: reqwest::Client,
-}
-
-impl OpenAiModel {
-    /// A client for `model` (used when a request's `model` is empty). `config.provider`
-    /// should be [`ProviderKind::OpenAi`].
-    pub fn new(model: impl Into<String>, config: HttpConfig) -> Result<Self, ModelError> {
-        let client = config.build_client()?;
-        Ok(OpenAiModel {
-            model: model.into(),
-            config,
-            client,
-        })
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &HttpConfig {
-        &self.config
-    }
-}
-
-#[async_trait]
-impl Model for OpenAiModel {
-    fn name(&self) -> String {
-        format!("{}:{}", ProviderKind::OpenAi, self.model)
-    }
-
-    // The wall clock resolves `retry-after` HTTP-dates at the network edge (not in a machine).
-    #[allow(clippy::disallowed_methods)]
-    async fn stream(&self, request: ModelRequest) -> Result<DeltaStream, ModelError> {
-        let body = request_body(&request, &self.model);
-        let mut headers = Vec::new();
-        if let Some(key) = &self.config.api_key {
-            headers.push((
-                "authorization".to_string(),
-                format!("Bearer {}", key.expose()),
-            ));
-        }
-        post_stream(
-            &self.client,
-            &self.config,
-            headers,
-            body,
-            OpenAiNormalizer::new().with_id_prefix(format!(
-                "call_{}_{}_",
-                request.run_id, request.model_call_index
-            )),
-            SystemTime::now,
-        )
-        .await
-    }
-}
+#[cfg(feature = "openai")]
+mod client;
+#[cfg(feature = "openai")]
+pub use client::OpenAiModel;

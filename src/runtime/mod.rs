@@ -261,7 +261,7 @@ pub struct AgentBuilder<M> {
 }
 
 impl Agent {
-    /// A builder with defaults: built-in tools, in-memory store, auto-approve, system clock,
+    /// A builder with defaults: built-in tools (feature `builtin-tools`), in-memory store, auto-approve, system clock,
     /// time-based ids, no event sink, truncation compaction, root `.`.
     pub fn builder() -> AgentBuilder<NoModel> {
         AgentBuilder {
@@ -269,7 +269,7 @@ impl Agent {
             models: BTreeMap::new(),
             hooks: Arc::new(NoHooks),
             offload: None,
-            tools: ToolRegistry::builtin(),
+            tools: ToolRegistry::defaults(),
             store: Arc::new(MemoryStore::new()),
             approver: Arc::new(AutoApprove),
             clock: Arc::new(SystemClock),

@@ -12,9 +12,12 @@
 //! `(session, seq, entry_json)` with a unique index on `(session, idempotency_key)` and
 //! `INSERT .. ON CONFLICT DO NOTHING` is the whole job.
 
+#[cfg(feature = "file-store")]
 pub mod export;
 pub mod fault;
+#[cfg(feature = "file-store")]
 pub mod file;
+#[cfg(feature = "file-store")]
 pub mod records;
 
 pub use agentloop_core::session_log::{check, history};
@@ -23,9 +26,12 @@ pub use agentloop_core::session_log::{
     PendingCall, Repair, Repaired, Violation,
 };
 
+#[cfg(feature = "file-store")]
 pub use export::{export_jsonl, export_markdown, list_sessions, SessionInfo};
 pub use fault::{FaultPoint, FaultyStore};
+#[cfg(feature = "file-store")]
 pub use file::{validate_session_id, Durability, FileStore, SessionLock};
+#[cfg(feature = "file-store")]
 pub use records::{DEFAULT_MAX_ENTRY_BYTES, RECORD_VERSION};
 
 pub use crate::regular_file::FileKind;

@@ -113,7 +113,17 @@ impl ToolRegistry {
         Self::default()
     }
 
-    /// The built-in tools: `calculator`, `read_file`, `append_line`.
+    /// What an agent starts with: the built-in tools with feature `builtin-tools` (default),
+    /// else none.
+    pub fn defaults() -> Self {
+        #[cfg(feature = "builtin-tools")]
+        return Self::builtin();
+        #[cfg(not(feature = "builtin-tools"))]
+        return Self::new();
+    }
+
+    /// The built-in tools: `calculator`, `read_file`, `append_line` (feature `builtin-tools`).
+    #[cfg(feature = "builtin-tools")]
     pub fn builtin() -> Self {
         let mut r = Self::new();
         r.insert(Arc::new(calculator::Calculator));
@@ -143,6 +153,9 @@ impl ToolRegistry {
     }
 }
 
+#[cfg(feature = "builtin-tools")]
 pub mod append_line;
+#[cfg(feature = "builtin-tools")]
 pub mod calculator;
+#[cfg(feature = "builtin-tools")]
 pub mod read_file;
