@@ -89,6 +89,7 @@ fn every_example_script_parses() {
         names,
         [
             "append_many.json",
+            "compact_append.json",
             "crash_many.json",
             "demo.json",
             "disconnect_then_ok.json",

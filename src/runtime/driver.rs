@@ -22,7 +22,10 @@ use crate::runtime::tool_order::CompletionOrder;
 use crate::runtime::{Agent, Timeouts};
 use crate::tools::ToolContext;
 
-/// Background work of one run, keyed so effects can cancel it.
+/// Background work of one run, keyed so effects can cancel it. Dropping it cancels what is
+/// still running (see [`Tasks::shutdown`]): a run whose future is dropped mid-way (a caller's
+/// `select!` or timeout, a cancelled task) leaves no model stream, timer, killable tool or
+/// compaction running on in the background.
 #[derive(Default)]
 pub(crate) struct Tasks {
     model: HashMap<AttemptId, JoinHandle<()>>,
@@ -48,6 +51,12 @@ impl Tasks {
         for h in self.other.drain(..) {
             h.abort();
         }
+    }
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        self.shutdown();
     }
 }
 

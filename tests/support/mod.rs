@@ -175,3 +175,112 @@ pub fn transcript(events: &[EventEnvelope]) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// A tool that panics with a `String` payload (`"formatted"`), a `&'static str` payload
+/// (`"static"`) or a non-string payload (`"opaque"`), as chosen by its `kind` argument
+/// (R-IN-3: a panic is a tool error result, never a machine error).
+pub struct PanicTool;
+
+#[async_trait]
+impl Tool for PanicTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "boom".into(),
+            description: "panics".into(),
+            parameters: json!({"type": "object", "properties": {"kind": {"type": "string"}}}),
+        }
+    }
+    async fn call(&self, ctx: ToolContext, args: Value) -> Result<String, ToolError> {
+        match args["kind"].as_str() {
+            Some("static") => panic!("static boom"),
+            Some("opaque") => std::panic::panic_any(42_u32),
+            _ => panic!("formatted boom in {}", ctx.call_id),
+        }
+    }
+}
+
+/// A tool that sleeps the `ms` of its arguments, records its call id in `finished` when it
+/// finishes, and answers `slept <ms> (<call id>)`. Calls with decreasing `ms` finish in the
+/// reverse of their call order.
+pub struct EchoSleep {
+    pub finished: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl EchoSleep {
+    pub fn new() -> (Arc<Self>, Arc<std::sync::Mutex<Vec<String>>>) {
+        let finished = Arc::new(std::sync::Mutex::new(Vec::new()));
+        (
+            Arc::new(EchoSleep {
+                finished: finished.clone(),
+            }),
+            finished,
+        )
+    }
+}
+
+#[async_trait]
+impl Tool for EchoSleep {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "sleepy".into(),
+            description: "sleeps, then echoes".into(),
+            parameters: json!({"type": "object", "properties": {"ms": {"type": "integer"}}}),
+        }
+    }
+    async fn call(&self, ctx: ToolContext, args: Value) -> Result<String, ToolError> {
+        let ms = args["ms"].as_u64().unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        self.finished.lock().unwrap().push(ctx.call_id.clone());
+        Ok(format!("slept {ms} ({})", ctx.call_id))
+    }
+}
+
+/// A tool that blocks a blocking-pool thread (a stuck file system call, say) until the test
+/// sends on the returned channel; it sets the returned flag if it ever gets to finish.
+pub struct BlockingTool {
+    pub release: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+    pub finished: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl BlockingTool {
+    pub fn new() -> (
+        Arc<Self>,
+        std::sync::mpsc::Sender<()>,
+        Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        (
+            Arc::new(BlockingTool {
+                release: std::sync::Mutex::new(Some(rx)),
+                finished: finished.clone(),
+            }),
+            tx,
+            finished,
+        )
+    }
+}
+
+#[async_trait]
+impl Tool for BlockingTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "stuck".into(),
+            description: "blocks a thread until released".into(),
+            parameters: json!({"type": "object"}),
+        }
+    }
+    async fn call(&self, _ctx: ToolContext, _args: Value) -> Result<String, ToolError> {
+        let rx = self.release.lock().unwrap().take();
+        let finished = self.finished.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Some(rx) = rx {
+                let _ = rx.recv();
+            }
+            finished.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+        .await
+        .map_err(|e| ToolError::Failed(e.to_string()))?;
+        Ok("unblocked".into())
+    }
+}
