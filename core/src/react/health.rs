@@ -7,23 +7,26 @@ pub const PATTERN_REPEATS: u32 = 3;
 
 /// Finds a cycle of 2 to 4 calls repeated [`PATTERN_REPEATS`] times at the end of `calls`
 /// (name, canonical arguments). Returns the cycle's tool names when the last call completed
-/// exactly the threshold repetition, so each loop is reported once.
+/// exactly the threshold repetition, so each loop is reported once: a periodic run that
+/// already reached the threshold earlier (in any rotation: `ababab` then `a` is `bababa`) is
+/// not reported again, nor is a cycle that is itself a shorter cycle repeated (`abab`).
 pub fn repeated_pattern(calls: &[(String, String)]) -> Option<(Vec<String>, u32)> {
+    let n = calls.len();
     for len in 2..=4usize {
         let need = len * PATTERN_REPEATS as usize;
-        if calls.len() < need {
+        if n < need {
             continue;
         }
-        let tail = &calls[calls.len() - need..];
+        let tail = &calls[n - need..];
         let cycle = &tail[..len];
-        // A cycle of one repeated call is not a pattern of this length.
-        if cycle.iter().all(|c| *c == cycle[0]) {
+        // A cycle made of a shorter one (`aa`, `abab`) is that shorter cycle's loop.
+        if (1..len).any(|d| len % d == 0 && cycle.iter().zip(&cycle[d..]).all(|(x, y)| x == y)) {
             continue;
         }
         if tail.chunks(len).all(|c| c == cycle) {
-            let longer = calls.len() >= need + len
-                && calls[calls.len() - need - len..calls.len() - need] == *cycle;
-            if !longer {
+            // The run reached the threshold before this call if it extends one call back.
+            let started_earlier = n > need && calls[n - need - 1] == calls[n - need - 1 + len];
+            if !started_earlier {
                 return Some((cycle.iter().map(|c| c.0.clone()).collect(), PATTERN_REPEATS));
             }
         }
@@ -55,6 +58,28 @@ mod tests {
             repeated_pattern(&more),
             None,
             "reported once, at the threshold"
+        );
+    }
+
+    /// R-TOOL-4: one loop, one report — also when the loop goes on past the threshold in
+    /// another rotation, or long enough to look like a longer cycle.
+    #[test]
+    fn a_loop_is_reported_once_in_every_rotation_and_length() {
+        let seq = |s: &str| -> Vec<_> { s.chars().map(|ch| c(&ch.to_string())).collect() };
+        let reports: Vec<usize> = (1..=16)
+            .filter(|&k| repeated_pattern(&seq(&"ab".repeat(8)[..k])).is_some())
+            .collect();
+        assert_eq!(reports, [6], "ab×3 is reported at its sixth call only");
+        let reports: Vec<usize> = (1..=18)
+            .filter(|&k| repeated_pattern(&seq(&"abc".repeat(6)[..k])).is_some())
+            .collect();
+        assert_eq!(reports, [9]);
+        // A new loop after a break is a new report.
+        let mut calls = seq("ababab");
+        calls.extend(seq("xcdcdcd"));
+        assert_eq!(
+            repeated_pattern(&calls),
+            Some((vec!["c".into(), "d".into()], 3))
         );
     }
 
