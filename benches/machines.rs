@@ -29,7 +29,7 @@ fn tools() -> Vec<ToolSpec> {
 
 fn config(max_steps: u32) -> RunConfig {
     RunConfig {
-        tools: tools(),
+        tools: tools().into(),
         max_steps,
         ..RunConfig::default()
     }
@@ -180,7 +180,7 @@ fn process_events() -> (ModelRequest, Vec<Event>) {
         model: "scripted".into(),
         system: None,
         messages: vec![Message::user("What is 2+3?")],
-        tools: tools(),
+        tools: tools().into(),
         params: ModelParams::default(),
     };
     let attempt = AttemptId {
@@ -250,7 +250,7 @@ fn trace_replay(c: &mut Criterion) {
         agentloop: env!("CARGO_PKG_VERSION").into(),
         session: "bench".into(),
         config: cfg,
-        tools: tools(),
+        tools: tools().into(),
     });
     // 51 streams of 1,951 text deltas (50 with two tool calls) + framing = 100,008 input events.
     let events = drive(50, 1_951, Some(&mut trace));

@@ -84,7 +84,7 @@ impl LlmSummary {
             model: self.model_name.clone(),
             system: Some(self.prompt.clone()),
             messages: vec![Message::user(transcript)],
-            tools: Vec::new(),
+            tools: Default::default(),
             params: Default::default(),
         };
         let mut stream = self

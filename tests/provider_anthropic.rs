@@ -399,7 +399,8 @@ fn request_body_merges_roles_and_sends_tool_results_as_blocks() {
             name: "calc".into(),
             description: "d".into(),
             parameters: json!({"type": "object"}),
-        }],
+        }]
+        .into(),
         params: ModelParams::default(),
     };
     let b = request_body(&req, "claude-x", 1234);

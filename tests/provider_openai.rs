@@ -718,7 +718,8 @@ fn request_body_carries_system_history_tools_and_params() {
             name: "calc".into(),
             description: "evaluates".into(),
             parameters: json!({"type": "object"}),
-        }],
+        }]
+        .into(),
         params: ModelParams {
             temperature: Some(0.5),
             max_tokens: Some(100),

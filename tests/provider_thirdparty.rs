@@ -130,7 +130,8 @@ fn request(messages: Vec<Message>) -> ModelRequest {
             name: "calculator".into(),
             description: "Evaluates an arithmetic expression".into(),
             parameters: json!({"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}),
-        }],
+        }]
+        .into(),
         params: ModelParams::default(),
     }
 }

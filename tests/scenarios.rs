@@ -47,8 +47,8 @@ fn verified(trace: &Trace) -> String {
     }
     // The header repeats every tool's JSON Schema; keep snapshots about behaviour.
     let mut t = trace.clone();
-    t.header.tools.clear();
-    t.header.config.tools.clear();
+    t.header.tools = Default::default();
+    t.header.config.tools = Default::default();
     t.to_jsonl()
 }
 
@@ -315,7 +315,7 @@ fn abort_mid_stream() {
         agentloop: "test".into(),
         session: "s".into(),
         config: cfg,
-        tools: vec![],
+        tools: Default::default(),
     });
     let a = AttemptId {
         run_id: "run-1".into(),

@@ -223,7 +223,7 @@ pub enum Event {
     /// Offer these tools from the next step on (R-CTL-6).
     SetTools {
         /// The tool specs.
-        tools: Vec<crate::tool_spec::ToolSpec>,
+        tools: crate::tool_spec::ToolSpecs,
         /// Tools among them that abort must not kill (`Tool::killable() == false`).
         #[serde(default)]
         immune: std::collections::BTreeSet<String>,

@@ -54,4 +54,4 @@ pub use message::{
 pub use model::{ModelParams, ModelRequest};
 pub use react::{LoopResult, Run, RunConfig};
 pub use step::{AgentState, Step, Transition};
-pub use tool_spec::ToolSpec;
+pub use tool_spec::{ToolSpec, ToolSpecs};

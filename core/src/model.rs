@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::message::Message;
-use crate::tool_spec::ToolSpec;
+use crate::tool_spec::ToolSpecs;
 
 /// Sampling parameters passed through to the provider.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -39,7 +39,7 @@ pub struct ModelRequest {
     pub messages: Vec<Message>,
     /// Tools offered for this step (empty on the final step, R-OUT-5).
     #[serde(default)]
-    pub tools: Vec<ToolSpec>,
+    pub tools: ToolSpecs,
     /// Sampling parameters.
     #[serde(default)]
     pub params: ModelParams,

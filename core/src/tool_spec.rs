@@ -1,5 +1,7 @@
 //! `ToolSpec`: what the model is told about a tool (name, description, JSON Schema).
 
+use std::sync::Arc;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -14,3 +16,8 @@ pub struct ToolSpec {
     /// JSON Schema of the arguments.
     pub parameters: Value,
 }
+
+/// The tools offered to a model, shared: an agent, its sessions, their runs and every model
+/// request hold one copy of the schemas (issue 9 item 15). Serializes as a plain JSON array,
+/// like a `Vec<ToolSpec>`; build one from a vector with `.into()`.
+pub type ToolSpecs = Arc<[ToolSpec]>;

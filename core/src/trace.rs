@@ -12,7 +12,7 @@ use crate::effect::Effect;
 use crate::event::Event;
 use crate::react::{DeciderRegistry, Run, RunConfig, UnknownDecider};
 use crate::step::{Step, Transition};
-use crate::tool_spec::ToolSpec;
+use crate::tool_spec::ToolSpecs;
 
 /// The trace format version this build writes and reads. Version 2: `response_complete`
 /// carries the committed message and `run_end` the final text. Version 3: a run commits its
@@ -36,7 +36,7 @@ pub struct TraceHeader {
     /// The run's configuration (the machines are rebuilt from it on replay).
     pub config: RunConfig,
     /// The tools offered.
-    pub tools: Vec<ToolSpec>,
+    pub tools: ToolSpecs,
 }
 
 /// One line of a trace.

@@ -195,8 +195,8 @@ impl SharedTools {
     pub fn remove(&self, name: &str) -> Option<Arc<dyn Tool>> {
         self.0.write().ok().and_then(|mut r| r.remove(name))
     }
-    /// Specs of every tool, sorted by name.
-    pub fn specs(&self) -> Vec<crate::tools::ToolSpec> {
+    /// Specs of every tool, sorted by name (shared, not copied).
+    pub fn specs(&self) -> crate::tools::ToolSpecs {
         self.0.read().map(|r| r.specs()).unwrap_or_default()
     }
 }
@@ -400,9 +400,8 @@ impl AgentBuilder<WithModel> {
     pub fn build(self) -> Agent {
         let mut config = self.config;
         config.tools = self.tools.specs();
-        config.step.immune = self
+        config.step.immune = config
             .tools
-            .specs()
             .iter()
             .filter(|s| self.tools.get(&s.name).is_some_and(|t| !t.killable()))
             .map(|s| s.name.clone())

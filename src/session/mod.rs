@@ -109,7 +109,8 @@ pub struct SessionConfig {
     pub steering_capacity: usize,
     /// Ring buffer of past events for `subscribe(since)` (default 0: off).
     pub event_buffer_size: usize,
-    /// Live events buffered per subscriber before it lags (default 4096).
+    /// Live events buffered per subscriber before it lags (default 4096). Memory follows
+    /// use: the bus holds only events a subscriber has not read yet (or the ring keeps).
     pub subscriber_capacity: usize,
     /// Approval timeout; expiry counts as a reject (default 5 minutes; `None`: wait forever).
     pub approval_timeout_ms: Option<u64>,

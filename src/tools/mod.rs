@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use serde_json::Value;
 
-pub use agentloop_core::tool_spec::ToolSpec;
+pub use agentloop_core::tool_spec::{ToolSpec, ToolSpecs};
 
 /// What a tool invocation knows besides its arguments.
 #[derive(Clone, Debug)]
@@ -96,9 +96,15 @@ impl<T: TypedTool> Tool for T {
 }
 
 /// The tools of an agent, by name (sorted, so specs are deterministic).
+///
+/// A tool's spec is taken once, when it is inserted; the specs are shared ([`ToolSpecs`]), so
+/// cloning a registry (one per agent) and handing its specs to agents, sessions and runs
+/// copies no schema.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
+    /// The tools' specs, sorted by name like `tools`.
+    specs: ToolSpecs,
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -134,12 +140,29 @@ impl ToolRegistry {
 
     /// Adds (or replaces) a tool.
     pub fn insert(&mut self, tool: Arc<dyn Tool>) {
-        self.tools.insert(tool.spec().name, tool);
+        let spec = tool.spec();
+        let mut specs: Vec<ToolSpec> = self
+            .specs
+            .iter()
+            .filter(|s| s.name != spec.name)
+            .cloned()
+            .collect();
+        let at = specs.partition_point(|s| s.name < spec.name);
+        self.tools.insert(spec.name.clone(), tool);
+        specs.insert(at, spec);
+        self.specs = specs.into();
     }
 
     /// Removes a tool by name.
     pub fn remove(&mut self, name: &str) -> Option<Arc<dyn Tool>> {
-        self.tools.remove(name)
+        let removed = self.tools.remove(name)?;
+        self.specs = self
+            .specs
+            .iter()
+            .filter(|s| s.name != name)
+            .cloned()
+            .collect();
+        Some(removed)
     }
 
     /// Looks a tool up.
@@ -147,9 +170,9 @@ impl ToolRegistry {
         self.tools.get(name)
     }
 
-    /// Specs of every tool, sorted by name.
-    pub fn specs(&self) -> Vec<ToolSpec> {
-        self.tools.values().map(|t| t.spec()).collect()
+    /// Specs of every tool, sorted by name (shared, not copied).
+    pub fn specs(&self) -> ToolSpecs {
+        self.specs.clone()
     }
 }
 

@@ -150,7 +150,7 @@ impl Setup {
     /// The run's configuration.
     pub fn run_config(&self) -> RunConfig {
         RunConfig {
-            tools: tool_specs(),
+            tools: tool_specs().into(),
             max_steps: self.max_steps,
             step: self.step_config(),
             compact_threshold: self.compact_threshold,
@@ -178,7 +178,7 @@ impl Setup {
             model: "scripted".into(),
             system: None,
             messages: vec![Message::user("hi")],
-            tools: tool_specs(),
+            tools: tool_specs().into(),
             params: ModelParams::default(),
         }
     }
@@ -811,7 +811,7 @@ impl Feeder {
                     model: "m".into(),
                     system: None,
                     messages: Vec::new(),
-                    tools: Vec::new(),
+                    tools: Default::default(),
                     params: ModelParams::default(),
                 });
                 request.system = Some("rewritten by a hook".into());

@@ -270,7 +270,8 @@ pub fn request(model: &str) -> ModelRequest {
             name: "calculator".into(),
             description: "Evaluates arithmetic".into(),
             parameters: json!({"type": "object", "properties": {"expression": {"type": "string"}}}),
-        }],
+        }]
+        .into(),
         params: ModelParams::default(),
     }
 }

@@ -7,7 +7,7 @@ use crate::agent_event::Outcome;
 use crate::message::{Message, Usage};
 use crate::model::ModelParams;
 use crate::process::StepConfig;
-use crate::tool_spec::ToolSpec;
+use crate::tool_spec::ToolSpecs;
 
 /// What Observing sees.
 #[derive(Clone, Debug, PartialEq)]
@@ -264,7 +264,7 @@ pub struct RunConfig {
     pub system: Option<String>,
     /// Tools offered to the model.
     #[serde(default)]
-    pub tools: Vec<ToolSpec>,
+    pub tools: ToolSpecs,
     /// Sampling parameters.
     #[serde(default)]
     pub params: ModelParams,
@@ -315,7 +315,7 @@ impl Default for RunConfig {
         RunConfig {
             model: "scripted".into(),
             system: None,
-            tools: Vec::new(),
+            tools: ToolSpecs::default(),
             params: ModelParams::default(),
             max_steps: 10,
             step: StepConfig::default(),

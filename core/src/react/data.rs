@@ -198,7 +198,7 @@ impl ReactData {
             system: self.cfg.system.clone(),
             messages,
             tools: if last {
-                Vec::new()
+                crate::tool_spec::ToolSpecs::default()
             } else {
                 self.cfg.tools.clone()
             },

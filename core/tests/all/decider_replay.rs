@@ -28,7 +28,8 @@ fn config(decider: DeciderRef) -> RunConfig {
             name: "calculator".into(),
             description: "evaluates arithmetic".into(),
             parameters: serde_json::json!({"type": "object"}),
-        }],
+        }]
+        .into(),
         decider,
         ..RunConfig::default()
     }

@@ -25,7 +25,7 @@ fn spec(name: &str) -> ToolSpec {
 
 fn config() -> RunConfig {
     RunConfig {
-        tools: vec![spec("calc"), spec("ls")],
+        tools: vec![spec("calc"), spec("ls")].into(),
         ..RunConfig::default()
     }
 }
@@ -777,7 +777,7 @@ fn r_ctl_5_r_ctl_6_model_and_tools_switch_from_the_next_step_on() {
             model: "bigger".into(),
         },
         Event::SetTools {
-            tools: vec![spec("calc")],
+            tools: vec![spec("calc")].into(),
             immune: Default::default(),
         },
     ] {
@@ -790,7 +790,7 @@ fn r_ctl_5_r_ctl_6_model_and_tools_switch_from_the_next_step_on() {
     assert_eq!(d.requests[0].model, "scripted");
     assert_eq!(d.requests[0].tools.len(), 2);
     assert_eq!(d.requests[1].model, "bigger");
-    assert_eq!(d.requests[1].tools, [spec("calc")]);
+    assert_eq!(*d.requests[1].tools, [spec("calc")]);
     let switched: Vec<_> = d
         .emitted()
         .into_iter()

@@ -134,7 +134,7 @@ fn all_events() -> Vec<(Event, &'static str, bool)> {
         ),
         (
             Event::SetTools {
-                tools: vec![],
+                tools: Default::default(),
                 immune: Default::default(),
             },
             "set_tools",

@@ -462,7 +462,7 @@ fn events_map_to_their_chart_kinds() {
         ),
         (
             Event::SetTools {
-                tools: vec![],
+                tools: Default::default(),
                 immune: Default::default(),
             },
             None,

@@ -15,7 +15,7 @@ fn header() -> TraceHeader {
         session: "s1".into(),
         timeouts: None,
         config: RunConfig::default(),
-        tools: vec![],
+        tools: Default::default(),
     }
 }
 
