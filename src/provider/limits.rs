@@ -19,6 +19,8 @@
 //! | [`ResponseLimits::max_tool_argument_bytes`] | 8 MiB | one tool call's argument text; the largest legitimate case is a call that writes a whole file. |
 //! | [`ResponseLimits::max_content_blocks`] | 1024 | content blocks of one response: every Anthropic content block (text, thinking, tool use, server tools…), every OpenAI tool call and text/reasoning run. Real turns carry tens of parallel tool calls; each one is run, persisted and answered, so a thousand is already far beyond use. |
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorKind, ModelError};
@@ -89,8 +91,9 @@ pub(crate) struct ResponseMeter {
     limits: ResponseLimits,
     bytes: usize,
     blocks: usize,
-    /// Argument bytes per tool call id, newest last (at most `max_content_blocks` entries).
-    args: Vec<(String, usize)>,
+    /// Argument bytes per tool call id (of the latest call with that id; at most
+    /// `max_content_blocks` entries), found in O(1) per delta.
+    args: HashMap<String, usize>,
 }
 
 impl ResponseMeter {
@@ -99,7 +102,7 @@ impl ResponseMeter {
             limits,
             bytes: 0,
             blocks: 0,
-            args: Vec::new(),
+            args: HashMap::new(),
         }
     }
 
@@ -124,7 +127,7 @@ impl ResponseMeter {
             }
             MessageDelta::ToolInputStart { id, .. } => {
                 self.block()?;
-                self.args.push((id.clone(), 0));
+                self.args.insert(id.clone(), 0);
                 0
             }
             MessageDelta::RedactedReasoning { data } => {
@@ -137,7 +140,7 @@ impl ResponseMeter {
             MessageDelta::ReasoningSignature { signature } => signature.len(),
             MessageDelta::ToolInputDelta { id, delta } => {
                 let limit = self.limits.max_tool_argument_bytes;
-                if let Some((_, n)) = self.args.iter_mut().rev().find(|(i, _)| i == id) {
+                if let Some(n) = self.args.get_mut(id) {
                     *n = n.saturating_add(delta.len());
                     if *n > limit {
                         return Err(tool_arguments_too_large(id, limit));

@@ -33,6 +33,7 @@
 //!   `response_too_large` (the pipeline counts everything that was emitted).
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -260,7 +261,6 @@ impl WireUsage {
 
 #[derive(Debug, Clone)]
 struct CallAcc {
-    index: Option<u32>,
     id: String,
     /// The id was made up (`call_<n>`) because the server sent none yet.
     id_generated: bool,
@@ -295,6 +295,9 @@ pub struct OpenAiNormalizer {
     started: bool,
     block: Block,
     calls: Vec<CallAcc>,
+    /// The last call with each wire `index` (a call's index never changes), so a fragment
+    /// finds its call in O(1) however many calls came before.
+    by_index: HashMap<u32, usize>,
     raw_finish_reason: Option<String>,
     usage: Option<Usage>,
     phase: Phase,
@@ -335,6 +338,7 @@ impl OpenAiNormalizer {
             started: false,
             block: Block::None,
             calls: Vec::new(),
+            by_index: HashMap::new(),
             raw_finish_reason: None,
             usage: None,
             phase: Phase::Open,
@@ -394,7 +398,7 @@ impl OpenAiNormalizer {
             None => (None, ""),
         };
         let target = match f.index {
-            Some(i) => self.calls.iter().rposition(|c| c.index == Some(i)),
+            Some(i) => self.by_index.get(&i).copied(),
             None => {
                 let by_id = id.and_then(|id| self.calls.iter().rposition(|c| c.id == id));
                 match (by_id, name) {
@@ -413,8 +417,10 @@ impl OpenAiNormalizer {
                 if ordinal >= self.limits.max_content_blocks {
                     return self.fail(too_many_blocks(self.limits.max_content_blocks), out);
                 }
+                if let Some(i) = f.index {
+                    self.by_index.insert(i, ordinal);
+                }
                 self.calls.push(CallAcc {
-                    index: f.index,
                     id: id.map_or_else(|| format!("{}{ordinal}", self.id_prefix), str::to_string),
                     id_generated: id.is_none(),
                     name: String::new(),
@@ -477,6 +483,7 @@ impl OpenAiNormalizer {
             });
         }
         self.calls.clear();
+        self.by_index.clear();
     }
 
     fn end(&mut self, out: &mut Vec<MessageDelta>) {

@@ -24,6 +24,7 @@ use crate::event::{ApprovalDecision, Event, KillPolicy};
 use crate::hooks::{Hooks, NoHooks};
 use crate::message::{AssistantMessage, Message};
 use crate::model::Model;
+use crate::process::PartialMark;
 use crate::react::{LoopResult, Run, RunConfig};
 use crate::store::{MemoryStore, SessionStore, StoreError};
 use crate::tools::{Tool, ToolRegistry};
@@ -73,6 +74,28 @@ impl PartialMessage {
         if let Ok(mut slot) = self.0.write() {
             *slot = message.map(Arc::new);
         }
+    }
+
+    /// Brings the snapshot up to `run`'s partial message (the driver's side). `mark` is the
+    /// mark of the snapshot held: an unchanged message costs nothing, a message that grew is
+    /// extended in place with what arrived since (copied only while a reader still holds the
+    /// previous snapshot), anything else is rebuilt. Refreshing after every event thus costs
+    /// time proportional to what the event added, not to the message's size.
+    pub(crate) fn refresh(&self, run: &Run, mark: &mut Option<PartialMark>) {
+        let now = run.partial_mark();
+        if now == *mark {
+            return;
+        }
+        let Ok(mut slot) = self.0.write() else {
+            return;
+        };
+        match (slot.as_mut(), now, mark.as_ref()) {
+            (Some(held), Some(n), Some(m)) if n.same_source(m) => {
+                run.update_partial(Arc::make_mut(held));
+            }
+            _ => *slot = run.partial().map(Arc::new),
+        }
+        *mark = now;
     }
 }
 
@@ -668,6 +691,7 @@ impl Agent {
         };
         tokio::pin!(deadline);
         let mut pending = VecDeque::from([first]);
+        let mut partial_mark = None;
         let mut deadline_fired = false;
         loop {
             let event = match pending.pop_front() {
@@ -693,7 +717,7 @@ impl Agent {
             // R-STR-2: observers see the message as the machines assembled it, before the
             // step's events (a `text_delta`, say) are delivered.
             if let Some(p) = &partial {
-                p.set(run.partial());
+                p.refresh(&run, &mut partial_mark);
             }
             if let Some(failed) = driver.perform(step.effects).await {
                 pending.push_front(failed);

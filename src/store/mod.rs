@@ -36,7 +36,7 @@ pub use records::{DEFAULT_MAX_ENTRY_BYTES, RECORD_VERSION};
 
 pub use crate::regular_file::FileKind;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -162,7 +162,15 @@ pub trait SessionStore: Send + Sync {
 /// A store that keeps sessions in memory (tests, one-shot runs).
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    sessions: Mutex<HashMap<String, Vec<Entry>>>,
+    sessions: Mutex<HashMap<String, MemorySession>>,
+}
+
+/// One session of a [`MemoryStore`]: its entries and the idempotency keys they hold, so an
+/// append costs O(1) whatever the session's length.
+#[derive(Debug, Default)]
+struct MemorySession {
+    entries: Vec<Entry>,
+    keys: HashSet<EntryKey>,
 }
 
 impl MemoryStore {
@@ -179,7 +187,10 @@ impl SessionStore for MemoryStore {
             .sessions
             .lock()
             .map_err(|_| StoreError::Other("memory store poisoned".into()))?;
-        Ok(map.get(session).cloned().unwrap_or_default())
+        Ok(map
+            .get(session)
+            .map(|s| s.entries.clone())
+            .unwrap_or_default())
     }
 
     async fn append(&self, session: &str, entry: &Entry) -> Result<(), StoreError> {
@@ -187,16 +198,13 @@ impl SessionStore for MemoryStore {
             .sessions
             .lock()
             .map_err(|_| StoreError::Other("memory store poisoned".into()))?;
-        let entries = map.entry(session.to_string()).or_default();
+        let stored = map.entry(session.to_string()).or_default();
         if let Some(key) = entry.idempotency_key() {
-            if entries
-                .iter()
-                .any(|e| e.idempotency_key().as_ref() == Some(&key))
-            {
+            if !stored.keys.insert(key) {
                 return Ok(());
             }
         }
-        entries.push(entry.clone());
+        stored.entries.push(entry.clone());
         Ok(())
     }
 }

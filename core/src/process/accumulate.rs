@@ -19,6 +19,8 @@ pub struct MessageAssembler {
     pub(crate) finished: bool,
     pub(crate) error: Option<ModelError>,
     pub(crate) any: bool,
+    /// Deltas that changed the message so far (see [`MessageAssembler::revision`]).
+    pub(crate) revision: u64,
 }
 
 impl MessageAssembler {
@@ -30,6 +32,21 @@ impl MessageAssembler {
     /// Applies one delta.
     pub fn push(&mut self, d: &MessageDelta) {
         self.any = true;
+        if !matches!(
+            d,
+            MessageDelta::StartStep
+                | MessageDelta::TextStart
+                | MessageDelta::TextEnd
+                | MessageDelta::ReasoningStart
+                | MessageDelta::ReasoningEnd
+                | MessageDelta::ToolInputStart { .. }
+                | MessageDelta::ToolInputDelta { .. }
+                | MessageDelta::ToolInputEnd { .. }
+                | MessageDelta::Finish
+                | MessageDelta::Error { .. }
+        ) {
+            self.revision += 1;
+        }
         let m = &mut self.message;
         match d {
             MessageDelta::TextDelta { text } => m.text.push_str(text),
@@ -89,23 +106,97 @@ impl MessageAssembler {
     /// The message so far, with tool calls built from the `tool-call` deltas.
     pub fn message(&self) -> AssistantMessage {
         let mut m = self.message.clone();
-        let truncated = m.finish_reason == Some(FinishReason::Length);
+        let truncated = self.truncated();
         m.tool_calls = self
             .raw_calls
             .iter()
-            .map(|(id, name, raw)| {
-                let mut call = ToolCall::from_raw(id, name, raw);
-                if truncated {
-                    call.arguments = Value::Null;
-                    call.invalid_arguments = Some(format!(
-                        "not executed: the response was cut off by the output token limit \
-                         (finish_reason length), so the arguments may be incomplete: {raw}"
-                    ));
-                }
-                call
-            })
+            .map(|(id, name, raw)| tool_call(id, name, raw, truncated))
             .collect();
         m
+    }
+
+    fn truncated(&self) -> bool {
+        self.message.finish_reason == Some(FinishReason::Length)
+    }
+
+    /// How many deltas changed the message: two states of one assembler with the same
+    /// revision have the same [`message`](Self::message). Deltas that change nothing the
+    /// message shows (`text-start`, `tool-input-delta`, `finish`, ...) do not count.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Brings `snapshot`, a message this assembler returned earlier (from
+    /// [`message`](Self::message) or this method), up to [`message`](Self::message), in time
+    /// proportional to what arrived since: the message only grows while deltas arrive
+    /// (text is appended, tool calls are added), so only the new part is copied and only the
+    /// new tool calls are parsed. When the turn turned out truncated (every call is then marked
+    /// invalid), or `snapshot` is not an earlier state of this message, it is rebuilt.
+    pub fn update_snapshot(&self, snapshot: &mut AssistantMessage) {
+        let m = &self.message;
+        let truncated = self.truncated();
+        let was_truncated = snapshot.finish_reason == Some(FinishReason::Length);
+        let grown = truncated == was_truncated
+            && snapshot.tool_calls.len() <= self.raw_calls.len()
+            && snapshot.redacted_reasoning.len() <= m.redacted_reasoning.len()
+            && append_rest(&mut snapshot.text, &m.text)
+            && append_rest(&mut snapshot.reasoning, &m.reasoning)
+            && append_rest_opt(&mut snapshot.reasoning_signature, &m.reasoning_signature)
+            && append_rest_opt(&mut snapshot.refusal, &m.refusal);
+        if !grown {
+            *snapshot = self.message();
+            return;
+        }
+        let known = snapshot.redacted_reasoning.len();
+        snapshot
+            .redacted_reasoning
+            .extend_from_slice(&m.redacted_reasoning[known..]);
+        let known = snapshot.tool_calls.len();
+        snapshot.tool_calls.extend(
+            self.raw_calls[known..]
+                .iter()
+                .map(|(id, name, raw)| tool_call(id, name, raw, truncated)),
+        );
+        snapshot.finish_reason = m.finish_reason;
+        snapshot.usage = m.usage;
+    }
+}
+
+/// One tool call of the message: parsed arguments, or marked invalid when the turn was cut
+/// off by the output token limit.
+fn tool_call(id: &str, name: &str, raw: &str, truncated: bool) -> ToolCall {
+    let mut call = ToolCall::from_raw(id, name, raw);
+    if truncated {
+        call.arguments = Value::Null;
+        call.invalid_arguments = Some(format!(
+            "not executed: the response was cut off by the output token limit \
+             (finish_reason length), so the arguments may be incomplete: {raw}"
+        ));
+    }
+    call
+}
+
+/// Appends to `known` what `full` has beyond it; `false` when `known` is longer (it cannot be
+/// an earlier state of `full`).
+fn append_rest(known: &mut String, full: &str) -> bool {
+    match full.get(known.len()..) {
+        Some(rest) => {
+            known.push_str(rest);
+            true
+        }
+        None => false,
+    }
+}
+
+fn append_rest_opt(known: &mut Option<String>, full: &Option<String>) -> bool {
+    match (known.as_mut(), full) {
+        (None, None) => true,
+        (None, Some(f)) => {
+            *known = Some(f.clone());
+            true
+        }
+        (Some(k), Some(f)) => append_rest(k, f),
+        (Some(_), None) => false,
     }
 }
 

@@ -1,6 +1,6 @@
 //! The inner machine's data and the pure helpers its handlers use to request effects.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::agent_event::AgentEvent;
 use crate::chart::ProcessRow;
@@ -13,44 +13,7 @@ use crate::message::{AssistantMessage, MessageDelta, ToolCall, ToolResult, ToolS
 use crate::model::ModelRequest;
 use crate::process::accumulate::MessageAssembler;
 use crate::process::config::{ApprovalPolicy, LoopAction, StepConfig};
-
-/// Where a tool call of the committed message stands.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SlotState {
-    /// Waiting to run (sequential mode).
-    Queued,
-    /// Waiting for its turn to be approved.
-    NeedsApproval,
-    /// A human is being asked.
-    Asking,
-    /// The runtime's `before_tool` hooks are being asked (`GateTool`).
-    Gating,
-    /// Running.
-    Running,
-    /// Has its terminal result.
-    Done,
-}
-
-/// One tool call of the committed message.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Slot {
-    /// The call (arguments possibly modified by a human).
-    pub call: ToolCall,
-    /// Where it stands.
-    pub state: SlotState,
-    /// Its terminal result.
-    pub result: Option<ToolResult>,
-    /// The `before_tool` hooks have had their say (a call they sent to a human is not
-    /// gated again once approved).
-    pub gated: bool,
-}
-
-impl Slot {
-    /// Whether the call occupies the step's one sequential lane (running or being gated).
-    fn busy(&self) -> bool {
-        matches!(self.state, SlotState::Running | SlotState::Gating)
-    }
-}
+pub(crate) use crate::process::slots::{Slot, SlotState, Slots};
 
 /// How a step ended.
 #[derive(Clone, Debug, PartialEq)]
@@ -73,8 +36,11 @@ pub struct ProcessData {
     pub(crate) whitelist: BTreeSet<String>,
     pub(crate) seen: HashSet<u64>,
     pub(crate) acc: MessageAssembler,
+    /// How many times `acc` was started afresh (a new attempt): with the step and the
+    /// assembler's revision it identifies the partial message (see `Process::partial_mark`).
+    pub(crate) acc_epoch: u64,
     pub(crate) committed: Option<AssistantMessage>,
-    pub(crate) slots: Vec<Slot>,
+    pub(crate) slots: Slots,
     pub(crate) outcome: Option<StepOutcome>,
     pub(crate) retries: u32,
     /// The current attempt's request as a hook rewrote it (cleared for each attempt).
@@ -99,8 +65,9 @@ impl ProcessData {
             whitelist,
             seen: HashSet::new(),
             acc: MessageAssembler::default(),
+            acc_epoch: 0,
             committed: None,
-            slots: Vec::new(),
+            slots: Slots::default(),
             outcome: None,
             retries: 0,
             sent: None,
@@ -169,7 +136,7 @@ impl ProcessData {
     pub(crate) fn call_model(&mut self) {
         self.seen.clear();
         self.sent = None;
-        self.acc = MessageAssembler::default();
+        self.new_assembler();
         let request = self.request.clone();
         self.emit(AgentEvent::RequestStart {
             model_call_index: request.model_call_index,
@@ -177,6 +144,12 @@ impl ProcessData {
             model: request.model.clone(),
         });
         self.out.push(Effect::CallModel { request });
+    }
+
+    /// Starts the message afresh (a new attempt discards the partial output).
+    fn new_assembler(&mut self) {
+        self.acc = MessageAssembler::default();
+        self.acc_epoch += 1;
     }
 
     /// Whether a failed attempt may be retried.
@@ -189,7 +162,7 @@ impl ProcessData {
         let delay_ms = self.cfg.retry.delay_ms(self.retries + 1, retry_after_ms);
         self.request.attempt += 1;
         self.retries += 1;
-        self.acc = MessageAssembler::default();
+        self.new_assembler();
         self.seen.clear();
         let timer_id = self.timer_id();
         self.out.push(Effect::StartTimer { timer_id, delay_ms });
@@ -302,15 +275,21 @@ impl ProcessData {
         let offered: BTreeSet<&str> = self.request.tools.iter().map(|t| t.name.as_str()).collect();
         let mut slots = Vec::with_capacity(message.tool_calls.len());
         let mut immediate = Vec::new();
-        let mut history = self.recent.clone();
+        // The run of identical signatures at the end of the history: its signature and length
+        // (the history is the run's earlier calls, then this message's calls so far).
+        let mut last: Option<(String, String)> = self.recent.last().cloned();
+        let mut run = last.as_ref().map_or(0, |l| {
+            self.recent.iter().rev().take_while(|s| *s == l).count() as u32
+        });
         for call in &message.tool_calls {
             let signature = (call.name.clone(), call.arguments.to_string());
-            let repeats = 1 + history
-                .iter()
-                .rev()
-                .take_while(|s| **s == signature)
-                .count() as u32;
-            history.push(signature);
+            let repeats = if last.as_ref() == Some(&signature) {
+                run + 1
+            } else {
+                1
+            };
+            last = Some(signature);
+            run = repeats;
             let looped = self.cfg.doom_loop.filter(|p| repeats >= p.threshold);
             if let Some(policy) = looped {
                 immediate.push(AgentEvent::LoopDetected {
@@ -357,20 +336,15 @@ impl ProcessData {
             } else {
                 (SlotState::Queued, None)
             };
-            slots.push(Slot {
-                call: call.clone(),
-                state,
-                result,
-                gated: false,
-            });
+            slots.push(Slot::new(call.clone(), state, result));
         }
         self.committed = Some(message);
-        self.slots = slots;
+        self.slots = Slots::new(slots);
         for e in immediate {
             self.emit(e);
         }
-        for i in 0..self.slots.len() {
-            if let Some(r) = self.slots[i].result.clone() {
+        for i in self.slots.in_state(SlotState::Done) {
+            if let Some(r) = self.slots.get(i).result.clone() {
                 self.record_result(i, r);
             }
         }
@@ -380,30 +354,27 @@ impl ProcessData {
     /// Loads a committed message and its known results; calls without one are queued (or
     /// wait for approval). Nothing is persisted for the known results.
     pub(crate) fn resume(&mut self, message: AssistantMessage, results: Vec<ToolResult>) {
-        self.slots = message
+        // The first known result of each call id (as a linear search would find it).
+        let mut known: HashMap<&str, &ToolResult> = HashMap::with_capacity(results.len());
+        for r in &results {
+            known.entry(r.tool_call_id.as_str()).or_insert(r);
+        }
+        let slots = message
             .tool_calls
             .iter()
-            .map(
-                |call| match results.iter().find(|r| r.tool_call_id == call.id) {
-                    Some(r) => Slot {
-                        call: call.clone(),
-                        state: SlotState::Done,
-                        result: Some(r.clone()),
-                        gated: false,
-                    },
-                    None => Slot {
-                        call: call.clone(),
-                        state: if self.needs_approval(call) {
-                            SlotState::NeedsApproval
-                        } else {
-                            SlotState::Queued
-                        },
-                        result: None,
-                        gated: false,
-                    },
-                },
-            )
+            .map(|call| match known.get(call.id.as_str()) {
+                Some(r) => Slot::new(call.clone(), SlotState::Done, Some((*r).clone())),
+                None => {
+                    let state = if self.needs_approval(call) {
+                        SlotState::NeedsApproval
+                    } else {
+                        SlotState::Queued
+                    };
+                    Slot::new(call.clone(), state, None)
+                }
+            })
             .collect();
+        self.slots = Slots::new(slots);
         self.committed = Some(message);
     }
 
@@ -422,18 +393,17 @@ impl ProcessData {
             name: result.name.clone(),
             status: result.status,
         });
-        let slot = &mut self.slots[i];
-        slot.state = SlotState::Done;
-        slot.result = Some(result);
+        self.slots.set_state(i, SlotState::Done);
+        self.slots.get_mut(i).result = Some(result);
     }
 
     /// Starts slot `i`: asks the `before_tool` hooks first when the step gates tools and the
     /// call has not been gated yet, else runs it.
     fn start(&mut self, i: usize) {
-        if self.cfg.gate_tools && !self.slots[i].gated {
-            self.slots[i].state = SlotState::Gating;
-            self.slots[i].gated = true;
-            let call = self.slots[i].call.clone();
+        if self.cfg.gate_tools && !self.slots.get(i).gated {
+            self.slots.set_state(i, SlotState::Gating);
+            self.slots.get_mut(i).gated = true;
+            let call = self.slots.get(i).call.clone();
             self.out.push(Effect::GateTool { call });
             return;
         }
@@ -442,8 +412,8 @@ impl ProcessData {
 
     /// Runs slot `i`: its start marker first (R-IDEM-6), then the tool.
     fn run(&mut self, i: usize) {
-        let call = self.slots[i].call.clone();
-        self.slots[i].state = SlotState::Running;
+        let call = self.slots.get(i).call.clone();
+        self.slots.set_state(i, SlotState::Running);
         self.persist(Entry::ToolStarted {
             run_id: self.request.run_id.clone(),
             tool_call_id: call.id.clone(),
@@ -458,37 +428,31 @@ impl ProcessData {
     }
 
     /// Starts queued calls: all of them in parallel mode, else one when none runs.
+    /// In call order; starting a call never queues another, so each queued call is looked at
+    /// once.
     pub(crate) fn start_queued(&mut self) {
-        for i in 0..self.slots.len() {
-            if self.slots[i].state != SlotState::Queued {
-                continue;
-            }
-            if !self.cfg.parallel_tools && self.slots.iter().any(Slot::busy) {
+        let mut after = None;
+        while let Some(i) = self.slots.next(SlotState::Queued, after) {
+            if !self.cfg.parallel_tools && self.slots.busy() {
                 return;
             }
             self.start(i);
+            after = Some(i);
         }
     }
 
     pub(crate) fn approval_needed(&self) -> bool {
-        self.slots
-            .iter()
-            .any(|s| s.state == SlotState::NeedsApproval)
-            && !self.slots.iter().any(|s| s.state == SlotState::Asking)
+        self.slots.count(SlotState::NeedsApproval) > 0 && self.slots.count(SlotState::Asking) == 0
     }
 
     pub(crate) fn all_results(&self) -> bool {
-        self.slots.iter().all(|s| s.state == SlotState::Done)
+        self.slots.all_done()
     }
 
     pub(crate) fn ask_approval(&mut self) {
-        if let Some(i) = self
-            .slots
-            .iter()
-            .position(|s| s.state == SlotState::NeedsApproval)
-        {
-            self.slots[i].state = SlotState::Asking;
-            let call = self.slots[i].call.clone();
+        if let Some(i) = self.slots.first(SlotState::NeedsApproval) {
+            self.slots.set_state(i, SlotState::Asking);
+            let call = self.slots.get(i).call.clone();
             self.emit(AgentEvent::ApprovalRequired {
                 tool_call_id: call.id.clone(),
                 name: call.name.clone(),
@@ -499,15 +463,11 @@ impl ProcessData {
     }
 
     pub(crate) fn asking(&self, tool_call_id: &str) -> Option<usize> {
-        self.slots
-            .iter()
-            .position(|s| s.state == SlotState::Asking && s.call.id == tool_call_id)
+        self.slots.find(tool_call_id, SlotState::Asking)
     }
 
     pub(crate) fn gating(&self, tool_call_id: &str) -> Option<usize> {
-        self.slots
-            .iter()
-            .position(|s| s.state == SlotState::Gating && s.call.id == tool_call_id)
+        self.slots.find(tool_call_id, SlotState::Gating)
     }
 
     /// The hooks' verdict on gated slot `i` (R-EXT-1): run it (as it is or with their
@@ -517,11 +477,11 @@ impl ProcessData {
         match verdict {
             GateVerdict::Allow => self.run(i),
             GateVerdict::Modify { arguments } => {
-                self.slots[i].call.arguments = arguments.clone();
+                self.slots.get_mut(i).call.arguments = arguments.clone();
                 self.run(i);
             }
             GateVerdict::Block { reason } => {
-                let call = self.slots[i].call.clone();
+                let call = self.slots.get(i).call.clone();
                 self.emit(AgentEvent::ToolBlocked {
                     tool_call_id: call.id.clone(),
                     name: call.name.clone(),
@@ -531,18 +491,16 @@ impl ProcessData {
                 self.record_result(i, r);
                 self.start_queued();
             }
-            GateVerdict::Ask => self.slots[i].state = SlotState::NeedsApproval,
+            GateVerdict::Ask => self.slots.set_state(i, SlotState::NeedsApproval),
         }
     }
 
     pub(crate) fn running(&self, tool_call_id: &str) -> Option<usize> {
-        self.slots
-            .iter()
-            .position(|s| s.state == SlotState::Running && s.call.id == tool_call_id)
+        self.slots.find(tool_call_id, SlotState::Running)
     }
 
     pub(crate) fn tool_finished(&mut self, i: usize, status: ToolStatus, content: String) {
-        let call = &self.slots[i].call;
+        let call = &self.slots.get(i).call;
         let result = ToolResult {
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
@@ -558,26 +516,26 @@ impl ProcessData {
         decision: &crate::event::ApprovalDecision,
         always: bool,
     ) {
-        let call = self.slots[i].call.clone();
+        let call = self.slots.get(i).call.clone();
         self.emit(AgentEvent::ApprovalResolved {
             tool_call_id: call.id.clone(),
             decision: decision.clone(),
         });
         if always {
             self.whitelist.insert(call.name.clone());
-            for s in &mut self.slots {
-                if s.state == SlotState::NeedsApproval && s.call.name == call.name {
-                    s.state = SlotState::Queued;
+            for j in self.slots.in_state(SlotState::NeedsApproval) {
+                if self.slots.get(j).call.name == call.name {
+                    self.slots.set_state(j, SlotState::Queued);
                 }
             }
         }
-        self.slots[i].state = SlotState::Queued;
+        self.slots.set_state(i, SlotState::Queued);
         self.start_queued_from(i);
     }
 
     /// Starts slot `i` now if the parallelism policy allows, else leaves it queued.
     fn start_queued_from(&mut self, i: usize) {
-        if self.cfg.parallel_tools || !self.slots.iter().any(Slot::busy) {
+        if self.cfg.parallel_tools || !self.slots.busy() {
             self.start(i);
         }
         self.start_queued();
@@ -585,7 +543,7 @@ impl ProcessData {
 
     pub(crate) fn modified(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
         if let crate::event::ApprovalDecision::Modified { arguments } = decision {
-            self.slots[i].call.arguments = arguments.clone();
+            self.slots.get_mut(i).call.arguments = arguments.clone();
         }
         self.approved(i, decision, false);
     }
@@ -596,7 +554,7 @@ impl ProcessData {
         decision: &crate::event::ApprovalDecision,
         reason: &str,
     ) {
-        let call = self.slots[i].call.clone();
+        let call = self.slots.get(i).call.clone();
         self.emit(AgentEvent::ApprovalResolved {
             tool_call_id: call.id.clone(),
             decision: decision.clone(),
@@ -620,28 +578,33 @@ impl ProcessData {
     /// Whether, under `kill`, some running call would keep running.
     pub(crate) fn would_drain(&self, kill: KillPolicy) -> bool {
         self.slots
-            .iter()
-            .any(|s| s.state == SlotState::Running && !self.killed_by(kill, &s.call.name))
+            .in_state(SlotState::Running)
+            .into_iter()
+            .any(|i| !self.killed_by(kill, &self.slots.get(i).call.name))
     }
 
     /// Abort in ToolExecuting when some calls keep running: kill per policy, close every call
     /// that did not start or was killed; the survivors' results will be kept (R-CTL-3).
     pub(crate) fn abort_draining(&mut self, kill: KillPolicy) {
         for i in 0..self.slots.len() {
-            let running = self.slots[i].state == SlotState::Running;
-            if self.slots[i].state == SlotState::Done
-                || (running && !self.killed_by(kill, &self.slots[i].call.name))
+            let running = self.slots.get(i).state() == SlotState::Running;
+            if self.slots.get(i).state() == SlotState::Done
+                || (running && !self.killed_by(kill, &self.slots.get(i).call.name))
             {
                 continue;
             }
             if running {
-                let id = self.slots[i].call.id.clone();
+                let id = self.slots.get(i).call.id.clone();
                 self.out.push(Effect::KillTool {
                     tool_call_id: id.clone(),
                 });
                 self.emit(AgentEvent::ToolKilled { tool_call_id: id });
             }
-            let r = error_result(&self.slots[i].call, ToolStatus::Aborted, "aborted".into());
+            let r = error_result(
+                &self.slots.get(i).call,
+                ToolStatus::Aborted,
+                "aborted".into(),
+            );
             self.record_result(i, r);
         }
         self.outcome = Some(StepOutcome::Aborted);
@@ -651,12 +614,12 @@ impl ProcessData {
     /// are killed and skipped; immune running calls finish (R-CTL-2).
     pub(crate) fn skip_for_steering(&mut self) {
         for i in 0..self.slots.len() {
-            let state = self.slots[i].state.clone();
-            let id = self.slots[i].call.id.clone();
+            let state = self.slots.get(i).state();
+            let id = self.slots.get(i).call.id.clone();
             match state {
                 SlotState::Done => continue,
                 SlotState::Running
-                    if !self.killed_by(KillPolicy::Killable, &self.slots[i].call.name) =>
+                    if !self.killed_by(KillPolicy::Killable, &self.slots.get(i).call.name) =>
                 {
                     continue
                 }
@@ -667,7 +630,7 @@ impl ProcessData {
             }
             self.emit(AgentEvent::ToolSkippedForSteering { tool_call_id: id });
             let r = error_result(
-                &self.slots[i].call,
+                &self.slots.get(i).call,
                 ToolStatus::Skipped,
                 "skipped: the user sent a steering message".into(),
             );
@@ -686,10 +649,10 @@ impl ProcessData {
             self.out.push(Effect::CancelTimer { timer_id });
         }
         for i in 0..self.slots.len() {
-            match self.slots[i].state {
+            match self.slots.get(i).state() {
                 SlotState::Done => continue,
                 SlotState::Running => {
-                    let id = self.slots[i].call.id.clone();
+                    let id = self.slots.get(i).call.id.clone();
                     self.out.push(Effect::KillTool {
                         tool_call_id: id.clone(),
                     });
@@ -697,7 +660,11 @@ impl ProcessData {
                 }
                 _ => {}
             }
-            let r = error_result(&self.slots[i].call, ToolStatus::Aborted, "aborted".into());
+            let r = error_result(
+                &self.slots.get(i).call,
+                ToolStatus::Aborted,
+                "aborted".into(),
+            );
             self.record_result(i, r);
         }
         self.outcome = Some(StepOutcome::Aborted);

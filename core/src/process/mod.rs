@@ -6,6 +6,10 @@ pub mod config;
 pub(crate) mod data;
 pub(crate) mod guards;
 pub(crate) mod machine;
+pub(crate) mod slots;
+
+#[cfg(test)]
+mod complexity_tests;
 
 use std::collections::BTreeSet;
 
@@ -22,6 +26,25 @@ pub use config::{ApprovalPolicy, DoomLoopPolicy, LoopAction, RetryPolicy, StepCo
 use data::ProcessData;
 pub use data::StepOutcome;
 use machine::{Input, ProcessMachine, State};
+
+/// Identifies the partial message of a run (R-STR-2) without building it: equal marks mean
+/// an equal message, so an observer's snapshot needs no refresh; marks of the same source
+/// (same step, same attempt) mean the message only grew in between, so the snapshot can be
+/// brought up to date incrementally ([`Process::update_partial`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartialMark {
+    pub(crate) step: u64,
+    epoch: u64,
+    revision: u64,
+}
+
+impl PartialMark {
+    /// Whether both marks name states of one attempt's message (the later one grew from the
+    /// earlier one).
+    pub fn same_source(&self, other: &PartialMark) -> bool {
+        self.step == other.step && self.epoch == other.epoch
+    }
+}
 
 /// The result of feeding one event to the inner machine.
 #[must_use = "a step's effects must be performed"]
@@ -248,6 +271,22 @@ impl Process {
         self.data.acc.snapshot()
     }
 
+    /// Identifies [`partial`](Self::partial)'s content within this step; see [`PartialMark`].
+    pub fn partial_mark(&self) -> PartialMark {
+        PartialMark {
+            step: 0,
+            epoch: self.data.acc_epoch,
+            revision: self.data.acc.revision(),
+        }
+    }
+
+    /// Brings `snapshot`, an earlier [`partial`](Self::partial) of the same attempt (same
+    /// [`PartialMark::same_source`]), up to date in time proportional to what arrived since
+    /// (see [`MessageAssembler::update_snapshot`](accumulate::MessageAssembler::update_snapshot)).
+    pub fn update_partial(&self, snapshot: &mut AssistantMessage) {
+        self.data.acc.update_snapshot(snapshot);
+    }
+
     /// The committed message, once `Done` arrived.
     pub fn committed(&self) -> Option<&AssistantMessage> {
         self.data.committed.as_ref()
@@ -300,11 +339,11 @@ impl Process {
 
     /// Ids of tool calls currently running.
     pub fn running_calls(&self) -> Vec<String> {
-        self.data
-            .slots
-            .iter()
-            .filter(|s| s.state == data::SlotState::Running)
-            .map(|s| s.call.id.clone())
+        let slots = &self.data.slots;
+        slots
+            .in_state(data::SlotState::Running)
+            .into_iter()
+            .map(|i| slots.get(i).call.id.clone())
             .collect()
     }
 }

@@ -23,6 +23,8 @@ pub struct ReactData {
     pub(crate) session_turns: u32,
     pub(crate) committed_steps: u32,
     pub(crate) step: Option<Process>,
+    /// Steps created so far (executed or resumed): names the step in a `PartialMark`.
+    pub(crate) steps_created: u64,
     pub(crate) usage: Usage,
     pub(crate) last_tokens: Option<u64>,
     pub(crate) compacted_since_step: bool,
@@ -57,6 +59,7 @@ impl ReactData {
             session_turns: 0,
             committed_steps: 0,
             step: None,
+            steps_created: 0,
             usage: Usage::default(),
             last_tokens: None,
             compacted_since_step: false,
@@ -207,6 +210,7 @@ impl ReactData {
         let mut step = Process::new(self.cfg.step.clone(), request, self.whitelist.clone())
             .with_recent_calls(self.recent_calls.clone());
         let s = step.begin();
+        self.steps_created += 1;
         self.inner.extend(s.transitions);
         self.checks.extend(s.guard_checks);
         self.out.extend(s.effects);
@@ -232,6 +236,7 @@ impl ReactData {
         };
         let mut step = Process::new(self.cfg.step.clone(), request, self.whitelist.clone());
         let s = step.resume(p.message.clone(), p.results.clone());
+        self.steps_created += 1;
         self.inner.extend(s.transitions);
         self.checks.extend(s.guard_checks);
         self.out.extend(s.effects);

@@ -267,6 +267,25 @@ impl Run {
         self.data.step.as_ref().map(|s| s.partial())
     }
 
+    /// Identifies [`partial`](Self::partial)'s content (`None` when it is `None`): equal marks,
+    /// equal messages. See [`PartialMark`](crate::process::PartialMark).
+    pub fn partial_mark(&self) -> Option<crate::process::PartialMark> {
+        self.data.step.as_ref().map(|s| {
+            let mut mark = s.partial_mark();
+            mark.step = self.data.steps_created;
+            mark
+        })
+    }
+
+    /// Brings `snapshot`, an earlier [`partial`](Self::partial) whose mark is of the same
+    /// source as the current one, up to date in time proportional to what arrived since.
+    pub fn update_partial(&self, snapshot: &mut AssistantMessage) {
+        match &self.data.step {
+            Some(s) => s.update_partial(snapshot),
+            None => *snapshot = AssistantMessage::default(),
+        }
+    }
+
     /// The run's configuration.
     pub fn config(&self) -> &RunConfig {
         &self.data.cfg
