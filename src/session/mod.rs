@@ -43,6 +43,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::agent_event::{AgentEvent, SteeringStatus};
+use crate::chart::{MachineKind, ProcessState, ReactState};
 use crate::event::{ApprovalDecision, Event};
 use crate::hooks::Verdict;
 use crate::message::{AssistantMessage, Message};
@@ -78,6 +79,43 @@ pub enum Status {
 }
 
 impl Status {
+    /// The status a run's `state_changed` into `to` (a state of `machine`'s chart) sets, if
+    /// any. The matches are exhaustive over the charts' generated state enums, so a new state
+    /// in a chart does not compile until it is given a status here.
+    fn entered(machine: MachineKind, to: &str) -> Option<Status> {
+        match machine {
+            MachineKind::React => {
+                match ReactState::ALL.iter().copied().find(|s| s.name() == to)? {
+                    ReactState::Init | ReactState::Planning | ReactState::Compacting => {
+                        Some(Status::Running)
+                    }
+                    // Executing is refined by the inner machine's own changes; Observing and
+                    // Finishing are instants between them; the terminal states end the run
+                    // (the session turns idle when the run returns).
+                    ReactState::Executing
+                    | ReactState::Observing
+                    | ReactState::Finishing
+                    | ReactState::Completed
+                    | ReactState::Failed
+                    | ReactState::Aborted => None,
+                }
+            }
+            MachineKind::Process => {
+                match ProcessState::ALL.iter().copied().find(|s| s.name() == to)? {
+                    ProcessState::Idle | ProcessState::Calling | ProcessState::Retrying => {
+                        Some(Status::Running)
+                    }
+                    ProcessState::Streaming => Some(Status::Streaming),
+                    ProcessState::RunningTools | ProcessState::Draining => {
+                        Some(Status::ExecutingTools)
+                    }
+                    ProcessState::AwaitingApproval => Some(Status::AwaitingApproval),
+                    ProcessState::Success | ProcessState::Error => None,
+                }
+            }
+        }
+    }
+
     fn from_u8(v: u8) -> Status {
         match v {
             1 => Status::Running,
@@ -526,17 +564,8 @@ fn observer(shared: std::sync::Weak<Shared>, prices: PriceTable) -> bus::Observe
         }
         let mut derived = Vec::new();
         match &env.event {
-            AgentEvent::StateChanged { to, .. } => {
-                let s = match to.as_str() {
-                    "Calling" | "Retrying" | "Planning" | "Compacting" | "Init" | "Idle" => {
-                        Some(Status::Running)
-                    }
-                    "Streaming" => Some(Status::Streaming),
-                    "RunningTools" | "Draining" => Some(Status::ExecutingTools),
-                    "AwaitingApproval" => Some(Status::AwaitingApproval),
-                    _ => None,
-                };
-                if let Some(s) = s {
+            AgentEvent::StateChanged { machine, to, .. } => {
+                if let Some(s) = Status::entered(*machine, to) {
                     shared.status.store(s as u8, Ordering::SeqCst);
                 }
             }
@@ -910,4 +939,48 @@ fn forward_set_tools(c: &Controller, config: &RunConfig) {
         tools: config.tools.clone(),
         immune: config.step.immune.clone(),
     });
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::*;
+
+    /// R-CTL-1: every chart state's name is read as a typed state (an unknown name sets
+    /// nothing), and the busy states map to the statuses seed 001 names.
+    #[test]
+    fn every_state_of_both_charts_maps_by_its_typed_name() {
+        let react: Vec<_> = ReactState::ALL
+            .iter()
+            .map(|s| (s.name(), Status::entered(MachineKind::React, s.name())))
+            .filter_map(|(n, s)| s.map(|s| (n, s.as_str())))
+            .collect();
+        assert_eq!(
+            react,
+            [
+                ("Init", "running"),
+                ("Planning", "running"),
+                ("Compacting", "running")
+            ]
+        );
+        let process: Vec<_> = ProcessState::ALL
+            .iter()
+            .filter_map(|s| {
+                Status::entered(MachineKind::Process, s.name()).map(|st| (s.name(), st.as_str()))
+            })
+            .collect();
+        assert_eq!(
+            process,
+            [
+                ("Idle", "running"),
+                ("Calling", "running"),
+                ("Streaming", "streaming"),
+                ("Retrying", "running"),
+                ("RunningTools", "executing_tools"),
+                ("AwaitingApproval", "awaiting_approval"),
+                ("Draining", "executing_tools"),
+            ]
+        );
+        assert_eq!(Status::entered(MachineKind::Process, "Nowhere"), None);
+        assert_eq!(Status::entered(MachineKind::React, "Streaming"), None);
+    }
 }
