@@ -179,7 +179,7 @@ fn process_events() -> (ModelRequest, Vec<Event>) {
         session_turn: 0,
         model: "scripted".into(),
         system: None,
-        messages: vec![Message::user("What is 2+3?")],
+        messages: vec![Message::user("What is 2+3?")].into(),
         tools: tools().into(),
         params: ModelParams::default(),
     };

@@ -83,7 +83,7 @@ impl LlmSummary {
             session_turn: 0,
             model: self.model_name.clone(),
             system: Some(self.prompt.clone()),
-            messages: vec![Message::user(transcript)],
+            messages: vec![Message::user(transcript)].into(),
             tools: Default::default(),
             params: Default::default(),
         };

@@ -282,7 +282,7 @@ async fn uncommitted_step_is_rerequested_with_the_same_model_call_index() {
         (1, 0)
     );
     assert_eq!(
-        requests[0].messages,
+        *requests[0].messages,
         [Message::user("go")],
         "the stored input is the context"
     );

@@ -394,7 +394,8 @@ fn request_body_merges_roles_and_sends_tool_results_as_blocks() {
                 status: ToolStatus::Error,
             }),
             Message::user("thanks"),
-        ],
+        ]
+        .into(),
         tools: vec![ToolSpec {
             name: "calc".into(),
             description: "d".into(),

@@ -713,7 +713,8 @@ fn request_body_carries_system_history_tools_and_params() {
                 content: "4".into(),
                 status: ToolStatus::Completed,
             }),
-        ],
+        ]
+        .into(),
         tools: vec![ToolSpec {
             name: "calc".into(),
             description: "evaluates".into(),

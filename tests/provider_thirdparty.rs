@@ -125,7 +125,7 @@ fn request(messages: Vec<Message>) -> ModelRequest {
         session_turn: 0,
         model: String::new(),
         system: Some("You are a calculator assistant.".into()),
-        messages,
+        messages: messages.into(),
         tools: vec![ToolSpec {
             name: "calculator".into(),
             description: "Evaluates an arithmetic expression".into(),

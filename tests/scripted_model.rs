@@ -23,7 +23,7 @@ fn request(session_turn: u32, attempt: u32, messages: Vec<Message>) -> ModelRequ
         session_turn,
         model: "scripted".into(),
         system: None,
-        messages,
+        messages: messages.into(),
         tools: ToolRegistry::builtin().specs(),
         params: ModelParams::default(),
     }

@@ -17,6 +17,59 @@ pub struct ModelParams {
     pub max_tokens: Option<u32>,
 }
 
+/// A request's conversation: shared, so a request is cloned (into an effect, a hook's view,
+/// a retry) in O(1) whatever the session's length. Reads through `Deref`; a write
+/// (`DerefMut`) copies the messages only while another request still shares them.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct SharedMessages(std::sync::Arc<Vec<Message>>);
+
+impl SharedMessages {
+    /// Whether `a` and `b` are the same shared messages (no comparison of contents).
+    pub fn ptr_eq(a: &Self, b: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&a.0, &b.0)
+    }
+}
+
+impl PartialEq for SharedMessages {
+    fn eq(&self, other: &Self) -> bool {
+        Self::ptr_eq(self, other) || self.0 == other.0
+    }
+}
+
+impl std::ops::Deref for SharedMessages {
+    type Target = Vec<Message>;
+    fn deref(&self) -> &Vec<Message> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for SharedMessages {
+    fn deref_mut(&mut self) -> &mut Vec<Message> {
+        std::sync::Arc::make_mut(&mut self.0)
+    }
+}
+
+impl From<Vec<Message>> for SharedMessages {
+    fn from(v: Vec<Message>) -> Self {
+        SharedMessages(std::sync::Arc::new(v))
+    }
+}
+
+impl<'a> IntoIterator for &'a SharedMessages {
+    type Item = &'a Message;
+    type IntoIter = std::slice::Iter<'a, Message>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl FromIterator<Message> for SharedMessages {
+    fn from_iter<I: IntoIterator<Item = Message>>(iter: I) -> Self {
+        Self::from(iter.into_iter().collect::<Vec<_>>())
+    }
+}
+
 /// One request for one attempt of one model step. Produced by the pure machine
 /// (inside `Effect::CallModel`), so it is recorded in traces.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -36,7 +89,7 @@ pub struct ModelRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<String>,
     /// Conversation context (after compaction), oldest first.
-    pub messages: Vec<Message>,
+    pub messages: SharedMessages,
     /// Tools offered for this step (empty on the final step, R-OUT-5).
     #[serde(default)]
     pub tools: ToolSpecs,

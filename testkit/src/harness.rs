@@ -177,7 +177,7 @@ impl Setup {
             session_turn: 0,
             model: "scripted".into(),
             system: None,
-            messages: vec![Message::user("hi")],
+            messages: vec![Message::user("hi")].into(),
             tools: tool_specs().into(),
             params: ModelParams::default(),
         }
@@ -810,7 +810,7 @@ impl Feeder {
                     session_turn: 0,
                     model: "m".into(),
                     system: None,
-                    messages: Vec::new(),
+                    messages: Vec::new().into(),
                     tools: Default::default(),
                     params: ModelParams::default(),
                 });

@@ -265,7 +265,7 @@ pub fn request(model: &str) -> ModelRequest {
         session_turn: 0,
         model: model.into(),
         system: Some("You are terse.".into()),
-        messages: vec![Message::user("What is 2+2?")],
+        messages: vec![Message::user("What is 2+2?")].into(),
         tools: vec![ToolSpec {
             name: "calculator".into(),
             description: "Evaluates arithmetic".into(),

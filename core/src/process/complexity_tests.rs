@@ -21,7 +21,7 @@ fn request() -> ModelRequest {
         session_turn: 0,
         model: "m".into(),
         system: None,
-        messages: Vec::new(),
+        messages: Vec::new().into(),
         tools: vec![ToolSpec {
             name: "calc".into(),
             description: String::new(),

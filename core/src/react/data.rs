@@ -9,7 +9,7 @@ use crate::context::estimate_tokens;
 use crate::effect::Effect;
 use crate::entry::Entry;
 use crate::message::{Message, Usage};
-use crate::model::ModelRequest;
+use crate::model::{ModelRequest, SharedMessages};
 use crate::process::{Process, StepOutcome};
 use crate::react::config::{Decision, LoopResult, Observation, RunConfig, SteeringPolicy};
 use crate::step::Transition;
@@ -19,7 +19,9 @@ use crate::step::Transition;
 pub struct ReactData {
     pub(crate) cfg: RunConfig,
     pub(crate) run_id: String,
-    pub(crate) messages: Vec<Message>,
+    /// Shared with the current step's request (O(1) per request); appended in place once
+    /// the request is gone.
+    pub(crate) messages: SharedMessages,
     pub(crate) session_turns: u32,
     pub(crate) committed_steps: u32,
     pub(crate) step: Option<Process>,
@@ -55,7 +57,7 @@ impl ReactData {
         ReactData {
             cfg,
             run_id: String::new(),
-            messages: Vec::new(),
+            messages: SharedMessages::default(),
             session_turns: 0,
             committed_steps: 0,
             step: None,
@@ -108,7 +110,7 @@ impl ReactData {
         session_turns: u32,
     ) {
         self.run_id = run_id.to_string();
-        self.messages = history.to_vec();
+        self.messages = history.to_vec().into();
         self.session_turns = session_turns;
         for m in input {
             self.messages.push(m.clone());
@@ -154,7 +156,7 @@ impl ReactData {
             messages: self.messages.len(),
         });
         self.out.push(Effect::Compact {
-            messages: self.messages.clone(),
+            messages: self.messages.to_vec(),
             budget_tokens: self
                 .cfg
                 .context_budget_tokens
@@ -164,7 +166,7 @@ impl ReactData {
     }
 
     pub(crate) fn compacted(&mut self, messages: &[Message], removed: usize) {
-        self.messages = messages.to_vec();
+        self.messages = messages.to_vec().into();
         self.last_tokens = None;
         self.compacted_since_step = true;
         self.persist(Entry::Compaction {
@@ -230,7 +232,7 @@ impl ReactData {
             session_turn: self.session_turns,
             model: self.cfg.model.clone(),
             system: self.cfg.system.clone(),
-            messages: Vec::new(),
+            messages: SharedMessages::default(),
             tools: self.cfg.tools.clone(),
             params: self.cfg.params.clone(),
         };
@@ -275,12 +277,17 @@ impl ReactData {
                     action: "warn".into(),
                 });
             }
+            let results = step.results();
+            self.whitelist = step.whitelist().clone();
+            // The step's request shares the messages: drop it first, so the append is in
+            // place rather than a copy of the whole history.
+            drop(step);
             self.messages.push(Message::Assistant(m));
-            self.messages
-                .extend(step.results().into_iter().map(Message::Tool));
+            self.messages.extend(results.into_iter().map(Message::Tool));
             self.committed_steps = self.committed_steps.saturating_add(1);
             self.session_turns = self.session_turns.saturating_add(1);
             self.compacted_since_step = false;
+            return;
         }
         self.whitelist = step.whitelist().clone();
     }
@@ -314,7 +321,7 @@ impl ReactData {
         let result = LoopResult {
             outcome,
             reason,
-            messages: self.messages.clone(),
+            messages: self.messages.to_vec(),
             iterations: self.committed_steps,
             usage: self.usage,
             error,

@@ -23,7 +23,7 @@ fn request() -> ModelRequest {
         session_turn: 0,
         model: "m".into(),
         system: None,
-        messages: vec![agentloop_core::Message::user("hi")],
+        messages: vec![agentloop_core::Message::user("hi")].into(),
         tools: ["calc", "ls", "sleep"]
             .iter()
             .map(|n| ToolSpec {
