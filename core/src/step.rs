@@ -108,7 +108,7 @@ pub struct Step {
     /// State before.
     pub from: AgentState,
     /// The input event's name.
-    pub event: String,
+    pub event: std::borrow::Cow<'static, str>,
     /// State after (internal events ran to completion).
     pub to: AgentState,
     /// Effects requested, in order.

@@ -28,7 +28,6 @@ use crate::tools::ToolContext;
 /// compaction running on in the background.
 #[derive(Default)]
 pub(crate) struct Tasks {
-    model: HashMap<AttemptId, JoinHandle<()>>,
     timers: HashMap<u64, JoinHandle<()>>,
     tools: HashMap<String, (JoinHandle<()>, bool)>,
     other: Vec<JoinHandle<()>>,
@@ -37,9 +36,6 @@ pub(crate) struct Tasks {
 impl Tasks {
     /// Cancels everything still running (the run is over).
     pub(crate) fn shutdown(&mut self) {
-        for (_, h) in self.model.drain() {
-            h.abort();
-        }
         for (_, h) in self.timers.drain() {
             h.abort();
         }
@@ -74,9 +70,49 @@ pub(crate) struct Driver<'a> {
     /// Inputs produced while performing effects, fed next: completions a kill released, a
     /// hook's request rewrite, the hooks' verdicts on gated calls.
     pub(crate) answers: Vec<Event>,
+    /// The model attempts in flight, polled by the drive loop itself (not spawned), so a
+    /// delta reaches the machines on the driver's own task with no cross-thread handoff.
+    /// Dropping an attempt cancels it.
+    pub(crate) attempts: Vec<(AttemptId, ModelAttempt)>,
+    /// Where the attempts put their events; read with `try_recv` only (no waker registered,
+    /// so a send wakes nobody: the attempt runs inside the driver's poll).
+    pub(crate) model_tx: mpsc::UnboundedSender<Event>,
+    pub(crate) model_rx: mpsc::UnboundedReceiver<Event>,
 }
 
+/// One model attempt's future (streams its events into the driver's model queue).
+pub(crate) type ModelAttempt = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 impl Driver<'_> {
+    /// The next event of a model attempt: polls the attempts in flight on the caller's task
+    /// (their timers are on the Clock port) and returns what they produced, in order.
+    pub(crate) fn poll_model(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Event> {
+        use std::task::Poll;
+        loop {
+            if let Ok(e) = self.model_rx.try_recv() {
+                return Poll::Ready(e);
+            }
+            if self.attempts.is_empty() {
+                return Poll::Pending;
+            }
+            let mut finished = false;
+            self.attempts
+                .retain_mut(|(_, f)| match f.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        finished = true;
+                        false
+                    }
+                    Poll::Pending => true,
+                });
+            if let Ok(e) = self.model_rx.try_recv() {
+                return Poll::Ready(e);
+            }
+            if !finished {
+                return Poll::Pending;
+            }
+        }
+    }
+
     fn emit(&mut self, event: AgentEvent) {
         if let AgentEvent::StateChanged {
             machine,
@@ -135,9 +171,7 @@ impl Driver<'_> {
                 Effect::Emit { event } => self.emit(event),
                 Effect::CallModel { request } => self.call_model(request),
                 Effect::CancelModel { attempt } => {
-                    if let Some(h) = self.tasks.model.remove(&attempt) {
-                        h.abort();
-                    }
+                    self.attempts.retain(|(id, _)| *id != attempt);
                 }
                 Effect::StartTimer { timer_id, delay_ms } => {
                     let clock = self.agent.clock.clone();
@@ -244,7 +278,7 @@ impl Driver<'_> {
         }
         let model = self.agent.model_for(&request.model);
         let hooks = self.agent.hooks.clone();
-        let tx = self.tx.clone();
+        let tx = self.model_tx.clone();
         let timeouts = self.agent.timeouts;
         let clock = self.agent.clock.clone();
         let a = attempt.clone();
@@ -254,15 +288,13 @@ impl Driver<'_> {
             attempt = request.attempt,
             model = %request.model
         );
-        let h = tokio::spawn(
-            async move {
-                let req = request.clone();
-                let outcome = stream_attempt(model, request, a, tx, timeouts, clock).await;
-                hooks.after_model_call(&req, &outcome);
-            }
-            .instrument(span),
-        );
-        self.tasks.model.insert(attempt, h);
+        let f = async move {
+            let req = request.clone();
+            let outcome = stream_attempt(model, request, a, tx, timeouts, clock).await;
+            hooks.after_model_call(&req, &outcome);
+        }
+        .instrument(span);
+        self.attempts.push((attempt, Box::pin(f)));
     }
 
     /// Runs a tool call in its own task (the `before_tool` hooks were asked before, through
@@ -405,11 +437,18 @@ pub(crate) async fn with_deadline<F: std::future::Future>(
     ms: u64,
     fut: F,
 ) -> Result<F::Output, Elapsed> {
-    tokio::select! {
-        biased;
-        out = fut => Ok(out),
-        _ = clock.sleep(ms) => Err(Elapsed),
-    }
+    // The timer is started only when `fut` is not ready at once: a stream whose next delta
+    // is already buffered costs no timer.
+    let mut fut = std::pin::pin!(fut);
+    let mut sleep = None;
+    std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(out) = fut.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Ok(out));
+        }
+        let timer = sleep.get_or_insert_with(|| clock.sleep(ms));
+        timer.as_mut().poll(cx).map(|()| Err(Elapsed))
+    })
+    .await
 }
 
 fn failure(attempt: AttemptId, error: ModelError) -> Event {

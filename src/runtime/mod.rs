@@ -665,6 +665,7 @@ impl Agent {
             })
         });
         let (tx, mut rx) = mpsc::unbounded_channel();
+        let (model_tx, model_rx) = mpsc::unbounded_channel();
         let (mut ctl, partial) = match control {
             Some(c) => (Some(c.rx), Some(c.partial)),
             None => (None, None),
@@ -679,6 +680,9 @@ impl Agent {
             order: (self.timeouts.tool_order == ToolOrder::CallOrder)
                 .then(CompletionOrder::default),
             answers: Vec::new(),
+            attempts: Vec::new(),
+            model_tx,
+            model_rx,
         };
         // The whole-run deadline is a sleep on the Clock port, started once.
         let clock = self.clock.clone();
@@ -698,6 +702,10 @@ impl Agent {
                 Some(e) => e,
                 None => {
                     tokio::select! {
+                        e = std::future::poll_fn(|cx| driver.poll_model(cx)) => {
+                            pending.extend(driver.arrived(e));
+                            continue;
+                        }
                         Some(e) = rx.recv() => {
                             pending.extend(driver.arrived(e));
                             continue;
@@ -710,9 +718,11 @@ impl Agent {
                     }
                 }
             };
-            let step = run.handle(event.clone());
-            if let Some(t) = trace.as_mut() {
-                t.record(&event, &step);
+            // The event is cloned only when a trace keeps it.
+            let kept = trace.as_ref().map(|_| event.clone());
+            let step = run.handle(event);
+            if let (Some(t), Some(event)) = (trace.as_mut(), kept.as_ref()) {
+                t.record(event, &step);
             }
             // R-STR-2: observers see the message as the machines assembled it, before the
             // step's events (a `text_delta`, say) are delivered.

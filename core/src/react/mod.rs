@@ -97,7 +97,7 @@ impl Run {
         let mut transitions = Vec::new();
         let mut effects = Vec::new();
         let mut checks = Vec::new();
-        let name = event.name().to_string();
+        let name = std::borrow::Cow::Borrowed(event.name());
         let unhandled;
         if event.is_process_event() {
             unhandled = if self.react_state() == ReactState::Executing {
