@@ -19,5 +19,6 @@ mod purity;
 mod random_events;
 mod run_control;
 mod session_history;
+mod shared_messages;
 mod step_and_config;
 mod trace_io;
