@@ -12,46 +12,20 @@
 //! | `before_steering` | session, before a steering message is queued | reject |
 //! | `before_model_call` | driver, before each attempt is sent | rewrite the request |
 //! | `after_model_call` | driver, when an attempt's stream ends | observe |
-//! | `before_tool` | driver, before a tool call runs | allow, block, modify arguments, ask a human |
+//! | `before_tool` | driver, when the machine asks (`GateTool`) before a call runs | allow, block, modify arguments, ask a human (each a `tool_gated` input) |
 //! | `after_tool` | runtime, when a tool result arrives | rewrite the result text |
 //! | `before_compact` | driver, before a compaction runs | observe |
 //! | `on_event` | event bus, for every event | observe |
-
-use serde_json::Value;
 
 use crate::message::{Message, ToolCall, ToolStatus};
 use crate::model::ModelRequest;
 use crate::runtime::EventEnvelope;
 
-impl From<ToolDecision> for agentloop_core::GateVerdict {
-    fn from(d: ToolDecision) -> Self {
-        match d {
-            ToolDecision::Allow => agentloop_core::GateVerdict::Allow,
-            ToolDecision::Modify { arguments } => agentloop_core::GateVerdict::Modify { arguments },
-            ToolDecision::Block { reason } => agentloop_core::GateVerdict::Block { reason },
-            ToolDecision::Ask => agentloop_core::GateVerdict::Ask,
-        }
-    }
-}
-
-/// What `before_tool` decides about a call.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ToolDecision {
-    /// Run it.
-    Allow,
-    /// Do not run it: the model sees a `denied` result with this reason; `tool_blocked` is emitted.
-    Block {
-        /// Why.
-        reason: String,
-    },
-    /// Run it with these arguments instead.
-    Modify {
-        /// Replacement arguments.
-        arguments: Value,
-    },
-    /// Ask a human first (through the session's approvals; without a session, the approver port).
-    Ask,
-}
+/// What `before_tool` decides about a call: the machine's own input type
+/// ([`GateVerdict`](agentloop_core::GateVerdict)), fed back as `tool_gated` — `Allow`,
+/// `Block { reason }` (the model sees a `denied` result; `tool_blocked` is emitted),
+/// `Modify { arguments }`, or `Ask` (a human decides, on the one approval path).
+pub use agentloop_core::GateVerdict as ToolDecision;
 
 /// A yes/no decision for prompts and steering.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -166,8 +140,9 @@ impl Hooks for HookChain {
                         decision = ToolDecision::Modify { arguments };
                     }
                 }
-                d @ ToolDecision::Block { .. } => return d,
                 ToolDecision::Ask => decision = ToolDecision::Ask,
+                // A block ends the chain; so does a verdict this chain does not know.
+                d => return d,
             }
         }
         decision

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use clap::ValueEnum;
 
 use agentloop::agent_event::AgentEvent;
+use agentloop::runtime::offload::preview;
 use agentloop::runtime::EventEnvelope;
 
 /// Event output formats.
@@ -42,14 +43,10 @@ pub fn clip(text: &str, limit: usize) -> Cow<'_, str> {
     if text.len() <= limit {
         return Cow::Borrowed(text);
     }
-    let mut cut = limit;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
+    let head = preview(text, limit);
     Cow::Owned(format!(
-        "{}… ({} bytes truncated)",
-        &text[..cut],
-        text.len() - cut
+        "{head}… ({} bytes truncated)",
+        text.len() - head.len()
     ))
 }
 

@@ -152,20 +152,16 @@ impl Driver<'_> {
     pub(crate) async fn perform(&mut self, effects: Vec<Effect>) -> Option<Event> {
         let mut answer = None;
         for effect in effects {
+            let commit = matches!(effect, Effect::CommitRunEnd { .. });
             match effect {
-                Effect::CommitRunEnd { entry } => {
+                Effect::Persist { entry } | Effect::CommitRunEnd { entry } => {
                     if let Err(e) = self.agent.store.append(&self.session, &entry).await {
                         return Some(Event::StoreWriteFailed {
                             error: e.to_string(),
                         });
                     }
-                    answer = Some(Event::RunEndCommitted);
-                }
-                Effect::Persist { entry } => {
-                    if let Err(e) = self.agent.store.append(&self.session, &entry).await {
-                        return Some(Event::StoreWriteFailed {
-                            error: e.to_string(),
-                        });
+                    if commit {
+                        answer = Some(Event::RunEndCommitted);
                     }
                 }
                 Effect::Emit { event } => self.emit(event),
@@ -206,7 +202,7 @@ impl Driver<'_> {
                 }
                 Effect::GateTool { call } => {
                     // The hooks' verdict is an input of the machine (rows `tools_gate_*`).
-                    let verdict = self.agent.hooks.before_tool(&call).into();
+                    let verdict = self.agent.hooks.before_tool(&call);
                     self.answers.push(Event::ToolGated {
                         tool_call_id: call.id,
                         verdict,
