@@ -4,6 +4,7 @@
 use agentloop_core::agent_event::AgentEvent;
 use agentloop_core::event::{KillPolicy, PendingStep};
 use agentloop_core::message::FinishReason;
+use agentloop_core::model::ModelRequest;
 use agentloop_core::react::config::SteeringPolicy;
 use agentloop_core::{
     AssistantMessage, AttemptId, Effect, Entry, Event, Message, MessageDelta, Outcome, Run,
@@ -26,18 +27,21 @@ fn config() -> RunConfig {
     cfg
 }
 
+/// The model request a step starts, if any.
+fn request_of(step: &Step) -> Option<ModelRequest> {
+    step.effects.iter().find_map(|e| match e {
+        Effect::CallModel { request } => Some(request.clone()),
+        _ => None,
+    })
+}
+
 fn attempt_of(step: &Step) -> AttemptId {
-    step.effects
-        .iter()
-        .find_map(|e| match e {
-            Effect::CallModel { request } => Some(AttemptId {
-                run_id: request.run_id.clone(),
-                model_call_index: request.model_call_index,
-                attempt: request.attempt,
-            }),
-            _ => None,
-        })
-        .expect("a model request")
+    let request = request_of(step).expect("a model request");
+    AttemptId {
+        run_id: request.run_id,
+        model_call_index: request.model_call_index,
+        attempt: request.attempt,
+    }
 }
 
 /// Starts a run whose first step calls `names` (ids c1, c2, ...); returns it with its tools
@@ -240,14 +244,7 @@ fn r_ctl_2_skip_remaining_steering_cuts_the_batch_short() {
         content: "slept".into(),
     });
     // The next request carries both results and the steering message.
-    let next = s
-        .effects
-        .iter()
-        .find_map(|e| match e {
-            Effect::CallModel { request } => Some(request.clone()),
-            _ => None,
-        })
-        .expect("the next step starts");
+    let next = request_of(&s).expect("the next step starts");
     let tail: Vec<_> = next.messages[2..].to_vec();
     assert!(
         matches!(&tail[0], Message::Tool(r) if r.tool_call_id == "c1" && r.status == ToolStatus::Skipped)
@@ -320,14 +317,7 @@ fn r_idem_5_resume_runs_only_the_unanswered_calls() {
         content: "2".into(),
     });
     // The next step is step 2 and sees both results after the message, once.
-    let next = s
-        .effects
-        .iter()
-        .find_map(|e| match e {
-            Effect::CallModel { request } => Some(request.clone()),
-            _ => None,
-        })
-        .expect("the run continues");
+    let next = request_of(&s).expect("the run continues");
     assert_eq!(next.model_call_index, 2);
     assert_eq!(next.session_turn, 3);
     let tools: Vec<_> = next
@@ -357,14 +347,7 @@ fn r_idem_5_resume_without_pending_plans_the_next_step() {
         committed_steps: 2,
         pending: None,
     });
-    let req = s
-        .effects
-        .iter()
-        .find_map(|e| match e {
-            Effect::CallModel { request } => Some(request.clone()),
-            _ => None,
-        })
-        .expect("a request");
+    let req = request_of(&s).expect("a request");
     assert_eq!(req.model_call_index, 3);
     assert_eq!(req.session_turn, 2);
 }
