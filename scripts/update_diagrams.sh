@@ -4,11 +4,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo run -q -- chart react > statecharts/react.mmd
 cargo run -q -- chart process > statecharts/process.mmd
+cargo run -q -- chart tool-call > statecharts/tool_call.mmd
 python3 - <<'PY'
 import re
 readme = open("README.md").read()
 blocks = [m for m in re.finditer(r"```mermaid\n.*?```", readme, re.S)]
-new = ["```mermaid\n" + open(f"statecharts/{n}.mmd").read() + "```" for n in ("react", "process")]
+new = ["```mermaid\n" + open(f"statecharts/{n}.mmd").read() + "```" for n in ("react", "process", "tool_call")]
 for m, text in reversed(list(zip(blocks, new))):
     readme = readme[: m.start()] + text + readme[m.end():]
 open("README.md", "w").write(readme)

@@ -7,22 +7,25 @@ fn generated(kind: MachineKind) -> String {
     mermaid(&kind.chart())
 }
 
+/// Each chart, its committed diagram and its `agentloop chart` name.
+const CHARTS: [(MachineKind, &str, &str); 3] = [
+    (MachineKind::React, "statecharts/react.mmd", "react"),
+    (MachineKind::Process, "statecharts/process.mmd", "process"),
+    (
+        MachineKind::ToolCall,
+        "statecharts/tool_call.mmd",
+        "tool-call",
+    ),
+];
+
 #[test]
 fn committed_diagrams_match_the_charts() {
-    for (kind, file) in [
-        (MachineKind::React, "statecharts/react.mmd"),
-        (MachineKind::Process, "statecharts/process.mmd"),
-    ] {
+    for (kind, file, name) in CHARTS {
         let committed = std::fs::read_to_string(file).expect("committed diagram");
         assert_eq!(
             committed,
             generated(kind),
-            "{file} is stale: run `cargo run -- chart {} > {file}`",
-            if kind == MachineKind::React {
-                "react"
-            } else {
-                "process"
-            }
+            "{file} is stale: run `cargo run -- chart {name} > {file}`"
         );
     }
 }
@@ -30,7 +33,7 @@ fn committed_diagrams_match_the_charts() {
 #[test]
 fn readme_shows_the_generated_diagrams() {
     let readme = std::fs::read_to_string("README.md").expect("README.md");
-    for kind in [MachineKind::React, MachineKind::Process] {
+    for (kind, _, _) in CHARTS {
         let block = format!("```mermaid\n{}```", generated(kind));
         assert!(
             readme.contains(&block),

@@ -66,6 +66,8 @@ enum Machine {
     React,
     /// The inner process machine.
     Process,
+    /// The lifecycle of one tool call.
+    ToolCall,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -98,16 +100,11 @@ fn main() -> ExitCode {
             let kind = match machine {
                 Machine::React => MachineKind::React,
                 Machine::Process => MachineKind::Process,
+                Machine::ToolCall => MachineKind::ToolCall,
             };
             match format {
                 ChartFormat::Mermaid => print!("{}", mermaid(&kind.chart())),
-                ChartFormat::Toml => print!(
-                    "{}",
-                    match kind {
-                        MachineKind::React => agentloop::chart::REACT_TOML,
-                        MachineKind::Process => agentloop::chart::PROCESS_TOML,
-                    }
-                ),
+                ChartFormat::Toml => print!("{}", kind.toml()),
             }
             ExitCode::SUCCESS
         }

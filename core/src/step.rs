@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::chart::{
     ProcessEventKind, ProcessRow, ProcessState, ReactEventKind, ReactRow, ReactState,
+    ToolCallEventKind, ToolCallRow, ToolCallState,
 };
 use crate::effect::Effect;
 
@@ -41,6 +42,21 @@ pub enum Transition {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         unhandled: bool,
     },
+    /// One tool call's lifecycle (moved by the inner machine; never unhandled).
+    ToolCall {
+        /// The call's position in the committed message (ids may repeat in a malformed one).
+        index: usize,
+        /// The call's id.
+        call: String,
+        /// State before.
+        from: ToolCallState,
+        /// Event kind.
+        event: ToolCallEventKind,
+        /// State after.
+        to: ToolCallState,
+        /// The chart row taken.
+        row: ToolCallRow,
+    },
 }
 
 impl Transition {
@@ -69,6 +85,13 @@ impl Transition {
                 Some(r) => !unhandled && r.allows(from, event, to),
                 None => unhandled && from == to,
             },
+            Transition::ToolCall {
+                from,
+                event,
+                to,
+                row,
+                ..
+            } => row.allows(from, event, to),
         }
     }
 
@@ -77,6 +100,7 @@ impl Transition {
         match self {
             Transition::React { from, to, .. } => from != to,
             Transition::Process { from, to, .. } => from != to,
+            Transition::ToolCall { from, to, .. } => from != to,
         }
     }
 }

@@ -18,8 +18,13 @@ use crate::tool_spec::ToolSpecs;
 /// carries the committed message and `run_end` the final text. Version 3: a run commits its
 /// run-end entry in `Finishing` and reports its end on `run_end_committed`, an input event
 /// older traces lack. An older trace would replay with a false divergence; it is rejected as
-/// unsupported instead.
-pub const TRACE_VERSION: u32 = 3;
+/// unsupported instead. Version 4: each tool call's lifecycle is recorded as `tool_call`
+/// transitions (`statecharts/tool_call.toml`); a version-3 trace still loads and replays, with
+/// those transitions left out of the comparison.
+pub const TRACE_VERSION: u32 = 4;
+
+/// The oldest trace version this build reads.
+pub const OLDEST_TRACE_VERSION: u32 = 3;
 
 /// The first line of a trace.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -106,7 +111,7 @@ pub enum TraceError {
     },
     /// The header's version is not supported.
     #[error(
-        "{path}:1: unsupported trace version {found} (this build reads version {TRACE_VERSION})"
+        "{path}:1: unsupported trace version {found} (this build reads versions {OLDEST_TRACE_VERSION} to {TRACE_VERSION})"
     )]
     Version {
         /// The file.
@@ -253,7 +258,7 @@ impl Trace {
                     });
                 }
                 let found = v.get("version").and_then(|x| x.as_u64()).unwrap_or(0);
-                if found != u64::from(TRACE_VERSION) {
+                if !(u64::from(OLDEST_TRACE_VERSION)..=u64::from(TRACE_VERSION)).contains(&found) {
                     return Err(TraceError::Version {
                         path: origin.to_string(),
                         found,
@@ -360,9 +365,15 @@ pub fn replay_with(
     config.resolve_decider(registry)?;
     let mut run = Run::new(config);
     let mut regenerated = Trace::new(trace.header.clone());
+    // Version 3 did not record tool-call transitions.
+    let without_calls = trace.header.version < 4;
     for r in &trace.records {
         if let TraceRecord::Input { event, .. } = r {
-            let step = run.handle(event.clone());
+            let mut step = run.handle(event.clone());
+            if without_calls {
+                step.transitions
+                    .retain(|t| !matches!(t, Transition::ToolCall { .. }));
+            }
             regenerated.record(event, &step);
         }
     }

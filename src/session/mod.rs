@@ -113,6 +113,9 @@ impl Status {
                     ProcessState::Success | ProcessState::Error => None,
                 }
             }
+            // A tool call's lifecycle is inside ExecutingTools / AwaitingApproval, which the
+            // inner machine's own changes set.
+            MachineKind::ToolCall => None,
         }
     }
 

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use agentloop_core::agent_event::AgentEvent;
 use agentloop_core::chart::{
     GuardCheck, ProcessEventKind, ProcessRow, ProcessState, ReactRow, ReactState,
+    ToolCallEventKind, ToolCallRow, ToolCallState,
 };
 use agentloop_core::entry::Entry;
 use agentloop_core::error::{ErrorKind, ModelError};
@@ -18,7 +19,7 @@ use agentloop_core::event::{GateVerdict, KillPolicy, PendingStep};
 use agentloop_core::message::{FinishReason, MessageDelta, ToolResult, ToolStatus, Usage};
 use agentloop_core::model::{ModelParams, ModelRequest};
 use agentloop_core::process::{
-    ApprovalPolicy, DoomLoopPolicy, Process, ProcessStep, RetryPolicy, StepConfig,
+    ApprovalPolicy, DoomLoopPolicy, LoopAction, Process, ProcessStep, RetryPolicy, StepConfig,
 };
 use agentloop_core::react::{
     default_decider, DeciderRef, DeciderRegistry, Decision, LoopResult, Observation, SteeringPolicy,
@@ -58,6 +59,8 @@ pub struct Setup {
     pub immune: bool,
     /// Doom-loop detection on (three identical calls in a row ask for approval).
     pub doom_loop: bool,
+    /// Doom-loop detection refuses the call and stops the run instead of asking.
+    pub doom_loop_stop: bool,
     /// Calls are gated by `before_tool` hooks (`GateTool` / `ToolGated`).
     pub gate_tools: bool,
 }
@@ -73,6 +76,7 @@ impl Default for Setup {
             skip_remaining: false,
             immune: true,
             doom_loop: true,
+            doom_loop_stop: false,
             gate_tools: false,
         }
     }
@@ -122,6 +126,7 @@ impl Setup {
             skip_remaining: b % 5 == 1,
             immune: !b.is_multiple_of(3),
             doom_loop: b % 11 != 5,
+            doom_loop_stop: b % 13 == 4,
             gate_tools: b % 3 == 2,
         }
     }
@@ -142,7 +147,14 @@ impl Setup {
             } else {
                 BTreeSet::new()
             },
-            doom_loop: self.doom_loop.then(DoomLoopPolicy::default),
+            doom_loop: self.doom_loop.then(|| DoomLoopPolicy {
+                action: if self.doom_loop_stop {
+                    LoopAction::Stop
+                } else {
+                    LoopAction::Ask
+                },
+                ..DoomLoopPolicy::default()
+            }),
             gate_tools: self.gate_tools,
         }
     }
@@ -1233,6 +1245,59 @@ pub fn check_guards(transitions: &[Transition], checks: &[GuardCheck], ctx: &str
     }
 }
 
+/// The tool calls' lifecycles seen so far in one step, by position in the committed message:
+/// each call's transitions must chain, starting from `Pending` with `Commit` or `Restore`.
+#[derive(Default, Debug)]
+pub struct CallChains {
+    states: BTreeMap<usize, ToolCallState>,
+    /// Rows taken.
+    pub rows: BTreeMap<ToolCallRow, usize>,
+}
+
+impl CallChains {
+    /// Checks one tool-call transition against the chain and counts its row; other
+    /// transitions are ignored. A `Commit` or `Restore` of call 0 starts a new step's calls.
+    pub fn follow(&mut self, t: &Transition, ctx: &str) {
+        let Transition::ToolCall {
+            index,
+            from,
+            event,
+            to,
+            row,
+            ..
+        } = *t
+        else {
+            return;
+        };
+        let sorting = matches!(
+            event,
+            ToolCallEventKind::Commit | ToolCallEventKind::Restore
+        );
+        if sorting {
+            assert_eq!(
+                from,
+                ToolCallState::Pending,
+                "{ctx}: {t:?} not from Pending"
+            );
+            if index == 0 {
+                self.states.clear();
+            }
+            assert!(
+                !self.states.contains_key(&index),
+                "{ctx}: call {index} sorted twice: {t:?}"
+            );
+        } else {
+            assert_eq!(
+                self.states.get(&index),
+                Some(&from),
+                "{ctx}: tool-call transitions do not chain: {t:?}"
+            );
+        }
+        self.states.insert(index, to);
+        *self.rows.entry(row).or_default() += 1;
+    }
+}
+
 /// Checks that an unhandled input did nothing.
 fn check_unhandled(unhandled: bool, changed: bool, effects: &[Effect], ctx: &str) {
     if unhandled {
@@ -1283,6 +1348,8 @@ pub struct RunHarness {
     pub react_rows: BTreeMap<ReactRow, usize>,
     /// Inner rows taken.
     pub process_rows: BTreeMap<ProcessRow, usize>,
+    /// Tool-call lifecycles (and their rows taken).
+    pub calls: CallChains,
     /// Events fed.
     pub events: usize,
     /// Keep the (event, step) log for failure messages.
@@ -1301,6 +1368,7 @@ impl RunHarness {
             result: None,
             react_rows: BTreeMap::new(),
             process_rows: BTreeMap::new(),
+            calls: CallChains::default(),
             events: 0,
             log: Vec::new(),
             keep_log: true,
@@ -1387,7 +1455,7 @@ impl RunHarness {
                 Transition::Process { row: Some(r), .. } => {
                     *self.process_rows.entry(*r).or_default() += 1
                 }
-                _ => {}
+                _ => self.calls.follow(t, ctx),
             }
         }
         // Chaining: each machine's transitions follow on from each other.
@@ -1413,6 +1481,7 @@ impl RunHarness {
                     }
                     process = Some(to);
                 }
+                Transition::ToolCall { .. } => {}
             }
         }
         assert_eq!(
@@ -1545,6 +1614,8 @@ pub struct ProcessHarness {
     pub outcome: Option<agentloop_core::process::StepOutcome>,
     /// Rows taken.
     pub rows: BTreeMap<ProcessRow, usize>,
+    /// Tool-call lifecycles (and their rows taken).
+    pub calls: CallChains,
     /// Events fed.
     pub events: usize,
     /// Whether `resume()` is offered only in `Idle` (the facade's documented use).
@@ -1563,6 +1634,7 @@ impl ProcessHarness {
             ledger: Ledger::default(),
             outcome: None,
             rows: BTreeMap::new(),
+            calls: CallChains::default(),
             events: 0,
             resume_only_idle: false,
         }
@@ -1624,6 +1696,8 @@ impl ProcessHarness {
                 if let Some(r) = row {
                     *self.rows.entry(r).or_default() += 1;
                 }
+            } else if let Transition::ToolCall { .. } = t {
+                self.calls.follow(t, &ctx);
             } else {
                 panic!("{ctx}: an outer transition from a standalone step: {t:?}");
             }

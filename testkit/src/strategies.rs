@@ -22,6 +22,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
             any::<bool>(),
             prop::bool::weighted(0.8),
             prop::bool::weighted(0.3),
+            prop::bool::weighted(0.15),
         ),
     )
         .prop_map(
@@ -31,7 +32,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 compact_threshold,
                 max_steps,
                 stop_decider,
-                (skip_remaining, immune, doom_loop, gate_tools),
+                (skip_remaining, immune, doom_loop, gate_tools, doom_loop_stop),
             )| Setup {
                 parallel_tools,
                 max_retries,
@@ -41,6 +42,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 skip_remaining,
                 immune,
                 doom_loop,
+                doom_loop_stop,
                 gate_tools,
             },
         )

@@ -16,6 +16,8 @@ include!(concat!(env!("OUT_DIR"), "/charts.rs"));
 pub const REACT_TOML: &str = include_str!("../../../statecharts/react.toml");
 /// The text of `statecharts/process.toml`.
 pub const PROCESS_TOML: &str = include_str!("../../../statecharts/process.toml");
+/// The text of `statecharts/tool_call.toml`.
+pub const TOOL_CALL_TOML: &str = include_str!("../../../statecharts/tool_call.toml");
 
 /// How a row treats the current state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -64,45 +66,48 @@ pub enum MachineKind {
     React,
     /// The inner process machine.
     Process,
+    /// The lifecycle of one tool call (owned by the inner machine).
+    ToolCall,
 }
 
 impl MachineKind {
-    /// The embedded chart of this machine.
-    pub fn chart(self) -> Chart {
-        let text = match self {
+    /// The text of this machine's chart file.
+    pub fn toml(self) -> &'static str {
+        match self {
             MachineKind::React => REACT_TOML,
             MachineKind::Process => PROCESS_TOML,
-        };
+            MachineKind::ToolCall => TOOL_CALL_TOML,
+        }
+    }
+
+    /// The embedded chart of this machine.
+    pub fn chart(self) -> Chart {
         // The build script validated this exact text; parsing cannot fail at run time.
-        Chart::parse(text).unwrap_or_else(|e| panic!("embedded chart is invalid: {e}"))
+        Chart::parse(self.toml()).unwrap_or_else(|e| panic!("embedded chart is invalid: {e}"))
     }
 }
 
-impl ReactRow {
-    /// Whether `from --event--> to` is what this row allows.
-    pub fn allows(self, from: ReactState, event: ReactEventKind, to: ReactState) -> bool {
-        let s = self.spec();
-        from.is_in(s.from)
-            && s.event == event
-            && match s.kind {
-                RowKind::Transition => to.name() == s.to,
-                RowKind::Internal | RowKind::Ignored => to == from,
+/// `allows` for a generated row type: whether `from --event--> to` is what the row allows.
+macro_rules! row_allows {
+    ($row:ty, $state:ty, $event:ty) => {
+        impl $row {
+            /// Whether `from --event--> to` is what this row allows.
+            pub fn allows(self, from: $state, event: $event, to: $state) -> bool {
+                let s = self.spec();
+                from.is_in(s.from)
+                    && s.event == event
+                    && match s.kind {
+                        RowKind::Transition => to.name() == s.to,
+                        RowKind::Internal | RowKind::Ignored => to == from,
+                    }
             }
-    }
+        }
+    };
 }
 
-impl ProcessRow {
-    /// Whether `from --event--> to` is what this row allows.
-    pub fn allows(self, from: ProcessState, event: ProcessEventKind, to: ProcessState) -> bool {
-        let s = self.spec();
-        from.is_in(s.from)
-            && s.event == event
-            && match s.kind {
-                RowKind::Transition => to.name() == s.to,
-                RowKind::Internal | RowKind::Ignored => to == from,
-            }
-    }
-}
+row_allows!(ReactRow, ReactState, ReactEventKind);
+row_allows!(ProcessRow, ProcessState, ProcessEventKind);
+row_allows!(ToolCallRow, ToolCallState, ToolCallEventKind);
 
 /// The rows of `all` that a state (named `leaf`, inside `ancestors`, innermost first) may take
 /// for `event`, in the order the chart decides: the leaf's rows first, then each enclosing
@@ -150,6 +155,20 @@ impl ProcessState {
             self.ancestors(),
             ProcessRow::ALL,
             ProcessRow::spec,
+            event,
+        )
+    }
+}
+
+impl ToolCallState {
+    /// The rows this state may take for `event`, in the order the chart decides (see
+    /// [`ReactState::candidates`]).
+    pub fn candidates(self, event: ToolCallEventKind) -> Vec<ToolCallRow> {
+        candidates_in(
+            self.name(),
+            self.ancestors(),
+            ToolCallRow::ALL,
+            ToolCallRow::spec,
             event,
         )
     }

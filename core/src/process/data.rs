@@ -3,7 +3,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::agent_event::AgentEvent;
-use crate::chart::ProcessRow;
+use crate::chart::{GuardCheck, MachineKind, ProcessRow, ToolCallRow};
 use crate::effect::Effect;
 use crate::entry::Entry;
 use crate::error::ModelError;
@@ -12,8 +12,12 @@ use crate::event::{AttemptId, Event};
 use crate::message::{AssistantMessage, MessageDelta, ToolCall, ToolResult, ToolStatus};
 use crate::model::ModelRequest;
 use crate::process::accumulate::MessageAssembler;
+use crate::process::call_guards::{self, Facts};
 use crate::process::config::{ApprovalPolicy, LoopAction, StepConfig};
-pub(crate) use crate::process::slots::{Slot, SlotState, Slots};
+pub(crate) use crate::process::slots::{Slot, Slots};
+use crate::step::Transition;
+
+pub(crate) use crate::chart::ToolCallState;
 
 /// How a step ended.
 #[derive(Clone, Debug, PartialEq)]
@@ -55,6 +59,8 @@ pub struct ProcessData {
     pub(crate) out: Vec<Effect>,
     pub(crate) row: Option<ProcessRow>,
     pub(crate) unhandled: bool,
+    /// The tool-call transitions this handle took, with the chart oracle's verdicts.
+    pub(crate) calls: Vec<(Transition, GuardCheck)>,
 }
 
 impl ProcessData {
@@ -77,6 +83,7 @@ impl ProcessData {
             out: Vec::new(),
             row: None,
             unhandled: false,
+            calls: Vec::new(),
         }
     }
 
@@ -274,6 +281,7 @@ impl ProcessData {
         }
         let offered: BTreeSet<&str> = self.request.tools.iter().map(|t| t.name.as_str()).collect();
         let mut slots = Vec::with_capacity(message.tool_calls.len());
+        let mut sorted = Vec::with_capacity(message.tool_calls.len());
         let mut immediate = Vec::new();
         // The run of identical signatures at the end of the history: its signature and length
         // (the history is the run's earlier calls, then this message's calls so far).
@@ -302,9 +310,10 @@ impl ProcessData {
                     },
                 });
             }
-            let (state, result) = if let Some(why) = &call.invalid_arguments {
+            let looped_action = looped.map(|p| p.action);
+            let (row, result) = if let Some(why) = &call.invalid_arguments {
                 let r = error_result(call, ToolStatus::Error, why.clone());
-                (SlotState::Done, Some(r))
+                (ToolCallRow::CommitInvalid, Some(r))
             } else if !offered.contains(call.name.as_str()) {
                 immediate.push(AgentEvent::ToolCallUnknown {
                     tool_call_id: call.id.clone(),
@@ -315,10 +324,10 @@ impl ProcessData {
                     ToolStatus::Error,
                     format!("unknown tool: {}", call.name),
                 );
-                (SlotState::Done, Some(r))
+                (ToolCallRow::CommitUnknown, Some(r))
             } else if let Some(policy) = looped {
                 match policy.action {
-                    LoopAction::Ask => (SlotState::NeedsApproval, None),
+                    LoopAction::Ask => (ToolCallRow::CommitApproval, None),
                     LoopAction::Stop => {
                         self.stop_requested = true;
                         let why = format!(
@@ -326,27 +335,33 @@ impl ProcessData {
                             call.name
                         );
                         (
-                            SlotState::Done,
+                            ToolCallRow::CommitLoopRefused,
                             Some(error_result(call, ToolStatus::Error, why)),
                         )
                     }
                 }
             } else if self.needs_approval(call) {
-                (SlotState::NeedsApproval, None)
+                (ToolCallRow::CommitApproval, None)
             } else {
-                (SlotState::Queued, None)
+                (ToolCallRow::CommitQueued, None)
             };
-            slots.push(Slot::new(call.clone(), state, result));
+            slots.push(Slot::new(call.clone()));
+            sorted.push((row, looped_action, result));
         }
         self.committed = Some(message);
         self.slots = Slots::new(slots);
+        let mut failed = Vec::new();
+        for (i, (row, looped, result)) in sorted.into_iter().enumerate() {
+            self.move_call(i, row, Facts::Commit { looped });
+            if let Some(r) = result {
+                failed.push((i, r));
+            }
+        }
         for e in immediate {
             self.emit(e);
         }
-        for i in self.slots.in_state(SlotState::Done) {
-            if let Some(r) = self.slots.get(i).result.clone() {
-                self.record_result(i, r);
-            }
+        for (i, r) in failed {
+            self.record_result(i, r);
         }
         self.start_queued();
     }
@@ -362,27 +377,62 @@ impl ProcessData {
         let slots = message
             .tool_calls
             .iter()
-            .map(|call| match known.get(call.id.as_str()) {
-                Some(r) => Slot::new(call.clone(), SlotState::Done, Some((*r).clone())),
-                None => {
-                    let state = if self.needs_approval(call) {
-                        SlotState::NeedsApproval
-                    } else {
-                        SlotState::Queued
-                    };
-                    Slot::new(call.clone(), state, None)
-                }
-            })
+            .map(|call| Slot::new(call.clone()))
             .collect();
         self.slots = Slots::new(slots);
+        for i in 0..self.slots.len() {
+            let call = &self.slots.get(i).call;
+            let stored = known.get(call.id.as_str()).map(|r| (*r).clone());
+            let row = if stored.is_some() {
+                ToolCallRow::RestoreResult
+            } else if self.needs_approval(call) {
+                ToolCallRow::RestoreApproval
+            } else {
+                ToolCallRow::RestoreQueued
+            };
+            let has_result = stored.is_some();
+            self.move_call(i, row, Facts::Restore { has_result });
+            self.slots.get_mut(i).result = stored;
+        }
         self.committed = Some(message);
     }
 
-    fn needs_approval(&self, call: &ToolCall) -> bool {
+    /// Moves slot `i` along tool-call chart row `row` and records the transition with the
+    /// chart oracle's verdict (the row the guards select, evaluated before the move).
+    fn move_call(&mut self, i: usize, row: ToolCallRow, facts: Facts) {
+        let event = row.spec().event;
+        let before = self.slots.get(i).state();
+        let expected = call_guards::expected(before, event, self, i, facts);
+        let (from, to) = self.slots.apply(i, row);
+        let check = GuardCheck {
+            machine: MachineKind::ToolCall,
+            from: from.name(),
+            event: event.name(),
+            taken: Some(row.spec().id),
+            expected: expected.map(|r| r.spec().id),
+        };
+        let transition = Transition::ToolCall {
+            index: i,
+            call: self.slots.get(i).call.id.clone(),
+            from,
+            event,
+            to,
+            row,
+        };
+        self.calls.push((transition, check));
+    }
+
+    /// Whether the step offers a tool named `name`.
+    pub(crate) fn offers(&self, name: &str) -> bool {
+        self.request.tools.iter().any(|t| t.name == name)
+    }
+
+    pub(crate) fn needs_approval(&self, call: &ToolCall) -> bool {
         self.cfg.approval.get(&call.name) == Some(&ApprovalPolicy::Always)
             && !self.whitelist.contains(&call.name)
     }
 
+    /// Persists and announces the result of slot `i`, which a chart row has just ended.
     fn record_result(&mut self, i: usize, result: ToolResult) {
         self.persist(Entry::ToolResult {
             run_id: self.request.run_id.clone(),
@@ -393,7 +443,6 @@ impl ProcessData {
             name: result.name.clone(),
             status: result.status,
         });
-        self.slots.set_state(i, SlotState::Done);
         self.slots.get_mut(i).result = Some(result);
     }
 
@@ -401,19 +450,19 @@ impl ProcessData {
     /// call has not been gated yet, else runs it.
     fn start(&mut self, i: usize) {
         if self.cfg.gate_tools && !self.slots.get(i).gated {
-            self.slots.set_state(i, SlotState::Gating);
+            self.move_call(i, ToolCallRow::StartGate, Facts::None);
             self.slots.get_mut(i).gated = true;
             let call = self.slots.get(i).call.clone();
             self.out.push(Effect::GateTool { call });
             return;
         }
-        self.run(i);
+        self.run(i, ToolCallRow::StartRun);
     }
 
-    /// Runs slot `i`: its start marker first (R-IDEM-6), then the tool.
-    fn run(&mut self, i: usize) {
+    /// Runs slot `i` (moved by `row`): its start marker first (R-IDEM-6), then the tool.
+    fn run(&mut self, i: usize, row: ToolCallRow) {
+        self.move_call(i, row, Facts::None);
         let call = self.slots.get(i).call.clone();
-        self.slots.set_state(i, SlotState::Running);
         self.persist(Entry::ToolStarted {
             run_id: self.request.run_id.clone(),
             tool_call_id: call.id.clone(),
@@ -432,7 +481,7 @@ impl ProcessData {
     /// once.
     pub(crate) fn start_queued(&mut self) {
         let mut after = None;
-        while let Some(i) = self.slots.next(SlotState::Queued, after) {
+        while let Some(i) = self.slots.next(ToolCallState::Queued, after) {
             if !self.cfg.parallel_tools && self.slots.busy() {
                 return;
             }
@@ -442,7 +491,8 @@ impl ProcessData {
     }
 
     pub(crate) fn approval_needed(&self) -> bool {
-        self.slots.count(SlotState::NeedsApproval) > 0 && self.slots.count(SlotState::Asking) == 0
+        self.slots.count(ToolCallState::NeedsApproval) > 0
+            && self.slots.count(ToolCallState::Asking) == 0
     }
 
     pub(crate) fn all_results(&self) -> bool {
@@ -450,8 +500,8 @@ impl ProcessData {
     }
 
     pub(crate) fn ask_approval(&mut self) {
-        if let Some(i) = self.slots.first(SlotState::NeedsApproval) {
-            self.slots.set_state(i, SlotState::Asking);
+        if let Some(i) = self.slots.first(ToolCallState::NeedsApproval) {
+            self.move_call(i, ToolCallRow::Ask, Facts::None);
             let call = self.slots.get(i).call.clone();
             self.emit(AgentEvent::ApprovalRequired {
                 tool_call_id: call.id.clone(),
@@ -463,11 +513,11 @@ impl ProcessData {
     }
 
     pub(crate) fn asking(&self, tool_call_id: &str) -> Option<usize> {
-        self.slots.find(tool_call_id, SlotState::Asking)
+        self.slots.find(tool_call_id, ToolCallState::Asking)
     }
 
     pub(crate) fn gating(&self, tool_call_id: &str) -> Option<usize> {
-        self.slots.find(tool_call_id, SlotState::Gating)
+        self.slots.find(tool_call_id, ToolCallState::Gating)
     }
 
     /// The hooks' verdict on gated slot `i` (R-EXT-1): run it (as it is or with their
@@ -475,10 +525,10 @@ impl ProcessData {
     pub(crate) fn gated(&mut self, i: usize, verdict: &crate::event::GateVerdict) {
         use crate::event::GateVerdict;
         match verdict {
-            GateVerdict::Allow => self.run(i),
+            GateVerdict::Allow => self.run(i, ToolCallRow::GateAllowed),
             GateVerdict::Modify { arguments } => {
                 self.slots.get_mut(i).call.arguments = arguments.clone();
-                self.run(i);
+                self.run(i, ToolCallRow::GateModified);
             }
             GateVerdict::Block { reason } => {
                 let call = self.slots.get(i).call.clone();
@@ -488,15 +538,16 @@ impl ProcessData {
                     reason: reason.clone(),
                 });
                 let r = error_result(&call, ToolStatus::Denied, format!("blocked: {reason}"));
+                self.move_call(i, ToolCallRow::GateBlocked, Facts::None);
                 self.record_result(i, r);
                 self.start_queued();
             }
-            GateVerdict::Ask => self.slots.set_state(i, SlotState::NeedsApproval),
+            GateVerdict::Ask => self.move_call(i, ToolCallRow::GateAsked, Facts::None),
         }
     }
 
     pub(crate) fn running(&self, tool_call_id: &str) -> Option<usize> {
-        self.slots.find(tool_call_id, SlotState::Running)
+        self.slots.find(tool_call_id, ToolCallState::Running)
     }
 
     pub(crate) fn tool_finished(&mut self, i: usize, status: ToolStatus, content: String) {
@@ -507,6 +558,12 @@ impl ProcessData {
             content,
             status,
         };
+        let row = if status == ToolStatus::Completed {
+            ToolCallRow::FinishedOk
+        } else {
+            ToolCallRow::FinishedError
+        };
+        self.move_call(i, row, Facts::Finished(status));
         self.record_result(i, result);
     }
 
@@ -521,15 +578,19 @@ impl ProcessData {
             tool_call_id: call.id.clone(),
             decision: decision.clone(),
         });
+        let row = match decision {
+            crate::event::ApprovalDecision::Modified { .. } => ToolCallRow::Modified,
+            _ => ToolCallRow::Approved,
+        };
+        self.move_call(i, row, Facts::None);
         if always {
             self.whitelist.insert(call.name.clone());
-            for j in self.slots.in_state(SlotState::NeedsApproval) {
+            for j in self.slots.in_state(ToolCallState::NeedsApproval) {
                 if self.slots.get(j).call.name == call.name {
-                    self.slots.set_state(j, SlotState::Queued);
+                    self.move_call(j, ToolCallRow::Whitelisted, Facts::None);
                 }
             }
         }
-        self.slots.set_state(i, SlotState::Queued);
         self.start_queued_from(i);
     }
 
@@ -564,10 +625,11 @@ impl ProcessData {
             ToolStatus::Denied,
             format!("denied by user: {reason}"),
         );
+        self.move_call(i, ToolCallRow::Rejected, Facts::None);
         self.record_result(i, r);
     }
 
-    fn killed_by(&self, kill: KillPolicy, name: &str) -> bool {
+    pub(crate) fn killed_by(&self, kill: KillPolicy, name: &str) -> bool {
         match kill {
             KillPolicy::All => true,
             KillPolicy::None => false,
@@ -578,7 +640,7 @@ impl ProcessData {
     /// Whether, under `kill`, some running call would keep running.
     pub(crate) fn would_drain(&self, kill: KillPolicy) -> bool {
         self.slots
-            .in_state(SlotState::Running)
+            .in_state(ToolCallState::Running)
             .into_iter()
             .any(|i| !self.killed_by(kill, &self.slots.get(i).call.name))
     }
@@ -586,56 +648,14 @@ impl ProcessData {
     /// Abort in ToolExecuting when some calls keep running: kill per policy, close every call
     /// that did not start or was killed; the survivors' results will be kept (R-CTL-3).
     pub(crate) fn abort_draining(&mut self, kill: KillPolicy) {
-        for i in 0..self.slots.len() {
-            let running = self.slots.get(i).state() == SlotState::Running;
-            if self.slots.get(i).state() == SlotState::Done
-                || (running && !self.killed_by(kill, &self.slots.get(i).call.name))
-            {
-                continue;
-            }
-            if running {
-                let id = self.slots.get(i).call.id.clone();
-                self.out.push(Effect::KillTool {
-                    tool_call_id: id.clone(),
-                });
-                self.emit(AgentEvent::ToolKilled { tool_call_id: id });
-            }
-            let r = error_result(
-                &self.slots.get(i).call,
-                ToolStatus::Aborted,
-                "aborted".into(),
-            );
-            self.record_result(i, r);
-        }
+        self.close_open_calls(kill, ToolStatus::Aborted);
         self.outcome = Some(StepOutcome::Aborted);
     }
 
     /// Steering with `skip_remaining`: calls not started are skipped, killable running calls
     /// are killed and skipped; immune running calls finish (R-CTL-2).
     pub(crate) fn skip_for_steering(&mut self) {
-        for i in 0..self.slots.len() {
-            let state = self.slots.get(i).state();
-            let id = self.slots.get(i).call.id.clone();
-            match state {
-                SlotState::Done => continue,
-                SlotState::Running
-                    if !self.killed_by(KillPolicy::Killable, &self.slots.get(i).call.name) =>
-                {
-                    continue
-                }
-                SlotState::Running => self.out.push(Effect::KillTool {
-                    tool_call_id: id.clone(),
-                }),
-                _ => {}
-            }
-            self.emit(AgentEvent::ToolSkippedForSteering { tool_call_id: id });
-            let r = error_result(
-                &self.slots.get(i).call,
-                ToolStatus::Skipped,
-                "skipped: the user sent a steering message".into(),
-            );
-            self.record_result(i, r);
-        }
+        self.close_open_calls(KillPolicy::Killable, ToolStatus::Skipped);
     }
 
     /// Abort: cancel the stream or timer, kill running tools, give every call without a
@@ -648,26 +668,60 @@ impl ProcessData {
             let timer_id = self.timer_id();
             self.out.push(Effect::CancelTimer { timer_id });
         }
+        self.close_open_calls(KillPolicy::All, ToolStatus::Aborted);
+        self.outcome = Some(StepOutcome::Aborted);
+    }
+
+    /// Closes every call without a result, in call order, with `status` (`aborted` for an
+    /// abort, `skipped` for a steering skip): running calls the kill policy `kill` kills are
+    /// killed, running calls it spares keep running (rows `*_immune`), calls not started end.
+    fn close_open_calls(&mut self, kill: KillPolicy, status: ToolStatus) {
+        let skip = status == ToolStatus::Skipped;
+        let (killed, immune, unstarted) = if skip {
+            (
+                ToolCallRow::SkipKilled,
+                ToolCallRow::SkipImmune,
+                ToolCallRow::SkipUnstarted,
+            )
+        } else {
+            (
+                ToolCallRow::AbortKilled,
+                ToolCallRow::AbortImmune,
+                ToolCallRow::AbortUnstarted,
+            )
+        };
         for i in 0..self.slots.len() {
-            match self.slots.get(i).state() {
-                SlotState::Done => continue,
-                SlotState::Running => {
-                    let id = self.slots.get(i).call.id.clone();
-                    self.out.push(Effect::KillTool {
-                        tool_call_id: id.clone(),
-                    });
+            let state = self.slots.get(i).state();
+            if state.is_terminal() {
+                continue;
+            }
+            let id = self.slots.get(i).call.id.clone();
+            let row = if state != ToolCallState::Running {
+                unstarted
+            } else if self.killed_by(kill, &self.slots.get(i).call.name) {
+                self.out.push(Effect::KillTool {
+                    tool_call_id: id.clone(),
+                });
+                killed
+            } else {
+                immune
+            };
+            self.move_call(i, row, Facts::Kill(kill));
+            if row == immune {
+                continue;
+            }
+            let content = if skip {
+                self.emit(AgentEvent::ToolSkippedForSteering { tool_call_id: id });
+                "skipped: the user sent a steering message"
+            } else {
+                if row == killed {
                     self.emit(AgentEvent::ToolKilled { tool_call_id: id });
                 }
-                _ => {}
-            }
-            let r = error_result(
-                &self.slots.get(i).call,
-                ToolStatus::Aborted,
-                "aborted".into(),
-            );
+                "aborted"
+            };
+            let r = error_result(&self.slots.get(i).call, status, content.into());
             self.record_result(i, r);
         }
-        self.outcome = Some(StepOutcome::Aborted);
     }
 
     /// Tool results in the model's call order (R-IN-4).

@@ -2,6 +2,7 @@
 //! approvals. [`Process`] is the documented facade over the crate-private statig machine.
 
 pub mod accumulate;
+pub(crate) mod call_guards;
 pub mod config;
 pub(crate) mod data;
 pub(crate) mod guards;
@@ -218,6 +219,10 @@ impl Process {
             row,
             unhandled,
         });
+        for (t, c) in self.data.calls.drain(..) {
+            transitions.push(t);
+            checks.push(c);
+        }
         unhandled
     }
 
@@ -341,7 +346,7 @@ impl Process {
     pub fn running_calls(&self) -> Vec<String> {
         let slots = &self.data.slots;
         slots
-            .in_state(data::SlotState::Running)
+            .in_state(data::ToolCallState::Running)
             .into_iter()
             .map(|i| slots.get(i).call.id.clone())
             .collect()

@@ -1,47 +1,26 @@
 //! The tool calls of the committed message ([`Slot`]s) and the indexes that keep every
 //! per-call operation of a step O(log n): a slot is found by call id through a map, the
-//! slots in each [`SlotState`] are kept in call-ordered sets, so "is any call running", "the
+//! slots in each [`ToolCallState`] are kept in call-ordered sets, so "is any call running", "the
 //! first call waiting for approval", "every call has its result" never scan the slots.
 //!
-//! A slot's state changes in one place, [`Slots::set_state`], which keeps the indexes right;
-//! the field is private to this module so nothing else can change it. Iteration order never
+//! A slot's state is its place in the tool-call lifecycle chart (`statecharts/tool_call.toml`,
+//! [`ToolCallState`]). It changes in one place, [`Slots::apply`], which moves it along a chart
+//! row ([`ToolCallRow`]) and keeps the indexes right; the field is private to this module so
+//! nothing else can change it. Iteration order never
 //! comes from the hash map: the map only answers "which slots carry this id", and those are
 //! kept in call order.
 
 use std::collections::{BTreeSet, HashMap};
 
+use crate::chart::{ToolCallRow, ToolCallState};
 use crate::message::{ToolCall, ToolResult};
 
-/// Where a tool call of the committed message stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SlotState {
-    /// Waiting to run (sequential mode).
-    Queued,
-    /// Waiting for its turn to be approved.
-    NeedsApproval,
-    /// A human is being asked.
-    Asking,
-    /// The runtime's `before_tool` hooks are being asked (`GateTool`).
-    Gating,
-    /// Running.
-    Running,
-    /// Has its terminal result.
-    Done,
-}
+/// Number of lifecycle states (the indexes keep one set per state).
+const STATES: usize = ToolCallState::ALL.len();
 
-impl SlotState {
-    const COUNT: usize = 6;
-
-    fn index(self) -> usize {
-        match self {
-            SlotState::Queued => 0,
-            SlotState::NeedsApproval => 1,
-            SlotState::Asking => 2,
-            SlotState::Gating => 3,
-            SlotState::Running => 4,
-            SlotState::Done => 5,
-        }
-    }
+/// A state's index into the per-state sets.
+fn index(state: ToolCallState) -> usize {
+    state as usize
 }
 
 /// One tool call of the committed message.
@@ -49,8 +28,8 @@ impl SlotState {
 pub struct Slot {
     /// The call (arguments possibly modified by a human or a hook).
     pub call: ToolCall,
-    /// Where it stands; changed only by [`Slots::set_state`].
-    state: SlotState,
+    /// Where it stands; changed only by [`Slots::apply`].
+    state: ToolCallState,
     /// Its terminal result.
     pub result: Option<ToolResult>,
     /// The `before_tool` hooks have had their say (a call they sent to a human is not
@@ -59,18 +38,18 @@ pub struct Slot {
 }
 
 impl Slot {
-    /// A slot in `state`, with its result if it already has one.
-    pub(crate) fn new(call: ToolCall, state: SlotState, result: Option<ToolResult>) -> Self {
+    /// A slot for `call`, in the chart's initial state (`Pending`).
+    pub(crate) fn new(call: ToolCall) -> Self {
         Slot {
             call,
-            state,
-            result,
+            state: ToolCallState::INITIAL,
+            result: None,
             gated: false,
         }
     }
 
     /// Where the call stands.
-    pub(crate) fn state(&self) -> SlotState {
+    pub(crate) fn state(&self) -> ToolCallState {
         self.state
     }
 }
@@ -81,8 +60,8 @@ pub(crate) struct Slots {
     list: Vec<Slot>,
     /// Slot indices by call id, in call order (a malformed message may repeat an id).
     by_id: HashMap<String, Vec<usize>>,
-    /// Slot indices in each state (by [`SlotState::index`]), in call order.
-    by_state: [BTreeSet<usize>; SlotState::COUNT],
+    /// Slot indices in each state (by [`index`]), in call order.
+    by_state: [BTreeSet<usize>; STATES],
     /// Slots looked at by lookups and iterations (each index visited counts once): the
     /// complexity guard of the unit tests reads it.
     #[cfg(test)]
@@ -93,10 +72,10 @@ impl Slots {
     /// Indexes `list`.
     pub(crate) fn new(list: Vec<Slot>) -> Self {
         let mut by_id: HashMap<String, Vec<usize>> = HashMap::with_capacity(list.len());
-        let mut by_state: [BTreeSet<usize>; SlotState::COUNT] = Default::default();
+        let mut by_state: [BTreeSet<usize>; STATES] = Default::default();
         for (i, slot) in list.iter().enumerate() {
             by_id.entry(slot.call.id.clone()).or_default().push(i);
-            by_state[slot.state.index()].insert(i);
+            by_state[index(slot.state)].insert(i);
         }
         Slots {
             list,
@@ -126,7 +105,7 @@ impl Slots {
     }
 
     /// Slot `i`, to change its call, result or gated flag (its state goes through
-    /// [`Slots::set_state`]).
+    /// [`Slots::apply`]).
     pub(crate) fn get_mut(&mut self, i: usize) -> &mut Slot {
         &mut self.list[i]
     }
@@ -137,32 +116,35 @@ impl Slots {
         self.list.iter()
     }
 
-    /// Moves slot `i` to `state`: the one place a slot's state changes.
-    pub(crate) fn set_state(&mut self, i: usize, state: SlotState) {
+    /// Moves slot `i` along chart row `row` (an internal row leaves it where it is): the one
+    /// place a slot's state changes. Returns the states before and after; the caller records
+    /// the transition.
+    pub(crate) fn apply(&mut self, i: usize, row: ToolCallRow) -> (ToolCallState, ToolCallState) {
         let old = self.list[i].state;
-        if old == state {
-            return;
-        }
-        self.by_state[old.index()].remove(&i);
-        self.by_state[state.index()].insert(i);
-        self.list[i].state = state;
+        let Some(new) = row.target() else {
+            return (old, old);
+        };
+        self.by_state[index(old)].remove(&i);
+        self.by_state[index(new)].insert(i);
+        self.list[i].state = new;
+        (old, new)
     }
 
     /// How many slots are in `state`.
-    pub(crate) fn count(&self, state: SlotState) -> usize {
-        self.by_state[state.index()].len()
+    pub(crate) fn count(&self, state: ToolCallState) -> usize {
+        self.by_state[index(state)].len()
     }
 
     /// The first slot (in call order) in `state`.
-    pub(crate) fn first(&self, state: SlotState) -> Option<usize> {
+    pub(crate) fn first(&self, state: ToolCallState) -> Option<usize> {
         self.visit(1);
-        self.by_state[state.index()].first().copied()
+        self.by_state[index(state)].first().copied()
     }
 
     /// The first slot in `state` after slot `after` (all of them with `None`).
-    pub(crate) fn next(&self, state: SlotState, after: Option<usize>) -> Option<usize> {
+    pub(crate) fn next(&self, state: ToolCallState, after: Option<usize>) -> Option<usize> {
         self.visit(1);
-        let set = &self.by_state[state.index()];
+        let set = &self.by_state[index(state)];
         match after {
             None => set.first().copied(),
             Some(a) => set
@@ -173,14 +155,14 @@ impl Slots {
     }
 
     /// The slots in `state`, in call order (a snapshot of the indices).
-    pub(crate) fn in_state(&self, state: SlotState) -> Vec<usize> {
-        let set = &self.by_state[state.index()];
+    pub(crate) fn in_state(&self, state: ToolCallState) -> Vec<usize> {
+        let set = &self.by_state[index(state)];
         self.visit(set.len());
         set.iter().copied().collect()
     }
 
     /// The first slot (in call order) in `state` whose call has id `tool_call_id`.
-    pub(crate) fn find(&self, tool_call_id: &str, state: SlotState) -> Option<usize> {
+    pub(crate) fn find(&self, tool_call_id: &str, state: ToolCallState) -> Option<usize> {
         let candidates = self.by_id.get(tool_call_id)?;
         candidates
             .iter()
@@ -191,11 +173,16 @@ impl Slots {
 
     /// Whether some call is running or being gated (the sequential lane is taken).
     pub(crate) fn busy(&self) -> bool {
-        self.count(SlotState::Running) + self.count(SlotState::Gating) > 0
+        self.count(ToolCallState::Running) + self.count(ToolCallState::Gating) > 0
     }
 
     /// Whether every call has its terminal result.
     pub(crate) fn all_done(&self) -> bool {
-        self.count(SlotState::Done) == self.list.len()
+        let ended: usize = ToolCallState::ALL
+            .iter()
+            .filter(|s| s.is_terminal())
+            .map(|&s| self.count(s))
+            .sum();
+        ended == self.list.len()
     }
 }

@@ -7,7 +7,7 @@ use agentloop_testkit::harness;
 
 use std::collections::BTreeMap;
 
-use agentloop_core::chart::{ProcessRow, ReactRow};
+use agentloop_core::chart::{ProcessRow, ReactRow, ToolCallRow};
 use harness::{
     Action, ArgsPick, AttemptPick, DecisionPick, DeltaPick, ErrPick, GatePick, IdPick,
     ProcessHarness, RunHarness, SeqPick, Setup, SplitMix, ToolPick,
@@ -17,6 +17,7 @@ use harness::{
 struct Tally {
     react: BTreeMap<ReactRow, usize>,
     process: BTreeMap<ProcessRow, usize>,
+    tool_call: BTreeMap<ToolCallRow, usize>,
 }
 
 impl Tally {
@@ -27,12 +28,20 @@ impl Tally {
         for (r, n) in &h.process_rows {
             *self.process.entry(*r).or_default() += n;
         }
+        self.add_calls(&h.calls.rows);
+    }
+
+    fn add_calls(&mut self, rows: &BTreeMap<ToolCallRow, usize>) {
+        for (r, n) in rows {
+            *self.tool_call.entry(*r).or_default() += n;
+        }
     }
 
     fn add_process(&mut self, h: &ProcessHarness) {
         for (r, n) in &h.rows {
             *self.process.entry(*r).or_default() += n;
         }
+        self.add_calls(&h.calls.rows);
     }
 }
 
@@ -283,6 +292,65 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
             ],
         ),
         (
+            "a call's lifecycle ends before it starts: tool_call abort_unstarted",
+            Setup {
+                parallel_tools: false,
+                ..Setup::default()
+            },
+            vec![
+                START,
+                OPEN,
+                tool_call(calc),
+                tool_call(shell),
+                DONE,
+                Action::Abort,
+            ],
+        ),
+        (
+            "steering skips what it may: tool_call skip_immune, skip_unstarted",
+            Setup {
+                parallel_tools: false,
+                skip_remaining: true,
+                immune: true,
+                ..Setup::default()
+            },
+            vec![
+                START,
+                OPEN,
+                tool_call(ToolPick::Known(1)),
+                tool_call(calc),
+                DONE,
+                Action::Steer,
+            ],
+        ),
+        (
+            "approved always: tool_call whitelisted",
+            Setup::default(),
+            vec![
+                START,
+                OPEN,
+                tool_call(shell),
+                tool_call(shell),
+                DONE,
+                Action::Approval(IdPick::Tracked(0), DecisionPick::ApprovedAlways),
+            ],
+        ),
+        (
+            "a doom loop refused: tool_call commit_loop_refused",
+            Setup {
+                doom_loop_stop: true,
+                ..Setup::default()
+            },
+            vec![
+                START,
+                OPEN,
+                tool_call(calc),
+                tool_call(calc),
+                tool_call(calc),
+                DONE,
+            ],
+        ),
+        (
             "resume with pending tools: init_resume_tools, idle_resume",
             Setup::default(),
             vec![Action::Resume {
@@ -378,8 +446,15 @@ fn every_chart_row_is_taken() {
         |r| r.spec().id,
         &tally.process,
     );
+    let missing_calls = table(
+        "tool-call chart",
+        ToolCallRow::ALL,
+        |r| r.spec().id,
+        &tally.tool_call,
+    );
     assert!(
-        missing_react.is_empty() && missing_process.is_empty(),
-        "chart rows never taken: react {missing_react:?}, process {missing_process:?}"
+        missing_react.is_empty() && missing_process.is_empty() && missing_calls.is_empty(),
+        "chart rows never taken: react {missing_react:?}, process {missing_process:?}, \
+         tool_call {missing_calls:?}"
     );
 }

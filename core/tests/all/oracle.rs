@@ -3,7 +3,8 @@
 
 use agentloop_core::chart::{
     Chart, GuardCheck, MachineKind, ProcessEventKind, ProcessRow, ProcessState, ReactEventKind,
-    ReactRow, ReactState, PROCESS_TOML, REACT_TOML,
+    ReactRow, ReactState, ToolCallEventKind, ToolCallRow, ToolCallState, PROCESS_TOML, REACT_TOML,
+    TOOL_CALL_TOML,
 };
 use agentloop_core::{AttemptId, Event, Message, Run, RunConfig, Transition};
 
@@ -90,6 +91,45 @@ fn rows_do_not_allow_other_transitions() {
         !silent.conforms(),
         "an unhandled event must not move the state"
     );
+}
+
+#[test]
+fn tool_call_rows_do_not_allow_other_transitions() {
+    use ToolCallEventKind as E;
+    use ToolCallState as S;
+    assert!(ToolCallRow::StartRun.allows(S::Queued, E::Start, S::Running));
+    assert!(!ToolCallRow::StartRun.allows(S::Queued, E::Start, S::Completed));
+    assert!(!ToolCallRow::StartRun.allows(S::Gating, E::Start, S::Running));
+    assert!(!ToolCallRow::StartRun.allows(S::Queued, E::Ask, S::Running));
+    // A superstate row applies inside it only.
+    assert!(ToolCallRow::AbortUnstarted.allows(S::Asking, E::Abort, S::Aborted));
+    assert!(!ToolCallRow::AbortUnstarted.allows(S::Running, E::Abort, S::Aborted));
+    assert!(!ToolCallRow::AbortUnstarted.allows(S::Completed, E::Abort, S::Aborted));
+    // An internal row keeps the state.
+    assert!(ToolCallRow::AbortImmune.allows(S::Running, E::Abort, S::Running));
+    assert!(!ToolCallRow::AbortImmune.allows(S::Running, E::Abort, S::Aborted));
+    assert_eq!(ToolCallRow::AbortImmune.target(), None);
+    assert_eq!(ToolCallRow::AbortKilled.target(), Some(S::Aborted));
+    let bad = Transition::ToolCall {
+        index: 0,
+        call: "c1".into(),
+        from: S::Running,
+        event: E::Finished,
+        to: S::Denied,
+        row: ToolCallRow::FinishedError,
+    };
+    assert!(!bad.conforms());
+    assert_eq!(
+        S::Running.candidates(E::Abort),
+        [ToolCallRow::AbortKilled, ToolCallRow::AbortImmune]
+    );
+    assert_eq!(
+        S::Asking.candidates(E::Abort),
+        [ToolCallRow::AbortUnstarted]
+    );
+    assert!(S::Denied.candidates(E::Abort).is_empty());
+    assert!(Chart::parse(TOOL_CALL_TOML).is_ok());
+    assert_eq!(MachineKind::ToolCall.toml(), TOOL_CALL_TOML);
 }
 
 #[test]

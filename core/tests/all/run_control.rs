@@ -2,13 +2,14 @@
 //! (R-CTL-2), and resuming a step whose calls lack results (R-IDEM-5), at the `Run` level.
 
 use agentloop_core::agent_event::AgentEvent;
+use agentloop_core::chart::ToolCallRow;
 use agentloop_core::event::{KillPolicy, PendingStep};
 use agentloop_core::message::FinishReason;
 use agentloop_core::model::ModelRequest;
 use agentloop_core::react::config::SteeringPolicy;
 use agentloop_core::{
     AssistantMessage, AttemptId, Effect, Entry, Event, Message, MessageDelta, Outcome, Run,
-    RunConfig, Step, ToolCall, ToolResult, ToolSpec, ToolStatus,
+    RunConfig, Step, ToolCall, ToolResult, ToolSpec, ToolStatus, Transition,
 };
 
 fn config() -> RunConfig {
@@ -47,6 +48,11 @@ fn attempt_of(step: &Step) -> AttemptId {
 /// Starts a run whose first step calls `names` (ids c1, c2, ...); returns it with its tools
 /// running.
 fn running(cfg: RunConfig, names: &[&str]) -> Run {
+    running_after(cfg, names).0
+}
+
+/// [`running`], with the step that committed the message.
+fn running_after(cfg: RunConfig, names: &[&str]) -> (Run, Step) {
     let mut run = Run::new(cfg);
     let s = run.handle(Event::Start {
         run_id: "r1".into(),
@@ -80,9 +86,78 @@ fn running(cfg: RunConfig, names: &[&str]) -> Run {
             delta,
         });
     }
-    let _ = run.handle(Event::Done { attempt });
+    let done = run.handle(Event::Done { attempt });
     assert_eq!(run.state().to_string(), "Executing.RunningTools");
-    run
+    (run, done)
+}
+
+/// The tool-call chart rows a step moved calls along, as (call id, row).
+fn call_moves(step: &Step) -> Vec<(&str, ToolCallRow)> {
+    assert!(step.guard_violations().is_empty(), "{step:?}");
+    step.transitions
+        .iter()
+        .filter_map(|t| match t {
+            Transition::ToolCall { call, row, .. } => {
+                assert!(t.conforms(), "{t:?}");
+                Some((call.as_str(), *row))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn r_in_3_each_call_moves_along_the_tool_call_chart() {
+    use ToolCallRow::*;
+    let (mut run, done) = running_after(config(), &["calc", "nope", "sleep"]);
+    assert_eq!(
+        call_moves(&done),
+        [
+            ("c1", CommitQueued),
+            ("c2", CommitUnknown),
+            ("c3", CommitQueued),
+            ("c1", StartRun),
+            ("c3", StartRun)
+        ]
+    );
+    // An abort kills the killable call; the immune one runs on (the step drains).
+    let s = run.handle(Event::Abort {
+        reason: "stop".into(),
+        kill: KillPolicy::Killable,
+    });
+    assert_eq!(call_moves(&s), [("c1", AbortKilled), ("c3", AbortImmune)]);
+    let s = run.handle(Event::ToolFinished {
+        tool_call_id: "c3".into(),
+        status: ToolStatus::Error,
+        content: "late".into(),
+    });
+    assert_eq!(call_moves(&s), [("c3", FinishedError)]);
+    let _ = run.handle(Event::RunEndCommitted);
+    assert_eq!(
+        statuses(&run),
+        [
+            ("c1".to_string(), ToolStatus::Aborted),
+            ("c2".to_string(), ToolStatus::Error),
+            ("c3".to_string(), ToolStatus::Error)
+        ]
+    );
+}
+
+#[test]
+fn r_ctl_2_a_steering_skip_moves_unstarted_and_killable_calls_to_skipped() {
+    use ToolCallRow::*;
+    let mut cfg = config();
+    cfg.steering = SteeringPolicy::SkipRemaining;
+    cfg.step.parallel_tools = false;
+    let (mut run, done) = running_after(cfg, &["sleep", "calc"]);
+    assert_eq!(
+        call_moves(&done),
+        [("c1", CommitQueued), ("c2", CommitQueued), ("c1", StartRun)]
+    );
+    let s = run.handle(Event::Steer {
+        text: "change of plan".into(),
+    });
+    assert_eq!(call_moves(&s), [("c1", SkipImmune), ("c2", SkipUnstarted)]);
 }
 
 fn kills(step: &Step) -> Vec<&str> {

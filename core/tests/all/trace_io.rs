@@ -3,7 +3,9 @@
 //! tampered one with its diff.
 
 use agentloop_core::message::FinishReason;
-use agentloop_core::trace::{replay, Trace, TraceError, TraceHeader, TraceRecord, TRACE_VERSION};
+use agentloop_core::trace::{
+    replay, Trace, TraceError, TraceHeader, TraceRecord, OLDEST_TRACE_VERSION, TRACE_VERSION,
+};
 use agentloop_core::{
     AttemptId, Effect, Event, Message, MessageDelta, Run, RunConfig, Step, Usage,
 };
@@ -247,10 +249,19 @@ fn r_trace_4_a_trace_starts_with_a_supported_header() {
     assert_eq!(
         err.to_string(),
         format!(
-            "f:1: unsupported trace version {} (this build reads version {TRACE_VERSION})",
+            "f:1: unsupported trace version {} (this build reads versions 3 to {TRACE_VERSION})",
             TRACE_VERSION + 1
         )
     );
+    // Versions before the oldest one read are refused too.
+    h["version"] = serde_json::json!(OLDEST_TRACE_VERSION - 1);
+    assert!(matches!(
+        Trace::parse(&h.to_string(), "f"),
+        Err(TraceError::Version { found: 2, .. })
+    ));
+    // The oldest version read still loads.
+    h["version"] = serde_json::json!(OLDEST_TRACE_VERSION);
+    assert!(Trace::parse(&h.to_string(), "f").is_ok());
     // A header alone is a valid, empty trace.
     let t = Trace::parse(&lines[0], "f").unwrap();
     assert_eq!(t.header, header());

@@ -1,0 +1,74 @@
+//! The tool-call chart's guards (`statecharts/tool_call.toml`) as pure predicates, and the
+//! oracle that picks the row the chart prescribes for a call: the first candidate whose guard
+//! holds. The inner machine evaluates it before it moves a call and reports the verdict as a
+//! [`GuardCheck`](crate::chart::GuardCheck), as it does for its own rows.
+
+use crate::chart::{ToolCallEventKind, ToolCallGuard, ToolCallRow, ToolCallState};
+use crate::event::KillPolicy;
+use crate::message::ToolStatus;
+use crate::process::config::LoopAction;
+use crate::process::data::ProcessData;
+
+/// What the cause of a call's move carries beyond the call and the step's data.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Facts {
+    /// Nothing more.
+    None,
+    /// `Commit`: doom-loop detection's verdict on the call.
+    Commit {
+        /// The action of the loop policy the call triggered.
+        looped: Option<LoopAction>,
+    },
+    /// `Restore`: whether the session log holds the call's result.
+    Restore {
+        /// It does.
+        has_result: bool,
+    },
+    /// `Finished`: the status the runtime reported.
+    Finished(ToolStatus),
+    /// `Abort` or `Skip`: the kill policy in force.
+    Kill(KillPolicy),
+}
+
+/// Evaluates guard `g` for slot `i`. Pure: reads the data, changes nothing.
+fn holds(g: ToolCallGuard, data: &ProcessData, i: usize, facts: Facts) -> bool {
+    let slot = data.slots.get(i);
+    let looped = match facts {
+        Facts::Commit { looped } => looped,
+        _ => None,
+    };
+    match g {
+        ToolCallGuard::Otherwise => true,
+        ToolCallGuard::InvalidArguments => slot.call.invalid_arguments.is_some(),
+        ToolCallGuard::UnknownTool => !data.offers(&slot.call.name),
+        ToolCallGuard::LoopRefused => looped == Some(LoopAction::Stop),
+        ToolCallGuard::NeedsApproval => {
+            looped == Some(LoopAction::Ask) || data.needs_approval(&slot.call)
+        }
+        ToolCallGuard::HasResult => matches!(facts, Facts::Restore { has_result: true }),
+        ToolCallGuard::Ungated => data.cfg.gate_tools && !slot.gated,
+        ToolCallGuard::Succeeded => matches!(facts, Facts::Finished(ToolStatus::Completed)),
+        ToolCallGuard::Killed => match facts {
+            Facts::Kill(kill) => data.killed_by(kill, &slot.call.name),
+            _ => false,
+        },
+        ToolCallGuard::Immune => match facts {
+            Facts::Kill(kill) => !data.killed_by(kill, &slot.call.name),
+            _ => false,
+        },
+    }
+}
+
+/// The row the chart prescribes for slot `i` in `state` on `event`.
+pub(crate) fn expected(
+    state: ToolCallState,
+    event: ToolCallEventKind,
+    data: &ProcessData,
+    i: usize,
+    facts: Facts,
+) -> Option<ToolCallRow> {
+    state
+        .candidates(event)
+        .into_iter()
+        .find(|r| r.guard().is_none_or(|g| holds(g, data, i, facts)))
+}
