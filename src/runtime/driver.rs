@@ -249,6 +249,12 @@ impl Driver<'_> {
     /// An event from the run's background tasks: a tool completion goes through the
     /// completion-order buffer; returns what may be fed to the machine now.
     pub(crate) fn arrived(&mut self, event: Event) -> Vec<Event> {
+        if let Event::TimerElapsed { timer_id } = &event {
+            // A timer the machine cancelled after it fired is not an input.
+            if self.tasks.timers.remove(timer_id).is_none() {
+                return Vec::new();
+            }
+        }
         match self.order.as_mut() {
             Some(order) => order.arrived(event),
             None => vec![event],
@@ -312,7 +318,6 @@ impl Driver<'_> {
             call_id: call.id.clone(),
             root: self.agent.root.clone(),
         };
-        let timeout_ms = self.agent.timeouts.tool_ms;
         let hooks = self.agent.hooks.clone();
         let offload = self.agent.offload.clone();
         let emitter = self.agent.emitter(&self.run_id);
@@ -323,20 +328,17 @@ impl Driver<'_> {
                 let started = emitter.clock.now_ms();
                 let args = call.arguments.clone();
                 let inner = AbortOnDrop(tokio::spawn(async move { tool.call(ctx, args).await }));
-                let (status, mut content) =
-                    match with_deadline(emitter.clock.as_ref(), timeout_ms, inner).await {
-                        Ok(Ok(Ok(out))) => (ToolStatus::Completed, out),
-                        Ok(Ok(Err(e))) => (ToolStatus::Error, e.to_string()),
-                        Ok(Err(join)) if join.is_panic() => (
-                            ToolStatus::Error,
-                            format!("tool panicked: {}", panic_message(join)),
-                        ),
-                        Ok(Err(_)) => (ToolStatus::Error, "tool was cancelled".to_string()),
-                        Err(_) => (
-                            ToolStatus::Error,
-                            format!("tool timed out after {timeout_ms} ms"),
-                        ),
-                    };
+                // The call's deadline is the machine's timer (`StartTimer` with `RunTool`):
+                // when it fires first, the machine kills the call (`KillTool`).
+                let (status, mut content) = match inner.await {
+                    Ok(Ok(out)) => (ToolStatus::Completed, out),
+                    Ok(Err(e)) => (ToolStatus::Error, e.to_string()),
+                    Err(join) if join.is_panic() => (
+                        ToolStatus::Error,
+                        format!("tool panicked: {}", panic_message(join)),
+                    ),
+                    Err(_) => (ToolStatus::Error, "tool was cancelled".to_string()),
+                };
                 hooks.after_tool(&call.id, &call.name, status, &mut content);
                 if let Some(offload) = offload {
                     if let Some((replaced, path, bytes)) =

@@ -653,6 +653,13 @@ impl Agent {
         control: Option<ControlReceiver>,
         record: bool,
     ) -> Result<RunOutput, AgentError> {
+        let mut config = config;
+        // The per-tool deadline is a timer of the machine (R-IN-7): it takes the runtime's
+        // setting unless the configuration names its own.
+        config
+            .step
+            .tool_timeout_ms
+            .get_or_insert(self.timeouts.tool_ms);
         let mut run = Run::new(config.clone());
         let mut trace = record.then(|| {
             Trace::new(TraceHeader {

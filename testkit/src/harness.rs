@@ -156,6 +156,7 @@ impl Setup {
                 ..DoomLoopPolicy::default()
             }),
             gate_tools: self.gate_tools,
+            tool_timeout_ms: Some(1_000),
         }
     }
 
@@ -702,11 +703,13 @@ impl Feeder {
                 5 => Action::Steer,
                 6 => Action::SwitchModel,
                 7 => Action::SetTools(low),
+                8..=10 => Action::TimerElapsed(true),
                 _ => Action::ToolFinished(IdPick::Tracked(low), !roll.is_multiple_of(5)),
             },
             (_, Some(ProcessState::Draining)) => match roll {
                 0..=9 => Action::ToolFinished(IdPick::Unknown, true),
                 10..=14 => Action::Abort,
+                15..=17 => Action::TimerElapsed(true),
                 _ => Action::ToolFinished(IdPick::Tracked(low), !roll.is_multiple_of(3)),
             },
             (_, Some(ProcessState::AwaitingApproval)) => {

@@ -105,6 +105,11 @@ pub struct StepConfig {
     /// the agent builder sets it when hooks are installed.
     #[serde(default)]
     pub gate_tools: bool,
+    /// Per-call deadline: a call still running this long after it started is killed and
+    /// gets an error result (R-IN-7). The machine starts it as a timer effect with each
+    /// `RunTool` (`None`: no deadline; the agent builder sets the runtime's `tool_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_timeout_ms: Option<u64>,
 }
 
 impl Default for StepConfig {
@@ -116,6 +121,7 @@ impl Default for StepConfig {
             immune: Default::default(),
             doom_loop: Some(DoomLoopPolicy::default()),
             gate_tools: false,
+            tool_timeout_ms: None,
         }
     }
 }

@@ -19,6 +19,11 @@ use crate::step::Transition;
 
 pub(crate) use crate::chart::ToolCallState;
 
+/// Marks a timer id as a call's deadline (see `ProcessData::deadline_timer`).
+const DEADLINE_BIT: u64 = 1 << 63;
+/// Bits of a deadline timer id that hold the slot's position.
+const SLOT_BITS: u32 = 24;
+
 /// How a step ended.
 #[derive(Clone, Debug, PartialEq)]
 pub enum StepOutcome {
@@ -137,6 +142,23 @@ impl ProcessData {
 
     pub(crate) fn timer_id(&self) -> u64 {
         u64::from(self.request.model_call_index) * 1_000_000 + u64::from(self.request.attempt)
+    }
+
+    /// The deadline timer of slot `i`: the top bit set (backoff timers never reach it), then
+    /// the step's model-call index and the slot's position.
+    pub(crate) fn deadline_timer(&self, i: usize) -> u64 {
+        DEADLINE_BIT | (u64::from(self.request.model_call_index) << SLOT_BITS) | i as u64
+    }
+
+    /// The running slot whose deadline timer is `timer_id`, if any.
+    pub(crate) fn deadline_of(&self, timer_id: u64) -> Option<usize> {
+        if timer_id & DEADLINE_BIT == 0
+            || (timer_id & !DEADLINE_BIT) >> SLOT_BITS != u64::from(self.request.model_call_index)
+        {
+            return None;
+        }
+        let i = usize::try_from(timer_id & ((1 << SLOT_BITS) - 1)).ok()?;
+        (i < self.slots.len() && self.slots.get(i).state() == ToolCallState::Running).then_some(i)
     }
 
     /// Sends the current attempt's request.
@@ -474,6 +496,34 @@ impl ProcessData {
             arguments: call.arguments.clone(),
         });
         self.out.push(Effect::RunTool { call });
+        if let Some(delay_ms) = self.cfg.tool_timeout_ms {
+            let timer_id = self.deadline_timer(i);
+            self.out.push(Effect::StartTimer { timer_id, delay_ms });
+        }
+    }
+
+    /// Ends the deadline timer of slot `i`, which stopped running.
+    fn cancel_deadline(&mut self, i: usize) {
+        if self.cfg.tool_timeout_ms.is_some() {
+            let timer_id = self.deadline_timer(i);
+            self.out.push(Effect::CancelTimer { timer_id });
+        }
+    }
+
+    /// Slot `i`'s deadline passed while it ran: kill it and close it with an error result.
+    pub(crate) fn tool_deadline(&mut self, i: usize) {
+        let call = self.slots.get(i).call.clone();
+        self.out.push(Effect::KillTool {
+            tool_call_id: call.id.clone(),
+        });
+        self.move_call(i, ToolCallRow::Deadline, Facts::None);
+        let ms = self.cfg.tool_timeout_ms.unwrap_or_default();
+        let r = error_result(
+            &call,
+            ToolStatus::Error,
+            format!("tool timed out after {ms} ms"),
+        );
+        self.record_result(i, r);
     }
 
     /// Starts queued calls: all of them in parallel mode, else one when none runs.
@@ -563,6 +613,7 @@ impl ProcessData {
         } else {
             ToolCallRow::FinishedError
         };
+        self.cancel_deadline(i);
         self.move_call(i, row, Facts::Finished(status));
         self.record_result(i, result);
     }
@@ -702,6 +753,7 @@ impl ProcessData {
                 self.out.push(Effect::KillTool {
                     tool_call_id: id.clone(),
                 });
+                self.cancel_deadline(i);
                 killed
             } else {
                 immune

@@ -62,6 +62,10 @@ pub(crate) fn holds(
         ProcessGuard::AllResults => data.all_results(),
         ProcessGuard::ToolsPending => !data.all_results(),
         ProcessGuard::NotDraining => state != ProcessState::Draining,
+        ProcessGuard::ToolDeadline => match input {
+            Input::Ext(Event::TimerElapsed { timer_id }) => data.deadline_of(*timer_id).is_some(),
+            _ => false,
+        },
         ProcessGuard::ToolsToDrain => match input {
             Input::Ext(Event::Abort { kill, .. }) => {
                 state != ProcessState::Draining && data.would_drain(*kill)

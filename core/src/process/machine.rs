@@ -207,6 +207,14 @@ impl ProcessMachine {
                 context.skip_for_steering();
                 Transition(State::running_tools())
             }
+            Input::Ext(Event::TimerElapsed { timer_id }) => match context.deadline_of(*timer_id) {
+                Some(i) => {
+                    context.take(Row::ToolsDeadline);
+                    context.tool_deadline(i);
+                    Handled
+                }
+                None => Super,
+            },
             Input::Ext(Event::ToolFinished {
                 tool_call_id,
                 status,

@@ -143,6 +143,69 @@ fn r_in_3_each_call_moves_along_the_tool_call_chart() {
     );
 }
 
+/// The deadline timers a step started, by the order of their `RunTool`s.
+fn deadline_timers(step: &Step) -> Vec<(u64, u64)> {
+    step.effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::StartTimer { timer_id, delay_ms } => Some((*timer_id, *delay_ms)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn r_in_7_a_tool_deadline_is_a_machine_timer_that_fails_the_call() {
+    use ToolCallRow::*;
+    let mut cfg = config();
+    cfg.step.tool_timeout_ms = Some(50);
+    let (mut run, done) = running_after(cfg, &["calc", "sleep"]);
+    let timers = deadline_timers(&done);
+    assert_eq!(timers.len(), 2, "one deadline per started call");
+    assert!(timers.iter().all(|&(_, ms)| ms == 50));
+    assert_ne!(timers[0].0, timers[1].0);
+    // c1's deadline passes: the machine kills it and closes it with an error result.
+    let s = run.handle(Event::TimerElapsed {
+        timer_id: timers[0].0,
+    });
+    assert_eq!(call_moves(&s), [("c1", Deadline)]);
+    assert_eq!(kills(&s), ["c1"]);
+    let stored: Vec<&ToolResult> = s
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Persist {
+                entry: Entry::ToolResult { result, .. },
+            } => Some(result),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].content, "tool timed out after 50 ms");
+    assert_eq!(stored[0].status, ToolStatus::Error);
+    // Its late completion is stale; the same timer again is not a deadline any more.
+    let late = run.handle(Event::ToolFinished {
+        tool_call_id: "c1".into(),
+        status: ToolStatus::Completed,
+        content: "5".into(),
+    });
+    assert!(call_moves(&late).is_empty());
+    let again = run.handle(Event::TimerElapsed {
+        timer_id: timers[0].0,
+    });
+    assert!(again.unhandled && again.effects.is_empty());
+    // c2 finishes in time: its timer is cancelled.
+    let s = run.handle(Event::ToolFinished {
+        tool_call_id: "c2".into(),
+        status: ToolStatus::Completed,
+        content: "ok".into(),
+    });
+    assert!(s.effects.contains(&Effect::CancelTimer {
+        timer_id: timers[1].0
+    }));
+    assert_eq!(call_moves(&s), [("c2", FinishedOk)]);
+}
+
 #[test]
 fn r_ctl_2_a_steering_skip_moves_unstarted_and_killable_calls_to_skipped() {
     use ToolCallRow::*;
