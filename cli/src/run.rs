@@ -14,7 +14,7 @@ use agentloop::model::Model;
 use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{control, Agent, AgentError, EventEnvelope, FnSink, RunOutput, Timeouts};
-use agentloop::store::{Durability, Entry, FileStore, SessionLock, SessionStore};
+use agentloop::store::{AnyLock, AnyStore, Durability, Entry, SessionStore, StoreUrl};
 use agentloop::trace::TraceFile;
 
 /// Arguments of `agentloop run`.
@@ -22,8 +22,8 @@ use agentloop::trace::TraceFile;
 pub struct RunArgs {
     /// The prompt.
     pub prompt: String,
-    /// Session id: create or continue this session in the file store (without it, the run
-    /// is a one-shot in-memory session).
+    /// Session id: create or continue this session in the store (without it, the run is a
+    /// one-shot in-memory session).
     #[arg(long)]
     pub session: Option<String>,
     /// Store options (used with `--session`).
@@ -50,23 +50,30 @@ pub struct ResumeArgs {
 /// Where sessions live.
 #[derive(Debug, Args)]
 pub struct StoreArgs {
-    /// Session store directory (default: `$AGENTLOOP_STORE`, else `./.agentloop/sessions`).
+    /// Session store: a directory (default: `$AGENTLOOP_STORE`, else
+    /// `./.agentloop/sessions`), `sqlite:PATH` or `postgres://user@host:port/db`.
     #[arg(long)]
-    pub store: Option<PathBuf>,
+    pub store: Option<StoreUrl>,
     /// When appends reach the disk: `sync` (fsync every entry), `batched` (fsync every 64
     /// entries) or `batched:N`.
     #[arg(long, default_value = "sync")]
     pub durability: Durability,
 }
 
-impl StoreArgs {
-    /// Opens the file store.
-    pub fn open(&self) -> Result<FileStore, String> {
-        let dir = self.store.clone().unwrap_or_else(FileStore::default_dir);
-        FileStore::open(&dir)
-            .map(|s| s.with_durability(self.durability))
-            .map_err(|e| format!("cannot open the session store {}: {e}", dir.display()))
-    }
+/// Opens the store `url` names (the default file store without one): the one place the CLI
+/// turns a `--store` value into a store.
+pub async fn open_store(
+    url: Option<&StoreUrl>,
+    durability: Durability,
+) -> Result<AnyStore, String> {
+    let url = url.cloned().unwrap_or_default();
+    AnyStore::open(&url, durability).await.map_err(|e| {
+        let name = match &url {
+            StoreUrl::Dir(dir) => dir.display().to_string(),
+            other => format!("{other:?}"),
+        };
+        format!("cannot open the session store {name}: {e}")
+    })
 }
 
 /// Options shared by `run` and `resume`: the model, the tools and the runtime.
@@ -205,19 +212,22 @@ fn agent(args: &AgentArgs, store: Option<Arc<dyn SessionStore>>) -> Result<Agent
     Ok(builder.build())
 }
 
-/// A file store with `session` locked for the whole command; torn-tail warnings printed.
+/// A store with `session` locked for the whole command; torn-tail warnings printed.
 struct Locked {
-    store: Arc<FileStore>,
+    store: Arc<AnyStore>,
     session: String,
-    _lock: SessionLock,
+    _lock: AnyLock,
 }
 
 impl Locked {
-    fn open(args: &StoreArgs, session: &str) -> Result<Self, String> {
-        let store = Arc::new(args.open()?);
-        let lock = store.lock(session).map_err(|e| format!("{e}"))?;
-        // Loading under the lock validates the file and cuts a torn last entry.
-        let (_, report) = store.load_blocking(session).map_err(|e| e.to_string())?;
+    async fn open(args: &StoreArgs, session: &str) -> Result<Self, String> {
+        let store = Arc::new(open_store(args.store.as_ref(), args.durability).await?);
+        let lock = store.lock(session).await.map_err(|e| format!("{e}"))?;
+        // Loading under the lock validates the session and cuts a torn last entry.
+        let (_, report) = store
+            .load_report(session)
+            .await
+            .map_err(|e| e.to_string())?;
         for w in &report.warnings {
             eprintln!("[store] warning: {w}");
         }
@@ -229,9 +239,10 @@ impl Locked {
     }
 
     /// Syncs batched appends and releases the writer.
-    fn close(&self) -> Result<(), String> {
+    async fn close(&self) -> Result<(), String> {
         self.store
             .close(&self.session)
+            .await
             .map_err(|e| format!("closing session {}: {e}", self.session))
     }
 }
@@ -291,8 +302,13 @@ fn outcome_code(outcome: Outcome) -> ExitCode {
 
 /// Runs the `run` command.
 pub fn main(args: RunArgs) -> ExitCode {
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => return fail(e),
+    };
     let locked = match &args.session {
-        Some(session) => match Locked::open(&args.store, session) {
+        // Opened on the runtime: a PostgreSQL store's connections run on it.
+        Some(session) => match rt.block_on(Locked::open(&args.store, session)) {
             Ok(l) => Some(l),
             Err(e) => return fail(e),
         },
@@ -305,10 +321,6 @@ pub fn main(args: RunArgs) -> ExitCode {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(e) => return fail(e),
-    };
     let session = args.session.clone().unwrap_or_else(|| "default".into());
     let code = block_on_bounded(rt, async {
         let (controller, rx) = control();
@@ -318,17 +330,20 @@ pub fn main(args: RunArgs) -> ExitCode {
             }
         });
         let input = vec![agentloop::Message::user(args.prompt.clone())];
-        match agent
+        let code = match agent
             .run_with(&session, input, Some(rx), args.agent.trace.is_some())
             .await
         {
             Ok(out) => finish(&args.agent, &out),
             Err(e) => fail(e),
+        };
+        if let Some(locked) = &locked {
+            if let Err(e) = locked.close().await {
+                return fail(e);
+            }
         }
+        code
     });
-    if let Some(Err(e)) = locked.as_ref().map(Locked::close) {
-        return fail(e);
-    }
     code
 }
 
@@ -348,15 +363,17 @@ fn last_outcome(entries: &[Entry]) -> Option<(String, String)> {
 pub const NOTHING_TO_RESUME: u8 = 3;
 
 /// Reports a session without entries; [`NOTHING_TO_RESUME`].
-fn nothing_to_resume(session: &str, store: &FileStore) -> ExitCode {
-    let file = store
-        .session_path(session)
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
-    let found = if std::fs::symlink_metadata(&file).is_ok() {
-        format!("session {session} has no entries ({file} is empty)")
-    } else {
-        format!("no session {session} in {}", store.dir().display())
+async fn nothing_to_resume(session: &str, store: &AnyStore) -> ExitCode {
+    let found = match (store.exists(session).await, store) {
+        (Ok(true), AnyStore::File(files)) => format!(
+            "session {session} has no entries ({} is empty)",
+            files
+                .session_path(session)
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        ),
+        (Ok(true), _) => format!("session {session} has no entries"),
+        _ => format!("no session {session} in {}", store.location()),
     };
     eprintln!(
         "{found}: nothing to resume (a run killed before its first write stores nothing); \
@@ -369,23 +386,24 @@ fn nothing_to_resume(session: &str, store: &FileStore) -> ExitCode {
 /// code is that of its last run (so "resume until it exits 0" is a safe loop); a session
 /// without entries exits [`NOTHING_TO_RESUME`].
 pub fn resume_main(args: ResumeArgs) -> ExitCode {
-    let locked = match Locked::open(&args.store, &args.session) {
-        Ok(l) => l,
+    let rt = match runtime() {
+        Ok(rt) => rt,
         Err(e) => return fail(e),
     };
-    let entries = match locked.store.load_blocking(&args.session) {
-        Ok((entries, _)) => entries,
+    let opened = rt.block_on(async {
+        let locked = Locked::open(&args.store, &args.session).await?;
+        let entries = locked.store.load_report(&args.session).await;
+        Ok::<_, String>((locked, entries.map_err(|e| e.to_string())?.0))
+    });
+    let (locked, entries) = match opened {
+        Ok(opened) => opened,
         Err(e) => return fail(e),
     };
     if entries.is_empty() {
-        return nothing_to_resume(&args.session, &locked.store);
+        return rt.block_on(nothing_to_resume(&args.session, &locked.store));
     }
     let agent = match agent(&args.agent, Some(locked.store.clone())) {
         Ok(a) => a,
-        Err(e) => return fail(e),
-    };
-    let rt = match runtime() {
-        Ok(rt) => rt,
         Err(e) => return fail(e),
     };
     let code = block_on_bounded(rt, async {
@@ -395,7 +413,7 @@ pub fn resume_main(args: ResumeArgs) -> ExitCode {
                 controller.abort("interrupted (Ctrl-C)");
             }
         });
-        match agent
+        let code = match agent
             .resume_with(&args.session, Some(rx), args.agent.trace.is_some())
             .await
         {
@@ -414,11 +432,12 @@ pub fn resume_main(args: ResumeArgs) -> ExitCode {
                 None => fail(format!("session {session} has no run to resume")),
             },
             Err(e) => fail(e),
+        };
+        if let Err(e) = locked.close().await {
+            return fail(e);
         }
+        code
     });
-    if let Err(e) = locked.close() {
-        return fail(e);
-    }
     code
 }
 

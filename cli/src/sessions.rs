@@ -8,7 +8,6 @@
 //! corrupt, unsupported version, IO error).
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::UNIX_EPOCH;
 
@@ -16,16 +15,19 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use agentloop::message::{Message, ToolStatus};
 use agentloop::store::{
-    check, export_jsonl, export_markdown, list_sessions, pending, Entry, FileStore, LoadReport,
-    StoreError,
+    check, export_jsonl, export_markdown, pending, AnyStore, Durability, Entry, LoadReport,
+    StoreError, StoreUrl,
 };
+
+use crate::run::open_store;
 
 /// Arguments of `agentloop sessions`.
 #[derive(Debug, Args)]
 pub struct SessionsArgs {
-    /// Session store directory (default: `$AGENTLOOP_STORE`, else `./.agentloop/sessions`).
+    /// Session store: a directory (default: `$AGENTLOOP_STORE`, else
+    /// `./.agentloop/sessions`), `sqlite:PATH` or `postgres://user@host:port/db`.
     #[arg(long, global = true)]
-    pub store: Option<PathBuf>,
+    pub store: Option<StoreUrl>,
     /// What to do.
     #[command(subcommand)]
     pub command: SessionsCommand,
@@ -72,26 +74,29 @@ fn fail(message: impl std::fmt::Display) -> ExitCode {
 
 /// Runs the `sessions` command.
 pub fn main(args: SessionsArgs) -> ExitCode {
-    let dir = args.store.clone().unwrap_or_else(FileStore::default_dir);
-    if let SessionsCommand::List = args.command {
-        return list(&dir);
-    }
-    let store = match FileStore::open(&dir) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(format!("cannot start the runtime: {e}")),
+    };
+    rt.block_on(run(args))
+}
+
+async fn run(args: SessionsArgs) -> ExitCode {
+    // Durability does not matter: these commands never append.
+    let store = match open_store(args.store.as_ref(), Durability::Sync).await {
         Ok(s) => s,
-        Err(e) => {
-            return fail(format!(
-                "cannot open the session store {}: {e}",
-                dir.display()
-            ))
-        }
+        Err(e) => return fail(e),
     };
     let id = match &args.command {
-        SessionsCommand::List => return ExitCode::SUCCESS,
+        SessionsCommand::List => return list(&store).await,
         SessionsCommand::Show { id }
         | SessionsCommand::Check { id }
         | SessionsCommand::Export { id, .. } => id.clone(),
     };
-    let (entries, report) = match load(&store, &id) {
+    let (entries, report) = match load(&store, &id).await {
         Ok(loaded) => loaded,
         Err(e) => return fail(e),
     };
@@ -127,17 +132,18 @@ pub fn main(args: SessionsArgs) -> ExitCode {
 }
 
 /// Loads a session that must exist, read-only (no lock).
-fn load(store: &FileStore, id: &str) -> Result<(Vec<Entry>, LoadReport), String> {
-    let path = store.session_path(id).map_err(|e| e.to_string())?;
-    // Not `is_file`, which follows a link: a link (or FIFO) is refused by the load, by name.
-    if std::fs::symlink_metadata(&path).is_err() {
-        return Err(format!(
-            "no session {id} in {} (no file {})",
-            store.dir().display(),
-            path.display()
-        ));
+async fn load(store: &AnyStore, id: &str) -> Result<(Vec<Entry>, LoadReport), String> {
+    if !store.exists(id).await.map_err(|e| e.to_string())? {
+        let file = match store {
+            AnyStore::File(files) => files
+                .session_path(id)
+                .map(|p| format!(" (no file {})", p.display()))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        return Err(format!("no session {id} in {}{file}", store.location()));
     }
-    store.load_blocking(id).map_err(|e| e.to_string())
+    store.load_report(id).await.map_err(|e| e.to_string())
 }
 
 /// The state of a session's last run: `completed`/`failed`/`aborted`, `interrupted`, or `empty`.
@@ -155,19 +161,15 @@ fn status(entries: &[Entry]) -> String {
     }
 }
 
-fn list(dir: &std::path::Path) -> ExitCode {
-    let sessions = match list_sessions(dir) {
+async fn list(store: &AnyStore) -> ExitCode {
+    let sessions = match store.list().await {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
     if sessions.is_empty() {
-        eprintln!("no sessions in {}", dir.display());
+        eprintln!("no sessions in {}", store.location());
         return ExitCode::SUCCESS;
     }
-    let store = match FileStore::open(dir) {
-        Ok(s) => s,
-        Err(e) => return fail(e),
-    };
     println!(
         "{:<32} {:>8} {:>10} {:>12}  status",
         "session", "entries", "bytes", "modified"
@@ -175,10 +177,13 @@ fn list(dir: &std::path::Path) -> ExitCode {
     for s in sessions {
         let state = match s.not_regular {
             Some(kind) => format!("refused: {kind}, not a regular file (not followed)"),
-            None => match store.load_blocking(&s.id) {
+            None => match store.load_report(&s.id).await {
                 Ok((entries, _)) => status(&entries),
                 Err(StoreError::LineTooLong { line, .. }) => {
                     format!("unreadable: line {line} is over the entry size limit")
+                }
+                Err(StoreError::RowTooLong { seq, .. }) => {
+                    format!("unreadable: row {seq} is over the entry size limit")
                 }
                 Err(StoreError::NotRegularFile { kind, .. }) => {
                     format!("refused: {kind}, not a regular file (not followed)")

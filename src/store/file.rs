@@ -94,94 +94,14 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use async_trait::async_trait;
 
+use super::lock::{io_err, open_err, LockFile};
+pub use super::options::{validate_session_id, Durability, MAX_SESSION_ID_LEN};
 use super::records::{encode_bounded, scan, Scan, Torn, DEFAULT_MAX_ENTRY_BYTES};
 use super::{Entry, EntryKey, LoadReport, SessionStore, StoreError};
 use crate::regular_file::{open_regular, OpenError};
 
 /// The environment variable naming the default store directory.
 pub const STORE_ENV: &str = "AGENTLOOP_STORE";
-
-/// Longest accepted session id, in bytes (file names are limited to 255 bytes).
-pub const MAX_SESSION_ID_LEN: usize = 200;
-
-/// When appended entries reach the disk.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Durability {
-    /// `fdatasync` before each append returns (default).
-    #[default]
-    Sync,
-    /// Write to the OS at once, `fdatasync` every `every` appends (and on sync, close and
-    /// drop). Loss window on OS crash: up to `every - 1` acknowledged entries.
-    Batched {
-        /// Appends per fsync (0 is treated as 1).
-        every: u32,
-    },
-}
-
-impl std::str::FromStr for Durability {
-    type Err = String;
-
-    /// `sync`, `batched` (fsync every 64 appends) or `batched:N`.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.split_once(':') {
-            None if s == "sync" => Ok(Durability::Sync),
-            None if s == "batched" => Ok(Durability::Batched { every: 64 }),
-            Some(("batched", n)) => match n.parse::<u32>() {
-                Ok(every) if every > 0 => Ok(Durability::Batched { every }),
-                _ => Err(format!(
-                    "invalid batch size {n:?} (expected a positive integer)"
-                )),
-            },
-            _ => Err(format!(
-                "invalid durability {s:?} (expected `sync`, `batched` or `batched:N`)"
-            )),
-        }
-    }
-}
-
-impl std::fmt::Display for Durability {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Durability::Sync => f.write_str("sync"),
-            Durability::Batched { every } => write!(f, "batched:{every}"),
-        }
-    }
-}
-
-/// Checks that `session` can name a session file: non-empty, at most
-/// [`MAX_SESSION_ID_LEN`] bytes, no path separators, no `..`, no leading `.`, no control
-/// characters.
-pub fn validate_session_id(session: &str) -> Result<(), StoreError> {
-    let reason = if session.is_empty() {
-        Some("must not be empty")
-    } else if session.len() > MAX_SESSION_ID_LEN {
-        Some("longer than 200 bytes")
-    } else if session.contains(['/', '\\']) {
-        Some("must not contain path separators")
-    } else if session.contains("..") {
-        Some("must not contain `..`")
-    } else if session.starts_with('.') {
-        Some("must not start with `.`")
-    } else if session.chars().any(char::is_control) {
-        Some("must not contain control characters")
-    } else {
-        None
-    };
-    match reason {
-        Some(reason) => Err(StoreError::InvalidSession {
-            session: session.to_string(),
-            reason,
-        }),
-        None => Ok(()),
-    }
-}
-
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io {
-        path: path.display().to_string(),
-        source,
-    }
-}
 
 /// Opens an existing session or lock file with `options`, refusing anything but a regular
 /// file (links are not followed, FIFOs not waited on); `Ok(None)` when it does not exist.
@@ -190,16 +110,6 @@ fn open_existing(path: &Path, options: &mut OpenOptions) -> Result<Option<File>,
         Ok(file) => Ok(Some(file)),
         Err(OpenError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(open_err(path, e)),
-    }
-}
-
-fn open_err(path: &Path, e: OpenError) -> StoreError {
-    match e {
-        OpenError::NotRegular(kind) => StoreError::NotRegularFile {
-            path: path.display().to_string(),
-            kind,
-        },
-        OpenError::Io(source) => io_err(path)(source),
     }
 }
 
@@ -213,43 +123,6 @@ fn read_scan(path: &Path, limit: u64) -> Result<Scan, StoreError> {
 
 fn poisoned<T>(_: T) -> StoreError {
     StoreError::Other("file store mutex poisoned".into())
-}
-
-/// An acquired OS lock on `<session>.lock`; released when the descriptor is closed.
-#[derive(Debug)]
-struct LockFile {
-    file: File,
-}
-
-impl LockFile {
-    fn acquire(session: &str, path: &Path) -> Result<Self, StoreError> {
-        let file = open_regular(
-            path,
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false),
-        )
-        .map_err(|e| open_err(path, e))?;
-        // Fully qualified: newer std has inherent `File::try_lock`/`unlock` with other
-        // signatures.
-        match fs4::fs_std::FileExt::try_lock_exclusive(&file) {
-            Ok(true) => Ok(LockFile { file }),
-            Ok(false) => Err(StoreError::Locked {
-                session: session.to_string(),
-                path: path.display().to_string(),
-            }),
-            Err(e) => Err(io_err(path)(e)),
-        }
-    }
-}
-
-impl Drop for LockFile {
-    fn drop(&mut self) {
-        // Closing the descriptor releases the lock anyway; unlocking first is explicit.
-        let _ = fs4::fs_std::FileExt::unlock(&self.file);
-    }
 }
 
 /// Exclusive ownership of one session, across processes. Released on drop (see the
@@ -702,45 +575,5 @@ impl SessionStore for FileStore {
         session: &str,
     ) -> Result<(Vec<Entry>, LoadReport), StoreError> {
         self.load_blocking(session)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durability_parses_and_prints() {
-        for (text, d) in [
-            ("sync", Durability::Sync),
-            ("batched", Durability::Batched { every: 64 }),
-            ("batched:8", Durability::Batched { every: 8 }),
-        ] {
-            assert_eq!(text.parse::<Durability>(), Ok(d));
-        }
-        assert_eq!(
-            Durability::Batched { every: 8 }.to_string().parse(),
-            Ok(Durability::Batched { every: 8 })
-        );
-        for bad in ["", "fsync", "batched:0", "batched:x", "sync:1"] {
-            assert!(bad.parse::<Durability>().is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn session_ids_are_validated() {
-        for bad in ["", "a/b", "a\\b", "..", "x..y", ".hidden", "a\nb"] {
-            assert!(
-                matches!(
-                    validate_session_id(bad),
-                    Err(StoreError::InvalidSession { .. })
-                ),
-                "{bad:?} accepted"
-            );
-        }
-        assert!(validate_session_id(&"x".repeat(201)).is_err());
-        for good in ["s1", "2024-01-01T10:00", "my_session.v2"] {
-            assert!(validate_session_id(good).is_ok(), "{good:?} rejected");
-        }
     }
 }

@@ -1,24 +1,41 @@
 //! The session store port: append-only session entries, and the in-memory store.
 //!
 //! Submodules: [`file`](mod@file) (the embedded JSON Lines store), [`records`] (its line
-//! format and bounded scan), [`fault`] (fault injection),
+//! format and bounded scan), [`sql`] (the SQL stores' shared logic), [`sqlite`] and
+//! [`postgres`] (the SQL backends, cargo features `sqlite-store` / `postgres-store`),
+//! [`url`] (opening any store by URL), [`fault`] (fault injection),
 //! [`check`](mod@check) (pairing invariant), [`repair`](mod@repair) (its repair),
 //! [`history`](mod@history) (model context from entries) and
 //! [`export`] (JSONL / Markdown export, listing).
 //!
-//! Plugging in another backend (SQLite, PostgreSQL) means implementing [`SessionStore`]:
-//! `load` returns the entries in append order, `append` persists one entry durably and
-//! treats an entry whose [`Entry::idempotency_key`] is already stored as a no-op. A table
-//! `(session, seq, entry_json)` with a unique index on `(session, idempotency_key)` and
-//! `INSERT .. ON CONFLICT DO NOTHING` is the whole job.
+//! Plugging in another backend means implementing [`SessionStore`]: `load` returns the
+//! entries in append order, `append` persists one entry durably and treats an entry whose
+//! [`Entry::idempotency_key`] is already stored as a no-op. Another SQL database is easier:
+//! implement [`sql::SqlBackend`] (rows in, rows out, a lock) and [`sql::SqlStore`] does the
+//! rest the way the SQLite and PostgreSQL stores do.
 
 #[cfg(feature = "file-store")]
 pub mod export;
 pub mod fault;
 #[cfg(feature = "file-store")]
 pub mod file;
-#[cfg(feature = "file-store")]
+#[cfg(any(feature = "file-store", feature = "sqlite-store"))]
+mod lock;
+mod options;
+#[cfg(feature = "postgres-store")]
+pub mod postgres;
+#[cfg(any(
+    feature = "file-store",
+    feature = "sqlite-store",
+    feature = "postgres-store"
+))]
 pub mod records;
+#[cfg(any(feature = "sqlite-store", feature = "postgres-store"))]
+pub mod sql;
+#[cfg(feature = "sqlite-store")]
+pub mod sqlite;
+#[cfg(feature = "file-store")]
+pub mod url;
 
 pub use agentloop_core::session_log::{check, history};
 pub use agentloop_core::session_log::{
@@ -30,9 +47,22 @@ pub use agentloop_core::session_log::{
 pub use export::{export_jsonl, export_markdown, list_sessions, SessionInfo};
 pub use fault::{FaultPoint, FaultyStore};
 #[cfg(feature = "file-store")]
-pub use file::{validate_session_id, Durability, FileStore, SessionLock};
-#[cfg(feature = "file-store")]
+pub use file::{FileStore, SessionLock};
+pub use options::{validate_session_id, Durability, MAX_SESSION_ID_LEN};
+#[cfg(feature = "postgres-store")]
+pub use postgres::{PostgresBackend, PostgresStore};
+#[cfg(any(
+    feature = "file-store",
+    feature = "sqlite-store",
+    feature = "postgres-store"
+))]
 pub use records::{DEFAULT_MAX_ENTRY_BYTES, RECORD_VERSION};
+#[cfg(any(feature = "sqlite-store", feature = "postgres-store"))]
+pub use sql::{SqlBackend, SqlRow, SqlSessionInfo, SqlSessionLock, SqlStore};
+#[cfg(feature = "sqlite-store")]
+pub use sqlite::{SqliteBackend, SqliteStore};
+#[cfg(feature = "file-store")]
+pub use url::{AnyLock, AnyStore, StoreUrl};
 
 pub use crate::regular_file::FileKind;
 
@@ -70,7 +100,7 @@ pub enum StoreError {
     Locked {
         /// The session id.
         session: String,
-        /// The lock file.
+        /// The lock file (for a PostgreSQL store: the advisory lock, `pg_advisory_lock(KEY)`).
         path: String,
     },
     /// A stored entry could not be read.
@@ -128,6 +158,44 @@ pub enum StoreError {
         /// The limit.
         limit: u64,
     },
+    /// A stored row of a SQL store is not a valid record (a row whose JSON does not parse
+    /// before the last one, a `seq` gap, an invalid entry, another record version).
+    #[error("corrupt row in {store}: session {session}, seq {seq}: {detail}")]
+    CorruptRow {
+        /// The store (`sqlite:PATH`, `postgres://host:port/db`).
+        store: String,
+        /// The session.
+        session: String,
+        /// The row's `seq`.
+        seq: i64,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A stored row of a SQL store is longer than the store's entry size limit; it was not
+    /// fetched (a store with a larger limit can read it).
+    #[error("{store}: session {session}, seq {seq}: the record of {bytes} bytes is longer than the limit of {limit} bytes per entry; not loaded (a store with a larger limit can read it)")]
+    RowTooLong {
+        /// The store.
+        store: String,
+        /// The session.
+        session: String,
+        /// The row's `seq`.
+        seq: i64,
+        /// The record's size.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A SQL store's schema is newer than this build knows (or its version is unreadable).
+    #[error("{store}: schema version {found}, this build knows versions up to {supported}; refusing to use it")]
+    SchemaVersion {
+        /// The store.
+        store: String,
+        /// The version found.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
     /// The session id cannot name a session file.
     #[error("invalid session id {session:?}: {reason}")]
     InvalidSession {
@@ -135,6 +203,14 @@ pub enum StoreError {
         session: String,
         /// Why.
         reason: &'static str,
+    },
+    /// A database call of a SQL store failed.
+    #[error("session store database error at {store}: {source}")]
+    Database {
+        /// The store (`sqlite:PATH`, `postgres://host:port/db`).
+        store: String,
+        /// The driver's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// Any other failure (injected faults, backends).
     #[error("session store error: {0}")]

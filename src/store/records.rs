@@ -6,6 +6,9 @@
 //! longer than the limit is [`StoreError::LineTooLong`] as soon as the limit is passed,
 //! without reading the rest of it.
 
+// The line scan is the file store's; a build with only SQL stores uses the record rule alone.
+#![cfg_attr(not(feature = "file-store"), allow(dead_code))]
+
 use std::io::{BufRead, Write};
 use std::path::Path;
 
@@ -121,6 +124,38 @@ fn decode_record(line: &[u8]) -> Result<(u64, Entry), RecordError> {
     Ok((seq, entry))
 }
 
+/// What one stored record (a file line, a database row) holds, given the `seq` it must have
+/// and whether it is the last one: the file and SQL stores judge records by this one rule.
+// Short-lived (one per record, consumed at once): boxing the entry would only add an
+// allocation per record.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Verdict {
+    /// A valid record with the expected `seq`.
+    Entry(Entry),
+    /// The last record does not parse: a torn write (reported, cut by a lock holder).
+    Torn(String),
+    /// Anything else wrong (a bad record before the last, a `seq` gap, an invalid entry).
+    Corrupt(String),
+    /// A record of another format version (never skipped).
+    Version(String),
+}
+
+/// Judges one record (without its newline) that must carry `seq == expected`.
+pub(crate) fn judge_record(line: &[u8], expected: u64, is_last: bool) -> Verdict {
+    match decode_record(line) {
+        Ok((seq, _)) if seq != expected => Verdict::Corrupt(format!(
+            "expected seq {expected}, found {seq} (lost or reordered records)"
+        )),
+        Ok((_, entry)) => Verdict::Entry(entry),
+        Err(RecordError::Syntax(e)) if is_last => {
+            Verdict::Torn(format!("last record does not parse ({e})"))
+        }
+        Err(RecordError::Syntax(e)) => Verdict::Corrupt(format!("not JSON: {e}")),
+        Err(RecordError::Schema(e)) => Verdict::Corrupt(e),
+        Err(RecordError::Version(version)) => Verdict::Version(version),
+    }
+}
+
 /// A torn last record.
 #[derive(Debug)]
 pub(crate) struct Torn {
@@ -224,28 +259,19 @@ pub(crate) fn scan(path: &Path, mut reader: impl BufRead, limit: u64) -> Result<
             Line::Complete => {}
         }
         let is_last = reader.fill_buf().map_err(io)?.is_empty();
-        match decode_record(&line) {
-            Ok((seq, entry)) => {
-                let expected = out.entries.len() as u64 + 1;
-                if seq != expected {
-                    return Err(corrupt(
-                        offset,
-                        format!("expected seq {expected}, found {seq} (lost or reordered records)"),
-                    ));
-                }
-                out.entries.push(entry);
-            }
-            Err(RecordError::Syntax(e)) if is_last => {
+        let expected = out.entries.len() as u64 + 1;
+        match judge_record(&line, expected, is_last) {
+            Verdict::Entry(entry) => out.entries.push(entry),
+            Verdict::Torn(why) => {
                 out.torn = Some(Torn {
                     offset,
                     len: line.len() as u64 + 1,
-                    why: format!("last record does not parse ({e})"),
+                    why,
                 });
                 break;
             }
-            Err(RecordError::Syntax(e)) => return Err(corrupt(offset, format!("not JSON: {e}"))),
-            Err(RecordError::Schema(e)) => return Err(corrupt(offset, e)),
-            Err(RecordError::Version(version)) => {
+            Verdict::Corrupt(detail) => return Err(corrupt(offset, detail)),
+            Verdict::Version(version) => {
                 return Err(StoreError::UnsupportedVersion {
                     path: path.display().to_string(),
                     offset,
