@@ -153,6 +153,36 @@ impl PgServer {
     }
 }
 
+impl PgServer {
+    fn psql_command(&self, db: &str, sql: &str) -> Command {
+        let mut cmd = Command::new(self.bin.join("psql"));
+        cmd.args(["-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1"])
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+            ])
+            .args(["-d", db, "-c", sql]);
+        cmd
+    }
+
+    /// Runs `sql` in database `db` with `psql` and waits for it.
+    pub fn psql(&self, db: &str, sql: &str) -> Output {
+        self.psql_command(db, sql).output().expect("run psql")
+    }
+
+    /// Starts `psql` running `sql` in database `db` without waiting for it.
+    pub fn psql_child(&self, db: &str, sql: &str) -> std::process::Child {
+        self.psql_command(db, sql)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start psql")
+    }
+}
+
 impl Drop for PgServer {
     fn drop(&mut self) {
         let data = self.dir.path().join("data");
