@@ -498,7 +498,8 @@ async fn append_rate() {
         ] {
             let rate = append_rate_of(t, durability, n).await;
             println!(
-                "append_rate {name:<8} {durability:<10} {n:>5} appends: {rate:>9.0} appends/s"
+                "append_rate {name:<8} {:<10} {n:>5} appends: {rate:>9.0} appends/s",
+                durability.to_string()
             );
         }
     }

@@ -5,14 +5,17 @@ use super::StoreError;
 /// Longest accepted session id, in bytes (file names are limited to 255 bytes).
 pub const MAX_SESSION_ID_LEN: usize = 200;
 
-/// When appended entries reach the disk.
+/// When appended entries reach the disk. Every store has both modes; how each makes an
+/// append durable is in its docs (the file store: `fdatasync`; SQLite:
+/// `synchronous = FULL` in WAL mode; PostgreSQL: `synchronous_commit = on`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Durability {
-    /// `fdatasync` before each append returns (default).
+    /// Durable before each append returns (default).
     #[default]
     Sync,
-    /// Write to the OS at once, `fdatasync` every `every` appends (and on sync, close and
-    /// drop). Loss window on OS crash: up to `every - 1` acknowledged entries.
+    /// Written at once (a killed process loses nothing), made durable every `every` appends
+    /// (and on sync, close and drop). Loss window on OS (or database server) crash: up to
+    /// `every - 1` acknowledged entries, always a suffix.
     Batched {
         /// Appends per fsync (0 is treated as 1).
         every: u32,

@@ -1,5 +1,5 @@
 //! The PostgreSQL session store (cargo feature `postgres-store`): sessions in one table,
-//! rows judged, locked and appended by [`SqlStore`](super::SqlStore) (see
+//! rows judged, locked and appended by [`SqlStore`] (see
 //! [`sql`](super::sql)).
 //!
 //! # Schema
@@ -195,14 +195,18 @@ async fn migrate(client: &mut Client, store: &str) -> Result<(), StoreError> {
 }
 
 impl PostgresBackend {
-    /// Connects to `url` (`postgres://user@host:port/db`, or a `key=value` string) and creates
-    /// or checks the schema. Connections are unencrypted (`NoTls`): use it on a trusted
+    /// Connects to `url` (`postgres://user@host:port/db`, or a `key=value` string; a 10 s
+    /// connect timeout unless it sets one) and creates or checks the schema. Connections are unencrypted (`NoTls`): use it on a trusted
     /// network or a local socket.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let config: Config = url.parse().map_err(|e| StoreError::Database {
+        let mut config: Config = url.parse().map_err(|e| StoreError::Database {
             store: "postgres".into(),
             source: Box::new(e),
         })?;
+        if config.get_connect_timeout().is_none() {
+            // An unreachable host fails in seconds, not after the OS's TCP timeout.
+            config.connect_timeout(std::time::Duration::from_secs(10));
+        }
         let location = location_of(&config);
         let (mut client, task) = connect(&config, &location).await?;
         migrate(&mut client, &location).await?;

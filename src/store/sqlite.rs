@@ -1,5 +1,5 @@
 //! The SQLite session store (cargo feature `sqlite-store`): many sessions in one database
-//! file, rows judged, locked and appended by [`SqlStore`](super::SqlStore) (see
+//! file, rows judged, locked and appended by [`SqlStore`] (see
 //! [`sql`](super::sql)).
 //!
 //! # Schema (version 1, in `PRAGMA user_version`)

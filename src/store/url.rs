@@ -47,9 +47,14 @@ impl std::str::FromStr for StoreUrl {
 }
 
 impl Default for StoreUrl {
-    /// The file store in [`FileStore::default_dir`].
+    /// `$AGENTLOOP_STORE` when it holds a `sqlite:` or `postgres` URL, else the file store in
+    /// [`FileStore::default_dir`] (which reads `$AGENTLOOP_STORE` as a directory).
     fn default() -> Self {
-        StoreUrl::Dir(FileStore::default_dir())
+        let env = std::env::var(super::file::STORE_ENV).ok();
+        match env.as_deref().map(str::parse::<StoreUrl>) {
+            Some(Ok(url)) if !matches!(url, StoreUrl::Dir(_)) => url,
+            _ => StoreUrl::Dir(FileStore::default_dir()),
+        }
     }
 }
 
