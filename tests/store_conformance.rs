@@ -424,6 +424,30 @@ async fn invalid_session_ids_are_typed_errors(t: &Target) {
     }
 }
 
+async fn sessions_are_written_concurrently(t: &Target) {
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let store = t.open().await;
+        writers.push(tokio::spawn(async move {
+            let session = format!("conc{w}");
+            for i in 0..20 {
+                store
+                    .append(&session, &user(&format!("r{i}"), "x"))
+                    .await
+                    .expect("append");
+            }
+            store.close(&session).await.expect("close");
+        }));
+    }
+    for w in writers {
+        w.await.expect("writer");
+    }
+    let s = t.open().await;
+    for w in 0..4 {
+        assert_eq!(s.load(&format!("conc{w}")).await.expect("load").len(), 20);
+    }
+}
+
 async fn conformance(t: &Target) {
     macro_rules! body {
         ($f:ident) => {
@@ -440,6 +464,7 @@ async fn conformance(t: &Target) {
     body!(oversized_entries_are_refused_on_write_and_read);
     body!(batched_durability_keeps_every_acknowledged_entry);
     body!(invalid_session_ids_are_typed_errors);
+    body!(sessions_are_written_concurrently);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -458,6 +483,38 @@ async fn sqlite_store_conforms() {
 async fn postgres_store_conforms() {
     let Some(t) = Target::postgres() else { return };
     conformance(&t).await;
+}
+
+/// PostgreSQL only: when the server ends the holder's lock connection (a worker's host
+/// vanished, a network cut), the session is free for another worker, and the old holder's
+/// appends fail instead of writing beside the new one.
+#[cfg(feature = "postgres-store")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_dead_lock_connection_frees_the_session_and_fences_its_holder() {
+    let Some(t) = Target::postgres() else { return };
+    let Kind::Postgres(url) = &t.kind else {
+        unreachable!()
+    };
+    let a = t.open().await;
+    let b = t.open().await;
+    let _la = a.lock("dead").await.expect("lock");
+    a.append("dead", &user("r1", "a")).await.expect("append");
+    assert!(is_locked(&b.lock("dead").await));
+    pg_execute(
+        url,
+        "SELECT pg_terminate_backend(pid) FROM pg_locks \
+         WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()",
+        &[],
+    )
+    .await;
+    let _lb = lock_soon(&b, "dead").await;
+    b.append("dead", &user("r2", "b")).await.expect("append");
+    assert!(
+        a.append("dead", &user("r3", "a")).await.is_err(),
+        "the old holder wrote without its lock"
+    );
+    let entries = b.load("dead").await.expect("load");
+    assert_eq!(entries, vec![user("r1", "a"), user("r2", "b")]);
 }
 
 // ---------------------------------------------------------------------------------------
