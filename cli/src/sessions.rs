@@ -85,6 +85,23 @@ pub fn main(args: SessionsArgs) -> ExitCode {
 }
 
 async fn run(args: SessionsArgs) -> ExitCode {
+    // These commands only read: a SQLite database that is not there is not created.
+    if let Some(StoreUrl::Sqlite(path)) = &args.store {
+        if std::fs::symlink_metadata(path).is_err() {
+            let location = format!("sqlite:{}", path.display());
+            return match &args.command {
+                SessionsCommand::List => {
+                    eprintln!("no sessions in {location} (no database file)");
+                    ExitCode::SUCCESS
+                }
+                SessionsCommand::Show { id }
+                | SessionsCommand::Check { id }
+                | SessionsCommand::Export { id, .. } => {
+                    fail(format!("no session {id} in {location} (no database file)"))
+                }
+            };
+        }
+    }
     // Durability does not matter: these commands never append.
     let store = match open_store(args.store.as_ref(), Durability::Sync).await {
         Ok(s) => s,

@@ -100,6 +100,12 @@ fn sqlite_store_from_the_command_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("sessions.db");
     let store = format!("sqlite:{}", db.display());
+    // Reading a database that is not there does not create it.
+    let list = agentloop(dir.path(), &["sessions", "list", "--store", &store]);
+    assert!(list.status.success(), "{}", text(&list));
+    let show = agentloop(dir.path(), &["sessions", "show", "s", "--store", &store]);
+    assert_eq!(show.status.code(), Some(2), "{}", text(&show));
+    assert!(!db.exists(), "a read created the database");
     journey(dir.path(), &store);
 
     let conn = rusqlite::Connection::open(&db).expect("open database");

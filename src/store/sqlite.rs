@@ -90,6 +90,21 @@ impl std::fmt::Debug for SqliteBackend {
     }
 }
 
+impl Drop for SqliteBackend {
+    /// Checkpoints, which syncs the WAL: batched appends not yet synced become durable when
+    /// the store is dropped without `close`, as the file store syncs on drop.
+    fn drop(&mut self) {
+        if let Ok(db) = self.db.lock() {
+            if let Err(e) = db
+                .conn
+                .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+            {
+                tracing::error!(target: "agentloop::store", "sqlite checkpoint on drop failed: {e}");
+            }
+        }
+    }
+}
+
 fn db_err(store: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
     move |e| StoreError::Database {
         store: store.to_string(),
