@@ -371,6 +371,15 @@ async fn lock_contention(t: &Target) {
     assert_eq!(b.load("lk").await.expect("load").len(), 2);
     assert!(is_locked(&a.lock("lk").await), "now held by b");
     b.close("lk").await.expect("close");
+
+    // Within one store, a lock and an append racing for a session share one lock.
+    let c = t.open().await;
+    let entry = user("r1", "c");
+    let (lock, appended) = tokio::join!(c.lock("race"), c.append("race", &entry));
+    let _lock = lock.expect("lock");
+    appended.expect("append");
+    assert!(is_locked(&a.lock("race").await));
+    c.close("race").await.expect("close");
 }
 
 async fn oversized_entries_are_refused_on_write_and_read(t: &Target) {

@@ -291,42 +291,53 @@ impl<B: SqlBackend> SqlStore<B> {
         self.backend.location()
     }
 
-    /// The lock of `session` if anyone in this store holds it, else a new one.
-    async fn os_lock(
-        &self,
-        slots: &mut HashMap<String, Slot<B::Lock>>,
-        session: &str,
-    ) -> Result<Arc<B::Lock>, StoreError> {
-        let slot = slots.entry(session.to_string()).or_default();
-        if let Some(lock) = slot.lock.upgrade() {
+    /// The lock of `session` if anyone in this store holds it, else a new one. The backend
+    /// acquires without the store's map held, so that a PostgreSQL connect for one session
+    /// never stalls the appends of the others; when another task of this store won the race,
+    /// its lock is used (and ours, if we got one, is released).
+    async fn os_lock(&self, session: &str) -> Result<Arc<B::Lock>, StoreError> {
+        let held = |slots: &HashMap<String, Slot<B::Lock>>| {
+            slots.get(session).and_then(|s| s.lock.upgrade())
+        };
+        if let Some(lock) = held(&*self.slots.lock().await) {
             return Ok(lock);
         }
-        let lock = Arc::new(self.backend.acquire(session).await?);
-        if let Some(slot) = slots.get_mut(session) {
-            slot.lock = Arc::downgrade(&lock);
+        let acquired = self.backend.acquire(session).await;
+        let mut slots = self.slots.lock().await;
+        if let Some(lock) = held(&slots) {
+            return Ok(lock);
         }
+        let lock = Arc::new(acquired?);
+        slots.entry(session.to_string()).or_default().lock = Arc::downgrade(&lock);
         Ok(lock)
+    }
+
+    fn locked(&self, session: &str) -> StoreError {
+        StoreError::Locked {
+            session: session.to_string(),
+            path: self.backend.location(),
+        }
     }
 
     /// Takes the session's lock: [`StoreError::Locked`] when another process, another store
     /// or a live [`SqlSessionLock`] of this store holds it.
     pub async fn lock(&self, session: &str) -> Result<SqlSessionLock, StoreError> {
         validate_session_id(session)?;
+        let has_holder = |slots: &HashMap<String, Slot<B::Lock>>| {
+            slots
+                .get(session)
+                .is_some_and(|s| s.holder.upgrade().is_some())
+        };
+        if has_holder(&*self.slots.lock().await) {
+            return Err(self.locked(session));
+        }
+        let lock = self.os_lock(session).await?;
         let mut slots = self.slots.lock().await;
-        if slots
-            .get(session)
-            .is_some_and(|s| s.holder.upgrade().is_some())
-        {
-            return Err(StoreError::Locked {
-                session: session.to_string(),
-                path: self.backend.location(),
-            });
+        if has_holder(&slots) {
+            return Err(self.locked(session));
         }
-        let lock = self.os_lock(&mut slots, session).await?;
         let holder = Arc::new(());
-        if let Some(slot) = slots.get_mut(session) {
-            slot.holder = Arc::downgrade(&holder);
-        }
+        slots.entry(session.to_string()).or_default().holder = Arc::downgrade(&holder);
         Ok(SqlSessionLock {
             session: session.to_string(),
             _lock: lock,
@@ -339,19 +350,23 @@ impl<B: SqlBackend> SqlStore<B> {
         &self,
         session: &str,
     ) -> Result<Arc<tokio::sync::Mutex<Writer<B::Lock>>>, StoreError> {
-        let mut slots = self.slots.lock().await;
-        if let Some(writer) = slots.get(session).and_then(|s| s.writer.clone()) {
+        let existing = |slots: &HashMap<String, Slot<B::Lock>>| {
+            slots.get(session).and_then(|s| s.writer.clone())
+        };
+        if let Some(writer) = existing(&*self.slots.lock().await) {
             return Ok(writer);
         }
-        let lock = self.os_lock(&mut slots, session).await?;
+        let lock = self.os_lock(session).await?;
+        let mut slots = self.slots.lock().await;
+        if let Some(writer) = existing(&slots) {
+            return Ok(writer);
+        }
         let writer = Arc::new(tokio::sync::Mutex::new(Writer {
             lock,
             next_seq: None,
             unsynced: 0,
         }));
-        if let Some(slot) = slots.get_mut(session) {
-            slot.writer = Some(writer.clone());
-        }
+        slots.entry(session.to_string()).or_default().writer = Some(writer.clone());
         Ok(writer)
     }
 
