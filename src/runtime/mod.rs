@@ -654,12 +654,18 @@ impl Agent {
         record: bool,
     ) -> Result<RunOutput, AgentError> {
         let mut config = config;
-        // The per-tool deadline is a timer of the machine (R-IN-7): it takes the runtime's
-        // setting unless the configuration names its own.
+        // The per-tool and per-attempt deadlines are timers of the machine (R-IN-7): they
+        // take the runtime's settings unless the configuration names its own.
+        let t = self.timeouts;
+        config.step.tool_timeout_ms.get_or_insert(t.tool_ms);
         config
             .step
-            .tool_timeout_ms
-            .get_or_insert(self.timeouts.tool_ms);
+            .stream
+            .get_or_insert(agentloop_core::process::StreamDeadlines {
+                first_chunk_ms: t.first_chunk_ms,
+                stall_ms: t.stall_ms,
+                request_ms: t.request_ms,
+            });
         let mut run = Run::new(config.clone());
         let mut trace = record.then(|| {
             Trace::new(TraceHeader {

@@ -351,6 +351,14 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
             ],
         ),
         (
+            "resume with a call already answered: tool_call restore_result",
+            Setup::default(),
+            vec![Action::Resume {
+                pending: true,
+                steps: 2,
+            }],
+        ),
+        (
             "resume with pending tools: init_resume_tools, idle_resume",
             Setup::default(),
             vec![Action::Resume {
