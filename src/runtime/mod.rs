@@ -658,6 +658,9 @@ impl Agent {
         // take the runtime's settings unless the configuration names its own.
         let t = self.timeouts;
         config.step.tool_timeout_ms.get_or_insert(t.tool_ms);
+        if config.run_deadline_ms.is_none() {
+            config.run_deadline_ms = t.run_deadline_ms;
+        }
         config
             .step
             .stream
@@ -697,19 +700,8 @@ impl Agent {
             model_tx,
             model_rx,
         };
-        // The whole-run deadline is a sleep on the Clock port, started once.
-        let clock = self.clock.clone();
-        let deadline_ms = self.timeouts.run_deadline_ms;
-        let deadline = async move {
-            match deadline_ms {
-                Some(ms) => clock.sleep(ms).await,
-                None => std::future::pending::<()>().await,
-            }
-        };
-        tokio::pin!(deadline);
         let mut pending = VecDeque::from([first]);
         let mut partial_mark = None;
-        let mut deadline_fired = false;
         loop {
             let event = match pending.pop_front() {
                 Some(e) => e,
@@ -724,10 +716,6 @@ impl Agent {
                             continue;
                         }
                         Some(e) = async { match ctl.as_mut() { Some(c) => c.recv().await, None => None } } => e,
-                        _ = &mut deadline, if !deadline_fired => {
-                            deadline_fired = true;
-                            Event::Abort { reason: "run deadline exceeded".into(), kill: KillPolicy::default() }
-                        }
                     }
                 }
             };

@@ -182,6 +182,7 @@ impl Setup {
             } else {
                 DeciderRef::default()
             },
+            run_deadline_ms: Some(600_000),
             ..RunConfig::default()
         }
     }
@@ -388,6 +389,8 @@ pub enum Action {
     SetTools(u8),
     /// `StoreWriteFailed`.
     StoreWriteFailed,
+    /// `TimerElapsed` of the run's deadline timer.
+    RunDeadline,
     /// `RunEndCommitted` (the store acknowledged the run-end entry).
     RunEndCommitted,
 }
@@ -882,15 +885,21 @@ impl Feeder {
                 after_ms: 30_000,
             },
             Action::TimerElapsed(current) => {
-                // A live timer fires (picked by the tick among them), else a wrong id.
-                let live = (!self.live_timers.is_empty())
-                    .then(|| self.live_timers[(self.tick as usize) % self.live_timers.len()]);
+                // A live timer of the step fires (picked by the tick among them), else a
+                // wrong id; the run's deadline has its own action.
+                let steps: Vec<u64> = self
+                    .live_timers
+                    .iter()
+                    .copied()
+                    .filter(|t| *t != agentloop_core::react::RUN_DEADLINE_TIMER)
+                    .collect();
+                let live = (!steps.is_empty()).then(|| steps[(self.tick as usize) % steps.len()]);
                 let timer_id = match (current, live) {
                     (true, Some(t)) => {
                         self.live_timers.retain(|x| *x != t);
                         t
                     }
-                    _ => self.timer.unwrap_or(0) + 7,
+                    _ => self.timer.unwrap_or(0).wrapping_add(7),
                 };
                 Event::TimerElapsed { timer_id }
             }
@@ -977,6 +986,9 @@ impl Feeder {
                     .map(|(_, t)| t)
                     .collect(),
                 immune: Default::default(),
+            },
+            Action::RunDeadline => Event::TimerElapsed {
+                timer_id: agentloop_core::react::RUN_DEADLINE_TIMER,
             },
             Action::StoreWriteFailed => Event::StoreWriteFailed {
                 error: "disk full".into(),

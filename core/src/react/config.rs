@@ -291,6 +291,11 @@ pub struct RunConfig {
     #[serde(default)]
     #[schemars(with = "String")]
     pub decider: DeciderRef,
+    /// Whole-run deadline (R-IN-7): the run starts it as a timer at `Start` / `Resume`; when
+    /// it fires, the run is aborted with reason `run deadline exceeded` (`None`: none; the
+    /// runtime fills in its `Timeouts::run_deadline_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_deadline_ms: Option<u64>,
 }
 
 impl RunConfig {
@@ -325,6 +330,7 @@ impl Default for RunConfig {
             final_reminder: FINAL_REMINDER.into(),
             steering: SteeringPolicy::default(),
             decider: DeciderRef::default(),
+            run_deadline_ms: None,
         }
     }
 }

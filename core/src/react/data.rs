@@ -50,6 +50,10 @@ pub struct ReactData {
     pub(crate) checks: Vec<crate::chart::GuardCheck>,
     pub(crate) row: Option<ReactRow>,
     pub(crate) unhandled: bool,
+    /// The run's deadline timer runs.
+    pub(crate) deadline_armed: bool,
+    /// Row `active_run_deadline` was taken: the facade feeds the abort it stands for.
+    pub(crate) deadline_abort: bool,
 }
 
 impl ReactData {
@@ -81,6 +85,8 @@ impl ReactData {
             checks: Vec::new(),
             row: None,
             unhandled: false,
+            deadline_armed: false,
+            deadline_abort: false,
         }
     }
 
@@ -110,6 +116,13 @@ impl ReactData {
         session_turns: u32,
     ) {
         self.run_id = run_id.to_string();
+        if let Some(delay_ms) = self.cfg.run_deadline_ms {
+            self.out.push(Effect::StartTimer {
+                timer_id: crate::react::RUN_DEADLINE_TIMER,
+                delay_ms,
+            });
+            self.deadline_armed = true;
+        }
         self.messages = history.to_vec().into();
         self.session_turns = session_turns;
         for m in input {
@@ -326,6 +339,11 @@ impl ReactData {
             usage: self.usage,
             error,
         };
+        if std::mem::take(&mut self.deadline_armed) {
+            self.out.push(Effect::CancelTimer {
+                timer_id: crate::react::RUN_DEADLINE_TIMER,
+            });
+        }
         if commit {
             self.out.push(Effect::CommitRunEnd {
                 entry: Entry::RunEnd {

@@ -46,6 +46,14 @@ impl ReactMachine {
     #[superstate(superstate = "root")]
     fn active(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
         match event {
+            Input::Ext(Event::TimerElapsed {
+                timer_id: crate::react::RUN_DEADLINE_TIMER,
+            }) => {
+                context.take(Row::ActiveRunDeadline);
+                context.deadline_armed = false;
+                context.deadline_abort = true;
+                Handled
+            }
             Input::Ext(e @ Event::Abort { reason, .. }) => {
                 context.forward_abort(e);
                 context.take(Row::ActiveAbort);
@@ -287,6 +295,12 @@ impl ReactMachine {
             }
             Input::Ext(Event::Abort { .. }) => {
                 context.take(Row::FinishingAbort);
+                Handled
+            }
+            Input::Ext(Event::TimerElapsed {
+                timer_id: crate::react::RUN_DEADLINE_TIMER,
+            }) => {
+                context.take(Row::FinishingRunDeadline);
                 Handled
             }
             _ => Super,

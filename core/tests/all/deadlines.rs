@@ -179,3 +179,69 @@ fn r_in_7_a_committed_message_cancels_its_deadlines() {
     want.sort_unstable();
     assert_eq!(ids, want);
 }
+
+fn react_rows(step: &Step) -> Vec<agentloop_core::chart::ReactRow> {
+    assert!(step.guard_violations().is_empty(), "{step:?}");
+    step.transitions
+        .iter()
+        .filter_map(|t| match t {
+            Transition::React { row: Some(r), .. } => Some(*r),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn r_in_7_the_run_deadline_is_a_timer_of_the_run_that_aborts_it() {
+    use agentloop_core::chart::ReactRow;
+    use agentloop_core::react::RUN_DEADLINE_TIMER;
+    let mut cfg = RunConfig::default();
+    cfg.run_deadline_ms = Some(5_000);
+    let mut run = Run::new(cfg);
+    let s = run.handle(Event::Start {
+        run_id: "r".into(),
+        history: vec![],
+        input: vec![Message::user("hi")],
+        session_turns: 0,
+    });
+    assert!(started(&s).contains(&(RUN_DEADLINE_TIMER, 5_000)));
+    let s = run.handle(Event::TimerElapsed {
+        timer_id: RUN_DEADLINE_TIMER,
+    });
+    assert_eq!(
+        react_rows(&s),
+        [ReactRow::ActiveRunDeadline, ReactRow::ActiveAbort]
+    );
+    assert!(s.effects.contains(&Effect::CancelModel {
+        attempt: attempt(1)
+    }));
+    // The timer fired: nothing is left to cancel.
+    assert!(!cancelled(&s).contains(&RUN_DEADLINE_TIMER));
+    // While the end is committed, the deadline is ignored.
+    let again = run.handle(Event::TimerElapsed {
+        timer_id: RUN_DEADLINE_TIMER,
+    });
+    assert_eq!(react_rows(&again), [ReactRow::FinishingRunDeadline]);
+    let _ = run.handle(Event::RunEndCommitted);
+    let result = run.result().expect("ended");
+    assert_eq!(result.reason, "run deadline exceeded");
+}
+
+#[test]
+fn r_in_7_a_run_that_ends_first_cancels_its_deadline() {
+    use agentloop_core::react::RUN_DEADLINE_TIMER;
+    let mut cfg = RunConfig::default();
+    cfg.run_deadline_ms = Some(5_000);
+    let mut run = Run::new(cfg);
+    let _ = run.handle(Event::Start {
+        run_id: "r".into(),
+        history: vec![],
+        input: vec![Message::user("hi")],
+        session_turns: 0,
+    });
+    let s = run.handle(Event::Abort {
+        reason: "user".into(),
+        kill: Default::default(),
+    });
+    assert_eq!(cancelled(&s), [RUN_DEADLINE_TIMER]);
+}
