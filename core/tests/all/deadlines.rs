@@ -195,8 +195,10 @@ fn react_rows(step: &Step) -> Vec<agentloop_core::chart::ReactRow> {
 fn r_in_7_the_run_deadline_is_a_timer_of_the_run_that_aborts_it() {
     use agentloop_core::chart::ReactRow;
     use agentloop_core::react::RUN_DEADLINE_TIMER;
-    let mut cfg = RunConfig::default();
-    cfg.run_deadline_ms = Some(5_000);
+    let cfg = RunConfig {
+        run_deadline_ms: Some(5_000),
+        ..RunConfig::default()
+    };
     let mut run = Run::new(cfg);
     let s = run.handle(Event::Start {
         run_id: "r".into(),
@@ -230,8 +232,10 @@ fn r_in_7_the_run_deadline_is_a_timer_of_the_run_that_aborts_it() {
 #[test]
 fn r_in_7_a_run_that_ends_first_cancels_its_deadline() {
     use agentloop_core::react::RUN_DEADLINE_TIMER;
-    let mut cfg = RunConfig::default();
-    cfg.run_deadline_ms = Some(5_000);
+    let cfg = RunConfig {
+        run_deadline_ms: Some(5_000),
+        ..RunConfig::default()
+    };
     let mut run = Run::new(cfg);
     let _ = run.handle(Event::Start {
         run_id: "r".into(),
