@@ -330,13 +330,14 @@ fn a_trace_of_a_real_run_replays_identically() {
 /// A forced `calculator` call: its arguments reach the tool (the `tool_start` event carries
 /// the model's arguments) and its result is in the next request. A 270M model sometimes
 /// writes arguments that are not JSON (then the tool cannot start, and the error goes back
-/// instead): up to three runs, one of which must produce JSON arguments.
+/// instead): up to five runs, one of which must produce JSON arguments (about one run in three
+/// did not, here: five misses in a row would be a regression, not bad luck).
 #[test]
 #[ignore = "needs a real LLM server (scripts/real_llm.sh); .ci/run runs it"]
 fn a_forced_tool_call_runs_the_calculator_and_returns_its_result() {
     let Some(url) = server(TOOLS_URL) else { return };
     let mut invalid = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..5 {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut cmd = agentloop(
             dir.path(),
@@ -391,7 +392,7 @@ fn a_forced_tool_call_runs_the_calculator_and_returns_its_result() {
         assert!(result["content"].is_string(), "{result}");
         return;
     }
-    panic!("three runs without JSON tool arguments: {invalid:?}");
+    panic!("five runs without JSON tool arguments: {invalid:?}");
 }
 
 #[cfg(unix)]
