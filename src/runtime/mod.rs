@@ -405,6 +405,23 @@ impl<M> AgentBuilder<M> {
         self
     }
 
+    /// Caps each model step's output at `max_tokens` tokens (the request's `max_tokens`;
+    /// without it OpenAI-compatible servers use their own default, which for a local server
+    /// can be the whole context, and Anthropic uses `HttpConfig::default_max_tokens`).
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.config.params.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// Sets whether and which tool the model must call on the steps that offer tools (the
+    /// final step offers none, R-OUT-5, so a forced tool cannot loop past `max_steps`).
+    /// A [`ToolChoice::Tool`](crate::model::ToolChoice::Tool) naming no registered tool is
+    /// not checked here: the provider refuses it.
+    pub fn tool_choice(mut self, choice: crate::model::ToolChoice) -> Self {
+        self.config.params.tool_choice = Some(choice);
+        self
+    }
+
     /// Sets the timeouts.
     pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
         self.timeouts = timeouts;
