@@ -306,7 +306,7 @@ fn finish(args: &AgentArgs, printer: &Printer, out: &RunOutput) -> ExitCode {
         r.outcome.as_str(),
         r.reason,
         r.iterations,
-        printer.usage_summary(&r.usage)
+        printer.usage_summary(&r.usage.unwrap_or_default())
     );
     outcome_code(r.outcome)
 }

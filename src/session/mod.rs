@@ -878,7 +878,7 @@ impl Actor {
             }
         }
         // R-CTX-3: the run's usage, also on abort.
-        let total = self.shared.run_usage.lock().map(|u| u.total()).ok();
+        let total = self.shared.run_usage.lock().ok().and_then(|u| u.total());
         if let Some(total) = total {
             self.publish(total);
         }

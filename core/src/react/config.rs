@@ -346,8 +346,10 @@ pub struct LoopResult {
     pub messages: Vec<Message>,
     /// Model steps committed.
     pub iterations: u32,
-    /// Usage of the run.
-    pub usage: Usage,
+    /// Usage of the run: the sum of what the steps reported (`None` when no step reported
+    /// any: unknown, never zeros).
+    #[serde(default)]
+    pub usage: Option<Usage>,
     /// The error, when failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

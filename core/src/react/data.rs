@@ -27,7 +27,7 @@ pub struct ReactData {
     pub(crate) step: Option<Process>,
     /// Steps created so far (executed or resumed): names the step in a `PartialMark`.
     pub(crate) steps_created: u64,
-    pub(crate) usage: Usage,
+    pub(crate) usage: Option<Usage>,
     pub(crate) last_tokens: Option<u64>,
     pub(crate) compacted_since_step: bool,
     pub(crate) last_had_tools: bool,
@@ -66,7 +66,7 @@ impl ReactData {
             committed_steps: 0,
             step: None,
             steps_created: 0,
-            usage: Usage::default(),
+            usage: None,
             last_tokens: None,
             compacted_since_step: false,
             last_had_tools: false,
@@ -264,7 +264,7 @@ impl ReactData {
         if let Some(m) = step.committed() {
             let m = m.clone();
             if let Some(u) = &m.usage {
-                self.usage.add(u);
+                self.usage.get_or_insert_with(Usage::default).add(u);
                 self.last_tokens = Some(u.input_tokens + u.output_tokens);
             }
             self.last_had_tools = !m.tool_calls.is_empty();
