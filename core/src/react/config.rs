@@ -350,6 +350,10 @@ pub struct LoopResult {
     /// any: unknown, never zeros).
     #[serde(default)]
     pub usage: Option<Usage>,
+    /// Steering messages the run had queued and not applied when it ended (R-CTL-2): the
+    /// run's steering queue is the machine's, so a session takes them from here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steering_left: Vec<String>,
     /// The error, when failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

@@ -337,6 +337,7 @@ impl ReactData {
             messages: self.messages.to_vec(),
             iterations: self.committed_steps,
             usage: self.usage,
+            steering_left: self.steering.clone(),
             error,
         };
         if std::mem::take(&mut self.deadline_armed) {

@@ -288,7 +288,13 @@ impl Run {
         self.data.step.as_ref().map(|s| s.state())
     }
 
-    /// The result, once the run is terminal.
+    /// The steering messages the run has queued and not yet applied (R-CTL-2): the queue is
+    /// the machine's (row `active_steer` fills it, the next step boundary empties it).
+    pub fn steering(&self) -> &[String] {
+        &self.data.steering
+    }
+
+    /// The run's result, once it ended.
     pub fn result(&self) -> Option<&LoopResult> {
         self.data.result.as_ref()
     }

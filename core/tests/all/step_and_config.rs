@@ -249,6 +249,7 @@ fn r_out_1_final_text_is_the_last_assistant_text() {
         ],
         iterations: 2,
         usage: None,
+        steering_left: vec![],
         error: None,
     };
     assert_eq!(r.final_text(), Some("second"));
