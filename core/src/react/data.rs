@@ -321,16 +321,12 @@ impl ReactData {
         self.step.as_ref().and_then(|s| s.outcome().cloned())
     }
 
-    /// Decides the run's end. With `commit`, the run-end entry is committed first
-    /// (`CommitRunEnd`; the machine waits in `Finishing`) and the end is reported on
-    /// `RunEndCommitted`; without (the store already failed), the end is reported now.
-    pub(crate) fn finish(
-        &mut self,
-        outcome: Outcome,
-        reason: String,
-        error: Option<String>,
-        commit: bool,
-    ) {
+    /// Decides the run's end: the result is kept until the state it leads to is entered —
+    /// `Finishing`, whose entry action commits the run-end entry (`CommitRunEnd`), or, when
+    /// the store already failed, a terminal state, whose entry action reports the end. The
+    /// handlers only decide; the two entry actions are the one place an end is committed and
+    /// the one place it is reported.
+    pub(crate) fn finish(&mut self, outcome: Outcome, reason: String, error: Option<String>) {
         let result = LoopResult {
             outcome,
             reason,
@@ -345,16 +341,24 @@ impl ReactData {
                 timer_id: crate::react::RUN_DEADLINE_TIMER,
             });
         }
-        if commit {
-            self.out.push(Effect::CommitRunEnd {
-                entry: Entry::RunEnd {
-                    run_id: self.run_id.clone(),
-                    outcome,
-                    reason: result.reason.clone(),
-                },
-            });
-            self.ending = Some(result);
-        } else {
+        self.ending = Some(result);
+    }
+
+    /// Entry action of `Finishing`: commits the decided end's run-end entry.
+    pub(crate) fn commit_end(&mut self) {
+        if let Some(r) = &self.ending {
+            let entry = Entry::RunEnd {
+                run_id: self.run_id.clone(),
+                outcome: r.outcome,
+                reason: r.reason.clone(),
+            };
+            self.out.push(Effect::CommitRunEnd { entry });
+        }
+    }
+
+    /// Entry action of the terminal states: reports the decided end.
+    pub(crate) fn report_end(&mut self) {
+        if let Some(result) = self.ending.take() {
             self.end(result);
         }
     }
@@ -362,13 +366,6 @@ impl ReactData {
     /// The outcome `finish` decided, while its run-end entry is being committed.
     pub(crate) fn ending_outcome(&self) -> Option<Outcome> {
         self.ending.as_ref().map(|r| r.outcome)
-    }
-
-    /// The run-end entry is stored: reports the end `finish` decided.
-    pub(crate) fn committed(&mut self) {
-        if let Some(result) = self.ending.take() {
-            self.end(result);
-        }
     }
 
     /// A write of the final step (its message or the run-end entry) failed (R-IDEM-4): the
@@ -384,7 +381,6 @@ impl ReactData {
                  store lacks the entries from the failed write on, so the session stays \
                  resumable)"
             )),
-            false,
         );
     }
 
