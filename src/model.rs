@@ -8,7 +8,7 @@ use futures::Stream;
 use crate::error::ModelError;
 use crate::message::MessageDelta;
 
-pub use agentloop_core::model::{ModelParams, ModelRequest};
+pub use agentloop_core::model::{ModelParams, ModelRequest, ToolChoice};
 
 /// The stream of normalized deltas of one attempt. It should end with
 /// [`MessageDelta::Finish`]; ending without it is an incomplete stream.

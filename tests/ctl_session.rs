@@ -692,3 +692,32 @@ async fn r_trace_1_session_runs_are_recorded_and_replay() {
     let parsed = agentloop::trace::Trace::parse(&text, "session").expect("parses");
     assert!(agentloop::trace::replay(&parsed).is_none());
 }
+
+/// R-CTL-2: the steering queue is the run's machine's; what it had not applied when the run
+/// ended comes back in the run's result and becomes the session's next prompt.
+#[tokio::test(start_paused = true)]
+async fn r_ctl_2_steering_left_in_an_aborted_run_becomes_the_next_prompt() {
+    let agent = builder(Slow::new(&tool_then_text("sleepy")))
+        .tools(registry(vec![SleepTool::new("sleepy", 60_000)]))
+        .build();
+    let s = session(agent);
+    let mut sub = s.subscribe(None, None);
+    s.prompt("work").await.expect("started");
+    wait_for(&mut sub, "tool_start").await;
+    s.steer("then look at the logs").await.expect("queued");
+    s.abort("enough", KillTools::Killable, false)
+        .await
+        .expect("aborting");
+    s.wait_idle().await;
+    let ev = history(&s);
+    assert_eq!(
+        count(&ev, "steering_applied"),
+        0,
+        "the step never reached its boundary"
+    );
+    assert_eq!(
+        count(&ev, "run_start"),
+        2,
+        "the leftover started the next run"
+    );
+}

@@ -8,7 +8,7 @@ use agentloop::error::ErrorKind;
 use agentloop::message::{
     AssistantMessage, FinishReason, Message, MessageDelta, ToolCall, ToolResult, ToolStatus, Usage,
 };
-use agentloop::model::{ModelParams, ModelRequest};
+use agentloop::model::{ModelParams, ModelRequest, ToolChoice};
 use agentloop::provider::anthropic::request_body;
 use agentloop::provider::decode::{decode, DecodeOutcome, DecodeReport};
 use agentloop::provider::http::ProviderKind;
@@ -437,6 +437,85 @@ fn request_body_merges_roles_and_sends_tool_results_as_blocks() {
         json!({"type": "text", "text": "thanks"})
     );
     assert_eq!(b["tools"][0]["input_schema"], json!({"type": "object"}));
+}
+
+/// A one-message request offering `calc` (or no tool) with `params`.
+fn tool_choice_request(tools: bool, params: ModelParams) -> ModelRequest {
+    ModelRequest {
+        run_id: "r".into(),
+        model_call_index: 1,
+        attempt: 1,
+        session_turn: 0,
+        model: "m".into(),
+        system: None,
+        messages: vec![Message::user("2+2?")].into(),
+        tools: if tools {
+            vec![ToolSpec {
+                name: "calc".into(),
+                description: "evaluates".into(),
+                parameters: json!({"type": "object"}),
+            }]
+            .into()
+        } else {
+            Default::default()
+        },
+        params,
+    }
+}
+
+fn with_choice(choice: Option<ToolChoice>) -> ModelParams {
+    ModelParams {
+        tool_choice: choice,
+        ..ModelParams::default()
+    }
+}
+
+#[test]
+fn request_body_sends_each_tool_choice_only_with_tools() {
+    let cases = [
+        (ToolChoice::Auto, json!({"type": "auto"})),
+        (ToolChoice::None, json!({"type": "none"})),
+        (ToolChoice::Required, json!({"type": "any"})),
+        (
+            ToolChoice::Tool("calc".into()),
+            json!({"type": "tool", "name": "calc"}),
+        ),
+    ];
+    for (choice, wire) in cases {
+        let b = request_body(
+            &tool_choice_request(true, with_choice(Some(choice.clone()))),
+            "m",
+            1234,
+        );
+        assert_eq!(b["tool_choice"], wire, "{choice}");
+        let b = request_body(
+            &tool_choice_request(false, with_choice(Some(choice))),
+            "m",
+            1234,
+        );
+        assert!(b.get("tool_choice").is_none(), "{b}");
+    }
+    let b = request_body(&tool_choice_request(true, with_choice(None)), "m", 1234);
+    assert!(
+        b.get("tool_choice").is_none(),
+        "no choice: the API's default"
+    );
+}
+
+#[test]
+fn request_body_max_tokens_overrides_the_default() {
+    let b = request_body(
+        &tool_choice_request(false, ModelParams::default()),
+        "m",
+        1234,
+    );
+    assert_eq!(b["max_tokens"], 1234, "the configured default");
+    let params = ModelParams {
+        max_tokens: Some(32),
+        ..ModelParams::default()
+    };
+    let b = request_body(&tool_choice_request(false, params), "m", 1234);
+    assert_eq!(b["max_tokens"], 32);
 }
 
 #[test]

@@ -8,7 +8,7 @@ use agentloop::error::ErrorKind;
 use agentloop::message::{
     AssistantMessage, FinishReason, Message, MessageDelta, ToolCall, ToolResult, ToolStatus, Usage,
 };
-use agentloop::model::{ModelParams, ModelRequest};
+use agentloop::model::{ModelParams, ModelRequest, ToolChoice};
 use agentloop::provider::decode::{decode, DecodeOutcome, DecodeReport};
 use agentloop::provider::http::ProviderKind;
 use agentloop::provider::openai::{request_body, OpenAiNormalizer};
@@ -724,6 +724,7 @@ fn request_body_carries_system_history_tools_and_params() {
         params: ModelParams {
             temperature: Some(0.5),
             max_tokens: Some(100),
+            tool_choice: None,
         },
     };
     let b = request_body(&req, "fallback");
@@ -736,7 +737,10 @@ fn request_body_carries_system_history_tools_and_params() {
     );
     assert_eq!(b["messages"][1], json!({"role": "user", "content": "2+2?"}));
     assert_eq!(b["messages"][2]["role"], "assistant");
-    assert_eq!(b["messages"][2]["content"], serde_json::Value::Null);
+    assert_eq!(
+        b["messages"][2]["content"], "",
+        "a tool-calls-only message has empty content (llama.cpp refuses null and absent)"
+    );
     assert_eq!(
         b["messages"][2]["tool_calls"][0]["function"]["arguments"],
         "{\"e\":\"2+2\"}"
@@ -752,6 +756,78 @@ fn request_body_carries_system_history_tools_and_params() {
     );
     assert_eq!(b["temperature"], 0.5);
     assert_eq!(b["max_tokens"], 100);
+}
+
+/// A one-message request offering `calc` (or no tool) with `params`.
+fn tool_choice_request(tools: bool, params: ModelParams) -> ModelRequest {
+    ModelRequest {
+        run_id: "r".into(),
+        model_call_index: 1,
+        attempt: 1,
+        session_turn: 0,
+        model: "m".into(),
+        system: None,
+        messages: vec![Message::user("2+2?")].into(),
+        tools: if tools {
+            vec![ToolSpec {
+                name: "calc".into(),
+                description: "evaluates".into(),
+                parameters: json!({"type": "object"}),
+            }]
+            .into()
+        } else {
+            Default::default()
+        },
+        params,
+    }
+}
+
+fn with_choice(choice: Option<ToolChoice>) -> ModelParams {
+    ModelParams {
+        tool_choice: choice,
+        ..ModelParams::default()
+    }
+}
+
+#[test]
+fn request_body_sends_each_tool_choice_only_with_tools() {
+    let cases = [
+        (ToolChoice::Auto, json!("auto")),
+        (ToolChoice::None, json!("none")),
+        (ToolChoice::Required, json!("required")),
+        (
+            ToolChoice::Tool("calc".into()),
+            json!({"type": "function", "function": {"name": "calc"}}),
+        ),
+    ];
+    for (choice, wire) in cases {
+        let b = request_body(
+            &tool_choice_request(true, with_choice(Some(choice.clone()))),
+            "m",
+        );
+        assert_eq!(b["tool_choice"], wire, "{choice}");
+        // The final step offers no tools (R-OUT-5): a tool_choice without tools is an error
+        // at OpenAI, so none is sent.
+        let b = request_body(&tool_choice_request(false, with_choice(Some(choice))), "m");
+        assert!(b.get("tool_choice").is_none(), "{b}");
+    }
+    let b = request_body(&tool_choice_request(true, with_choice(None)), "m");
+    assert!(
+        b.get("tool_choice").is_none(),
+        "no choice: the server's default"
+    );
+}
+
+#[test]
+fn request_body_sends_max_tokens_only_when_set() {
+    let b = request_body(&tool_choice_request(false, ModelParams::default()), "m");
+    assert!(b.get("max_tokens").is_none(), "{b}");
+    let params = ModelParams {
+        max_tokens: Some(32),
+        ..ModelParams::default()
+    };
+    let b = request_body(&tool_choice_request(false, params), "m");
+    assert_eq!(b["max_tokens"], 32);
 }
 
 #[test]

@@ -10,14 +10,18 @@
 //!
 //! Tool arguments echoed to stderr are cut at [`ECHO_LIMIT`] bytes with a
 //! `… (N bytes truncated)` marker, so a huge argument cannot flood the terminal.
+//!
+//! The printer also counts which committed steps reported usage, so the run summary says
+//! `usage unknown` when the server sent none ([`usage_summary`]) instead of `in=0 out=0`.
 
 use std::borrow::Cow;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use clap::ValueEnum;
 
 use agentloop::agent_event::AgentEvent;
+use agentloop::message::Usage;
 use agentloop::runtime::offload::preview;
 use agentloop::runtime::EventEnvelope;
 
@@ -50,6 +54,20 @@ pub fn clip(text: &str, limit: usize) -> Cow<'_, str> {
     ))
 }
 
+/// The run summary's usage part: `usage in=I out=O` when every committed step reported usage,
+/// `usage unknown (...)` when none did (a server that sends no usage is not a run that used
+/// no tokens), and the totals with `(reported by R of C steps)` in between.
+pub fn usage_summary(total: &Usage, reported: u32, committed: u32) -> String {
+    let counts = format!("in={} out={}", total.input_tokens, total.output_tokens);
+    if reported == 0 {
+        "usage unknown (the provider reported none)".to_string()
+    } else if reported < committed {
+        format!("usage {counts} (reported by {reported} of {committed} steps)")
+    } else {
+        format!("usage {counts}")
+    }
+}
+
 /// Prints one run's events in one format.
 #[derive(Debug)]
 pub struct Printer {
@@ -58,6 +76,10 @@ pub struct Printer {
     mid_line: AtomicBool,
     /// Answer text of the current, uncommitted attempt was printed.
     attempt_printed: AtomicBool,
+    /// Steps committed (`response_complete`) in this process.
+    committed: AtomicU32,
+    /// Of those, the steps whose response carried usage.
+    reported: AtomicU32,
 }
 
 impl Printer {
@@ -67,7 +89,18 @@ impl Printer {
             format,
             mid_line: AtomicBool::new(false),
             attempt_printed: AtomicBool::new(false),
+            committed: AtomicU32::new(0),
+            reported: AtomicU32::new(0),
         }
+    }
+
+    /// [`usage_summary`] of `total` with the steps this printer saw committed.
+    pub fn usage_summary(&self, total: &Usage) -> String {
+        usage_summary(
+            total,
+            self.reported.load(Ordering::Relaxed),
+            self.committed.load(Ordering::Relaxed),
+        )
     }
 
     fn end_line(&self) {
@@ -78,6 +111,12 @@ impl Printer {
 
     /// Prints `env`.
     pub fn print(&self, env: &EventEnvelope) {
+        if let AgentEvent::ResponseComplete { usage, .. } = &env.event {
+            self.committed.fetch_add(1, Ordering::Relaxed);
+            if usage.is_some() {
+                self.reported.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         match self.format {
             EventsFormat::Json => {
                 if let Ok(line) = serde_json::to_string(env) {
@@ -159,5 +198,56 @@ mod tests {
         let clipped = clip(&long, ECHO_LIMIT);
         assert!(clipped.starts_with(&"x".repeat(ECHO_LIMIT)));
         assert!(clipped.ends_with("… (7952 bytes truncated)"), "{clipped}");
+    }
+
+    #[test]
+    fn usage_summary_says_unknown_when_no_step_reported_usage() {
+        let zero = Usage::default();
+        assert_eq!(
+            usage_summary(&zero, 0, 2),
+            "usage unknown (the provider reported none)"
+        );
+        assert_eq!(
+            usage_summary(&zero, 0, 0),
+            "usage unknown (the provider reported none)"
+        );
+        let some = Usage {
+            input_tokens: 12,
+            output_tokens: 3,
+            ..Usage::default()
+        };
+        assert_eq!(usage_summary(&some, 2, 2), "usage in=12 out=3");
+        assert_eq!(
+            usage_summary(&some, 1, 2),
+            "usage in=12 out=3 (reported by 1 of 2 steps)"
+        );
+        // A server that reports zeros reported them: they are shown, not called unknown.
+        assert_eq!(usage_summary(&zero, 1, 1), "usage in=0 out=0");
+    }
+
+    #[test]
+    fn the_printer_counts_steps_that_reported_usage() {
+        let printer = Printer::new(EventsFormat::Json);
+        let complete = |usage: Option<Usage>| EventEnvelope {
+            index: 0,
+            run_id: "r".into(),
+            ts_ms: 0,
+            event: AgentEvent::ResponseComplete {
+                model_call_index: 1,
+                usage,
+                tool_calls: 0,
+                message: Box::default(),
+            },
+        };
+        printer.print(&complete(None));
+        assert_eq!(
+            printer.usage_summary(&Usage::default()),
+            "usage unknown (the provider reported none)"
+        );
+        printer.print(&complete(Some(Usage::default())));
+        assert_eq!(
+            printer.usage_summary(&Usage::default()),
+            "usage in=0 out=0 (reported by 1 of 2 steps)"
+        );
     }
 }

@@ -10,11 +10,12 @@ use clap::{Args, ValueEnum};
 use crate::print::{EventsFormat, Printer};
 
 use agentloop::agent_event::Outcome;
-use agentloop::model::Model;
+use agentloop::model::{Model, ToolChoice};
 use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{control, Agent, AgentError, EventEnvelope, FnSink, RunOutput, Timeouts};
 use agentloop::store::{AnyLock, AnyStore, Durability, Entry, SessionStore, StoreUrl};
+use agentloop::tools::ToolRegistry;
 use agentloop::trace::TraceFile;
 
 /// Arguments of `agentloop run`.
@@ -132,6 +133,15 @@ pub struct AgentArgs {
     /// it holds more than N messages (R-OUT-2; default: no limit by count).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub compact_threshold: Option<u64>,
+    /// Most output tokens per model step (default: the provider's; Anthropic: 4096). A small
+    /// local model without it can ramble up to its context limit.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tokens: Option<u32>,
+    /// Whether the model may call tools: `auto`, `none`, `required`, or a tool's name to force
+    /// that tool. Sent on the steps that offer tools; the final step (`--max-steps`) offers
+    /// none, so `--tool-choice calculator --max-steps 2` is one forced call, then an answer.
+    #[arg(long)]
+    pub tool_choice: Option<ToolChoice>,
 }
 
 fn secs(s: f64) -> u64 {
@@ -181,14 +191,29 @@ fn model(args: &AgentArgs) -> Result<Arc<dyn Model>, String> {
         .map_err(|e| e.to_string())
 }
 
-/// The agent: model, tools, timeouts, event printing and the session store.
-fn agent(args: &AgentArgs, store: Option<Arc<dyn SessionStore>>) -> Result<Agent, String> {
-    let printer = Printer::new(args.events);
+/// The agent (model, tools, timeouts, event printing, session store) and its printer.
+fn agent(
+    args: &AgentArgs,
+    store: Option<Arc<dyn SessionStore>>,
+) -> Result<(Agent, Arc<Printer>), String> {
+    let tools = ToolRegistry::defaults();
+    if let Some(ToolChoice::Tool(name)) = &args.tool_choice {
+        if tools.get(name).is_none() {
+            let known: Vec<String> = tools.specs().iter().map(|s| s.name.clone()).collect();
+            return Err(format!(
+                "--tool-choice {name}: no such tool (auto, none, required, or one of: {})",
+                known.join(", ")
+            ));
+        }
+    }
+    let printer = Arc::new(Printer::new(args.events));
+    let sink_printer = printer.clone();
     let mut builder = Agent::builder()
         .model_arc(model(args)?)
+        .tools(tools)
         .root(args.root.clone())
         .sink(Arc::new(FnSink(move |env: &EventEnvelope| {
-            printer.print(env)
+            sink_printer.print(env)
         })))
         .timeouts(Timeouts {
             first_chunk_ms: secs(args.first_chunk_timeout),
@@ -209,7 +234,13 @@ fn agent(args: &AgentArgs, store: Option<Arc<dyn SessionStore>>) -> Result<Agent
     if let Some(store) = store {
         builder = builder.store(store);
     }
-    Ok(builder.build())
+    if let Some(n) = args.max_tokens {
+        builder = builder.max_tokens(n);
+    }
+    if let Some(choice) = args.tool_choice.clone() {
+        builder = builder.tool_choice(choice);
+    }
+    Ok((builder.build(), printer))
 }
 
 /// A store with `session` locked for the whole command; torn-tail warnings printed.
@@ -274,7 +305,7 @@ fn fail(message: impl std::fmt::Display) -> ExitCode {
 }
 
 /// Writes the trace, prints the summary and maps the outcome to an exit code.
-fn finish(args: &AgentArgs, out: &RunOutput) -> ExitCode {
+fn finish(args: &AgentArgs, printer: &Printer, out: &RunOutput) -> ExitCode {
     if let (Some(path), Some(trace)) = (&args.trace, &out.trace) {
         if let Err(e) = trace.write(path) {
             return fail(format!("writing trace: {e}"));
@@ -282,12 +313,11 @@ fn finish(args: &AgentArgs, out: &RunOutput) -> ExitCode {
     }
     let r = &out.result;
     eprintln!(
-        "[{}] {} after {} step(s); usage in={} out={}",
+        "[{}] {} after {} step(s); {}",
         r.outcome.as_str(),
         r.reason,
         r.iterations,
-        r.usage.input_tokens,
-        r.usage.output_tokens
+        printer.usage_summary(&r.usage.unwrap_or_default())
     );
     outcome_code(r.outcome)
 }
@@ -317,7 +347,7 @@ pub fn main(args: RunArgs) -> ExitCode {
     let store = locked
         .as_ref()
         .map(|l| l.store.clone() as Arc<dyn SessionStore>);
-    let agent = match agent(&args.agent, store) {
+    let (agent, printer) = match agent(&args.agent, store) {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
@@ -334,7 +364,7 @@ pub fn main(args: RunArgs) -> ExitCode {
             .run_with(&session, input, Some(rx), args.agent.trace.is_some())
             .await
         {
-            Ok(out) => finish(&args.agent, &out),
+            Ok(out) => finish(&args.agent, &printer, &out),
             Err(e) => fail(e),
         };
         if let Some(locked) = &locked {
@@ -402,7 +432,7 @@ pub fn resume_main(args: ResumeArgs) -> ExitCode {
     if entries.is_empty() {
         return rt.block_on(nothing_to_resume(&args.session, &locked.store));
     }
-    let agent = match agent(&args.agent, Some(locked.store.clone())) {
+    let (agent, printer) = match agent(&args.agent, Some(locked.store.clone())) {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
@@ -417,7 +447,7 @@ pub fn resume_main(args: ResumeArgs) -> ExitCode {
             .resume_with(&args.session, Some(rx), args.agent.trace.is_some())
             .await
         {
-            Ok(out) => finish(&args.agent, &out),
+            Ok(out) => finish(&args.agent, &printer, &out),
             Err(AgentError::NothingToResume { session }) => match last_outcome(&entries) {
                 Some((outcome, reason)) => {
                     eprintln!(

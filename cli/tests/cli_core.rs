@@ -259,6 +259,38 @@ fn malformed_inputs_get_clear_errors() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--max-steps"));
 
+    // Issue 14: the two model parameters.
+    let out = agentloop(dir.path(), &["run", "--max-tokens", "0", "hi"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-tokens"));
+    let out = agentloop(dir.path(), &["run", "--tool-choice", "calculater", "hi"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--tool-choice calculater: no such tool") && stderr.contains("calculator"),
+        "names the tool and the known ones: {stderr}"
+    );
+    let out = agentloop(dir.path(), &["run", "--tool-choice", "", "hi"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("empty tool choice"));
+    // Accepted values run (the scripted model ignores them).
+    let out = agentloop(
+        dir.path(),
+        &[
+            "run",
+            "--tool-choice",
+            "required",
+            "--max-tokens",
+            "16",
+            "What is 2+3?",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     let out = agentloop(dir.path(), &["chart", "react"]);
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("---\ntitle: Outer ReAct machine"));

@@ -59,8 +59,9 @@ pub enum AgentEvent {
         outcome: Outcome,
         /// Reason (`final_answer`, `max_steps`, `stopped`, ...).
         reason: String,
-        /// Usage of the whole run.
-        usage: Usage,
+        /// Usage of the whole run: the sum of what the steps reported (`null` when no step
+        /// reported any: unknown, never zeros).
+        usage: Option<Usage>,
         /// The final answer: the text of the last assistant message, as
         /// [`LoopResult::final_text`](crate::react::LoopResult::final_text) gives it (empty
         /// when that message had only tool calls; `None` when the context has no assistant
@@ -380,7 +381,8 @@ pub enum AgentEvent {
     },
     // ---- usage and cost (R-CTX-3) ----
     /// Usage and cost of one step (`model_call_index` set) or of a whole run (unset). A run's
-    /// report is emitted on every ending, also on abort: usage so far is kept.
+    /// report is emitted on every ending, also on abort (usage so far is kept), when some step
+    /// reported usage; a run whose steps reported none has no total (unknown, not zeros).
     UsageReport {
         /// The step, or none for the run total.
         #[serde(default, skip_serializing_if = "Option::is_none")]

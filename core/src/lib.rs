@@ -51,7 +51,7 @@ pub use event::{ApprovalDecision, AttemptId, Event, GateVerdict};
 pub use message::{
     AssistantMessage, Message, MessageDelta, ToolCall, ToolResult, ToolStatus, Usage,
 };
-pub use model::{ModelParams, ModelRequest};
+pub use model::{ModelParams, ModelRequest, ToolChoice};
 pub use react::{LoopResult, Run, RunConfig};
 pub use step::{AgentState, Step, Transition};
 pub use tool_spec::{ToolSpec, ToolSpecs};

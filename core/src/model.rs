@@ -15,6 +15,52 @@ pub struct ModelParams {
     /// Maximum output tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// Whether and which tool the model must call; sent only on steps that offer tools
+    /// (none is offered on the final step, R-OUT-5). `None`: the provider's default (auto).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+}
+
+/// Whether the model may, must or must not call a tool. Serialized as `"auto"`, `"none"`,
+/// `"required"` or `{"tool": NAME}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides (OpenAI `"auto"`, Anthropic `{"type":"auto"}`).
+    Auto,
+    /// The model must not call a tool (OpenAI `"none"`, Anthropic `{"type":"none"}`).
+    None,
+    /// The model must call some tool (OpenAI `"required"`, Anthropic `{"type":"any"}`).
+    Required,
+    /// The model must call this tool (OpenAI `{"type":"function","function":{"name":..}}`,
+    /// Anthropic `{"type":"tool","name":..}`).
+    Tool(String),
+}
+
+impl std::str::FromStr for ToolChoice {
+    type Err = String;
+
+    /// `auto`, `none`, `required`, or any other non-empty word: that tool's name.
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            "" => return Err("empty tool choice: use auto, none, required or a tool name".into()),
+            name => ToolChoice::Tool(name.to_string()),
+        })
+    }
+}
+
+impl std::fmt::Display for ToolChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ToolChoice::Auto => f.write_str("auto"),
+            ToolChoice::None => f.write_str("none"),
+            ToolChoice::Required => f.write_str("required"),
+            ToolChoice::Tool(name) => f.write_str(name),
+        }
+    }
 }
 
 /// A request's conversation: shared, so a request is cloned (into an effect, a hook's view,
@@ -96,4 +142,33 @@ pub struct ModelRequest {
     /// Sampling parameters.
     #[serde(default)]
     pub params: ModelParams,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_choice_parses_displays_and_serializes() {
+        for (text, choice, json) in [
+            ("auto", ToolChoice::Auto, "\"auto\""),
+            ("none", ToolChoice::None, "\"none\""),
+            ("required", ToolChoice::Required, "\"required\""),
+            (
+                "calculator",
+                ToolChoice::Tool("calculator".into()),
+                "{\"tool\":\"calculator\"}",
+            ),
+        ] {
+            assert_eq!(text.parse::<ToolChoice>(), Ok(choice.clone()));
+            assert_eq!(choice.to_string(), text);
+            assert_eq!(serde_json::to_string(&choice).ok().as_deref(), Some(json));
+        }
+        assert!("".parse::<ToolChoice>().is_err());
+        // Absent from params when unset, so traces recorded before it read and compare the same.
+        assert_eq!(
+            serde_json::to_value(ModelParams::default()).ok(),
+            Some(serde_json::json!({}))
+        );
+    }
 }

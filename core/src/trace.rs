@@ -48,8 +48,8 @@ pub struct TraceHeader {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TraceRecord {
-    /// The header (first line).
-    Header(TraceHeader),
+    /// The header (first line; boxed, so the many other records stay small).
+    Header(Box<TraceHeader>),
     /// An input event.
     Input {
         /// Position in the trace (0 = first record after the header).
@@ -208,7 +208,7 @@ impl Trace {
     /// Serializes as JSON Lines.
     pub fn to_jsonl(&self) -> String {
         let mut out = String::new();
-        let lines = std::iter::once(TraceRecord::Header(self.header.clone()))
+        let lines = std::iter::once(TraceRecord::Header(Box::new(self.header.clone())))
             .chain(self.records.iter().cloned());
         for r in lines {
             out.push_str(&serde_json::to_string(&r).unwrap_or_default());
@@ -272,7 +272,7 @@ impl Trace {
                 message: e.to_string(),
             })?;
             match rec {
-                TraceRecord::Header(h) if header.is_none() => header = Some(h),
+                TraceRecord::Header(h) if header.is_none() => header = Some(*h),
                 TraceRecord::Header(_) => {
                     return Err(TraceError::Parse {
                         path: origin.to_string(),

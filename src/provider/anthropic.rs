@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 
 use crate::error::ModelError;
 use crate::message::{FinishReason, Message, MessageDelta, Usage};
-use crate::model::ModelRequest;
+use crate::model::{ModelRequest, ToolChoice};
 use crate::provider::classify::{classify_stream_error, incomplete_stream, malformed_event};
 use crate::provider::limits::{too_many_blocks, ResponseLimits};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
@@ -557,11 +557,24 @@ pub fn request_body(req: &ModelRequest, model: &str, default_max_tokens: u32) ->
             .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
             .collect();
         body["tools"] = Value::Array(tools);
+        if let Some(choice) = &req.params.tool_choice {
+            body["tool_choice"] = tool_choice(choice);
+        }
     }
     if let Some(t) = req.params.temperature {
         body["temperature"] = json!(t);
     }
     body
+}
+
+/// The Messages API's `tool_choice` for `choice`.
+fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::Auto => json!({"type": "auto"}),
+        ToolChoice::None => json!({"type": "none"}),
+        ToolChoice::Required => json!({"type": "any"}),
+        ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+    }
 }
 
 #[cfg(feature = "anthropic")]

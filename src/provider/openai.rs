@@ -40,7 +40,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::ModelError;
 use crate::message::{FinishReason, Message, MessageDelta, Usage};
-use crate::model::ModelRequest;
+use crate::model::{ModelRequest, ToolChoice};
 use crate::provider::classify::{classify_stream_error, incomplete_stream, malformed_event};
 use crate::provider::limits::{too_many_blocks, tool_arguments_too_large, ResponseLimits};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
@@ -686,6 +686,14 @@ pub fn request_body(req: &ModelRequest, model: &str) -> Value {
                 } else {
                     Value::String(a.text.clone())
                 };
+                // A tool-calls-only message has `"content": ""`: OpenAI accepts null, absent
+                // or empty, but llama.cpp's server (llama-cpp-python 0.3) refuses null (HTTP
+                // 500, validation) and its chatml-function-calling template fails on absent.
+                let content = if content.is_null() && !a.tool_calls.is_empty() {
+                    Value::String(String::new())
+                } else {
+                    content
+                };
                 obj.insert("content".into(), content);
                 if !a.tool_calls.is_empty() {
                     let calls: Vec<Value> = a
@@ -733,6 +741,9 @@ pub fn request_body(req: &ModelRequest, model: &str) -> Value {
             })
             .collect();
         body["tools"] = Value::Array(tools);
+        if let Some(choice) = &req.params.tool_choice {
+            body["tool_choice"] = tool_choice(choice);
+        }
     }
     if let Some(t) = req.params.temperature {
         body["temperature"] = json!(t);
@@ -741,6 +752,16 @@ pub fn request_body(req: &ModelRequest, model: &str) -> Value {
         body["max_tokens"] = json!(m);
     }
     body
+}
+
+/// Chat Completions' `tool_choice` for `choice`.
+fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::Auto => json!("auto"),
+        ToolChoice::None => json!("none"),
+        ToolChoice::Required => json!("required"),
+        ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
+    }
 }
 
 #[cfg(feature = "openai")]

@@ -19,7 +19,7 @@ use crate::message::{MessageDelta, ToolCall, ToolStatus};
 use crate::model::{Model, ModelRequest};
 use crate::runtime::ports::EventEnvelope;
 use crate::runtime::tool_order::CompletionOrder;
-use crate::runtime::{Agent, Timeouts};
+use crate::runtime::Agent;
 use crate::tools::ToolContext;
 
 /// Background work of one run, keyed so effects can cancel it. Dropping it cancels what is
@@ -281,8 +281,6 @@ impl Driver<'_> {
         let model = self.agent.model_for(&request.model);
         let hooks = self.agent.hooks.clone();
         let tx = self.model_tx.clone();
-        let timeouts = self.agent.timeouts;
-        let clock = self.agent.clock.clone();
         let a = attempt.clone();
         let span = tracing::info_span!(
             "step",
@@ -292,7 +290,7 @@ impl Driver<'_> {
         );
         let f = async move {
             let req = request.clone();
-            let outcome = stream_attempt(model, request, a, tx, timeouts, clock).await;
+            let outcome = stream_attempt(model, request, a, tx).await;
             hooks.after_model_call(&req, &outcome);
         }
         .instrument(span);
@@ -423,32 +421,6 @@ fn panic_message(join: tokio::task::JoinError) -> String {
     }
 }
 
-/// The deadline passed before the future finished.
-#[derive(Debug)]
-pub(crate) struct Elapsed;
-
-/// Runs `fut` under a deadline measured by the Clock port (never a hidden tokio timer), so a
-/// virtual clock in tests governs every timeout (R-IN-7). `Err(Elapsed)` when the deadline
-/// passed first.
-pub(crate) async fn with_deadline<F: std::future::Future>(
-    clock: &dyn crate::runtime::Clock,
-    ms: u64,
-    fut: F,
-) -> Result<F::Output, Elapsed> {
-    // The timer is started only when `fut` is not ready at once: a stream whose next delta
-    // is already buffered costs no timer.
-    let mut fut = std::pin::pin!(fut);
-    let mut sleep = None;
-    std::future::poll_fn(|cx| {
-        if let std::task::Poll::Ready(out) = fut.as_mut().poll(cx) {
-            return std::task::Poll::Ready(Ok(out));
-        }
-        let timer = sleep.get_or_insert_with(|| clock.sleep(ms));
-        timer.as_mut().poll(cx).map(|()| Err(Elapsed))
-    })
-    .await
-}
-
 fn failure(attempt: AttemptId, error: ModelError) -> Event {
     if error.context_overflow() {
         Event::ContextOverflow { attempt, error }
@@ -457,41 +429,21 @@ fn failure(attempt: AttemptId, error: ModelError) -> Event {
     }
 }
 
-/// Streams one attempt: `StreamOpened`, `Delta`s with seq, then `Done` or an error. The first
-/// chunk and every later delta are bounded by the timeouts; expiry becomes `StreamStalled`
-/// (R-IN-7). A stream that ends without `Finish` is an `incomplete_stream` error.
+/// Streams one attempt: `StreamOpened`, `Delta`s with seq, then `Done` or an error. Its
+/// deadlines (first chunk, stall, whole request) are the machine's timers (R-IN-7): when one
+/// passes, the machine cancels the attempt (`CancelModel`) and this future is dropped. A
+/// stream that ends without `Finish` is an `incomplete_stream` error.
 async fn stream_attempt(
     model: Arc<dyn Model>,
     request: ModelRequest,
     attempt: AttemptId,
     tx: mpsc::UnboundedSender<Event>,
-    timeouts: Timeouts,
-    clock: Arc<dyn crate::runtime::Clock>,
 ) -> ModelCallOutcome {
-    let events = stream_events(
-        model,
-        request,
-        attempt.clone(),
-        &tx,
-        timeouts,
-        clock.as_ref(),
-    );
-    let sent = match timeouts.request_ms {
-        Some(ms) => with_deadline(clock.as_ref(), ms, events)
-            .await
-            .unwrap_or_else(|_| Event::TransportError {
-                attempt,
-                error: ModelError::new(ErrorKind::Timeout, format!("request exceeded {ms} ms")),
-            }),
-        None => events.await,
-    };
+    let sent = stream_events(model, request, attempt, &tx).await;
     let outcome = match &sent {
         Event::Done { .. } => ModelCallOutcome::Done,
         Event::TransportError { error, .. } | Event::ContextOverflow { error, .. } => {
             ModelCallOutcome::Failed(error.message.clone())
-        }
-        Event::StreamStalled { after_ms, .. } => {
-            ModelCallOutcome::Failed(format!("stalled after {after_ms} ms"))
         }
         other => ModelCallOutcome::Failed(other.name().to_string()),
     };
@@ -505,37 +457,20 @@ async fn stream_events(
     request: ModelRequest,
     attempt: AttemptId,
     tx: &mpsc::UnboundedSender<Event>,
-    timeouts: Timeouts,
-    clock: &dyn crate::runtime::Clock,
 ) -> Event {
-    let first = timeouts.first_chunk_ms;
-    let stall = timeouts.stall_ms;
-    let mut stream = match with_deadline(clock, first, model.stream(request)).await {
-        Err(_) => {
-            return Event::StreamStalled {
-                attempt,
-                after_ms: timeouts.first_chunk_ms,
-            };
-        }
-        Ok(Err(e)) => {
+    let mut stream = match model.stream(request).await {
+        Err(e) => {
             return failure(attempt, e);
         }
-        Ok(Ok(s)) => s,
+        Ok(s) => s,
     };
     let _ = tx.send(Event::StreamOpened {
         attempt: attempt.clone(),
     });
     let mut seq = 0u64;
     loop {
-        let wait = if seq == 0 { first } else { stall };
-        match with_deadline(clock, wait, stream.next()).await {
-            Err(_) => {
-                return Event::StreamStalled {
-                    attempt,
-                    after_ms: wait,
-                };
-            }
-            Ok(None) => {
+        match stream.next().await {
+            None => {
                 return Event::TransportError {
                     attempt,
                     error: ModelError::new(
@@ -544,16 +479,16 @@ async fn stream_events(
                     ),
                 };
             }
-            Ok(Some(Err(e))) => {
+            Some(Err(e)) => {
                 return failure(attempt, e);
             }
-            Ok(Some(Ok(MessageDelta::Finish))) => {
+            Some(Ok(MessageDelta::Finish)) => {
                 return Event::Done { attempt };
             }
-            Ok(Some(Ok(MessageDelta::Error { error }))) => {
+            Some(Ok(MessageDelta::Error { error })) => {
                 return failure(attempt, error);
             }
-            Ok(Some(Ok(delta))) => {
+            Some(Ok(delta)) => {
                 let _ = tx.send(Event::Delta {
                     attempt: attempt.clone(),
                     seq,

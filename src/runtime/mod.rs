@@ -104,6 +104,29 @@ impl PartialMessage {
 pub struct Controller {
     tx: mpsc::UnboundedSender<Event>,
     partial: PartialMessage,
+    steering: Arc<SteeringCounts>,
+}
+
+/// What a controlled run's machine reports of its steering queue (R-CTL-2): the queue itself is
+/// the machine's ([`Run::steering`](agentloop_core::Run::steering)); a controller reads how many
+/// messages it holds and how many `steer` events reached it, so a session can bound the queue
+/// without keeping a copy of it.
+#[derive(Debug, Default)]
+pub struct SteeringCounts {
+    received: std::sync::atomic::AtomicU64,
+    pending: std::sync::atomic::AtomicUsize,
+}
+
+impl SteeringCounts {
+    /// `steer` events the run has fed to its machine.
+    pub fn received(&self) -> u64 {
+        self.received.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Steering messages the machine holds, not yet applied.
+    pub fn pending(&self) -> usize {
+        self.pending.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// The receiving side of a [`Controller`], handed to [`Agent::run_with`].
@@ -111,6 +134,7 @@ pub struct Controller {
 pub struct ControlReceiver {
     rx: mpsc::UnboundedReceiver<Event>,
     partial: PartialMessage,
+    steering: Arc<SteeringCounts>,
 }
 
 /// A new controller pair.
@@ -121,12 +145,18 @@ pub fn control() -> (Controller, ControlReceiver) {
 /// A new controller pair whose run publishes its partial message into `partial`.
 pub(crate) fn control_sharing(partial: PartialMessage) -> (Controller, ControlReceiver) {
     let (tx, rx) = mpsc::unbounded_channel();
+    let steering = Arc::new(SteeringCounts::default());
     (
         Controller {
             tx,
             partial: partial.clone(),
+            steering: steering.clone(),
         },
-        ControlReceiver { rx, partial },
+        ControlReceiver {
+            rx,
+            partial,
+            steering,
+        },
     )
 }
 
@@ -140,6 +170,11 @@ impl Controller {
     /// The shared snapshot itself (to hand to another observer).
     pub fn partial_message(&self) -> PartialMessage {
         self.partial.clone()
+    }
+
+    /// What the run's machine reports of its steering queue.
+    pub fn steering(&self) -> &SteeringCounts {
+        &self.steering
     }
 
     /// Aborts the run (R-CTL-3). Returns false if the run is gone.
@@ -405,6 +440,23 @@ impl<M> AgentBuilder<M> {
         self
     }
 
+    /// Caps each model step's output at `max_tokens` tokens (the request's `max_tokens`;
+    /// without it OpenAI-compatible servers use their own default, which for a local server
+    /// can be the whole context, and Anthropic uses `HttpConfig::default_max_tokens`).
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.config.params.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// Sets whether and which tool the model must call on the steps that offer tools (the
+    /// final step offers none, R-OUT-5, so a forced tool cannot loop past `max_steps`).
+    /// A [`ToolChoice::Tool`](crate::model::ToolChoice::Tool) naming no registered tool is
+    /// not checked here: the provider refuses it.
+    pub fn tool_choice(mut self, choice: crate::model::ToolChoice) -> Self {
+        self.config.params.tool_choice = Some(choice);
+        self
+    }
+
     /// Sets the timeouts.
     pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
         self.timeouts = timeouts;
@@ -654,12 +706,21 @@ impl Agent {
         record: bool,
     ) -> Result<RunOutput, AgentError> {
         let mut config = config;
-        // The per-tool deadline is a timer of the machine (R-IN-7): it takes the runtime's
-        // setting unless the configuration names its own.
+        // The per-tool and per-attempt deadlines are timers of the machine (R-IN-7): they
+        // take the runtime's settings unless the configuration names its own.
+        let t = self.timeouts;
+        config.step.tool_timeout_ms.get_or_insert(t.tool_ms);
+        if config.run_deadline_ms.is_none() {
+            config.run_deadline_ms = t.run_deadline_ms;
+        }
         config
             .step
-            .tool_timeout_ms
-            .get_or_insert(self.timeouts.tool_ms);
+            .stream
+            .get_or_insert(agentloop_core::process::StreamDeadlines {
+                first_chunk_ms: t.first_chunk_ms,
+                stall_ms: t.stall_ms,
+                request_ms: t.request_ms,
+            });
         let mut run = Run::new(config.clone());
         let mut trace = record.then(|| {
             Trace::new(TraceHeader {
@@ -673,9 +734,9 @@ impl Agent {
         });
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (model_tx, model_rx) = mpsc::unbounded_channel();
-        let (mut ctl, partial) = match control {
-            Some(c) => (Some(c.rx), Some(c.partial)),
-            None => (None, None),
+        let (mut ctl, partial, steering) = match control {
+            Some(c) => (Some(c.rx), Some(c.partial), Some(c.steering)),
+            None => (None, None, None),
         };
         let mut driver = Driver {
             agent: self,
@@ -691,19 +752,10 @@ impl Agent {
             model_tx,
             model_rx,
         };
-        // The whole-run deadline is a sleep on the Clock port, started once.
-        let clock = self.clock.clone();
-        let deadline_ms = self.timeouts.run_deadline_ms;
-        let deadline = async move {
-            match deadline_ms {
-                Some(ms) => clock.sleep(ms).await,
-                None => std::future::pending::<()>().await,
-            }
-        };
-        tokio::pin!(deadline);
         let mut pending = VecDeque::from([first]);
         let mut partial_mark = None;
-        let mut deadline_fired = false;
+        // Steering the machine did not take (it arrived after the run's end was decided).
+        let mut undelivered = Vec::new();
         loop {
             let event = match pending.pop_front() {
                 Some(e) => e,
@@ -718,16 +770,29 @@ impl Agent {
                             continue;
                         }
                         Some(e) = async { match ctl.as_mut() { Some(c) => c.recv().await, None => None } } => e,
-                        _ = &mut deadline, if !deadline_fired => {
-                            deadline_fired = true;
-                            Event::Abort { reason: "run deadline exceeded".into(), kill: KillPolicy::default() }
-                        }
                     }
                 }
             };
             // The event is cloned only when a trace keeps it.
             let kept = trace.as_ref().map(|_| event.clone());
+            let steer = match &event {
+                Event::Steer { text } => Some(text.clone()),
+                _ => None,
+            };
             let step = run.handle(event);
+            if let Some(text) = &steer {
+                // A run past its last step boundary does not take steering: it is handed back.
+                if step.unhandled {
+                    undelivered.push(text.clone());
+                }
+            }
+            if let Some(s) = &steering {
+                if steer.is_some() {
+                    s.received.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                s.pending
+                    .store(run.steering().len(), std::sync::atomic::Ordering::SeqCst);
+            }
             if let (Some(t), Some(event)) = (trace.as_mut(), kept.as_ref()) {
                 t.record(event, &step);
             }
@@ -748,14 +813,29 @@ impl Agent {
         if let Some(p) = &partial {
             p.set(None);
         }
+        // Steering sent after the run's last step never reached its machine: it is handed
+        // back with the queue's leftovers.
+        if let Some(c) = ctl.as_mut() {
+            while let Ok(e) = c.try_recv() {
+                if let Event::Steer { text } = e {
+                    undelivered.push(text);
+                }
+            }
+        }
         let result = run.result().cloned().unwrap_or_else(|| LoopResult {
             outcome: crate::agent_event::Outcome::Failed,
             reason: "no result".into(),
             messages: run.messages().to_vec(),
             iterations: 0,
             usage: Default::default(),
+            steering_left: run.steering().to_vec(),
             error: Some("the run ended without a result".into()),
         });
+        let mut result = result;
+        result.steering_left.extend(undelivered);
+        if let Some(s) = &steering {
+            s.pending.store(0, std::sync::atomic::Ordering::SeqCst);
+        }
         Ok(RunOutput {
             run_id,
             result,

@@ -187,6 +187,9 @@ pub(crate) struct RunUsage {
     pub(crate) model: String,
     pub(crate) usage: Usage,
     pub(crate) cost_usd: Option<f64>,
+    /// Some step reported usage (without one, the run's usage is unknown: no total is
+    /// reported rather than zeros).
+    pub(crate) reported: bool,
 }
 
 impl RunUsage {
@@ -201,6 +204,7 @@ impl RunUsage {
         let cost = prices.cost(model, usage);
         self.model = model.to_string();
         self.usage.add(usage);
+        self.reported = true;
         if let Some(c) = cost {
             *self.cost_usd.get_or_insert(0.0) += c;
         }
@@ -212,13 +216,13 @@ impl RunUsage {
         }
     }
 
-    /// The run total's `usage_report` event.
-    pub(crate) fn total(&self) -> AgentEvent {
-        AgentEvent::UsageReport {
+    /// The run total's `usage_report` event, if some step reported usage.
+    pub(crate) fn total(&self) -> Option<AgentEvent> {
+        self.reported.then(|| AgentEvent::UsageReport {
             model_call_index: None,
             model: self.model.clone(),
             usage: self.usage,
             cost_usd: self.cost_usd,
-        }
+        })
     }
 }

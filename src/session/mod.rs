@@ -286,8 +286,6 @@ struct Shared {
     last_result: Mutex<Option<LoopResult>>,
     /// The trace of the last finished run, when recording.
     last_trace: Mutex<Option<crate::trace::Trace>>,
-    /// Steering messages forwarded to the running run and not yet applied.
-    steering: Mutex<VecDeque<String>>,
     run_usage: Mutex<RunUsage>,
     idle: watch::Sender<bool>,
     /// The running run's partial message (R-STR-2); every run of the session publishes here.
@@ -341,7 +339,6 @@ impl Session {
             metrics: Mutex::new(Metrics::default()),
             last_result: Mutex::new(None),
             last_trace: Mutex::new(None),
-            steering: Mutex::new(VecDeque::new()),
             run_usage: Mutex::new(RunUsage::default()),
             idle,
             partial: PartialMessage::default(),
@@ -588,20 +585,7 @@ fn observer(shared: std::sync::Weak<Shared>, prices: PriceTable) -> bus::Observe
                 }
             }
             AgentEvent::AgentAbort { .. } => shared.saw_abort.store(true, Ordering::SeqCst),
-            _ => {
-                if let AgentEvent::SteeringApplied { text } = &env.event {
-                    if let Ok(mut q) = shared.steering.lock() {
-                        match q.iter().position(|t| t == text) {
-                            Some(i) => {
-                                q.remove(i);
-                            }
-                            None => {
-                                q.pop_front();
-                            }
-                        }
-                    }
-                }
-            }
+            _ => {}
         }
         derived
     })
@@ -609,6 +593,8 @@ fn observer(shared: std::sync::Weak<Shared>, prices: PriceTable) -> bus::Observe
 
 struct Current {
     controller: Controller,
+    /// `steer` events sent to this run.
+    steers_sent: u64,
     run: tokio::task::JoinHandle<Result<RunOutput, crate::runtime::AgentError>>,
     abort_requested: Option<String>,
 }
@@ -740,18 +726,22 @@ impl Actor {
             self.start(text);
             return Ok(SteerAck::Started);
         };
-        let pending = self.shared.steering.lock().map(|q| q.len()).unwrap_or(0);
+        // The queue is the run's machine's: what it holds, plus what was sent and has not
+        // reached it yet.
+        let counts = current.controller.steering();
+        let in_flight = current.steers_sent.saturating_sub(counts.received());
+        let pending = counts.pending() + usize::try_from(in_flight).unwrap_or(usize::MAX);
         if pending >= self.steering_capacity {
             self.publish(received(SteeringStatus::RejectedFull));
             return Err(SessionError::QueueFull {
                 capacity: self.steering_capacity,
             });
         }
-        if let Ok(mut q) = self.shared.steering.lock() {
-            q.push_back(text.clone());
-        }
         self.publish(received(SteeringStatus::Queued));
         forward_steer(&current.controller, &text);
+        if let Some(c) = self.current.as_mut() {
+            c.steers_sent += 1;
+        }
         Ok(SteerAck::Queued(steering_ref))
     }
 
@@ -834,6 +824,7 @@ impl Actor {
         self.current = Some(Current {
             controller,
             run,
+            steers_sent: 0,
             abort_requested: None,
         });
     }
@@ -845,8 +836,10 @@ impl Actor {
         let Some(current) = self.current.take() else {
             return;
         };
+        let mut leftover = Vec::new();
         let result = match out {
             Ok(Ok(o)) => {
+                leftover = o.result.steering_left.clone();
                 if let (Some(t), Ok(mut last)) = (o.trace, self.shared.last_trace.lock()) {
                     *last = Some(t);
                 }
@@ -878,20 +871,15 @@ impl Actor {
             }
         }
         // R-CTX-3: the run's usage, also on abort.
-        let total = self.shared.run_usage.lock().map(|u| u.total()).ok();
+        let total = self.shared.run_usage.lock().ok().and_then(|u| u.total());
         if let Some(total) = total {
             self.publish(total);
         }
         if let (Some(r), Ok(mut last)) = (result, self.shared.last_result.lock()) {
             *last = Some(r);
         }
-        // Steering that never reached a step boundary becomes the next prompt.
-        let leftover: Vec<String> = self
-            .shared
-            .steering
-            .lock()
-            .map(|mut q| q.drain(..).collect())
-            .unwrap_or_default();
+        // Steering that never reached a step boundary (the run hands it back) becomes the
+        // next prompt.
         self.shared.bus.set_current_run("");
         // The driver clears it when a run ends; a run task that died did not.
         self.shared.partial.set(None);

@@ -157,6 +157,11 @@ impl Setup {
             }),
             gate_tools: self.gate_tools,
             tool_timeout_ms: Some(1_000),
+            stream: Some(agentloop_core::process::StreamDeadlines {
+                first_chunk_ms: 500,
+                stall_ms: 300,
+                request_ms: Some(2_000),
+            }),
         }
     }
 
@@ -177,6 +182,7 @@ impl Setup {
             } else {
                 DeciderRef::default()
             },
+            run_deadline_ms: Some(600_000),
             ..RunConfig::default()
         }
     }
@@ -383,6 +389,8 @@ pub enum Action {
     SetTools(u8),
     /// `StoreWriteFailed`.
     StoreWriteFailed,
+    /// `TimerElapsed` of the run's deadline timer.
+    RunDeadline,
     /// `RunEndCommitted` (the store acknowledged the run-end entry).
     RunEndCommitted,
 }
@@ -402,6 +410,8 @@ pub struct Feeder {
     pub last_seq: Option<u64>,
     /// Last `StartTimer` id.
     pub timer: Option<u64>,
+    /// Timers started and neither cancelled nor fired, oldest first.
+    pub live_timers: Vec<u64>,
     /// Calls started by `RunTool` without a persisted result.
     pub running: Vec<String>,
     /// Calls with a pending `RequestApproval`.
@@ -441,7 +451,12 @@ impl Feeder {
                     self.calls_this_attempt = 0;
                     self.deltas_this_attempt = 0;
                 }
-                Effect::StartTimer { timer_id, .. } => self.timer = Some(*timer_id),
+                Effect::StartTimer { timer_id, .. } => {
+                    self.timer = Some(*timer_id);
+                    self.live_timers.retain(|t| t != timer_id);
+                    self.live_timers.push(*timer_id);
+                }
+                Effect::CancelTimer { timer_id } => self.live_timers.retain(|t| t != timer_id),
                 Effect::RunTool { call } => {
                     self.asking.retain(|id| id != &call.id);
                     self.gating.retain(|id| id != &call.id);
@@ -611,7 +626,8 @@ impl Feeder {
                 },
             },
             (_, Some(ProcessState::Calling)) => match roll {
-                0..=4 => Action::TransportError(AttemptPick::Current, ErrPick::RateLimited),
+                0..=2 => Action::TimerElapsed(true),
+                3..=4 => Action::TransportError(AttemptPick::Current, ErrPick::RateLimited),
                 5..=6 => Action::StreamStalled(AttemptPick::Current),
                 7 => Action::TransportError(AttemptPick::Current, ErrPick::Server),
                 8..=10 => Action::RequestRewritten(AttemptPick::Current),
@@ -625,7 +641,8 @@ impl Feeder {
                 let want_done = deltas >= 3 + (low as usize % 6);
                 match roll {
                     0 => Action::TransportError(AttemptPick::Current, ErrPick::Server),
-                    1 => Action::StreamStalled(AttemptPick::Current),
+                    1 if low.is_multiple_of(2) => Action::StreamStalled(AttemptPick::Current),
+                    1 => Action::TimerElapsed(true),
                     2 if low.is_multiple_of(4) => Action::ContextOverflow(AttemptPick::Current),
                     3..=5 => {
                         Action::Delta(AttemptPick::Current, SeqPick::Repeat, DeltaPick::Text(low))
@@ -867,12 +884,25 @@ impl Feeder {
                 attempt: self.attempt(a),
                 after_ms: 30_000,
             },
-            Action::TimerElapsed(current) => Event::TimerElapsed {
-                timer_id: match (current, self.timer) {
-                    (true, Some(t)) => t,
-                    (_, t) => t.unwrap_or(0) + 7,
-                },
-            },
+            Action::TimerElapsed(current) => {
+                // A live timer of the step fires (picked by the tick among them), else a
+                // wrong id; the run's deadline has its own action.
+                let steps: Vec<u64> = self
+                    .live_timers
+                    .iter()
+                    .copied()
+                    .filter(|t| *t != agentloop_core::react::RUN_DEADLINE_TIMER)
+                    .collect();
+                let live = (!steps.is_empty()).then(|| steps[(self.tick as usize) % steps.len()]);
+                let timer_id = match (current, live) {
+                    (true, Some(t)) => {
+                        self.live_timers.retain(|x| *x != t);
+                        t
+                    }
+                    _ => self.timer.unwrap_or(0).wrapping_add(7),
+                };
+                Event::TimerElapsed { timer_id }
+            }
             Action::ToolFinished(id, ok) => Event::ToolFinished {
                 tool_call_id: self.tracked(&self.running, id),
                 status: if ok {
@@ -956,6 +986,9 @@ impl Feeder {
                     .map(|(_, t)| t)
                     .collect(),
                 immune: Default::default(),
+            },
+            Action::RunDeadline => Event::TimerElapsed {
+                timer_id: agentloop_core::react::RUN_DEADLINE_TIMER,
             },
             Action::StoreWriteFailed => Event::StoreWriteFailed {
                 error: "disk full".into(),

@@ -5,6 +5,22 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The deadlines of one model attempt (R-IN-7), which the inner machine starts as timer
+/// effects with each `CallModel` and turns into a stall or a timeout when they pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct StreamDeadlines {
+    /// Until the first delta of the attempt arrives.
+    pub first_chunk_ms: u64,
+    /// Without any delta, once the stream has started: a watchdog that checks every
+    /// `stall_ms` whether a delta arrived since it last looked, so a stall is detected between
+    /// `stall_ms` and twice that after the last delta (one timer per period, not per delta).
+    pub stall_ms: u64,
+    /// The whole attempt, from sending to the last delta (`None`: no limit); expiry is a
+    /// retryable `timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_ms: Option<u64>,
+}
+
 /// Retry and backoff (R-IN-1): initial 1 s, doubling, cap 10 s, 3 retries, by default.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RetryPolicy {
@@ -110,6 +126,9 @@ pub struct StepConfig {
     /// `RunTool` (`None`: no deadline; the agent builder sets the runtime's `tool_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_timeout_ms: Option<u64>,
+    /// A model attempt's deadlines (`None`: none; the runtime fills in its `Timeouts`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<StreamDeadlines>,
 }
 
 impl Default for StepConfig {
@@ -122,6 +141,7 @@ impl Default for StepConfig {
             doom_loop: Some(DoomLoopPolicy::default()),
             gate_tools: false,
             tool_timeout_ms: None,
+            stream: None,
         }
     }
 }

@@ -6,6 +6,7 @@ use crate::agent_event::AgentEvent;
 use crate::chart::{GuardCheck, MachineKind, ProcessRow, ToolCallRow};
 use crate::effect::Effect;
 use crate::entry::Entry;
+use crate::error::ErrorKind;
 use crate::error::ModelError;
 use crate::event::KillPolicy;
 use crate::event::{AttemptId, Event};
@@ -14,15 +15,11 @@ use crate::model::ModelRequest;
 use crate::process::accumulate::MessageAssembler;
 use crate::process::call_guards::{self, Facts};
 use crate::process::config::{ApprovalPolicy, LoopAction, StepConfig};
+use crate::process::deadlines::{tool_slot, tool_timer, AttemptTimer, AttemptTimers};
 pub(crate) use crate::process::slots::{Slot, Slots};
 use crate::step::Transition;
 
 pub(crate) use crate::chart::ToolCallState;
-
-/// Marks a timer id as a call's deadline (see `ProcessData::deadline_timer`).
-const DEADLINE_BIT: u64 = 1 << 63;
-/// Bits of a deadline timer id that hold the slot's position.
-const SLOT_BITS: u32 = 24;
 
 /// How a step ended.
 #[derive(Clone, Debug, PartialEq)]
@@ -66,6 +63,8 @@ pub struct ProcessData {
     pub(crate) unhandled: bool,
     /// The tool-call transitions this handle took, with the chart oracle's verdicts.
     pub(crate) calls: Vec<(Transition, GuardCheck)>,
+    /// The current attempt's deadline timers.
+    pub(crate) timers: AttemptTimers,
 }
 
 impl ProcessData {
@@ -89,6 +88,7 @@ impl ProcessData {
             row: None,
             unhandled: false,
             calls: Vec::new(),
+            timers: AttemptTimers::default(),
         }
     }
 
@@ -144,21 +144,73 @@ impl ProcessData {
         u64::from(self.request.model_call_index) * 1_000_000 + u64::from(self.request.attempt)
     }
 
-    /// The deadline timer of slot `i`: the top bit set (backoff timers never reach it), then
-    /// the step's model-call index and the slot's position.
+    /// The deadline timer of slot `i` (see [`deadlines`](crate::process::deadlines)).
     pub(crate) fn deadline_timer(&self, i: usize) -> u64 {
-        DEADLINE_BIT | (u64::from(self.request.model_call_index) << SLOT_BITS) | i as u64
+        tool_timer(self.request.model_call_index, i)
     }
 
     /// The running slot whose deadline timer is `timer_id`, if any.
     pub(crate) fn deadline_of(&self, timer_id: u64) -> Option<usize> {
-        if timer_id & DEADLINE_BIT == 0
-            || (timer_id & !DEADLINE_BIT) >> SLOT_BITS != u64::from(self.request.model_call_index)
-        {
-            return None;
-        }
-        let i = usize::try_from(timer_id & ((1 << SLOT_BITS) - 1)).ok()?;
+        let i = tool_slot(timer_id, self.request.model_call_index)?;
         (i < self.slots.len() && self.slots.get(i).state() == ToolCallState::Running).then_some(i)
+    }
+
+    /// The current attempt's deadline that `timer_id` names, if it passed: its kind and
+    /// delay. The stall watchdog counts only when no delta arrived since it was armed.
+    pub(crate) fn attempt_deadline(&self, timer_id: u64) -> Option<(AttemptTimer, u64)> {
+        self.timers
+            .get(timer_id)
+            .filter(|(kind, _)| !(*kind == AttemptTimer::Stall && self.timers.moved))
+    }
+
+    /// Whether `timer_id` is the stall watchdog and deltas arrived since it was armed.
+    pub(crate) fn stream_moved(&self, timer_id: u64) -> bool {
+        self.timers.moved
+            && self
+                .timers
+                .get(timer_id)
+                .is_some_and(|(kind, _)| kind == AttemptTimer::Stall)
+    }
+
+    /// The stall watchdog looked and saw deltas: it looks again one period later.
+    pub(crate) fn rewatch(&mut self, timer_id: u64) {
+        if let Some((kind, delay_ms)) = self.timers.get(timer_id) {
+            self.timers.moved = false;
+            self.timers.arm(kind, timer_id, delay_ms, &mut self.out);
+        }
+    }
+
+    /// An attempt deadline passed: the stream is cancelled; a first-chunk or stall deadline is
+    /// announced as a stall. Returns the retry reason and the error if the step cannot retry.
+    pub(crate) fn deadline_passed(&mut self, timer_id: u64) -> (String, ModelError) {
+        let (kind, ms) = self
+            .timers
+            .get(timer_id)
+            .unwrap_or((AttemptTimer::Request, 0));
+        self.timers.fired(timer_id);
+        self.end_attempt();
+        match kind {
+            AttemptTimer::Request => {
+                self.cancel_model();
+                let why = format!("request exceeded {ms} ms");
+                (why.clone(), ModelError::new(ErrorKind::Timeout, why))
+            }
+            AttemptTimer::FirstChunk | AttemptTimer::Stall => {
+                self.stalled(ms);
+                (
+                    format!("stream stalled for {ms} ms"),
+                    ModelError::new(
+                        ErrorKind::Timeout,
+                        format!("stream stalled for {ms} ms; retries exhausted"),
+                    ),
+                )
+            }
+        }
+    }
+
+    /// The attempt ended (committed, failed, retried, aborted): its deadline timers stop.
+    pub(crate) fn end_attempt(&mut self) {
+        self.timers.clear(&mut self.out);
     }
 
     /// Sends the current attempt's request.
@@ -173,6 +225,17 @@ impl ProcessData {
             model: request.model.clone(),
         });
         self.out.push(Effect::CallModel { request });
+        if let Some(d) = self.cfg.stream {
+            let base = self.timer_id();
+            let first = AttemptTimer::FirstChunk;
+            self.timers
+                .arm(first, first.id(base), d.first_chunk_ms, &mut self.out);
+            if let Some(ms) = d.request_ms {
+                let request = AttemptTimer::Request;
+                self.timers
+                    .arm(request, request.id(base), ms, &mut self.out);
+            }
+        }
     }
 
     /// Starts the message afresh (a new attempt discards the partial output).
@@ -188,6 +251,7 @@ impl ProcessData {
 
     /// Schedules the next attempt: discards partial output, starts the backoff timer.
     pub(crate) fn schedule_retry(&mut self, reason: String, retry_after_ms: Option<u64>) {
+        self.end_attempt();
         let delay_ms = self.cfg.retry.delay_ms(self.retries + 1, retry_after_ms);
         self.request.attempt += 1;
         self.retries += 1;
@@ -217,6 +281,7 @@ impl ProcessData {
     }
 
     pub(crate) fn fail(&mut self, error: ModelError) {
+        self.end_attempt();
         self.emit(AgentEvent::StreamError {
             error: error.clone(),
         });
@@ -224,6 +289,7 @@ impl ProcessData {
     }
 
     pub(crate) fn overflow(&mut self, error: ModelError) {
+        self.end_attempt();
         self.emit(AgentEvent::ContextOverflow {
             message: error.message.clone(),
         });
@@ -249,6 +315,17 @@ impl ProcessData {
     /// Accumulates a new delta and emits its observable form.
     pub(crate) fn delta(&mut self, seq: u64, delta: &MessageDelta) {
         self.seen.insert(seq);
+        self.timers.moved = true;
+        if self.timers.armed(AttemptTimer::FirstChunk) {
+            // Deltas flow: the first-chunk deadline gives way to the stall watchdog.
+            self.timers.disarm(AttemptTimer::FirstChunk, &mut self.out);
+            if let Some(d) = self.cfg.stream {
+                let stall = AttemptTimer::Stall;
+                let id = stall.id(self.timer_id());
+                self.timers.arm(stall, id, d.stall_ms, &mut self.out);
+                self.timers.moved = false;
+            }
+        }
         self.acc.push(delta);
         let (idx, attempt) = (self.request.model_call_index, self.request.attempt);
         let event = match delta {
@@ -284,6 +361,7 @@ impl ProcessData {
 
     /// Commits the accumulated message (R-STR-4) and, when it has tool calls, schedules them.
     pub(crate) fn commit(&mut self) {
+        self.end_attempt();
         let message = self.acc.message();
         self.persist(Entry::Assistant {
             run_id: self.request.run_id.clone(),
@@ -713,6 +791,7 @@ impl ProcessData {
     /// result an `aborted` result (R-CTL-3, R-IDEM-7).
     pub(crate) fn abort(&mut self, in_request: bool, in_retry: bool) {
         if in_request {
+            self.end_attempt();
             self.cancel_model();
         }
         if in_retry {

@@ -62,6 +62,17 @@ pub(crate) fn holds(
         ProcessGuard::AllResults => data.all_results(),
         ProcessGuard::ToolsPending => !data.all_results(),
         ProcessGuard::NotDraining => state != ProcessState::Draining,
+        ProcessGuard::StreamMoved => match input {
+            Input::Ext(Event::TimerElapsed { timer_id }) => data.stream_moved(*timer_id),
+            _ => false,
+        },
+        ProcessGuard::DeadlineRetry | ProcessGuard::DeadlineNoRetry => match input {
+            Input::Ext(Event::TimerElapsed { timer_id }) => {
+                data.attempt_deadline(*timer_id).is_some()
+                    && data.retry_budget_left(true) == (g == ProcessGuard::DeadlineRetry)
+            }
+            _ => false,
+        },
         ProcessGuard::ToolDeadline => match input {
             Input::Ext(Event::TimerElapsed { timer_id }) => data.deadline_of(*timer_id).is_some(),
             _ => false,

@@ -115,6 +115,18 @@ impl ProcessMachine {
                 context.overflow(error.clone());
                 Transition(State::error())
             }
+            Event::TimerElapsed { timer_id } if context.attempt_deadline(*timer_id).is_some() => {
+                let (reason, error) = context.deadline_passed(*timer_id);
+                if context.retry_budget_left(true) {
+                    context.take(Row::RequestingDeadlineRetry);
+                    context.schedule_retry(reason, None);
+                    Transition(State::retrying())
+                } else {
+                    context.take(Row::RequestingDeadlineFail);
+                    context.fail(error);
+                    Transition(State::error())
+                }
+            }
             Event::StreamStalled { attempt, after_ms } if context.is_current(attempt) => {
                 context.stalled(*after_ms);
                 if context.retry_budget_left(true) {
@@ -154,6 +166,11 @@ impl ProcessMachine {
             Input::Ext(e @ Event::Delta { seq, delta, .. }) if !context.is_stale(e) => {
                 context.take(Row::StreamingDelta);
                 context.delta(*seq, delta);
+                Handled
+            }
+            Input::Ext(Event::TimerElapsed { timer_id }) if context.stream_moved(*timer_id) => {
+                context.take(Row::StreamingWatch);
+                context.rewatch(*timer_id);
                 Handled
             }
             Input::Ext(e @ Event::Done { .. }) if !context.is_stale(e) => {

@@ -5,6 +5,7 @@ pub mod accumulate;
 pub(crate) mod call_guards;
 pub mod config;
 pub(crate) mod data;
+pub(crate) mod deadlines;
 pub(crate) mod guards;
 pub(crate) mod machine;
 pub(crate) mod slots;
@@ -23,7 +24,9 @@ use crate::message::{AssistantMessage, ToolResult};
 use crate::model::ModelRequest;
 use crate::step::Transition;
 
-pub use config::{ApprovalPolicy, DoomLoopPolicy, LoopAction, RetryPolicy, StepConfig};
+pub use config::{
+    ApprovalPolicy, DoomLoopPolicy, LoopAction, RetryPolicy, StepConfig, StreamDeadlines,
+};
 use data::ProcessData;
 pub use data::StepOutcome;
 use machine::{Input, ProcessMachine, State};

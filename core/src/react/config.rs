@@ -291,6 +291,11 @@ pub struct RunConfig {
     #[serde(default)]
     #[schemars(with = "String")]
     pub decider: DeciderRef,
+    /// Whole-run deadline (R-IN-7): the run starts it as a timer at `Start` / `Resume`; when
+    /// it fires, the run is aborted with reason `run deadline exceeded` (`None`: none; the
+    /// runtime fills in its `Timeouts::run_deadline_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_deadline_ms: Option<u64>,
 }
 
 impl RunConfig {
@@ -325,6 +330,7 @@ impl Default for RunConfig {
             final_reminder: FINAL_REMINDER.into(),
             steering: SteeringPolicy::default(),
             decider: DeciderRef::default(),
+            run_deadline_ms: None,
         }
     }
 }
@@ -340,8 +346,14 @@ pub struct LoopResult {
     pub messages: Vec<Message>,
     /// Model steps committed.
     pub iterations: u32,
-    /// Usage of the run.
-    pub usage: Usage,
+    /// Usage of the run: the sum of what the steps reported (`None` when no step reported
+    /// any: unknown, never zeros).
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// Steering messages the run had queued and not applied when it ended (R-CTL-2): the
+    /// run's steering queue is the machine's, so a session takes them from here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steering_left: Vec<String>,
     /// The error, when failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

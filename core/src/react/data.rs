@@ -27,7 +27,7 @@ pub struct ReactData {
     pub(crate) step: Option<Process>,
     /// Steps created so far (executed or resumed): names the step in a `PartialMark`.
     pub(crate) steps_created: u64,
-    pub(crate) usage: Usage,
+    pub(crate) usage: Option<Usage>,
     pub(crate) last_tokens: Option<u64>,
     pub(crate) compacted_since_step: bool,
     pub(crate) last_had_tools: bool,
@@ -50,6 +50,10 @@ pub struct ReactData {
     pub(crate) checks: Vec<crate::chart::GuardCheck>,
     pub(crate) row: Option<ReactRow>,
     pub(crate) unhandled: bool,
+    /// The run's deadline timer runs.
+    pub(crate) deadline_armed: bool,
+    /// Row `active_run_deadline` was taken: the facade feeds the abort it stands for.
+    pub(crate) deadline_abort: bool,
 }
 
 impl ReactData {
@@ -62,7 +66,7 @@ impl ReactData {
             committed_steps: 0,
             step: None,
             steps_created: 0,
-            usage: Usage::default(),
+            usage: None,
             last_tokens: None,
             compacted_since_step: false,
             last_had_tools: false,
@@ -81,6 +85,8 @@ impl ReactData {
             checks: Vec::new(),
             row: None,
             unhandled: false,
+            deadline_armed: false,
+            deadline_abort: false,
         }
     }
 
@@ -110,6 +116,13 @@ impl ReactData {
         session_turns: u32,
     ) {
         self.run_id = run_id.to_string();
+        if let Some(delay_ms) = self.cfg.run_deadline_ms {
+            self.out.push(Effect::StartTimer {
+                timer_id: crate::react::RUN_DEADLINE_TIMER,
+                delay_ms,
+            });
+            self.deadline_armed = true;
+        }
         self.messages = history.to_vec().into();
         self.session_turns = session_turns;
         for m in input {
@@ -251,7 +264,7 @@ impl ReactData {
         if let Some(m) = step.committed() {
             let m = m.clone();
             if let Some(u) = &m.usage {
-                self.usage.add(u);
+                self.usage.get_or_insert_with(Usage::default).add(u);
                 self.last_tokens = Some(u.input_tokens + u.output_tokens);
             }
             self.last_had_tools = !m.tool_calls.is_empty();
@@ -308,34 +321,44 @@ impl ReactData {
         self.step.as_ref().and_then(|s| s.outcome().cloned())
     }
 
-    /// Decides the run's end. With `commit`, the run-end entry is committed first
-    /// (`CommitRunEnd`; the machine waits in `Finishing`) and the end is reported on
-    /// `RunEndCommitted`; without (the store already failed), the end is reported now.
-    pub(crate) fn finish(
-        &mut self,
-        outcome: Outcome,
-        reason: String,
-        error: Option<String>,
-        commit: bool,
-    ) {
+    /// Decides the run's end: the result is kept until the state it leads to is entered —
+    /// `Finishing`, whose entry action commits the run-end entry (`CommitRunEnd`), or, when
+    /// the store already failed, a terminal state, whose entry action reports the end. The
+    /// handlers only decide; the two entry actions are the one place an end is committed and
+    /// the one place it is reported.
+    pub(crate) fn finish(&mut self, outcome: Outcome, reason: String, error: Option<String>) {
         let result = LoopResult {
             outcome,
             reason,
             messages: self.messages.to_vec(),
             iterations: self.committed_steps,
             usage: self.usage,
+            steering_left: self.steering.clone(),
             error,
         };
-        if commit {
-            self.out.push(Effect::CommitRunEnd {
-                entry: Entry::RunEnd {
-                    run_id: self.run_id.clone(),
-                    outcome,
-                    reason: result.reason.clone(),
-                },
+        if std::mem::take(&mut self.deadline_armed) {
+            self.out.push(Effect::CancelTimer {
+                timer_id: crate::react::RUN_DEADLINE_TIMER,
             });
-            self.ending = Some(result);
-        } else {
+        }
+        self.ending = Some(result);
+    }
+
+    /// Entry action of `Finishing`: commits the decided end's run-end entry.
+    pub(crate) fn commit_end(&mut self) {
+        if let Some(r) = &self.ending {
+            let entry = Entry::RunEnd {
+                run_id: self.run_id.clone(),
+                outcome: r.outcome,
+                reason: r.reason.clone(),
+            };
+            self.out.push(Effect::CommitRunEnd { entry });
+        }
+    }
+
+    /// Entry action of the terminal states: reports the decided end.
+    pub(crate) fn report_end(&mut self) {
+        if let Some(result) = self.ending.take() {
             self.end(result);
         }
     }
@@ -343,13 +366,6 @@ impl ReactData {
     /// The outcome `finish` decided, while its run-end entry is being committed.
     pub(crate) fn ending_outcome(&self) -> Option<Outcome> {
         self.ending.as_ref().map(|r| r.outcome)
-    }
-
-    /// The run-end entry is stored: reports the end `finish` decided.
-    pub(crate) fn committed(&mut self) {
-        if let Some(result) = self.ending.take() {
-            self.end(result);
-        }
     }
 
     /// A write of the final step (its message or the run-end entry) failed (R-IDEM-4): the
@@ -365,7 +381,6 @@ impl ReactData {
                  store lacks the entries from the failed write on, so the session stays \
                  resumable)"
             )),
-            false,
         );
     }
 

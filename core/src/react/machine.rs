@@ -46,11 +46,19 @@ impl ReactMachine {
     #[superstate(superstate = "root")]
     fn active(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
         match event {
+            Input::Ext(Event::TimerElapsed {
+                timer_id: crate::react::RUN_DEADLINE_TIMER,
+            }) => {
+                context.take(Row::ActiveRunDeadline);
+                context.deadline_armed = false;
+                context.deadline_abort = true;
+                Handled
+            }
             Input::Ext(e @ Event::Abort { reason, .. }) => {
                 context.forward_abort(e);
                 context.take(Row::ActiveAbort);
                 context.absorb_aborted_step();
-                context.finish(RunOutcome::Aborted, reason.clone(), None, true);
+                context.finish(RunOutcome::Aborted, reason.clone(), None);
                 Transition(State::finishing())
             }
             Input::Ext(e @ Event::Steer { text }) => {
@@ -76,7 +84,6 @@ impl ReactMachine {
                     RunOutcome::Failed,
                     "store_write_failed".into(),
                     Some(format!("session store write failed: {error}")),
-                    false,
                 );
                 Transition(State::failed())
             }
@@ -129,7 +136,7 @@ impl ReactMachine {
         match event {
             Input::Plan if context.max_steps_reached() => {
                 context.take(Row::PlanningMaxSteps);
-                context.finish(RunOutcome::Completed, "max_steps".into(), None, true);
+                context.finish(RunOutcome::Completed, "max_steps".into(), None);
                 Transition(State::finishing())
             }
             Input::Plan if context.over_threshold() => {
@@ -178,12 +185,7 @@ impl ReactMachine {
                 Some(StepOutcome::Failed(e)) => {
                     context.take(Row::ExecutingError);
                     context.step = None;
-                    context.finish(
-                        RunOutcome::Failed,
-                        e.kind.to_string(),
-                        Some(e.to_string()),
-                        true,
-                    );
+                    context.finish(RunOutcome::Failed, e.kind.to_string(), Some(e.to_string()));
                     Transition(State::finishing())
                 }
                 Some(StepOutcome::Aborted) if context.step_ended() => {
@@ -193,7 +195,7 @@ impl ReactMachine {
                         .abort_reason
                         .clone()
                         .unwrap_or_else(|| "aborted".into());
-                    context.finish(RunOutcome::Aborted, reason, None, true);
+                    context.finish(RunOutcome::Aborted, reason, None);
                     Transition(State::finishing())
                 }
                 Some(StepOutcome::Aborted) | None => Super,
@@ -209,7 +211,7 @@ impl ReactMachine {
             Input::Decide => match context.observe() {
                 Decision::Stop => {
                     context.take(Row::ObservingStop);
-                    context.finish(RunOutcome::Completed, "stopped".into(), None, true);
+                    context.finish(RunOutcome::Completed, "stopped".into(), None);
                     Transition(State::finishing())
                 }
                 Decision::Compact => {
@@ -223,7 +225,7 @@ impl ReactMachine {
                 }
                 Decision::Complete => {
                     context.take(Row::ObservingComplete);
-                    context.finish(RunOutcome::Completed, "final_answer".into(), None, true);
+                    context.finish(RunOutcome::Completed, "final_answer".into(), None);
                     Transition(State::finishing())
                 }
             },
@@ -246,7 +248,6 @@ impl ReactMachine {
                     RunOutcome::Failed,
                     "compaction_failed".into(),
                     Some(format!("compaction failed: {error}")),
-                    true,
                 );
                 Transition(State::finishing())
             }
@@ -256,7 +257,7 @@ impl ReactMachine {
 
     /// Finishing: the run-end entry is being committed. RunEndCommitted → the decided end,
     /// StoreWriteFailed → Failed, Abort ignored (the end is already decided).
-    #[state(superstate = "root")]
+    #[state(superstate = "root", entry_action = "enter_finishing")]
     fn finishing(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
         match event {
             Input::Ext(Event::RunEndCommitted) => {
@@ -277,7 +278,6 @@ impl ReactMachine {
                     // holds the ending; without one the event is reported unhandled.
                     None => return Super,
                 };
-                context.committed();
                 Transition(next)
             }
             Input::Ext(Event::StoreWriteFailed { error }) => {
@@ -289,26 +289,44 @@ impl ReactMachine {
                 context.take(Row::FinishingAbort);
                 Handled
             }
+            Input::Ext(Event::TimerElapsed {
+                timer_id: crate::react::RUN_DEADLINE_TIMER,
+            }) => {
+                context.take(Row::FinishingRunDeadline);
+                Handled
+            }
             _ => Super,
         }
     }
 
+    /// Entering `Finishing` commits the decided end's run-end entry (the one place).
+    #[action]
+    fn enter_finishing(context: &mut ReactData) {
+        context.commit_end();
+    }
+
+    /// Entering a terminal state reports the decided end (the one place).
+    #[action]
+    fn enter_end(context: &mut ReactData) {
+        context.report_end();
+    }
+
     /// Completed: terminal, absorbs every event (reported unhandled).
-    #[state(superstate = "root")]
+    #[state(superstate = "root", entry_action = "enter_end")]
     fn completed(event: &Input<'_>) -> Outcome<State> {
         let _ = event;
         Super
     }
 
     /// Failed: terminal, absorbs every event (reported unhandled).
-    #[state(superstate = "root")]
+    #[state(superstate = "root", entry_action = "enter_end")]
     fn failed(event: &Input<'_>) -> Outcome<State> {
         let _ = event;
         Super
     }
 
     /// Aborted: terminal, absorbs every event (reported unhandled).
-    #[state(superstate = "root")]
+    #[state(superstate = "root", entry_action = "enter_end")]
     fn aborted(event: &Input<'_>) -> Outcome<State> {
         let _ = event;
         Super

@@ -62,6 +62,10 @@ fn kind(state: &State) -> ReactState {
     }
 }
 
+/// The id of the whole-run deadline's timer (R-IN-7): no step's timer uses it (see
+/// `process::deadlines`).
+pub const RUN_DEADLINE_TIMER: u64 = u64::MAX;
+
 /// The outer chart's event kind of an input, if the outer machine handles it itself.
 pub fn event_kind(event: &Event) -> Option<ReactEventKind> {
     Some(match event {
@@ -75,6 +79,9 @@ pub fn event_kind(event: &Event) -> Option<ReactEventKind> {
         Event::Steer { .. } => ReactEventKind::Steer,
         Event::SwitchModel { .. } => ReactEventKind::SwitchModel,
         Event::SetTools { .. } => ReactEventKind::SetTools,
+        Event::TimerElapsed {
+            timer_id: RUN_DEADLINE_TIMER,
+        } => ReactEventKind::RunDeadline,
         _ => return None,
     })
 }
@@ -99,7 +106,12 @@ impl Run {
         let mut checks = Vec::new();
         let name = std::borrow::Cow::Borrowed(event.name());
         let unhandled;
-        if event.is_process_event() {
+        if let Event::TimerElapsed {
+            timer_id: RUN_DEADLINE_TIMER,
+        } = event
+        {
+            unhandled = self.run_deadline(&mut transitions, &mut effects, &mut checks);
+        } else if event.is_process_event() {
             unhandled = if self.react_state() == ReactState::Executing {
                 self.data.forward(&event)
             } else {
@@ -126,6 +138,35 @@ impl Run {
             transitions,
             guard_checks: checks,
         }
+    }
+
+    /// The run's deadline fired: row `active_run_deadline` (or `finishing_run_deadline`), then,
+    /// from an active state, the abort it stands for as an internal event.
+    fn run_deadline(
+        &mut self,
+        transitions: &mut Vec<Transition>,
+        effects: &mut Vec<crate::effect::Effect>,
+        checks: &mut Vec<GuardCheck>,
+    ) -> bool {
+        let timer = Event::TimerElapsed {
+            timer_id: RUN_DEADLINE_TIMER,
+        };
+        let k = ReactEventKind::RunDeadline;
+        let unhandled = self.feed(Input::Ext(&timer), k, transitions, effects, checks);
+        if std::mem::take(&mut self.data.deadline_abort) {
+            let abort = Event::Abort {
+                reason: "run deadline exceeded".into(),
+                kill: crate::event::KillPolicy::default(),
+            };
+            self.feed(
+                Input::Ext(&abort),
+                ReactEventKind::Abort,
+                transitions,
+                effects,
+                checks,
+            );
+        }
+        unhandled
     }
 
     fn drain(
@@ -247,7 +288,13 @@ impl Run {
         self.data.step.as_ref().map(|s| s.state())
     }
 
-    /// The result, once the run is terminal.
+    /// The steering messages the run has queued and not yet applied (R-CTL-2): the queue is
+    /// the machine's (row `active_steer` fills it, the next step boundary empties it).
+    pub fn steering(&self) -> &[String] {
+        &self.data.steering
+    }
+
+    /// The run's result, once it ended.
     pub fn result(&self) -> Option<&LoopResult> {
         self.data.result.as_ref()
     }

@@ -351,6 +351,25 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
             ],
         ),
         (
+            "the run's deadline: active_run_deadline (then active_abort), finishing_run_deadline",
+            Setup::default(),
+            vec![
+                START,
+                OPEN,
+                Action::RunDeadline,
+                Action::RunDeadline,
+                Action::RunEndCommitted,
+            ],
+        ),
+        (
+            "resume with a call already answered: tool_call restore_result",
+            Setup::default(),
+            vec![Action::Resume {
+                pending: true,
+                steps: 2,
+            }],
+        ),
+        (
             "resume with pending tools: init_resume_tools, idle_resume",
             Setup::default(),
             vec![Action::Resume {

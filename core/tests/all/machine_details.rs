@@ -285,7 +285,7 @@ fn r_ctx_3_usage_is_summed_over_the_steps_of_a_run() {
         cache_creation_input_tokens: 15,
         reasoning_tokens: 18,
     };
-    assert_eq!(r.usage, total);
+    assert_eq!(r.usage, Some(total));
     assert_eq!(r.final_text(), Some("done"));
     let end = d
         .emitted()
@@ -295,7 +295,34 @@ fn r_ctx_3_usage_is_summed_over_the_steps_of_a_run() {
             _ => None,
         })
         .expect("run_end");
-    assert_eq!(end, total);
+    assert_eq!(end, Some(total));
+}
+
+#[test]
+fn r_ctx_3_a_run_whose_steps_reported_no_usage_has_unknown_usage_not_zeros() {
+    let mut d = Driver::new(config(), vec![text_turn("done", None)]);
+    d.go("hi");
+    let r = d.result();
+    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!(r.usage, None);
+    let end = d
+        .emitted()
+        .into_iter()
+        .find_map(|e| match e {
+            AgentEvent::RunEnd { usage, .. } => Some(*usage),
+            _ => None,
+        })
+        .expect("run_end");
+    assert_eq!(end, None);
+    let json = serde_json::to_value(AgentEvent::RunEnd {
+        run_id: "r".into(),
+        outcome: Outcome::Completed,
+        reason: "final_answer".into(),
+        usage: None,
+        final_text: None,
+    })
+    .expect("json");
+    assert!(json["usage"].is_null(), "{json}");
 }
 
 #[test]
@@ -959,8 +986,8 @@ fn r_out_1_a_one_step_run_emits_and_persists_in_order() {
                         } => format!(
                             "run_end {} {reason} {}+{}",
                             outcome.as_str(),
-                            usage.input_tokens,
-                            usage.output_tokens
+                            usage.unwrap_or_default().input_tokens,
+                            usage.unwrap_or_default().output_tokens
                         ),
                         _ => t,
                     }

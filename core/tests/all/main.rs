@@ -6,6 +6,7 @@ mod chart_render;
 mod conformance;
 mod context;
 mod coverage;
+mod deadlines;
 mod decider_replay;
 mod fuzz_corpus_core;
 mod loop_health;

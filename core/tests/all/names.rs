@@ -6,7 +6,7 @@ use agentloop_core::entry::Repair;
 use agentloop_core::event::KillPolicy;
 use agentloop_core::{
     AgentEvent, ApprovalDecision, AssistantMessage, AttemptId, Entry, EntryKey, ErrorKind, Event,
-    Message, MessageDelta, ModelError, Outcome, ToolResult, ToolStatus, Usage,
+    Message, MessageDelta, ModelError, Outcome, ToolResult, ToolStatus,
 };
 use serde_json::json;
 
@@ -169,7 +169,7 @@ fn outcomes_and_agent_event_type_names() {
         run_id: "r".into(),
         outcome: Outcome::Completed,
         reason: "final_answer".into(),
-        usage: Usage::default(),
+        usage: None,
         final_text: None,
     };
     assert_eq!(end.type_name(), "run_end");

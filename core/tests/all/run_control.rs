@@ -207,6 +207,24 @@ fn r_in_7_a_tool_deadline_is_a_machine_timer_that_fails_the_call() {
 }
 
 #[test]
+fn r_ctl_2_the_steering_queue_is_the_machines_and_its_leftovers_are_in_the_result() {
+    let mut run = running(config(), &["calc"]);
+    assert!(run.steering().is_empty());
+    let _ = run.handle(Event::Steer {
+        text: "also check the logs".into(),
+    });
+    assert_eq!(run.steering(), ["also check the logs"]);
+    // The run is aborted before the step boundary: the message was never applied.
+    let _ = run.handle(Event::Abort {
+        reason: "stop".into(),
+        kill: KillPolicy::Killable,
+    });
+    let _ = run.handle(Event::RunEndCommitted);
+    let result = run.result().expect("ended");
+    assert_eq!(result.steering_left, ["also check the logs"]);
+}
+
+#[test]
 fn r_ctl_2_a_steering_skip_moves_unstarted_and_killable_calls_to_skipped() {
     use ToolCallRow::*;
     let mut cfg = config();

@@ -11,7 +11,7 @@ use agentloop_core::react::config::{default_decider, Decision, Observation};
 use agentloop_core::step::AgentState;
 use agentloop_core::{
     AssistantMessage, LoopResult, Message, Outcome, RunConfig, Step, ToolResult, ToolStatus,
-    Transition, Usage,
+    Transition,
 };
 
 fn react(from: ReactState, to: ReactState, row: Option<ReactRow>, unhandled: bool) -> Transition {
@@ -248,7 +248,8 @@ fn r_out_1_final_text_is_the_last_assistant_text() {
             Message::user("later"),
         ],
         iterations: 2,
-        usage: Usage::default(),
+        usage: None,
+        steering_left: vec![],
         error: None,
     };
     assert_eq!(r.final_text(), Some("second"));

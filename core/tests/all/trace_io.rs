@@ -113,7 +113,7 @@ fn r_trace_1_records_are_indexed_input_then_transitions_then_effects() {
             }
         );
     }
-    assert_eq!(TraceRecord::Header(header()).index(), None);
+    assert_eq!(TraceRecord::Header(Box::new(header())).index(), None);
 }
 
 #[test]
