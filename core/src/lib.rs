@@ -42,6 +42,9 @@ pub mod step;
 pub mod timeouts;
 pub mod tool_spec;
 pub mod trace;
+pub mod trace_diff;
+pub mod transcript;
+pub mod whatif;
 
 pub use agent_event::{AgentEvent, EventEnvelope, Outcome};
 pub use effect::Effect;
