@@ -218,7 +218,7 @@ fn what_if_text(w: &WhatIf, changes: &[String]) -> String {
                 .map(|(i, n)| format!(" (in the step of input {i}: {n})"))
                 .unwrap_or_default();
             let _ = writeln!(o, "behaviour first differs at index {}{cause}", d.index);
-            let _ = write!(o, "{}", clipped(&d.diff(), DIFF_LINES));
+            let _ = write!(o, "{}", clipped(&w.diff, DIFF_LINES));
         }
     }
     if let Some(m) = &w.missing {

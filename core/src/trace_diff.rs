@@ -104,6 +104,45 @@ pub fn normalize(v: &mut Value, runs: &mut BTreeMap<String, String>) {
     }
 }
 
+/// For display: each tool list (`"tools": [{name, description, parameters}, ..]`) becomes the
+/// list of its names, so a diff of a model request shows what changed, not every schema.
+pub fn compact_tools(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            for (k, x) in map.iter_mut() {
+                let specs = k == "tools"
+                    && x.as_array().is_some_and(|a| {
+                        a.iter()
+                            .all(|t| t.get("name").is_some() && t.get("parameters").is_some())
+                    });
+                if specs {
+                    if let Value::Array(a) = x {
+                        for t in a.iter_mut() {
+                            *t = t.get("name").cloned().unwrap_or(Value::Null);
+                        }
+                    }
+                } else {
+                    compact_tools(x);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(compact_tools),
+        _ => {}
+    }
+}
+
+/// A unified diff of two records for people: tool lists shortened to names
+/// ([`compact_tools`]), then [`json_diff`].
+pub fn record_diff(a: Option<&Value>, b: Option<&Value>, names: (&str, &str)) -> String {
+    let compact = |v: Option<&Value>| {
+        v.cloned().map(|mut v| {
+            compact_tools(&mut v);
+            v
+        })
+    };
+    json_diff(compact(a).as_ref(), compact(b).as_ref(), names)
+}
+
 /// The trace's records as JSON values, normalized unless `strict`.
 fn values(trace: &Trace, strict: bool) -> Vec<Value> {
     let mut runs = BTreeMap::new();
@@ -200,7 +239,7 @@ pub fn diff(a: &Trace, b: &Trace, options: DiffOptions) -> TraceDiff {
             input_b: input_before(b, i),
             a: a.records.get(i).cloned(),
             b: b.records.get(i).cloned(),
-            diff: json_diff(va.get(i), vb.get(i), ("a", "b")),
+            diff: record_diff(va.get(i), vb.get(i), ("a", "b")),
         });
     TraceDiff {
         header,

@@ -4,12 +4,13 @@
 //! for something the recording never answered (a model reply for a step that never happened) —
 //! what it was waiting for.
 
+use crate::agent_event::AgentEvent;
 use crate::effect::Effect;
 use crate::event::{AttemptId, Event};
 use crate::react::{DeciderRegistry, Run, RunConfig, SteeringPolicy};
 use crate::step::Transition;
 use crate::trace::{Divergence, Trace, TraceError, TraceRecord};
-use crate::trace_diff::input_before;
+use crate::trace_diff::{input_before, record_diff};
 use crate::transcript::{Summary, Transcript};
 
 /// The keys [`apply_setting`] accepts, with the values each takes.
@@ -187,6 +188,8 @@ impl std::fmt::Display for Missing {
 pub struct WhatIf {
     /// Where the changed run first behaved differently (`None`: identical).
     pub divergence: Option<Divergence>,
+    /// A unified diff of the two records at the divergence (tool lists shortened to names).
+    pub diff: String,
     /// The input whose step holds the divergence (index in the changed run's trace, name).
     pub cause: Option<(u64, String)>,
     /// What the changed run still waited for when the recorded inputs ran out.
@@ -231,6 +234,13 @@ pub fn what_if(
                 .retain(|t| !matches!(t, Transition::ToolCall { .. }));
         }
         for e in &step.effects {
+            if let Effect::CallModel { request } = e {
+                // The retry this attempt was scheduled for is no longer outstanding.
+                pending.retain(|p| {
+                    !matches!(p, Pending::Retry(s, a)
+                        if *s == request.model_call_index && *a == request.attempt)
+                });
+            }
             if let Some(p) = Pending::of(e) {
                 pending.push(p);
             }
@@ -255,11 +265,24 @@ pub fn what_if(
             replayed: b.cloned(),
         })
     });
+    let diff = divergence
+        .as_ref()
+        .map(|d| {
+            let value =
+                |r: &Option<TraceRecord>| r.as_ref().and_then(|r| serde_json::to_value(r).ok());
+            record_diff(
+                value(&d.recorded).as_ref(),
+                value(&d.replayed).as_ref(),
+                ("recorded", "changed"),
+            )
+        })
+        .unwrap_or_default();
     let cause = divergence
         .as_ref()
         .and_then(|d| input_before(&replayed, d.index as usize));
     Ok(WhatIf {
         divergence,
+        diff,
         cause,
         missing,
         unused_inputs,
@@ -272,6 +295,8 @@ pub fn what_if(
 /// A request of the changed run that an input must answer.
 enum Pending {
     Model(AttemptId),
+    /// A retry scheduled (its timer pending): the step and the attempt it will send.
+    Retry(u32, u32),
     Tool(String, String),
     Approval(String),
     Gate(String),
@@ -292,6 +317,14 @@ impl Pending {
             Effect::GateTool { call } => Pending::Gate(call.id.clone()),
             Effect::Compact { .. } => Pending::Compaction,
             Effect::CommitRunEnd { .. } => Pending::RunEnd,
+            Effect::Emit {
+                event:
+                    AgentEvent::Retry {
+                        model_call_index,
+                        attempt,
+                        ..
+                    },
+            } => Pending::Retry(*model_call_index, *attempt),
             _ => return None,
         })
     }
@@ -325,6 +358,7 @@ impl Pending {
                 step: a.model_call_index,
                 attempt: a.attempt,
             },
+            Pending::Retry(step, attempt) => Missing::ModelReply { step, attempt },
             Pending::Tool(id, name) => Missing::ToolResult { id, name },
             Pending::Approval(id) => Missing::Approval { id },
             Pending::Gate(id) => Missing::Gate { id },
