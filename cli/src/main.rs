@@ -68,6 +68,10 @@ enum TraceCommand {
     /// Compare two traces: the first divergence and a summary of each; exit 0 when
     /// equivalent, 1 when they differ, 2 when one cannot be read.
     Diff(trace_cmd::DiffArgs),
+    /// Turn a conversation recorded elsewhere into a trace and a script (see
+    /// docs/trace-import.md); exit 0 as recorded, 1 when the machines would have acted
+    /// differently (each difference printed), 2 for bad input.
+    Import(trace_cmd::ImportArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -115,6 +119,9 @@ fn main() -> ExitCode {
         Command::Trace {
             command: TraceCommand::Diff(args),
         } => trace_cmd::diff_main(args),
+        Command::Trace {
+            command: TraceCommand::Import(args),
+        } => trace_cmd::import_main(args),
         Command::Chart { machine, format } => {
             let kind = match machine {
                 Machine::React => MachineKind::React,

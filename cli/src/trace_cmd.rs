@@ -286,3 +286,118 @@ pub fn what_if_main(path: &Path, args: &WhatIfArgs) -> ExitCode {
         ExitCode::from(1)
     }
 }
+
+/// Formats `trace import` reads.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ImportFormat {
+    /// A JSON array of OpenAI chat-completions messages (`tool_calls` and `tool` results).
+    OpenaiChat,
+}
+
+/// `agentloop trace import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// What the file holds.
+    #[arg(long = "from", value_enum)]
+    pub from: ImportFormat,
+    /// The recorded conversation.
+    pub file: PathBuf,
+    /// Where to write the trace (default: FILE with extension `.trace.jsonl`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Where to write the scripted model's script (default: FILE with extension `.script.json`).
+    #[arg(long)]
+    pub script: Option<PathBuf>,
+    /// The model name recorded in the trace.
+    #[arg(long, default_value = "imported")]
+    pub model: String,
+}
+
+/// The scripted model's script replaying `replies` (ids and argument text kept).
+fn script_of(replies: &[agentloop::import::Reply]) -> agentloop::provider::scripted::Script {
+    use agentloop::provider::scripted::{Script, ScriptToolCall, Turn};
+    Script {
+        description: Some("imported with `agentloop trace import`".into()),
+        turns: replies
+            .iter()
+            .map(|r| Turn {
+                text: (!r.text.is_empty()).then(|| r.text.clone()),
+                tool_calls: r
+                    .tool_calls
+                    .iter()
+                    .map(|(id, name, arguments)| ScriptToolCall {
+                        id: Some(id.clone()),
+                        name: name.clone(),
+                        // Valid JSON as a value; anything else verbatim as raw argument text.
+                        arguments: serde_json::from_str(arguments)
+                            .unwrap_or_else(|_| serde_json::Value::String(arguments.clone())),
+                    })
+                    .collect(),
+                ..Turn::default()
+            })
+            .collect(),
+    }
+}
+
+/// `trace import`: 0 imported as recorded, 1 imported with findings (printed), 2 bad input.
+pub fn import_main(args: ImportArgs) -> ExitCode {
+    let ImportFormat::OpenaiChat = args.from;
+    let fail = |e: String| {
+        eprintln!("error: {}: {e}", args.file.display());
+        ExitCode::from(2)
+    };
+    let text = match std::fs::read_to_string(&args.file) {
+        Ok(t) => t,
+        Err(e) => return fail(e.to_string()),
+    };
+    let value: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => return fail(format!("not JSON: {e}")),
+    };
+    let options = agentloop::import::ImportOptions {
+        agentloop: env!("CARGO_PKG_VERSION").into(),
+        model: args.model.clone(),
+        ..Default::default()
+    };
+    let imported = match agentloop::import::openai_chat(&value, &options) {
+        Ok(i) => i,
+        Err(e) => return fail(e.to_string()),
+    };
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| args.file.with_extension("trace.jsonl"));
+    let script_path = args
+        .script
+        .clone()
+        .unwrap_or_else(|| args.file.with_extension("script.json"));
+    if let Err(e) = imported.trace.write(&out) {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
+    let script = serde_json::to_string_pretty(&script_of(&imported.replies)).unwrap_or_default();
+    if let Err(e) = std::fs::write(&script_path, script + "\n") {
+        eprintln!("error: {}: {e}", script_path.display());
+        return ExitCode::from(2);
+    }
+    let summary = Transcript::from_trace(&imported.trace).summary;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "imported {} assistant message{} as {} ({} records; {summary})",
+        imported.replies.len(),
+        if imported.replies.len() == 1 { "" } else { "s" },
+        out.display(),
+        imported.trace.records.len()
+    );
+    let _ = writeln!(o, "script: {}", script_path.display());
+    for f in &imported.findings {
+        let _ = writeln!(o, "differs: {f}");
+    }
+    emit(&o);
+    if imported.findings.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

@@ -193,3 +193,84 @@ fn what_if_replay_refuses_bad_settings_with_exit_2() {
         assert!(stderr(&o).contains(needle), "{}", stderr(&o));
     }
 }
+
+fn openai(name: &str) -> String {
+    let p: PathBuf = [
+        env!("CARGO_MANIFEST_DIR"),
+        "..",
+        "tests",
+        "fixtures",
+        "openai",
+        name,
+    ]
+    .iter()
+    .collect();
+    p.display().to_string()
+}
+
+#[test]
+fn import_writes_a_trace_replay_accepts_and_a_script_run_accepts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let args = [
+        "trace",
+        "import",
+        "--from",
+        "openai-chat",
+        &openai("calc.json"),
+        "--out",
+        "t.jsonl",
+        "--script",
+        "s.json",
+    ];
+    let import = agentloop(dir.path(), &args);
+    assert_eq!(import.status.code(), Some(0), "{}", stderr(&import));
+    assert!(
+        stdout(&import).contains("imported 2 assistant messages"),
+        "{}",
+        stdout(&import)
+    );
+    let replay = agentloop(dir.path(), &["replay", "t.jsonl"]);
+    assert!(replay.status.success(), "{}", stderr(&replay));
+    let run = agentloop(dir.path(), &["run", "--script", "s.json", "What is 2+3?"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert!(
+        stdout(&run).contains("The answer is 5."),
+        "{}",
+        stdout(&run)
+    );
+}
+
+#[test]
+fn import_reports_where_the_machines_differ_and_refuses_bad_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = openai("missing-result.json");
+    let args = [
+        "trace",
+        "import",
+        "--from",
+        "openai-chat",
+        &f,
+        "--out",
+        "t.jsonl",
+        "--script",
+        "s.json",
+    ];
+    let import = agentloop(dir.path(), &args);
+    assert_eq!(import.status.code(), Some(1));
+    assert!(
+        stdout(&import).contains("differs: step 1: tool call call_2 (calculator) has no result"),
+        "{}",
+        stdout(&import)
+    );
+    std::fs::write(dir.path().join("bad.json"), "{}").expect("write");
+    let bad = agentloop(
+        dir.path(),
+        &["trace", "import", "--from", "openai-chat", "bad.json"],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("not a JSON array"),
+        "{}",
+        stderr(&bad)
+    );
+}

@@ -33,6 +33,7 @@ pub mod effect;
 pub mod entry;
 pub mod error;
 pub mod event;
+pub mod import;
 pub mod message;
 pub mod model;
 pub mod process;

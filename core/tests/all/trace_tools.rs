@@ -256,3 +256,61 @@ fn what_if_more_retries_than_recorded_asks_for_the_next_attempt() {
         "trace has no answer for step 1 (attempt 3)"
     );
 }
+
+fn openai(name: &str) -> serde_json::Value {
+    let path = format!(
+        "{}/../tests/fixtures/openai/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("json")
+}
+
+#[test]
+fn import_of_a_clean_conversation_replays_and_reads_like_the_recording() {
+    use agentloop_core::import::{openai_chat, ImportOptions};
+    let imported = openai_chat(&openai("calc.json"), &ImportOptions::default()).expect("import");
+    assert_eq!(imported.findings, []);
+    assert_eq!(agentloop_core::trace::replay(&imported.trace), None);
+    assert_eq!(
+        imported.trace.header.config.system.as_deref(),
+        Some("You are a calculator assistant.")
+    );
+    let t = Transcript::from_trace(&imported.trace);
+    assert_eq!(t.summary.steps, 2);
+    assert_eq!(t.summary.final_text.as_deref(), Some("The answer is 5."));
+    assert!(t.items.iter().any(|i| matches!(i,
+        Item::Tool { id, result: Some(r), .. } if id == "call_abc" && r == "5")));
+}
+
+#[test]
+fn import_reports_a_missing_result_and_a_reply_after_the_end() {
+    use agentloop_core::import::{openai_chat, ImportOptions};
+    let imported =
+        openai_chat(&openai("missing-result.json"), &ImportOptions::default()).expect("import");
+    let findings: Vec<String> = imported.findings.iter().map(|f| f.to_string()).collect();
+    assert_eq!(
+        findings,
+        [
+            "step 1: tool call call_2 (calculator) has no result in the recording; imported as \
+             an error result",
+            "message 4: the machines had ended the run before this assistant message; not \
+             imported"
+        ]
+    );
+    assert_eq!(agentloop_core::trace::replay(&imported.trace), None);
+}
+
+#[test]
+fn import_refuses_what_is_not_a_message_array() {
+    use agentloop_core::import::{openai_chat, ImportOptions};
+    let o = ImportOptions::default();
+    assert!(openai_chat(&serde_json::json!({"a": 1}), &o).is_err());
+    let e = openai_chat(
+        &serde_json::json!([{"role": "user", "content": "hi"}, {"content": "x"}]),
+        &o,
+    )
+    .expect_err("no role");
+    assert_eq!(e.to_string(), "message 1: no `role`");
+    let e = openai_chat(&serde_json::json!([{"role": "robot"}]), &o).expect_err("role");
+    assert_eq!(e.to_string(), "message 0: unknown role `robot`");
+}
