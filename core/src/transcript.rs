@@ -113,7 +113,8 @@ pub enum Item {
         /// Tools offered.
         tools: usize,
     },
-    /// An attempt's streamed text that was dropped (the attempt failed).
+    /// An attempt's streamed text that was never committed (the attempt failed, or the run
+    /// was aborted or the trace ends while it streamed).
     Discarded {
         /// The step.
         step: u32,
@@ -366,6 +367,8 @@ impl Transcript {
             }
         }
         b.flush_states(input, &mut transitions);
+        // Text of an attempt the trace ends in (an abort mid-stream): never committed.
+        b.discard();
         let tools = trace
             .header
             .tools
@@ -432,6 +435,8 @@ struct Builder {
     summary: Summary,
     /// Text streamed by the current attempt: (step, attempt, text).
     streamed: Option<(u32, u32, String)>,
+    /// The arguments of the committed tool calls, by call id.
+    arguments: std::collections::BTreeMap<String, Value>,
 }
 
 impl Builder {
@@ -508,10 +513,13 @@ impl Builder {
                 status,
                 content,
             } => self.tool_result(tool_call_id, *status, content),
-            Event::Abort { reason, .. } => self.items.push(Item::Note {
-                index,
-                text: format!("abort requested: {reason}"),
-            }),
+            Event::Abort { reason, .. } => {
+                self.discard();
+                self.items.push(Item::Note {
+                    index,
+                    text: format!("abort requested: {reason}"),
+                })
+            }
             Event::Steer { text } => self.items.push(Item::Note {
                 index,
                 text: format!("steering received: {text}"),
@@ -545,6 +553,10 @@ impl Builder {
     }
 
     fn tool(&mut self, index: u64, id: &str, name: &str, arguments: &Value) {
+        let arguments = match arguments {
+            Value::Null => self.arguments.get(id).unwrap_or(&Value::Null),
+            a => a,
+        };
         let known = self
             .items
             .iter()
@@ -637,10 +649,10 @@ impl Builder {
                     }),
                     usage: message.usage,
                 });
-                // Calls that never run (invalid arguments, denied, skipped) still show
-                // with their arguments.
+                // The call items come when a call starts or gets its result (after any
+                // approval); remember the arguments for calls that never run.
                 for c in &message.tool_calls {
-                    self.tool(index, &c.id, &c.name, &c.arguments);
+                    self.arguments.insert(c.id.clone(), c.arguments.clone());
                 }
             }
             AgentEvent::ToolStart {
@@ -911,7 +923,7 @@ fn render(t: &Transcript, o: RenderOptions) -> String {
                 }
             }
             Item::Discarded { attempt, text, .. } => format!(
-                "{bullet}attempt {attempt} text discarded: {:?}",
+                "{bullet}attempt {attempt} text not committed: {:?}",
                 one_line(text, 200)
             ),
             Item::Assistant {
