@@ -92,6 +92,17 @@ fn clipped(diff: &str, max: usize) -> String {
     )
 }
 
+/// Characters of a header value printed before it is cut.
+const HEADER_VALUE_CHARS: usize = 200;
+
+/// `s` cut at `max` characters, with an ellipsis.
+fn clip_line(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
 /// Lines of a record diff printed before it is cut.
 const DIFF_LINES: usize = 60;
 
@@ -135,7 +146,13 @@ fn diff_text(d: &TraceDiff, a: &Path, b: &Path) -> String {
     for c in &d.header {
         let show = |v: &Option<serde_json::Value>| {
             v.as_ref()
-                .map(|v| v.to_string())
+                .map(|v| {
+                    // Under its own key, so a tool list shortens to names.
+                    let key = c.path.rsplit('.').next().unwrap_or_default();
+                    let mut wrapped = serde_json::json!({ key: v });
+                    agentloop::trace_diff::compact_tools(&mut wrapped);
+                    clip_line(&wrapped[key].to_string(), HEADER_VALUE_CHARS)
+                })
                 .unwrap_or_else(|| "<absent>".into())
         };
         let _ = writeln!(o, "header {}: {} | {}", c.path, show(&c.a), show(&c.b));
