@@ -6,7 +6,8 @@
 
 // The pure core, re-exported under the paths it always had.
 pub use agentloop_core::{
-    agent_event, chart, context, effect, error, event, message, process, react, session_log, step,
+    agent_event, chart, context, effect, error, event, import, message, process, react,
+    session_log, step, trace_diff, transcript, whatif,
 };
 
 pub mod compaction;

@@ -4,6 +4,7 @@ mod decode;
 mod print;
 mod run;
 mod sessions;
+mod trace_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,10 +33,13 @@ enum Command {
     /// List, show, check or export stored sessions.
     Sessions(sessions::SessionsArgs),
     /// Replay a trace against fresh machines; exit 0 when identical, 1 at the first divergence,
-    /// 2 when the trace cannot be read or names a decider this program does not have.
+    /// 2 when the trace cannot be read or names a decider this program does not have. With
+    /// `--set` / `--decider`: a what-if replay under a changed configuration.
     Replay {
         /// The trace file (JSON Lines).
         trace: PathBuf,
+        #[command(flatten)]
+        what_if: trace_cmd::WhatIfArgs,
     },
     /// Decode a captured provider response (SSE body, or raw HTTP with --http) into one JSON object.
     Decode(decode::DecodeArgs),
@@ -58,6 +62,16 @@ enum Command {
 enum TraceCommand {
     /// Print the JSON Schema of a trace line.
     Schema,
+    /// A readable transcript of a run: steps, state changes, text, tool calls, retries,
+    /// approvals, compactions, usage.
+    Show(trace_cmd::ShowArgs),
+    /// Compare two traces: the first divergence and a summary of each; exit 0 when
+    /// equivalent, 1 when they differ, 2 when one cannot be read.
+    Diff(trace_cmd::DiffArgs),
+    /// Turn a conversation recorded elsewhere into a trace and a script (see
+    /// docs/trace-import.md); exit 0 as recorded, 1 when the machines would have acted
+    /// differently (each difference printed), 2 for bad input.
+    Import(trace_cmd::ImportArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -85,7 +99,10 @@ fn main() -> ExitCode {
         Command::Run(args) => run::main(args),
         Command::Resume(args) => run::resume_main(args),
         Command::Sessions(args) => sessions::main(args),
-        Command::Replay { trace } => replay_main(&trace),
+        Command::Replay { trace, what_if } if what_if.any() => {
+            trace_cmd::what_if_main(&trace, &what_if)
+        }
+        Command::Replay { trace, .. } => replay_main(&trace),
         Command::Decode(args) => decode::main(args),
         Command::Trace {
             command: TraceCommand::Schema,
@@ -96,6 +113,15 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        Command::Trace {
+            command: TraceCommand::Show(args),
+        } => trace_cmd::show_main(args),
+        Command::Trace {
+            command: TraceCommand::Diff(args),
+        } => trace_cmd::diff_main(args),
+        Command::Trace {
+            command: TraceCommand::Import(args),
+        } => trace_cmd::import_main(args),
         Command::Chart { machine, format } => {
             let kind = match machine {
                 Machine::React => MachineKind::React,

@@ -33,6 +33,7 @@ pub mod effect;
 pub mod entry;
 pub mod error;
 pub mod event;
+pub mod import;
 pub mod message;
 pub mod model;
 pub mod process;
@@ -42,6 +43,9 @@ pub mod step;
 pub mod timeouts;
 pub mod tool_spec;
 pub mod trace;
+pub mod trace_diff;
+pub mod transcript;
+pub mod whatif;
 
 pub use agent_event::{AgentEvent, EventEnvelope, Outcome};
 pub use effect::Effect;

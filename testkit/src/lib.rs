@@ -1,13 +1,29 @@
 //! agentloop-testkit: the harness the conformance, coverage and random-event suites, the fuzz
-//! targets and the benches share — and that users' own suites can depend on.
+//! targets and the benches share — and that users' own suites depend on.
 //!
+//! For an agent's tests (feature `runtime`, on by default):
+//! - [`agent`]: deterministic test agents (sequential run ids, virtual clock, in-memory store),
+//!   the scripted model and [`agent::FnModel`], a function from request to reply.
+//! - [`assert_trace_snapshot!`] ([`snapshot`]): a compact, stable `insta` snapshot of a trace.
+//!
+//! For the machines:
 //! - [`harness`]: abstract [`harness::Action`]s, a [`harness::Feeder`] that turns them into
 //!   concrete events by following the effects the machines return, and the run/process
 //!   harnesses that check the chart and the invariants after every step.
 //! - [`strategies`]: proptest strategies over setups and action sequences.
 //! - [`fuzz_decode`]: bytes → actions, the decoding the fuzz targets use.
-#![allow(missing_docs)]
 
+#[cfg(feature = "runtime")]
+#[warn(missing_docs)]
+pub mod agent;
+#[allow(missing_docs)]
 pub mod fuzz_decode;
+#[allow(missing_docs)]
 pub mod harness;
+#[warn(missing_docs)]
+pub mod snapshot;
+#[allow(missing_docs)]
 pub mod strategies;
+
+/// `insta`, re-exported for [`assert_trace_snapshot!`].
+pub use insta;

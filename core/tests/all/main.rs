@@ -23,3 +23,4 @@ mod session_history;
 mod shared_messages;
 mod step_and_config;
 mod trace_io;
+mod trace_tools;

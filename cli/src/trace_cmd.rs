@@ -1,0 +1,420 @@
+//! `agentloop trace show|diff` and the what-if mode of `agentloop replay`: reading traces for
+//! people. The analysis is pure (`agentloop::transcript`, `trace_diff`, `whatif`); this module
+//! loads files, prints, and maps results to exit codes (0 same / 1 different / 2 bad input).
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+
+use agentloop::react::DeciderRegistry;
+use agentloop::trace::{Trace, TraceError, TraceFile};
+use agentloop::trace_diff::{diff, DiffOptions, TraceDiff};
+use agentloop::transcript::{RenderOptions, Style, Summary, Transcript};
+use agentloop::whatif::{apply_setting, parse_assignment, what_if, WhatIf};
+
+/// Output formats of `trace show`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ShowFormat {
+    /// Plain text, one line per item.
+    Text,
+    /// Markdown (a heading per step).
+    Markdown,
+    /// The transcript as JSON.
+    Json,
+}
+
+/// `agentloop trace show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The trace file (JSON Lines, version 3 or 4).
+    pub trace: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = ShowFormat::Text)]
+    pub format: ShowFormat,
+    /// Leave out the machines' state changes.
+    #[arg(long)]
+    pub no_states: bool,
+    /// Leave out record indexes (`#12`).
+    #[arg(long)]
+    pub no_indexes: bool,
+}
+
+/// `agentloop trace diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The first trace.
+    pub a: PathBuf,
+    /// The second trace.
+    pub b: PathBuf,
+    /// Compare volatile fields too (run ids, wall-clock fields, the crate version).
+    #[arg(long)]
+    pub strict: bool,
+}
+
+/// The what-if options of `agentloop replay`.
+#[derive(Debug, Args, Default)]
+pub struct WhatIfArgs {
+    /// Replay with a changed configuration: KEY=VALUE (repeatable). Keys: max_steps,
+    /// retry.max_retries, retry.initial_backoff_ms, retry.max_backoff_ms, parallel_tools,
+    /// compact_threshold, context_budget_tokens, steering.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Replay with another decision function (one this program has: `default`).
+    #[arg(long, value_name = "NAME")]
+    pub decider: Option<String>,
+}
+
+impl WhatIfArgs {
+    /// Whether a what-if replay was asked for.
+    pub fn any(&self) -> bool {
+        !self.set.is_empty() || self.decider.is_some()
+    }
+}
+
+/// Writes to stdout, ignoring a closed pipe (`agentloop trace show T | head`).
+fn emit(text: &str) {
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+/// At most `max` lines of `diff`, then how many were left out.
+fn clipped(diff: &str, max: usize) -> String {
+    let lines: Vec<&str> = diff.lines().collect();
+    if lines.len() <= max {
+        return diff.to_string();
+    }
+    format!(
+        "{}\n… ({} more diff lines)\n",
+        lines[..max].join("\n"),
+        lines.len() - max
+    )
+}
+
+/// Characters of a header value printed before it is cut.
+const HEADER_VALUE_CHARS: usize = 200;
+
+/// `s` cut at `max` characters, with an ellipsis.
+fn clip_line(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// Lines of a record diff printed before it is cut.
+const DIFF_LINES: usize = 60;
+
+fn load(path: &Path) -> Result<Trace, ExitCode> {
+    Trace::load(path).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    })
+}
+
+/// `trace show`.
+pub fn show_main(args: ShowArgs) -> ExitCode {
+    let trace = match load(&args.trace) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let transcript = Transcript::from_trace(&trace);
+    let options = |style| RenderOptions {
+        style,
+        states: !args.no_states,
+        indexes: !args.no_indexes,
+    };
+    match args.format {
+        ShowFormat::Text => emit(&transcript.render(options(Style::Text))),
+        ShowFormat::Markdown => emit(&transcript.render(options(Style::Markdown))),
+        ShowFormat::Json => emit(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&transcript).unwrap_or_default()
+        )),
+    }
+    ExitCode::SUCCESS
+}
+
+fn side(name: &str, s: &Summary) -> String {
+    format!("  {name}: {s}")
+}
+
+fn diff_text(d: &TraceDiff, a: &Path, b: &Path) -> String {
+    let mut o = String::new();
+    let (a, b) = (a.display(), b.display());
+    for c in &d.header {
+        let show = |v: &Option<serde_json::Value>| {
+            v.as_ref()
+                .map(|v| {
+                    // Under its own key, so a tool list shortens to names.
+                    let key = c.path.rsplit('.').next().unwrap_or_default();
+                    let mut wrapped = serde_json::json!({ key: v });
+                    agentloop::trace_diff::compact_tools(&mut wrapped);
+                    clip_line(&wrapped[key].to_string(), HEADER_VALUE_CHARS)
+                })
+                .unwrap_or_else(|| "<absent>".into())
+        };
+        let _ = writeln!(o, "header {}: {} | {}", c.path, show(&c.a), show(&c.b));
+    }
+    match &d.divergence {
+        None if d.header.is_empty() => {
+            let _ = writeln!(
+                o,
+                "equivalent: {} records{}",
+                d.records.0,
+                if d.records.0 == d.records.1 {
+                    String::new()
+                } else {
+                    format!(" vs {}", d.records.1)
+                }
+            );
+        }
+        None => {
+            let _ = writeln!(o, "records equivalent ({} records)", d.records.0);
+        }
+        Some(v) => {
+            let at = |i: Option<u64>| {
+                i.map(|i| format!("index {i}"))
+                    .unwrap_or_else(|| "<end>".into())
+            };
+            let cause = |c: &Option<(u64, String)>| {
+                c.as_ref()
+                    .map(|(i, n)| format!(" (in the step of input {i}: {n})"))
+                    .unwrap_or_default()
+            };
+            let _ = writeln!(
+                o,
+                "first divergence: {a} {}{}, {b} {}{}",
+                at(v.index_a),
+                cause(&v.input_a),
+                at(v.index_b),
+                cause(&v.input_b)
+            );
+            let _ = write!(o, "{}", clipped(&v.diff, DIFF_LINES));
+        }
+    }
+    let _ = writeln!(o, "summary:");
+    let _ = writeln!(o, "{}", side(&a.to_string(), &d.a));
+    let _ = writeln!(o, "{}", side(&b.to_string(), &d.b));
+    o
+}
+
+/// `trace diff`: 0 when equivalent, 1 when they differ, 2 when a trace cannot be read.
+pub fn diff_main(args: DiffArgs) -> ExitCode {
+    let (a, b) = match (load(&args.a), load(&args.b)) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(code), _) | (_, Err(code)) => return code,
+    };
+    let d = diff(
+        &a,
+        &b,
+        DiffOptions {
+            strict: args.strict,
+        },
+    );
+    emit(&diff_text(&d, &args.a, &args.b));
+    if d.is_equivalent() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn what_if_text(w: &WhatIf, changes: &[String]) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "what-if replay with {}", changes.join(", "));
+    match &w.divergence {
+        None => {
+            let _ = writeln!(o, "behaviour unchanged: {} records", w.trace.records.len());
+        }
+        Some(d) => {
+            let cause = w
+                .cause
+                .as_ref()
+                .map(|(i, n)| format!(" (in the step of input {i}: {n})"))
+                .unwrap_or_default();
+            let _ = writeln!(o, "behaviour first differs at index {}{cause}", d.index);
+            let _ = write!(o, "{}", clipped(&w.diff, DIFF_LINES));
+        }
+    }
+    if let Some(m) = &w.missing {
+        let _ = writeln!(o, "replay ended: {m}");
+    }
+    if w.unused_inputs > 0 {
+        let _ = writeln!(
+            o,
+            "{} recorded input{} not fed: the changed run had ended",
+            w.unused_inputs,
+            if w.unused_inputs == 1 { "" } else { "s" }
+        );
+    }
+    let _ = writeln!(o, "outcome:");
+    let _ = writeln!(o, "  recorded: {}", w.recorded);
+    let _ = writeln!(o, "  changed:  {}", w.replayed);
+    o
+}
+
+/// `replay T --set K=V [--decider NAME]`: 0 when the changed run behaves like the recording,
+/// 1 when it differs, 2 on bad input (unreadable trace, bad setting, unknown decider).
+pub fn what_if_main(path: &Path, args: &WhatIfArgs) -> ExitCode {
+    let trace = match load(path) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let mut config = trace.header.config.clone();
+    let mut changes = Vec::new();
+    for s in &args.set {
+        let applied = parse_assignment(s).and_then(|(k, v)| apply_setting(&mut config, k, v));
+        if let Err(e) = applied {
+            eprintln!("error: --set {s}: {e}");
+            return ExitCode::from(2);
+        }
+        changes.push(s.clone());
+    }
+    let registry = DeciderRegistry::new();
+    if let Some(name) = &args.decider {
+        match registry.get(name) {
+            Some(f) => config.decider = agentloop::react::DeciderRef::new(name.clone(), f),
+            None => {
+                eprintln!(
+                    "error: --decider {name}: unknown decider (this program has: {})",
+                    registry.names().join(", ")
+                );
+                return ExitCode::from(2);
+            }
+        }
+        changes.push(format!("decider={name}"));
+    }
+    let w = match what_if(&trace, config, &registry) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("error: {}: {e}", path.display());
+            if matches!(e, TraceError::UnknownDecider { .. }) {
+                eprintln!("hint: name a decider this program has with --decider");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    emit(&what_if_text(&w, &changes));
+    if w.divergence.is_none() && w.missing.is_none() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// Formats `trace import` reads.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ImportFormat {
+    /// A JSON array of OpenAI chat-completions messages (`tool_calls` and `tool` results).
+    OpenaiChat,
+}
+
+/// `agentloop trace import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// What the file holds.
+    #[arg(long = "from", value_enum)]
+    pub from: ImportFormat,
+    /// The recorded conversation.
+    pub file: PathBuf,
+    /// Where to write the trace (default: FILE with extension `.trace.jsonl`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Where to write the scripted model's script (default: FILE with extension `.script.json`).
+    #[arg(long)]
+    pub script: Option<PathBuf>,
+    /// The model name recorded in the trace.
+    #[arg(long, default_value = "imported")]
+    pub model: String,
+}
+
+/// The scripted model's script replaying `replies` (ids and argument text kept).
+fn script_of(replies: &[agentloop::import::Reply]) -> agentloop::provider::scripted::Script {
+    use agentloop::provider::scripted::{Script, ScriptToolCall, Turn};
+    Script {
+        description: Some("imported with `agentloop trace import`".into()),
+        turns: replies
+            .iter()
+            .map(|r| Turn {
+                text: (!r.text.is_empty()).then(|| r.text.clone()),
+                tool_calls: r
+                    .tool_calls
+                    .iter()
+                    .map(|(id, name, arguments)| ScriptToolCall {
+                        id: Some(id.clone()),
+                        name: name.clone(),
+                        // Valid JSON as a value; anything else verbatim as raw argument text.
+                        arguments: serde_json::from_str(arguments)
+                            .unwrap_or_else(|_| serde_json::Value::String(arguments.clone())),
+                    })
+                    .collect(),
+                ..Turn::default()
+            })
+            .collect(),
+    }
+}
+
+/// `trace import`: 0 imported as recorded, 1 imported with findings (printed), 2 bad input.
+pub fn import_main(args: ImportArgs) -> ExitCode {
+    let ImportFormat::OpenaiChat = args.from;
+    let fail = |e: String| {
+        eprintln!("error: {}: {e}", args.file.display());
+        ExitCode::from(2)
+    };
+    let text = match std::fs::read_to_string(&args.file) {
+        Ok(t) => t,
+        Err(e) => return fail(e.to_string()),
+    };
+    let value: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => return fail(format!("not JSON: {e}")),
+    };
+    let options = agentloop::import::ImportOptions {
+        agentloop: env!("CARGO_PKG_VERSION").into(),
+        model: args.model.clone(),
+        ..Default::default()
+    };
+    let imported = match agentloop::import::openai_chat(&value, &options) {
+        Ok(i) => i,
+        Err(e) => return fail(e.to_string()),
+    };
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| args.file.with_extension("trace.jsonl"));
+    let script_path = args
+        .script
+        .clone()
+        .unwrap_or_else(|| args.file.with_extension("script.json"));
+    if let Err(e) = imported.trace.write(&out) {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
+    let script = serde_json::to_string_pretty(&script_of(&imported.replies)).unwrap_or_default();
+    if let Err(e) = std::fs::write(&script_path, script + "\n") {
+        eprintln!("error: {}: {e}", script_path.display());
+        return ExitCode::from(2);
+    }
+    let summary = Transcript::from_trace(&imported.trace).summary;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "imported {} assistant message{} as {} ({} records; {summary})",
+        imported.replies.len(),
+        if imported.replies.len() == 1 { "" } else { "s" },
+        out.display(),
+        imported.trace.records.len()
+    );
+    let _ = writeln!(o, "script: {}", script_path.display());
+    for f in &imported.findings {
+        let _ = writeln!(o, "differs: {f}");
+    }
+    emit(&o);
+    if imported.findings.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

@@ -1,0 +1,276 @@
+//! `agentloop trace show`, `trace diff` and what-if `replay --set` as a real child process, on
+//! the fixture traces of each supported version and on a fresh recording.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn agentloop(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agentloop"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run agentloop")
+}
+
+fn fixture(name: &str) -> String {
+    let p: PathBuf = [
+        env!("CARGO_MANIFEST_DIR"),
+        "..",
+        "tests",
+        "fixtures",
+        "traces",
+        name,
+    ]
+    .iter()
+    .collect();
+    p.display().to_string()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn show_reads_v3_and_v4_in_every_format() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for name in ["v3-calc.jsonl", "v4-calc.jsonl"] {
+        let f = fixture(name);
+        let text = agentloop(dir.path(), &["trace", "show", &f]);
+        assert!(text.status.success(), "{}", stderr(&text));
+        let s = stdout(&text);
+        assert!(s.contains(r#"assistant: "Let me calculate that.""#), "{s}");
+        assert!(
+            s.contains(r#"tool calculator call_0_0 {"expression":"2+3"} → completed: "5""#),
+            "{s}"
+        );
+        assert!(s.contains("process Calling→Streaming"), "{s}");
+        assert!(
+            s.contains("summary: completed (final_answer), 2 steps, 1 tool call, 0 retries, usage in=19 out=17"),
+            "{s}"
+        );
+        let md = agentloop(dir.path(), &["trace", "show", "--format", "markdown", &f]);
+        assert!(stdout(&md).contains("### Step 2"), "{}", stdout(&md));
+        let json = agentloop(dir.path(), &["trace", "show", "--format", "json", &f]);
+        let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+        assert_eq!(v["summary"]["steps"], 2);
+        assert_eq!(v["summary"]["outcome"], "completed");
+    }
+}
+
+#[test]
+fn show_and_diff_refuse_bad_input_with_exit_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = agentloop(dir.path(), &["trace", "show", "nope.jsonl"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        stderr(&missing).contains("nope.jsonl"),
+        "{}",
+        stderr(&missing)
+    );
+    std::fs::write(
+        dir.path().join("v9.jsonl"),
+        r#"{"kind":"header","version":9}"#,
+    )
+    .expect("write");
+    let version = agentloop(
+        dir.path(),
+        &["trace", "diff", "v9.jsonl", &fixture("v4-calc.jsonl")],
+    );
+    assert_eq!(version.status.code(), Some(2));
+    assert!(
+        stderr(&version).contains("unsupported trace version 9"),
+        "{}",
+        stderr(&version)
+    );
+}
+
+#[test]
+fn diff_is_0_for_two_recordings_of_one_run_and_1_for_a_changed_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for t in ["a.jsonl", "b.jsonl"] {
+        let run = agentloop(dir.path(), &["run", "--trace", t, "What is 2+3?"]);
+        assert!(run.status.success(), "{}", stderr(&run));
+    }
+    let same = agentloop(dir.path(), &["trace", "diff", "a.jsonl", "b.jsonl"]);
+    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
+    assert!(stdout(&same).starts_with("equivalent"), "{}", stdout(&same));
+    // Run ids differ (time-based): strict comparison sees them.
+    let strict = agentloop(
+        dir.path(),
+        &["trace", "diff", "--strict", "a.jsonl", "b.jsonl"],
+    );
+    assert_eq!(strict.status.code(), Some(1), "{}", stdout(&strict));
+
+    let text = std::fs::read_to_string(dir.path().join("b.jsonl")).expect("b");
+    std::fs::write(
+        dir.path().join("c.jsonl"),
+        text.replace("er is 5.", "er is 6."),
+    )
+    .expect("write");
+    let changed = agentloop(dir.path(), &["trace", "diff", "a.jsonl", "c.jsonl"]);
+    assert_eq!(changed.status.code(), Some(1));
+    let s = stdout(&changed);
+    assert!(s.contains("first divergence: a.jsonl index "), "{s}");
+    assert!(s.contains("(in the step of input "), "{s}");
+    assert!(s.contains("+") && s.contains("er is 6."), "{s}");
+    assert!(
+        s.contains("c.jsonl: completed (final_answer), 2 steps"),
+        "{s}"
+    );
+}
+
+#[test]
+fn diff_reads_a_v3_and_a_v4_trace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = agentloop(
+        dir.path(),
+        &[
+            "trace",
+            "diff",
+            &fixture("v3-calc.jsonl"),
+            &fixture("v4-calc.jsonl"),
+        ],
+    );
+    assert_eq!(d.status.code(), Some(1));
+    assert!(
+        stdout(&d).contains("header version: 3 | 4"),
+        "{}",
+        stdout(&d)
+    );
+}
+
+#[test]
+fn what_if_replay_reports_the_changed_outcome() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = fixture("v4-calc.jsonl");
+    let w = agentloop(dir.path(), &["replay", &f, "--set", "max_steps=1"]);
+    assert_eq!(w.status.code(), Some(1), "{}", stderr(&w));
+    let s = stdout(&w);
+    assert!(s.contains("behaviour first differs at index 10"), "{s}");
+    assert!(s.contains("changed:  completed (max_steps), 1 step"), "{s}");
+    let same = agentloop(dir.path(), &["replay", &f, "--set", "max_steps=20"]);
+    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
+
+    let retry = agentloop(
+        dir.path(),
+        &[
+            "replay",
+            &fixture("v4-retry-tool.jsonl"),
+            "--set",
+            "retry.max_retries=0",
+        ],
+    );
+    assert_eq!(retry.status.code(), Some(1));
+    assert!(
+        stdout(&retry).contains("changed:  failed"),
+        "{}",
+        stdout(&retry)
+    );
+}
+
+#[test]
+fn what_if_replay_refuses_bad_settings_with_exit_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = fixture("v4-calc.jsonl");
+    for (args, needle) in [
+        (vec!["--set", "colour=blue"], "unknown setting `colour`"),
+        (
+            vec!["--set", "max_steps=lots"],
+            "bad value `lots` for `max_steps`",
+        ),
+        (vec!["--set", "max_steps"], "is not KEY=VALUE"),
+        (vec!["--decider", "mine"], "unknown decider"),
+    ] {
+        let mut all = vec!["replay", f.as_str()];
+        all.extend(args);
+        let o = agentloop(dir.path(), &all);
+        assert_eq!(o.status.code(), Some(2), "{all:?}");
+        assert!(stderr(&o).contains(needle), "{}", stderr(&o));
+    }
+}
+
+fn openai(name: &str) -> String {
+    let p: PathBuf = [
+        env!("CARGO_MANIFEST_DIR"),
+        "..",
+        "tests",
+        "fixtures",
+        "openai",
+        name,
+    ]
+    .iter()
+    .collect();
+    p.display().to_string()
+}
+
+#[test]
+fn import_writes_a_trace_replay_accepts_and_a_script_run_accepts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let args = [
+        "trace",
+        "import",
+        "--from",
+        "openai-chat",
+        &openai("calc.json"),
+        "--out",
+        "t.jsonl",
+        "--script",
+        "s.json",
+    ];
+    let import = agentloop(dir.path(), &args);
+    assert_eq!(import.status.code(), Some(0), "{}", stderr(&import));
+    assert!(
+        stdout(&import).contains("imported 2 assistant messages"),
+        "{}",
+        stdout(&import)
+    );
+    let replay = agentloop(dir.path(), &["replay", "t.jsonl"]);
+    assert!(replay.status.success(), "{}", stderr(&replay));
+    let run = agentloop(dir.path(), &["run", "--script", "s.json", "What is 2+3?"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert!(
+        stdout(&run).contains("The answer is 5."),
+        "{}",
+        stdout(&run)
+    );
+}
+
+#[test]
+fn import_reports_where_the_machines_differ_and_refuses_bad_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = openai("missing-result.json");
+    let args = [
+        "trace",
+        "import",
+        "--from",
+        "openai-chat",
+        &f,
+        "--out",
+        "t.jsonl",
+        "--script",
+        "s.json",
+    ];
+    let import = agentloop(dir.path(), &args);
+    assert_eq!(import.status.code(), Some(1));
+    assert!(
+        stdout(&import).contains("differs: step 1: tool call call_2 (calculator) has no result"),
+        "{}",
+        stdout(&import)
+    );
+    std::fs::write(dir.path().join("bad.json"), "{}").expect("write");
+    let bad = agentloop(
+        dir.path(),
+        &["trace", "import", "--from", "openai-chat", "bad.json"],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("not a JSON array"),
+        "{}",
+        stderr(&bad)
+    );
+}

@@ -1,0 +1,411 @@
+//! Importing a conversation recorded elsewhere as a trace (`agentloop trace import`).
+//!
+//! An OpenAI chat-completions message array (`system`, `user`, `assistant` with `tool_calls`,
+//! `tool` results) is turned into the inputs the machines would have received — each assistant
+//! message streamed as one model reply, each `tool` message as the result of its call — and fed
+//! to fresh machines, which record the trace. Where the machines act differently from the
+//! recording (a call without a result, a reply after the run would have ended, a result nobody
+//! asked for), the import says so in a [`Finding`]. Pure: the caller reads and writes files.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde_json::Value;
+
+use crate::effect::Effect;
+use crate::event::{ApprovalDecision, AttemptId, Event};
+use crate::message::{FinishReason, Message, MessageDelta, ToolStatus};
+use crate::react::{Run, RunConfig};
+use crate::tool_spec::ToolSpec;
+use crate::trace::{Trace, TraceHeader, TRACE_VERSION};
+
+/// One recorded assistant reply.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reply {
+    /// Index of the message in the input array.
+    pub message: usize,
+    /// Visible text.
+    pub text: String,
+    /// Tool calls: id, name, raw argument text.
+    pub tool_calls: Vec<(String, String, String)>,
+}
+
+/// Where the machines acted differently from the recording, or what was not imported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// The message of the input array it concerns, if one.
+    pub message: Option<usize>,
+    /// The step (model call index) it concerns, if one.
+    pub step: Option<u32>,
+    /// What happened.
+    pub text: String,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.step, self.message) {
+            (Some(s), Some(m)) => write!(f, "step {s} (message {m}): {}", self.text),
+            (Some(s), None) => write!(f, "step {s}: {}", self.text),
+            (None, Some(m)) => write!(f, "message {m}: {}", self.text),
+            (None, None) => f.write_str(&self.text),
+        }
+    }
+}
+
+/// The result of an import.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Imported {
+    /// The trace the machines recorded.
+    pub trace: Trace,
+    /// The assistant replies, in order (for a scripted model's script).
+    pub replies: Vec<Reply>,
+    /// Differences between the machines and the recording.
+    pub findings: Vec<Finding>,
+}
+
+/// The input is not a chat-completions message array.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("message {index}: {message}")]
+pub struct ImportError {
+    /// Index of the offending message (0 for the array itself).
+    pub index: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Settings of an import.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ImportOptions {
+    /// The crate version recorded in the header.
+    pub agentloop: String,
+    /// The model name recorded.
+    pub model: String,
+    /// The session name recorded.
+    pub session: String,
+    /// The run id recorded.
+    pub run_id: String,
+}
+
+impl Default for ImportOptions {
+    fn default() -> Self {
+        ImportOptions {
+            agentloop: String::new(),
+            model: "imported".into(),
+            session: "imported".into(),
+            run_id: "run-imported".into(),
+        }
+    }
+}
+
+/// The text of a `content` field: a string, `null`, or an array of `{type: text, text}` parts.
+fn content_text(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+struct Recording {
+    system: Option<String>,
+    input: Vec<Message>,
+    replies: Vec<Reply>,
+    /// Tool results by call id: (message index, content).
+    results: BTreeMap<String, (usize, String)>,
+    findings: Vec<Finding>,
+}
+
+fn read(messages: &Value) -> Result<Recording, ImportError> {
+    let array = messages.as_array().ok_or_else(|| ImportError {
+        index: 0,
+        message: "the input is not a JSON array of messages".into(),
+    })?;
+    let mut r = Recording {
+        system: None,
+        input: Vec::new(),
+        replies: Vec::new(),
+        results: BTreeMap::new(),
+        findings: Vec::new(),
+    };
+    for (index, m) in array.iter().enumerate() {
+        let err = |message: String| ImportError { index, message };
+        let role = m
+            .get("role")
+            .and_then(Value::as_str)
+            .ok_or_else(|| err("no `role`".into()))?;
+        let content = content_text(m.get("content"));
+        match role {
+            "system" | "developer" if r.system.is_none() && r.replies.is_empty() => {
+                r.system = Some(content)
+            }
+            "system" | "developer" => r.findings.push(Finding {
+                message: Some(index),
+                step: None,
+                text: "a later system message is not imported (one system prompt per run)".into(),
+            }),
+            "user" if r.replies.is_empty() => r.input.push(Message::user(content)),
+            "user" => {
+                r.findings.push(Finding {
+                    message: Some(index),
+                    step: None,
+                    text: format!(
+                        "a user message after the first reply starts another run; messages \
+                         {index}..{} are not imported (one run per trace)",
+                        array.len().saturating_sub(1)
+                    ),
+                });
+                break;
+            }
+            "assistant" => {
+                let mut tool_calls = Vec::new();
+                for (i, c) in m
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                {
+                    let f = c.get("function");
+                    let name = f
+                        .and_then(|f| f.get("name"))
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| err(format!("tool call {i} has no function.name")))?;
+                    let arguments = match f.and_then(|f| f.get("arguments")) {
+                        Some(Value::String(s)) => s.clone(),
+                        Some(v) => v.to_string(),
+                        None => "{}".into(),
+                    };
+                    let id = c
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                        .unwrap_or_else(|| format!("call_{}_{i}", r.replies.len()));
+                    tool_calls.push((id, name.to_string(), arguments));
+                }
+                if m.get("function_call").is_some() {
+                    r.findings.push(Finding {
+                        message: Some(index),
+                        step: None,
+                        text: "the legacy `function_call` is not imported (use `tool_calls`)"
+                            .into(),
+                    });
+                }
+                r.replies.push(Reply {
+                    message: index,
+                    text: content,
+                    tool_calls,
+                });
+            }
+            "tool" => {
+                let id = m
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| err("a tool message without `tool_call_id`".into()))?;
+                r.results.insert(id.to_string(), (index, content));
+            }
+            other => return Err(err(format!("unknown role `{other}`"))),
+        }
+    }
+    if r.input.is_empty() {
+        return Err(ImportError {
+            index: 0,
+            message: "no user message before the first assistant message".into(),
+        });
+    }
+    Ok(r)
+}
+
+/// The deltas a provider would have streamed for `reply`.
+fn deltas(reply: &Reply) -> Vec<MessageDelta> {
+    let mut out = vec![MessageDelta::StartStep];
+    if !reply.text.is_empty() {
+        out.push(MessageDelta::TextStart);
+        out.push(MessageDelta::TextDelta {
+            text: reply.text.clone(),
+        });
+        out.push(MessageDelta::TextEnd);
+    }
+    for (id, name, arguments) in &reply.tool_calls {
+        out.push(MessageDelta::ToolInputStart {
+            id: id.clone(),
+            name: name.clone(),
+        });
+        out.push(MessageDelta::ToolInputDelta {
+            id: id.clone(),
+            delta: arguments.clone(),
+        });
+        out.push(MessageDelta::ToolInputEnd { id: id.clone() });
+        out.push(MessageDelta::ToolCall {
+            id: id.clone(),
+            name: name.clone(),
+            arguments: arguments.clone(),
+        });
+    }
+    out.push(MessageDelta::FinishStep {
+        finish_reason: Some(if reply.tool_calls.is_empty() {
+            FinishReason::Stop
+        } else {
+            FinishReason::ToolCalls
+        }),
+        raw_finish_reason: None,
+        usage: None,
+    });
+    out
+}
+
+/// Imports an OpenAI chat-completions message array (see the module docs).
+pub fn openai_chat(messages: &Value, options: &ImportOptions) -> Result<Imported, ImportError> {
+    let Recording {
+        system,
+        input,
+        replies,
+        mut results,
+        mut findings,
+    } = read(messages)?;
+    // The tools the recording calls, with permissive schemas (the recording has none).
+    let mut names: Vec<String> = replies
+        .iter()
+        .flat_map(|r| r.tool_calls.iter().map(|(_, n, _)| n.clone()))
+        .collect();
+    names.sort();
+    names.dedup();
+    let tools: Vec<ToolSpec> = names
+        .into_iter()
+        .map(|name| ToolSpec {
+            name,
+            description: String::new(),
+            parameters: serde_json::json!({"type": "object"}),
+        })
+        .collect();
+    let config = RunConfig {
+        model: options.model.clone(),
+        system,
+        tools: tools.clone().into(),
+        // One step more than recorded: the last recorded step is not the final-reminder step.
+        max_steps: replies.len() as u32 + 1,
+        ..RunConfig::default()
+    };
+    let mut trace = Trace::new(TraceHeader {
+        version: TRACE_VERSION,
+        agentloop: options.agentloop.clone(),
+        session: options.session.clone(),
+        timeouts: None,
+        config: config.clone(),
+        tools: tools.into(),
+    });
+    let mut run = Run::new(config);
+    let mut queue: VecDeque<Event> = VecDeque::from([Event::Start {
+        run_id: options.run_id.clone(),
+        history: Vec::new(),
+        input,
+        session_turns: 0,
+    }]);
+    let mut used = 0usize;
+    // The step whose tool calls are being answered.
+    let mut current: Option<u32> = None;
+    while let Some(event) = queue.pop_front() {
+        let step = run.handle(event.clone());
+        trace.record(&event, &step);
+        for effect in &step.effects {
+            match effect {
+                Effect::CallModel { request } => {
+                    let k = request.model_call_index;
+                    let Some(reply) = replies.get(k.saturating_sub(1) as usize) else {
+                        findings.push(Finding {
+                            message: None,
+                            step: Some(k),
+                            text: "the machines would call the model again, but the recording \
+                                   has no further assistant message; the trace ends here"
+                                .into(),
+                        });
+                        continue;
+                    };
+                    used = used.max(k as usize);
+                    current = Some(k);
+                    let attempt = AttemptId {
+                        run_id: request.run_id.clone(),
+                        model_call_index: k,
+                        attempt: request.attempt,
+                    };
+                    queue.push_back(Event::StreamOpened {
+                        attempt: attempt.clone(),
+                    });
+                    for (seq, delta) in deltas(reply).into_iter().enumerate() {
+                        queue.push_back(Event::Delta {
+                            attempt: attempt.clone(),
+                            seq: seq as u64,
+                            delta,
+                        });
+                    }
+                    queue.push_back(Event::Done { attempt });
+                }
+                Effect::RunTool { call } => match results.remove(&call.id) {
+                    Some((_, content)) => queue.push_back(Event::ToolFinished {
+                        tool_call_id: call.id.clone(),
+                        status: ToolStatus::Completed,
+                        content,
+                    }),
+                    None => {
+                        findings.push(Finding {
+                            message: None,
+                            step: current,
+                            text: format!(
+                                "tool call {} ({}) has no result in the recording; imported as \
+                                 an error result",
+                                call.id, call.name
+                            ),
+                        });
+                        queue.push_back(Event::ToolFinished {
+                            tool_call_id: call.id.clone(),
+                            status: ToolStatus::Error,
+                            content: "no result recorded".into(),
+                        });
+                    }
+                },
+                Effect::RequestApproval { call } => {
+                    findings.push(Finding {
+                        message: None,
+                        step: current,
+                        text: format!(
+                            "the machines would ask a human about call {} ({}) (a repeated \
+                             call); imported as approved",
+                            call.id, call.name
+                        ),
+                    });
+                    queue.push_back(Event::Approval {
+                        tool_call_id: call.id.clone(),
+                        decision: ApprovalDecision::Approved,
+                    });
+                }
+                Effect::CommitRunEnd { .. } => queue.push_back(Event::RunEndCommitted),
+                _ => {}
+            }
+        }
+        if run.is_terminal() {
+            break;
+        }
+    }
+    for r in replies.iter().skip(used) {
+        findings.push(Finding {
+            message: Some(r.message),
+            step: None,
+            text: "the machines had ended the run before this assistant message; not imported"
+                .into(),
+        });
+    }
+    for (id, (index, _)) in results {
+        findings.push(Finding {
+            message: Some(index),
+            step: None,
+            text: format!("the result of tool call {id} was never asked for; not imported"),
+        });
+    }
+    Ok(Imported {
+        trace,
+        replies,
+        findings,
+    })
+}

@@ -1,0 +1,153 @@
+//! Deterministic agents for users' own test suites (feature `runtime`): run ids `run-1`,
+//! `run-2`, … ([`SequentialIds`]), a clock on tokio's time ([`TokioClock`], virtual under
+//! `#[tokio::test(start_paused = true)]`), an in-memory store, and two models — a scripted
+//! one ([`scripted`]) and a function from request to reply ([`FnModel`]).
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use agentloop_testkit::agent::{deterministic, reply, run_traced, FnModel};
+//! let model = FnModel::new(|request| match request.model_call_index {
+//!     1 => reply::tool_call("calculator", serde_json::json!({"expression": "2+3"})),
+//!     _ => reply::text("The answer is 5."),
+//! });
+//! let agent = deterministic().model(model).build();
+//! let (out, trace) = run_traced(&agent, "What is 2+3?").await.expect("run");
+//! assert_eq!(out.result.final_text(), Some("The answer is 5."));
+//! agentloop_testkit::assert_trace_snapshot!(trace);
+//! # }
+//! ```
+
+use std::sync::Arc;
+
+use agentloop::model::{DeltaStream, Model, ModelRequest};
+use agentloop::provider::scripted::{Script, ScriptLoadError, ScriptedModel, Turn};
+use agentloop::runtime::{
+    Agent, AgentBuilder, AgentError, NoModel, RunOutput, SequentialIds, TokioClock,
+};
+use agentloop::store::MemoryStore;
+use agentloop::trace::Trace;
+use agentloop::{Message, ModelError};
+
+pub use agentloop::provider::scripted::ScriptToolCall;
+
+/// An agent builder for tests: sequential run ids, tokio's (virtual, when paused) clock, a
+/// fresh in-memory store, the built-in tools. Call it inside a tokio runtime; set the model
+/// (`.model(..)`) and anything else, then `.build()`.
+pub fn deterministic() -> AgentBuilder<NoModel> {
+    Agent::builder()
+        .ids(Arc::new(SequentialIds::default()))
+        .clock(Arc::new(TokioClock::default()))
+        .store(Arc::new(MemoryStore::new()))
+}
+
+/// A scripted model from a script's JSON text (`{"turns": [...]}`, see
+/// [`agentloop::provider::scripted`]).
+pub fn scripted(json: &str) -> Result<ScriptedModel, ScriptLoadError> {
+    ScriptedModel::from_json_str(json, "test script")
+}
+
+/// Runs `prompt` in session `test`, recording the trace; returns the output and the trace.
+pub async fn run_traced(agent: &Agent, prompt: &str) -> Result<(RunOutput, Trace), AgentError> {
+    let out = agent
+        .run_with("test", vec![Message::user(prompt)], None, true)
+        .await?;
+    let trace = out.trace.clone().unwrap_or_else(|| {
+        // `run_with(.., record: true)` always records; an empty trace would fail the snapshot
+        // visibly rather than panic here.
+        Trace::new(agentloop::trace::TraceHeader {
+            version: agentloop::trace::TRACE_VERSION,
+            agentloop: String::new(),
+            session: "test".into(),
+            timeouts: None,
+            config: agent.config().clone(),
+            tools: Default::default(),
+        })
+    });
+    Ok((out, trace))
+}
+
+/// Replies for [`FnModel`]: a [`Turn`] of the scripted model's format, so a reply can also
+/// stream reasoning, fail first (`errors`) or choose its chunk size.
+pub mod reply {
+    use super::{ScriptToolCall, Turn};
+
+    /// A text answer.
+    pub fn text(text: impl Into<String>) -> Turn {
+        Turn {
+            text: Some(text.into()),
+            ..Turn::default()
+        }
+    }
+
+    /// One tool call (its id is `call_<session_turn>_0`).
+    pub fn tool_call(name: impl Into<String>, arguments: serde_json::Value) -> Turn {
+        tool_calls([(name, arguments)])
+    }
+
+    /// Several tool calls, in order.
+    pub fn tool_calls<N: Into<String>>(
+        calls: impl IntoIterator<Item = (N, serde_json::Value)>,
+    ) -> Turn {
+        Turn {
+            tool_calls: calls
+                .into_iter()
+                .map(|(name, arguments)| ScriptToolCall {
+                    id: None,
+                    name: name.into(),
+                    arguments,
+                })
+                .collect(),
+            ..Turn::default()
+        }
+    }
+}
+
+/// A model whose reply is a function of the request (`Fn(&ModelRequest) -> Turn`), streamed
+/// like the scripted model streams a turn (same deltas, ids, usage and failure kinds).
+pub struct FnModel<F> {
+    f: F,
+    name: String,
+}
+
+impl<F> FnModel<F>
+where
+    F: Fn(&ModelRequest) -> Turn + Send + Sync + 'static,
+{
+    /// A model answering with `f`, named `scripted` (the name traces record).
+    pub fn new(f: F) -> Self {
+        FnModel {
+            f,
+            name: "scripted".into(),
+        }
+    }
+
+    /// The same model under another name.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+}
+
+#[async_trait::async_trait]
+impl<F> Model for FnModel<F>
+where
+    F: Fn(&ModelRequest) -> Turn + Send + Sync + 'static,
+{
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    async fn stream(&self, request: ModelRequest) -> Result<DeltaStream, ModelError> {
+        // The scripted model serves `turns[session_turn]`: put the reply there, so call ids
+        // (`call_<session_turn>_<i>`) stay unique across the session.
+        let turn = (self.f)(&request);
+        let mut turns = vec![Turn::default(); request.session_turn as usize];
+        turns.push(turn);
+        ScriptedModel::new(Script {
+            description: None,
+            turns,
+        })
+        .stream(request)
+        .await
+    }
+}
