@@ -229,8 +229,8 @@ pub enum Item {
         outcome: Outcome,
         /// Reason.
         reason: String,
-        /// Usage of the run.
-        usage: Usage,
+        /// Usage of the run (`None`: no step reported any).
+        usage: Option<Usage>,
         /// The final answer.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         final_text: Option<String>,
@@ -252,8 +252,8 @@ pub struct Summary {
     /// Why it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// Usage summed over the committed steps.
-    pub usage: Usage,
+    /// Usage summed over the committed steps (`None`: no step reported any).
+    pub usage: Option<Usage>,
     /// The final answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_text: Option<String>,
@@ -275,7 +275,7 @@ impl std::fmt::Display for Summary {
             plural(self.tool_calls),
             self.retries,
             if self.retries == 1 { "y" } else { "ies" },
-            usage_text(&self.usage)
+            usage_or_unknown(self.usage.as_ref())
         )
     }
 }
@@ -286,6 +286,11 @@ fn plural(n: usize) -> &'static str {
     } else {
         "s"
     }
+}
+
+/// [`usage_text`], or `unknown` when none was reported.
+pub fn usage_or_unknown(u: Option<&Usage>) -> String {
+    u.map_or_else(|| "unknown".to_string(), usage_text)
 }
 
 /// `in=I out=O` (plus cache and reasoning tokens when non-zero).
@@ -634,7 +639,7 @@ impl Builder {
                 self.streamed = None;
                 self.summary.steps += 1;
                 if let Some(u) = &message.usage {
-                    self.summary.usage.add(u);
+                    self.summary.usage.get_or_insert_with(Usage::default).add(u);
                 }
                 self.items.push(Item::Assistant {
                     index,
@@ -1043,12 +1048,12 @@ fn render(t: &Transcript, o: RenderOptions) -> String {
                     format!(
                         "\n## Run end: {outcome} ({reason}){}\n\n- usage {}{fin}",
                         idx(*index),
-                        usage_text(usage)
+                        usage_or_unknown(usage.as_ref())
                     )
                 } else {
                     format!(
                         "run {outcome} ({reason}), usage {}{}{fin}",
-                        usage_text(usage),
+                        usage_or_unknown(usage.as_ref()),
                         idx(*index)
                     )
                 }

@@ -28,10 +28,8 @@ fn transcript_of_both_versions_joins_text_and_pairs_tool_calls_with_results() {
         assert_eq!(t.summary.tool_calls, 1, "{name}");
         assert_eq!(t.summary.outcome, Some(Outcome::Completed), "{name}");
         assert_eq!(t.summary.final_text.as_deref(), Some("The answer is 5."));
-        assert_eq!(
-            (t.summary.usage.input_tokens, t.summary.usage.output_tokens),
-            (19, 17)
-        );
+        let usage = t.summary.usage.expect("usage reported");
+        assert_eq!((usage.input_tokens, usage.output_tokens), (19, 17));
         let texts: Vec<&str> = t
             .items
             .iter()
