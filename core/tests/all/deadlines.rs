@@ -207,6 +207,19 @@ fn r_in_7_the_run_deadline_is_a_timer_of_the_run_that_aborts_it() {
         session_turns: 0,
     });
     assert!(started(&s).contains(&(RUN_DEADLINE_TIMER, 5_000)));
+    // The outer chart names the input: a timer_elapsed of the run's deadline timer is
+    // RunDeadline, any other timer is the inner machine's.
+    let deadline = Event::TimerElapsed {
+        timer_id: RUN_DEADLINE_TIMER,
+    };
+    assert_eq!(
+        agentloop_core::react::event_kind(&deadline),
+        Some(agentloop_core::chart::ReactEventKind::RunDeadline)
+    );
+    assert_eq!(
+        agentloop_core::react::event_kind(&Event::TimerElapsed { timer_id: 7 }),
+        None
+    );
     let s = run.handle(Event::TimerElapsed {
         timer_id: RUN_DEADLINE_TIMER,
     });

@@ -119,6 +119,25 @@ fn tool_call_rows_do_not_allow_other_transitions() {
         row: ToolCallRow::FinishedError,
     };
     assert!(!bad.conforms());
+    // A tool call's move changes its state; an internal row does not.
+    let moved = Transition::ToolCall {
+        index: 0,
+        call: "c1".into(),
+        from: S::Queued,
+        event: E::Start,
+        to: S::Running,
+        row: ToolCallRow::StartRun,
+    };
+    assert!(moved.conforms() && moved.changed());
+    let stays = Transition::ToolCall {
+        index: 0,
+        call: "c1".into(),
+        from: S::Running,
+        event: E::Abort,
+        to: S::Running,
+        row: ToolCallRow::AbortImmune,
+    };
+    assert!(stays.conforms() && !stays.changed());
     assert_eq!(
         S::Running.candidates(E::Abort),
         [ToolCallRow::AbortKilled, ToolCallRow::AbortImmune]
