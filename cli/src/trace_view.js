@@ -25,6 +25,19 @@
     return h;
   }
 
+  // A distinct colour per state name, in order of first appearance over the lanes.
+  const palette = ["#b2df8a", "#fdbf6f", "#a6cee3", "#fb9a99", "#cab2d6", "#ffed6f", "#8dd3c7",
+    "#bebada", "#80b1d3", "#fccde5", "#ccebc5", "#d9d9d9", "#e5c494", "#b3b3ff"];
+  const colours = new Map();
+  for (const lane of data.lanes) {
+    for (const b of lane.bars) {
+      if (!colours.has(b.state)) {
+        const n = colours.size;
+        colours.set(b.state, n < palette.length ? palette[n] : "hsl(" + hue(b.state) + ", 60%, 78%)");
+      }
+    }
+  }
+
   const detailTitle = document.getElementById("detail-title");
   const detailJson = document.getElementById("detail-json");
   let selected = null;
@@ -33,7 +46,7 @@
     selected = node || null;
     if (selected) selected.classList.add("selected");
     const r = rec === null || rec === undefined ? undefined : records.get(rec);
-    detailTitle.textContent = r ? "#" + rec + " · " + title : title;
+    detailTitle.textContent = r && !title.startsWith("#" + rec + " ") ? "#" + rec + " · " + title : title;
     detailJson.textContent = r
       ? JSON.stringify(r, null, 2)
       : "(no record: the state was entered without a recorded transition)";
@@ -61,6 +74,7 @@
     e.style.left = x(from) + "px";
     e.style.width = Math.max(x(to) - x(from), 3) + "px";
     e.title = text;
+    if (rec !== null && rec !== undefined) e.setAttribute("data-rec", String(rec));
     e.addEventListener("click", () => show(text, rec, e));
     track.append(e);
     return e;
@@ -104,11 +118,31 @@
         "data-bar": lane.id + ":" + b.state,
         "data-state": b.state,
       });
-      e.style.background = "hsl(" + hue(b.state) + ", 60%, 78%)";
+      e.style.background = colours.get(b.state);
       if (x(b.to) - x(b.from) > 8 * b.state.length) e.textContent = b.state;
       bars += 1;
     }
   }
+
+  // The states' colours, per machine, in order of first appearance.
+  const legend = el("div", "legend", { "data-legend": "states" });
+  for (const machine of ["react", "process", "tool_call"]) {
+    const seen = [];
+    for (const lane of data.lanes.filter((l) => l.machine === machine)) {
+      for (const b of lane.bars) if (!seen.includes(b.state)) seen.push(b.state);
+    }
+    if (seen.length === 0) continue;
+    const group = el("span", "group");
+    group.textContent = machine + ":";
+    for (const state of seen) {
+      const sw = el("span", "swatch", { "data-legend-state": machine + ":" + state });
+      sw.style.background = colours.get(state);
+      sw.textContent = state;
+      group.append(sw);
+    }
+    legend.append(group);
+  }
+  root.before(legend);
 
   // Timers: one row per kind, parallel ones packed into extra rows.
   const kinds = ["backoff", "first_chunk", "stall", "request", "tool", "run_deadline"];
@@ -162,7 +196,10 @@
   // `page.html#r60` opens with record 60 selected.
   const m = /^#r(\d+)$/.exec(location.hash);
   if (m) {
-    show("record " + m[1], Number(m[1]), null);
+    // The record's own mark (marks come last), else whatever it entered.
+    const all = document.querySelectorAll('[data-rec="' + m[1] + '"]');
+    const node = all.length > 0 ? all[all.length - 1] : null;
+    show(node ? node.title : "record " + m[1], Number(m[1]), node);
   } else {
     detailTitle.textContent = "Header";
     detailJson.textContent = JSON.stringify(data.header, null, 2);

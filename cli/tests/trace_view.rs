@@ -59,8 +59,13 @@ fn chromium() -> Option<PathBuf> {
     None
 }
 
-/// Runs headless Chromium with `args` then `url`, killed after two minutes.
-fn browse(chromium: &Path, profile: &Path, args: &[&str], url: &str) -> Output {
+/// Runs headless Chromium with `args` then `url` in a fresh profile under `dir`, killed after
+/// two minutes; returns what it printed. Output goes to files, so a large DOM dump cannot
+/// fill a pipe nobody reads.
+fn browse(chromium: &Path, dir: &Path, args: &[&str], url: &str) -> String {
+    let run = tempfile::tempdir_in(dir).expect("browser dir");
+    let out = run.path().join("stdout");
+    let err = run.path().join("stderr");
     let mut child = Command::new(chromium)
         .args([
             "--headless",
@@ -69,25 +74,30 @@ fn browse(chromium: &Path, profile: &Path, args: &[&str], url: &str) -> Output {
             "--no-first-run",
             "--hide-scrollbars",
         ])
-        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!(
+            "--user-data-dir={}",
+            run.path().join("profile").display()
+        ))
         .args(args)
         .arg(url)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(std::fs::File::create(&out).expect("stdout file"))
+        .stderr(std::fs::File::create(&err).expect("stderr file"))
         .spawn()
         .expect("start chromium");
     let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        match child.try_wait().expect("wait for chromium") {
-            Some(_) => return child.wait_with_output().expect("chromium output"),
-            None if Instant::now() > deadline => {
-                let _ = child.kill();
-                panic!("chromium did not finish in 120 s");
-            }
-            None => std::thread::sleep(Duration::from_millis(50)),
+    while child.try_wait().expect("wait for chromium").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "chromium did not finish in 120 s: {}",
+                std::fs::read_to_string(&err).unwrap_or_default()
+            );
         }
+        std::thread::sleep(Duration::from_millis(50));
     }
+    std::fs::read_to_string(&out).expect("chromium output")
 }
 
 fn url(path: &Path) -> String {
@@ -138,13 +148,7 @@ fn view_renders_every_lane_state_and_call_in_chromium() {
         );
     }
 
-    let dom = browse(
-        &chromium,
-        &dir.path().join("profile"),
-        &["--dump-dom"],
-        &url(&html),
-    );
-    let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
+    let dom = browse(&chromium, dir.path(), &["--dump-dom"], &url(&html));
     assert!(dom.contains(r#"data-rendered="true""#), "{dom}");
     for lane in ["react", "process"] {
         assert!(dom.contains(&format!(r#"data-lane="{lane}""#)), "{dom}");
@@ -178,7 +182,7 @@ fn view_renders_every_lane_state_and_call_in_chromium() {
     let png = dir.path().join("t.png");
     browse(
         &chromium,
-        &dir.path().join("profile"),
+        dir.path(),
         &[
             &format!("--screenshot={}", png.display()),
             "--window-size=1400,900",
@@ -227,11 +231,10 @@ fn markup_in_a_trace_shows_as_text_and_never_runs() {
     // Opened with the poisoned record selected: its JSON is in the detail pane, as text.
     let dom = browse(
         &chromium,
-        &dir.path().join("profile"),
+        dir.path(),
         &["--dump-dom"],
         &format!("{}#r{finished}", url(&dir.path().join("evil.html"))),
     );
-    let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
     assert!(dom.contains(r#"data-rendered="true""#), "{dom}");
     assert!(!dom.contains("data-pwned="), "injected markup ran: {dom}");
     assert!(!dom.contains("<img"), "an img element was created: {dom}");
