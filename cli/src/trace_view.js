@@ -27,7 +27,8 @@
 
   // A distinct colour per state name, in order of first appearance over the lanes.
   const palette = ["#b2df8a", "#fdbf6f", "#a6cee3", "#fb9a99", "#cab2d6", "#ffed6f", "#8dd3c7",
-    "#bebada", "#80b1d3", "#fccde5", "#ccebc5", "#d9d9d9", "#e5c494", "#b3b3ff"];
+    "#bebada", "#80b1d3", "#fccde5", "#ccebc5", "#d9d9d9", "#e5c494", "#b3b3ff",
+    "#f4a582", "#92c5de", "#dfc27d", "#c2a5cf", "#a1d99b", "#fdae6b"];
   const colours = new Map();
   for (const lane of data.lanes) {
     for (const b of lane.bars) {

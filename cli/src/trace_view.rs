@@ -280,6 +280,9 @@ impl View {
         let mut calls: Vec<(String, usize, Vec<Bar>)> = Vec::new();
         let mut timers: Vec<TimerSpan> = Vec::new();
         let mut marks: Vec<Mark> = Vec::new();
+        // Started and finished calls: lanes for traces without tool-call transitions (v3).
+        let mut started: Vec<(String, u64)> = Vec::new();
+        let mut finished: BTreeMap<String, (u64, &'static str)> = BTreeMap::new();
         let mut input_at = 0;
         let mut input_name = "";
         for r in &trace.records {
@@ -299,6 +302,14 @@ impl View {
                                 t.end = "elapsed";
                             }
                             format!("timer_elapsed {} ({timer_id})", timer_kind(*timer_id))
+                        }
+                        Event::ToolFinished {
+                            tool_call_id,
+                            status,
+                            ..
+                        } => {
+                            finished.insert(tool_call_id.clone(), (*index, status.as_str()));
+                            format!("tool_finished {tool_call_id}: {}", status.as_str())
                         }
                         other => other.name().to_string(),
                     };
@@ -414,6 +425,7 @@ impl View {
                             let kind = tag(other, "effect");
                             let label = match other {
                                 Effect::RunTool { call } => {
+                                    started.push((call.id.clone(), at));
                                     format!("run_tool {} {}", call.name, call.id)
                                 }
                                 Effect::CallModel { request } => format!(
@@ -454,8 +466,7 @@ impl View {
                 bars: process,
             },
         ];
-        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-        for (call, _, mut bars) in calls {
+        for (_, _, bars) in &mut calls {
             if let Some(last) = bars.last_mut() {
                 // A finished call's last state is a cap; an open one runs to the trace's end.
                 last.to = if terminal.contains(&last.state) {
@@ -464,6 +475,37 @@ impl View {
                     end
                 };
             }
+        }
+        if calls.is_empty() {
+            // Before trace v4 a call's lifecycle is not recorded: a lane from `run_tool` to
+            // `tool_finished` (the status as its last state) stands in.
+            for (call, at) in started {
+                let mut bars = vec![Bar {
+                    state: "Running".into(),
+                    from: at,
+                    to: end,
+                    rec: Some(at),
+                    event: "run_tool (no tool_call transitions before trace v4)".into(),
+                }];
+                if let Some((done, status)) = finished.get(&call) {
+                    bars[0].to = *done;
+                    let mut state: Vec<char> = status.chars().collect();
+                    if let Some(c) = state.first_mut() {
+                        *c = c.to_ascii_uppercase();
+                    }
+                    bars.push(Bar {
+                        state: state.into_iter().collect(),
+                        from: *done,
+                        to: *done + 1,
+                        rec: Some(*done),
+                        event: "tool_finished".into(),
+                    });
+                }
+                calls.push((call, 0, bars));
+            }
+        }
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for (call, _, bars) in calls {
             let n = seen.entry(call.clone()).or_insert(0);
             *n += 1;
             let id = if *n == 1 {
@@ -599,6 +641,72 @@ mod tests {
         assert_eq!(timer_kind((3 << 60) | 1_000_001), "request");
         assert_eq!(timer_kind((1 << 63) | (1 << 24)), "tool");
         assert_eq!(timer_kind(u64::MAX), "run_deadline");
+    }
+
+    fn fixture(name: &str) -> View {
+        use agentloop::trace::TraceFile;
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/traces");
+        let path = std::path::Path::new(dir).join(name);
+        View::from_trace(&Trace::load(&path).expect("fixture"))
+    }
+
+    fn lanes(v: &View) -> Vec<(String, Vec<String>)> {
+        v.lanes
+            .iter()
+            .map(|l| {
+                (
+                    l.id.clone(),
+                    l.bars.iter().map(|b| b.state.clone()).collect(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_v4_trace_has_a_lane_per_machine_and_call_and_its_backoff_timers() {
+        let v = fixture("v4-retry-tool.jsonl");
+        let lanes = lanes(&v);
+        assert_eq!(lanes[0].0, "react");
+        assert_eq!(lanes[1].0, "process");
+        assert!(lanes[1].1.contains(&"Retrying".to_string()), "{lanes:?}");
+        assert_eq!(
+            lanes[2],
+            (
+                "tool_call:call_0_0".to_string(),
+                ["Pending", "Queued", "Running", "Completed"]
+                    .map(String::from)
+                    .to_vec()
+            )
+        );
+        assert_eq!(v.lanes[2].tool.as_deref(), Some("calculator"));
+        let backoff: Vec<(u64, &str)> = v
+            .timers
+            .iter()
+            .filter(|t| t.kind == "backoff")
+            .map(|t| (t.delay_ms, t.end))
+            .collect();
+        assert_eq!(backoff, [(1000, "elapsed"), (2000, "elapsed")]);
+        assert_eq!(v.marks.iter().filter(|m| m.kind == "retry").count(), 2);
+        assert_eq!(v.records.len() as u64, v.meta.end);
+        // Bars of one lane follow each other.
+        for lane in &v.lanes[..2] {
+            for pair in lane.bars.windows(2) {
+                assert_eq!(pair[0].to, pair[1].from, "{}", lane.id);
+            }
+        }
+    }
+
+    #[test]
+    fn a_v3_trace_gets_a_call_lane_from_run_tool_to_tool_finished() {
+        let v = fixture("v3-calc.jsonl");
+        let lanes = lanes(&v);
+        assert_eq!(
+            lanes[2],
+            (
+                "tool_call:call_0_0".to_string(),
+                ["Running", "Completed"].map(String::from).to_vec()
+            )
+        );
     }
 
     #[test]
