@@ -5,6 +5,7 @@ mod print;
 mod run;
 mod sessions;
 mod trace_cmd;
+mod trace_view;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -72,6 +73,10 @@ enum TraceCommand {
     /// docs/trace-import.md); exit 0 as recorded, 1 when the machines would have acted
     /// differently (each difference printed), 2 for bad input.
     Import(trace_cmd::ImportArgs),
+    /// Write a run as one self-contained HTML page: a timeline with a lane per machine and
+    /// per tool call, timers, events, and each record's JSON on click; exit 2 when the trace
+    /// cannot be read or the page cannot be written.
+    View(trace_cmd::ViewArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -122,6 +127,9 @@ fn main() -> ExitCode {
         Command::Trace {
             command: TraceCommand::Import(args),
         } => trace_cmd::import_main(args),
+        Command::Trace {
+            command: TraceCommand::View(args),
+        } => trace_cmd::view_main(args),
         Command::Chart { machine, format } => {
             let kind = match machine {
                 Machine::React => MachineKind::React,

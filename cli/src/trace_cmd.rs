@@ -1,4 +1,4 @@
-//! `agentloop trace show|diff` and the what-if mode of `agentloop replay`: reading traces for
+//! `agentloop trace show|diff|view` and the what-if mode of `agentloop replay`: reading traces for
 //! people. The analysis is pure (`agentloop::transcript`, `trace_diff`, `whatif`); this module
 //! loads files, prints, and maps results to exit codes (0 same / 1 different / 2 bad input).
 
@@ -40,6 +40,16 @@ pub struct ShowArgs {
     /// Leave out record indexes (`#12`).
     #[arg(long)]
     pub no_indexes: bool,
+}
+
+/// `agentloop trace view`.
+#[derive(Debug, Args)]
+pub struct ViewArgs {
+    /// The trace file (JSON Lines, version 3 or 4).
+    pub trace: PathBuf,
+    /// Where to write the page (default: TRACE with extension `.html`).
+    #[arg(short = 'o', long = "out")]
+    pub out: Option<PathBuf>,
 }
 
 /// `agentloop trace diff`.
@@ -133,6 +143,38 @@ pub fn show_main(args: ShowArgs) -> ExitCode {
             serde_json::to_string_pretty(&transcript).unwrap_or_default()
         )),
     }
+    ExitCode::SUCCESS
+}
+
+/// `trace view`: 0 written, 2 when the trace cannot be read or the page cannot be written.
+pub fn view_main(args: ViewArgs) -> ExitCode {
+    let trace = match load(&args.trace) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let view = crate::trace_view::View::from_trace(&trace);
+    let title = args
+        .trace
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| args.trace.display().to_string());
+    let html = crate::trace_view::render_html(&view, &title);
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| args.trace.with_extension("html"));
+    if let Err(e) = std::fs::write(&out, html) {
+        eprintln!("error: {}: {e}", out.display());
+        return ExitCode::from(2);
+    }
+    emit(&format!(
+        "wrote {} ({} records, {} lanes, {} timers, {} marks)\n",
+        out.display(),
+        view.records.len(),
+        view.lanes.len(),
+        view.timers.len(),
+        view.marks.len()
+    ));
     ExitCode::SUCCESS
 }
 

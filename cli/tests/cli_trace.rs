@@ -63,30 +63,35 @@ fn show_reads_v3_and_v4_in_every_format() {
 }
 
 #[test]
-fn show_and_diff_refuse_bad_input_with_exit_2() {
+fn show_diff_and_view_refuse_bad_input_with_exit_2() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let missing = agentloop(dir.path(), &["trace", "show", "nope.jsonl"]);
-    assert_eq!(missing.status.code(), Some(2));
-    assert!(
-        stderr(&missing).contains("nope.jsonl"),
-        "{}",
-        stderr(&missing)
-    );
     std::fs::write(
         dir.path().join("v9.jsonl"),
         r#"{"kind":"header","version":9}"#,
     )
     .expect("write");
-    let version = agentloop(
-        dir.path(),
-        &["trace", "diff", "v9.jsonl", &fixture("v4-calc.jsonl")],
-    );
-    assert_eq!(version.status.code(), Some(2));
-    assert!(
-        stderr(&version).contains("unsupported trace version 9"),
-        "{}",
-        stderr(&version)
-    );
+    let v4 = fixture("v4-calc.jsonl");
+    let runs: [(&[&str], &str); 4] = [
+        (&["trace", "show", "nope.jsonl"], "nope.jsonl"),
+        (
+            &["trace", "view", "nope.jsonl", "-o", "x.html"],
+            "nope.jsonl",
+        ),
+        (
+            &["trace", "diff", "v9.jsonl", &v4],
+            "unsupported trace version 9",
+        ),
+        (
+            &["trace", "view", "v9.jsonl", "-o", "x.html"],
+            "unsupported trace version 9",
+        ),
+    ];
+    for (args, message) in runs {
+        let o = agentloop(dir.path(), args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&o).contains(message), "{args:?}: {}", stderr(&o));
+    }
+    assert!(!dir.path().join("x.html").exists());
 }
 
 #[test]
