@@ -8,8 +8,10 @@ pub use agentloop_core::trace::*;
 
 /// Reading and writing traces as files (the core crate does no IO).
 pub trait TraceFile: Sized {
-    /// Reads a trace file.
+    /// Reads a trace file of a version this build replays.
     fn load(path: &Path) -> Result<Self, TraceError>;
+    /// Reads a trace file of any version this crate ever wrote (to show, diff or view it).
+    fn read(path: &Path) -> Result<Self, TraceError>;
     /// Writes the trace to `path` (synced before returning).
     fn write(&self, path: &Path) -> Result<(), TraceError>;
 }
@@ -21,6 +23,17 @@ impl TraceFile for Trace {
             message: e.to_string(),
         })?;
         Trace::from_lines(
+            std::io::BufReader::new(f).lines(),
+            &path.display().to_string(),
+        )
+    }
+
+    fn read(path: &Path) -> Result<Trace, TraceError> {
+        let f = std::fs::File::open(path).map_err(|e| TraceError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Trace::read_lines(
             std::io::BufReader::new(f).lines(),
             &path.display().to_string(),
         )

@@ -116,8 +116,10 @@ fn clip_line(s: &str, max: usize) -> String {
 /// Lines of a record diff printed before it is cut.
 const DIFF_LINES: usize = 60;
 
+/// Reads a trace of any version this crate ever wrote (show, diff and view read; only replay
+/// needs a replayable version).
 fn load(path: &Path) -> Result<Trace, ExitCode> {
-    Trace::load(path).map_err(|e| {
+    Trace::read(path).map_err(|e| {
         eprintln!("error: {e}");
         ExitCode::from(2)
     })

@@ -23,8 +23,12 @@ use crate::tool_spec::ToolSpecs;
 /// those transitions left out of the comparison.
 pub const TRACE_VERSION: u32 = 4;
 
-/// The oldest trace version this build reads.
+/// The oldest trace version this build reads and replays.
 pub const OLDEST_TRACE_VERSION: u32 = 3;
+
+/// The oldest trace version this build can show, diff and view (every version it ever wrote):
+/// versions 1 and 2 lack inputs later versions record, so they are not replayed.
+pub const OLDEST_READABLE_TRACE_VERSION: u32 = 1;
 
 /// The first line of a trace.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -232,6 +236,31 @@ impl Trace {
         S: AsRef<str>,
         E: std::fmt::Display,
     {
+        Self::from_lines_since(lines, origin, OLDEST_TRACE_VERSION)
+    }
+
+    /// [`Trace::from_lines`] accepting every version this crate ever wrote (from
+    /// [`OLDEST_READABLE_TRACE_VERSION`]), for reading a trace rather than replaying it.
+    pub fn read_lines<S, E>(
+        lines: impl IntoIterator<Item = Result<S, E>>,
+        origin: &str,
+    ) -> Result<Trace, TraceError>
+    where
+        S: AsRef<str>,
+        E: std::fmt::Display,
+    {
+        Self::from_lines_since(lines, origin, OLDEST_READABLE_TRACE_VERSION)
+    }
+
+    fn from_lines_since<S, E>(
+        lines: impl IntoIterator<Item = Result<S, E>>,
+        origin: &str,
+        oldest: u32,
+    ) -> Result<Trace, TraceError>
+    where
+        S: AsRef<str>,
+        E: std::fmt::Display,
+    {
         let mut header = None;
         let mut records = Vec::new();
         for (i, line) in lines.into_iter().enumerate() {
@@ -258,7 +287,7 @@ impl Trace {
                     });
                 }
                 let found = v.get("version").and_then(|x| x.as_u64()).unwrap_or(0);
-                if !(u64::from(OLDEST_TRACE_VERSION)..=u64::from(TRACE_VERSION)).contains(&found) {
+                if !(u64::from(oldest)..=u64::from(TRACE_VERSION)).contains(&found) {
                     return Err(TraceError::Version {
                         path: origin.to_string(),
                         found,

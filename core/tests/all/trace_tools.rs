@@ -312,3 +312,28 @@ fn import_refuses_what_is_not_a_message_array() {
     let e = openai_chat(&serde_json::json!([{"role": "robot"}]), &o).expect_err("role");
     assert_eq!(e.to_string(), "message 0: unknown role `robot`");
 }
+
+/// R-TRACE-4: every version the crate ever wrote can be read (shown, diffed, viewed); only the
+/// replayable ones (3 and later) load for replay.
+#[test]
+fn versions_1_and_2_are_readable_but_not_replayable() {
+    for (name, version) in [("v1-calc.jsonl", 1), ("v2-calc.jsonl", 2)] {
+        let path = format!(
+            "{}/../tests/fixtures/traces/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).expect("fixture");
+        let refused = Trace::parse(&text, &path);
+        assert!(
+            matches!(refused, Err(agentloop_core::trace::TraceError::Version { found, .. }) if found == version),
+            "{name}: {refused:?}"
+        );
+        let t = Trace::read_lines(text.lines().map(Ok::<_, std::convert::Infallible>), &path)
+            .expect("readable");
+        assert_eq!(t.header.version, version as u32);
+        let shown = Transcript::from_trace(&t);
+        assert_eq!(shown.summary.steps, 2, "{name}");
+        assert_eq!(shown.summary.tool_calls, 1, "{name}");
+        assert_eq!(shown.summary.outcome, Some(Outcome::Completed), "{name}");
+    }
+}
