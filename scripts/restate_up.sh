@@ -13,6 +13,7 @@ VERSION="${RESTATE_SERVER_VERSION:-1.7.12}"
 CACHE="${RESTATE_CACHE:-$HOME/.cache/agentloop/restate-$VERSION}"
 BIN="$CACHE/node_modules/.bin/restate-server"
 ADMIN="${RESTATE_ADMIN:-http://127.0.0.1:9070}"
+INGRESS="${RESTATE_INGRESS:-http://127.0.0.1:8080}"
 
 cmd="${1:-}"
 case "$cmd" in
@@ -28,11 +29,14 @@ case "$cmd" in
     dir="${2:?usage: restate_up.sh start DIR}"
     "$0" install >/dev/null
     mkdir -p "$dir"
-    RESTATE_DISABLE_TELEMETRY=true nohup "$BIN" --bind-ip 127.0.0.1 --base-dir "$dir" \
+    # The native binary of the platform package, not the node wrapper in .bin: the pid printed
+    # is then the server's own, and `stop PID` (or a kill) stops it.
+    native="$(find "$CACHE/node_modules/@restatedev" -path '*/bin/restate-server' -type f | head -1)"
+    RESTATE_DISABLE_TELEMETRY=true nohup "${native:-$BIN}" --bind-ip 127.0.0.1 --base-dir "$dir" \
       >"$dir/server.log" 2>&1 &
     pid=$!
     for _ in $(seq 1 120); do
-      if curl -fsS "$ADMIN/health" >/dev/null 2>&1; then
+      if curl -fsS "$ADMIN/health" >/dev/null 2>&1 && curl -fsS "$INGRESS/restate/health" >/dev/null 2>&1; then
         echo "$pid"
         exit 0
       fi
@@ -43,7 +47,7 @@ case "$cmd" in
       fi
       sleep 0.5
     done
-    echo "restate-server did not answer on $ADMIN within 60 s" >&2
+    echo "restate-server did not answer on $ADMIN (admin) and $INGRESS (ingress) within 60 s" >&2
     kill "$pid" 2>/dev/null || true
     exit 1
     ;;

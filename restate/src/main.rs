@@ -125,7 +125,19 @@ async fn main() -> ExitCode {
         args.max_steps,
     );
     tracing::info!(listen = %args.listen, "serving the Session object");
-    HttpServer::new(Endpoint::builder().bind(Session(Arc::new(worker))).build())
+    // Restate's retry backoff grows with every failed attempt of an invocation, and a killed
+    // worker is a failed attempt: capped at 1 s, a run killed many times still resumes within
+    // about a second (docs/scale-out.md, "Measured").
+    let options = restate_sdk::endpoint::ServiceOptions::new()
+        .retry_policy_initial_interval(std::time::Duration::from_millis(100))
+        .retry_policy_max_interval(std::time::Duration::from_secs(1))
+        // The server's default gives up (pauses the invocation) after 70 attempts; every kill
+        // of a worker is one, so a long run on flaky workers would stop.
+        .retry_policy_max_attempts(100_000);
+    let endpoint = Endpoint::builder()
+        .bind_with_options(Session(Arc::new(worker)), options)
+        .build();
+    HttpServer::new(endpoint)
         .listen_and_serve(args.listen)
         .await;
     ExitCode::SUCCESS
