@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use restate_sdk::prelude::*;
+use restate_sdk::service::IntoServiceDefinition;
 
 use agentloop::model::Model;
 use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
@@ -135,7 +136,11 @@ async fn main() -> ExitCode {
         // of a worker is one, so a long run on flaky workers would stop.
         .retry_policy_max_attempts(100_000);
     let endpoint = Endpoint::builder()
-        .bind_with_options(Session(Arc::new(worker)), options)
+        .bind(
+            Session(Arc::new(worker))
+                .into_service_definition()
+                .options(options),
+        )
         .build();
     HttpServer::new(endpoint)
         .listen_and_serve(args.listen)
