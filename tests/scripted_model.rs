@@ -179,6 +179,7 @@ async fn demo_calls_the_calculator_then_answers_with_its_result() {
             ToolContext {
                 call_id: id.clone(),
                 root: std::env::temp_dir(),
+                idempotency_key: None,
             },
             args,
         )

@@ -315,6 +315,7 @@ impl Driver<'_> {
         let ctx = ToolContext {
             call_id: call.id.clone(),
             root: self.agent.root.clone(),
+            idempotency_key: None,
         };
         let hooks = self.agent.hooks.clone();
         let offload = self.agent.offload.clone();

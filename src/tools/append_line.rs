@@ -9,6 +9,16 @@
 //! the persisted result names the call that caused the write. The tool is *not* retry-safe:
 //! after a crash between start and result, the runtime reports `outcome_unknown` instead of
 //! appending a second copy.
+//!
+//! A runtime that does re-run a call after a crash (the Restate adapter re-runs the effect in
+//! flight) passes [`ToolContext::idempotency_key`]. A keyed call records `<offset> <key>` in a
+//! side index `<file>.agentloop-keys` next to the file *before* it appends, under an exclusive
+//! lock of that index (`flock`, unix): a call whose key is recorded and whose line is at the
+//! recorded offset does not append again (it returns `already appended ...`); a key recorded
+//! by a call that died before its append (the file is still shorter, or holds something else
+//! there) appends. The side index keeps the file itself exactly the lines written. Keyed
+//! calls are serialized with each other, not with unkeyed writers of the same file. A call
+//! without a key behaves as before and writes no index.
 
 use std::io::Write;
 
@@ -69,11 +79,134 @@ impl TypedTool for AppendLine {
         let path = args.path.clone();
         let mut record = args.line;
         record.push('\n');
-        tokio::task::spawn_blocking(move || append(&root, &path, record.as_bytes()))
-            .await
-            .map_err(|e| ToolError::Failed(format!("append_line did not finish: {e}")))?
-            .map_err(ToolError::Failed)?;
-        Ok(format!("appended 1 line (call {})", ctx.call_id))
+        let key = ctx.idempotency_key.clone();
+        if key.as_deref().is_some_and(|k| k.contains(['\n', '\r'])) {
+            return Err(ToolError::Failed(
+                "the idempotency key contains a line break".into(),
+            ));
+        }
+        let appended = tokio::task::spawn_blocking(move || match key {
+            Some(key) => append_keyed(&root, &path, record.as_bytes(), &key),
+            None => append(&root, &path, record.as_bytes()).map(|()| true),
+        })
+        .await
+        .map_err(|e| ToolError::Failed(format!("append_line did not finish: {e}")))?
+        .map_err(ToolError::Failed)?;
+        if appended {
+            Ok(format!("appended 1 line (call {})", ctx.call_id))
+        } else {
+            Ok(format!(
+                "already appended (call {}): its key is recorded, nothing appended again",
+                ctx.call_id
+            ))
+        }
+    }
+}
+
+/// Suffix of the side index of keyed appends (`log.txt` → `log.txt.agentloop-keys`).
+pub const KEYS_SUFFIX: &str = ".agentloop-keys";
+
+/// Appends `record` unless `key` is recorded in the side index with `record` at its offset.
+/// Returns whether it appended.
+fn append_keyed(
+    root: &std::path::Path,
+    requested: &str,
+    record: &[u8],
+    key: &str,
+) -> Result<bool, String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let target = resolve_for_write(root, requested)?;
+    let mut index_name = target
+        .file_name()
+        .map(|n| n.to_os_string())
+        .ok_or_else(|| format!("`{requested}` names no file"))?;
+    index_name.push(KEYS_SUFFIX);
+    let index_path = target.with_file_name(index_name);
+    let mut index = open_regular(
+        &index_path,
+        std::fs::OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true),
+    )
+    .map_err(|e| open_error(requested, e, "record a key for"))?;
+    let _lock = IndexLock::exclusive(&index)
+        .map_err(|e| format!("cannot lock the key index of `{requested}`: {e}"))?;
+    let mut recorded = String::new();
+    index
+        .read_to_string(&mut recorded)
+        .map_err(|e| format!("cannot read the key index of `{requested}`: {e}"))?;
+    let offsets = recorded.lines().filter_map(|l| {
+        let (offset, k) = l.split_once(' ')?;
+        (k == key).then(|| offset.parse::<u64>().ok()).flatten()
+    });
+    let mut file = open_regular(
+        &target,
+        std::fs::OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true),
+    )
+    .map_err(|e| open_error(requested, e, "append to"))?;
+    let len = file
+        .metadata()
+        .map_err(|e| format!("cannot read `{requested}`: {e}"))?
+        .len();
+    for offset in offsets {
+        if offset.saturating_add(record.len() as u64) > len {
+            continue;
+        }
+        let mut at = vec![0u8; record.len()];
+        file.seek(SeekFrom::Start(offset))
+            .and_then(|_| file.read_exact(&mut at))
+            .map_err(|e| format!("cannot read `{requested}`: {e}"))?;
+        if at == record {
+            return Ok(false);
+        }
+    }
+    // The intent first: a crash after it and before the append leaves a key whose line is
+    // missing at its offset, so the retry appends.
+    index
+        .write_all(format!("{len} {key}\n").as_bytes())
+        .and_then(|()| index.sync_data())
+        .map_err(|e| format!("cannot record the key for `{requested}`: {e}"))?;
+    file.write_all(record)
+        .and_then(|()| file.sync_data())
+        .map_err(|e| format!("cannot append to `{requested}`: {e}"))?;
+    Ok(true)
+}
+
+/// An exclusive advisory lock of the key index, released when dropped (unix `flock`; a no-op
+/// elsewhere). It holds the descriptor number: the caller keeps the file open while it lives.
+struct IndexLock(#[cfg_attr(not(unix), allow(dead_code))] i32);
+
+impl IndexLock {
+    fn exclusive(file: &std::fs::File) -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::io::AsRawFd;
+            let fd = file.as_raw_fd();
+            // SAFETY: `flock` on a descriptor of an open file.
+            if unsafe { libc::flock(fd, libc::LOCK_EX) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(IndexLock(fd))
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = file;
+            Ok(IndexLock(-1))
+        }
+    }
+}
+
+impl Drop for IndexLock {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        // SAFETY: the caller drops the lock before the file (declared after it).
+        unsafe {
+            libc::flock(self.0, libc::LOCK_UN);
+        }
     }
 }
 
@@ -104,6 +237,7 @@ mod tests {
         ToolContext {
             call_id: id.into(),
             root: root.to_path_buf(),
+            idempotency_key: None,
         }
     }
 
@@ -133,6 +267,56 @@ mod tests {
         assert!(Tool::killable(&AppendLine));
         let schema = Tool::spec(&AppendLine).parameters;
         assert_eq!(schema["required"], json!(["path", "line"]));
+    }
+
+    fn keyed(root: &Path, id: &str) -> ToolContext {
+        ToolContext {
+            idempotency_key: Some(format!("s/{id}")),
+            ..ctx(root, id)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_recorded_key_does_not_append_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = json!({"path": "k.txt", "line": "one"});
+        let first = AppendLine
+            .call(keyed(dir.path(), "c1"), args.clone())
+            .await
+            .unwrap();
+        assert_eq!(first, "appended 1 line (call c1)");
+        let again = AppendLine
+            .call(keyed(dir.path(), "c1"), args.clone())
+            .await
+            .unwrap();
+        assert!(again.starts_with("already appended"), "{again}");
+        AppendLine
+            .call(keyed(dir.path(), "c2"), args.clone())
+            .await
+            .unwrap();
+        let content = std::fs::read_to_string(dir.path().join("k.txt")).unwrap();
+        assert_eq!(content, "one\none\n");
+        let index = std::fs::read_to_string(dir.path().join("k.txt.agentloop-keys")).unwrap();
+        assert_eq!(index, "0 s/c1\n4 s/c2\n");
+    }
+
+    #[tokio::test]
+    async fn a_key_recorded_by_a_call_that_died_before_its_append_appends() {
+        let dir = tempfile::tempdir().unwrap();
+        // The intent of `c1` at offset 0 was recorded; the process died before the append.
+        std::fs::write(dir.path().join("k.txt.agentloop-keys"), "0 s/c1\n").unwrap();
+        let out = AppendLine
+            .call(
+                keyed(dir.path(), "c1"),
+                json!({"path": "k.txt", "line": "x"}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(out, "appended 1 line (call c1)");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("k.txt")).unwrap(),
+            "x\n"
+        );
     }
 
     #[tokio::test]

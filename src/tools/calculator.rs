@@ -184,6 +184,7 @@ mod tests {
         ToolContext {
             call_id: "call_0_0".into(),
             root: std::env::temp_dir(),
+            idempotency_key: None,
         }
     }
 

@@ -20,6 +20,12 @@ pub struct ToolContext {
     pub call_id: String,
     /// The directory file tools are confined to.
     pub root: PathBuf,
+    /// A key that makes a side-effecting call idempotent across re-executions, when the
+    /// runtime may run the same call twice (the Restate adapter re-runs the effect in flight
+    /// after a crash and passes `<session>/<call_id>` here). `None` (the tokio runtime, which
+    /// reports `outcome_unknown` instead of re-running): the tool behaves as before.
+    /// [`AppendLine`](append_line::AppendLine) honours it.
+    pub idempotency_key: Option<String>,
 }
 
 /// A tool failure; it becomes an error result the model sees, never a machine error (R-IN-3).

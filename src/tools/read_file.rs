@@ -203,6 +203,7 @@ mod tests {
         ToolContext {
             call_id: "call_0_0".into(),
             root: root.to_path_buf(),
+            idempotency_key: None,
         }
     }
 

@@ -1,0 +1,149 @@
+//! `agentloop-restate`: agentloop sessions as Restate Virtual Objects.
+//!
+//! `agentloop-restate serve --listen 127.0.0.1:9080` serves the `Session` object (handlers
+//! `prompt` and `status`) to a Restate server, with the same model and tool flags as
+//! `agentloop run`. See `docs/scale-out.md`.
+
+mod session;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use restate_sdk::prelude::*;
+use restate_sdk::service::IntoServiceDefinition;
+
+use agentloop::model::Model;
+use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
+use agentloop::provider::scripted::ScriptedModel;
+use agentloop::tools::ToolRegistry;
+
+use session::{Session, Worker};
+
+/// agentloop's machines as Restate Virtual Objects.
+#[derive(Debug, Parser)]
+#[command(name = "agentloop-restate", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the `Session` object to a Restate server (register this address with it).
+    Serve(ServeArgs),
+}
+
+/// Arguments of `serve`: the address, and the model and tool flags of `agentloop run`.
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:9080")]
+    listen: SocketAddr,
+    /// Which model client: the offline scripted model (default), or a real provider.
+    #[arg(long, value_enum, default_value_t = ProviderArg::Scripted)]
+    provider: ProviderArg,
+    /// Model name sent to the provider (required with --provider openai|anthropic).
+    #[arg(long)]
+    model: Option<String>,
+    /// Provider base URL (default: $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL, else the public API).
+    #[arg(long)]
+    base_url: Option<String>,
+    /// A scripted-model JSON script (default: the built-in calculator demo).
+    #[arg(long)]
+    script: Option<PathBuf>,
+    /// Directory the file tools are confined to.
+    #[arg(long, default_value = ".")]
+    root: PathBuf,
+    /// Maximum model steps.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    max_steps: u32,
+}
+
+/// Model clients (as `agentloop run --provider`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ProviderArg {
+    /// The offline scripted model (no key, no network).
+    Scripted,
+    /// OpenAI-compatible Chat Completions.
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+fn model(args: &ServeArgs) -> Result<Arc<dyn Model>, String> {
+    let kind = match args.provider {
+        ProviderArg::Scripted => {
+            return match &args.script {
+                Some(path) => ScriptedModel::from_file(path)
+                    .map(|m| Arc::new(m) as Arc<dyn Model>)
+                    .map_err(|e| e.to_string()),
+                None => Ok(Arc::new(ScriptedModel::demo())),
+            }
+        }
+        ProviderArg::Openai => ProviderKind::OpenAi,
+        ProviderArg::Anthropic => ProviderKind::Anthropic,
+    };
+    if args.script.is_some() {
+        return Err("--script applies to --provider scripted only".into());
+    }
+    let name = args
+        .model
+        .clone()
+        .ok_or_else(|| format!("--model is required with --provider {}", kind.as_str()))?;
+    let mut cfg = HttpConfig::from_env(kind);
+    if let Some(url) = &args.base_url {
+        cfg = cfg.with_base_url(url.clone());
+    }
+    build_model(&name, cfg)
+        .map(Arc::from)
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let Command::Serve(args) = Cli::parse().command;
+    let model = match model(&args) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("agentloop-restate: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let worker = Worker::new(
+        model,
+        ToolRegistry::defaults(),
+        args.root.clone(),
+        args.max_steps,
+    );
+    tracing::info!(listen = %args.listen, "serving the Session object");
+    // Restate's retry backoff grows with every failed attempt of an invocation, and a killed
+    // worker is a failed attempt: capped at 1 s, a run killed many times still resumes within
+    // about a second (docs/scale-out.md, "Measured").
+    let options = restate_sdk::endpoint::ServiceOptions::new()
+        .retry_policy_initial_interval(std::time::Duration::from_millis(100))
+        .retry_policy_max_interval(std::time::Duration::from_secs(1))
+        // The server's default gives up (pauses the invocation) after 70 attempts; every kill
+        // of a worker is one, so a long run on flaky workers would stop.
+        .retry_policy_max_attempts(100_000);
+    let endpoint = Endpoint::builder()
+        .bind(
+            Session(Arc::new(worker))
+                .into_service_definition()
+                .options(options),
+        )
+        .build();
+    HttpServer::new(endpoint)
+        .listen_and_serve(args.listen)
+        .await;
+    ExitCode::SUCCESS
+}
