@@ -550,6 +550,7 @@ async fn append_rate_of(t: &Target, durability: Durability, n: u32) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn append_rate() {
+    #[allow(unused_mut)] // without the SQL features only the file store is measured
     let mut targets = vec![("file", Target::file())];
     #[cfg(feature = "sqlite-store")]
     targets.push(("sqlite", Target::sqlite()));
