@@ -215,6 +215,9 @@ struct Slot<L> {
     lock: Weak<L>,
     holder: Weak<()>,
     writer: Option<Arc<tokio::sync::Mutex<Writer<L>>>>,
+    /// Held while this store acquires the session's lock from the database, so two tasks of
+    /// the store never race each other for it (the loser would see "locked").
+    acquiring: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl<L> Default for Slot<L> {
@@ -223,6 +226,7 @@ impl<L> Default for Slot<L> {
             lock: Weak::new(),
             holder: Weak::new(),
             writer: None,
+            acquiring: Arc::default(),
         }
     }
 }
@@ -299,6 +303,19 @@ impl<B: SqlBackend> SqlStore<B> {
         let held = |slots: &HashMap<String, Slot<B::Lock>>| {
             slots.get(session).and_then(|s| s.lock.upgrade())
         };
+        let gate = {
+            let mut slots = self.slots.lock().await;
+            if let Some(lock) = held(&slots) {
+                return Ok(lock);
+            }
+            slots
+                .entry(session.to_string())
+                .or_default()
+                .acquiring
+                .clone()
+        };
+        // One acquisition per session at a time in this store; the map itself is not held.
+        let _acquiring = gate.lock().await;
         if let Some(lock) = held(&*self.slots.lock().await) {
             return Ok(lock);
         }
