@@ -16,27 +16,22 @@ pub trait TraceFile: Sized {
     fn write(&self, path: &Path) -> Result<(), TraceError>;
 }
 
+/// The lines of the trace file at `path`.
+fn lines_of(path: &Path) -> Result<std::io::Lines<std::io::BufReader<std::fs::File>>, TraceError> {
+    let f = std::fs::File::open(path).map_err(|e| TraceError::Io {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    Ok(std::io::BufReader::new(f).lines())
+}
+
 impl TraceFile for Trace {
     fn load(path: &Path) -> Result<Trace, TraceError> {
-        let f = std::fs::File::open(path).map_err(|e| TraceError::Io {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
-        Trace::from_lines(
-            std::io::BufReader::new(f).lines(),
-            &path.display().to_string(),
-        )
+        Trace::from_lines(lines_of(path)?, &path.display().to_string())
     }
 
     fn read(path: &Path) -> Result<Trace, TraceError> {
-        let f = std::fs::File::open(path).map_err(|e| TraceError::Io {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
-        Trace::read_lines(
-            std::io::BufReader::new(f).lines(),
-            &path.display().to_string(),
-        )
+        Trace::read_lines(lines_of(path)?, &path.display().to_string())
     }
 
     fn write(&self, path: &Path) -> Result<(), TraceError> {

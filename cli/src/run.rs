@@ -11,8 +11,7 @@ use crate::print::{EventsFormat, Printer};
 
 use agentloop::agent_event::Outcome;
 use agentloop::model::{Model, ToolChoice};
-use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
-use agentloop::provider::scripted::ScriptedModel;
+use agentloop::provider::http::{model_from_flags, ProviderKind};
 use agentloop::runtime::{control, Agent, AgentError, EventEnvelope, FnSink, RunOutput, Timeouts};
 use agentloop::store::{AnyLock, AnyStore, Durability, Entry, SessionStore, StoreUrl};
 use agentloop::tools::ToolRegistry;
@@ -160,35 +159,29 @@ pub enum ProviderArg {
     Anthropic,
 }
 
-fn model(args: &AgentArgs) -> Result<Arc<dyn Model>, String> {
-    let kind = match args.provider {
-        ProviderArg::Scripted => {
-            return match &args.script {
-                Some(path) => ScriptedModel::from_file(path)
-                    .map(|m| Arc::new(m) as Arc<dyn Model>)
-                    .map_err(|e| e.to_string()),
-                None => Ok(Arc::new(ScriptedModel::demo())),
-            }
+impl ProviderArg {
+    /// The provider's wire format (`None`: the scripted model).
+    fn kind(self) -> Option<ProviderKind> {
+        match self {
+            ProviderArg::Scripted => None,
+            ProviderArg::Openai => Some(ProviderKind::OpenAi),
+            ProviderArg::Anthropic => Some(ProviderKind::Anthropic),
         }
-        ProviderArg::Openai => ProviderKind::OpenAi,
-        ProviderArg::Anthropic => ProviderKind::Anthropic,
-    };
-    if args.script.is_some() {
-        return Err("--script applies to --provider scripted only".into());
     }
-    let name = args
-        .model
-        .clone()
-        .ok_or_else(|| format!("--model is required with --provider {}", kind.as_str()))?;
-    let mut cfg = HttpConfig::from_env(kind);
-    if let Some(url) = &args.base_url {
-        cfg = cfg.with_base_url(url.clone());
-    }
-    cfg.connect_timeout = std::time::Duration::from_millis(secs(args.connect_timeout));
-    cfg.first_byte_timeout = std::time::Duration::from_millis(secs(args.first_chunk_timeout));
-    build_model(&name, cfg)
-        .map(Arc::from)
-        .map_err(|e| e.to_string())
+}
+
+fn model(args: &AgentArgs) -> Result<Arc<dyn Model>, String> {
+    model_from_flags(
+        args.provider.kind(),
+        args.model.as_deref(),
+        args.base_url.as_deref(),
+        args.script.as_deref(),
+        |cfg| {
+            cfg.connect_timeout = std::time::Duration::from_millis(secs(args.connect_timeout));
+            cfg.first_byte_timeout =
+                std::time::Duration::from_millis(secs(args.first_chunk_timeout));
+        },
+    )
 }
 
 /// The agent (model, tools, timeouts, event printing, session store) and its printer.

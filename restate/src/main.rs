@@ -16,8 +16,7 @@ use restate_sdk::prelude::*;
 use restate_sdk::service::IntoServiceDefinition;
 
 use agentloop::model::Model;
-use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
-use agentloop::provider::scripted::ScriptedModel;
+use agentloop::provider::http::{model_from_flags, ProviderKind};
 use agentloop::tools::ToolRegistry;
 
 use session::{Session, Worker};
@@ -75,31 +74,17 @@ enum ProviderArg {
 
 fn model(args: &ServeArgs) -> Result<Arc<dyn Model>, String> {
     let kind = match args.provider {
-        ProviderArg::Scripted => {
-            return match &args.script {
-                Some(path) => ScriptedModel::from_file(path)
-                    .map(|m| Arc::new(m) as Arc<dyn Model>)
-                    .map_err(|e| e.to_string()),
-                None => Ok(Arc::new(ScriptedModel::demo())),
-            }
-        }
-        ProviderArg::Openai => ProviderKind::OpenAi,
-        ProviderArg::Anthropic => ProviderKind::Anthropic,
+        ProviderArg::Scripted => None,
+        ProviderArg::Openai => Some(ProviderKind::OpenAi),
+        ProviderArg::Anthropic => Some(ProviderKind::Anthropic),
     };
-    if args.script.is_some() {
-        return Err("--script applies to --provider scripted only".into());
-    }
-    let name = args
-        .model
-        .clone()
-        .ok_or_else(|| format!("--model is required with --provider {}", kind.as_str()))?;
-    let mut cfg = HttpConfig::from_env(kind);
-    if let Some(url) = &args.base_url {
-        cfg = cfg.with_base_url(url.clone());
-    }
-    build_model(&name, cfg)
-        .map(Arc::from)
-        .map_err(|e| e.to_string())
+    model_from_flags(
+        kind,
+        args.model.as_deref(),
+        args.base_url.as_deref(),
+        args.script.as_deref(),
+        |_| {},
+    )
 }
 
 #[tokio::main]

@@ -465,6 +465,42 @@ async fn read_limited(resp: reqwest::Response, timeout: Duration, limit: usize) 
     out
 }
 
+/// The model the command-line tools' flags name (`--provider`, `--model`, `--base-url`,
+/// `--script`): with `provider` `None`, the scripted model (from `script`, or the offline
+/// demo); else that provider's client for `model` (required), configured from the environment,
+/// `base_url` and `configure`. A flag that does not apply is an error naming it.
+#[cfg(feature = "http")]
+pub fn model_from_flags(
+    provider: Option<ProviderKind>,
+    model: Option<&str>,
+    base_url: Option<&str>,
+    script: Option<&std::path::Path>,
+    configure: impl FnOnce(&mut HttpConfig),
+) -> Result<std::sync::Arc<dyn crate::model::Model>, String> {
+    use crate::provider::scripted::ScriptedModel;
+    let Some(kind) = provider else {
+        return match script {
+            Some(path) => ScriptedModel::from_file(path)
+                .map(|m| std::sync::Arc::new(m) as std::sync::Arc<dyn crate::model::Model>)
+                .map_err(|e| e.to_string()),
+            None => Ok(std::sync::Arc::new(ScriptedModel::demo())),
+        };
+    };
+    if script.is_some() {
+        return Err("--script applies to --provider scripted only".into());
+    }
+    let name =
+        model.ok_or_else(|| format!("--model is required with --provider {}", kind.as_str()))?;
+    let mut cfg = HttpConfig::from_env(kind);
+    if let Some(url) = base_url {
+        cfg = cfg.with_base_url(url.to_string());
+    }
+    configure(&mut cfg);
+    build_model(name, cfg)
+        .map(std::sync::Arc::from)
+        .map_err(|e| e.to_string())
+}
+
 /// Builds the client for `config.provider`: [`crate::provider::openai::OpenAiModel`] or
 /// [`crate::provider::anthropic::AnthropicModel`], with `model` as the default model name.
 #[cfg(feature = "http")]
