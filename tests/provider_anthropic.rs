@@ -439,37 +439,6 @@ fn request_body_merges_roles_and_sends_tool_results_as_blocks() {
     assert_eq!(b["tools"][0]["input_schema"], json!({"type": "object"}));
 }
 
-/// A one-message request offering `calc` (or no tool) with `params`.
-fn tool_choice_request(tools: bool, params: ModelParams) -> ModelRequest {
-    ModelRequest {
-        run_id: "r".into(),
-        model_call_index: 1,
-        attempt: 1,
-        session_turn: 0,
-        model: "m".into(),
-        system: None,
-        messages: vec![Message::user("2+2?")].into(),
-        tools: if tools {
-            vec![ToolSpec {
-                name: "calc".into(),
-                description: "evaluates".into(),
-                parameters: json!({"type": "object"}),
-            }]
-            .into()
-        } else {
-            Default::default()
-        },
-        params,
-    }
-}
-
-fn with_choice(choice: Option<ToolChoice>) -> ModelParams {
-    ModelParams {
-        tool_choice: choice,
-        ..ModelParams::default()
-    }
-}
-
 #[test]
 fn request_body_sends_each_tool_choice_only_with_tools() {
     let cases = [

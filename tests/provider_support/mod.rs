@@ -6,10 +6,14 @@ pub mod server;
 
 use std::path::PathBuf;
 
+use agentloop::message::Message;
 use agentloop::message::MessageDelta;
+use agentloop::model::{ModelParams, ModelRequest, ToolChoice};
 use agentloop::provider::decode::normalize_chunks;
 use agentloop::provider::http::ProviderKind;
+use agentloop::tools::ToolSpec;
 use proptest::prelude::*;
+use serde_json::json;
 
 /// The fixture directory.
 pub fn fixture_dir() -> PathBuf {
@@ -105,4 +109,36 @@ pub fn text_of(deltas: &[MessageDelta]) -> String {
             _ => None,
         })
         .collect()
+}
+
+/// A one-message request offering `calc` (or no tool) with `params`.
+pub fn tool_choice_request(tools: bool, params: ModelParams) -> ModelRequest {
+    ModelRequest {
+        run_id: "r".into(),
+        model_call_index: 1,
+        attempt: 1,
+        session_turn: 0,
+        model: "m".into(),
+        system: None,
+        messages: vec![Message::user("2+2?")].into(),
+        tools: if tools {
+            vec![ToolSpec {
+                name: "calc".into(),
+                description: "evaluates".into(),
+                parameters: json!({"type": "object"}),
+            }]
+            .into()
+        } else {
+            Default::default()
+        },
+        params,
+    }
+}
+
+/// Model parameters with only `tool_choice` set.
+pub fn with_choice(choice: Option<ToolChoice>) -> ModelParams {
+    ModelParams {
+        tool_choice: choice,
+        ..ModelParams::default()
+    }
 }
