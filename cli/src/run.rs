@@ -141,6 +141,11 @@ pub struct AgentArgs {
     /// none, so `--tool-choice calculator --max-steps 2` is one forced call, then an answer.
     #[arg(long)]
     pub tool_choice: Option<ToolChoice>,
+    /// A fallback model (repeatable, tried in order): when a step fails with an error that is
+    /// not retried (401, 400, ...) or exhausts its retries, the same step is requested again
+    /// from the next fallback, served by the same provider and base URL under this model name.
+    #[arg(long = "fallback", value_name = "MODEL")]
+    pub fallbacks: Vec<String>,
 }
 
 fn secs(s: f64) -> u64 {
@@ -223,6 +228,16 @@ fn agent(
             c.compact_threshold = args
                 .compact_threshold
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+            // Served by the same client: registered under its provider's prefix, as the
+            // primary model is (`openai:NAME`), and sent without it.
+            c.fallbacks = args
+                .fallbacks
+                .iter()
+                .map(|m| match args.provider.kind() {
+                    Some(kind) => format!("{kind}:{m}"),
+                    None => m.clone(),
+                })
+                .collect();
         });
     if let Some(store) = store {
         builder = builder.store(store);

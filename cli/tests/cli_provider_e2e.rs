@@ -175,6 +175,10 @@ fn two_step_tool_conversation_with_one_retry() {
     );
     let second: serde_json::Value = serde_json::from_str(&requests[1].2).expect("json body");
     assert_eq!(second["stream"], true);
+    assert_eq!(
+        second["model"], "gpt-test",
+        "the model name as given, without the registry's `openai:` prefix"
+    );
     assert!(second["tools"]
         .as_array()
         .is_some_and(|t| t.iter().any(|t| t["function"]["name"] == "calculator")));
@@ -216,6 +220,81 @@ fn unauthorized_fails_at_once_without_the_key() {
         "no retry on 401"
     );
     assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// Issue 12 (model fallback): the primary model answers 401, the same step is requested from
+/// `--fallback second` (same server), the run completes, and its trace replays.
+#[test]
+fn a_401_on_the_primary_model_falls_back_to_the_next_and_the_trace_replays() {
+    let server = serve(vec![
+        Reply::Status(
+            401,
+            vec![],
+            r#"{"error": {"message": "no access to primary", "type": "invalid_request_error"}}"#
+                .into(),
+        ),
+        Reply::Sse(answer_stream()),
+    ]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("fallback.jsonl");
+    let trace = trace.to_str().expect("utf-8 path");
+    let out = agentloop(&[
+        "run",
+        "--provider",
+        "openai",
+        "--model",
+        "primary",
+        "--fallback",
+        "second",
+        "--base-url",
+        &server.base,
+        "--trace",
+        trace,
+        "--events",
+        "json",
+        "hi",
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let fallback = events
+        .iter()
+        .find(|e| e["type"] == "model_fallback")
+        .unwrap_or_else(|| panic!("no model_fallback event: {stdout}"));
+    assert_eq!(fallback["from"], "openai:primary");
+    assert_eq!(fallback["to"], "openai:second");
+    assert_eq!(fallback["error"]["kind"], "authentication");
+    let end = events
+        .iter()
+        .find(|e| e["type"] == "run_end")
+        .unwrap_or_else(|| panic!("no run_end: {stdout}"));
+    assert_eq!(end["final_text"], "The answer is 5.");
+    let requests = server.requests.lock().expect("log").clone();
+    let models: Vec<String> = requests
+        .iter()
+        .map(|r| {
+            let body: serde_json::Value = serde_json::from_str(&r.2).expect("json body");
+            body["model"].as_str().unwrap_or_default().to_string()
+        })
+        .collect();
+    assert_eq!(
+        models,
+        ["primary", "second"],
+        "one request per model, each under its own name (without the registry's prefix)"
+    );
+    let replay = agentloop(&["replay", trace]);
+    assert!(
+        replay.status.success(),
+        "the trace replays: {}{}",
+        String::from_utf8_lossy(&replay.stdout),
+        String::from_utf8_lossy(&replay.stderr)
+    );
 }
 
 #[test]

@@ -268,6 +268,18 @@ pub enum AgentEvent {
         /// New model.
         to: String,
     },
+    /// A step failed on `from` and is requested again from `to`, the next model of the run's
+    /// fallback chain (row `executing_fallback`).
+    ModelFallback {
+        /// The model that failed.
+        from: String,
+        /// The model the step is requested from now.
+        to: String,
+        /// The step (its `model_call_index`).
+        model_call_index: u32,
+        /// Why `from` failed.
+        error: crate::error::ModelError,
+    },
     /// A doom loop or repeated pattern of tool calls (R-TOOL-4).
     LoopDetected {
         /// The call that completed the loop, if one call repeats.

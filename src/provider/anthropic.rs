@@ -536,11 +536,11 @@ pub fn request_body(req: &ModelRequest, model: &str, default_max_tokens: u32) ->
         .into_iter()
         .map(|(role, content)| json!({"role": role, "content": content}))
         .collect();
-    let model = if req.model.is_empty() {
-        model
-    } else {
-        &req.model
-    };
+    let model = crate::provider::http::wire_model(
+        crate::provider::http::ProviderKind::Anthropic,
+        &req.model,
+        model,
+    );
     let mut body = json!({
         "model": model,
         "max_tokens": req.params.max_tokens.unwrap_or(default_max_tokens),

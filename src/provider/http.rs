@@ -465,6 +465,22 @@ async fn read_limited(resp: reqwest::Response, timeout: Duration, limit: usize) 
     out
 }
 
+/// The model name to send for a request routed to a `kind` client whose own model is
+/// `default`: the request's model without the `provider:` prefix of the registry name the
+/// client is known by ([`Model::name`](crate::model::Model::name), e.g. `openai:gpt-4o` →
+/// `gpt-4o`), or `default` when the request names none.
+pub fn wire_model<'a>(kind: ProviderKind, requested: &'a str, default: &'a str) -> &'a str {
+    let requested = requested
+        .strip_prefix(kind.as_str())
+        .and_then(|rest| rest.strip_prefix(':'))
+        .unwrap_or(requested);
+    if requested.is_empty() {
+        default
+    } else {
+        requested
+    }
+}
+
 /// The model the command-line tools' flags name (`--provider`, `--model`, `--base-url`,
 /// `--script`): with `provider` `None`, the scripted model (from `script`, or the offline
 /// demo); else that provider's client for `model` (required), configured from the environment,
@@ -523,4 +539,24 @@ pub fn build_model(
             ))
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wire_model_drops_the_clients_own_prefix_only() {
+        let k = ProviderKind::OpenAi;
+        assert_eq!(wire_model(k, "openai:gpt-4o", "d"), "gpt-4o");
+        assert_eq!(wire_model(k, "gpt-4o", "d"), "gpt-4o");
+        assert_eq!(wire_model(k, "", "d"), "d");
+        assert_eq!(wire_model(k, "openai:", "d"), "d");
+        assert_eq!(wire_model(k, "openaix:m", "d"), "openaix:m");
+        assert_eq!(wire_model(k, "llama3:8b", "d"), "llama3:8b");
+        assert_eq!(
+            wire_model(ProviderKind::Anthropic, "anthropic:claude-x", "d"),
+            "claude-x"
+        );
+    }
 }

@@ -720,11 +720,11 @@ pub fn request_body(req: &ModelRequest, model: &str) -> Value {
             }),
         });
     }
-    let model = if req.model.is_empty() {
-        model
-    } else {
-        &req.model
-    };
+    let model = crate::provider::http::wire_model(
+        crate::provider::http::ProviderKind::OpenAi,
+        &req.model,
+        model,
+    );
     let mut body = json!({
         "model": model,
         "messages": messages,

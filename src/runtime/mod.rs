@@ -374,6 +374,19 @@ impl<M> AgentBuilder<M> {
         self
     }
 
+    /// Adds a model to the run's fallback chain (issue 12): when a step fails with a provider
+    /// error that is not retried, or exhausts its retries (not on a context overflow, not on
+    /// an abort), the step is requested again from the next model of the chain, in the order
+    /// they were added (row `executing_fallback`, event `model_fallback`). `name` is what the
+    /// requests carry; `model` serves it. To fall back to another model name of the same
+    /// client, put the name in [`RunConfig::fallbacks`] instead.
+    pub fn fallback_model(mut self, name: impl Into<String>, model: Arc<dyn Model>) -> Self {
+        let name = name.into();
+        self.models.insert(name.clone(), model);
+        self.config.fallbacks.push(name);
+        self
+    }
+
     /// Sets the hooks (R-EXT-1); use [`crate::hooks::HookChain`] for several.
     pub fn hooks(mut self, hooks: Arc<dyn Hooks>) -> Self {
         self.hooks = hooks;

@@ -63,7 +63,13 @@ pub struct Setup {
     pub doom_loop_stop: bool,
     /// Calls are gated by `before_tool` hooks (`GateTool` / `ToolGated`).
     pub gate_tools: bool,
+    /// The run has a fallback model ([`FALLBACK_MODEL`]): a failed step is requested again
+    /// from it once (`executing_fallback`).
+    pub fallback: bool,
 }
+
+/// The fallback model of [`Setup::fallback`].
+pub const FALLBACK_MODEL: &str = "fallback-model";
 
 impl Default for Setup {
     fn default() -> Self {
@@ -78,6 +84,7 @@ impl Default for Setup {
             doom_loop: true,
             doom_loop_stop: false,
             gate_tools: false,
+            fallback: false,
         }
     }
 }
@@ -128,6 +135,7 @@ impl Setup {
             doom_loop: b % 11 != 5,
             doom_loop_stop: b % 13 == 4,
             gate_tools: b % 3 == 2,
+            fallback: b % 4 == 1,
         }
     }
 
@@ -183,6 +191,11 @@ impl Setup {
                 DeciderRef::default()
             },
             run_deadline_ms: Some(600_000),
+            fallbacks: if self.fallback {
+                vec![FALLBACK_MODEL.to_string()]
+            } else {
+                Vec::new()
+            },
             ..RunConfig::default()
         }
     }

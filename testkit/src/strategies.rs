@@ -23,6 +23,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
             prop::bool::weighted(0.8),
             prop::bool::weighted(0.3),
             prop::bool::weighted(0.15),
+            prop::bool::weighted(0.3),
         ),
     )
         .prop_map(
@@ -32,7 +33,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 compact_threshold,
                 max_steps,
                 stop_decider,
-                (skip_remaining, immune, doom_loop, gate_tools, doom_loop_stop),
+                (skip_remaining, immune, doom_loop, gate_tools, doom_loop_stop, fallback),
             )| Setup {
                 parallel_tools,
                 max_retries,
@@ -44,6 +45,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 doom_loop,
                 doom_loop_stop,
                 gate_tools,
+                fallback,
             },
         )
 }

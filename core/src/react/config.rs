@@ -296,6 +296,13 @@ pub struct RunConfig {
     /// runtime fills in its `Timeouts::run_deadline_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_deadline_ms: Option<u64>,
+    /// The fallback chain (issue 12, model fallback): when a step fails with a provider error
+    /// that is not retried, or exhausts its retries (not on a context overflow, not on an
+    /// abort), the same step is requested again from the next model of this list (row
+    /// `executing_fallback`, event `model_fallback`). The run stays on that model for its
+    /// later steps. Each model is tried once per run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<String>,
 }
 
 impl RunConfig {
@@ -331,6 +338,7 @@ impl Default for RunConfig {
             steering: SteeringPolicy::default(),
             decider: DeciderRef::default(),
             run_deadline_ms: None,
+            fallbacks: Vec::new(),
         }
     }
 }

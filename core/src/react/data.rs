@@ -50,6 +50,8 @@ pub struct ReactData {
     pub(crate) checks: Vec<crate::chart::GuardCheck>,
     pub(crate) row: Option<ReactRow>,
     pub(crate) unhandled: bool,
+    /// Models of the fallback chain used so far (the next one is `cfg.fallbacks[fallbacks_used]`).
+    pub(crate) fallbacks_used: usize,
     /// The run's deadline timer runs.
     pub(crate) deadline_armed: bool,
     /// Row `active_run_deadline` was taken: the facade feeds the abort it stands for.
@@ -85,6 +87,7 @@ impl ReactData {
             checks: Vec::new(),
             row: None,
             unhandled: false,
+            fallbacks_used: 0,
             deadline_armed: false,
             deadline_abort: false,
         }
@@ -445,6 +448,40 @@ impl ReactData {
                 to: model.to_string(),
             });
         }
+    }
+
+    /// Whether the failed step can be requested from a fallback model (guard
+    /// `fallback_available`): the step failed and the chain has a model left.
+    pub(crate) fn fallback_available(&self) -> bool {
+        matches!(self.step_outcome(), Some(StepOutcome::Failed(_)))
+            && self.fallbacks_used < self.cfg.fallbacks.len()
+    }
+
+    /// Row `executing_fallback`: the next model of the chain takes the failed step (same
+    /// `model_call_index`; its attempts continue the failed step's numbering, so late events of
+    /// the failed attempts stay stale).
+    pub(crate) fn fall_back(&mut self) {
+        let Some(to) = self.cfg.fallbacks.get(self.fallbacks_used).cloned() else {
+            return;
+        };
+        self.fallbacks_used += 1;
+        let Some(step) = self.step.take() else { return };
+        let error = match step.outcome() {
+            Some(StepOutcome::Failed(e)) => e.clone(),
+            _ => return,
+        };
+        let model_call_index = step.request().model_call_index;
+        self.next_attempt = Some(step.request().attempt + 1);
+        self.whitelist = step.whitelist().clone();
+        drop(step);
+        let from = std::mem::replace(&mut self.cfg.model, to.clone());
+        self.emit(AgentEvent::ModelFallback {
+            from,
+            to,
+            model_call_index,
+            error,
+        });
+        self.execute();
     }
 
     /// Forwards an abort to a live inner machine; returns whether it now drains tools.

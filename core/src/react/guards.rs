@@ -42,6 +42,7 @@ pub(crate) fn holds(g: ReactGuard, data: &ReactData, input: &Input<'_>) -> bool 
         ReactGuard::EndedCompleted => data.ending_outcome() == Some(Outcome::Completed),
         ReactGuard::EndedFailed => data.ending_outcome() == Some(Outcome::Failed),
         ReactGuard::EndedAborted => data.ending_outcome() == Some(Outcome::Aborted),
+        ReactGuard::FallbackAvailable => data.fallback_available(),
         ReactGuard::ToolsDraining => abort_drains(data, input),
         ReactGuard::NothingToDrain => !abort_drains(data, input),
     }

@@ -182,6 +182,11 @@ impl ReactMachine {
                     context.compact("overflow");
                     Transition(State::compacting())
                 }
+                Some(StepOutcome::Failed(_)) if context.fallback_available() => {
+                    context.take(Row::ExecutingFallback);
+                    context.fall_back();
+                    Transition(State::executing())
+                }
                 Some(StepOutcome::Failed(e)) => {
                     context.take(Row::ExecutingError);
                     context.step = None;

@@ -170,6 +170,19 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
             ],
         ),
         (
+            "a failed step on the fallback model, then on nothing left: executing_fallback, executing_error",
+            Setup {
+                fallback: true,
+                ..Setup::default()
+            },
+            vec![
+                START,
+                Action::TransportError(AttemptPick::Current, ErrPick::Auth),
+                OPEN,
+                Action::TransportError(AttemptPick::Current, ErrPick::Auth),
+            ],
+        ),
+        (
             "fatal error: requesting_fail",
             Setup::default(),
             vec![

@@ -8,6 +8,7 @@ mod context;
 mod coverage;
 mod deadlines;
 mod decider_replay;
+mod fallback;
 mod fuzz_corpus_core;
 mod loop_health;
 mod machine_details;
