@@ -12,6 +12,7 @@ use crate::print::{EventsFormat, Printer};
 use agentloop::agent_event::Outcome;
 use agentloop::model::{Model, ToolChoice};
 use agentloop::provider::http::{model_from_flags, ProviderKind};
+use agentloop::react::{CostLimit, LimitAction, UsageLimits};
 use agentloop::runtime::{control, Agent, AgentError, EventEnvelope, FnSink, RunOutput, Timeouts};
 use agentloop::store::{AnyLock, AnyStore, Durability, Entry, SessionStore, StoreUrl};
 use agentloop::tools::ToolRegistry;
@@ -146,6 +147,88 @@ pub struct AgentArgs {
     /// from the next fallback, served by the same provider and base URL under this model name.
     #[arg(long = "fallback", value_name = "MODEL")]
     pub fallbacks: Vec<String>,
+    /// Usage limits of the run; reaching one asks for a final answer (or stops, see
+    /// `--on-limit`) and the run ends with reason `usage_limit:<limit>`.
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// `--max-input-tokens` ... `--on-limit`: the run's usage limits.
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Most input tokens the run's steps may report.
+    #[arg(long)]
+    pub max_input_tokens: Option<u64>,
+    /// Most output tokens the run's steps may report.
+    #[arg(long)]
+    pub max_output_tokens: Option<u64>,
+    /// Most input plus output tokens.
+    #[arg(long)]
+    pub max_total_tokens: Option<u64>,
+    /// Most model requests (retries and fallbacks included).
+    #[arg(long)]
+    pub max_model_calls: Option<u64>,
+    /// Most tool calls.
+    #[arg(long)]
+    pub max_tool_calls: Option<u64>,
+    /// Most US dollars the run may cost (needs `--prices`).
+    #[arg(long, requires = "prices")]
+    pub max_cost: Option<f64>,
+    /// Prices for `--max-cost`: US dollars per million input and output tokens, `IN,OUT`
+    /// (e.g. `3,15`).
+    #[arg(long, value_name = "IN,OUT", value_parser = parse_prices)]
+    pub prices: Option<(f64, f64)>,
+    /// What reaching a limit does: `final-answer` (one more step without tools) or `stop`.
+    #[arg(long, value_enum, default_value_t = OnLimit::FinalAnswer)]
+    pub on_limit: OnLimit,
+}
+
+/// `--on-limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnLimit {
+    /// One more step without tools for a final answer.
+    FinalAnswer,
+    /// End the run at once.
+    Stop,
+}
+
+fn parse_prices(s: &str) -> Result<(f64, f64), String> {
+    let parse = |p: &str| {
+        p.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .ok_or_else(|| format!("`{p}` is not a price (US dollars per million tokens)"))
+    };
+    match s.split_once(',') {
+        Some((input, output)) => Ok((parse(input)?, parse(output)?)),
+        None => Err("expected IN,OUT (US dollars per million input and output tokens)".into()),
+    }
+}
+
+impl LimitArgs {
+    /// The limits the flags set.
+    pub fn limits(&self) -> UsageLimits {
+        UsageLimits {
+            input_tokens: self.max_input_tokens,
+            output_tokens: self.max_output_tokens,
+            total_tokens: self.max_total_tokens,
+            model_calls: self.max_model_calls,
+            tool_calls: self.max_tool_calls,
+            cost: self
+                .max_cost
+                .zip(self.prices)
+                .map(|(max_usd, (i, o))| CostLimit {
+                    max_usd,
+                    input_usd_per_mtok: i,
+                    output_usd_per_mtok: o,
+                }),
+            on_limit: match self.on_limit {
+                OnLimit::FinalAnswer => LimitAction::FinalAnswer,
+                OnLimit::Stop => LimitAction::Stop,
+            },
+        }
+    }
 }
 
 fn secs(s: f64) -> u64 {
@@ -239,6 +322,7 @@ fn agent(
                 })
                 .collect();
         });
+    builder = builder.limits(args.limits.limits());
     if let Some(store) = store {
         builder = builder.store(store);
     }

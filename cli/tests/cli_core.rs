@@ -125,6 +125,56 @@ fn r_str_4_json_events_carry_the_committed_message_and_the_final_text() {
     assert_eq!(commits[1]["message"]["finish_reason"], "stop");
 }
 
+/// Issue 12 (usage limits): `--max-tool-calls 1` lets the demo's calculator call run, then
+/// asks for a final answer (or, with `--on-limit stop`, ends at once); the run's end names
+/// the limit, and the trace replays.
+#[test]
+fn usage_limits_end_the_run_naming_the_limit_and_replay() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (action, steps) in [("final-answer", 2), ("stop", 1)] {
+        let trace = format!("limit-{action}.jsonl");
+        let out = agentloop(
+            dir.path(),
+            &[
+                "run",
+                "What is 2+3?",
+                "--max-tool-calls",
+                "1",
+                "--on-limit",
+                action,
+                "--events",
+                "json",
+                "--trace",
+                &trace,
+            ],
+        );
+        assert!(out.status.success(), "{out:?}");
+        let events = json_events(&out);
+        let limit = events
+            .iter()
+            .find(|e| e["type"] == "usage_limit_reached")
+            .unwrap_or_else(|| panic!("no usage_limit_reached: {events:?}"));
+        assert_eq!(limit["limit"], "tool_calls");
+        assert_eq!(limit["max"], 1.0);
+        assert_eq!(limit["action"], action.replace('-', "_"));
+        let end = events
+            .iter()
+            .find(|e| e["type"] == "run_end")
+            .expect("run_end");
+        assert_eq!(end["reason"], "usage_limit:tool_calls", "{end}");
+        let requests = events
+            .iter()
+            .filter(|e| e["type"] == "request_start")
+            .count();
+        assert_eq!(requests, steps, "{action}: {events:?}");
+        let replay = agentloop(dir.path(), &["replay", &trace]);
+        assert!(replay.status.success(), "{replay:?}");
+    }
+    let bad = agentloop(dir.path(), &["run", "x", "--max-cost", "1"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--prices"));
+}
+
 #[test]
 fn r_out_3_replay_of_a_trace_naming_an_unknown_decider_exits_2_and_names_it() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -280,6 +280,18 @@ pub enum AgentEvent {
         /// Why `from` failed.
         error: crate::error::ModelError,
     },
+    /// The run reached a usage limit (rows `planning_limit_final` / `planning_limit_stop`);
+    /// emitted once per run.
+    UsageLimitReached {
+        /// Which limit.
+        limit: crate::react::limits::LimitKind,
+        /// What the run used (tokens, calls, or US dollars for `cost`).
+        used: f64,
+        /// The limit.
+        max: f64,
+        /// What the run does now: one final-answer step, or stop.
+        action: crate::react::limits::LimitAction,
+    },
     /// A doom loop or repeated pattern of tool calls (R-TOOL-4).
     LoopDetected {
         /// The call that completed the loop, if one call repeats.

@@ -780,6 +780,9 @@ fn note(event: &AgentEvent) -> Option<String> {
             format!("tool {tool_call_id} skipped for steering")
         }
         AgentEvent::ModelSwitched { from, to } => format!("model switched: {from} -> {to}"),
+        AgentEvent::UsageLimitReached {
+            limit, used, max, ..
+        } => format!("usage limit reached: {} {used} >= {max}", limit.as_str()),
         AgentEvent::ModelFallback {
             from, to, error, ..
         } => format!("model fallback: {from} -> {to} ({error})"),

@@ -387,6 +387,14 @@ impl<M> AgentBuilder<M> {
         self
     }
 
+    /// Sets the run's usage limits (issue 12): tokens, cost, model calls and tool calls;
+    /// reaching one asks for a final answer or stops the run, as `limits.on_limit` says, and
+    /// the run ends with reason `usage_limit:<limit>`.
+    pub fn limits(mut self, limits: crate::react::UsageLimits) -> Self {
+        self.config.limits = limits;
+        self
+    }
+
     /// Sets the hooks (R-EXT-1); use [`crate::hooks::HookChain`] for several.
     pub fn hooks(mut self, hooks: Arc<dyn Hooks>) -> Self {
         self.hooks = hooks;

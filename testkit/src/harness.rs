@@ -22,7 +22,8 @@ use agentloop_core::process::{
     ApprovalPolicy, DoomLoopPolicy, LoopAction, Process, ProcessStep, RetryPolicy, StepConfig,
 };
 use agentloop_core::react::{
-    default_decider, DeciderRef, DeciderRegistry, Decision, LoopResult, Observation, SteeringPolicy,
+    default_decider, DeciderRef, DeciderRegistry, Decision, LimitAction, LoopResult, Observation,
+    SteeringPolicy, UsageLimits,
 };
 use agentloop_core::tool_spec::ToolSpec;
 use agentloop_core::{
@@ -66,6 +67,8 @@ pub struct Setup {
     /// The run has a fallback model ([`FALLBACK_MODEL`]): a failed step is requested again
     /// from it once (`executing_fallback`).
     pub fallback: bool,
+    /// A tool-call limit of 2 with this action (`planning_limit_final` / `planning_limit_stop`).
+    pub tool_call_limit: Option<LimitAction>,
 }
 
 /// The fallback model of [`Setup::fallback`].
@@ -85,6 +88,7 @@ impl Default for Setup {
             doom_loop_stop: false,
             gate_tools: false,
             fallback: false,
+            tool_call_limit: None,
         }
     }
 }
@@ -136,6 +140,11 @@ impl Setup {
             doom_loop_stop: b % 13 == 4,
             gate_tools: b % 3 == 2,
             fallback: b % 4 == 1,
+            tool_call_limit: match b % 9 {
+                2 => Some(LimitAction::FinalAnswer),
+                7 => Some(LimitAction::Stop),
+                _ => None,
+            },
         }
     }
 
@@ -195,6 +204,11 @@ impl Setup {
                 vec![FALLBACK_MODEL.to_string()]
             } else {
                 Vec::new()
+            },
+            limits: UsageLimits {
+                tool_calls: self.tool_call_limit.map(|_| 2),
+                on_limit: self.tool_call_limit.unwrap_or_default(),
+                ..UsageLimits::default()
             },
             ..RunConfig::default()
         }

@@ -1,6 +1,7 @@
 //! Proptest strategies for [`Action`] sequences: mostly `Smart` (follow the effects, so deep
 //! states are reached) mixed with noise (any event, current or stale ids, invalid in the state).
 
+use agentloop_core::react::LimitAction;
 use proptest::prelude::*;
 
 use crate::harness::GatePick;
@@ -24,6 +25,11 @@ pub fn setup() -> impl Strategy<Value = Setup> {
             prop::bool::weighted(0.3),
             prop::bool::weighted(0.15),
             prop::bool::weighted(0.3),
+            prop_oneof![
+                6 => Just(None),
+                1 => Just(Some(LimitAction::FinalAnswer)),
+                1 => Just(Some(LimitAction::Stop)),
+            ],
         ),
     )
         .prop_map(
@@ -33,7 +39,15 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 compact_threshold,
                 max_steps,
                 stop_decider,
-                (skip_remaining, immune, doom_loop, gate_tools, doom_loop_stop, fallback),
+                (
+                    skip_remaining,
+                    immune,
+                    doom_loop,
+                    gate_tools,
+                    doom_loop_stop,
+                    fallback,
+                    tool_call_limit,
+                ),
             )| Setup {
                 parallel_tools,
                 max_retries,
@@ -46,6 +60,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 doom_loop_stop,
                 gate_tools,
                 fallback,
+                tool_call_limit,
             },
         )
 }

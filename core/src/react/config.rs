@@ -7,6 +7,7 @@ use crate::agent_event::Outcome;
 use crate::message::{Message, Usage};
 use crate::model::ModelParams;
 use crate::process::StepConfig;
+use crate::react::limits::UsageLimits;
 use crate::tool_spec::ToolSpecs;
 
 /// What Observing sees.
@@ -303,6 +304,10 @@ pub struct RunConfig {
     /// later steps. Each model is tried once per run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fallbacks: Vec<String>,
+    /// Usage limits (tokens, cost, model calls, tool calls; none by default), checked by
+    /// Planning before each step (rows `planning_limit_final`, `planning_limit_stop`).
+    #[serde(default, skip_serializing_if = "UsageLimits::is_none")]
+    pub limits: UsageLimits,
 }
 
 impl RunConfig {
@@ -339,6 +344,7 @@ impl Default for RunConfig {
             decider: DeciderRef::default(),
             run_deadline_ms: None,
             fallbacks: Vec::new(),
+            limits: UsageLimits::default(),
         }
     }
 }

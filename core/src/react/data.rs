@@ -50,6 +50,12 @@ pub struct ReactData {
     pub(crate) checks: Vec<crate::chart::GuardCheck>,
     pub(crate) row: Option<ReactRow>,
     pub(crate) unhandled: bool,
+    /// What the run used so far (usage limits).
+    pub(crate) spent: crate::react::limits::Spent,
+    /// The usage limit the run reached (announced once).
+    pub(crate) limit_hit: Option<crate::react::limits::LimitKind>,
+    /// The final-answer step a reached limit asked for was started.
+    pub(crate) limit_final_ran: bool,
     /// Models of the fallback chain used so far (the next one is `cfg.fallbacks[fallbacks_used]`).
     pub(crate) fallbacks_used: usize,
     /// The run's deadline timer runs.
@@ -87,6 +93,9 @@ impl ReactData {
             checks: Vec::new(),
             row: None,
             unhandled: false,
+            spent: Default::default(),
+            limit_hit: None,
+            limit_final_ran: false,
             fallbacks_used: 0,
             deadline_armed: false,
             deadline_abort: false,
@@ -205,9 +214,11 @@ impl ReactData {
             self.emit(AgentEvent::SteeringApplied { text });
         }
         let index = self.committed_steps + 1;
-        let last = index >= self.cfg.max_steps;
+        let last = index >= self.cfg.max_steps || self.limit_final_ran;
         let mut messages = self.messages.clone();
-        if last {
+        if self.limit_final_ran {
+            messages.push(Message::user(crate::react::limits::LIMIT_REMINDER));
+        } else if last {
             messages.push(Message::user(self.cfg.final_reminder.clone()));
         }
         let request = ModelRequest {
@@ -229,9 +240,7 @@ impl ReactData {
             .with_recent_calls(self.recent_calls.clone());
         let s = step.begin();
         self.steps_created += 1;
-        self.inner.extend(s.transitions);
-        self.checks.extend(s.guard_checks);
-        self.out.extend(s.effects);
+        self.take_inner(s);
         self.step = Some(step);
     }
 
@@ -255,9 +264,7 @@ impl ReactData {
         let mut step = Process::new(self.cfg.step.clone(), request, self.whitelist.clone());
         let s = step.resume(p.message.clone(), p.results.clone());
         self.steps_created += 1;
-        self.inner.extend(s.transitions);
-        self.checks.extend(s.guard_checks);
-        self.out.extend(s.effects);
+        self.take_inner(s);
         self.step = Some(step);
     }
 
@@ -271,6 +278,7 @@ impl ReactData {
                 self.last_tokens = Some(u.input_tokens + u.output_tokens);
             }
             self.last_had_tools = !m.tool_calls.is_empty();
+            self.spent.tool_calls += m.tool_calls.len() as u64;
             self.stop_requested |= step.stop_requested();
             for c in &m.tool_calls {
                 self.recent_calls
@@ -504,13 +512,66 @@ impl ReactData {
         match self.step.as_mut() {
             Some(step) => {
                 let s = step.handle(event);
-                self.inner.extend(s.transitions);
-                self.checks.extend(s.guard_checks);
-                self.out.extend(s.effects);
-                s.unhandled
+                self.take_inner(s)
             }
             None => true,
         }
+    }
+
+    /// Takes what the inner machine did (transitions, guard checks, effects) and counts the
+    /// model requests among the effects (usage limits); returns whether the event was unhandled.
+    fn take_inner(&mut self, s: crate::process::ProcessStep) -> bool {
+        self.spent.model_calls += s
+            .effects
+            .iter()
+            .filter(|e| matches!(e, Effect::CallModel { .. }))
+            .count() as u64;
+        self.inner.extend(s.transitions);
+        self.checks.extend(s.guard_checks);
+        self.out.extend(s.effects);
+        s.unhandled
+    }
+
+    /// The usage limit the run has reached, if any (with what was used and the limit).
+    fn limit_reached(&self) -> Option<(crate::react::limits::LimitKind, f64, f64)> {
+        let mut spent = self.spent;
+        spent.usage = self.usage.unwrap_or_default();
+        self.cfg.limits.reached(&spent)
+    }
+
+    /// Guard `limit_stop`: a limit is reached and the run ends now.
+    pub(crate) fn limit_stops(&self) -> bool {
+        self.limit_reached().is_some()
+            && (self.cfg.limits.on_limit == crate::react::limits::LimitAction::Stop
+                || self.limit_final_ran)
+    }
+
+    /// Guard `limit_final_answer`: a limit is reached and asks for one final-answer step.
+    pub(crate) fn limit_asks_final_answer(&self) -> bool {
+        self.limit_reached().is_some()
+            && self.cfg.limits.on_limit == crate::react::limits::LimitAction::FinalAnswer
+            && !self.limit_final_ran
+    }
+
+    /// Announces the reached limit (once per run); returns the run-end reason it gives.
+    pub(crate) fn note_limit(&mut self) -> String {
+        let Some((limit, used, max)) = self.limit_reached() else {
+            return "usage_limit".into();
+        };
+        if self.limit_hit.is_none() {
+            self.limit_hit = Some(limit);
+            self.emit(AgentEvent::UsageLimitReached {
+                limit,
+                used,
+                max,
+                action: if self.limit_final_ran {
+                    crate::react::limits::LimitAction::Stop
+                } else {
+                    self.cfg.limits.on_limit
+                },
+            });
+        }
+        self.limit_hit.unwrap_or(limit).reason()
     }
 
     /// Store failure: stop the stream and every running tool, persist nothing more.

@@ -43,6 +43,8 @@ pub(crate) fn holds(g: ReactGuard, data: &ReactData, input: &Input<'_>) -> bool 
         ReactGuard::EndedFailed => data.ending_outcome() == Some(Outcome::Failed),
         ReactGuard::EndedAborted => data.ending_outcome() == Some(Outcome::Aborted),
         ReactGuard::FallbackAvailable => data.fallback_available(),
+        ReactGuard::LimitStop => data.limit_stops(),
+        ReactGuard::LimitFinalAnswer => data.limit_asks_final_answer(),
         ReactGuard::ToolsDraining => abort_drains(data, input),
         ReactGuard::NothingToDrain => !abort_drains(data, input),
     }

@@ -139,6 +139,19 @@ impl ReactMachine {
                 context.finish(RunOutcome::Completed, "max_steps".into(), None);
                 Transition(State::finishing())
             }
+            Input::Plan if context.limit_stops() => {
+                context.take(Row::PlanningLimitStop);
+                let reason = context.note_limit();
+                context.finish(RunOutcome::Completed, reason, None);
+                Transition(State::finishing())
+            }
+            Input::Plan if context.limit_asks_final_answer() => {
+                context.take(Row::PlanningLimitFinal);
+                context.note_limit();
+                context.limit_final_ran = true;
+                context.execute();
+                Transition(State::executing())
+            }
             Input::Plan if context.over_threshold() => {
                 context.take(Row::PlanningCompact);
                 context.compact("threshold");
@@ -230,7 +243,11 @@ impl ReactMachine {
                 }
                 Decision::Complete => {
                     context.take(Row::ObservingComplete);
-                    context.finish(RunOutcome::Completed, "final_answer".into(), None);
+                    let reason = match context.limit_hit {
+                        Some(kind) => kind.reason(),
+                        None => "final_answer".into(),
+                    };
+                    context.finish(RunOutcome::Completed, reason, None);
                     Transition(State::finishing())
                 }
             },

@@ -7,6 +7,7 @@ pub mod config;
 pub(crate) mod data;
 pub(crate) mod guards;
 pub mod health;
+pub mod limits;
 pub(crate) mod machine;
 
 use statig::blocking::{InitializedStateMachine, IntoStateMachineExt};
@@ -21,6 +22,7 @@ pub use config::{
     RunConfig, SteeringPolicy, UnknownDecider, DEFAULT_DECIDER, FINAL_REMINDER,
 };
 use data::ReactData;
+pub use limits::{CostLimit, LimitAction, LimitKind, UsageLimits, LIMIT_REMINDER};
 use machine::{Input, ReactMachine, State};
 
 /// One run: the outer machine, its data and the current step's inner machine.

@@ -183,6 +183,45 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
             ],
         ),
         (
+            "a tool-call limit asks for a final answer: planning_limit_final",
+            Setup {
+                tool_call_limit: Some(agentloop_core::react::LimitAction::FinalAnswer),
+                doom_loop: false,
+                ..Setup::default()
+            },
+            vec![
+                START,
+                OPEN,
+                tool_call(calc),
+                tool_call(calc),
+                DONE,
+                Action::ToolFinished(IdPick::Tracked(0), true),
+                Action::ToolFinished(IdPick::Tracked(1), true),
+                OPEN,
+                text(0),
+                DONE,
+                Action::RunEndCommitted,
+            ],
+        ),
+        (
+            "a tool-call limit stops the run: planning_limit_stop",
+            Setup {
+                tool_call_limit: Some(agentloop_core::react::LimitAction::Stop),
+                doom_loop: false,
+                ..Setup::default()
+            },
+            vec![
+                START,
+                OPEN,
+                tool_call(calc),
+                tool_call(calc),
+                DONE,
+                Action::ToolFinished(IdPick::Tracked(0), true),
+                Action::ToolFinished(IdPick::Tracked(1), true),
+                Action::RunEndCommitted,
+            ],
+        ),
+        (
             "fatal error: requesting_fail",
             Setup::default(),
             vec![

@@ -10,6 +10,7 @@ mod deadlines;
 mod decider_replay;
 mod fallback;
 mod fuzz_corpus_core;
+mod limits;
 mod loop_health;
 mod machine_details;
 mod messages;
