@@ -319,15 +319,16 @@ pub struct AgentBuilder<M> {
 }
 
 impl Agent {
-    /// A builder with defaults: built-in tools (feature `builtin-tools`), in-memory store, auto-approve, system clock,
-    /// time-based ids, no event sink, truncation compaction, root `.`.
+    /// A builder with defaults: no tools (the built-ins are opt-in:
+    /// [`builtin_tools`](AgentBuilder::builtin_tools)), in-memory store, auto-approve, system
+    /// clock, time-based ids, no event sink, truncation compaction, root `.`.
     pub fn builder() -> AgentBuilder<NoModel> {
         AgentBuilder {
             model: NoModel,
             models: BTreeMap::new(),
             hooks: Arc::new(NoHooks),
             offload: None,
-            tools: ToolRegistry::defaults(),
+            tools: ToolRegistry::new(),
             store: Arc::new(MemoryStore::new()),
             approver: Arc::new(AutoApprove),
             clock: Arc::new(SystemClock),
@@ -410,6 +411,20 @@ impl<M> AgentBuilder<M> {
     /// Sets the tools.
     pub fn tools(mut self, tools: ToolRegistry) -> Self {
         self.tools = tools;
+        self
+    }
+
+    /// Adds one tool to the agent's tools.
+    pub fn tool(mut self, tool: Arc<dyn crate::tools::Tool>) -> Self {
+        self.tools.insert(tool);
+        self
+    }
+
+    /// Adds the built-in tools: `calculator`, `read_file` and `append_line` (which writes
+    /// files under [`root`](Self::root); mind the approver, which auto-approves by default).
+    #[cfg(feature = "builtin-tools")]
+    pub fn builtin_tools(mut self) -> Self {
+        self.tools.extend(ToolRegistry::builtin());
         self
     }
 

@@ -125,8 +125,9 @@ impl ToolRegistry {
         Self::default()
     }
 
-    /// What an agent starts with: the built-in tools with feature `builtin-tools` (default),
-    /// else none.
+    /// What the command line offers: the built-in tools with feature `builtin-tools`
+    /// (default), else none. (An [`Agent`](crate::runtime::Agent) built by the library starts
+    /// with no tools.)
     pub fn defaults() -> Self {
         #[cfg(feature = "builtin-tools")]
         return Self::builtin();
@@ -169,6 +170,13 @@ impl ToolRegistry {
             .cloned()
             .collect();
         Some(removed)
+    }
+
+    /// Adds (or replaces) every tool of `other`.
+    pub fn extend(&mut self, other: ToolRegistry) {
+        for tool in other.tools.into_values() {
+            self.insert(tool);
+        }
     }
 
     /// Looks a tool up.
