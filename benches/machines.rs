@@ -123,7 +123,7 @@ fn drive(steps: u32, deltas: usize, trace: Option<&mut Trace>) -> Vec<Event> {
                 &mut events,
             );
         }
-        effects = feed(&mut run, Event::Done { attempt }, &mut events);
+        effects = feed(&mut run, Event::done(attempt), &mut events);
         let calls: Vec<String> = effects
             .iter()
             .filter_map(|e| match e {
@@ -212,9 +212,7 @@ fn process_events() -> (ModelRequest, Vec<Event>) {
             arguments: format!(r#"{{"expression":"2+{i}"}}"#),
         }));
     }
-    events.push(Event::Done {
-        attempt: attempt.clone(),
-    });
+    events.push(Event::done(attempt.clone()));
     for i in 0..3 {
         events.push(Event::ToolFinished {
             tool_call_id: format!("call-{i}"),

@@ -18,8 +18,8 @@ use std::time::Duration;
 use agentloop::agent_event::{AgentEvent, Outcome};
 use agentloop::message::{Message, ToolResult, ToolStatus};
 use agentloop::runtime::{Agent, RunOutput, Timeouts, ToolOrder, VecSink};
-use agentloop::store::{self, Entry, MemoryStore, SessionStore};
-use agentloop::tools::{Tool, ToolRegistry};
+use agentloop::store::{self, MemoryStore, SessionStore};
+use agentloop::tools::Tool;
 use durable_support::{model, model_requests};
 use serde_json::{json, Value};
 use support::{BlockingTool, EchoSleep, PanicTool};
@@ -33,40 +33,12 @@ struct Fixture {
 }
 
 fn fixture(script: Value, tools: Vec<Arc<dyn Tool>>, timeouts: Timeouts) -> Fixture {
-    let mut registry = ToolRegistry::new();
-    for t in tools {
-        registry.insert(t);
-    }
-    let store = Arc::new(MemoryStore::new());
-    let sink = VecSink::default();
-    let agent = support::builder(model(script))
-        .tools(registry)
-        .store(store.clone())
-        .sink(Arc::new(sink.clone()))
-        .timeouts(timeouts)
-        .build();
+    let (agent, store, sink) = support::agent_with_tools(model(script), tools, timeouts);
     Fixture { agent, store, sink }
 }
 
 async fn run(f: &Fixture) -> RunOutput {
-    f.agent
-        .run_with("s", vec![Message::user("go")], None, true)
-        .await
-        .expect("run starts")
-}
-
-/// The tool results of the stored entries, in store order.
-async fn stored_results(store: &MemoryStore) -> Vec<ToolResult> {
-    store
-        .load("s")
-        .await
-        .expect("load")
-        .into_iter()
-        .filter_map(|e| match e {
-            Entry::ToolResult { result, .. } => Some(result),
-            _ => None,
-        })
-        .collect()
+    support::run_go(&f.agent).await
 }
 
 /// The tool results the `n`-th model request (from 0) sends, in message order.
@@ -152,7 +124,7 @@ async fn r_in_3_a_panicking_tool_is_an_error_result_and_its_batch_runs_on() {
     ran.sort();
     assert_eq!(ran, ["a", "b"]);
 
-    let stored = stored_results(&f.store).await;
+    let stored = support::stored_results(&f.store).await;
     assert_eq!(ids(&stored), ["a", "p1", "p2", "p3", "b"]);
     for (id, ms) in [("a", 30), ("b", 10)] {
         let r = by_id(&stored, id);
@@ -204,7 +176,7 @@ async fn r_in_7_a_tool_over_its_timeout_is_an_error_result_and_is_stopped() {
         "the run waited for the deadline, not for the tool: {elapsed:?}"
     );
 
-    let stored = stored_results(&f.store).await;
+    let stored = support::stored_results(&f.store).await;
     assert_eq!(ids(&stored), ["slow", "fast"]);
     let slow = by_id(&stored, "slow");
     assert_eq!(slow.status, ToolStatus::Error);
@@ -247,7 +219,7 @@ async fn r_in_7_a_tool_blocked_on_a_thread_does_not_hold_the_run() {
         "the tool was released before the run returned"
     );
     assert_completed(&f, &out).await;
-    let stored = stored_results(&f.store).await;
+    let stored = support::stored_results(&f.store).await;
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0].status, ToolStatus::Error);
     assert_eq!(stored[0].content, "tool timed out after 50 ms");
@@ -283,7 +255,7 @@ async fn r_in_4_parallel_results_are_stored_and_sent_in_call_order() {
         "the tools did finish in reverse order"
     );
 
-    let stored = stored_results(&f.store).await;
+    let stored = support::stored_results(&f.store).await;
     assert_eq!(ids(&stored), ["c1", "c2", "c3", "c4"]);
     let sent = sent_results(&out, 1);
     assert_eq!(sent, stored);
@@ -328,7 +300,7 @@ async fn r_in_4_completion_order_stores_on_finish_but_sends_in_call_order() {
     );
     let out = run(&f).await;
     assert_completed(&f, &out).await;
-    let stored = stored_results(&f.store).await;
+    let stored = support::stored_results(&f.store).await;
     assert_eq!(ids(&stored), ["c4", "c3", "c2", "c1"]);
     assert_eq!(ids(&sent_results(&out, 1)), ["c1", "c2", "c3", "c4"]);
 

@@ -94,6 +94,54 @@ fn show_diff_and_view_refuse_bad_input_with_exit_2() {
     assert!(!dir.path().join("x.html").exists());
 }
 
+/// R-TOOL-1 through the command line: a scripted call whose `expression` is a number breaks
+/// the calculator's schema and gets an error result naming `/expression` (the tool does not
+/// run); a call of `Calculator` is told the near match; the corrected call runs and its result
+/// is the answer. The recorded trace replays identically and `trace show` lists the verdict.
+#[test]
+fn r_tool_1_a_schema_breaking_call_is_reported_and_the_trace_replays() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = serde_json::json!({"turns": [
+        {"text": "trying", "tool_calls": [
+            {"id": "bad", "name": "calculator", "arguments": {"expression": 5}},
+            {"id": "typo", "name": "Calculator", "arguments": {"expression": "1"}}
+        ]},
+        {"text": "again", "tool_calls": [
+            {"id": "good", "name": "calculator", "arguments": {"expression": "2+3"}}
+        ]},
+        {"text": "The answer is {{last_tool_result}}."}
+    ]});
+    std::fs::write(dir.path().join("script.json"), script.to_string()).expect("write");
+    let run = agentloop(
+        dir.path(),
+        &["run", "--script", "script.json", "--trace", "t.jsonl", "go"],
+    );
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert_eq!(stdout(&run).lines().last(), Some("The answer is 5."));
+    // One calculator run: only the corrected call started.
+    let started = stderr(&run).matches("[tool] calculator {").count();
+    assert_eq!(started, 1, "{}", stderr(&run));
+
+    let replay = agentloop(dir.path(), &["replay", "t.jsonl"]);
+    assert_eq!(replay.status.code(), Some(0), "{}", stderr(&replay));
+    assert!(
+        stdout(&replay).starts_with("replay identical"),
+        "{}",
+        stdout(&replay)
+    );
+
+    let show = agentloop(dir.path(), &["trace", "show", "t.jsonl"]);
+    let s = stdout(&show);
+    assert!(
+        s.contains(r#"- /expression: 5 is not of type \"string\""#),
+        "{s}"
+    );
+    assert!(
+        s.contains("unknown tool: Calculator; did you mean calculator?"),
+        "{s}"
+    );
+}
+
 #[test]
 fn diff_is_0_for_two_recordings_of_one_run_and_1_for_a_changed_answer() {
     let dir = tempfile::tempdir().expect("tempdir");

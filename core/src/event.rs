@@ -140,6 +140,13 @@ pub enum Event {
     Done {
         /// Which attempt.
         attempt: AttemptId,
+        /// The runtime's verdicts on the completed tool calls' arguments against their tools'
+        /// JSON Schemas (R-TOOL-1): one per call that breaks its schema, none for a call that
+        /// passes. The machine fails those calls at commit (row `commit_schema_invalid`), so
+        /// the decision is recorded with the input and replays without a validator. Absent in
+        /// traces written before the check existed (no verdict: every call passes).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        rejected_arguments: Vec<crate::tool_check::ArgumentsRejected>,
     },
     /// The attempt failed.
     TransportError {
@@ -239,6 +246,15 @@ pub enum Event {
 }
 
 impl Event {
+    /// `Done` of `attempt` with no argument verdicts (every tool call passes its schema, or
+    /// nothing checked them).
+    pub fn done(attempt: AttemptId) -> Self {
+        Event::Done {
+            attempt,
+            rejected_arguments: Vec::new(),
+        }
+    }
+
     /// The event's name (its serialized `type`).
     pub fn name(&self) -> &'static str {
         match self {

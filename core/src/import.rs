@@ -340,7 +340,7 @@ pub fn openai_chat(messages: &Value, options: &ImportOptions) -> Result<Imported
                             delta,
                         });
                     }
-                    queue.push_back(Event::Done { attempt });
+                    queue.push_back(Event::done(attempt));
                 }
                 Effect::RunTool { call } => match results.remove(&call.id) {
                     Some((_, content)) => queue.push_back(Event::ToolFinished {

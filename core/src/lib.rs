@@ -41,6 +41,7 @@ pub mod react;
 pub mod session_log;
 pub mod step;
 pub mod timeouts;
+pub mod tool_check;
 pub mod tool_spec;
 pub mod trace;
 pub mod trace_diff;

@@ -21,6 +21,12 @@ use crate::tool_spec::ToolSpecs;
 /// unsupported instead. Version 4: each tool call's lifecycle is recorded as `tool_call`
 /// transitions (`statecharts/tool_call.toml`); a version-3 trace still loads and replays, with
 /// those transitions left out of the comparison.
+///
+/// Still version 4 since `done` gained `rejected_arguments` (R-TOOL-1): the field is omitted
+/// when empty and defaults to empty, so a trace without schema verdicts is exactly what an
+/// earlier version-4 writer wrote and an earlier trace reads as "no verdicts". A trace with
+/// verdicts also records tool-call transitions on row `commit_schema_invalid`, which an older
+/// reader refuses to parse (unknown row) rather than replaying it wrongly.
 pub const TRACE_VERSION: u32 = 4;
 
 /// The oldest trace version this build reads and replays.

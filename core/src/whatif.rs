@@ -333,7 +333,7 @@ impl Pending {
         match (self, event) {
             (
                 Pending::Model(a),
-                Event::Done { attempt }
+                Event::Done { attempt, .. }
                 | Event::TransportError { attempt, .. }
                 | Event::ContextOverflow { attempt, .. }
                 | Event::StreamStalled { attempt, .. },

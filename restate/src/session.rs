@@ -34,7 +34,7 @@ use agentloop::message::{Message, MessageDelta, ToolStatus};
 use agentloop::model::{Model, ModelRequest};
 use agentloop::runtime::{Compactor, Timeouts, Truncate};
 use agentloop::store::Entry;
-use agentloop::tools::{ToolContext, ToolRegistry};
+use agentloop::tools::{ArgumentSchemas, ToolContext, ToolRegistry};
 use agentloop::{Effect, Event, LoopResult, Run, RunConfig};
 
 /// State key of the session's entries (the same entries a `SessionStore` holds).
@@ -222,10 +222,11 @@ impl Session {
                     Effect::CallModel { request } => {
                         let bound = shortest(&timers);
                         let model = w.model.clone();
+                        let schemas = w.tools.schemas();
                         let attempt = ctx
-                            .run(
-                                || async move { Ok(Json(call_model(model, request, bound).await)) },
-                            )
+                            .run(|| async move {
+                                Ok(Json(call_model(model, request, bound, schemas).await))
+                            })
                             .name("model")
                             .await?
                             .into_inner();
@@ -365,10 +366,13 @@ fn shortest(timers: &BTreeMap<u64, u64>) -> Option<(u64, u64)> {
 /// Streams one attempt into its events (`StreamOpened`, `Delta`s, then `Done` or an error),
 /// as the tokio driver does. `bound` is the machine's shortest deadline: a wait for the next
 /// chunk longer than it ends the attempt, and the deadline's timer is reported to fire.
+/// `Done` carries the verdicts of `schemas` on the attempt's tool calls (R-TOOL-1), journaled
+/// with the attempt.
 async fn call_model(
     model: Arc<dyn Model>,
     request: ModelRequest,
     bound: Option<(u64, u64)>,
+    schemas: ArgumentSchemas,
 ) -> Attempt {
     let attempt = AttemptId {
         run_id: request.run_id.clone(),
@@ -426,7 +430,13 @@ async fn call_model(
                 ),
             },
             Some(Err(e)) => failure(attempt, e),
-            Some(Ok(MessageDelta::Finish)) => Event::Done { attempt },
+            Some(Ok(MessageDelta::Finish)) => Event::Done {
+                rejected_arguments: schemas.check_deltas(events.iter().filter_map(|e| match e {
+                    Event::Delta { delta, .. } => Some(delta),
+                    _ => None,
+                })),
+                attempt,
+            },
             Some(Ok(MessageDelta::Error { error })) => failure(attempt, error),
             Some(Ok(delta)) => {
                 events.push(Event::Delta {

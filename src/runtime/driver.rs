@@ -20,7 +20,7 @@ use crate::model::{Model, ModelRequest};
 use crate::runtime::ports::EventEnvelope;
 use crate::runtime::tool_order::CompletionOrder;
 use crate::runtime::Agent;
-use crate::tools::ToolContext;
+use crate::tools::{ArgumentSchemas, ToolContext};
 
 /// Background work of one run, keyed so effects can cancel it. Dropping it cancels what is
 /// still running (see [`Tasks::shutdown`]): a run whose future is dropped mid-way (a caller's
@@ -279,6 +279,9 @@ impl Driver<'_> {
             });
         }
         let model = self.agent.model_for(&request.model);
+        // Compiled when the tools were inserted; taken now so tools attached mid-run are
+        // checked from the next model call on.
+        let schemas = self.agent.tools.schemas();
         let hooks = self.agent.hooks.clone();
         let tx = self.model_tx.clone();
         let a = attempt.clone();
@@ -290,7 +293,7 @@ impl Driver<'_> {
         );
         let f = async move {
             let req = request.clone();
-            let outcome = stream_attempt(model, request, a, tx).await;
+            let outcome = stream_attempt(model, request, a, schemas, tx).await;
             hooks.after_model_call(&req, &outcome);
         }
         .instrument(span);
@@ -433,14 +436,16 @@ fn failure(attempt: AttemptId, error: ModelError) -> Event {
 /// Streams one attempt: `StreamOpened`, `Delta`s with seq, then `Done` or an error. Its
 /// deadlines (first chunk, stall, whole request) are the machine's timers (R-IN-7): when one
 /// passes, the machine cancels the attempt (`CancelModel`) and this future is dropped. A
-/// stream that ends without `Finish` is an `incomplete_stream` error.
+/// stream that ends without `Finish` is an `incomplete_stream` error. `Done` carries the
+/// verdicts of `schemas` on the attempt's tool calls (R-TOOL-1).
 async fn stream_attempt(
     model: Arc<dyn Model>,
     request: ModelRequest,
     attempt: AttemptId,
+    schemas: ArgumentSchemas,
     tx: mpsc::UnboundedSender<Event>,
 ) -> ModelCallOutcome {
-    let sent = stream_events(model, request, attempt, &tx).await;
+    let sent = stream_events(model, request, attempt, &schemas, &tx).await;
     let outcome = match &sent {
         Event::Done { .. } => ModelCallOutcome::Done,
         Event::TransportError { error, .. } | Event::ContextOverflow { error, .. } => {
@@ -457,6 +462,7 @@ async fn stream_events(
     model: Arc<dyn Model>,
     request: ModelRequest,
     attempt: AttemptId,
+    schemas: &ArgumentSchemas,
     tx: &mpsc::UnboundedSender<Event>,
 ) -> Event {
     let mut stream = match model.stream(request).await {
@@ -469,6 +475,8 @@ async fn stream_events(
         attempt: attempt.clone(),
     });
     let mut seq = 0u64;
+    // The attempt's completed tool calls, checked when the stream ends.
+    let mut calls = Vec::new();
     loop {
         match stream.next().await {
             None => {
@@ -484,12 +492,18 @@ async fn stream_events(
                 return failure(attempt, e);
             }
             Some(Ok(MessageDelta::Finish)) => {
-                return Event::Done { attempt };
+                return Event::Done {
+                    attempt,
+                    rejected_arguments: schemas.check_deltas(&calls),
+                };
             }
             Some(Ok(MessageDelta::Error { error })) => {
                 return failure(attempt, error);
             }
             Some(Ok(delta)) => {
+                if matches!(delta, MessageDelta::ToolCall { .. }) {
+                    calls.push(delta.clone());
+                }
                 let _ = tx.send(Event::Delta {
                     attempt: attempt.clone(),
                     seq,

@@ -257,6 +257,10 @@ impl SharedTools {
     pub fn specs(&self) -> crate::tools::ToolSpecs {
         self.0.read().map(|r| r.specs()).unwrap_or_default()
     }
+    /// The tools' compiled parameters schemas (shared, not copied; R-TOOL-1).
+    pub fn schemas(&self) -> crate::tools::ArgumentSchemas {
+        self.0.read().map(|r| r.schemas()).unwrap_or_default()
+    }
 }
 
 /// An agent: the machines' configuration plus every port.

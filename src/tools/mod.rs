@@ -12,6 +12,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 pub use agentloop_core::tool_spec::{ToolSpec, ToolSpecs};
+pub use schema::ArgumentSchemas;
+
+mod schema;
 
 /// What a tool invocation knows besides its arguments.
 #[derive(Clone, Debug)]
@@ -56,8 +59,9 @@ pub trait Tool: Send + Sync {
     async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<String, ToolError>;
 }
 
-/// Convenience for tools with typed arguments: the schema comes from `Args` and arguments are
-/// validated by deserializing before the tool runs.
+/// Convenience for tools with typed arguments: the schema comes from `Args`. The runtime checks
+/// the arguments against it before the call runs (R-TOOL-1), and they are deserialized into
+/// `Args` (a second line: a schema cannot say everything a `Deserialize` impl checks).
 #[async_trait]
 pub trait TypedTool: Send + Sync + 'static {
     /// The argument type.
@@ -105,12 +109,15 @@ impl<T: TypedTool> Tool for T {
 ///
 /// A tool's spec is taken once, when it is inserted; the specs are shared ([`ToolSpecs`]), so
 /// cloning a registry (one per agent) and handing its specs to agents, sessions and runs
-/// copies no schema.
+/// copies no schema. Its parameters schema is compiled then too ([`ArgumentSchemas`]): every
+/// call's arguments are checked against it before the call runs (R-TOOL-1).
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
     /// The tools' specs, sorted by name like `tools`.
     specs: ToolSpecs,
+    /// The tools' compiled parameters schemas.
+    schemas: ArgumentSchemas,
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -155,6 +162,7 @@ impl ToolRegistry {
             .cloned()
             .collect();
         let at = specs.partition_point(|s| s.name < spec.name);
+        self.schemas.set(&spec.name, &spec.parameters);
         self.tools.insert(spec.name.clone(), tool);
         specs.insert(at, spec);
         self.specs = specs.into();
@@ -163,6 +171,7 @@ impl ToolRegistry {
     /// Removes a tool by name.
     pub fn remove(&mut self, name: &str) -> Option<Arc<dyn Tool>> {
         let removed = self.tools.remove(name)?;
+        self.schemas.remove(name);
         self.specs = self
             .specs
             .iter()
@@ -187,6 +196,12 @@ impl ToolRegistry {
     /// Specs of every tool, sorted by name (shared, not copied).
     pub fn specs(&self) -> ToolSpecs {
         self.specs.clone()
+    }
+
+    /// The tools' compiled parameters schemas (shared, not copied): what the runtime checks
+    /// each call's arguments against before it runs (R-TOOL-1).
+    pub fn schemas(&self) -> ArgumentSchemas {
+        self.schemas.clone()
     }
 }
 

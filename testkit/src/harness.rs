@@ -25,6 +25,7 @@ use agentloop_core::react::{
     default_decider, DeciderRef, DeciderRegistry, Decision, LimitAction, LoopResult, Observation,
     SteeringPolicy, UsageLimits,
 };
+use agentloop_core::tool_check::{ArgumentsRejected, SchemaViolation};
 use agentloop_core::tool_spec::ToolSpec;
 use agentloop_core::{
     ApprovalDecision, AssistantMessage, AttemptId, Effect, Event, Message, Run, RunConfig, Step,
@@ -278,6 +279,9 @@ pub enum ArgsPick {
     Invalid,
     /// No arguments.
     Empty,
+    /// Valid JSON that breaks the tool's schema (`expression` is a number): the feeder's
+    /// `done` carries the runtime's verdict on it (R-TOOL-1).
+    SchemaViolating,
 }
 
 /// The delta payload.
@@ -449,6 +453,9 @@ pub struct Feeder {
     pub compact: Option<Vec<Message>>,
     /// Tool calls sent in the current attempt.
     pub calls_this_attempt: usize,
+    /// The current attempt's calls whose arguments break their schema: `done` carries a
+    /// verdict on each, as the runtime's check would (R-TOOL-1).
+    pub rejected_this_attempt: Vec<String>,
     /// Deltas sent in the current attempt.
     pub deltas_this_attempt: usize,
     /// Counter for fresh tool call ids.
@@ -476,6 +483,7 @@ impl Feeder {
                     self.next_seq = 0;
                     self.last_seq = None;
                     self.calls_this_attempt = 0;
+                    self.rejected_this_attempt.clear();
                     self.deltas_this_attempt = 0;
                 }
                 Effect::StartTimer { timer_id, .. } => {
@@ -485,6 +493,11 @@ impl Feeder {
                 }
                 Effect::CancelTimer { timer_id } => self.live_timers.retain(|t| t != timer_id),
                 Effect::RunTool { call } => {
+                    assert!(
+                        !self.rejected_this_attempt.contains(&call.id),
+                        "R-TOOL-1: RunTool for {}, whose arguments the runtime rejected",
+                        call.id
+                    );
                     self.asking.retain(|id| id != &call.id);
                     self.gating.retain(|id| id != &call.id);
                     self.running.push(call.id.clone());
@@ -570,10 +583,15 @@ impl Feeder {
                     ArgsPick::Valid => r#"{"expression":"2+3"}"#.to_string(),
                     ArgsPick::Invalid => r#"{"expression": "2+"#.to_string(),
                     ArgsPick::Empty => String::new(),
+                    ArgsPick::SchemaViolating => r#"{"expression":2}"#.to_string(),
                 };
                 self.calls_this_attempt += 1;
+                let id = self.fresh_id();
+                if args == ArgsPick::SchemaViolating {
+                    self.rejected_this_attempt.push(id.clone());
+                }
                 MessageDelta::ToolCall {
-                    id: self.fresh_id(),
+                    id,
                     name,
                     arguments,
                 }
@@ -689,6 +707,7 @@ impl Feeder {
                             let args = match low % 13 {
                                 0 => ArgsPick::Invalid,
                                 1 => ArgsPick::Empty,
+                                2 => ArgsPick::SchemaViolating,
                                 _ => ArgsPick::Valid,
                             };
                             Action::Delta(
@@ -898,6 +917,22 @@ impl Feeder {
             }
             Action::Done(a) => Event::Done {
                 attempt: self.attempt(a),
+                rejected_arguments: if a == AttemptPick::Current {
+                    self.rejected_this_attempt
+                        .iter()
+                        .filter_map(|id| {
+                            ArgumentsRejected::new(
+                                id.clone(),
+                                [SchemaViolation {
+                                    path: "/expression".into(),
+                                    reason: "2 is not of type \"string\"".into(),
+                                }],
+                            )
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                },
             },
             Action::TransportError(a, e) => Event::TransportError {
                 attempt: self.attempt(a),
@@ -1193,7 +1228,7 @@ impl Ledger {
                             message,
                         },
                 } => {
-                    let Event::Done { attempt } = event else {
+                    let Event::Done { attempt, .. } = event else {
                         panic!("{ctx}: assistant message committed on {event:?}, not on Done");
                     };
                     assert!(streaming, "{ctx}: committed outside Streaming");

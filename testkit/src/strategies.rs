@@ -92,6 +92,7 @@ fn delta() -> impl Strategy<Value = DeltaPick> {
         4 => Just(ArgsPick::Valid),
         1 => Just(ArgsPick::Invalid),
         1 => Just(ArgsPick::Empty),
+        1 => Just(ArgsPick::SchemaViolating),
     ];
     prop_oneof![
         6 => any::<u8>().prop_map(DeltaPick::Text),

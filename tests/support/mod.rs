@@ -284,3 +284,53 @@ impl Tool for BlockingTool {
         Ok("unblocked".into())
     }
 }
+
+/// Runs `agent` on session `s` with the user input "go", recording a trace.
+pub async fn run_go(agent: &Agent) -> agentloop::runtime::RunOutput {
+    agent
+        .run_with(
+            "s",
+            vec![agentloop::message::Message::user("go")],
+            None,
+            true,
+        )
+        .await
+        .expect("run starts")
+}
+
+/// The tool results among session `s`'s stored entries, in store order.
+pub async fn stored_results(store: &MemoryStore) -> Vec<agentloop::message::ToolResult> {
+    use agentloop::store::{Entry, SessionStore};
+    store
+        .load("s")
+        .await
+        .expect("load")
+        .into_iter()
+        .filter_map(|e| match e {
+            Entry::ToolResult { result, .. } => Some(result),
+            _ => None,
+        })
+        .collect()
+}
+
+/// An agent on `model` with `tools` and `timeouts`, an in-memory store and an event sink the
+/// test keeps.
+pub fn agent_with_tools(
+    model: impl Model + 'static,
+    tools: Vec<Arc<dyn Tool>>,
+    timeouts: agentloop::runtime::Timeouts,
+) -> (Agent, Arc<MemoryStore>, agentloop::runtime::VecSink) {
+    let mut registry = agentloop::tools::ToolRegistry::new();
+    for t in tools {
+        registry.insert(t);
+    }
+    let store = Arc::new(MemoryStore::new());
+    let sink = agentloop::runtime::VecSink::default();
+    let agent = builder(model)
+        .tools(registry)
+        .store(store.clone())
+        .sink(Arc::new(sink.clone()))
+        .timeouts(timeouts)
+        .build();
+    (agent, store, sink)
+}

@@ -41,6 +41,7 @@ fn holds(g: ToolCallGuard, data: &ProcessData, i: usize, facts: Facts) -> bool {
         ToolCallGuard::Otherwise => true,
         ToolCallGuard::InvalidArguments => slot.call.invalid_arguments.is_some(),
         ToolCallGuard::UnknownTool => !data.offers(&slot.call.name),
+        ToolCallGuard::SchemaViolated => slot.rejected.is_some(),
         ToolCallGuard::LoopRefused => looped == Some(LoopAction::Stop),
         ToolCallGuard::NeedsApproval => {
             looped == Some(LoopAction::Ask) || data.needs_approval(&slot.call)

@@ -60,7 +60,7 @@ fn committed(cfg: StepConfig, n: usize) -> Process {
             },
         });
     }
-    let _ = p.handle(&Event::Done { attempt: attempt() });
+    let _ = p.handle(&Event::done(attempt()));
     p
 }
 

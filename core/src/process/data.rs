@@ -18,6 +18,7 @@ use crate::process::config::{ApprovalPolicy, LoopAction, StepConfig};
 use crate::process::deadlines::{tool_slot, tool_timer, AttemptTimer, AttemptTimers};
 pub(crate) use crate::process::slots::{Slot, Slots};
 use crate::step::Transition;
+use crate::tool_check::{unknown_tool_message, ArgumentsRejected};
 
 pub(crate) use crate::chart::ToolCallState;
 
@@ -132,7 +133,7 @@ impl ProcessData {
             }
             Event::StreamOpened { attempt }
             | Event::RequestRewritten { attempt, .. }
-            | Event::Done { attempt }
+            | Event::Done { attempt, .. }
             | Event::TransportError { attempt, .. }
             | Event::ContextOverflow { attempt, .. }
             | Event::StreamStalled { attempt, .. } => !self.is_current(attempt),
@@ -360,7 +361,9 @@ impl ProcessData {
     }
 
     /// Commits the accumulated message (R-STR-4) and, when it has tool calls, schedules them.
-    pub(crate) fn commit(&mut self) {
+    /// `rejected` holds the runtime's schema verdicts on the calls (R-TOOL-1, from `done`): a
+    /// call with one fails at once (row `commit_schema_invalid`) unless an earlier row applies.
+    pub(crate) fn commit(&mut self, rejected: &[ArgumentsRejected]) {
         self.end_attempt();
         let message = self.acc.message();
         self.persist(Entry::Assistant {
@@ -380,6 +383,12 @@ impl ProcessData {
             });
         }
         let offered: BTreeSet<&str> = self.request.tools.iter().map(|t| t.name.as_str()).collect();
+        // The first verdict on each call id (ids are unique in a well-formed message).
+        let mut verdicts: HashMap<&str, &ArgumentsRejected> =
+            HashMap::with_capacity(rejected.len());
+        for r in rejected {
+            verdicts.entry(r.tool_call_id.as_str()).or_insert(r);
+        }
         let mut slots = Vec::with_capacity(message.tool_calls.len());
         let mut sorted = Vec::with_capacity(message.tool_calls.len());
         let mut immediate = Vec::new();
@@ -411,6 +420,7 @@ impl ProcessData {
                 });
             }
             let looped_action = looped.map(|p| p.action);
+            let verdict = verdicts.get(call.id.as_str()).copied();
             let (row, result) = if let Some(why) = &call.invalid_arguments {
                 let r = error_result(call, ToolStatus::Error, why.clone());
                 (ToolCallRow::CommitInvalid, Some(r))
@@ -419,12 +429,17 @@ impl ProcessData {
                     tool_call_id: call.id.clone(),
                     name: call.name.clone(),
                 });
-                let r = error_result(
-                    call,
-                    ToolStatus::Error,
-                    format!("unknown tool: {}", call.name),
-                );
-                (ToolCallRow::CommitUnknown, Some(r))
+                let why = unknown_tool_message(&call.name, offered.iter().copied());
+                (
+                    ToolCallRow::CommitUnknown,
+                    Some(error_result(call, ToolStatus::Error, why)),
+                )
+            } else if let Some(verdict) = verdict {
+                let why = verdict.message(&call.name);
+                (
+                    ToolCallRow::CommitSchemaInvalid,
+                    Some(error_result(call, ToolStatus::Error, why)),
+                )
             } else if let Some(policy) = looped {
                 match policy.action {
                     LoopAction::Ask => (ToolCallRow::CommitApproval, None),
@@ -445,7 +460,9 @@ impl ProcessData {
             } else {
                 (ToolCallRow::CommitQueued, None)
             };
-            slots.push(Slot::new(call.clone()));
+            let mut slot = Slot::new(call.clone());
+            slot.rejected = verdict.cloned();
+            slots.push(slot);
             sorted.push((row, looped_action, result));
         }
         self.committed = Some(message);

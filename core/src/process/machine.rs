@@ -173,14 +173,18 @@ impl ProcessMachine {
                 context.rewatch(*timer_id);
                 Handled
             }
-            Input::Ext(e @ Event::Done { .. }) if !context.is_stale(e) => {
+            Input::Ext(
+                e @ Event::Done {
+                    rejected_arguments, ..
+                },
+            ) if !context.is_stale(e) => {
                 if context.has_tool_calls() {
                     context.take(Row::StreamingDoneTools);
-                    context.commit();
+                    context.commit(rejected_arguments);
                     Transition(State::running_tools())
                 } else {
                     context.take(Row::StreamingDone);
-                    context.commit();
+                    context.commit(rejected_arguments);
                     context.outcome = Some(StepOutcome::Success);
                     Transition(State::success())
                 }

@@ -14,6 +14,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::chart::{ToolCallRow, ToolCallState};
 use crate::message::{ToolCall, ToolResult};
+use crate::tool_check::ArgumentsRejected;
 
 /// Number of lifecycle states (the indexes keep one set per state).
 const STATES: usize = ToolCallState::ALL.len();
@@ -35,6 +36,9 @@ pub struct Slot {
     /// The `before_tool` hooks have had their say (a call they sent to a human is not
     /// gated again once approved).
     pub gated: bool,
+    /// The runtime's verdict that the arguments break the tool's JSON Schema (R-TOOL-1),
+    /// from the `done` event the call was committed on.
+    pub rejected: Option<ArgumentsRejected>,
 }
 
 impl Slot {
@@ -45,6 +49,7 @@ impl Slot {
             state: ToolCallState::INITIAL,
             result: None,
             gated: false,
+            rejected: None,
         }
     }
 

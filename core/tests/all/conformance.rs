@@ -165,7 +165,7 @@ fn resume_with_extreme_session_turns_does_not_panic() {
     let _ = run.handle(agentloop_core::Event::StreamOpened {
         attempt: attempt.clone(),
     });
-    let done = run.handle(agentloop_core::Event::Done { attempt });
+    let done = run.handle(agentloop_core::Event::done(attempt));
     assert_eq!(done.to.react, agentloop_core::chart::ReactState::Finishing);
     let _ = run.handle(agentloop_core::Event::RunEndCommitted);
     assert!(run.is_terminal());

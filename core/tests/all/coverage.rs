@@ -119,6 +119,22 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
             ],
         ),
         (
+            "a call whose arguments break the tool's schema fails at commit, its neighbour runs (R-TOOL-1): commit_schema_invalid",
+            Setup::default(),
+            vec![
+                START,
+                OPEN,
+                Action::Delta(
+                    AttemptPick::Current,
+                    SeqPick::Next,
+                    DeltaPick::ToolCall(calc, ArgsPick::SchemaViolating),
+                ),
+                tool_call(calc),
+                DONE,
+                Action::ToolFinished(IdPick::Tracked(0), true),
+            ],
+        ),
+        (
             "the end is committed before it is reported: active_abort, finishing_abort, finishing_aborted",
             Setup::default(),
             vec![START, OPEN, Action::Abort, Action::Abort, Action::RunEndCommitted],

@@ -170,9 +170,7 @@ fn r_in_7_a_committed_message_cancels_its_deadlines() {
     });
     let s = text(&mut run, 0);
     let watch = started(&s)[0];
-    let s = run.handle(Event::Done {
-        attempt: attempt(1),
-    });
+    let s = run.handle(Event::done(attempt(1)));
     let mut ids = cancelled(&s);
     ids.sort_unstable();
     let mut want = vec![request.0, watch.0];

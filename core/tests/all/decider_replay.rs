@@ -110,7 +110,7 @@ fn stream(
             },
         );
     }
-    feed(run, trace, Event::Done { attempt })
+    feed(run, trace, Event::done(attempt))
 }
 
 /// Records a whole run with `decider`: step 1 calls the calculator; when the run goes on,

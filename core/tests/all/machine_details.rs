@@ -150,7 +150,7 @@ impl Driver {
                                 },
                             );
                         }
-                        self.feed(&mut queue, Event::Done { attempt });
+                        self.feed(&mut queue, Event::done(attempt));
                     }
                     Effect::RunTool { call } => tools.push(call),
                     Effect::CommitRunEnd { .. } => self.feed(&mut queue, Event::RunEndCommitted),
@@ -933,7 +933,7 @@ fn r_idem_4_a_store_failure_kills_running_tools() {
             delta,
         });
     }
-    let _ = run.handle(Event::Done { attempt });
+    let _ = run.handle(Event::done(attempt));
     let _ = run.handle(Event::ToolFinished {
         tool_call_id: "c1".into(),
         status: ToolStatus::Completed,

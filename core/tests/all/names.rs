@@ -57,7 +57,7 @@ fn all_events() -> Vec<(Event, &'static str, bool)> {
             "delta",
             true,
         ),
-        (Event::Done { attempt: attempt() }, "done", true),
+        (Event::done(attempt()), "done", true),
         (
             Event::TransportError {
                 attempt: attempt(),

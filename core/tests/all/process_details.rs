@@ -80,10 +80,7 @@ fn stream_calls(p: &mut Process, n: u32, names: &[&str]) -> Vec<Effect> {
         },
     ));
     let _ = p.handle(&delta(n, seq + 1, MessageDelta::Finish));
-    p.handle(&Event::Done {
-        attempt: attempt(n),
-    })
-    .effects
+    p.handle(&Event::done(attempt(n))).effects
 }
 
 fn finished(p: &mut Process, id: &str) -> process::ProcessStep {
@@ -169,9 +166,7 @@ fn r_str_2_events_of_another_attempt_are_ignored_and_the_snapshot_grows() {
     let _ = p.handle(&delta(1, 1, MessageDelta::TextDelta { text: "cd".into() }));
     assert_eq!(p.partial().text, "abcd");
     assert!(p.committed().is_none());
-    let s = p.handle(&Event::Done {
-        attempt: attempt(9),
-    });
+    let s = p.handle(&Event::done(attempt(9)));
     assert_eq!(
         s.to,
         ProcessState::Streaming,
@@ -326,11 +321,7 @@ fn events_map_to_their_chart_kinds() {
             Some(ProcessEventKind::Delta),
             None,
         ),
-        (
-            Event::Done { attempt: a.clone() },
-            Some(ProcessEventKind::Done),
-            None,
-        ),
+        (Event::done(a.clone()), Some(ProcessEventKind::Done), None),
         (
             Event::TransportError {
                 attempt: a.clone(),
@@ -691,9 +682,7 @@ fn r_str_6_invalid_arguments_and_unknown_tools_get_error_results_without_running
     {
         let _ = p.handle(&delta(1, seq as u64, d));
     }
-    let s = p.handle(&Event::Done {
-        attempt: attempt(1),
-    });
+    let s = p.handle(&Event::done(attempt(1)));
     let runs: Vec<_> = s
         .effects
         .iter()
@@ -790,12 +779,7 @@ fn r_str_2_a_tool_step_emits_its_observable_events_in_order() {
     {
         effects.extend(p.handle(&delta(1, seq as u64, d)).effects);
     }
-    effects.extend(
-        p.handle(&Event::Done {
-            attempt: attempt(1),
-        })
-        .effects,
-    );
+    effects.extend(p.handle(&Event::done(attempt(1))).effects);
     effects.extend(finished(&mut p, "c1").effects);
     let got = describe(&effects);
     let expected = [

@@ -86,7 +86,7 @@ fn running_after(cfg: RunConfig, names: &[&str]) -> (Run, Step) {
             delta,
         });
     }
-    let done = run.handle(Event::Done { attempt });
+    let done = run.handle(Event::done(attempt));
     assert_eq!(run.state().to_string(), "Executing.RunningTools");
     (run, done)
 }

@@ -70,7 +70,7 @@ fn recorded() -> (Trace, Vec<Step>) {
             delta,
         });
     }
-    events.push(Event::Done { attempt });
+    events.push(Event::done(attempt));
     for e in events {
         let step = run.handle(e.clone());
         trace.record(&e, &step);
