@@ -17,21 +17,8 @@ use agentloop::message::Message;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::Agent;
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry};
+use agentloop_testkit::external::{process_ended, read_pid_file, server_env, wait_process_ended};
 use serde_json::{json, Value};
-
-/// The value of `var`, or `None` after printing why the test skips (a panic under CI).
-fn server_env(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(v) if !v.is_empty() => Some(v),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("{var} is not set, and CI is: the MCP server tests must run (see .ci/run)")
-        }
-        _ => {
-            eprintln!("skipped: {var} is not set (see the MCP step of .ci/run)");
-            None
-        }
-    }
-}
 
 fn ctx() -> ToolContext {
     ToolContext {
@@ -84,39 +71,14 @@ async fn time_server() -> Option<McpServer> {
 }
 
 fn read_pid(pid_file: &Path) -> i32 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(s) = std::fs::read_to_string(pid_file) {
-            if let Ok(pid) = s.trim().parse() {
-                return pid;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no pid in {}",
-            pid_file.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    read_pid_file(pid_file, Duration::from_secs(10))
 }
 
-/// Whether `pid` is gone (or a zombie nobody reaped yet: it runs no more).
-fn dead(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-    }
-}
-
+/// Waits for `pid` to end off the runtime's thread (the runtime must run to kill it).
 async fn wait_dead(pid: i32) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !dead(pid) {
-        assert!(Instant::now() < deadline, "process {pid} still runs");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    tokio::task::spawn_blocking(move || wait_process_ended(pid, Duration::from_secs(10)))
+        .await
+        .expect("joins");
 }
 
 #[tokio::test]
@@ -314,7 +276,7 @@ async fn dropping_the_tools_kills_the_child() {
     let tools = server.tools();
     drop(server);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!dead(pid), "the tools still hold the connection");
+    assert!(!process_ended(pid), "the tools still hold the connection");
     drop(tools);
     wait_dead(pid).await;
 }
