@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use agentloop::mcp::{McpEndpoint, McpError, McpOptions, McpServer};
 use agentloop::message::Message;
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::Agent;
+use agentloop::runtime::{Agent, Timeouts};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry};
 use agentloop_testkit::external::{process_ended, read_pid_file, server_env, wait_process_ended};
 use serde_json::{json, Value};
@@ -61,6 +61,26 @@ async fn everything_with_pid() -> Option<(McpServer, tempfile::TempDir)> {
     Some((server, dir))
 }
 
+/// server-everything on stdio, connected; `None`: skipped.
+async fn everything() -> Option<McpServer> {
+    let bin = server_env("MCP_EVERYTHING_BIN")?;
+    let server = McpServer::connect_stdio(&bin, ["stdio"])
+        .await
+        .expect("connects");
+    Some(server)
+}
+
+/// An agent with only `server`'s tools, a scripted model serving `script`, and `timeouts`.
+fn agent(server: &McpServer, script: Value, timeouts: Timeouts) -> Agent {
+    let model = ScriptedModel::from_json_str(&script.to_string(), "test").expect("script");
+    Agent::builder()
+        .model(model)
+        .tools(ToolRegistry::new())
+        .mcp(server)
+        .timeouts(timeouts)
+        .build()
+}
+
 /// mcp-server-time, connected; `None`: skipped.
 async fn time_server() -> Option<McpServer> {
     let py = server_env("MCP_TIME_PY")?;
@@ -83,12 +103,9 @@ async fn wait_dead(pid: i32) {
 
 #[tokio::test]
 async fn everything_over_stdio_lists_tools_and_maps_results() {
-    let Some(bin) = server_env("MCP_EVERYTHING_BIN") else {
+    let Some(server) = everything().await else {
         return;
     };
-    let server = McpServer::connect_stdio(&bin, ["stdio"])
-        .await
-        .expect("connects");
     let names: Vec<&str> = server.specs().iter().map(|s| s.name.as_str()).collect();
     for expected in [
         "echo",
@@ -177,18 +194,47 @@ async fn an_agent_run_calls_an_mcp_tool() {
     let script = json!({"turns": [
         {"tool_calls": [{"name": "get_current_time", "arguments": {"timezone": "Europe/Paris"}}]},
         {"text": "Time: {{last_tool_result}}"}]});
-    let model = ScriptedModel::from_json_str(&script.to_string(), "test").expect("script");
-    let agent = Agent::builder()
-        .model(model)
-        .tools(ToolRegistry::new())
-        .mcp(&server)
-        .build();
+    let agent = agent(&server, script, Timeouts::default());
     let out = agent
         .run_with("s", vec![Message::user("what time is it?")], None, false)
         .await
         .expect("runs");
     let text = out.result.final_text().unwrap_or_default();
     assert!(text.contains("Europe/Paris"), "{:?}", out.result);
+}
+
+#[tokio::test]
+async fn the_runtimes_tool_timeout_bounds_an_mcp_call() {
+    let Some(server) = everything().await else {
+        return;
+    };
+    let script = json!({"turns": [
+        {"tool_calls": [{"name": "trigger-long-running-operation",
+                         "arguments": {"duration": 60, "steps": 2}}]},
+        {"text": "{{last_tool_result}}"}]});
+    let timeouts = Timeouts {
+        tool_ms: 500,
+        ..Timeouts::default()
+    };
+    let agent = agent(&server, script, timeouts);
+    let started = Instant::now();
+    let out = agent
+        .run_with("s", vec![Message::user("go")], None, false)
+        .await
+        .expect("runs");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let text = out.result.final_text().unwrap_or_default();
+    assert!(
+        text.contains("tool timed out after 500 ms"),
+        "{:?}",
+        out.result
+    );
+    // The connection survives a timed-out call.
+    let echo = tool(&server, "echo")
+        .call(ctx(), json!({"message": "after"}))
+        .await
+        .expect("echo");
+    assert_eq!(echo, "Echo: after");
 }
 
 #[tokio::test]
