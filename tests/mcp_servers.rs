@@ -285,7 +285,8 @@ async fn a_server_killed_mid_call_fails_that_call_and_restarts_on_the_next() {
     let long = tool(&server, "trigger-long-running-operation");
     let call =
         tokio::spawn(async move { long.call(ctx(), json!({"duration": 60, "steps": 2})).await });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Time for the request to be on the wire (a kill before it would restart the server).
+    tokio::time::sleep(Duration::from_secs(1)).await;
     std::fs::remove_file(&pid_file).expect("pid file");
     // SAFETY: kill(2) on the pid of the server this test started.
     assert_eq!(unsafe { libc::kill(first, libc::SIGKILL) }, 0);

@@ -223,7 +223,9 @@ fn a_server_killed_mid_call_is_an_error_result_and_the_run_completes() {
     }
     let first = read_pid_file(&pid_file, Duration::from_secs(10));
     std::fs::remove_file(&pid_file).expect("pid file");
-    std::thread::sleep(Duration::from_millis(300));
+    // `tool_start` comes just before the request is sent; a second is ample for it to be on
+    // the wire (a kill before it would make the call restart the server and run for 60 s).
+    std::thread::sleep(Duration::from_secs(1));
     // SAFETY: kill(2) on the pid of the MCP server this test's agentloop started.
     assert_eq!(unsafe { libc::kill(first, libc::SIGKILL) }, 0);
     seen.extend(lines.map_while(Result::ok));
