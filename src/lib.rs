@@ -12,6 +12,8 @@ pub use agentloop_core::{
 
 pub mod compaction;
 pub mod hooks;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 pub mod model;
 pub mod provider;
 #[cfg_attr(

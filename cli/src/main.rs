@@ -1,6 +1,7 @@
 //! The `agentloop` command line: run an agent, replay a trace, print the charts.
 
 mod decode;
+mod mcp;
 mod print;
 mod run;
 mod sessions;
@@ -42,6 +43,9 @@ enum Command {
         #[command(flatten)]
         what_if: trace_cmd::WhatIfArgs,
     },
+    /// List the tools an agent gets: the built-ins and those of the MCP servers given
+    /// (name and the first line of the description).
+    Tools(mcp::ToolsArgs),
     /// Decode a captured provider response (SSE body, or raw HTTP with --http) into one JSON object.
     Decode(decode::DecodeArgs),
     /// Trace utilities.
@@ -109,6 +113,7 @@ fn main() -> ExitCode {
         }
         Command::Replay { trace, .. } => replay_main(&trace),
         Command::Decode(args) => decode::main(args),
+        Command::Tools(args) => mcp::tools_main(args),
         Command::Trace {
             command: TraceCommand::Schema,
         } => {

@@ -7,9 +7,11 @@ use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 
+use crate::mcp::{add_tools, McpArgs};
 use crate::print::{EventsFormat, Printer};
 
 use agentloop::agent_event::Outcome;
+use agentloop::mcp::McpServer;
 use agentloop::model::{Model, ToolChoice};
 use agentloop::provider::http::{model_from_flags, ProviderKind};
 use agentloop::react::{CostLimit, LimitAction, UsageLimits};
@@ -151,6 +153,9 @@ pub struct AgentArgs {
     /// `--on-limit`) and the run ends with reason `usage_limit:<limit>`.
     #[command(flatten)]
     pub limits: LimitArgs,
+    /// MCP tool servers.
+    #[command(flatten)]
+    pub mcp: McpArgs,
 }
 
 /// `--max-input-tokens` ... `--on-limit`: the run's usage limits.
@@ -272,12 +277,15 @@ fn model(args: &AgentArgs) -> Result<Arc<dyn Model>, String> {
     )
 }
 
-/// The agent (model, tools, timeouts, event printing, session store) and its printer.
+/// The agent (model, tools with the MCP servers' ones, timeouts, event printing, session
+/// store) and its printer.
 fn agent(
     args: &AgentArgs,
     store: Option<Arc<dyn SessionStore>>,
+    mcp: &[McpServer],
 ) -> Result<(Agent, Arc<Printer>), String> {
-    let tools = ToolRegistry::defaults();
+    let mut tools = ToolRegistry::defaults();
+    add_tools(&mut tools, mcp);
     if let Some(ToolChoice::Tool(name)) = &args.tool_choice {
         if tools.get(name).is_none() {
             let known: Vec<String> = tools.specs().iter().map(|s| s.name.clone()).collect();
@@ -391,7 +399,7 @@ fn block_on_bounded<F: std::future::Future>(rt: tokio::runtime::Runtime, fut: F)
     out
 }
 
-fn fail(message: impl std::fmt::Display) -> ExitCode {
+pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {message}");
     ExitCode::from(2)
 }
@@ -439,7 +447,11 @@ pub fn main(args: RunArgs) -> ExitCode {
     let store = locked
         .as_ref()
         .map(|l| l.store.clone() as Arc<dyn SessionStore>);
-    let (agent, printer) = match agent(&args.agent, store) {
+    let mcp = match rt.block_on(args.agent.mcp.connect()) {
+        Ok(servers) => servers,
+        Err(e) => return fail(e),
+    };
+    let (agent, printer) = match agent(&args.agent, store, &mcp) {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
@@ -459,6 +471,8 @@ pub fn main(args: RunArgs) -> ExitCode {
             Ok(out) => finish(&args.agent, &printer, &out),
             Err(e) => fail(e),
         };
+        // MCP children are killed while the runtime still runs.
+        drop((agent, mcp));
         if let Some(locked) = &locked {
             if let Err(e) = locked.close().await {
                 return fail(e);
@@ -524,7 +538,11 @@ pub fn resume_main(args: ResumeArgs) -> ExitCode {
     if entries.is_empty() {
         return rt.block_on(nothing_to_resume(&args.session, &locked.store));
     }
-    let (agent, printer) = match agent(&args.agent, Some(locked.store.clone())) {
+    let mcp = match rt.block_on(args.agent.mcp.connect()) {
+        Ok(servers) => servers,
+        Err(e) => return fail(e),
+    };
+    let (agent, printer) = match agent(&args.agent, Some(locked.store.clone()), &mcp) {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
@@ -555,6 +573,7 @@ pub fn resume_main(args: ResumeArgs) -> ExitCode {
             },
             Err(e) => fail(e),
         };
+        drop((agent, mcp));
         if let Err(e) = locked.close().await {
             return fail(e);
         }

@@ -432,6 +432,18 @@ impl<M> AgentBuilder<M> {
         self
     }
 
+    /// Adds the tools of a connected MCP server (feature `mcp`; see [`crate::mcp`]). The
+    /// builder stays synchronous: connecting is IO, done before by
+    /// [`McpServer::connect`](crate::mcp::McpServer::connect). A tool named like one already
+    /// registered replaces it.
+    #[cfg(feature = "mcp")]
+    pub fn mcp(mut self, server: &crate::mcp::McpServer) -> Self {
+        for tool in server.tools() {
+            self.tools.insert(tool);
+        }
+        self
+    }
+
     /// Sets the session store.
     pub fn store(mut self, store: Arc<dyn SessionStore>) -> Self {
         self.store = store;

@@ -12,10 +12,15 @@
 //!   harnesses that check the chart and the invariants after every step.
 //! - [`strategies`]: proptest strategies over setups and action sequences.
 //! - [`fuzz_decode`]: bytes → actions, the decoding the fuzz targets use.
+//!
+//! For suites against real servers: [`external`] (a server named by an environment variable,
+//! skipped outside CI and required in it; processes watched by pid).
 
 #[cfg(feature = "runtime")]
 #[warn(missing_docs)]
 pub mod agent;
+#[warn(missing_docs)]
+pub mod external;
 #[allow(missing_docs)]
 pub mod fuzz_decode;
 #[allow(missing_docs)]

@@ -103,7 +103,7 @@ fn answer(run: &mut Run, r: &ModelRequest, text: &str) -> Step {
             delta,
         });
     }
-    let done = run.handle(Event::Done { attempt: a });
+    let done = run.handle(Event::done(a));
     let _ = run.handle(Event::RunEndCommitted);
     done
 }

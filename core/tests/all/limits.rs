@@ -110,7 +110,7 @@ fn step(run: &mut Run, r: &ModelRequest, calls: usize, usage: Usage) -> Vec<Step
             delta,
         }));
     }
-    out.push(run.handle(Event::Done { attempt }));
+    out.push(run.handle(Event::done(attempt)));
     for i in 0..calls {
         out.push(run.handle(Event::ToolFinished {
             tool_call_id: format!("c{}_{i}", r.model_call_index),
