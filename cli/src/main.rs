@@ -1,9 +1,12 @@
 //! The `agentloop` command line: run an agent, replay a trace, print the charts.
 
+mod chat;
 mod decode;
 mod print;
 mod run;
 mod sessions;
+mod status;
+mod term;
 mod trace_cmd;
 mod trace_view;
 
@@ -28,6 +31,10 @@ struct Cli {
 enum Command {
     /// Run one prompt to completion (offline scripted model by default).
     Run(run::RunArgs),
+    /// An interactive session: each line a prompt (queued while a run is going) or a slash
+    /// command (/steer, /approve, /reject, /model, /trace, /help, /quit); Ctrl-C aborts the
+    /// running run, not the chat.
+    Chat(chat::ChatArgs),
     /// Continue the interrupted run of a stored session (exit code: its outcome; 3 when the
     /// session has no entries: nothing to resume).
     Resume(run::ResumeArgs),
@@ -103,6 +110,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(args) => run::main(args),
         Command::Resume(args) => run::resume_main(args),
+        Command::Chat(args) => chat::main(args),
         Command::Sessions(args) => sessions::main(args),
         Command::Replay { trace, what_if } if what_if.any() => {
             trace_cmd::what_if_main(&trace, &what_if)

@@ -7,12 +7,17 @@ use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 
-use crate::print::{EventsFormat, Printer};
+use crate::print::{EventsFormat, Output};
+use crate::term::ColorChoice;
 
 use agentloop::agent_event::Outcome;
 use agentloop::model::{Model, ToolChoice};
 use agentloop::provider::http::{model_from_flags, ProviderKind};
-use agentloop::runtime::{control, Agent, AgentError, EventEnvelope, FnSink, RunOutput, Timeouts};
+use agentloop::runtime::{
+    control, Agent, AgentBuilder, AgentError, EventEnvelope, EventSink, FnSink, RunOutput,
+    Timeouts, WithModel,
+};
+use agentloop::session::Price;
 use agentloop::store::{AnyLock, AnyStore, Durability, Entry, SessionStore, StoreUrl};
 use agentloop::tools::ToolRegistry;
 use agentloop::trace::TraceFile;
@@ -141,6 +146,54 @@ pub struct AgentArgs {
     /// none, so `--tool-choice calculator --max-steps 2` is one forced call, then an answer.
     #[arg(long)]
     pub tool_choice: Option<ToolChoice>,
+    /// Also print every state transition (and, on a terminal, tool calls and retries) as
+    /// lines on stderr.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Colors in the status and final lines on a terminal: `auto` (unless `NO_COLOR` is
+    /// set), `always` or `never`.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+    /// Model price in USD per million tokens, `INPUT,OUTPUT` (e.g. `2.5,10`): the final line
+    /// adds the run's cost.
+    #[arg(long, value_name = "IN,OUT", value_parser = parse_price)]
+    pub price: Option<Price>,
+}
+
+impl AgentArgs {
+    /// Whether to color (`--color`, `NO_COLOR`, stderr a terminal).
+    pub fn color_enabled(&self) -> bool {
+        use std::io::IsTerminal;
+        let no_color = std::env::var("NO_COLOR").ok();
+        crate::term::color_enabled(
+            self.color,
+            std::io::stderr().is_terminal(),
+            no_color.as_deref(),
+        )
+    }
+
+    /// The cost of `usage` at `--price`.
+    pub fn cost(&self, usage: Option<&agentloop::Usage>) -> Option<f64> {
+        Some(self.price?.cost(usage?))
+    }
+}
+
+/// `--price IN,OUT`: two non-negative numbers.
+fn parse_price(s: &str) -> Result<Price, String> {
+    let parse = |v: &str| -> Result<f64, String> {
+        match v.trim().parse::<f64>() {
+            Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+            _ => Err(format!("{v:?} is not a price (a non-negative number)")),
+        }
+    };
+    let (input, output) = s
+        .split_once(',')
+        .ok_or_else(|| format!("expected IN,OUT (USD per million tokens), got {s:?}"))?;
+    Ok(Price {
+        input_per_mtok: parse(input)?,
+        output_per_mtok: parse(output)?,
+        ..Price::default()
+    })
 }
 
 fn secs(s: f64) -> u64 {
@@ -171,9 +224,14 @@ impl ProviderArg {
 }
 
 fn model(args: &AgentArgs) -> Result<Arc<dyn Model>, String> {
+    model_named(args, args.model.as_deref())
+}
+
+/// The model the flags name, under the model name `name` (`chat --extra-model`).
+pub fn model_named(args: &AgentArgs, name: Option<&str>) -> Result<Arc<dyn Model>, String> {
     model_from_flags(
         args.provider.kind(),
-        args.model.as_deref(),
+        name,
         args.base_url.as_deref(),
         args.script.as_deref(),
         |cfg| {
@@ -184,11 +242,27 @@ fn model(args: &AgentArgs) -> Result<Arc<dyn Model>, String> {
     )
 }
 
-/// The agent (model, tools, timeouts, event printing, session store) and its printer.
+/// The agent (model, tools, timeouts, event printing, session store) and its output.
 fn agent(
     args: &AgentArgs,
     store: Option<Arc<dyn SessionStore>>,
-) -> Result<(Agent, Arc<Printer>), String> {
+) -> Result<(Agent, Arc<Output>), String> {
+    let output = Arc::new(Output::for_args(
+        args.events,
+        args.verbose,
+        args.color_enabled(),
+    ));
+    let sink_output = output.clone();
+    let sink = Arc::new(FnSink(move |env: &EventEnvelope| sink_output.print(env)));
+    Ok((agent_builder(args, store, sink)?.build(), output))
+}
+
+/// The agent's builder from the flags (model, tools, timeouts, store), events to `sink`.
+pub fn agent_builder(
+    args: &AgentArgs,
+    store: Option<Arc<dyn SessionStore>>,
+    sink: Arc<dyn EventSink>,
+) -> Result<AgentBuilder<WithModel>, String> {
     let tools = ToolRegistry::defaults();
     if let Some(ToolChoice::Tool(name)) = &args.tool_choice {
         if tools.get(name).is_none() {
@@ -199,15 +273,11 @@ fn agent(
             ));
         }
     }
-    let printer = Arc::new(Printer::new(args.events));
-    let sink_printer = printer.clone();
     let mut builder = Agent::builder()
         .model_arc(model(args)?)
         .tools(tools)
         .root(args.root.clone())
-        .sink(Arc::new(FnSink(move |env: &EventEnvelope| {
-            sink_printer.print(env)
-        })))
+        .sink(sink)
         .timeouts(Timeouts {
             first_chunk_ms: secs(args.first_chunk_timeout),
             stall_ms: secs(args.stall_timeout),
@@ -233,18 +303,18 @@ fn agent(
     if let Some(choice) = args.tool_choice.clone() {
         builder = builder.tool_choice(choice);
     }
-    Ok((builder.build(), printer))
+    Ok(builder)
 }
 
 /// A store with `session` locked for the whole command; torn-tail warnings printed.
-struct Locked {
+pub struct Locked {
     store: Arc<AnyStore>,
     session: String,
     _lock: AnyLock,
 }
 
 impl Locked {
-    async fn open(args: &StoreArgs, session: &str) -> Result<Self, String> {
+    pub async fn open(args: &StoreArgs, session: &str) -> Result<Self, String> {
         let store = Arc::new(open_store(args.store.as_ref(), args.durability).await?);
         let lock = store.lock(session).await.map_err(|e| format!("{e}"))?;
         // Loading under the lock validates the session and cuts a torn last entry.
@@ -262,8 +332,13 @@ impl Locked {
         })
     }
 
+    /// The store, as the agent takes it.
+    pub fn session_store(&self) -> Arc<dyn SessionStore> {
+        self.store.clone()
+    }
+
     /// Syncs batched appends and releases the writer.
-    async fn close(&self) -> Result<(), String> {
+    pub async fn close(&self) -> Result<(), String> {
         self.store
             .close(&self.session)
             .await
@@ -271,7 +346,7 @@ impl Locked {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
+pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -286,31 +361,32 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_millis(500
 /// [`SHUTDOWN_GRACE`] for blocking tasks: dropping a runtime waits for every blocking task,
 /// so one abandoned tool could otherwise keep the process alive forever after the run ended.
 /// Everything the run must persist (session entries, the trace) is written inside `fut`.
-fn block_on_bounded<F: std::future::Future>(rt: tokio::runtime::Runtime, fut: F) -> F::Output {
+pub fn block_on_bounded<F: std::future::Future>(rt: tokio::runtime::Runtime, fut: F) -> F::Output {
     let out = rt.block_on(fut);
     rt.shutdown_timeout(SHUTDOWN_GRACE);
     out
 }
 
-fn fail(message: impl std::fmt::Display) -> ExitCode {
+pub fn fail(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {message}");
     ExitCode::from(2)
 }
 
 /// Writes the trace, prints the summary and maps the outcome to an exit code.
-fn finish(args: &AgentArgs, printer: &Printer, out: &RunOutput) -> ExitCode {
+fn finish(args: &AgentArgs, output: &Output, out: &RunOutput) -> ExitCode {
     if let (Some(path), Some(trace)) = (&args.trace, &out.trace) {
         if let Err(e) = trace.write(path) {
+            output.finish();
             return fail(format!("writing trace: {e}"));
         }
     }
     let r = &out.result;
-    eprintln!(
-        "[{}] {} after {} step(s); {}",
+    output.summary(
         r.outcome.as_str(),
-        r.reason,
+        &r.reason,
         r.iterations,
-        printer.usage_summary(&r.usage.unwrap_or_default())
+        r.usage.as_ref(),
+        args.cost(r.usage.as_ref()),
     );
     outcome_code(r.outcome)
 }
@@ -323,24 +399,28 @@ fn outcome_code(outcome: Outcome) -> ExitCode {
     }
 }
 
-/// Runs the `run` command.
-pub fn main(args: RunArgs) -> ExitCode {
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(e) => return fail(e),
-    };
-    let locked = match &args.session {
-        // Opened on the runtime: a PostgreSQL store's connections run on it.
-        Some(session) => match rt.block_on(Locked::open(&args.store, session)) {
-            Ok(l) => Some(l),
-            Err(e) => return fail(e),
-        },
+/// The runtime, and the store with `session` locked when one is named (opened on the
+/// runtime: a PostgreSQL store's connections run on it). `run` and `chat` start so.
+pub fn runtime_and_store(
+    session: Option<&str>,
+    store: &StoreArgs,
+) -> Result<(tokio::runtime::Runtime, Option<Locked>), String> {
+    let rt = runtime()?;
+    let locked = match session {
+        Some(session) => Some(rt.block_on(Locked::open(store, session))?),
         None => None,
     };
-    let store = locked
-        .as_ref()
-        .map(|l| l.store.clone() as Arc<dyn SessionStore>);
-    let (agent, printer) = match agent(&args.agent, store) {
+    Ok((rt, locked))
+}
+
+/// Runs the `run` command.
+pub fn main(args: RunArgs) -> ExitCode {
+    let (rt, locked) = match runtime_and_store(args.session.as_deref(), &args.store) {
+        Ok(started) => started,
+        Err(e) => return fail(e),
+    };
+    let store = locked.as_ref().map(Locked::session_store);
+    let (agent, output) = match agent(&args.agent, store) {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
@@ -353,12 +433,17 @@ pub fn main(args: RunArgs) -> ExitCode {
             }
         });
         let input = vec![agentloop::Message::user(args.prompt.clone())];
-        let code = match agent
+        let ticker = output.spawn_ticker();
+        let ran = agent
             .run_with(&session, input, Some(rx), args.agent.trace.is_some())
-            .await
-        {
-            Ok(out) => finish(&args.agent, &printer, &out),
-            Err(e) => fail(e),
+            .await;
+        drop(ticker);
+        let code = match ran {
+            Ok(out) => finish(&args.agent, &output, &out),
+            Err(e) => {
+                output.finish();
+                fail(e)
+            }
         };
         if let Some(locked) = &locked {
             if let Err(e) = locked.close().await {
@@ -425,7 +510,7 @@ pub fn resume_main(args: ResumeArgs) -> ExitCode {
     if entries.is_empty() {
         return rt.block_on(nothing_to_resume(&args.session, &locked.store));
     }
-    let (agent, printer) = match agent(&args.agent, Some(locked.store.clone())) {
+    let (agent, output) = match agent(&args.agent, Some(locked.store.clone())) {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
@@ -436,11 +521,14 @@ pub fn resume_main(args: ResumeArgs) -> ExitCode {
                 controller.abort("interrupted (Ctrl-C)");
             }
         });
-        let code = match agent
+        let ticker = output.spawn_ticker();
+        let resumed = agent
             .resume_with(&args.session, Some(rx), args.agent.trace.is_some())
-            .await
-        {
-            Ok(out) => finish(&args.agent, &printer, &out),
+            .await;
+        drop(ticker);
+        output.finish();
+        let code = match resumed {
+            Ok(out) => finish(&args.agent, &output, &out),
             Err(AgentError::NothingToResume { session }) => match last_outcome(&entries) {
                 Some((outcome, reason)) => {
                     eprintln!(

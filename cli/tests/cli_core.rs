@@ -172,6 +172,8 @@ fn ctrl_c_aborts_cleanly_and_the_trace_records_it() {
             "600",
             "--first-chunk-timeout",
             "600",
+            // The state transitions on stderr, which the test waits on.
+            "-v",
             "go",
         ])
         .current_dir(dir.path())
