@@ -205,15 +205,28 @@ fn build(
         .build())
 }
 
-/// Lines of stdin, read on a thread of their own (a blocking read); the channel closes at
-/// the end of input or on a read error.
+/// Lines of stdin, read on a thread of their own (a blocking read); bytes that are not UTF-8
+/// become U+FFFD rather than ending the input. The channel closes at the end of input or on
+/// a read error.
 fn stdin_lines() -> mpsc::UnboundedReceiver<String> {
+    use std::io::BufRead;
     let (tx, rx) = mpsc::unbounded_channel();
     std::thread::spawn(move || {
-        for line in std::io::stdin().lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
+        let mut input = std::io::stdin().lock();
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match input.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let line = String::from_utf8_lossy(&buf);
+                    if tx
+                        .send(line.trim_end_matches(['\r', '\n']).to_string())
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
             }
         }
     });

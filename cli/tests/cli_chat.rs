@@ -4,21 +4,37 @@
 //! end of input waits for the runs, then exits 0.
 
 use std::io::{BufRead, Write};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
 
-fn agentloop(dir: &std::path::Path, args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentloop"))
+/// `agentloop ARGS` in `dir`, every stream piped.
+fn spawn(dir: &Path, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_agentloop"))
         .args(args)
         .current_dir(dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn agentloop");
+        .expect("spawn agentloop")
+}
+
+/// Runs `agentloop ARGS` with `stdin` as its whole input.
+fn agentloop(dir: &Path, args: &[&str], stdin: impl AsRef<[u8]>) -> Output {
+    let mut child = spawn(dir, args);
     let mut input = child.stdin.take().expect("stdin");
-    input.write_all(stdin.as_bytes()).expect("write stdin");
+    input.write_all(stdin.as_ref()).expect("write stdin");
     drop(input);
     child.wait_with_output().expect("agentloop output")
+}
+
+/// A script of two text answers, `One.` and `Two.`, as `dir/s.json`.
+fn two_answers(dir: &Path) {
+    std::fs::write(
+        dir.join("s.json"),
+        r#"{"turns": [{"text": "One."}, {"text": "Two."}]}"#,
+    )
+    .expect("script");
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -74,11 +90,7 @@ fn piped_run_prints_only_the_answer_on_stdout_and_transitions_only_with_v() {
 #[test]
 fn piped_chat_answers_each_line_records_traces_and_exits_0_at_the_end_of_input() {
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        dir.path().join("s.json"),
-        r#"{"turns": [{"text": "One."}, {"text": "Two."}]}"#,
-    )
-    .expect("script");
+    two_answers(dir.path());
     let out = agentloop(
         dir.path(),
         &["chat", "--script", "s.json"],
@@ -107,14 +119,7 @@ fn piped_chat_answers_each_line_records_traces_and_exits_0_at_the_end_of_input()
 #[test]
 fn chat_shows_a_call_waiting_for_approval_and_approve_runs_it() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentloop"))
-        .args(["chat", "--ask", "calculator"])
-        .current_dir(dir.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let mut child = spawn(dir.path(), &["chat", "--ask", "calculator"]);
     let mut input = child.stdin.take().expect("stdin");
     let stderr = child.stderr.take().expect("stderr");
     writeln!(input, "What is 2+3?").expect("prompt");
@@ -143,6 +148,25 @@ fn chat_shows_a_call_waiting_for_approval_and_approve_runs_it() {
     assert_eq!(text(&out.stdout), ANSWER, "{seen}");
     assert!(seen.contains("[approved] "), "{seen}");
     assert!(seen.contains("[completed] final_answer"), "{seen}");
+}
+
+#[test]
+fn chat_survives_input_that_is_not_utf8_and_a_trace_it_cannot_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    two_answers(dir.path());
+    let mut input = b"\xff\xfe not text\n".to_vec();
+    input.extend_from_slice(b"/trace no/such/dir/t.jsonl\nsecond\n/approve\n/model nope\n");
+    let out = agentloop(dir.path(), &["chat", "--script", "s.json"], input);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("[error] writing trace no/such/dir/t.jsonl"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing waits for approval"), "{stderr}");
+    assert!(stderr.contains(r#"[error] no model "nope""#), "{stderr}");
+    // The first line went to the model as a prompt; the second was queued and answered too.
+    assert_eq!(text(&out.stdout), "One.\nTwo.\n", "{stderr}");
 }
 
 #[test]
