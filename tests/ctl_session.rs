@@ -693,6 +693,34 @@ async fn r_trace_1_session_runs_are_recorded_and_replay() {
     assert!(agentloop::trace::replay(&parsed).is_none());
 }
 
+/// R-TRACE-1: queued runs end one after another before a subscriber looks; each run's trace
+/// is still found by its id (`trace_of`), not only the last one (`agentloop chat`'s `/trace`).
+#[tokio::test(start_paused = true)]
+async fn r_trace_1_each_queued_run_has_its_trace_by_run_id() {
+    let s = Session::spawn(
+        builder(Slow::new(TWO_TEXTS)).build(),
+        SessionConfig::new("rec").record_traces(true),
+    );
+    let mut sub = s.subscribe(None, Some(vec!["run_start".into()]));
+    s.prompt("a").await.expect("prompt");
+    s.prompt("b").await.expect("queued");
+    s.wait_idle().await;
+    let mut runs = Vec::new();
+    while let Ok(Some(agentloop::session::SubscriptionItem::Event(env))) =
+        tokio::time::timeout(std::time::Duration::ZERO, sub.recv()).await
+    {
+        runs.push(env.run_id);
+    }
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    for run in &runs {
+        let trace = s.trace_of(run).expect("the run's trace");
+        assert!(agentloop::trace::replay(&trace).is_none(), "{run} replays");
+    }
+    assert_ne!(s.trace_of(&runs[0]), s.trace_of(&runs[1]));
+    assert_eq!(s.last_trace(), s.trace_of(&runs[1]));
+    assert_eq!(s.trace_of("no-such-run"), None);
+}
+
 /// R-CTL-2: the steering queue is the run's machine's; what it had not applied when the run
 /// ended comes back in the run's result and becomes the session's next prompt.
 #[tokio::test(start_paused = true)]

@@ -1,10 +1,13 @@
 //! The `agentloop` command line: run an agent, replay a trace, print the charts.
 
+mod chat;
 mod decode;
 mod mcp;
 mod print;
 mod run;
 mod sessions;
+mod status;
+mod term;
 mod trace_cmd;
 mod trace_view;
 
@@ -29,6 +32,10 @@ struct Cli {
 enum Command {
     /// Run one prompt to completion (offline scripted model by default).
     Run(run::RunArgs),
+    /// An interactive session: each line a prompt (queued while a run is going) or a slash
+    /// command (/steer, /approve, /reject, /model, /trace, /help, /quit); Ctrl-C aborts the
+    /// running run, not the chat.
+    Chat(chat::ChatArgs),
     /// Continue the interrupted run of a stored session (exit code: its outcome; 3 when the
     /// session has no entries: nothing to resume).
     Resume(run::ResumeArgs),
@@ -107,6 +114,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(args) => run::main(args),
         Command::Resume(args) => run::resume_main(args),
+        Command::Chat(args) => chat::main(args),
         Command::Sessions(args) => sessions::main(args),
         Command::Replay { trace, what_if } if what_if.any() => {
             trace_cmd::what_if_main(&trace, &what_if)

@@ -1,6 +1,6 @@
-//! How `run` and `resume` print events: `text` streams the answer to stdout and everything
-//! else (state changes, tools, retries, errors) to stderr; `json` prints every event as one
-//! JSON line on stdout.
+//! How `run` and `resume` print events: `text` streams the answer to stdout and the rest to
+//! stderr, on a terminal as one live status line (`term.rs`), piped as lines (tools, retries,
+//! errors; state changes with `-v`); `json` prints every event as one JSON line on stdout.
 //!
 //! In `text` mode stdout holds only answer text and, when a model attempt fails after some of
 //! its text was printed and is retried (R-IN-6: `model_turn_retried`), the line
@@ -17,6 +17,7 @@
 use std::borrow::Cow;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
 
 use clap::ValueEnum;
 
@@ -24,6 +25,9 @@ use agentloop::agent_event::AgentEvent;
 use agentloop::message::Usage;
 use agentloop::runtime::offload::preview;
 use agentloop::runtime::EventEnvelope;
+
+use crate::status::summary_line;
+use crate::term::Terminal;
 
 /// Event output formats.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -68,10 +72,137 @@ pub fn usage_summary(total: &Usage, reported: u32, committed: u32) -> String {
     }
 }
 
+/// Where `run` and `resume` send events: plain lines (piped, or `--events json`), or a
+/// terminal with a live status line (`--events text` with stdout and stderr terminals).
+#[derive(Debug)]
+pub enum Output {
+    /// Lines.
+    Lines(Printer),
+    /// The answer and a status line.
+    Terminal(Arc<Terminal>),
+}
+
+impl Output {
+    /// The output for these flags, on this process's stdout and stderr.
+    pub fn for_args(format: EventsFormat, verbose: bool, color: bool) -> Self {
+        match format {
+            EventsFormat::Text if crate::term::interactive() => {
+                Output::Terminal(Arc::new(Terminal::new(color, verbose)))
+            }
+            _ => Output::Lines(Printer::new(format, verbose)),
+        }
+    }
+
+    /// Shows `env`.
+    pub fn print(&self, env: &EventEnvelope) {
+        match self {
+            Output::Lines(p) => p.print(env),
+            Output::Terminal(t) => t.event(env),
+        }
+    }
+
+    /// Keeps the status line moving (spinner, elapsed, countdown) while the task lives.
+    pub fn spawn_ticker(&self) -> Option<AbortOnDrop> {
+        match self {
+            Output::Lines(_) => None,
+            Output::Terminal(t) => Some(AbortOnDrop(crate::term::spawn_ticker(t.clone()))),
+        }
+    }
+
+    /// Whether this is the terminal with a status line.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Output::Terminal(_))
+    }
+
+    /// Whether the terminal lines are colored.
+    pub fn color(&self) -> bool {
+        matches!(self, Output::Terminal(t) if t.color())
+    }
+
+    /// A line of its own on stderr (above the status line on a terminal).
+    pub fn say(&self, text: &str) {
+        match self {
+            Output::Lines(_) => eprintln!("{text}"),
+            Output::Terminal(t) => t.say(text),
+        }
+    }
+
+    /// The chat's input prompt, on a terminal only.
+    pub fn prompt(&self, text: &str) {
+        if let Output::Terminal(t) = self {
+            t.prompt(text);
+        }
+    }
+
+    /// A line typed at the terminal was echoed (its newline moved the cursor).
+    pub fn input_echoed(&self) {
+        if let Output::Terminal(t) = self {
+            t.input_echoed();
+        }
+    }
+
+    /// Removes the status line (before an error message).
+    pub fn finish(&self) {
+        if let Output::Terminal(t) = self {
+            t.finish();
+        }
+    }
+
+    /// Prints the run's final line on stderr: outcome, reason, steps and usage; on a
+    /// terminal also the cost (with `--price`) and the elapsed time, in color.
+    pub fn summary(
+        &self,
+        outcome: &str,
+        reason: &str,
+        steps: u32,
+        usage: Option<&Usage>,
+        cost_usd: Option<f64>,
+    ) {
+        let total = usage.copied().unwrap_or_default();
+        let line = match self {
+            Output::Lines(p) => summary_line(
+                outcome,
+                reason,
+                steps,
+                &p.usage_summary(&total),
+                cost_usd,
+                None,
+                false,
+            ),
+            Output::Terminal(t) => {
+                t.finish();
+                let status = t.status();
+                summary_line(
+                    outcome,
+                    reason,
+                    steps,
+                    &usage_summary(&total, status.reported(), status.committed()),
+                    cost_usd,
+                    Some(status.elapsed_ms(t.now_ms())),
+                    t.color(),
+                )
+            }
+        };
+        eprintln!("{line}");
+    }
+}
+
+/// A task aborted when this is dropped.
+#[derive(Debug)]
+pub struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Prints one run's events in one format.
 #[derive(Debug)]
 pub struct Printer {
     format: EventsFormat,
+    /// Which stderr lines `text` prints.
+    level: LogLevel,
     /// Answer text was printed since the last newline on stdout.
     mid_line: AtomicBool,
     /// Answer text of the current, uncommitted attempt was printed.
@@ -83,10 +214,15 @@ pub struct Printer {
 }
 
 impl Printer {
-    /// A printer for `format`.
-    pub fn new(format: EventsFormat) -> Self {
+    /// A printer for `format`; `verbose` adds the state transitions to the stderr lines.
+    pub fn new(format: EventsFormat, verbose: bool) -> Self {
         Printer {
             format,
+            level: if verbose {
+                LogLevel::Verbose
+            } else {
+                LogLevel::Normal
+            },
             mid_line: AtomicBool::new(false),
             attempt_printed: AtomicBool::new(false),
             committed: AtomicU32::new(0),
@@ -138,14 +274,6 @@ impl Printer {
                     .store(!text.ends_with('\n'), Ordering::Relaxed);
                 self.attempt_printed.store(true, Ordering::Relaxed);
             }
-            AgentEvent::StateChanged {
-                machine,
-                from,
-                to,
-                event,
-            } => {
-                eprintln!("[{machine:?}] {from} --{event}--> {to}");
-            }
             AgentEvent::ModelTurnRetried {
                 model_call_index,
                 attempt,
@@ -157,30 +285,69 @@ impl Printer {
                      `{RETRY_MARKER}` line on stdout is discarded"
                 );
             }
-            AgentEvent::Retry {
-                attempt,
-                delay_ms,
-                reason,
-                ..
-            } => {
-                eprintln!("[retry] attempt {attempt} in {delay_ms} ms: {reason}");
-            }
-            AgentEvent::ToolStart {
-                name, arguments, ..
-            } => eprintln!("[tool] {name} {}", clip(&arguments.to_string(), ECHO_LIMIT)),
-            AgentEvent::ToolEnd { name, status, .. } => eprintln!("[tool] {name} -> {status:?}"),
             AgentEvent::ResponseComplete { .. } => {
                 self.attempt_printed.store(false, Ordering::Relaxed);
                 self.end_line();
             }
-            AgentEvent::RunError { error, .. } => eprintln!("[error] {error}"),
-            AgentEvent::AgentAbort { reason, .. } => eprintln!("[abort] {reason}"),
-            AgentEvent::SessionRepaired { repair } => eprintln!("[repaired] {repair}"),
-            AgentEvent::ApprovalRequired {
-                tool_call_id, name, ..
-            } => eprintln!("[approval] {name} ({tool_call_id}) needs approval"),
             _ => {}
         }
+        if let Some(line) = log_line(event, self.level) {
+            eprintln!("{line}");
+        }
+    }
+}
+
+/// How much of the run goes to stderr as lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// On a terminal: only what needs a person (errors, aborts, repairs, approvals); the
+    /// status line shows the rest.
+    Quiet,
+    /// Piped: also tool calls and retries.
+    Normal,
+    /// `-v`: also every state transition.
+    Verbose,
+}
+
+/// The stderr line for `event` at `level`, if it gets one.
+pub fn log_line(event: &AgentEvent, level: LogLevel) -> Option<String> {
+    let normal = level >= LogLevel::Normal;
+    match event {
+        AgentEvent::StateChanged {
+            machine,
+            from,
+            to,
+            event,
+        } if level == LogLevel::Verbose => Some(format!("[{machine:?}] {from} --{event}--> {to}")),
+        AgentEvent::Retry {
+            attempt,
+            delay_ms,
+            reason,
+            ..
+        } if normal => Some(format!(
+            "[retry] attempt {attempt} in {delay_ms} ms: {reason}"
+        )),
+        AgentEvent::ToolStart {
+            name, arguments, ..
+        } if normal => Some(format!(
+            "[tool] {name} {}",
+            clip(&arguments.to_string(), ECHO_LIMIT)
+        )),
+        AgentEvent::ToolEnd { name, status, .. } if normal => {
+            Some(format!("[tool] {name} -> {status:?}"))
+        }
+        AgentEvent::RunError { error, .. } => Some(format!("[error] {error}")),
+        AgentEvent::AgentAbort { reason, .. } => Some(format!("[abort] {reason}")),
+        AgentEvent::SessionRepaired { repair } => Some(format!("[repaired] {repair}")),
+        AgentEvent::ApprovalRequired {
+            tool_call_id,
+            name,
+            arguments,
+        } => Some(format!(
+            "[approval] {name} ({tool_call_id}) needs approval: {}",
+            clip(&arguments.to_string(), ECHO_LIMIT)
+        )),
+        _ => None,
     }
 }
 
@@ -227,7 +394,7 @@ mod tests {
 
     #[test]
     fn the_printer_counts_steps_that_reported_usage() {
-        let printer = Printer::new(EventsFormat::Json);
+        let printer = Printer::new(EventsFormat::Json, false);
         let complete = |usage: Option<Usage>| EventEnvelope {
             index: 0,
             run_id: "r".into(),

@@ -8,14 +8,19 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 
 use crate::mcp::{add_tools, McpArgs};
-use crate::print::{EventsFormat, Printer};
+use crate::print::{EventsFormat, Output};
+use crate::term::ColorChoice;
 
 use agentloop::agent_event::Outcome;
 use agentloop::mcp::McpServer;
 use agentloop::model::{Model, ToolChoice};
 use agentloop::provider::http::{model_from_flags, ProviderKind};
 use agentloop::react::{CostLimit, LimitAction, UsageLimits};
-use agentloop::runtime::{control, Agent, AgentError, EventEnvelope, FnSink, RunOutput, Timeouts};
+use agentloop::runtime::{
+    control, Agent, AgentBuilder, AgentError, EventEnvelope, EventSink, FnSink, RunOutput,
+    Timeouts, WithModel,
+};
+use agentloop::session::Price;
 use agentloop::store::{AnyLock, AnyStore, Durability, Entry, SessionStore, StoreUrl};
 use agentloop::tools::ToolRegistry;
 use agentloop::trace::TraceFile;
@@ -156,6 +161,18 @@ pub struct AgentArgs {
     /// MCP tool servers.
     #[command(flatten)]
     pub mcp: McpArgs,
+    /// Also print every state transition (and, on a terminal, tool calls and retries) as
+    /// lines on stderr.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Colors in the status and final lines on a terminal: `auto` (unless `NO_COLOR` is
+    /// set), `always` or `never`.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+    /// Model price in USD per million tokens, `INPUT,OUTPUT` (e.g. `2.5,10`): the final line
+    /// adds the run's cost.
+    #[arg(long, value_name = "IN,OUT", value_parser = parse_price)]
+    pub price: Option<Price>,
 }
 
 /// `--max-input-tokens` ... `--on-limit`: the run's usage limits.
@@ -176,13 +193,9 @@ pub struct LimitArgs {
     /// Most tool calls.
     #[arg(long)]
     pub max_tool_calls: Option<u64>,
-    /// Most US dollars the run may cost (needs `--prices`).
-    #[arg(long, requires = "prices")]
+    /// Most US dollars the run may cost, at `--price`'s prices (needs `--price`).
+    #[arg(long, requires = "price")]
     pub max_cost: Option<f64>,
-    /// Prices for `--max-cost`: US dollars per million input and output tokens, `IN,OUT`
-    /// (e.g. `3,15`).
-    #[arg(long, value_name = "IN,OUT", value_parser = parse_prices)]
-    pub prices: Option<(f64, f64)>,
     /// What reaching a limit does: `final-answer` (one more step without tools) or `stop`.
     #[arg(long, value_enum, default_value_t = OnLimit::FinalAnswer)]
     pub on_limit: OnLimit,
@@ -197,43 +210,62 @@ pub enum OnLimit {
     Stop,
 }
 
-fn parse_prices(s: &str) -> Result<(f64, f64), String> {
-    let parse = |p: &str| {
-        p.trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|v| v.is_finite() && *v >= 0.0)
-            .ok_or_else(|| format!("`{p}` is not a price (US dollars per million tokens)"))
-    };
-    match s.split_once(',') {
-        Some((input, output)) => Ok((parse(input)?, parse(output)?)),
-        None => Err("expected IN,OUT (US dollars per million input and output tokens)".into()),
-    }
-}
-
 impl LimitArgs {
-    /// The limits the flags set.
-    pub fn limits(&self) -> UsageLimits {
+    /// The limits the flags set (`price`: `--price`, for `--max-cost`).
+    pub fn limits(&self, price: Option<Price>) -> UsageLimits {
         UsageLimits {
             input_tokens: self.max_input_tokens,
             output_tokens: self.max_output_tokens,
             total_tokens: self.max_total_tokens,
             model_calls: self.max_model_calls,
             tool_calls: self.max_tool_calls,
-            cost: self
-                .max_cost
-                .zip(self.prices)
-                .map(|(max_usd, (i, o))| CostLimit {
-                    max_usd,
-                    input_usd_per_mtok: i,
-                    output_usd_per_mtok: o,
-                }),
+            cost: self.max_cost.zip(price).map(|(max_usd, p)| CostLimit {
+                max_usd,
+                input_usd_per_mtok: p.input_per_mtok,
+                output_usd_per_mtok: p.output_per_mtok,
+            }),
             on_limit: match self.on_limit {
                 OnLimit::FinalAnswer => LimitAction::FinalAnswer,
                 OnLimit::Stop => LimitAction::Stop,
             },
         }
     }
+}
+
+impl AgentArgs {
+    /// Whether to color (`--color`, `NO_COLOR`, stderr a terminal).
+    pub fn color_enabled(&self) -> bool {
+        use std::io::IsTerminal;
+        let no_color = std::env::var("NO_COLOR").ok();
+        crate::term::color_enabled(
+            self.color,
+            std::io::stderr().is_terminal(),
+            no_color.as_deref(),
+        )
+    }
+
+    /// The cost of `usage` at `--price`.
+    pub fn cost(&self, usage: Option<&agentloop::Usage>) -> Option<f64> {
+        Some(self.price?.cost(usage?))
+    }
+}
+
+/// `--price IN,OUT`: two non-negative numbers.
+fn parse_price(s: &str) -> Result<Price, String> {
+    let parse = |v: &str| -> Result<f64, String> {
+        match v.trim().parse::<f64>() {
+            Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+            _ => Err(format!("{v:?} is not a price (a non-negative number)")),
+        }
+    };
+    let (input, output) = s
+        .split_once(',')
+        .ok_or_else(|| format!("expected IN,OUT (USD per million tokens), got {s:?}"))?;
+    Ok(Price {
+        input_per_mtok: parse(input)?,
+        output_per_mtok: parse(output)?,
+        ..Price::default()
+    })
 }
 
 fn secs(s: f64) -> u64 {
@@ -264,9 +296,14 @@ impl ProviderArg {
 }
 
 fn model(args: &AgentArgs) -> Result<Arc<dyn Model>, String> {
+    model_named(args, args.model.as_deref())
+}
+
+/// The model the flags name, under the model name `name` (`chat --extra-model`).
+pub fn model_named(args: &AgentArgs, name: Option<&str>) -> Result<Arc<dyn Model>, String> {
     model_from_flags(
         args.provider.kind(),
-        args.model.as_deref(),
+        name,
         args.base_url.as_deref(),
         args.script.as_deref(),
         |cfg| {
@@ -278,12 +315,30 @@ fn model(args: &AgentArgs) -> Result<Arc<dyn Model>, String> {
 }
 
 /// The agent (model, tools with the MCP servers' ones, timeouts, event printing, session
-/// store) and its printer.
+/// store) and its output.
 fn agent(
     args: &AgentArgs,
     store: Option<Arc<dyn SessionStore>>,
     mcp: &[McpServer],
-) -> Result<(Agent, Arc<Printer>), String> {
+) -> Result<(Agent, Arc<Output>), String> {
+    let output = Arc::new(Output::for_args(
+        args.events,
+        args.verbose,
+        args.color_enabled(),
+    ));
+    let sink_output = output.clone();
+    let sink = Arc::new(FnSink(move |env: &EventEnvelope| sink_output.print(env)));
+    Ok((agent_builder(args, store, sink, mcp)?.build(), output))
+}
+
+/// The agent's builder from the flags (model, tools with the MCP servers' ones, timeouts,
+/// store), events to `sink`.
+pub fn agent_builder(
+    args: &AgentArgs,
+    store: Option<Arc<dyn SessionStore>>,
+    sink: Arc<dyn EventSink>,
+    mcp: &[McpServer],
+) -> Result<AgentBuilder<WithModel>, String> {
     let mut tools = ToolRegistry::defaults();
     add_tools(&mut tools, mcp);
     if let Some(ToolChoice::Tool(name)) = &args.tool_choice {
@@ -295,15 +350,11 @@ fn agent(
             ));
         }
     }
-    let printer = Arc::new(Printer::new(args.events));
-    let sink_printer = printer.clone();
     let mut builder = Agent::builder()
         .model_arc(model(args)?)
         .tools(tools)
         .root(args.root.clone())
-        .sink(Arc::new(FnSink(move |env: &EventEnvelope| {
-            sink_printer.print(env)
-        })))
+        .sink(sink)
         .timeouts(Timeouts {
             first_chunk_ms: secs(args.first_chunk_timeout),
             stall_ms: secs(args.stall_timeout),
@@ -330,7 +381,7 @@ fn agent(
                 })
                 .collect();
         });
-    builder = builder.limits(args.limits.limits());
+    builder = builder.limits(args.limits.limits(args.price));
     if let Some(store) = store {
         builder = builder.store(store);
     }
@@ -340,18 +391,18 @@ fn agent(
     if let Some(choice) = args.tool_choice.clone() {
         builder = builder.tool_choice(choice);
     }
-    Ok((builder.build(), printer))
+    Ok(builder)
 }
 
 /// A store with `session` locked for the whole command; torn-tail warnings printed.
-struct Locked {
+pub struct Locked {
     store: Arc<AnyStore>,
     session: String,
     _lock: AnyLock,
 }
 
 impl Locked {
-    async fn open(args: &StoreArgs, session: &str) -> Result<Self, String> {
+    pub async fn open(args: &StoreArgs, session: &str) -> Result<Self, String> {
         let store = Arc::new(open_store(args.store.as_ref(), args.durability).await?);
         let lock = store.lock(session).await.map_err(|e| format!("{e}"))?;
         // Loading under the lock validates the session and cuts a torn last entry.
@@ -369,8 +420,13 @@ impl Locked {
         })
     }
 
+    /// The store, as the agent takes it.
+    pub fn session_store(&self) -> Arc<dyn SessionStore> {
+        self.store.clone()
+    }
+
     /// Syncs batched appends and releases the writer.
-    async fn close(&self) -> Result<(), String> {
+    pub async fn close(&self) -> Result<(), String> {
         self.store
             .close(&self.session)
             .await
@@ -378,7 +434,7 @@ impl Locked {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
+pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -393,31 +449,32 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_millis(500
 /// [`SHUTDOWN_GRACE`] for blocking tasks: dropping a runtime waits for every blocking task,
 /// so one abandoned tool could otherwise keep the process alive forever after the run ended.
 /// Everything the run must persist (session entries, the trace) is written inside `fut`.
-fn block_on_bounded<F: std::future::Future>(rt: tokio::runtime::Runtime, fut: F) -> F::Output {
+pub fn block_on_bounded<F: std::future::Future>(rt: tokio::runtime::Runtime, fut: F) -> F::Output {
     let out = rt.block_on(fut);
     rt.shutdown_timeout(SHUTDOWN_GRACE);
     out
 }
 
-pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
+pub fn fail(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {message}");
     ExitCode::from(2)
 }
 
 /// Writes the trace, prints the summary and maps the outcome to an exit code.
-fn finish(args: &AgentArgs, printer: &Printer, out: &RunOutput) -> ExitCode {
+fn finish(args: &AgentArgs, output: &Output, out: &RunOutput) -> ExitCode {
     if let (Some(path), Some(trace)) = (&args.trace, &out.trace) {
         if let Err(e) = trace.write(path) {
+            output.finish();
             return fail(format!("writing trace: {e}"));
         }
     }
     let r = &out.result;
-    eprintln!(
-        "[{}] {} after {} step(s); {}",
+    output.summary(
         r.outcome.as_str(),
-        r.reason,
+        &r.reason,
         r.iterations,
-        printer.usage_summary(&r.usage.unwrap_or_default())
+        r.usage.as_ref(),
+        args.cost(r.usage.as_ref()),
     );
     outcome_code(r.outcome)
 }
@@ -430,28 +487,32 @@ fn outcome_code(outcome: Outcome) -> ExitCode {
     }
 }
 
-/// Runs the `run` command.
-pub fn main(args: RunArgs) -> ExitCode {
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(e) => return fail(e),
-    };
-    let locked = match &args.session {
-        // Opened on the runtime: a PostgreSQL store's connections run on it.
-        Some(session) => match rt.block_on(Locked::open(&args.store, session)) {
-            Ok(l) => Some(l),
-            Err(e) => return fail(e),
-        },
+/// The runtime, and the store with `session` locked when one is named (opened on the
+/// runtime: a PostgreSQL store's connections run on it). `run` and `chat` start so.
+pub fn runtime_and_store(
+    session: Option<&str>,
+    store: &StoreArgs,
+) -> Result<(tokio::runtime::Runtime, Option<Locked>), String> {
+    let rt = runtime()?;
+    let locked = match session {
+        Some(session) => Some(rt.block_on(Locked::open(store, session))?),
         None => None,
     };
-    let store = locked
-        .as_ref()
-        .map(|l| l.store.clone() as Arc<dyn SessionStore>);
+    Ok((rt, locked))
+}
+
+/// Runs the `run` command.
+pub fn main(args: RunArgs) -> ExitCode {
+    let (rt, locked) = match runtime_and_store(args.session.as_deref(), &args.store) {
+        Ok(started) => started,
+        Err(e) => return fail(e),
+    };
+    let store = locked.as_ref().map(Locked::session_store);
     let mcp = match rt.block_on(args.agent.mcp.connect()) {
         Ok(servers) => servers,
         Err(e) => return fail(e),
     };
-    let (agent, printer) = match agent(&args.agent, store, &mcp) {
+    let (agent, output) = match agent(&args.agent, store, &mcp) {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
@@ -464,12 +525,17 @@ pub fn main(args: RunArgs) -> ExitCode {
             }
         });
         let input = vec![agentloop::Message::user(args.prompt.clone())];
-        let code = match agent
+        let ticker = output.spawn_ticker();
+        let ran = agent
             .run_with(&session, input, Some(rx), args.agent.trace.is_some())
-            .await
-        {
-            Ok(out) => finish(&args.agent, &printer, &out),
-            Err(e) => fail(e),
+            .await;
+        drop(ticker);
+        let code = match ran {
+            Ok(out) => finish(&args.agent, &output, &out),
+            Err(e) => {
+                output.finish();
+                fail(e)
+            }
         };
         // MCP children are killed while the runtime still runs.
         drop((agent, mcp));
@@ -542,7 +608,7 @@ pub fn resume_main(args: ResumeArgs) -> ExitCode {
         Ok(servers) => servers,
         Err(e) => return fail(e),
     };
-    let (agent, printer) = match agent(&args.agent, Some(locked.store.clone()), &mcp) {
+    let (agent, output) = match agent(&args.agent, Some(locked.store.clone()), &mcp) {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
@@ -553,11 +619,14 @@ pub fn resume_main(args: ResumeArgs) -> ExitCode {
                 controller.abort("interrupted (Ctrl-C)");
             }
         });
-        let code = match agent
+        let ticker = output.spawn_ticker();
+        let resumed = agent
             .resume_with(&args.session, Some(rx), args.agent.trace.is_some())
-            .await
-        {
-            Ok(out) => finish(&args.agent, &printer, &out),
+            .await;
+        drop(ticker);
+        output.finish();
+        let code = match resumed {
+            Ok(out) => finish(&args.agent, &output, &out),
             Err(AgentError::NothingToResume { session }) => match last_outcome(&entries) {
                 Some((outcome, reason)) => {
                     eprintln!(

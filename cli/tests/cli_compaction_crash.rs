@@ -232,7 +232,8 @@ fn r_idem_5_resume_after_a_crash_while_compacting_completes() {
             .collect();
         std::fs::write(root.join("side_effects.txt"), left).expect("side effects");
 
-        let (ok, stderr) = run_bounded(agentloop(&["resume", &session], &store, &root));
+        // `-v`: the state transitions are printed only when asked for.
+        let (ok, stderr) = run_bounded(agentloop(&["resume", "-v", &session], &store, &root));
         assert!(ok, "{session}: resume failed: {stderr}");
         assert!(stderr.contains("[completed]"), "{session}: {stderr}");
         assert!(

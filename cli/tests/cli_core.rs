@@ -172,7 +172,7 @@ fn usage_limits_end_the_run_naming_the_limit_and_replay() {
     }
     let bad = agentloop(dir.path(), &["run", "x", "--max-cost", "1"]);
     assert_eq!(bad.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("--prices"));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--price"));
 }
 
 #[test]
@@ -222,6 +222,8 @@ fn ctrl_c_aborts_cleanly_and_the_trace_records_it() {
             "600",
             "--first-chunk-timeout",
             "600",
+            // The state transitions on stderr, which the test waits on.
+            "-v",
             "go",
         ])
         .current_dir(dir.path())

@@ -62,6 +62,20 @@ use metrics::RunUsage;
 /// Which running tools an abort kills (R-CTL-3): the machine's kill policy.
 pub use crate::event::KillPolicy as KillTools;
 
+/// How many finished runs' traces a recording session keeps ([`Session::trace_of`]).
+pub const RECENT_TRACES: usize = 16;
+
+/// The run a trace recorded: the id its `Start` input carries.
+fn trace_run_id(trace: &crate::trace::Trace) -> Option<&str> {
+    trace.records.iter().find_map(|r| match r {
+        crate::trace::TraceRecord::Input {
+            event: Event::Start { run_id, .. },
+            ..
+        } => Some(run_id.as_str()),
+        _ => None,
+    })
+}
+
 /// The observable status of a session (R-CTL, seed 001).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -82,7 +96,7 @@ impl Status {
     /// The status a run's `state_changed` into `to` (a state of `machine`'s chart) sets, if
     /// any. The matches are exhaustive over the charts' generated state enums, so a new state
     /// in a chart does not compile until it is given a status here.
-    fn entered(machine: MachineKind, to: &str) -> Option<Status> {
+    pub fn entered(machine: MachineKind, to: &str) -> Option<Status> {
         match machine {
             MachineKind::React => {
                 match ReactState::ALL.iter().copied().find(|s| s.name() == to)? {
@@ -157,7 +171,8 @@ pub struct SessionConfig {
     pub approval_timeout_ms: Option<u64>,
     /// Prices for usage reports (default empty: usage without cost).
     pub prices: PriceTable,
-    /// Record a trace of every run (R-TRACE-1); the latest is [`Session::last_trace`]
+    /// Record a trace of every run (R-TRACE-1); the latest is [`Session::last_trace`], the
+    /// last [`RECENT_TRACES`] by run id [`Session::trace_of`]
     /// (default off).
     pub record_traces: bool,
 }
@@ -284,8 +299,8 @@ struct Shared {
     saw_abort: AtomicBool,
     metrics: Mutex<Metrics>,
     last_result: Mutex<Option<LoopResult>>,
-    /// The trace of the last finished run, when recording.
-    last_trace: Mutex<Option<crate::trace::Trace>>,
+    /// The traces of the last [`RECENT_TRACES`] finished runs, oldest first, when recording.
+    traces: Mutex<VecDeque<crate::trace::Trace>>,
     run_usage: Mutex<RunUsage>,
     idle: watch::Sender<bool>,
     /// The running run's partial message (R-STR-2); every run of the session publishes here.
@@ -338,7 +353,7 @@ impl Session {
             saw_abort: AtomicBool::new(false),
             metrics: Mutex::new(Metrics::default()),
             last_result: Mutex::new(None),
-            last_trace: Mutex::new(None),
+            traces: Mutex::new(VecDeque::new()),
             run_usage: Mutex::new(RunUsage::default()),
             idle,
             partial: PartialMessage::default(),
@@ -368,7 +383,24 @@ impl Session {
     /// The trace of the last finished run, when the session records traces
     /// ([`SessionConfig::record_traces`], R-TRACE-1). It replays like any other trace.
     pub fn last_trace(&self) -> Option<crate::trace::Trace> {
-        self.shared.last_trace.lock().ok().and_then(|t| t.clone())
+        self.shared
+            .traces
+            .lock()
+            .ok()
+            .and_then(|t| t.back().cloned())
+    }
+
+    /// The trace of run `run_id` if it is one of the last [`RECENT_TRACES`] finished runs and
+    /// the session records traces. A run's trace is kept when its task returns, just after
+    /// its last event: a caller that saw a run's end event and wants its trace (queued runs
+    /// may end one after another before the caller looks) asks by id, not for the last one.
+    pub fn trace_of(&self, run_id: &str) -> Option<crate::trace::Trace> {
+        let traces = self.shared.traces.lock().ok()?;
+        traces
+            .iter()
+            .rev()
+            .find(|t| trace_run_id(t) == Some(run_id))
+            .cloned()
     }
 
     /// Sends a prompt (R-CTL-1): idle → a run starts; busy → queued (`prompt_queued`) and
@@ -840,8 +872,11 @@ impl Actor {
         let result = match out {
             Ok(Ok(o)) => {
                 leftover = o.result.steering_left.clone();
-                if let (Some(t), Ok(mut last)) = (o.trace, self.shared.last_trace.lock()) {
-                    *last = Some(t);
+                if let (Some(t), Ok(mut traces)) = (o.trace, self.shared.traces.lock()) {
+                    if traces.len() >= RECENT_TRACES {
+                        traces.pop_front();
+                    }
+                    traces.push_back(t);
                 }
                 Some(o.result)
             }

@@ -1,0 +1,581 @@
+//! `agentloop chat`: an interactive session on the library's [`Session`] actor. Each line read
+//! from stdin is a prompt (queued while a run is going) or a slash command; Ctrl-C aborts the
+//! running run, not the chat; Ctrl-C at the idle prompt, `/quit` or the end of input exits 0
+//! (at the end of input, after the runs still going or queued have ended).
+//!
+//! The line grammar is pure ([`parse`]); the loop only turns commands into session calls and
+//! events into output (the same [`Output`] as `run`: a live status line on a terminal, plain
+//! lines when piped).
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use tokio::sync::mpsc;
+
+use agentloop::agent_event::AgentEvent;
+use agentloop::process::ApprovalPolicy;
+use agentloop::runtime::{Clock, EventEnvelope, NullSink, TokioClock};
+use agentloop::session::{
+    KillTools, PromptAck, Session, SessionConfig, SessionError, Status, SteerAck, SubscriptionItem,
+};
+use agentloop::store::SessionStore;
+use agentloop::trace::TraceFile;
+
+use crate::print::{usage_summary, Output};
+use crate::run::{agent_builder, block_on_bounded, fail, model_named, runtime_and_store};
+use crate::run::{AgentArgs, Locked, StoreArgs};
+use crate::status::{summary_line, StatusLine};
+
+/// Arguments of `agentloop chat`.
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// Session id: create or continue this session in the store (without it, an in-memory
+    /// session named `chat`).
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Store options (used with `--session`).
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Another model `/model NAME` may switch to (same provider and base URL); repeatable.
+    #[arg(long = "extra-model", value_name = "NAME")]
+    pub extra_models: Vec<String>,
+    /// Ask before running TOOL (answer with `/approve` or `/reject`); repeatable.
+    #[arg(long = "ask", value_name = "TOOL")]
+    pub ask: Vec<String>,
+    /// Model, tools and runtime options (`--trace FILE`: like `/trace FILE` before the first
+    /// prompt).
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+/// One line of input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Line {
+    /// Nothing (an empty line).
+    Empty,
+    /// A prompt (`//text` sends `/text`).
+    Prompt(String),
+    /// `/steer TEXT`.
+    Steer(String),
+    /// `/approve [ID]`.
+    Approve(Option<String>),
+    /// `/reject [ID]`.
+    Reject(Option<String>),
+    /// `/model NAME`.
+    Model(String),
+    /// `/trace FILE` (`Some`) or `/trace off` (`None`).
+    Trace(Option<PathBuf>),
+    /// `/help`.
+    Help,
+    /// `/quit` (or `/exit`).
+    Quit,
+    /// A slash command this chat does not know, or one missing its argument: the message.
+    Bad(String),
+}
+
+/// What `/help` prints.
+pub const HELP: &str = "\
+commands:
+  TEXT            send a prompt (queued while a run is going; //TEXT sends /TEXT)
+  /steer TEXT     steer the running run at its next step
+  /approve [ID]   approve the tool call waiting for approval
+  /reject [ID]    reject it (the model sees a denied result)
+  /model NAME     switch the model (registered with --extra-model; from the next step)
+  /trace FILE     record the following runs' traces (FILE, then FILE.2.EXT, ...); /trace off
+  /help           this list
+  /quit           leave (also Ctrl-C at the prompt, or end of input)
+Ctrl-C during a run aborts the run (and drops queued prompts); the chat stays.";
+
+/// Reads one input line.
+pub fn parse(line: &str) -> Line {
+    let line = line.trim_end_matches(['\r', '\n']);
+    if line.trim().is_empty() {
+        return Line::Empty;
+    }
+    if let Some(rest) = line.strip_prefix("//") {
+        return Line::Prompt(format!("/{rest}"));
+    }
+    let Some(command) = line.strip_prefix('/') else {
+        return Line::Prompt(line.to_string());
+    };
+    let (name, arg) = match command.split_once(char::is_whitespace) {
+        Some((name, arg)) => (name, arg.trim()),
+        None => (command, ""),
+    };
+    let optional = |arg: &str| (!arg.is_empty()).then(|| arg.to_string());
+    let needs = |what: &str| Line::Bad(format!("usage: /{name} {what}"));
+    match name {
+        "steer" if arg.is_empty() => needs("TEXT"),
+        "steer" => Line::Steer(arg.to_string()),
+        "approve" => Line::Approve(optional(arg)),
+        "reject" => Line::Reject(optional(arg)),
+        "model" if arg.is_empty() => needs("NAME"),
+        "model" => Line::Model(arg.to_string()),
+        "trace" if arg.is_empty() => needs("FILE | off"),
+        "trace" if arg == "off" => Line::Trace(None),
+        "trace" => Line::Trace(Some(PathBuf::from(arg))),
+        "help" | "?" => Line::Help,
+        "quit" | "exit" => Line::Quit,
+        _ => Line::Bad(format!("unknown command /{name} (/help lists them)")),
+    }
+}
+
+/// Where the `n`-th recorded run's trace goes: `path` itself for the first, then
+/// `name.N.ext` (`t.jsonl` → `t.2.jsonl`; `t` → `t.2`).
+pub fn numbered(path: &Path, n: u32) -> PathBuf {
+    if n <= 1 {
+        return path.to_path_buf();
+    }
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+    let name = match (stem, path.extension()) {
+        (Some(stem), Some(ext)) => format!("{stem}.{n}.{}", ext.to_string_lossy()),
+        (Some(stem), None) => format!("{stem}.{n}"),
+        (None, _) => format!("trace.{n}"),
+    };
+    path.with_file_name(name)
+}
+
+/// Recording the following runs to trace files (`/trace`).
+#[derive(Debug, Default)]
+struct TraceTarget {
+    path: Option<PathBuf>,
+    /// Runs written to `path` so far.
+    written: u32,
+    /// The current run started while recording.
+    recording: bool,
+}
+
+/// Runs the `chat` command.
+pub fn main(args: ChatArgs) -> ExitCode {
+    let (rt, locked) = match runtime_and_store(args.session.as_deref(), &args.store) {
+        Ok(started) => started,
+        Err(e) => return fail(e),
+    };
+    let store = locked.as_ref().map(Locked::session_store);
+    let mcp = match rt.block_on(args.agent.mcp.connect()) {
+        Ok(servers) => servers,
+        Err(e) => return fail(e),
+    };
+    let agent = match build(&args, store, &mcp) {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let id = args.session.clone().unwrap_or_else(|| "chat".into());
+    let output = Arc::new(Output::for_args(
+        args.agent.events,
+        args.agent.verbose,
+        args.agent.color_enabled(),
+    ));
+    block_on_bounded(rt, async {
+        let session = Session::spawn(agent, SessionConfig::new(id).record_traces(true));
+        let code = chat(&args, &session, &output).await;
+        if let Some(locked) = &locked {
+            session.wait_idle().await;
+            if let Err(e) = locked.close().await {
+                return fail(e);
+            }
+        }
+        code
+    })
+}
+
+/// The agent: `run`'s, plus the `--extra-model`s and the `--ask` approvals. Events reach the
+/// chat through the session's bus, so the agent's own sink prints nothing.
+fn build(
+    args: &ChatArgs,
+    store: Option<Arc<dyn SessionStore>>,
+    mcp: &[agentloop::mcp::McpServer],
+) -> Result<agentloop::runtime::Agent, String> {
+    let mut builder = agent_builder(&args.agent, store, Arc::new(NullSink), mcp)?;
+    for name in &args.extra_models {
+        builder = builder.extra_model(name.clone(), model_named(&args.agent, Some(name))?);
+    }
+    let known = agentloop::tools::ToolRegistry::defaults();
+    for tool in &args.ask {
+        if known.get(tool).is_none() {
+            return Err(format!("--ask {tool}: no such tool"));
+        }
+    }
+    let ask = args.ask.clone();
+    Ok(builder
+        .configure(move |c| {
+            for tool in ask {
+                c.step.approval.insert(tool, ApprovalPolicy::Always);
+            }
+        })
+        .build())
+}
+
+/// Lines of stdin, read on a thread of their own (a blocking read); bytes that are not UTF-8
+/// become U+FFFD rather than ending the input. The channel closes at the end of input or on
+/// a read error.
+fn stdin_lines() -> mpsc::UnboundedReceiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        let mut input = std::io::stdin().lock();
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match input.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let line = String::from_utf8_lossy(&buf);
+                    if tx
+                        .send(line.trim_end_matches(['\r', '\n']).to_string())
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// The chat loop; its exit code.
+async fn chat(args: &ChatArgs, session: &Session, output: &Output) -> ExitCode {
+    let mut events = session.subscribe(None, None);
+    let mut lines = stdin_lines();
+    let typing = std::io::stdin().is_terminal();
+    let _ticker = output.spawn_ticker();
+    let clock = TokioClock::default();
+    let now_ms = || clock.now_ms();
+    let mut line = StatusLine::new();
+    let mut queued = 0usize;
+    let mut trace = TraceTarget {
+        path: args.agent.trace.clone(),
+        ..TraceTarget::default()
+    };
+    let mut input_ended = false;
+    let mut interrupt = Box::pin(tokio::signal::ctrl_c());
+    if typing {
+        output.say("agentloop chat: type a prompt, /help for commands, /quit to leave");
+        output.prompt("> ");
+    }
+    loop {
+        tokio::select! {
+            item = events.recv() => match item {
+                Some(SubscriptionItem::Event(env)) => {
+                    let ended = show(args, session, output, &mut line, &mut trace, &mut queued, &env, now_ms()).await;
+                    if ended && queued == 0 && typing && !input_ended {
+                        output.prompt("> ");
+                    }
+                }
+                Some(SubscriptionItem::Lagged(n)) => output.say(&format!("[lagged] {n} events not shown")),
+                None => return fail("the session ended"),
+            },
+            read = lines.recv(), if !input_ended => match read {
+                Some(text) => {
+                    if typing {
+                        output.input_echoed();
+                    }
+                    if !command(session, output, &line, &mut trace, parse(&text)).await {
+                        return leave(session).await;
+                    }
+                    if typing && session.status() == Status::Idle {
+                        output.prompt("> ");
+                    }
+                }
+                None => input_ended = true,
+            },
+            () = session.wait_idle(), if input_ended => {
+                // Show what the last run published before idling (already queued).
+                while let Ok(Some(SubscriptionItem::Event(env))) =
+                    tokio::time::timeout(Duration::ZERO, events.recv()).await
+                {
+                    show(args, session, output, &mut line, &mut trace, &mut queued, &env, now_ms()).await;
+                }
+                output.finish();
+                return ExitCode::SUCCESS;
+            },
+            signal = &mut interrupt => {
+                interrupt = Box::pin(tokio::signal::ctrl_c());
+                if signal.is_err() || session.status() == Status::Idle {
+                    output.finish();
+                    return leave(session).await;
+                }
+                output.say("[interrupt] aborting the run (Ctrl-C again at the prompt leaves)");
+                if let Err(e) = session.abort("interrupted (Ctrl-C)", KillTools::Killable, true).await {
+                    output.say(&format!("[error] {e}"));
+                }
+            },
+        }
+    }
+}
+
+/// Leaves the chat: aborts a run still going (its end is recorded), exit 0.
+async fn leave(session: &Session) -> ExitCode {
+    if session.status() != Status::Idle {
+        let _ = session
+            .abort("the chat ended", KillTools::Killable, true)
+            .await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), session.wait_idle()).await;
+    }
+    ExitCode::SUCCESS
+}
+
+/// Shows one event, and does what the chat does on it (run summaries, trace files); true
+/// when it ended a run.
+#[allow(clippy::too_many_arguments)]
+async fn show(
+    args: &ChatArgs,
+    session: &Session,
+    output: &Output,
+    line: &mut StatusLine,
+    trace: &mut TraceTarget,
+    queued: &mut usize,
+    env: &EventEnvelope,
+    now_ms: u64,
+) -> bool {
+    let ended = line.handle(&env.event, now_ms);
+    output.print(env);
+    if let Some(end) = &ended {
+        output.finish();
+        let usage = line.usage();
+        output.say(&summary_line(
+            end.outcome,
+            &end.reason,
+            line.committed(),
+            &usage_summary(
+                &usage.unwrap_or_default(),
+                line.reported(),
+                line.committed(),
+            ),
+            args.agent.cost(usage.as_ref()),
+            output.is_terminal().then(|| line.elapsed_ms(now_ms)),
+            output.color(),
+        ));
+        if std::mem::take(&mut trace.recording) {
+            write_trace(session, output, trace, &env.run_id).await;
+        }
+    }
+    match &env.event {
+        AgentEvent::RunStart { .. } => trace.recording = trace.path.is_some(),
+        AgentEvent::PromptQueued { queued: n, .. } => *queued = *n,
+        AgentEvent::PromptDropped { .. } => *queued = queued.saturating_sub(1),
+        AgentEvent::AgentResumed { trigger } if trigger == "queued_prompt" => {
+            *queued = queued.saturating_sub(1);
+        }
+        _ => {}
+    }
+    ended.is_some()
+}
+
+/// Writes the trace of run `run_id`, which just ended: the session keeps it right after the
+/// run's last event, so this waits for it (up to 5 s, in 10 ms polls).
+async fn write_trace(session: &Session, output: &Output, target: &mut TraceTarget, run_id: &str) {
+    let Some(path) = target.path.clone() else {
+        return;
+    };
+    let mut trace = None;
+    for _ in 0..500 {
+        if run_id.is_empty() {
+            break;
+        }
+        trace = session.trace_of(run_id);
+        if trace.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let Some(trace) = trace else {
+        output.say("[trace] this run left no trace (it failed before it started)");
+        return;
+    };
+    let file = numbered(&path, target.written + 1);
+    match trace.write(&file) {
+        Ok(()) => {
+            target.written += 1;
+            output.say(&format!("[trace] wrote {}", file.display()));
+        }
+        Err(e) => output.say(&format!("[error] writing trace {}: {e}", file.display())),
+    }
+}
+
+/// Carries out one input line; false to leave.
+async fn command(
+    session: &Session,
+    output: &Output,
+    line: &StatusLine,
+    trace: &mut TraceTarget,
+    input: Line,
+) -> bool {
+    match input {
+        Line::Empty => {}
+        Line::Quit => return false,
+        Line::Help => output.say(HELP),
+        Line::Bad(message) => output.say(&message),
+        Line::Prompt(text) => match session.prompt(text).await {
+            Ok(PromptAck::Started) => {}
+            Ok(PromptAck::Queued(n)) => output.say(&format!("[queued] prompt {n} in line")),
+            Err(e) => output.say(&format!("[error] {e}")),
+        },
+        Line::Steer(text) => match session.steer(text).await {
+            Ok(SteerAck::Started) => {}
+            Ok(SteerAck::Queued(_)) => output.say("[steer] taken at the next step"),
+            Err(e) => output.say(&format!("[error] {e}")),
+        },
+        Line::Approve(id) | Line::Reject(id) if id.is_none() && line.pending().len() != 1 => {
+            output.say(&pending_list(line));
+        }
+        Line::Approve(id) => {
+            let id = id.or_else(|| only_pending(line)).unwrap_or_default();
+            parked(session, &id).await;
+            match session.approve(&id, false) {
+                Ok(()) => output.say(&format!("[approved] {id}")),
+                Err(e) => output.say(&format!("[error] {e}")),
+            }
+        }
+        Line::Reject(id) => {
+            let id = id.or_else(|| only_pending(line)).unwrap_or_default();
+            parked(session, &id).await;
+            match session.reject(&id, "rejected by the user") {
+                Ok(()) => output.say(&format!("[rejected] {id}")),
+                Err(e) => output.say(&format!("[error] {e}")),
+            }
+        }
+        Line::Model(name) => match session.switch_model(name.clone()).await {
+            Ok(true) if session.status() == Status::Idle => {
+                output.say(&format!("[model] {name}"));
+            }
+            Ok(true) => output.say(&format!("[model] {name} from the next step")),
+            Ok(false) => output.say(&format!("[model] already {name}")),
+            Err(SessionError::UnknownModel(name, known)) => output.say(&format!(
+                "[error] no model {name:?} (known: {}; add one with --extra-model NAME)",
+                known.join(", ")
+            )),
+            Err(e) => output.say(&format!("[error] {e}")),
+        },
+        Line::Trace(path) => {
+            match &path {
+                Some(p) => output.say(&format!(
+                    "[trace] recording the following runs to {}",
+                    p.display()
+                )),
+                None => output.say("[trace] off"),
+            }
+            *trace = TraceTarget {
+                path,
+                ..TraceTarget::default()
+            };
+        }
+    }
+    true
+}
+
+/// Waits (up to 2 s, in 10 ms polls) until call `id` is parked for an answer: the machine
+/// announces `approval_required` just before the session's approver parks the call, so an
+/// answer typed (or piped) right after the announcement could otherwise arrive first.
+async fn parked(session: &Session, id: &str) {
+    for _ in 0..200 {
+        if session.pending_approvals().iter().any(|p| p == id) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn only_pending(line: &StatusLine) -> Option<String> {
+    match line.pending() {
+        [one] => Some(one.tool_call_id.clone()),
+        _ => None,
+    }
+}
+
+/// The calls waiting for approval, one a line (or that none does).
+fn pending_list(line: &StatusLine) -> String {
+    if line.pending().is_empty() {
+        return "nothing waits for approval".to_string();
+    }
+    let mut s = String::from("several calls wait; name one (/approve ID, /reject ID):");
+    for p in line.pending() {
+        s.push_str(&format!(
+            "\n  {} {} {}",
+            p.tool_call_id, p.name, p.arguments
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_prompts_or_commands() {
+        assert_eq!(parse(""), Line::Empty);
+        assert_eq!(parse("   \r\n"), Line::Empty);
+        assert_eq!(parse("What is 2+3?"), Line::Prompt("What is 2+3?".into()));
+        assert_eq!(parse("//etc/hosts?"), Line::Prompt("/etc/hosts?".into()));
+        assert_eq!(parse("/steer  be brief "), Line::Steer("be brief".into()));
+        assert_eq!(parse("/approve"), Line::Approve(None));
+        assert_eq!(
+            parse("/approve call_1"),
+            Line::Approve(Some("call_1".into()))
+        );
+        assert_eq!(parse("/reject"), Line::Reject(None));
+        assert_eq!(parse("/model gpt-4o"), Line::Model("gpt-4o".into()));
+        assert_eq!(parse("/trace t.jsonl"), Line::Trace(Some("t.jsonl".into())));
+        assert_eq!(parse("/trace off"), Line::Trace(None));
+        assert_eq!(parse("/help"), Line::Help);
+        assert_eq!(parse("/quit"), Line::Quit);
+        assert_eq!(parse("/exit\n"), Line::Quit);
+    }
+
+    #[test]
+    fn bad_commands_are_named_never_sent() {
+        assert_eq!(parse("/steer"), Line::Bad("usage: /steer TEXT".into()));
+        assert_eq!(parse("/model  "), Line::Bad("usage: /model NAME".into()));
+        assert_eq!(
+            parse("/trace"),
+            Line::Bad("usage: /trace FILE | off".into())
+        );
+        assert_eq!(
+            parse("/frobnicate x"),
+            Line::Bad("unknown command /frobnicate (/help lists them)".into())
+        );
+        assert_eq!(
+            parse("/"),
+            Line::Bad("unknown command / (/help lists them)".into())
+        );
+    }
+
+    #[test]
+    fn later_traces_are_numbered_before_the_extension() {
+        assert_eq!(numbered(Path::new("t.jsonl"), 1), Path::new("t.jsonl"));
+        assert_eq!(
+            numbered(Path::new("d/t.jsonl"), 2),
+            Path::new("d/t.2.jsonl")
+        );
+        assert_eq!(numbered(Path::new("t"), 3), Path::new("t.3"));
+    }
+
+    #[test]
+    fn pending_calls_are_listed() {
+        let mut line = StatusLine::new();
+        line.handle(&AgentEvent::RunStart { run_id: "r".into() }, 0);
+        assert_eq!(pending_list(&line), "nothing waits for approval");
+        for id in ["c1", "c2"] {
+            line.handle(
+                &AgentEvent::ApprovalRequired {
+                    tool_call_id: id.into(),
+                    name: "calculator".into(),
+                    arguments: serde_json::json!({"expression": "1+1"}),
+                },
+                0,
+            );
+        }
+        assert_eq!(only_pending(&line), None);
+        assert_eq!(
+            pending_list(&line),
+            "several calls wait; name one (/approve ID, /reject ID):\n  \
+             c1 calculator {\"expression\":\"1+1\"}\n  c2 calculator {\"expression\":\"1+1\"}"
+        );
+    }
+}
