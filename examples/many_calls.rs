@@ -82,7 +82,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let model = Arc::new(ScriptedModel::new(script(n)));
         let mut times = Vec::with_capacity(runs);
         for _ in 0..runs {
-            let agent = Agent::builder().model_arc(model.clone()).build();
+            let agent = Agent::builder()
+                .model_arc(model.clone())
+                .builtin_tools()
+                .build();
             let (_controller, receiver) = control();
             let start = Instant::now();
             let out = rt.block_on(agent.run_with(

@@ -116,6 +116,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let _lock = store.lock("s")?;
         let agent = Agent::builder()
             .model_arc(model.clone())
+            .builtin_tools()
             .store(store.clone())
             .configure(|c| {
                 c.max_steps = u32::MAX;

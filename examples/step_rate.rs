@@ -121,6 +121,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
         let mut builder = Agent::builder()
             .model_arc(model.clone())
+            .builtin_tools()
             .configure(|c| c.max_steps = n + 1);
         if let Some(store) = store {
             builder = builder.store(store);

@@ -6,7 +6,7 @@
 
 // The pure core, re-exported under the paths it always had.
 pub use agentloop_core::{
-    agent_event, chart, context, effect, error, event, import, message, process, react,
+    agent_event, chart, context, effect, error, event, import, message, output, process, react,
     session_log, step, tool_check, trace_diff, transcript, whatif,
 };
 
@@ -27,6 +27,16 @@ pub mod store;
 pub mod subagent;
 pub mod tools;
 pub mod trace;
+
+/// Re-exported so a custom [`tools::Tool`] needs no extra dependency: `#[agentloop::async_trait]`.
+pub use async_trait::async_trait;
+/// Re-exported so typed tools and typed answers ([`runtime::Agent::run_typed`]) need no extra
+/// dependency: `#[derive(agentloop::schemars::JsonSchema)]` with
+/// `#[schemars(crate = "agentloop::schemars")]`.
+pub use schemars;
+/// Re-exported for `#[derive(agentloop::serde::Deserialize)]` (with
+/// `#[serde(crate = "agentloop::serde")]`) on typed tool arguments and answers.
+pub use serde;
 
 pub use agent_event::{AgentEvent, Outcome};
 pub use effect::Effect;

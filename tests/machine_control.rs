@@ -49,6 +49,7 @@ fn agent(
     cfg: impl FnOnce(&mut agentloop::RunConfig),
 ) -> Agent {
     Agent::builder()
+        .builtin_tools()
         .model(ScriptedModel::from_json_str(script, "inline").expect("script"))
         .tools(tools)
         .ids(Arc::new(SequentialIds::default()))
@@ -299,6 +300,7 @@ async fn r_in_7_whole_request_timeout_is_a_retryable_event() {
     let sink = VecSink::default();
     let script = r#"{"turns": [{"errors": [{"stall": true}], "text": "second attempt"}]}"#;
     let agent = Agent::builder()
+        .builtin_tools()
         .model(ScriptedModel::from_json_str(script, "inline").expect("script"))
         .ids(Arc::new(SequentialIds::default()))
         .sink(Arc::new(sink.clone()))
@@ -319,6 +321,7 @@ async fn r_in_7_run_deadline_aborts() {
     let sink = VecSink::default();
     let script = r#"{"turns": [{"errors": [{"stall": true}, {"stall": true}, {"stall": true}, {"stall": true}], "text": "never"}]}"#;
     let agent = Agent::builder()
+        .builtin_tools()
         .model(ScriptedModel::from_json_str(script, "inline").expect("script"))
         .ids(Arc::new(SequentialIds::default()))
         .sink(Arc::new(sink.clone()))

@@ -27,6 +27,7 @@ const PROVIDERS: [ProviderKind; 2] = [ProviderKind::OpenAi, ProviderKind::Anthro
 /// never ends (a stream nobody bounds) must not hang the suite.
 async fn run_agent(p: ProviderKind, cfg: HttpConfig, server: &Server) -> (LoopResult, usize) {
     let agent = Agent::builder()
+        .builtin_tools()
         .model_arc(Arc::from(model(p, cfg)))
         .configure(|c| {
             c.step.retry = RetryPolicy {

@@ -725,6 +725,7 @@ fn request_body_carries_system_history_tools_and_params() {
             temperature: Some(0.5),
             max_tokens: Some(100),
             tool_choice: None,
+            ..ModelParams::default()
         },
     };
     let b = request_body(&req, "fallback");

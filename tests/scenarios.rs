@@ -18,6 +18,7 @@ fn agent(script: &str, configure: impl FnOnce(&mut RunConfig)) -> (Agent, VecSin
     let sink = VecSink::default();
     let model = ScriptedModel::from_json_str(script, "inline").expect("valid script");
     let agent = Agent::builder()
+        .builtin_tools()
         .model(model)
         .store(Arc::new(MemoryStore::new()))
         .ids(Arc::new(SequentialIds::default()))
@@ -186,6 +187,7 @@ async fn approval_rejected() {
         },
     );
     let agent = Agent::builder()
+        .builtin_tools()
         .model(ScriptedModel::demo())
         .ids(Arc::new(SequentialIds::default()))
         .sink(Arc::new(sink.clone()))

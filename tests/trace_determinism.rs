@@ -111,6 +111,7 @@ impl agentloop::hooks::Hooks for AddSystem {
 async fn r_trace_1_hook_rewrites_of_the_request_are_recorded() {
     let agent = Agent::builder()
         .model(ScriptedModel::demo())
+        .builtin_tools()
         .hooks(Arc::new(AddSystem))
         .ids(Arc::new(SequentialIds::default()))
         .build();

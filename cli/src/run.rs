@@ -14,6 +14,7 @@ use crate::term::ColorChoice;
 use agentloop::agent_event::Outcome;
 use agentloop::mcp::McpServer;
 use agentloop::model::{Model, ToolChoice};
+use agentloop::output::OutputSpec;
 use agentloop::provider::http::{model_from_flags, ProviderKind};
 use agentloop::react::{CostLimit, LimitAction, UsageLimits};
 use agentloop::runtime::{
@@ -154,6 +155,15 @@ pub struct AgentArgs {
     /// from the next fallback, served by the same provider and base URL under this model name.
     #[arg(long = "fallback", value_name = "MODEL")]
     pub fallbacks: Vec<String>,
+    /// A typed final answer: the JSON Schema in FILE. Requests carry it (OpenAI-compatible:
+    /// `response_format`; Anthropic: an instruction), an answer that does not match goes back
+    /// to the model with its errors (`--output-retries` times), and stdout gets only the
+    /// validated JSON, on one line, when the run completes.
+    #[arg(long, value_name = "FILE")]
+    pub output_schema: Option<PathBuf>,
+    /// How many times an answer that does not match `--output-schema` is sent back.
+    #[arg(long, default_value_t = 1)]
+    pub output_retries: u32,
     /// Usage limits of the run; reaching one asks for a final answer (or stops, see
     /// `--on-limit`) and the run ends with reason `usage_limit:<limit>`.
     #[command(flatten)]
@@ -327,7 +337,14 @@ fn agent(
         args.color_enabled(),
     ));
     let sink_output = output.clone();
-    let sink = Arc::new(FnSink(move |env: &EventEnvelope| sink_output.print(env)));
+    // With `--output-schema` in text mode, stdout gets the validated JSON at the end, not the
+    // streamed answer (which may be an invalid first try).
+    let typed = args.output_schema.is_some() && matches!(args.events, EventsFormat::Text);
+    let sink = Arc::new(FnSink(move |env: &EventEnvelope| {
+        if !(typed && matches!(env.event, agentloop::AgentEvent::TextDelta { .. })) {
+            sink_output.print(env)
+        }
+    }));
     Ok((agent_builder(args, store, sink, mcp)?.build(), output))
 }
 
@@ -382,6 +399,10 @@ pub fn agent_builder(
                 .collect();
         });
     builder = builder.limits(args.limits.limits(args.price));
+    if let Some(path) = &args.output_schema {
+        let spec = output_spec(path, args.output_retries)?;
+        builder = builder.configure(|c| c.output = Some(spec));
+    }
     if let Some(store) = store {
         builder = builder.store(store);
     }
@@ -468,6 +489,11 @@ fn finish(args: &AgentArgs, output: &Output, out: &RunOutput) -> ExitCode {
             return fail(format!("writing trace: {e}"));
         }
     }
+    if let Err(e) = print_typed(args, out) {
+        output.finish();
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
     let r = &out.result;
     output.summary(
         r.outcome.as_str(),
@@ -477,6 +503,53 @@ fn finish(args: &AgentArgs, output: &Output, out: &RunOutput) -> ExitCode {
         args.cost(r.usage.as_ref()),
     );
     outcome_code(r.outcome)
+}
+
+/// The typed final answer `--output-schema FILE` asks for: FILE's JSON Schema, named after it.
+fn output_spec(path: &std::path::Path, retries: u32) -> Result<OutputSpec, String> {
+    let shown = path.display();
+    // Only a regular file of at most 1 MiB (a FIFO would block the open, R-SEC).
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => {
+            return Err(format!("--output-schema {shown}: not a regular file"))
+        }
+        Ok(m) if m.len() > 1 << 20 => {
+            return Err(format!("--output-schema {shown}: larger than 1 MiB"))
+        }
+        Ok(_) => {}
+        Err(e) => return Err(format!("--output-schema {shown}: {e}")),
+    }
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("--output-schema {shown}: {e}"))?;
+    let schema: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("--output-schema {shown}: not JSON: {e}"))?;
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "output".into());
+    Ok(OutputSpec {
+        name,
+        schema,
+        retries,
+    })
+}
+
+/// With `--output-schema`, the completed run's answer as validated JSON on stdout.
+fn print_typed(args: &AgentArgs, out: &RunOutput) -> Result<(), String> {
+    if args.output_schema.is_none() || out.result.outcome != Outcome::Completed {
+        return Ok(());
+    }
+    let value = agentloop::output::output_json(out.result.final_text().unwrap_or_default())
+        .map_err(|e| {
+            format!(
+                "the final answer is not the JSON --output-schema asks for ({e}); the run ended: {}",
+                out.result.reason
+            )
+        })?;
+    if matches!(args.events, EventsFormat::Text) {
+        println!("{value}");
+    }
+    Ok(())
 }
 
 fn outcome_code(outcome: Outcome) -> ExitCode {

@@ -175,6 +175,48 @@ fn usage_limits_end_the_run_naming_the_limit_and_replay() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--price"));
 }
 
+/// Issue 12 (typed final answers): `--output-schema FILE` sends the first, non-JSON answer back
+/// with its errors; stdout then holds only the validated JSON. With no retries left the run
+/// fails with reason `output_invalid`.
+#[test]
+fn output_schema_retries_an_invalid_answer_and_prints_the_validated_json() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("point.json"),
+        r#"{"type":"object","properties":{"x":{"type":"integer"},"y":{"type":"integer"}},"required":["x","y"]}"#,
+    )
+    .expect("schema");
+    std::fs::write(
+        dir.path().join("s.json"),
+        r#"{"turns":[{"text":"The point is (1, 2)."},{"text":"```json\n{\"x\": 1, \"y\": 2}\n```"}]}"#,
+    )
+    .expect("script");
+    let args = [
+        "run",
+        "--script",
+        "s.json",
+        "--output-schema",
+        "point.json",
+        "a point",
+    ];
+    let out = agentloop(dir.path(), &args);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "{\"x\":1,\"y\":2}\n");
+    let failed = agentloop(
+        dir.path(),
+        &[&args[..], &["--output-retries", "0"]].concat(),
+    );
+    assert_eq!(failed.status.code(), Some(1), "{failed:?}");
+    assert!(failed.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        stderr.contains("output_invalid") && stderr.contains("not JSON"),
+        "{stderr}"
+    );
+    let missing = agentloop(dir.path(), &["run", "--output-schema", "nope.json", "x"]);
+    assert_eq!(missing.status.code(), Some(2));
+}
+
 #[test]
 fn r_out_3_replay_of_a_trace_naming_an_unknown_decider_exits_2_and_names_it() {
     let dir = tempfile::tempdir().expect("tempdir");

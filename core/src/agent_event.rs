@@ -268,6 +268,14 @@ pub enum AgentEvent {
         /// New model.
         to: String,
     },
+    /// The final answer does not match the run's output schema (rows
+    /// `observing_retry_output`, `observing_output_invalid`).
+    OutputInvalid {
+        /// What is wrong (the message the model gets with a retry).
+        error: String,
+        /// Whether the run asks again (else it fails with reason `output_invalid`).
+        retrying: bool,
+    },
     /// A step failed on `from` and is requested again from `to`, the next model of the run's
     /// fallback chain (row `executing_fallback`).
     ModelFallback {

@@ -147,6 +147,12 @@ pub enum Event {
         /// traces written before the check existed (no verdict: every call passes).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         rejected_arguments: Vec<crate::tool_check::ArgumentsRejected>,
+        /// The runtime's verdict on the final answer when the run asks for a typed one
+        /// ([`OutputSpec`](crate::output::OutputSpec)) and the message has no tool calls:
+        /// `None` when it matches (or nothing was asked). Observing decides on it (rows
+        /// `observing_retry_output`, `observing_output_invalid`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output_rejected: Option<crate::output::OutputRejected>,
     },
     /// The attempt failed.
     TransportError {
@@ -252,6 +258,7 @@ impl Event {
         Event::Done {
             attempt,
             rejected_arguments: Vec::new(),
+            output_rejected: None,
         }
     }
 

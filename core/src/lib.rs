@@ -36,6 +36,7 @@ pub mod event;
 pub mod import;
 pub mod message;
 pub mod model;
+pub mod output;
 pub mod process;
 pub mod react;
 pub mod session_log;

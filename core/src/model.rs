@@ -19,6 +19,11 @@ pub struct ModelParams {
     /// (none is offered on the final step, R-OUT-5). `None`: the provider's default (auto).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<ToolChoice>,
+    /// The typed final answer the run asks for (structured output): OpenAI-compatible
+    /// providers send it as `response_format` (`json_schema`), Anthropic as an instruction in
+    /// the system prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<crate::output::OutputSpec>,
 }
 
 /// Whether the model may, must or must not call a tool. Serialized as `"auto"`, `"none"`,

@@ -54,6 +54,26 @@ fn truncate(s: &str, max: usize) -> String {
     }
 }
 
+/// The first [`MAX_VIOLATIONS`] of `violations`, each field cut to [`MAX_VIOLATION_CHARS`],
+/// and how many more there were.
+pub fn bounded_violations(
+    violations: impl IntoIterator<Item = SchemaViolation>,
+) -> (Vec<SchemaViolation>, u32) {
+    let mut kept = Vec::new();
+    let mut omitted = 0u32;
+    for v in violations {
+        if kept.len() < MAX_VIOLATIONS {
+            kept.push(SchemaViolation {
+                path: truncate(&v.path, MAX_VIOLATION_CHARS),
+                reason: truncate(&v.reason, MAX_VIOLATION_CHARS),
+            });
+        } else {
+            omitted = omitted.saturating_add(1);
+        }
+    }
+    (kept, omitted)
+}
+
 impl ArgumentsRejected {
     /// The verdict on call `tool_call_id` from the validator's violations, bounded (the first
     /// [`MAX_VIOLATIONS`], each field cut to [`MAX_VIOLATION_CHARS`]); `None` when there are
@@ -62,18 +82,7 @@ impl ArgumentsRejected {
         tool_call_id: impl Into<String>,
         violations: impl IntoIterator<Item = SchemaViolation>,
     ) -> Option<Self> {
-        let mut kept = Vec::new();
-        let mut omitted = 0u32;
-        for v in violations {
-            if kept.len() < MAX_VIOLATIONS {
-                kept.push(SchemaViolation {
-                    path: truncate(&v.path, MAX_VIOLATION_CHARS),
-                    reason: truncate(&v.reason, MAX_VIOLATION_CHARS),
-                });
-            } else {
-                omitted = omitted.saturating_add(1);
-            }
-        }
+        let (kept, omitted) = bounded_violations(violations);
         (!kept.is_empty()).then(|| ArgumentsRejected {
             tool_call_id: tool_call_id.into(),
             violations: kept,
@@ -280,6 +289,7 @@ mod tests {
         let with = Event::Done {
             attempt,
             rejected_arguments: vec![ArgumentsRejected::new("c", [v("/n", "bad")]).expect("v")],
+            output_rejected: None,
         };
         let json = serde_json::to_string(&with).expect("serializes");
         assert_eq!(serde_json::from_str::<Event>(&json).expect("parses"), with);

@@ -783,6 +783,10 @@ fn note(event: &AgentEvent) -> Option<String> {
         AgentEvent::UsageLimitReached {
             limit, used, max, ..
         } => format!("usage limit reached: {} {used} >= {max}", limit.as_str()),
+        AgentEvent::OutputInvalid { error, retrying } => format!(
+            "output invalid{}: {error}",
+            if *retrying { " (retrying)" } else { "" }
+        ),
         AgentEvent::ModelFallback {
             from, to, error, ..
         } => format!("model fallback: {from} -> {to} ({error})"),

@@ -435,6 +435,9 @@ async fn call_model(
                     Event::Delta { delta, .. } => Some(delta),
                     _ => None,
                 })),
+                // Typed final answers are not checked by the Restate worker (its runs ask for
+                // none).
+                output_rejected: None,
                 attempt,
             },
             Some(Ok(MessageDelta::Error { error })) => failure(attempt, error),

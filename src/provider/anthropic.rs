@@ -547,6 +547,10 @@ pub fn request_body(req: &ModelRequest, model: &str, default_max_tokens: u32) ->
         "messages": messages,
         "stream": true,
     });
+    // A typed final answer: the Messages API has no JSON-schema response format, so the
+    // schema goes into the system prompt (the runtime checks the answer).
+    let instruction = req.params.output.as_ref().map(|o| o.instruction());
+    system.extend(instruction.as_deref());
     if !system.is_empty() {
         body["system"] = json!(system.join("\n\n"));
     }

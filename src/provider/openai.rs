@@ -751,7 +751,35 @@ pub fn request_body(req: &ModelRequest, model: &str) -> Value {
     if let Some(m) = req.params.max_tokens {
         body["max_tokens"] = json!(m);
     }
+    if let Some(output) = &req.params.output {
+        // Structured output: the typed final answer's schema (not `strict`: a schema from
+        // `schemars` need not meet strict mode's rules; the runtime checks the answer).
+        body["response_format"] = json!({
+            "type": "json_schema",
+            "json_schema": {"name": schema_name(&output.name), "schema": output.schema},
+        });
+    }
     body
+}
+
+/// `name` as `response_format.json_schema.name` accepts it: `[a-zA-Z0-9_-]`, at most 64.
+fn schema_name(name: &str) -> String {
+    let n: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if n.is_empty() {
+        "output".into()
+    } else {
+        n
+    }
 }
 
 /// Chat Completions' `tool_choice` for `choice`.

@@ -495,6 +495,9 @@ async fn stream_events(
                 return Event::Done {
                     attempt,
                     rejected_arguments: schemas.check_deltas(&calls),
+                    // Checked by the run loop, which sees the message as the machine
+                    // assembled it (`runtime::output`).
+                    output_rejected: None,
                 };
             }
             Some(Ok(MessageDelta::Error { error })) => {

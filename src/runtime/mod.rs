@@ -9,6 +9,7 @@
 
 pub(crate) mod driver;
 pub mod offload;
+pub(crate) mod output;
 pub mod ports;
 pub mod resume;
 pub mod tool_order;
@@ -51,6 +52,43 @@ pub enum AgentError {
     NothingToResume {
         /// The session.
         session: String,
+    },
+}
+
+/// A typed final answer ([`Agent::run_typed`]) and the run that gave it.
+#[derive(Debug)]
+pub struct Typed<T> {
+    /// The answer.
+    pub value: T,
+    /// The run.
+    pub output: RunOutput,
+}
+
+/// Why [`Agent::run_typed`] has no value.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TypedRunError {
+    /// The run could not start.
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    /// The run failed or was aborted (an answer still invalid after the output retries
+    /// fails the run with reason `output_invalid`).
+    #[error("the run ended {outcome} ({reason}){}", error.as_deref().map(|e| format!(": {e}")).unwrap_or_default())]
+    Ended {
+        /// How it ended.
+        outcome: crate::agent_event::Outcome,
+        /// Why.
+        reason: String,
+        /// The error, when it failed.
+        error: Option<String>,
+    },
+    /// The run completed, but its final answer is not a `T` (say, it ended at `max_steps`).
+    #[error("the final answer is not a {type_name}: {error}")]
+    Output {
+        /// `T`'s schema name.
+        type_name: String,
+        /// What is wrong.
+        error: String,
     },
 }
 
@@ -625,6 +663,57 @@ impl Agent {
             .await
     }
 
+    /// Runs `prompt` in `session` asking for a final answer of type `T` (structured output,
+    /// issue 12): requests carry `T`'s JSON Schema (OpenAI-compatible servers get it as
+    /// `response_format`, Anthropic as an instruction), the runtime checks each final answer
+    /// against it, and an invalid one goes back to the model with its errors, at most
+    /// `config.output.retries` times (default 1; rows `observing_retry_output`,
+    /// `observing_output_invalid`). Returns the parsed value with the run's output.
+    ///
+    /// ```no_run
+    /// # async fn f(agent: agentloop::runtime::Agent) -> Result<(), agentloop::runtime::TypedRunError> {
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Point { x: i64, y: i64 }
+    /// let point = agent.run_typed::<Point>("s1", "A point on the diagonal").await?.value;
+    /// # let _ = point.x + point.y; Ok(()) }
+    /// ```
+    pub async fn run_typed<T>(&self, session: &str, prompt: &str) -> Result<Typed<T>, TypedRunError>
+    where
+        T: schemars::JsonSchema + serde::de::DeserializeOwned,
+    {
+        let type_name = T::schema_name().to_string();
+        let schema =
+            serde_json::to_value(schemars::schema_for!(T)).map_err(|e| TypedRunError::Output {
+                type_name: type_name.clone(),
+                error: format!("the type's JSON Schema does not serialize: {e}"),
+            })?;
+        let mut config = self.config.clone();
+        let retries = config.output.as_ref().map_or(1, |o| o.retries);
+        config.output = Some(agentloop_core::output::OutputSpec {
+            name: type_name.clone(),
+            schema,
+            retries,
+        });
+        let output = self
+            .run_configured(session, vec![Message::user(prompt)], config, None, false)
+            .await?;
+        let result = &output.result;
+        if result.outcome != crate::agent_event::Outcome::Completed {
+            return Err(TypedRunError::Ended {
+                outcome: result.outcome,
+                reason: result.reason.clone(),
+                error: result.error.clone(),
+            });
+        }
+        let value = agentloop_core::output::output_json(result.final_text().unwrap_or_default())
+            .and_then(|v| serde_json::from_value::<T>(v).map_err(|e| e.to_string()))
+            .map_err(|error| TypedRunError::Output {
+                type_name: type_name.clone(),
+                error: format!("{error} (run ended: {})", result.reason),
+            })?;
+        Ok(Typed { value, output })
+    }
+
     /// Runs `input` in `session` to completion. `control` receives aborts and approvals;
     /// `record` keeps a trace of every input, transition and effect. A session left with
     /// unanswered tool calls by an interrupted run is repaired first (R-IDEM-7).
@@ -773,6 +862,7 @@ impl Agent {
                 stall_ms: t.stall_ms,
                 request_ms: t.request_ms,
             });
+        let output_check = output::OutputCheck::new(config.output.as_ref());
         let mut run = Run::new(config.clone());
         let mut trace = record.then(|| {
             Trace::new(TraceHeader {
@@ -824,6 +914,11 @@ impl Agent {
                         Some(e) = async { match ctl.as_mut() { Some(c) => c.recv().await, None => None } } => e,
                     }
                 }
+            };
+            // A typed final answer's verdict rides on its `done` (recorded with it).
+            let event = match &output_check {
+                Some(check) => check.annotate(event, &run),
+                None => event,
             };
             // The event is cloned only when a trace keeps it.
             let kept = trace.as_ref().map(|_| event.clone());

@@ -35,6 +35,7 @@ pub use agentloop::provider::scripted::ScriptToolCall;
 /// (`.model(..)`) and anything else, then `.build()`.
 pub fn deterministic() -> AgentBuilder<NoModel> {
     Agent::builder()
+        .builtin_tools()
         .ids(Arc::new(SequentialIds::default()))
         .clock(Arc::new(TokioClock::default()))
         .store(Arc::new(MemoryStore::new()))

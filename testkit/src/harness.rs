@@ -18,6 +18,7 @@ use agentloop_core::error::{ErrorKind, ModelError};
 use agentloop_core::event::{GateVerdict, KillPolicy, PendingStep};
 use agentloop_core::message::{FinishReason, MessageDelta, ToolResult, ToolStatus, Usage};
 use agentloop_core::model::{ModelParams, ModelRequest};
+use agentloop_core::output::{OutputRejected, OutputSpec};
 use agentloop_core::process::{
     ApprovalPolicy, DoomLoopPolicy, LoopAction, Process, ProcessStep, RetryPolicy, StepConfig,
 };
@@ -70,6 +71,9 @@ pub struct Setup {
     pub fallback: bool,
     /// A tool-call limit of 2 with this action (`planning_limit_final` / `planning_limit_stop`).
     pub tool_call_limit: Option<LimitAction>,
+    /// The run asks for a typed final answer (one output retry); the first this-many final
+    /// answers are rejected (`observing_retry_output`, `observing_output_invalid`).
+    pub typed_output: Option<u32>,
 }
 
 /// The fallback model of [`Setup::fallback`].
@@ -90,6 +94,7 @@ impl Default for Setup {
             gate_tools: false,
             fallback: false,
             tool_call_limit: None,
+            typed_output: None,
         }
     }
 }
@@ -144,6 +149,11 @@ impl Setup {
             tool_call_limit: match b % 9 {
                 2 => Some(LimitAction::FinalAnswer),
                 7 => Some(LimitAction::Stop),
+                _ => None,
+            },
+            typed_output: match b % 10 {
+                3 => Some(1),
+                6 => Some(2),
                 _ => None,
             },
         }
@@ -206,6 +216,9 @@ impl Setup {
             } else {
                 Vec::new()
             },
+            output: self
+                .typed_output
+                .map(|_| OutputSpec::new("Answer", serde_json::json!({"type": "object"}))),
             limits: UsageLimits {
                 tool_calls: self.tool_call_limit.map(|_| 2),
                 on_limit: self.tool_call_limit.unwrap_or_default(),
@@ -456,6 +469,9 @@ pub struct Feeder {
     /// The current attempt's calls whose arguments break their schema: `done` carries a
     /// verdict on each, as the runtime's check would (R-TOOL-1).
     pub rejected_this_attempt: Vec<String>,
+    /// Typed final answers still to reject: `done` of an attempt without tool calls carries
+    /// an output verdict while this is above zero, as the runtime's check would.
+    pub output_rejections: u32,
     /// Deltas sent in the current attempt.
     pub deltas_this_attempt: usize,
     /// Counter for fresh tool call ids.
@@ -932,6 +948,18 @@ impl Feeder {
                         .collect()
                 } else {
                     Vec::new()
+                },
+                output_rejected: if a == AttemptPick::Current
+                    && self.calls_this_attempt == 0
+                    && self.output_rejections > 0
+                {
+                    self.output_rejections -= 1;
+                    OutputRejected::new([SchemaViolation {
+                        path: String::new(),
+                        reason: "not JSON: expected value at line 1 column 1".into(),
+                    }])
+                } else {
+                    None
                 },
             },
             Action::TransportError(a, e) => Event::TransportError {
@@ -1461,7 +1489,10 @@ impl RunHarness {
     pub fn new(setup: Setup) -> Self {
         RunHarness {
             run: Run::new(setup.run_config()),
-            feeder: Feeder::default(),
+            feeder: Feeder {
+                output_rejections: setup.typed_output.unwrap_or(0),
+                ..Feeder::default()
+            },
             ledger: Ledger::default(),
             result: None,
             react_rows: BTreeMap::new(),

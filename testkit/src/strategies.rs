@@ -30,6 +30,11 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 1 => Just(Some(LimitAction::FinalAnswer)),
                 1 => Just(Some(LimitAction::Stop)),
             ],
+            prop_oneof![
+                6 => Just(None),
+                1 => Just(Some(1u32)),
+                1 => Just(Some(2u32)),
+            ],
         ),
     )
         .prop_map(
@@ -47,6 +52,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                     doom_loop_stop,
                     fallback,
                     tool_call_limit,
+                    typed_output,
                 ),
             )| Setup {
                 parallel_tools,
@@ -61,6 +67,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 gate_tools,
                 fallback,
                 tool_call_limit,
+                typed_output,
             },
         )
 }

@@ -103,9 +103,11 @@ impl Tool for SleepTool {
     }
 }
 
-/// An agent builder on `model` with deterministic ids and an in-memory store.
+/// An agent builder on `model` with the built-in tools, deterministic ids and an in-memory
+/// store.
 pub fn builder(model: impl Model + 'static) -> AgentBuilder<WithModel> {
     Agent::builder()
+        .builtin_tools()
         .model(model)
         .store(Arc::new(MemoryStore::new()))
         .ids(Arc::new(SequentialIds::default()))

@@ -66,6 +66,9 @@ pub struct ProcessData {
     pub(crate) calls: Vec<(Transition, GuardCheck)>,
     /// The current attempt's deadline timers.
     pub(crate) timers: AttemptTimers,
+    /// The runtime's verdict on the committed message as a typed final answer (`done`'s
+    /// `output_rejected`); the outer machine's Observing decides on it.
+    pub(crate) output_rejected: Option<crate::output::OutputRejected>,
 }
 
 impl ProcessData {
@@ -90,6 +93,7 @@ impl ProcessData {
             unhandled: false,
             calls: Vec::new(),
             timers: AttemptTimers::default(),
+            output_rejected: None,
         }
     }
 

@@ -175,9 +175,12 @@ impl ProcessMachine {
             }
             Input::Ext(
                 e @ Event::Done {
-                    rejected_arguments, ..
+                    rejected_arguments,
+                    output_rejected,
+                    ..
                 },
             ) if !context.is_stale(e) => {
+                context.output_rejected = output_rejected.clone();
                 if context.has_tool_calls() {
                     context.take(Row::StreamingDoneTools);
                     context.commit(rejected_arguments);

@@ -332,6 +332,12 @@ impl Process {
         self.data.stop_requested
     }
 
+    /// The runtime's verdict on the committed message as a typed final answer, if it was
+    /// rejected (see [`crate::output`]).
+    pub fn output_rejected(&self) -> Option<&crate::output::OutputRejected> {
+        self.data.output_rejected.as_ref()
+    }
+
     /// Retries so far.
     pub fn retries(&self) -> u32 {
         self.data.retries

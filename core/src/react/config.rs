@@ -308,6 +308,11 @@ pub struct RunConfig {
     /// Planning before each step (rows `planning_limit_final`, `planning_limit_stop`).
     #[serde(default, skip_serializing_if = "UsageLimits::is_none")]
     pub limits: UsageLimits,
+    /// A typed final answer (structured output): requests carry its schema
+    /// (`params.output`), the runtime checks the answer, and Observing retries or fails an
+    /// invalid one (rows `observing_retry_output`, `observing_output_invalid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<crate::output::OutputSpec>,
 }
 
 impl RunConfig {
@@ -345,6 +350,7 @@ impl Default for RunConfig {
             run_deadline_ms: None,
             fallbacks: Vec::new(),
             limits: UsageLimits::default(),
+            output: None,
         }
     }
 }

@@ -56,6 +56,10 @@ pub struct ReactData {
     pub(crate) limit_hit: Option<crate::react::limits::LimitKind>,
     /// The final-answer step a reached limit asked for was started.
     pub(crate) limit_final_ran: bool,
+    /// The runtime's verdict on the last committed message as a typed final answer.
+    pub(crate) output_rejected: Option<crate::output::OutputRejected>,
+    /// Output retries used so far.
+    pub(crate) output_retries: u32,
     /// Models of the fallback chain used so far (the next one is `cfg.fallbacks[fallbacks_used]`).
     pub(crate) fallbacks_used: usize,
     /// The run's deadline timer runs.
@@ -96,6 +100,8 @@ impl ReactData {
             spent: Default::default(),
             limit_hit: None,
             limit_final_ran: false,
+            output_rejected: None,
+            output_retries: 0,
             fallbacks_used: 0,
             deadline_armed: false,
             deadline_abort: false,
@@ -234,7 +240,7 @@ impl ReactData {
             } else {
                 self.cfg.tools.clone()
             },
-            params: self.cfg.params.clone(),
+            params: self.params(),
         };
         let mut step = Process::new(self.cfg.step.clone(), request, self.whitelist.clone())
             .with_recent_calls(self.recent_calls.clone());
@@ -259,7 +265,7 @@ impl ReactData {
             system: self.cfg.system.clone(),
             messages: SharedMessages::default(),
             tools: self.cfg.tools.clone(),
-            params: self.cfg.params.clone(),
+            params: self.params(),
         };
         let mut step = Process::new(self.cfg.step.clone(), request, self.whitelist.clone());
         let s = step.resume(p.message.clone(), p.results.clone());
@@ -278,6 +284,7 @@ impl ReactData {
                 self.last_tokens = Some(u.input_tokens + u.output_tokens);
             }
             self.last_had_tools = !m.tool_calls.is_empty();
+            self.output_rejected = step.output_rejected().cloned();
             self.spent.tool_calls += m.tool_calls.len() as u64;
             self.stop_requested |= step.stop_requested();
             for c in &m.tool_calls {
@@ -456,6 +463,71 @@ impl ReactData {
                 to: model.to_string(),
             });
         }
+    }
+
+    /// A request's parameters: the run's, with its output spec.
+    fn params(&self) -> crate::model::ModelParams {
+        let mut params = self.cfg.params.clone();
+        params.output = self.cfg.output.clone();
+        params
+    }
+
+    /// The final answer breaks the run's output schema (the decider's `Complete` with a
+    /// rejected typed answer).
+    fn output_rejected_now(&self) -> bool {
+        self.cfg.output.is_some()
+            && self.output_rejected.is_some()
+            && self.observe() == crate::react::config::Decision::Complete
+    }
+
+    /// Guard `output_retry`: the typed answer was rejected and retries are left.
+    pub(crate) fn output_retry(&self) -> bool {
+        self.output_rejected_now()
+            && self
+                .cfg
+                .output
+                .as_ref()
+                .is_some_and(|o| self.output_retries < o.retries)
+    }
+
+    /// Guard `output_invalid`: the typed answer was rejected and the retries are used up.
+    pub(crate) fn output_invalid(&self) -> bool {
+        self.output_rejected_now() && !self.output_retry()
+    }
+
+    /// The rejection's message (for the retry and the run's error).
+    pub(crate) fn output_error(&self) -> String {
+        self.output_rejected
+            .as_ref()
+            .map(|r| r.message())
+            .unwrap_or_default()
+    }
+
+    /// Row `observing_retry_output`: the errors go back to the model as a user message.
+    pub(crate) fn retry_output(&mut self) {
+        self.output_retries += 1;
+        let error = self.output_error();
+        self.emit(AgentEvent::OutputInvalid {
+            error: error.clone(),
+            retrying: true,
+        });
+        let m = Message::user(error);
+        self.messages.push(m.clone());
+        self.persist(Entry::UserInput {
+            run_id: self.run_id.clone(),
+            message: m,
+        });
+        self.output_rejected = None;
+    }
+
+    /// Row `observing_output_invalid`: the run fails, naming what is wrong.
+    pub(crate) fn fail_output(&mut self) {
+        let error = self.output_error();
+        self.emit(AgentEvent::OutputInvalid {
+            error: error.clone(),
+            retrying: false,
+        });
+        self.finish(Outcome::Failed, "output_invalid".into(), Some(error));
     }
 
     /// Whether the failed step can be requested from a fallback model (guard

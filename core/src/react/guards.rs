@@ -38,7 +38,11 @@ pub(crate) fn holds(g: ReactGuard, data: &ReactData, input: &Input<'_>) -> bool 
         ReactGuard::StopRequested => data.observe() == Decision::Stop,
         ReactGuard::ContinueOverBudget => data.observe() == Decision::Compact,
         ReactGuard::HasToolCalls => data.observe() == Decision::Continue,
-        ReactGuard::NoToolCalls => data.observe() == Decision::Complete,
+        ReactGuard::OutputRetry => data.output_retry(),
+        ReactGuard::OutputInvalid => data.output_invalid(),
+        ReactGuard::NoToolCalls => {
+            data.observe() == Decision::Complete && !data.output_retry() && !data.output_invalid()
+        }
         ReactGuard::EndedCompleted => data.ending_outcome() == Some(Outcome::Completed),
         ReactGuard::EndedFailed => data.ending_outcome() == Some(Outcome::Failed),
         ReactGuard::EndedAborted => data.ending_outcome() == Some(Outcome::Aborted),

@@ -241,6 +241,16 @@ impl ReactMachine {
                     context.take(Row::ObservingContinue);
                     Transition(State::planning())
                 }
+                Decision::Complete if context.output_retry() => {
+                    context.take(Row::ObservingRetryOutput);
+                    context.retry_output();
+                    Transition(State::planning())
+                }
+                Decision::Complete if context.output_invalid() => {
+                    context.take(Row::ObservingOutputInvalid);
+                    context.fail_output();
+                    Transition(State::finishing())
+                }
                 Decision::Complete => {
                     context.take(Row::ObservingComplete);
                     let reason = match context.limit_hit {

@@ -238,6 +238,22 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
             ],
         ),
         (
+            "a typed answer rejected once, then accepted: observing_retry_output",
+            Setup {
+                typed_output: Some(1),
+                ..Setup::default()
+            },
+            vec![START, OPEN, text(0), DONE, OPEN, text(1), DONE, Action::RunEndCommitted],
+        ),
+        (
+            "a typed answer rejected past its retries: observing_output_invalid",
+            Setup {
+                typed_output: Some(2),
+                ..Setup::default()
+            },
+            vec![START, OPEN, text(0), DONE, OPEN, text(1), DONE, Action::RunEndCommitted],
+        ),
+        (
             "fatal error: requesting_fail",
             Setup::default(),
             vec![

@@ -2,13 +2,14 @@
 //! model of the run's fallback chain — row `executing_fallback` — and never on a context
 //! overflow or an abort.
 
+use crate::steps::react_rows;
 use agentloop_core::agent_event::AgentEvent;
 use agentloop_core::chart::ReactRow;
 use agentloop_core::error::{ErrorKind, ModelError};
 use agentloop_core::event::KillPolicy;
 use agentloop_core::model::ModelRequest;
 use agentloop_core::{
-    AttemptId, Effect, Event, Message, MessageDelta, Outcome, Run, RunConfig, Step, Transition,
+    AttemptId, Effect, Event, Message, MessageDelta, Outcome, Run, RunConfig, Step,
 };
 
 fn config(fallbacks: &[&str]) -> RunConfig {
@@ -22,13 +23,7 @@ fn config(fallbacks: &[&str]) -> RunConfig {
 }
 
 fn request_of(step: &Step) -> ModelRequest {
-    step.effects
-        .iter()
-        .find_map(|e| match e {
-            Effect::CallModel { request } => Some(request.clone()),
-            _ => None,
-        })
-        .expect("a model request")
+    crate::steps::request_of(step).expect("a model request")
 }
 
 fn attempt(r: &ModelRequest) -> AttemptId {
@@ -53,20 +48,6 @@ fn fail(run: &mut Run, r: &ModelRequest, kind: ErrorKind) -> Step {
         attempt: attempt(r),
         error: ModelError::new(kind, format!("{kind} from {}", r.model)),
     })
-}
-
-fn react_rows(step: &Step) -> Vec<ReactRow> {
-    assert!(step.guard_violations().is_empty(), "{step:?}");
-    step.transitions
-        .iter()
-        .filter_map(|t| match t {
-            Transition::React { row, .. } => {
-                assert!(t.conforms(), "{t:?}");
-                *row
-            }
-            _ => None,
-        })
-        .collect()
 }
 
 fn fallbacks(step: &Step) -> Vec<(String, String, u32, ErrorKind)> {

@@ -3,6 +3,7 @@
 //! (`planning_limit_final`) or ends the run at once (`planning_limit_stop`), and the run-end
 //! reason names the limit.
 
+use crate::steps::request_of;
 use agentloop_core::agent_event::AgentEvent;
 use agentloop_core::chart::ReactRow;
 use agentloop_core::message::{FinishReason, Usage};
@@ -11,7 +12,7 @@ use agentloop_core::react::limits::Spent;
 use agentloop_core::react::{CostLimit, LimitAction, LimitKind, UsageLimits, LIMIT_REMINDER};
 use agentloop_core::{
     AttemptId, Effect, Event, Message, MessageDelta, Outcome, Run, RunConfig, Step, ToolSpec,
-    ToolStatus, Transition,
+    ToolStatus,
 };
 
 fn config(limits: UsageLimits) -> RunConfig {
@@ -27,27 +28,8 @@ fn config(limits: UsageLimits) -> RunConfig {
     }
 }
 
-fn request_of(step: &Step) -> Option<ModelRequest> {
-    step.effects.iter().find_map(|e| match e {
-        Effect::CallModel { request } => Some(request.clone()),
-        _ => None,
-    })
-}
-
 fn react_rows(steps: &[Step]) -> Vec<ReactRow> {
-    steps
-        .iter()
-        .flat_map(|s| {
-            assert!(s.guard_violations().is_empty(), "{s:?}");
-            s.transitions.iter().filter_map(|t| match t {
-                Transition::React { row, .. } => {
-                    assert!(t.conforms(), "{t:?}");
-                    *row
-                }
-                _ => None,
-            })
-        })
-        .collect()
+    steps.iter().flat_map(crate::steps::react_rows).collect()
 }
 
 fn limit_events(steps: &[Step]) -> Vec<(LimitKind, f64, f64, LimitAction)> {
