@@ -387,3 +387,34 @@ async fn json_error_body_under_200_is_classified() {
     assert_eq!(e.kind, ErrorKind::MalformedResponse, "{e}");
     assert!(e.message.contains("not streamed"), "shows the body: {e}");
 }
+
+/// Issue 12 item 6: the o-series and gpt-5 models refuse `max_tokens`; their requests carry
+/// the cap as `max_completion_tokens` (by model name, or as `HttpConfig` says).
+#[tokio::test]
+async fn reasoning_models_get_their_cap_as_max_completion_tokens() {
+    use agentloop::provider::openai::OpenAiModel;
+    for (model, forced, field, other) in [
+        ("o3-mini", None, "max_completion_tokens", "max_tokens"),
+        ("gpt-5", None, "max_completion_tokens", "max_tokens"),
+        ("gpt-4o", None, "max_tokens", "max_completion_tokens"),
+        ("gpt-4o", Some(true), "max_completion_tokens", "max_tokens"),
+        ("o3", Some(false), "max_tokens", "max_completion_tokens"),
+    ] {
+        let server = Server::start(vec![Reply::Status {
+            status: 400,
+            headers: vec![],
+            body: "{}".into(),
+        }])
+        .await;
+        let mut cfg = config(ProviderKind::OpenAi, &server);
+        cfg.max_completion_tokens = forced;
+        let m = OpenAiModel::new(model, cfg).expect("client");
+        let mut req = request("");
+        req.params.max_tokens = Some(64);
+        let _ = agentloop::model::Model::stream(&m, req).await;
+        let body = &server.requests()[0].body;
+        assert_eq!(body["model"], model);
+        assert_eq!(body[field], 64, "{model} {forced:?}: {body}");
+        assert!(body.get(other).is_none(), "{model} {forced:?}: {body}");
+    }
+}

@@ -140,6 +140,20 @@ pub struct HttpConfig {
     pub extra_headers: Vec<(String, String)>,
     /// Bounds on one response (size, one tool call's arguments, content blocks).
     pub limits: ResponseLimits,
+    /// OpenAI-compatible: the field that carries the output cap. `None` (default): by model
+    /// name, `max_completion_tokens` for the reasoning models that refuse `max_tokens` (`o1`,
+    /// `o3`, `o4`, `gpt-5` families, see [`uses_max_completion_tokens`]) and `max_tokens` for
+    /// the rest (what local servers read); `Some(true)` / `Some(false)` decide.
+    pub max_completion_tokens: Option<bool>,
+}
+
+/// Whether OpenAI's `model` takes its output cap as `max_completion_tokens` (it refuses
+/// `max_tokens`): the o-series and gpt-5 families.
+pub fn uses_max_completion_tokens(model: &str) -> bool {
+    let m = model.rsplit('/').next().unwrap_or(model);
+    ["o1", "o3", "o4", "gpt-5"]
+        .iter()
+        .any(|p| m == *p || m.starts_with(&format!("{p}-")))
 }
 
 impl fmt::Debug for HttpConfig {
@@ -187,6 +201,7 @@ impl HttpConfig {
             default_max_tokens: DEFAULT_MAX_TOKENS,
             extra_headers: Vec::new(),
             limits: ResponseLimits::default(),
+            max_completion_tokens: None,
         }
     }
 
@@ -544,6 +559,23 @@ pub fn build_model(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reasoning_models_take_max_completion_tokens() {
+        for m in [
+            "o1",
+            "o3-mini",
+            "o4-mini-2025-04-16",
+            "gpt-5",
+            "gpt-5-mini",
+            "openai/o3",
+        ] {
+            assert!(uses_max_completion_tokens(m), "{m}");
+        }
+        for m in ["gpt-4o", "gpt-4.1-mini", "o1x", "llama3", "gpt-50", ""] {
+            assert!(!uses_max_completion_tokens(m), "{m}");
+        }
+    }
 
     #[test]
     fn the_wire_model_drops_the_clients_own_prefix_only() {

@@ -45,7 +45,17 @@ impl Model for OpenAiModel {
     // The wall clock resolves `retry-after` HTTP-dates at the network edge (not in a machine).
     #[allow(clippy::disallowed_methods)]
     async fn stream(&self, request: ModelRequest) -> Result<DeltaStream, ModelError> {
-        let body = request_body(&request, &self.model);
+        let mut body = request_body(&request, &self.model);
+        let wire = body["model"].as_str().unwrap_or_default().to_string();
+        let completion = self
+            .config
+            .max_completion_tokens
+            .unwrap_or_else(|| crate::provider::http::uses_max_completion_tokens(&wire));
+        if completion {
+            if let Some(m) = body.as_object_mut().and_then(|b| b.remove("max_tokens")) {
+                body["max_completion_tokens"] = m;
+            }
+        }
         let mut headers = Vec::new();
         if let Some(key) = &self.config.api_key {
             headers.push((
