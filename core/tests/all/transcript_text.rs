@@ -350,7 +350,7 @@ fn state_changes_are_joined_per_machine_and_unhandled_inputs_named() {
         .transition(process("Idle", "Calling", false))
         .transition(process("Idle", "Idle", false))
         .transition(tool_call("c1", "Queued", "Running"))
-        .transition(tool_call("c2", "Queued", "Running"))
+        .transition(tool_call("c2", "Running", "Completed"))
         .transition(react("Observing", "Planning", false))
         .input(Event::CompactionFailed { error: "e".into() })
         .transition(react("Planning", "Planning", true))
@@ -375,7 +375,7 @@ fn state_changes_are_joined_per_machine_and_unhandled_inputs_named() {
                     change("react", None, &["Init", "Planning", "Executing"]),
                     change("process", None, &["Idle", "Calling"]),
                     change("tool_call", Some("c1"), &["Queued", "Running"]),
-                    change("tool_call", Some("c2"), &["Queued", "Running"]),
+                    change("tool_call", Some("c2"), &["Running", "Completed"]),
                     change("react", None, &["Observing", "Planning"]),
                 ],
             },
