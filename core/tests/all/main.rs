@@ -19,6 +19,7 @@ mod names;
 mod oracle;
 mod output;
 mod pairing_repair;
+mod partial_updates;
 mod process_details;
 mod purity;
 mod random_events;
