@@ -2,15 +2,13 @@
 //! model of the run's fallback chain — row `executing_fallback` — and never on a context
 //! overflow or an abort.
 
-use crate::steps::react_rows;
+use crate::steps::{self, attempt_id, react_rows, start};
 use agentloop_core::agent_event::AgentEvent;
 use agentloop_core::chart::ReactRow;
 use agentloop_core::error::{ErrorKind, ModelError};
 use agentloop_core::event::KillPolicy;
 use agentloop_core::model::ModelRequest;
-use agentloop_core::{
-    AttemptId, Effect, Event, Message, MessageDelta, Outcome, Run, RunConfig, Step,
-};
+use agentloop_core::{Effect, Event, Outcome, Run, RunConfig, Step};
 
 fn config(fallbacks: &[&str]) -> RunConfig {
     let mut cfg = RunConfig {
@@ -26,26 +24,9 @@ fn request_of(step: &Step) -> ModelRequest {
     crate::steps::request_of(step).expect("a model request")
 }
 
-fn attempt(r: &ModelRequest) -> AttemptId {
-    AttemptId {
-        run_id: r.run_id.clone(),
-        model_call_index: r.model_call_index,
-        attempt: r.attempt,
-    }
-}
-
-fn start(run: &mut Run) -> Step {
-    run.handle(Event::Start {
-        run_id: "r1".into(),
-        history: vec![],
-        input: vec![Message::user("hi")],
-        session_turns: 0,
-    })
-}
-
 fn fail(run: &mut Run, r: &ModelRequest, kind: ErrorKind) -> Step {
     run.handle(Event::TransportError {
-        attempt: attempt(r),
+        attempt: attempt_id(r),
         error: ModelError::new(kind, format!("{kind} from {}", r.model)),
     })
 }
@@ -69,22 +50,7 @@ fn fallbacks(step: &Step) -> Vec<(String, String, u32, ErrorKind)> {
 }
 
 fn answer(run: &mut Run, r: &ModelRequest, text: &str) -> Step {
-    let a = attempt(r);
-    let _ = run.handle(Event::StreamOpened { attempt: a.clone() });
-    for (seq, delta) in [
-        MessageDelta::TextDelta { text: text.into() },
-        MessageDelta::Finish,
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let _ = run.handle(Event::Delta {
-            attempt: a.clone(),
-            seq: seq as u64,
-            delta,
-        });
-    }
-    let done = run.handle(Event::done(a));
+    let done = steps::answer(run, r, text, None);
     let _ = run.handle(Event::RunEndCommitted);
     done
 }
@@ -92,7 +58,7 @@ fn answer(run: &mut Run, r: &ModelRequest, text: &str) -> Step {
 #[test]
 fn a_failed_step_is_requested_again_from_each_fallback_in_order() {
     let mut run = Run::new(config(&["second", "third"]));
-    let first = request_of(&start(&mut run));
+    let first = request_of(&start(&mut run, "hi"));
     assert_eq!((first.model.as_str(), first.attempt), ("primary", 1));
 
     // 401 is not retried: the step fails and the chain's first fallback takes it.
@@ -121,7 +87,7 @@ fn a_failed_step_is_requested_again_from_each_fallback_in_order() {
 
     // A late event of the failed attempt changes nothing.
     let late = run.handle(Event::StreamOpened {
-        attempt: attempt(&first),
+        attempt: attempt_id(&first),
     });
     assert!(late
         .effects
@@ -157,7 +123,7 @@ fn a_failed_step_is_requested_again_from_each_fallback_in_order() {
 #[test]
 fn with_the_chain_used_up_the_step_failure_ends_the_run() {
     let mut run = Run::new(config(&["second"]));
-    let first = request_of(&start(&mut run));
+    let first = request_of(&start(&mut run, "hi"));
     let s = fail(&mut run, &first, ErrorKind::Authentication);
     let second = request_of(&s);
     let s = fail(&mut run, &second, ErrorKind::Authentication);
@@ -179,15 +145,15 @@ fn with_the_chain_used_up_the_step_failure_ends_the_run() {
 fn no_fallback_without_a_chain_on_overflow_or_on_abort() {
     // Without a chain: the failure ends the run.
     let mut run = Run::new(config(&[]));
-    let r = request_of(&start(&mut run));
+    let r = request_of(&start(&mut run, "hi"));
     let s = fail(&mut run, &r, ErrorKind::Authentication);
     assert_eq!(react_rows(&s), [ReactRow::ExecutingError]);
 
     // A context overflow compacts; the model stays.
     let mut run = Run::new(config(&["second"]));
-    let r = request_of(&start(&mut run));
+    let r = request_of(&start(&mut run, "hi"));
     let s = run.handle(Event::ContextOverflow {
-        attempt: attempt(&r),
+        attempt: attempt_id(&r),
         error: ModelError::new(ErrorKind::ContextOverflow, "too long"),
     });
     assert_eq!(react_rows(&s), [ReactRow::ExecutingOverflow]);
@@ -196,7 +162,7 @@ fn no_fallback_without_a_chain_on_overflow_or_on_abort() {
 
     // An abort ends the run; the model stays.
     let mut run = Run::new(config(&["second"]));
-    let _ = request_of(&start(&mut run));
+    let _ = request_of(&start(&mut run, "hi"));
     let s = run.handle(Event::Abort {
         reason: "user".into(),
         kill: KillPolicy::default(),

@@ -3,7 +3,7 @@
 //! (`planning_limit_final`) or ends the run at once (`planning_limit_stop`), and the run-end
 //! reason names the limit.
 
-use crate::steps::request_of;
+use crate::steps::{attempt_id, request_of, start};
 use agentloop_core::agent_event::AgentEvent;
 use agentloop_core::chart::ReactRow;
 use agentloop_core::message::{FinishReason, Usage};
@@ -11,8 +11,7 @@ use agentloop_core::model::ModelRequest;
 use agentloop_core::react::limits::Spent;
 use agentloop_core::react::{CostLimit, LimitAction, LimitKind, UsageLimits, LIMIT_REMINDER};
 use agentloop_core::{
-    AttemptId, Effect, Event, Message, MessageDelta, Outcome, Run, RunConfig, Step, ToolSpec,
-    ToolStatus,
+    Effect, Event, Message, MessageDelta, Outcome, Run, RunConfig, Step, ToolSpec, ToolStatus,
 };
 
 fn config(limits: UsageLimits) -> RunConfig {
@@ -54,11 +53,7 @@ fn limit_events(steps: &[Step]) -> Vec<(LimitKind, f64, f64, LimitAction)> {
 /// Streams one step: `calls` tool calls (ids `c<step>_<i>`) or, with none, a text answer;
 /// reports `usage`; finishes the calls. Returns every step the run took.
 fn step(run: &mut Run, r: &ModelRequest, calls: usize, usage: Usage) -> Vec<Step> {
-    let attempt = AttemptId {
-        run_id: r.run_id.clone(),
-        model_call_index: r.model_call_index,
-        attempt: r.attempt,
-    };
+    let attempt = attempt_id(r);
     let mut out = vec![run.handle(Event::StreamOpened {
         attempt: attempt.clone(),
     })];
@@ -111,22 +106,13 @@ fn usage(input: u64, output: u64) -> Usage {
     }
 }
 
-fn start(run: &mut Run) -> Step {
-    run.handle(Event::Start {
-        run_id: "r1".into(),
-        history: vec![],
-        input: vec![Message::user("hi")],
-        session_turns: 0,
-    })
-}
-
 #[test]
 fn a_reached_token_limit_asks_for_one_final_answer_without_tools() {
     let mut run = Run::new(config(UsageLimits {
         output_tokens: Some(100),
         ..UsageLimits::default()
     }));
-    let r1 = request_of(&start(&mut run)).expect("first request");
+    let r1 = request_of(&start(&mut run, "hi")).expect("first request");
     let steps = step(&mut run, &r1, 1, usage(10, 150));
     assert!(
         react_rows(&steps).contains(&ReactRow::PlanningLimitFinal),
@@ -166,7 +152,7 @@ fn with_on_limit_stop_the_run_ends_at_once() {
         on_limit: LimitAction::Stop,
         ..UsageLimits::default()
     }));
-    let r1 = request_of(&start(&mut run)).expect("first request");
+    let r1 = request_of(&start(&mut run, "hi")).expect("first request");
     // One call: under the limit, the run goes on.
     let steps = step(&mut run, &r1, 1, usage(1, 1));
     let r2 = steps.iter().find_map(request_of).expect("second request");
@@ -191,7 +177,7 @@ fn a_final_answer_step_that_calls_tools_anyway_ends_the_run() {
         model_calls: Some(1),
         ..UsageLimits::default()
     }));
-    let r1 = request_of(&start(&mut run)).expect("first request");
+    let r1 = request_of(&start(&mut run, "hi")).expect("first request");
     let steps = step(&mut run, &r1, 1, usage(1, 1));
     assert_eq!(
         limit_events(&steps),

@@ -2,16 +2,14 @@
 //! Observing retries a rejected answer with its errors (`observing_retry_output`) or, with
 //! the retries used up, fails the run (`observing_output_invalid`).
 
-use crate::steps::{react_rows, request_of};
+use crate::steps::{self, answer, react_rows, request_of};
 use agentloop_core::agent_event::AgentEvent;
 use agentloop_core::chart::ReactRow;
 use agentloop_core::entry::Entry;
 use agentloop_core::model::ModelRequest;
 use agentloop_core::output::{output_json, OutputRejected, OutputSpec};
 use agentloop_core::tool_check::SchemaViolation;
-use agentloop_core::{
-    AttemptId, Effect, Event, Message, MessageDelta, Outcome, Run, RunConfig, Step,
-};
+use agentloop_core::{Effect, Event, Message, Outcome, Run, RunConfig, Step};
 use serde_json::json;
 
 fn config(retries: u32) -> RunConfig {
@@ -32,36 +30,6 @@ fn rejected(reason: &str) -> OutputRejected {
     .expect("a violation")
 }
 
-/// Streams `text` as the answer; `done` carries `verdict`. Returns the `done` step.
-fn answer(run: &mut Run, r: &ModelRequest, text: &str, verdict: Option<OutputRejected>) -> Step {
-    let attempt = AttemptId {
-        run_id: r.run_id.clone(),
-        model_call_index: r.model_call_index,
-        attempt: r.attempt,
-    };
-    let _ = run.handle(Event::StreamOpened {
-        attempt: attempt.clone(),
-    });
-    for (seq, delta) in [
-        MessageDelta::TextDelta { text: text.into() },
-        MessageDelta::Finish,
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let _ = run.handle(Event::Delta {
-            attempt: attempt.clone(),
-            seq: seq as u64,
-            delta,
-        });
-    }
-    run.handle(Event::Done {
-        attempt,
-        rejected_arguments: Vec::new(),
-        output_rejected: verdict,
-    })
-}
-
 fn output_events(step: &Step) -> Vec<(String, bool)> {
     step.effects
         .iter()
@@ -75,13 +43,7 @@ fn output_events(step: &Step) -> Vec<(String, bool)> {
 }
 
 fn start(run: &mut Run) -> ModelRequest {
-    let s = run.handle(Event::Start {
-        run_id: "r1".into(),
-        history: vec![],
-        input: vec![Message::user("a point")],
-        session_turns: 0,
-    });
-    request_of(&s).expect("first request")
+    request_of(&steps::start(run, "a point")).expect("first request")
 }
 
 #[test]

@@ -4,30 +4,15 @@
 
 use agentloop_core::error::{ErrorKind, ModelError};
 use agentloop_core::message::{FinishReason, Usage};
-use agentloop_core::{AssistantMessage, AttemptId, Event, Message, MessageDelta, Run, RunConfig};
+use agentloop_core::{AssistantMessage, AttemptId, Event, MessageDelta, Run, RunConfig};
 
-use crate::steps::request_of;
-
-fn attempt_of(run_start: &agentloop_core::Step) -> AttemptId {
-    let r = request_of(run_start).expect("a request");
-    AttemptId {
-        run_id: r.run_id,
-        model_call_index: r.model_call_index,
-        attempt: r.attempt,
-    }
-}
+use crate::steps::{attempt_of, start};
 
 fn started() -> (Run, AttemptId) {
     let mut cfg = RunConfig::default();
     cfg.step.retry.max_retries = 2;
     let mut run = Run::new(cfg);
-    let s = run.handle(Event::Start {
-        run_id: "r1".into(),
-        history: vec![],
-        input: vec![Message::user("hi")],
-        session_turns: 0,
-    });
-    let attempt = attempt_of(&s);
+    let attempt = attempt_of(&start(&mut run, "hi"));
     let _ = run.handle(Event::StreamOpened {
         attempt: attempt.clone(),
     });

@@ -1,15 +1,15 @@
 //! Controlling a run while its tools run: abort (R-CTL-3), steering with `skip_remaining`
 //! (R-CTL-2), and resuming a step whose calls lack results (R-IDEM-5), at the `Run` level.
 
+use crate::steps::{attempt_of, request_of};
 use agentloop_core::agent_event::AgentEvent;
 use agentloop_core::chart::ToolCallRow;
 use agentloop_core::event::{KillPolicy, PendingStep};
 use agentloop_core::message::FinishReason;
-use agentloop_core::model::ModelRequest;
 use agentloop_core::react::config::SteeringPolicy;
 use agentloop_core::{
-    AssistantMessage, AttemptId, Effect, Entry, Event, Message, MessageDelta, Outcome, Run,
-    RunConfig, Step, ToolCall, ToolResult, ToolSpec, ToolStatus, Transition,
+    AssistantMessage, Effect, Entry, Event, Message, MessageDelta, Outcome, Run, RunConfig, Step,
+    ToolCall, ToolResult, ToolSpec, ToolStatus, Transition,
 };
 
 fn config() -> RunConfig {
@@ -26,23 +26,6 @@ fn config() -> RunConfig {
     };
     cfg.step.immune.insert("sleep".into());
     cfg
-}
-
-/// The model request a step starts, if any.
-fn request_of(step: &Step) -> Option<ModelRequest> {
-    step.effects.iter().find_map(|e| match e {
-        Effect::CallModel { request } => Some(request.clone()),
-        _ => None,
-    })
-}
-
-fn attempt_of(step: &Step) -> AttemptId {
-    let request = request_of(step).expect("a model request");
-    AttemptId {
-        run_id: request.run_id,
-        model_call_index: request.model_call_index,
-        attempt: request.attempt,
-    }
 }
 
 /// Starts a run whose first step calls `names` (ids c1, c2, ...); returns it with its tools
