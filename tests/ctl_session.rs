@@ -247,6 +247,11 @@ async fn r_ctl_3_abort_without_clear_queue_keeps_queue() {
 }
 
 fn approval_session(config: SessionConfig) -> Session {
+    approval_session_resuming(config, false)
+}
+
+/// [`approval_session`] with seed 001's `auto_resume` set as given.
+fn approval_session_resuming(config: SessionConfig, auto_resume: bool) -> Session {
     let agent = builder(Slow::new(
         r#"{"turns": [
             {"tool_calls": [{"id": "c1", "name": "calculator", "arguments": {"expression": "2+3"}}]},
@@ -260,6 +265,7 @@ fn approval_session(config: SessionConfig) -> Session {
             .approval
             .insert("calculator".into(), ApprovalPolicy::Always);
     })
+    .auto_resume(auto_resume)
     .build();
     Session::spawn(agent, config.event_buffer_size(1024))
 }
@@ -291,18 +297,48 @@ async fn r_ctl_4_approve_and_double_or_unknown_answers_are_harmless() {
     insta::assert_snapshot!(transcript(&history(&s)));
 }
 
-#[tokio::test(start_paused = true)]
-async fn r_ctl_4_reject_gives_a_denied_result() {
-    let s = approval_session(SessionConfig::new("s"));
+/// An approval session (auto_resume as given) whose one call was approved or rejected,
+/// after its run ended.
+async fn answered(auto_resume: bool, approve: bool) -> Session {
+    let s = approval_session_resuming(SessionConfig::new("s"), auto_resume);
     let mut sub = s.subscribe(None, None);
     s.prompt("2+3?").await.expect("started");
     wait_for(&mut sub, "approval_required").await;
-    s.reject("c1", "not now").expect("rejected");
+    if approve {
+        s.approve("c1", false).expect("approved");
+    } else {
+        s.reject("c1", "not now").expect("rejected");
+    }
     s.wait_idle().await;
+    s
+}
+
+/// R-CTL-4 and seed 001: a rejected call gets a denied result, and by default the run stops
+/// there with reason `tool_rejected` (no model call after it, no `agent_resumed`).
+#[tokio::test(start_paused = true)]
+async fn r_ctl_4_seed_001_reject_gives_a_denied_result_and_stops_the_run() {
+    let s = answered(false, false).await;
     let results = tool_result(&s);
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].0, ToolStatus::Denied);
     assert!(results[0].1.contains("not now"));
+    let result = s.last_result().expect("a result");
+    assert_eq!(result.reason, "tool_rejected");
+    assert_eq!(result.outcome, Outcome::Completed);
+    let answers = result
+        .messages
+        .iter()
+        .filter(|m| matches!(m, Message::Assistant(_)))
+        .count();
+    assert_eq!(answers, 1, "no model call after the rejection");
+    let ev = history(&s);
+    assert!(ev.iter().any(|e| matches!(
+        &e.event,
+        AgentEvent::RunEnd { reason, .. } if reason == "tool_rejected"
+    )));
+    assert!(!ev
+        .iter()
+        .any(|e| matches!(&e.event, AgentEvent::AgentResumed { .. })));
 }
 
 #[tokio::test(start_paused = true)]
@@ -324,10 +360,82 @@ async fn r_ctl_4_approval_timeout_counts_as_reject() {
     s.wait_idle().await;
     let results = tool_result(&s);
     assert_eq!(results[0].0, ToolStatus::Denied);
-    assert!(results[0].1.contains("timed out"), "{results:?}");
+    assert!(results[0].1.contains("5000 ms"), "{results:?}");
+    assert_eq!(s.last_result().expect("a result").reason, "tool_rejected");
     let ev = history(&s);
-    assert!(ev.iter().any(|e| matches!(&e.event, AgentEvent::AgentResumed { trigger } if trigger == "tool_approval_timeout")));
+    assert!(ev.iter().any(|e| matches!(
+        &e.event,
+        AgentEvent::ApprovalResolved {
+            status: agentloop::ApprovalStatus::Timeout,
+            ..
+        }
+    )));
+    assert!(!ev
+        .iter()
+        .any(|e| matches!(&e.event, AgentEvent::AgentResumed { .. })));
     assert!(s.pending_approvals().is_empty());
+    // With auto_resume the run goes on after the timeout, and says so.
+    let s = approval_session_resuming(
+        SessionConfig::new("s").approval_timeout_ms(Some(5_000)),
+        true,
+    );
+    s.prompt("2+3?").await.expect("started");
+    s.wait_idle().await;
+    assert_eq!(s.last_result().expect("a result").reason, "final_answer");
+    assert!(history(&s).iter().any(|e| matches!(&e.event, AgentEvent::AgentResumed { trigger } if trigger == "tool_approval_timeout")));
+}
+
+/// The position in `ev` of the first event matching `f`.
+fn position(
+    ev: &[agentloop::agent_event::EventEnvelope],
+    f: impl Fn(&AgentEvent) -> bool,
+) -> usize {
+    ev.iter()
+        .position(|e| f(&e.event))
+        .unwrap_or_else(|| panic!("missing event in {:?}", ev))
+}
+
+#[tokio::test(start_paused = true)]
+async fn seed_001_agent_resumed_precedes_the_resumed_runs_events_in_20_of_20_runs() {
+    for i in 0..20 {
+        let approve = i % 2 == 0;
+        let s = answered(true, approve).await;
+        let ev = history(&s);
+        let trigger = if approve {
+            "tool_approved"
+        } else {
+            "tool_rejected"
+        };
+        let resolved = position(&ev, |e| matches!(e, AgentEvent::ApprovalResolved { .. }));
+        let resumed = position(
+            &ev,
+            |e| matches!(e, AgentEvent::AgentResumed { trigger: t } if t == trigger),
+        );
+        let end = position(&ev, |e| matches!(e, AgentEvent::RunEnd { .. }));
+        assert_eq!(resumed, resolved + 1, "run {i}: {ev:?}");
+        assert!(resumed < end, "run {i}");
+        // What the resumed run did comes after the announcement: the call (when approved)
+        // and the next model request.
+        if approve {
+            let started = position(&ev, |e| matches!(e, AgentEvent::ToolStart { .. }));
+            assert!(resumed < started, "run {i}");
+        }
+        let next_request = position(&ev, |e| {
+            matches!(
+                e,
+                AgentEvent::RequestStart {
+                    model_call_index: 2,
+                    ..
+                }
+            )
+        });
+        assert!(resumed < next_request, "run {i}");
+        assert_eq!(
+            s.last_result().expect("a result").reason,
+            "final_answer",
+            "run {i}"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -46,6 +46,10 @@ pub struct ChatArgs {
     /// Ask before running TOOL (answer with `/approve` or `/reject`); repeatable.
     #[arg(long = "ask", value_name = "TOOL")]
     pub ask: Vec<String>,
+    /// After `/reject` (or an approval timeout) let the run continue with the denied result
+    /// instead of stopping it with reason `tool_rejected` (seed 001 `auto_resume`).
+    #[arg(long)]
+    pub auto_resume: bool,
     /// Model, tools and runtime options (`--trace FILE`: like `/trace FILE` before the first
     /// prompt).
     #[command(flatten)]
@@ -202,6 +206,7 @@ fn build(
     }
     let ask = args.ask.clone();
     Ok(builder
+        .auto_resume(args.auto_resume)
         .configure(move |c| {
             for tool in ask {
                 c.step.approval.insert(tool, ApprovalPolicy::Always);

@@ -597,6 +597,7 @@ mod tests {
             &AgentEvent::ApprovalResolved {
                 tool_call_id: "c1".into(),
                 decision: agentloop::ApprovalDecision::Approved,
+                status: agentloop::ApprovalStatus::Approved,
             },
             1_100,
         );

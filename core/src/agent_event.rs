@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::chart::MachineKind;
 use crate::entry::Repair;
 use crate::error::ModelError;
-use crate::event::ApprovalDecision;
+use crate::event::{ApprovalDecision, ApprovalStatus};
 use crate::message::{AssistantMessage, ToolStatus, Usage};
 
 /// How a run ended.
@@ -235,6 +235,16 @@ pub enum AgentEvent {
         /// The unknown name.
         name: String,
     },
+    /// A pure tool's call was answered with the result of an identical earlier call instead
+    /// of running (issue 13, R-TOOL-6).
+    ToolCacheHit {
+        /// Call id.
+        tool_call_id: String,
+        /// Tool name.
+        name: String,
+        /// The earlier call whose result was reused.
+        cached_from: String,
+    },
     /// A call waits for a human.
     ApprovalRequired {
         /// Call id.
@@ -250,6 +260,8 @@ pub enum AgentEvent {
         tool_call_id: String,
         /// The decision.
         decision: ApprovalDecision,
+        /// approved, rejected or timeout (seed 001).
+        status: ApprovalStatus,
     },
     /// A steering message was merged into the context (R-CTL-2).
     SteeringApplied {

@@ -38,6 +38,37 @@ pub enum ApprovalDecision {
         /// Replacement arguments.
         arguments: Value,
     },
+    /// Nobody answered within the approval timeout: the call is not run, as if rejected
+    /// (seed 001 `approval_resolved{status: timeout}`).
+    TimedOut {
+        /// How long the request waited.
+        after_ms: u64,
+    },
+}
+
+impl ApprovalDecision {
+    /// The outcome as `approval_resolved` reports it.
+    pub fn status(&self) -> ApprovalStatus {
+        match self {
+            ApprovalDecision::Approved
+            | ApprovalDecision::ApprovedAlways
+            | ApprovalDecision::Modified { .. } => ApprovalStatus::Approved,
+            ApprovalDecision::Rejected { .. } => ApprovalStatus::Rejected,
+            ApprovalDecision::TimedOut { .. } => ApprovalStatus::Timeout,
+        }
+    }
+}
+
+/// How an approval request ended (seed 001 `approval_resolved{status}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    /// Approved (as asked, always, or with modified arguments): the call runs.
+    Approved,
+    /// Rejected by a human: the call gets a denied result.
+    Rejected,
+    /// Nobody answered in time: the call gets a denied result.
+    Timeout,
 }
 
 /// What the `before_tool` hooks said about a call (R-EXT-1), fed back as

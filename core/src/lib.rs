@@ -42,6 +42,7 @@ pub mod react;
 pub mod session_log;
 pub mod step;
 pub mod timeouts;
+pub mod tool_cache;
 pub mod tool_check;
 pub mod tool_spec;
 pub mod trace;
@@ -53,7 +54,7 @@ pub use agent_event::{AgentEvent, EventEnvelope, Outcome};
 pub use effect::Effect;
 pub use entry::{Entry, EntryKey};
 pub use error::{ErrorKind, ModelError};
-pub use event::{ApprovalDecision, AttemptId, Event, GateVerdict};
+pub use event::{ApprovalDecision, ApprovalStatus, AttemptId, Event, GateVerdict};
 pub use message::{
     AssistantMessage, Message, MessageDelta, ToolCall, ToolResult, ToolStatus, Usage,
 };

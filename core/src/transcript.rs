@@ -702,6 +702,7 @@ impl Builder {
             AgentEvent::ApprovalResolved {
                 tool_call_id,
                 decision,
+                ..
             } => self.items.push(Item::ApprovalResolved {
                 index,
                 id: tool_call_id.clone(),
@@ -775,6 +776,11 @@ fn note(event: &AgentEvent) -> Option<String> {
         AgentEvent::ToolCallUnknown { tool_call_id, name } => {
             format!("tool {tool_call_id}: unknown tool `{name}`")
         }
+        AgentEvent::ToolCacheHit {
+            tool_call_id,
+            name,
+            cached_from,
+        } => format!("tool {tool_call_id}: `{name}` answered from the cache ({cached_from})"),
         AgentEvent::SteeringApplied { text } => format!("steering applied: {text}"),
         AgentEvent::ToolSkippedForSteering { tool_call_id } => {
             format!("tool {tool_call_id} skipped for steering")
@@ -1027,6 +1033,9 @@ fn render(t: &Transcript, o: RenderOptions) -> String {
                         "approved with arguments {}",
                         serde_json::to_string(arguments).unwrap_or_default()
                     ),
+                    ApprovalDecision::TimedOut { after_ms } => {
+                        format!("timed out after {after_ms} ms")
+                    }
                 };
                 format!("{bullet}approval for {}: {d}{}", code(id), idx(*index))
             }

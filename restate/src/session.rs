@@ -75,6 +75,12 @@ impl Worker {
             .filter(|s| tools.get(&s.name).is_some_and(|t| !t.killable()))
             .map(|s| s.name.clone())
             .collect();
+        config.step.pure_tools = config
+            .tools
+            .iter()
+            .filter(|s| tools.get(&s.name).is_some_and(|t| t.pure()))
+            .map(|s| s.name.clone())
+            .collect();
         config.step.tool_timeout_ms.get_or_insert(t.tool_ms);
         config.run_deadline_ms = t.run_deadline_ms;
         config

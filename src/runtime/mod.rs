@@ -547,6 +547,14 @@ impl<M> AgentBuilder<M> {
         self
     }
 
+    /// Sets what a rejected or timed-out approval does (seed 001 `auto_resume`): `false`
+    /// (the default) stops the run after the step with reason `tool_rejected`; `true`
+    /// continues, the model seeing the denied result. An approval always resumes.
+    pub fn auto_resume(mut self, on: bool) -> Self {
+        self.config.step.auto_resume = on;
+        self
+    }
+
     /// Sets the timeouts.
     pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
         self.timeouts = timeouts;
@@ -569,6 +577,12 @@ impl AgentBuilder<WithModel> {
             .tools
             .iter()
             .filter(|s| self.tools.get(&s.name).is_some_and(|t| !t.killable()))
+            .map(|s| s.name.clone())
+            .collect();
+        config.step.pure_tools = config
+            .tools
+            .iter()
+            .filter(|s| self.tools.get(&s.name).is_some_and(|t| t.pure()))
             .map(|s| s.name.clone())
             .collect();
         config.step.gate_tools = self.hooks.gates_tools();

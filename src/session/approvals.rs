@@ -95,15 +95,10 @@ impl Approvals {
                 command_family: family,
             });
         }
-        let trigger = match decision {
-            ApprovalDecision::Rejected { .. } => "tool_rejected",
-            _ => "tool_approved",
-        };
         // The run may have ended meanwhile (abort): then nobody waits, which is harmless.
+        // The machine announces the resume (`agent_resumed`) before the resumed run's
+        // events, or stops the run after a rejection (seed 001).
         let _ = p.answer.send(decision);
-        bus.publish_current(AgentEvent::AgentResumed {
-            trigger: trigger.into(),
-        });
         Ok(())
     }
 
@@ -133,7 +128,6 @@ impl Approvals {
 /// The approver a session installs into its agent.
 pub(crate) struct SessionApprover {
     pub(crate) approvals: Arc<Approvals>,
-    pub(crate) bus: Arc<EventBus>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) timeout_ms: Option<u64>,
 }
@@ -166,16 +160,9 @@ impl Approver for SessionApprover {
                 reason: "approval channel closed".into(),
             })),
             _ = timeout => {
-                if self.approvals.forget(&call.id) {
-                    self.bus.publish_current(AgentEvent::AgentResumed {
-                        trigger: "tool_approval_timeout".into(),
-                    });
-                }
-                Some(ApprovalDecision::Rejected {
-                    reason: format!(
-                        "approval timed out after {} ms",
-                        self.timeout_ms.unwrap_or_default()
-                    ),
+                self.approvals.forget(&call.id);
+                Some(ApprovalDecision::TimedOut {
+                    after_ms: self.timeout_ms.unwrap_or_default(),
                 })
             }
         }

@@ -339,7 +339,6 @@ impl Session {
         agent.sink = Arc::new(BusSink(bus.clone()));
         agent.approver = Arc::new(SessionApprover {
             approvals: approvals.clone(),
-            bus: bus.clone(),
             clock: agent.clock.clone(),
             timeout_ms: config.approval_timeout_ms,
         });
@@ -698,6 +697,12 @@ impl Actor {
                     self.config.step.immune.remove(&name);
                 } else {
                     self.config.step.immune.insert(name.clone());
+                }
+                // Takes effect from the next run (a running one keeps its pure tools).
+                if tool.pure() {
+                    self.config.step.pure_tools.insert(name.clone());
+                } else {
+                    self.config.step.pure_tools.remove(&name);
                 }
                 self.agent.tools.insert(tool);
                 self.config.tools = self.agent.tools.specs();

@@ -40,6 +40,11 @@ impl TypedTool for Calculator {
         true
     }
 
+    /// Arithmetic: the same expression always gives the same number (issue 13, R-TOOL-6).
+    fn pure(&self) -> bool {
+        true
+    }
+
     async fn run(&self, _ctx: ToolContext, args: CalculatorArgs) -> Result<String, ToolError> {
         evaluate(&args.expression).map_err(ToolError::Failed)
     }

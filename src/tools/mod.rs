@@ -55,6 +55,13 @@ pub trait Tool: Send + Sync {
     fn retry_safe(&self) -> bool {
         false
     }
+    /// Whether it is pure: the same arguments always give the same result, and running it
+    /// has no side effect. An identical call later in the session is then answered from the
+    /// cache of its results instead of running (row `commit_cached`, event `tool_cache_hit`;
+    /// issue 13, R-TOOL-6).
+    fn pure(&self) -> bool {
+        false
+    }
     /// Runs the tool.
     async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<String, ToolError>;
 }
@@ -78,6 +85,10 @@ pub trait TypedTool: Send + Sync + 'static {
     fn retry_safe(&self) -> bool {
         false
     }
+    /// See [`Tool::pure`].
+    fn pure(&self) -> bool {
+        false
+    }
     /// Runs with validated arguments.
     async fn run(&self, ctx: ToolContext, args: Self::Args) -> Result<String, ToolError>;
 }
@@ -97,6 +108,9 @@ impl<T: TypedTool> Tool for T {
     }
     fn retry_safe(&self) -> bool {
         TypedTool::retry_safe(self)
+    }
+    fn pure(&self) -> bool {
+        TypedTool::pure(self)
     }
     async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<String, ToolError> {
         let args: T::Args = serde_json::from_value(arguments)

@@ -74,10 +74,11 @@ fn delta(b: u8) -> DeltaPick {
 }
 
 fn decision(b: u8) -> DecisionPick {
-    match b % 4 {
+    match b % 5 {
         0 => DecisionPick::Approved,
         1 => DecisionPick::ApprovedAlways,
         2 => DecisionPick::Rejected,
+        3 => DecisionPick::TimedOut,
         _ => DecisionPick::Modified,
     }
 }

@@ -74,6 +74,12 @@ pub struct Setup {
     /// The run asks for a typed final answer (one output retry); the first this-many final
     /// answers are rejected (`observing_retry_output`, `observing_output_invalid`).
     pub typed_output: Option<u32>,
+    /// A rejected or timed-out approval lets the run continue (seed 001 `auto_resume`)
+    /// instead of stopping it (`awaiting_rejected` / `awaiting_rejected_stop`).
+    pub auto_resume: bool,
+    /// `calculator` is pure: an identical call in a later step is answered from the cache
+    /// (`commit_cached`, issue 13).
+    pub pure_calculator: bool,
 }
 
 /// The fallback model of [`Setup::fallback`].
@@ -95,6 +101,8 @@ impl Default for Setup {
             fallback: false,
             tool_call_limit: None,
             typed_output: None,
+            auto_resume: false,
+            pure_calculator: false,
         }
     }
 }
@@ -156,6 +164,8 @@ impl Setup {
                 6 => Some(2),
                 _ => None,
             },
+            auto_resume: b.count_ones().is_multiple_of(2),
+            pure_calculator: b % 3 == 1,
         }
     }
 
@@ -190,6 +200,12 @@ impl Setup {
                 stall_ms: 300,
                 request_ms: Some(2_000),
             }),
+            auto_resume: self.auto_resume,
+            pure_tools: if self.pure_calculator {
+                BTreeSet::from(["calculator".to_string()])
+            } else {
+                BTreeSet::new()
+            },
         }
     }
 
@@ -375,6 +391,8 @@ pub enum DecisionPick {
     Rejected,
     /// Modified arguments.
     Modified,
+    /// Nobody answered in time.
+    TimedOut,
 }
 
 /// One abstract input. `Smart` lets the feeder pick the event the current state expects (so deep
@@ -792,10 +810,11 @@ impl Feeder {
                 _ => Action::ToolFinished(IdPick::Tracked(low), !roll.is_multiple_of(3)),
             },
             (_, Some(ProcessState::AwaitingApproval)) => {
-                let d = match low % 4 {
+                let d = match low % 5 {
                     0 => DecisionPick::Approved,
                     1 => DecisionPick::ApprovedAlways,
                     2 => DecisionPick::Rejected,
+                    3 => DecisionPick::TimedOut,
                     _ => DecisionPick::Modified,
                 };
                 match roll {
@@ -1026,6 +1045,7 @@ impl Feeder {
                     DecisionPick::Modified => ApprovalDecision::Modified {
                         arguments: serde_json::json!({"cmd": "ls"}),
                     },
+                    DecisionPick::TimedOut => ApprovalDecision::TimedOut { after_ms: 50 },
                 },
             },
             Action::CompactionDone => {

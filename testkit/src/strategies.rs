@@ -35,6 +35,8 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 1 => Just(Some(1u32)),
                 1 => Just(Some(2u32)),
             ],
+            any::<bool>(),
+            prop::bool::weighted(0.3),
         ),
     )
         .prop_map(
@@ -53,6 +55,8 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                     fallback,
                     tool_call_limit,
                     typed_output,
+                    auto_resume,
+                    pure_calculator,
                 ),
             )| Setup {
                 parallel_tools,
@@ -68,6 +72,8 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 fallback,
                 tool_call_limit,
                 typed_output,
+                auto_resume,
+                pure_calculator,
             },
         )
 }
@@ -130,6 +136,7 @@ fn decision() -> impl Strategy<Value = DecisionPick> {
         Just(DecisionPick::ApprovedAlways),
         Just(DecisionPick::Rejected),
         Just(DecisionPick::Modified),
+        Just(DecisionPick::TimedOut),
     ]
 }
 

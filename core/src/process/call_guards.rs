@@ -43,6 +43,8 @@ fn holds(g: ToolCallGuard, data: &ProcessData, i: usize, facts: Facts) -> bool {
         ToolCallGuard::UnknownTool => !data.offers(&slot.call.name),
         ToolCallGuard::SchemaViolated => slot.rejected.is_some(),
         ToolCallGuard::LoopRefused => looped == Some(LoopAction::Stop),
+        ToolCallGuard::LoopAsks => looped == Some(LoopAction::Ask),
+        ToolCallGuard::Cached => data.cached(&slot.call).is_some(),
         ToolCallGuard::NeedsApproval => {
             looped == Some(LoopAction::Ask) || data.needs_approval(&slot.call)
         }

@@ -129,6 +129,17 @@ pub struct StepConfig {
     /// A model attempt's deadlines (`None`: none; the runtime fills in its `Timeouts`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<StreamDeadlines>,
+    /// What a rejected (or timed-out) approval does to the run (seed 001 `auto_resume`,
+    /// seed 004's permission rejection): `false` (the default) stops the run after the step
+    /// with reason `tool_rejected`; `true` continues, the model seeing the denied result.
+    /// An approval always resumes the run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub auto_resume: bool,
+    /// Tools that declared themselves pure (`Tool::pure`; filled by the agent builder): an
+    /// identical call later in the session is answered from the cache of their results
+    /// (row `commit_cached`, event `tool_cache_hit`; issue 13, R-TOOL-6).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub pure_tools: std::collections::BTreeSet<String>,
 }
 
 impl Default for StepConfig {
@@ -142,6 +153,8 @@ impl Default for StepConfig {
             gate_tools: false,
             tool_timeout_ms: None,
             stream: None,
+            auto_resume: false,
+            pure_tools: Default::default(),
         }
     }
 }

@@ -54,8 +54,11 @@ pub struct ProcessData {
     pub(crate) sent: Option<Box<ModelRequest>>,
     /// Signatures (tool name, canonical arguments) of the run's earlier calls, oldest first.
     pub(crate) recent: Vec<(String, String)>,
-    /// A doom loop with action `stop` was detected: the outer machine stops the run.
-    pub(crate) stop_requested: bool,
+    /// Results of the session's earlier pure-tool calls (issue 13, R-TOOL-6).
+    pub(crate) cache: std::sync::Arc<crate::tool_cache::ToolCache>,
+    /// Why the outer machine stops the run after this step, if it does: `stopped` (a doom
+    /// loop with action `stop`), `tool_rejected` (a rejected approval without auto_resume).
+    pub(crate) stop_requested: Option<&'static str>,
     /// The leaf state before the current handle (set by the facade).
     pub(crate) state: crate::chart::ProcessState,
     // Per-handle outputs, drained by the facade.
@@ -86,7 +89,8 @@ impl ProcessData {
             retries: 0,
             sent: None,
             recent: Vec::new(),
-            stop_requested: false,
+            cache: Default::default(),
+            stop_requested: None,
             state: crate::chart::ProcessState::INITIAL,
             out: Vec::new(),
             row: None,
@@ -444,21 +448,31 @@ impl ProcessData {
                     ToolCallRow::CommitSchemaInvalid,
                     Some(error_result(call, ToolStatus::Error, why)),
                 )
-            } else if let Some(policy) = looped {
-                match policy.action {
-                    LoopAction::Ask => (ToolCallRow::CommitApproval, None),
-                    LoopAction::Stop => {
-                        self.stop_requested = true;
-                        let why = format!(
-                            "refused: `{}` was called {repeats} times in a row with identical arguments (doom loop)",
-                            call.name
-                        );
-                        (
-                            ToolCallRow::CommitLoopRefused,
-                            Some(error_result(call, ToolStatus::Error, why)),
-                        )
-                    }
-                }
+            } else if looped_action == Some(LoopAction::Stop) {
+                self.stop_requested.get_or_insert("stopped");
+                let why = format!(
+                    "refused: `{}` was called {repeats} times in a row with identical arguments (doom loop)",
+                    call.name
+                );
+                (
+                    ToolCallRow::CommitLoopRefused,
+                    Some(error_result(call, ToolStatus::Error, why)),
+                )
+            } else if looped_action == Some(LoopAction::Ask) {
+                (ToolCallRow::CommitLoopAsk, None)
+            } else if let Some(hit) = self.cached(call) {
+                immediate.push(AgentEvent::ToolCacheHit {
+                    tool_call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    cached_from: hit.tool_call_id.clone(),
+                });
+                let result = ToolResult {
+                    tool_call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    content: hit.content.clone(),
+                    status: ToolStatus::Completed,
+                };
+                (ToolCallRow::CommitCached, Some(result))
             } else if self.needs_approval(call) {
                 (ToolCallRow::CommitApproval, None)
             } else {
@@ -546,6 +560,14 @@ impl ProcessData {
     /// Whether the step offers a tool named `name`.
     pub(crate) fn offers(&self, name: &str) -> bool {
         self.request.tools.iter().any(|t| t.name == name)
+    }
+
+    /// The cached result for an identical earlier call of a pure tool (issue 13, R-TOOL-6).
+    pub(crate) fn cached(&self, call: &ToolCall) -> Option<&crate::tool_cache::Cached> {
+        if !self.cfg.pure_tools.contains(&call.name) {
+            return None;
+        }
+        self.cache.get(call)
     }
 
     pub(crate) fn needs_approval(&self, call: &ToolCall) -> bool {
@@ -727,6 +749,11 @@ impl ProcessData {
         self.emit(AgentEvent::ApprovalResolved {
             tool_call_id: call.id.clone(),
             decision: decision.clone(),
+            status: decision.status(),
+        });
+        // Seed 001: the resume is announced before any event of the resumed run.
+        self.emit(AgentEvent::AgentResumed {
+            trigger: "tool_approved".into(),
         });
         let row = match decision {
             crate::event::ApprovalDecision::Modified { .. } => ToolCallRow::Modified,
@@ -759,22 +786,39 @@ impl ProcessData {
         self.approved(i, decision, false);
     }
 
-    pub(crate) fn rejected(
-        &mut self,
-        i: usize,
-        decision: &crate::event::ApprovalDecision,
-        reason: &str,
-    ) {
+    /// Whether the run continues after a rejected or timed-out approval (seed 001).
+    pub(crate) fn auto_resume(&self) -> bool {
+        self.cfg.auto_resume
+    }
+
+    /// A rejection or approval timeout: the call gets a denied result; the run stops after
+    /// the step (`tool_rejected`) unless auto_resume, which announces the resume instead.
+    pub(crate) fn rejected(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
+        use crate::event::ApprovalDecision;
         let call = self.slots.get(i).call.clone();
         self.emit(AgentEvent::ApprovalResolved {
             tool_call_id: call.id.clone(),
             decision: decision.clone(),
+            status: decision.status(),
         });
-        let r = error_result(
-            &call,
-            ToolStatus::Denied,
-            format!("denied by user: {reason}"),
-        );
+        let (why, trigger) = match decision {
+            ApprovalDecision::TimedOut { after_ms } => (
+                format!("denied: nobody approved the call within {after_ms} ms"),
+                "tool_approval_timeout",
+            ),
+            ApprovalDecision::Rejected { reason } => {
+                (format!("denied by user: {reason}"), "tool_rejected")
+            }
+            _ => (String::from("denied"), "tool_rejected"),
+        };
+        if self.cfg.auto_resume {
+            self.emit(AgentEvent::AgentResumed {
+                trigger: trigger.into(),
+            });
+        } else {
+            self.stop_requested.get_or_insert("tool_rejected");
+        }
+        let r = error_result(&call, ToolStatus::Denied, why);
         self.move_call(i, ToolCallRow::Rejected, Facts::None);
         self.record_result(i, r);
     }

@@ -54,6 +54,8 @@ pub(crate) fn holds(
         ProcessGuard::Otherwise => true,
         ProcessGuard::Current => current(data, input),
         ProcessGuard::Stale => !current(data, input),
+        ProcessGuard::ResumeAfterReject => current(data, input) && data.auto_resume(),
+        ProcessGuard::StopAfterReject => current(data, input) && !data.auto_resume(),
         ProcessGuard::RetryBudgetLeft => current(data, input) && retryable(data, input),
         ProcessGuard::NoRetry => current(data, input) && !retryable(data, input),
         ProcessGuard::HasToolCalls => current(data, input) && data.has_tool_calls(),

@@ -303,7 +303,8 @@ impl ProcessMachine {
         }
     }
 
-    /// AwaitingApproval: Approved | ApprovedAlways | Modified | Rejected → RunningTools.
+    /// AwaitingApproval: Approved | ApprovedAlways | Modified | Rejected | TimedOut →
+    /// RunningTools; a rejection or timeout also asks the run to stop unless auto_resume.
     #[state(superstate = "tool_executing")]
     fn awaiting_approval(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
         let Input::Ext(Event::Approval {
@@ -319,6 +320,7 @@ impl ProcessMachine {
                 ApprovalDecision::ApprovedAlways => Row::AwaitingApprovedAlwaysStale,
                 ApprovalDecision::Rejected { .. } => Row::AwaitingRejectedStale,
                 ApprovalDecision::Modified { .. } => Row::AwaitingModifiedStale,
+                ApprovalDecision::TimedOut { .. } => Row::AwaitingTimedOutStale,
             });
             return Handled;
         };
@@ -331,9 +333,15 @@ impl ProcessMachine {
                 context.take(Row::AwaitingApprovedAlways);
                 context.approved(i, decision, true);
             }
-            ApprovalDecision::Rejected { reason } => {
-                context.take(Row::AwaitingRejected);
-                context.rejected(i, decision, reason);
+            ApprovalDecision::Rejected { .. } | ApprovalDecision::TimedOut { .. } => {
+                let timed_out = matches!(decision, ApprovalDecision::TimedOut { .. });
+                context.take(match (timed_out, context.auto_resume()) {
+                    (false, true) => Row::AwaitingRejected,
+                    (false, false) => Row::AwaitingRejectedStop,
+                    (true, true) => Row::AwaitingTimedOut,
+                    (true, false) => Row::AwaitingTimedOutStop,
+                });
+                context.rejected(i, decision);
             }
             ApprovalDecision::Modified { .. } => {
                 context.take(Row::AwaitingModified);

@@ -126,6 +126,7 @@ pub fn event_kind(event: &Event) -> Option<ProcessEventKind> {
             ApprovalDecision::ApprovedAlways => ProcessEventKind::ApprovedAlways,
             ApprovalDecision::Rejected { .. } => ProcessEventKind::Rejected,
             ApprovalDecision::Modified { .. } => ProcessEventKind::Modified,
+            ApprovalDecision::TimedOut { .. } => ProcessEventKind::TimedOut,
         },
         Event::ToolGated { verdict, .. } => match verdict {
             GateVerdict::Allow => ProcessEventKind::GateAllowed,
@@ -327,8 +328,21 @@ impl Process {
         self
     }
 
-    /// Whether a doom loop with action `stop` was detected.
+    /// The results of the session's earlier pure-tool calls (issue 13, R-TOOL-6): an
+    /// identical call of a pure tool is answered from them.
+    pub fn with_tool_cache(mut self, cache: std::sync::Arc<crate::tool_cache::ToolCache>) -> Self {
+        self.data.cache = cache;
+        self
+    }
+
+    /// Whether the step asks the run to stop: a doom loop with action `stop`, or a rejected
+    /// approval without auto_resume.
     pub fn stop_requested(&self) -> bool {
+        self.data.stop_requested.is_some()
+    }
+
+    /// The run-end reason the step asks for: `stopped` (doom loop) or `tool_rejected`.
+    pub fn stop_reason(&self) -> Option<&'static str> {
         self.data.stop_requested
     }
 

@@ -360,7 +360,7 @@ impl Default for RunConfig {
 pub struct LoopResult {
     /// How it ended.
     pub outcome: Outcome,
-    /// Why (`final_answer`, `max_steps`, `stopped`, `aborted: ...`, the error).
+    /// Why (`final_answer`, `max_steps`, `stopped`, `tool_rejected`, `aborted: ...`, the error).
     pub reason: String,
     /// The context at the end (history + this run's messages, after compaction).
     pub messages: Vec<Message>,

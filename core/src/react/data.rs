@@ -37,7 +37,10 @@ pub struct ReactData {
     pub(crate) ending: Option<LoopResult>,
     pub(crate) steering: Vec<String>,
     pub(crate) recent_calls: Vec<(String, String)>,
-    pub(crate) stop_requested: bool,
+    /// Results of the session's pure-tool calls (issue 13, R-TOOL-6), shared with each step.
+    pub(crate) tool_cache: std::sync::Arc<crate::tool_cache::ToolCache>,
+    /// The first stop a step asked for (its run-end reason: `stopped`, `tool_rejected`).
+    pub(crate) stop_requested: Option<&'static str>,
     pub(crate) abort_emitted: bool,
     pub(crate) abort_reason: Option<String>,
     /// After a context overflow the step is re-requested with the same `model_call_index`;
@@ -87,7 +90,8 @@ impl ReactData {
             ending: None,
             steering: Vec::new(),
             recent_calls: Vec::new(),
-            stop_requested: false,
+            tool_cache: Default::default(),
+            stop_requested: None,
             abort_emitted: false,
             abort_reason: None,
             next_attempt: None,
@@ -142,6 +146,11 @@ impl ReactData {
             self.deadline_armed = true;
         }
         self.messages = history.to_vec().into();
+        if !self.cfg.step.pure_tools.is_empty() {
+            let mut cache = crate::tool_cache::ToolCache::default();
+            cache.fill_from(&self.cfg.step.pure_tools, history);
+            self.tool_cache = cache.into();
+        }
         self.session_turns = session_turns;
         for m in input {
             self.messages.push(m.clone());
@@ -243,7 +252,8 @@ impl ReactData {
             params: self.params(),
         };
         let mut step = Process::new(self.cfg.step.clone(), request, self.whitelist.clone())
-            .with_recent_calls(self.recent_calls.clone());
+            .with_recent_calls(self.recent_calls.clone())
+            .with_tool_cache(self.tool_cache.clone());
         let s = step.begin();
         self.steps_created += 1;
         self.take_inner(s);
@@ -267,7 +277,8 @@ impl ReactData {
             tools: self.cfg.tools.clone(),
             params: self.params(),
         };
-        let mut step = Process::new(self.cfg.step.clone(), request, self.whitelist.clone());
+        let mut step = Process::new(self.cfg.step.clone(), request, self.whitelist.clone())
+            .with_tool_cache(self.tool_cache.clone());
         let s = step.resume(p.message.clone(), p.results.clone());
         self.steps_created += 1;
         self.take_inner(s);
@@ -286,7 +297,9 @@ impl ReactData {
             self.last_had_tools = !m.tool_calls.is_empty();
             self.output_rejected = step.output_rejected().cloned();
             self.spent.tool_calls += m.tool_calls.len() as u64;
-            self.stop_requested |= step.stop_requested();
+            if self.stop_requested.is_none() {
+                self.stop_requested = step.stop_reason();
+            }
             for c in &m.tool_calls {
                 self.recent_calls
                     .push((c.name.clone(), c.arguments.to_string()));
@@ -310,9 +323,18 @@ impl ReactData {
             }
             let results = step.results();
             self.whitelist = step.whitelist().clone();
-            // The step's request shares the messages: drop it first, so the append is in
-            // place rather than a copy of the whole history.
+            // The step's request shares the messages (and the cache): drop it first, so the
+            // appends are in place rather than copies.
             drop(step);
+            let pure = &self.cfg.step.pure_tools;
+            if !pure.is_empty() {
+                let cache = std::sync::Arc::make_mut(&mut self.tool_cache);
+                for (c, r) in m.tool_calls.iter().zip(&results) {
+                    if pure.contains(&c.name) && r.tool_call_id == c.id {
+                        cache.insert(c, r);
+                    }
+                }
+            }
             self.messages.push(Message::Assistant(m));
             self.messages.extend(results.into_iter().map(Message::Tool));
             self.committed_steps = self.committed_steps.saturating_add(1);
@@ -327,7 +349,7 @@ impl ReactData {
         let o = Observation {
             has_tool_calls: self.last_had_tools,
             steering_pending: !self.steering.is_empty(),
-            stop_requested: self.stop_requested,
+            stop_requested: self.stop_requested.is_some(),
             over_budget: self.over_budget(),
             steps: self.committed_steps,
             max_steps: self.cfg.max_steps,

@@ -229,7 +229,8 @@ impl ReactMachine {
             Input::Decide => match context.observe() {
                 Decision::Stop => {
                     context.take(Row::ObservingStop);
-                    context.finish(RunOutcome::Completed, "stopped".into(), None);
+                    let reason = context.stop_requested.unwrap_or("stopped");
+                    context.finish(RunOutcome::Completed, reason.into(), None);
                     Transition(State::finishing())
                 }
                 Decision::Compact => {

@@ -77,6 +77,27 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
     };
     vec![
         (
+            "a pure tool's identical call in a later step is answered from the cache (issue 13): commit_cached",
+            Setup {
+                pure_calculator: true,
+                ..Setup::default()
+            },
+            vec![
+                START,
+                OPEN,
+                tool_call(calc),
+                DONE,
+                Action::ToolFinished(IdPick::Tracked(0), true),
+                OPEN,
+                tool_call(calc),
+                DONE,
+                OPEN,
+                text(1),
+                DONE,
+                Action::RunEndCommitted,
+            ],
+        ),
+        (
             "happy path with a tool: init_start, planning_execute, streaming_*, tools_finished, observing_continue, observing_complete",
             Setup::default(),
             vec![
@@ -291,6 +312,7 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
                 Action::Approval(IdPick::Unknown, DecisionPick::ApprovedAlways),
                 Action::Approval(IdPick::Unknown, DecisionPick::Rejected),
                 Action::Approval(IdPick::Unknown, DecisionPick::Modified),
+                Action::Approval(IdPick::Unknown, DecisionPick::TimedOut),
                 Action::Approval(IdPick::Tracked(0), DecisionPick::Approved),
                 Action::ToolFinished(IdPick::Tracked(0), true),
                 Action::ToolFinished(IdPick::Tracked(0), true),

@@ -535,6 +535,216 @@ fn r_tool_3_a_rejected_call_is_not_run_and_gets_a_denied_result() {
     assert_eq!(r.status, ToolStatus::Denied);
 }
 
+/// A run whose one `calc` call needs approval, then a text answer.
+fn asked_calc(auto_resume: bool, approve: Approver) -> Driver {
+    let mut cfg = config();
+    cfg.step
+        .approval
+        .insert("calc".into(), ApprovalPolicy::Always);
+    cfg.step.auto_resume = auto_resume;
+    let mut d = Driver::new(
+        cfg,
+        vec![
+            tool_turn(&[("c1", "calc", "{}")], None),
+            text_turn("ok", None),
+        ],
+    );
+    d.approve = approve;
+    d.go("hi");
+    d
+}
+
+/// The kinds of the emitted events, in order (`agent_resumed:<trigger>`,
+/// `approval_resolved:<status>`).
+fn kinds(d: &Driver) -> Vec<String> {
+    d.emitted()
+        .into_iter()
+        .map(|e| match e {
+            AgentEvent::AgentResumed { trigger } => format!("agent_resumed:{trigger}"),
+            AgentEvent::ApprovalResolved { status, .. } => format!(
+                "approval_resolved:{}",
+                serde_json::to_value(status).unwrap()
+            )
+            .replace('"', ""),
+            other => serde_json::to_value(other).unwrap()["type"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string(),
+        })
+        .collect()
+}
+
+#[test]
+fn seed_001_a_rejection_stops_the_run_with_reason_tool_rejected() {
+    let d = asked_calc(false, |_| ApprovalDecision::Rejected {
+        reason: "no".into(),
+    });
+    assert_eq!(d.result().reason, "tool_rejected");
+    assert_eq!(d.result().outcome, agentloop_core::Outcome::Completed);
+    assert_eq!(d.requests.len(), 1, "no model call after the rejection");
+    let k = kinds(&d);
+    assert!(
+        k.contains(&"approval_resolved:rejected".to_string()),
+        "{k:?}"
+    );
+    assert!(!k.iter().any(|e| e.starts_with("agent_resumed")), "{k:?}");
+}
+
+#[test]
+fn seed_001_auto_resume_continues_after_a_rejection_and_announces_it_first() {
+    let d = asked_calc(true, |_| ApprovalDecision::Rejected {
+        reason: "no".into(),
+    });
+    assert_eq!(d.result().reason, "final_answer");
+    assert_eq!(d.requests.len(), 2, "the model saw the denied result");
+    let k = kinds(&d);
+    let resolved = k.iter().position(|e| e == "approval_resolved:rejected");
+    let resumed = k.iter().position(|e| e == "agent_resumed:tool_rejected");
+    assert_eq!(resumed, resolved.map(|i| i + 1), "{k:?}");
+}
+
+#[test]
+fn seed_001_an_approval_resumes_before_the_call_starts() {
+    let d = asked_calc(false, |_| ApprovalDecision::Approved);
+    assert_eq!(d.result().reason, "final_answer");
+    let k = kinds(&d);
+    let resumed = k
+        .iter()
+        .position(|e| e == "agent_resumed:tool_approved")
+        .expect("agent_resumed");
+    let started = k
+        .iter()
+        .position(|e| e == "tool_start")
+        .expect("tool_start");
+    assert!(resumed < started, "{k:?}");
+    assert_eq!(k[resumed - 1], "approval_resolved:approved");
+}
+
+#[test]
+fn seed_001_an_approval_timeout_is_a_rejection_with_status_timeout() {
+    let d = asked_calc(false, |_| ApprovalDecision::TimedOut { after_ms: 250 });
+    assert_eq!(d.result().reason, "tool_rejected");
+    assert!(kinds(&d).contains(&"approval_resolved:timeout".to_string()));
+    let Message::Tool(r) = &d.result().messages[2] else {
+        panic!("{:?}", d.result().messages)
+    };
+    assert_eq!(r.status, ToolStatus::Denied);
+    assert!(r.content.contains("250 ms"), "{}", r.content);
+    let d = asked_calc(true, |_| ApprovalDecision::TimedOut { after_ms: 250 });
+    assert_eq!(d.result().reason, "final_answer");
+    assert!(kinds(&d).contains(&"agent_resumed:tool_approval_timeout".to_string()));
+}
+
+/// `calc` declared pure (issue 13, R-TOOL-6).
+fn pure_calc() -> RunConfig {
+    let mut cfg = config();
+    cfg.step.pure_tools.insert("calc".into());
+    cfg
+}
+
+fn cache_hits(d: &Driver) -> Vec<(String, String)> {
+    d.emitted()
+        .into_iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolCacheHit {
+                tool_call_id,
+                cached_from,
+                ..
+            } => Some((tool_call_id.clone(), cached_from.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn r_tool_6_an_identical_pure_call_in_a_later_step_is_served_from_the_cache() {
+    let turns = vec![
+        tool_turn(&[("c1", "calc", r#"{"x":1}"#)], None),
+        tool_turn(
+            &[("c2", "calc", r#"{"x":2}"#), ("c3", "calc", r#"{"x":1}"#)],
+            None,
+        ),
+        tool_turn(&[("c4", "ls", "{}"), ("c5", "ls", "{}")], None),
+        text_turn("done", None),
+    ];
+    let mut d = Driver::new(pure_calc(), turns.clone());
+    d.go("hi");
+    assert_eq!(d.result().reason, "final_answer");
+    assert_eq!(
+        tool_runs(&d),
+        4,
+        "c1, c2 and both ls calls run; c3 does not"
+    );
+    assert_eq!(cache_hits(&d), vec![("c3".to_string(), "c1".to_string())]);
+    let cached = d
+        .result()
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool(r) if r.tool_call_id == "c3" => Some(r.clone()),
+            _ => None,
+        })
+        .expect("c3's result");
+    assert_eq!(cached.content, "out:c1");
+    assert_eq!(cached.status, ToolStatus::Completed);
+    // The result is persisted like any other (the session log answers a resume).
+    assert!(d.effects.iter().any(|e| matches!(
+        e,
+        Effect::Persist { entry: Entry::ToolResult { result, .. } } if result.tool_call_id == "c3"
+    )));
+    // Without the declaration every call runs.
+    let mut d = Driver::new(config(), turns);
+    d.go("hi");
+    assert_eq!(tool_runs(&d), 5);
+    assert!(cache_hits(&d).is_empty());
+}
+
+#[test]
+fn r_tool_6_the_cache_is_rebuilt_from_the_session_history() {
+    let mut first = Driver::new(
+        pure_calc(),
+        vec![
+            tool_turn(&[("c1", "calc", r#"{"x":1}"#)], None),
+            text_turn("one", None),
+        ],
+    );
+    first.go("hi");
+    let history = first.result().messages.clone();
+    let mut d = Driver::new(
+        pure_calc(),
+        vec![
+            tool_turn(&[("c9", "calc", r#"{"x":1}"#)], None),
+            text_turn("two", None),
+        ],
+    );
+    let effects = d
+        .run
+        .handle(Event::Start {
+            run_id: "r2".into(),
+            history,
+            input: vec![Message::user("again")],
+            session_turns: 2,
+        })
+        .effects;
+    d.pump(effects);
+    assert_eq!(tool_runs(&d), 0);
+    assert_eq!(cache_hits(&d), vec![("c9".to_string(), "c1".to_string())]);
+}
+
+#[test]
+fn r_tool_6_a_failed_pure_call_is_not_cached() {
+    let mut d = Driver::new(
+        pure_calc(),
+        vec![
+            tool_turn(&[("c1", "calc", "not json")], None),
+            tool_turn(&[("c2", "calc", "not json")], None),
+            text_turn("done", None),
+        ],
+    );
+    d.go("hi");
+    assert!(cache_hits(&d).is_empty());
+}
+
 fn same_call_each_step(n: usize) -> Vec<Vec<MessageDelta>> {
     let mut t: Vec<_> = (0..n)
         .map(|i| tool_turn(&[(&format!("c{i}"), "calc", r#"{"x":1}"#)], None))

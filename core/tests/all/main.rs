@@ -29,6 +29,7 @@ mod session_history;
 mod shared_messages;
 mod step_and_config;
 mod steps;
+mod tool_cache;
 mod trace_diff_rules;
 mod trace_io;
 mod trace_tools;
