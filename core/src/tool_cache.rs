@@ -7,9 +7,10 @@
 //! filled as steps complete, so a replay of the trace takes the same rows. It is bounded by
 //! entries and bytes; the oldest entries leave first.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::message::{Message, ToolCall, ToolResult, ToolStatus};
+use crate::process::StepConfig;
 
 /// A cached result: the call that produced it and its content.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,10 +94,10 @@ impl ToolCache {
         }
     }
 
-    /// Caches the completed results of `pure` tools' calls found in `messages` (a session
-    /// history: each call's result follows its assistant message).
-    pub fn fill_from(&mut self, pure: &BTreeSet<String>, messages: &[Message]) {
-        if pure.is_empty() {
+    /// Caches the completed results of the calls of `step`'s pure tools found in `messages`
+    /// (a session history: each call's result follows its assistant message).
+    pub fn fill_from(&mut self, step: &StepConfig, messages: &[Message]) {
+        if step.pure_tools.is_empty() {
             return;
         }
         let mut calls: BTreeMap<&str, &ToolCall> = BTreeMap::new();
@@ -104,7 +105,7 @@ impl ToolCache {
             match m {
                 Message::Assistant(a) => {
                     calls.clear();
-                    for c in a.tool_calls.iter().filter(|c| pure.contains(&c.name)) {
+                    for c in a.tool_calls.iter().filter(|c| step.is_pure(&c.name)) {
                         calls.insert(c.id.as_str(), c);
                     }
                 }

@@ -699,11 +699,7 @@ impl Actor {
                     self.config.step.immune.insert(name.clone());
                 }
                 // Takes effect from the next run (a running one keeps its pure tools).
-                if tool.pure() {
-                    self.config.step.pure_tools.insert(name.clone());
-                } else {
-                    self.config.step.pure_tools.remove(&name);
-                }
+                self.config.step.set_pure(&name, tool.pure());
                 self.agent.tools.insert(tool);
                 self.config.tools = self.agent.tools.specs();
                 self.publish(AgentEvent::ToolAttached { name });

@@ -202,9 +202,9 @@ impl Setup {
             }),
             auto_resume: self.auto_resume,
             pure_tools: if self.pure_calculator {
-                BTreeSet::from(["calculator".to_string()])
+                vec!["calculator".to_string()]
             } else {
-                BTreeSet::new()
+                Vec::new()
             },
         }
     }

@@ -137,9 +137,33 @@ pub struct StepConfig {
     pub auto_resume: bool,
     /// Tools that declared themselves pure (`Tool::pure`; filled by the agent builder): an
     /// identical call later in the session is answered from the cache of their results
-    /// (row `commit_cached`, event `tool_cache_hit`; issue 13, R-TOOL-6).
-    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
-    pub pure_tools: std::collections::BTreeSet<String>,
+    /// (row `commit_cached`, event `tool_cache_hit`; issue 13, R-TOOL-6). Sorted, without
+    /// duplicates (a vector, not a set: an idle session keeps a copy, R-PERF memory budget).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pure_tools: Vec<String>,
+}
+
+impl StepConfig {
+    /// Whether `tool` declared itself pure (see [`StepConfig::pure_tools`]).
+    pub fn is_pure(&self, tool: &str) -> bool {
+        self.pure_tools
+            .binary_search_by(|t| t.as_str().cmp(tool))
+            .is_ok()
+    }
+
+    /// Marks `tool` pure or not, keeping [`StepConfig::pure_tools`] sorted.
+    pub fn set_pure(&mut self, tool: &str, pure: bool) {
+        match (
+            self.pure_tools.binary_search_by(|t| t.as_str().cmp(tool)),
+            pure,
+        ) {
+            (Err(i), true) => self.pure_tools.insert(i, tool.to_string()),
+            (Ok(i), false) => {
+                self.pure_tools.remove(i);
+            }
+            _ => {}
+        }
+    }
 }
 
 impl Default for StepConfig {

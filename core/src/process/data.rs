@@ -564,7 +564,7 @@ impl ProcessData {
 
     /// The cached result for an identical earlier call of a pure tool (issue 13, R-TOOL-6).
     pub(crate) fn cached(&self, call: &ToolCall) -> Option<&crate::tool_cache::Cached> {
-        if !self.cfg.pure_tools.contains(&call.name) {
+        if !self.cfg.is_pure(&call.name) {
             return None;
         }
         self.cache.get(call)

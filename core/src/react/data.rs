@@ -148,7 +148,7 @@ impl ReactData {
         self.messages = history.to_vec().into();
         if !self.cfg.step.pure_tools.is_empty() {
             let mut cache = crate::tool_cache::ToolCache::default();
-            cache.fill_from(&self.cfg.step.pure_tools, history);
+            cache.fill_from(&self.cfg.step, history);
             self.tool_cache = cache.into();
         }
         self.session_turns = session_turns;
@@ -326,11 +326,11 @@ impl ReactData {
             // The step's request shares the messages (and the cache): drop it first, so the
             // appends are in place rather than copies.
             drop(step);
-            let pure = &self.cfg.step.pure_tools;
-            if !pure.is_empty() {
+            let step_cfg = &self.cfg.step;
+            if !step_cfg.pure_tools.is_empty() {
                 let cache = std::sync::Arc::make_mut(&mut self.tool_cache);
                 for (c, r) in m.tool_calls.iter().zip(&results) {
-                    if pure.contains(&c.name) && r.tool_call_id == c.id {
+                    if step_cfg.is_pure(&c.name) && r.tool_call_id == c.id {
                         cache.insert(c, r);
                     }
                 }

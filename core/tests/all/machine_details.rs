@@ -638,7 +638,7 @@ fn seed_001_an_approval_timeout_is_a_rejection_with_status_timeout() {
 /// `calc` declared pure (issue 13, R-TOOL-6).
 fn pure_calc() -> RunConfig {
     let mut cfg = config();
-    cfg.step.pure_tools.insert("calc".into());
+    cfg.step.set_pure("calc", true);
     cfg
 }
 

@@ -2,8 +2,6 @@
 //! well-formed calls, identical means same name and same canonical arguments, newer replaces
 //! older, and both bounds (entries, bytes) hold with the oldest leaving first.
 
-use std::collections::BTreeSet;
-
 use agentloop_core::tool_cache::ToolCache;
 use agentloop_core::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
 
@@ -97,7 +95,8 @@ fn r_tool_6_the_cache_is_bounded_and_the_oldest_leave_first() {
 
 #[test]
 fn r_tool_6_fill_from_pairs_results_with_the_pure_calls_of_their_message() {
-    let pure = BTreeSet::from(["calc".to_string()]);
+    let mut pure = agentloop_core::process::StepConfig::default();
+    pure.set_pure("calc", true);
     let c1 = call("c1", "calc", r#"{"x":1}"#);
     let l1 = call("l1", "ls", "{}");
     let history = vec![
@@ -121,6 +120,6 @@ fn r_tool_6_fill_from_pairs_results_with_the_pure_calls_of_their_message() {
     assert!(cache.get(&call("n", "calc", r#"{"x":1}"#)).is_some());
     assert!(cache.get(&call("n", "ls", "{}")).is_none());
     let mut none = ToolCache::default();
-    none.fill_from(&BTreeSet::new(), &history);
+    none.fill_from(&agentloop_core::process::StepConfig::default(), &history);
     assert!(none.is_empty());
 }
