@@ -190,6 +190,7 @@ impl Setup {
                 stall_ms: 300,
                 request_ms: Some(2_000),
             }),
+            inline_tags: Default::default(),
         }
     }
 

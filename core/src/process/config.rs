@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::inline_tags::InlineTags;
+
 /// The deadlines of one model attempt (R-IN-7), which the inner machine starts as timer
 /// effects with each `CallModel` and turns into a stall or a timeout when they pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -129,6 +131,17 @@ pub struct StepConfig {
     /// A model attempt's deadlines (`None`: none; the runtime fills in its `Timeouts`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<StreamDeadlines>,
+    /// Inline `<status>…</status>` and `<title>…</title>` tags in the model's text (issue 13,
+    /// seed 001): each closed tag is reported as a `status_update` / `title_generated` event
+    /// and, with the default [`InlineTags::Strip`], removed from the `text_delta` events and
+    /// the committed message; [`InlineTags::Keep`] leaves the text as written,
+    /// [`InlineTags::Off`] looks for no tags. A configuration serialized without the field
+    /// (a trace recorded before it existed) reads as `off`, the behaviour it was recorded with.
+    #[serde(
+        default = "InlineTags::absent",
+        skip_serializing_if = "InlineTags::is_off"
+    )]
+    pub inline_tags: InlineTags,
 }
 
 impl Default for StepConfig {
@@ -142,6 +155,7 @@ impl Default for StepConfig {
             gate_tools: false,
             tool_timeout_ms: None,
             stream: None,
+            inline_tags: InlineTags::default(),
         }
     }
 }
