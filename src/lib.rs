@@ -6,8 +6,8 @@
 
 // The pure core, re-exported under the paths it always had.
 pub use agentloop_core::{
-    agent_event, chart, context, effect, error, event, import, message, output, process, react,
-    session_log, step, tool_check, trace_diff, transcript, whatif,
+    agent_event, chart, context, effect, error, event, import, inline_tags, message, output,
+    process, react, session_log, step, tool_check, trace_diff, transcript, whatif,
 };
 
 pub mod compaction;

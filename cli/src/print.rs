@@ -336,6 +336,8 @@ pub fn log_line(event: &AgentEvent, level: LogLevel) -> Option<String> {
         AgentEvent::ToolEnd { name, status, .. } if normal => {
             Some(format!("[tool] {name} -> {status:?}"))
         }
+        AgentEvent::StatusUpdate { text, .. } if normal => Some(format!("[status] {text}")),
+        AgentEvent::TitleGenerated { title, .. } if normal => Some(format!("[title] {title}")),
         AgentEvent::RunError { error, .. } => Some(format!("[error] {error}")),
         AgentEvent::AgentAbort { reason, .. } => Some(format!("[abort] {reason}")),
         AgentEvent::SessionRepaired { repair } => Some(format!("[repaired] {repair}")),

@@ -15,6 +15,7 @@ use agentloop::agent_event::Outcome;
 use agentloop::mcp::McpServer;
 use agentloop::model::{Model, ToolChoice};
 use agentloop::output::OutputSpec;
+use agentloop::process::InlineTags;
 use agentloop::provider::http::{model_from_flags, ProviderKind};
 use agentloop::react::{CostLimit, LimitAction, UsageLimits};
 use agentloop::runtime::{
@@ -131,6 +132,11 @@ pub struct AgentArgs {
     /// Per-tool timeout, in seconds.
     #[arg(long, default_value_t = 120.0)]
     pub tool_timeout: f64,
+    /// Inline `<status>…</status>` / `<title>…</title>` tags in the model's text: `strip`
+    /// (report them as `status_update` / `title_generated` events and remove them from the
+    /// answer), `keep` (report them, leave the answer as written) or `off` (no tag handling).
+    #[arg(long, value_enum, default_value_t = InlineTagsArg::Strip)]
+    pub inline_tags: InlineTagsArg,
     /// Retries per step.
     #[arg(long, default_value_t = 3)]
     pub max_retries: u32,
@@ -218,6 +224,27 @@ pub enum OnLimit {
     FinalAnswer,
     /// End the run at once.
     Stop,
+}
+
+/// `--inline-tags` (issue 13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InlineTagsArg {
+    /// Report the tags as events and remove them from the answer.
+    Strip,
+    /// Report the tags as events and leave the answer as the model wrote it.
+    Keep,
+    /// No tag handling.
+    Off,
+}
+
+impl From<InlineTagsArg> for InlineTags {
+    fn from(a: InlineTagsArg) -> Self {
+        match a {
+            InlineTagsArg::Strip => InlineTags::Strip,
+            InlineTagsArg::Keep => InlineTags::Keep,
+            InlineTagsArg::Off => InlineTags::Off,
+        }
+    }
 }
 
 impl LimitArgs {
@@ -384,6 +411,7 @@ pub fn agent_builder(
             c.max_steps = args.max_steps;
             c.step.retry.max_retries = args.max_retries;
             c.step.retry.initial_backoff_ms = args.initial_backoff_ms;
+            c.step.inline_tags = args.inline_tags.into();
             c.compact_threshold = args
                 .compact_threshold
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX));

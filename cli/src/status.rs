@@ -74,6 +74,8 @@ pub struct StatusLine {
     tools: BTreeMap<String, String>,
     /// Calls waiting for approval, in the order asked.
     pending: Vec<PendingCall>,
+    /// What the model last said it is doing (`<status>…</status>`, issue 13).
+    status: Option<String>,
 }
 
 /// How a run ended, from its one end event (`run_end`, `run_error` or `agent_abort`).
@@ -237,7 +239,13 @@ impl StatusLine {
                 self.streamed_chars += text.chars().count() as u64;
                 self.phase = Some(Phase::Streaming);
             }
-            AgentEvent::ModelTurnRetried { .. } => self.streamed_chars = 0,
+            AgentEvent::ModelTurnRetried { .. } => {
+                self.streamed_chars = 0;
+                self.status = None;
+            }
+            AgentEvent::StatusUpdate { text, .. } => {
+                self.status = Some(text.clone()).filter(|t| !t.is_empty());
+            }
             AgentEvent::ResponseComplete { usage, .. } => {
                 self.committed += 1;
                 self.streamed_chars = 0;
@@ -327,16 +335,18 @@ impl StatusLine {
             ),
         };
         // (plain text, style) parts; cut to the width on the plain text, then painted.
-        let mut parts: Vec<(String, &str)> = vec![
-            (format!("{frame} "), sgr::CYAN),
-            (label, style),
+        let mut parts: Vec<(String, &str)> = vec![(format!("{frame} "), sgr::CYAN), (label, style)];
+        if let Some(status) = &self.status {
+            parts.push((format!(" · {status}"), sgr::BOLD));
+        }
+        parts.extend([
             (format!(" · step {}", self.step), sgr::DIM),
             (
                 format!(" · {}", format_elapsed(self.elapsed_ms(now_ms))),
                 sgr::DIM,
             ),
             (format!(" · {}", self.tokens()), sgr::DIM),
-        ];
+        ]);
         if !self.tools.is_empty() {
             let names: Vec<&str> = self.tools.values().map(String::as_str).collect();
             parts.push((" · ".to_string(), sgr::DIM));
@@ -453,6 +463,34 @@ mod tests {
         let s = StatusLine::new();
         assert!(!s.active());
         assert_eq!(s.render(0, PLAIN), "⠋ idle · step 0 · 0.0s · tok 0↑ 0↓");
+    }
+
+    /// Issue 13 / seed 001: the model's last `<status>` shows after the phase, until a
+    /// retry drops it.
+    #[test]
+    fn the_models_status_shows_on_the_line() {
+        let mut s = started();
+        s.handle(&state(MachineKind::Process, "Calling", "Streaming"), 1_100);
+        s.handle(
+            &AgentEvent::StatusUpdate {
+                model_call_index: 1,
+                attempt: 1,
+                text: "Reading".into(),
+            },
+            1_200,
+        );
+        assert_eq!(
+            s.render(1_200, PLAIN),
+            "⠹ streaming · Reading · step 0 · 0.2s · tok 0↑ 0↓"
+        );
+        s.handle(
+            &AgentEvent::ModelTurnRetried {
+                model_call_index: 1,
+                attempt: 2,
+            },
+            1_300,
+        );
+        assert!(!s.render(1_300, PLAIN).contains("Reading"));
     }
 
     #[test]

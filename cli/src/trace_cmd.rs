@@ -69,7 +69,7 @@ pub struct DiffArgs {
 pub struct WhatIfArgs {
     /// Replay with a changed configuration: KEY=VALUE (repeatable). Keys: max_steps,
     /// retry.max_retries, retry.initial_backoff_ms, retry.max_backoff_ms, parallel_tools,
-    /// compact_threshold, context_budget_tokens, steering.
+    /// compact_threshold, context_budget_tokens, steering, inline_tags.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
     /// Replay with another decision function (one this program has: `default`).

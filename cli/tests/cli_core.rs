@@ -1,8 +1,11 @@
 //! The core CLI as a real child process: the main job, trace + replay (identical, and a changed
-//! event named by index), Ctrl-C aborting cleanly, and clear errors for malformed input.
+//! event named by index), Ctrl-C aborting cleanly, clear errors for malformed input, and inline
+//! status/title tags (issue 13).
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
+
+use serde_json::Value;
 
 fn agentloop(dir: &std::path::Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_agentloop"))
@@ -488,5 +491,111 @@ fn huge_tool_arguments_are_echoed_truncated() {
         written,
         format!("{line}\n"),
         "the tool got the whole argument"
+    );
+}
+
+// Issue 13 / seed 001, inline tags: a scripted model streams its answer a few characters at a
+// time (so the tags arrive split across deltas); `<status>…</status>` and `<title>…</title>`
+// come out as `status_update` and `title_generated` in `--events json`, and leave the answer
+// unless `--inline-tags keep`.
+
+const ANSWER: &str = "<status>Reading</status>The sum is 5.<title>Sum</title>";
+
+/// A directory with the script `s.json`: one turn answering [`ANSWER`] in 3-character deltas.
+fn scripted() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = serde_json::json!({"turns": [{"text": ANSWER, "chunk_chars": 3}]});
+    std::fs::write(dir.path().join("s.json"), script.to_string()).expect("script");
+    dir
+}
+
+/// The events `agentloop run --script s.json --events json EXTRA.. "What is 2+3?"` printed
+/// in `dir`, once it succeeded.
+fn run_scripted(dir: &tempfile::TempDir, extra: &[&str]) -> Vec<Value> {
+    let mut args = vec!["run", "--script", "s.json", "--events", "json"];
+    args.extend_from_slice(extra);
+    args.push("What is 2+3?");
+    let out = agentloop(dir.path(), &args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    json_events(&out)
+}
+
+fn of_type<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["type"] == ty).collect()
+}
+
+fn streamed(events: &[Value]) -> String {
+    of_type(events, "text_delta")
+        .iter()
+        .map(|e| e["text"].as_str().expect("text"))
+        .collect()
+}
+
+/// Issue 13 / seed 001: the tags become `status_update{text}` and `title_generated{title}`;
+/// the streamed text, the committed message and the final answer have no tags; the trace
+/// replays identically.
+#[test]
+fn issue_13_inline_tags_become_events_and_leave_the_answer() {
+    let dir = scripted();
+    let events = run_scripted(&dir, &["--trace", "t.jsonl"]);
+    let status = of_type(&events, "status_update");
+    assert_eq!(status.len(), 1, "{events:#?}");
+    assert_eq!(status[0]["text"], "Reading");
+    let title = of_type(&events, "title_generated");
+    assert_eq!(title.len(), 1, "{events:#?}");
+    assert_eq!(title[0]["title"], "Sum");
+    assert_eq!(streamed(&events), "The sum is 5.");
+    let complete = of_type(&events, "response_complete");
+    assert_eq!(complete[0]["message"]["text"], "The sum is 5.");
+    let end = of_type(&events, "run_end");
+    assert_eq!(end[0]["final_text"], "The sum is 5.");
+
+    let replay = agentloop(dir.path(), &["replay", "t.jsonl"]);
+    assert!(
+        replay.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+
+    // Text mode: stdout is the answer without tags; piped stderr names the status and title.
+    let out = agentloop(dir.path(), &["run", "--script", "s.json", "What is 2+3?"]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end(),
+        "The sum is 5."
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("[status] Reading"), "{stderr}");
+    assert!(stderr.contains("[title] Sum"), "{stderr}");
+}
+
+/// Issue 13 / seed 001: `--inline-tags keep` reports the tags and leaves the answer as the
+/// model wrote it; `--inline-tags off` looks for no tags; a trace without the option in its
+/// header (as before it existed) replays as `off`.
+#[test]
+fn issue_13_inline_tags_keep_and_off() {
+    let dir = scripted();
+    let run = |mode: &str| run_scripted(&dir, &["--inline-tags", mode]);
+    let keep = run("keep");
+    assert_eq!(of_type(&keep, "status_update")[0]["text"], "Reading");
+    assert_eq!(of_type(&keep, "title_generated")[0]["title"], "Sum");
+    assert_eq!(streamed(&keep), ANSWER);
+    assert_eq!(of_type(&keep, "run_end")[0]["final_text"], ANSWER);
+
+    // `off` writes the header a trace had before the option existed (no `inline_tags`), and
+    // such a trace replays with no tag handling, as it was recorded.
+    let off = run_scripted(&dir, &["--inline-tags", "off", "--trace", "off.jsonl"]);
+    assert!(of_type(&off, "status_update").is_empty());
+    assert!(of_type(&off, "title_generated").is_empty());
+    assert_eq!(of_type(&off, "run_end")[0]["final_text"], ANSWER);
+    let trace = std::fs::read_to_string(dir.path().join("off.jsonl")).expect("trace");
+    let header = trace.lines().next().expect("a header");
+    assert!(!header.contains("inline_tags"), "{header}");
+    let replay = agentloop(dir.path(), &["replay", "off.jsonl"]);
+    assert!(
+        replay.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replay.stderr)
     );
 }

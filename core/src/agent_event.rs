@@ -116,7 +116,8 @@ pub enum AgentEvent {
         /// Attempt.
         attempt: u32,
     },
-    /// Visible text (provisional until `response_complete`; drop on `model_turn_retried`).
+    /// Visible text (provisional until `response_complete`; drop on `model_turn_retried`);
+    /// without the inline tags the step strips (`StepConfig::inline_tags`).
     TextDelta {
         /// Step.
         model_call_index: u32,
@@ -124,6 +125,27 @@ pub enum AgentEvent {
         attempt: u32,
         /// The text.
         text: String,
+    },
+    /// The model reported what it is doing with an inline `<status>…</status>` tag in its
+    /// text (issue 13, seed 001), emitted when the tag closed; provisional like `text_delta`.
+    StatusUpdate {
+        /// Step.
+        model_call_index: u32,
+        /// Attempt.
+        attempt: u32,
+        /// The tag's body, trimmed.
+        text: String,
+    },
+    /// The model proposed a title for the conversation with an inline `<title>…</title>` tag
+    /// in its text (issue 13, seed 001), emitted when the tag closed; provisional like
+    /// `text_delta`.
+    TitleGenerated {
+        /// Step.
+        model_call_index: u32,
+        /// Attempt.
+        attempt: u32,
+        /// The tag's body, trimmed.
+        title: String,
     },
     /// Reasoning text.
     ReasoningDelta {

@@ -34,6 +34,7 @@ pub mod entry;
 pub mod error;
 pub mod event;
 pub mod import;
+pub mod inline_tags;
 pub mod message;
 pub mod model;
 pub mod output;

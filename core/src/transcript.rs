@@ -786,6 +786,8 @@ fn note(event: &AgentEvent) -> Option<String> {
             format!("tool {tool_call_id} skipped for steering")
         }
         AgentEvent::ModelSwitched { from, to } => format!("model switched: {from} -> {to}"),
+        AgentEvent::StatusUpdate { text, .. } => format!("status: {text}"),
+        AgentEvent::TitleGenerated { title, .. } => format!("title: {title}"),
         AgentEvent::UsageLimitReached {
             limit, used, max, ..
         } => format!("usage limit reached: {} {used} >= {max}", limit.as_str()),

@@ -7,6 +7,7 @@
 use crate::agent_event::AgentEvent;
 use crate::effect::Effect;
 use crate::event::{AttemptId, Event};
+use crate::inline_tags::InlineTags;
 use crate::react::{DeciderRegistry, Run, RunConfig, SteeringPolicy};
 use crate::step::Transition;
 use crate::trace::{Divergence, Trace, TraceError, TraceRecord};
@@ -23,6 +24,7 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ("compact_threshold", "an integer ≥ 1, or none"),
     ("context_budget_tokens", "an integer ≥ 1, or none"),
     ("steering", "deliver_at_boundary or skip_remaining"),
+    ("inline_tags", "strip, keep or off"),
 ];
 
 /// A `--set KEY=VALUE` the configuration cannot take.
@@ -106,6 +108,14 @@ pub fn apply_setting(config: &mut RunConfig, key: &str, value: &str) -> Result<(
             config.steering = match value {
                 "deliver_at_boundary" => SteeringPolicy::DeliverAtBoundary,
                 "skip_remaining" => SteeringPolicy::SkipRemaining,
+                _ => return Err(bad()),
+            }
+        }
+        "inline_tags" => {
+            config.step.inline_tags = match value {
+                "strip" => InlineTags::Strip,
+                "keep" => InlineTags::Keep,
+                "off" => InlineTags::Off,
                 _ => return Err(bad()),
             }
         }

@@ -438,6 +438,16 @@ impl<M> AgentBuilder<M> {
         self
     }
 
+    /// What each step does with inline `<status>…</status>` and `<title>…</title>` tags in
+    /// the model's text (issue 13): by default
+    /// ([`InlineTags::Strip`](crate::process::InlineTags::Strip)) they become `status_update` /
+    /// `title_generated` events and leave the answer; `Keep` reports them and leaves the text
+    /// as written; `Off` looks for none.
+    pub fn inline_tags(mut self, mode: crate::process::InlineTags) -> Self {
+        self.config.step.inline_tags = mode;
+        self
+    }
+
     /// Sets the hooks (R-EXT-1); use [`crate::hooks::HookChain`] for several.
     pub fn hooks(mut self, hooks: Arc<dyn Hooks>) -> Self {
         self.hooks = hooks;

@@ -206,6 +206,7 @@ impl Setup {
             } else {
                 Vec::new()
             },
+            inline_tags: Default::default(),
         }
     }
 

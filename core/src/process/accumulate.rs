@@ -1,16 +1,21 @@
 //! Assembling stream deltas into the assistant message (R-STR-2, R-STR-4, R-STR-6). One
-//! implementation serves the machine (what is committed) and `agentloop decode` (what is
-//! reported), so the two cannot disagree.
+//! implementation serves the machine (what is committed and what the partial-message snapshot
+//! shows) and `agentloop decode` (what is reported), so they cannot disagree; it also applies
+//! the inline-tag option (issue 13) to the text.
 
 use serde_json::Value;
 
 use crate::error::ModelError;
+use crate::inline_tags::{InlinePiece, InlineTagFilter, InlineTags};
 use crate::message::{AssistantMessage, FinishReason, MessageDelta, ToolCall};
 
 /// Assembles [`MessageDelta`]s into the message the runtime commits (R-STR-2, R-STR-4,
 /// R-STR-6): tool calls only from `tool-call` deltas; arguments parsed with
 /// [`ToolCall::from_raw`]; when the turn ended with `length`, every tool call is marked
 /// invalid, because the model was cut off and its arguments (or its plan) may be incomplete.
+/// Inline `<status>`/`<title>` tags in the text are handled as its [`InlineTags`] mode says
+/// (issue 13; [`new`](Self::new): [`InlineTags::Strip`], as the machine by default): the
+/// message holds the visible text, never the text still held back.
 #[derive(Clone, Debug, Default)]
 pub struct MessageAssembler {
     pub(crate) message: AssistantMessage,
@@ -21,6 +26,10 @@ pub struct MessageAssembler {
     pub(crate) any: bool,
     /// Deltas that changed the message so far (see [`MessageAssembler::revision`]).
     pub(crate) revision: u64,
+    /// What to do with inline tags in the text.
+    pub(crate) inline_tags: InlineTags,
+    /// The inline-tag filter of the current text block.
+    pub(crate) tags: InlineTagFilter,
 }
 
 impl MessageAssembler {
@@ -29,8 +38,25 @@ impl MessageAssembler {
         Self::default()
     }
 
+    /// An empty assembler that handles inline tags as `mode` says (issue 13).
+    pub fn with_inline_tags(mode: InlineTags) -> Self {
+        MessageAssembler {
+            inline_tags: mode,
+            ..Self::default()
+        }
+    }
+
     /// Applies one delta.
     pub fn push(&mut self, d: &MessageDelta) {
+        let _ = self.push_observed(d);
+    }
+
+    /// Applies one delta and returns what observers see of its text, in order (issue 13): for
+    /// a `text-delta`, the visible text and the inline tags it closed (with
+    /// [`InlineTags::Off`] or [`Keep`](InlineTags::Keep) the delta's text as it is, then any
+    /// tags); for a `text-end` or `finish`, the text held back until then
+    /// ([`end_text`](Self::end_text)); for other deltas nothing.
+    pub fn push_observed(&mut self, d: &MessageDelta) -> Vec<InlinePiece> {
         self.any = true;
         if !matches!(
             d,
@@ -48,8 +74,30 @@ impl MessageAssembler {
             self.revision += 1;
         }
         let m = &mut self.message;
+        let mut observed = Vec::new();
         match d {
-            MessageDelta::TextDelta { text } => m.text.push_str(text),
+            MessageDelta::TextDelta { text } => match self.inline_tags {
+                InlineTags::Strip if text.is_empty() => {
+                    // As without the option: an empty delta is observed as it came.
+                    observed.push(InlinePiece::Text(String::new()));
+                }
+                InlineTags::Strip => {
+                    observed = self.tags.push(text);
+                    for piece in &observed {
+                        if let InlinePiece::Text(t) = piece {
+                            m.text.push_str(t);
+                        }
+                    }
+                }
+                InlineTags::Keep | InlineTags::Off => {
+                    m.text.push_str(text);
+                    observed.push(InlinePiece::Text(text.clone()));
+                    if self.inline_tags == InlineTags::Keep {
+                        let tags = self.tags.push(text).into_iter();
+                        observed.extend(tags.filter(|p| matches!(p, InlinePiece::Tag(..))));
+                    }
+                }
+            },
             MessageDelta::ReasoningDelta { text } => m.reasoning.push_str(text),
             MessageDelta::ReasoningSignature { signature } => m
                 .reasoning_signature
@@ -75,17 +123,34 @@ impl MessageAssembler {
                 m.usage = *usage;
                 self.raw_finish_reason.clone_from(raw_finish_reason);
             }
-            MessageDelta::Finish => self.finished = true,
+            MessageDelta::Finish => {
+                self.finished = true;
+                observed = released(self.end_text());
+            }
+            MessageDelta::TextEnd => observed = released(self.end_text()),
             MessageDelta::Error { error } => self.error = Some(error.clone()),
             MessageDelta::StartStep
             | MessageDelta::TextStart
-            | MessageDelta::TextEnd
             | MessageDelta::ReasoningStart
             | MessageDelta::ReasoningEnd
             | MessageDelta::ToolInputStart { .. }
             | MessageDelta::ToolInputDelta { .. }
             | MessageDelta::ToolInputEnd { .. } => {}
         }
+        observed
+    }
+
+    /// The end of the text (a `text-end`, `finish`, or the commit): with
+    /// [`InlineTags::Strip`], the text held back (after a `<` that might have opened a tag, or
+    /// an unclosed tag) is released into the message and returned; else nothing is.
+    pub fn end_text(&mut self) -> String {
+        let rest = self.tags.finish();
+        if self.inline_tags != InlineTags::Strip || rest.is_empty() {
+            return String::new();
+        }
+        self.message.text.push_str(&rest);
+        self.revision += 1;
+        rest
     }
 
     /// Whether `finish` arrived without an error (the message may be committed).
@@ -121,7 +186,8 @@ impl MessageAssembler {
 
     /// How many deltas changed the message: two states of one assembler with the same
     /// revision have the same [`message`](Self::message). Deltas that change nothing the
-    /// message shows (`text-start`, `tool-input-delta`, `finish`, ...) do not count.
+    /// message shows (`text-start`, `tool-input-delta`, `finish`, ...) do not count; the end
+    /// of the text counts when it releases held-back text.
     pub fn revision(&self) -> u64 {
         self.revision
     }
@@ -159,6 +225,15 @@ impl MessageAssembler {
         );
         snapshot.finish_reason = m.finish_reason;
         snapshot.usage = m.usage;
+    }
+}
+
+/// The text [`MessageAssembler::end_text`] released, as observed pieces.
+fn released(rest: String) -> Vec<InlinePiece> {
+    if rest.is_empty() {
+        Vec::new()
+    } else {
+        vec![InlinePiece::Text(rest)]
     }
 }
 

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::inline_tags::InlineTags;
+
 /// The deadlines of one model attempt (R-IN-7), which the inner machine starts as timer
 /// effects with each `CallModel` and turns into a stall or a timeout when they pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -141,6 +143,17 @@ pub struct StepConfig {
     /// duplicates (a vector, not a set: an idle session keeps a copy, R-PERF memory budget).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pure_tools: Vec<String>,
+    /// Inline `<status>…</status>` and `<title>…</title>` tags in the model's text (issue 13,
+    /// seed 001): each closed tag is reported as a `status_update` / `title_generated` event
+    /// and, with the default [`InlineTags::Strip`], removed from the `text_delta` events and
+    /// the committed message; [`InlineTags::Keep`] leaves the text as written,
+    /// [`InlineTags::Off`] looks for no tags. A configuration serialized without the field
+    /// (a trace recorded before it existed) reads as `off`, the behaviour it was recorded with.
+    #[serde(
+        default = "InlineTags::absent",
+        skip_serializing_if = "InlineTags::is_off"
+    )]
+    pub inline_tags: InlineTags,
 }
 
 impl StepConfig {
@@ -179,6 +192,7 @@ impl Default for StepConfig {
             stream: None,
             auto_resume: false,
             pure_tools: Default::default(),
+            inline_tags: InlineTags::default(),
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::error::ErrorKind;
 use crate::error::ModelError;
 use crate::event::KillPolicy;
 use crate::event::{AttemptId, Event};
+use crate::inline_tags::{InlinePiece, TagKind};
 use crate::message::{AssistantMessage, MessageDelta, ToolCall, ToolResult, ToolStatus};
 use crate::model::ModelRequest;
 use crate::process::accumulate::MessageAssembler;
@@ -76,12 +77,13 @@ pub struct ProcessData {
 
 impl ProcessData {
     pub(crate) fn new(cfg: StepConfig, request: ModelRequest, whitelist: BTreeSet<String>) -> Self {
+        let acc = MessageAssembler::with_inline_tags(cfg.inline_tags);
         ProcessData {
             cfg,
             request,
             whitelist,
             seen: HashSet::new(),
-            acc: MessageAssembler::default(),
+            acc,
             acc_epoch: 0,
             committed: None,
             slots: Slots::default(),
@@ -249,7 +251,7 @@ impl ProcessData {
 
     /// Starts the message afresh (a new attempt discards the partial output).
     fn new_assembler(&mut self) {
-        self.acc = MessageAssembler::default();
+        self.acc = MessageAssembler::with_inline_tags(self.cfg.inline_tags);
         self.acc_epoch += 1;
     }
 
@@ -335,14 +337,10 @@ impl ProcessData {
                 self.timers.moved = false;
             }
         }
-        self.acc.push(delta);
+        let observed = self.acc.push_observed(delta);
+        self.emit_text(observed);
         let (idx, attempt) = (self.request.model_call_index, self.request.attempt);
         let event = match delta {
-            MessageDelta::TextDelta { text } => Some(AgentEvent::TextDelta {
-                model_call_index: idx,
-                attempt,
-                text: text.clone(),
-            }),
             MessageDelta::ReasoningDelta { text } => Some(AgentEvent::ReasoningDelta {
                 model_call_index: idx,
                 attempt,
@@ -363,6 +361,31 @@ impl ProcessData {
         }
     }
 
+    /// Emits what observers see of the text: visible text as `text_delta`, closed inline tags
+    /// as `status_update` / `title_generated` (issue 13), in stream order.
+    fn emit_text(&mut self, observed: Vec<InlinePiece>) {
+        let (model_call_index, attempt) = (self.request.model_call_index, self.request.attempt);
+        for piece in observed {
+            self.emit(match piece {
+                InlinePiece::Text(text) => AgentEvent::TextDelta {
+                    model_call_index,
+                    attempt,
+                    text,
+                },
+                InlinePiece::Tag(TagKind::Status, text) => AgentEvent::StatusUpdate {
+                    model_call_index,
+                    attempt,
+                    text,
+                },
+                InlinePiece::Tag(TagKind::Title, title) => AgentEvent::TitleGenerated {
+                    model_call_index,
+                    attempt,
+                    title,
+                },
+            });
+        }
+    }
+
     /// Whether the accumulated message has tool calls.
     pub(crate) fn has_tool_calls(&self) -> bool {
         self.acc.has_tool_calls()
@@ -373,6 +396,11 @@ impl ProcessData {
     /// call with one fails at once (row `commit_schema_invalid`) unless an earlier row applies.
     pub(crate) fn commit(&mut self, rejected: &[ArgumentsRejected]) {
         self.end_attempt();
+        // The text ends: what the inline-tag filter still held back is text after all.
+        let rest = self.acc.end_text();
+        if !rest.is_empty() {
+            self.emit_text(vec![InlinePiece::Text(rest)]);
+        }
         let message = self.acc.message();
         self.persist(Entry::Assistant {
             run_id: self.request.run_id.clone(),

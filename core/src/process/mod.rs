@@ -25,7 +25,8 @@ use crate::model::ModelRequest;
 use crate::step::Transition;
 
 pub use config::{
-    ApprovalPolicy, DoomLoopPolicy, LoopAction, RetryPolicy, StepConfig, StreamDeadlines,
+    ApprovalPolicy, DoomLoopPolicy, InlineTags, LoopAction, RetryPolicy, StepConfig,
+    StreamDeadlines,
 };
 use data::ProcessData;
 pub use data::StepOutcome;

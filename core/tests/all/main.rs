@@ -11,6 +11,7 @@ mod decider_replay;
 mod fallback;
 mod fuzz_corpus_core;
 mod import_rules;
+mod inline_tags;
 mod limits;
 mod loop_health;
 mod machine_details;
