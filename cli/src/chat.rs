@@ -63,6 +63,8 @@ pub enum Line {
     Empty,
     /// A prompt (`//text` sends `/text`).
     Prompt(String),
+    /// The answer (ref, text) to an `ask_user` question: a line typed while one waits.
+    Answer((String, String)),
     /// `/steer TEXT`.
     Steer(String),
     /// `/approve [ID]`.
@@ -84,7 +86,9 @@ pub enum Line {
 /// What `/help` prints.
 pub const HELP: &str = "\
 commands:
-  TEXT            send a prompt (queued while a run is going; //TEXT sends /TEXT)
+  TEXT            send a prompt (queued while a run is going; //TEXT sends /TEXT); while
+                  the model asks a question ([ask]), the line is the answer (a number
+                  picks an option)
   /steer TEXT     steer the running run at its next step
   /approve [ID]   approve the tool call waiting for approval
   /reject [ID]    reject it (the model sees a denied result)
@@ -206,6 +210,7 @@ fn build(
     }
     let ask = args.ask.clone();
     Ok(builder
+        .ask_user(None)
         .auto_resume(args.auto_resume)
         .configure(move |c| {
             for tool in ask {
@@ -253,6 +258,7 @@ async fn chat(args: &ChatArgs, session: &Session, output: &Output) -> ExitCode {
     let now_ms = || clock.now_ms();
     let mut line = StatusLine::new();
     let mut queued = 0usize;
+    let mut asked = Asked::default();
     let mut trace = TraceTarget {
         path: args.agent.trace.clone(),
         ..TraceTarget::default()
@@ -267,7 +273,7 @@ async fn chat(args: &ChatArgs, session: &Session, output: &Output) -> ExitCode {
         tokio::select! {
             item = events.recv() => match item {
                 Some(SubscriptionItem::Event(env)) => {
-                    let ended = show(args, session, output, &mut line, &mut trace, &mut queued, &env, now_ms()).await;
+                    let ended = show(args, session, output, &mut line, &mut trace, &mut queued, &mut asked, &env, now_ms()).await;
                     if ended && queued == 0 && typing && !input_ended {
                         output.prompt("> ");
                     }
@@ -280,7 +286,11 @@ async fn chat(args: &ChatArgs, session: &Session, output: &Output) -> ExitCode {
                     if typing {
                         output.input_echoed();
                     }
-                    if !command(session, output, &line, &mut trace, parse(&text)).await {
+                    let input = match asked.take_answer(&text) {
+                        Some(answer) => Line::Answer(answer),
+                        None => parse(&text),
+                    };
+                    if !command(session, output, &line, &mut trace, input).await {
                         return leave(session).await;
                     }
                     if typing && session.status() == Status::Idle {
@@ -294,7 +304,7 @@ async fn chat(args: &ChatArgs, session: &Session, output: &Output) -> ExitCode {
                 while let Ok(Some(SubscriptionItem::Event(env))) =
                     tokio::time::timeout(Duration::ZERO, events.recv()).await
                 {
-                    show(args, session, output, &mut line, &mut trace, &mut queued, &env, now_ms()).await;
+                    show(args, session, output, &mut line, &mut trace, &mut queued, &mut asked, &env, now_ms()).await;
                 }
                 output.finish();
                 return ExitCode::SUCCESS;
@@ -335,6 +345,7 @@ async fn show(
     line: &mut StatusLine,
     trace: &mut TraceTarget,
     queued: &mut usize,
+    asked: &mut Asked,
     env: &EventEnvelope,
     now_ms: u64,
 ) -> bool {
@@ -362,6 +373,29 @@ async fn show(
     }
     match &env.event {
         AgentEvent::RunStart { .. } => trace.recording = trace.path.is_some(),
+        AgentEvent::AskUser {
+            reference,
+            question,
+            options,
+        } => {
+            let choices: Vec<String> = options
+                .iter()
+                .enumerate()
+                .map(|(i, o)| format!("{}) {o}", i + 1))
+                .collect();
+            output.say(&format!(
+                "[ask] {question}{}{}",
+                if choices.is_empty() { "" } else { "  " },
+                choices.join("  ")
+            ));
+            output.say("[ask] type your answer (a number picks an option)");
+            asked.0.push((reference.clone(), options.clone()));
+        }
+        AgentEvent::UserResponded { reference, .. }
+        | AgentEvent::ToolEnd {
+            tool_call_id: reference,
+            ..
+        } => asked.0.retain(|(r, _)| r != reference),
         AgentEvent::PromptQueued { queued: n, .. } => *queued = *n,
         AgentEvent::PromptDropped { .. } => *queued = queued.saturating_sub(1),
         AgentEvent::AgentResumed { trigger } if trigger == "queued_prompt" => {
@@ -403,6 +437,30 @@ async fn write_trace(session: &Session, output: &Output, target: &mut TraceTarge
     }
 }
 
+/// The `ask_user` questions shown and not yet answered, oldest first: their refs and options.
+#[derive(Default)]
+struct Asked(Vec<(String, Vec<String>)>);
+
+impl Asked {
+    /// When a question waits, the line answers the oldest one: a number picks its option.
+    /// Lines that are commands (`/…`) stay commands.
+    fn take_answer(&mut self, text: &str) -> Option<(String, String)> {
+        if text.starts_with('/') && !text.starts_with("//") {
+            return None;
+        }
+        let (reference, options) = self.0.first()?.clone();
+        let text = text.trim();
+        let answer = text
+            .parse::<usize>()
+            .ok()
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|i| options.get(i).cloned())
+            .unwrap_or_else(|| text.to_string());
+        self.0.remove(0);
+        Some((reference, answer))
+    }
+}
+
 /// Carries out one input line; false to leave.
 async fn command(
     session: &Session,
@@ -416,6 +474,23 @@ async fn command(
         Line::Quit => return false,
         Line::Help => output.say(HELP),
         Line::Bad(message) => output.say(&message),
+        Line::Answer((reference, answer)) => {
+            // The event comes from the machine just before the session parks the question.
+            for _ in 0..200 {
+                if session
+                    .pending_questions()
+                    .iter()
+                    .any(|q| q.reference == reference)
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            match session.respond(&reference, answer.clone()) {
+                Ok(()) => output.say(&format!("[answered] {answer}")),
+                Err(e) => output.say(&format!("[error] {e}")),
+            }
+        }
         Line::Prompt(text) => match session.prompt(text).await {
             Ok(PromptAck::Started) => {}
             Ok(PromptAck::Queued(n)) => output.say(&format!("[queued] prompt {n} in line")),

@@ -395,7 +395,8 @@ fn phase_entered(machine: MachineKind, to: &str) -> Option<Phase> {
         Status::Idle | Status::Running => Phase::Thinking,
         Status::Streaming => Phase::Streaming,
         Status::ExecutingTools => Phase::Tools,
-        Status::AwaitingApproval => Phase::Approval,
+        // Both wait for the person (an approval, an ask_user answer).
+        Status::AwaitingApproval | Status::AwaitingUser => Phase::Approval,
     })
 }
 

@@ -37,6 +37,22 @@ fn two_answers(dir: &Path) {
     .expect("script");
 }
 
+/// Reads stderr lines into `seen` until one starts with `prefix` (`None`: to the end).
+fn read_until(
+    lines: &mut std::io::Lines<std::io::BufReader<std::process::ChildStderr>>,
+    prefix: Option<&str>,
+    seen: &mut String,
+) {
+    for line in lines.by_ref() {
+        let line = line.expect("stderr line");
+        seen.push_str(&line);
+        seen.push('\n');
+        if prefix.is_some_and(|p| line.starts_with(p)) {
+            return;
+        }
+    }
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -125,24 +141,14 @@ fn chat_shows_a_call_waiting_for_approval_and_approve_runs_it() {
     writeln!(input, "What is 2+3?").expect("prompt");
     let mut seen = String::new();
     let mut lines = std::io::BufReader::new(stderr).lines();
-    for line in lines.by_ref() {
-        let line = line.expect("stderr line");
-        seen.push_str(&line);
-        seen.push('\n');
-        if line.starts_with("[approval] calculator") {
-            break;
-        }
-    }
+    read_until(&mut lines, Some("[approval] calculator"), &mut seen);
     assert!(
         seen.contains(r#"needs approval: {"expression":"2+3"}"#),
         "the pending call is shown: {seen}"
     );
     writeln!(input, "/approve").expect("approve");
     drop(input);
-    for line in lines {
-        seen.push_str(&line.expect("stderr line"));
-        seen.push('\n');
-    }
+    read_until(&mut lines, None, &mut seen);
     let out = child.wait_with_output().expect("output");
     assert!(out.status.success(), "{seen}");
     assert_eq!(text(&out.stdout), ANSWER, "{seen}");
@@ -175,4 +181,38 @@ fn chat_refuses_an_unknown_tool_to_ask_for() {
     let out = agentloop(dir.path(), &["chat", "--ask", "nope"], "");
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("--ask nope: no such tool"));
+}
+
+/// Issue 13 / seed 001: a model that calls `ask_user` pauses the chat's run; the person's next
+/// line is the answer (a number picks an option) and the run continues with it.
+#[test]
+fn seed_001_chat_asks_the_person_and_continues_with_the_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("s.json"),
+        r#"{"turns": [
+            {"tool_calls": [{"id": "q1", "name": "ask_user",
+                             "arguments": {"question": "Which colour?", "options": ["red", "blue"]}}]},
+            {"text": "You chose {{last_tool_result}}."}
+        ]}"#,
+    )
+    .expect("script");
+    let mut child = spawn(dir.path(), &["chat", "--script", "s.json"]);
+    let mut input = child.stdin.take().expect("stdin");
+    let stderr = child.stderr.take().expect("stderr");
+    writeln!(input, "pick a colour").expect("prompt");
+    let mut seen = String::new();
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    read_until(&mut lines, Some("[ask] type your answer"), &mut seen);
+    assert!(
+        seen.contains("[ask] Which colour?  1) red  2) blue"),
+        "the question and its options are shown: {seen}"
+    );
+    writeln!(input, "2").expect("answer");
+    drop(input);
+    read_until(&mut lines, None, &mut seen);
+    let out = child.wait_with_output().expect("output");
+    assert!(out.status.success(), "{seen}");
+    assert!(seen.contains("[answered] blue"), "{seen}");
+    assert_eq!(text(&out.stdout), "You chose blue.\n", "{seen}");
 }

@@ -267,6 +267,23 @@ pub enum AgentEvent {
         /// The earlier call whose result was reused.
         cached_from: String,
     },
+    /// The model asks the person a question through the built-in `ask_user` tool; answer
+    /// with `Session::respond(reference, answer)` (issue 13, seed 001).
+    AskUser {
+        /// The question's ref: the call's id.
+        reference: String,
+        /// The question.
+        question: String,
+        /// The options offered (may be empty: a free answer).
+        options: Vec<String>,
+    },
+    /// The person answered an `ask_user` question.
+    UserResponded {
+        /// The question's ref.
+        reference: String,
+        /// The answer.
+        answer: String,
+    },
     /// A call waits for a human.
     ApprovalRequired {
         /// Call id.

@@ -65,6 +65,16 @@ pub enum Effect {
         /// The call.
         call: ToolCall,
     },
+    /// Put an `ask_user` call's question to the person; the answer comes back as
+    /// `Event::UserAnswered` (issue 13, seed 001).
+    AskUser {
+        /// The call (its id is the question's ref).
+        tool_call_id: String,
+        /// The question.
+        question: String,
+        /// The options offered (may be empty: a free answer).
+        options: Vec<String>,
+    },
     /// Ask a human about a call; the answer comes back as `Event::Approval`.
     RequestApproval {
         /// The call.

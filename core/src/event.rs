@@ -234,6 +234,13 @@ pub enum Event {
         /// The verdict.
         verdict: GateVerdict,
     },
+    /// The person's answer to an `ask_user` question (`Effect::AskUser`; issue 13, seed 001).
+    UserAnswered {
+        /// The call that asked (the question's ref).
+        tool_call_id: String,
+        /// The answer; `None` when nobody can answer (no session, no person).
+        answer: Option<String>,
+    },
     /// The compaction effect finished.
     CompactionDone {
         /// The new context.
@@ -309,6 +316,7 @@ impl Event {
             Event::ToolFinished { .. } => "tool_finished",
             Event::Approval { .. } => "approval",
             Event::ToolGated { .. } => "tool_gated",
+            Event::UserAnswered { .. } => "user_answered",
             Event::CompactionDone { .. } => "compaction_done",
             Event::CompactionFailed { .. } => "compaction_failed",
             Event::Abort { .. } => "abort",
@@ -335,6 +343,7 @@ impl Event {
                 | Event::ToolFinished { .. }
                 | Event::Approval { .. }
                 | Event::ToolGated { .. }
+                | Event::UserAnswered { .. }
         )
     }
 }

@@ -321,6 +321,13 @@ impl Session {
                         tool_call_id: call.id,
                         decision: ApprovalDecision::Approved,
                     }),
+                    // The worker has no person to ask (ask_user is not offered here).
+                    Effect::AskUser { tool_call_id, .. } => {
+                        pending.push_back(Event::UserAnswered {
+                            tool_call_id,
+                            answer: None,
+                        })
+                    }
                     Effect::KillTool { .. } | Effect::CancelModel { .. } => {}
                 }
             }

@@ -208,6 +208,27 @@ impl Driver<'_> {
                         verdict,
                     });
                 }
+                Effect::AskUser {
+                    tool_call_id,
+                    question,
+                    options,
+                } => {
+                    let asker = self.agent.asker.clone();
+                    let tx = self.tx.clone();
+                    let question = crate::runtime::Question {
+                        reference: tool_call_id,
+                        question,
+                        options,
+                    };
+                    let h = tokio::spawn(async move {
+                        let answer = asker.ask(&question).await;
+                        let _ = tx.send(Event::UserAnswered {
+                            tool_call_id: question.reference,
+                            answer,
+                        });
+                    });
+                    self.tasks.other.push(h);
+                }
                 Effect::RequestApproval { call } => {
                     let approver = self.agent.approver.clone();
                     let tx = self.tx.clone();

@@ -33,7 +33,8 @@ use crate::trace::{Trace, TraceHeader, TRACE_VERSION};
 
 pub use ports::{
     Approver, AutoApprove, Clock, Compactor, EventEnvelope, EventSink, FnSink, Ids, ManualApproval,
-    NullSink, RejectAll, SequentialIds, SystemClock, TimeIds, TokioClock, Truncate, VecSink,
+    NoUser, NullSink, Question, RejectAll, SequentialIds, SystemClock, TimeIds, TokioClock,
+    Truncate, UserAsker, VecSink,
 };
 
 pub use agentloop_core::timeouts::{Timeouts, ToolOrder};
@@ -315,6 +316,7 @@ pub struct Agent {
     pub(crate) offload: Option<Offload>,
     pub(crate) store: Arc<dyn SessionStore>,
     pub(crate) approver: Arc<dyn Approver>,
+    pub(crate) asker: Arc<dyn UserAsker>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) ids: Arc<dyn Ids>,
     pub(crate) sink: Arc<dyn EventSink>,
@@ -351,6 +353,7 @@ pub struct AgentBuilder<M> {
     tools: ToolRegistry,
     store: Arc<dyn SessionStore>,
     approver: Arc<dyn Approver>,
+    asker: Arc<dyn UserAsker>,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn Ids>,
     sink: Arc<dyn EventSink>,
@@ -373,6 +376,7 @@ impl Agent {
             tools: ToolRegistry::new(),
             store: Arc::new(MemoryStore::new()),
             approver: Arc::new(AutoApprove),
+            asker: Arc::new(NoUser),
             clock: Arc::new(SystemClock),
             ids: Arc::new(TimeIds::default()),
             sink: Arc::new(NullSink),
@@ -400,6 +404,7 @@ impl<M> AgentBuilder<M> {
             tools: self.tools,
             store: self.store,
             approver: self.approver,
+            asker: self.asker,
             clock: self.clock,
             ids: self.ids,
             sink: self.sink,
@@ -565,6 +570,23 @@ impl<M> AgentBuilder<M> {
         self
     }
 
+    /// Offers the built-in `ask_user` tool (issue 13, seed 001): the model asks the person a
+    /// question, with options; the call waits for the answer (a session's
+    /// [`respond`](crate::session::Session::respond), the CLI's `chat`), at most
+    /// `timeout_ms` when given. Outside a session nobody can answer and the call fails.
+    pub fn ask_user(mut self, timeout_ms: Option<u64>) -> Self {
+        self.tools.insert(Arc::new(crate::tools::AskUser));
+        self.config.step.ask_user = true;
+        self.config.step.ask_user_timeout_ms = timeout_ms;
+        self
+    }
+
+    /// Sets who answers `ask_user` questions (a session installs its own).
+    pub fn asker(mut self, asker: Arc<dyn UserAsker>) -> Self {
+        self.asker = asker;
+        self
+    }
+
     /// Sets the timeouts.
     pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
         self.timeouts = timeouts;
@@ -614,6 +636,7 @@ impl AgentBuilder<WithModel> {
             tools: SharedTools::new(self.tools),
             store: self.store,
             approver: self.approver,
+            asker: self.asker,
             clock: self.clock,
             ids: self.ids,
             sink: self.sink,

@@ -18,6 +18,37 @@ pub trait Approver: Send + Sync {
     async fn decide(&self, call: &ToolCall) -> Option<ApprovalDecision>;
 }
 
+/// A question the model asks the person through the built-in `ask_user` tool (issue 13,
+/// seed 001).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Question {
+    /// The question's ref: the id of the call that asks.
+    pub reference: String,
+    /// The question.
+    pub question: String,
+    /// The options offered (may be empty: a free answer).
+    pub options: Vec<String>,
+}
+
+/// Puts `ask_user` questions to a person. The deadline is the machine's
+/// (`StepConfig::ask_user_timeout_ms`): an asker waits as long as it takes.
+#[async_trait]
+pub trait UserAsker: Send + Sync {
+    /// The answer to `question`, or `None` when nobody can answer.
+    async fn ask(&self, question: &Question) -> Option<String>;
+}
+
+/// Nobody to ask: every question fails at once (an agent run outside a session).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoUser;
+
+#[async_trait]
+impl UserAsker for NoUser {
+    async fn ask(&self, _question: &Question) -> Option<String> {
+        None
+    }
+}
+
 /// Approves everything.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct AutoApprove;

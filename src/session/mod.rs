@@ -33,6 +33,7 @@
 pub mod approvals;
 pub mod bus;
 pub mod metrics;
+pub mod questions;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -58,6 +59,8 @@ pub use metrics::{Metrics, Price, PriceTable, ToolStats};
 use approvals::{Approvals, SessionApprover};
 use bus::BusSink;
 use metrics::RunUsage;
+pub use questions::AnswerError;
+use questions::{Questions, SessionAsker};
 
 /// Which running tools an abort kills (R-CTL-3): the machine's kill policy.
 pub use crate::event::KillPolicy as KillTools;
@@ -90,6 +93,8 @@ pub enum Status {
     ExecutingTools,
     /// A tool call waits for a human.
     AwaitingApproval,
+    /// An `ask_user` question waits for the person's answer (issue 13, seed 001).
+    AwaitingUser,
 }
 
 impl Status {
@@ -151,6 +156,7 @@ impl Status {
             Status::Streaming => "streaming",
             Status::ExecutingTools => "executing_tools",
             Status::AwaitingApproval => "awaiting_approval",
+            Status::AwaitingUser => "awaiting_user",
         }
     }
 }
@@ -238,6 +244,9 @@ pub enum SessionError {
     /// The approval is not pending (unknown id, double answer, timed out).
     #[error(transparent)]
     Approval(#[from] ApprovalError),
+    /// No `ask_user` question with that ref waits (unknown, already answered, timed out).
+    #[error(transparent)]
+    Answer(#[from] AnswerError),
     /// No model of that name is registered.
     #[error("unknown model {0:?} (registered: {1:?})")]
     UnknownModel(String, Vec<String>),
@@ -294,6 +303,7 @@ struct Shared {
     id: String,
     bus: Arc<EventBus>,
     approvals: Arc<Approvals>,
+    questions: Arc<Questions>,
     status: AtomicU8,
     busy: AtomicBool,
     saw_abort: AtomicBool,
@@ -342,11 +352,16 @@ impl Session {
             clock: agent.clock.clone(),
             timeout_ms: config.approval_timeout_ms,
         });
+        let questions = Arc::new(Questions::default());
+        agent.asker = Arc::new(SessionAsker {
+            questions: questions.clone(),
+        });
         let (idle, _) = watch::channel(true);
         let shared = Arc::new(Shared {
             id: config.session_id.clone(),
             bus: bus.clone(),
             approvals,
+            questions,
             status: AtomicU8::new(0),
             busy: AtomicBool::new(false),
             saw_abort: AtomicBool::new(false),
@@ -501,6 +516,17 @@ impl Session {
         self.shared.approvals.pending_ids()
     }
 
+    /// Answers the `ask_user` question `reference` (the `ask_user` event's ref; issue 13,
+    /// seed 001): the waiting call gets `answer` as its result and the run goes on.
+    pub fn respond(&self, reference: &str, answer: impl Into<String>) -> Result<(), SessionError> {
+        Ok(self.shared.questions.answer(reference, answer.into())?)
+    }
+
+    /// The `ask_user` questions waiting for an answer.
+    pub fn pending_questions(&self) -> Vec<crate::runtime::Question> {
+        self.shared.questions.pending()
+    }
+
     /// Switches the model (R-CTL-5): idle → now; busy → from the next step. Returns false (and
     /// emits nothing) when it is already the model. The name must be registered.
     pub async fn switch_model(&self, model: impl Into<String>) -> Result<bool, SessionError> {
@@ -542,6 +568,9 @@ impl Session {
         }
         if self.shared.approvals.has_pending() {
             return Status::AwaitingApproval;
+        }
+        if self.shared.questions.has_pending() {
+            return Status::AwaitingUser;
         }
         match Status::from_u8(self.shared.status.load(Ordering::SeqCst)) {
             Status::Idle => Status::Running,

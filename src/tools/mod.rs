@@ -221,7 +221,10 @@ impl ToolRegistry {
 
 #[cfg(feature = "builtin-tools")]
 pub mod append_line;
+pub mod ask_user;
 #[cfg(feature = "builtin-tools")]
 pub mod calculator;
 #[cfg(feature = "builtin-tools")]
 pub mod read_file;
+
+pub use ask_user::AskUser;

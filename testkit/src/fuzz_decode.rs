@@ -55,6 +55,8 @@ fn delta(b: u8) -> DeltaPick {
         4 => DeltaPick::ToolCall(
             if v.is_multiple_of(4) {
                 ToolPick::Unknown
+            } else if v % 8 == 1 {
+                ToolPick::AskUser
             } else {
                 ToolPick::Known(v)
             },
@@ -150,6 +152,14 @@ pub fn action(bytes: &mut Bytes<'_>) -> Action {
             ),
             _ => Action::SetTools(p >> 3),
         },
+        13 if p % 4 == 3 => Action::UserAnswered(
+            if p.is_multiple_of(5) {
+                IdPick::Unknown
+            } else {
+                IdPick::Tracked(p)
+            },
+            !p.is_multiple_of(3),
+        ),
         13 => Action::CompactionFailed,
         14 if p.is_multiple_of(2) => Action::Abort,
         14 => Action::AbortKill(p >> 1),

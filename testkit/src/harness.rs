@@ -80,6 +80,9 @@ pub struct Setup {
     /// `calculator` is pure: an identical call in a later step is answered from the cache
     /// (`commit_cached`, issue 13).
     pub pure_calculator: bool,
+    /// `ask_user` is offered and answered by the person (`start_ask_user`, `user_answered`,
+    /// `user_unavailable`, `user_deadline`; issue 13, seed 001).
+    pub ask_user: bool,
 }
 
 /// The fallback model of [`Setup::fallback`].
@@ -103,6 +106,7 @@ impl Default for Setup {
             typed_output: None,
             auto_resume: false,
             pure_calculator: false,
+            ask_user: false,
         }
     }
 }
@@ -166,6 +170,7 @@ impl Setup {
             },
             auto_resume: b.count_ones().is_multiple_of(2),
             pure_calculator: b % 3 == 1,
+            ask_user: b % 7 == 2,
         }
     }
 
@@ -207,13 +212,23 @@ impl Setup {
                 Vec::new()
             },
             inline_tags: Default::default(),
+            ask_user: self.ask_user,
+            ask_user_timeout_ms: self.ask_user.then_some(700),
         }
     }
 
     /// The run's configuration.
     pub fn run_config(&self) -> RunConfig {
+        let mut tools = tool_specs();
+        if self.ask_user {
+            tools.push(ToolSpec {
+                name: agentloop_core::process::ASK_USER_TOOL.into(),
+                description: "asks the person".into(),
+                parameters: serde_json::json!({"type": "object"}),
+            });
+        }
         RunConfig {
-            tools: tool_specs().into(),
+            tools: tools.into(),
             max_steps: self.max_steps,
             step: self.step_config(),
             compact_threshold: self.compact_threshold,
@@ -298,6 +313,8 @@ pub enum ToolPick {
     Known(u8),
     /// A tool that does not exist.
     Unknown,
+    /// The built-in `ask_user` (offered when [`Setup::ask_user`]).
+    AskUser,
 }
 
 /// The raw arguments of a tool-call delta.
@@ -434,6 +451,9 @@ pub enum Action {
     ToolFinished(IdPick, bool),
     /// `Approval`.
     Approval(IdPick, DecisionPick),
+    /// `UserAnswered` for a question being asked (tracked) or an unknown one; `bool` = an
+    /// answer (else: nobody can answer).
+    UserAnswered(IdPick, bool),
     /// `ToolGated` for a call being gated (tracked) or an unknown one.
     Gate(IdPick, GatePick),
     /// `CompactionDone`.
@@ -481,6 +501,8 @@ pub struct Feeder {
     pub asking: Vec<String>,
     /// Calls with a pending `GateTool`.
     pub gating: Vec<String>,
+    /// `ask_user` calls with a pending `AskUser`.
+    pub asking_user: Vec<String>,
     /// The messages of the last `Compact`.
     pub compact: Option<Vec<Message>>,
     /// Tool calls sent in the current attempt.
@@ -538,6 +560,9 @@ impl Feeder {
                     self.running.push(call.id.clone());
                 }
                 Effect::GateTool { call } => self.gating.push(call.id.clone()),
+                Effect::AskUser { tool_call_id, .. } => {
+                    self.asking_user.push(tool_call_id.clone());
+                }
                 Effect::RequestApproval { call } => {
                     self.gating.retain(|id| id != &call.id);
                     self.asking.push(call.id.clone());
@@ -548,6 +573,7 @@ impl Feeder {
                     self.running.retain(|id| id != &result.tool_call_id);
                     self.asking.retain(|id| id != &result.tool_call_id);
                     self.gating.retain(|id| id != &result.tool_call_id);
+                    self.asking_user.retain(|id| id != &result.tool_call_id);
                 }
                 Effect::Compact { messages, .. } => self.compact = Some(messages.clone()),
                 _ => {}
@@ -613,6 +639,7 @@ impl Feeder {
                 let name = match tool {
                     ToolPick::Known(i) => TOOLS[usize::from(i) % TOOLS.len()].to_string(),
                     ToolPick::Unknown => "no_such_tool".to_string(),
+                    ToolPick::AskUser => agentloop_core::process::ASK_USER_TOOL.to_string(),
                 };
                 let arguments = match args {
                     ArgsPick::Valid => r#"{"expression":"2+3"}"#.to_string(),
@@ -1021,6 +1048,10 @@ impl Feeder {
                     ToolStatus::Error
                 },
                 content: if ok { "5".into() } else { "boom".into() },
+            },
+            Action::UserAnswered(id, answered) => Event::UserAnswered {
+                tool_call_id: self.tracked(&self.asking_user, id),
+                answer: answered.then(|| "yes".to_string()),
             },
             Action::Gate(id, g) => Event::ToolGated {
                 tool_call_id: self.tracked(&self.gating, id),

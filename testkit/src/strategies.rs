@@ -37,6 +37,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
             ],
             any::<bool>(),
             prop::bool::weighted(0.3),
+            prop::bool::weighted(0.2),
         ),
     )
         .prop_map(
@@ -57,6 +58,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                     typed_output,
                     auto_resume,
                     pure_calculator,
+                    ask_user,
                 ),
             )| Setup {
                 parallel_tools,
@@ -74,6 +76,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 typed_output,
                 auto_resume,
                 pure_calculator,
+                ask_user,
             },
         )
 }
@@ -100,6 +103,7 @@ fn delta() -> impl Strategy<Value = DeltaPick> {
     let tool = prop_oneof![
         4 => any::<u8>().prop_map(ToolPick::Known),
         1 => Just(ToolPick::Unknown),
+        1 => Just(ToolPick::AskUser),
     ];
     let args = prop_oneof![
         4 => Just(ArgsPick::Valid),
@@ -155,6 +159,7 @@ pub fn noise() -> impl Strategy<Value = Action> {
         2 => (id(), any::<bool>()).prop_map(|(i, ok)| Action::ToolFinished(i, ok)),
         2 => (id(), decision()).prop_map(|(i, d)| Action::Approval(i, d)),
         1 => (id(), any::<u8>()).prop_map(|(i, g)| Action::Gate(i, GatePick::from_byte(g))),
+        1 => (id(), any::<bool>()).prop_map(|(i, answered)| Action::UserAnswered(i, answered)),
         1 => Just(Action::CompactionDone),
         1 => Just(Action::CompactionFailed),
         1 => Just(Action::Abort),

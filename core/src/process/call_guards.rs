@@ -26,6 +26,8 @@ pub(crate) enum Facts {
     },
     /// `Finished`: the status the runtime reported.
     Finished(ToolStatus),
+    /// `Answered`: whether the answer carries text.
+    Answered(bool),
     /// `Abort` or `Skip`: the kill policy in force.
     Kill(KillPolicy),
 }
@@ -44,6 +46,8 @@ fn holds(g: ToolCallGuard, data: &ProcessData, i: usize, facts: Facts) -> bool {
         ToolCallGuard::SchemaViolated => slot.rejected.is_some(),
         ToolCallGuard::LoopRefused => looped == Some(LoopAction::Stop),
         ToolCallGuard::LoopAsks => looped == Some(LoopAction::Ask),
+        ToolCallGuard::AsksUser => data.asks_user(&slot.call),
+        ToolCallGuard::Answered => matches!(facts, Facts::Answered(true)),
         ToolCallGuard::Cached => data.cached(&slot.call).is_some(),
         ToolCallGuard::NeedsApproval => {
             looped == Some(LoopAction::Ask) || data.needs_approval(&slot.call)

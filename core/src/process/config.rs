@@ -143,6 +143,15 @@ pub struct StepConfig {
     /// duplicates (a vector, not a set: an idle session keeps a copy, R-PERF memory budget).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pure_tools: Vec<String>,
+    /// Calls to the built-in [`ASK_USER_TOOL`] put their question to the person instead of
+    /// running (row `start_ask_user`; issue 13, seed 001). The agent builder's `ask_user`
+    /// sets it and offers the tool.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ask_user: bool,
+    /// How long an `ask_user` question waits for its answer (`None`: as long as it takes);
+    /// then the call fails (row `user_deadline`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask_user_timeout_ms: Option<u64>,
     /// Inline `<status>…</status>` and `<title>…</title>` tags in the model's text (issue 13,
     /// seed 001): each closed tag is reported as a `status_update` / `title_generated` event
     /// and, with the default [`InlineTags::Strip`], removed from the `text_delta` events and
@@ -155,6 +164,9 @@ pub struct StepConfig {
     )]
     pub inline_tags: InlineTags,
 }
+
+/// The name of the built-in tool that asks the person a question (issue 13, seed 001).
+pub const ASK_USER_TOOL: &str = "ask_user";
 
 impl StepConfig {
     /// Whether `tool` declared itself pure (see [`StepConfig::pure_tools`]).
@@ -192,6 +204,8 @@ impl Default for StepConfig {
             stream: None,
             auto_resume: false,
             pure_tools: Default::default(),
+            ask_user: false,
+            ask_user_timeout_ms: None,
             inline_tags: InlineTags::default(),
         }
     }

@@ -163,7 +163,12 @@ impl ProcessData {
     /// The running slot whose deadline timer is `timer_id`, if any.
     pub(crate) fn deadline_of(&self, timer_id: u64) -> Option<usize> {
         let i = tool_slot(timer_id, self.request.model_call_index)?;
-        (i < self.slots.len() && self.slots.get(i).state() == ToolCallState::Running).then_some(i)
+        let state = (i < self.slots.len()).then(|| self.slots.get(i).state());
+        matches!(
+            state,
+            Some(ToolCallState::Running | ToolCallState::AwaitingUser)
+        )
+        .then_some(i)
     }
 
     /// The current attempt's deadline that `timer_id` names, if it passed: its kind and
@@ -620,6 +625,10 @@ impl ProcessData {
     /// Starts slot `i`: asks the `before_tool` hooks first when the step gates tools and the
     /// call has not been gated yet, else runs it.
     fn start(&mut self, i: usize) {
+        if self.asks_user(&self.slots.get(i).call) {
+            self.ask_user(i);
+            return;
+        }
         if self.cfg.gate_tools && !self.slots.get(i).gated {
             self.move_call(i, ToolCallRow::StartGate, Facts::None);
             self.slots.get_mut(i).gated = true;
@@ -651,9 +660,93 @@ impl ProcessData {
         }
     }
 
-    /// Ends the deadline timer of slot `i`, which stopped running.
+    /// Whether `call` is to the built-in `ask_user` tool and the step offers it.
+    pub(crate) fn asks_user(&self, call: &ToolCall) -> bool {
+        self.cfg.ask_user && call.name == crate::process::config::ASK_USER_TOOL
+    }
+
+    /// Puts slot `i`'s question to the person (row `start_ask_user`): the question and the
+    /// options are the call's `question` and `options` arguments (a call without a string
+    /// `question` asks its whole arguments).
+    fn ask_user(&mut self, i: usize) {
+        self.move_call(i, ToolCallRow::StartAskUser, Facts::None);
+        let call = &self.slots.get(i).call;
+        let question = match call.arguments.get("question").and_then(|q| q.as_str()) {
+            Some(q) => q.to_string(),
+            None => call.arguments.to_string(),
+        };
+        let options: Vec<String> = call
+            .arguments
+            .get("options")
+            .and_then(|o| o.as_array())
+            .map(|a| {
+                a.iter()
+                    .map(|v| match v.as_str() {
+                        Some(s) => s.to_string(),
+                        None => v.to_string(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let tool_call_id = call.id.clone();
+        self.emit(AgentEvent::AskUser {
+            reference: tool_call_id.clone(),
+            question: question.clone(),
+            options: options.clone(),
+        });
+        self.out.push(Effect::AskUser {
+            tool_call_id,
+            question,
+            options,
+        });
+        if let Some(delay_ms) = self.cfg.ask_user_timeout_ms {
+            let timer_id = self.deadline_timer(i);
+            self.out.push(Effect::StartTimer { timer_id, delay_ms });
+        }
+    }
+
+    /// The call waiting for the person's answer to the question `tool_call_id`, if any.
+    pub(crate) fn asked_user(&self, tool_call_id: &str) -> Option<usize> {
+        self.slots.find(tool_call_id, ToolCallState::AwaitingUser)
+    }
+
+    /// The person answered slot `i`'s question (`None`: nobody can): rows `user_answered`
+    /// and `user_unavailable`.
+    pub(crate) fn user_answered(&mut self, i: usize, answer: Option<&str>) {
+        self.cancel_deadline(i);
+        let call = self.slots.get(i).call.clone();
+        match answer {
+            Some(answer) => {
+                self.emit(AgentEvent::UserResponded {
+                    reference: call.id.clone(),
+                    answer: answer.to_string(),
+                });
+                self.move_call(i, ToolCallRow::UserAnswered, Facts::Answered(true));
+                let r = ToolResult {
+                    tool_call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    content: answer.to_string(),
+                    status: ToolStatus::Completed,
+                };
+                self.record_result(i, r);
+            }
+            None => {
+                self.move_call(i, ToolCallRow::UserUnavailable, Facts::Answered(false));
+                let why = "nobody can answer: no person is attached to this run (run it in a session or in `agentloop chat`)";
+                self.record_result(i, error_result(&call, ToolStatus::Error, why.into()));
+            }
+        }
+    }
+
+    /// Ends the deadline timer of slot `i`, which stopped running (or waiting for an answer).
     fn cancel_deadline(&mut self, i: usize) {
-        if self.cfg.tool_timeout_ms.is_some() {
+        let asks = self.slots.get(i).state() == ToolCallState::AwaitingUser;
+        if asks && self.cfg.ask_user_timeout_ms.is_some() {
+            let timer_id = self.deadline_timer(i);
+            self.out.push(Effect::CancelTimer { timer_id });
+            return;
+        }
+        if !asks && self.cfg.tool_timeout_ms.is_some() {
             let timer_id = self.deadline_timer(i);
             self.out.push(Effect::CancelTimer { timer_id });
         }
@@ -662,6 +755,17 @@ impl ProcessData {
     /// Slot `i`'s deadline passed while it ran: kill it and close it with an error result.
     pub(crate) fn tool_deadline(&mut self, i: usize) {
         let call = self.slots.get(i).call.clone();
+        if self.slots.get(i).state() == ToolCallState::AwaitingUser {
+            self.move_call(i, ToolCallRow::UserDeadline, Facts::None);
+            let ms = self.cfg.ask_user_timeout_ms.unwrap_or_default();
+            let r = error_result(
+                &call,
+                ToolStatus::Error,
+                format!("the person did not answer within {ms} ms"),
+            );
+            self.record_result(i, r);
+            return;
+        }
         self.out.push(Effect::KillTool {
             tool_call_id: call.id.clone(),
         });
@@ -920,6 +1024,9 @@ impl ProcessData {
             }
             let id = self.slots.get(i).call.id.clone();
             let row = if state != ToolCallState::Running {
+                if state == ToolCallState::AwaitingUser {
+                    self.cancel_deadline(i);
+                }
                 unstarted
             } else if self.killed_by(kill, &self.slots.get(i).call.name) {
                 self.out.push(Effect::KillTool {

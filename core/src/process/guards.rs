@@ -28,6 +28,7 @@ fn current(data: &ProcessData, input: &Input<'_>) -> bool {
         Event::ToolFinished { tool_call_id, .. } => data.running(tool_call_id).is_some(),
         Event::Approval { tool_call_id, .. } => data.asking(tool_call_id).is_some(),
         Event::ToolGated { tool_call_id, .. } => data.gating(tool_call_id).is_some(),
+        Event::UserAnswered { tool_call_id, .. } => data.asked_user(tool_call_id).is_some(),
         _ => true,
     }
 }

@@ -253,6 +253,19 @@ impl ProcessMachine {
                 }
                 Handled
             }
+            Input::Ext(Event::UserAnswered {
+                tool_call_id,
+                answer,
+            }) => {
+                match context.asked_user(tool_call_id) {
+                    Some(i) => {
+                        context.take(Row::ToolsUserAnswered);
+                        context.user_answered(i, answer.as_deref());
+                    }
+                    None => context.take(Row::ToolsUserAnsweredStale),
+                }
+                Handled
+            }
             Input::Ext(Event::ToolGated {
                 tool_call_id,
                 verdict,

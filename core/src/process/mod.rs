@@ -26,7 +26,7 @@ use crate::step::Transition;
 
 pub use config::{
     ApprovalPolicy, DoomLoopPolicy, InlineTags, LoopAction, RetryPolicy, StepConfig,
-    StreamDeadlines,
+    StreamDeadlines, ASK_USER_TOOL,
 };
 use data::ProcessData;
 pub use data::StepOutcome;
@@ -122,6 +122,7 @@ pub fn event_kind(event: &Event) -> Option<ProcessEventKind> {
         Event::StreamStalled { .. } => ProcessEventKind::StreamStalled,
         Event::TimerElapsed { .. } => ProcessEventKind::TimerElapsed,
         Event::ToolFinished { .. } => ProcessEventKind::ToolFinished,
+        Event::UserAnswered { .. } => ProcessEventKind::UserAnswered,
         Event::Approval { decision, .. } => match decision {
             ApprovalDecision::Approved => ProcessEventKind::Approved,
             ApprovalDecision::ApprovedAlways => ProcessEventKind::ApprovedAlways,

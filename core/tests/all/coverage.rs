@@ -75,7 +75,35 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
         compact_threshold: Some(4),
         ..Setup::default()
     };
+    // Without doom-loop detection: the scenario repeats one identical ask_user call.
+    let ask = Setup {
+        ask_user: true,
+        doom_loop: false,
+        ..Setup::default()
+    };
     vec![
+        (
+            "ask_user (issue 13, seed 001): start_ask_user, tools_user_answered(+stale), user_answered, user_unavailable, user_deadline",
+            ask,
+            vec![
+                START,
+                OPEN,
+                tool_call(ToolPick::AskUser),
+                tool_call(ToolPick::AskUser),
+                DONE,
+                Action::UserAnswered(IdPick::Unknown, true),
+                Action::UserAnswered(IdPick::Tracked(0), false),
+                Action::TimerElapsed(true),
+                OPEN,
+                tool_call(ToolPick::AskUser),
+                DONE,
+                Action::UserAnswered(IdPick::Tracked(0), true),
+                OPEN,
+                text(1),
+                DONE,
+                Action::RunEndCommitted,
+            ],
+        ),
         (
             "a pure tool's identical call in a later step is answered from the cache (issue 13): commit_cached",
             Setup {
