@@ -35,3 +35,4 @@ mod trace_diff_rules;
 mod trace_io;
 mod trace_tools;
 mod transcript_text;
+mod verdict_rules;
