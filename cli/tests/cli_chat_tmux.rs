@@ -172,7 +172,9 @@ fn chat_in_a_real_terminal_answers_aborts_with_ctrl_c_and_quits_with_status_0() 
             "#{pane_dead} #{pane_dead_status}",
         ]);
         let status = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        status.starts_with('1').then_some(status)
+        // tmux can mark the pane dead (its terminal closed) before it has reaped the process:
+        // then the status field is still empty; wait for both.
+        (status.starts_with('1') && status.split_whitespace().count() == 2).then_some(status)
     });
     assert_eq!(status, "1 0", "the chat's exit status; {}", tmux.screen());
 }
