@@ -40,7 +40,7 @@ pub use serde;
 
 pub use agent_event::{AgentEvent, Outcome};
 pub use effect::Effect;
-pub use error::{ErrorKind, ModelError};
+pub use error::{ErrorKind, ModelError, RunError};
 pub use event::{ApprovalDecision, ApprovalStatus, AttemptId, Event, GateVerdict};
 pub use message::{
     AssistantMessage, Message, MessageDelta, ToolCall, ToolResult, ToolStatus, Usage,

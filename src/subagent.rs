@@ -188,7 +188,7 @@ impl Tool for SubagentTool {
                 r.outcome,
                 r.final_text()
                     .map(str::to_string)
-                    .or_else(|| r.error.clone())
+                    .or_else(|| r.error.as_ref().map(ToString::to_string))
                     .unwrap_or_else(|| r.reason.clone()),
             ),
             None => (Outcome::Failed, "the subagent produced no result".into()),

@@ -368,10 +368,7 @@ async fn r_out_6_compaction_that_cannot_fit_fails_the_run() {
     let r = s.last_result().expect("result");
     assert_eq!(r.outcome, Outcome::Failed);
     assert!(
-        r.error
-            .as_deref()
-            .unwrap_or(&r.reason)
-            .contains("cannot compact"),
+        matches!(&r.error, Some(agentloop::RunError::Compaction { message }) if message.contains("cannot compact")),
         "{r:?}"
     );
 }

@@ -35,6 +35,7 @@ async fn run_agent(p: ProviderKind, cfg: HttpConfig, server: &Server) -> (LoopRe
                 initial_backoff_ms: 1,
                 max_backoff_ms: 2,
                 retry_after_cap_ms: 2,
+                ..RetryPolicy::default()
             }
         })
         .build();
@@ -48,8 +49,18 @@ async fn run_agent(p: ProviderKind, cfg: HttpConfig, server: &Server) -> (LoopRe
 /// Asserts that a run failed once, unretried, with an error of `kind` whose text has every
 /// one of `needles`.
 fn assert_failed_once(result: &LoopResult, requests: usize, kind: ErrorKind, needles: &[&str]) {
-    let error = result.error.clone().unwrap_or_default();
     assert_eq!(result.outcome, Outcome::Failed, "{result:?}");
+    let typed = result.error.as_ref().and_then(|e| e.model_error());
+    assert_eq!(
+        typed.map(|e| e.kind),
+        Some(kind),
+        "a typed model error: {result:?}"
+    );
+    let error = result
+        .error
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_default();
     assert!(error.starts_with(kind.as_str()), "want {kind}: {error}");
     for n in needles {
         assert!(error.contains(n), "want {n:?} in: {error}");

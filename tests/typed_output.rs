@@ -8,7 +8,7 @@ use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Agent, TypedRunError};
 use agentloop::trace::{replay, TraceRecord};
-use agentloop::{Event, Message, ModelError};
+use agentloop::{Event, Message, ModelError, RunError};
 use async_trait::async_trait;
 use serde::Deserialize;
 
@@ -95,8 +95,10 @@ async fn an_answer_still_invalid_after_the_retries_is_a_typed_error() {
     match &err {
         TypedRunError::Ended { reason, error, .. } => {
             assert_eq!(reason, "output_invalid");
-            let error = error.as_deref().unwrap_or_default();
-            assert!(error.contains("/y"), "{error}");
+            let Some(RunError::OutputInvalid { message }) = error else {
+                panic!("a typed output_invalid error: {error:?}");
+            };
+            assert!(message.contains("/y"), "{message}");
         }
         other => panic!("{other:?}"),
     }

@@ -138,3 +138,75 @@ impl ModelError {
         self.kind == ErrorKind::ContextOverflow
     }
 }
+
+/// Why a run failed: the `error` of a failed [`LoopResult`](crate::react::LoopResult), typed so
+/// a caller can tell a provider's answer from a store or compaction failure without parsing a
+/// string (its `Display` is the text of the `run_error` event). Serialized with a `type` tag.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema, thiserror::Error)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RunError {
+    /// A model step failed: its error was not retryable, or it was the last retry's (and no
+    /// fallback model was left).
+    #[error("{error}")]
+    Model {
+        /// The classified error.
+        error: ModelError,
+    },
+    /// A write to the session store failed while the run was going (R-IDEM-4).
+    #[error("session store write failed: {message}")]
+    StoreWrite {
+        /// The store's error.
+        message: String,
+    },
+    /// The write of the run's last step or its run-end entry failed (R-IDEM-4): the store
+    /// lacks the entries from the failed write on, so the session stays resumable.
+    #[error(
+        "session store write failed: {message} (after the run reached {}; the store lacks the \
+         entries from the failed write on, so the session stays resumable)",
+        reached.map_or("its end", |o| o.as_str())
+    )]
+    EndWrite {
+        /// The store's error.
+        message: String,
+        /// The end the run had reached when the write failed.
+        reached: Option<crate::agent_event::Outcome>,
+    },
+    /// Compaction failed (R-OUT-6).
+    #[error("compaction failed: {message}")]
+    Compaction {
+        /// The compactor's error.
+        message: String,
+    },
+    /// The typed final answer was still invalid after the output retries.
+    #[error("{message}")]
+    OutputInvalid {
+        /// What is wrong with the answer.
+        message: String,
+    },
+    /// The run ended without a result: a defect of the runtime that drove it.
+    #[error("the run ended without a result")]
+    NoResult,
+}
+
+impl RunError {
+    /// The model's error, when a model step failed.
+    pub fn model_error(&self) -> Option<&ModelError> {
+        match self {
+            RunError::Model { error } => Some(error),
+            _ => None,
+        }
+    }
+
+    /// The snake_case name of the variant (the serialized `type`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RunError::Model { .. } => "model",
+            RunError::StoreWrite { .. } => "store_write",
+            RunError::EndWrite { .. } => "end_write",
+            RunError::Compaction { .. } => "compaction",
+            RunError::OutputInvalid { .. } => "output_invalid",
+            RunError::NoResult => "no_result",
+        }
+    }
+}

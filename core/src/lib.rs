@@ -54,7 +54,7 @@ pub mod whatif;
 pub use agent_event::{AgentEvent, EventEnvelope, Outcome};
 pub use effect::Effect;
 pub use entry::{Entry, EntryKey};
-pub use error::{ErrorKind, ModelError};
+pub use error::{ErrorKind, ModelError, RunError};
 pub use event::{ApprovalDecision, ApprovalStatus, AttemptId, Event, GateVerdict};
 pub use message::{
     AssistantMessage, Message, MessageDelta, ToolCall, ToolResult, ToolStatus, Usage,

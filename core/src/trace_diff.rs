@@ -1,7 +1,8 @@
 //! Comparing two traces (`agentloop trace diff`): the header's configuration field by field,
 //! then the records in order up to the first divergence, with the input that led to it, and a
-//! summary of each side. Volatile fields — run ids, wall-clock fields, the writing crate's
-//! version — are normalized away unless the comparison is strict.
+//! summary of each side. Volatile fields — run ids, the backoff jitter's seed (drawn from the
+//! same ids port), wall-clock fields, the writing crate's version — are normalized away unless
+//! the comparison is strict.
 
 use std::collections::BTreeMap;
 
@@ -79,7 +80,8 @@ fn is_clock_key(key: &str) -> bool {
 }
 
 /// Replaces volatile values in `v`: each distinct run id by `run#N` (in order of first
-/// appearance, remembered in `runs`), wall-clock fields by `null`.
+/// appearance, remembered in `runs`), wall-clock fields and the jitter seed by `null`. (A run
+/// that retried with another seed still differs: in its retries' delays.)
 pub fn normalize(v: &mut Value, runs: &mut BTreeMap<String, String>) {
     match v {
         Value::Object(map) => {
@@ -92,7 +94,7 @@ pub fn normalize(v: &mut Value, runs: &mut BTreeMap<String, String>) {
                             .or_insert_with(|| format!("run#{n}"))
                             .clone();
                     }
-                } else if is_clock_key(k) {
+                } else if is_clock_key(k) || k == "jitter_seed" {
                     *x = Value::Null;
                 } else {
                     normalize(x, runs);

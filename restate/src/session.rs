@@ -145,7 +145,7 @@ impl PromptOutput {
             reason: r.reason.clone(),
             text,
             iterations: r.iterations,
-            error: r.error.clone(),
+            error: r.error.as_ref().map(ToString::to_string),
         }
     }
 }

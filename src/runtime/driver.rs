@@ -15,7 +15,7 @@ use crate::effect::Effect;
 use crate::error::{ErrorKind, ModelError};
 use crate::event::{AttemptId, Event};
 use crate::hooks::ModelCallOutcome;
-use crate::message::{MessageDelta, ToolCall, ToolStatus};
+use crate::message::{FinishReason, MessageDelta, ToolCall, ToolStatus, Usage};
 use crate::model::{Model, ModelRequest};
 use crate::runtime::ports::EventEnvelope;
 use crate::runtime::tool_order::CompletionOrder;
@@ -306,12 +306,7 @@ impl Driver<'_> {
         let hooks = self.agent.hooks.clone();
         let tx = self.model_tx.clone();
         let a = attempt.clone();
-        let span = tracing::info_span!(
-            "step",
-            model_call_index = request.model_call_index,
-            attempt = request.attempt,
-            model = %request.model
-        );
+        let span = step_span(&self.session, &model.name(), &request);
         let f = async move {
             let req = request.clone();
             let outcome = stream_attempt(model, request, a, schemas, tx).await;
@@ -345,7 +340,18 @@ impl Driver<'_> {
         let offload = self.agent.offload.clone();
         let emitter = self.agent.emitter(&self.run_id);
         let session = self.session.clone();
-        let span = tracing::info_span!("tool", name = %call.name, tool_call_id = %call.id);
+        // OpenTelemetry GenAI semantic conventions (`execute_tool`), beside our own fields.
+        let span = tracing::info_span!(
+            "tool",
+            otel.name = %format_args!("execute_tool {}", call.name),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %call.name,
+            gen_ai.tool.call.id = %call.id,
+            gen_ai.tool.type = "function",
+            error.type = tracing::field::Empty,
+            name = %call.name,
+            tool_call_id = %call.id
+        );
         let h = tokio::spawn(
             async move {
                 let started = emitter.clock.now_ms();
@@ -362,6 +368,9 @@ impl Driver<'_> {
                     ),
                     Err(_) => (ToolStatus::Error, "tool was cancelled".to_string()),
                 };
+                if status == ToolStatus::Error {
+                    tracing::Span::current().record("error.type", "tool_error");
+                }
                 hooks.after_tool(&call.id, &call.name, status, &mut content);
                 if let Some(offload) = offload {
                     if let Some((replaced, path, bytes)) =
@@ -459,6 +468,62 @@ fn failure(attempt: AttemptId, error: ModelError) -> Event {
 /// passes, the machine cancels the attempt (`CancelModel`) and this future is dropped. A
 /// stream that ends without `Finish` is an `incomplete_stream` error. `Done` carries the
 /// verdicts of `schemas` on the attempt's tool calls (R-TOOL-1).
+/// The span of one model attempt: our fields and the OpenTelemetry GenAI semantic
+/// conventions (`chat` operation; usage, finish reasons and `error.type` recorded when the
+/// attempt ends, by [`record_finish`] and [`record_error`]).
+fn step_span(session: &str, model_name: &str, request: &ModelRequest) -> tracing::Span {
+    // `Model::name` is `provider:model` for the HTTP clients (`openai:gpt-4o`).
+    let provider = model_name.split_once(':').map_or(model_name, |(p, _)| p);
+    let span = tracing::info_span!(
+        "step",
+        otel.name = %format_args!("chat {}", request.model),
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = %provider,
+        gen_ai.request.model = %request.model,
+        gen_ai.conversation.id = %session,
+        gen_ai.request.max_tokens = tracing::field::Empty,
+        gen_ai.request.temperature = tracing::field::Empty,
+        gen_ai.response.finish_reasons = tracing::field::Empty,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+        model_call_index = request.model_call_index,
+        attempt = request.attempt,
+        model = %request.model
+    );
+    if let Some(n) = request.params.max_tokens {
+        span.record("gen_ai.request.max_tokens", n);
+    }
+    if let Some(t) = request.params.temperature {
+        span.record("gen_ai.request.temperature", t);
+    }
+    span
+}
+
+/// Records a step's finish on the current (step) span.
+fn record_finish(finish_reason: Option<FinishReason>, usage: Option<&Usage>) {
+    let span = tracing::Span::current();
+    if let Some(reason) = finish_reason {
+        let name = serde_json::to_value(reason)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        span.record(
+            "gen_ai.response.finish_reasons",
+            tracing::field::display(format_args!("[\"{name}\"]")),
+        );
+    }
+    if let Some(u) = usage {
+        span.record("gen_ai.usage.input_tokens", u.input_tokens);
+        span.record("gen_ai.usage.output_tokens", u.output_tokens);
+    }
+}
+
+/// Records a failed attempt's error kind on the current (step) span.
+fn record_error(error: &ModelError) {
+    tracing::Span::current().record("error.type", error.kind.as_str());
+}
+
 async fn stream_attempt(
     model: Arc<dyn Model>,
     request: ModelRequest,
@@ -488,6 +553,7 @@ async fn stream_events(
 ) -> Event {
     let mut stream = match model.stream(request).await {
         Err(e) => {
+            record_error(&e);
             return failure(attempt, e);
         }
         Ok(s) => s,
@@ -510,6 +576,7 @@ async fn stream_events(
                 };
             }
             Some(Err(e)) => {
+                record_error(&e);
                 return failure(attempt, e);
             }
             Some(Ok(MessageDelta::Finish)) => {
@@ -522,9 +589,18 @@ async fn stream_events(
                 };
             }
             Some(Ok(MessageDelta::Error { error })) => {
+                record_error(&error);
                 return failure(attempt, error);
             }
             Some(Ok(delta)) => {
+                if let MessageDelta::FinishStep {
+                    finish_reason,
+                    usage,
+                    ..
+                } = &delta
+                {
+                    record_finish(*finish_reason, usage.as_ref());
+                }
                 if matches!(delta, MessageDelta::ToolCall { .. }) {
                     calls.push(delta.clone());
                 }

@@ -12,6 +12,7 @@ pub mod offload;
 pub(crate) mod output;
 pub mod ports;
 pub mod resume;
+mod stream;
 pub mod tool_order;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -40,6 +41,7 @@ pub use ports::{
 pub use agentloop_core::timeouts::{Timeouts, ToolOrder};
 use driver::{Driver, Tasks};
 pub use offload::Offload;
+pub use stream::{RunStream, RunStreamItem};
 use tool_order::CompletionOrder;
 
 /// Errors that prevent a run from starting. Failures during a run are a `Failed` result.
@@ -74,14 +76,14 @@ pub enum TypedRunError {
     Agent(#[from] AgentError),
     /// The run failed or was aborted (an answer still invalid after the output retries
     /// fails the run with reason `output_invalid`).
-    #[error("the run ended {outcome} ({reason}){}", error.as_deref().map(|e| format!(": {e}")).unwrap_or_default())]
+    #[error("the run ended {outcome} ({reason}){}", error.as_ref().map(|e| format!(": {e}")).unwrap_or_default())]
     Ended {
         /// How it ended.
         outcome: crate::agent_event::Outcome,
         /// Why.
         reason: String,
-        /// The error, when it failed.
-        error: Option<String>,
+        /// Why it failed, when it failed.
+        error: Option<crate::error::RunError>,
     },
     /// The run completed, but its final answer is not a `T` (say, it ended at `max_steps`).
     #[error("the final answer is not a {type_name}: {error}")]
@@ -878,7 +880,18 @@ impl Agent {
         control: Option<ControlReceiver>,
         record: bool,
     ) -> Result<RunOutput, AgentError> {
-        let span = tracing::info_span!("run", session, run_id = %run_id, model = %config.model);
+        // OpenTelemetry GenAI semantic conventions (`invoke_agent`), beside our own fields.
+        let span = tracing::info_span!(
+            "run",
+            otel.name = "invoke_agent agentloop",
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = "agentloop",
+            gen_ai.conversation.id = %session,
+            gen_ai.request.model = %config.model,
+            session,
+            run_id = %run_id,
+            model = %config.model
+        );
         self.drive_inner(session, run_id, first, config, control, record)
             .instrument(span)
             .await
@@ -909,6 +922,10 @@ impl Agent {
                 stall_ms: t.stall_ms,
                 request_ms: t.request_ms,
             });
+        // Backoff jitter is drawn from the injected ids port, and recorded with the config.
+        if config.step.retry.jitter_percent > 0 && config.step.retry.jitter_seed.is_none() {
+            config.step.retry.jitter_seed = Some(self.ids.jitter_seed(&run_id));
+        }
         let output_check = output::OutputCheck::new(config.output.as_ref());
         let mut run = Run::new(config.clone());
         let mut trace = record.then(|| {
@@ -1023,7 +1040,7 @@ impl Agent {
             iterations: 0,
             usage: Default::default(),
             steering_left: run.steering().to_vec(),
-            error: Some("the run ended without a result".into()),
+            error: Some(crate::error::RunError::NoResult),
         });
         let mut result = result;
         result.steering_left.extend(undelivered);

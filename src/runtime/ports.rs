@@ -145,10 +145,22 @@ impl Clock for TokioClock {
     }
 }
 
-/// Generates run ids.
+/// The runtime's source of fresh values: run ids, and the seed a run's backoff jitter is
+/// drawn from. The machines have no randomness of their own; what comes from here is an input
+/// the trace records (the run id in `start`, the seed in the header's retry policy), so a
+/// replay is exact.
 pub trait Ids: Send + Sync {
     /// A fresh run id.
     fn run_id(&self) -> String;
+
+    /// The seed of run `run_id`'s backoff jitter. By default a hash of the run id: as random
+    /// as the ids are, and fixed when they are (so deterministic ids give deterministic runs).
+    fn jitter_seed(&self, run_id: &str) -> u64 {
+        // FNV-1a, 64 bits.
+        run_id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    }
 }
 
 /// Ids from the clock and a process-wide counter: unique enough for sessions on one machine.
@@ -162,6 +174,14 @@ impl Ids for TimeIds {
         let t = SystemClock.now_ms();
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         format!("run-{t:x}-{n}-{}", std::process::id())
+    }
+
+    /// A random draw: std's per-process random hash keys, fresh for each call.
+    fn jitter_seed(&self, run_id: &str) -> u64 {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write(run_id.as_bytes());
+        h.finish()
     }
 }
 

@@ -182,6 +182,7 @@ impl Setup {
                 initial_backoff_ms: 10,
                 max_backoff_ms: 40,
                 retry_after_cap_ms: 100,
+                ..RetryPolicy::default()
             },
             parallel_tools: self.parallel_tools,
             approval: BTreeMap::from([(APPROVAL_TOOL.to_string(), ApprovalPolicy::Always)]),

@@ -34,6 +34,21 @@ pub struct RetryPolicy {
     pub max_backoff_ms: u64,
     /// Cap on a server's `retry-after` hint.
     pub retry_after_cap_ms: u64,
+    /// Jitter: each backoff delay is shortened by a fraction of up to this many percent (as
+    /// the OpenAI SDKs do, 25 by default), so clients that failed together do not retry
+    /// together. Drawn from `jitter_seed`; 0 turns jitter off.
+    #[serde(default = "default_jitter_percent")]
+    pub jitter_percent: u8,
+    /// The seed the jitter is drawn from. The runtime fills it at each run's start from its
+    /// injected `Ids` port (a random draw by default, a fixed sequence for `SequentialIds`),
+    /// and the trace header records it, so a replay takes the same delays. `None`: no jitter
+    /// (the pure machine has no randomness of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_seed: Option<u64>,
+}
+
+fn default_jitter_percent() -> u8 {
+    25
 }
 
 impl Default for RetryPolicy {
@@ -43,6 +58,8 @@ impl Default for RetryPolicy {
             initial_backoff_ms: 1_000,
             max_backoff_ms: 10_000,
             retry_after_cap_ms: 60_000,
+            jitter_percent: default_jitter_percent(),
+            jitter_seed: None,
         }
     }
 }
@@ -53,16 +70,49 @@ impl RetryPolicy {
     /// longer. The backoff is the floor: a `retry-after` of 0 or a date in the past must not
     /// turn the retries into a tight loop against a server that is struggling.
     pub fn delay_ms(&self, attempt: u32, retry_after_ms: Option<u64>) -> u64 {
+        self.with_hint(self.backoff_ms(attempt), retry_after_ms)
+    }
+
+    /// [`delay_ms`](Self::delay_ms) with jitter: the backoff is shortened by up to
+    /// `jitter_percent` %, by a fraction that is a pure function of `jitter_seed` and `draw`
+    /// (the step's model call index and attempt), so the same run takes the same delays on
+    /// replay. A server's hint is not shortened.
+    pub fn jittered_delay_ms(&self, attempt: u32, retry_after_ms: Option<u64>, draw: u64) -> u64 {
+        let backoff = self.backoff_ms(attempt);
+        let backoff = match self.jitter_seed {
+            Some(seed) if self.jitter_percent > 0 => {
+                let percent = u128::from(self.jitter_percent.min(100));
+                // A uniform fraction in [0, 1) as a 64-bit fixed-point number.
+                let fraction = u128::from(splitmix64(seed ^ splitmix64(draw)));
+                let cut = u128::from(backoff) * percent * fraction / (100u128 << 64);
+                backoff - u64::try_from(cut).unwrap_or(backoff)
+            }
+            _ => backoff,
+        };
+        self.with_hint(backoff, retry_after_ms)
+    }
+
+    fn backoff_ms(&self, attempt: u32) -> u64 {
         let shift = attempt.saturating_sub(1).min(32);
-        let backoff = self
-            .initial_backoff_ms
+        self.initial_backoff_ms
             .saturating_mul(1u64 << shift)
-            .min(self.max_backoff_ms);
+            .min(self.max_backoff_ms)
+    }
+
+    fn with_hint(&self, backoff: u64, retry_after_ms: Option<u64>) -> u64 {
         match retry_after_ms {
             Some(hint) => hint.min(self.retry_after_cap_ms).max(backoff),
             None => backoff,
         }
     }
+}
+
+/// SplitMix64 (Steele, Lea, Flood 2014): a bijective mixer, enough to spread a seed.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Whether a tool's calls need a human's approval (R-TOOL-3).

@@ -268,7 +268,11 @@ impl ProcessData {
     /// Schedules the next attempt: discards partial output, starts the backoff timer.
     pub(crate) fn schedule_retry(&mut self, reason: String, retry_after_ms: Option<u64>) {
         self.end_attempt();
-        let delay_ms = self.cfg.retry.delay_ms(self.retries + 1, retry_after_ms);
+        let draw = u64::from(self.request.model_call_index) << 32 | u64::from(self.request.attempt);
+        let delay_ms = self
+            .cfg
+            .retry
+            .jittered_delay_ms(self.retries + 1, retry_after_ms, draw);
         self.request.attempt += 1;
         self.retries += 1;
         self.new_assembler();

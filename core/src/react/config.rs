@@ -374,9 +374,9 @@ pub struct LoopResult {
     /// run's steering queue is the machine's, so a session takes them from here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steering_left: Vec<String>,
-    /// The error, when failed.
+    /// Why it failed (`None` unless the outcome is `failed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub error: Option<crate::error::RunError>,
 }
 
 impl LoopResult {

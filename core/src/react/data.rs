@@ -8,6 +8,7 @@ use crate::chart::{ReactRow, ReactState};
 use crate::context::estimate_tokens;
 use crate::effect::Effect;
 use crate::entry::Entry;
+use crate::error::RunError;
 use crate::message::{Message, Usage};
 use crate::model::{ModelRequest, SharedMessages};
 use crate::process::{Process, StepOutcome};
@@ -366,7 +367,7 @@ impl ReactData {
     /// the store already failed, a terminal state, whose entry action reports the end. The
     /// handlers only decide; the two entry actions are the one place an end is committed and
     /// the one place it is reported.
-    pub(crate) fn finish(&mut self, outcome: Outcome, reason: String, error: Option<String>) {
+    pub(crate) fn finish(&mut self, outcome: Outcome, reason: String, error: Option<RunError>) {
         let result = LoopResult {
             outcome,
             reason,
@@ -412,15 +413,14 @@ impl ReactData {
     /// run fails, naming the end it had reached. If `agent_abort` was announced while draining, that stays the run's one
     /// end event (R-VER-1) and the failure is in the result only.
     pub(crate) fn commit_failed(&mut self, error: &str) {
-        let reached = self.ending.take().map_or("its end", |r| r.outcome.as_str());
+        let reached = self.ending.take().map(|r| r.outcome);
         self.finish(
             Outcome::Failed,
             "store_write_failed".into(),
-            Some(format!(
-                "session store write failed: {error} (after the run reached {reached}; the \
-                 store lacks the entries from the failed write on, so the session stays \
-                 resumable)"
-            )),
+            Some(RunError::EndWrite {
+                message: error.to_string(),
+                reached,
+            }),
         );
     }
 
@@ -439,8 +439,8 @@ impl ReactData {
                 run_id: self.run_id.clone(),
                 error: result
                     .error
-                    .clone()
-                    .unwrap_or_else(|| result.reason.clone()),
+                    .as_ref()
+                    .map_or_else(|| result.reason.clone(), RunError::to_string),
             },
             Outcome::Aborted => AgentEvent::AgentAbort {
                 run_id: self.run_id.clone(),
@@ -549,7 +549,11 @@ impl ReactData {
             error: error.clone(),
             retrying: false,
         });
-        self.finish(Outcome::Failed, "output_invalid".into(), Some(error));
+        self.finish(
+            Outcome::Failed,
+            "output_invalid".into(),
+            Some(RunError::OutputInvalid { message: error }),
+        );
     }
 
     /// Whether the failed step can be requested from a fallback model (guard

@@ -6,6 +6,7 @@ use statig::blocking::*;
 
 use crate::agent_event::Outcome as RunOutcome;
 use crate::chart::ReactRow as Row;
+use crate::error::RunError;
 use crate::event::Event;
 use crate::process::StepOutcome;
 use crate::react::config::Decision;
@@ -83,7 +84,9 @@ impl ReactMachine {
                 context.finish(
                     RunOutcome::Failed,
                     "store_write_failed".into(),
-                    Some(format!("session store write failed: {error}")),
+                    Some(RunError::StoreWrite {
+                        message: error.clone(),
+                    }),
                 );
                 Transition(State::failed())
             }
@@ -203,7 +206,11 @@ impl ReactMachine {
                 Some(StepOutcome::Failed(e)) => {
                     context.take(Row::ExecutingError);
                     context.step = None;
-                    context.finish(RunOutcome::Failed, e.kind.to_string(), Some(e.to_string()));
+                    context.finish(
+                        RunOutcome::Failed,
+                        e.kind.to_string(),
+                        Some(RunError::Model { error: e.clone() }),
+                    );
                     Transition(State::finishing())
                 }
                 Some(StepOutcome::Aborted) if context.step_ended() => {
@@ -280,7 +287,9 @@ impl ReactMachine {
                 context.finish(
                     RunOutcome::Failed,
                     "compaction_failed".into(),
-                    Some(format!("compaction failed: {error}")),
+                    Some(RunError::Compaction {
+                        message: error.clone(),
+                    }),
                 );
                 Transition(State::finishing())
             }

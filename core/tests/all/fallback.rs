@@ -133,10 +133,10 @@ fn with_the_chain_used_up_the_step_failure_ends_the_run() {
     let result = run.result().expect("ended");
     assert_eq!(result.outcome, Outcome::Failed);
     assert!(
-        result
-            .error
-            .as_deref()
-            .is_some_and(|e| e.contains("from second")),
+        matches!(
+            &result.error,
+            Some(agentloop_core::RunError::Model { error }) if error.message.contains("from second")
+        ),
         "{result:?}"
     );
 }

@@ -7,6 +7,7 @@
 use std::collections::VecDeque;
 
 use agentloop_core::agent_event::AgentEvent;
+use agentloop_core::error::RunError;
 use agentloop_core::message::FinishReason;
 use agentloop_core::process::{ApprovalPolicy, DoomLoopPolicy, LoopAction};
 use agentloop_core::react::config::FINAL_REMINDER;
@@ -1076,7 +1077,16 @@ fn r_out_6_a_failed_compaction_fails_the_run() {
     let r = run.result().expect("ended");
     assert_eq!(r.outcome, Outcome::Failed);
     assert_eq!(r.reason, "compaction_failed");
-    assert_eq!(r.error.as_deref(), Some("compaction failed: no room"));
+    assert_eq!(
+        r.error,
+        Some(RunError::Compaction {
+            message: "no room".into()
+        })
+    );
+    assert_eq!(
+        r.error.as_ref().map(ToString::to_string).as_deref(),
+        Some("compaction failed: no room")
+    );
     assert!(end.effects.iter().any(|e| matches!(
         e,
         Effect::Emit { event: AgentEvent::RunError { error, .. } } if error == "compaction failed: no room"
@@ -1109,7 +1119,13 @@ fn r_idem_4_a_store_failure_stops_the_stream_and_persists_nothing_more() {
     assert_eq!(r.outcome, Outcome::Failed);
     assert_eq!(r.reason, "store_write_failed");
     assert_eq!(
-        r.error.as_deref(),
+        r.error,
+        Some(RunError::StoreWrite {
+            message: "disk full".into()
+        })
+    );
+    assert_eq!(
+        r.error.as_ref().map(ToString::to_string).as_deref(),
         Some("session store write failed: disk full")
     );
     assert!(run.process_state().is_none(), "the step ended with the run");

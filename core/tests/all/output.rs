@@ -110,10 +110,11 @@ fn with_the_retries_used_up_the_run_fails_with_output_invalid() {
     let result = run.result().expect("ended");
     assert_eq!(result.outcome, Outcome::Failed);
     assert_eq!(result.reason, "output_invalid");
-    assert!(result
-        .error
-        .as_deref()
-        .is_some_and(|e| e.contains("\"x\" is a required property")));
+    assert!(matches!(
+        &result.error,
+        Some(agentloop_core::RunError::OutputInvalid { message })
+            if message.contains("\"x\" is a required property")
+    ));
 }
 
 #[test]

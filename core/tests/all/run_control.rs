@@ -4,6 +4,7 @@
 use crate::steps::{attempt_of, request_of};
 use agentloop_core::agent_event::AgentEvent;
 use agentloop_core::chart::ToolCallRow;
+use agentloop_core::error::RunError;
 use agentloop_core::event::{KillPolicy, PendingStep};
 use agentloop_core::message::FinishReason;
 use agentloop_core::react::config::SteeringPolicy;
@@ -519,14 +520,28 @@ fn r_idem_4_a_failed_run_end_commit_fails_the_run_naming_the_end_it_reached() {
     let r = run.result().unwrap();
     assert_eq!(r.outcome, Outcome::Failed);
     assert_eq!(r.reason, "store_write_failed");
-    let error = r.error.as_deref().unwrap();
+    assert!(
+        matches!(
+            r.error,
+            Some(RunError::EndWrite {
+                reached: Some(Outcome::Aborted),
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    let error = r
+        .error
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_default();
     assert!(
         error.contains("disk full") && error.contains("after the run reached aborted"),
         "{error}"
     );
     assert!(end.effects.iter().any(|e| matches!(
         e,
-        Effect::Emit { event: AgentEvent::RunError { error: e, .. } } if e == error
+        Effect::Emit { event: AgentEvent::RunError { error: e, .. } } if *e == error
     )));
 }
 

@@ -209,6 +209,61 @@ fn r_in_1_a_retry_after_hint_never_shortens_the_backoff() {
     assert_eq!(p.delay_ms(2, Some(60_000)), 2_000);
 }
 
+/// Issue 12 item 7: jitter is a pure function of the recorded seed and the draw, within
+/// `jitter_percent` below the backoff, spread over that band, never applied to a server hint.
+#[test]
+fn r_in_1_jitter_is_a_pure_function_of_the_seed_within_its_band() {
+    let plain = RetryPolicy::default();
+    assert_eq!(plain.jitter_percent, 25);
+    // No seed: no jitter (the machine has no randomness of its own).
+    assert_eq!(plain.jittered_delay_ms(2, None, 7), 2_000);
+    let p = RetryPolicy {
+        jitter_seed: Some(42),
+        ..RetryPolicy::default()
+    };
+    let delays: Vec<u64> = (0..2_000)
+        .map(|d| p.jittered_delay_ms(1, None, d))
+        .collect();
+    assert!(
+        delays.iter().all(|d| (750..=1_000).contains(d)),
+        "within 25 % below 1 s"
+    );
+    let (lo, hi) = (delays.iter().min(), delays.iter().max());
+    assert!(
+        lo < Some(&760) && hi > Some(&990),
+        "spread over the band: {lo:?}..{hi:?}"
+    );
+    let distinct: std::collections::BTreeSet<_> = delays.iter().collect();
+    assert!(distinct.len() > 200, "{}", distinct.len());
+    // The same seed and draw: the same delay (replay); another seed: another sequence.
+    assert_eq!(
+        p.jittered_delay_ms(3, None, 9),
+        p.jittered_delay_ms(3, None, 9)
+    );
+    let q = RetryPolicy {
+        jitter_seed: Some(43),
+        ..RetryPolicy::default()
+    };
+    let other: Vec<u64> = (0..2_000)
+        .map(|d| q.jittered_delay_ms(1, None, d))
+        .collect();
+    assert_ne!(delays, other);
+    // The cap still holds, and a server's hint is never shortened.
+    assert!(p.jittered_delay_ms(30, None, 1) <= 10_000);
+    assert_eq!(p.jittered_delay_ms(1, Some(5_000), 1), 5_000);
+    // Off at 0 %, and at most the whole backoff at 100 %.
+    let off = RetryPolicy {
+        jitter_percent: 0,
+        ..p.clone()
+    };
+    assert_eq!(off.jittered_delay_ms(2, None, 5), 2_000);
+    let full = RetryPolicy {
+        jitter_percent: 255,
+        ..p.clone()
+    };
+    assert!((0..500).all(|d| full.jittered_delay_ms(1, None, d) <= 1_000));
+}
+
 #[test]
 fn r_out_2_run_configs_compare_by_data() {
     assert_eq!(RunConfig::default(), RunConfig::default());
