@@ -338,6 +338,28 @@ pub fn log_line(event: &AgentEvent, level: LogLevel) -> Option<String> {
         }
         AgentEvent::StatusUpdate { text, .. } if normal => Some(format!("[status] {text}")),
         AgentEvent::TitleGenerated { title, .. } if normal => Some(format!("[title] {title}")),
+        AgentEvent::TodoChange { todos, .. } if normal => Some(
+            todos
+                .iter()
+                .map(|t| {
+                    let mark = match t.status {
+                        agentloop::todo::TodoStatus::Completed => "x",
+                        agentloop::todo::TodoStatus::InProgress => "~",
+                        agentloop::todo::TodoStatus::Pending => " ",
+                    };
+                    format!("[todo] [{mark}] {}", t.content)
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        AgentEvent::PlanGenerated { steps, .. } if normal => Some(
+            steps
+                .iter()
+                .enumerate()
+                .map(|(i, s)| format!("[plan] {}. {s}", i + 1))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
         AgentEvent::RunError { error, .. } => Some(format!("[error] {error}")),
         AgentEvent::AgentAbort { reason, .. } => Some(format!("[abort] {reason}")),
         AgentEvent::SessionRepaired { repair } => Some(format!("[repaired] {repair}")),

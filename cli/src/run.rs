@@ -132,11 +132,15 @@ pub struct AgentArgs {
     /// Per-tool timeout, in seconds.
     #[arg(long, default_value_t = 120.0)]
     pub tool_timeout: f64,
-    /// Inline `<status>…</status>` / `<title>…</title>` tags in the model's text: `strip`
-    /// (report them as `status_update` / `title_generated` events and remove them from the
+    /// Inline `<status>` / `<title>` / `<plan>` tags in the model's text: `strip`
+    /// (report them as `status_update` / `title_generated` / `plan_generated` events and remove them from the
     /// answer), `keep` (report them, leave the answer as written) or `off` (no tag handling).
     #[arg(long, value_enum, default_value_t = InlineTagsArg::Strip)]
     pub inline_tags: InlineTagsArg,
+    /// Offer the built-in `write_todos` tool: the model keeps a todo list, each change shown
+    /// (`[todo]` lines; `todo_change` in `--events json`).
+    #[arg(long)]
+    pub todos: bool,
     /// Retries per step.
     #[arg(long, default_value_t = 3)]
     pub max_retries: u32,
@@ -385,6 +389,9 @@ pub fn agent_builder(
 ) -> Result<AgentBuilder<WithModel>, String> {
     let mut tools = ToolRegistry::defaults();
     add_tools(&mut tools, mcp);
+    if args.todos {
+        tools.insert(Arc::new(agentloop::tools::WriteTodos));
+    }
     if let Some(ToolChoice::Tool(name)) = &args.tool_choice {
         if tools.get(name).is_none() {
             let known: Vec<String> = tools.specs().iter().map(|s| s.name.clone()).collect();

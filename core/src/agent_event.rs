@@ -147,6 +147,17 @@ pub enum AgentEvent {
         /// The tag's body, trimmed.
         title: String,
     },
+    /// The model set out its plan with an inline `<plan>…</plan>` tag in its text (issue 13,
+    /// seed 001's `plan_generated`), emitted when the tag closed; provisional like
+    /// `text_delta`.
+    PlanGenerated {
+        /// Step.
+        model_call_index: u32,
+        /// Attempt.
+        attempt: u32,
+        /// The plan's steps: its non-empty lines without list markers.
+        steps: Vec<String>,
+    },
     /// Reasoning text.
     ReasoningDelta {
         /// Step.
@@ -421,6 +432,22 @@ pub enum AgentEvent {
         /// Command family (first word of a shell command; the tool name otherwise).
         command_family: String,
     },
+    /// A `write_todos` call completed (issue 13, seed 001 `todo_change`): the model's todo
+    /// list is now `todos` (each call replaces the whole list).
+    TodoChange {
+        /// The call that set it.
+        tool_call_id: String,
+        /// The whole list.
+        todos: Vec<crate::todo::Todo>,
+    },
+    /// `update_tools` attached and detached a batch of tools at once (R-CTL-6, seed 001
+    /// `tools_updated`): the next step sees all of the change or, on an error, none of it.
+    ToolsUpdated {
+        /// Names attached (or replaced).
+        attached: Vec<String>,
+        /// Names detached.
+        detached: Vec<String>,
+    },
     /// `attach_tool` added a tool (R-CTL-6).
     ToolAttached {
         /// Tool name.
@@ -441,13 +468,21 @@ pub enum AgentEvent {
         /// Why.
         reason: String,
     },
-    /// How long a tool call took.
+    /// How long a tool call took (seed 001's `tool_execution_metrics`): emitted by the
+    /// runtime when the call's task ends, so it is not in the trace (its times are the clock
+    /// port's readings).
     ToolMetrics {
         /// Call id.
         tool_call_id: String,
         /// Tool name.
         name: String,
-        /// Wall time in milliseconds (clock port).
+        /// When the call started, in milliseconds since the Unix epoch (clock port).
+        #[serde(default)]
+        started_at_ms: u64,
+        /// When it ended (after the `after_tool` hook and any offload).
+        #[serde(default)]
+        ended_at_ms: u64,
+        /// `ended_at_ms - started_at_ms`.
         duration_ms: u64,
     },
     /// A tool result over the size limit was written to a file; the model sees a preview

@@ -1,5 +1,6 @@
-//! Inline tags in the model's streamed text (issue 13, seed 001): `<status>…</status>` and
-//! `<title>…</title>` become `status_update` and `title_generated` events and, by default,
+//! Inline tags in the model's streamed text (issue 13, seed 001): `<status>…</status>`,
+//! `<title>…</title>` and `<plan>…</plan>` become `status_update`, `title_generated` and
+//! `plan_generated` events and, by default,
 //! leave the answer text. [`InlineTagFilter`] is the pure streaming filter; [`InlineTags`]
 //! is the step option that says what to do with the tags.
 
@@ -43,16 +44,27 @@ pub enum TagKind {
     Status,
     /// `<title>…</title>`: a title for the conversation.
     Title,
+    /// `<plan>…</plan>`: the model's plan, one step per line (see [`plan_steps`]).
+    Plan,
 }
 
 impl TagKind {
-    const ALL: [TagKind; 2] = [TagKind::Status, TagKind::Title];
+    const ALL: [TagKind; 3] = [TagKind::Status, TagKind::Title, TagKind::Plan];
+
+    /// The longest body kept for this tag, in characters.
+    pub fn max_body_chars(self) -> usize {
+        match self {
+            TagKind::Status | TagKind::Title => MAX_TAG_BODY_CHARS,
+            TagKind::Plan => MAX_PLAN_BODY_CHARS,
+        }
+    }
 
     /// The opening tag, e.g. `<status>`.
     pub fn open(self) -> &'static str {
         match self {
             TagKind::Status => "<status>",
             TagKind::Title => "<title>",
+            TagKind::Plan => "<plan>",
         }
     }
 
@@ -61,6 +73,7 @@ impl TagKind {
         match self {
             TagKind::Status => "</status>",
             TagKind::Title => "</title>",
+            TagKind::Plan => "</plan>",
         }
     }
 }
@@ -74,9 +87,36 @@ pub enum InlinePiece {
     Tag(TagKind, String),
 }
 
-/// The longest tag body kept, in characters: a longer one is given up and released as text,
-/// so what the filter holds back stays bounded whatever the model sends.
+/// The longest `<status>` or `<title>` body kept, in characters: a longer one is given up and
+/// released as text, so what the filter holds back stays bounded whatever the model sends.
 pub const MAX_TAG_BODY_CHARS: usize = 512;
+
+/// The longest `<plan>` body kept, in characters (a plan has several lines).
+pub const MAX_PLAN_BODY_CHARS: usize = 4_096;
+
+/// The steps of a `<plan>` body: its non-empty lines, each without a leading list marker
+/// (`-`, `*`, `•`, `1.`, `1)`) and surrounding whitespace.
+pub fn plan_steps(body: &str) -> Vec<String> {
+    body.lines()
+        .map(|line| {
+            let line = line.trim();
+            let unbulleted = line
+                .strip_prefix(['-', '*', '•'])
+                .map(str::trim_start)
+                .unwrap_or(line);
+            let digits = unbulleted.len()
+                - unbulleted
+                    .trim_start_matches(|c: char| c.is_ascii_digit())
+                    .len();
+            match unbulleted[digits..].strip_prefix(['.', ')']) {
+                Some(rest) if digits > 0 => rest.trim_start(),
+                _ => unbulleted,
+            }
+        })
+        .filter(|step| !step.is_empty())
+        .map(str::to_string)
+        .collect()
+}
 
 /// Where the filter is in the text.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -95,11 +135,11 @@ enum Scan {
     },
 }
 
-/// A streaming filter that takes `<status>…</status>` and `<title>…</title>` out of text
+/// A streaming filter that takes `<status>…</status>`, `<title>…</title>` and `<plan>…</plan>` out of text
 /// arriving in chunks (issue 13, seed 001). A tag may be split across chunks anywhere: text
 /// after a `<` that may still start a known tag is held back until it is decided. Unknown tags
 /// (`<b>`, `</status>` alone, `<status x>`) pass through unchanged; a body longer than
-/// [`MAX_TAG_BODY_CHARS`] is given up and released as text; [`finish`](Self::finish)
+/// [`TagKind::max_body_chars`] is given up and released as text; [`finish`](Self::finish)
 /// releases whatever is still held (an unclosed tag is text: nothing is lost). Each input
 /// character is looked at once, so the cost is linear in the input.
 #[derive(Clone, Debug, Default)]
@@ -202,7 +242,7 @@ impl InlineTagFilter {
                 // body now, and `c` too unless it starts another try at the closing tag.
                 let restart = c == '<';
                 let body_chars = body_chars + matched + usize::from(!restart);
-                if body_chars > MAX_TAG_BODY_CHARS {
+                if body_chars > kind.max_body_chars() {
                     let held = self.finish();
                     text(out, &held);
                 } else {
@@ -264,6 +304,15 @@ mod tests {
     }
 
     /// Issue 13 / seed 001: both tags leave the text and come out as tags, in order.
+    #[test]
+    fn plan_steps_drop_list_markers_and_blank_lines() {
+        assert_eq!(
+            plan_steps("\n 1. one\n2) two\n- three\n* four\n• five\n\n12.twelve\n3 items\n-"),
+            ["one", "two", "three", "four", "five", "twelve", "3 items"]
+        );
+        assert!(plan_steps("  \n\n").is_empty());
+    }
+
     #[test]
     fn status_and_title_are_taken_out_of_the_text() {
         assert_eq!(

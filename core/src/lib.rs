@@ -43,6 +43,7 @@ pub mod react;
 pub mod session_log;
 pub mod step;
 pub mod timeouts;
+pub mod todo;
 pub mod tool_cache;
 pub mod tool_check;
 pub mod tool_spec;

@@ -788,6 +788,15 @@ fn note(event: &AgentEvent) -> Option<String> {
         AgentEvent::ModelSwitched { from, to } => format!("model switched: {from} -> {to}"),
         AgentEvent::StatusUpdate { text, .. } => format!("status: {text}"),
         AgentEvent::TitleGenerated { title, .. } => format!("title: {title}"),
+        AgentEvent::PlanGenerated { steps, .. } => format!("plan: {}", steps.join(" | ")),
+        AgentEvent::TodoChange { todos, .. } => {
+            format!("todos: {}", crate::todo::render(todos).replace('\n', " | "))
+        }
+        AgentEvent::ToolsUpdated { attached, detached } => format!(
+            "tools updated: +[{}] -[{}]",
+            attached.join(", "),
+            detached.join(", ")
+        ),
         AgentEvent::UsageLimitReached {
             limit, used, max, ..
         } => format!("usage limit reached: {} {used} >= {max}", limit.as_str()),

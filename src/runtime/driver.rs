@@ -385,10 +385,13 @@ impl Driver<'_> {
                         content = replaced;
                     }
                 }
+                let ended = emitter.clock.now_ms();
                 emitter.emit(AgentEvent::ToolMetrics {
                     tool_call_id: call.id.clone(),
                     name: call.name.clone(),
-                    duration_ms: emitter.clock.now_ms().saturating_sub(started),
+                    started_at_ms: started,
+                    ended_at_ms: ended,
+                    duration_ms: ended.saturating_sub(started),
                 });
                 let _ = tx.send(Event::ToolFinished {
                     tool_call_id: call.id,

@@ -294,6 +294,24 @@ impl SharedTools {
     pub fn remove(&self, name: &str) -> Option<Arc<dyn Tool>> {
         self.0.write().ok().and_then(|mut r| r.remove(name))
     }
+    /// Detaches `detach`, then attaches `attach`, under one lock: a lookup sees the tools
+    /// before or after, never half of it. If a name in `detach` is not there, nothing changes
+    /// and that name is returned.
+    pub fn update(&self, attach: &[Arc<dyn Tool>], detach: &[String]) -> Result<(), String> {
+        let Ok(mut r) = self.0.write() else {
+            return Err(detach.first().cloned().unwrap_or_default());
+        };
+        if let Some(missing) = detach.iter().find(|n| r.get(n).is_none()) {
+            return Err(missing.clone());
+        }
+        for name in detach {
+            r.remove(name);
+        }
+        for tool in attach {
+            r.insert(tool.clone());
+        }
+        Ok(())
+    }
     /// Specs of every tool, sorted by name (shared, not copied).
     pub fn specs(&self) -> crate::tools::ToolSpecs {
         self.0.read().map(|r| r.specs()).unwrap_or_default()
@@ -445,10 +463,10 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// What each step does with inline `<status>…</status>` and `<title>…</title>` tags in
+    /// What each step does with inline `<status>`, `<title>` and `<plan>` tags in
     /// the model's text (issue 13): by default
     /// ([`InlineTags::Strip`](crate::process::InlineTags::Strip)) they become `status_update` /
-    /// `title_generated` events and leave the answer; `Keep` reports them and leaves the text
+    /// `title_generated` / `plan_generated` events and leave the answer; `Keep` reports them and leaves the text
     /// as written; `Off` looks for none.
     pub fn inline_tags(mut self, mode: crate::process::InlineTags) -> Self {
         self.config.step.inline_tags = mode;
@@ -569,6 +587,13 @@ impl<M> AgentBuilder<M> {
     /// continues, the model seeing the denied result. An approval always resumes.
     pub fn auto_resume(mut self, on: bool) -> Self {
         self.config.step.auto_resume = on;
+        self
+    }
+
+    /// Offers the built-in `write_todos` tool (issue 13, seed 001): the model keeps a todo
+    /// list, each completed call reported as a `todo_change{todos}` event.
+    pub fn write_todos(mut self) -> Self {
+        self.tools.insert(Arc::new(crate::tools::WriteTodos));
         self
     }
 

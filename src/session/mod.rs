@@ -297,6 +297,15 @@ enum Command {
     SwitchModel(String, oneshot::Sender<Result<bool, SessionError>>),
     Attach(Arc<dyn Tool>, oneshot::Sender<Result<(), SessionError>>),
     Detach(String, oneshot::Sender<Result<(), SessionError>>),
+    /// Boxed: a command is a slot of the session's channel blocks, sized by the largest.
+    Update(Box<ToolUpdate>),
+}
+
+/// `update_tools`' batch.
+struct ToolUpdate {
+    attach: Vec<Arc<dyn Tool>>,
+    detach: Vec<String>,
+    reply: oneshot::Sender<Result<(), SessionError>>,
 }
 
 struct Shared {
@@ -549,6 +558,24 @@ impl Session {
         rx.await.map_err(|_| SessionError::Closed)?
     }
 
+    /// Detaches the tools named in `detach`, then attaches `attach` (replacing tools of the
+    /// same name), as one change (R-CTL-6, seed 001): one `tools_updated{attached, detached}`
+    /// event, and the next step offers the new set. A name in `detach` that is not attached
+    /// is an [`SessionError::UnknownTool`] error and nothing changes.
+    pub async fn update_tools(
+        &self,
+        attach: Vec<Arc<dyn Tool>>,
+        detach: Vec<String>,
+    ) -> Result<(), SessionError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Update(Box::new(ToolUpdate {
+            attach,
+            detach,
+            reply,
+        })))?;
+        rx.await.map_err(|_| SessionError::Closed)?
+    }
+
     /// Subscribes to events (R-EVT-1). `since`: replay events after this index that the ring
     /// buffer still holds (a `Lagged(n)` item first if some are gone); `types`: only these
     /// event type names (`text_delta`, `agent_abort`, ...). See [`bus`] for lag behaviour.
@@ -721,19 +748,37 @@ impl Actor {
                 let _ = reply.send(self.switch_model(model));
             }
             Command::Attach(tool, reply) => {
-                let name = tool.spec().name;
-                if tool.killable() {
-                    self.config.step.immune.remove(&name);
-                } else {
-                    self.config.step.immune.insert(name.clone());
-                }
-                // Takes effect from the next run (a running one keeps its pure tools).
-                self.config.step.set_pure(&name, tool.pure());
+                let name = self.configure_attached(&tool);
                 self.agent.tools.insert(tool);
                 self.config.tools = self.agent.tools.specs();
                 self.publish(AgentEvent::ToolAttached { name });
                 self.tools_changed();
                 let _ = reply.send(Ok(()));
+            }
+            Command::Update(update) => {
+                let ToolUpdate {
+                    attach,
+                    detach,
+                    reply,
+                } = *update;
+                let r = match self.agent.tools.update(&attach, &detach) {
+                    Ok(()) => {
+                        for name in &detach {
+                            self.config.step.immune.remove(name);
+                            self.config.step.set_pure(name, false);
+                        }
+                        let attached = attach.iter().map(|t| self.configure_attached(t)).collect();
+                        self.config.tools = self.agent.tools.specs();
+                        self.publish(AgentEvent::ToolsUpdated {
+                            attached,
+                            detached: detach,
+                        });
+                        self.tools_changed();
+                        Ok(())
+                    }
+                    Err(name) => Err(SessionError::UnknownTool(name)),
+                };
+                let _ = reply.send(r);
             }
             Command::Detach(name, reply) => {
                 let r = if self.agent.tools.remove(&name).is_some() {
@@ -849,6 +894,19 @@ impl Actor {
             None => self.publish(AgentEvent::ModelSwitched { from, to: model }),
         }
         Ok(true)
+    }
+
+    /// Records an attached tool's kill immunity and purity in the session's configuration
+    /// (pure tools take effect from the next run: a running one keeps its own); its name.
+    fn configure_attached(&mut self, tool: &Arc<dyn Tool>) -> String {
+        let name = tool.spec().name;
+        if tool.killable() {
+            self.config.step.immune.remove(&name);
+        } else {
+            self.config.step.immune.insert(name.clone());
+        }
+        self.config.step.set_pure(&name, tool.pure());
+        name
     }
 
     fn tools_changed(&self) {

@@ -226,5 +226,7 @@ pub mod ask_user;
 pub mod calculator;
 #[cfg(feature = "builtin-tools")]
 pub mod read_file;
+pub mod write_todos;
 
 pub use ask_user::AskUser;
+pub use write_todos::WriteTodos;

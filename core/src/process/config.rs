@@ -202,8 +202,8 @@ pub struct StepConfig {
     /// then the call fails (row `user_deadline`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ask_user_timeout_ms: Option<u64>,
-    /// Inline `<status>…</status>` and `<title>…</title>` tags in the model's text (issue 13,
-    /// seed 001): each closed tag is reported as a `status_update` / `title_generated` event
+    /// Inline `<status>`, `<title>` and `<plan>` tags in the model's text (issue 13,
+    /// seed 001): each closed tag is reported as a `status_update` / `title_generated` / `plan_generated` event
     /// and, with the default [`InlineTags::Strip`], removed from the `text_delta` events and
     /// the committed message; [`InlineTags::Keep`] leaves the text as written,
     /// [`InlineTags::Off`] looks for no tags. A configuration serialized without the field

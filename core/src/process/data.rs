@@ -371,7 +371,7 @@ impl ProcessData {
     }
 
     /// Emits what observers see of the text: visible text as `text_delta`, closed inline tags
-    /// as `status_update` / `title_generated` (issue 13), in stream order.
+    /// as `status_update` / `title_generated` / `plan_generated` (issue 13), in stream order.
     fn emit_text(&mut self, observed: Vec<InlinePiece>) {
         let (model_call_index, attempt) = (self.request.model_call_index, self.request.attempt);
         for piece in observed {
@@ -390,6 +390,11 @@ impl ProcessData {
                     model_call_index,
                     attempt,
                     title,
+                },
+                InlinePiece::Tag(TagKind::Plan, body) => AgentEvent::PlanGenerated {
+                    model_call_index,
+                    attempt,
+                    steps: crate::inline_tags::plan_steps(&body),
                 },
             });
         }
@@ -623,6 +628,14 @@ impl ProcessData {
             name: result.name.clone(),
             status: result.status,
         });
+        if result.status == ToolStatus::Completed && result.name == crate::todo::WRITE_TODOS_TOOL {
+            if let Some(todos) = crate::todo::todos_of(&self.slots.get(i).call.arguments) {
+                self.emit(AgentEvent::TodoChange {
+                    tool_call_id: result.tool_call_id.clone(),
+                    todos,
+                });
+            }
+        }
         self.slots.get_mut(i).result = Some(result);
     }
 

@@ -50,6 +50,7 @@ enum Seen {
     Text(String),
     Status(String),
     Title(String),
+    Plan(Vec<String>),
 }
 
 fn seen(effects: &[Effect]) -> Vec<Seen> {
@@ -65,6 +66,9 @@ fn seen(effects: &[Effect]) -> Vec<Seen> {
             Effect::Emit {
                 event: AgentEvent::TitleGenerated { title, .. },
             } => Some(Seen::Title(title.clone())),
+            Effect::Emit {
+                event: AgentEvent::PlanGenerated { steps, .. },
+            } => Some(Seen::Plan(steps.clone())),
             _ => None,
         })
         .collect()
@@ -301,4 +305,56 @@ fn issue_13_what_if_sets_the_option() {
         assert_eq!(cfg.step.inline_tags, mode);
     }
     assert!(apply_setting(&mut cfg, "inline_tags", "drop").is_err());
+}
+
+/// Issue 13 / seed 001 `plan_generated`: a `<plan>` tag split across deltas becomes one
+/// `plan_generated` with its steps (list markers dropped, blank lines skipped) when it closes,
+/// and leaves the committed text.
+#[test]
+fn issue_13_a_plan_tag_becomes_plan_generated_with_its_steps() {
+    let mut p = process(InlineTags::default());
+    let (seen, done) = stream(
+        &mut p,
+        1,
+        &[
+            "On it.<pl",
+            "an>\n1. Read the file\n",
+            "- Sum the numbers\n\n  2) Answer</pl",
+            "an> Done.",
+        ],
+    );
+    assert_eq!(
+        seen,
+        [
+            Seen::Text("On it.".into()),
+            Seen::Plan(vec![
+                "Read the file".into(),
+                "Sum the numbers".into(),
+                "Answer".into()
+            ]),
+            Seen::Text(" Done.".into()),
+        ]
+    );
+    let (persisted, announced) = committed_text(&done);
+    assert_eq!(persisted, "On it. Done.");
+    assert_eq!(announced, persisted);
+}
+
+/// A plan longer than its bound is given up and stays text (nothing is lost); a status body
+/// keeps its shorter bound.
+#[test]
+fn issue_13_a_plan_has_its_own_bound() {
+    use agentloop_core::inline_tags::{TagKind, MAX_PLAN_BODY_CHARS, MAX_TAG_BODY_CHARS};
+    assert_eq!(TagKind::Plan.max_body_chars(), MAX_PLAN_BODY_CHARS);
+    assert_eq!(TagKind::Status.max_body_chars(), MAX_TAG_BODY_CHARS);
+    let long_step = "x".repeat(1_000);
+    let fits = format!("<plan>{long_step}</plan>");
+    let mut p = process(InlineTags::default());
+    let (seen, _) = stream(&mut p, 1, &[&fits]);
+    assert_eq!(seen, [Seen::Plan(vec![long_step.clone()])]);
+    let too_long = format!("<plan>{}</plan>", "y".repeat(MAX_PLAN_BODY_CHARS + 1));
+    let mut p = process(InlineTags::default());
+    let (seen, done) = stream(&mut p, 1, &[&too_long]);
+    assert!(seen.iter().all(|s| matches!(s, Seen::Text(_))), "{seen:?}");
+    assert_eq!(committed_text(&done).0, too_long);
 }
