@@ -1,7 +1,7 @@
 //! `agentloop-restate`: agentloop sessions as Restate Virtual Objects.
 //!
 //! `agentloop-restate serve --listen 127.0.0.1:9080` serves the `Session` object (handlers
-//! `prompt` and `status`) to a Restate server, with the same model and tool flags as
+//! `prompt`, `abort` and `status`) to a Restate server, with the same model and tool flags as
 //! `agentloop run`. See `docs/scale-out.md`.
 
 mod session;
@@ -95,6 +95,8 @@ async fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Plain text when stderr is a file (logs grep as `session=s1`).
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let Command::Serve(args) = Cli::parse().command;
     let model = match model(&args) {

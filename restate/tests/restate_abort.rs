@@ -1,0 +1,135 @@
+//! `Session/<id>/abort` on real processes: aborting a running prompt ends its run with outcome
+//! `aborted` and the abort's reason (the machine's `Abort` event), the `prompt` invocation
+//! returns that result, and no further tool runs; an idle session's abort does nothing; a
+//! cancellation through the admin API aborts with reason "cancelled".
+//!
+//! Mandatory when `CI` is set; otherwise skipped, with the reason printed, unless
+//! `AGENTLOOP_RESTATE_TEST=1` is set.
+
+#![allow(clippy::disallowed_methods)]
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::*;
+
+const LINES: usize = 200;
+
+/// Runs "What is 2+3?" in `session` (the script's first two turns), then sends the append
+/// run and waits until `at_least` lines are written; returns its invocation id.
+fn start_append_run(session: &str, out: &Path, at_least: usize) -> String {
+    let r = prompt(session, "What is 2+3?");
+    assert_eq!(r["outcome"], "completed", "{r}");
+    let inv = send(session, "append the lines", &format!("{session}-appends"));
+    let t = Instant::now();
+    while lines(out).len() < at_least {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the run made no progress"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    inv
+}
+
+/// The lines are `line 0`, `line 1`, ... without a gap or a repeat, fewer than the script's
+/// `LINES`, and no more come within half a second (the run stopped).
+fn assert_stopped_prefix(out: &Path) -> usize {
+    let got = lines(out);
+    let expected: Vec<String> = (0..got.len()).map(|i| format!("line {i}")).collect();
+    assert_eq!(got, expected, "a prefix of the script's lines, each once");
+    assert!(
+        got.len() < LINES,
+        "the run was not stopped: {} lines",
+        got.len()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        lines(out).len(),
+        got.len(),
+        "a line was appended after the abort"
+    );
+    got.len()
+}
+
+#[test]
+fn restate_abort_stops_a_running_prompt() {
+    if !wanted() {
+        return;
+    }
+    let _ports = ports_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _server = Server::start(&dir.path().join("restate"));
+    let script = dir.path().join("script.json");
+    append_script(&script, LINES);
+    let (root_a, root_b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir(&root_a).expect("root");
+    std::fs::create_dir(&root_b).expect("root");
+    let tag = std::process::id();
+
+    // 1. `abort` on a running prompt.
+    let session = format!("abort{tag}");
+    let mut w = Worker::start(9080, &script, &root_a, None);
+    register("http://127.0.0.1:9080");
+    let idle = call(&session, "abort", &json!({}));
+    assert_eq!(idle, json!({"aborting": false}), "idle: nothing to abort");
+    let out = root_a.join("out.txt");
+    let inv = start_append_run(&session, &out, 10);
+    let st = status(&session);
+    assert_eq!(
+        st["running"],
+        inv.as_str(),
+        "status names the running prompt: {st}"
+    );
+    let ack = call(
+        &session,
+        "abort",
+        &json!({"reason": "the user pressed stop", "kill": "killable"}),
+    );
+    assert_eq!(
+        ack,
+        json!({"aborting": true, "invocation_id": inv}),
+        "{ack}"
+    );
+    let r = attach(&inv);
+    assert_eq!(r["outcome"], "aborted", "{r}");
+    assert_eq!(r["reason"], "the user pressed stop", "{r}");
+    let n = assert_stopped_prefix(&out);
+    let iterations = r["iterations"].as_u64().expect("iterations") as usize;
+    assert!(
+        iterations.abs_diff(n) <= 1,
+        "{iterations} steps committed for {n} lines: {r}"
+    );
+    let st = status(&session);
+    assert!(
+        st.get("running").is_none(),
+        "nothing runs after the abort: {st}"
+    );
+    assert_eq!(st["last"]["outcome"], "aborted", "{st}");
+    assert_eq!(st["last"]["run_id"], r["run_id"], "{st}");
+    eprintln!("aborted after {n} lines: {r}");
+
+    // 2. A cancellation from elsewhere (the admin API) is an abort too.
+    drop(w);
+    w = Worker::start(9080, &script, &root_b, None);
+    let session = format!("cancel{tag}");
+    let out = root_b.join("out.txt");
+    let inv = start_append_run(&session, &out, 10);
+    let cancelled = curl(&[
+        "-X",
+        "PATCH",
+        "-w",
+        "%{http_code}",
+        &format!("{ADMIN}/invocations/{inv}/cancel"),
+    ])
+    .expect("cancel");
+    assert!(cancelled.starts_with("20"), "admin cancel: {cancelled}");
+    let r = attach(&inv);
+    assert_eq!(r["outcome"], "aborted", "{r}");
+    assert_eq!(r["reason"], "cancelled", "{r}");
+    assert_stopped_prefix(&out);
+    drop(w);
+}
