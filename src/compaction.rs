@@ -116,7 +116,9 @@ pub fn render(messages: &[Message]) -> String {
     for m in messages {
         let line = match m {
             Message::System { content } => format!("system: {content}"),
-            Message::User { content } => format!("user: {content}"),
+            user @ Message::User { .. } => {
+                format!("user: {}", user.user_text().unwrap_or_default())
+            }
             Message::Assistant(a) => {
                 let calls: Vec<String> = a
                     .tool_calls

@@ -10,6 +10,7 @@ pub use agentloop_core::{
     process, react, session_log, step, todo, tool_check, trace_diff, transcript, whatif,
 };
 
+pub mod attachment;
 pub mod compaction;
 pub mod hooks;
 #[cfg(feature = "mcp")]
@@ -43,7 +44,8 @@ pub use effect::Effect;
 pub use error::{ErrorKind, ModelError, RunError};
 pub use event::{ApprovalDecision, ApprovalStatus, AttemptId, Event, GateVerdict};
 pub use message::{
-    AssistantMessage, Message, MessageDelta, ToolCall, ToolResult, ToolStatus, Usage,
+    AssistantMessage, ContentPart, MediaSource, Message, MessageDelta, ToolCall, ToolResult,
+    ToolStatus, Usage,
 };
 pub use react::{LoopResult, Run, RunConfig};
 pub use step::{AgentState, Step, Transition};

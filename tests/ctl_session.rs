@@ -115,7 +115,7 @@ async fn r_ctl_2_steering_queue_full_is_rejected() {
         .expect("result")
         .messages
         .iter()
-        .any(|m| matches!(m, Message::User { content } if content.contains("steer 3")));
+        .any(|m| matches!(m, Message::User { content, .. } if content.contains("steer 3")));
     assert!(seen, "steering reached the model");
 }
 

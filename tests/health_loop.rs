@@ -268,7 +268,7 @@ async fn r_out_4_sliding_window_keeps_goal_and_recent_steps() {
     assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
     assert!(count(&history(&s), "compact_end") >= 1);
     assert!(
-        matches!(r.messages.first(), Some(Message::User { content }) if content == "work hard")
+        matches!(r.messages.first(), Some(Message::User { content, .. }) if content == "work hard")
     );
     assert_pairs(&r.messages);
 }
@@ -300,7 +300,7 @@ impl Model for Summarizer {
             .messages
             .iter()
             .filter_map(|m| match m {
-                Message::User { content } => Some(content.lines().count()),
+                Message::User { content, .. } => Some(content.lines().count()),
                 _ => None,
             })
             .sum::<usize>();
@@ -329,14 +329,14 @@ async fn r_out_4_llm_summary_replaces_older_entries() {
     let r = s.last_result().expect("result");
     assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
     assert!(
-        r.messages
-            .iter()
-            .any(|m| matches!(m, Message::User { content } if content.starts_with(SUMMARY_PREFIX))),
+        r.messages.iter().any(
+            |m| matches!(m, Message::User { content, .. } if content.starts_with(SUMMARY_PREFIX))
+        ),
         "the summary is in the context: {:?}",
         r.messages
     );
     assert!(
-        matches!(r.messages.first(), Some(Message::User { content }) if content == "work hard")
+        matches!(r.messages.first(), Some(Message::User { content, .. }) if content == "work hard")
     );
     assert_pairs(&r.messages);
 }

@@ -178,7 +178,7 @@ async fn r_ctl_2_steering_joins_the_next_model_call() {
     assert_eq!(reqs.len(), 2);
     // deliver_at_boundary: the tool batch finished, then the steering message joined step 2.
     assert!(
-        matches!(reqs[1].messages.last(), Some(Message::User { content }) if content == "focus on tests")
+        matches!(reqs[1].messages.last(), Some(Message::User { content, .. }) if content == "focus on tests")
     );
     assert!(
         matches!(reqs[1].messages[reqs[1].messages.len() - 2], Message::Tool(ref r) if r.status == ToolStatus::Completed)

@@ -153,7 +153,9 @@ async fn r_idem_7_new_run_repairs_a_forged_orphan_result_before_the_model_sees_i
         [("c1".to_string(), "work ran (c1)".to_string())]
     );
     assert_paired(messages);
-    assert!(matches!(messages.last(), Some(Message::User { content }) if content == "and now?"));
+    assert!(
+        matches!(messages.last(), Some(Message::User { content, .. }) if content == "and now?")
+    );
 
     // One event per repair, from the new run, before its first request.
     let events = sink.events();

@@ -247,7 +247,7 @@ async fn max_steps_reached() {
         "no tools on the last step (R-OUT-5)"
     );
     assert!(
-        matches!(requests[1].messages.last(), Some(Message::User { content }) if content.contains("Maximum steps")),
+        matches!(requests[1].messages.last(), Some(Message::User { content, .. }) if content.contains("Maximum steps")),
         "the last step carries the reminder"
     );
     insta::assert_snapshot!(verified(&trace));
@@ -275,7 +275,7 @@ async fn compaction() {
         {
             assert_pairs(&request.messages);
             assert!(
-                matches!(request.messages.first(), Some(Message::User { content }) if content == "work"),
+                matches!(request.messages.first(), Some(Message::User { content, .. }) if content == "work"),
                 "the original goal is pinned"
             );
         }

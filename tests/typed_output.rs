@@ -70,7 +70,7 @@ async fn run_typed_returns_the_value_after_one_output_retry() {
         assert_eq!(output.schema["required"], serde_json::json!(["x", "y"]));
     }
     // The retry's request ends with the errors as a user message.
-    let Some(Message::User { content }) = seen[1].messages.iter().last() else {
+    let Some(Message::User { content, .. }) = seen[1].messages.iter().last() else {
         panic!("no user message last: {:?}", seen[1].messages);
     };
     assert!(

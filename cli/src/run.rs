@@ -12,11 +12,13 @@ use crate::print::{EventsFormat, Output};
 use crate::term::ColorChoice;
 
 use agentloop::agent_event::Outcome;
+use agentloop::attachment::{AttachmentError, Prompt};
 use agentloop::mcp::McpServer;
 use agentloop::model::{Model, ToolChoice};
 use agentloop::output::OutputSpec;
 use agentloop::process::InlineTags;
 use agentloop::provider::http::{model_from_flags, ProviderKind};
+use agentloop::provider::openai::ReasoningReplay;
 use agentloop::react::{CostLimit, LimitAction, UsageLimits};
 use agentloop::runtime::{
     control, Agent, AgentBuilder, AgentError, EventEnvelope, EventSink, FnSink, RunOutput,
@@ -32,6 +34,15 @@ use agentloop::trace::TraceFile;
 pub struct RunArgs {
     /// The prompt.
     pub prompt: String,
+    /// An image to send with the prompt (repeatable): png, jpg/jpeg, gif or webp; its media
+    /// type comes from the extension. Images follow the prompt's text, in the order given,
+    /// then the `--file`s. All images and files together may have 10 MiB.
+    #[arg(long = "image", value_name = "PATH")]
+    pub images: Vec<PathBuf>,
+    /// A file to send with the prompt (repeatable): a pdf. OpenAI-compatible servers get it as
+    /// a `file` part, Anthropic as a `document` block.
+    #[arg(long = "file", value_name = "PATH")]
+    pub files: Vec<PathBuf>,
     /// Session id: create or continue this session in the store (without it, the run is a
     /// one-shot in-memory session).
     #[arg(long)]
@@ -101,6 +112,17 @@ pub struct AgentArgs {
     /// TCP connect timeout for real providers, in seconds.
     #[arg(long, default_value_t = 10.0)]
     pub connect_timeout: f64,
+    /// OpenAI-compatible: which assistant messages carry their reasoning back as
+    /// `reasoning_content`: `all` (every one that has some: DeepSeek's thinking mode with
+    /// tools requires it, Moonshot and Z.ai ask for it), `current-turn` (only those after the
+    /// last user message: the first deepseek-reasoner refused earlier ones) or `off`.
+    #[arg(long, value_name = "off|current-turn|all", default_value = "all")]
+    pub reasoning_replay: ReasoningReplay,
+    /// Anthropic: extended thinking with this budget of tokens (at least 1024, and below
+    /// `--max-tokens`, 8192 by default). The model's thinking (with its signature) is sent
+    /// back with each of its turns, as the API requires.
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1024..))]
+    pub thinking_budget: Option<u32>,
     /// A scripted-model JSON script (default: the built-in calculator demo).
     #[arg(long)]
     pub script: Option<PathBuf>,
@@ -151,7 +173,7 @@ pub struct AgentArgs {
     /// it holds more than N messages (R-OUT-2; default: no limit by count).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub compact_threshold: Option<u64>,
-    /// Most output tokens per model step (default: the provider's; Anthropic: 4096). A small
+    /// Most output tokens per model step (default: the provider's; Anthropic: 8192). A small
     /// local model without it can ramble up to its context limit.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tokens: Option<u32>,
@@ -351,6 +373,8 @@ pub fn model_named(args: &AgentArgs, name: Option<&str>) -> Result<Arc<dyn Model
             cfg.connect_timeout = std::time::Duration::from_millis(secs(args.connect_timeout));
             cfg.first_byte_timeout =
                 std::time::Duration::from_millis(secs(args.first_chunk_timeout));
+            cfg.reasoning_replay = args.reasoning_replay;
+            cfg.thinking_budget = args.thinking_budget;
         },
     )
 }
@@ -609,8 +633,25 @@ pub fn runtime_and_store(
     Ok((rt, locked))
 }
 
+/// The prompt with its `--image`s and `--file`s (read, checked and encoded before anything
+/// starts).
+fn prompt(args: &RunArgs) -> Result<Prompt, AttachmentError> {
+    let mut prompt = Prompt::new(args.prompt.clone());
+    for path in &args.images {
+        prompt = prompt.image(path)?;
+    }
+    for path in &args.files {
+        prompt = prompt.file(path)?;
+    }
+    Ok(prompt)
+}
+
 /// Runs the `run` command.
 pub fn main(args: RunArgs) -> ExitCode {
+    let prompt = match prompt(&args) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
     let (rt, locked) = match runtime_and_store(args.session.as_deref(), &args.store) {
         Ok(started) => started,
         Err(e) => return fail(e),
@@ -632,7 +673,7 @@ pub fn main(args: RunArgs) -> ExitCode {
                 controller.abort("interrupted (Ctrl-C)");
             }
         });
-        let input = vec![agentloop::Message::user(args.prompt.clone())];
+        let input = vec![prompt.into_message()];
         let ticker = output.spawn_ticker();
         let ran = agent
             .run_with(&session, input, Some(rx), args.agent.trace.is_some())

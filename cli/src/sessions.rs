@@ -253,10 +253,10 @@ fn show(id: &str, entries: &[Entry]) {
             Entry::Metadata { model, .. } => format!("metadata      model={model}"),
             Entry::UserInput { message, .. } => {
                 let text = match message {
-                    Message::User { content } | Message::System { content } => content.as_str(),
-                    _ => "",
+                    Message::System { content } => content.clone(),
+                    user => user.user_text().unwrap_or_default(),
                 };
-                format!("user          {run}  {}", one_line(text, 100))
+                format!("user          {run}  {}", one_line(&text, 100))
             }
             Entry::Assistant {
                 model_call_index,

@@ -412,3 +412,113 @@ fn r_in_6_a_retry_after_partial_text_is_marked_on_stdout() {
     assert_eq!(answer, "The answer is 5.\n", "{stdout:?}");
     assert!(stderr.contains("[retry] attempt 2"), "{stderr}");
 }
+
+/// R-STR-5, issue 12 item 6: `--image` and `--file` read the files, take their media types
+/// from the extensions and send them after the prompt's text as content parts (images first,
+/// in the order given, then files).
+#[test]
+fn r_str_5_issue12_item6_run_sends_images_and_files_as_content_parts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let png = dir.path().join("dot.PNG");
+    std::fs::write(&png, [0x89, b'P', b'N', b'G']).expect("png");
+    let gif = dir.path().join("anim.gif");
+    std::fs::write(&gif, b"GIF89a").expect("gif");
+    let pdf = dir.path().join("report.pdf");
+    std::fs::write(&pdf, b"%PDF-1.4").expect("pdf");
+    let server = serve(vec![Reply::Sse(answer_stream())]);
+    let out = agentloop(&[
+        "run",
+        "--provider",
+        "openai",
+        "--model",
+        "gpt-test",
+        "--base-url",
+        &server.base,
+        "--file",
+        &pdf.display().to_string(),
+        "--image",
+        &png.display().to_string(),
+        "--image",
+        &gif.display().to_string(),
+        "What is in these?",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stderr: {stderr}");
+    let requests = server.requests.lock().expect("log").clone();
+    assert_eq!(requests.len(), 1);
+    let body: serde_json::Value = serde_json::from_str(&requests[0].2).expect("json body");
+    let user = body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["role"] == "user"))
+        .expect("a user message");
+    assert_eq!(
+        user["content"],
+        serde_json::json!([
+            {"type": "text", "text": "What is in these?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw=="}},
+            {"type": "image_url", "image_url": {"url": "data:image/gif;base64,R0lGODlh"}},
+            {"type": "file", "file": {"filename": "report.pdf", "file_data": "data:application/pdf;base64,JVBERi0xLjQ="}},
+        ])
+    );
+}
+
+/// Issue 12 item 6: an attachment that cannot be sent is a clear error (exit 2) before any
+/// request: an extension of the wrong kind, a file over the 10 MiB limit, a missing file, a
+/// directory. Nothing reaches the server.
+#[test]
+fn issue12_item6_run_refuses_bad_attachments_before_any_request() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "hi").expect("txt");
+    let big = dir.path().join("huge.pdf");
+    std::fs::File::create(&big)
+        .and_then(|f| f.set_len(10 * 1024 * 1024 + 1))
+        .expect("sparse file");
+    let missing = dir.path().join("missing.png");
+    let folder = dir.path().join("folder.png");
+    std::fs::create_dir(&folder).expect("dir");
+    let server = serve(vec![Reply::Sse(answer_stream())]);
+    for (flag, path, needle) in [
+        (
+            "--image",
+            &text,
+            "unknown image type \"txt\" (known: png, jpg, jpeg, gif, webp)",
+        ),
+        ("--file", &text, "unknown file type \"txt\" (known: pdf)"),
+        ("--image", &big, "unknown image type \"pdf\""),
+        (
+            "--file",
+            &big,
+            "10485761 bytes, more than the 10485760 bytes left",
+        ),
+        ("--image", &missing, "No such file"),
+        ("--image", &folder, "not a regular file (a directory)"),
+    ] {
+        let out = agentloop(&[
+            "run",
+            "--provider",
+            "openai",
+            "--model",
+            "gpt-test",
+            "--base-url",
+            &server.base,
+            flag,
+            &path.display().to_string(),
+            "hi",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{flag} {}: {stderr}",
+            path.display()
+        );
+        assert!(
+            stderr.contains(needle),
+            "{flag} {}: {stderr}",
+            path.display()
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    assert!(server.requests.lock().expect("log").is_empty());
+}

@@ -3,14 +3,19 @@
 
 use crate::message::Message;
 
-/// A rough token estimate: characters / 4, plus a little per message.
+/// A rough token estimate: characters / 4, plus a little per message. A user message's image
+/// counts [`IMAGE_TOKENS`] (whatever its size: providers scale images down), a file its
+/// decoded bytes / 4, a URL its length.
 pub fn estimate_tokens(messages: &[Message]) -> u64 {
     messages.iter().map(message_tokens).sum()
 }
 
 fn message_tokens(m: &Message) -> u64 {
     let chars = match m {
-        Message::System { content } | Message::User { content } => content.len(),
+        Message::System { content } => content.len(),
+        Message::User { content, parts } => {
+            content.len() + parts.iter().map(part_chars).sum::<usize>()
+        }
         Message::Assistant(a) => {
             a.text.len()
                 + a.reasoning.len()
@@ -22,6 +27,28 @@ fn message_tokens(m: &Message) -> u64 {
         Message::Tool(r) => r.content.len() + r.name.len(),
     };
     (chars as u64).div_ceil(4) + 4
+}
+
+/// What one image counts in [`estimate_tokens`]: about what Anthropic charges for an image at
+/// the largest size it keeps (1092 x 1092 px; its documented cost is width x height / 750).
+pub const IMAGE_TOKENS: u64 = 1_600;
+
+/// Characters a content part counts as (four per token).
+fn part_chars(p: &crate::message::ContentPart) -> usize {
+    use crate::message::{base64_decoded_len, ContentPart, MediaSource};
+    let tokens_as_chars = (IMAGE_TOKENS * 4) as usize;
+    match p {
+        ContentPart::Text { text } => text.len(),
+        ContentPart::Image { .. } => tokens_as_chars,
+        ContentPart::File {
+            source: MediaSource::Base64 { data, .. },
+            ..
+        } => base64_decoded_len(data),
+        ContentPart::File {
+            source: MediaSource::Url { url },
+            ..
+        } => url.len(),
+    }
 }
 
 /// Why compaction failed.
@@ -92,7 +119,7 @@ pub fn groups(messages: &[Message]) -> Vec<Vec<usize>> {
 /// excluded), the most recent group.
 pub fn pinned(messages: &[Message], groups: &[Vec<usize>]) -> Vec<bool> {
     // An earlier summary is a user message too, but not a pin: a later summary folds it in.
-    let is_user = |m: &Message| matches!(m, Message::User { content } if !content.starts_with(SUMMARY_PREFIX));
+    let is_user = |m: &Message| matches!(m, Message::User { content, .. } if !content.starts_with(SUMMARY_PREFIX));
     let first_user = messages.iter().position(is_user);
     let last_user = messages.iter().rposition(is_user);
     let last = groups.len().saturating_sub(1);
@@ -219,7 +246,9 @@ mod tests {
         let texts: Vec<String> = kept
             .iter()
             .filter_map(|x| match x {
-                Message::User { content } | Message::System { content } => Some(content.clone()),
+                Message::User { content, .. } | Message::System { content } => {
+                    Some(content.clone())
+                }
                 _ => None,
             })
             .collect();

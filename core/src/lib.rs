@@ -58,7 +58,8 @@ pub use entry::{Entry, EntryKey};
 pub use error::{ErrorKind, ModelError, RunError};
 pub use event::{ApprovalDecision, ApprovalStatus, AttemptId, Event, GateVerdict};
 pub use message::{
-    AssistantMessage, Message, MessageDelta, ToolCall, ToolResult, ToolStatus, Usage,
+    AssistantMessage, ContentPart, MediaSource, Message, MessageDelta, ToolCall, ToolResult,
+    ToolStatus, Usage,
 };
 pub use model::{ModelParams, ModelRequest, ToolChoice};
 pub use react::{LoopResult, Run, RunConfig};

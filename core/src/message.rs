@@ -19,6 +19,10 @@ pub enum Message {
     User {
         /// The user's text.
         content: String,
+        /// Images, files and more text sent after `content`, in order (content parts). Absent
+        /// when empty, so a plain-text message is stored, traced and sent as it always was.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        parts: Vec<ContentPart>,
     },
     /// A committed assistant turn.
     Assistant(AssistantMessage),
@@ -31,6 +35,32 @@ impl Message {
     pub fn user(content: impl Into<String>) -> Self {
         Message::User {
             content: content.into(),
+            parts: Vec::new(),
+        }
+    }
+
+    /// The user's text, then each content part described ([`ContentPart::describe`]) on its
+    /// own line: what transcripts, summaries and exports show of a user message (never the
+    /// data). `None` for other roles.
+    pub fn user_text(&self) -> Option<String> {
+        let Message::User { content, parts } = self else {
+            return None;
+        };
+        let mut text = content.clone();
+        for part in parts {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(&part.describe());
+        }
+        Some(text)
+    }
+
+    /// A user message with content parts (images, files) after its text.
+    pub fn user_with_parts(content: impl Into<String>, parts: Vec<ContentPart>) -> Self {
+        Message::User {
+            content: content.into(),
+            parts,
         }
     }
 
@@ -39,6 +69,156 @@ impl Message {
         Message::System {
             content: content.into(),
         }
+    }
+}
+
+/// One part of a user message after its text: more text, an image or a file. Serialized as
+/// `{"type": "text", "text"}`, `{"type": "image", "source"}` or
+/// `{"type": "file", "source", "filename"?}`; each provider's request body maps it to its own
+/// wire format (OpenAI-compatible: `text` / `image_url` / `file` parts; Anthropic: `text` /
+/// `image` / `document` blocks).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image (PNG, JPEG, GIF or WebP are what both providers take).
+    Image {
+        /// Where the image is.
+        source: MediaSource,
+    },
+    /// A document, e.g. a PDF.
+    File {
+        /// Where the file is.
+        source: MediaSource,
+        /// The file's name, if known (OpenAI-compatible servers take one).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        filename: Option<String>,
+    },
+}
+
+impl ContentPart {
+    /// A text part.
+    pub fn text(text: impl Into<String>) -> Self {
+        ContentPart::Text { text: text.into() }
+    }
+
+    /// An image given as base64 `data` of `media_type` (e.g. `image/png`).
+    pub fn image_base64(media_type: impl Into<String>, data: impl Into<String>) -> Self {
+        ContentPart::Image {
+            source: MediaSource::Base64 {
+                media_type: media_type.into(),
+                data: data.into(),
+            },
+        }
+    }
+
+    /// An image the provider fetches from `url`.
+    pub fn image_url(url: impl Into<String>) -> Self {
+        ContentPart::Image {
+            source: MediaSource::Url { url: url.into() },
+        }
+    }
+
+    /// A file given as base64 `data` of `media_type` (e.g. `application/pdf`).
+    pub fn file_base64(
+        media_type: impl Into<String>,
+        data: impl Into<String>,
+        filename: Option<String>,
+    ) -> Self {
+        ContentPart::File {
+            source: MediaSource::Base64 {
+                media_type: media_type.into(),
+                data: data.into(),
+            },
+            filename,
+        }
+    }
+
+    /// A file the provider fetches from `url` (Anthropic only: OpenAI-compatible servers take
+    /// files as data, and the client refuses the request).
+    pub fn file_url(url: impl Into<String>) -> Self {
+        ContentPart::File {
+            source: MediaSource::Url { url: url.into() },
+            filename: None,
+        }
+    }
+
+    /// A short description for transcripts and summaries: the text itself, or
+    /// `[image image/png, 12 KiB]`, `[file report.pdf application/pdf, 1.2 MiB]`,
+    /// `[image https://…]` (never the data).
+    pub fn describe(&self) -> String {
+        let source = |s: &MediaSource| match s {
+            MediaSource::Base64 { media_type, data } => {
+                format!("{media_type}, {}", size_text(base64_decoded_len(data)))
+            }
+            MediaSource::Url { url } => url.clone(),
+        };
+        match self {
+            ContentPart::Text { text } => text.clone(),
+            ContentPart::Image { source: s } => format!("[image {}]", source(s)),
+            ContentPart::File {
+                source: s,
+                filename,
+            } => match filename {
+                Some(name) => format!("[file {name} {}]", source(s)),
+                None => format!("[file {}]", source(s)),
+            },
+        }
+    }
+}
+
+/// Where an image's or file's bytes are. Serialized as Anthropic's `source` is:
+/// `{"type": "base64", "media_type", "data"}` or `{"type": "url", "url"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum MediaSource {
+    /// The bytes, base64-encoded (standard alphabet, padded), with their media type.
+    Base64 {
+        /// IANA media type, e.g. `image/png`, `application/pdf`.
+        media_type: String,
+        /// The base64 text.
+        data: String,
+    },
+    /// A URL the provider fetches.
+    Url {
+        /// The URL.
+        url: String,
+    },
+}
+
+impl MediaSource {
+    /// The `data:` URL of base64 bytes (`data:image/png;base64,…`), or the URL itself.
+    pub fn to_url(&self) -> String {
+        match self {
+            MediaSource::Base64 { media_type, data } => {
+                format!("data:{media_type};base64,{data}")
+            }
+            MediaSource::Url { url } => url.clone(),
+        }
+    }
+}
+
+/// How many bytes base64 `data` decodes to (padding and line breaks not counted).
+pub fn base64_decoded_len(data: &str) -> usize {
+    let digits = data
+        .bytes()
+        .filter(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_'))
+        .count();
+    digits * 3 / 4
+}
+
+fn size_text(bytes: usize) -> String {
+    const KIB: usize = 1024;
+    if bytes < KIB {
+        format!("{bytes} B")
+    } else if bytes < KIB * KIB {
+        format!("{:.1} KiB", bytes as f64 / KIB as f64)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / (KIB * KIB) as f64)
     }
 }
 

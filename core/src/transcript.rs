@@ -823,7 +823,8 @@ fn note(event: &AgentEvent) -> Option<String> {
 
 fn message_text(m: &Message) -> String {
     match m {
-        Message::System { content } | Message::User { content } => content.clone(),
+        Message::System { content } => content.clone(),
+        user @ Message::User { .. } => user.user_text().unwrap_or_default(),
         other => serde_json::to_string(other).unwrap_or_default(),
     }
 }

@@ -28,7 +28,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ModelError;
-use crate::message::{FinishReason, Message, MessageDelta, Usage};
+use crate::message::{ContentPart, FinishReason, Message, MessageDelta, Usage};
 use crate::model::{ModelRequest, ToolChoice};
 use crate::provider::classify::{classify_stream_error, incomplete_stream, malformed_event};
 use crate::provider::limits::{too_many_blocks, ResponseLimits};
@@ -475,7 +475,17 @@ impl SseNormalizer for AnthropicNormalizer {
 
 /// The Messages request body for `req` (`stream: true`). System messages in the history join
 /// the `system` parameter; consecutive messages of one role are merged (the API requires
-/// alternation); tool results travel as `tool_result` blocks of a user message.
+/// alternation); tool results travel as `tool_result` blocks of a user message; a user
+/// message's content parts become `image` / `document` blocks after its text.
+///
+/// An assistant turn goes back as its `thinking` block (the reasoning with its signature),
+/// its `redacted_thinking` blocks, then its text and `tool_use` blocks: with extended thinking
+/// on, the API requires the last assistant turn's thinking, unmodified and first, when it
+/// answers with tool results. Reasoning without a signature (another provider's, or a stream
+/// cut before the signature) is left out: the API refuses a thinking block it cannot verify.
+/// One thinking block per turn is kept ([`AssistantMessage`](crate::message::AssistantMessage)
+/// holds one reasoning text and one signature), which is what the API returns without
+/// server tools.
 pub fn request_body(req: &ModelRequest, model: &str, default_max_tokens: u32) -> Value {
     let mut system: Vec<&str> = req.system.iter().map(String::as_str).collect();
     let mut messages: Vec<(&'static str, Vec<Value>)> = Vec::new();
@@ -491,9 +501,7 @@ pub fn request_body(req: &ModelRequest, model: &str, default_max_tokens: u32) ->
     for m in &req.messages {
         match m {
             Message::System { content } => system.push(content),
-            Message::User { content } => {
-                push("user", vec![json!({"type": "text", "text": content})])
-            }
+            Message::User { content, parts } => push("user", user_blocks(content, parts)),
             Message::Assistant(a) => {
                 let mut blocks = Vec::new();
                 if !a.reasoning.is_empty() {
@@ -569,6 +577,32 @@ pub fn request_body(req: &ModelRequest, model: &str, default_max_tokens: u32) ->
         body["temperature"] = json!(t);
     }
     body
+}
+
+/// A user message's content blocks: its text (as it always was for a plain message; left out
+/// when empty and the message has parts, since the API refuses empty text blocks), then one
+/// block per part: `text`, `image` or `document`, each `source` as the part has it
+/// (`{type: base64, media_type, data}` or `{type: url, url}`); a file's name is the
+/// document's `title`.
+fn user_blocks(content: &str, parts: &[ContentPart]) -> Vec<Value> {
+    let mut blocks = Vec::with_capacity(parts.len() + 1);
+    if parts.is_empty() || !content.is_empty() {
+        blocks.push(json!({"type": "text", "text": content}));
+    }
+    for p in parts {
+        blocks.push(match p {
+            ContentPart::Text { text } => json!({"type": "text", "text": text}),
+            ContentPart::Image { source } => json!({"type": "image", "source": source}),
+            ContentPart::File { source, filename } => {
+                let mut doc = json!({"type": "document", "source": source});
+                if let Some(name) = filename {
+                    doc["title"] = json!(name);
+                }
+                doc
+            }
+        });
+    }
+    blocks
 }
 
 /// The Messages API's `tool_choice` for `choice`.

@@ -145,6 +145,18 @@ pub struct HttpConfig {
     /// `o3`, `o4`, `gpt-5` families, see [`uses_max_completion_tokens`]) and `max_tokens` for
     /// the rest (what local servers read); `Some(true)` / `Some(false)` decide.
     pub max_completion_tokens: Option<bool>,
+    /// OpenAI-compatible: which assistant messages carry their reasoning back as
+    /// `reasoning_content` (default: every one that has some; see
+    /// [`ReasoningReplay`](crate::provider::openai::ReasoningReplay) for what servers expect).
+    pub reasoning_replay: crate::provider::openai::ReasoningReplay,
+    /// Anthropic: extended thinking with this many tokens of budget (`thinking: {type:
+    /// enabled, budget_tokens}`); `None` (default) sends no `thinking`, and the model does not
+    /// think. The budget must be at least 1,024 and below the request's `max_tokens`
+    /// ([`HttpConfig::default_max_tokens`] when the agent sets none), and the Messages API
+    /// refuses a `temperature` or a forced tool choice with it. The thinking blocks (with
+    /// their signatures) and redacted thinking blocks of each assistant turn go back before
+    /// its text and tool calls, as the API requires.
+    pub thinking_budget: Option<u32>,
 }
 
 /// Whether OpenAI's `model` takes its output cap as `max_completion_tokens` (it refuses
@@ -174,6 +186,9 @@ impl fmt::Debug for HttpConfig {
             .field("default_max_tokens", &self.default_max_tokens)
             .field("extra_headers", &headers)
             .field("limits", &self.limits)
+            .field("max_completion_tokens", &self.max_completion_tokens)
+            .field("reasoning_replay", &self.reasoning_replay)
+            .field("thinking_budget", &self.thinking_budget)
             .finish()
     }
 }
@@ -202,6 +217,8 @@ impl HttpConfig {
             extra_headers: Vec::new(),
             limits: ResponseLimits::default(),
             max_completion_tokens: None,
+            reasoning_replay: Default::default(),
+            thinking_budget: None,
         }
     }
 

@@ -31,6 +31,11 @@
 //! - More tool calls than [`ResponseLimits::max_content_blocks`], or arguments beyond
 //!   [`ResponseLimits::max_tool_argument_bytes`] gathered before a call's name arrives, are
 //!   `response_too_large` (the pipeline counts everything that was emitted).
+//!
+//! The request ([`request_body_with`]): a user message with content parts has an array
+//! `content` of `text`, `image_url` (`{url}`: the image's URL or a `data:` URL) and `file`
+//! (`{filename, file_data}`: a `data:` URL) parts; without parts it is the plain string. An
+//! assistant message's reasoning goes back as `reasoning_content` as [`ReasoningReplay`] says.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -39,7 +44,9 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::error::ModelError;
-use crate::message::{FinishReason, Message, MessageDelta, Usage};
+use crate::message::{
+    ContentPart as UserPart, FinishReason, MediaSource, Message, MessageDelta, Usage,
+};
 use crate::model::{ModelRequest, ToolChoice};
 use crate::provider::classify::{classify_stream_error, incomplete_stream, malformed_event};
 use crate::provider::limits::{too_many_blocks, tool_arguments_too_large, ResponseLimits};
@@ -668,19 +675,144 @@ impl SseNormalizer for OpenAiNormalizer {
     }
 }
 
-/// The Chat Completions request body for `req` (`stream: true`, usage included).
+/// Which assistant messages of the history carry their reasoning back to an OpenAI-compatible
+/// server, as `reasoning_content` (the field DeepSeek, Moonshot, Z.ai, vLLM and llama.cpp use).
+/// Servers disagree, so it is a setting (`HttpConfig::reasoning_replay`, `agentloop run
+/// --reasoning-replay`):
+///
+/// - DeepSeek's thinking mode (V3.2, V4) requires the reasoning of every assistant message
+///   that called tools, in all later requests (HTTP 400 "The `reasoning_content` in the
+///   thinking mode must be passed back to the API" without it) and ignores the others;
+///   Moonshot (Kimi) and Z.ai (GLM) ask for it too. Vercel AI SDK's OpenAI-compatible
+///   provider, and pydantic-ai's profiles for these servers, send it on every message:
+///   [`All`](Self::All), the default.
+/// - The first `deepseek-reasoner` (R1) refused reasoning of earlier turns in its input, and
+///   Qwen's templates drop it before the last user message anyway:
+///   [`CurrentTurn`](Self::CurrentTurn) sends only that of the messages after the last user
+///   message (the tool loop in progress), as Vercel AI SDK's DeepSeek provider does for R1.
+/// - [`Off`](Self::Off) for a server that refuses unknown fields, or to save input tokens.
+///
+/// A message without reasoning text never gets the field. OpenAI's own models stream no
+/// reasoning text over Chat Completions, so their requests do not change.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReasoningReplay {
+    /// Never sent.
+    Off,
+    /// Sent on the assistant messages after the last user message.
+    CurrentTurn,
+    /// Sent on every assistant message that has reasoning (the default).
+    #[default]
+    All,
+}
+
+impl std::str::FromStr for ReasoningReplay {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(ReasoningReplay::Off),
+            "current-turn" => Ok(ReasoningReplay::CurrentTurn),
+            "all" => Ok(ReasoningReplay::All),
+            other => Err(format!(
+                "unknown reasoning replay {other:?} (expected off, current-turn or all)"
+            )),
+        }
+    }
+}
+
+/// Refuses what Chat Completions cannot carry, before anything is sent: a file given by URL
+/// (`file` parts take `file_data` or an uploaded `file_id`, not a URL). A
+/// [`ErrorKind::BadRequest`](crate::error::ErrorKind::BadRequest), not retried.
+pub fn check_request(req: &ModelRequest) -> Result<(), ModelError> {
+    for m in req.messages.iter() {
+        let Message::User { parts, .. } = m else {
+            continue;
+        };
+        for p in parts {
+            if let UserPart::File {
+                source: MediaSource::Url { url },
+                ..
+            } = p
+            {
+                return Err(ModelError::new(
+                    crate::error::ErrorKind::BadRequest,
+                    format!(
+                        "an OpenAI-compatible request cannot carry a file by URL ({url}): give \
+                         its bytes (ContentPart::file_base64)"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A user message's `content`: the plain string when it has no parts (the wire format it
+/// always had), else an array of `text`, `image_url` and `file` parts.
+fn user_content(content: &str, parts: &[UserPart]) -> Value {
+    if parts.is_empty() {
+        return json!(content);
+    }
+    let mut out = Vec::with_capacity(parts.len() + 1);
+    if !content.is_empty() {
+        out.push(json!({"type": "text", "text": content}));
+    }
+    for p in parts {
+        out.push(match p {
+            UserPart::Text { text } => json!({"type": "text", "text": text}),
+            UserPart::Image { source } => {
+                json!({"type": "image_url", "image_url": {"url": source.to_url()}})
+            }
+            UserPart::File { source, filename } => {
+                let media_type = match source {
+                    MediaSource::Base64 { media_type, .. } => media_type.as_str(),
+                    MediaSource::Url { .. } => "",
+                };
+                // OpenAI wants a name with `file_data`; one from the media type when none.
+                let filename = filename.clone().unwrap_or_else(|| match media_type {
+                    "application/pdf" => "document.pdf".into(),
+                    _ => "document".into(),
+                });
+                json!({"type": "file", "file": {"filename": filename, "file_data": source.to_url()}})
+            }
+        });
+    }
+    Value::Array(out)
+}
+
+/// The Chat Completions request body for `req` (`stream: true`, usage included), reasoning
+/// sent back as [`ReasoningReplay::default`] says.
 pub fn request_body(req: &ModelRequest, model: &str) -> Value {
+    request_body_with(req, model, ReasoningReplay::default())
+}
+
+/// [`request_body`] with the reasoning of earlier assistant messages sent back as `replay` says.
+pub fn request_body_with(req: &ModelRequest, model: &str, replay: ReasoningReplay) -> Value {
     let mut messages = Vec::new();
     if let Some(system) = &req.system {
         messages.push(json!({"role": "system", "content": system}));
     }
-    for m in &req.messages {
+    let last_user = req
+        .messages
+        .iter()
+        .rposition(|m| matches!(m, Message::User { .. }));
+    for (i, m) in req.messages.iter().enumerate() {
         messages.push(match m {
             Message::System { content } => json!({"role": "system", "content": content}),
-            Message::User { content } => json!({"role": "user", "content": content}),
+            Message::User { content, parts } => {
+                json!({"role": "user", "content": user_content(content, parts)})
+            }
             Message::Assistant(a) => {
                 let mut obj = Map::new();
                 obj.insert("role".into(), json!("assistant"));
+                let send_reasoning = match replay {
+                    ReasoningReplay::Off => false,
+                    ReasoningReplay::CurrentTurn => last_user.is_none_or(|u| i > u),
+                    ReasoningReplay::All => true,
+                };
+                if send_reasoning && !a.reasoning.is_empty() {
+                    obj.insert("reasoning_content".into(), json!(a.reasoning));
+                }
                 let content = if a.text.is_empty() {
                     a.refusal.clone().map_or(Value::Null, Value::String)
                 } else {

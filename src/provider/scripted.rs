@@ -509,7 +509,9 @@ fn request_chars(request: &ModelRequest) -> usize {
             .messages
             .iter()
             .map(|m| match m {
-                Message::System { content } | Message::User { content } => content.chars().count(),
+                Message::System { content } | Message::User { content, .. } => {
+                    content.chars().count()
+                }
                 Message::Assistant(a) => {
                     a.text.chars().count()
                         + a.reasoning.chars().count()
@@ -547,7 +549,7 @@ impl Templates {
             .iter()
             .rev()
             .find_map(|m| match m {
-                Message::User { content } => Some(prompt_expression(content)),
+                Message::User { content, .. } => Some(prompt_expression(content)),
                 _ => None,
             })
             .unwrap_or_default();

@@ -737,6 +737,17 @@ impl Agent {
             .await
     }
 
+    /// Runs a prompt with images and files ([`Prompt`](crate::attachment::Prompt): text, then
+    /// content parts) in `session` to completion, without external control or trace.
+    pub async fn run_prompt(
+        &self,
+        session: &str,
+        prompt: impl Into<crate::attachment::Prompt>,
+    ) -> Result<RunOutput, AgentError> {
+        let message = prompt.into().into_message();
+        self.run_with(session, vec![message], None, false).await
+    }
+
     /// Runs `prompt` in `session` asking for a final answer of type `T` (structured output,
     /// issue 12): requests carry `T`'s JSON Schema (OpenAI-compatible servers get it as
     /// `response_format`, Anthropic as an instruction), the runtime checks each final answer

@@ -44,10 +44,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::agent_event::{AgentEvent, SteeringStatus};
+use crate::attachment::Prompt;
 use crate::chart::{MachineKind, ProcessState, ReactState};
 use crate::event::{ApprovalDecision, Event};
 use crate::hooks::Verdict;
-use crate::message::{AssistantMessage, Message};
+use crate::message::AssistantMessage;
 use crate::react::{LoopResult, RunConfig};
 use crate::runtime::{control_sharing, Agent, Controller, PartialMessage, RunOutput};
 use crate::tools::Tool;
@@ -286,7 +287,12 @@ pub enum AbortAck {
 }
 
 enum Command {
-    Prompt(String, oneshot::Sender<Result<PromptAck, SessionError>>),
+    // Boxed: the channel's blocks hold 32 commands each, and an idle session's share of them
+    // counts against its 8 KiB budget (tests/session_size.rs).
+    Prompt(
+        Box<Prompt>,
+        oneshot::Sender<Result<PromptAck, SessionError>>,
+    ),
     Steer(String, oneshot::Sender<Result<SteerAck, SessionError>>),
     Abort {
         reason: String,
@@ -430,8 +436,14 @@ impl Session {
     /// started automatically when the run ends. A `before_prompt` hook may reject it
     /// (`prompt_rejected`).
     pub async fn prompt(&self, text: impl Into<String>) -> Result<PromptAck, SessionError> {
+        self.prompt_with(Prompt::new(text)).await
+    }
+
+    /// Like [`Session::prompt`], for a prompt with images and files (content parts after its
+    /// text). Hooks and events see the prompt's text.
+    pub async fn prompt_with(&self, prompt: impl Into<Prompt>) -> Result<PromptAck, SessionError> {
         let (reply, rx) = oneshot::channel();
-        self.send(Command::Prompt(text.into(), reply))?;
+        self.send(Command::Prompt(Box::new(prompt.into()), reply))?;
         rx.await.map_err(|_| SessionError::Closed)?
     }
 
@@ -694,7 +706,7 @@ struct Actor {
     steering_capacity: usize,
     /// Record a trace of each run.
     record: bool,
-    queue: VecDeque<String>,
+    queue: VecDeque<Prompt>,
     current: Option<Current>,
     steering_ref: u64,
 }
@@ -730,8 +742,8 @@ impl Actor {
 
     fn command(&mut self, cmd: Command) {
         match cmd {
-            Command::Prompt(text, reply) => {
-                let _ = reply.send(self.prompt(text));
+            Command::Prompt(prompt, reply) => {
+                let _ = reply.send(self.prompt(*prompt));
             }
             Command::Steer(text, reply) => {
                 let _ = reply.send(self.steer(text));
@@ -794,7 +806,8 @@ impl Actor {
         }
     }
 
-    fn prompt(&mut self, text: String) -> Result<PromptAck, SessionError> {
+    fn prompt(&mut self, prompt: Prompt) -> Result<PromptAck, SessionError> {
+        let text = prompt.text.clone();
         if let Verdict::Reject(reason) = self.agent.hooks.before_prompt(&text) {
             self.publish(AgentEvent::PromptRejected {
                 text,
@@ -804,14 +817,14 @@ impl Actor {
         }
         self.publish(AgentEvent::PromptReceived { text: text.clone() });
         if self.current.is_some() {
-            self.queue.push_back(text.clone());
+            self.queue.push_back(prompt);
             self.publish(AgentEvent::PromptQueued {
                 text,
                 queued: self.queue.len(),
             });
             Ok(PromptAck::Queued(self.queue.len()))
         } else {
-            self.start(text);
+            self.start(prompt);
             Ok(PromptAck::Started)
         }
     }
@@ -830,7 +843,7 @@ impl Actor {
         }
         let Some(current) = self.current.as_ref() else {
             self.publish(received(SteeringStatus::StartedRun));
-            self.start(text);
+            self.start(Prompt::new(text));
             return Ok(SteerAck::Started);
         };
         // The queue is the run's machine's: what it holds, plus what was sent and has not
@@ -854,9 +867,9 @@ impl Actor {
 
     fn abort(&mut self, reason: String, kill: KillTools, clear_queue: bool) -> AbortAck {
         if clear_queue {
-            let dropped: Vec<String> = self.queue.drain(..).collect();
-            for text in dropped {
-                self.publish(AgentEvent::PromptDropped { text });
+            let dropped: Vec<Prompt> = self.queue.drain(..).collect();
+            for prompt in dropped {
+                self.publish(AgentEvent::PromptDropped { text: prompt.text });
             }
         }
         match self.current.as_mut() {
@@ -915,7 +928,7 @@ impl Actor {
         }
     }
 
-    fn start(&mut self, text: String) {
+    fn start(&mut self, prompt: Prompt) {
         let (controller, receiver) = control_sharing(self.shared.partial.clone());
         let agent = self.agent.clone();
         let config = self.config.clone();
@@ -934,7 +947,7 @@ impl Actor {
             agent
                 .run_configured(
                     &id,
-                    vec![Message::user(text)],
+                    vec![prompt.into_message()],
                     config,
                     Some(receiver),
                     record,
@@ -1013,14 +1026,14 @@ impl Actor {
         let next = if leftover.is_empty() {
             self.queue.pop_front()
         } else {
-            Some(leftover.join("\n\n"))
+            Some(Prompt::new(leftover.join("\n\n")))
         };
         match next {
-            Some(text) => {
+            Some(prompt) => {
                 self.publish(AgentEvent::AgentResumed {
                     trigger: "queued_prompt".into(),
                 });
-                self.start(text);
+                self.start(prompt);
             }
             None => {
                 self.shared.idle.send_replace(true);

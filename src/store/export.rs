@@ -41,8 +41,11 @@ fn message_md(out: &mut String, message: &Message) {
         Message::System { content } => {
             let _ = writeln!(out, "**System:**\n\n{content}\n");
         }
-        Message::User { content } => {
+        Message::User { content, parts } => {
             let _ = writeln!(out, "**User:**\n\n{content}\n");
+            for part in parts {
+                let _ = writeln!(out, "{}\n", part.describe());
+            }
         }
         Message::Assistant(m) => {
             out.push_str("**Assistant:**\n\n");

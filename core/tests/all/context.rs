@@ -296,3 +296,32 @@ fn sliding_window_fails_when_it_removes_nothing_or_pins_do_not_fit() {
         ])
     );
 }
+
+/// Issue 12 item 6: an image counts a fixed `IMAGE_TOKENS` whatever its size (providers scale
+/// images down), a file its decoded bytes / 4, a URL its length, more text its length.
+#[test]
+fn issue12_item6_parts_count_in_the_estimate() {
+    use agentloop_core::context::IMAGE_TOKENS;
+    use agentloop_core::ContentPart;
+    let with = |parts| estimate_tokens(&[Message::user_with_parts("abcd", parts)]);
+    let base = estimate_tokens(&[Message::user("abcd")]);
+    assert_eq!(
+        with(vec![ContentPart::image_base64(
+            "image/png",
+            "A".repeat(1 << 20)
+        )]),
+        base + IMAGE_TOKENS
+    );
+    assert_eq!(with(vec![ContentPart::image_url("u")]), base + IMAGE_TOKENS);
+    // 4,000 base64 digits are 3,000 bytes: 750 tokens.
+    assert_eq!(
+        with(vec![ContentPart::file_base64(
+            "application/pdf",
+            "A".repeat(4000),
+            None
+        )]),
+        base + 750
+    );
+    assert_eq!(with(vec![ContentPart::file_url("abcdefgh")]), base + 2);
+    assert_eq!(with(vec![ContentPart::text("abcdefgh")]), base + 2);
+}

@@ -238,7 +238,7 @@ fn shape(messages: &[Message]) -> Vec<String> {
         .iter()
         .map(|m| match m {
             Message::System { content } => format!("s:{content}"),
-            Message::User { content } => format!("u:{content}"),
+            Message::User { content, .. } => format!("u:{content}"),
             Message::Assistant(a) => {
                 let ids: Vec<_> = a.tool_calls.iter().map(|c| c.id.as_str()).collect();
                 format!("a:{}[{}]", a.text, ids.join(","))

@@ -9,7 +9,8 @@ fn message_constructors_build_the_named_role() {
     assert_eq!(
         Message::user("hi"),
         Message::User {
-            content: "hi".into()
+            content: "hi".into(),
+            parts: Vec::new(),
         }
     );
     assert_eq!(
@@ -157,4 +158,76 @@ fn model_error_builders_and_display() {
     assert_eq!(e.http_status, Some(429));
     assert_eq!(e.to_string(), "rate_limited: slow down");
     assert_eq!(e.clone().with_retry_after_ms(None).retry_after_ms, None);
+}
+
+/// Issue 12 item 6: content parts are additive. A plain user message serializes as it always
+/// did (no `parts`); parts serialize tagged, with Anthropic's `source` shape, and read back.
+#[test]
+fn issue12_item6_content_parts_serialize_tagged_and_plain_messages_unchanged() {
+    use agentloop_core::{ContentPart, MediaSource};
+    assert_eq!(
+        serde_json::to_value(Message::user("hi")).unwrap(),
+        json!({"role": "user", "content": "hi"})
+    );
+    let m = Message::user_with_parts(
+        "look",
+        vec![
+            ContentPart::image_base64("image/png", "iVBORw=="),
+            ContentPart::image_url("https://x/y.jpg"),
+            ContentPart::file_base64("application/pdf", "JVBERi0xLjQ=", Some("r.pdf".into())),
+            ContentPart::file_url("https://x/z.pdf"),
+            ContentPart::text("more"),
+        ],
+    );
+    let v = serde_json::to_value(&m).unwrap();
+    assert_eq!(
+        v,
+        json!({"role": "user", "content": "look", "parts": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw=="}},
+            {"type": "image", "source": {"type": "url", "url": "https://x/y.jpg"}},
+            {"type": "file", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQ="}, "filename": "r.pdf"},
+            {"type": "file", "source": {"type": "url", "url": "https://x/z.pdf"}},
+            {"type": "text", "text": "more"},
+        ]})
+    );
+    assert_eq!(serde_json::from_value::<Message>(v).unwrap(), m);
+    assert_eq!(
+        MediaSource::Base64 {
+            media_type: "image/gif".into(),
+            data: "R0lGODlh".into()
+        }
+        .to_url(),
+        "data:image/gif;base64,R0lGODlh"
+    );
+}
+
+/// What transcripts, summaries and exports show of a user message: its text and a line per
+/// part naming the type and size, never the data.
+#[test]
+fn issue12_item6_user_text_describes_parts_without_their_data() {
+    use agentloop_core::ContentPart;
+    let kib = "A".repeat(4095); // 4,095 base64 digits: 3,071 bytes
+    let m = Message::user_with_parts(
+        "look",
+        vec![
+            ContentPart::image_base64("image/png", "iVBORw=="),
+            ContentPart::file_base64("application/pdf", kib.clone(), Some("r.pdf".into())),
+            ContentPart::file_base64("application/pdf", kib.repeat(400), None),
+            ContentPart::image_url("https://x/y.jpg"),
+            ContentPart::text("more"),
+        ],
+    );
+    assert_eq!(
+        m.user_text().as_deref(),
+        Some(
+            "look\n[image image/png, 4 B]\n[file r.pdf application/pdf, 3.0 KiB]\n\
+             [file application/pdf, 1.2 MiB]\n[image https://x/y.jpg]\nmore"
+        )
+    );
+    assert_eq!(Message::system("s").user_text(), None);
+    assert_eq!(Message::user("plain").user_text().as_deref(), Some("plain"));
+    assert_eq!(
+        agentloop_core::message::base64_decoded_len("JVBERi0xLjQ="),
+        8
+    );
 }

@@ -45,7 +45,10 @@ impl Model for AnthropicModel {
     // The wall clock resolves `retry-after` HTTP-dates at the network edge (not in a machine).
     #[allow(clippy::disallowed_methods)]
     async fn stream(&self, request: ModelRequest) -> Result<DeltaStream, ModelError> {
-        let body = request_body(&request, &self.model, self.config.default_max_tokens);
+        let mut body = request_body(&request, &self.model, self.config.default_max_tokens);
+        if let Some(budget) = self.config.thinking_budget {
+            body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
+        }
         let mut headers = vec![(
             "anthropic-version".to_string(),
             ANTHROPIC_VERSION.to_string(),

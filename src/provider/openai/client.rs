@@ -45,7 +45,8 @@ impl Model for OpenAiModel {
     // The wall clock resolves `retry-after` HTTP-dates at the network edge (not in a machine).
     #[allow(clippy::disallowed_methods)]
     async fn stream(&self, request: ModelRequest) -> Result<DeltaStream, ModelError> {
-        let mut body = request_body(&request, &self.model);
+        check_request(&request)?;
+        let mut body = request_body_with(&request, &self.model, self.config.reasoning_replay);
         let wire = body["model"].as_str().unwrap_or_default().to_string();
         let completion = self
             .config
