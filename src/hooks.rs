@@ -1,9 +1,14 @@
 //! Hooks (R-EXT-1): plugins called by the runtime and the session at fixed points of the loop.
 //!
-//! Every method has a no-op default, so a plugin implements only what it needs. Hooks are
-//! synchronous and must not block: they run inline on the loop (like an
-//! [`EventSink`](crate::runtime::EventSink)). A veto is not an error: it becomes an event
-//! (`prompt_rejected`, `steering_received{status: rejected_hook}`, `tool_blocked`) and, for a
+//! Every method has a no-op default, so a plugin implements only what it needs. The
+//! synchronous hooks must not block: they run inline on the loop (like an
+//! [`EventSink`](crate::runtime::EventSink)). The two gates that may need to wait — a guardrail
+//! that asks a model or a service before a tool runs or a compaction starts — have async forms,
+//! [`before_tool_async`](Hooks::before_tool_async) and
+//! [`before_compact_async`](Hooks::before_compact_async), which the runtime awaits without
+//! holding up the loop (by default they call the synchronous form). A veto is not an error: it
+//! becomes an input of the machine or an event (`prompt_rejected`,
+//! `steering_received{status: rejected_hook}`, `tool_blocked`, `compact_vetoed`) and, for a
 //! blocked tool, a `denied` result the model sees.
 //!
 //! | hook | called by | may |
@@ -12,9 +17,9 @@
 //! | `before_steering` | session, before a steering message is queued | reject |
 //! | `before_model_call` | driver, before each attempt is sent | rewrite the request |
 //! | `after_model_call` | driver, when an attempt's stream ends | observe |
-//! | `before_tool` | driver, when the machine asks (`GateTool`) before a call runs | allow, block, modify arguments, ask a human (each a `tool_gated` input) |
+//! | `before_tool` (`_async`) | driver, when the machine asks (`GateTool`) before a call runs | allow, block, modify arguments, ask a human (each a `tool_gated` input) |
 //! | `after_tool` | runtime, when a tool result arrives | rewrite the result text |
-//! | `before_compact` | driver, before a compaction runs | observe |
+//! | `before_compact` (`_async`) | driver, before a compaction runs | veto (a `compaction_vetoed` input: the run goes on uncompacted, or fails when the model refused the context) |
 //! | `on_event` | event bus, for every event | observe |
 
 use crate::message::{Message, ToolCall, ToolStatus};
@@ -46,6 +51,30 @@ pub enum ModelCallOutcome {
 }
 
 /// Plugin hooks. All methods default to "do nothing / allow".
+///
+/// An async guardrail overrides an `_async` method (and marks its impl `#[async_trait]`,
+/// re-exported as [`agentloop::async_trait`](crate::async_trait)):
+///
+/// ```
+/// use agentloop::hooks::{Hooks, ToolDecision};
+/// use agentloop::ToolCall;
+///
+/// struct AskAReviewer;
+///
+/// #[agentloop::async_trait]
+/// impl Hooks for AskAReviewer {
+///     async fn before_tool_async(&self, call: &ToolCall) -> ToolDecision {
+///         // e.g. a model call or an HTTP request; the loop keeps running meanwhile.
+///         tokio::task::yield_now().await;
+///         if call.name == "append_line" {
+///             ToolDecision::Block { reason: "read-only today".into() }
+///         } else {
+///             ToolDecision::Allow
+///         }
+///     }
+/// }
+/// ```
+#[async_trait::async_trait]
 pub trait Hooks: Send + Sync {
     /// A prompt arrived (before it starts or is queued).
     fn before_prompt(&self, _text: &str) -> Verdict {
@@ -65,6 +94,12 @@ pub trait Hooks: Send + Sync {
     fn before_tool(&self, _call: &ToolCall) -> ToolDecision {
         ToolDecision::Allow
     }
+    /// The form of [`before_tool`](Hooks::before_tool) the runtime calls: override it for a
+    /// gate that awaits. The verdict is fed to the machine when it arrives; meanwhile the loop
+    /// goes on (other calls, deltas, aborts). Default: `before_tool`.
+    async fn before_tool_async(&self, call: &ToolCall) -> ToolDecision {
+        self.before_tool(call)
+    }
     /// Whether [`before_tool`](Hooks::before_tool) may say anything but `Allow`: when false
     /// the machine runs calls without asking (no `tool_gated` round trip). Default: true.
     fn gates_tools(&self) -> bool {
@@ -72,8 +107,17 @@ pub trait Hooks: Send + Sync {
     }
     /// A tool call ended; `content` may be rewritten before the model sees it.
     fn after_tool(&self, _call_id: &str, _name: &str, _status: ToolStatus, _content: &mut String) {}
-    /// A compaction is about to run over `messages`.
-    fn before_compact(&self, _messages: &[Message]) {}
+    /// A compaction is about to run over `messages`: `Reject` vetoes it (the machine's
+    /// `compaction_vetoed` input: the run goes on without it, or fails with
+    /// `compaction_vetoed` when the model refused the context).
+    fn before_compact(&self, _messages: &[Message]) -> Verdict {
+        Verdict::Accept
+    }
+    /// The form of [`before_compact`](Hooks::before_compact) the runtime calls: override it
+    /// for a veto that awaits. Default: `before_compact`.
+    async fn before_compact_async(&self, messages: &[Message]) -> Verdict {
+        self.before_compact(messages)
+    }
     /// Every event, after it got its index.
     fn on_event(&self, _event: &EventEnvelope) {}
 }
@@ -82,6 +126,7 @@ pub trait Hooks: Send + Sync {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoHooks;
 
+#[async_trait::async_trait]
 impl Hooks for NoHooks {
     fn gates_tools(&self) -> bool {
         false
@@ -98,6 +143,7 @@ impl std::fmt::Debug for HookChain {
     }
 }
 
+#[async_trait::async_trait]
 impl Hooks for HookChain {
     fn before_prompt(&self, text: &str) -> Verdict {
         self.0
@@ -147,15 +193,47 @@ impl Hooks for HookChain {
         }
         decision
     }
+    async fn before_tool_async(&self, call: &ToolCall) -> ToolDecision {
+        let mut call = call.clone();
+        let mut decision = ToolDecision::Allow;
+        for h in &self.0 {
+            match h.before_tool_async(&call).await {
+                ToolDecision::Allow => {}
+                ToolDecision::Modify { arguments } => {
+                    call.arguments = arguments.clone();
+                    if decision == ToolDecision::Allow
+                        || matches!(decision, ToolDecision::Modify { .. })
+                    {
+                        decision = ToolDecision::Modify { arguments };
+                    }
+                }
+                ToolDecision::Ask => decision = ToolDecision::Ask,
+                // A block ends the chain; so does a verdict this chain does not know.
+                d => return d,
+            }
+        }
+        decision
+    }
     fn after_tool(&self, call_id: &str, name: &str, status: ToolStatus, content: &mut String) {
         for h in &self.0 {
             h.after_tool(call_id, name, status, content);
         }
     }
-    fn before_compact(&self, messages: &[Message]) {
+    fn before_compact(&self, messages: &[Message]) -> Verdict {
+        self.0
+            .iter()
+            .map(|h| h.before_compact(messages))
+            .find(|v| *v != Verdict::Accept)
+            .unwrap_or(Verdict::Accept)
+    }
+    async fn before_compact_async(&self, messages: &[Message]) -> Verdict {
         for h in &self.0 {
-            h.before_compact(messages);
+            let v = h.before_compact_async(messages).await;
+            if v != Verdict::Accept {
+                return v;
+            }
         }
+        Verdict::Accept
     }
     fn on_event(&self, event: &EventEnvelope) {
         for h in &self.0 {

@@ -265,3 +265,84 @@ async fn r_ext_1_tool_hook_verdicts_are_in_the_trace_and_replay() {
     );
     assert_eq!(agentloop::trace::replay(&trace), None);
 }
+
+/// An async guardrail (issue 13, R-EXT-1): it waits (as a model call would) before it decides;
+/// the loop goes on meanwhile, and its verdicts are the machine's inputs, so the trace replays.
+struct SlowReviewer;
+
+#[agentloop::async_trait]
+impl Hooks for SlowReviewer {
+    async fn before_tool_async(&self, call: &ToolCall) -> ToolDecision {
+        // The second call is reviewed faster than the first: verdicts arrive out of order.
+        let ms = if call.id == "a" { 300 } else { 100 };
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        match call.arguments.get("expression").and_then(|e| e.as_str()) {
+            Some("6/0") => ToolDecision::Block {
+                reason: "the reviewer said no".into(),
+            },
+            _ => ToolDecision::Allow,
+        }
+    }
+    fn before_compact(&self, messages: &[Message]) -> Verdict {
+        Verdict::Reject(format!("keep all {} messages", messages.len()))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn issue_13_r_ext_1_async_before_tool_and_a_before_compact_veto() {
+    let model =
+        agentloop::provider::scripted::ScriptedModel::from_json_str(BLOCK_AND_MODIFY, "inline")
+            .expect("script");
+    let agent = builder(model)
+        .hooks(Arc::new(SlowReviewer))
+        .configure(|c| c.compact_threshold = Some(0))
+        .build();
+    let started = tokio::time::Instant::now();
+    let out = agent
+        .run_with("s", vec![Message::user("compute")], None, true)
+        .await
+        .expect("ran");
+    assert_eq!(
+        out.result.outcome,
+        agentloop::Outcome::Completed,
+        "{:?}",
+        out.result
+    );
+    // Both reviews ran at once (300 ms, not 400).
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(400),
+        "{:?}",
+        started.elapsed()
+    );
+    let results: Vec<_> = out
+        .result
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(r) => Some((r.tool_call_id.clone(), r.status, r.content.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(results[0].0, "a");
+    assert_eq!(results[0].1, ToolStatus::Denied);
+    assert!(results[0].2.contains("the reviewer said no"), "{results:?}");
+    assert_eq!(
+        (results[1].0.as_str(), results[1].1),
+        ("b", ToolStatus::Completed)
+    );
+    let trace = out.trace.expect("trace");
+    let records = serde_json::to_string(&trace.records).expect("json");
+    // Every compaction the threshold asked for was vetoed; none ran.
+    assert!(records.contains("\"compaction_vetoed\""), "vetoed");
+    assert!(!records.contains("\"compaction_done\""));
+    assert_eq!(
+        records.matches("\"compaction_vetoed\"").count(),
+        records.matches("\"compact_vetoed\"").count()
+    );
+    assert_eq!(
+        agentloop::trace::replay(&trace),
+        None,
+        "replays without the hooks"
+    );
+}

@@ -432,6 +432,12 @@ pub enum AgentEvent {
         /// Command family (first word of a shell command; the tool name otherwise).
         command_family: String,
     },
+    /// A `before_compact` hook vetoed a compaction (R-EXT-1, issue 13): the run goes on
+    /// uncompacted (or fails with `compaction_vetoed` when the model refused the context).
+    CompactVetoed {
+        /// The hook's reason.
+        reason: String,
+    },
     /// A `write_todos` call completed (issue 13, seed 001 `todo_change`): the model's todo
     /// list is now `todos` (each call replaces the whole list).
     TodoChange {

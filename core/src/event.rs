@@ -253,6 +253,11 @@ pub enum Event {
         /// Why.
         error: String,
     },
+    /// A `before_compact` hook vetoed the compaction (R-EXT-1): the compactor did not run.
+    CompactionVetoed {
+        /// The hook's reason.
+        reason: String,
+    },
     /// Abort the run (R-CTL-3).
     Abort {
         /// Why.
@@ -319,6 +324,7 @@ impl Event {
             Event::UserAnswered { .. } => "user_answered",
             Event::CompactionDone { .. } => "compaction_done",
             Event::CompactionFailed { .. } => "compaction_failed",
+            Event::CompactionVetoed { .. } => "compaction_vetoed",
             Event::Abort { .. } => "abort",
             Event::StoreWriteFailed { .. } => "store_write_failed",
             Event::RunEndCommitted => "run_end_committed",

@@ -537,6 +537,10 @@ impl Builder {
                 index,
                 text: format!("compaction failed: {error}"),
             }),
+            Event::CompactionVetoed { reason } => self.items.push(Item::Note {
+                index,
+                text: format!("compaction vetoed: {reason}"),
+            }),
             _ => {}
         }
     }

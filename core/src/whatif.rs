@@ -355,7 +355,9 @@ impl Pending {
             | (Pending::Gate(id), Event::ToolGated { tool_call_id, .. }) => id == tool_call_id,
             (
                 Pending::Compaction,
-                Event::CompactionDone { .. } | Event::CompactionFailed { .. },
+                Event::CompactionDone { .. }
+                | Event::CompactionFailed { .. }
+                | Event::CompactionVetoed { .. },
             ) => true,
             (Pending::RunEnd, Event::RunEndCommitted | Event::StoreWriteFailed { .. }) => true,
             _ => false,

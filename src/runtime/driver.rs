@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -14,7 +14,7 @@ use crate::agent_event::AgentEvent;
 use crate::effect::Effect;
 use crate::error::{ErrorKind, ModelError};
 use crate::event::{AttemptId, Event};
-use crate::hooks::ModelCallOutcome;
+use crate::hooks::{ModelCallOutcome, Verdict};
 use crate::message::{FinishReason, MessageDelta, ToolCall, ToolStatus, Usage};
 use crate::model::{Model, ModelRequest};
 use crate::runtime::ports::EventEnvelope;
@@ -202,11 +202,26 @@ impl Driver<'_> {
                 }
                 Effect::GateTool { call } => {
                     // The hooks' verdict is an input of the machine (rows `tools_gate_*`).
-                    let verdict = self.agent.hooks.before_tool(&call);
-                    self.answers.push(Event::ToolGated {
-                        tool_call_id: call.id,
-                        verdict,
+                    // A verdict ready at once (every synchronous hook) is fed in order, as
+                    // before; an async hook's arrives when it is ready, the loop going on.
+                    let hooks = self.agent.hooks.clone();
+                    let mut gate = Box::pin(async move {
+                        let verdict = hooks.before_tool_async(&call).await;
+                        Event::ToolGated {
+                            tool_call_id: call.id,
+                            verdict,
+                        }
                     });
+                    match (&mut gate).now_or_never() {
+                        Some(answer) => self.answers.push(answer),
+                        None => {
+                            let tx = self.tx.clone();
+                            let h = tokio::spawn(async move {
+                                let _ = tx.send(gate.await);
+                            });
+                            self.tasks.other.push(h);
+                        }
+                    }
                 }
                 Effect::AskUser {
                     tool_call_id,
@@ -247,10 +262,17 @@ impl Driver<'_> {
                     budget_tokens,
                     max_messages,
                 } => {
-                    self.agent.hooks.before_compact(&messages);
+                    let hooks = self.agent.hooks.clone();
                     let compactor = self.agent.compactor.clone();
                     let tx = self.tx.clone();
                     let h = tokio::spawn(async move {
+                        // A veto is the machine's `compaction_vetoed` input: in the trace,
+                        // replayed without the hook.
+                        if let Verdict::Reject(reason) = hooks.before_compact_async(&messages).await
+                        {
+                            let _ = tx.send(Event::CompactionVetoed { reason });
+                            return;
+                        }
                         let ev = match compactor
                             .compact(&messages, budget_tokens, max_messages)
                             .await

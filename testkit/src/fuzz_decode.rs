@@ -160,6 +160,7 @@ pub fn action(bytes: &mut Bytes<'_>) -> Action {
             },
             !p.is_multiple_of(3),
         ),
+        13 if p % 4 == 1 => Action::CompactionVetoed,
         13 => Action::CompactionFailed,
         14 if p.is_multiple_of(2) => Action::Abort,
         14 => Action::AbortKill(p >> 1),

@@ -461,6 +461,8 @@ pub enum Action {
     CompactionDone,
     /// `CompactionFailed`.
     CompactionFailed,
+    /// `CompactionVetoed` (a `before_compact` hook said no).
+    CompactionVetoed,
     /// `Abort` with the default kill policy.
     Abort,
     /// `Abort` with kill policy `killable`, `all` or `none` (by the byte).
@@ -854,6 +856,7 @@ impl Feeder {
             }
             (Some(ReactState::Compacting), _) => match roll {
                 0..=4 => Action::CompactionFailed,
+                5..=8 => Action::CompactionVetoed,
                 _ => Action::CompactionDone,
             },
             (Some(ReactState::Finishing), _) => match roll {
@@ -1102,6 +1105,9 @@ impl Feeder {
             }
             Action::CompactionFailed => Event::CompactionFailed {
                 error: "cannot shrink below budget".into(),
+            },
+            Action::CompactionVetoed => Event::CompactionVetoed {
+                reason: "a hook keeps the context".into(),
             },
             Action::Abort => Event::Abort {
                 reason: "user".into(),

@@ -162,6 +162,7 @@ pub fn noise() -> impl Strategy<Value = Action> {
         1 => (id(), any::<bool>()).prop_map(|(i, answered)| Action::UserAnswered(i, answered)),
         1 => Just(Action::CompactionDone),
         1 => Just(Action::CompactionFailed),
+        1 => Just(Action::CompactionVetoed),
         1 => Just(Action::Abort),
         1 => any::<u8>().prop_map(Action::AbortKill),
         1 => Just(Action::Steer),

@@ -142,6 +142,7 @@ pub fn event_kind(event: &Event) -> Option<ProcessEventKind> {
         | Event::Resume { .. }
         | Event::CompactionDone { .. }
         | Event::CompactionFailed { .. }
+        | Event::CompactionVetoed { .. }
         | Event::StoreWriteFailed { .. }
         | Event::RunEndCommitted
         | Event::SwitchModel { .. }

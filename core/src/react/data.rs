@@ -31,6 +31,8 @@ pub struct ReactData {
     pub(crate) usage: Option<Usage>,
     pub(crate) last_tokens: Option<u64>,
     pub(crate) compacted_since_step: bool,
+    /// Why the compaction under way started (`threshold`, `overflow`, `budget`).
+    pub(crate) compacting_reason: &'static str,
     pub(crate) last_had_tools: bool,
     pub(crate) whitelist: BTreeSet<String>,
     pub(crate) result: Option<LoopResult>,
@@ -85,6 +87,7 @@ impl ReactData {
             usage: None,
             last_tokens: None,
             compacted_since_step: false,
+            compacting_reason: "",
             last_had_tools: false,
             whitelist: BTreeSet::new(),
             result: None,
@@ -191,7 +194,8 @@ impl ReactData {
         !self.compacted_since_step && self.over_budget()
     }
 
-    pub(crate) fn compact(&mut self, reason: &str) {
+    pub(crate) fn compact(&mut self, reason: &'static str) {
+        self.compacting_reason = reason;
         self.emit(AgentEvent::CompactStart {
             reason: reason.to_string(),
             messages: self.messages.len(),
@@ -203,6 +207,21 @@ impl ReactData {
                 .context_budget_tokens
                 .map(|b| (b as f64 * self.cfg.compact_ratio) as u64),
             max_messages: self.cfg.compact_threshold,
+        });
+    }
+
+    /// Guard `compaction_required`: the compaction under way answers the model's refusal of
+    /// the context (overflow); the step cannot be re-requested without it.
+    pub(crate) fn compaction_required(&self) -> bool {
+        self.compacting_reason == "overflow"
+    }
+
+    /// Rows `compacting_vetoed*`: reports the veto; no compaction is tried again before the
+    /// next committed step (else Planning would ask the hook again at once, forever).
+    pub(crate) fn compaction_vetoed(&mut self, reason: &str) {
+        self.compacted_since_step = true;
+        self.emit(AgentEvent::CompactVetoed {
+            reason: reason.to_string(),
         });
     }
 

@@ -35,6 +35,7 @@ pub(crate) fn holds(g: ReactGuard, data: &ReactData, input: &Input<'_>) -> bool 
         ),
         ReactGuard::MaxStepsReached => data.max_steps_reached(),
         ReactGuard::OverThreshold => data.over_threshold(),
+        ReactGuard::CompactionRequired => data.compaction_required(),
         ReactGuard::StopRequested => data.observe() == Decision::Stop,
         ReactGuard::ContinueOverBudget => data.observe() == Decision::Compact,
         ReactGuard::HasToolCalls => data.observe() == Decision::Continue,

@@ -273,7 +273,8 @@ impl ReactMachine {
         }
     }
 
-    /// Compacting: CompactionDone → Planning, CompactionFailed → Finishing.
+    /// Compacting: CompactionDone → Planning, CompactionFailed → Finishing, CompactionVetoed →
+    /// Finishing when the model refused the context, else Planning.
     #[state(superstate = "active")]
     fn compacting(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
         match event {
@@ -292,6 +293,26 @@ impl ReactMachine {
                     }),
                 );
                 Transition(State::finishing())
+            }
+            Input::Ext(Event::CompactionVetoed { reason }) if context.compaction_required() => {
+                context.take(Row::CompactingVetoedRequired);
+                context.compaction_vetoed(reason);
+                context.finish(
+                    RunOutcome::Failed,
+                    "compaction_vetoed".into(),
+                    Some(RunError::Compaction {
+                        message: format!(
+                            "the model refused the context and a before_compact hook vetoed \
+                             the compaction: {reason}"
+                        ),
+                    }),
+                );
+                Transition(State::finishing())
+            }
+            Input::Ext(Event::CompactionVetoed { reason }) => {
+                context.take(Row::CompactingVetoed);
+                context.compaction_vetoed(reason);
+                Transition(State::planning())
             }
             _ => Super,
         }

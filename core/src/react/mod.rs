@@ -75,6 +75,7 @@ pub fn event_kind(event: &Event) -> Option<ReactEventKind> {
         Event::Resume { .. } => ReactEventKind::Resume,
         Event::CompactionDone { .. } => ReactEventKind::CompactionDone,
         Event::CompactionFailed { .. } => ReactEventKind::CompactionFailed,
+        Event::CompactionVetoed { .. } => ReactEventKind::CompactionVetoed,
         Event::Abort { .. } => ReactEventKind::Abort,
         Event::StoreWriteFailed { .. } => ReactEventKind::StoreWriteFailed,
         Event::RunEndCommitted => ReactEventKind::RunEndCommitted,

@@ -322,6 +322,19 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
             ],
         ),
         (
+            "compaction vetoed: compacting_vetoed (threshold), compacting_vetoed_required (overflow)",
+            Setup {
+                compact_threshold: Some(0),
+                ..Setup::default()
+            },
+            vec![
+                START,
+                Action::CompactionVetoed,
+                Action::ContextOverflow(AttemptPick::Current),
+                Action::CompactionVetoed,
+            ],
+        ),
+        (
             "approvals: running_settle_approval, awaiting_*, running_settle_wait, running_settle_done",
             Setup {
                 parallel_tools: false,

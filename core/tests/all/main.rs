@@ -3,6 +3,7 @@
 
 mod accumulate;
 mod chart_render;
+mod compaction_veto;
 mod conformance;
 mod context;
 mod coverage;
