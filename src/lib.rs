@@ -13,6 +13,7 @@ pub use agentloop_core::{
 pub mod attachment;
 pub mod compaction;
 pub mod hooks;
+pub mod instructions;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod model;

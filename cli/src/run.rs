@@ -159,6 +159,16 @@ pub struct AgentArgs {
     /// answer), `keep` (report them, leave the answer as written) or `off` (no tag handling).
     #[arg(long, value_enum, default_value_t = InlineTagsArg::Strip)]
     pub inline_tags: InlineTagsArg,
+    /// A system prompt for the model.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Load the instructions of agent ID from `--agents-dir` (`ID.md`) into the system
+    /// prompt (after `--system`).
+    #[arg(long, value_name = "ID")]
+    pub agent: Option<String>,
+    /// The directory of agent instructions, one `ID.md` per agent.
+    #[arg(long, value_name = "DIR", default_value = "agents")]
+    pub agents_dir: PathBuf,
     /// Offer the built-in `write_todos` tool: the model keeps a todo list, each change shown
     /// (`[todo]` lines; `todo_change` in `--events json`).
     #[arg(long)]
@@ -425,6 +435,14 @@ pub fn agent_builder(
             ));
         }
     }
+    let instructions = match &args.agent {
+        Some(id) => Some(
+            agentloop::instructions::InstructionsDir::new(&args.agents_dir)
+                .load(id)
+                .map_err(|e| format!("--agent {id}: {e}"))?,
+        ),
+        None => None,
+    };
     let mut builder = Agent::builder()
         .model_arc(model(args)?)
         .tools(tools)
@@ -470,6 +488,12 @@ pub fn agent_builder(
     }
     if let Some(choice) = args.tool_choice.clone() {
         builder = builder.tool_choice(choice);
+    }
+    if let Some(system) = &args.system {
+        builder = builder.system(system.clone());
+    }
+    if let Some(text) = &instructions {
+        builder = builder.instructions(text);
     }
     Ok(builder)
 }

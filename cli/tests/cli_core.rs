@@ -600,3 +600,60 @@ fn issue_13_inline_tags_keep_and_off() {
         String::from_utf8_lossy(&replay.stderr)
     );
 }
+
+/// Issue 13 / seed 002: `--agent ID` loads `ID.md` from `--agents-dir` into the system prompt
+/// (after `--system`); the trace header records the composed prompt; an id that names a path
+/// is refused before any request.
+#[test]
+fn seed_002_agent_instructions_by_id_become_the_system_prompt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("agents")).expect("agents dir");
+    std::fs::write(
+        dir.path().join("agents/adder.md"),
+        "You add numbers with the calculator.\n",
+    )
+    .expect("instructions");
+    let out = agentloop(
+        dir.path(),
+        &[
+            "run",
+            "--system",
+            "Be brief.",
+            "--agent",
+            "adder",
+            "--trace",
+            "t.jsonl",
+            "What is 2+3?",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = std::fs::read_to_string(dir.path().join("t.jsonl")).expect("trace");
+    let header: Value = serde_json::from_str(trace.lines().next().expect("header")).expect("json");
+    assert_eq!(
+        header["config"]["system"],
+        "Be brief.\n\nYou add numbers with the calculator."
+    );
+    // Every model request carries it.
+    let requests: Vec<Value> = trace
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["effect"]["effect"] == "call_model")
+        .collect();
+    assert!(!requests.is_empty());
+    assert!(requests
+        .iter()
+        .all(|r| r["effect"]["request"]["system"] == header["config"]["system"]));
+    for (id, needle) in [
+        ("../adder", "not a plain name"),
+        ("nobody", "no instructions"),
+    ] {
+        let bad = agentloop(dir.path(), &["run", "--agent", id, "hi"]);
+        assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+        let err = String::from_utf8_lossy(&bad.stderr);
+        assert!(err.contains(needle), "{err}");
+    }
+}

@@ -590,6 +590,24 @@ impl<M> AgentBuilder<M> {
         self
     }
 
+    /// Sets the system prompt (replacing any).
+    pub fn system(mut self, text: impl Into<String>) -> Self {
+        self.config.system = Some(text.into());
+        self
+    }
+
+    /// Composes an agent's instructions into the system prompt (issue 13, seed 002:
+    /// [`build_system_prompt`](crate::instructions::build_system_prompt), after any system
+    /// prompt already set). Load them by agent id with
+    /// [`InstructionsDir::load`](crate::instructions::InstructionsDir::load).
+    pub fn instructions(mut self, text: &str) -> Self {
+        self.config.system = Some(crate::instructions::build_system_prompt(
+            self.config.system.as_deref(),
+            text,
+        ));
+        self
+    }
+
     /// Offers the built-in `write_todos` tool (issue 13, seed 001): the model keeps a todo
     /// list, each completed call reported as a `todo_change{todos}` event.
     pub fn write_todos(mut self) -> Self {
