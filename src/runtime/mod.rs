@@ -608,6 +608,22 @@ impl<M> AgentBuilder<M> {
         self
     }
 
+    /// Adds a reminder rule (issue 13, seed 004): `text` goes to the model before each step
+    /// `when` holds for (see [`insert_reminders`](crate::react::reminders::insert_reminders)).
+    pub fn reminder(
+        mut self,
+        when: crate::react::reminders::ReminderWhen,
+        text: impl Into<String>,
+    ) -> Self {
+        self.config
+            .reminders
+            .push(crate::react::reminders::Reminder {
+                when,
+                text: text.into(),
+            });
+        self
+    }
+
     /// Offers the built-in `write_todos` tool (issue 13, seed 001): the model keeps a todo
     /// list, each completed call reported as a `todo_change{todos}` event.
     pub fn write_todos(mut self) -> Self {

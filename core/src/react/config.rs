@@ -313,6 +313,11 @@ pub struct RunConfig {
     /// invalid one (rows `observing_retry_output`, `observing_output_invalid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<crate::output::OutputSpec>,
+    /// Reminder rules (issue 13, seed 004): texts added to a step's request when their
+    /// condition holds, after the built-in max-steps / limit reminder; see
+    /// [`insert_reminders`](crate::react::reminders::insert_reminders).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reminders: Vec<crate::react::reminders::Reminder>,
 }
 
 impl RunConfig {
@@ -351,6 +356,7 @@ impl Default for RunConfig {
             fallbacks: Vec::new(),
             limits: UsageLimits::default(),
             output: None,
+            reminders: Vec::new(),
         }
     }
 }

@@ -251,10 +251,30 @@ impl ReactData {
         let index = self.committed_steps + 1;
         let last = index >= self.cfg.max_steps || self.limit_final_ran;
         let mut messages = self.messages.clone();
-        if self.limit_final_ran {
-            messages.push(Message::user(crate::react::limits::LIMIT_REMINDER));
-        } else if last {
-            messages.push(Message::user(self.cfg.final_reminder.clone()));
+        let ctx = crate::react::reminders::ReminderContext {
+            step: index,
+            last_step: last,
+            limit_final: self.limit_final_ran,
+            messages: &self.messages,
+            // Counted only for a rule that needs it (an estimate reads the whole context).
+            context_tokens: if self.cfg.reminders.iter().any(|r| {
+                matches!(
+                    r.when,
+                    crate::react::reminders::ReminderWhen::ContextTokensAtLeast(_)
+                )
+            }) {
+                self.context_tokens()
+            } else {
+                0
+            },
+        };
+        let reminders = crate::react::reminders::insert_reminders(
+            &ctx,
+            &self.cfg.final_reminder,
+            &self.cfg.reminders,
+        );
+        for text in reminders {
+            messages.push(Message::user(text));
         }
         let request = ModelRequest {
             run_id: self.run_id.clone(),

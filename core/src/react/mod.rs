@@ -9,6 +9,7 @@ pub(crate) mod guards;
 pub mod health;
 pub mod limits;
 pub(crate) mod machine;
+pub mod reminders;
 
 use statig::blocking::{InitializedStateMachine, IntoStateMachineExt};
 

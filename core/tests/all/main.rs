@@ -26,6 +26,7 @@ mod process_details;
 mod purity;
 mod random_events;
 mod records;
+mod reminders;
 mod run_control;
 mod session_history;
 mod shared_messages;
