@@ -1,6 +1,7 @@
 //! Issue 13, seed 001's events: `tool_execution_metrics` (our `tool_metrics`, with start and
 //! end times), `tools_updated` for an atomic batch attach/detach, `todo_change` from the
-//! built-in `write_todos` tool, and `plan_generated` from a `<plan>` tag.
+//! built-in `write_todos` tool, and `plan_generated` from a `<plan>` tag; and seed 004's title
+//! from a small model.
 
 mod support;
 
@@ -215,4 +216,67 @@ async fn seed_001_write_todos_reports_each_list_as_todo_change_and_replays() {
     let recorded = serde_json::to_string(&trace.records).expect("json");
     assert_eq!(recorded.matches("\"todo_change\"").count(), 2);
     assert_eq!(replay(&trace), None);
+}
+
+/// Issue 13 / seed 004 `ensureTitle`: a small title model titles a new session on its first
+/// run, in parallel with the first step: a `title_generated` event and a `title` entry; a later
+/// run of the session asks no title.
+#[tokio::test]
+async fn seed_004_a_title_model_titles_a_new_session_once() {
+    let sink = Arc::new(VecSink::default());
+    let store = Arc::new(agentloop::store::MemoryStore::new());
+    let titler = Arc::new(scripted(
+        r#"{"turns": [{"text": "\"Adding two numbers.\"\nignored"}]}"#,
+    ));
+    let agent = builder(scripted(
+        r#"{"turns": [
+            {"tool_calls": [{"id": "c1", "name": "sleepy"}]},
+            {"text": "done"},
+            {"text": "again"}
+        ]}"#,
+    ))
+    .tool(Arc::new(SleepTool::new("sleepy", 200)))
+    .title_model("small", titler)
+    .store(store.clone())
+    .sink(sink.clone())
+    .build();
+    let out = agent
+        .run_with("s", vec![Message::user("What is 2+3?")], None, true)
+        .await
+        .expect("ran");
+    assert_eq!(out.result.outcome, Outcome::Completed);
+    let titles = |events: &[agentloop::runtime::EventEnvelope]| -> Vec<String> {
+        events
+            .iter()
+            .filter_map(|e| match &e.event {
+                AgentEvent::TitleGenerated { title, .. } => Some(title.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(titles(&sink.events()), ["Adding two numbers"]);
+    // The request went to the title model, in the trace as the machine's effect and input.
+    let trace = out.trace.expect("trace");
+    let records = serde_json::to_string(&trace.records).expect("json");
+    assert!(
+        records.contains(r#""effect":"generate_title","model":"small","text":"What is 2+3?""#),
+        "{records}"
+    );
+    assert!(records.contains(r#""type":"title_ready","title":"Adding two numbers""#));
+    assert_eq!(replay(&trace), None);
+    use agentloop::store::SessionStore;
+    let entries = store.load("s").await.expect("entries");
+    let stored: Vec<_> = entries
+        .iter()
+        .filter_map(|e| match e {
+            agentloop::store::Entry::Title { title, .. } => Some(title.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stored, ["Adding two numbers"]);
+    // The session's second run asks for no title.
+    let before = sink.events().len();
+    let again = agent.run("s", "and now?").await.expect("ran");
+    assert_eq!(again.result.final_text(), Some("again"));
+    assert!(titles(&sink.events()[before..]).is_empty());
 }

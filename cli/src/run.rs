@@ -197,6 +197,10 @@ pub struct AgentArgs {
     /// from the next fallback, served by the same provider and base URL under this model name.
     #[arg(long = "fallback", value_name = "MODEL")]
     pub fallbacks: Vec<String>,
+    /// Title a new session with this (small) model, served by the same provider and base URL:
+    /// asked once, in parallel with the first step; shown as `[title]`, kept in the session.
+    #[arg(long, value_name = "MODEL")]
+    pub title_model: Option<String>,
     /// A typed final answer: the JSON Schema in FILE. Requests carry it (OpenAI-compatible:
     /// `response_format`; Anthropic: an instruction), an answer that does not match goes back
     /// to the model with its errors (`--output-retries` times), and stdout gets only the
@@ -474,6 +478,13 @@ pub fn agent_builder(
                     None => m.clone(),
                 })
                 .collect();
+            c.title_model = args
+                .title_model
+                .as_ref()
+                .map(|m| match args.provider.kind() {
+                    Some(kind) => format!("{kind}:{m}"),
+                    None => m.clone(),
+                });
         });
     builder = builder.limits(args.limits.limits(args.price));
     if let Some(path) = &args.output_schema {

@@ -251,6 +251,7 @@ fn show(id: &str, entries: &[Entry]) {
         let run = e.run_id().unwrap_or("-");
         let line = match e {
             Entry::Metadata { model, .. } => format!("metadata      model={model}"),
+            Entry::Title { title, .. } => format!("title         {run}  {}", one_line(title, 100)),
             Entry::UserInput { message, .. } => {
                 let text = match message {
                     Message::System { content } => content.clone(),

@@ -16,6 +16,14 @@ use crate::model::ModelRequest;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "effect", rename_all = "snake_case")]
 pub enum Effect {
+    /// Ask the small model `model` for a title of the conversation that starts with `text`
+    /// (issue 13, seed 004); the answer is `Event::TitleReady`.
+    GenerateTitle {
+        /// The title model.
+        model: String,
+        /// The session's first user message.
+        text: String,
+    },
     /// Append an entry to the session store.
     Persist {
         /// The entry.

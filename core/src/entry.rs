@@ -67,6 +67,14 @@ pub enum Entry {
         /// Why.
         reason: String,
     },
+    /// The title a small model gave the session on its first turn (issue 13, seed 004
+    /// `ensureTitle`; `RunConfig::title_model`).
+    Title {
+        /// The run that asked for it.
+        run_id: String,
+        /// The title.
+        title: String,
+    },
     /// What a repair of the session did (R-IDEM-7), appended after the entries it added. The
     /// log is append-only, so an entry a repair drops from the model's context stays in the
     /// file: this marker records the drop, and
@@ -299,6 +307,7 @@ impl Entry {
             | Entry::ToolResult { run_id, .. }
             | Entry::Compaction { run_id, .. }
             | Entry::RunEnd { run_id, .. }
+            | Entry::Title { run_id, .. }
             | Entry::Repair { run_id, .. } => Some(run_id),
         }
     }

@@ -253,6 +253,11 @@ pub enum Event {
         /// Why.
         error: String,
     },
+    /// The title model answered (`GenerateTitle`): the title, or `None` when it failed.
+    TitleReady {
+        /// The title.
+        title: Option<String>,
+    },
     /// A `before_compact` hook vetoed the compaction (R-EXT-1): the compactor did not run.
     CompactionVetoed {
         /// The hook's reason.
@@ -325,6 +330,7 @@ impl Event {
             Event::CompactionDone { .. } => "compaction_done",
             Event::CompactionFailed { .. } => "compaction_failed",
             Event::CompactionVetoed { .. } => "compaction_vetoed",
+            Event::TitleReady { .. } => "title_ready",
             Event::Abort { .. } => "abort",
             Event::StoreWriteFailed { .. } => "store_write_failed",
             Event::RunEndCommitted => "run_end_committed",

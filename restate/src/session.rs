@@ -384,6 +384,10 @@ impl Session {
                         tool_call_id: call.id,
                         decision: ApprovalDecision::Approved,
                     }),
+                    // The worker sets no title model; were one configured, it gets no title.
+                    Effect::GenerateTitle { .. } => {
+                        pending.push_back(Event::TitleReady { title: None })
+                    }
                     // The worker has no person to ask (ask_user is not offered here).
                     Effect::AskUser { tool_call_id, .. } => {
                         pending.push_back(Event::UserAnswered {

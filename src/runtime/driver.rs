@@ -19,7 +19,7 @@ use crate::message::{FinishReason, MessageDelta, ToolCall, ToolStatus, Usage};
 use crate::model::{Model, ModelRequest};
 use crate::runtime::ports::EventEnvelope;
 use crate::runtime::tool_order::CompletionOrder;
-use crate::runtime::Agent;
+use crate::runtime::{title, Agent};
 use crate::tools::{ArgumentSchemas, ToolContext};
 
 /// Background work of one run, keyed so effects can cancel it. Dropping it cancels what is
@@ -199,6 +199,16 @@ impl Driver<'_> {
                             h.abort();
                         }
                     }
+                }
+                Effect::GenerateTitle { model, text } => {
+                    let request = title::request(&self.run_id, &model, &text);
+                    let model = self.agent.model_for(&model);
+                    let tx = self.tx.clone();
+                    let h = tokio::spawn(async move {
+                        let title = title::ask(model, request).await;
+                        let _ = tx.send(Event::TitleReady { title });
+                    });
+                    self.tasks.other.push(h);
                 }
                 Effect::GateTool { call } => {
                     // The hooks' verdict is an input of the machine (rows `tools_gate_*`).

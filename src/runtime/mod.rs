@@ -13,6 +13,7 @@ pub(crate) mod output;
 pub mod ports;
 pub mod resume;
 mod stream;
+mod title;
 pub mod tool_order;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -587,6 +588,16 @@ impl<M> AgentBuilder<M> {
     /// continues, the model seeing the denied result. An approval always resumes.
     pub fn auto_resume(mut self, on: bool) -> Self {
         self.config.step.auto_resume = on;
+        self
+    }
+
+    /// Titles each new session with `model`, registered as `name` (issue 13, seed 004; off
+    /// by default): on a session's first run the title model is asked in parallel with the
+    /// first step, and its answer is a `title_generated` event and a `title` session entry.
+    pub fn title_model(mut self, name: impl Into<String>, model: Arc<dyn Model>) -> Self {
+        let name = name.into();
+        self.models.insert(name.clone(), model);
+        self.config.title_model = Some(name);
         self
     }
 

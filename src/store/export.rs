@@ -127,6 +127,9 @@ pub fn export_markdown(session: &str, entries: &[Entry]) -> String {
                     messages.len()
                 );
             }
+            Entry::Title { title, .. } => {
+                let _ = writeln!(out, "_Title:_ {title}\n");
+            }
             Entry::RunEnd {
                 outcome, reason, ..
             } => {

@@ -83,6 +83,9 @@ pub struct Setup {
     /// `ask_user` is offered and answered by the person (`start_ask_user`, `user_answered`,
     /// `user_unavailable`, `user_deadline`; issue 13, seed 001).
     pub ask_user: bool,
+    /// A title model titles the session on its first run (`generate_title`, `active_title`,
+    /// `finishing_title`; issue 13, seed 004).
+    pub title: bool,
 }
 
 /// The fallback model of [`Setup::fallback`].
@@ -107,6 +110,7 @@ impl Default for Setup {
             auto_resume: false,
             pure_calculator: false,
             ask_user: false,
+            title: false,
         }
     }
 }
@@ -171,6 +175,7 @@ impl Setup {
             auto_resume: b.count_ones().is_multiple_of(2),
             pure_calculator: b % 3 == 1,
             ask_user: b % 7 == 2,
+            title: b % 5 == 4,
         }
     }
 
@@ -257,6 +262,7 @@ impl Setup {
                 on_limit: self.tool_call_limit.unwrap_or_default(),
                 ..UsageLimits::default()
             },
+            title_model: self.title.then(|| "title-model".to_string()),
             ..RunConfig::default()
         }
     }
@@ -463,6 +469,8 @@ pub enum Action {
     CompactionFailed,
     /// `CompactionVetoed` (a `before_compact` hook said no).
     CompactionVetoed,
+    /// `TitleReady` with a title (`true`) or none (the title model failed).
+    TitleReady(bool),
     /// `Abort` with the default kill policy.
     Abort,
     /// `Abort` with kill policy `killable`, `all` or `none` (by the byte).
@@ -1108,6 +1116,9 @@ impl Feeder {
             },
             Action::CompactionVetoed => Event::CompactionVetoed {
                 reason: "a hook keeps the context".into(),
+            },
+            Action::TitleReady(titled) => Event::TitleReady {
+                title: titled.then(|| "A title".to_string()),
             },
             Action::Abort => Event::Abort {
                 reason: "user".into(),

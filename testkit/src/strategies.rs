@@ -38,6 +38,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
             any::<bool>(),
             prop::bool::weighted(0.3),
             prop::bool::weighted(0.2),
+            prop::bool::weighted(0.2),
         ),
     )
         .prop_map(
@@ -59,6 +60,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                     auto_resume,
                     pure_calculator,
                     ask_user,
+                    title,
                 ),
             )| Setup {
                 parallel_tools,
@@ -77,6 +79,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 auto_resume,
                 pure_calculator,
                 ask_user,
+                title,
             },
         )
 }
@@ -168,6 +171,7 @@ pub fn noise() -> impl Strategy<Value = Action> {
         1 => Just(Action::Steer),
         1 => Just(Action::SwitchModel),
         1 => any::<u8>().prop_map(Action::SetTools),
+        1 => any::<bool>().prop_map(Action::TitleReady),
         1 => Just(Action::StoreWriteFailed),
         1 => Just(Action::RunEndCommitted),
     ]

@@ -143,6 +143,7 @@ pub fn event_kind(event: &Event) -> Option<ProcessEventKind> {
         | Event::CompactionDone { .. }
         | Event::CompactionFailed { .. }
         | Event::CompactionVetoed { .. }
+        | Event::TitleReady { .. }
         | Event::StoreWriteFailed { .. }
         | Event::RunEndCommitted
         | Event::SwitchModel { .. }

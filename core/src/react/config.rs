@@ -318,6 +318,12 @@ pub struct RunConfig {
     /// [`insert_reminders`](crate::react::reminders::insert_reminders).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reminders: Vec<crate::react::reminders::Reminder>,
+    /// A small model that titles a new session (issue 13, seed 004 `ensureTitle`; off by
+    /// default): on a session's first run, `Start` also asks it (effect `generate_title`), in
+    /// parallel with the first step; its answer is a `title_generated` event and a `title`
+    /// entry (row `active_title`). A title that arrives after the run's end is dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title_model: Option<String>,
 }
 
 impl RunConfig {
@@ -357,6 +363,7 @@ impl Default for RunConfig {
             limits: UsageLimits::default(),
             output: None,
             reminders: Vec::new(),
+            title_model: None,
         }
     }
 }

@@ -166,6 +166,34 @@ impl ReactData {
         self.emit(AgentEvent::RunStart {
             run_id: run_id.to_string(),
         });
+        if let (Some(model), 0) = (&self.cfg.title_model, session_turns) {
+            let text = input
+                .iter()
+                .find_map(|m| match m {
+                    Message::User { content, .. } => Some(content.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            self.out.push(Effect::GenerateTitle {
+                model: model.clone(),
+                text,
+            });
+        }
+    }
+
+    /// Row `active_title`: reports the title model's answer and keeps it in the session.
+    pub(crate) fn titled(&mut self, title: Option<&str>) {
+        if let Some(title) = title {
+            self.persist(Entry::Title {
+                run_id: self.run_id.clone(),
+                title: title.to_string(),
+            });
+            self.emit(AgentEvent::TitleGenerated {
+                model_call_index: 0,
+                attempt: 0,
+                title: title.to_string(),
+            });
+        }
     }
 
     /// Tokens of the context: the last reported usage, else an estimate.

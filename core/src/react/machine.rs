@@ -67,6 +67,11 @@ impl ReactMachine {
                 context.steer(e, text);
                 Handled
             }
+            Input::Ext(Event::TitleReady { title }) => {
+                context.take(Row::ActiveTitle);
+                context.titled(title.as_deref());
+                Handled
+            }
             Input::Ext(Event::SwitchModel { model }) => {
                 context.take(Row::ActiveSwitchModel);
                 context.switch_model(model);
@@ -350,6 +355,10 @@ impl ReactMachine {
             }
             Input::Ext(Event::Abort { .. }) => {
                 context.take(Row::FinishingAbort);
+                Handled
+            }
+            Input::Ext(Event::TitleReady { .. }) => {
+                context.take(Row::FinishingTitle);
                 Handled
             }
             Input::Ext(Event::TimerElapsed {

@@ -77,6 +77,7 @@ pub fn event_kind(event: &Event) -> Option<ReactEventKind> {
         Event::CompactionDone { .. } => ReactEventKind::CompactionDone,
         Event::CompactionFailed { .. } => ReactEventKind::CompactionFailed,
         Event::CompactionVetoed { .. } => ReactEventKind::CompactionVetoed,
+        Event::TitleReady { .. } => ReactEventKind::TitleReady,
         Event::Abort { .. } => ReactEventKind::Abort,
         Event::StoreWriteFailed { .. } => ReactEventKind::StoreWriteFailed,
         Event::RunEndCommitted => ReactEventKind::RunEndCommitted,

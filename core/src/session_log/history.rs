@@ -56,6 +56,7 @@ pub fn history(entries: &[Entry]) -> Vec<Message> {
             Entry::Metadata { .. }
             | Entry::ToolStarted { .. }
             | Entry::RunEnd { .. }
+            | Entry::Title { .. }
             | Entry::Repair { .. } => {}
         }
     }

@@ -322,6 +322,23 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
             ],
         ),
         (
+            "title: active_title (a title, none), finishing_title",
+            Setup {
+                title: true,
+                ..Setup::default()
+            },
+            vec![
+                START,
+                Action::TitleReady(true),
+                Action::TitleReady(false),
+                OPEN,
+                text(0),
+                DONE,
+                Action::TitleReady(true),
+                Action::RunEndCommitted,
+            ],
+        ),
+        (
             "compaction vetoed: compacting_vetoed (threshold), compacting_vetoed_required (overflow)",
             Setup {
                 compact_threshold: Some(0),
