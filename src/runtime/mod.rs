@@ -590,6 +590,35 @@ impl<M> AgentBuilder<M> {
         self
     }
 
+    /// Adds a tool rule after those already set (issue 13, R-TOOL-3): per call, by tool name
+    /// and an argument pattern, whether it runs, waits for the approver or gets a denied
+    /// result without running, and its deadline. The last matching rule decides, so add the
+    /// general rules first and their exceptions after; calls no rule matches keep the
+    /// per-tool approval map and timeout. See [`crate::tool_rules`].
+    ///
+    /// ```
+    /// use agentloop::process::ToolRule;
+    /// use agentloop::provider::scripted::ScriptedModel;
+    /// use agentloop::runtime::Agent;
+    /// let agent = Agent::builder()
+    ///     .model(ScriptedModel::demo())
+    ///     .tool_rule(ToolRule::ask("*"))
+    ///     .tool_rule(ToolRule::allow("calculator").timeout_ms(5_000))
+    ///     .tool_rule(ToolRule::deny("append_line").argument("line", "*password*"))
+    ///     .build();
+    /// assert_eq!(agent.config().step.tool_rules.len(), 3);
+    /// ```
+    pub fn tool_rule(mut self, rule: crate::process::ToolRule) -> Self {
+        self.config.step.tool_rules.push(rule);
+        self
+    }
+
+    /// Adds tool rules in order after those already set (see [`tool_rule`](Self::tool_rule)).
+    pub fn tool_rules(mut self, rules: impl IntoIterator<Item = crate::process::ToolRule>) -> Self {
+        self.config.step.tool_rules.extend(rules);
+        self
+    }
+
     /// Offers the built-in `write_todos` tool (issue 13, seed 001): the model keeps a todo
     /// list, each completed call reported as a `todo_change{todos}` event.
     pub fn write_todos(mut self) -> Self {
