@@ -7,7 +7,8 @@
 // The pure core, re-exported under the paths it always had.
 pub use agentloop_core::{
     agent_event, chart, context, effect, error, event, import, inline_tags, message, output,
-    process, react, session_log, step, todo, tool_check, trace_diff, transcript, whatif,
+    process, react, session_log, step, todo, tool_check, tool_rules, trace_diff, transcript,
+    whatif, wildcard,
 };
 
 pub mod attachment;

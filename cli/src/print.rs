@@ -336,6 +336,20 @@ pub fn log_line(event: &AgentEvent, level: LogLevel) -> Option<String> {
         AgentEvent::ToolEnd { name, status, .. } if normal => {
             Some(format!("[tool] {name} -> {status:?}"))
         }
+        // A denied call needs the person's eye as an approval does; the others are routine.
+        AgentEvent::ToolRuleMatched {
+            tool_call_id,
+            name,
+            rule,
+            action,
+            timeout_ms,
+        } if normal || *action == agentloop::process::RuleAction::Deny => {
+            let deadline = timeout_ms.map(|ms| format!(", deadline {ms} ms"));
+            Some(format!(
+                "[rule] {name} ({tool_call_id}): {action} by rule {rule}{}",
+                deadline.unwrap_or_default()
+            ))
+        }
         AgentEvent::StatusUpdate { text, .. } if normal => Some(format!("[status] {text}")),
         AgentEvent::TitleGenerated { title, .. } if normal => Some(format!("[title] {title}")),
         AgentEvent::TodoChange { todos, .. } if normal => Some(

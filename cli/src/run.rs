@@ -16,7 +16,7 @@ use agentloop::attachment::{AttachmentError, Prompt};
 use agentloop::mcp::McpServer;
 use agentloop::model::{Model, ToolChoice};
 use agentloop::output::OutputSpec;
-use agentloop::process::InlineTags;
+use agentloop::process::{InlineTags, ToolRule};
 use agentloop::provider::http::{model_from_flags, ProviderKind};
 use agentloop::provider::openai::ReasoningReplay;
 use agentloop::react::{CostLimit, LimitAction, UsageLimits};
@@ -154,6 +154,22 @@ pub struct AgentArgs {
     /// Per-tool timeout, in seconds.
     #[arg(long, default_value_t = 120.0)]
     pub tool_timeout: f64,
+    /// A tool rule (repeatable; rules apply in order and the last one that matches a call
+    /// decides): `ACTION[@TIMEOUT]:TOOL[:FIELD=PATTERN]`. ACTION is `allow` (run), `ask` (wait
+    /// for approval: `/approve` in `chat`; `run` approves by itself) or `deny` (the call does
+    /// not run; the model gets a denied result naming the rule). TIMEOUT (`500ms`, `30s`) is
+    /// the call's deadline instead of `--tool-timeout`. TOOL and PATTERN are wildcards (`*`
+    /// any run of characters, `?` one; `git *` also matches `git`); FIELD is an argument name,
+    /// a JSON Pointer (`/opts/0`) or empty for all the arguments as JSON. E.g.
+    /// `--tool-rule 'deny:append_line:line=*password*'`, `--tool-rule 'allow@5s:calculator'`.
+    #[arg(long = "tool-rule", value_name = "RULE")]
+    pub tool_rule: Vec<ToolRule>,
+    /// Tool rules from a JSON file: an array of `{"tool": "append_line", "argument":
+    /// {"field": "line", "pattern": "*password*"}, "action": "deny", "reason": "...",
+    /// "timeout_ms": 5000}` (`argument`, `reason` and `timeout_ms` optional). They come
+    /// before the `--tool-rule`s, which therefore win where both match.
+    #[arg(long = "tool-rules", value_name = "FILE")]
+    pub tool_rules: Option<PathBuf>,
     /// Inline `<status>` / `<title>` / `<plan>` tags in the model's text: `strip`
     /// (report them as `status_update` / `title_generated` / `plan_generated` events and remove them from the
     /// answer), `keep` (report them, leave the answer as written) or `off` (no tag handling).
@@ -447,6 +463,7 @@ pub fn agent_builder(
         ),
         None => None,
     };
+    let rules = tool_rules(args, &tools)?;
     let mut builder = Agent::builder()
         .model_arc(model(args)?)
         .tools(tools)
@@ -487,6 +504,7 @@ pub fn agent_builder(
                 });
         });
     builder = builder.limits(args.limits.limits(args.price));
+    builder = builder.tool_rules(rules);
     if let Some(path) = &args.output_schema {
         let spec = output_spec(path, args.output_retries)?;
         builder = builder.configure(|c| c.output = Some(spec));
@@ -507,6 +525,41 @@ pub fn agent_builder(
         builder = builder.instructions(text);
     }
     Ok(builder)
+}
+
+/// The tool rules of `--tool-rules FILE` then `--tool-rule`s, each checked; a rule whose tool
+/// pattern matches none of `tools` gets a warning (a typo would silently never apply).
+fn tool_rules(args: &AgentArgs, tools: &ToolRegistry) -> Result<Vec<ToolRule>, String> {
+    let mut rules = Vec::new();
+    if let Some(path) = &args.tool_rules {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--tool-rules {}: {e}", path.display()))?;
+        let from_file: Vec<ToolRule> = serde_json::from_str(&text).map_err(|e| {
+            format!(
+                "--tool-rules {}: not a JSON array of rules: {e}",
+                path.display()
+            )
+        })?;
+        for (i, rule) in from_file.iter().enumerate() {
+            rule.validate()
+                .map_err(|e| format!("--tool-rules {}: rule {i}: {e}", path.display()))?;
+        }
+        rules.extend(from_file);
+    }
+    rules.extend(args.tool_rule.iter().cloned());
+    let names: Vec<String> = tools.specs().iter().map(|s| s.name.clone()).collect();
+    for (i, rule) in rules.iter().enumerate() {
+        if !names
+            .iter()
+            .any(|n| agentloop::wildcard::matches(&rule.tool, n))
+        {
+            eprintln!(
+                "[rules] warning: rule {i} ({rule}) matches no tool (tools: {})",
+                names.join(", ")
+            );
+        }
+    }
+    Ok(rules)
 }
 
 /// A store with `session` locked for the whole command; torn-tail warnings printed.

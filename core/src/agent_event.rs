@@ -278,6 +278,24 @@ pub enum AgentEvent {
         /// The earlier call whose result was reused.
         cached_from: String,
     },
+    /// A tool rule decided a call when it was committed (issue 13, R-TOOL-3): it runs
+    /// (`allow`), waits for a human (`ask`, then `approval_required`) or gets a denied result
+    /// without running (`deny`, then `tool_end` with status `denied`). Calls no rule matches
+    /// have no such event.
+    ToolRuleMatched {
+        /// Call id.
+        tool_call_id: String,
+        /// Tool name.
+        name: String,
+        /// The deciding rule's index in `StepConfig::tool_rules` (the last one that matched).
+        rule: usize,
+        /// What it decided.
+        action: crate::tool_rules::RuleAction,
+        /// The call's deadline once it runs (the rule's, else the step's per-tool timeout;
+        /// none for a denied call).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+    },
     /// The model asks the person a question through the built-in `ask_user` tool; answer
     /// with `Session::respond(reference, answer)` (issue 13, seed 001).
     AskUser {

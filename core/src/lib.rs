@@ -46,11 +46,13 @@ pub mod timeouts;
 pub mod todo;
 pub mod tool_cache;
 pub mod tool_check;
+pub mod tool_rules;
 pub mod tool_spec;
 pub mod trace;
 pub mod trace_diff;
 pub mod transcript;
 pub mod whatif;
+pub mod wildcard;
 
 pub use agent_event::{AgentEvent, EventEnvelope, Outcome};
 pub use effect::Effect;

@@ -785,6 +785,24 @@ fn note(event: &AgentEvent) -> Option<String> {
             name,
             cached_from,
         } => format!("tool {tool_call_id}: `{name}` answered from the cache ({cached_from})"),
+        AgentEvent::ToolRuleMatched {
+            tool_call_id,
+            name,
+            rule,
+            action,
+            timeout_ms,
+        } => {
+            let done = match action {
+                crate::tool_rules::RuleAction::Allow => "allowed",
+                crate::tool_rules::RuleAction::Ask => "put to a human",
+                crate::tool_rules::RuleAction::Deny => "denied",
+            };
+            let deadline = timeout_ms.map(|ms| format!(", deadline {ms} ms"));
+            format!(
+                "tool {tool_call_id}: `{name}` {done} by rule {rule}{}",
+                deadline.unwrap_or_default()
+            )
+        }
         AgentEvent::SteeringApplied { text } => format!("steering applied: {text}"),
         AgentEvent::ToolSkippedForSteering { tool_call_id } => {
             format!("tool {tool_call_id} skipped for steering")

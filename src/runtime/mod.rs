@@ -342,7 +342,9 @@ pub struct Agent {
     pub(crate) ids: Arc<dyn Ids>,
     pub(crate) sink: Arc<dyn EventSink>,
     pub(crate) compactor: Arc<dyn Compactor>,
-    pub(crate) config: RunConfig,
+    /// Shared with the sessions built on the agent (copied on a session's first change), so
+    /// an idle session does not hold a second copy.
+    pub(crate) config: Arc<RunConfig>,
     pub(crate) timeouts: Timeouts,
     pub(crate) root: PathBuf,
     pub(crate) event_index: Arc<std::sync::atomic::AtomicU64>,
@@ -635,6 +637,35 @@ impl<M> AgentBuilder<M> {
         self
     }
 
+    /// Adds a tool rule after those already set (issue 13, R-TOOL-3): per call, by tool name
+    /// and an argument pattern, whether it runs, waits for the approver or gets a denied
+    /// result without running, and its deadline. The last matching rule decides, so add the
+    /// general rules first and their exceptions after; calls no rule matches keep the
+    /// per-tool approval map and timeout. See [`crate::tool_rules`].
+    ///
+    /// ```
+    /// use agentloop::process::ToolRule;
+    /// use agentloop::provider::scripted::ScriptedModel;
+    /// use agentloop::runtime::Agent;
+    /// let agent = Agent::builder()
+    ///     .model(ScriptedModel::demo())
+    ///     .tool_rule(ToolRule::ask("*"))
+    ///     .tool_rule(ToolRule::allow("calculator").timeout_ms(5_000))
+    ///     .tool_rule(ToolRule::deny("append_line").argument("line", "*password*"))
+    ///     .build();
+    /// assert_eq!(agent.config().step.tool_rules.len(), 3);
+    /// ```
+    pub fn tool_rule(mut self, rule: crate::process::ToolRule) -> Self {
+        self.config.step.tool_rules.push(rule);
+        self
+    }
+
+    /// Adds tool rules in order after those already set (see [`tool_rule`](Self::tool_rule)).
+    pub fn tool_rules(mut self, rules: impl IntoIterator<Item = crate::process::ToolRule>) -> Self {
+        self.config.step.tool_rules.extend(rules);
+        self
+    }
+
     /// Offers the built-in `write_todos` tool (issue 13, seed 001): the model keeps a todo
     /// list, each completed call reported as a `todo_change{todos}` event.
     pub fn write_todos(mut self) -> Self {
@@ -713,7 +744,7 @@ impl AgentBuilder<WithModel> {
             ids: self.ids,
             sink: self.sink,
             compactor: self.compactor,
-            config,
+            config: Arc::new(config),
             timeouts: self.timeouts,
             root: self.root,
             event_index: Default::default(),
@@ -817,7 +848,7 @@ impl Agent {
                 type_name: type_name.clone(),
                 error: format!("the type's JSON Schema does not serialize: {e}"),
             })?;
-        let mut config = self.config.clone();
+        let mut config = (*self.config).clone();
         let retries = config.output.as_ref().map_or(1, |o| o.retries);
         config.output = Some(agentloop_core::output::OutputSpec {
             name: type_name.clone(),
@@ -854,7 +885,7 @@ impl Agent {
         control: Option<ControlReceiver>,
         record: bool,
     ) -> Result<RunOutput, AgentError> {
-        self.run_configured(session, input, self.config.clone(), control, record)
+        self.run_configured(session, input, (*self.config).clone(), control, record)
             .await
     }
 
@@ -904,7 +935,7 @@ impl Agent {
             session,
             run_id,
             resume,
-            self.config.clone(),
+            (*self.config).clone(),
             control,
             record,
         )

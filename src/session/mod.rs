@@ -701,8 +701,9 @@ struct Current {
 struct Actor {
     agent: Arc<Agent>,
     shared: Arc<Shared>,
-    /// The configuration the next run starts with (model and tools as switched/attached).
-    config: RunConfig,
+    /// The configuration the next run starts with (model and tools as switched/attached):
+    /// the agent's, shared until the session first changes it.
+    config: Arc<RunConfig>,
     steering_capacity: usize,
     /// Record a trace of each run.
     record: bool,
@@ -762,7 +763,7 @@ impl Actor {
             Command::Attach(tool, reply) => {
                 let name = self.configure_attached(&tool);
                 self.agent.tools.insert(tool);
-                self.config.tools = self.agent.tools.specs();
+                Arc::make_mut(&mut self.config).tools = self.agent.tools.specs();
                 self.publish(AgentEvent::ToolAttached { name });
                 self.tools_changed();
                 let _ = reply.send(Ok(()));
@@ -776,11 +777,11 @@ impl Actor {
                 let r = match self.agent.tools.update(&attach, &detach) {
                     Ok(()) => {
                         for name in &detach {
-                            self.config.step.immune.remove(name);
-                            self.config.step.set_pure(name, false);
+                            Arc::make_mut(&mut self.config).step.immune.remove(name);
+                            Arc::make_mut(&mut self.config).step.set_pure(name, false);
                         }
                         let attached = attach.iter().map(|t| self.configure_attached(t)).collect();
-                        self.config.tools = self.agent.tools.specs();
+                        Arc::make_mut(&mut self.config).tools = self.agent.tools.specs();
                         self.publish(AgentEvent::ToolsUpdated {
                             attached,
                             detached: detach,
@@ -794,7 +795,7 @@ impl Actor {
             }
             Command::Detach(name, reply) => {
                 let r = if self.agent.tools.remove(&name).is_some() {
-                    self.config.tools = self.agent.tools.specs();
+                    Arc::make_mut(&mut self.config).tools = self.agent.tools.specs();
                     self.publish(AgentEvent::ToolDetached { name });
                     self.tools_changed();
                     Ok(())
@@ -900,7 +901,7 @@ impl Actor {
         if model == self.config.model {
             return Ok(false);
         }
-        let from = std::mem::replace(&mut self.config.model, model.clone());
+        let from = std::mem::replace(&mut Arc::make_mut(&mut self.config).model, model.clone());
         match &self.current {
             // The machine switches at the next step and emits `model_switched` itself.
             Some(c) => forward_switch_model(&c.controller, &model),
@@ -914,11 +915,16 @@ impl Actor {
     fn configure_attached(&mut self, tool: &Arc<dyn Tool>) -> String {
         let name = tool.spec().name;
         if tool.killable() {
-            self.config.step.immune.remove(&name);
+            Arc::make_mut(&mut self.config).step.immune.remove(&name);
         } else {
-            self.config.step.immune.insert(name.clone());
+            Arc::make_mut(&mut self.config)
+                .step
+                .immune
+                .insert(name.clone());
         }
-        self.config.step.set_pure(&name, tool.pure());
+        Arc::make_mut(&mut self.config)
+            .step
+            .set_pure(&name, tool.pure());
         name
     }
 
@@ -931,7 +937,7 @@ impl Actor {
     fn start(&mut self, prompt: Prompt) {
         let (controller, receiver) = control_sharing(self.shared.partial.clone());
         let agent = self.agent.clone();
-        let config = self.config.clone();
+        let config = (*self.config).clone();
         let id = self.shared.id.clone();
         let record = self.record;
         self.shared.saw_abort.store(false, Ordering::SeqCst);

@@ -21,6 +21,7 @@ use agentloop_core::model::{ModelParams, ModelRequest};
 use agentloop_core::output::{OutputRejected, OutputSpec};
 use agentloop_core::process::{
     ApprovalPolicy, DoomLoopPolicy, LoopAction, Process, ProcessStep, RetryPolicy, StepConfig,
+    ToolRule,
 };
 use agentloop_core::react::{
     default_decider, DeciderRef, DeciderRegistry, Decision, LimitAction, LoopResult, Observation,
@@ -83,9 +84,23 @@ pub struct Setup {
     /// `ask_user` is offered and answered by the person (`start_ask_user`, `user_answered`,
     /// `user_unavailable`, `user_deadline`; issue 13, seed 001).
     pub ask_user: bool,
+    /// Tool rules (issue 13, R-TOOL-3; [`tool_rules`]): `read_file` is denied
+    /// (`commit_denied_by_rule`, `restore_denied_by_rule`) and `calculator` calls whose
+    /// expression starts with `2+` get a deadline of their own.
+    pub tool_rules: bool,
     /// A title model titles the session on its first run (`generate_title`, `active_title`,
     /// `finishing_title`; issue 13, seed 004).
     pub title: bool,
+}
+
+/// The rules of [`Setup::tool_rules`].
+pub fn tool_rules() -> Vec<ToolRule> {
+    vec![
+        ToolRule::deny("read_*").reason("no files in this run"),
+        ToolRule::allow("calc*")
+            .argument("expression", "2+*")
+            .timeout_ms(400),
+    ]
 }
 
 /// The fallback model of [`Setup::fallback`].
@@ -111,6 +126,7 @@ impl Default for Setup {
             pure_calculator: false,
             ask_user: false,
             title: false,
+            tool_rules: false,
         }
     }
 }
@@ -176,6 +192,7 @@ impl Setup {
             pure_calculator: b % 3 == 1,
             ask_user: b % 7 == 2,
             title: b % 5 == 4,
+            tool_rules: b % 8 == 5,
         }
     }
 
@@ -191,6 +208,11 @@ impl Setup {
             },
             parallel_tools: self.parallel_tools,
             approval: BTreeMap::from([(APPROVAL_TOOL.to_string(), ApprovalPolicy::Always)]),
+            tool_rules: if self.tool_rules {
+                tool_rules()
+            } else {
+                Vec::new()
+            },
             immune: if self.immune {
                 BTreeSet::from(["read_file".to_string()])
             } else {

@@ -38,8 +38,8 @@ pub fn setup() -> impl Strategy<Value = Setup> {
             any::<bool>(),
             prop::bool::weighted(0.3),
             prop::bool::weighted(0.2),
-            prop::bool::weighted(0.2),
         ),
+        (prop::bool::weighted(0.2), prop::bool::weighted(0.2)),
     )
         .prop_map(
             |(
@@ -60,8 +60,8 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                     auto_resume,
                     pure_calculator,
                     ask_user,
-                    title,
                 ),
+                (title, tool_rules),
             )| Setup {
                 parallel_tools,
                 max_retries,
@@ -80,6 +80,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 pure_calculator,
                 ask_user,
                 title,
+                tool_rules,
             },
         )
 }

@@ -8,6 +8,7 @@ use crate::event::KillPolicy;
 use crate::message::ToolStatus;
 use crate::process::config::LoopAction;
 use crate::process::data::ProcessData;
+use crate::tool_rules::RuleAction;
 
 /// What the cause of a call's move carries beyond the call and the step's data.
 #[derive(Clone, Copy, Debug)]
@@ -48,10 +49,11 @@ fn holds(g: ToolCallGuard, data: &ProcessData, i: usize, facts: Facts) -> bool {
         ToolCallGuard::LoopAsks => looped == Some(LoopAction::Ask),
         ToolCallGuard::AsksUser => data.asks_user(&slot.call),
         ToolCallGuard::Answered => matches!(facts, Facts::Answered(true)),
-        ToolCallGuard::Cached => data.cached(&slot.call).is_some(),
-        ToolCallGuard::NeedsApproval => {
-            looped == Some(LoopAction::Ask) || data.needs_approval(&slot.call)
+        ToolCallGuard::DeniedByRule => {
+            slot.policy.action == RuleAction::Deny && slot.policy.rule.is_some()
         }
+        ToolCallGuard::Cached => data.cached(&slot.call).is_some(),
+        ToolCallGuard::NeedsApproval => looped == Some(LoopAction::Ask) || data.needs_approval(i),
         ToolCallGuard::HasResult => matches!(facts, Facts::Restore { has_result: true }),
         ToolCallGuard::Ungated => data.cfg.gate_tools && !slot.gated,
         ToolCallGuard::Succeeded => matches!(facts, Facts::Finished(ToolStatus::Completed)),

@@ -1,4 +1,4 @@
-//! Configuration of one step: retry policy, tool approval policy, parallelism.
+//! Configuration of one step: retry policy, tool approval policy and rules, parallelism.
 
 use std::collections::BTreeMap;
 
@@ -6,6 +6,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use crate::inline_tags::InlineTags;
+use crate::message::ToolCall;
+use crate::tool_rules::{last_match, CallPolicy, RuleAction, ToolRule};
 
 /// The deadlines of one model attempt (R-IN-7), which the inner machine starts as timer
 /// effects with each `CallModel` and turns into a stall or a timeout when they pass.
@@ -160,8 +162,17 @@ pub struct StepConfig {
     pub retry: RetryPolicy,
     /// Run a message's tool calls concurrently (results still in call order, R-IN-4).
     pub parallel_tools: bool,
-    /// Per-tool approval policy; tools not listed need no approval.
+    /// Per-tool approval policy; tools not listed need no approval. [`tool_rules`](Self::tool_rules)
+    /// come first: this map decides the calls no rule matches.
     pub approval: BTreeMap<String, ApprovalPolicy>,
+    /// Rules that decide, per call, by tool name and an argument pattern, whether it runs,
+    /// waits for a human or is denied, and its deadline (issue 13, R-TOOL-3; see
+    /// [`crate::tool_rules`]). The last matching rule decides; a call no rule matches falls
+    /// back to [`approval`](Self::approval) and [`tool_timeout_ms`](Self::tool_timeout_ms).
+    /// A configuration serialized without the field (a trace recorded before rules existed)
+    /// reads as no rules.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_rules: Vec<ToolRule>,
     /// Tools that abort does not kill (`Tool::killable() == false`); filled by the agent builder.
     #[serde(default)]
     pub immune: std::collections::BTreeSet<String>,
@@ -175,7 +186,8 @@ pub struct StepConfig {
     pub gate_tools: bool,
     /// Per-call deadline: a call still running this long after it started is killed and
     /// gets an error result (R-IN-7). The machine starts it as a timer effect with each
-    /// `RunTool` (`None`: no deadline; the agent builder sets the runtime's `tool_ms`).
+    /// `RunTool` (`None`: no deadline; the agent builder sets the runtime's `tool_ms`). The
+    /// rule that decides a call may set its own ([`ToolRule::timeout_ms`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_timeout_ms: Option<u64>,
     /// A model attempt's deadlines (`None`: none; the runtime fills in its `Timeouts`).
@@ -219,6 +231,33 @@ pub struct StepConfig {
 pub const ASK_USER_TOOL: &str = "ask_user";
 
 impl StepConfig {
+    /// What decides `call` (issue 13, R-TOOL-3): the last of [`tool_rules`](Self::tool_rules)
+    /// that matches it, its action and deadline (the rule's `timeout_ms`, else
+    /// `tool_timeout_ms`); without a matching rule, the approval map (`always`: ask) and
+    /// `tool_timeout_ms`. Linear in the rules and the argument values they look at.
+    pub fn policy(&self, call: &ToolCall) -> CallPolicy {
+        match last_match(&self.tool_rules, call) {
+            Some(i) => {
+                let rule = &self.tool_rules[i];
+                CallPolicy {
+                    rule: Some(i),
+                    action: rule.action,
+                    timeout_ms: rule.timeout_ms.or(self.tool_timeout_ms),
+                    by_argument: rule.argument.is_some(),
+                }
+            }
+            None => CallPolicy {
+                rule: None,
+                action: match self.approval.get(&call.name) {
+                    Some(ApprovalPolicy::Always) => RuleAction::Ask,
+                    _ => RuleAction::Allow,
+                },
+                timeout_ms: self.tool_timeout_ms,
+                by_argument: false,
+            },
+        }
+    }
+
     /// Whether `tool` declared itself pure (see [`StepConfig::pure_tools`]).
     pub fn is_pure(&self, tool: &str) -> bool {
         self.pure_tools
@@ -247,6 +286,7 @@ impl Default for StepConfig {
             retry: RetryPolicy::default(),
             parallel_tools: true,
             approval: BTreeMap::new(),
+            tool_rules: Vec::new(),
             immune: Default::default(),
             doom_loop: Some(DoomLoopPolicy::default()),
             gate_tools: false,

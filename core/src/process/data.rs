@@ -15,11 +15,12 @@ use crate::message::{AssistantMessage, MessageDelta, ToolCall, ToolResult, ToolS
 use crate::model::ModelRequest;
 use crate::process::accumulate::MessageAssembler;
 use crate::process::call_guards::{self, Facts};
-use crate::process::config::{ApprovalPolicy, LoopAction, StepConfig};
+use crate::process::config::{LoopAction, StepConfig};
 use crate::process::deadlines::{tool_slot, tool_timer, AttemptTimer, AttemptTimers};
 pub(crate) use crate::process::slots::{Slot, Slots};
 use crate::step::Transition;
 use crate::tool_check::{unknown_tool_message, ArgumentsRejected};
+use crate::tool_rules::{CallPolicy, RuleAction};
 
 pub(crate) use crate::chart::ToolCallState;
 
@@ -471,6 +472,7 @@ impl ProcessData {
             }
             let looped_action = looped.map(|p| p.action);
             let verdict = verdicts.get(call.id.as_str()).copied();
+            let policy = self.cfg.policy(call);
             let (row, result) = if let Some(why) = &call.invalid_arguments {
                 let r = error_result(call, ToolStatus::Error, why.clone());
                 (ToolCallRow::CommitInvalid, Some(r))
@@ -500,6 +502,8 @@ impl ProcessData {
                     ToolCallRow::CommitLoopRefused,
                     Some(error_result(call, ToolStatus::Error, why)),
                 )
+            } else if let Some(denial) = self.denial(call, &policy) {
+                (ToolCallRow::CommitDeniedByRule, Some(denial))
             } else if looped_action == Some(LoopAction::Ask) {
                 (ToolCallRow::CommitLoopAsk, None)
             } else if let Some(hit) = self.cached(call) {
@@ -515,13 +519,17 @@ impl ProcessData {
                     status: ToolStatus::Completed,
                 };
                 (ToolCallRow::CommitCached, Some(result))
-            } else if self.needs_approval(call) {
+            } else if self.asks(call, &policy) {
                 (ToolCallRow::CommitApproval, None)
             } else {
                 (ToolCallRow::CommitQueued, None)
             };
+            if let Some(event) = rule_matched(call, &policy, row) {
+                immediate.push(event);
+            }
             let mut slot = Slot::new(call.clone());
             slot.rejected = verdict.cloned();
+            slot.policy = policy;
             slots.push(slot);
             sorted.push((row, looped_action, result));
         }
@@ -559,17 +567,30 @@ impl ProcessData {
         self.slots = Slots::new(slots);
         for i in 0..self.slots.len() {
             let call = &self.slots.get(i).call;
+            let policy = self.cfg.policy(call);
             let stored = known.get(call.id.as_str()).map(|r| (*r).clone());
+            let denial = self.denial(call, &policy);
             let row = if stored.is_some() {
                 ToolCallRow::RestoreResult
-            } else if self.needs_approval(call) {
+            } else if denial.is_some() {
+                ToolCallRow::RestoreDeniedByRule
+            } else if self.asks(call, &policy) {
                 ToolCallRow::RestoreApproval
             } else {
                 ToolCallRow::RestoreQueued
             };
+            let matched = rule_matched(call, &policy, row);
+            self.slots.get_mut(i).policy = policy;
             let has_result = stored.is_some();
             self.move_call(i, row, Facts::Restore { has_result });
-            self.slots.get_mut(i).result = stored;
+            if let Some(event) = matched {
+                self.emit(event);
+            }
+            match (stored, denial) {
+                (Some(stored), _) => self.slots.get_mut(i).result = Some(stored),
+                (None, Some(denial)) => self.record_result(i, denial),
+                (None, None) => {}
+            }
         }
         self.committed = Some(message);
     }
@@ -612,9 +633,29 @@ impl ProcessData {
         self.cache.get(call)
     }
 
-    pub(crate) fn needs_approval(&self, call: &ToolCall) -> bool {
-        self.cfg.approval.get(&call.name) == Some(&ApprovalPolicy::Always)
-            && !self.whitelist.contains(&call.name)
+    /// Whether slot `i` must be put to a human (the guard `needs_approval`, without the
+    /// doom-loop question).
+    pub(crate) fn needs_approval(&self, i: usize) -> bool {
+        let slot = self.slots.get(i);
+        self.asks(&slot.call, &slot.policy)
+    }
+
+    /// Whether `call`, decided by `policy`, must be put to a human: its rule (or the approval
+    /// map) says ask, and no "approve always" in this run covers it — which covers a tool, so
+    /// not a call that a rule singled out by its arguments.
+    fn asks(&self, call: &ToolCall, policy: &CallPolicy) -> bool {
+        policy.action == RuleAction::Ask
+            && (policy.by_argument || !self.whitelist.contains(&call.name))
+    }
+
+    /// The denied result of `call` if its deciding rule denies it (the guard `denied_by_rule`).
+    fn denial(&self, call: &ToolCall, policy: &CallPolicy) -> Option<ToolResult> {
+        if policy.action != RuleAction::Deny {
+            return None;
+        }
+        let i = policy.rule?;
+        let why = self.cfg.tool_rules.get(i)?.denial(i);
+        Some(error_result(call, ToolStatus::Denied, why))
     }
 
     /// Persists and announces the result of slot `i`, which a chart row has just ended.
@@ -671,7 +712,7 @@ impl ProcessData {
             arguments: call.arguments.clone(),
         });
         self.out.push(Effect::RunTool { call });
-        if let Some(delay_ms) = self.cfg.tool_timeout_ms {
+        if let Some(delay_ms) = self.slots.get(i).policy.timeout_ms {
             let timer_id = self.deadline_timer(i);
             self.out.push(Effect::StartTimer { timer_id, delay_ms });
         }
@@ -763,7 +804,7 @@ impl ProcessData {
             self.out.push(Effect::CancelTimer { timer_id });
             return;
         }
-        if !asks && self.cfg.tool_timeout_ms.is_some() {
+        if !asks && self.slots.get(i).policy.timeout_ms.is_some() {
             let timer_id = self.deadline_timer(i);
             self.out.push(Effect::CancelTimer { timer_id });
         }
@@ -787,7 +828,7 @@ impl ProcessData {
             tool_call_id: call.id.clone(),
         });
         self.move_call(i, ToolCallRow::Deadline, Facts::None);
-        let ms = self.cfg.tool_timeout_ms.unwrap_or_default();
+        let ms = self.slots.get(i).policy.timeout_ms.unwrap_or_default();
         let r = error_result(
             &call,
             ToolStatus::Error,
@@ -912,7 +953,8 @@ impl ProcessData {
         if always {
             self.whitelist.insert(call.name.clone());
             for j in self.slots.in_state(ToolCallState::NeedsApproval) {
-                if self.slots.get(j).call.name == call.name {
+                let other = self.slots.get(j);
+                if other.call.name == call.name && !other.policy.by_argument {
                     self.move_call(j, ToolCallRow::Whitelisted, Facts::None);
                 }
             }
@@ -1076,6 +1118,32 @@ impl ProcessData {
     pub(crate) fn results_in_call_order(&self) -> Vec<ToolResult> {
         self.slots.iter().filter_map(|s| s.result.clone()).collect()
     }
+}
+
+/// The `tool_rule_matched` event for `call` if a rule decided it and `row` acts on that
+/// decision (not a call closed before the rules apply, nor one answered from the cache).
+fn rule_matched(call: &ToolCall, policy: &CallPolicy, row: ToolCallRow) -> Option<AgentEvent> {
+    let acts = matches!(
+        row,
+        ToolCallRow::CommitDeniedByRule
+            | ToolCallRow::CommitLoopAsk
+            | ToolCallRow::CommitApproval
+            | ToolCallRow::CommitQueued
+            | ToolCallRow::RestoreDeniedByRule
+            | ToolCallRow::RestoreApproval
+            | ToolCallRow::RestoreQueued
+    );
+    let rule = policy.rule.filter(|_| acts)?;
+    Some(AgentEvent::ToolRuleMatched {
+        tool_call_id: call.id.clone(),
+        name: call.name.clone(),
+        rule,
+        action: policy.action,
+        // A denied call never runs: it has no deadline.
+        timeout_ms: policy
+            .timeout_ms
+            .filter(|_| policy.action != RuleAction::Deny),
+    })
 }
 
 fn error_result(call: &ToolCall, status: ToolStatus, content: String) -> ToolResult {

@@ -24,6 +24,7 @@ use crate::message::{AssistantMessage, ToolResult};
 use crate::model::ModelRequest;
 use crate::step::Transition;
 
+pub use crate::tool_rules::{ArgumentPattern, CallPolicy, RuleAction, ToolRule};
 pub use config::{
     ApprovalPolicy, DoomLoopPolicy, InlineTags, LoopAction, RetryPolicy, StepConfig,
     StreamDeadlines, ASK_USER_TOOL,

@@ -15,6 +15,7 @@ use std::collections::{BTreeSet, HashMap};
 use crate::chart::{ToolCallRow, ToolCallState};
 use crate::message::{ToolCall, ToolResult};
 use crate::tool_check::ArgumentsRejected;
+use crate::tool_rules::CallPolicy;
 
 /// Number of lifecycle states (the indexes keep one set per state).
 const STATES: usize = ToolCallState::ALL.len();
@@ -39,6 +40,9 @@ pub struct Slot {
     /// The runtime's verdict that the arguments break the tool's JSON Schema (R-TOOL-1),
     /// from the `done` event the call was committed on.
     pub rejected: Option<ArgumentsRejected>,
+    /// What decides the call (issue 13, R-TOOL-3): the tool rule that matched it when it was
+    /// committed or restored (or the approval map), its action and deadline.
+    pub policy: CallPolicy,
 }
 
 impl Slot {
@@ -50,6 +54,7 @@ impl Slot {
             result: None,
             gated: false,
             rejected: None,
+            policy: CallPolicy::default(),
         }
     }
 

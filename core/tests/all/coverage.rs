@@ -81,7 +81,31 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
         doom_loop: false,
         ..Setup::default()
     };
+    let rules = Setup {
+        tool_rules: true,
+        ..Setup::default()
+    };
     vec![
+        (
+            "tool rules (issue 13, R-TOOL-3): commit_denied_by_rule, a rule's deadline firing (deadline)",
+            rules,
+            vec![
+                START,
+                OPEN,
+                tool_call(ToolPick::Known(1)),
+                tool_call(calc),
+                DONE,
+                Action::TimerElapsed(true),
+            ],
+        ),
+        (
+            "a resumed call a rule denies: restore_denied_by_rule",
+            rules,
+            vec![Action::Resume {
+                pending: true,
+                steps: 1,
+            }],
+        ),
         (
             "ask_user (issue 13, seed 001): start_ask_user, tools_user_answered(+stale), user_answered, user_unavailable, user_deadline",
             ask,
@@ -203,6 +227,7 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
             vec![
                 START,
                 Action::StreamOpened(AttemptPick::OtherRun),
+                Action::RequestRewritten(AttemptPick::OtherStep),
                 OPEN,
                 Action::Delta(AttemptPick::PrevAttempt, SeqPick::Next, DeltaPick::Text(0)),
                 Action::Done(AttemptPick::OtherStep),

@@ -1,0 +1,352 @@
+//! Tool rules (issue 13, R-TOOL-3): per call, by tool name and an argument pattern, whether
+//! the call runs (`allow`), waits for a human (`ask`) or gets a denied result without running
+//! (`deny`), and how long it may run — OpenCode's permission rules
+//! (`"bash": {"git *": "allow", "rm *": "deny", "*": "ask"}`) as an ordered list.
+//!
+//! Rules are evaluated in order and **the last rule that matches decides** (OpenCode's
+//! `findLast`), so a general rule comes first and its exceptions after it. A call no rule
+//! matches falls back to the step's per-tool [`approval`](crate::process::StepConfig::approval)
+//! map and [`tool_timeout_ms`](crate::process::StepConfig::tool_timeout_ms), which is what
+//! every configuration without rules (and every trace recorded before rules existed) does.
+//!
+//! The rules live in the step configuration, which a trace's header records, so a replay
+//! takes the same decisions; the tool-call chart takes them as rows (`commit_denied_by_rule`,
+//! `commit_approval`, `commit_queued`, and their `restore_*` twins) and the inner machine
+//! emits `tool_rule_matched {rule, action, timeout_ms}` for each call a rule decided.
+//!
+//! Matching is pure and linear: at most one pass over the rules (from the last), each looking
+//! at the tool name and at most one argument value with the [`wildcard`](mod@crate::wildcard)
+//! matcher, which never backtracks.
+//!
+//! A pattern matches the whole value: `git *` allows `git status; rm -rf ~` too. A shell tool
+//! is only as safe as its deny rules, which should follow the allow rules they restrict.
+//!
+//! ```
+//! use agentloop_core::tool_rules::{RuleAction, ToolRule};
+//! use agentloop_core::ToolCall;
+//! let rules = [
+//!     ToolRule::ask("bash"),
+//!     ToolRule::allow("bash").argument("command", "git *"),
+//!     ToolRule::deny("bash").argument("command", "git push *"),
+//! ];
+//! let call = |cmd: &str| ToolCall {
+//!     id: "c1".into(),
+//!     name: "bash".into(),
+//!     arguments: serde_json::json!({ "command": cmd }),
+//!     invalid_arguments: None,
+//! };
+//! let decide = |cmd: &str| agentloop_core::tool_rules::last_match(&rules, &call(cmd));
+//! assert_eq!(decide("ls"), Some(0));
+//! assert_eq!(decide("git status"), Some(1));
+//! assert_eq!(decide("git push -f"), Some(2));
+//! // The command-line form of a rule.
+//! let rule: ToolRule = "deny@30s:bash:command=rm *".parse().unwrap();
+//! assert_eq!(rule.action, RuleAction::Deny);
+//! assert_eq!(rule.timeout_ms, Some(30_000));
+//! assert_eq!(rule.to_string(), "deny@30s:bash:command=rm *");
+//! ```
+
+use std::borrow::Cow;
+use std::fmt;
+use std::str::FromStr;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::message::ToolCall;
+use crate::wildcard::{self, MAX_PATTERN_CHARS};
+
+/// What a rule does with the calls it decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleAction {
+    /// Run the call without asking.
+    Allow,
+    /// Put the call to a human first (R-CTL-4).
+    Ask,
+    /// Do not run the call: it gets a denied result that says which rule denied it and why,
+    /// and the run goes on (the model sees the result).
+    Deny,
+}
+
+impl RuleAction {
+    /// `allow`, `ask` or `deny`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleAction::Allow => "allow",
+            RuleAction::Ask => "ask",
+            RuleAction::Deny => "deny",
+        }
+    }
+}
+
+impl fmt::Display for RuleAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which argument a rule looks at, and the pattern its value must match.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ArgumentPattern {
+    /// The argument: a top-level name (`command`), a JSON Pointer (`/options/0`, RFC 6901),
+    /// or `""` for all the arguments as compact JSON. A call without it does not match.
+    pub field: String,
+    /// The [`wildcard`] pattern the value must match: a string value as it is, any other
+    /// value as compact JSON (`2`, `true`, `{"a":1}`).
+    pub pattern: String,
+}
+
+impl ArgumentPattern {
+    /// The value of this argument in `arguments`, as text (see [`ArgumentPattern::field`]).
+    pub fn value<'a>(&self, arguments: &'a Value) -> Option<Cow<'a, str>> {
+        let value = if self.field.is_empty() {
+            arguments
+        } else if self.field.starts_with('/') {
+            arguments.pointer(&self.field)?
+        } else {
+            arguments.get(&self.field)?
+        };
+        Some(match value {
+            Value::String(s) => Cow::Borrowed(s.as_str()),
+            other => Cow::Owned(other.to_string()),
+        })
+    }
+
+    /// Whether `arguments` has the argument and its value matches the pattern.
+    pub fn matches(&self, arguments: &Value) -> bool {
+        self.value(arguments)
+            .is_some_and(|v| wildcard::matches(&self.pattern, &v))
+    }
+}
+
+/// One rule: which calls it matches (tool name pattern, optional argument pattern) and what
+/// it decides for them (action, optional deadline). See the [module](self) doc.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolRule {
+    /// The [`wildcard`] pattern the tool's name must match (`*` for every tool).
+    pub tool: String,
+    /// The argument pattern the call must also match (`None`: every call of the tool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argument: Option<ArgumentPattern>,
+    /// What happens to a call this rule decides.
+    pub action: RuleAction,
+    /// The deadline of a call this rule decides, once it runs (the tool-call chart's
+    /// `deadline` row); `None`: the step's `tool_timeout_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// For `deny`: why, in the denied result the model reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl ToolRule {
+    fn new(tool: impl Into<String>, action: RuleAction) -> Self {
+        ToolRule {
+            tool: tool.into(),
+            argument: None,
+            action,
+            timeout_ms: None,
+            reason: None,
+        }
+    }
+
+    /// Allows the calls of the tools `tool` matches.
+    pub fn allow(tool: impl Into<String>) -> Self {
+        Self::new(tool, RuleAction::Allow)
+    }
+
+    /// Asks a human about the calls of the tools `tool` matches.
+    pub fn ask(tool: impl Into<String>) -> Self {
+        Self::new(tool, RuleAction::Ask)
+    }
+
+    /// Denies the calls of the tools `tool` matches.
+    pub fn deny(tool: impl Into<String>) -> Self {
+        Self::new(tool, RuleAction::Deny)
+    }
+
+    /// Only calls whose argument `field` matches `pattern` (see [`ArgumentPattern`]).
+    pub fn argument(mut self, field: impl Into<String>, pattern: impl Into<String>) -> Self {
+        self.argument = Some(ArgumentPattern {
+            field: field.into(),
+            pattern: pattern.into(),
+        });
+        self
+    }
+
+    /// The deadline of the calls this rule decides.
+    pub fn timeout_ms(mut self, ms: u64) -> Self {
+        self.timeout_ms = Some(ms);
+        self
+    }
+
+    /// Why calls are denied (shown to the model).
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+
+    /// Whether the rule matches `call`: its name, and its argument if the rule names one.
+    pub fn matches(&self, call: &ToolCall) -> bool {
+        wildcard::matches(&self.tool, &call.name)
+            && self
+                .argument
+                .as_ref()
+                .is_none_or(|a| a.matches(&call.arguments))
+    }
+
+    /// Checks what a rule must satisfy: a tool pattern, patterns of at most
+    /// [`MAX_PATTERN_CHARS`] characters.
+    pub fn validate(&self) -> Result<(), RuleError> {
+        if self.tool.is_empty() {
+            return Err(RuleError::EmptyTool);
+        }
+        let long = |p: &str| p.chars().count() > MAX_PATTERN_CHARS;
+        if long(&self.tool) || self.argument.as_ref().is_some_and(|a| long(&a.pattern)) {
+            return Err(RuleError::PatternTooLong);
+        }
+        Ok(())
+    }
+
+    /// The denied result's text for a call rule `index` denied.
+    pub fn denial(&self, index: usize) -> String {
+        let why = self
+            .reason
+            .as_deref()
+            .unwrap_or("the agent's tool rules do not allow this call");
+        format!("denied by rule {index} ({self}): {why}")
+    }
+}
+
+/// The index of the rule that decides `call`: the last one that matches (`None`: none does).
+/// Looks at the rules from the last one and stops at the first match.
+pub fn last_match(rules: &[ToolRule], call: &ToolCall) -> Option<usize> {
+    rules.iter().rposition(|r| r.matches(call))
+}
+
+/// Why a rule was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuleError {
+    /// The command-line form is wrong.
+    #[error("{0} (expected ACTION[@TIMEOUT]:TOOL[:FIELD=PATTERN], e.g. `deny:bash:command=rm *` or `allow@600s:bash:command=cargo *`)")]
+    Syntax(String),
+    /// The tool pattern is empty.
+    #[error("the tool pattern is empty (`*` matches every tool)")]
+    EmptyTool,
+    /// A pattern is longer than [`MAX_PATTERN_CHARS`].
+    #[error("a pattern is longer than {MAX_PATTERN_CHARS} characters")]
+    PatternTooLong,
+}
+
+/// The command-line form: `ACTION[@TIMEOUT]:TOOL[:FIELD=PATTERN]`, where ACTION is `allow`,
+/// `ask` or `deny`, TIMEOUT is a whole number of `ms` or `s`, TOOL a pattern without `:`, FIELD
+/// an argument name or JSON Pointer (empty: all the arguments) and PATTERN anything up to the
+/// end. A rule with a `reason` needs the JSON form.
+impl FromStr for ToolRule {
+    type Err = RuleError;
+
+    fn from_str(spec: &str) -> Result<Self, RuleError> {
+        let syntax = |m: &str| RuleError::Syntax(format!("{spec:?}: {m}"));
+        let (head, rest) = spec
+            .split_once(':')
+            .ok_or_else(|| syntax("no `:` after the action"))?;
+        let (action, timeout) = match head.split_once('@') {
+            Some((a, t)) => (a, Some(t)),
+            None => (head, None),
+        };
+        let action = match action {
+            "allow" => RuleAction::Allow,
+            "ask" => RuleAction::Ask,
+            "deny" => RuleAction::Deny,
+            other => {
+                return Err(syntax(&format!(
+                    "unknown action {other:?} (allow, ask, deny)"
+                )))
+            }
+        };
+        let timeout_ms = timeout
+            .map(|t| {
+                parse_duration_ms(t)
+                    .ok_or_else(|| syntax(&format!("bad timeout {t:?} (e.g. 500ms, 30s)")))
+            })
+            .transpose()?;
+        let (tool, argument) = match rest.split_once(':') {
+            Some((tool, arg)) => {
+                let (field, pattern) = arg
+                    .split_once('=')
+                    .ok_or_else(|| syntax("no `=` between the argument and its pattern"))?;
+                (
+                    tool,
+                    Some(ArgumentPattern {
+                        field: field.to_string(),
+                        pattern: pattern.to_string(),
+                    }),
+                )
+            }
+            None => (rest, None),
+        };
+        let rule = ToolRule {
+            tool: tool.to_string(),
+            argument,
+            action,
+            timeout_ms,
+            reason: None,
+        };
+        rule.validate()?;
+        Ok(rule)
+    }
+}
+
+/// `500ms` or `30s` in milliseconds.
+fn parse_duration_ms(t: &str) -> Option<u64> {
+    if let Some(ms) = t.strip_suffix("ms") {
+        return ms.parse().ok();
+    }
+    t.strip_suffix('s')?.parse::<u64>().ok()?.checked_mul(1000)
+}
+
+/// The command-line form (without the reason).
+impl fmt::Display for ToolRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.action.as_str())?;
+        match self.timeout_ms {
+            Some(ms) if ms % 1000 == 0 && ms > 0 => write!(f, "@{}s", ms / 1000)?,
+            Some(ms) => write!(f, "@{ms}ms")?,
+            None => {}
+        }
+        write!(f, ":{}", self.tool)?;
+        if let Some(a) = &self.argument {
+            write!(f, ":{}={}", a.field, a.pattern)?;
+        }
+        Ok(())
+    }
+}
+
+/// What decides one call: the rule (if one matched), its action and the call's deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallPolicy {
+    /// The index of the deciding rule (`None`: no rule matched; the per-tool approval map
+    /// decided).
+    pub rule: Option<usize>,
+    /// Run, ask or deny.
+    pub action: RuleAction,
+    /// The call's deadline once it runs (`None`: none).
+    pub timeout_ms: Option<u64>,
+    /// The deciding rule looks at the arguments: approving another call of the tool "always"
+    /// does not cover this one (the session's approver may still, by command family).
+    pub by_argument: bool,
+}
+
+impl Default for CallPolicy {
+    fn default() -> Self {
+        CallPolicy {
+            rule: None,
+            action: RuleAction::Allow,
+            timeout_ms: None,
+            by_argument: false,
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! The tool rules' wildcard matcher (issue 13, R-TOOL-3) against a reference implementation:
+//! the textbook dynamic program over (pattern prefix, text prefix), quadratic but obviously
+//! right, with OpenCode's `" *"` tail rule on top.
+
+use agentloop_core::wildcard::{matches, Pattern};
+use proptest::prelude::*;
+
+/// `dp[i][j]`: the first `i` pattern characters match the first `j` text characters.
+fn reference_glob(pattern: &[char], text: &[char]) -> bool {
+    let mut dp = vec![vec![false; text.len() + 1]; pattern.len() + 1];
+    dp[0][0] = true;
+    for i in 1..=pattern.len() {
+        for j in 0..=text.len() {
+            dp[i][j] = match pattern[i - 1] {
+                '*' => dp[i - 1][j] || (j > 0 && dp[i][j - 1]),
+                '?' => j > 0 && dp[i - 1][j - 1],
+                c => j > 0 && dp[i - 1][j - 1] && text[j - 1] == c,
+            };
+        }
+    }
+    dp[pattern.len()][text.len()]
+}
+
+fn reference(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    if let Some(head) = pattern.strip_suffix(" *") {
+        let h: Vec<char> = head.chars().collect();
+        if reference_glob(&h, &t) {
+            return true;
+        }
+    }
+    reference_glob(&p, &t)
+}
+
+/// Strings over a small alphabet (so matches are common), with a two-byte character.
+fn word(max: usize) -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop_oneof![Just('a'), Just('b'), Just(' '), Just('é'), Just('/')],
+        0..max,
+    )
+    .prop_map(|v| v.into_iter().collect())
+}
+
+fn pattern(max: usize) -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop_oneof![
+            3 => Just('a'),
+            2 => Just('b'),
+            2 => Just(' '),
+            1 => Just('é'),
+            3 => Just('*'),
+            2 => Just('?'),
+        ],
+        0..max,
+    )
+    .prop_map(|v| v.into_iter().collect())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4_000))]
+
+    #[test]
+    fn r_tool_3_the_matcher_agrees_with_the_reference(p in pattern(12), t in word(16)) {
+        prop_assert_eq!(matches(&p, &t), reference(&p, &t), "pattern {:?} text {:?}", p, t);
+    }
+
+    /// Patterns of more than 63 tokens take several words per state set. Texts are the
+    /// pattern filled in (each `*` with one of a few words, empty ones included), then perhaps
+    /// with one character changed, so matches and near misses are both common.
+    #[test]
+    fn r_tool_3_long_patterns_agree_with_the_reference(
+        p in pattern(150),
+        fills in prop::collection::vec(word(3), 1..4),
+        edit in prop::option::of((any::<prop::sample::Index>(), prop_oneof![Just('a'), Just('b'), Just(' ')])),
+    ) {
+        let mut stars = 0;
+        let mut t: Vec<char> = Vec::new();
+        for c in p.chars() {
+            match c {
+                '*' => {
+                    t.extend(fills[stars % fills.len()].chars());
+                    stars += 1;
+                }
+                '?' => t.push('b'),
+                c => t.push(c),
+            }
+        }
+        if let (Some((at, c)), false) = (edit, t.is_empty()) {
+            let i = at.index(t.len());
+            t[i] = c;
+        }
+        let pc: Vec<char> = p.chars().collect();
+        let text: String = t.iter().collect();
+        prop_assert_eq!(Pattern::new(&p).matches(&text), reference_glob(&pc, &t), "pattern {:?} text {:?}", p, text);
+        prop_assert_eq!(matches(&p, &text), reference(&p, &text));
+    }
+}
