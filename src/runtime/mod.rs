@@ -455,6 +455,20 @@ impl<M> AgentBuilder<M> {
         self
     }
 
+    /// Sets the retry decision (R-EXT-3, seed 003's `isRetryableError`): `f` says whether an
+    /// attempt that failed with a typed error is worth retrying (the retry policy's
+    /// `max_retries` still bounds the retries). Traces record it as `name`
+    /// (`config.step.retry.decider`); replay them with a registry that has it
+    /// ([`DeciderRegistry::with_retry`](crate::react::DeciderRegistry::with_retry)).
+    pub fn retry_decider(
+        mut self,
+        name: impl Into<std::borrow::Cow<'static, str>>,
+        f: crate::process::RetryDecider,
+    ) -> Self {
+        self.config.step.retry.decider = crate::process::RetryDeciderRef::new(name, f);
+        self
+    }
+
     /// Sets the run's usage limits (issue 12): tokens, cost, model calls and tool calls;
     /// reaching one asks for a final answer or stops the run, as `limits.on_limit` says, and
     /// the run ends with reason `usage_limit:<limit>`.

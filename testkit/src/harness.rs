@@ -20,7 +20,8 @@ use agentloop_core::message::{FinishReason, MessageDelta, ToolResult, ToolStatus
 use agentloop_core::model::{ModelParams, ModelRequest};
 use agentloop_core::output::{OutputRejected, OutputSpec};
 use agentloop_core::process::{
-    ApprovalPolicy, DoomLoopPolicy, LoopAction, Process, ProcessStep, RetryPolicy, StepConfig,
+    default_retry_decider, ApprovalPolicy, DoomLoopPolicy, LoopAction, Process, ProcessStep,
+    RetryDeciderRef, RetryPolicy, StepConfig,
 };
 use agentloop_core::react::{
     default_decider, DeciderRef, DeciderRegistry, Decision, LimitAction, LoopResult, Observation,
@@ -83,6 +84,9 @@ pub struct Setup {
     /// `ask_user` is offered and answered by the person (`start_ask_user`, `user_answered`,
     /// `user_unavailable`, `user_deadline`; issue 13, seed 001).
     pub ask_user: bool,
+    /// The retry decision is [`RETRY_AUTH_ONCE`] (R-EXT-3, issue 13): a 401 is retried on the
+    /// step's first attempt, a server error never.
+    pub retry_decider: bool,
 }
 
 /// The fallback model of [`Setup::fallback`].
@@ -107,6 +111,7 @@ impl Default for Setup {
             auto_resume: false,
             pure_calculator: false,
             ask_user: false,
+            retry_decider: false,
         }
     }
 }
@@ -114,9 +119,25 @@ impl Default for Setup {
 /// The name [`Setup::stop_decider`]'s decision function is recorded under.
 pub const STOP_AFTER_TWO: &str = "stop_after_two";
 
-/// The deciders harness runs use: the default one and [`STOP_AFTER_TWO`].
+/// The name [`Setup::retry_decider`]'s retry decision function is recorded under.
+pub const RETRY_AUTH_ONCE: &str = "retry_auth_once";
+
+/// The deciders harness runs use: the default ones, [`STOP_AFTER_TWO`] and
+/// [`RETRY_AUTH_ONCE`].
 pub fn deciders() -> DeciderRegistry {
-    DeciderRegistry::new().with(STOP_AFTER_TWO, stop_after_two)
+    DeciderRegistry::new()
+        .with(STOP_AFTER_TWO, stop_after_two)
+        .with_retry(RETRY_AUTH_ONCE, retry_auth_once)
+}
+
+/// Retries a 401 on the step's first attempt only, a server error never, the rest by the
+/// default rule.
+fn retry_auth_once(error: &ModelError, attempt: u32) -> bool {
+    match error.kind {
+        ErrorKind::Authentication => attempt == 1,
+        ErrorKind::ServerError => false,
+        _ => default_retry_decider(error, attempt),
+    }
 }
 
 fn stop_after_two(o: &Observation) -> Decision {
@@ -171,6 +192,7 @@ impl Setup {
             auto_resume: b.count_ones().is_multiple_of(2),
             pure_calculator: b % 3 == 1,
             ask_user: b % 7 == 2,
+            retry_decider: b % 17 == 9,
         }
     }
 
@@ -182,6 +204,11 @@ impl Setup {
                 initial_backoff_ms: 10,
                 max_backoff_ms: 40,
                 retry_after_cap_ms: 100,
+                decider: if self.retry_decider {
+                    RetryDeciderRef::new(RETRY_AUTH_ONCE, retry_auth_once)
+                } else {
+                    RetryDeciderRef::default()
+                },
                 ..RetryPolicy::default()
             },
             parallel_tools: self.parallel_tools,

@@ -38,6 +38,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
             any::<bool>(),
             prop::bool::weighted(0.3),
             prop::bool::weighted(0.2),
+            prop::bool::weighted(0.2),
         ),
     )
         .prop_map(
@@ -59,6 +60,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                     auto_resume,
                     pure_calculator,
                     ask_user,
+                    retry_decider,
                 ),
             )| Setup {
                 parallel_tools,
@@ -77,6 +79,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 auto_resume,
                 pure_calculator,
                 ask_user,
+                retry_decider,
             },
         )
 }

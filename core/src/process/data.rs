@@ -203,6 +203,7 @@ impl ProcessData {
             .timers
             .get(timer_id)
             .unwrap_or((AttemptTimer::Request, 0));
+        let note = self.not_retried_note();
         self.timers.fired(timer_id);
         self.end_attempt();
         match kind {
@@ -217,10 +218,47 @@ impl ProcessData {
                     format!("stream stalled for {ms} ms"),
                     ModelError::new(
                         ErrorKind::Timeout,
-                        format!("stream stalled for {ms} ms; retries exhausted"),
+                        format!("stream stalled for {ms} ms; {note}"),
                     ),
                 )
             }
+        }
+    }
+
+    /// The `timeout` error an attempt deadline that passed stands for, as the retry decider
+    /// sees it (pure: the guards ask before the handler runs).
+    pub(crate) fn deadline_error(&self, timer_id: u64) -> ModelError {
+        let (kind, ms) = self
+            .timers
+            .get(timer_id)
+            .unwrap_or((AttemptTimer::Request, 0));
+        let why = match kind {
+            AttemptTimer::Request => format!("request exceeded {ms} ms"),
+            AttemptTimer::FirstChunk | AttemptTimer::Stall => {
+                format!("stream stalled for {ms} ms")
+            }
+        };
+        ModelError::new(ErrorKind::Timeout, why)
+    }
+
+    /// The `timeout` error a stalled stream stands for, as the retry decider sees it.
+    pub(crate) fn stall_error(after_ms: u64) -> ModelError {
+        ModelError::new(
+            ErrorKind::Timeout,
+            format!("stream stalled for {after_ms} ms"),
+        )
+    }
+
+    /// Why a failed attempt is not retried, for the step's error: the retries are used up,
+    /// or the retry decider declined.
+    pub(crate) fn not_retried_note(&self) -> String {
+        if self.retries >= self.cfg.retry.max_retries {
+            "retries exhausted".into()
+        } else {
+            format!(
+                "not retried (retry decider `{}`)",
+                self.cfg.retry.decider.name()
+            )
         }
     }
 
@@ -260,9 +298,12 @@ impl ProcessData {
         self.acc_epoch += 1;
     }
 
-    /// Whether a failed attempt may be retried.
-    pub(crate) fn retry_budget_left(&self, retryable: bool) -> bool {
-        retryable && self.retries < self.cfg.retry.max_retries
+    /// Whether the attempt that failed with `error` is retried: retries are left and the
+    /// retry decider says so (R-EXT-3; see [`RetryPolicy::retries_after`]).
+    ///
+    /// [`RetryPolicy::retries_after`]: crate::process::RetryPolicy::retries_after
+    pub(crate) fn may_retry(&self, error: &ModelError) -> bool {
+        self.cfg.retry.retries_after(error, self.retries)
     }
 
     /// Schedules the next attempt: discards partial output, starts the backoff timer.

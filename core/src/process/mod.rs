@@ -8,6 +8,7 @@ pub(crate) mod data;
 pub(crate) mod deadlines;
 pub(crate) mod guards;
 pub(crate) mod machine;
+pub mod retry;
 pub(crate) mod slots;
 
 #[cfg(test)]
@@ -31,6 +32,10 @@ pub use config::{
 use data::ProcessData;
 pub use data::StepOutcome;
 use machine::{Input, ProcessMachine, State};
+pub use retry::{
+    default_retry_decider, RetryDecider, RetryDeciderRef, RetryDeciderRegistry,
+    UnknownRetryDecider, DEFAULT_RETRY_DECIDER,
+};
 
 /// Identifies the partial message of a run (R-STR-2) without building it: equal marks mean
 /// an equal message, so an observer's snapshot needs no refresh; marks of the same source

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::agent_event::Outcome;
 use crate::message::{Message, Usage};
 use crate::model::ModelParams;
-use crate::process::StepConfig;
+use crate::process::{RetryDecider, RetryDeciderRegistry, StepConfig};
 use crate::react::limits::UsageLimits;
 use crate::tool_spec::ToolSpecs;
 
@@ -168,9 +168,14 @@ pub struct UnknownDecider {
 
 /// Decision functions by name (R-OUT-3), for rebuilding a recorded configuration: replay
 /// looks the trace header's decider name up here. Always holds [`DEFAULT_DECIDER`].
+///
+/// It also holds the retry decision functions (R-EXT-3; [`with_retry`](Self::with_retry)),
+/// which replay looks the header's `step.retry.decider` up in, so one registry names every
+/// function a trace can name.
 #[derive(Clone, Debug)]
 pub struct DeciderRegistry {
     deciders: std::collections::BTreeMap<String, Decider>,
+    retry: RetryDeciderRegistry,
 }
 
 impl Default for DeciderRegistry {
@@ -184,7 +189,31 @@ impl DeciderRegistry {
     pub fn new() -> Self {
         let mut deciders = std::collections::BTreeMap::new();
         deciders.insert(DEFAULT_DECIDER.to_string(), default_decider as Decider);
-        DeciderRegistry { deciders }
+        DeciderRegistry {
+            deciders,
+            retry: RetryDeciderRegistry::new(),
+        }
+    }
+
+    /// Registers the retry decision function `f` under `name` (R-EXT-3; builder style).
+    pub fn with_retry(mut self, name: impl Into<String>, f: RetryDecider) -> Self {
+        self.retry.register(name, f);
+        self
+    }
+
+    /// Registers the retry decision function `f` under `name`; returns the function it
+    /// replaces, if any.
+    pub fn register_retry(
+        &mut self,
+        name: impl Into<String>,
+        f: RetryDecider,
+    ) -> Option<RetryDecider> {
+        self.retry.register(name, f)
+    }
+
+    /// The retry decision functions.
+    pub fn retry(&self) -> &RetryDeciderRegistry {
+        &self.retry
     }
 
     /// Registers `f` under `name`; returns the function it replaces, if any.

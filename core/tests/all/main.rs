@@ -25,6 +25,7 @@ mod process_details;
 mod purity;
 mod random_events;
 mod records;
+mod retry_decider;
 mod run_control;
 mod session_history;
 mod shared_messages;
