@@ -1,5 +1,6 @@
 //! Issue 13 item 3, seed 003 (Raye) through the runtime on the scripted model: the retry
-//! decision replaceable as a pure function of the typed error, recorded by name (R-EXT-3).
+//! decision replaceable as a pure function of the typed error, recorded by name (R-EXT-3), and
+//! an `ExecuteResult` for each step (R-IN-5).
 
 use std::sync::Arc;
 
@@ -10,7 +11,7 @@ use agentloop::react::DeciderRegistry;
 use agentloop::runtime::{Agent, AgentBuilder, RunOutput, SequentialIds, VecSink, WithModel};
 use agentloop::store::MemoryStore;
 use agentloop::trace::{replay, replay_with, Trace, TraceError};
-use agentloop::{AgentEvent, Message, Outcome};
+use agentloop::{AgentEvent, Message, Outcome, StepEnd, ToolStatus};
 
 const ONCE: &str = "retry_bad_request_once";
 
@@ -76,6 +77,7 @@ async fn r_ext_3_issue_13_a_custom_retry_decider_changes_the_run() {
         .build();
     let out = run(&agent, "hi").await;
     assert_eq!(out.result.outcome, Outcome::Failed);
+    assert_eq!(out.steps()[0].attempts, 2);
     assert_eq!(retries(&sink), 1);
 }
 
@@ -117,4 +119,96 @@ async fn r_ext_3_issue_13_the_trace_names_the_retry_decider_and_replays_only_wit
     let header: serde_json::Value =
         serde_json::from_str(text.lines().next().expect("header")).expect("json");
     assert!(header["config"]["step"]["retry"].get("decider").is_none());
+}
+
+/// Step 1: a 429, then two calls (one to a tool that does not exist: an error result).
+/// Step 2: a 500 (retried), then a 400 (not): the step fails and the fallback model takes it.
+const PRIMARY: &str = r#"{"turns": [
+    {"errors": [{"status": 429}], "text": "Let me see.",
+     "tool_calls": [{"id": "c1", "name": "nope"},
+                    {"id": "c2", "name": "calculator", "arguments": {"expression": "2+3"}}]},
+    {"errors": [{"status": 500}, {"status": 400}], "text": "never served"}
+]}"#;
+
+const BACKUP: &str = r#"{"turns": [
+    {"text": "unused"},
+    {"text": "The answer is {{last_tool_result}}."}
+]}"#;
+
+#[tokio::test(start_paused = true)]
+async fn r_in_5_issue_13_each_step_has_an_execute_result() {
+    let sink = VecSink::default();
+    let agent = builder(PRIMARY, &sink)
+        .fallback_model("backup", Arc::new(scripted(BACKUP)))
+        .build();
+    let out = run(&agent, "What is 2+3?").await;
+    assert_eq!(out.result.outcome, Outcome::Completed, "{:?}", out.result);
+    let steps = out.steps();
+    let summary: Vec<(u32, &str, u32, StepEnd, Option<ErrorKind>)> = steps
+        .iter()
+        .map(|s| {
+            (
+                s.model_call_index,
+                s.model,
+                s.attempts,
+                s.end,
+                s.error.map(|e| e.kind),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (1, "scripted", 2, StepEnd::Success, None),
+            (
+                2,
+                "scripted",
+                2,
+                StepEnd::Failed,
+                Some(ErrorKind::BadRequest)
+            ),
+            (2, "backup", 1, StepEnd::Success, None),
+        ]
+    );
+
+    // Step 1: its message, both calls and both results, the failed call's included.
+    let first = &steps[0];
+    assert!(first.success());
+    assert_eq!(first.message.map(|m| m.text.as_str()), Some("Let me see."));
+    let calls: Vec<&str> = first.tool_calls.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(calls, ["nope", "calculator"]);
+    let results: Vec<(&str, ToolStatus)> = first
+        .tool_results
+        .iter()
+        .map(|r| (r.content.as_str(), r.status))
+        .collect();
+    assert_eq!(results[0].1, ToolStatus::Error);
+    assert_eq!(results[1], ("5", ToolStatus::Completed));
+
+    // The failed step: the error, no message.
+    let failed = &steps[1];
+    assert!(!failed.success() && failed.message.is_none());
+    assert_eq!(failed.error.and_then(|e| e.http_status), Some(400));
+
+    // The fallback's step: the answer.
+    assert_eq!(
+        steps[2].message.map(|m| m.text.as_str()),
+        Some("The answer is 5.")
+    );
+
+    // Observers got the same records, as `step_finished` events, in order.
+    let reported: Vec<_> = sink
+        .events()
+        .into_iter()
+        .filter_map(|e| match e.event {
+            AgentEvent::StepFinished { step } => Some(*step),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reported, out.result.steps);
+
+    // The records are in the trace, and it replays.
+    let trace = out.trace.as_ref().expect("recorded");
+    assert_eq!(replay(trace), None);
+    insta::assert_json_snapshot!(out.result.steps);
 }

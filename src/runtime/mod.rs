@@ -260,6 +260,15 @@ pub struct RunOutput {
     pub trace: Option<Trace>,
 }
 
+impl RunOutput {
+    /// What each step produced (R-IN-5, seed 003's `ExecuteResult`): its committed message,
+    /// tool calls, tool results, usage and error, in step order, borrowed from the result's
+    /// messages (see [`LoopResult::execute_results`]).
+    pub fn steps(&self) -> Vec<crate::execute_result::ExecuteResult<'_>> {
+        self.result.execute_results()
+    }
+}
+
 /// The tools of an agent, shared so a session can attach tools while a run is going (R-CTL-6):
 /// the driver looks implementations up here; which tools the *model* is offered is the run's
 /// configuration.
@@ -1091,6 +1100,7 @@ impl Agent {
             usage: Default::default(),
             steering_left: run.steering().to_vec(),
             error: Some(crate::error::RunError::NoResult),
+            steps: run.steps().to_vec(),
         });
         let mut result = result;
         result.steering_left.extend(undelivered);

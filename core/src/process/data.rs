@@ -51,6 +51,8 @@ pub struct ProcessData {
     pub(crate) slots: Slots,
     pub(crate) outcome: Option<StepOutcome>,
     pub(crate) retries: u32,
+    /// Model attempts this step sent (`CallModel` effects).
+    pub(crate) attempts: u32,
     /// The current attempt's request as a hook rewrote it (cleared for each attempt).
     pub(crate) sent: Option<Box<ModelRequest>>,
     /// Signatures (tool name, canonical arguments) of the run's earlier calls, oldest first.
@@ -89,6 +91,7 @@ impl ProcessData {
             slots: Slots::default(),
             outcome: None,
             retries: 0,
+            attempts: 0,
             sent: None,
             recent: Vec::new(),
             cache: Default::default(),
@@ -273,6 +276,7 @@ impl ProcessData {
         self.sent = None;
         self.new_assembler();
         let request = self.request.clone();
+        self.attempts += 1;
         self.emit(AgentEvent::RequestStart {
             model_call_index: request.model_call_index,
             attempt: request.attempt,

@@ -363,6 +363,12 @@ impl Process {
     pub fn retries(&self) -> u32 {
         self.data.retries
     }
+
+    /// Model attempts the step sent so far (1 + its retries once it began; 0 for a resumed
+    /// step, which makes no request).
+    pub fn attempts(&self) -> u32 {
+        self.data.attempts
+    }
 }
 
 impl Process {

@@ -4,6 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::agent_event::Outcome;
+use crate::execute_result::{ExecuteResult, StepRecord};
 use crate::message::{Message, Usage};
 use crate::model::ModelParams;
 use crate::process::{RetryDecider, RetryDeciderRegistry, StepConfig};
@@ -342,6 +343,13 @@ pub struct RunConfig {
     /// invalid one (rows `observing_retry_output`, `observing_output_invalid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<crate::output::OutputSpec>,
+    /// Report each step's end as a `step_finished` event carrying its
+    /// [`StepRecord`] (R-IN-5), so the trace holds it.
+    /// On by default; a configuration serialized without the field (a trace recorded before it
+    /// existed) reads as off, the behaviour it was recorded with. The run's
+    /// [`LoopResult::steps`] are kept either way.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub report_steps: bool,
 }
 
 impl RunConfig {
@@ -380,6 +388,7 @@ impl Default for RunConfig {
             fallbacks: Vec::new(),
             limits: UsageLimits::default(),
             output: None,
+            report_steps: true,
         }
     }
 }
@@ -406,9 +415,25 @@ pub struct LoopResult {
     /// Why it failed (`None` unless the outcome is `failed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<crate::error::RunError>,
+    /// What each step produced, in order (R-IN-5): one record per step that ended — a step a
+    /// fallback model took again, or requested again after a context overflow, has two, the
+    /// failed one first; a step cut short by a failed store write (R-IDEM-4) has none. The
+    /// records name their messages by position in `messages`;
+    /// [`execute_results`](Self::execute_results) resolves them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepRecord>,
 }
 
 impl LoopResult {
+    /// Each step's [`ExecuteResult`] (seed 003, R-IN-5): its committed message, tool calls,
+    /// tool results, usage and error, borrowed from [`messages`](Self::messages).
+    pub fn execute_results(&self) -> Vec<ExecuteResult<'_>> {
+        self.steps
+            .iter()
+            .map(|s| s.resolve(&self.messages))
+            .collect()
+    }
+
     /// The text of the last assistant message, if any.
     pub fn final_text(&self) -> Option<&str> {
         self.messages.iter().rev().find_map(|m| match m {

@@ -8,6 +8,7 @@ mod context;
 mod coverage;
 mod deadlines;
 mod decider_replay;
+mod execute_result;
 mod fallback;
 mod fuzz_corpus_core;
 mod import_rules;
