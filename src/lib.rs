@@ -6,9 +6,9 @@
 
 // The pure core, re-exported under the paths it always had.
 pub use agentloop_core::{
-    agent_event, chart, context, effect, error, event, import, inline_tags, message, output,
-    process, react, session_log, step, todo, tool_check, tool_rules, trace_diff, transcript,
-    whatif, wildcard,
+    agent_event, chart, context, effect, error, event, execute_result, import, inline_tags,
+    message, output, process, react, session_log, step, todo, tool_check, tool_rules, trace_diff,
+    transcript, whatif, wildcard,
 };
 
 pub mod attachment;
@@ -45,6 +45,7 @@ pub use agent_event::{AgentEvent, Outcome};
 pub use effect::Effect;
 pub use error::{ErrorKind, ModelError, RunError};
 pub use event::{ApprovalDecision, ApprovalStatus, AttemptId, Event, GateVerdict};
+pub use execute_result::{ExecuteResult, StepEnd, StepRecord};
 pub use message::{
     AssistantMessage, ContentPart, MediaSource, Message, MessageDelta, ToolCall, ToolResult,
     ToolStatus, Usage,

@@ -177,13 +177,16 @@ fn replay_main(path: &std::path::Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // The CLI has only the built-in decider: a trace recorded with another decision function
-    // is refused (exit 2, naming it) rather than replayed with the default one.
+    // The CLI has only the built-in deciders: a trace recorded with another decision (or retry
+    // decision) function is refused (exit 2, naming it) rather than replayed with the default.
     let divergence = match replay_with(&trace, &DeciderRegistry::new()) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("error: {}: {e}", path.display());
-            if matches!(e, TraceError::UnknownDecider { .. }) {
+            if matches!(
+                e,
+                TraceError::UnknownDecider { .. } | TraceError::UnknownRetryDecider { .. }
+            ) {
                 eprintln!(
                     "hint: the agentloop command has only the built-in deciders; replay this \
                      trace from the program that recorded it, with agentloop::trace::replay_with"

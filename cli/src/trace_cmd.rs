@@ -337,6 +337,12 @@ pub fn what_if_main(path: &Path, args: &WhatIfArgs) -> ExitCode {
             if matches!(e, TraceError::UnknownDecider { .. }) {
                 eprintln!("hint: name a decider this program has with --decider");
             }
+            if matches!(e, TraceError::UnknownRetryDecider { .. }) {
+                eprintln!(
+                    "hint: the agentloop command has only the built-in retry decider; replay \
+                     this trace from the program that recorded it"
+                );
+            }
             return ExitCode::from(2);
         }
     };

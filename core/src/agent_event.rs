@@ -196,6 +196,15 @@ pub enum AgentEvent {
         #[serde(default)]
         message: Box<AssistantMessage>,
     },
+    /// A step ended (R-IN-5, seed 003's `ExecuteResult`): how, after how many attempts, on
+    /// which model, with what usage or error, and where its committed message and tool results
+    /// are in the run's messages (the message itself is in `response_complete`). Reported
+    /// unless `RunConfig::report_steps` is off. A step aborted while immune tools drain ends,
+    /// and is reported, after the run's `agent_abort`.
+    StepFinished {
+        /// The step's record (boxed: it keeps every other event small).
+        step: Box<crate::execute_result::StepRecord>,
+    },
     /// A retry was scheduled (R-IN-1).
     Retry {
         /// Step.

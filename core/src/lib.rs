@@ -33,6 +33,7 @@ pub mod effect;
 pub mod entry;
 pub mod error;
 pub mod event;
+pub mod execute_result;
 pub mod import;
 pub mod inline_tags;
 pub mod message;
@@ -59,6 +60,7 @@ pub use effect::Effect;
 pub use entry::{Entry, EntryKey};
 pub use error::{ErrorKind, ModelError, RunError};
 pub use event::{ApprovalDecision, ApprovalStatus, AttemptId, Event, GateVerdict};
+pub use execute_result::{ExecuteResult, StepEnd, StepRecord};
 pub use message::{
     AssistantMessage, ContentPart, MediaSource, Message, MessageDelta, ToolCall, ToolResult,
     ToolStatus, Usage,

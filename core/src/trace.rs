@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::effect::Effect;
 use crate::event::Event;
+use crate::process::UnknownRetryDecider;
 use crate::react::{DeciderRegistry, Run, RunConfig, UnknownDecider};
 use crate::step::{Step, Transition};
 use crate::tool_spec::ToolSpecs;
@@ -160,6 +161,28 @@ pub enum TraceError {
         /// The names the registry has.
         known: Vec<String>,
     },
+    /// The trace was recorded with a retry decision function (R-EXT-3) the replaying registry
+    /// does not have; replaying it with another function would report a false divergence.
+    #[error(
+        "the trace was recorded with retry decider `{name}`, which is not registered \
+         (registered: {}); replay it with a DeciderRegistry that has it (`with_retry`)",
+        .known.join(", ")
+    )]
+    UnknownRetryDecider {
+        /// The retry decider name in the trace header (`config.step.retry.decider`).
+        name: String,
+        /// The retry decider names the registry has.
+        known: Vec<String>,
+    },
+}
+
+impl From<UnknownRetryDecider> for TraceError {
+    fn from(e: UnknownRetryDecider) -> Self {
+        TraceError::UnknownRetryDecider {
+            name: e.name,
+            known: e.known,
+        }
+    }
 }
 
 impl From<UnknownDecider> for TraceError {
@@ -370,13 +393,13 @@ impl Divergence {
     }
 }
 
-/// Replays a trace recorded with a built-in decider (the default one): [`replay_with`] with
-/// [`DeciderRegistry::new`]. Returns the first divergence, if any.
+/// Replays a trace recorded with the built-in deciders (the default ones): [`replay_with`]
+/// with [`DeciderRegistry::new`]. Returns the first divergence, if any.
 ///
-/// A trace recorded with another decider is never replayed with a substitute function: it is
-/// reported as diverging at its first record, with nothing replayed (`replayed: None`). Use
-/// [`replay_with`] and a registry that has the decider to replay it, or to get the typed
-/// [`TraceError::UnknownDecider`].
+/// A trace recorded with another decider or retry decider is never replayed with a substitute
+/// function: it is reported as diverging at its first record, with nothing replayed
+/// (`replayed: None`). Use [`replay_with`] and a registry that has the functions to replay it,
+/// or to get the typed [`TraceError::UnknownDecider`] / [`TraceError::UnknownRetryDecider`].
 pub fn replay(trace: &Trace) -> Option<Divergence> {
     match replay_with(trace, &DeciderRegistry::new()) {
         Ok(divergence) => divergence,
@@ -389,15 +412,17 @@ pub fn replay(trace: &Trace) -> Option<Divergence> {
 }
 
 /// Replays a trace: feeds its inputs into fresh machines built from its header — with the
-/// decision function `registry` has under the header's decider name — and compares every
-/// transition and effect (R-TRACE-2). Returns the first divergence, if any, or
-/// [`TraceError::UnknownDecider`] when the registry lacks the trace's decider.
+/// decision functions `registry` has under the header's decider and retry decider names — and
+/// compares every transition and effect (R-TRACE-2). Returns the first divergence, if any, or
+/// [`TraceError::UnknownDecider`] / [`TraceError::UnknownRetryDecider`] when the registry
+/// lacks one of the trace's functions.
 pub fn replay_with(
     trace: &Trace,
     registry: &DeciderRegistry,
 ) -> Result<Option<Divergence>, TraceError> {
     let mut config = trace.header.config.clone();
     config.resolve_decider(registry)?;
+    config.step.retry.resolve_decider(registry.retry())?;
     let mut run = Run::new(config);
     let mut regenerated = Trace::new(trace.header.clone());
     // Version 3 did not record tool-call transitions.

@@ -214,14 +214,15 @@ pub struct WhatIf {
     pub trace: Trace,
 }
 
-/// Feeds the recorded inputs of `trace` to machines built from `config` (the decider is
-/// resolved in `registry`) and compares. Inputs after the changed run has ended are not fed.
+/// Feeds the recorded inputs of `trace` to machines built from `config` (the decider and the
+/// retry decider are resolved in `registry`) and compares. Inputs after the changed run has ended are not fed.
 pub fn what_if(
     trace: &Trace,
     mut config: RunConfig,
     registry: &DeciderRegistry,
 ) -> Result<WhatIf, TraceError> {
     config.resolve_decider(registry)?;
+    config.step.retry.resolve_decider(registry.retry())?;
     let mut header = trace.header.clone();
     header.config = config.clone();
     let mut replayed = Trace::new(header);

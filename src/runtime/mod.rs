@@ -261,6 +261,15 @@ pub struct RunOutput {
     pub trace: Option<Trace>,
 }
 
+impl RunOutput {
+    /// What each step produced (R-IN-5, seed 003's `ExecuteResult`): its committed message,
+    /// tool calls, tool results, usage and error, in step order, borrowed from the result's
+    /// messages (see [`LoopResult::execute_results`]).
+    pub fn steps(&self) -> Vec<crate::execute_result::ExecuteResult<'_>> {
+        self.result.execute_results()
+    }
+}
+
 /// The tools of an agent, shared so a session can attach tools while a run is going (R-CTL-6):
 /// the driver looks implementations up here; which tools the *model* is offered is the run's
 /// configuration.
@@ -455,6 +464,20 @@ impl<M> AgentBuilder<M> {
         let name = name.into();
         self.models.insert(name.clone(), model);
         self.config.fallbacks.push(name);
+        self
+    }
+
+    /// Sets the retry decision (R-EXT-3, seed 003's `isRetryableError`): `f` says whether an
+    /// attempt that failed with a typed error is worth retrying (the retry policy's
+    /// `max_retries` still bounds the retries). Traces record it as `name`
+    /// (`config.step.retry.decider`); replay them with a registry that has it
+    /// ([`DeciderRegistry::with_retry`](crate::react::DeciderRegistry::with_retry)).
+    pub fn retry_decider(
+        mut self,
+        name: impl Into<std::borrow::Cow<'static, str>>,
+        f: crate::process::RetryDecider,
+    ) -> Self {
+        self.config.step.retry.decider = crate::process::RetryDeciderRef::new(name, f);
         self
     }
 
@@ -1153,6 +1176,7 @@ impl Agent {
             usage: Default::default(),
             steering_left: run.steering().to_vec(),
             error: Some(crate::error::RunError::NoResult),
+            steps: run.steps().to_vec(),
         });
         let mut result = result;
         result.steering_left.extend(undelivered);

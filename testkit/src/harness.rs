@@ -20,8 +20,8 @@ use agentloop_core::message::{FinishReason, MessageDelta, ToolResult, ToolStatus
 use agentloop_core::model::{ModelParams, ModelRequest};
 use agentloop_core::output::{OutputRejected, OutputSpec};
 use agentloop_core::process::{
-    ApprovalPolicy, DoomLoopPolicy, LoopAction, Process, ProcessStep, RetryPolicy, StepConfig,
-    ToolRule,
+    default_retry_decider, ApprovalPolicy, DoomLoopPolicy, LoopAction, Process, ProcessStep,
+    RetryDeciderRef, RetryPolicy, StepConfig, ToolRule,
 };
 use agentloop_core::react::{
     default_decider, DeciderRef, DeciderRegistry, Decision, LimitAction, LoopResult, Observation,
@@ -91,6 +91,9 @@ pub struct Setup {
     /// A title model titles the session on its first run (`generate_title`, `active_title`,
     /// `finishing_title`; issue 13, seed 004).
     pub title: bool,
+    /// The retry decision is [`RETRY_AUTH_ONCE`] (R-EXT-3, issue 13): a 401 is retried on the
+    /// step's first attempt, a server error never.
+    pub retry_decider: bool,
 }
 
 /// The rules of [`Setup::tool_rules`].
@@ -127,6 +130,7 @@ impl Default for Setup {
             ask_user: false,
             title: false,
             tool_rules: false,
+            retry_decider: false,
         }
     }
 }
@@ -134,9 +138,25 @@ impl Default for Setup {
 /// The name [`Setup::stop_decider`]'s decision function is recorded under.
 pub const STOP_AFTER_TWO: &str = "stop_after_two";
 
-/// The deciders harness runs use: the default one and [`STOP_AFTER_TWO`].
+/// The name [`Setup::retry_decider`]'s retry decision function is recorded under.
+pub const RETRY_AUTH_ONCE: &str = "retry_auth_once";
+
+/// The deciders harness runs use: the default ones, [`STOP_AFTER_TWO`] and
+/// [`RETRY_AUTH_ONCE`].
 pub fn deciders() -> DeciderRegistry {
-    DeciderRegistry::new().with(STOP_AFTER_TWO, stop_after_two)
+    DeciderRegistry::new()
+        .with(STOP_AFTER_TWO, stop_after_two)
+        .with_retry(RETRY_AUTH_ONCE, retry_auth_once)
+}
+
+/// Retries a 401 on the step's first attempt only, a server error never, the rest by the
+/// default rule.
+fn retry_auth_once(error: &ModelError, attempt: u32) -> bool {
+    match error.kind {
+        ErrorKind::Authentication => attempt == 1,
+        ErrorKind::ServerError => false,
+        _ => default_retry_decider(error, attempt),
+    }
 }
 
 fn stop_after_two(o: &Observation) -> Decision {
@@ -193,6 +213,7 @@ impl Setup {
             ask_user: b % 7 == 2,
             title: b % 5 == 4,
             tool_rules: b % 8 == 5,
+            retry_decider: b % 17 == 9,
         }
     }
 
@@ -204,6 +225,11 @@ impl Setup {
                 initial_backoff_ms: 10,
                 max_backoff_ms: 40,
                 retry_after_cap_ms: 100,
+                decider: if self.retry_decider {
+                    RetryDeciderRef::new(RETRY_AUTH_ONCE, retry_auth_once)
+                } else {
+                    RetryDeciderRef::default()
+                },
                 ..RetryPolicy::default()
             },
             parallel_tools: self.parallel_tools,

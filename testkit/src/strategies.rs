@@ -38,6 +38,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
             any::<bool>(),
             prop::bool::weighted(0.3),
             prop::bool::weighted(0.2),
+            prop::bool::weighted(0.2),
         ),
         (prop::bool::weighted(0.2), prop::bool::weighted(0.2)),
     )
@@ -60,6 +61,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                     auto_resume,
                     pure_calculator,
                     ask_user,
+                    retry_decider,
                 ),
                 (title, tool_rules),
             )| Setup {
@@ -81,6 +83,7 @@ pub fn setup() -> impl Strategy<Value = Setup> {
                 ask_user,
                 title,
                 tool_rules,
+                retry_decider,
             },
         )
 }

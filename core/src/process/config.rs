@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::error::ModelError;
 pub use crate::inline_tags::InlineTags;
 use crate::message::ToolCall;
+use crate::process::retry::{RetryDeciderRef, RetryDeciderRegistry, UnknownRetryDecider};
 use crate::tool_rules::{last_match, CallPolicy, RuleAction, ToolRule};
 
 /// The deadlines of one model attempt (R-IN-7), which the inner machine starts as timer
@@ -25,7 +27,8 @@ pub struct StreamDeadlines {
     pub request_ms: Option<u64>,
 }
 
-/// Retry and backoff (R-IN-1): initial 1 s, doubling, cap 10 s, 3 retries, by default.
+/// Retry and backoff (R-IN-1): initial 1 s, doubling, cap 10 s, 3 retries, by default; which
+/// errors are retried is the [`decider`](Self::decider)'s call (R-EXT-3).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RetryPolicy {
     /// Retries per step after the first attempt.
@@ -47,6 +50,14 @@ pub struct RetryPolicy {
     /// (the pure machine has no randomness of its own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter_seed: Option<u64>,
+    /// Whether a failed attempt is worth retrying (R-EXT-3, seed 003's `isRetryableError`):
+    /// a plain function of the typed error, recorded by name (absent when it is the default,
+    /// [`default_retry_decider`](crate::process::default_retry_decider), so a configuration
+    /// without the field has the default). The retry rows' guards ask it; `max_retries`
+    /// still bounds the retries.
+    #[serde(default, skip_serializing_if = "RetryDeciderRef::is_default")]
+    #[schemars(with = "String")]
+    pub decider: RetryDeciderRef,
 }
 
 fn default_jitter_percent() -> u8 {
@@ -62,11 +73,32 @@ impl Default for RetryPolicy {
             retry_after_cap_ms: 60_000,
             jitter_percent: default_jitter_percent(),
             jitter_seed: None,
+            decider: RetryDeciderRef::default(),
         }
     }
 }
 
 impl RetryPolicy {
+    /// Whether a step that has made `retries` retries retries after `error` (R-IN-2,
+    /// R-EXT-3): retries are left, the error is not a context overflow (compacted, never
+    /// retried as it is), and the decider says so for attempt `retries + 1`.
+    pub fn retries_after(&self, error: &ModelError, retries: u32) -> bool {
+        retries < self.max_retries
+            && !error.context_overflow()
+            && self.decider.decide(error, retries.saturating_add(1))
+    }
+
+    /// Replaces the decider's function with the one `registry` has under its name. Fails,
+    /// naming the function, when the registry has none: a recorded configuration is never
+    /// rebuilt with another retry decision.
+    pub fn resolve_decider(
+        &mut self,
+        registry: &RetryDeciderRegistry,
+    ) -> Result<(), UnknownRetryDecider> {
+        self.decider = registry.resolve(&self.decider)?;
+        Ok(())
+    }
+
     /// Delay before the retry that follows failed attempt `attempt` (1-based): the
     /// exponential backoff, or a server's hint (capped by `retry_after_cap_ms`) when that is
     /// longer. The backoff is the floor: a `retry-after` of 0 or a date in the past must not

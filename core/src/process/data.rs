@@ -52,6 +52,8 @@ pub struct ProcessData {
     pub(crate) slots: Slots,
     pub(crate) outcome: Option<StepOutcome>,
     pub(crate) retries: u32,
+    /// Model attempts this step sent (`CallModel` effects).
+    pub(crate) attempts: u32,
     /// The current attempt's request as a hook rewrote it (cleared for each attempt).
     pub(crate) sent: Option<Box<ModelRequest>>,
     /// Signatures (tool name, canonical arguments) of the run's earlier calls, oldest first.
@@ -90,6 +92,7 @@ impl ProcessData {
             slots: Slots::default(),
             outcome: None,
             retries: 0,
+            attempts: 0,
             sent: None,
             recent: Vec::new(),
             cache: Default::default(),
@@ -204,6 +207,7 @@ impl ProcessData {
             .timers
             .get(timer_id)
             .unwrap_or((AttemptTimer::Request, 0));
+        let note = self.not_retried_note();
         self.timers.fired(timer_id);
         self.end_attempt();
         match kind {
@@ -218,10 +222,47 @@ impl ProcessData {
                     format!("stream stalled for {ms} ms"),
                     ModelError::new(
                         ErrorKind::Timeout,
-                        format!("stream stalled for {ms} ms; retries exhausted"),
+                        format!("stream stalled for {ms} ms; {note}"),
                     ),
                 )
             }
+        }
+    }
+
+    /// The `timeout` error an attempt deadline that passed stands for, as the retry decider
+    /// sees it (pure: the guards ask before the handler runs).
+    pub(crate) fn deadline_error(&self, timer_id: u64) -> ModelError {
+        let (kind, ms) = self
+            .timers
+            .get(timer_id)
+            .unwrap_or((AttemptTimer::Request, 0));
+        let why = match kind {
+            AttemptTimer::Request => format!("request exceeded {ms} ms"),
+            AttemptTimer::FirstChunk | AttemptTimer::Stall => {
+                format!("stream stalled for {ms} ms")
+            }
+        };
+        ModelError::new(ErrorKind::Timeout, why)
+    }
+
+    /// The `timeout` error a stalled stream stands for, as the retry decider sees it.
+    pub(crate) fn stall_error(after_ms: u64) -> ModelError {
+        ModelError::new(
+            ErrorKind::Timeout,
+            format!("stream stalled for {after_ms} ms"),
+        )
+    }
+
+    /// Why a failed attempt is not retried, for the step's error: the retries are used up,
+    /// or the retry decider declined.
+    pub(crate) fn not_retried_note(&self) -> String {
+        if self.retries >= self.cfg.retry.max_retries {
+            "retries exhausted".into()
+        } else {
+            format!(
+                "not retried (retry decider `{}`)",
+                self.cfg.retry.decider.name()
+            )
         }
     }
 
@@ -236,6 +277,7 @@ impl ProcessData {
         self.sent = None;
         self.new_assembler();
         let request = self.request.clone();
+        self.attempts += 1;
         self.emit(AgentEvent::RequestStart {
             model_call_index: request.model_call_index,
             attempt: request.attempt,
@@ -261,9 +303,12 @@ impl ProcessData {
         self.acc_epoch += 1;
     }
 
-    /// Whether a failed attempt may be retried.
-    pub(crate) fn retry_budget_left(&self, retryable: bool) -> bool {
-        retryable && self.retries < self.cfg.retry.max_retries
+    /// Whether the attempt that failed with `error` is retried: retries are left and the
+    /// retry decider says so (R-EXT-3; see [`RetryPolicy::retries_after`]).
+    ///
+    /// [`RetryPolicy::retries_after`]: crate::process::RetryPolicy::retries_after
+    pub(crate) fn may_retry(&self, error: &ModelError) -> bool {
+        self.cfg.retry.retries_after(error, self.retries)
     }
 
     /// Schedules the next attempt: discards partial output, starts the backoff timer.

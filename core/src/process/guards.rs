@@ -33,13 +33,14 @@ fn current(data: &ProcessData, input: &Input<'_>) -> bool {
     }
 }
 
-/// Whether a failed attempt (error or stall) may be retried.
+/// Whether a failed attempt (error or stall) is retried: the budget is left and the retry
+/// decider says so (R-EXT-3).
 fn retryable(data: &ProcessData, input: &Input<'_>) -> bool {
     match input {
-        Input::Ext(Event::TransportError { error, .. }) => {
-            data.retry_budget_left(error.retryable())
+        Input::Ext(Event::TransportError { error, .. }) => data.may_retry(error),
+        Input::Ext(Event::StreamStalled { after_ms, .. }) => {
+            data.may_retry(&ProcessData::stall_error(*after_ms))
         }
-        Input::Ext(Event::StreamStalled { .. }) => data.retry_budget_left(true),
         _ => false,
     }
 }
@@ -72,7 +73,8 @@ pub(crate) fn holds(
         ProcessGuard::DeadlineRetry | ProcessGuard::DeadlineNoRetry => match input {
             Input::Ext(Event::TimerElapsed { timer_id }) => {
                 data.attempt_deadline(*timer_id).is_some()
-                    && data.retry_budget_left(true) == (g == ProcessGuard::DeadlineRetry)
+                    && data.may_retry(&data.deadline_error(*timer_id))
+                        == (g == ProcessGuard::DeadlineRetry)
             }
             _ => false,
         },

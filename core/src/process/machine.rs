@@ -95,7 +95,7 @@ impl ProcessMachine {
         let Input::Ext(ev) = event else { return Super };
         match ev {
             Event::TransportError { attempt, error } if context.is_current(attempt) => {
-                if context.retry_budget_left(error.retryable()) {
+                if context.may_retry(error) {
                     context.take(Row::RequestingRetry);
                     context.schedule_retry(error.to_string(), error.retry_after_ms);
                     Transition(State::retrying())
@@ -116,8 +116,9 @@ impl ProcessMachine {
                 Transition(State::error())
             }
             Event::TimerElapsed { timer_id } if context.attempt_deadline(*timer_id).is_some() => {
+                let retry = context.may_retry(&context.deadline_error(*timer_id));
                 let (reason, error) = context.deadline_passed(*timer_id);
-                if context.retry_budget_left(true) {
+                if retry {
                     context.take(Row::RequestingDeadlineRetry);
                     context.schedule_retry(reason, None);
                     Transition(State::retrying())
@@ -129,15 +130,16 @@ impl ProcessMachine {
             }
             Event::StreamStalled { attempt, after_ms } if context.is_current(attempt) => {
                 context.stalled(*after_ms);
-                if context.retry_budget_left(true) {
+                if context.may_retry(&ProcessData::stall_error(*after_ms)) {
                     context.take(Row::RequestingStallRetry);
                     context.schedule_retry(format!("stream stalled for {after_ms} ms"), None);
                     Transition(State::retrying())
                 } else {
                     context.take(Row::RequestingStallFail);
+                    let note = context.not_retried_note();
                     context.fail(crate::error::ModelError::new(
                         crate::error::ErrorKind::Timeout,
-                        format!("stream stalled for {after_ms} ms; retries exhausted"),
+                        format!("stream stalled for {after_ms} ms; {note}"),
                     ));
                     Transition(State::error())
                 }

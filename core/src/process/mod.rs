@@ -8,6 +8,7 @@ pub(crate) mod data;
 pub(crate) mod deadlines;
 pub(crate) mod guards;
 pub(crate) mod machine;
+pub mod retry;
 pub(crate) mod slots;
 
 #[cfg(test)]
@@ -32,6 +33,10 @@ pub use config::{
 use data::ProcessData;
 pub use data::StepOutcome;
 use machine::{Input, ProcessMachine, State};
+pub use retry::{
+    default_retry_decider, RetryDecider, RetryDeciderRef, RetryDeciderRegistry,
+    UnknownRetryDecider, DEFAULT_RETRY_DECIDER,
+};
 
 /// Identifies the partial message of a run (R-STR-2) without building it: equal marks mean
 /// an equal message, so an observer's snapshot needs no refresh; marks of the same source
@@ -360,6 +365,12 @@ impl Process {
     /// Retries so far.
     pub fn retries(&self) -> u32 {
         self.data.retries
+    }
+
+    /// Model attempts the step sent so far (1 + its retries once it began; 0 for a resumed
+    /// step, which makes no request).
+    pub fn attempts(&self) -> u32 {
+        self.data.attempts
     }
 }
 

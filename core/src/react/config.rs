@@ -4,9 +4,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::agent_event::Outcome;
+use crate::execute_result::{ExecuteResult, StepRecord};
 use crate::message::{Message, Usage};
 use crate::model::ModelParams;
-use crate::process::StepConfig;
+use crate::process::{RetryDecider, RetryDeciderRegistry, StepConfig};
 use crate::react::limits::UsageLimits;
 use crate::tool_spec::ToolSpecs;
 
@@ -168,9 +169,14 @@ pub struct UnknownDecider {
 
 /// Decision functions by name (R-OUT-3), for rebuilding a recorded configuration: replay
 /// looks the trace header's decider name up here. Always holds [`DEFAULT_DECIDER`].
+///
+/// It also holds the retry decision functions (R-EXT-3; [`with_retry`](Self::with_retry)),
+/// which replay looks the header's `step.retry.decider` up in, so one registry names every
+/// function a trace can name.
 #[derive(Clone, Debug)]
 pub struct DeciderRegistry {
     deciders: std::collections::BTreeMap<String, Decider>,
+    retry: RetryDeciderRegistry,
 }
 
 impl Default for DeciderRegistry {
@@ -184,7 +190,31 @@ impl DeciderRegistry {
     pub fn new() -> Self {
         let mut deciders = std::collections::BTreeMap::new();
         deciders.insert(DEFAULT_DECIDER.to_string(), default_decider as Decider);
-        DeciderRegistry { deciders }
+        DeciderRegistry {
+            deciders,
+            retry: RetryDeciderRegistry::new(),
+        }
+    }
+
+    /// Registers the retry decision function `f` under `name` (R-EXT-3; builder style).
+    pub fn with_retry(mut self, name: impl Into<String>, f: RetryDecider) -> Self {
+        self.retry.register(name, f);
+        self
+    }
+
+    /// Registers the retry decision function `f` under `name`; returns the function it
+    /// replaces, if any.
+    pub fn register_retry(
+        &mut self,
+        name: impl Into<String>,
+        f: RetryDecider,
+    ) -> Option<RetryDecider> {
+        self.retry.register(name, f)
+    }
+
+    /// The retry decision functions.
+    pub fn retry(&self) -> &RetryDeciderRegistry {
+        &self.retry
     }
 
     /// Registers `f` under `name`; returns the function it replaces, if any.
@@ -324,6 +354,13 @@ pub struct RunConfig {
     /// entry (row `active_title`). A title that arrives after the run's end is dropped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title_model: Option<String>,
+    /// Report each step's end as a `step_finished` event carrying its
+    /// [`StepRecord`] (R-IN-5), so the trace holds it.
+    /// On by default; a configuration serialized without the field (a trace recorded before it
+    /// existed) reads as off, the behaviour it was recorded with. The run's
+    /// [`LoopResult::steps`] are kept either way.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub report_steps: bool,
 }
 
 impl RunConfig {
@@ -364,6 +401,7 @@ impl Default for RunConfig {
             output: None,
             reminders: Vec::new(),
             title_model: None,
+            report_steps: true,
         }
     }
 }
@@ -390,9 +428,25 @@ pub struct LoopResult {
     /// Why it failed (`None` unless the outcome is `failed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<crate::error::RunError>,
+    /// What each step produced, in order (R-IN-5): one record per step that ended — a step a
+    /// fallback model took again, or requested again after a context overflow, has two, the
+    /// failed one first; a step cut short by a failed store write (R-IDEM-4) has none. The
+    /// records name their messages by position in `messages`;
+    /// [`execute_results`](Self::execute_results) resolves them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepRecord>,
 }
 
 impl LoopResult {
+    /// Each step's [`ExecuteResult`] (seed 003, R-IN-5): its committed message, tool calls,
+    /// tool results, usage and error, borrowed from [`messages`](Self::messages).
+    pub fn execute_results(&self) -> Vec<ExecuteResult<'_>> {
+        self.steps
+            .iter()
+            .map(|s| s.resolve(&self.messages))
+            .collect()
+    }
+
     /// The text of the last assistant message, if any.
     pub fn final_text(&self) -> Option<&str> {
         self.messages.iter().rev().find_map(|m| match m {

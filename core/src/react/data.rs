@@ -9,6 +9,7 @@ use crate::context::estimate_tokens;
 use crate::effect::Effect;
 use crate::entry::Entry;
 use crate::error::RunError;
+use crate::execute_result::{StepEnd, StepRecord};
 use crate::message::{Message, Usage};
 use crate::model::{ModelRequest, SharedMessages};
 use crate::process::{Process, StepOutcome};
@@ -72,6 +73,8 @@ pub struct ReactData {
     pub(crate) deadline_armed: bool,
     /// Row `active_run_deadline` was taken: the facade feeds the abort it stands for.
     pub(crate) deadline_abort: bool,
+    /// What each ended step produced (R-IN-5), positions into `messages`.
+    pub(crate) steps: Vec<StepRecord>,
 }
 
 impl ReactData {
@@ -113,6 +116,7 @@ impl ReactData {
             fallbacks_used: 0,
             deadline_armed: false,
             deadline_abort: false,
+            steps: Vec::new(),
         }
     }
 
@@ -254,7 +258,9 @@ impl ReactData {
     }
 
     pub(crate) fn compacted(&mut self, messages: &[Message], removed: usize) {
-        self.messages = messages.to_vec().into();
+        let old = std::mem::replace(&mut self.messages, messages.to_vec().into());
+        crate::execute_result::remap(&mut self.steps, &old, &self.messages);
+        drop(old);
         self.last_tokens = None;
         self.compacted_since_step = true;
         self.persist(Entry::Compaction {
@@ -353,9 +359,15 @@ impl ReactData {
         self.step = Some(step);
     }
 
-    /// Takes the finished step's message and results into the context.
+    /// Takes the finished step's message and results into the context, and records the step
+    /// (R-IN-5).
     pub(crate) fn absorb_step(&mut self) {
         let Some(step) = self.step.take() else { return };
+        let end = match step.outcome() {
+            Some(StepOutcome::Aborted) => StepEnd::Aborted,
+            _ => StepEnd::Success,
+        };
+        let mut record = step_record(&step, end);
         if let Some(m) = step.committed() {
             let m = m.clone();
             if let Some(u) = &m.usage {
@@ -403,14 +415,38 @@ impl ReactData {
                     }
                 }
             }
+            record.message = Some(self.messages.len());
+            record.tool_results = results.len();
             self.messages.push(Message::Assistant(m));
             self.messages.extend(results.into_iter().map(Message::Tool));
             self.committed_steps = self.committed_steps.saturating_add(1);
             self.session_turns = self.session_turns.saturating_add(1);
             self.compacted_since_step = false;
+            self.record_step(record);
             return;
         }
         self.whitelist = step.whitelist().clone();
+        self.record_step(record);
+    }
+
+    /// Ends the current step without taking anything into the context (a failure, an
+    /// overflow), recording it as `end` (R-IN-5).
+    pub(crate) fn end_step(&mut self, end: StepEnd) {
+        if let Some(step) = self.step.take() {
+            let record = step_record(&step, end);
+            self.record_step(record);
+        }
+    }
+
+    /// Keeps the record of an ended step and, unless the configuration turns it off, reports
+    /// it as `step_finished` (R-IN-5).
+    fn record_step(&mut self, record: StepRecord) {
+        if self.cfg.report_steps {
+            self.emit(AgentEvent::StepFinished {
+                step: Box::new(record.clone()),
+            });
+        }
+        self.steps.push(record);
     }
 
     pub(crate) fn observe(&self) -> Decision {
@@ -443,6 +479,7 @@ impl ReactData {
             usage: self.usage,
             steering_left: self.steering.clone(),
             error,
+            steps: self.steps.clone(),
         };
         if std::mem::take(&mut self.deadline_armed) {
             self.out.push(Effect::CancelTimer {
@@ -646,7 +683,9 @@ impl ReactData {
         let model_call_index = step.request().model_call_index;
         self.next_attempt = Some(step.request().attempt + 1);
         self.whitelist = step.whitelist().clone();
+        let record = step_record(&step, StepEnd::Failed);
         drop(step);
+        self.record_step(record);
         let from = std::mem::replace(&mut self.cfg.model, to.clone());
         self.emit(AgentEvent::ModelFallback {
             from,
@@ -772,6 +811,28 @@ impl ReactData {
                 return;
             }
         }
-        self.step = None;
+        self.end_step(StepEnd::Aborted);
+    }
+}
+
+/// The record of a step that ended as `end` (R-IN-5), without its message's position (the
+/// caller knows where the message goes).
+fn step_record(step: &Process, end: StepEnd) -> StepRecord {
+    let committed = step.committed();
+    let error = match step.outcome() {
+        Some(StepOutcome::Failed(e) | StepOutcome::ContextOverflow(e)) => Some(e.clone()),
+        _ => None,
+    };
+    StepRecord {
+        model_call_index: step.request().model_call_index,
+        model: step.request().model.clone(),
+        attempts: step.attempts(),
+        end,
+        message: None,
+        compacted: false,
+        tool_calls: committed.map_or(0, |m| m.tool_calls.len()),
+        tool_results: 0,
+        usage: committed.and_then(|m| m.usage),
+        error,
     }
 }

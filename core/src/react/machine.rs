@@ -8,6 +8,7 @@ use crate::agent_event::Outcome as RunOutcome;
 use crate::chart::ReactRow as Row;
 use crate::error::RunError;
 use crate::event::Event;
+use crate::execute_result::StepEnd;
 use crate::process::StepOutcome;
 use crate::react::config::Decision;
 use crate::react::data::ReactData;
@@ -199,7 +200,7 @@ impl ReactMachine {
                 Some(StepOutcome::ContextOverflow(_)) => {
                     context.take(Row::ExecutingOverflow);
                     context.next_attempt = context.step.as_ref().map(|s| s.request().attempt + 1);
-                    context.step = None;
+                    context.end_step(StepEnd::ContextOverflow);
                     context.compact("overflow");
                     Transition(State::compacting())
                 }
@@ -210,7 +211,7 @@ impl ReactMachine {
                 }
                 Some(StepOutcome::Failed(e)) => {
                     context.take(Row::ExecutingError);
-                    context.step = None;
+                    context.end_step(StepEnd::Failed);
                     context.finish(
                         RunOutcome::Failed,
                         e.kind.to_string(),

@@ -304,6 +304,12 @@ impl Run {
         self.data.result.as_ref()
     }
 
+    /// What each step that ended so far produced (R-IN-5), in order; positions name
+    /// [`messages`](Self::messages).
+    pub fn steps(&self) -> &[crate::execute_result::StepRecord] {
+        &self.data.steps
+    }
+
     /// Whether the run ended.
     pub fn is_terminal(&self) -> bool {
         self.react_state().is_terminal()

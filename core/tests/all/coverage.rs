@@ -213,6 +213,20 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
             vec![START, OPEN, Action::Abort, Action::Abort, Action::RunEndCommitted],
         ),
         (
+            "a custom retry decider (R-EXT-3, issue 13): requesting_retry on a 401 it retries once, requesting_fail on the second",
+            Setup {
+                retry_decider: true,
+                ..Setup::default()
+            },
+            vec![
+                START,
+                Action::TransportError(AttemptPick::Current, ErrPick::Auth),
+                Action::TimerElapsed(true),
+                Action::TransportError(AttemptPick::Current, ErrPick::Auth),
+                Action::RunEndCommitted,
+            ],
+        ),
+        (
             "the run-end entry cannot be stored: executing_error, finishing_store_failed",
             Setup::default(),
             vec![

@@ -1248,6 +1248,7 @@ fn r_out_1_a_one_step_run_emits_and_persists_in_order() {
         "persist assistant",
         "response_complete",
         "React Executing -InnerSucceeded-> Observing",
+        "step_finished",
         "React Observing -Decide-> Finishing",
         "commit run_end",
         "React Finishing -RunEndCommitted-> Completed",

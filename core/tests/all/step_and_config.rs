@@ -306,6 +306,7 @@ fn r_out_1_final_text_is_the_last_assistant_text() {
         usage: None,
         steering_left: vec![],
         error: None,
+        steps: vec![],
     };
     assert_eq!(r.final_text(), Some("second"));
     r.messages.truncate(3);
