@@ -346,3 +346,62 @@ async fn issue_13_r_ext_1_async_before_tool_and_a_before_compact_veto() {
         "replays without the hooks"
     );
 }
+
+/// Issue 13 / R-EXT-1, every hook point has a test: `after_model_call` sees each attempt's end
+/// (a failed attempt that is retried, then the one that finished), `after_tool` rewrites a
+/// result before the model sees it, and `before_model_call` sees every attempt first.
+#[derive(Default)]
+struct Observer {
+    before: std::sync::Mutex<Vec<(u32, u32)>>,
+    after: std::sync::Mutex<Vec<(u32, u32, agentloop::hooks::ModelCallOutcome)>>,
+}
+
+impl Hooks for Observer {
+    fn before_model_call(&self, request: &mut agentloop::model::ModelRequest) {
+        if let Ok(mut b) = self.before.lock() {
+            b.push((request.model_call_index, request.attempt));
+        }
+    }
+    fn after_model_call(
+        &self,
+        request: &agentloop::model::ModelRequest,
+        outcome: &agentloop::hooks::ModelCallOutcome,
+    ) {
+        if let Ok(mut a) = self.after.lock() {
+            a.push((request.model_call_index, request.attempt, outcome.clone()));
+        }
+    }
+    fn gates_tools(&self) -> bool {
+        false
+    }
+    fn after_tool(&self, _call_id: &str, name: &str, status: ToolStatus, content: &mut String) {
+        if name == "calculator" && status == ToolStatus::Completed {
+            *content = format!("{content} (checked)");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn issue_13_r_ext_1_after_model_call_and_after_tool_hooks() {
+    let observer = Arc::new(Observer::default());
+    let script = r#"{"turns": [
+        {"errors": [{"status": 503}], "tool_calls": [{"id": "c1", "name": "calculator", "arguments": {"expression": "2+3"}}]},
+        {"text": "The answer is {{last_tool_result}}."}
+    ]}"#;
+    let agent = builder(Slow::new(script)).hooks(observer.clone()).build();
+    let out = agent.run("s", "What is 2+3?").await.expect("ran");
+    assert_eq!(out.result.final_text(), Some("The answer is 5 (checked)."));
+    let before = observer.before.lock().expect("before").clone();
+    assert_eq!(before, [(1, 1), (1, 2), (2, 1)]);
+    let after = observer.after.lock().expect("after").clone();
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert!(
+        matches!(&after[0], (1, 1, agentloop::hooks::ModelCallOutcome::Failed(e)) if e.contains("503")),
+        "{after:?}"
+    );
+    assert_eq!(
+        (after[1].0, after[1].1, after[1].2.clone()),
+        (1, 2, agentloop::hooks::ModelCallOutcome::Done)
+    );
+    assert_eq!(after[2].2, agentloop::hooks::ModelCallOutcome::Done);
+}
