@@ -349,3 +349,43 @@ fn r_in_5_a_config_without_report_steps_reads_off_and_emits_no_step_finished() {
         "the result keeps the records either way"
     );
 }
+
+/// A record's wire form: `end` by its snake_case name (what `StepEnd::as_str` gives), zero
+/// counts left out, others kept (mutation-testing gaps of stop 20).
+#[test]
+fn r_in_5_step_records_serialize_by_name_without_zero_counts() {
+    use agentloop_core::execute_result::{StepEnd, StepRecord};
+    for end in [
+        StepEnd::Success,
+        StepEnd::Failed,
+        StepEnd::ContextOverflow,
+        StepEnd::Aborted,
+    ] {
+        let json = serde_json::to_value(end).expect("json");
+        assert_eq!(json.as_str(), Some(end.as_str()));
+    }
+    let record = |tool_calls, tool_results| StepRecord {
+        model_call_index: 1,
+        model: "m".into(),
+        attempts: 1,
+        end: StepEnd::Success,
+        message: Some(1),
+        compacted: false,
+        tool_calls,
+        tool_results,
+        usage: None,
+        error: None,
+    };
+    let none = serde_json::to_value(record(0, 0)).expect("json");
+    assert!(
+        none.get("tool_calls").is_none() && none.get("tool_results").is_none(),
+        "{none}"
+    );
+    let some = serde_json::to_value(record(2, 1)).expect("json");
+    assert_eq!(
+        (some["tool_calls"].as_u64(), some["tool_results"].as_u64()),
+        (Some(2), Some(1))
+    );
+    let back: StepRecord = serde_json::from_value(none).expect("round trip");
+    assert_eq!(back, record(0, 0));
+}
