@@ -195,8 +195,8 @@ async fn r_ctx_1_issue_13_the_default_context_manager_is_the_history_of_the_entr
     assert_eq!(
         request.messages.to_vec(),
         history[..history.len() - 2]
-            .to_vec()
-            .into_iter()
+            .iter()
+            .cloned()
             .chain([Message::user("again")])
             .collect::<Vec<_>>()
     );
