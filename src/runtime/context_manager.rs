@@ -12,7 +12,7 @@
 //!   has ended, with the entries `build_context` saw (plus what it appended), the run's new
 //!   messages and whether a step of the run hit a context overflow. Its `entries_to_append` are
 //!   persisted; its `messages`, when given, are persisted as an
-//!   [`Entry::Compaction`](crate::store::Entry::Compaction) marker, so the session's next run
+//!   [`Entry::Compaction`] marker, so the session's next run
 //!   starts from them. It is never called per step: a step's cost stays independent of the
 //!   session's length. Compaction inside a run remains the [`Compactor`](super::Compactor)'s.
 //!
@@ -20,7 +20,7 @@
 //! was interrupted with and calls neither.
 //!
 //! [`DefaultContextManager`] is today's behaviour: the history rebuilt from the entries
-//! ([`crate::store::history`]), the run's own system prompt and tools, nothing appended, no
+//! ([`crate::store::history()`]), the run's own system prompt and tools, nothing appended, no
 //! updates.
 
 use async_trait::async_trait;

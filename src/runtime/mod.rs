@@ -593,7 +593,7 @@ impl<M> AgentBuilder<M> {
 
     /// Sets the context manager (R-CTX-1/2, seed 000): it builds each new run's history,
     /// system prompt and tools, and may keep entries before and after the run; see
-    /// [`context_manager`](crate::runtime::context_manager). Default: [`DefaultContextManager`].
+    /// [the module](crate::runtime::context_manager). Default: [`DefaultContextManager`].
     pub fn context_manager(mut self, manager: Arc<dyn ContextManager>) -> Self {
         self.context_manager = manager;
         self
