@@ -7,6 +7,7 @@
 //! let agent = agentloop::runtime::Agent::builder().build(); // no model: compile error
 //! ```
 
+pub mod context_manager;
 pub(crate) mod driver;
 pub mod offload;
 pub(crate) mod output;
@@ -40,6 +41,9 @@ pub use ports::{
 };
 
 pub use agentloop_core::timeouts::{Timeouts, ToolOrder};
+pub use context_manager::{
+    BuiltContext, ContextManager, ContextRequest, ContextUpdates, DefaultContextManager,
+};
 use driver::{Driver, Tasks};
 pub use offload::Offload;
 pub use stream::{RunStream, RunStreamItem};
@@ -351,6 +355,8 @@ pub struct Agent {
     pub(crate) ids: Arc<dyn Ids>,
     pub(crate) sink: Arc<dyn EventSink>,
     pub(crate) compactor: Arc<dyn Compactor>,
+    pub(crate) context_manager: Arc<dyn ContextManager>,
+    pub(crate) context_init_data: Arc<serde_json::Value>,
     /// Shared with the sessions built on the agent (copied on a session's first change), so
     /// an idle session does not hold a second copy.
     pub(crate) config: Arc<RunConfig>,
@@ -390,6 +396,8 @@ pub struct AgentBuilder<M> {
     ids: Arc<dyn Ids>,
     sink: Arc<dyn EventSink>,
     compactor: Arc<dyn Compactor>,
+    context_manager: Arc<dyn ContextManager>,
+    context_init_data: serde_json::Value,
     config: RunConfig,
     timeouts: Timeouts,
     root: PathBuf,
@@ -413,6 +421,8 @@ impl Agent {
             ids: Arc::new(TimeIds::default()),
             sink: Arc::new(NullSink),
             compactor: Arc::new(Truncate),
+            context_manager: Arc::new(DefaultContextManager),
+            context_init_data: serde_json::Value::Null,
             config: RunConfig::default(),
             timeouts: Timeouts::default(),
             root: PathBuf::from("."),
@@ -441,6 +451,8 @@ impl<M> AgentBuilder<M> {
             ids: self.ids,
             sink: self.sink,
             compactor: self.compactor,
+            context_manager: self.context_manager,
+            context_init_data: self.context_init_data,
             config: self.config,
             timeouts: self.timeouts,
             root: self.root,
@@ -576,6 +588,20 @@ impl<M> AgentBuilder<M> {
     /// Sets the compaction strategy.
     pub fn compactor(mut self, compactor: Arc<dyn Compactor>) -> Self {
         self.compactor = compactor;
+        self
+    }
+
+    /// Sets the context manager (R-CTX-1/2, seed 000): it builds each new run's history,
+    /// system prompt and tools, and may keep entries before and after the run; see
+    /// [the module](crate::runtime::context_manager). Default: [`DefaultContextManager`].
+    pub fn context_manager(mut self, manager: Arc<dyn ContextManager>) -> Self {
+        self.context_manager = manager;
+        self
+    }
+
+    /// The data every [`ContextRequest`] carries as `runtime_init_data` (default `null`).
+    pub fn context_init_data(mut self, data: serde_json::Value) -> Self {
+        self.context_init_data = data;
         self
     }
 
@@ -767,6 +793,8 @@ impl AgentBuilder<WithModel> {
             ids: self.ids,
             sink: self.sink,
             compactor: self.compactor,
+            context_manager: self.context_manager,
+            context_init_data: Arc::new(self.context_init_data),
             config: Arc::new(config),
             timeouts: self.timeouts,
             root: self.root,
@@ -925,16 +953,90 @@ impl Agent {
         let run_id = self.ids.run_id();
         let entries = self.store.load(session).await?;
         let entries = self.settle(session, entries, &run_id, false).await?;
-        let history = crate::store::history(&entries);
         let session_turns = crate::store::committed_turns(&entries);
+        let mut config = config;
+        let hints = serde_json::json!({
+            "model": config.model,
+            "max_steps": config.max_steps,
+            "context_budget_tokens": config.context_budget_tokens,
+            "compact_threshold": config.compact_threshold,
+            "session_turns": session_turns,
+        });
+        let built = self
+            .context_manager
+            .build_context(&ContextRequest {
+                session,
+                run_id: &run_id,
+                entries: &entries,
+                input: &input,
+                system_prompt_override: config.system.as_deref(),
+                runtime_init_data: &self.context_init_data,
+                runtime_hints: &hints,
+                tool_specs: &config.tools,
+            })
+            .await;
+        config.system = built.system_prompt;
+        config.tools = built.tool_specs;
+        let mut entries = entries;
+        for e in built.entries_to_append {
+            self.store.append(session, &e).await?;
+            entries.push(e);
+        }
+        let updates = self.context_manager.updates_context();
+        let input_for_updates = if updates { input.clone() } else { Vec::new() };
         let start = Event::Start {
             run_id: run_id.clone(),
-            history,
+            history: built.messages,
             input,
             session_turns,
         };
-        self.drive(session, run_id, start, config, control, record)
-            .await
+        let output = self
+            .drive(session, run_id, start, config, control, record)
+            .await?;
+        if updates {
+            self.update_context(session, &output, &entries, input_for_updates)
+                .await?;
+        }
+        Ok(output)
+    }
+
+    /// Calls the context manager's `compute_context_updates` after a run (R-CTX-2) and
+    /// persists what it returns.
+    async fn update_context(
+        &self,
+        session: &str,
+        output: &RunOutput,
+        entries: &[crate::store::Entry],
+        input: Vec<Message>,
+    ) -> Result<(), AgentError> {
+        let result = &output.result;
+        let mut new_messages = input;
+        for step in &result.steps {
+            if let Some(i) = step.message {
+                let end = (i + 1 + step.tool_results).min(result.messages.len());
+                new_messages.extend_from_slice(result.messages.get(i..end).unwrap_or_default());
+            }
+        }
+        let overflow = result
+            .steps
+            .iter()
+            .any(|s| s.end == crate::execute_result::StepEnd::ContextOverflow);
+        let updates = self
+            .context_manager
+            .compute_context_updates(entries, &new_messages, overflow)
+            .await;
+        for e in &updates.entries_to_append {
+            self.store.append(session, e).await?;
+        }
+        if let Some(messages) = updates.messages {
+            let e = crate::store::Entry::Compaction {
+                run_id: output.run_id.clone(),
+                removed: 0,
+                messages,
+            };
+            self.store.append(session, &e).await?;
+        }
+        Ok(())
     }
 
     /// Continues the interrupted run of `session` (R-IDEM-5..7): calls started without a

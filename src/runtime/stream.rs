@@ -114,6 +114,8 @@ impl Agent {
             ids: self.ids.clone(),
             sink,
             compactor: self.compactor.clone(),
+            context_manager: self.context_manager.clone(),
+            context_init_data: self.context_init_data.clone(),
             config: self.config.clone(),
             timeouts: self.timeouts,
             root: self.root.clone(),
