@@ -843,8 +843,17 @@ impl Agent {
         session: &str,
         prompt: impl Into<crate::attachment::Prompt>,
     ) -> Result<RunOutput, AgentError> {
-        let message = prompt.into().into_message();
-        self.run_with(session, vec![message], None, false).await
+        let prompt = prompt.into();
+        let before = prompt.subtask_events();
+        self.run_queued(
+            session,
+            vec![prompt.into_message()],
+            before,
+            (*self.config).clone(),
+            None,
+            false,
+        )
+        .await
     }
 
     /// Runs `prompt` in `session` asking for a final answer of type `T` (structured output,
@@ -922,6 +931,22 @@ impl Agent {
         control: Option<ControlReceiver>,
         record: bool,
     ) -> Result<RunOutput, AgentError> {
+        self.run_queued(session, input, Vec::new(), config, control, record)
+            .await
+    }
+
+    /// Like [`Agent::run_configured`], with machine inputs fed before `Start` (queued
+    /// subtasks, issue 13: rows `active_subtask`, then `planning_subtask` before the first
+    /// model step).
+    pub(crate) async fn run_queued(
+        &self,
+        session: &str,
+        input: Vec<Message>,
+        before: Vec<Event>,
+        config: RunConfig,
+        control: Option<ControlReceiver>,
+        record: bool,
+    ) -> Result<RunOutput, AgentError> {
         let run_id = self.ids.run_id();
         let entries = self.store.load(session).await?;
         let entries = self.settle(session, entries, &run_id, false).await?;
@@ -933,7 +958,7 @@ impl Agent {
             input,
             session_turns,
         };
-        self.drive(session, run_id, start, config, control, record)
+        self.drive(session, run_id, before, start, config, control, record)
             .await
     }
 
@@ -957,6 +982,7 @@ impl Agent {
         self.drive(
             session,
             run_id,
+            Vec::new(),
             resume,
             (*self.config).clone(),
             control,
@@ -1010,6 +1036,7 @@ impl Agent {
         &self,
         session: &str,
         run_id: String,
+        before: Vec<Event>,
         first: Event,
         config: RunConfig,
         control: Option<ControlReceiver>,
@@ -1027,7 +1054,7 @@ impl Agent {
             run_id = %run_id,
             model = %config.model
         );
-        self.drive_inner(session, run_id, first, config, control, record)
+        self.drive_inner(session, run_id, before, first, config, control, record)
             .instrument(span)
             .await
     }
@@ -1036,6 +1063,7 @@ impl Agent {
         &self,
         session: &str,
         run_id: String,
+        before: Vec<Event>,
         first: Event,
         config: RunConfig,
         control: Option<ControlReceiver>,
@@ -1093,7 +1121,7 @@ impl Agent {
             model_tx,
             model_rx,
         };
-        let mut pending = VecDeque::from([first]);
+        let mut pending: VecDeque<Event> = before.into_iter().chain([first]).collect();
         let mut partial_mark = None;
         // Steering the machine did not take (it arrived after the run's end was decided).
         let mut undelivered = Vec::new();
