@@ -958,7 +958,9 @@ impl Agent {
             input,
             session_turns,
         };
-        self.drive(session, run_id, before, start, config, control, record)
+        let mut first = before;
+        first.push(start);
+        self.drive(session, run_id, first, config, control, record)
             .await
     }
 
@@ -982,8 +984,7 @@ impl Agent {
         self.drive(
             session,
             run_id,
-            Vec::new(),
-            resume,
+            vec![resume],
             (*self.config).clone(),
             control,
             record,
@@ -1036,8 +1037,7 @@ impl Agent {
         &self,
         session: &str,
         run_id: String,
-        before: Vec<Event>,
-        first: Event,
+        first: Vec<Event>,
         config: RunConfig,
         control: Option<ControlReceiver>,
         record: bool,
@@ -1054,7 +1054,7 @@ impl Agent {
             run_id = %run_id,
             model = %config.model
         );
-        self.drive_inner(session, run_id, before, first, config, control, record)
+        self.drive_inner(session, run_id, first, config, control, record)
             .instrument(span)
             .await
     }
@@ -1063,8 +1063,7 @@ impl Agent {
         &self,
         session: &str,
         run_id: String,
-        before: Vec<Event>,
-        first: Event,
+        first: Vec<Event>,
         config: RunConfig,
         control: Option<ControlReceiver>,
         record: bool,
@@ -1121,7 +1120,8 @@ impl Agent {
             model_tx,
             model_rx,
         };
-        let mut pending: VecDeque<Event> = before.into_iter().chain([first]).collect();
+        // The first inputs: queued subtasks (if any), then `Start` or `Resume`.
+        let mut pending = VecDeque::from(first);
         let mut partial_mark = None;
         // Steering the machine did not take (it arrived after the run's end was decided).
         let mut undelivered = Vec::new();
