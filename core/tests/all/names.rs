@@ -128,6 +128,14 @@ fn all_events() -> Vec<(Event, &'static str, bool)> {
         ),
         (Event::Steer { text: "s".into() }, "steer", false),
         (
+            Event::Subtask {
+                tool: "task".into(),
+                arguments: serde_json::json!({}),
+            },
+            "subtask",
+            false,
+        ),
+        (
             Event::SwitchModel { model: "m".into() },
             "switch_model",
             false,
