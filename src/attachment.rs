@@ -210,6 +210,10 @@ pub struct Prompt {
     pub text: String,
     /// The parts after it, in order.
     pub parts: Vec<ContentPart>,
+    /// Subtask parts (issue 13, seed 004): `(tool, arguments)` calls, usually of a
+    /// [`SubagentTool`](crate::subagent::SubagentTool), that the run makes before its first
+    /// model step (row `planning_subtask`); the model then sees each call and its result.
+    pub subtasks: Vec<(String, serde_json::Value)>,
 }
 
 impl Prompt {
@@ -218,7 +222,26 @@ impl Prompt {
         Prompt {
             text: text.into(),
             parts: Vec::new(),
+            subtasks: Vec::new(),
         }
+    }
+
+    /// Adds a subtask part: the run calls `tool` with `arguments` before its first model step
+    /// (seed 004's subtask part: `{agent, prompt, description}` for a subagent tool).
+    pub fn subtask(mut self, tool: impl Into<String>, arguments: serde_json::Value) -> Self {
+        self.subtasks.push((tool.into(), arguments));
+        self
+    }
+
+    /// The machine inputs that queue this prompt's subtasks (row `active_subtask`).
+    pub(crate) fn subtask_events(&self) -> Vec<agentloop_core::Event> {
+        self.subtasks
+            .iter()
+            .map(|(tool, arguments)| agentloop_core::Event::Subtask {
+                tool: tool.clone(),
+                arguments: arguments.clone(),
+            })
+            .collect()
     }
 
     /// Adds the image at `path` ([`image`](fn@image)), within what is left of

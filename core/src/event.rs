@@ -276,6 +276,14 @@ pub enum Event {
         /// The message.
         text: String,
     },
+    /// A subtask (issue 13, seed 004's subtask part): queued, and run before the next model
+    /// step as a synthetic step whose one tool call is `tool(arguments)` (a subagent tool).
+    Subtask {
+        /// The tool to call (a [`SubagentTool`]'s name, or any tool).
+        tool: String,
+        /// Its arguments.
+        arguments: serde_json::Value,
+    },
     /// Use another model from the next step on (R-CTL-5).
     SwitchModel {
         /// Model name.
@@ -335,6 +343,7 @@ impl Event {
             Event::StoreWriteFailed { .. } => "store_write_failed",
             Event::RunEndCommitted => "run_end_committed",
             Event::Steer { .. } => "steer",
+            Event::Subtask { .. } => "subtask",
             Event::SwitchModel { .. } => "switch_model",
             Event::SetTools { .. } => "set_tools",
         }

@@ -871,8 +871,17 @@ impl Agent {
         session: &str,
         prompt: impl Into<crate::attachment::Prompt>,
     ) -> Result<RunOutput, AgentError> {
-        let message = prompt.into().into_message();
-        self.run_with(session, vec![message], None, false).await
+        let prompt = prompt.into();
+        let before = prompt.subtask_events();
+        self.run_queued(
+            session,
+            vec![prompt.into_message()],
+            before,
+            (*self.config).clone(),
+            None,
+            false,
+        )
+        .await
     }
 
     /// Runs `prompt` in `session` asking for a final answer of type `T` (structured output,
@@ -950,6 +959,22 @@ impl Agent {
         control: Option<ControlReceiver>,
         record: bool,
     ) -> Result<RunOutput, AgentError> {
+        self.run_queued(session, input, Vec::new(), config, control, record)
+            .await
+    }
+
+    /// Like [`Agent::run_configured`], with machine inputs fed before `Start` (queued
+    /// subtasks, issue 13: rows `active_subtask`, then `planning_subtask` before the first
+    /// model step).
+    pub(crate) async fn run_queued(
+        &self,
+        session: &str,
+        input: Vec<Message>,
+        before: Vec<Event>,
+        config: RunConfig,
+        control: Option<ControlReceiver>,
+        record: bool,
+    ) -> Result<RunOutput, AgentError> {
         let run_id = self.ids.run_id();
         let entries = self.store.load(session).await?;
         let entries = self.settle(session, entries, &run_id, false).await?;
@@ -990,8 +1015,10 @@ impl Agent {
             input,
             session_turns,
         };
+        let mut first = before;
+        first.push(start);
         let output = self
-            .drive(session, run_id, start, config, control, record)
+            .drive(session, run_id, first, config, control, record)
             .await?;
         if updates {
             self.update_context(session, &output, &entries, input_for_updates)
@@ -1059,7 +1086,7 @@ impl Agent {
         self.drive(
             session,
             run_id,
-            resume,
+            vec![resume],
             (*self.config).clone(),
             control,
             record,
@@ -1112,7 +1139,7 @@ impl Agent {
         &self,
         session: &str,
         run_id: String,
-        first: Event,
+        first: Vec<Event>,
         config: RunConfig,
         control: Option<ControlReceiver>,
         record: bool,
@@ -1138,7 +1165,7 @@ impl Agent {
         &self,
         session: &str,
         run_id: String,
-        first: Event,
+        first: Vec<Event>,
         config: RunConfig,
         control: Option<ControlReceiver>,
         record: bool,
@@ -1195,7 +1222,8 @@ impl Agent {
             model_tx,
             model_rx,
         };
-        let mut pending = VecDeque::from([first]);
+        // The first inputs: queued subtasks (if any), then `Start` or `Resume`.
+        let mut pending = VecDeque::from(first);
         let mut partial_mark = None;
         // Steering the machine did not take (it arrived after the run's end was decided).
         let mut undelivered = Vec::new();

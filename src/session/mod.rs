@@ -48,7 +48,7 @@ use crate::attachment::Prompt;
 use crate::chart::{MachineKind, ProcessState, ReactState};
 use crate::event::{ApprovalDecision, Event};
 use crate::hooks::Verdict;
-use crate::message::AssistantMessage;
+use crate::message::{AssistantMessage, Message};
 use crate::react::{LoopResult, RunConfig};
 use crate::runtime::{control_sharing, Agent, Controller, PartialMessage, RunOutput};
 use crate::tools::Tool;
@@ -277,6 +277,15 @@ pub enum SteerAck {
     Queued(u64),
 }
 
+/// What `subtask` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubtaskAck {
+    /// The session was idle: a run started with it (no new user message).
+    Started,
+    /// Queued into the running run: it runs before the run's next model step.
+    Queued,
+}
+
 /// What `abort` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AbortAck {
@@ -294,6 +303,10 @@ enum Command {
         oneshot::Sender<Result<PromptAck, SessionError>>,
     ),
     Steer(String, oneshot::Sender<Result<SteerAck, SessionError>>),
+    Subtask(
+        Box<(String, serde_json::Value)>,
+        oneshot::Sender<Result<SubtaskAck, SessionError>>,
+    ),
     Abort {
         reason: String,
         kill: KillTools,
@@ -453,6 +466,23 @@ impl Session {
     pub async fn steer(&self, text: impl Into<String>) -> Result<SteerAck, SessionError> {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Steer(text.into(), reply))?;
+        rx.await.map_err(|_| SessionError::Closed)?
+    }
+
+    /// Queues a subtask (issue 13, seed 004's subtask part): a call of `tool` (usually a
+    /// [`SubagentTool`](crate::subagent::SubagentTool)) with `arguments` that runs before the
+    /// next model step, under the normal tool pipeline (approval, rules, timeouts, abort); the
+    /// model then sees the call and its result. Busy → queued into the running run (row
+    /// `active_subtask`, run by `planning_subtask`; a run that would end keeps going to run
+    /// it); idle → a run starts with it and no new user message. For a prompt carrying
+    /// subtasks, see [`Prompt::subtask`](crate::attachment::Prompt::subtask).
+    pub async fn subtask(
+        &self,
+        tool: impl Into<String>,
+        arguments: serde_json::Value,
+    ) -> Result<SubtaskAck, SessionError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Subtask(Box::new((tool.into(), arguments)), reply))?;
         rx.await.map_err(|_| SessionError::Closed)?
     }
 
@@ -749,6 +779,10 @@ impl Actor {
             Command::Steer(text, reply) => {
                 let _ = reply.send(self.steer(text));
             }
+            Command::Subtask(task, reply) => {
+                let (tool, arguments) = *task;
+                let _ = reply.send(Ok(self.subtask(tool, arguments)));
+            }
             Command::Abort {
                 reason,
                 kill,
@@ -866,6 +900,20 @@ impl Actor {
         Ok(SteerAck::Queued(steering_ref))
     }
 
+    fn subtask(&mut self, tool: String, arguments: serde_json::Value) -> SubtaskAck {
+        match self.current.as_ref() {
+            Some(current) => {
+                current.controller.send(Event::Subtask { tool, arguments });
+                SubtaskAck::Queued
+            }
+            None => {
+                let prompt = Prompt::new("").subtask(tool, arguments);
+                self.start_with(Vec::new(), prompt.subtask_events());
+                SubtaskAck::Started
+            }
+        }
+    }
+
     fn abort(&mut self, reason: String, kill: KillTools, clear_queue: bool) -> AbortAck {
         if clear_queue {
             let dropped: Vec<Prompt> = self.queue.drain(..).collect();
@@ -935,6 +983,12 @@ impl Actor {
     }
 
     fn start(&mut self, prompt: Prompt) {
+        let before = prompt.subtask_events();
+        self.start_with(vec![prompt.into_message()], before);
+    }
+
+    /// Starts a run of `input`, feeding `before` (queued subtasks) to its machine first.
+    fn start_with(&mut self, input: Vec<Message>, before: Vec<Event>) {
         let (controller, receiver) = control_sharing(self.shared.partial.clone());
         let agent = self.agent.clone();
         let config = (*self.config).clone();
@@ -951,13 +1005,7 @@ impl Actor {
         self.shared.idle.send_replace(false);
         let run = tokio::spawn(async move {
             agent
-                .run_configured(
-                    &id,
-                    vec![prompt.into_message()],
-                    config,
-                    Some(receiver),
-                    record,
-                )
+                .run_queued(&id, input, before, config, Some(receiver), record)
                 .await
         });
         self.current = Some(Current {

@@ -525,6 +525,8 @@ pub enum Action {
     AbortKill(u8),
     /// `Steer`.
     Steer,
+    /// `Subtask`: a `calculator` call queued to run before the next model step (issue 13).
+    Subtask,
     /// `SwitchModel`.
     SwitchModel,
     /// `SetTools` with a subset of [`TOOLS`] (by the byte's low bits).
@@ -1183,6 +1185,10 @@ impl Feeder {
             Action::Steer => Event::Steer {
                 text: "focus on the sum".into(),
             },
+            Action::Subtask => Event::Subtask {
+                tool: TOOLS[0].into(),
+                arguments: serde_json::json!({"expression": "1+2"}),
+            },
             Action::SwitchModel => Event::SwitchModel {
                 model: format!("model-{}", self.tick % 3),
             },
@@ -1365,6 +1371,31 @@ impl Ledger {
                         "{ctx}: a text delta of another attempt was emitted"
                     );
                     self.emitted.push_str(text);
+                }
+                Effect::Persist {
+                    entry:
+                        Entry::Assistant {
+                            run_id,
+                            model_call_index,
+                            message,
+                        },
+                } if message.text.is_empty()
+                    && message.tool_calls.len() == 1
+                    && message.tool_calls[0].id.starts_with("subtask-") =>
+                {
+                    // A subtask's synthetic step (row `planning_subtask`, issue 13): committed
+                    // at a step boundary, not on a Done; its one call is new.
+                    assert!(
+                        !matches!(event, Event::Done { .. } | Event::Delta { .. }),
+                        "{ctx}: a subtask's message committed on {event:?}"
+                    );
+                    let _ = (run_id, model_call_index);
+                    let id = message.tool_calls[0].id.clone();
+                    assert!(
+                        self.calls.insert(id.clone(), false).is_none(),
+                        "{ctx}: tool call {id} committed twice"
+                    );
+                    self.commits += 1;
                 }
                 Effect::Persist {
                     entry:

@@ -153,6 +153,7 @@ pub fn event_kind(event: &Event) -> Option<ProcessEventKind> {
         | Event::StoreWriteFailed { .. }
         | Event::RunEndCommitted
         | Event::SwitchModel { .. }
+        | Event::Subtask { .. }
         | Event::SetTools { .. } => return None,
     })
 }

@@ -18,6 +18,8 @@ pub struct Observation {
     pub has_tool_calls: bool,
     /// Steering messages wait to be merged.
     pub steering_pending: bool,
+    /// Subtasks wait to run (issue 13): like steering, they keep the run going.
+    pub subtask_pending: bool,
     /// Something (a doom loop with action `stop`, a hook) asked to stop.
     pub stop_requested: bool,
     /// The context is over its budget (from reported usage or the estimate).
@@ -263,7 +265,10 @@ pub fn default_decider(o: &Observation) -> Decision {
     if o.stop_requested {
         return Decision::Stop;
     }
-    match (o.has_tool_calls || o.steering_pending, o.over_budget) {
+    match (
+        o.has_tool_calls || o.steering_pending || o.subtask_pending,
+        o.over_budget,
+    ) {
         (true, true) => Decision::Compact,
         (true, false) => Decision::Continue,
         (false, _) => Decision::Complete,

@@ -10,7 +10,7 @@ use crate::effect::Effect;
 use crate::entry::Entry;
 use crate::error::RunError;
 use crate::execute_result::{StepEnd, StepRecord};
-use crate::message::{Message, Usage};
+use crate::message::{AssistantMessage, Message, Usage};
 use crate::model::{ModelRequest, SharedMessages};
 use crate::process::{Process, StepOutcome};
 use crate::react::config::{Decision, LoopResult, Observation, RunConfig, SteeringPolicy};
@@ -40,6 +40,11 @@ pub struct ReactData {
     /// The end decided by `finish`, held in `Finishing` until its run-end entry is stored.
     pub(crate) ending: Option<LoopResult>,
     pub(crate) steering: Vec<String>,
+    /// Queued subtasks (row `active_subtask`): `(tool, arguments)`, run first-in first-out
+    /// by row `planning_subtask` (issue 13, seed 004).
+    pub(crate) subtasks: std::collections::VecDeque<(String, serde_json::Value)>,
+    /// Subtasks the run started so far (names their synthetic calls).
+    pub(crate) subtasks_run: u32,
     pub(crate) recent_calls: Vec<(String, String)>,
     /// Results of the session's pure-tool calls (issue 13, R-TOOL-6), shared with each step.
     pub(crate) tool_cache: std::sync::Arc<crate::tool_cache::ToolCache>,
@@ -96,6 +101,8 @@ impl ReactData {
             result: None,
             ending: None,
             steering: Vec::new(),
+            subtasks: Default::default(),
+            subtasks_run: 0,
             recent_calls: Vec::new(),
             tool_cache: Default::default(),
             stop_requested: None,
@@ -359,6 +366,57 @@ impl ReactData {
         self.step = Some(step);
     }
 
+    /// Guard `subtask_queued`: a subtask waits to run before the next model step.
+    pub(crate) fn subtask_queued(&self) -> bool {
+        !self.subtasks.is_empty()
+    }
+
+    /// Row `planning_subtask`: runs the oldest queued subtask as a synthetic step (seed 004's
+    /// outer loop runs a pending subtask part before the next model call). Its message, one
+    /// tool call `subtask-<run>-<n>` and no text, is persisted like a committed turn (the next
+    /// `model_call_index`), and the inner machine runs the call exactly as it runs a resumed
+    /// step's unanswered calls (approval, rules, timeouts, abort); the result is committed and
+    /// the next model step sees both.
+    pub(crate) fn run_subtask(&mut self) {
+        let Some((tool, arguments)) = self.subtasks.pop_front() else {
+            return;
+        };
+        self.subtasks_run += 1;
+        let index = self.committed_steps + 1;
+        let message = AssistantMessage {
+            tool_calls: vec![crate::message::ToolCall {
+                id: format!("subtask-{}-{}", self.run_id, self.subtasks_run),
+                name: tool,
+                arguments,
+                invalid_arguments: None,
+            }],
+            ..AssistantMessage::default()
+        };
+        self.persist(Entry::Assistant {
+            run_id: self.run_id.clone(),
+            model_call_index: index,
+            message: message.clone(),
+        });
+        let request = ModelRequest {
+            run_id: self.run_id.clone(),
+            model_call_index: index,
+            attempt: 1,
+            session_turn: self.session_turns,
+            model: self.cfg.model.clone(),
+            system: self.cfg.system.clone(),
+            messages: SharedMessages::default(),
+            tools: self.cfg.tools.clone(),
+            params: self.params(),
+        };
+        let mut step = Process::new(self.cfg.step.clone(), request, self.whitelist.clone())
+            .with_recent_calls(self.recent_calls.clone())
+            .with_tool_cache(self.tool_cache.clone());
+        let s = step.resume(message, Vec::new());
+        self.steps_created += 1;
+        self.take_inner(s);
+        self.step = Some(step);
+    }
+
     /// Takes the finished step's message and results into the context, and records the step
     /// (R-IN-5).
     pub(crate) fn absorb_step(&mut self) {
@@ -453,6 +511,7 @@ impl ReactData {
         let o = Observation {
             has_tool_calls: self.last_had_tools,
             steering_pending: !self.steering.is_empty(),
+            subtask_pending: !self.subtasks.is_empty(),
             stop_requested: self.stop_requested.is_some(),
             over_budget: self.over_budget(),
             steps: self.committed_steps,

@@ -47,6 +47,7 @@ pub(crate) fn holds(g: ReactGuard, data: &ReactData, input: &Input<'_>) -> bool 
         ReactGuard::EndedCompleted => data.ending_outcome() == Some(Outcome::Completed),
         ReactGuard::EndedFailed => data.ending_outcome() == Some(Outcome::Failed),
         ReactGuard::EndedAborted => data.ending_outcome() == Some(Outcome::Aborted),
+        ReactGuard::SubtaskQueued => data.subtask_queued(),
         ReactGuard::FallbackAvailable => data.fallback_available(),
         ReactGuard::LimitStop => data.limit_stops(),
         ReactGuard::LimitFinalAnswer => data.limit_asks_final_answer(),

@@ -68,6 +68,13 @@ impl ReactMachine {
                 context.steer(e, text);
                 Handled
             }
+            Input::Ext(Event::Subtask { tool, arguments }) => {
+                context.take(Row::ActiveSubtask);
+                context
+                    .subtasks
+                    .push_back((tool.clone(), arguments.clone()));
+                Handled
+            }
             Input::Ext(Event::TitleReady { title }) => {
                 context.take(Row::ActiveTitle);
                 context.titled(title.as_deref());
@@ -159,6 +166,11 @@ impl ReactMachine {
                 context.note_limit();
                 context.limit_final_ran = true;
                 context.execute();
+                Transition(State::executing())
+            }
+            Input::Plan if context.subtask_queued() => {
+                context.take(Row::PlanningSubtask);
+                context.run_subtask();
                 Transition(State::executing())
             }
             Input::Plan if context.over_threshold() => {

@@ -82,6 +82,7 @@ pub fn event_kind(event: &Event) -> Option<ReactEventKind> {
         Event::StoreWriteFailed { .. } => ReactEventKind::StoreWriteFailed,
         Event::RunEndCommitted => ReactEventKind::RunEndCommitted,
         Event::Steer { .. } => ReactEventKind::Steer,
+        Event::Subtask { .. } => ReactEventKind::Subtask,
         Event::SwitchModel { .. } => ReactEventKind::SwitchModel,
         Event::SetTools { .. } => ReactEventKind::SetTools,
         Event::TimerElapsed {

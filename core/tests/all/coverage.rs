@@ -495,6 +495,15 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
             ],
         ),
         (
+            "a subtask runs before the next model step: active_subtask, planning_subtask",
+            Setup::default(),
+            vec![
+                Action::Subtask,
+                START,
+                Action::ToolFinished(IdPick::Tracked(0), true),
+            ],
+        ),
+        (
             "a call's lifecycle ends before it starts: tool_call abort_unstarted",
             Setup {
                 parallel_tools: false,

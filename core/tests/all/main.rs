@@ -34,6 +34,7 @@ mod session_history;
 mod shared_messages;
 mod step_and_config;
 mod steps;
+mod subtask;
 mod tool_cache;
 mod tool_rules;
 mod trace_diff_rules;

@@ -128,6 +128,14 @@ fn all_events() -> Vec<(Event, &'static str, bool)> {
         ),
         (Event::Steer { text: "s".into() }, "steer", false),
         (
+            Event::Subtask {
+                tool: "task".into(),
+                arguments: serde_json::json!({}),
+            },
+            "subtask",
+            false,
+        ),
+        (
             Event::SwitchModel { model: "m".into() },
             "switch_model",
             false,
@@ -146,7 +154,7 @@ fn all_events() -> Vec<(Event, &'static str, bool)> {
 #[test]
 fn r_trace_event_names_are_their_serialized_type() {
     let events = all_events();
-    assert_eq!(events.len(), 18);
+    assert_eq!(events.len(), 19);
     for (e, name, _) in &events {
         assert_eq!(e.name(), *name);
         assert_eq!(serde_json::to_value(e).unwrap()["type"], json!(name));

@@ -132,6 +132,7 @@ fn obs(has_tool_calls: bool, steering_pending: bool, stop: bool, over_budget: bo
     Observation {
         has_tool_calls,
         steering_pending,
+        subtask_pending: false,
         stop_requested: stop,
         over_budget,
         steps: 1,
