@@ -279,7 +279,7 @@ pub enum Event {
     /// A subtask (issue 13, seed 004's subtask part): queued, and run before the next model
     /// step as a synthetic step whose one tool call is `tool(arguments)` (a subagent tool).
     Subtask {
-        /// The tool to call (a [`SubagentTool`]'s name, or any tool).
+        /// The tool to call (a `SubagentTool`'s name, or any tool).
         tool: String,
         /// Its arguments.
         arguments: serde_json::Value,
