@@ -176,19 +176,9 @@ impl Hooks for HookChain {
         let mut call = call.clone();
         let mut decision = ToolDecision::Allow;
         for h in &self.0 {
-            match h.before_tool(&call) {
-                ToolDecision::Allow => {}
-                ToolDecision::Modify { arguments } => {
-                    call.arguments = arguments.clone();
-                    if decision == ToolDecision::Allow
-                        || matches!(decision, ToolDecision::Modify { .. })
-                    {
-                        decision = ToolDecision::Modify { arguments };
-                    }
-                }
-                ToolDecision::Ask => decision = ToolDecision::Ask,
-                // A block ends the chain; so does a verdict this chain does not know.
-                d => return d,
+            let verdict = h.before_tool(&call);
+            if let Some(end) = chain_verdict(&mut call, &mut decision, verdict) {
+                return end;
             }
         }
         decision
@@ -197,19 +187,9 @@ impl Hooks for HookChain {
         let mut call = call.clone();
         let mut decision = ToolDecision::Allow;
         for h in &self.0 {
-            match h.before_tool_async(&call).await {
-                ToolDecision::Allow => {}
-                ToolDecision::Modify { arguments } => {
-                    call.arguments = arguments.clone();
-                    if decision == ToolDecision::Allow
-                        || matches!(decision, ToolDecision::Modify { .. })
-                    {
-                        decision = ToolDecision::Modify { arguments };
-                    }
-                }
-                ToolDecision::Ask => decision = ToolDecision::Ask,
-                // A block ends the chain; so does a verdict this chain does not know.
-                d => return d,
+            let verdict = h.before_tool_async(&call).await;
+            if let Some(end) = chain_verdict(&mut call, &mut decision, verdict) {
+                return end;
             }
         }
         decision
@@ -240,4 +220,26 @@ impl Hooks for HookChain {
             h.on_event(event);
         }
     }
+}
+
+/// Folds one hook's `verdict` into a chain's `decision` (for `before_tool` and its async
+/// form): modifications chain (the next hook sees the modified call), `Ask` is kept, and a
+/// block — or a verdict the chain does not know — ends the chain (returned).
+fn chain_verdict(
+    call: &mut ToolCall,
+    decision: &mut ToolDecision,
+    verdict: ToolDecision,
+) -> Option<ToolDecision> {
+    match verdict {
+        ToolDecision::Allow => {}
+        ToolDecision::Modify { arguments } => {
+            call.arguments = arguments.clone();
+            if *decision == ToolDecision::Allow || matches!(decision, ToolDecision::Modify { .. }) {
+                *decision = ToolDecision::Modify { arguments };
+            }
+        }
+        ToolDecision::Ask => *decision = ToolDecision::Ask,
+        d => return Some(d),
+    }
+    None
 }

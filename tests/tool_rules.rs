@@ -59,7 +59,12 @@ fn rules() -> Vec<ToolRule> {
     ]
 }
 
-fn agent() -> (agentloop::runtime::Agent, Arc<Mutex<Vec<String>>>, VecSink) {
+/// The script's agent with `rules` and the runtime's per-tool timeout `tool_ms`; the commands
+/// the shell ran and the events.
+fn agent_with(
+    rules: Vec<ToolRule>,
+    tool_ms: u64,
+) -> (agentloop::runtime::Agent, Arc<Mutex<Vec<String>>>, VecSink) {
     let ran = Arc::new(Mutex::new(Vec::new()));
     let mut registry = agentloop::tools::ToolRegistry::new();
     registry.insert(Arc::new(Shell(ran.clone())));
@@ -69,12 +74,16 @@ fn agent() -> (agentloop::runtime::Agent, Arc<Mutex<Vec<String>>>, VecSink) {
         .tools(registry)
         .sink(Arc::new(sink.clone()))
         .timeouts(Timeouts {
-            tool_ms: 10_000,
+            tool_ms,
             ..Timeouts::default()
         })
-        .tool_rules(rules())
+        .tool_rules(rules)
         .build();
     (agent, ran, sink)
+}
+
+fn agent() -> (agentloop::runtime::Agent, Arc<Mutex<Vec<String>>>, VecSink) {
+    agent_with(rules(), 10_000)
 }
 
 fn result_of(messages: &[Message], id: &str) -> (ToolStatus, String) {
@@ -168,19 +177,7 @@ async fn r_tool_3_rules_allow_ask_deny_and_time_out_calls_by_argument_pattern() 
 async fn r_tool_3_an_agent_without_rules_decides_as_before() {
     // The same script without rules: every call runs (no approval map), with the runtime's
     // tool_ms; no rule events; the trace header has no rules.
-    let ran = Arc::new(Mutex::new(Vec::new()));
-    let mut registry = agentloop::tools::ToolRegistry::new();
-    registry.insert(Arc::new(Shell(ran.clone())));
-    registry.insert(Arc::new(SleepTool::new("sleepy", 60_000)));
-    let sink = VecSink::default();
-    let agent = builder(ScriptedModel::from_json_str(SCRIPT, "inline").expect("script"))
-        .tools(registry)
-        .sink(Arc::new(sink.clone()))
-        .timeouts(Timeouts {
-            tool_ms: 300,
-            ..Timeouts::default()
-        })
-        .build();
+    let (agent, ran, sink) = agent_with(Vec::new(), 300);
     let out = agent
         .run_with("s", vec![Message::user("go")], None, true)
         .await

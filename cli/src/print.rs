@@ -355,14 +355,7 @@ pub fn log_line(event: &AgentEvent, level: LogLevel) -> Option<String> {
         AgentEvent::TodoChange { todos, .. } if normal => Some(
             todos
                 .iter()
-                .map(|t| {
-                    let mark = match t.status {
-                        agentloop::todo::TodoStatus::Completed => "x",
-                        agentloop::todo::TodoStatus::InProgress => "~",
-                        agentloop::todo::TodoStatus::Pending => " ",
-                    };
-                    format!("[todo] [{mark}] {}", t.content)
-                })
+                .map(|t| format!("[todo] {} {}", t.status.mark(), t.content))
                 .collect::<Vec<_>>()
                 .join("\n"),
         ),

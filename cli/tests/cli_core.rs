@@ -425,32 +425,18 @@ fn r_trace_2_sixteen_runs_with_four_parallel_tools_give_one_trace() {
             "four tools started"
         );
         let mut normalized = String::new();
+        // Run ids and the jitter seed are drawn from the (time-based) ids port: normalized
+        // as `agentloop trace diff` does.
+        let mut runs = std::collections::BTreeMap::new();
         for line in text.lines() {
             let mut v: serde_json::Value = serde_json::from_str(line).expect("json line");
-            normalize_volatile(&mut v);
+            agentloop::trace_diff::normalize(&mut v, &mut runs);
             normalized.push_str(&v.to_string());
             normalized.push('\n');
         }
         traces.insert(normalized);
     }
     assert_eq!(traces.len(), 1, "16 recordings, {} traces", traces.len());
-}
-
-fn normalize_volatile(v: &mut serde_json::Value) {
-    match v {
-        serde_json::Value::Object(map) => {
-            for (k, x) in map.iter_mut() {
-                // Run ids and the jitter seed are drawn from the (time-based) ids port.
-                if k == "run_id" || k == "jitter_seed" {
-                    *x = serde_json::Value::String("RUN".into());
-                } else {
-                    normalize_volatile(x);
-                }
-            }
-        }
-        serde_json::Value::Array(a) => a.iter_mut().for_each(normalize_volatile),
-        _ => {}
-    }
 }
 
 /// Issue 9 item 4: a huge tool argument is echoed to stderr cut at 2 KiB with a marker

@@ -21,6 +21,17 @@ pub enum TodoStatus {
     Completed,
 }
 
+impl TodoStatus {
+    /// The item's mark where a list is shown: `[x]` done, `[~]` in progress, `[ ]` pending.
+    pub fn mark(self) -> &'static str {
+        match self {
+            TodoStatus::Completed => "[x]",
+            TodoStatus::InProgress => "[~]",
+            TodoStatus::Pending => "[ ]",
+        }
+    }
+}
+
 /// One item of the list.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -52,14 +63,7 @@ pub fn render(todos: &[Todo]) -> String {
     }
     todos
         .iter()
-        .map(|t| {
-            let mark = match t.status {
-                TodoStatus::Completed => "[x]",
-                TodoStatus::InProgress => "[~]",
-                TodoStatus::Pending => "[ ]",
-            };
-            format!("{mark} {}", t.content)
-        })
+        .map(|t| format!("{} {}", t.status.mark(), t.content))
         .collect::<Vec<_>>()
         .join("\n")
 }

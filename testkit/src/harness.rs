@@ -1373,12 +1373,7 @@ impl Ledger {
                     self.emitted.push_str(text);
                 }
                 Effect::Persist {
-                    entry:
-                        Entry::Assistant {
-                            run_id,
-                            model_call_index,
-                            message,
-                        },
+                    entry: Entry::Assistant { message, .. },
                 } if message.text.is_empty()
                     && message.tool_calls.len() == 1
                     && message.tool_calls[0].id.starts_with("subtask-") =>
@@ -1389,7 +1384,6 @@ impl Ledger {
                         !matches!(event, Event::Done { .. } | Event::Delta { .. }),
                         "{ctx}: a subtask's message committed on {event:?}"
                     );
-                    let _ = (run_id, model_call_index);
                     let id = message.tool_calls[0].id.clone();
                     assert!(
                         self.calls.insert(id.clone(), false).is_none(),

@@ -10,7 +10,7 @@ use crate::effect::Effect;
 use crate::entry::Entry;
 use crate::error::RunError;
 use crate::execute_result::{StepEnd, StepRecord};
-use crate::message::{AssistantMessage, Message, Usage};
+use crate::message::{AssistantMessage, Message, ToolResult, Usage};
 use crate::model::{ModelRequest, SharedMessages};
 use crate::process::{Process, StepOutcome};
 use crate::react::config::{Decision, LoopResult, Observation, RunConfig, SteeringPolicy};
@@ -347,9 +347,16 @@ impl ReactData {
     pub(crate) fn resume_step(&mut self, p: &crate::event::PendingStep) {
         self.committed_steps = self.committed_steps.saturating_sub(1);
         self.session_turns = self.session_turns.saturating_sub(1);
+        let step = self.committed_step(p.model_call_index);
+        self.run_committed(step, p.message.clone(), p.results.clone());
+    }
+
+    /// An inner machine for step `model_call_index` whose message is already committed (a
+    /// resumed step, a subtask): its request carries no messages, it only runs the calls.
+    fn committed_step(&self, model_call_index: u32) -> Process {
         let request = ModelRequest {
             run_id: self.run_id.clone(),
-            model_call_index: p.model_call_index,
+            model_call_index,
             attempt: 1,
             session_turn: self.session_turns,
             model: self.cfg.model.clone(),
@@ -358,9 +365,18 @@ impl ReactData {
             tools: self.cfg.tools.clone(),
             params: self.params(),
         };
-        let mut step = Process::new(self.cfg.step.clone(), request, self.whitelist.clone())
-            .with_tool_cache(self.tool_cache.clone());
-        let s = step.resume(p.message.clone(), p.results.clone());
+        Process::new(self.cfg.step.clone(), request, self.whitelist.clone())
+            .with_tool_cache(self.tool_cache.clone())
+    }
+
+    /// Runs `step` around its committed `message` (the calls without a result in `results`).
+    fn run_committed(
+        &mut self,
+        mut step: Process,
+        message: AssistantMessage,
+        results: Vec<ToolResult>,
+    ) {
+        let s = step.resume(message, results);
         self.steps_created += 1;
         self.take_inner(s);
         self.step = Some(step);
@@ -397,24 +413,10 @@ impl ReactData {
             model_call_index: index,
             message: message.clone(),
         });
-        let request = ModelRequest {
-            run_id: self.run_id.clone(),
-            model_call_index: index,
-            attempt: 1,
-            session_turn: self.session_turns,
-            model: self.cfg.model.clone(),
-            system: self.cfg.system.clone(),
-            messages: SharedMessages::default(),
-            tools: self.cfg.tools.clone(),
-            params: self.params(),
-        };
-        let mut step = Process::new(self.cfg.step.clone(), request, self.whitelist.clone())
-            .with_recent_calls(self.recent_calls.clone())
-            .with_tool_cache(self.tool_cache.clone());
-        let s = step.resume(message, Vec::new());
-        self.steps_created += 1;
-        self.take_inner(s);
-        self.step = Some(step);
+        let step = self
+            .committed_step(index)
+            .with_recent_calls(self.recent_calls.clone());
+        self.run_committed(step, message, Vec::new());
     }
 
     /// Takes the finished step's message and results into the context, and records the step
