@@ -42,4 +42,5 @@ mod trace_io;
 mod trace_tools;
 mod transcript_text;
 mod verdict_rules;
+mod whatif;
 mod wildcard;
