@@ -806,3 +806,46 @@ fn r_str_2_a_tool_step_emits_its_observable_events_in_order() {
     ];
     assert_eq!(got, expected, "{got:#?}");
 }
+
+/// R-TRACE-1: what a `before_model_call` hook sent is kept for the current attempt only: a
+/// stale attempt's rewrite is ignored, and a retry starts without one.
+#[test]
+fn r_trace_1_the_rewritten_request_belongs_to_its_attempt() {
+    let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
+    let _ = p.begin();
+    assert_eq!(p.sent_request(), None, "nothing rewritten yet");
+    let mut rewritten = request();
+    rewritten.system = Some("rewritten by a hook".into());
+    let s = p.handle(&Event::RequestRewritten {
+        attempt: attempt(2),
+        request: Box::new(rewritten.clone()),
+    });
+    assert!(
+        format!("{:?}", s.transitions).contains("LiveStaleRequestRewritten"),
+        "a later attempt's rewrite is stale: {:?}",
+        s.transitions
+    );
+    assert_eq!(p.sent_request(), None);
+    let _ = p.handle(&Event::RequestRewritten {
+        attempt: attempt(1),
+        request: Box::new(rewritten.clone()),
+    });
+    assert_eq!(p.sent_request(), Some(&rewritten));
+    assert_eq!(p.request().system, None, "the planned request is unchanged");
+    let _ = p.handle(&Event::TransportError {
+        attempt: attempt(1),
+        error: ModelError::new(ErrorKind::Overloaded, "busy"),
+    });
+    let timer = p.handle(&Event::TimerElapsed { timer_id: 0 }).effects.len();
+    assert_eq!(timer, 0, "not the backoff timer");
+    assert_eq!(p.state(), ProcessState::Retrying);
+    let s = p.handle(&Event::TimerElapsed {
+        timer_id: 2_000_002,
+    });
+    assert_eq!(
+        s.to,
+        ProcessState::Calling,
+        "the backoff timer sends attempt 2"
+    );
+    assert_eq!(p.sent_request(), None, "attempt 2 has not been rewritten");
+}
