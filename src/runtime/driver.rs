@@ -19,6 +19,7 @@ use crate::message::{FinishReason, MessageDelta, ToolCall, ToolStatus, Usage};
 use crate::model::{Model, ModelRequest};
 use crate::runtime::ports::EventEnvelope;
 use crate::runtime::tool_order::CompletionOrder;
+use crate::runtime::worker::AbortOnDrop;
 use crate::runtime::{title, Agent};
 use crate::tools::{ArgumentSchemas, ToolContext};
 
@@ -434,26 +435,6 @@ impl Driver<'_> {
             .instrument(span),
         );
         self.tasks.tools.insert(id, (h, killable));
-    }
-}
-
-/// Aborts the task when dropped: killing a tool's outer task also stops the tool's future
-/// (a dropped `JoinHandle` alone would let it run on).
-struct AbortOnDrop<T>(JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-impl<T> std::future::Future for AbortOnDrop<T> {
-    type Output = Result<T, tokio::task::JoinError>;
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        std::pin::Pin::new(&mut self.0).poll(cx)
     }
 }
 

@@ -16,6 +16,7 @@ pub mod resume;
 mod stream;
 mod title;
 pub mod tool_order;
+mod worker;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -51,6 +52,7 @@ use tool_order::CompletionOrder;
 
 /// Errors that prevent a run from starting. Failures during a run are a `Failed` result.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AgentError {
     /// The session could not be loaded.
     #[error(transparent)]
@@ -61,6 +63,9 @@ pub enum AgentError {
         /// The session.
         session: String,
     },
+    /// The tokio runtime shut down while the run's task was still going.
+    #[error("the runtime shut down before the run ended")]
+    RuntimeShutDown,
 }
 
 /// A typed final answer ([`Agent::run_typed`]) and the run that gave it.
@@ -342,6 +347,9 @@ impl SharedTools {
 /// [`Model::name`] (and under the configured model name); more can be added with
 /// [`AgentBuilder::extra_model`]. Each request is routed by its `model` field, so switching
 /// models (R-CTL-5) is a change of the run configuration's `model` — no client is rebuilt.
+///
+/// A clone shares everything: ports, tools, models and event numbering.
+#[derive(Clone)]
 pub struct Agent {
     pub(crate) model: Arc<dyn Model>,
     pub(crate) models: BTreeMap<String, Arc<dyn Model>>,
@@ -966,7 +974,30 @@ impl Agent {
     /// Like [`Agent::run_configured`], with machine inputs fed before `Start` (queued
     /// subtasks, issue 13: rows `active_subtask`, then `planning_subtask` before the first
     /// model step).
+    ///
+    /// On a multi-thread runtime the run is a task of its own ([`worker::on_worker`]).
     pub(crate) async fn run_queued(
+        &self,
+        session: &str,
+        input: Vec<Message>,
+        before: Vec<Event>,
+        config: RunConfig,
+        control: Option<ControlReceiver>,
+        record: bool,
+    ) -> Result<RunOutput, AgentError> {
+        let agent = self.clone();
+        let session = session.to_string();
+        worker::on_worker(async move {
+            agent
+                .run_queued_here(&session, input, before, config, control, record)
+                .await
+        })
+        .await
+    }
+
+    /// [`Agent::run_queued`] in the caller's task (a [`Session`](crate::session::Session)
+    /// already runs it in a task of its own).
+    pub(crate) async fn run_queued_here(
         &self,
         session: &str,
         input: Vec<Message>,
@@ -1070,6 +1101,18 @@ impl Agent {
     /// result get `outcome_unknown` (unless their tool is retry-safe), calls that never started
     /// run now, an uncommitted step is re-requested with the same `model_call_index`.
     pub async fn resume_with(
+        &self,
+        session: &str,
+        control: Option<ControlReceiver>,
+        record: bool,
+    ) -> Result<RunOutput, AgentError> {
+        let agent = self.clone();
+        let session = session.to_string();
+        worker::on_worker(async move { agent.resume_here(&session, control, record).await }).await
+    }
+
+    /// [`Agent::resume_with`] in the caller's task.
+    async fn resume_here(
         &self,
         session: &str,
         control: Option<ControlReceiver>,

@@ -102,24 +102,8 @@ impl Agent {
     /// The same agent (same ports, tools, models and event numbering) with another sink.
     fn with_sink(&self, sink: Arc<dyn EventSink>) -> Agent {
         Agent {
-            model: self.model.clone(),
-            models: self.models.clone(),
-            tools: self.tools.clone(),
-            hooks: self.hooks.clone(),
-            offload: self.offload.clone(),
-            store: self.store.clone(),
-            approver: self.approver.clone(),
-            asker: self.asker.clone(),
-            clock: self.clock.clone(),
-            ids: self.ids.clone(),
             sink,
-            compactor: self.compactor.clone(),
-            context_manager: self.context_manager.clone(),
-            context_init_data: self.context_init_data.clone(),
-            config: self.config.clone(),
-            timeouts: self.timeouts,
-            root: self.root.clone(),
-            event_index: self.event_index.clone(),
+            ..self.clone()
         }
     }
 }

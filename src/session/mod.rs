@@ -1005,7 +1005,7 @@ impl Actor {
         self.shared.idle.send_replace(false);
         let run = tokio::spawn(async move {
             agent
-                .run_queued(&id, input, before, config, Some(receiver), record)
+                .run_queued_here(&id, input, before, config, Some(receiver), record)
                 .await
         });
         self.current = Some(Current {
