@@ -67,6 +67,7 @@ def main():
     ap.add_argument("--deltas", type=int, default=2000, help="deltas of the long answer (default 2000)")
     ap.add_argument("--gap-us", type=int, default=50, help="mock's pause before each event (default 50)")
     ap.add_argument("--sink", action="store_true", help="also measure agentloop through an event sink")
+    ap.add_argument("--spawn", action="store_true", help="also measure both clients with the whole run in a spawned task")
     ap.add_argument("--floor", action="store_true", help="also measure the bare reqwest floor client")
     ap.add_argument("--tcp", action="store_true", help="also measure the bare tokio TcpStream client")
     ap.add_argument("--runtime", choices=("multi-thread", "current-thread"), default="multi-thread")
@@ -91,6 +92,9 @@ def main():
         clients = [("agentloop", lambda m: [exe("agentloop_client"), base, m, "stream"])]
         if args.sink:
             clients.append(("agentloop-sink", lambda m: [exe("agentloop_client"), base, m, "sink"]))
+        if args.spawn:
+            clients.append(("agentloop-spawn", lambda m: [exe("agentloop_client"), base, m, "spawn"]))
+            clients.append(("rig-spawn", lambda m: [exe("rig_client"), base, m, "spawn"]))
         if args.floor:
             clients.append(("reqwest floor", lambda m: [exe("floor_client"), base, m]))
         if args.tcp:

@@ -79,6 +79,23 @@ async fn run() -> Result<(), Error> {
             let text = text.lock().map_err(|_| "poisoned")?.clone();
             text
         }
+        "spawn" => {
+            // The run as a task of its own on the runtime (not polled by `block_on`).
+            let agent = Agent::builder().model(model).build();
+            tokio::spawn(async move {
+                let mut text = String::new();
+                let mut stream = agent.run_stream("bench", "talk");
+                while let Some(item) = stream.next().await {
+                    if let RunStreamItem::Event(e) = item {
+                        if let AgentEvent::TextDelta { text: t, .. } = e.event {
+                            text.push_str(&t);
+                        }
+                    }
+                }
+                text
+            })
+            .await?
+        }
         other => return Err(format!("unknown mode {other}").into()),
     };
     println!("{}", text.len());

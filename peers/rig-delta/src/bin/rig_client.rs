@@ -26,8 +26,19 @@ fn main() -> Result<(), Error> {
 
 async fn run() -> Result<(), Error> {
     let mut args = std::env::args().skip(1);
-    let base = args.next().ok_or("usage: rig_client BASE_URL MODEL")?;
+    let base = args
+        .next()
+        .ok_or("usage: rig_client BASE_URL MODEL [spawn]")?;
     let model = args.next().ok_or("MODEL missing")?;
+    match args.next().as_deref() {
+        // The whole run as a spawned task, as `agentloop_client spawn` does.
+        Some("spawn") => tokio::spawn(stream_once(base, model)).await?,
+        None => stream_once(base, model).await,
+        Some(other) => Err(format!("unknown mode {other}").into()),
+    }
+}
+
+async fn stream_once(base: String, model: String) -> Result<(), Error> {
     let client = OpenAIConfig::new("sk-mock")
         .with_base_url(format!("{base}/v1"))
         .client();
