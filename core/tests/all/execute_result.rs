@@ -265,6 +265,13 @@ fn r_in_5_an_aborted_step_is_recorded_with_what_it_committed() {
 
 #[test]
 fn r_in_5_compaction_moves_the_positions_of_the_messages_it_keeps() {
+    // A summary in one message, or in two (the kept messages then start one later).
+    for prefix in [1, 2] {
+        compaction_moves_positions(prefix);
+    }
+}
+
+fn compaction_moves_positions(prefix: usize) {
     let mut c = config();
     c.compact_threshold = Some(6);
     let mut run = Run::new(c);
@@ -290,6 +297,9 @@ fn r_in_5_compaction_moves_the_positions_of_the_messages_it_keeps() {
     assert_eq!(to_compact.len(), 7);
     // The compactor keeps a summary and the last four messages (steps 2 and 3).
     let mut compacted = vec![Message::user("summary of step 1")];
+    if prefix == 2 {
+        compacted.push(Message::user("and a note"));
+    }
     compacted.extend(to_compact[3..].iter().cloned());
     let s = run.handle(Event::CompactionDone {
         messages: compacted,
@@ -308,10 +318,11 @@ fn r_in_5_compaction_moves_the_positions_of_the_messages_it_keeps() {
         positions,
         [
             (None, true),
-            (Some(1), false),
-            (Some(3), false),
-            (Some(5), false)
-        ]
+            (Some(prefix), false),
+            (Some(prefix + 2), false),
+            (Some(prefix + 4), false)
+        ],
+        "prefix {prefix}"
     );
     let texts: Vec<Option<&str>> = result
         .execute_results()

@@ -358,3 +358,14 @@ fn issue_13_a_plan_has_its_own_bound() {
     assert!(seen.iter().all(|s| matches!(s, Seen::Text(_))), "{seen:?}");
     assert_eq!(committed_text(&done).0, too_long);
 }
+
+/// Issue 13 (`<plan>`): a number marks a list item only with its `.` or `)`; a line that
+/// merely starts with one of them keeps it.
+#[test]
+fn issue_13_plan_lines_starting_with_a_dot_or_parenthesis_keep_it() {
+    use agentloop_core::inline_tags::plan_steps;
+    assert_eq!(
+        plan_steps(".env stays hidden\n) closes\n- .gitignore\n3. ) odd"),
+        [".env stays hidden", ") closes", ".gitignore", ") odd"]
+    );
+}

@@ -30,6 +30,7 @@ mod records;
 mod reminders;
 mod retry_decider;
 mod run_control;
+mod run_error;
 mod session_history;
 mod shared_messages;
 mod step_and_config;
