@@ -231,3 +231,26 @@ fn issue12_item6_user_text_describes_parts_without_their_data() {
         8
     );
 }
+
+/// Issue 12 item 6: sizes switch unit exactly at 1 KiB and 1 MiB (decoded bytes).
+#[test]
+fn issue12_item6_part_sizes_change_unit_at_the_boundaries() {
+    use agentloop_core::message::base64_decoded_len;
+    use agentloop_core::ContentPart;
+    // `digits` base64 digits decode to `digits * 3 / 4` bytes.
+    let describe = |digits: usize| {
+        let data = "A".repeat(digits);
+        let part = ContentPart::file_base64("a/b", data.clone(), None);
+        (base64_decoded_len(&data), part.describe())
+    };
+    assert_eq!(describe(1364), (1023, "[file a/b, 1023 B]".to_string()));
+    assert_eq!(describe(1366), (1024, "[file a/b, 1.0 KiB]".to_string()));
+    assert_eq!(
+        describe(1_398_100),
+        (1_048_575, "[file a/b, 1024.0 KiB]".to_string())
+    );
+    assert_eq!(
+        describe(1_398_102),
+        (1_048_576, "[file a/b, 1.0 MiB]".to_string())
+    );
+}
