@@ -36,6 +36,7 @@ mod shared_messages;
 mod step_and_config;
 mod steps;
 mod subtask;
+mod todo;
 mod tool_cache;
 mod tool_rules;
 mod trace_diff_rules;

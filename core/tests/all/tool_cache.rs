@@ -123,3 +123,62 @@ fn r_tool_6_fill_from_pairs_results_with_the_pure_calls_of_their_message() {
     none.fill_from(&agentloop_core::process::StepConfig::default(), &history);
     assert!(none.is_empty());
 }
+
+/// The cache against a reference model, on sequences of inserts whose sizes sit on the byte
+/// bound's edges: which calls are cached, as which call, and how many, after every insert.
+mod against_a_model {
+    use super::{call, result};
+    use agentloop_core::tool_cache::ToolCache;
+    use agentloop_core::ToolStatus;
+    use proptest::prelude::*;
+
+    const MAX: usize = ToolCache::MAX_BYTES;
+    const SIZES: [usize; 9] = [
+        0,
+        1,
+        MAX / 3,
+        MAX / 2 - 1,
+        MAX / 2,
+        MAX / 2 + 1,
+        MAX - 1,
+        MAX,
+        MAX + 1,
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn r_tool_6_the_cache_keeps_what_the_reference_keeps(
+            ops in prop::collection::vec((0..4usize, 0..SIZES.len()), 1..14),
+        ) {
+            static CONTENTS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+            let contents = CONTENTS.get_or_init(|| SIZES.iter().map(|n| "x".repeat(*n)).collect());
+            let mut cache = ToolCache::default();
+            // The reference: (key, call id, bytes), oldest first.
+            let mut model: Vec<(usize, String, usize)> = Vec::new();
+            for (i, (key, size)) in ops.into_iter().enumerate() {
+                let id = format!("c{i}");
+                let c = call(&id, "calc", &format!(r#"{{"k":{key}}}"#));
+                cache.insert(&c, &result(&c, &contents[size], ToolStatus::Completed));
+                let bytes = SIZES[size];
+                if bytes <= MAX {
+                    model.retain(|(k, _, _)| *k != key);
+                    model.push((key, id, bytes));
+                    while model.len() > ToolCache::MAX_ENTRIES
+                        || model.iter().map(|(_, _, b)| b).sum::<usize>() > MAX
+                    {
+                        model.remove(0);
+                    }
+                }
+                prop_assert_eq!(cache.len(), model.len());
+                prop_assert_eq!(cache.is_empty(), model.is_empty());
+                for k in 0..4 {
+                    let want = model.iter().find(|(m, _, _)| *m == k).map(|(_, id, _)| id.as_str());
+                    let got = cache.get(&call("q", "calc", &format!(r#"{{"k":{k}}}"#)));
+                    prop_assert_eq!(got.map(|h| h.tool_call_id.as_str()), want, "key {}", k);
+                }
+            }
+        }
+    }
+}
