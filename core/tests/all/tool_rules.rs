@@ -648,3 +648,45 @@ fn r_tool_3_a_denied_call_ends_in_the_denied_state() {
         Some(ToolCallState::Denied)
     );
 }
+
+#[test]
+fn r_tool_3_actions_read_as_their_command_line_words() {
+    let words: Vec<String> = [RuleAction::Allow, RuleAction::Ask, RuleAction::Deny]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(words, ["allow", "ask", "deny"]);
+}
+
+#[test]
+fn r_tool_3_patterns_may_be_exactly_as_long_as_the_bound() {
+    use agentloop_core::wildcard::MAX_PATTERN_CHARS;
+    // Counted in characters, not bytes.
+    let at = "é".repeat(MAX_PATTERN_CHARS);
+    let over = "é".repeat(MAX_PATTERN_CHARS + 1);
+    assert_eq!(ToolRule::deny(at.clone()).validate(), Ok(()));
+    assert_eq!(
+        ToolRule::deny(over.clone()).validate(),
+        Err(RuleError::PatternTooLong)
+    );
+    assert_eq!(
+        ToolRule::deny("bash").argument("command", at).validate(),
+        Ok(())
+    );
+    assert_eq!(
+        ToolRule::deny("bash").argument("command", over).validate(),
+        Err(RuleError::PatternTooLong)
+    );
+}
+
+#[test]
+fn r_tool_3_a_zero_timeout_reads_in_milliseconds() {
+    assert_eq!(
+        ToolRule::allow("calc").timeout_ms(0).to_string(),
+        "allow@0ms:calc"
+    );
+    assert_eq!(
+        ToolRule::allow("calc").timeout_ms(2_000).to_string(),
+        "allow@2s:calc"
+    );
+}
