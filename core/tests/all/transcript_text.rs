@@ -539,3 +539,91 @@ fn long_text_is_shown_on_one_line_and_cut_at_its_limit() {
         format!("run r1 started: user \"{}…\"", &longer[..200])
     );
 }
+
+/// Issue 13's events and inputs read as notes too: cache hits, rule matches (each action,
+/// with and without a deadline), status, title, plan, todos, tool-set changes, a vetoed
+/// compaction.
+#[test]
+fn issue13_events_become_notes() {
+    use agentloop_core::todo::{Todo, TodoStatus};
+    use agentloop_core::tool_rules::RuleAction;
+    let rule = |id: &str, action, timeout_ms| AgentEvent::ToolRuleMatched {
+        tool_call_id: id.into(),
+        name: "bash".into(),
+        rule: 2,
+        action,
+        timeout_ms,
+    };
+    let events = vec![
+        AgentEvent::ToolCacheHit {
+            tool_call_id: "c2".into(),
+            name: "calc".into(),
+            cached_from: "c1".into(),
+        },
+        rule("c3", RuleAction::Allow, Some(600)),
+        rule("c4", RuleAction::Ask, None),
+        rule("c5", RuleAction::Deny, None),
+        AgentEvent::StatusUpdate {
+            model_call_index: 1,
+            attempt: 1,
+            text: "reading".into(),
+        },
+        AgentEvent::TitleGenerated {
+            model_call_index: 1,
+            attempt: 1,
+            title: "Fix the parser".into(),
+        },
+        AgentEvent::PlanGenerated {
+            model_call_index: 1,
+            attempt: 1,
+            steps: vec!["read".into(), "fix".into()],
+        },
+        AgentEvent::TodoChange {
+            tool_call_id: "c6".into(),
+            todos: vec![
+                Todo {
+                    content: "read".into(),
+                    status: TodoStatus::Completed,
+                },
+                Todo {
+                    content: "fix".into(),
+                    status: TodoStatus::Pending,
+                },
+            ],
+        },
+        AgentEvent::ToolsUpdated {
+            attached: vec!["ls".into(), "cat".into()],
+            detached: vec!["rm".into()],
+        },
+    ];
+    let r = events
+        .into_iter()
+        .fold(Records::new("m", vec![]), Records::emit)
+        .input(Event::CompactionVetoed {
+            reason: "keep it".into(),
+        });
+    let t = Transcript::from_trace(&r.trace);
+    let notes: Vec<(u64, &str)> = t
+        .items
+        .iter()
+        .map(|i| match i {
+            Item::Note { index, text } => (*index, text.as_str()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            (0, "tool c2: `calc` answered from the cache (c1)"),
+            (1, "tool c3: `bash` allowed by rule 2, deadline 600 ms"),
+            (2, "tool c4: `bash` put to a human by rule 2"),
+            (3, "tool c5: `bash` denied by rule 2"),
+            (4, "status: reading"),
+            (5, "title: Fix the parser"),
+            (6, "plan: read | fix"),
+            (7, "todos: [x] read | [ ] fix"),
+            (8, "tools updated: +[ls, cat] -[rm]"),
+            (9, "compaction vetoed: keep it"),
+        ]
+    );
+}
