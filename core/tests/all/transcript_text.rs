@@ -627,3 +627,69 @@ fn issue13_events_become_notes() {
         ]
     );
 }
+
+/// `trace show` in both layouts (R-TRACE-2): a run start names its history, the first attempt
+/// of a step is its heading (Markdown) or its line (text), and reasoning is shown.
+#[test]
+fn r_trace_2_render_names_history_steps_and_reasoning() {
+    use agentloop_core::transcript::{RenderOptions, Style, Summary};
+    let t = Transcript {
+        version: 4,
+        session: "s".into(),
+        model: "m".into(),
+        tools: vec![],
+        items: vec![
+            Item::RunStart {
+                index: 0,
+                run_id: "r1".into(),
+                input: vec!["hi".into()],
+                history: 2,
+            },
+            Item::Request {
+                index: 1,
+                step: 1,
+                attempt: 1,
+                model: "m".into(),
+                messages: 3,
+                tools: 1,
+            },
+            Item::Assistant {
+                index: 2,
+                step: 1,
+                text: "hello".into(),
+                reasoning: "think first".into(),
+                tool_calls: 0,
+                finish_reason: Some("stop".into()),
+                usage: None,
+            },
+        ],
+        summary: Summary::default(),
+    };
+    let text = t.render(RenderOptions {
+        style: Style::Text,
+        states: false,
+        indexes: false,
+    });
+    assert!(text.contains(" after 2 history messages"), "{text}");
+    assert!(
+        text.contains("step 1: request (m, 3 messages, 1 tool)"),
+        "{text}"
+    );
+    assert!(text.contains("reasoning: \"think first\""), "{text}");
+    let md = t.render(RenderOptions {
+        style: Style::Markdown,
+        states: false,
+        indexes: false,
+    });
+    assert!(
+        md.contains("\n### Step 1\n\n- request: m, 3 messages, 1 tool"),
+        "{md}"
+    );
+    assert!(md.contains("reasoning: \"think first\""), "{md}");
+    let mut fresh = t.clone();
+    if let Item::RunStart { history, .. } = &mut fresh.items[0] {
+        *history = 0;
+    }
+    let fresh = fresh.render(RenderOptions::default());
+    assert!(!fresh.contains("history"), "{fresh}");
+}
