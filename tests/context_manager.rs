@@ -5,17 +5,16 @@
 
 mod support;
 
+use agentloop_testkit::agent::model_requests;
 use std::sync::{Arc, Mutex};
 
-use agentloop::effect::Effect;
 use agentloop::message::Message;
-use agentloop::model::ModelRequest;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{
     BuiltContext, ContextManager, ContextRequest, ContextUpdates, DefaultContextManager,
 };
 use agentloop::store::{Entry, MemoryStore, SessionStore};
-use agentloop::trace::{replay, Trace, TraceRecord};
+use agentloop::trace::{replay, Trace};
 use async_trait::async_trait;
 use serde_json::json;
 use support::*;
@@ -72,20 +71,6 @@ impl ContextManager for Pinned {
     }
 }
 
-fn requests(trace: &Trace) -> Vec<ModelRequest> {
-    trace
-        .records
-        .iter()
-        .filter_map(|r| match r {
-            TraceRecord::Effect {
-                effect: Effect::CallModel { request },
-                ..
-            } => Some(request.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
 fn agent(manager: Option<Arc<Pinned>>) -> (agentloop::runtime::Agent, Arc<MemoryStore>) {
     let model =
         ScriptedModel::from_json_str(r#"{"turns": [{"text": "one"}, {"text": "two"}]}"#, "inline")
@@ -111,13 +96,13 @@ async fn run(agent: &agentloop::runtime::Agent, prompt: &str) -> Trace {
 async fn r_ctx_1_issue_13_a_custom_context_manager_shapes_the_first_request_and_keeps_its_entries()
 {
     let (plain, _) = agent(None);
-    let all_tools = requests(&run(&plain, "hi").await)[0].tools.len();
+    let all_tools = model_requests(&run(&plain, "hi").await)[0].tools.len();
     assert!(all_tools > 1, "the agent offers several tools");
 
     let manager = Arc::new(Pinned::default());
     let (agent, store) = agent(Some(manager.clone()));
     let trace = run(&agent, "hi").await;
-    let first = &requests(&trace)[0];
+    let first = &model_requests(&trace)[0];
     assert_eq!(
         first.messages.to_vec(),
         vec![Message::user(NOTE), Message::user("hi")],
@@ -173,7 +158,7 @@ async fn r_ctx_2_issue_13_context_updates_after_a_run_are_stored_and_start_the_n
     // The next run starts from the replacement context (after the pinned note).
     let trace = run(&agent, "again").await;
     assert_eq!(
-        requests(&trace)[0].messages.to_vec(),
+        model_requests(&trace)[0].messages.to_vec(),
         vec![
             Message::user(NOTE),
             Message::user("summary of the first run"),
@@ -190,7 +175,7 @@ async fn r_ctx_1_issue_13_the_default_context_manager_is_the_history_of_the_entr
     let trace = run(&agent, "again").await;
     let entries = store.load("s").await.expect("load");
     let history = agentloop::store::history(&entries);
-    let request = &requests(&trace)[0];
+    let request = &model_requests(&trace)[0];
     // The second run's first request: the session's history before it, then its input.
     assert_eq!(
         request.messages.to_vec(),

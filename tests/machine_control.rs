@@ -2,6 +2,7 @@
 //! abort with immune tools (R-CTL-3), steering (R-CTL-2), model switch (R-CTL-5), doom loops
 //! (R-TOOL-4).
 
+use agentloop_testkit::agent::model_requests;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -78,19 +79,7 @@ fn events(sink: &VecSink) -> Vec<AgentEvent> {
 }
 
 fn requests(out: &RunOutput) -> Vec<agentloop::model::ModelRequest> {
-    out.trace
-        .as_ref()
-        .expect("trace")
-        .records
-        .iter()
-        .filter_map(|r| match r {
-            TraceRecord::Effect {
-                effect: agentloop::Effect::CallModel { request },
-                ..
-            } => Some(request.clone()),
-            _ => None,
-        })
-        .collect()
+    model_requests(out.trace.as_ref().expect("trace"))
 }
 
 #[tokio::test(start_paused = true)]

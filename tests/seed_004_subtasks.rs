@@ -7,10 +7,10 @@
 
 mod support;
 
+use agentloop_testkit::agent::model_requests;
 use std::sync::Arc;
 
 use agentloop::attachment::Prompt;
-use agentloop::effect::Effect;
 use agentloop::event::Event;
 use agentloop::message::Message;
 use agentloop::session::{Session, SessionConfig, SubtaskAck};
@@ -34,18 +34,11 @@ fn recording(agent: agentloop::runtime::Agent) -> Session {
     )
 }
 
-/// The model requests the trace recorded, in order.
+/// The messages of each model request the trace recorded, in order.
 fn requests(trace: &Trace) -> Vec<Vec<Message>> {
-    trace
-        .records
-        .iter()
-        .filter_map(|r| match r {
-            TraceRecord::Effect {
-                effect: Effect::CallModel { request },
-                ..
-            } => Some(request.messages.to_vec()),
-            _ => None,
-        })
+    model_requests(trace)
+        .into_iter()
+        .map(|r| r.messages.to_vec())
         .collect()
 }
 

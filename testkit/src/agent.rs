@@ -67,6 +67,21 @@ pub async fn run_traced(agent: &Agent, prompt: &str) -> Result<(RunOutput, Trace
     Ok((out, trace))
 }
 
+/// The model requests `trace` recorded (its `call_model` effects), in order.
+pub fn model_requests(trace: &Trace) -> Vec<ModelRequest> {
+    trace
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            agentloop::trace::TraceRecord::Effect {
+                effect: agentloop::effect::Effect::CallModel { request },
+                ..
+            } => Some(request.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Replies for [`FnModel`]: a [`Turn`] of the scripted model's format, so a reply can also
 /// stream reasoning, fail first (`errors`) or choose its chunk size.
 pub mod reply {
