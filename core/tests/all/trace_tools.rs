@@ -10,11 +10,17 @@ use agentloop_core::transcript::{Item, RenderOptions, Transcript};
 use agentloop_core::whatif::{apply_setting, parse_assignment, what_if, Missing, SettingError};
 use agentloop_core::Event;
 
-fn fixture(name: &str) -> Trace {
-    let path = format!(
+/// The path of the fixture trace `name`.
+fn fixture_path(name: &str) -> String {
+    format!(
         "{}/../tests/fixtures/traces/{name}",
         env!("CARGO_MANIFEST_DIR")
-    );
+    )
+}
+
+/// The fixture trace `name`, parsed for replay.
+pub(crate) fn fixture(name: &str) -> Trace {
+    let path = fixture_path(name);
     let text = std::fs::read_to_string(&path).expect("fixture");
     Trace::parse(&text, &path).expect("valid trace")
 }
@@ -318,10 +324,7 @@ fn import_refuses_what_is_not_a_message_array() {
 #[test]
 fn versions_1_and_2_are_readable_but_not_replayable() {
     for (name, version) in [("v1-calc.jsonl", 1), ("v2-calc.jsonl", 2)] {
-        let path = format!(
-            "{}/../tests/fixtures/traces/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        );
+        let path = fixture_path(name);
         let text = std::fs::read_to_string(&path).expect("fixture");
         let refused = Trace::parse(&text, &path);
         assert!(

@@ -39,6 +39,17 @@ fn note(index: u64, text: &str) -> Item {
     }
 }
 
+/// The transcript's items, each of which must be a note, as (index, text).
+fn notes_of(t: &Transcript) -> Vec<(u64, &str)> {
+    t.items
+        .iter()
+        .map(|i| match i {
+            Item::Note { index, text } => (*index, text.as_str()),
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
 fn text_delta(step: u32, attempt: u32, text: &str) -> AgentEvent {
     AgentEvent::TextDelta {
         model_call_index: step,
@@ -470,14 +481,7 @@ fn observable_events_without_an_item_of_their_own_become_notes() {
         .into_iter()
         .fold(Records::new("m", vec![]), Records::emit);
     let t = Transcript::from_trace(&r.trace);
-    let notes: Vec<(u64, &str)> = t
-        .items
-        .iter()
-        .map(|i| match i {
-            Item::Note { index, text } => (*index, text.as_str()),
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let notes = notes_of(&t);
     let repaired = format!("session repaired: {repair}");
     assert_eq!(
         notes,
@@ -603,14 +607,7 @@ fn issue13_events_become_notes() {
             reason: "keep it".into(),
         });
     let t = Transcript::from_trace(&r.trace);
-    let notes: Vec<(u64, &str)> = t
-        .items
-        .iter()
-        .map(|i| match i {
-            Item::Note { index, text } => (*index, text.as_str()),
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let notes = notes_of(&t);
     assert_eq!(
         notes,
         [

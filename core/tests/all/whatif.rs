@@ -11,14 +11,7 @@ use agentloop_core::whatif::{
 };
 use agentloop_core::Event;
 
-fn fixture(name: &str) -> Trace {
-    let path = format!(
-        "{}/../tests/fixtures/traces/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read_to_string(&path).expect("fixture");
-    Trace::parse(&text, &path).expect("valid trace")
-}
+use crate::trace_tools::fixture;
 
 /// The trace cut before the first input `cut` accepts.
 fn cut_before(mut t: Trace, cut: impl Fn(&Event) -> bool) -> Trace {
