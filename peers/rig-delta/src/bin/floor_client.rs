@@ -1,8 +1,8 @@
 //! The transport floor: the same request with reqwest 0.12 (what agentloop's provider uses,
 //! rustls, one connection), the SSE body split into events by hand and each event's JSON read
-//! with `serde_json::Value`, the text of `choices[0].delta.content` gathered. No agent, no
-//! events, no state machine: what any reqwest-based client pays per delta. Prints the answer's
-//! length.
+//! with `serde_json::Value` (`src/sse.rs`), the text of `choices[0].delta.content` gathered. No
+//! agent, no events, no state machine: what any reqwest-based client pays per delta. Prints the
+//! answer's length.
 //!
 //! `floor_client BASE_URL MODEL` (runtime: see `PEER_RUNTIME` in `src/runtime.rs`)
 
@@ -10,8 +10,10 @@ use futures::StreamExt;
 
 #[path = "../runtime.rs"]
 mod runtime;
+#[path = "../sse.rs"]
+mod sse;
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+use sse::Error;
 
 fn main() -> Result<(), Error> {
     runtime::build()?.block_on(run())
@@ -40,20 +42,7 @@ async fn run() -> Result<(), Error> {
     let mut done = false;
     while let Some(bytes) = body.next().await {
         pending.extend_from_slice(&bytes?);
-        while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
-            let event: Vec<u8> = pending.drain(..end + 2).collect();
-            let event = std::str::from_utf8(&event)?;
-            for data in event.lines().filter_map(|l| l.strip_prefix("data: ")) {
-                if data == "[DONE]" {
-                    done = true;
-                    continue;
-                }
-                let chunk: serde_json::Value = serde_json::from_str(data)?;
-                if let Some(t) = chunk["choices"][0]["delta"]["content"].as_str() {
-                    text.push_str(t);
-                }
-            }
-        }
+        done |= sse::drain_events(&mut pending, &mut text)?;
     }
     if !done {
         return Err("the stream ended before [DONE]".into());

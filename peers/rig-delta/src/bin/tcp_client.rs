@@ -1,6 +1,6 @@
 //! The socket floor: the same request over a bare tokio `TcpStream` in the run's own task (no
 //! HTTP library, so no connection task handing body bytes to the reader), the chunked body
-//! decoded and the SSE events split by hand, each event's JSON read with
+//! decoded and the SSE events split by hand (`src/sse.rs`), each event's JSON read with
 //! `serde_json::Value`. What a client pays per delta for the socket wakeups alone. Prints the
 //! answer's length.
 //!
@@ -11,18 +11,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[path = "../runtime.rs"]
 mod runtime;
+#[path = "../sse.rs"]
+mod sse;
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+use sse::{find, Error};
 
 fn main() -> Result<(), Error> {
     runtime::build()?.block_on(run())
-}
-
-/// The position just past the first `needle` in `hay`.
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len())
-        .position(|w| w == needle)
-        .map(|p| p + needle.len())
 }
 
 async fn run() -> Result<(), Error> {
@@ -79,22 +74,7 @@ async fn run() -> Result<(), Error> {
             events.extend_from_slice(&buf[line_end..line_end + size]);
             buf.drain(..line_end + size + 2);
         }
-        while let Some(end) = find(&events, b"\n\n") {
-            let event: Vec<u8> = events.drain(..end).collect();
-            for data in std::str::from_utf8(&event)?
-                .lines()
-                .filter_map(|l| l.strip_prefix("data: "))
-            {
-                if data == "[DONE]" {
-                    done = true;
-                    continue;
-                }
-                let chunk: serde_json::Value = serde_json::from_str(data)?;
-                if let Some(t) = chunk["choices"][0]["delta"]["content"].as_str() {
-                    text.push_str(t);
-                }
-            }
-        }
+        done |= sse::drain_events(&mut events, &mut text)?;
     }
     println!("{}", text.len());
     Ok(())
