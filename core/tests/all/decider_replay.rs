@@ -36,14 +36,15 @@ fn config(decider: DeciderRef) -> RunConfig {
 }
 
 /// Feeds `event`, records it, and returns the step's effects.
-fn feed(run: &mut Run, trace: &mut Trace, event: Event) -> Vec<Effect> {
+pub(crate) fn feed(run: &mut Run, trace: &mut Trace, event: Event) -> Vec<Effect> {
     let step = run.handle(event.clone());
     assert!(!step.unhandled, "{event:?} was not handled");
     trace.record(&event, &step);
     step.effects
 }
 
-fn attempt_of(effects: &[Effect]) -> Option<AttemptId> {
+/// The attempt of the model call among `effects`, if any.
+pub(crate) fn attempt_of(effects: &[Effect]) -> Option<AttemptId> {
     effects.iter().find_map(|e| match e {
         Effect::CallModel { request } => Some(AttemptId {
             run_id: request.run_id.clone(),
@@ -54,13 +55,14 @@ fn attempt_of(effects: &[Effect]) -> Option<AttemptId> {
     })
 }
 
-/// Streams one model reply for `attempt`: `text`, then the tool calls, then the finish.
-fn stream(
+/// Streams one model reply for `attempt`: `text`, then the tool calls `(id, tool, arguments)`,
+/// then the finish.
+pub(crate) fn stream(
     run: &mut Run,
     trace: &mut Trace,
     attempt: AttemptId,
     text: &str,
-    calls: &[(&str, &str)],
+    calls: &[(&str, &str, &str)],
 ) -> Vec<Effect> {
     feed(
         run,
@@ -78,10 +80,10 @@ fn stream(
             text: text[text.len() / 2..].into(),
         },
     ];
-    for (id, args) in calls {
+    for (id, tool, args) in calls {
         deltas.push(MessageDelta::ToolCall {
             id: (*id).into(),
-            name: "calculator".into(),
+            name: (*tool).into(),
             arguments: (*args).into(),
         });
     }
@@ -142,7 +144,7 @@ fn record(decider: DeciderRef) -> (Trace, Vec<AgentEvent>) {
         &mut trace,
         attempt,
         "Let me calculate.",
-        &[("c1", r#"{"expression":"2+3"}"#)],
+        &[("c1", "calculator", r#"{"expression":"2+3"}"#)],
     ));
     let after_tool = feed(
         &mut run,

@@ -2,15 +2,19 @@
 //! values; each kind of request a changed run can be left waiting for is named; inputs after the
 //! changed run has ended are counted, not fed.
 
+use agentloop_core::error::{ErrorKind, ModelError};
+use agentloop_core::event::{ApprovalDecision, GateVerdict};
 use agentloop_core::inline_tags::InlineTags;
+use agentloop_core::message::ToolStatus;
 use agentloop_core::process::ApprovalPolicy;
 use agentloop_core::react::{DeciderRegistry, RunConfig, SteeringPolicy};
-use agentloop_core::trace::{Trace, TraceRecord};
+use agentloop_core::trace::{Trace, TraceHeader, TraceRecord, TRACE_VERSION};
 use agentloop_core::whatif::{
     apply_setting, parse_assignment, what_if, Missing, SettingError, SETTINGS,
 };
-use agentloop_core::Event;
+use agentloop_core::{AttemptId, Effect, Event, Message, Run, ToolSpec};
 
+use crate::decider_replay::{attempt_of, feed, stream};
 use crate::trace_tools::fixture;
 
 /// The trace cut before the first input `cut` accepts.
@@ -322,4 +326,230 @@ fn r_trace_3_an_empty_recording_leaves_the_run_waiting_in_its_first_state() {
         })
     );
     assert_eq!(w.divergence, None, "nothing recorded, nothing replayed");
+}
+
+/// A run recorded by hand: `Run::handle` fed one input at a time, each step recorded.
+struct Recording {
+    run: Run,
+    trace: Trace,
+}
+
+impl Recording {
+    /// Starts a run that offers `calculator` and `clock`; returns the first model attempt.
+    fn start(change: impl FnOnce(&mut RunConfig)) -> (Recording, AttemptId) {
+        let tool = |name: &str| ToolSpec {
+            name: name.into(),
+            description: format!("the {name}"),
+            parameters: serde_json::json!({"type": "object"}),
+        };
+        let mut config = RunConfig {
+            tools: vec![tool("calculator"), tool("clock")].into(),
+            ..RunConfig::default()
+        };
+        change(&mut config);
+        let trace = Trace::new(TraceHeader {
+            timeouts: None,
+            version: TRACE_VERSION,
+            agentloop: "test".into(),
+            session: "s".into(),
+            tools: config.tools.clone(),
+            config: config.clone(),
+        });
+        let mut r = Recording {
+            run: Run::new(config),
+            trace,
+        };
+        let effects = r.feed(Event::Start {
+            run_id: "r1".into(),
+            history: vec![],
+            input: vec![Message::user("What is 2+3, and what time is it?")],
+            session_turns: 0,
+        });
+        let attempt = attempt_of(&effects).expect("step 1 calls the model");
+        (r, attempt)
+    }
+
+    fn feed(&mut self, event: Event) -> Vec<Effect> {
+        feed(&mut self.run, &mut self.trace, event)
+    }
+
+    fn reply(
+        &mut self,
+        attempt: AttemptId,
+        text: &str,
+        calls: &[(&str, &str, &str)],
+    ) -> Vec<Effect> {
+        stream(&mut self.run, &mut self.trace, attempt, text, calls)
+    }
+
+    fn tool_result(&mut self, id: &str, content: &str) -> Vec<Effect> {
+        self.feed(Event::ToolFinished {
+            tool_call_id: id.into(),
+            status: ToolStatus::Completed,
+            content: content.into(),
+        })
+    }
+
+    /// The final answer for `attempt`, then the run-end commit.
+    fn finish(mut self, attempt: AttemptId) -> Trace {
+        self.reply(attempt, "Done.", &[]);
+        self.feed(Event::RunEndCommitted);
+        assert!(self.run.is_terminal(), "ended: {:?}", self.run.state());
+        self.trace
+    }
+}
+
+/// The position of the first effect in `t` that `f` accepts.
+fn effect_at(t: &Trace, f: impl Fn(&Effect) -> bool) -> Option<usize> {
+    t.records
+        .iter()
+        .position(|r| matches!(r, TraceRecord::Effect { effect, .. } if f(effect)))
+}
+
+#[test]
+fn r_trace_3_a_tool_result_is_named_before_an_approval_asked_earlier() {
+    // Step 1 calls both tools at once, each through the hooks: the calculator's verdict is
+    // "ask a human", the clock's "allow". Then the approval, both results, and step 2.
+    let (mut r, first) = Recording::start(|c| {
+        c.step.parallel_tools = true;
+        c.step.gate_tools = true;
+    });
+    r.reply(
+        first,
+        "Both.",
+        &[
+            ("c1", "calculator", r#"{"expression":"2+3"}"#),
+            ("c2", "clock", "{}"),
+        ],
+    );
+    for (id, verdict) in [("c1", GateVerdict::Ask), ("c2", GateVerdict::Allow)] {
+        r.feed(Event::ToolGated {
+            tool_call_id: id.into(),
+            verdict,
+        });
+    }
+    r.feed(Event::Approval {
+        tool_call_id: "c1".into(),
+        decision: ApprovalDecision::Approved,
+    });
+    r.tool_result("c1", "5");
+    let next = attempt_of(&r.tool_result("c2", "12:00")).expect("step 2");
+    // Cut before the approval: the approval (asked first) and the clock's result are both
+    // outstanding. The result is named first (it needs no human, so it is the likelier gap).
+    let t = cut_before(r.finish(next), |e| matches!(e, Event::Approval { .. }));
+    let w = replay_changed(&t, |_| {});
+    let asked = effect_at(
+        &w.trace,
+        |e| matches!(e, Effect::RequestApproval { call } if call.id == "c1"),
+    );
+    let ran = effect_at(
+        &w.trace,
+        |e| matches!(e, Effect::RunTool { call } if call.id == "c2"),
+    );
+    assert!(
+        matches!((asked, ran), (Some(a), Some(r)) if a < r),
+        "approval asked, then the clock run: {asked:?} {ran:?}"
+    );
+    assert_eq!(
+        w.missing,
+        Some(Missing::ToolResult {
+            id: "c2".into(),
+            name: "clock".into()
+        })
+    );
+}
+
+/// Step 1's first attempt fails with a retryable error and is retried after a backoff; the
+/// retry calls the calculator; then its result and step 2.
+fn retried_recording() -> (Trace, AttemptId) {
+    let (mut r, first) = Recording::start(|_| {});
+    let failed = r.feed(Event::TransportError {
+        attempt: first,
+        error: ModelError::new(ErrorKind::Overloaded, "529"),
+    });
+    let timer_id = failed
+        .iter()
+        .find_map(|e| match e {
+            Effect::StartTimer { timer_id, .. } => Some(*timer_id),
+            _ => None,
+        })
+        .expect("a backoff timer");
+    let second = attempt_of(&r.feed(Event::TimerElapsed { timer_id })).expect("attempt 2");
+    r.reply(
+        second.clone(),
+        "Again.",
+        &[("c1", "calculator", r#"{"expression":"2+3"}"#)],
+    );
+    let next = attempt_of(&r.tool_result("c1", "5")).expect("step 2");
+    (r.finish(next), second)
+}
+
+#[test]
+fn r_trace_3_a_retry_still_waiting_for_its_backoff_names_the_attempt_it_will_send() {
+    let (t, second) = retried_recording();
+    let t = cut_before(t, |e| matches!(e, Event::TimerElapsed { .. }));
+    let w = replay_changed(&t, |_| {});
+    assert_eq!(w.divergence, None);
+    assert_eq!(
+        w.missing,
+        Some(Missing::ModelReply {
+            step: second.model_call_index,
+            attempt: 2
+        })
+    );
+}
+
+#[test]
+fn r_trace_3_a_retry_once_sent_is_no_longer_missing() {
+    let (t, _) = retried_recording();
+    let t = cut_before(t, |e| matches!(e, Event::ToolFinished { .. }));
+    let w = replay_changed(&t, |_| {});
+    assert_eq!(
+        w.missing,
+        Some(Missing::ToolResult {
+            id: "c1".into(),
+            name: "calculator".into()
+        })
+    );
+}
+
+#[test]
+fn r_trace_3_an_aborted_model_call_needs_no_reply() {
+    // The abort cancels step 1's model call; the run waits for its run-end commit only.
+    let (mut r, first) = Recording::start(|_| {});
+    r.feed(Event::StreamOpened { attempt: first });
+    r.feed(Event::Abort {
+        reason: "user".into(),
+        kill: Default::default(),
+    });
+    r.feed(Event::RunEndCommitted);
+    let t = cut_before(r.trace, |e| matches!(e, Event::RunEndCommitted));
+    let w = replay_changed(&t, |_| {});
+    assert_eq!(w.missing, Some(Missing::RunEndCommit));
+}
+
+#[test]
+fn r_trace_3_a_vetoed_compaction_is_answered() {
+    // More than two messages after step 1's tool result: a compaction, vetoed by a hook; the
+    // run goes on, answers, and waits for its run-end commit only.
+    let (mut r, first) = Recording::start(|c| c.compact_threshold = Some(2));
+    r.reply(
+        first,
+        "Let me calculate.",
+        &[("c1", "calculator", r#"{"expression":"2+3"}"#)],
+    );
+    let compacting = r.tool_result("c1", "5");
+    assert!(
+        compacting
+            .iter()
+            .any(|e| matches!(e, Effect::Compact { .. })),
+        "{compacting:?}"
+    );
+    let next = attempt_of(&r.feed(Event::CompactionVetoed {
+        reason: "keep everything".into(),
+    }))
+    .expect("step 2 despite the veto");
+    let t = cut_before(r.finish(next), |e| matches!(e, Event::RunEndCommitted));
+    let w = replay_changed(&t, |_| {});
+    assert_eq!(w.missing, Some(Missing::RunEndCommit));
 }

@@ -103,3 +103,28 @@ proptest! {
         prop_assert_eq!(matches(&p, &text), reference(&p, &text));
     }
 }
+
+/// A state crossing from one 64-bit word into the next, also while the `*` it lands on is
+/// already active (the carried bit and the staying bit coincide). A pattern `*`, then `?`s,
+/// then a `*` at token `k` near a word edge, then `a`; texts around that length. The random
+/// long patterns above hit these alignments too rarely; dropping the carry fails this test.
+#[test]
+fn r_tool_3_a_state_carried_into_an_active_star_at_a_word_edge_stays() {
+    for k in [62, 63, 64, 65, 66, 127, 128, 129] {
+        let p = format!("*{}*a", "?".repeat(k - 1));
+        let pc: Vec<char> = p.chars().collect();
+        let compiled = Pattern::new(&p);
+        for n in k.saturating_sub(3)..k + 5 {
+            for fill in ['a', 'b'] {
+                let t: Vec<char> = std::iter::repeat_n(fill, n).chain(['a']).collect();
+                let text: String = t.iter().collect();
+                assert_eq!(
+                    compiled.matches(&text),
+                    reference_glob(&pc, &t),
+                    "star at token {k}, text of {} chars",
+                    t.len()
+                );
+            }
+        }
+    }
+}
