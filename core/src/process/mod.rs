@@ -327,7 +327,7 @@ impl Process {
         &self.data.request
     }
 
-    /// The request of the current attempt as a `before_model_call` hook rewrote it, if one did.
+    /// The last sent attempt's request as a `before_model_call` hook rewrote it, if one did.
     pub fn sent_request(&self) -> Option<&ModelRequest> {
         self.data.sent.as_deref()
     }

@@ -1,5 +1,6 @@
 //! Assembling stream deltas into the committed assistant message (R-STR-2, R-STR-4, R-STR-6).
 
+use agentloop_core::inline_tags::{InlinePiece, InlineTags};
 use agentloop_core::message::FinishReason;
 use agentloop_core::process::accumulate::MessageAssembler;
 use agentloop_core::{ErrorKind, MessageDelta, ModelError, Usage};
@@ -171,4 +172,93 @@ fn any_single_kind_of_content_counts_as_content() {
     a.push(&finish_step(FinishReason::Stop));
     a.push(&MessageDelta::Finish);
     assert!(a.has_no_content(), "finish alone is no content");
+}
+
+#[test]
+fn r_str_2_held_back_text_is_released_once_at_the_end_of_the_text() {
+    // Stripping inline tags holds back a `<` that may open one; the end of the text releases
+    // it into the message, observed as text, and counts as one change.
+    let mut a = MessageAssembler::with_inline_tags(InlineTags::Strip);
+    assert_eq!(
+        a.push_observed(&text("a <st")),
+        vec![InlinePiece::Text("a ".into())]
+    );
+    let before = a.revision();
+    assert_eq!(
+        a.push_observed(&MessageDelta::TextEnd),
+        vec![InlinePiece::Text("<st".into())]
+    );
+    assert_eq!(a.message().text, "a <st");
+    assert_eq!(a.revision(), before + 1);
+    // Nothing is held back any more: a second end releases nothing and changes nothing.
+    assert_eq!(a.push_observed(&MessageDelta::Finish), vec![]);
+    assert_eq!(a.revision(), before + 1);
+    assert_eq!(a.message().text, "a <st");
+}
+
+#[test]
+fn r_str_2_kept_tags_are_in_the_text_already_and_the_end_releases_nothing() {
+    let mut a = MessageAssembler::with_inline_tags(InlineTags::Keep);
+    assert_eq!(
+        a.push_observed(&text("a <st")),
+        vec![InlinePiece::Text("a <st".into())]
+    );
+    let before = a.revision();
+    assert_eq!(a.push_observed(&MessageDelta::TextEnd), vec![]);
+    assert_eq!(a.message().text, "a <st");
+    assert_eq!(a.revision(), before);
+}
+
+fn every_kind(a: &mut MessageAssembler, n: usize) {
+    for d in [
+        text(&format!("t{n}")),
+        MessageDelta::ReasoningDelta {
+            text: format!("r{n}"),
+        },
+        MessageDelta::ReasoningSignature {
+            signature: format!("s{n}"),
+        },
+        MessageDelta::Refusal {
+            text: format!("f{n}"),
+        },
+        call(&format!("c{n}"), "calculator", r#"{"expression":"1+1"}"#),
+    ] {
+        a.push(&d);
+    }
+}
+
+#[test]
+fn r_str_2_a_snapshot_is_brought_up_to_date_by_appending_what_arrived_since() {
+    let mut a = MessageAssembler::new();
+    every_kind(&mut a, 1);
+    let mut snapshot = a.message();
+    // A mark in the part the snapshot already has: an update that only appends keeps it.
+    snapshot.tool_calls[0].name = "marked".into();
+    every_kind(&mut a, 2);
+    a.update_snapshot(&mut snapshot);
+    assert_eq!(
+        snapshot.tool_calls[0].name, "marked",
+        "the known part was rebuilt"
+    );
+    snapshot.tool_calls[0].name = "calculator".into();
+    assert_eq!(snapshot, a.message());
+    assert_eq!(snapshot.text, "t1t2");
+    assert_eq!(snapshot.refusal.as_deref(), Some("f1f2"));
+}
+
+#[test]
+fn r_str_2_a_snapshot_that_is_not_an_earlier_state_is_rebuilt() {
+    let mut a = MessageAssembler::new();
+    every_kind(&mut a, 1);
+    // Longer text than the message, or a refusal the message does not have.
+    let mut other = MessageAssembler::new();
+    every_kind(&mut other, 123);
+    let mut longer = other.message();
+    a.update_snapshot(&mut longer);
+    assert_eq!(longer, a.message());
+    let mut plain = MessageAssembler::new();
+    plain.push(&text("t"));
+    let mut with_refusal = a.message();
+    plain.update_snapshot(&mut with_refusal);
+    assert_eq!(with_refusal, plain.message());
 }
