@@ -8,6 +8,7 @@ mod conformance;
 mod context;
 mod coverage;
 mod deadlines;
+mod decider_refs;
 mod decider_replay;
 mod execute_result;
 mod fallback;

@@ -4,7 +4,9 @@
 
 use agentloop_core::entry::{Entry, Repair};
 use agentloop_core::message::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
-use agentloop_core::session_log::{check, history, pending, repair, repair_with, Violation};
+use agentloop_core::session_log::{
+    check, history, pending, repair, repair_with, Repaired, Violation,
+};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -174,6 +176,10 @@ fn r_idem_7_orphan_result_is_flagged_dropped_from_history_and_recorded() {
         }]
     );
     assert_eq!(r.entries, [], "a drop appends nothing but the marker");
+    assert!(!r.is_empty(), "a repair without entries is still a repair");
+    let mut gathered = Repaired::default();
+    gathered.extend(r.clone());
+    assert_eq!(gathered, r, "extending an empty repair gives the other");
     let after = repaired(&entries, "r2");
     assert_eq!(
         after.last(),
