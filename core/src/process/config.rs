@@ -118,7 +118,12 @@ impl RetryPolicy {
                 let percent = u128::from(self.jitter_percent.min(100));
                 // A uniform fraction in [0, 1) as a 64-bit fixed-point number.
                 let fraction = u128::from(splitmix64(seed ^ splitmix64(draw)));
-                let cut = u128::from(backoff) * percent * fraction / (100u128 << 64);
+                // cut = ⌊backoff · percent · fraction / (100 · 2⁶⁴)⌋, computed without
+                // overflowing 128 bits for any backoff: backoff · fraction fits exactly, and
+                // its high and low words are scaled by the percentage separately.
+                let product = u128::from(backoff) * fraction;
+                let (high, low) = (product >> 64, product & u128::from(u64::MAX));
+                let cut = (high * percent + ((low * percent) >> 64)) / 100;
                 backoff - u64::try_from(cut).unwrap_or(backoff)
             }
             _ => backoff,

@@ -133,6 +133,41 @@ fn r_in_7_deltas_keep_the_watchdog_looking_and_silence_ends_the_attempt() {
     )));
 }
 
+/// R-TRACE-1: timer ids are recorded in traces (`StartTimer`, `TimerElapsed`), so their layout
+/// is part of the trace format, pinned here as the module `process::deadlines` documents it: a
+/// backoff timer is `model_call_index * 1_000_000 + attempt`, an attempt deadline adds its kind
+/// in bits 60–61 (first chunk 1, stall 2, whole request 3).
+#[test]
+fn r_trace_1_attempt_timer_ids_have_the_documented_layout() {
+    let base = 1_000_001;
+    let (mut run, s) = run_with(Some(1_000), 1);
+    assert_eq!(
+        started(&s),
+        [(1 << 60 | base, 100), (3 << 60 | base, 1_000)],
+        "first chunk and whole request of call 1, attempt 1"
+    );
+    let _ = run.handle(Event::StreamOpened {
+        attempt: attempt(1),
+    });
+    let s = text(&mut run, 0);
+    assert_eq!(started(&s), [(2 << 60 | base, 40)], "the stall watchdog");
+    assert_eq!(cancelled(&s), [1 << 60 | base]);
+    // The watchdog fires with no delta since: the attempt is retried after its backoff
+    // (timer `base + 1`, attempt 2), whose deadlines carry attempt 2's base.
+    let s = run.handle(Event::TimerElapsed {
+        timer_id: 2 << 60 | base,
+    });
+    assert_eq!(rows(&s), [ProcessRow::RequestingDeadlineRetry]);
+    assert_eq!(started(&s), [(1_000_002, 1_000)]);
+    let s = run.handle(Event::TimerElapsed {
+        timer_id: 1_000_002,
+    });
+    assert_eq!(
+        started(&s),
+        [(1 << 60 | 1_000_002, 100), (3 << 60 | 1_000_002, 1_000)]
+    );
+}
+
 #[test]
 fn r_in_7_the_whole_request_deadline_is_a_retryable_timeout() {
     let (mut run, s) = run_with(Some(1_000), 2);

@@ -190,6 +190,36 @@ fn r_in_7_a_tool_deadline_is_a_machine_timer_that_fails_the_call() {
     assert_eq!(call_moves(&s), [("c2", FinishedOk)]);
 }
 
+/// R-TRACE-1: a tool call's deadline timer id is recorded in the trace, so its layout is part
+/// of the trace format: bit 63 set, the model-call index from bit 24, the call's position
+/// below. An elapsed timer is a call's deadline only when all three match a running call.
+#[test]
+fn r_trace_1_tool_timer_ids_have_the_documented_layout() {
+    use ToolCallRow::*;
+    let mut cfg = config();
+    cfg.step.tool_timeout_ms = Some(50);
+    let (mut run, done) = running_after(cfg, &["calc", "ls", "sleep"]);
+    let tool = |index: u64, slot: u64| 1 << 63 | index << 24 | slot;
+    assert_eq!(
+        deadline_timers(&done),
+        [(tool(1, 0), 50), (tool(1, 1), 50), (tool(1, 2), 50)]
+    );
+    // Neither another step's id, nor one without bit 63, nor a position with no call is one.
+    for id in [tool(2, 1), tool(1, 1) & !(1 << 63), tool(0, 1), tool(1, 3)] {
+        let s = run.handle(Event::TimerElapsed { timer_id: id });
+        assert!(call_moves(&s).is_empty(), "{id:#x}");
+        assert!(kills(&s).is_empty(), "{id:#x}");
+    }
+    let s = run.handle(Event::TimerElapsed {
+        timer_id: tool(1, 1),
+    });
+    assert_eq!(call_moves(&s), [("c2", Deadline)]);
+    let s = run.handle(Event::TimerElapsed {
+        timer_id: tool(1, 2),
+    });
+    assert_eq!(call_moves(&s), [("c3", Deadline)]);
+}
+
 #[test]
 fn r_ctl_2_the_steering_queue_is_the_machines_and_its_leftovers_are_in_the_result() {
     let mut run = running(config(), &["calc"]);

@@ -265,6 +265,57 @@ fn r_in_1_jitter_is_a_pure_function_of_the_seed_within_its_band() {
     assert!((0..500).all(|d| full.jittered_delay_ms(1, None, d) <= 1_000));
 }
 
+/// R-TRACE-1, R-IN-1: a trace records the jitter seed and the delays the machine chose, so the
+/// jitter function is part of the trace format: replaying an old trace must choose the same
+/// delays. They are pinned here to values computed by an independent SplitMix64 (Python,
+/// arbitrary-precision integers: `sm(x)` as in Steele, Lea and Flood 2014, whose
+/// `sm(0) = 0xe220a8397b1dcdaf`; delay = backoff − ⌊backoff · percent · sm(seed ^ sm(draw)) /
+/// (100 · 2⁶⁴)⌋). Backoffs up to `u64::MAX` show every bit of the fraction and must not
+/// overflow.
+#[test]
+fn r_in_1_jittered_delays_are_pinned_splitmix64_values() {
+    let policy = |seed: u64, percent: u8, backoff: u64| RetryPolicy {
+        jitter_seed: Some(seed),
+        jitter_percent: percent,
+        initial_backoff_ms: backoff,
+        max_backoff_ms: u64::MAX,
+        ..RetryPolicy::default()
+    };
+    let delays =
+        |p: &RetryPolicy| -> Vec<u64> { (0..3).map(|d| p.jittered_delay_ms(1, None, d)).collect() };
+    let p = policy(42, 25, 1_000);
+    assert_eq!(
+        (0..6)
+            .map(|d| p.jittered_delay_ms(1, None, d))
+            .collect::<Vec<_>>(),
+        [925, 877, 972, 934, 862, 804]
+    );
+    assert_eq!(
+        delays(&policy(42, 100, u64::MAX)),
+        [
+            12_854_611_309_931_566_309,
+            9_316_905_752_966_792_151,
+            16_306_932_548_544_713_037
+        ]
+    );
+    assert_eq!(
+        delays(&policy(7, 37, u64::MAX)),
+        [
+            15_760_681_508_477_859_368,
+            15_271_668_223_456_327_099,
+            17_711_142_871_074_104_202
+        ]
+    );
+    assert_eq!(
+        delays(&policy(0xdead_beef, 100, 1 << 62)),
+        [
+            3_641_753_729_331_218_471,
+            2_990_072_157_643_712_212,
+            3_200_497_624_844_026_312
+        ]
+    );
+}
+
 #[test]
 fn r_out_2_run_configs_compare_by_data() {
     assert_eq!(RunConfig::default(), RunConfig::default());
