@@ -114,7 +114,8 @@ impl RetryPolicy {
     pub fn jittered_delay_ms(&self, attempt: u32, retry_after_ms: Option<u64>, draw: u64) -> u64 {
         let backoff = self.backoff_ms(attempt);
         let backoff = match self.jitter_seed {
-            Some(seed) if self.jitter_percent > 0 => {
+            // At 0 % the cut is 0: no separate case.
+            Some(seed) => {
                 let percent = u128::from(self.jitter_percent.min(100));
                 // A uniform fraction in [0, 1) as a 64-bit fixed-point number.
                 let fraction = u128::from(splitmix64(seed ^ splitmix64(draw)));
@@ -126,7 +127,7 @@ impl RetryPolicy {
                 let cut = (high * percent + ((low * percent) >> 64)) / 100;
                 backoff - u64::try_from(cut).unwrap_or(backoff)
             }
-            _ => backoff,
+            None => backoff,
         };
         self.with_hint(backoff, retry_after_ms)
     }

@@ -158,6 +158,8 @@ fn r_trace_1_attempt_timer_ids_have_the_documented_layout() {
         timer_id: 2 << 60 | base,
     });
     assert_eq!(rows(&s), [ProcessRow::RequestingDeadlineRetry]);
+    // The attempt's other deadline is cancelled; the one that fired is not armed any more.
+    assert_eq!(cancelled(&s), [3 << 60 | base]);
     assert_eq!(started(&s), [(1_000_002, 1_000)]);
     let s = run.handle(Event::TimerElapsed {
         timer_id: 1_000_002,

@@ -151,6 +151,45 @@ fn r_idem_7_clean_session_needs_no_repair() {
     assert_eq!(assert_paired(&history(&entries)), Vec::<String>::new());
 }
 
+/// R-IDEM-7, R-IDEM-5: a call without a result is still pending only while its run is; once
+/// that run has ended, the missing result is a violation (and resume has nothing to settle).
+/// Another run's late result does not end it.
+#[test]
+fn r_idem_7_a_call_left_open_by_an_ended_run_is_missing_not_pending() {
+    let open = vec![
+        user("r1", "go"),
+        assistant("r1", 1, &["c1", "c2"]),
+        started("r1", "c1"),
+        result("r2", "c2"),
+    ];
+    assert_eq!(check(&open), []);
+    assert_eq!(
+        pending(&open)
+            .iter()
+            .map(|p| (p.tool_call_id.as_str(), p.started))
+            .collect::<Vec<_>>(),
+        [("c1", true)]
+    );
+    let mut ended = open.clone();
+    ended.push(run_end("r1"));
+    assert_eq!(
+        check(&ended),
+        [Violation::MissingToolResult {
+            index: 1,
+            run_id: "r1".into(),
+            model_call_index: 1,
+            tool_call_id: "c1".into(),
+            name: "t".into(),
+        }]
+    );
+    assert_eq!(pending(&ended), []);
+    // Another run taking a turn (here its user input) ends it too.
+    let mut overtaken = open.clone();
+    overtaken.push(user("r2", "next"));
+    assert_eq!(check(&overtaken), check(&ended));
+    assert_eq!(pending(&overtaken), []);
+}
+
 #[test]
 fn r_idem_7_orphan_result_is_flagged_dropped_from_history_and_recorded() {
     let mut entries = clean();
@@ -161,6 +200,11 @@ fn r_idem_7_orphan_result_is_flagged_dropped_from_history_and_recorded() {
             index: 6,
             tool_call_id: "ghost".into()
         }]
+    );
+    // `sessions check` prints each violation with its entry's position.
+    assert_eq!(
+        check(&entries)[0].to_string(),
+        "entry 6: result for tool call ghost, which no earlier turn made"
     );
     // The context never holds it, even before the repair.
     let h = history(&entries);

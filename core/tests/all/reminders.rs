@@ -70,6 +70,8 @@ fn seed_004_insert_reminders_applies_each_rule_and_the_built_in_ones() {
         insert_reminders(&ctx(3, &older), "F", &rules),
         ["always", "big"]
     );
+    // Every 0th step is never, even for a step numbered 0 (0 is a multiple of everything).
+    assert_eq!(insert_reminders(&ctx(0, &ok), "F", &rules[1..3]), ["even"]);
     // The built-in reminders come first: the limit's on its final-answer step, else the
     // max-steps one on the last step.
     let last = ReminderContext {

@@ -93,6 +93,23 @@ fn r_tool_6_the_cache_is_bounded_and_the_oldest_leave_first() {
     assert_eq!(cache.len(), before);
 }
 
+/// R-TOOL-6: `set_pure` keeps the pure tools sorted and without duplicates, and marking a tool
+/// not pure any more removes it (a tool that stopped declaring itself pure must not be
+/// answered from the cache).
+#[test]
+fn r_tool_6_set_pure_adds_and_removes_keeping_the_list_sorted() {
+    let mut cfg = agentloop_core::process::StepConfig::default();
+    for tool in ["ls", "calc", "ls", "grep"] {
+        cfg.set_pure(tool, true);
+    }
+    assert_eq!(cfg.pure_tools, ["calc", "grep", "ls"]);
+    assert!(cfg.is_pure("grep") && !cfg.is_pure("cat"));
+    cfg.set_pure("grep", false);
+    cfg.set_pure("cat", false);
+    assert_eq!(cfg.pure_tools, ["calc", "ls"]);
+    assert!(!cfg.is_pure("grep"));
+}
+
 #[test]
 fn r_tool_6_fill_from_pairs_results_with_the_pure_calls_of_their_message() {
     let mut pure = agentloop_core::process::StepConfig::default();
