@@ -231,7 +231,9 @@ impl ReactMachine {
                     );
                     Transition(State::finishing())
                 }
-                Some(StepOutcome::Aborted) if context.step_ended() => {
+                // `InnerEnded` is fed only once the step has ended (after draining, if
+                // immune tools ran): row `executing_aborted` needs no guard.
+                Some(StepOutcome::Aborted) => {
                     context.take(Row::ExecutingAborted);
                     context.absorb_aborted_step();
                     let reason = context
@@ -241,7 +243,7 @@ impl ReactMachine {
                     context.finish(RunOutcome::Aborted, reason, None);
                     Transition(State::finishing())
                 }
-                Some(StepOutcome::Aborted) | None => Super,
+                None => Super,
             },
             _ => Super,
         }

@@ -290,6 +290,42 @@ fn r_ctl_3_an_abort_drains_immune_tools_and_kills_the_rest() {
     assert_eq!(results[1].status, ToolStatus::Aborted);
 }
 
+/// R-CTL-3: a second abort while immune tools drain does not drain again (row
+/// `tools_abort_drain`'s guard `tools_to_drain` excludes `Draining`): it takes `live_abort`,
+/// which kills whatever still runs, immune or not, and ends the step.
+#[test]
+fn r_ctl_3_a_second_abort_while_draining_kills_the_immune_tools() {
+    let cfg = StepConfig {
+        immune: BTreeSet::from(["sleep".to_string()]),
+        ..StepConfig::default()
+    };
+    let mut p = Process::new(cfg, request(), BTreeSet::new());
+    let _ = p.begin();
+    stream_calls(&mut p, 1, &["sleep", "calc"]);
+    let abort = Event::Abort {
+        reason: "stop".into(),
+        kill: KillPolicy::Killable,
+    };
+    assert_eq!(p.handle(&abort).to, ProcessState::Draining);
+    let s = p.handle(&abort);
+    assert!(s.guard_checks.iter().all(|c| c.holds()), "{s:?}");
+    let rows: Vec<_> = s
+        .transitions
+        .iter()
+        .filter_map(|t| match t {
+            agentloop_core::Transition::Process { row, .. } => row.map(|r| r.spec().id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rows, ["live_abort"]);
+    assert_eq!(s.to, ProcessState::Error);
+    assert!(s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::KillTool { tool_call_id } if tool_call_id == "c1")));
+    assert_eq!(p.results()[0].status, ToolStatus::Aborted);
+}
+
 #[test]
 fn no_running_tools_means_an_abort_does_not_drain() {
     let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
