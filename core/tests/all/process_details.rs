@@ -256,8 +256,8 @@ fn r_tool_3_approved_always_adds_the_tool_to_the_whitelist() {
     assert_eq!(p.running_calls(), ["c1"]);
 }
 
-#[test]
-fn r_ctl_3_an_abort_drains_immune_tools_and_kills_the_rest() {
+/// A step whose message called `sleep` (immune to abort) and `calc`, both running.
+fn sleep_and_calc_running() -> Process {
     let cfg = StepConfig {
         immune: BTreeSet::from(["sleep".to_string()]),
         ..StepConfig::default()
@@ -265,6 +265,12 @@ fn r_ctl_3_an_abort_drains_immune_tools_and_kills_the_rest() {
     let mut p = Process::new(cfg, request(), BTreeSet::new());
     let _ = p.begin();
     stream_calls(&mut p, 1, &["sleep", "calc"]);
+    p
+}
+
+#[test]
+fn r_ctl_3_an_abort_drains_immune_tools_and_kills_the_rest() {
+    let mut p = sleep_and_calc_running();
     assert!(p.abort_would_drain(KillPolicy::Killable));
     assert!(p.abort_would_drain(KillPolicy::None));
     assert!(!p.abort_would_drain(KillPolicy::All));
@@ -295,13 +301,7 @@ fn r_ctl_3_an_abort_drains_immune_tools_and_kills_the_rest() {
 /// which kills whatever still runs, immune or not, and ends the step.
 #[test]
 fn r_ctl_3_a_second_abort_while_draining_kills_the_immune_tools() {
-    let cfg = StepConfig {
-        immune: BTreeSet::from(["sleep".to_string()]),
-        ..StepConfig::default()
-    };
-    let mut p = Process::new(cfg, request(), BTreeSet::new());
-    let _ = p.begin();
-    stream_calls(&mut p, 1, &["sleep", "calc"]);
+    let mut p = sleep_and_calc_running();
     let abort = Event::Abort {
         reason: "stop".into(),
         kill: KillPolicy::Killable,
