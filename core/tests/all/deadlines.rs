@@ -5,9 +5,9 @@
 use agentloop_core::agent_event::AgentEvent;
 use agentloop_core::chart::ProcessRow;
 use agentloop_core::process::StreamDeadlines;
-use agentloop_core::{
-    AttemptId, Effect, Event, Message, MessageDelta, Run, RunConfig, Step, Transition,
-};
+use agentloop_core::{AttemptId, Effect, Event, Message, MessageDelta, Run, RunConfig, Step};
+
+use crate::steps::{process_rows, react_rows};
 
 fn run_with(request_ms: Option<u64>, max_retries: u32) -> (Run, Step) {
     let mut cfg = RunConfig::default();
@@ -48,17 +48,6 @@ fn cancelled(step: &Step) -> Vec<u64> {
         .collect()
 }
 
-fn rows(step: &Step) -> Vec<ProcessRow> {
-    assert!(step.guard_violations().is_empty(), "{step:?}");
-    step.transitions
-        .iter()
-        .filter_map(|t| match t {
-            Transition::Process { row: Some(r), .. } => Some(*r),
-            _ => None,
-        })
-        .collect()
-}
-
 fn attempt(n: u32) -> AttemptId {
     AttemptId {
         run_id: "r".into(),
@@ -84,7 +73,7 @@ fn r_in_7_a_silent_start_is_a_stall_that_retries() {
     let s = run.handle(Event::TimerElapsed {
         timer_id: timers[0].0,
     });
-    assert_eq!(rows(&s), [ProcessRow::RequestingDeadlineRetry]);
+    assert_eq!(process_rows(&s), [ProcessRow::RequestingDeadlineRetry]);
     assert!(s.effects.contains(&Effect::CancelModel {
         attempt: attempt(1)
     }));
@@ -116,14 +105,14 @@ fn r_in_7_deltas_keep_the_watchdog_looking_and_silence_ends_the_attempt() {
     let s = run.handle(Event::TimerElapsed {
         timer_id: watch[0].0,
     });
-    assert_eq!(rows(&s), [ProcessRow::StreamingWatch]);
+    assert_eq!(process_rows(&s), [ProcessRow::StreamingWatch]);
     assert_eq!(started(&s), watch);
     // Nothing since: the stream stalled; no retry is left, so the step fails and every
     // deadline of the attempt (the whole-request one) is cancelled.
     let s = run.handle(Event::TimerElapsed {
         timer_id: watch[0].0,
     });
-    assert_eq!(rows(&s)[0], ProcessRow::RequestingDeadlineFail);
+    assert_eq!(process_rows(&s)[0], ProcessRow::RequestingDeadlineFail);
     assert!(cancelled(&s).contains(&first[1].0));
     assert!(s.effects.iter().any(|e| matches!(
         e,
@@ -157,7 +146,7 @@ fn r_trace_1_attempt_timer_ids_have_the_documented_layout() {
     let s = run.handle(Event::TimerElapsed {
         timer_id: 2 << 60 | base,
     });
-    assert_eq!(rows(&s), [ProcessRow::RequestingDeadlineRetry]);
+    assert_eq!(process_rows(&s), [ProcessRow::RequestingDeadlineRetry]);
     // The attempt's other deadline is cancelled; the one that fired is not armed any more.
     assert_eq!(cancelled(&s), [3 << 60 | base]);
     assert_eq!(started(&s), [(1_000_002, 1_000)]);
@@ -184,7 +173,7 @@ fn r_in_7_the_whole_request_deadline_is_a_retryable_timeout() {
     let s = run.handle(Event::TimerElapsed {
         timer_id: request.0,
     });
-    assert_eq!(rows(&s), [ProcessRow::RequestingDeadlineRetry]);
+    assert_eq!(process_rows(&s), [ProcessRow::RequestingDeadlineRetry]);
     assert!(s.effects.iter().any(|e| matches!(
         e,
         Effect::Emit {
@@ -196,7 +185,7 @@ fn r_in_7_the_whole_request_deadline_is_a_retryable_timeout() {
     let late = run.handle(Event::TimerElapsed {
         timer_id: request.0,
     });
-    assert_eq!(rows(&late), [ProcessRow::RetryingTimerStale]);
+    assert_eq!(process_rows(&late), [ProcessRow::RetryingTimerStale]);
     assert!(late.effects.is_empty());
 }
 
@@ -215,17 +204,6 @@ fn r_in_7_a_committed_message_cancels_its_deadlines() {
     let mut want = vec![request.0, watch.0];
     want.sort_unstable();
     assert_eq!(ids, want);
-}
-
-fn react_rows(step: &Step) -> Vec<agentloop_core::chart::ReactRow> {
-    assert!(step.guard_violations().is_empty(), "{step:?}");
-    step.transitions
-        .iter()
-        .filter_map(|t| match t {
-            Transition::React { row: Some(r), .. } => Some(*r),
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]

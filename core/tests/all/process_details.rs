@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use agentloop_core::chart::{ProcessEventKind, ProcessState, ReactEventKind};
+use agentloop_core::chart::{ProcessEventKind, ProcessRow, ProcessState, ReactEventKind};
 use agentloop_core::event::KillPolicy;
 use agentloop_core::message::FinishReason;
 use agentloop_core::process::{self, Process, StepConfig, StepOutcome};
@@ -309,15 +309,10 @@ fn r_ctl_3_a_second_abort_while_draining_kills_the_immune_tools() {
     assert_eq!(p.handle(&abort).to, ProcessState::Draining);
     let s = p.handle(&abort);
     assert!(s.guard_checks.iter().all(|c| c.holds()), "{s:?}");
-    let rows: Vec<_> = s
-        .transitions
-        .iter()
-        .filter_map(|t| match t {
-            agentloop_core::Transition::Process { row, .. } => row.map(|r| r.spec().id),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(rows, ["live_abort"]);
+    assert_eq!(
+        crate::steps::process_rows_in(&s.transitions),
+        [ProcessRow::LiveAbort]
+    );
     assert_eq!(s.to, ProcessState::Error);
     assert!(s
         .effects

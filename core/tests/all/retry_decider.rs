@@ -3,7 +3,7 @@
 //! `max_retries` still bounds the retries, a context overflow is never retried, and the
 //! decider is recorded by name — replay resolves it in the registry or fails, typed.
 
-use crate::steps::{attempt_id, request_of, start};
+use crate::steps::{attempt_id, process_rows, request_of, start};
 use agentloop_core::agent_event::AgentEvent;
 use agentloop_core::chart::ProcessRow;
 use agentloop_core::error::{ErrorKind, ModelError};
@@ -14,7 +14,7 @@ use agentloop_core::process::{
 };
 use agentloop_core::react::DeciderRegistry;
 use agentloop_core::trace::{replay, replay_with, Trace, TraceError, TraceHeader, TRACE_VERSION};
-use agentloop_core::{Effect, Event, Outcome, Run, RunConfig, Step, Transition};
+use agentloop_core::{Effect, Event, Outcome, Run, RunConfig, Step};
 
 const ONCE: &str = "retry_bad_request_once";
 
@@ -43,18 +43,6 @@ fn fail(run: &mut Run, r: &ModelRequest, kind: ErrorKind) -> Step {
         attempt: attempt_id(r),
         error: ModelError::new(kind, format!("{kind} at attempt {}", r.attempt)),
     })
-}
-
-/// The process rows a step took; fails unless the chart oracle agreed with every row.
-fn process_rows(step: &Step) -> Vec<ProcessRow> {
-    assert!(step.guard_violations().is_empty(), "{step:?}");
-    step.transitions
-        .iter()
-        .filter_map(|t| match t {
-            Transition::Process { row, .. } => *row,
-            _ => None,
-        })
-        .collect()
 }
 
 /// The `timer_id` of the backoff timer a step started, if any.

@@ -1,7 +1,7 @@
 //! Helpers the `Run`-level tests share: starting a run, what a step asked for, streaming an
-//! answer, and which outer rows a step took.
+//! answer, and which chart rows a step took.
 
-use agentloop_core::chart::ReactRow;
+use agentloop_core::chart::{ProcessRow, ReactRow};
 use agentloop_core::model::ModelRequest;
 use agentloop_core::output::OutputRejected;
 use agentloop_core::{AttemptId, Effect, Event, Message, MessageDelta, Run, Step, Transition};
@@ -84,4 +84,21 @@ pub fn react_rows(step: &Step) -> Vec<ReactRow> {
             _ => None,
         })
         .collect()
+}
+
+/// The inner chart rows among `transitions`, in order.
+pub fn process_rows_in(transitions: &[Transition]) -> Vec<ProcessRow> {
+    transitions
+        .iter()
+        .filter_map(|t| match t {
+            Transition::Process { row, .. } => *row,
+            _ => None,
+        })
+        .collect()
+}
+
+/// The inner chart rows a step took, in order; fails unless every guard check held.
+pub fn process_rows(step: &Step) -> Vec<ProcessRow> {
+    assert!(step.guard_violations().is_empty(), "{step:?}");
+    process_rows_in(&step.transitions)
 }
