@@ -44,6 +44,7 @@ mod bench {
     /// One turn answering `text` in deltas of `chunk` characters.
     fn script(text: &str, chunk: usize) -> Script {
         Script {
+            per_prompt: false,
             description: None,
             turns: vec![Turn {
                 text: Some(text.to_string()),

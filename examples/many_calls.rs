@@ -32,6 +32,7 @@ use agentloop::runtime::{control, Agent};
 /// The script: turn 0 makes `n` calculator calls, turn 1 answers.
 fn script(n: usize) -> Script {
     Script {
+        per_prompt: false,
         description: None,
         turns: vec![
             Turn {

@@ -86,6 +86,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .count();
     let script = Script {
         description: None,
+        per_prompt: false,
         turns: (0..=steps)
             .map(|_| Turn {
                 text: Some("All lines appended.".into()),

@@ -188,6 +188,7 @@ async fn demo_calls_the_calculator_then_answers_with_its_result() {
     assert_eq!(result, "5");
     let history = vec![
         user,
+        assistant_with_call(id, arguments),
         Message::Tool(ToolResult {
             tool_call_id: id.clone(),
             name: "calculator".into(),
@@ -454,7 +455,8 @@ async fn raw_string_arguments_are_sent_verbatim() {
 
 #[tokio::test]
 async fn script_exhausted_is_a_non_retryable_bad_request() {
-    let model = ScriptedModel::demo();
+    let model = ScriptedModel::from_json_str(r#"{"turns": [{"text": "a"}, {"text": "b"}]}"#, "two")
+        .unwrap();
     let err = collect(&model, request(2, 1, vec![])).await.1.unwrap();
     assert_eq!(err.kind, ErrorKind::BadRequest);
     assert!(!err.retryable());
@@ -509,4 +511,88 @@ fn missing_file_is_an_io_error_naming_it() {
     let e = ScriptedModel::from_file("/nonexistent/script.json").unwrap_err();
     assert!(matches!(e, ScriptLoadError::Io { .. }));
     assert!(e.to_string().contains("/nonexistent/script.json"), "{e}");
+}
+
+/// The built-in demo holds a conversation: it starts again at every prompt (`per_prompt`), so
+/// the second and third prompts of a session are answered like the first, and a prompt with no
+/// arithmetic gets a short reply instead of a calculator call.
+#[tokio::test]
+async fn demo_answers_every_prompt_of_a_session() {
+    let model = ScriptedModel::demo();
+    let calc_round = |session_turn: u32, prompt: &str, history: Vec<Message>| {
+        let mut messages = history;
+        messages.push(Message::user(prompt));
+        request(session_turn, 1, messages)
+    };
+    // Prompt 1 and its two steps, as a session would have committed them.
+    let first = calc_round(0, "What is 2+3?", vec![]);
+    let (deltas, _) = collect(&model, first.clone()).await;
+    let (id, _, arguments) = tool_calls_of(&deltas).remove(0);
+    let mut history: Vec<Message> = first.messages.iter().cloned().collect();
+    history.push(assistant_with_call(&id, &arguments));
+    history.push(tool_result(&id, "5"));
+    let (deltas, err) = collect(&model, request(1, 1, history.clone())).await;
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(text_of(&deltas), "The answer is 5.");
+    history.push(answer("The answer is 5."));
+
+    // Prompt 2, at session turn 2 (the old demo's "script exhausted at turn 2").
+    let second = calc_round(2, "And 6*7?", history.clone());
+    let (deltas, err) = collect(&model, second.clone()).await;
+    assert!(err.is_none(), "{err:?}");
+    let calls = tool_calls_of(&deltas);
+    assert_eq!(calls.len(), 1, "one calculator round per prompt");
+    let args: serde_json::Value = serde_json::from_str(&calls[0].2).unwrap();
+    assert_eq!(args, json!({"expression": "6*7"}));
+    let mut history: Vec<Message> = second.messages.iter().cloned().collect();
+    history.push(assistant_with_call(&calls[0].0, &calls[0].2));
+    history.push(tool_result(&calls[0].0, "42"));
+    let (deltas, err) = collect(&model, request(3, 1, history.clone())).await;
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(text_of(&deltas), "The answer is 42.");
+    history.push(answer("The answer is 42."));
+
+    // Prompt 3 has no arithmetic: a short reply, no tool call.
+    let (deltas, err) = collect(&model, calc_round(4, "Thanks, bye!", history)).await;
+    assert!(err.is_none(), "{err:?}");
+    assert!(tool_calls_of(&deltas).is_empty());
+    assert!(text_of(&deltas).contains("offline demo model"));
+}
+
+/// A script without `per_prompt` still runs once through the session and says so when it ends.
+#[tokio::test]
+async fn a_session_script_is_still_exhausted_after_its_turns() {
+    let model = ScriptedModel::from_json_str(r#"{"turns": [{"text": "only"}]}"#, "inline").unwrap();
+    let (_, err) = collect(&model, request(1, 1, vec![Message::user("again")])).await;
+    let err = err.expect("exhausted");
+    assert!(err.message.contains("script exhausted at turn 1"), "{err}");
+}
+
+fn assistant_with_call(id: &str, arguments: &str) -> Message {
+    Message::Assistant(agentloop::message::AssistantMessage {
+        text: "Let me calculate that.".into(),
+        tool_calls: vec![agentloop::message::ToolCall {
+            id: id.into(),
+            name: "calculator".into(),
+            arguments: serde_json::from_str(arguments).unwrap(),
+            invalid_arguments: None,
+        }],
+        ..Default::default()
+    })
+}
+
+fn tool_result(id: &str, content: &str) -> Message {
+    Message::Tool(ToolResult {
+        tool_call_id: id.into(),
+        name: "calculator".into(),
+        content: content.into(),
+        status: ToolStatus::Completed,
+    })
+}
+
+fn answer(text: &str) -> Message {
+    Message::Assistant(agentloop::message::AssistantMessage {
+        text: text.into(),
+        ..Default::default()
+    })
 }

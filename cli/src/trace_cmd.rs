@@ -384,6 +384,7 @@ pub struct ImportArgs {
 fn script_of(replies: &[agentloop::import::Reply]) -> agentloop::provider::scripted::Script {
     use agentloop::provider::scripted::{Script, ScriptToolCall, Turn};
     Script {
+        per_prompt: false,
         description: Some("imported with `agentloop trace import`".into()),
         turns: replies
             .iter()

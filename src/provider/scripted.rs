@@ -4,6 +4,9 @@
 //! A script is `{"turns": [...]}`. Turn `k` answers the session's `k`-th model step: the turn
 //! served is `turns[request.session_turn]`, where `session_turn` counts the assistant turns the
 //! session has already committed, so a resumed session continues the script where it left off.
+//! With `"per_prompt": true` the script starts again at every prompt instead: turn `k` answers
+//! the `k`-th model step since the request's last user message, so a session can go on for as
+//! many prompts as the user likes (the built-in demo is such a script).
 //! The model keeps no counters: the reply is a pure function of the request.
 //!
 //! ```json
@@ -17,6 +20,9 @@
 //!
 //! Each turn may have:
 //! - `text`, `reasoning`: streamed in deltas of `chunk_chars` characters (default 8).
+//! - `when`: `"prompt_has_expression"` or `"prompt_has_no_expression"`: the turn exists only
+//!   for requests whose last user message has (or has no) arithmetic expression (see
+//!   [`prompt_expression`]); turns are numbered among those whose condition holds.
 //! - `tool_calls`: `[{"id"?, "name", "arguments"?}]`; ids default to `call_<session_turn>_<i>`,
 //!   arguments to `{}`. A JSON *string* as `arguments` is sent verbatim as the raw argument text,
 //!   so a script can exercise invalid or truncated arguments (R-STR-6).
@@ -59,14 +65,31 @@ pub struct Script {
     /// Free text for the reader of the script; ignored by the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// Whether the turns start again at every prompt (numbered from the request's last user
+    /// message) instead of running once through the session.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub per_prompt: bool,
     /// The replies, in session order.
     pub turns: Vec<Turn>,
+}
+
+/// When a [`Turn`] applies, judged on the request it answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnCondition {
+    /// The request's last user message holds an arithmetic expression.
+    PromptHasExpression,
+    /// The request's last user message holds no arithmetic expression.
+    PromptHasNoExpression,
 }
 
 /// The reply to one model step, and the failures served before it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Turn {
+    /// The turn exists only for requests where this holds (default: always).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<TurnCondition>,
     /// Visible text (templates allowed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
@@ -263,16 +286,20 @@ impl Script {
         Script::from_json_str(&text, &origin)
     }
 
-    /// The built-in demo: turn 0 calls `calculator` on the expression in the prompt, turn 1
-    /// answers with its result. `examples/scripts/demo.json` holds the same script.
+    /// The built-in demo, for every prompt of a session: a prompt with arithmetic in it gets a
+    /// `calculator` call on the expression, then an answer with its result; any other prompt
+    /// gets a short reply saying what the demo can do. `examples/scripts/demo.json` holds the
+    /// same script.
     pub fn demo() -> Script {
         Script {
             description: Some(
-                "The built-in demo: compute the expression in the prompt with the calculator tool."
+                "The built-in demo: compute the expression in each prompt with the calculator tool."
                     .into(),
             ),
+            per_prompt: true,
             turns: vec![
                 Turn {
+                    when: Some(TurnCondition::PromptHasExpression),
                     text: Some("Let me calculate that.".into()),
                     tool_calls: vec![ScriptToolCall {
                         id: None,
@@ -282,13 +309,24 @@ impl Script {
                     ..Turn::default()
                 },
                 Turn {
+                    when: Some(TurnCondition::PromptHasExpression),
                     text: Some(format!("The answer is {LAST_TOOL_RESULT}.")),
+                    ..Turn::default()
+                },
+                Turn {
+                    when: Some(TurnCondition::PromptHasNoExpression),
+                    text: Some(DEMO_NO_EXPRESSION.into()),
                     ..Turn::default()
                 },
             ],
         }
     }
 }
+
+/// The demo's reply to a prompt with no arithmetic in it.
+const DEMO_NO_EXPRESSION: &str = "I am agentloop's offline demo model: ask me some arithmetic, \
+     such as \"What is 2+3?\", and I will work it out with the calculator tool. \
+     For a real model, pass --model and a provider's key.";
 
 /// A [`Model`] that serves a [`Script`].
 #[derive(Clone, Debug, PartialEq)]
@@ -325,13 +363,29 @@ impl ScriptedModel {
     /// What `stream` serves for `request`, fully materialized: `Err` for a failure before the
     /// stream opens, otherwise the stream's items and whether it then stalls forever.
     pub fn plan(&self, request: &ModelRequest) -> Result<Served, ModelError> {
-        let index = request.session_turn as usize;
-        let Some(turn) = self.script.turns.get(index) else {
+        let has_expression =
+            last_user_text(request).is_some_and(|p| !prompt_expression(p).is_empty());
+        let applies = |turn: &&Turn| match turn.when {
+            None => true,
+            Some(TurnCondition::PromptHasExpression) => has_expression,
+            Some(TurnCondition::PromptHasNoExpression) => !has_expression,
+        };
+        let index = if self.script.per_prompt {
+            steps_since_last_prompt(request)
+        } else {
+            request.session_turn as usize
+        };
+        let Some(turn) = self.script.turns.iter().filter(applies).nth(index) else {
+            let scope = if self.script.per_prompt {
+                "this prompt's"
+            } else {
+                "the session's"
+            };
             return Err(ModelError::new(
                 ErrorKind::BadRequest,
                 format!(
-                    "script exhausted at turn {index} (the script has {} turns)",
-                    self.script.turns.len()
+                    "script exhausted at turn {index} (the script has {} turns for {scope} requests)",
+                    self.script.turns.iter().filter(applies).count()
                 ),
             ));
         };
@@ -499,6 +553,26 @@ fn chunks(s: &str, n: usize) -> impl Iterator<Item = String> + '_ {
         rest = tail;
         Some(head.to_string())
     })
+}
+
+/// The text of the request's last user message, if it has one.
+fn last_user_text(request: &ModelRequest) -> Option<&str> {
+    request.messages.iter().rev().find_map(|m| match m {
+        Message::User { content, .. } => Some(content.as_str()),
+        _ => None,
+    })
+}
+
+/// The model steps already taken for the request's last user message: its assistant messages
+/// after that message.
+fn steps_since_last_prompt(request: &ModelRequest) -> usize {
+    request
+        .messages
+        .iter()
+        .rev()
+        .take_while(|m| !matches!(m, Message::User { .. }))
+        .filter(|m| matches!(m, Message::Assistant(_)))
+        .count()
 }
 
 /// Total characters of the request's prompt: the deterministic basis of the usage estimate.

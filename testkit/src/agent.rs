@@ -160,6 +160,7 @@ where
         let mut turns = vec![Turn::default(); request.session_turn as usize];
         turns.push(turn);
         ScriptedModel::new(Script {
+            per_prompt: false,
             description: None,
             turns,
         })
