@@ -62,6 +62,14 @@ fn drive(steps: u32, deltas: usize, trace: Option<&mut Trace>) -> Vec<Event> {
     );
     let mut call_id = 0;
     while !run.is_terminal() {
+        // The store's acknowledgement of the run-end entry ends the run (Finishing → Completed).
+        if effects
+            .iter()
+            .any(|e| matches!(e, Effect::CommitRunEnd { .. }))
+        {
+            effects = feed(&mut run, Event::RunEndCommitted, &mut events);
+            continue;
+        }
         let request = effects.iter().find_map(|e| match e {
             Effect::CallModel { request } => Some(request.clone()),
             _ => None,

