@@ -1,8 +1,80 @@
 //! agentloop: LLM agents as verified state machines.
 //!
-//! The crate documentation is the README (its examples are compiled and run as doc tests).
-#![doc = include_str!("../README.md")]
+//! An agent's loop (call the model, run the tools it asks for, retry, ask a human, compact,
+//! stop) is decided by pure state machines from [`agentloop_core`], each transition a row of a
+//! written chart. This crate is the runtime around them: it performs the effects the machines
+//! return (model requests, tool calls, session writes, timers, events) with tokio and feeds the
+//! results back as events. Because the machines decide everything, every run can be recorded
+//! as a trace and replayed offline, and a crash never runs a started tool twice.
+//!
+//! # Where to start
+//!
+//! * [`runtime::Agent`]: build an agent with [`runtime::Agent::builder`] (a model, tools, an
+//!   event sink, a store, a configuration) and run prompts: [`runtime::Agent::run`],
+//!   [`runtime::Agent::run_with`], [`runtime::Agent::run_typed`] for a JSON answer of a type,
+//!   [`runtime::Agent::run_stream`] for the events as a stream, [`runtime::Agent::resume`] to
+//!   continue an interrupted run.
+//! * [`session::Session`]: a long-lived conversation as an actor, from
+//!   [`session::Session::spawn`]: prompts queued while a run is going, steering, abort,
+//!   approvals, model switches, tool changes, event subscriptions, status and metrics.
+//! * Models ([`model::Model`]): [`provider::scripted::ScriptedModel`] (offline, scripted; its
+//!   [`demo`](provider::scripted::ScriptedModel::demo) computes arithmetic with the calculator
+//!   tool), and with features `openai` / `anthropic` the streaming HTTP clients, built by
+//!   `provider::http::build_model`.
+//! * Tools ([`tools`]): the [`tools::Tool`] and [`tools::TypedTool`] traits, the built-ins
+//!   (feature `builtin-tools`), MCP servers (feature `mcp`), subagents ([`subagent`]).
+//! * Stores ([`store`]): [`store::MemoryStore`], and with features the JSONL file store
+//!   (`file-store`), SQLite (`sqlite-store`) and PostgreSQL (`postgres-store`).
+//! * Traces ([`trace`]): the recorded run, [`trace::replay`], and the tools built on it:
+//!   [`whatif`] (replay under a changed configuration), [`trace_diff`], [`transcript`].
+//! * The pure core itself, re-exported under the same paths: [`Run`], [`Event`], [`Effect`],
+//!   [`Step`], the [`react`] and [`process`] machines and their [`chart`]s.
+//!
+//! # Example
+//!
+//! The offline demo model, the built-in tools, every event collected, and the trace replayed:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use agentloop::provider::scripted::ScriptedModel;
+//! use agentloop::runtime::{Agent, VecSink};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let events = VecSink::default();
+//!     let agent = Agent::builder()              // typestate: without .model(..) there is no .build()
+//!         .model(ScriptedModel::demo())
+//!         .builtin_tools()                      // calculator, read_file, append_line (tools are opt-in)
+//!         .sink(Arc::new(events.clone()))       // every event, indexed and timestamped
+//!         .configure(|c| c.max_steps = 5)
+//!         .build();
+//!     let out = agent.run_with("session-1", vec![agentloop::Message::user("What is 6*7?")], None, true).await?;
+//!     println!("{:?}: {:?}", out.result.outcome, out.result.final_text());
+//!     let trace = out.trace.expect("recorded");
+//!     assert!(agentloop::trace::replay(&trace).is_none()); // replays identically, offline
+//!     println!("{} events", events.events().len());
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Features
+//!
+//! `default` is `openai`, `anthropic`, `builtin-tools`, `file-store` and `mcp`. With
+//! `default-features = false` the crate has the machines, the runtime, sessions, the scripted
+//! model and the in-memory store, and no HTTP, file-lock or expression crate. `sqlite-store`
+//! and `postgres-store` are opt-in.
+//!
+//! # The guide
+//!
+//! The repository's `docs/` directory is a guide in plain Markdown: getting started, tools and
+//! MCP, sessions and durability, providers, traces and replay, testing, scale-out, the
+//! architecture and the command line.
 #![warn(missing_docs)]
+
+/// The README's Rust examples, compiled and run as doc tests (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 // The pure core, re-exported under the paths it always had.
 pub use agentloop_core::{

@@ -1,4 +1,6 @@
-//! The `agentloop` command line: run an agent, replay a trace, print the charts.
+//! The `agentloop` command line: run an agent, chat, resume a stored session, replay and
+//! inspect traces, print the charts. `agentloop --help` lists the commands; the repository's
+//! `docs/cli.md` is the full reference.
 
 mod chat;
 mod decode;

@@ -1,15 +1,34 @@
-//! agentloop-core: the pure core of [agentloop](https://docs.rs/agentloop).
+//! agentloop-core: the pure core of [agentloop](https://docs.rs/agentloop), LLM agents as
+//! verified state machines.
 //!
 //! Everything here is plain data and pure functions: the two statig machines (outer
-//! [`react`], inner [`process`]), their input [`event`]s and output [`effect`]s, session
+//! [`react`], one per run; inner [`process`], one per model step, which also moves each tool
+//! call along its own lifecycle), their input [`event`]s and output [`effect`]s, session
 //! [`entry`]s and the session-log functions ([`session_log`]: pairing check, repair, history),
 //! the [`model`] request, [`tool_spec`]s, observable [`agent_event`]s, the [`chart`]s generated
-//! from `statecharts/*.toml`, and the [`trace`] format with replay.
+//! from `statecharts/*.toml`, and the [`trace`] format with replay, [`whatif`],
+//! [`trace_diff`], [`transcript`] and conversation [`import`].
+//!
+//! # The no-IO rule
 //!
 //! The crate has no async runtime, HTTP, file-system or clock dependency (see its
-//! `Cargo.toml`): time, ids and every result from the outside world arrive as [`Event`]s, and
-//! everything the machines want done leaves as [`Effect`]s. The `agentloop` crate performs the
-//! effects with tokio and re-exports this crate's modules under the same paths.
+//! `Cargo.toml`; CI checks the dependency tree and a test scans the sources): time, ids and
+//! every result from the outside world arrive as [`Event`]s, and everything the machines want
+//! done leaves as [`Effect`]s. The `agentloop` crate performs the effects with tokio and
+//! re-exports this crate's modules under the same paths; depend on this crate directly only to
+//! write a driver of your own, or to work with traces and charts without a runtime.
+//!
+//! # Where to start
+//!
+//! * [`Run`]: one run of the outer machine. [`Run::handle`] is the one mutation point: an
+//!   [`Event`] in, a [`Step`] out (the [`Transition`]s taken, each with its chart row, the guard
+//!   checks, and the [`Effect`]s to perform).
+//! * [`RunConfig`]: max steps, retries, deciders, limits, tool rules and the rest of a run's
+//!   configuration; it is recorded in every trace's header.
+//! * [`trace::Trace`] and [`trace::replay`]: a recorded run and its offline replay.
+//! * [`chart::MachineKind`]: the three charts, as data, TOML and Mermaid.
+//!
+//! # Driving a run by hand
 //!
 //! ```
 //! use agentloop_core::{Event, Message, Run, RunConfig};
@@ -22,7 +41,11 @@
 //! });
 //! assert_eq!(step.to.to_string(), "Executing.Calling");
 //! assert!(step.transitions.iter().all(|t| t.conforms()));
+//! assert!(step.effects.iter().any(|e| matches!(e, agentloop_core::Effect::CallModel { .. })));
 //! ```
+//!
+//! A driver performs each effect and feeds its result back as the next event; replay, the
+//! property tests and the fuzz targets work exactly this way.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 

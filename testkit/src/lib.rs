@@ -15,6 +15,29 @@
 //!
 //! For suites against real servers: [`external`] (a server named by an environment variable,
 //! skipped outside CI and required in it; processes watched by pid).
+//!
+//! # Example
+//!
+//! A deterministic run with a function model, checked against a stored snapshot of its trace
+//! (accept the first one with `cargo insta test`):
+//!
+//! ```ignore
+//! use agentloop_testkit::agent::{deterministic, reply, run_traced, FnModel};
+//!
+//! #[tokio::test(start_paused = true)]
+//! async fn calculator_two_steps() {
+//!     let model = FnModel::new(|request| match request.model_call_index {
+//!         1 => reply::tool_call("calculator", serde_json::json!({"expression": "2+3"})),
+//!         _ => reply::text("The answer is 5."),
+//!     });
+//!     let agent = deterministic().model(model).build();
+//!     let (out, trace) = run_traced(&agent, "What is 2+3?").await.expect("run");
+//!     assert_eq!(out.result.final_text(), Some("The answer is 5."));
+//!     agentloop_testkit::assert_trace_snapshot!(trace);
+//! }
+//! ```
+//!
+//! The same test is `tests/snapshot.rs` in this crate, where it runs.
 
 #[cfg(feature = "runtime")]
 #[warn(missing_docs)]
