@@ -35,9 +35,25 @@
 //! timeout like every tool's. A child process is killed when the last handle to its
 //! connection (the [`McpServer`] and the tools it made, e.g. inside an agent) is dropped.
 //!
+//! **Bounds** (a server is not trusted with the client's memory): `tools/list` is read page by
+//! page, at most [`McpOptions::max_list_pages`] pages, [`McpOptions::max_tools`] tools and
+//! [`McpOptions::max_list_bytes`] bytes of names, descriptions and schemas, each crossed bound
+//! a typed [`McpError`]; rmcp's response cache is off (the list is read once). A tool whose
+//! name (with the prefix) the providers would refuse (`^[a-zA-Z0-9_-]{1,64}$`, see
+//! [`check_tool_name`]) or that repeats an earlier tool's name is **skipped with a warning**
+//! ([`McpServer::skipped`], and a `tracing` warning) rather than failing the connect: one bad
+//! tool would otherwise make every request to an OpenAI-compatible or Anthropic model fail.
+//! A server may have at most [`McpOptions::max_pending_requests`] requests to the client
+//! (`sampling/createMessage`...) unanswered; past that its connection is dropped and the call
+//! in flight fails.
+//!
 //! [Model Context Protocol]: https://modelcontextprotocol.io
 
 mod content;
+mod guard;
+mod names;
+
+pub use names::{check_tool_name, InvalidToolName, SkippedTool, MAX_TOOL_NAME_LEN};
 
 use std::collections::VecDeque;
 use std::process::Stdio;
@@ -46,7 +62,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, PaginatedRequestParams};
 use rmcp::service::{Peer, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -83,7 +99,17 @@ impl McpEndpoint {
     }
 }
 
-/// How tools of a server are named and how long connecting may take.
+/// Default [`McpOptions::max_tools`]: 16,384.
+pub const DEFAULT_MAX_TOOLS: usize = 16_384;
+/// Default [`McpOptions::max_list_pages`]: 1,024.
+pub const DEFAULT_MAX_LIST_PAGES: usize = 1_024;
+/// Default [`McpOptions::max_list_bytes`]: 32 MiB.
+pub const DEFAULT_MAX_LIST_BYTES: usize = 32 * 1024 * 1024;
+/// Default [`McpOptions::max_pending_requests`]: 64.
+pub const DEFAULT_MAX_PENDING_REQUESTS: usize = 64;
+
+/// How tools of a server are named, how long connecting may take, and how much a server may
+/// send.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct McpOptions {
@@ -93,6 +119,21 @@ pub struct McpOptions {
     /// The most a connect (spawn or HTTP connect, initialize, list tools) may take, including
     /// the restart after a server died. Default: 30 s.
     pub connect_timeout: Duration,
+    /// The most tools a server may list ([`McpError::TooManyTools`] past it). Default:
+    /// [`DEFAULT_MAX_TOOLS`] (16,384; every tool is offered to the model on every request,
+    /// so even a thousand is far beyond use).
+    pub max_tools: usize,
+    /// The most `tools/list` pages read ([`McpError::TooManyPages`] past it; a server whose
+    /// cursors never end). Default: [`DEFAULT_MAX_LIST_PAGES`] (1,024).
+    pub max_list_pages: usize,
+    /// The most bytes of tool names, titles, descriptions and input schemas (as JSON) a
+    /// server may list ([`McpError::ToolListTooLarge`] past it). Default:
+    /// [`DEFAULT_MAX_LIST_BYTES`] (32 MiB).
+    pub max_list_bytes: usize,
+    /// The most requests the server may have sent to the client (`sampling/createMessage`,
+    /// `roots/list`, `ping`...) whose answers are not written yet; past it the connection is
+    /// dropped and the call in flight fails. Default: [`DEFAULT_MAX_PENDING_REQUESTS`] (64).
+    pub max_pending_requests: usize,
 }
 
 impl Default for McpOptions {
@@ -100,6 +141,10 @@ impl Default for McpOptions {
         McpOptions {
             prefix: None,
             connect_timeout: Duration::from_secs(30),
+            max_tools: DEFAULT_MAX_TOOLS,
+            max_list_pages: DEFAULT_MAX_LIST_PAGES,
+            max_list_bytes: DEFAULT_MAX_LIST_BYTES,
+            max_pending_requests: DEFAULT_MAX_PENDING_REQUESTS,
         }
     }
 }
@@ -114,6 +159,30 @@ impl McpOptions {
     /// Sets the connect timeout.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets [`McpOptions::max_tools`].
+    pub fn max_tools(mut self, n: usize) -> Self {
+        self.max_tools = n;
+        self
+    }
+
+    /// Sets [`McpOptions::max_list_pages`].
+    pub fn max_list_pages(mut self, n: usize) -> Self {
+        self.max_list_pages = n;
+        self
+    }
+
+    /// Sets [`McpOptions::max_list_bytes`].
+    pub fn max_list_bytes(mut self, n: usize) -> Self {
+        self.max_list_bytes = n;
+        self
+    }
+
+    /// Sets [`McpOptions::max_pending_requests`].
+    pub fn max_pending_requests(mut self, n: usize) -> Self {
+        self.max_pending_requests = n;
         self
     }
 }
@@ -157,6 +226,49 @@ pub enum McpError {
         /// What failed.
         message: String,
     },
+    /// The server listed more than [`McpOptions::max_tools`] tools.
+    #[error("MCP server {server}: it lists more than {limit} tools (McpOptions::max_tools)")]
+    TooManyTools {
+        /// The server.
+        server: String,
+        /// The bound.
+        limit: usize,
+    },
+    /// `tools/list` had more than [`McpOptions::max_list_pages`] pages (its cursors did not
+    /// end).
+    #[error(
+        "MCP server {server}: its tool list has more than {limit} pages (McpOptions::max_list_pages)"
+    )]
+    TooManyPages {
+        /// The server.
+        server: String,
+        /// The bound.
+        limit: usize,
+    },
+    /// The listed tools' names, descriptions and schemas took more than
+    /// [`McpOptions::max_list_bytes`] bytes.
+    #[error(
+        "MCP server {server}: its tool list is larger than {limit} bytes (McpOptions::max_list_bytes)"
+    )]
+    ToolListTooLarge {
+        /// The server.
+        server: String,
+        /// The bound.
+        limit: usize,
+    },
+    /// The [`McpOptions::prefix`] has a character the providers refuse in a tool name, or
+    /// leaves no room for one: every tool would be skipped.
+    #[error(
+        "MCP server {server}: the tool name prefix {prefix} cannot start a tool name: {reason}"
+    )]
+    InvalidPrefix {
+        /// The server.
+        server: String,
+        /// The prefix (quoted, escaped, cut).
+        prefix: String,
+        /// Why.
+        reason: InvalidToolName,
+    },
     /// Connecting took longer than [`McpOptions::connect_timeout`].
     #[error("MCP server {server}: no answer within {timeout:?} while connecting{}", stderr_note(.stderr))]
     Timeout {
@@ -185,6 +297,7 @@ fn stderr_note(stderr: &str) -> String {
 pub struct McpServer {
     conn: Arc<Connection>,
     tools: Vec<ToolSpec>,
+    skipped: Vec<SkippedTool>,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -195,6 +308,7 @@ impl std::fmt::Debug for McpServer {
                 "tools",
                 &self.tools.iter().map(|t| &t.name).collect::<Vec<_>>(),
             )
+            .field("skipped", &self.skipped)
             .finish()
     }
 }
@@ -219,43 +333,93 @@ impl McpServer {
         Self::connect(endpoint, McpOptions::default()).await
     }
 
-    /// Connects (spawning the child for stdio), initializes and lists the server's tools.
+    /// Connects (spawning the child for stdio), initializes and lists the server's tools
+    /// (within the bounds of [`McpOptions`]; tools with names the providers refuse are
+    /// skipped, see [`McpServer::skipped`]).
     pub async fn connect(endpoint: McpEndpoint, options: McpOptions) -> Result<Self, McpError> {
+        let server = endpoint.label().to_string();
+        let prefix = options.prefix.clone().unwrap_or_default();
+        if !prefix.is_empty() {
+            // The prefix alone must be a valid name with room for at least one more byte.
+            let reason = match check_tool_name(&prefix) {
+                Ok(()) if prefix.len() >= MAX_TOOL_NAME_LEN => Some(InvalidToolName::TooLong {
+                    len: prefix.len() + 1,
+                }),
+                Ok(()) => None,
+                Err(e) => Some(e),
+            };
+            if let Some(reason) = reason {
+                return Err(McpError::InvalidPrefix {
+                    server,
+                    prefix: names::shown(&prefix),
+                    reason,
+                });
+            }
+        }
         let conn = Connection {
             endpoint,
             options,
             live: tokio::sync::Mutex::new(Live::default()),
         };
         let (peer, _) = conn.peer().await?;
-        let server = conn.endpoint.label().to_string();
-        let listed = tokio::time::timeout(conn.options.connect_timeout, peer.list_all_tools())
+        // The list is read once: rmcp's cache would only keep a second copy of every page.
+        peer.set_response_cache_config(rmcp::ClientCacheConfig::disabled())
+            .await;
+        let listed = tokio::time::timeout(conn.options.connect_timeout, list_tools(&peer, &conn))
             .await
             .map_err(|_| McpError::Timeout {
                 server: server.clone(),
                 timeout: conn.options.connect_timeout,
                 stderr: String::new(),
-            })?
-            .map_err(|e| McpError::ListTools {
-                server,
-                message: e.to_string(),
-            })?;
-        let prefix = conn.options.prefix.clone().unwrap_or_default();
-        let tools = listed
-            .into_iter()
-            .map(|t| ToolSpec {
-                name: format!("{prefix}{}", t.name),
+            })??;
+        let mut seen = std::collections::HashSet::new();
+        let mut tools = Vec::with_capacity(listed.len());
+        let mut skipped = Vec::new();
+        for t in listed {
+            let name = format!("{prefix}{}", t.name);
+            // The server's own name must not be empty either (`p_` + `` is not a tool).
+            let own = if t.name.is_empty() {
+                Err(InvalidToolName::Empty)
+            } else {
+                Ok(())
+            };
+            let verdict = own.and_then(|()| check_tool_name(&name)).and_then(|()| {
+                if seen.insert(name.clone()) {
+                    Ok(())
+                } else {
+                    Err(InvalidToolName::Duplicate)
+                }
+            });
+            if let Err(reason) = verdict {
+                let skip = SkippedTool {
+                    name: names::shown(&name),
+                    reason,
+                };
+                tracing::warn!(server = %server, "MCP {skip}");
+                skipped.push(skip);
+                continue;
+            }
+            tools.push(ToolSpec {
+                name,
                 description: t
                     .description
                     .map(|d| d.into_owned())
                     .or(t.title)
                     .unwrap_or_default(),
-                parameters: Value::Object((*t.input_schema).clone()),
-            })
-            .collect();
+                parameters: Value::Object(Arc::unwrap_or_clone(t.input_schema)),
+            });
+        }
         Ok(McpServer {
             conn: Arc::new(conn),
             tools,
+            skipped,
         })
+    }
+
+    /// The tools the server listed that are not offered (a name the providers refuse, or a
+    /// repeated name), with why; each was also logged as a `tracing` warning.
+    pub fn skipped(&self) -> &[SkippedTool] {
+        &self.skipped
     }
 
     /// Where the server is.
@@ -285,6 +449,74 @@ impl McpServer {
     }
 }
 
+/// Reads `tools/list` page by page within the bounds of the connection's options.
+async fn list_tools(
+    peer: &Peer<RoleClient>,
+    conn: &Connection,
+) -> Result<Vec<rmcp::model::Tool>, McpError> {
+    let server = || conn.endpoint.label().to_string();
+    let options = &conn.options;
+    let mut tools = Vec::new();
+    let mut bytes = 0usize;
+    let mut cursor = None;
+    for _ in 0..options.max_list_pages {
+        let params = cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+        let page = peer
+            .list_tools(params)
+            .await
+            .map_err(|e| McpError::ListTools {
+                server: server(),
+                message: e.to_string(),
+            })?;
+        for tool in page.tools {
+            if tools.len() >= options.max_tools {
+                return Err(McpError::TooManyTools {
+                    server: server(),
+                    limit: options.max_tools,
+                });
+            }
+            bytes = bytes.saturating_add(tool_bytes(&tool));
+            if bytes > options.max_list_bytes {
+                return Err(McpError::ToolListTooLarge {
+                    server: server(),
+                    limit: options.max_list_bytes,
+                });
+            }
+            tools.push(tool);
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(tools),
+        }
+    }
+    Err(McpError::TooManyPages {
+        server: server(),
+        limit: options.max_list_pages,
+    })
+}
+
+/// The bytes of a listed tool that are kept: name, title, description and input schema (as
+/// compact JSON, counted without building the text).
+fn tool_bytes(tool: &rmcp::model::Tool) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut schema = Count(0);
+    // Writing into a counter cannot fail; a schema that could not be written counts 0.
+    let _ = serde_json::to_writer(&mut schema, &*tool.input_schema);
+    tool.name.len()
+        + tool.title.as_ref().map_or(0, String::len)
+        + tool.description.as_ref().map_or(0, |d| d.len())
+        + schema.0
+}
+
 type Client = RunningService<RoleClient, ()>;
 
 /// The connection recipe and the live session, replaced after the server died.
@@ -300,6 +532,8 @@ struct Connection {
 struct Live {
     client: Option<Client>,
     stderr: Option<StderrTail>,
+    /// The bound on the current client's unanswered server requests.
+    guard: Option<Arc<guard::RequestGuard>>,
     generation: u64,
 }
 
@@ -307,19 +541,29 @@ impl Connection {
     /// A peer of a running client: the current one, or a new one when there is none or the
     /// current one's transport closed. Returns the client's generation.
     async fn peer(&self) -> Result<(Peer<RoleClient>, u64), McpError> {
+        self.peer_guarded()
+            .await
+            .map(|(peer, generation, _)| (peer, generation))
+    }
+
+    /// [`peer`](Self::peer) with the bound on the client's unanswered server requests.
+    async fn peer_guarded(
+        &self,
+    ) -> Result<(Peer<RoleClient>, u64, Arc<guard::RequestGuard>), McpError> {
         let mut live = self.live.lock().await;
-        if let Some(client) = &live.client {
-            if !client.is_transport_closed() {
-                return Ok((client.peer().clone(), live.generation));
+        if let (Some(client), Some(guard)) = (&live.client, &live.guard) {
+            if !client.is_transport_closed() && guard.tripped().is_none() {
+                return Ok((client.peer().clone(), live.generation, guard.clone()));
             }
         }
         live.client = None;
-        let (client, stderr) = self.start().await?;
+        let (client, stderr, guard) = self.start().await?;
         let peer = client.peer().clone();
         live.client = Some(client);
         live.stderr = stderr;
+        live.guard = Some(guard.clone());
         live.generation += 1;
-        Ok((peer, live.generation))
+        Ok((peer, live.generation, guard))
     }
 
     /// Drops the client of `generation` if it is still the current one (its server died); the
@@ -334,10 +578,13 @@ impl Connection {
     }
 
     /// Spawns or connects, and initializes, within the connect timeout.
-    async fn start(&self) -> Result<(Client, Option<StderrTail>), McpError> {
+    async fn start(
+        &self,
+    ) -> Result<(Client, Option<StderrTail>, Arc<guard::RequestGuard>), McpError> {
         let server = self.endpoint.label().to_string();
         let timeout = self.options.connect_timeout;
-        let (serving, stderr) = match &self.endpoint {
+        let max_pending = self.options.max_pending_requests;
+        let (serving, stderr, request_guard) = match &self.endpoint {
             McpEndpoint::Stdio { command, args } => {
                 let mut cmd = tokio::process::Command::new(command);
                 cmd.args(args);
@@ -353,9 +600,12 @@ impl Connection {
                         source,
                     })?;
                 let tail = stderr.map(StderrTail::spawn);
+                let (transport, guard) =
+                    guard::Guarded::new(transport, max_pending, server.clone());
                 (
                     tokio::time::timeout(timeout, ().serve(transport)).await,
                     tail,
+                    guard,
                 )
             }
             McpEndpoint::Http { url } => {
@@ -367,15 +617,18 @@ impl Connection {
                     client,
                     StreamableHttpClientTransportConfig::with_uri(url.as_str()),
                 );
+                let (transport, guard) =
+                    guard::Guarded::new(transport, max_pending, server.clone());
                 (
                     tokio::time::timeout(timeout, ().serve(transport)).await,
                     None,
+                    guard,
                 )
             }
         };
         let stderr_text = |tail: &Option<StderrTail>| tail.as_ref().map(|t| t.text());
         match serving {
-            Ok(Ok(client)) => Ok((client, stderr)),
+            Ok(Ok(client)) => Ok((client, stderr, request_guard)),
             Ok(Err(e)) => {
                 // Give the dying child a moment to finish writing why it failed.
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -474,14 +727,26 @@ impl Tool for McpTool {
             }
         };
         let server = self.conn.endpoint.label();
-        let (peer, generation) = self.conn.peer().await.map_err(|e| {
+        let (peer, generation, guard) = self.conn.peer_guarded().await.map_err(|e| {
             ToolError::Failed(format!(
                 "{e} (the call was not made; the next call tries again)"
             ))
         })?;
         let mut params = CallToolRequestParams::new(self.remote_name.clone());
         params.arguments = arguments;
-        match peer.call_tool(params).await {
+        let answer = tokio::select! {
+            answer = peer.call_tool(params) => answer,
+            // The server flooded the client with requests: its connection was ended.
+            why = guard.wait_tripped() => {
+                let why = why.to_string();
+                let stderr = self.conn.discard(generation).await;
+                return Err(ToolError::Failed(format!(
+                    "{why}; it is restarted on the next call{}",
+                    stderr_note(&stderr)
+                )));
+            }
+        };
+        match answer {
             Ok(result) => content::render(&result),
             // The server answered with a JSON-RPC error (unknown tool, invalid params): it is
             // alive, the call failed.

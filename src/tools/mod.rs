@@ -125,11 +125,16 @@ impl<T: TypedTool> Tool for T {
 /// cloning a registry (one per agent) and handing its specs to agents, sessions and runs
 /// copies no schema. Its parameters schema is compiled then too ([`ArgumentSchemas`]): every
 /// call's arguments are checked against it before the call runs (R-TOOL-1).
+///
+/// Inserting is O(log n): the shared spec list is built on the first [`specs`](Self::specs)
+/// after a change, so adding n tools one by one (an MCP server's thousands) costs O(n log n),
+/// not O(n²).
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
-    tools: BTreeMap<String, Arc<dyn Tool>>,
-    /// The tools' specs, sorted by name like `tools`.
-    specs: ToolSpecs,
+    /// The tools and their specs (taken once, at insert), by name.
+    tools: BTreeMap<String, (Arc<dyn Tool>, ToolSpec)>,
+    /// The specs of `tools` in name order, built when first asked for after a change.
+    specs: std::sync::OnceLock<ToolSpecs>,
     /// The tools' compiled parameters schemas.
     schemas: ArgumentSchemas,
 }
@@ -169,47 +174,36 @@ impl ToolRegistry {
     /// Adds (or replaces) a tool.
     pub fn insert(&mut self, tool: Arc<dyn Tool>) {
         let spec = tool.spec();
-        let mut specs: Vec<ToolSpec> = self
-            .specs
-            .iter()
-            .filter(|s| s.name != spec.name)
-            .cloned()
-            .collect();
-        let at = specs.partition_point(|s| s.name < spec.name);
         self.schemas.set(&spec.name, &spec.parameters);
-        self.tools.insert(spec.name.clone(), tool);
-        specs.insert(at, spec);
-        self.specs = specs.into();
+        self.tools.insert(spec.name.clone(), (tool, spec));
+        self.specs = std::sync::OnceLock::new();
     }
 
     /// Removes a tool by name.
     pub fn remove(&mut self, name: &str) -> Option<Arc<dyn Tool>> {
-        let removed = self.tools.remove(name)?;
+        let (removed, _) = self.tools.remove(name)?;
         self.schemas.remove(name);
-        self.specs = self
-            .specs
-            .iter()
-            .filter(|s| s.name != name)
-            .cloned()
-            .collect();
+        self.specs = std::sync::OnceLock::new();
         Some(removed)
     }
 
     /// Adds (or replaces) every tool of `other`.
     pub fn extend(&mut self, other: ToolRegistry) {
-        for tool in other.tools.into_values() {
+        for (tool, _) in other.tools.into_values() {
             self.insert(tool);
         }
     }
 
     /// Looks a tool up.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.get(name)
+        self.tools.get(name).map(|(tool, _)| tool)
     }
 
-    /// Specs of every tool, sorted by name (shared, not copied).
+    /// Specs of every tool, sorted by name (shared, not copied; built once after a change).
     pub fn specs(&self) -> ToolSpecs {
-        self.specs.clone()
+        self.specs
+            .get_or_init(|| self.tools.values().map(|(_, spec)| spec.clone()).collect())
+            .clone()
     }
 
     /// The tools' compiled parameters schemas (shared, not copied): what the runtime checks
@@ -224,6 +218,7 @@ pub mod append_line;
 pub mod ask_user;
 #[cfg(feature = "builtin-tools")]
 pub mod calculator;
+pub mod protected;
 #[cfg(feature = "builtin-tools")]
 pub mod read_file;
 pub mod write_todos;
