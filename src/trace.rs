@@ -39,8 +39,15 @@ impl TraceFile for Trace {
             path: path.display().to_string(),
             message: e.to_string(),
         };
-        let mut f = std::fs::File::create(path).map_err(io)?;
-        f.write_all(self.to_jsonl().as_bytes()).map_err(io)?;
+        // Line by line: a long trace is not held a second time as one string.
+        let f = std::fs::File::create(path).map_err(io)?;
+        let mut w = std::io::BufWriter::new(f);
+        let header = TraceRecord::Header(Box::new(self.header.clone()));
+        for record in std::iter::once(&header).chain(&self.records) {
+            serde_json::to_writer(&mut w, record).map_err(|e| io(e.into()))?;
+            w.write_all(b"\n").map_err(io)?;
+        }
+        let f = w.into_inner().map_err(|e| io(e.into_error()))?;
         f.sync_all().map_err(io)
     }
 }

@@ -17,6 +17,7 @@
 //! |---|---|---|
 //! | [`ResponseLimits::max_response_bytes`] | 32 MiB | text + reasoning + refusal + tool arguments (+ signatures, redacted reasoning). The largest output budgets offered today are ~128k tokens (≈ 0.5 MiB of text); even a 1M-token output (≈ 4 MiB) fits 8 times. The bound is on memory: a response is held several times over (observers' deltas, the assembled message, the trace). |
 //! | [`ResponseLimits::max_tool_argument_bytes`] | 8 MiB | one tool call's argument text; the largest legitimate case is a call that writes a whole file. |
+//! | [`ResponseLimits::max_deltas`] | 262,144 | normalized deltas of one response (every text, reasoning, tool-argument… delta). Each delta is an input event of the machines, an observer event and, with a trace, three trace records (~0.9 KB), so a server streaming a million one-character deltas (well under `max_response_bytes`) cost 1.47 GB with `--trace`. Providers send about a token per delta: 2× the largest output budget offered today (128k tokens). |
 //! | [`ResponseLimits::max_content_blocks`] | 1024 | content blocks of one response: every Anthropic content block (text, thinking, tool use, server tools…), every OpenAI tool call and text/reasoning run. Real turns carry tens of parallel tool calls; each one is run, persisted and answered, so a thousand is already far beyond use. |
 
 use std::collections::HashMap;
@@ -30,6 +31,8 @@ use crate::message::MessageDelta;
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
 /// Default [`ResponseLimits::max_tool_argument_bytes`]: 8 MiB.
 pub const DEFAULT_MAX_TOOL_ARGUMENT_BYTES: usize = 8 * 1024 * 1024;
+/// Default [`ResponseLimits::max_deltas`]: 262,144 (256 Ki).
+pub const DEFAULT_MAX_DELTAS: usize = 256 * 1024;
 /// Default [`ResponseLimits::max_content_blocks`]: 1024.
 pub const DEFAULT_MAX_CONTENT_BLOCKS: usize = 1024;
 
@@ -45,6 +48,10 @@ pub struct ResponseLimits {
     /// Content blocks in one response: Anthropic content blocks of any type; OpenAI tool
     /// calls and text/reasoning runs. This bounds the tool calls of one turn.
     pub max_content_blocks: usize,
+    /// Normalized deltas in one response (of any kind but the final `Finish`/`Error`): bounds
+    /// what a flood of tiny deltas costs per delta (machine inputs, observer events, trace
+    /// records), which `max_response_bytes` does not.
+    pub max_deltas: usize,
 }
 
 impl Default for ResponseLimits {
@@ -53,6 +60,7 @@ impl Default for ResponseLimits {
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             max_tool_argument_bytes: DEFAULT_MAX_TOOL_ARGUMENT_BYTES,
             max_content_blocks: DEFAULT_MAX_CONTENT_BLOCKS,
+            max_deltas: DEFAULT_MAX_DELTAS,
         }
     }
 }
@@ -91,6 +99,7 @@ pub(crate) struct ResponseMeter {
     limits: ResponseLimits,
     bytes: usize,
     blocks: usize,
+    deltas: usize,
     /// Argument bytes per tool call id (of the latest call with that id; at most
     /// `max_content_blocks` entries), found in O(1) per delta.
     args: HashMap<String, usize>,
@@ -102,6 +111,7 @@ impl ResponseMeter {
             limits,
             bytes: 0,
             blocks: 0,
+            deltas: 0,
             args: HashMap::new(),
         }
     }
@@ -120,6 +130,17 @@ impl ResponseMeter {
 
     /// Counts one delta; the error when it crosses a bound.
     pub(crate) fn count(&mut self, delta: &MessageDelta) -> Result<(), ModelError> {
+        if !matches!(delta, MessageDelta::Finish | MessageDelta::Error { .. }) {
+            self.deltas += 1;
+            let limit = self.limits.max_deltas;
+            if self.deltas > limit {
+                return Err(exceeded(
+                    "max_deltas",
+                    limit,
+                    &format!("more than {limit} deltas in one response"),
+                ));
+            }
+        }
         let bytes = match delta {
             MessageDelta::TextStart | MessageDelta::ReasoningStart => {
                 self.block()?;
