@@ -1,6 +1,7 @@
 //! Issue 9 ("Hardening") against the loopback server: redirects never carry a key to another
-//! origin; response limits, unreadable bodies and malformed data end the attempt with a typed
-//! error that the runtime does not retry (R-IN-2) — counted as requests on the server.
+//! origin; response limits end the attempt with a typed error that the runtime does not retry
+//! (R-IN-2), and unreadable bodies and malformed data with a `malformed_response` that it
+//! retries once per step ("Hardening 3" item 9) — counted as requests on the server.
 #![allow(clippy::disallowed_methods)] // tests may read the wall clock
 
 #[path = "provider_support/mod.rs"]
@@ -307,28 +308,64 @@ async fn anthropic_content_blocks_beyond_4096_are_fine_under_a_raised_limit() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 8. Bodies the client cannot read
+// 8. Bodies the client cannot read: `malformed_response`, retried once per step (a proxy's
+// glitch passes; a second one fails the step at once, "Hardening 3" item 9)
+
+/// Asserts that a run failed with `malformed_response` after exactly one retry (two
+/// requests), its text having every one of `needles` and saying the retry failed too.
+fn assert_malformed_twice(result: &LoopResult, requests: usize, needles: &[&str]) {
+    assert_eq!(result.outcome, Outcome::Failed, "{result:?}");
+    let typed = result.error.as_ref().and_then(|e| e.model_error());
+    assert_eq!(
+        typed.map(|e| e.kind),
+        Some(ErrorKind::MalformedResponse),
+        "{result:?}"
+    );
+    let error = result
+        .error
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    for n in needles
+        .iter()
+        .chain(&["the retry got a malformed answer too"])
+    {
+        assert!(error.contains(n), "want {n:?} in: {error}");
+    }
+    assert_eq!(requests, 2, "retried once, not more: {error}");
+}
+
+/// A good answer for the retry of a malformed one.
+fn good_answer(p: ProviderKind) -> Reply {
+    let name = match p {
+        ProviderKind::OpenAi => "openai_text.sse",
+        ProviderKind::Anthropic => "anthropic_text.sse",
+    };
+    Reply::Sse {
+        pieces: vec![fixture(name)],
+        gap: Duration::ZERO,
+    }
+}
 
 #[tokio::test]
-async fn content_encoding_the_client_cannot_decode_is_named_and_not_retried() {
+async fn content_encoding_the_client_cannot_decode_is_named_and_retried_once() {
     for (p, encoding) in [
         (ProviderKind::OpenAi, "gzip"),
         (ProviderKind::Anthropic, "br"),
     ] {
-        let server = Server::start(vec![Reply::Status {
+        let reply = Reply::Status {
             status: 200,
             headers: vec![
                 ("content-type", "text/event-stream".into()),
                 ("content-encoding", encoding.into()),
             ],
             body: "\u{1f}\u{8b}\u{8}\u{0}binary".into(),
-        }])
-        .await;
+        };
+        let server = Server::start(vec![reply.clone(), reply]).await;
         let (result, requests) = run_agent(p, config(p, &server), &server).await;
-        assert_failed_once(
+        assert_malformed_twice(
             &result,
             requests,
-            ErrorKind::MalformedResponse,
             &[&format!("Content-Encoding: {encoding}"), "not supported"],
         );
         let head = server.requests()[0].head.to_ascii_lowercase();
@@ -337,20 +374,19 @@ async fn content_encoding_the_client_cannot_decode_is_named_and_not_retried() {
 }
 
 #[tokio::test]
-async fn json_instead_of_an_event_stream_is_named_with_the_body_and_not_retried() {
+async fn json_instead_of_an_event_stream_is_named_with_the_body_and_retried_once() {
     let body = r#"{"id":"x","object":"chat.completion","choices":[{"message":{"content":"not streamed"}}]}"#;
     for p in PROVIDERS {
-        let server = Server::start(vec![Reply::Status {
+        let reply = Reply::Status {
             status: 200,
             headers: vec![("content-type", "application/json".into())],
             body: body.into(),
-        }])
-        .await;
+        };
+        let server = Server::start(vec![reply.clone(), reply]).await;
         let (result, requests) = run_agent(p, config(p, &server), &server).await;
-        assert_failed_once(
+        assert_malformed_twice(
             &result,
             requests,
-            ErrorKind::MalformedResponse,
             &[
                 "expected text/event-stream, got application/json",
                 "not streamed",
@@ -360,26 +396,33 @@ async fn json_instead_of_an_event_stream_is_named_with_the_body_and_not_retried(
 }
 
 // ---------------------------------------------------------------------------------------
-// 9. Malformed stream data repeats: not retried
+// 9. Malformed stream data: one retry; the same again fails fast
 
 #[tokio::test]
-async fn malformed_stream_data_is_not_retried() {
+async fn malformed_stream_data_is_retried_once() {
     for (p, name) in [
         (ProviderKind::OpenAi, "openai_malformed.sse"),
         (ProviderKind::Anthropic, "anthropic_malformed.sse"),
     ] {
-        let server = Server::start(vec![Reply::Sse {
+        let reply = Reply::Sse {
             pieces: vec![fixture(name)],
             gap: Duration::ZERO,
-        }])
-        .await;
+        };
+        // Twice the same: the step fails after one retry, typed.
+        let server = Server::start(vec![reply.clone(), reply.clone()]).await;
         let (result, requests) = run_agent(p, config(p, &server), &server).await;
-        assert_failed_once(
-            &result,
-            requests,
-            ErrorKind::MalformedResponse,
-            &["malformed stream data", "event #"],
+        assert_malformed_twice(&result, requests, &["malformed stream data", "event #"]);
+        // A glitch once: the retry's answer is the run's.
+        let server = Server::start(vec![reply, good_answer(p)]).await;
+        let (result, requests) = run_agent(p, config(p, &server), &server).await;
+        assert_eq!(
+            result.outcome,
+            Outcome::Completed,
+            "{p:?}: {:?}",
+            result.error
         );
+        assert_eq!(requests, 2);
+        assert!(result.final_text().is_some_and(|t| !t.is_empty()));
     }
 }
 

@@ -100,6 +100,116 @@ pub fn truncate(
     Ok((kept, removed))
 }
 
+/// Context windows (input plus output tokens) of well-known models, by name prefix: the
+/// longest prefix that starts the model's name wins ([`known_context_window`]). A run whose
+/// [`RunConfig`](crate::react::RunConfig) names no `context_window` (and no
+/// `context_budget_tokens`) takes its budget from here, so it compacts before the provider
+/// refuses the context (R-CTX-3). Names not listed (local models, proxies' aliases) have no
+/// budget unless configured; a provider's overflow still shrinks the context.
+pub const KNOWN_CONTEXT_WINDOWS: &[(&str, u64)] = &[
+    ("gpt-3.5-turbo", 16_385),
+    ("gpt-4", 8_192),
+    ("gpt-4-32k", 32_768),
+    ("gpt-4-turbo", 128_000),
+    ("gpt-4o", 128_000),
+    ("gpt-4.1", 1_047_576),
+    ("gpt-5", 400_000),
+    ("o1", 200_000),
+    ("o1-mini", 128_000),
+    ("o3", 200_000),
+    ("o4-mini", 200_000),
+    ("claude-", 200_000),
+    ("gemini-1.5-pro", 2_097_152),
+    ("gemini-1.5-flash", 1_048_576),
+    ("gemini-2", 1_048_576),
+];
+
+/// The context window of `model` from [`KNOWN_CONTEXT_WINDOWS`] (case-insensitive; a
+/// provider or router prefix such as `openai:` or `openai/` is skipped), or `None`.
+///
+/// ```
+/// use agentloop_core::context::known_context_window;
+/// assert_eq!(known_context_window("openai:gpt-4o-mini"), Some(128_000));
+/// assert_eq!(known_context_window("anthropic/claude-sonnet-4-5"), Some(200_000));
+/// assert_eq!(known_context_window("gpt-4-0613"), Some(8_192));
+/// assert_eq!(known_context_window("llama3.2"), None);
+/// ```
+pub fn known_context_window(model: &str) -> Option<u64> {
+    let name = model.rsplit([':', '/']).next().unwrap_or(model);
+    let name = name.to_ascii_lowercase();
+    KNOWN_CONTEXT_WINDOWS
+        .iter()
+        .filter(|(prefix, _)| name.starts_with(prefix))
+        .max_by_key(|(prefix, _)| prefix.len())
+        .map(|&(_, window)| window)
+}
+
+/// The two sizes a provider's context-overflow message names, as `(limit, sent)` tokens:
+/// OpenAI's "maximum context length is 8192 tokens. However, your messages resulted in 9000
+/// tokens", Anthropic's "prompt is too long: 208310 tokens > 200000 maximum", vLLM's
+/// "... is 4096 tokens. However, you requested 5000 tokens". The first two numbers followed
+/// by `token` or `maximum` count; `None` unless one is smaller than the other.
+pub fn overflow_figures(message: &str) -> Option<(u64, u64)> {
+    let lower = message.to_ascii_lowercase();
+    let bytes = lower.as_bytes();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() && found.len() < 2 {
+        if !bytes[i].is_ascii_digit() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b',') {
+            i += 1;
+        }
+        let digits: String = lower[start..i]
+            .chars()
+            .filter(char::is_ascii_digit)
+            .collect();
+        let rest = lower[i..].trim_start();
+        if rest.starts_with("token") || rest.starts_with("maximum") {
+            if let Ok(n) = digits.parse::<u64>() {
+                found.push(n);
+            }
+        }
+    }
+    match found[..] {
+        [a, b] if a != b && a.min(b) > 0 => Some((a.min(b), a.max(b))),
+        _ => None,
+    }
+}
+
+/// The token budget of the compaction that answers a provider's context overflow (R-OUT-6):
+/// below what was sent (`sent_tokens`, this crate's estimate of the refused context), so the
+/// oldest whole groups go even when no budget is configured. When the provider's message
+/// names its limit and the request's size ([`overflow_figures`]), the context shrinks by that
+/// ratio with a tenth to spare; otherwise to three quarters. Each overflow shrinks the
+/// context again, until only the pinned messages are left and compaction fails.
+///
+/// ```
+/// use agentloop_core::context::overflow_budget;
+/// assert_eq!(overflow_budget(1000, "request too large"), 750);
+/// assert_eq!(overflow_budget(1000, "prompt is too long: 2000 tokens > 1000 maximum"), 450);
+/// ```
+pub fn overflow_budget(sent_tokens: u64, message: &str) -> u64 {
+    match overflow_figures(message) {
+        Some((limit, sent)) => {
+            let scaled = u128::from(sent_tokens) * u128::from(limit) * 9 / (u128::from(sent) * 10);
+            u64::try_from(scaled).unwrap_or(u64::MAX)
+        }
+        None => sent_tokens / 4 * 3 + sent_tokens % 4 * 3 / 4,
+    }
+}
+
+/// Tokens of the context that compaction cannot go below: the pinned groups ([`pinned`])
+/// alone.
+pub fn pinned_tokens(messages: &[Message]) -> u64 {
+    let groups = groups(messages);
+    let keep = pinned(messages, &groups);
+    estimate_tokens(&collect(messages, &groups, &keep))
+}
+
 /// The prefix of the message that replaces summarized entries (an LLM summary).
 pub const SUMMARY_PREFIX: &str = "[Summary of the earlier conversation]\n";
 

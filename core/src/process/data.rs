@@ -52,6 +52,8 @@ pub struct ProcessData {
     pub(crate) slots: Slots,
     pub(crate) outcome: Option<StepOutcome>,
     pub(crate) retries: u32,
+    /// A retry was scheduled after a `malformed_response` (retried once per step).
+    pub(crate) malformed_retried: bool,
     /// Model attempts this step sent (`CallModel` effects).
     pub(crate) attempts: u32,
     /// The current attempt's request as a hook rewrote it (cleared for each attempt).
@@ -92,6 +94,7 @@ impl ProcessData {
             slots: Slots::default(),
             outcome: None,
             retries: 0,
+            malformed_retried: false,
             attempts: 0,
             sent: None,
             recent: Vec::new(),
@@ -307,8 +310,32 @@ impl ProcessData {
     /// retry decider says so (R-EXT-3; see [`RetryPolicy::retries_after`]).
     ///
     /// [`RetryPolicy::retries_after`]: crate::process::RetryPolicy::retries_after
+    ///
+    /// A `malformed_response` is retried once per step whatever the decider says: the second
+    /// one fails the step at once (a server that sends what this client cannot read sends it
+    /// again; a garbled chunk does not).
     pub(crate) fn may_retry(&self, error: &ModelError) -> bool {
         self.cfg.retry.retries_after(error, self.retries)
+            && !(error.kind == ErrorKind::MalformedResponse && self.malformed_retried)
+    }
+
+    /// Notes the error a retry is scheduled after (row `requesting_retry`).
+    pub(crate) fn retrying_after(&mut self, error: &ModelError) {
+        if error.kind == ErrorKind::MalformedResponse {
+            self.malformed_retried = true;
+        }
+    }
+
+    /// The step's error for a transport error that is not retried: a second malformed
+    /// answer says so.
+    pub(crate) fn unretried(&self, error: &ModelError) -> ModelError {
+        let mut error = error.clone();
+        if error.kind == ErrorKind::MalformedResponse && self.malformed_retried {
+            error
+                .message
+                .push_str(" (the retry got a malformed answer too: not retried again)");
+        }
+        error
     }
 
     /// Schedules the next attempt: discards partial output, starts the backoff timer.

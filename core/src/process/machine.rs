@@ -97,11 +97,13 @@ impl ProcessMachine {
             Event::TransportError { attempt, error } if context.is_current(attempt) => {
                 if context.may_retry(error) {
                     context.take(Row::RequestingRetry);
+                    context.retrying_after(error);
                     context.schedule_retry(error.to_string(), error.retry_after_ms);
                     Transition(State::retrying())
                 } else {
                     context.take(Row::RequestingFail);
-                    context.fail(error.clone());
+                    let error = context.unretried(error);
+                    context.fail(error);
                     Transition(State::error())
                 }
             }

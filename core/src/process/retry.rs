@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::ModelError;
+use crate::error::{ErrorKind, ModelError};
 
 /// Whether a failed attempt is worth retrying (R-EXT-3): a plain function, so it stays pure
 /// and replaceable. It sees the typed error and `attempt`, the failed attempt's number among
@@ -23,10 +23,13 @@ pub const DEFAULT_RETRY_DECIDER: &str = "default";
 
 /// The default retry decision (R-IN-2): the error's kind is retryable
 /// ([`ErrorKind::retryable`](crate::error::ErrorKind::retryable): rate limits, overload,
-/// server errors, connection failures, timeouts, incomplete streams), whatever the attempt.
+/// server errors, connection failures, timeouts, incomplete streams), whatever the attempt;
+/// and a `malformed_response` (a garbled chunk, a proxy's page in place of the stream) is
+/// retried too — the step itself retries one at most once: a second malformed answer in the
+/// same step fails it at once, since a dialect the client cannot read comes back the same.
 pub fn default_retry_decider(error: &ModelError, attempt: u32) -> bool {
     let _ = attempt;
-    error.retryable()
+    error.retryable() || error.kind == ErrorKind::MalformedResponse
 }
 
 /// A retry decision function together with the name it is recorded under (R-EXT-3).

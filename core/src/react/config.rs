@@ -312,9 +312,16 @@ pub struct RunConfig {
     /// Compact when the context has more messages than this.
     #[serde(default)]
     pub compact_threshold: Option<usize>,
-    /// Context window budget in tokens.
+    /// Context window budget in tokens (default: the `context_window`).
     #[serde(default)]
     pub context_budget_tokens: Option<u64>,
+    /// The model's context window in tokens (R-CTX-3): the budget when
+    /// `context_budget_tokens` is not set. `None`: the window
+    /// [`known_context_window`](crate::context::known_context_window) gives for the run's
+    /// current model, if it knows it. With neither, only a message cap
+    /// (`compact_threshold`) or a provider's overflow compacts (R-OUT-6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
     /// Compact when tokens reach `budget * compact_ratio`.
     pub compact_ratio: f64,
     /// Text of the final-step reminder.
@@ -396,6 +403,7 @@ impl Default for RunConfig {
             step: StepConfig::default(),
             compact_threshold: None,
             context_budget_tokens: None,
+            context_window: None,
             compact_ratio: 0.8,
             final_reminder: FINAL_REMINDER.into(),
             steering: SteeringPolicy::default(),

@@ -213,10 +213,18 @@ impl ReactData {
             .unwrap_or_else(|| estimate_tokens(&self.messages))
     }
 
+    /// The context budget in tokens (R-CTX-3): the configured budget, else the configured
+    /// window, else the known window of the current model.
+    pub(crate) fn budget_tokens(&self) -> Option<u64> {
+        self.cfg
+            .context_budget_tokens
+            .or(self.cfg.context_window)
+            .or_else(|| crate::context::known_context_window(&self.cfg.model))
+    }
+
     pub(crate) fn over_budget(&self) -> bool {
         let by_tokens = self
-            .cfg
-            .context_budget_tokens
+            .budget_tokens()
             .is_some_and(|b| self.context_tokens() as f64 >= b as f64 * self.cfg.compact_ratio);
         let by_count = self
             .cfg
@@ -234,6 +242,37 @@ impl ReactData {
     }
 
     pub(crate) fn compact(&mut self, reason: &'static str) {
+        let budget = self
+            .budget_tokens()
+            .map(|b| (b as f64 * self.cfg.compact_ratio) as u64);
+        self.request_compaction(reason, budget);
+    }
+
+    /// Row `executing_overflow`: the provider refused the context, so the compaction must
+    /// leave less than was sent whatever the configuration says (R-OUT-6). Its budget is
+    /// [`overflow_budget`](crate::context::overflow_budget) of the refused context (or the
+    /// configured one when that is smaller), but never below what the pinned messages alone
+    /// take while anything else is left: the oldest whole groups go as far as needed or
+    /// possible, the step is requested again, and the provider judges. Each overflow
+    /// shrinks the context again; once only pinned messages are left, the compactor fails
+    /// and so does the run.
+    pub(crate) fn compact_overflow(&mut self, error: &crate::error::ModelError) {
+        let sent = estimate_tokens(&self.messages);
+        let floor = crate::context::pinned_tokens(&self.messages);
+        let configured = self
+            .budget_tokens()
+            .map(|b| (b as f64 * self.cfg.compact_ratio) as u64);
+        let mut budget = crate::context::overflow_budget(sent, &error.message);
+        if let Some(c) = configured {
+            budget = budget.min(c);
+        }
+        if floor < sent {
+            budget = budget.max(floor);
+        }
+        self.request_compaction("overflow", Some(budget));
+    }
+
+    fn request_compaction(&mut self, reason: &'static str, budget_tokens: Option<u64>) {
         self.compacting_reason = reason;
         self.emit(AgentEvent::CompactStart {
             reason: reason.to_string(),
@@ -241,10 +280,7 @@ impl ReactData {
         });
         self.out.push(Effect::Compact {
             messages: self.messages.to_vec(),
-            budget_tokens: self
-                .cfg
-                .context_budget_tokens
-                .map(|b| (b as f64 * self.cfg.compact_ratio) as u64),
+            budget_tokens,
             max_messages: self.cfg.compact_threshold,
         });
     }

@@ -209,11 +209,11 @@ impl ReactMachine {
                     context.absorb_step();
                     Transition(State::observing())
                 }
-                Some(StepOutcome::ContextOverflow(_)) => {
+                Some(StepOutcome::ContextOverflow(e)) => {
                     context.take(Row::ExecutingOverflow);
                     context.next_attempt = context.step.as_ref().map(|s| s.request().attempt + 1);
                     context.end_step(StepEnd::ContextOverflow);
-                    context.compact("overflow");
+                    context.compact_overflow(&e);
                     Transition(State::compacting())
                 }
                 Some(StepOutcome::Failed(_)) if context.fallback_available() => {

@@ -22,6 +22,7 @@ mod messages;
 mod names;
 mod oracle;
 mod output;
+mod overflow_shrink;
 mod pairing_repair;
 mod partial_updates;
 mod process_details;
