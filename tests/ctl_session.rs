@@ -129,7 +129,8 @@ async fn r_ctl_3_abort_when_idle_is_a_noop_with_event() {
     );
     let e = wait_for(&mut sub, "agent_abort").await;
     assert!(
-        matches!(&e.event, AgentEvent::AgentAbort { run_id, reason } if run_id.is_empty() && reason == "nothing to do")
+        e.run_id.is_empty()
+            && matches!(&e.event, AgentEvent::AgentAbort { reason } if reason == "nothing to do")
     );
     assert_eq!(s.status(), Status::Idle);
 }

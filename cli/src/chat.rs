@@ -354,7 +354,7 @@ async fn show(
     if let Some(end) = &ended {
         output.finish();
         let usage = line.usage();
-        output.say(&summary_line(
+        output.say_painted(&summary_line(
             end.outcome,
             &end.reason,
             line.committed(),
@@ -639,7 +639,7 @@ mod tests {
     #[test]
     fn pending_calls_are_listed() {
         let mut line = StatusLine::new();
-        line.handle(&AgentEvent::RunStart { run_id: "r".into() }, 0);
+        line.handle(&AgentEvent::RunStart {}, 0);
         assert_eq!(pending_list(&line), "nothing waits for approval");
         for id in ["c1", "c2"] {
             line.handle(

@@ -7,6 +7,9 @@ use clap::{Args, ValueEnum};
 
 use agentloop::provider::decode::decode;
 use agentloop::provider::http::ProviderKind;
+use agentloop::regular_file::read_regular_file;
+
+use crate::out::errln;
 
 /// Which wire format.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -44,26 +47,27 @@ pub struct DecodeArgs {
 
 /// Runs the command: prints one JSON object; exit 0 when it decoded (even to an error outcome).
 pub fn main(args: DecodeArgs) -> ExitCode {
-    let bytes = match std::fs::read(&args.file) {
+    let bytes = match read_regular_file(&args.file, crate::out::INPUT_LIMIT) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("error: {}: {e}", args.file.display());
+            errln!("error: {}: {e}", args.file.display());
             return ExitCode::from(2);
         }
     };
     let report = decode(args.provider.into(), &bytes, args.http);
     if args.deltas {
         for d in &report.deltas {
-            println!("{}", serde_json::to_string(d).unwrap_or_default());
+            let line = serde_json::to_string(d).unwrap_or_default();
+            crate::out::stdout_raw(&format!("{}\n", crate::out::json(&line)));
         }
     }
     match serde_json::to_string_pretty(&report) {
         Ok(s) => {
-            println!("{s}");
+            crate::out::stdout_raw(&format!("{}\n", crate::out::json(&s)));
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: cannot print the report: {e}");
+            errln!("error: cannot print the report: {e}");
             ExitCode::from(2)
         }
     }

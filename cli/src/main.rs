@@ -5,6 +5,7 @@
 mod chat;
 mod decode;
 mod mcp;
+mod out;
 mod print;
 mod run;
 mod sessions;
@@ -18,9 +19,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use out::{errln, outln};
+
 use agentloop::chart::{mermaid, MachineKind};
 use agentloop::react::DeciderRegistry;
-use agentloop::trace::{replay_with, Trace, TraceError, TraceFile};
+use agentloop::trace::{replay_with, Trace, TraceError};
 
 /// LLM agents as verified state machines.
 #[derive(Debug, Parser)]
@@ -127,10 +130,8 @@ fn main() -> ExitCode {
         Command::Trace {
             command: TraceCommand::Schema,
         } => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&Trace::schema()).unwrap_or_default()
-            );
+            let schema = serde_json::to_string_pretty(&Trace::schema()).unwrap_or_default();
+            out::stdout_raw(&format!("{}\n", out::json(&schema)));
             ExitCode::SUCCESS
         }
         Command::Trace {
@@ -152,8 +153,8 @@ fn main() -> ExitCode {
                 Machine::ToolCall => MachineKind::ToolCall,
             };
             match format {
-                ChartFormat::Mermaid => print!("{}", mermaid(&kind.chart())),
-                ChartFormat::Toml => print!("{}", kind.toml()),
+                ChartFormat::Mermaid => out::stdout_raw(&mermaid(&kind.chart())),
+                ChartFormat::Toml => out::stdout_raw(kind.toml()),
             }
             ExitCode::SUCCESS
         }
@@ -172,10 +173,10 @@ fn init_logging() {
 }
 
 fn replay_main(path: &std::path::Path) -> ExitCode {
-    let trace = match Trace::load(path) {
+    let trace = match trace_cmd::read_trace(path, false) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return ExitCode::from(2);
         }
     };
@@ -184,12 +185,12 @@ fn replay_main(path: &std::path::Path) -> ExitCode {
     let divergence = match replay_with(&trace, &DeciderRegistry::new()) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("error: {}: {e}", path.display());
+            errln!("error: {}: {e}", path.display());
             if matches!(
                 e,
                 TraceError::UnknownDecider { .. } | TraceError::UnknownRetryDecider { .. }
             ) {
-                eprintln!(
+                errln!(
                     "hint: the agentloop command has only the built-in deciders; replay this \
                      trace from the program that recorded it, with agentloop::trace::replay_with"
                 );
@@ -199,7 +200,7 @@ fn replay_main(path: &std::path::Path) -> ExitCode {
     };
     match divergence {
         None => {
-            println!(
+            outln!(
                 "replay identical: {} records ({} inputs)",
                 trace.records.len(),
                 trace
@@ -218,14 +219,14 @@ fn replay_main(path: &std::path::Path) -> ExitCode {
                     agentloop::trace::TraceRecord::Input { index, .. } => Some(*index),
                     _ => None,
                 });
-            eprintln!(
+            errln!(
                 "replay diverged at index {}{}",
                 d.index,
                 cause
                     .map(|c| format!(" (in the step of input {c})"))
                     .unwrap_or_default()
             );
-            eprint!("{}", d.diff());
+            out::stderr_raw(&out::text(&d.diff()));
             ExitCode::from(1)
         }
     }

@@ -60,8 +60,9 @@ pub fn add_tools(tools: &mut ToolRegistry, servers: &[McpServer]) {
         for tool in server.tools() {
             let name = tool.spec().name;
             if tools.get(&name).is_some() {
-                eprintln!(
-                    "[mcp] warning: tool {name} of MCP server {} replaces a tool of the same name",
+                crate::out::errln!(
+                    "[mcp] warning: tool {} of MCP server {} replaces a tool of the same name",
+                    crate::out::line(&name),
                     server.endpoint().label()
                 );
             }
@@ -95,10 +96,15 @@ pub fn tools_main(args: ToolsArgs) -> ExitCode {
     let mut tools = ToolRegistry::defaults();
     add_tools(&mut tools, &servers);
     let specs = tools.specs();
-    let width = specs.iter().map(|s| s.name.len()).max().unwrap_or(0);
-    for spec in specs.iter() {
+    // A server names and describes its tools: one line each, nothing for the terminal.
+    let names: Vec<String> = specs
+        .iter()
+        .map(|s| crate::out::line(&s.name).into_owned())
+        .collect();
+    let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(0);
+    for (spec, name) in specs.iter().zip(&names) {
         let first = spec.description.lines().next().unwrap_or("").trim();
-        println!("{:width$}  {first}", spec.name);
+        crate::out::outln!("{name:width$}  {}", crate::out::line(first));
     }
     // The children are killed while the runtime still runs.
     rt.block_on(async move { drop(servers) });

@@ -15,17 +15,17 @@
 //! `usage unknown` when the server sent none ([`usage_summary`]) instead of `in=0 out=0`.
 
 use std::borrow::Cow;
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use clap::ValueEnum;
 
 use agentloop::agent_event::AgentEvent;
-use agentloop::message::Usage;
+use agentloop::message::{ToolStatus, Usage};
 use agentloop::runtime::offload::preview;
 use agentloop::runtime::EventEnvelope;
 
+use crate::out::{errln, line, outln};
 use crate::status::summary_line;
 use crate::term::Terminal;
 
@@ -119,10 +119,11 @@ impl Output {
         matches!(self, Output::Terminal(t) if t.color())
     }
 
-    /// A line of its own on stderr (above the status line on a terminal).
+    /// A line of its own on stderr (above the status line on a terminal), through
+    /// [`crate::out::text`].
     pub fn say(&self, text: &str) {
         match self {
-            Output::Lines(_) => eprintln!("{text}"),
+            Output::Lines(_) => errln!("{text}"),
             Output::Terminal(t) => t.say(text),
         }
     }
@@ -183,7 +184,20 @@ impl Output {
                 )
             }
         };
-        eprintln!("{line}");
+        Self::say_painted_on(self, &line);
+    }
+
+    /// A line of its own on stderr that is already safe: built by [`summary_line`] (its
+    /// parts neutralized, its colors the program's own).
+    pub fn say_painted(&self, line: &str) {
+        Self::say_painted_on(self, line);
+    }
+
+    fn say_painted_on(&self, line: &str) {
+        match self {
+            Output::Lines(_) => crate::out::stderr_raw(&format!("{line}\n")),
+            Output::Terminal(t) => t.say_painted(line),
+        }
     }
 }
 
@@ -241,7 +255,7 @@ impl Printer {
 
     fn end_line(&self) {
         if self.mid_line.swap(false, Ordering::Relaxed) {
-            println!();
+            crate::out::stdout_raw("\n");
         }
     }
 
@@ -256,8 +270,7 @@ impl Printer {
         match self.format {
             EventsFormat::Json => {
                 if let Ok(line) = serde_json::to_string(env) {
-                    let mut out = std::io::stdout().lock();
-                    let _ = writeln!(out, "{line}");
+                    crate::out::stdout_raw(&format!("{}\n", crate::out::json(&line)));
                 }
             }
             EventsFormat::Text => self.print_text(&env.event),
@@ -267,9 +280,7 @@ impl Printer {
     fn print_text(&self, event: &AgentEvent) {
         match event {
             AgentEvent::TextDelta { text, .. } if !text.is_empty() => {
-                let mut out = std::io::stdout().lock();
-                let _ = write!(out, "{text}");
-                let _ = out.flush();
+                crate::out::stdout_raw(&crate::out::text(text));
                 self.mid_line
                     .store(!text.ends_with('\n'), Ordering::Relaxed);
                 self.attempt_printed.store(true, Ordering::Relaxed);
@@ -279,8 +290,8 @@ impl Printer {
                 attempt,
             } if self.attempt_printed.swap(false, Ordering::Relaxed) => {
                 self.end_line();
-                println!("{RETRY_MARKER}");
-                eprintln!(
+                outln!("{RETRY_MARKER}");
+                errln!(
                     "[retry] step {model_call_index} attempt {attempt}: the output above the \
                      `{RETRY_MARKER}` line on stdout is discarded"
                 );
@@ -292,7 +303,7 @@ impl Printer {
             _ => {}
         }
         if let Some(line) = log_line(event, self.level) {
-            eprintln!("{line}");
+            errln!("{line}");
         }
     }
 }
@@ -318,24 +329,42 @@ pub fn log_line(event: &AgentEvent, level: LogLevel) -> Option<String> {
             from,
             to,
             event,
-        } if level == LogLevel::Verbose => Some(format!("[{machine:?}] {from} --{event}--> {to}")),
+        } if level == LogLevel::Verbose => Some(format!(
+            "[{machine:?}] {} --{}--> {}",
+            line(from),
+            line(event),
+            line(to)
+        )),
         AgentEvent::Retry {
             attempt,
             delay_ms,
             reason,
             ..
         } if normal => Some(format!(
-            "[retry] attempt {attempt} in {delay_ms} ms: {reason}"
+            "[retry] attempt {attempt} in {delay_ms} ms: {}",
+            line(reason)
         )),
         AgentEvent::ToolStart {
             name, arguments, ..
         } if normal => Some(format!(
-            "[tool] {name} {}",
+            "[tool] {} {}",
+            line(name),
             clip(&arguments.to_string(), ECHO_LIMIT)
         )),
-        AgentEvent::ToolEnd { name, status, .. } if normal => {
-            Some(format!("[tool] {name} -> {status:?}"))
-        }
+        // A call that did not complete says why (its error's text), cut like the arguments.
+        AgentEvent::ToolEnd {
+            name,
+            status,
+            result,
+            ..
+        } if normal => Some(match status {
+            ToolStatus::Completed => format!("[tool] {} -> {status:?}", line(name)),
+            _ => format!(
+                "[tool] {} -> {status:?}: {}",
+                line(name),
+                line(&clip(result, ECHO_LIMIT))
+            ),
+        }),
         // A denied call needs the person's eye as an approval does; the others are routine.
         AgentEvent::ToolRuleMatched {
             tool_call_id,
@@ -346,16 +375,21 @@ pub fn log_line(event: &AgentEvent, level: LogLevel) -> Option<String> {
         } if normal || *action == agentloop::process::RuleAction::Deny => {
             let deadline = timeout_ms.map(|ms| format!(", deadline {ms} ms"));
             Some(format!(
-                "[rule] {name} ({tool_call_id}): {action} by rule {rule}{}",
+                "[rule] {} ({}): {action} by rule {}{}",
+                line(name),
+                line(tool_call_id),
+                line(&rule.to_string()),
                 deadline.unwrap_or_default()
             ))
         }
-        AgentEvent::StatusUpdate { text, .. } if normal => Some(format!("[status] {text}")),
-        AgentEvent::TitleGenerated { title, .. } if normal => Some(format!("[title] {title}")),
+        AgentEvent::StatusUpdate { text, .. } if normal => Some(format!("[status] {}", line(text))),
+        AgentEvent::TitleGenerated { title, .. } if normal => {
+            Some(format!("[title] {}", line(title)))
+        }
         AgentEvent::TodoChange { todos, .. } if normal => Some(
             todos
                 .iter()
-                .map(|t| format!("[todo] {} {}", t.status.mark(), t.content))
+                .map(|t| format!("[todo] {} {}", t.status.mark(), line(&t.content)))
                 .collect::<Vec<_>>()
                 .join("\n"),
         ),
@@ -363,19 +397,23 @@ pub fn log_line(event: &AgentEvent, level: LogLevel) -> Option<String> {
             steps
                 .iter()
                 .enumerate()
-                .map(|(i, s)| format!("[plan] {}. {s}", i + 1))
+                .map(|(i, s)| format!("[plan] {}. {}", i + 1, line(s)))
                 .collect::<Vec<_>>()
                 .join("\n"),
         ),
-        AgentEvent::RunError { error, .. } => Some(format!("[error] {error}")),
-        AgentEvent::AgentAbort { reason, .. } => Some(format!("[abort] {reason}")),
-        AgentEvent::SessionRepaired { repair } => Some(format!("[repaired] {repair}")),
+        AgentEvent::RunError { error, .. } => Some(format!("[error] {}", line(error))),
+        AgentEvent::AgentAbort { reason, .. } => Some(format!("[abort] {}", line(reason))),
+        AgentEvent::SessionRepaired { repair } => {
+            Some(format!("[repaired] {}", line(&repair.to_string())))
+        }
         AgentEvent::ApprovalRequired {
             tool_call_id,
             name,
             arguments,
         } => Some(format!(
-            "[approval] {name} ({tool_call_id}) needs approval: {}",
+            "[approval] {} ({}) needs approval: {}",
+            line(name),
+            line(tool_call_id),
             clip(&arguments.to_string(), ECHO_LIMIT)
         )),
         _ => None,
@@ -396,6 +434,39 @@ mod tests {
         let clipped = clip(&long, ECHO_LIMIT);
         assert!(clipped.starts_with(&"x".repeat(ECHO_LIMIT)));
         assert!(clipped.ends_with("… (7952 bytes truncated)"), "{clipped}");
+    }
+
+    #[test]
+    fn a_failed_tool_end_line_says_why() {
+        let end = |status, text: &str| {
+            AgentEvent::tool_end(&agentloop::message::ToolResult {
+                tool_call_id: "c1".into(),
+                name: "read_file".into(),
+                content: text.into(),
+                status,
+            })
+        };
+        assert_eq!(
+            log_line(
+                &end(ToolStatus::Error, "no such file: a.txt"),
+                LogLevel::Normal
+            )
+            .as_deref(),
+            Some("[tool] read_file -> Error: no such file: a.txt")
+        );
+        assert_eq!(
+            log_line(&end(ToolStatus::Completed, "hello"), LogLevel::Normal).as_deref(),
+            Some("[tool] read_file -> Completed")
+        );
+        let long = log_line(
+            &end(ToolStatus::Error, &"e".repeat(5_000)),
+            LogLevel::Normal,
+        );
+        assert!(
+            long.as_deref()
+                .is_some_and(|l| l.ends_with("… (2952 bytes truncated)")),
+            "{long:?}"
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ use agentloop::process::{InlineTags, ToolRule};
 use agentloop::provider::http::{model_from_flags, ProviderKind};
 use agentloop::provider::openai::ReasoningReplay;
 use agentloop::react::{CostLimit, LimitAction, UsageLimits};
+use agentloop::regular_file::read_regular_to_string;
 use agentloop::runtime::{
     control, Agent, AgentBuilder, AgentError, EventEnvelope, EventSink, FnSink, RunOutput,
     Timeouts, WithModel,
@@ -394,6 +395,17 @@ fn model(args: &AgentArgs) -> Result<Arc<dyn Model>, String> {
 
 /// The model the flags name, under the model name `name` (`chat --extra-model`).
 pub fn model_named(args: &AgentArgs, name: Option<&str>) -> Result<Arc<dyn Model>, String> {
+    if let (None, Some(path)) = (args.provider.kind(), &args.script) {
+        // Read here, as a regular file with a cap: a FIFO or a device would block or never end.
+        let text = read_regular_to_string(path, crate::out::INPUT_LIMIT)
+            .map_err(|e| format!("--script {}: {e}", path.display()))?;
+        let model = agentloop::provider::scripted::ScriptedModel::from_json_str(
+            &text,
+            &path.display().to_string(),
+        )
+        .map_err(|e| e.to_string())?;
+        return Ok(Arc::new(model));
+    }
     model_from_flags(
         args.provider.kind(),
         name,
@@ -532,7 +544,7 @@ pub fn agent_builder(
 fn tool_rules(args: &AgentArgs, tools: &ToolRegistry) -> Result<Vec<ToolRule>, String> {
     let mut rules = Vec::new();
     if let Some(path) = &args.tool_rules {
-        let text = std::fs::read_to_string(path)
+        let text = read_regular_to_string(path, crate::out::SMALL_INPUT_LIMIT)
             .map_err(|e| format!("--tool-rules {}: {e}", path.display()))?;
         let from_file: Vec<ToolRule> = serde_json::from_str(&text).map_err(|e| {
             format!(
@@ -656,20 +668,17 @@ fn finish(args: &AgentArgs, output: &Output, out: &RunOutput) -> ExitCode {
 fn output_spec(path: &std::path::Path, retries: u32) -> Result<OutputSpec, String> {
     let shown = path.display();
     // Only a regular file of at most 1 MiB (a FIFO would block the open, R-SEC).
-    match std::fs::metadata(path) {
-        Ok(m) if !m.is_file() => {
-            return Err(format!("--output-schema {shown}: not a regular file"))
-        }
-        Ok(m) if m.len() > 1 << 20 => {
-            return Err(format!("--output-schema {shown}: larger than 1 MiB"))
-        }
-        Ok(_) => {}
-        Err(e) => return Err(format!("--output-schema {shown}: {e}")),
-    }
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("--output-schema {shown}: {e}"))?;
+    let text = read_regular_to_string(path, crate::out::SMALL_INPUT_LIMIT)
+        .map_err(|e| format!("--output-schema {shown}: {e}"))?;
     let schema: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| format!("--output-schema {shown}: not JSON: {e}"))?;
+    // The runtime checks answers with this validator, and one it cannot build (an unresolvable
+    // `$ref`, a keyword of the wrong type) would check only that the answer is JSON: refused.
+    if let Err(e) = jsonschema::validator_for(&schema) {
+        return Err(format!(
+            "--output-schema {shown}: not a JSON Schema the run can enforce: {e}"
+        ));
+    }
     let name = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())

@@ -19,6 +19,7 @@ use agentloop::store::{
     StoreError, StoreUrl,
 };
 
+use crate::out::{errln, out, outln};
 use crate::run::open_store;
 
 /// Arguments of `agentloop sessions`.
@@ -68,7 +69,7 @@ pub enum ExportFormat {
 }
 
 fn fail(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("error: {message}");
+    errln!("error: {message}");
     ExitCode::from(2)
 }
 
@@ -91,7 +92,7 @@ async fn run(args: SessionsArgs) -> ExitCode {
             let location = format!("sqlite:{}", path.display());
             return match &args.command {
                 SessionsCommand::List => {
-                    eprintln!("no sessions in {location} (no database file)");
+                    errln!("no sessions in {location} (no database file)");
                     ExitCode::SUCCESS
                 }
                 SessionsCommand::Show { id }
@@ -118,7 +119,7 @@ async fn run(args: SessionsArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     for w in &report.warnings {
-        eprintln!("warning: {w}");
+        errln!("warning: {w}");
     }
     match args.command {
         SessionsCommand::List => ExitCode::SUCCESS,
@@ -141,7 +142,7 @@ async fn run(args: SessionsArgs) -> ExitCode {
                 }
             }
             ExportFormat::Markdown => {
-                print!("{}", export_markdown(&id, &entries));
+                out!("{}", export_markdown(&id, &entries));
                 ExitCode::SUCCESS
             }
         },
@@ -184,12 +185,15 @@ async fn list(store: &AnyStore) -> ExitCode {
         Err(e) => return fail(e),
     };
     if sessions.is_empty() {
-        eprintln!("no sessions in {}", store.location());
+        errln!("no sessions in {}", store.location());
         return ExitCode::SUCCESS;
     }
-    println!(
+    outln!(
         "{:<32} {:>8} {:>10} {:>12}  status",
-        "session", "entries", "bytes", "modified"
+        "session",
+        "entries",
+        "bytes",
+        "modified"
     );
     for s in sessions {
         let state = match s.not_regular {
@@ -213,7 +217,7 @@ async fn list(store: &AnyStore) -> ExitCode {
             .and_then(|m| m.duration_since(UNIX_EPOCH).ok())
             .map(|d| d.as_secs().to_string())
             .unwrap_or_else(|| "-".into());
-        println!(
+        outln!(
             "{:<32} {:>8} {:>10} {:>12}  {state}{}",
             s.id,
             s.entries,
@@ -240,12 +244,11 @@ fn one_line(text: &str, max: usize) -> String {
 
 /// One line per entry: `seq  kind  run  details`.
 fn show(id: &str, entries: &[Entry]) {
-    println!(
+    outln!(
         "session {id}: {} entries, {}",
         entries.len(),
         status(entries)
     );
-    let mut out = std::io::stdout().lock();
     for (i, e) in entries.iter().enumerate() {
         let seq = i + 1;
         let run = e.run_id().unwrap_or("-");
@@ -304,16 +307,15 @@ fn show(id: &str, entries: &[Entry]) {
                     .join("; ")
             ),
         };
-        if writeln!(out, "{seq:>6}  {line}").is_err() {
-            return;
-        }
+        // Names, ids and reasons come from the store: one line, nothing for the terminal.
+        outln!("{seq:>6}  {}", crate::out::line(&line));
     }
 }
 
 fn check_main(id: &str, entries: &[Entry]) -> ExitCode {
     let violations = check(entries);
     for call in pending(entries) {
-        println!(
+        outln!(
             "pending: tool call {} ({}) of run {} step {} has no result yet ({}); `agentloop resume {id}` settles it",
             call.tool_call_id,
             call.name,
@@ -323,7 +325,7 @@ fn check_main(id: &str, entries: &[Entry]) -> ExitCode {
         );
     }
     if violations.is_empty() {
-        println!(
+        outln!(
             "session {id}: ok ({} entries, {})",
             entries.len(),
             status(entries)
@@ -331,9 +333,9 @@ fn check_main(id: &str, entries: &[Entry]) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     for v in &violations {
-        println!("violation: {v}");
+        outln!("violation: {v}");
     }
-    println!(
+    outln!(
         "session {id}: {} violation(s); the next run on the session repairs them \
          (`agentloop run --session {id} PROMPT`)",
         violations.len()

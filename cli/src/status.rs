@@ -355,6 +355,8 @@ impl StatusLine {
         let mut room = opts.width;
         let mut line = String::new();
         for (text, style) in parts {
+            // Names, the model's status and a retry's reason stay text on one line.
+            let text = crate::out::line(&text);
             let n = text.chars().count();
             if n <= room {
                 room -= n;
@@ -402,6 +404,8 @@ fn phase_entered(machine: MachineKind, to: &str) -> Option<Phase> {
 
 /// The run's last line: `[completed] final_answer after 2 step(s); usage in=19 out=17`, then
 /// `; cost $0.000123` when priced and `; 1.2s` when timed; the outcome colored when `color`.
+/// The reason (an error's text, say) passes [`crate::out::line`]: the line is safe to print
+/// as it is.
 pub fn summary_line(
     outcome: &str,
     reason: &str,
@@ -417,8 +421,9 @@ pub fn summary_line(
         _ => sgr::BOLD,
     };
     let mut line = format!(
-        "{} {reason} after {steps} step(s); {usage}",
-        paint(&format!("[{outcome}]"), style, color)
+        "{} {} after {steps} step(s); {usage}",
+        paint(&format!("[{outcome}]"), style, color),
+        crate::out::line(reason)
     );
     if let Some(cost) = cost_usd {
         line.push_str(&format!("; cost ${cost:.6}"));
@@ -455,7 +460,7 @@ mod tests {
 
     fn started() -> StatusLine {
         let mut s = StatusLine::new();
-        s.handle(&AgentEvent::RunStart { run_id: "r".into() }, 1_000);
+        s.handle(&AgentEvent::RunStart {}, 1_000);
         s
     }
 
@@ -608,11 +613,12 @@ mod tests {
             "⠴ tools · step 0 · 0.5s · tok 0↑ 0↓ · calculator, read_file"
         );
         s.handle(
-            &AgentEvent::ToolEnd {
+            &AgentEvent::tool_end(&agentloop::message::ToolResult {
                 tool_call_id: "c1".into(),
                 name: "calculator".into(),
+                content: "4".into(),
                 status: ToolStatus::Completed,
-            },
+            }),
             1_600,
         );
         assert!(s.render(1_600, PLAIN).ends_with("tok 0↑ 0↓ · read_file"));
@@ -649,7 +655,6 @@ mod tests {
         let mut s = started();
         let end = s.handle(
             &AgentEvent::RunEnd {
-                run_id: "r".into(),
                 outcome: Outcome::Completed,
                 reason: "final_answer".into(),
                 usage: None,
@@ -674,7 +679,6 @@ mod tests {
         let mut s = started();
         let end = s.handle(
             &AgentEvent::RunError {
-                run_id: "r".into(),
                 error: "bad_request: script exhausted".into(),
             },
             1_200,
@@ -682,7 +686,6 @@ mod tests {
         assert_eq!(end.map(|e| e.outcome), Some("failed"));
         let mut s = started();
         let abort = AgentEvent::AgentAbort {
-            run_id: "r".into(),
             reason: "interrupted (Ctrl-C)".into(),
         };
         assert_eq!(s.handle(&abort, 1_200).map(|e| e.outcome), Some("aborted"));

@@ -7,6 +7,10 @@
 //! bottom, and back up), saves the cursor (`ESC 7`), moves down, clears the row and writes the
 //! line, and restores the cursor (`ESC 8`). Before anything else is written the row is cleared
 //! the same way, so text that wraps or a newline never leaves a stale status behind.
+//!
+//! What the run says (the answer, log lines, the status line's names and texts) passes
+//! [`crate::out::text`] (or [`crate::out::line`]): only this module's own sequences reach
+//! the terminal.
 
 use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
@@ -192,7 +196,7 @@ impl Terminal {
                 AgentEvent::TextDelta { text, .. } if !text.is_empty() => {
                     Self::clear(state, err);
                     let mut out = std::io::stdout().lock();
-                    let _ = write!(out, "{text}");
+                    let _ = write!(out, "{}", crate::out::text(text));
                     let _ = out.flush();
                     state.mid_line = !text.ends_with('\n');
                     state.attempt_printed = true;
@@ -218,7 +222,7 @@ impl Terminal {
             };
             if let Some(line) = log_line(&env.event, level) {
                 Self::hide(state, err);
-                let _ = writeln!(err, "{line}");
+                let _ = writeln!(err, "{}", crate::out::text(&line));
             }
             self.draw(state, err);
         });
@@ -233,11 +237,18 @@ impl Terminal {
         });
     }
 
-    /// Writes `text` as a line of its own on stderr, above the status line.
+    /// Writes `text` (through [`crate::out::text`]) as a line of its own on stderr, above
+    /// the status line.
     pub fn say(&self, text: &str) {
+        self.say_painted(&crate::out::text(text));
+    }
+
+    /// [`Terminal::say`] for a line that is already safe (its parts neutralized, its colors
+    /// the program's own).
+    pub fn say_painted(&self, line: &str) {
         self.lock(|state, err| {
             Self::hide(state, err);
-            let _ = writeln!(err, "{text}");
+            let _ = writeln!(err, "{line}");
             self.draw(state, err);
         });
     }
@@ -246,7 +257,7 @@ impl Terminal {
     pub fn prompt(&self, text: &str) {
         self.lock(|state, err| {
             Self::hide(state, err);
-            let _ = write!(err, "{text}");
+            let _ = write!(err, "{}", crate::out::text(text));
         });
     }
 

@@ -10,10 +10,15 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 
 use agentloop::react::DeciderRegistry;
-use agentloop::trace::{Trace, TraceError, TraceFile};
+use agentloop::regular_file::{open_regular_file, read_regular_to_string};
+use agentloop::trace::{
+    Trace, TraceError, TraceHeader, TraceRecord, OLDEST_READABLE_TRACE_VERSION, TRACE_VERSION,
+};
 use agentloop::trace_diff::{diff, DiffOptions, TraceDiff};
 use agentloop::transcript::{RenderOptions, Style, Summary, Transcript};
 use agentloop::whatif::{apply_setting, parse_assignment, what_if, WhatIf};
+
+use crate::out::errln;
 
 /// Output formats of `trace show`.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -29,7 +34,7 @@ pub enum ShowFormat {
 /// `agentloop trace show`.
 #[derive(Debug, Args)]
 pub struct ShowArgs {
-    /// The trace file (JSON Lines, version 3 or 4).
+    /// The trace file (JSON Lines, version 1 to 5).
     pub trace: PathBuf,
     /// Output format.
     #[arg(long, value_enum, default_value_t = ShowFormat::Text)]
@@ -45,7 +50,7 @@ pub struct ShowArgs {
 /// `agentloop trace view`.
 #[derive(Debug, Args)]
 pub struct ViewArgs {
-    /// The trace file (JSON Lines, version 3 or 4).
+    /// The trace file (JSON Lines, version 1 to 5).
     pub trace: PathBuf,
     /// Where to write the page (default: TRACE with extension `.html`).
     #[arg(short = 'o', long = "out")]
@@ -84,9 +89,35 @@ impl WhatIfArgs {
     }
 }
 
-/// Writes to stdout, ignoring a closed pipe (`agentloop trace show T | head`).
+/// Writes text for a person to stdout (through [`crate::out::text`]: a trace's strings
+/// cannot drive the terminal); a closed pipe ends the process quietly.
 fn emit(text: &str) {
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    crate::out::stdout_raw(&crate::out::text(text));
+}
+
+/// Opens a trace file: a regular file (a FIFO or a device is refused at once, not read
+/// forever), read a line at a time.
+pub fn open_trace(
+    path: &Path,
+) -> Result<std::io::Lines<std::io::BufReader<std::fs::File>>, TraceError> {
+    use std::io::BufRead as _;
+    let file = open_regular_file(path).map_err(|e| TraceError::Io {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    Ok(std::io::BufReader::new(file).lines())
+}
+
+/// Reads the trace at `path` ([`open_trace`]): of a version this build replays, or of any
+/// version this crate ever wrote when `any_version` (to show, diff or view it).
+pub fn read_trace(path: &Path, any_version: bool) -> Result<Trace, TraceError> {
+    let lines = open_trace(path)?;
+    let origin = path.display().to_string();
+    if any_version {
+        Trace::read_lines(lines, &origin)
+    } else {
+        Trace::from_lines(lines, &origin)
+    }
 }
 
 /// At most `max` lines of `diff`, then how many were left out.
@@ -119,8 +150,8 @@ const DIFF_LINES: usize = 60;
 /// Reads a trace of any version this crate ever wrote (show, diff and view read; only replay
 /// needs a replayable version).
 fn load(path: &Path) -> Result<Trace, ExitCode> {
-    Trace::read(path).map_err(|e| {
-        eprintln!("error: {e}");
+    read_trace(path, true).map_err(|e| {
+        errln!("error: {e}");
         ExitCode::from(2)
     })
 }
@@ -140,44 +171,243 @@ pub fn show_main(args: ShowArgs) -> ExitCode {
     match args.format {
         ShowFormat::Text => emit(&transcript.render(options(Style::Text))),
         ShowFormat::Markdown => emit(&transcript.render(options(Style::Markdown))),
-        ShowFormat::Json => emit(&format!(
-            "{}\n",
-            serde_json::to_string_pretty(&transcript).unwrap_or_default()
-        )),
+        ShowFormat::Json => {
+            let json = serde_json::to_string_pretty(&transcript).unwrap_or_default();
+            crate::out::stdout_raw(&format!("{}\n", crate::out::json(&json)));
+        }
     }
     ExitCode::SUCCESS
 }
 
-/// `trace view`: 0 written, 2 when the trace cannot be read or the page cannot be written.
-pub fn view_main(args: ViewArgs) -> ExitCode {
-    let trace = match load(&args.trace) {
-        Ok(t) => t,
-        Err(code) => return code,
+/// The records of a trace file one at a time, checked as [`Trace::read_lines`] checks a
+/// whole file (a header of a readable version first, then the indexes in order): `trace
+/// view` reads a trace of any size without holding it.
+struct Records {
+    lines: std::io::Lines<std::io::BufReader<std::fs::File>>,
+    origin: String,
+    lineno: usize,
+    header: Option<TraceHeader>,
+    expected: u64,
+}
+
+impl Records {
+    /// Opens `path` and reads up to its header.
+    fn open(path: &Path) -> Result<Records, TraceError> {
+        let mut records = Records {
+            lines: open_trace(path)?,
+            origin: path.display().to_string(),
+            lineno: 0,
+            header: None,
+            expected: 0,
+        };
+        let Some(line) = records.next_line()? else {
+            return Err(TraceError::NoHeader {
+                path: records.origin,
+            });
+        };
+        let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| records.parse(&e))?;
+        if v.get("kind").and_then(|k| k.as_str()) != Some("header") {
+            return Err(TraceError::NoHeader {
+                path: records.origin,
+            });
+        }
+        let found = v.get("version").and_then(|x| x.as_u64()).unwrap_or(0);
+        let readable = u64::from(OLDEST_READABLE_TRACE_VERSION)..=u64::from(TRACE_VERSION);
+        if !readable.contains(&found) {
+            return Err(TraceError::Version {
+                path: records.origin,
+                found,
+            });
+        }
+        match serde_json::from_str::<TraceRecord>(&line).map_err(|e| records.parse(&e))? {
+            TraceRecord::Header(h) => records.header = Some(*h),
+            _ => {
+                return Err(TraceError::NoHeader {
+                    path: records.origin,
+                })
+            }
+        }
+        Ok(records)
+    }
+
+    /// The next line that is not blank.
+    fn next_line(&mut self) -> Result<Option<String>, TraceError> {
+        for line in self.lines.by_ref() {
+            self.lineno += 1;
+            let line = line.map_err(|e| TraceError::Io {
+                path: self.origin.clone(),
+                message: e.to_string(),
+            })?;
+            if !line.trim().is_empty() {
+                return Ok(Some(line));
+            }
+        }
+        Ok(None)
+    }
+
+    fn parse(&self, e: &serde_json::Error) -> TraceError {
+        TraceError::Parse {
+            path: self.origin.clone(),
+            line: self.lineno,
+            column: e.column(),
+            message: e.to_string(),
+        }
+    }
+
+    /// The next record after the header (`None` at the end of the file).
+    fn next_record(&mut self) -> Result<Option<TraceRecord>, TraceError> {
+        let Some(line) = self.next_line()? else {
+            return Ok(None);
+        };
+        let record: TraceRecord = serde_json::from_str(&line).map_err(|e| self.parse(&e))?;
+        if let TraceRecord::Header(_) = record {
+            return Err(TraceError::Parse {
+                path: self.origin.clone(),
+                line: self.lineno,
+                column: 1,
+                message: "a second header record".into(),
+            });
+        }
+        let found = record.index().unwrap_or(self.expected);
+        if found != self.expected {
+            return Err(TraceError::Index {
+                path: self.origin.clone(),
+                line: self.lineno,
+                found,
+                expected: self.expected,
+            });
+        }
+        self.expected += 1;
+        Ok(Some(record))
+    }
+}
+
+/// Whether `a` and `b` name the same existing file (links followed).
+fn same_file(a: &Path, b: &Path) -> bool {
+    let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) else {
+        return false;
     };
-    let view = crate::trace_view::View::from_trace(&trace);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        x.dev() == y.dev() && x.ino() == y.ino()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (x, y);
+        matches!(
+            (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+            (Ok(p), Ok(q)) if p == q
+        )
+    }
+}
+
+/// `trace view`: 0 written, 2 when the trace cannot be read or the page cannot be written
+/// (or would overwrite the trace: `trace view run.html` of a trace named `.html` without
+/// `-o`). The trace is read twice, a record at a time, never whole: once to lay the page out,
+/// once to write each record's JSON into it. The page goes to a temporary file next to OUT,
+/// renamed over OUT when complete, so a failure leaves no half-written page.
+pub fn view_main(args: ViewArgs) -> ExitCode {
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| args.trace.with_extension("html"));
+    if same_file(&args.trace, &out) {
+        errln!(
+            "error: {}: the page would overwrite the trace it shows; name another file with -o",
+            out.display()
+        );
+        return ExitCode::from(2);
+    }
+    let fail = |e: &dyn std::fmt::Display| {
+        errln!("error: {e}");
+        ExitCode::from(2)
+    };
+    // Pass 1: the layout.
+    let view = match lay_out(&args.trace) {
+        Ok(v) => v,
+        Err(e) => return fail(&e),
+    };
     let title = args
         .trace
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| args.trace.display().to_string());
-    let html = crate::trace_view::render_html(&view, &title);
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| args.trace.with_extension("html"));
-    if let Err(e) = std::fs::write(&out, html) {
-        eprintln!("error: {}: {e}", out.display());
-        return ExitCode::from(2);
+    // Pass 2: the page, the records streamed into it.
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "page.html".into());
+    let tmp = out.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let written = write_page(&args.trace, &tmp, &view, &title, view.meta.end)
+        .map_err(|e| format!("{}: {e}", out.display()));
+    let written = written
+        .and_then(|()| std::fs::rename(&tmp, &out).map_err(|e| format!("{}: {e}", out.display())));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return fail(&e);
     }
     emit(&format!(
         "wrote {} ({} records, {} lanes, {} timers, {} marks)\n",
         out.display(),
-        view.records.len(),
+        view.meta.end,
         view.lanes.len(),
         view.timers.len(),
         view.marks.len()
     ));
     ExitCode::SUCCESS
+}
+
+/// Pass 1 of `trace view`: the page's layout, the trace read a record at a time.
+fn lay_out(path: &Path) -> Result<crate::trace_view::View, TraceError> {
+    let mut records = Records::open(path)?;
+    let mut layout = crate::trace_view::Layout::default();
+    while let Some(r) = records.next_record()? {
+        layout.record(&r);
+    }
+    let header = records.header.take().ok_or_else(|| TraceError::NoHeader {
+        path: path.display().to_string(),
+    })?;
+    Ok(layout.finish(&header))
+}
+
+/// Pass 2 of `trace view`: writes the page for `view` to `tmp`, each of the trace's `count`
+/// records read again and written as it is read. (An error names what went wrong, not the
+/// temporary file: the caller names the page.)
+fn write_page(
+    trace: &Path,
+    tmp: &Path,
+    view: &crate::trace_view::View,
+    title: &str,
+    count: u64,
+) -> Result<(), String> {
+    use crate::trace_view::{page_data_head, page_end, page_start, script_json};
+    let io = |e: std::io::Error| e.to_string();
+    let file = std::fs::File::create(tmp).map_err(io)?;
+    let mut w = std::io::BufWriter::new(file);
+    let head = page_data_head(view).ok_or("the page data could not be laid out")?;
+    w.write_all(page_start(title).as_bytes()).map_err(io)?;
+    w.write_all(head.as_bytes()).map_err(io)?;
+    let mut records = Records::open(trace).map_err(|e| e.to_string())?;
+    let mut n = 0u64;
+    while let Some(r) = records.next_record().map_err(|e| e.to_string())? {
+        if n > 0 {
+            w.write_all(b",").map_err(io)?;
+        }
+        let value = serde_json::to_value(&r).unwrap_or(serde_json::Value::Null);
+        w.write_all(script_json(&value).as_bytes()).map_err(io)?;
+        n += 1;
+    }
+    if n != count {
+        return Err(format!(
+            "{}: the trace changed while it was read ({count} records, then {n})",
+            trace.display()
+        ));
+    }
+    w.write_all(b"]}").map_err(io)?;
+    w.write_all(page_end().as_bytes()).map_err(io)?;
+    let file = w.into_inner().map_err(|e| io(e.into_error()))?;
+    file.sync_all().map_err(io)
 }
 
 fn side(name: &str, s: &Summary) -> String {
@@ -311,7 +541,7 @@ pub fn what_if_main(path: &Path, args: &WhatIfArgs) -> ExitCode {
     for s in &args.set {
         let applied = parse_assignment(s).and_then(|(k, v)| apply_setting(&mut config, k, v));
         if let Err(e) = applied {
-            eprintln!("error: --set {s}: {e}");
+            errln!("error: --set {s}: {e}");
             return ExitCode::from(2);
         }
         changes.push(s.clone());
@@ -321,7 +551,7 @@ pub fn what_if_main(path: &Path, args: &WhatIfArgs) -> ExitCode {
         match registry.get(name) {
             Some(f) => config.decider = agentloop::react::DeciderRef::new(name.clone(), f),
             None => {
-                eprintln!(
+                errln!(
                     "error: --decider {name}: unknown decider (this program has: {})",
                     registry.names().join(", ")
                 );
@@ -333,12 +563,12 @@ pub fn what_if_main(path: &Path, args: &WhatIfArgs) -> ExitCode {
     let w = match what_if(&trace, config, &registry) {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("error: {}: {e}", path.display());
+            errln!("error: {}: {e}", path.display());
             if matches!(e, TraceError::UnknownDecider { .. }) {
-                eprintln!("hint: name a decider this program has with --decider");
+                errln!("hint: name a decider this program has with --decider");
             }
             if matches!(e, TraceError::UnknownRetryDecider { .. }) {
-                eprintln!(
+                errln!(
                     "hint: the agentloop command has only the built-in retry decider; replay \
                      this trace from the program that recorded it"
                 );
@@ -411,10 +641,10 @@ fn script_of(replies: &[agentloop::import::Reply]) -> agentloop::provider::scrip
 pub fn import_main(args: ImportArgs) -> ExitCode {
     let ImportFormat::OpenaiChat = args.from;
     let fail = |e: String| {
-        eprintln!("error: {}: {e}", args.file.display());
+        errln!("error: {}: {e}", args.file.display());
         ExitCode::from(2)
     };
-    let text = match std::fs::read_to_string(&args.file) {
+    let text = match read_regular_to_string(&args.file, crate::out::INPUT_LIMIT) {
         Ok(t) => t,
         Err(e) => return fail(e.to_string()),
     };
@@ -440,12 +670,12 @@ pub fn import_main(args: ImportArgs) -> ExitCode {
         .clone()
         .unwrap_or_else(|| args.file.with_extension("script.json"));
     if let Err(e) = imported.trace.write(&out) {
-        eprintln!("error: {e}");
+        errln!("error: {e}");
         return ExitCode::from(2);
     }
     let script = serde_json::to_string_pretty(&script_of(&imported.replies)).unwrap_or_default();
     if let Err(e) = std::fs::write(&script_path, script + "\n") {
-        eprintln!("error: {}: {e}", script_path.display());
+        errln!("error: {}: {e}", script_path.display());
         return ExitCode::from(2);
     }
     let summary = Transcript::from_trace(&imported.trace).summary;

@@ -3,8 +3,12 @@
 //! (backoff, deadlines) as spans, inputs, observable events and effects as marks, and the JSON
 //! of every record on click.
 //!
-//! Pure: [`View::from_trace`] lays the trace out, [`render_html`] writes the page; the caller
-//! does the IO. A trace is untrusted input, so no text of it reaches the page as markup: the
+//! Pure: [`Layout`] lays the trace out a record at a time, [`page_start`],
+//! [`page_data_head`], [`script_json`] (per record) and [`page_end`] are the page's pieces;
+//! the caller does the IO, streaming the records (memory bounded by the layout and the
+//! largest record, not by the trace's size).
+//!
+//! A trace is untrusted input, so no text of it reaches the page as markup: the
 //! layout travels as JSON inside a `<script type="application/json">` with `<`, `>` and `&`
 //! escaped, and the page's script builds the DOM with `textContent` and `setAttribute` only.
 //! The x-axis is the record index: records carry no wall-clock time.
@@ -14,13 +18,17 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use agentloop::agent_event::AgentEvent;
+use agentloop::agent_event::{AgentEvent, Outcome};
 use agentloop::chart::MachineKind;
 use agentloop::effect::Effect;
 use agentloop::event::Event;
+use agentloop::message::Usage;
 use agentloop::step::Transition;
-use agentloop::trace::{Trace, TraceRecord};
-use agentloop::transcript::Transcript;
+use agentloop::store::Entry;
+#[cfg(test)]
+use agentloop::trace::Trace;
+use agentloop::trace::{TraceHeader, TraceRecord};
+use agentloop::transcript::Summary;
 
 /// The timeline of one trace, as the page's script reads it.
 #[derive(Debug, Serialize)]
@@ -220,6 +228,7 @@ fn event_label(e: &AgentEvent, kind: &str) -> String {
             tool_call_id,
             name,
             status,
+            ..
         } => format!("tool_end {name} {tool_call_id}: {}", status.as_str()),
         AgentEvent::ApprovalRequired {
             tool_call_id, name, ..
@@ -240,57 +249,92 @@ fn event_label(e: &AgentEvent, kind: &str) -> String {
 }
 
 impl View {
-    /// Lays `trace` out.
+    /// Lays `trace` out (the whole trace in memory: `trace view` streams with [`Layout`];
+    /// the tests compare the two).
+    #[cfg(test)]
     pub fn from_trace(trace: &Trace) -> View {
-        let end = trace
+        let mut layout = Layout::default();
+        for r in &trace.records {
+            layout.record(r);
+        }
+        let mut view = layout.finish(&trace.header);
+        view.records = trace
             .records
             .iter()
-            .filter_map(TraceRecord::index)
-            .max()
-            .map_or(0, |i| i + 1);
-        let terminal: Vec<String> = MachineKind::ToolCall
-            .chart()
-            .state
-            .into_iter()
-            .filter(|s| s.terminal)
-            .map(|s| s.name)
+            .filter(|r| r.index().is_some())
+            .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
             .collect();
-        // Tool names by call id, from the committed messages and the started calls.
-        let mut tool_names: BTreeMap<String, String> = BTreeMap::new();
-        for r in &trace.records {
-            if let TraceRecord::Effect { effect, .. } = r {
-                match effect {
-                    Effect::RunTool { call } => {
-                        tool_names.insert(call.id.clone(), call.name.clone());
-                    }
-                    Effect::Emit {
-                        event: AgentEvent::ResponseComplete { message, .. },
-                    } => {
-                        for c in &message.tool_calls {
-                            tool_names.insert(c.id.clone(), c.name.clone());
-                        }
-                    }
-                    _ => {}
+        view
+    }
+}
+
+/// A [`View`] built one record at a time ([`Layout::record`], then [`Layout::finish`]), so
+/// that `trace view` lays out a trace of any size while reading it a record at a time: it
+/// keeps the bars, spans and marks (a few short strings a record), never the records.
+#[derive(Debug, Default)]
+pub struct Layout {
+    /// One past the largest record index seen.
+    end: u64,
+    /// Tool names by call id, from the committed messages and the started calls.
+    tool_names: BTreeMap<String, String>,
+    react: Vec<Bar>,
+    process: Vec<Bar>,
+    /// Tool-call lanes: (call id, position, bars).
+    calls: Vec<(String, usize, Vec<Bar>)>,
+    /// Timers; an open one's `to` is set by [`Layout::finish`].
+    timers: Vec<TimerSpan>,
+    marks: Vec<Mark>,
+    /// Started and finished calls: lanes for traces without tool-call transitions (v3).
+    started: Vec<(String, u64)>,
+    finished: BTreeMap<String, (u64, &'static str)>,
+    input_at: u64,
+    input_name: &'static str,
+    /// The totals `trace show` prints (the transcript's summary, counted as it goes).
+    summary: Summary,
+}
+
+impl Layout {
+    /// Adds the record after the ones added so far (records after the header, in order).
+    pub fn record(&mut self, r: &TraceRecord) {
+        if let Some(i) = r.index() {
+            self.end = self.end.max(i + 1);
+        }
+        self.count(r);
+        let end = self.end;
+        let Layout {
+            tool_names,
+            react,
+            process,
+            calls,
+            timers,
+            marks,
+            started,
+            finished,
+            input_at,
+            input_name,
+            ..
+        } = self;
+        if let TraceRecord::Effect { effect, .. } = r {
+            match effect {
+                Effect::RunTool { call } => {
+                    tool_names.insert(call.id.clone(), call.name.clone());
                 }
+                Effect::Emit {
+                    event: AgentEvent::ResponseComplete { message, .. },
+                } => {
+                    for c in &message.tool_calls {
+                        tool_names.insert(c.id.clone(), c.name.clone());
+                    }
+                }
+                _ => {}
             }
         }
-        let mut react: Vec<Bar> = Vec::new();
-        let mut process: Vec<Bar> = Vec::new();
-        // Tool-call lanes: (call id, position, bars).
-        let mut calls: Vec<(String, usize, Vec<Bar>)> = Vec::new();
-        let mut timers: Vec<TimerSpan> = Vec::new();
-        let mut marks: Vec<Mark> = Vec::new();
-        // Started and finished calls: lanes for traces without tool-call transitions (v3).
-        let mut started: Vec<(String, u64)> = Vec::new();
-        let mut finished: BTreeMap<String, (u64, &'static str)> = BTreeMap::new();
-        let mut input_at = 0;
-        let mut input_name = "";
-        for r in &trace.records {
+        {
             match r {
                 TraceRecord::Header(_) => {}
                 TraceRecord::Input { index, event } => {
-                    input_at = *index;
-                    input_name = event.name();
+                    *input_at = *index;
+                    *input_name = event.name();
                     let label = match event {
                         Event::TimerElapsed { timer_id } => {
                             if let Some(t) = timers
@@ -338,21 +382,21 @@ impl View {
                         Transition::React {
                             from, event, to, ..
                         } => enter(
-                            &mut react,
+                            react,
                             from.name(),
                             to.name(),
                             at,
-                            input_at,
+                            *input_at,
                             unit_name(event),
                         ),
                         Transition::Process {
                             from, event, to, ..
                         } => enter(
-                            &mut process,
+                            process,
                             from.name(),
                             to.name(),
                             at,
-                            input_at,
+                            *input_at,
                             unit_name(event),
                         ),
                         Transition::ToolCall {
@@ -382,7 +426,7 @@ impl View {
                                 from.name(),
                                 to.name(),
                                 at,
-                                input_at,
+                                *input_at,
                                 unit_name(event),
                             );
                         }
@@ -411,7 +455,7 @@ impl View {
                         }
                         Effect::Emit { event } => {
                             if matches!(event, AgentEvent::StateChanged { .. }) {
-                                continue; // the bars show it
+                                return; // the bars show it
                             }
                             let kind = tag(event, "type");
                             marks.push(Mark {
@@ -443,6 +487,35 @@ impl View {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// The view of the records added (its `records` empty: the caller writes them).
+    pub fn finish(self, header: &TraceHeader) -> View {
+        let Layout {
+            end,
+            tool_names,
+            mut react,
+            mut process,
+            mut calls,
+            mut timers,
+            marks,
+            started,
+            finished,
+            summary,
+            ..
+        } = self;
+        let terminal: Vec<String> = MachineKind::ToolCall
+            .chart()
+            .state
+            .into_iter()
+            .filter(|s| s.terminal)
+            .map(|s| s.name)
+            .collect();
+        for t in &mut timers {
+            if t.end == "open" {
+                t.to = end;
             }
         }
         for bars in [&mut react, &mut process] {
@@ -521,26 +594,63 @@ impl View {
                 bars,
             });
         }
-        let records = trace
-            .records
-            .iter()
-            .filter(|r| r.index().is_some())
-            .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
-            .collect();
         View {
             meta: Meta {
-                version: trace.header.version,
-                agentloop: trace.header.agentloop.clone(),
-                session: trace.header.session.clone(),
-                model: trace.header.config.model.clone(),
+                version: header.version,
+                agentloop: header.agentloop.clone(),
+                session: header.session.clone(),
+                model: header.config.model.clone(),
                 end,
-                summary: Transcript::from_trace(trace).summary.to_string(),
+                summary: summary.to_string(),
             },
             lanes,
             timers,
             marks,
-            header: serde_json::to_value(&trace.header).unwrap_or(Value::Null),
-            records,
+            header: serde_json::to_value(header).unwrap_or(Value::Null),
+            records: Vec::new(),
+        }
+    }
+
+    /// Counts `r` into the summary as the transcript does (see `Transcript::from_trace`):
+    /// committed steps and their usage, tool results, retries, and how the run ended.
+    fn count(&mut self, r: &TraceRecord) {
+        let s = &mut self.summary;
+        let TraceRecord::Effect { effect, .. } = r else {
+            return;
+        };
+        match effect {
+            Effect::Persist {
+                entry: Entry::ToolResult { .. },
+            } => s.tool_calls += 1,
+            Effect::Emit { event } => match event {
+                AgentEvent::ResponseComplete { message, .. } => {
+                    s.steps += 1;
+                    if let Some(u) = &message.usage {
+                        s.usage.get_or_insert_with(Usage::default).add(u);
+                    }
+                }
+                AgentEvent::Retry { .. } => s.retries += 1,
+                AgentEvent::RunEnd {
+                    outcome,
+                    reason,
+                    final_text,
+                    ..
+                } => {
+                    s.outcome = Some(*outcome);
+                    s.reason = Some(reason.clone());
+                    s.final_text = final_text.clone();
+                }
+                AgentEvent::RunError { error, .. } => {
+                    s.outcome = Some(Outcome::Failed);
+                    s.reason = Some(error.clone());
+                }
+                AgentEvent::AgentAbort { reason, .. } => {
+                    s.outcome = Some(Outcome::Aborted);
+                    s.reason = Some(reason.clone());
+                }
+                _ => {}
+            },
+            _ => {}
         }
     }
 }
@@ -583,8 +693,17 @@ const STYLE: &str = include_str!("trace_view.css");
 const SCRIPT: &str = include_str!("trace_view.js");
 
 /// The page: `title` (escaped) in the heading, the view as data, the stylesheet and script
-/// inline. The content security policy allows no network access at all.
+/// inline. The content security policy allows no network access at all. (`trace view`
+/// writes the same page in pieces: [`page_start`], [`page_data_head`], the records, `]}`,
+/// [`page_end`].)
+#[cfg(test)]
 pub fn render_html(view: &View, title: &str) -> String {
+    format!("{}{}{}", page_start(title), script_json(view), page_end())
+}
+
+/// The page up to its data: the head, the heading (`title`, escaped) and the opening tag of
+/// the `trace-data` script element.
+pub fn page_start(title: &str) -> String {
     let title = escape_html(title);
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
@@ -598,10 +717,24 @@ pub fn render_html(view: &View, title: &str) -> String {
          <code>trace-data</code> script element.</p></noscript>\n\
          <main id=\"timeline\"></main>\n<section id=\"detail\"><h2 id=\"detail-title\">\
          Record</h2><pre id=\"detail-json\"></pre></section>\n\
-         <script type=\"application/json\" id=\"trace-data\">{data}</script>\n\
-         <script>\n{SCRIPT}</script>\n</body>\n</html>\n",
-        data = script_json(view),
+         <script type=\"application/json\" id=\"trace-data\">"
     )
+}
+
+/// The page after its data.
+pub fn page_end() -> String {
+    format!("</script>\n<script>\n{SCRIPT}</script>\n</body>\n</html>\n")
+}
+
+/// The data of `view` up to its records: `{"meta":…,"header":…,"records":[`, for a writer
+/// that adds each record's [`script_json`] (comma-separated) and then `]}` (the records are
+/// the view's last field). `None` when `view` has records of its own.
+pub fn page_data_head(view: &View) -> Option<String> {
+    if !view.records.is_empty() {
+        return None;
+    }
+    let json = script_json(view);
+    json.strip_suffix("]}").map(str::to_string)
 }
 
 #[cfg(test)]
@@ -694,6 +827,59 @@ mod tests {
                 assert_eq!(pair[0].to, pair[1].from, "{}", lane.id);
             }
         }
+    }
+
+    /// The page `trace view` streams (data head, records, `]}`) is the page `render_html`
+    /// writes, and the summary counted record by record is the transcript's.
+    #[test]
+    fn the_streamed_page_and_summary_match_the_whole_trace_ones() {
+        use agentloop::trace::TraceFile;
+        use agentloop::transcript::Transcript;
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/traces");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(dir).expect("fixtures") {
+            let path = entry.expect("entry").path();
+            let Ok(trace) = Trace::read(&path) else {
+                continue;
+            };
+            let whole = View::from_trace(&trace);
+            assert_eq!(
+                whole.meta.summary,
+                Transcript::from_trace(&trace).summary.to_string(),
+                "{}",
+                path.display()
+            );
+            let mut layout = Layout::default();
+            for r in &trace.records {
+                layout.record(r);
+            }
+            let head = layout.finish(&trace.header);
+            let records: Vec<String> = whole.records.iter().map(script_json).collect();
+            let streamed = format!(
+                "{}{}{}]}}{}",
+                page_start("t"),
+                page_data_head(&head).expect("no records"),
+                records.join(","),
+                page_end()
+            );
+            let page = render_html(&whole, "t");
+            if streamed != page {
+                let at = streamed
+                    .bytes()
+                    .zip(page.bytes())
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(streamed.len().min(page.len()));
+                let around = |s: &str| s[at.saturating_sub(80)..(at + 80).min(s.len())].to_string();
+                panic!(
+                    "{}: the streamed page differs at byte {at}:\n{}\n{}",
+                    path.display(),
+                    around(&streamed),
+                    around(&page)
+                );
+            }
+            checked += 1;
+        }
+        assert!(checked >= 3, "only {checked} fixtures read");
     }
 
     #[test]

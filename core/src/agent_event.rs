@@ -10,7 +10,7 @@ use crate::chart::MachineKind;
 use crate::entry::Repair;
 use crate::error::ModelError;
 use crate::event::{ApprovalDecision, ApprovalStatus};
-use crate::message::{AssistantMessage, ToolStatus, Usage};
+use crate::message::{AssistantMessage, ToolResult, ToolStatus, Usage};
 
 /// How a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -46,15 +46,11 @@ impl Outcome {
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum AgentEvent {
-    /// A run started.
-    RunStart {
-        /// The run.
-        run_id: String,
-    },
+    /// A run started. The run is the envelope's `run_id` (as for every event: an event
+    /// carries no `run_id` of its own, so its JSON object has each key once).
+    RunStart {},
     /// A run ended (completed: final answer, `max_steps` or `stopped`).
     RunEnd {
-        /// The run.
-        run_id: String,
         /// Outcome.
         outcome: Outcome,
         /// Reason (`final_answer`, `max_steps`, `stopped`, ...).
@@ -71,15 +67,11 @@ pub enum AgentEvent {
     },
     /// A run failed.
     RunError {
-        /// The run.
-        run_id: String,
         /// What went wrong.
         error: String,
     },
-    /// The run was aborted.
+    /// The run was aborted (the envelope's `run_id` is empty when the session was idle).
     AgentAbort {
-        /// The run.
-        run_id: String,
         /// Why.
         reason: String,
     },
@@ -256,7 +248,8 @@ pub enum AgentEvent {
         /// Arguments.
         arguments: Value,
     },
-    /// A tool call got its terminal result.
+    /// A tool call got its terminal result (seed 001's `tool_execution_end`). Build it with
+    /// [`AgentEvent::tool_end`], which bounds the result.
     ToolEnd {
         /// Call id.
         tool_call_id: String,
@@ -264,6 +257,18 @@ pub enum AgentEvent {
         name: String,
         /// Terminal status.
         status: ToolStatus,
+        /// The result's text as the model sees it: the tool's output, or the error's text
+        /// when the call did not complete (failed, denied, skipped, ...). At most
+        /// [`TOOL_END_RESULT_MAX_BYTES`] bytes, cut at a character boundary; `result_truncated`
+        /// says whether it was cut.
+        #[serde(default)]
+        result: String,
+        /// Whether `result` is only the first part of the result.
+        #[serde(default)]
+        result_truncated: bool,
+        /// The whole result's size in bytes (`result.len()` unless truncated).
+        #[serde(default)]
+        result_bytes: usize,
     },
     /// A running tool is being killed (abort).
     ToolKilled {
@@ -592,7 +597,30 @@ pub enum SteeringStatus {
     RejectedHook,
 }
 
+/// The most bytes of a tool's result a `tool_end` event carries (16 KiB); the rest is cut,
+/// with `result_truncated` set and `result_bytes` the whole size. The model and the session
+/// log still get the whole result.
+pub const TOOL_END_RESULT_MAX_BYTES: usize = 16 * 1024;
+
 impl AgentEvent {
+    /// The `tool_end` event of `result`: its text bounded to [`TOOL_END_RESULT_MAX_BYTES`]
+    /// (cut at a character boundary, flagged in `result_truncated`).
+    pub fn tool_end(result: &ToolResult) -> AgentEvent {
+        let content = &result.content;
+        let mut cut = content.len().min(TOOL_END_RESULT_MAX_BYTES);
+        while !content.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        AgentEvent::ToolEnd {
+            tool_call_id: result.tool_call_id.clone(),
+            name: result.name.clone(),
+            status: result.status,
+            result: content.get(..cut).unwrap_or_default().to_string(),
+            result_truncated: cut < content.len(),
+            result_bytes: content.len(),
+        }
+    }
+
     /// The event's type name (its serialized `type`).
     pub fn type_name(&self) -> String {
         serde_json::to_value(self)
@@ -609,9 +637,10 @@ pub struct EventEnvelope {
     pub index: u64,
     /// Milliseconds since the Unix epoch.
     pub ts_ms: u64,
-    /// The run.
+    /// The run (empty for a session event outside any run).
     pub run_id: String,
-    /// The event.
+    /// The event: its `type` and fields, flattened into the envelope's object (no event has
+    /// a field named `index`, `ts_ms` or `run_id`).
     #[serde(flatten)]
     pub event: AgentEvent,
 }

@@ -28,7 +28,13 @@ use crate::tool_spec::ToolSpecs;
 /// earlier version-4 writer wrote and an earlier trace reads as "no verdicts". A trace with
 /// verdicts also records tool-call transitions on row `commit_schema_invalid`, which an older
 /// reader refuses to parse (unknown row) rather than replaying it wrongly.
-pub const TRACE_VERSION: u32 = 4;
+///
+/// Version 5: `tool_end` carries the call's result (bounded, `result_truncated`,
+/// `result_bytes`), and `run_start`, `run_end`, `run_error` and `agent_abort` no longer carry
+/// a `run_id` of their own (the envelope's is the one). A version-3 or 4 trace still loads and
+/// replays: its `run_id` fields are ignored and its `tool_end` results read as empty, so the
+/// replayed `tool_end` is compared without its result.
+pub const TRACE_VERSION: u32 = 5;
 
 /// The oldest trace version this build reads and replays.
 pub const OLDEST_TRACE_VERSION: u32 = 3;
@@ -393,6 +399,33 @@ impl Divergence {
     }
 }
 
+/// Leaves out of a replayed `step` what a trace of `version` did not record: tool-call
+/// transitions before version 4, `tool_end` results before version 5.
+pub(crate) fn as_recorded_by(version: u32, step: &mut Step) {
+    if version < 4 {
+        step.transitions
+            .retain(|t| !matches!(t, Transition::ToolCall { .. }));
+    }
+    if version < 5 {
+        for effect in &mut step.effects {
+            if let Effect::Emit {
+                event:
+                    crate::agent_event::AgentEvent::ToolEnd {
+                        result,
+                        result_truncated,
+                        result_bytes,
+                        ..
+                    },
+            } = effect
+            {
+                result.clear();
+                *result_truncated = false;
+                *result_bytes = 0;
+            }
+        }
+    }
+}
+
 /// Replays a trace recorded with the built-in deciders (the default ones): [`replay_with`]
 /// with [`DeciderRegistry::new`]. Returns the first divergence, if any.
 ///
@@ -425,15 +458,10 @@ pub fn replay_with(
     config.step.retry.resolve_decider(registry.retry())?;
     let mut run = Run::new(config);
     let mut regenerated = Trace::new(trace.header.clone());
-    // Version 3 did not record tool-call transitions.
-    let without_calls = trace.header.version < 4;
     for r in &trace.records {
         if let TraceRecord::Input { event, .. } = r {
             let mut step = run.handle(event.clone());
-            if without_calls {
-                step.transitions
-                    .retain(|t| !matches!(t, Transition::ToolCall { .. }));
-            }
+            as_recorded_by(trace.header.version, &mut step);
             regenerated.record(event, &step);
         }
     }

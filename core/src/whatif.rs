@@ -9,7 +9,6 @@ use crate::effect::Effect;
 use crate::event::{AttemptId, Event};
 use crate::inline_tags::InlineTags;
 use crate::react::{DeciderRegistry, Run, RunConfig, SteeringPolicy};
-use crate::step::Transition;
 use crate::trace::{Divergence, Trace, TraceError, TraceRecord};
 use crate::trace_diff::{input_before, record_diff};
 use crate::transcript::{Summary, Transcript};
@@ -227,7 +226,6 @@ pub fn what_if(
     header.config = config.clone();
     let mut replayed = Trace::new(header);
     let mut run = Run::new(config);
-    let without_calls = trace.header.version < 4;
     let mut pending: Vec<Pending> = Vec::new();
     let mut unused_inputs = 0;
     for r in &trace.records {
@@ -240,10 +238,7 @@ pub fn what_if(
         }
         pending.retain(|p| !p.answered_by(event));
         let mut step = run.handle(event.clone());
-        if without_calls {
-            step.transitions
-                .retain(|t| !matches!(t, Transition::ToolCall { .. }));
-        }
+        crate::trace::as_recorded_by(trace.header.version, &mut step);
         for e in &step.effects {
             if let Effect::CallModel { request } = e {
                 // The retry this attempt was scheduled for is no longer outstanding.

@@ -175,8 +175,8 @@ impl EventBus {
 
     /// Publishes an envelope, re-indexing it with the bus's index.
     pub fn publish_envelope(&self, mut env: EventEnvelope) -> u64 {
-        if let AgentEvent::RunStart { run_id } = &env.event {
-            self.set_current_run(run_id);
+        if matches!(env.event, AgentEvent::RunStart { .. }) {
+            self.set_current_run(&env.run_id);
         }
         let listened = {
             let Some(mut q) = self.channel.lock() else {

@@ -124,7 +124,7 @@ impl Metrics {
                 *self.outcomes.entry(outcome.as_str().into()).or_default() += 1
             }
             AgentEvent::RunError { .. } => *self.outcomes.entry("failed".into()).or_default() += 1,
-            AgentEvent::AgentAbort { run_id, .. } if !run_id.is_empty() => {
+            AgentEvent::AgentAbort { .. } if !env.run_id.is_empty() => {
                 *self.outcomes.entry("aborted".into()).or_default() += 1
             }
             AgentEvent::ResponseComplete { .. } => self.steps += 1,

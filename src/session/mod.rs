@@ -923,13 +923,9 @@ impl Actor {
         }
         match self.current.as_mut() {
             None => {
-                self.shared.bus.publish(
-                    "",
-                    AgentEvent::AgentAbort {
-                        run_id: String::new(),
-                        reason,
-                    },
-                );
+                self.shared
+                    .bus
+                    .publish("", AgentEvent::AgentAbort { reason });
                 AbortAck::Idle
             }
             Some(c) => {
@@ -1037,14 +1033,12 @@ impl Actor {
             }
             Ok(Err(e)) => {
                 self.publish(AgentEvent::RunError {
-                    run_id: String::new(),
                     error: e.to_string(),
                 });
                 None
             }
             Err(e) => {
                 self.publish(AgentEvent::RunError {
-                    run_id: String::new(),
                     error: format!("run task failed: {e}"),
                 });
                 None
@@ -1054,10 +1048,7 @@ impl Actor {
         // just before the abort reached it.
         if let Some(reason) = current.abort_requested {
             if !self.shared.saw_abort.load(Ordering::SeqCst) {
-                self.publish(AgentEvent::AgentAbort {
-                    run_id: self.shared.bus.current_run(),
-                    reason,
-                });
+                self.publish(AgentEvent::AgentAbort { reason });
             }
         }
         // R-CTX-3: the run's usage, also on abort.

@@ -12,6 +12,8 @@
 //!   harnesses that check the chart and the invariants after every step.
 //! - [`strategies`]: proptest strategies over setups and action sequences.
 //! - [`fuzz_decode`]: bytes → actions, the decoding the fuzz targets use.
+//! - [`strict_json`]: JSON parsing that rejects a duplicate key, for checking what the crate
+//!   writes.
 //!
 //! For suites against real servers: [`external`] (a server named by an environment variable,
 //! skipped outside CI and required in it; processes watched by pid).
@@ -52,6 +54,8 @@ pub mod harness;
 pub mod snapshot;
 #[allow(missing_docs)]
 pub mod strategies;
+#[warn(missing_docs)]
+pub mod strict_json;
 
 /// `insta`, re-exported for [`assert_trace_snapshot!`].
 pub use insta;

@@ -736,11 +736,7 @@ impl ProcessData {
             run_id: self.request.run_id.clone(),
             result: result.clone(),
         });
-        self.emit(AgentEvent::ToolEnd {
-            tool_call_id: result.tool_call_id.clone(),
-            name: result.name.clone(),
-            status: result.status,
-        });
+        self.emit(AgentEvent::tool_end(&result));
         if result.status == ToolStatus::Completed && result.name == crate::todo::WRITE_TODOS_TOOL {
             if let Some(todos) = crate::todo::todos_of(&self.slots.get(i).call.arguments) {
                 self.emit(AgentEvent::TodoChange {

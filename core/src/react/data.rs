@@ -174,9 +174,7 @@ impl ReactData {
                 message: m.clone(),
             });
         }
-        self.emit(AgentEvent::RunStart {
-            run_id: run_id.to_string(),
-        });
+        self.emit(AgentEvent::RunStart {});
         if let (Some(model), 0) = (&self.cfg.title_model, session_turns) {
             let text = input
                 .iter()
@@ -630,21 +628,18 @@ impl ReactData {
     fn end(&mut self, result: LoopResult) {
         let event = match result.outcome {
             Outcome::Completed => AgentEvent::RunEnd {
-                run_id: self.run_id.clone(),
                 outcome: result.outcome,
                 reason: result.reason.clone(),
                 usage: self.usage,
                 final_text: result.final_text().map(str::to_string),
             },
             Outcome::Failed => AgentEvent::RunError {
-                run_id: self.run_id.clone(),
                 error: result
                     .error
                     .as_ref()
                     .map_or_else(|| result.reason.clone(), RunError::to_string),
             },
             Outcome::Aborted => AgentEvent::AgentAbort {
-                run_id: self.run_id.clone(),
                 reason: result.reason.clone(),
             },
         };
@@ -658,7 +653,6 @@ impl ReactData {
     pub(crate) fn emit_abort(&mut self, reason: &str) {
         self.abort_emitted = true;
         self.emit(AgentEvent::AgentAbort {
-            run_id: self.run_id.clone(),
             reason: reason.to_string(),
         });
     }

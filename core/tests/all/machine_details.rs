@@ -316,7 +316,6 @@ fn r_ctx_3_a_run_whose_steps_reported_no_usage_has_unknown_usage_not_zeros() {
         .expect("run_end");
     assert_eq!(end, None);
     let json = serde_json::to_value(AgentEvent::RunEnd {
-        run_id: "r".into(),
         outcome: Outcome::Completed,
         reason: "final_answer".into(),
         usage: None,

@@ -10,6 +10,7 @@ mod coverage;
 mod deadlines;
 mod decider_refs;
 mod decider_replay;
+mod event_json;
 mod execute_result;
 mod fallback;
 mod fuzz_corpus_core;

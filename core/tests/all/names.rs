@@ -174,17 +174,13 @@ fn outcomes_and_agent_event_type_names() {
     assert_eq!(Outcome::Failed.as_str(), "failed");
     assert_eq!(Outcome::Aborted.as_str(), "aborted");
     let end = AgentEvent::RunEnd {
-        run_id: "r".into(),
         outcome: Outcome::Completed,
         reason: "final_answer".into(),
         usage: None,
         final_text: None,
     };
     assert_eq!(end.type_name(), "run_end");
-    assert_eq!(
-        AgentEvent::RunStart { run_id: "r".into() }.type_name(),
-        "run_start"
-    );
+    assert_eq!(AgentEvent::RunStart {}.type_name(), "run_start");
 }
 
 fn all_repairs() -> Vec<(Repair, &'static str, Option<usize>, &'static str)> {

@@ -831,7 +831,7 @@ fn r_str_2_a_tool_step_emits_its_observable_events_in_order() {
         r#"emit tool_start arguments={} name="calc" tool_call_id="c1""#,
         "run_tool c1",
         "persist tool_result",
-        r#"emit tool_end name="calc" status="completed" tool_call_id="c1""#,
+        r#"emit tool_end name="calc" result="out:c1" result_bytes=6 result_truncated=false status="completed" tool_call_id="c1""#,
         // The last result settles the step.
         r#"emit state_changed event="Settle" from="RunningTools" machine="process" to="Success""#,
     ];

@@ -471,9 +471,8 @@ fn observable_events_without_an_item_of_their_own_become_notes() {
             repair: repair.clone(),
         },
         AgentEvent::CompactEnd { removed: 1 },
-        AgentEvent::RunStart { run_id: "r".into() },
+        AgentEvent::RunStart {},
         AgentEvent::RunError {
-            run_id: "r".into(),
             error: "boom".into(),
         },
     ];
@@ -509,7 +508,6 @@ fn observable_events_without_an_item_of_their_own_become_notes() {
 #[test]
 fn an_aborted_run_ends_the_summary() {
     let r = Records::new("m", vec![]).emit(AgentEvent::AgentAbort {
-        run_id: "r".into(),
         reason: "user".into(),
     });
     let t = Transcript::from_trace(&r.trace);
