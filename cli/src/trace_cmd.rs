@@ -669,7 +669,7 @@ pub fn import_main(args: ImportArgs) -> ExitCode {
         .script
         .clone()
         .unwrap_or_else(|| args.file.with_extension("script.json"));
-    if let Err(e) = imported.trace.write(&out) {
+    if let Err(e) = agentloop::trace::TraceFile::write(&imported.trace, &out) {
         errln!("error: {e}");
         return ExitCode::from(2);
     }
