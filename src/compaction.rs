@@ -7,7 +7,9 @@
 //! always kept: system messages, the first user message (the original goal) and the latest user
 //! message (the task frontier), and the most recent group (the step the model continues from).
 //! A strategy that cannot bring the context under budget fails with a clear error, which fails
-//! the run instead of looping.
+//! the run instead of looping. After a provider's context overflow the machine asks for a
+//! budget below what was sent (but not below the pinned messages while anything else is
+//! left), so a strategy always has something to drop until only pins remain.
 
 use std::sync::Arc;
 

@@ -200,6 +200,13 @@ pub struct AgentArgs {
     /// it holds more than N messages (R-OUT-2; default: no limit by count).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub compact_threshold: Option<u64>,
+    /// The model's context window in tokens: the context is compacted (oldest whole turns
+    /// first; the first and the latest request stay) once it reaches 80 % of it, before the
+    /// provider refuses it. Default: the window of a known model (`gpt-4o` 128000,
+    /// `claude-*` 200000, ...), else none. A provider's context-overflow answer compacts and
+    /// retries either way.
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub context_window: Option<u64>,
     /// Most output tokens per model step (default: the provider's; Anthropic: 8192). A small
     /// local model without it can ramble up to its context limit.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
@@ -497,6 +504,7 @@ pub fn agent_builder(
             c.compact_threshold = args
                 .compact_threshold
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+            c.context_window = args.context_window;
             // Served by the same client: registered under its provider's prefix, as the
             // primary model is (`openai:NAME`), and sent without it.
             c.fallbacks = args

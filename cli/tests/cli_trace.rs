@@ -36,9 +36,9 @@ fn stderr(o: &Output) -> String {
 }
 
 #[test]
-fn show_reads_v3_and_v4_in_every_format() {
+fn show_reads_v3_v4_and_v5_in_every_format() {
     let dir = tempfile::tempdir().expect("tempdir");
-    for name in ["v3-calc.jsonl", "v4-calc.jsonl"] {
+    for name in ["v3-calc.jsonl", "v4-calc.jsonl", "v5-calc.jsonl"] {
         let f = fixture(name);
         let text = agentloop(dir.path(), &["trace", "show", &f]);
         assert!(text.status.success(), "{}", stderr(&text));

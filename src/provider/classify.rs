@@ -16,10 +16,12 @@
 //!    429 `rate_limited`, 5xx `server_error`.
 //!
 //! Malformed stream data (not JSON, or JSON of an unexpected shape) is `malformed_response`,
-//! not retried: a server that sends a shape this client does not read (a new dialect, a
-//! proxy's page) sends it again on the next attempt, and retrying only multiplies the cost
-//! and the wait before the user sees the cause. A stream that ended without terminal evidence
-//! is a different diagnosis (`incomplete_stream`, retried).
+//! retried once per step (the default retry decider and the inner machine's rule): a proxy's
+//! glitch passes on the retry, while a server that sends a shape this client does not read (a
+//! new dialect, a proxy's page) sends it again, and the second one fails the step at once
+//! instead of multiplying the cost and the wait before the user sees the cause. A stream
+//! that ended without terminal evidence is a different diagnosis (`incomplete_stream`,
+//! retried like any transient failure).
 
 #[cfg_attr(not(feature = "http"), allow(unused_imports))]
 use std::time::{Duration, SystemTime};

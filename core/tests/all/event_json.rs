@@ -836,3 +836,31 @@ fn r_evt_tool_end_carries_the_bounded_result() {
         AgentEvent::ToolEnd { result, result_truncated: false, result_bytes: 0, .. } if result.is_empty()
     ));
 }
+
+/// Traces written before `tool_end` carried results (versions 3 and 4) still replay without a
+/// divergence: the replayed `tool_end` is compared without its result. A version-5 trace
+/// records the result and replays as recorded.
+#[test]
+fn r_trace_2_traces_before_and_after_tool_end_results_replay() {
+    for name in [
+        "v3-calc.jsonl",
+        "v4-calc.jsonl",
+        "v4-retry-tool.jsonl",
+        "v5-calc.jsonl",
+    ] {
+        let trace = crate::trace_tools::fixture(name);
+        assert_eq!(agentloop_core::trace::replay(&trace), None, "{name}");
+    }
+    let v5 = crate::trace_tools::fixture("v5-calc.jsonl");
+    let recorded = v5.records.iter().find_map(|r| match r {
+        agentloop_core::trace::TraceRecord::Effect {
+            effect:
+                agentloop_core::Effect::Emit {
+                    event: AgentEvent::ToolEnd { result, .. },
+                },
+            ..
+        } => Some(result.as_str()),
+        _ => None,
+    });
+    assert_eq!(recorded, Some("5"));
+}

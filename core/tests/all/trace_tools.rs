@@ -27,7 +27,11 @@ pub(crate) fn fixture(name: &str) -> Trace {
 
 #[test]
 fn transcript_of_both_versions_joins_text_and_pairs_tool_calls_with_results() {
-    for (name, version) in [("v3-calc.jsonl", 3), ("v4-calc.jsonl", 4)] {
+    for (name, version) in [
+        ("v3-calc.jsonl", 3),
+        ("v4-calc.jsonl", 4),
+        ("v5-calc.jsonl", 5),
+    ] {
         let t = Transcript::from_trace(&fixture(name));
         assert_eq!(t.version, version);
         assert_eq!(t.summary.steps, 2, "{name}");
@@ -178,7 +182,12 @@ fn settings_are_parsed_and_bad_ones_are_named() {
 
 #[test]
 fn what_if_unchanged_config_is_identical() {
-    for name in ["v3-calc.jsonl", "v4-calc.jsonl", "v4-retry-tool.jsonl"] {
+    for name in [
+        "v3-calc.jsonl",
+        "v4-calc.jsonl",
+        "v4-retry-tool.jsonl",
+        "v5-calc.jsonl",
+    ] {
         let t = fixture(name);
         let w = what_if(&t, t.header.config.clone(), &DeciderRegistry::new()).expect("replay");
         assert_eq!(w.divergence, None, "{name}");
