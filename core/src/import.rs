@@ -6,6 +6,13 @@
 //! to fresh machines, which record the trace. Where the machines act differently from the
 //! recording (a call without a result, a reply after the run would have ended, a result nobody
 //! asked for), the import says so in a [`Finding`]. Pure: the caller reads and writes files.
+//!
+//! [`openai_chat_to`] hands each record to a sink as the machines produce it and keeps none
+//! of the requests, so the memory it needs is linear in the recording (a caller writing the
+//! records to a file holds one at a time). The trace itself is not linear: each `call_model`
+//! record carries the whole conversation so far, so a recording of n turns makes a trace of
+//! O(n²) bytes, written in time proportional to it. [`openai_chat`] collects the records into
+//! a [`Trace`] in memory, which is quadratic in the turns.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -16,7 +23,9 @@ use crate::event::{ApprovalDecision, AttemptId, Event};
 use crate::message::{FinishReason, Message, MessageDelta, ToolStatus};
 use crate::react::{Run, RunConfig};
 use crate::tool_spec::ToolSpec;
-use crate::trace::{Trace, TraceHeader, TRACE_VERSION};
+use crate::trace::{Trace, TraceHeader, TraceRecord, TRACE_VERSION};
+use crate::transcript::{Summary, Transcript};
+use crate::Step;
 
 /// One recorded assistant reply.
 #[derive(Clone, Debug, PartialEq)]
@@ -60,6 +69,31 @@ pub struct Imported {
     pub replies: Vec<Reply>,
     /// Differences between the machines and the recording.
     pub findings: Vec<Finding>,
+}
+
+/// The result of a streamed import ([`openai_chat_to`]): what [`Imported`] has but the
+/// records, which went to the sink.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Streamed {
+    /// How many records followed the header.
+    pub records: u64,
+    /// The assistant replies, in order (for a scripted model's script).
+    pub replies: Vec<Reply>,
+    /// Differences between the machines and the recording.
+    pub findings: Vec<Finding>,
+    /// The trace's summary ([`Transcript`]'s).
+    pub summary: Summary,
+}
+
+/// Why a streamed import stopped: bad input, or the sink's own error.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError<E> {
+    /// The input is not a chat-completions message array.
+    #[error(transparent)]
+    Import(#[from] ImportError),
+    /// The sink refused a record (a write failed).
+    #[error("{0}")]
+    Sink(E),
 }
 
 /// The input is not a chat-completions message array.
@@ -256,8 +290,95 @@ fn deltas(reply: &Reply) -> Vec<MessageDelta> {
     out
 }
 
-/// Imports an OpenAI chat-completions message array (see the module docs).
+/// Imports an OpenAI chat-completions message array (see the module docs) into a trace held
+/// in memory (O(n²) in the turns: see [`openai_chat_to`] for a file).
 pub fn openai_chat(messages: &Value, options: &ImportOptions) -> Result<Imported, ImportError> {
+    let mut trace: Option<Trace> = None;
+    let streamed = openai_chat_to(messages, options, |record| {
+        match (record, trace.as_mut()) {
+            (TraceRecord::Header(h), None) => trace = Some(Trace::new((**h).clone())),
+            (r, Some(t)) => t.records.push(r.clone()),
+            (_, None) => {}
+        }
+        Ok::<(), std::convert::Infallible>(())
+    })
+    .map_err(|e| match e {
+        StreamError::Import(e) => e,
+        StreamError::Sink(never) => match never {},
+    })?;
+    let trace = trace.ok_or_else(|| ImportError {
+        index: 0,
+        message: "no trace header was produced".into(),
+    })?;
+    Ok(Imported {
+        trace,
+        replies: streamed.replies,
+        findings: streamed.findings,
+    })
+}
+
+/// Hands a trace's records, in order and indexed, to `sink`: the header first, then each
+/// input with the transitions and effects it caused.
+struct Recorder<S> {
+    sink: S,
+    next: u64,
+    /// The records without the requests' conversations, for the summary (linear in size).
+    light: Trace,
+}
+
+impl<S, E> Recorder<S>
+where
+    S: FnMut(&TraceRecord) -> Result<(), E>,
+{
+    fn send(&mut self, record: TraceRecord) -> Result<(), E> {
+        (self.sink)(&record)?;
+        let mut record = record;
+        if let TraceRecord::Effect {
+            effect: Effect::CallModel { request },
+            ..
+        } = &mut record
+        {
+            request.messages = Default::default();
+        }
+        self.light.records.push(record);
+        Ok(())
+    }
+
+    fn record(&mut self, event: Event, step: &Step) -> Result<(), E> {
+        let index = self.next;
+        self.next += 1;
+        self.send(TraceRecord::Input { index, event })?;
+        for t in &step.transitions {
+            let index = self.next;
+            self.next += 1;
+            self.send(TraceRecord::Transition {
+                index,
+                transition: t.clone(),
+            })?;
+        }
+        for e in &step.effects {
+            let index = self.next;
+            self.next += 1;
+            self.send(TraceRecord::Effect {
+                index,
+                effect: e.clone(),
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Imports an OpenAI chat-completions message array (see the module docs), handing each
+/// record of the trace to `sink` as it is made (the header first) and keeping none: memory
+/// linear in the recording. Stops at the sink's first error.
+pub fn openai_chat_to<S, E>(
+    messages: &Value,
+    options: &ImportOptions,
+    sink: S,
+) -> Result<Streamed, StreamError<E>>
+where
+    S: FnMut(&TraceRecord) -> Result<(), E>,
+{
     let Recording {
         system,
         input,
@@ -288,14 +409,21 @@ pub fn openai_chat(messages: &Value, options: &ImportOptions) -> Result<Imported
         max_steps: replies.len() as u32 + 1,
         ..RunConfig::default()
     };
-    let mut trace = Trace::new(TraceHeader {
+    let header = TraceHeader {
         version: TRACE_VERSION,
         agentloop: options.agentloop.clone(),
         session: options.session.clone(),
         timeouts: None,
         config: config.clone(),
         tools: tools.into(),
-    });
+    };
+    let mut sink = sink;
+    sink(&TraceRecord::Header(Box::new(header.clone()))).map_err(StreamError::Sink)?;
+    let mut trace = Recorder {
+        sink,
+        next: 0,
+        light: Trace::new(header),
+    };
     let mut run = Run::new(config);
     let mut queue: VecDeque<Event> = VecDeque::from([Event::Start {
         run_id: options.run_id.clone(),
@@ -308,7 +436,7 @@ pub fn openai_chat(messages: &Value, options: &ImportOptions) -> Result<Imported
     let mut current: Option<u32> = None;
     while let Some(event) = queue.pop_front() {
         let step = run.handle(event.clone());
-        trace.record(&event, &step);
+        trace.record(event, &step).map_err(StreamError::Sink)?;
         for effect in &step.effects {
             match effect {
                 Effect::CallModel { request } => {
@@ -403,8 +531,9 @@ pub fn openai_chat(messages: &Value, options: &ImportOptions) -> Result<Imported
             text: format!("the result of tool call {id} was never asked for; not imported"),
         });
     }
-    Ok(Imported {
-        trace,
+    Ok(Streamed {
+        records: trace.next,
+        summary: Transcript::from_trace(&trace.light).summary,
         replies,
         findings,
     })

@@ -16,7 +16,14 @@
 //!
 //! Matching is pure and linear: at most one pass over the rules (from the last), each looking
 //! at the tool name and at most one argument value with the [`wildcard`](mod@crate::wildcard)
-//! matcher, which never backtracks.
+//! matcher, which never backtracks. Each rule compiles its patterns once, on its first match
+//! (a clone shares them), and each argument a rule names is read from the call once per call,
+//! however many rules name it. A rule set is bounded ([`validate_rules`]: at most
+//! [`MAX_TOOL_RULES`] rules of at most [`MAX_PATTERN_CHARS`] characters per pattern and
+//! [`MAX_RULES_PATTERN_CHARS`] in all), and a trace header's rules are checked when the trace
+//! is read, so deciding a call costs at most [`MAX_TOOL_RULES`] passes over the argument values
+//! and memory linear in the patterns; a pattern without a middle (`git *`, `*.rs`) does not
+//! even read the argument past its own length (see [`wildcard`](mod@crate::wildcard)).
 //!
 //! A pattern matches the whole value: `git *` allows `git status; rm -rf ~` too. A shell tool
 //! is only as safe as its deny rules, which should follow the allow rules they restrict.
@@ -47,15 +54,24 @@
 //! ```
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::{Arc, OnceLock};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::message::ToolCall;
-use crate::wildcard::{self, MAX_PATTERN_CHARS};
+use crate::wildcard::{self, Glob, MAX_PATTERN_CHARS};
+
+/// Most rules a configuration may carry ([`validate_rules`]).
+pub const MAX_TOOL_RULES: usize = 1024;
+
+/// Most pattern characters (tool and argument patterns) all the rules of a configuration may
+/// carry together ([`validate_rules`]), so their compiled form stays small.
+pub const MAX_RULES_PATTERN_CHARS: usize = 64 * 1024;
 
 /// What a rule does with the calls it decides.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -123,7 +139,11 @@ impl ArgumentPattern {
 
 /// One rule: which calls it matches (tool name pattern, optional argument pattern) and what
 /// it decides for them (action, optional deadline). See the [module](self) doc.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+///
+/// Build one with [`ToolRule::allow`] / [`ask`](ToolRule::ask) / [`deny`](ToolRule::deny),
+/// from its command-line form ([`FromStr`]) or from JSON; it keeps its compiled patterns with
+/// it (not serialized, not compared).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolRule {
     /// The [`wildcard`] pattern the tool's name must match (`*` for every tool).
     pub tool: String,
@@ -139,6 +159,64 @@ pub struct ToolRule {
     /// For `deny`: why, in the denied result the model reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The patterns, compiled on the first match.
+    #[serde(skip)]
+    #[schemars(skip)]
+    compiled: Compiled,
+}
+
+impl fmt::Debug for ToolRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolRule")
+            .field("tool", &self.tool)
+            .field("argument", &self.argument)
+            .field("action", &self.action)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("reason", &self.reason)
+            .finish()
+    }
+}
+
+/// A rule's compiled patterns, made once and shared by its clones. Equal to any other (a
+/// cache, not part of the rule).
+#[derive(Clone, Default)]
+struct Compiled(Arc<OnceLock<CompiledRule>>);
+
+impl PartialEq for Compiled {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Compiled {}
+
+/// The compiled patterns, with the text they were compiled from (the fields are public: a rule
+/// changed after its first match compiles its new patterns afresh).
+struct CompiledRule {
+    tool: (String, Glob),
+    argument: Option<(String, Glob)>,
+}
+
+impl CompiledRule {
+    fn new(rule: &ToolRule) -> Self {
+        CompiledRule {
+            tool: (rule.tool.clone(), Glob::new(&rule.tool)),
+            argument: rule
+                .argument
+                .as_ref()
+                .map(|a| (a.pattern.clone(), Glob::new(&a.pattern))),
+        }
+    }
+
+    /// Compiled from `rule`'s current patterns.
+    fn fits(&self, rule: &ToolRule) -> bool {
+        self.tool.0 == rule.tool
+            && match (&self.argument, &rule.argument) {
+                (None, None) => true,
+                (Some((p, _)), Some(a)) => *p == a.pattern,
+                _ => false,
+            }
+    }
 }
 
 impl ToolRule {
@@ -149,6 +227,7 @@ impl ToolRule {
             action,
             timeout_ms: None,
             reason: None,
+            compiled: Compiled::default(),
         }
     }
 
@@ -173,6 +252,7 @@ impl ToolRule {
             field: field.into(),
             pattern: pattern.into(),
         });
+        self.compiled = Compiled::default();
         self
     }
 
@@ -190,11 +270,33 @@ impl ToolRule {
 
     /// Whether the rule matches `call`: its name, and its argument if the rule names one.
     pub fn matches(&self, call: &ToolCall) -> bool {
-        wildcard::matches(&self.tool, &call.name)
-            && self
-                .argument
-                .as_ref()
-                .is_none_or(|a| a.matches(&call.arguments))
+        self.matches_with(call, &mut Values::default())
+    }
+
+    /// [`ToolRule::matches`], reading argument values through `values` (shared by the rules
+    /// looking at one call).
+    fn matches_with<'r, 'a>(&'r self, call: &'a ToolCall, values: &mut Values<'r, 'a>) -> bool {
+        let fresh;
+        let compiled = match self.compiled.0.get_or_init(|| CompiledRule::new(self)) {
+            c if c.fits(self) => c,
+            _ => {
+                fresh = CompiledRule::new(self);
+                &fresh
+            }
+        };
+        if !compiled.tool.1.matches(&call.name) {
+            return false;
+        }
+        match (&self.argument, &compiled.argument) {
+            (Some(a), Some((_, glob))) => {
+                let value = values
+                    .0
+                    .entry(a.field.as_str())
+                    .or_insert_with(|| a.value(&call.arguments));
+                value.as_deref().is_some_and(|v| glob.matches(v))
+            }
+            _ => true,
+        }
     }
 
     /// Checks what a rule must satisfy: a tool pattern, patterns of at most
@@ -220,10 +322,52 @@ impl ToolRule {
     }
 }
 
+/// The argument values of one call the rules looked at, by field: each read (and, for a
+/// non-string or `""`, serialized) once per call.
+#[derive(Default)]
+struct Values<'r, 'a>(BTreeMap<&'r str, Option<Cow<'a, str>>>);
+
 /// The index of the rule that decides `call`: the last one that matches (`None`: none does).
-/// Looks at the rules from the last one and stops at the first match.
+/// Looks at the rules from the last one and stops at the first match; each argument a rule
+/// names is read once.
 pub fn last_match(rules: &[ToolRule], call: &ToolCall) -> Option<usize> {
-    rules.iter().rposition(|r| r.matches(call))
+    let mut values = Values::default();
+    rules
+        .iter()
+        .rposition(|r| r.matches_with(call, &mut values))
+}
+
+/// Checks a rule set: each rule ([`ToolRule::validate`]), at most [`MAX_TOOL_RULES`] of them
+/// and at most [`MAX_RULES_PATTERN_CHARS`] pattern characters in all. A trace's header is
+/// checked with it when the trace is read.
+pub fn validate_rules(rules: &[ToolRule]) -> Result<(), RulesError> {
+    let whole = |error| RulesError { rule: None, error };
+    if rules.len() > MAX_TOOL_RULES {
+        return Err(whole(RuleError::TooManyRules { count: rules.len() }));
+    }
+    let mut chars = 0usize;
+    for (i, r) in rules.iter().enumerate() {
+        r.validate().map_err(|error| RulesError {
+            rule: Some(i),
+            error,
+        })?;
+        chars +=
+            r.tool.chars().count() + r.argument.as_ref().map_or(0, |a| a.pattern.chars().count());
+    }
+    if chars > MAX_RULES_PATTERN_CHARS {
+        return Err(whole(RuleError::PatternsTooLong { chars }));
+    }
+    Ok(())
+}
+
+/// Why a rule set was refused ([`validate_rules`]): which rule, if one, and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}{error}", .rule.map(|i| format!("rule {i}: ")).unwrap_or_default())]
+pub struct RulesError {
+    /// The offending rule's index (`None`: the set as a whole).
+    pub rule: Option<usize>,
+    /// What is wrong.
+    pub error: RuleError,
 }
 
 /// Why a rule was refused.
@@ -239,6 +383,20 @@ pub enum RuleError {
     /// A pattern is longer than [`MAX_PATTERN_CHARS`].
     #[error("a pattern is longer than {MAX_PATTERN_CHARS} characters")]
     PatternTooLong,
+    /// More rules than [`MAX_TOOL_RULES`].
+    #[error("{count} tool rules, more than {MAX_TOOL_RULES}")]
+    TooManyRules {
+        /// How many there are.
+        count: usize,
+    },
+    /// The patterns of all the rules are longer than [`MAX_RULES_PATTERN_CHARS`] together.
+    #[error(
+        "the tool rules' patterns have {chars} characters, more than {MAX_RULES_PATTERN_CHARS}"
+    )]
+    PatternsTooLong {
+        /// How many they have.
+        chars: usize,
+    },
 }
 
 /// The command-line form: `ACTION[@TIMEOUT]:TOOL[:FIELD=PATTERN]`, where ACTION is `allow`,
@@ -294,6 +452,7 @@ impl FromStr for ToolRule {
             action,
             timeout_ms,
             reason: None,
+            compiled: Compiled::default(),
         };
         rule.validate()?;
         Ok(rule)

@@ -154,6 +154,15 @@ pub enum TraceError {
         /// Index expected.
         expected: u64,
     },
+    /// The header's tool rules break the bounds of [`crate::tool_rules::validate_rules`] (a
+    /// pattern too long, too many rules): a rule set no run could have been configured with.
+    #[error("{path}:1: {error}")]
+    ToolRules {
+        /// The file.
+        path: String,
+        /// Which rule and why.
+        error: crate::tool_rules::RulesError,
+    },
     /// The trace was recorded with a decision function (R-OUT-3) the replaying registry does
     /// not have; replaying it with another function would report a false divergence.
     #[error(
@@ -336,7 +345,15 @@ impl Trace {
                 message: e.to_string(),
             })?;
             match rec {
-                TraceRecord::Header(h) if header.is_none() => header = Some(*h),
+                TraceRecord::Header(h) if header.is_none() => {
+                    crate::tool_rules::validate_rules(&h.config.step.tool_rules).map_err(
+                        |error| TraceError::ToolRules {
+                            path: origin.to_string(),
+                            error,
+                        },
+                    )?;
+                    header = Some(*h)
+                }
                 TraceRecord::Header(_) => {
                     return Err(TraceError::Parse {
                         path: origin.to_string(),

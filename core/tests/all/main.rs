@@ -14,6 +14,7 @@ mod event_json;
 mod execute_result;
 mod fallback;
 mod fuzz_corpus_core;
+mod hostile_files;
 mod import_rules;
 mod inline_tags;
 mod limits;
