@@ -573,7 +573,7 @@ fn tool_rules(args: &AgentArgs, tools: &ToolRegistry) -> Result<Vec<ToolRule>, S
             .iter()
             .any(|n| agentloop::wildcard::matches(&rule.tool, n))
         {
-            eprintln!(
+            crate::out::errln!(
                 "[rules] warning: rule {i} ({rule}) matches no tool (tools: {})",
                 names.join(", ")
             );
@@ -599,7 +599,7 @@ impl Locked {
             .await
             .map_err(|e| e.to_string())?;
         for w in &report.warnings {
-            eprintln!("[store] warning: {w}");
+            crate::out::errln!("[store] warning: {w}");
         }
         Ok(Locked {
             store,
@@ -644,7 +644,7 @@ pub fn block_on_bounded<F: std::future::Future>(rt: tokio::runtime::Runtime, fut
 }
 
 pub fn fail(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("error: {message}");
+    crate::out::errln!("error: {message}");
     ExitCode::from(2)
 }
 
@@ -658,7 +658,7 @@ fn finish(args: &AgentArgs, output: &Output, out: &RunOutput) -> ExitCode {
     }
     if let Err(e) = print_typed(args, out) {
         output.finish();
-        eprintln!("error: {e}");
+        crate::out::errln!("error: {e}");
         return ExitCode::from(1);
     }
     let r = &out.result;
@@ -711,7 +711,8 @@ fn print_typed(args: &AgentArgs, out: &RunOutput) -> Result<(), String> {
             )
         })?;
     if matches!(args.events, EventsFormat::Text) {
-        println!("{value}");
+        // Machine output: JSON, with what JSON leaves raw (DEL, C1) escaped.
+        crate::out::stdout_raw(&format!("{}\n", crate::out::json(&value.to_string())));
     }
     Ok(())
 }
@@ -831,7 +832,7 @@ async fn nothing_to_resume(session: &str, store: &AnyStore) -> ExitCode {
         (Ok(true), _) => format!("session {session} has no entries"),
         _ => format!("no session {session} in {}", store.location()),
     };
-    eprintln!(
+    crate::out::errln!(
         "{found}: nothing to resume (a run killed before its first write stores nothing); \
          start it with `agentloop run --session {session} PROMPT`"
     );
@@ -883,7 +884,7 @@ pub fn resume_main(args: ResumeArgs) -> ExitCode {
             Ok(out) => finish(&args.agent, &output, &out),
             Err(AgentError::NothingToResume { session }) => match last_outcome(&entries) {
                 Some((outcome, reason)) => {
-                    eprintln!(
+                    crate::out::errln!(
                             "session {session} has no interrupted run; its last run ended {outcome} ({reason})"
                         );
                     match outcome.as_str() {

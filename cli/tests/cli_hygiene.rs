@@ -63,8 +63,23 @@ fn a_closed_stdout_pipe_ends_the_process_without_a_panic() {
     let dir = tempfile::tempdir().expect("tempdir");
     let recorded = agentloop(dir.path(), &["run", "What is 2+3?", "--trace", "t.jsonl"]);
     assert!(recorded.status.success(), "{}", both(&recorded));
+    std::fs::write(
+        dir.path().join("five.json"),
+        r#"{"turns": [{"text": "5"}]}"#,
+    )
+    .expect("script");
+    std::fs::write(dir.path().join("number.json"), r#"{"type": "number"}"#).expect("schema");
     for args in [
         &["trace", "schema"][..],
+        // The typed answer `--output-schema` prints on stdout.
+        &[
+            "run",
+            "n?",
+            "--script",
+            "five.json",
+            "--output-schema",
+            "number.json",
+        ],
         &["trace", "show", "t.jsonl"],
         &["chart", "react"],
         &["run", "What is 2+3?"],
