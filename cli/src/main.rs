@@ -91,7 +91,8 @@ enum TraceCommand {
     Import(trace_cmd::ImportArgs),
     /// Write a run as one self-contained HTML page: a timeline with a lane per machine and
     /// per tool call, timers, events, and each record's JSON on click; exit 2 when the trace
-    /// cannot be read or the page cannot be written.
+    /// cannot be read or the page cannot be written (or would overwrite the trace). The trace
+    /// is streamed: memory follows the page's layout, not the trace's size.
     View(trace_cmd::ViewArgs),
 }
 

@@ -52,7 +52,8 @@ pub struct ShowArgs {
 pub struct ViewArgs {
     /// The trace file (JSON Lines, version 1 to 5).
     pub trace: PathBuf,
-    /// Where to write the page (default: TRACE with extension `.html`).
+    /// Where to write the page (default: TRACE with extension `.html`). A page that would
+    /// overwrite TRACE itself (a trace named `.html`) is refused: name another with `-o`.
     #[arg(short = 'o', long = "out")]
     pub out: Option<PathBuf>,
 }
