@@ -638,6 +638,32 @@ fn script_of(replies: &[agentloop::import::Reply]) -> agentloop::provider::scrip
     }
 }
 
+/// Writes `path` through a temporary file next to it (`.NAME.PID.tmp`), synced and renamed
+/// over `path` once `write` succeeded; on failure the temporary file is removed and `path`
+/// is left as it was.
+fn write_replacing<T>(
+    path: &Path,
+    write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into());
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let result = std::fs::File::create(&tmp).and_then(|file| {
+        let mut w = std::io::BufWriter::new(file);
+        let value = write(&mut w)?;
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        Ok(value)
+    });
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// `trace import`: 0 imported as recorded, 1 imported with findings (printed), 2 bad input.
 pub fn import_main(args: ImportArgs) -> ExitCode {
     let ImportFormat::OpenaiChat = args.from;
@@ -658,10 +684,6 @@ pub fn import_main(args: ImportArgs) -> ExitCode {
         model: args.model.clone(),
         ..Default::default()
     };
-    let imported = match agentloop::import::openai_chat(&value, &options) {
-        Ok(i) => i,
-        Err(e) => return fail(e.to_string()),
-    };
     let out = args
         .out
         .clone()
@@ -670,16 +692,37 @@ pub fn import_main(args: ImportArgs) -> ExitCode {
         .script
         .clone()
         .unwrap_or_else(|| args.file.with_extension("script.json"));
-    if let Err(e) = agentloop::trace::TraceFile::write(&imported.trace, &out) {
-        errln!("error: {e}");
-        return ExitCode::from(2);
-    }
+    // The records go to the file as the machines make them (memory linear in the recording),
+    // through a temporary file renamed over OUT once complete: a failed import leaves no
+    // empty or partial trace.
+    let mut bad_input = None;
+    let written = write_replacing(&out, |w| {
+        let streamed = agentloop::import::openai_chat_to(&value, &options, |record| {
+            serde_json::to_writer(&mut *w, record).map_err(std::io::Error::from)?;
+            w.write_all(b"\n")
+        });
+        streamed.map_err(|e| match e {
+            agentloop::import::StreamError::Import(e) => {
+                bad_input = Some(e.to_string());
+                std::io::Error::other("not imported")
+            }
+            agentloop::import::StreamError::Sink(e) => e,
+        })
+    });
+    let imported = match (written, bad_input) {
+        (_, Some(e)) => return fail(e),
+        (Ok(i), None) => i,
+        (Err(e), None) => {
+            errln!("error: {}: {e}", out.display());
+            return ExitCode::from(2);
+        }
+    };
     let script = serde_json::to_string_pretty(&script_of(&imported.replies)).unwrap_or_default();
-    if let Err(e) = std::fs::write(&script_path, script + "\n") {
+    if let Err(e) = write_replacing(&script_path, |w| w.write_all((script + "\n").as_bytes())) {
         errln!("error: {}: {e}", script_path.display());
         return ExitCode::from(2);
     }
-    let summary = Transcript::from_trace(&imported.trace).summary;
+    let summary = &imported.summary;
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -687,7 +730,7 @@ pub fn import_main(args: ImportArgs) -> ExitCode {
         imported.replies.len(),
         if imported.replies.len() == 1 { "" } else { "s" },
         out.display(),
-        imported.trace.records.len()
+        imported.records
     );
     let _ = writeln!(o, "script: {}", script_path.display());
     for f in &imported.findings {
