@@ -57,6 +57,14 @@ impl McpArgs {
 /// name (a built-in or an earlier server's).
 pub fn add_tools(tools: &mut ToolRegistry, servers: &[McpServer]) {
     for server in servers {
+        // Tools whose names a provider would refuse were left out at connect: say which.
+        for skipped in server.skipped() {
+            crate::out::errln!(
+                "[mcp] warning: MCP server {}: {}",
+                crate::out::line(server.endpoint().label()),
+                crate::out::line(&skipped.to_string())
+            );
+        }
         for tool in server.tools() {
             let name = tool.spec().name;
             if tools.get(&name).is_some() {
@@ -101,7 +109,14 @@ pub fn tools_main(args: ToolsArgs) -> ExitCode {
         .iter()
         .map(|s| crate::out::line(&s.name).into_owned())
         .collect();
-    let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(0);
+    // Padding only: names longer than a provider allows (64) are not padded further (a width
+    // above 65,535 would make the formatter panic).
+    let width = names
+        .iter()
+        .map(|n| n.chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(64);
     for (spec, name) in specs.iter().zip(&names) {
         let first = spec.description.lines().next().unwrap_or("").trim();
         crate::out::outln!("{name:width$}  {}", crate::out::line(first));

@@ -70,6 +70,17 @@ fn names_the_providers_refuse_are_skipped_without_a_panic() {
     assert!(stdout.lines().any(|l| l.starts_with("dup ")), "{stdout}");
     assert!(!stdout.contains("xxxxxxxx"), "the 1 MB name is not listed");
     assert!(!stdout.contains("../etc"), "{stdout}");
+    // Each skipped tool is named on stderr with its reason, escaped and cut.
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("[mcp] warning: MCP server") && l.contains("skipped"))
+        .collect();
+    assert!(warnings.len() >= 3, "{stderr}");
+    assert!(
+        !stderr.contains('\x1b'),
+        "no raw escape on stderr: {stderr:?}"
+    );
+    assert!(warnings.iter().all(|l| l.len() < 400), "{warnings:?}");
     assert!(
         stdout.lines().all(|l| l.len() < 300),
         "every line is short: {}",
