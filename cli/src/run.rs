@@ -732,6 +732,9 @@ pub fn runtime_and_store(
     store: &StoreArgs,
 ) -> Result<(tokio::runtime::Runtime, Option<Locked>), String> {
     let rt = runtime()?;
+    // The model's file tools stay out of the store, whether or not this command opens it
+    // (a one-shot run stores nothing, but other sessions may live there).
+    agentloop::tools::protected::protect_store(&store.store.clone().unwrap_or_default());
     let locked = match session {
         Some(session) => Some(rt.block_on(Locked::open(store, session))?),
         None => None,

@@ -118,6 +118,8 @@ impl SqliteBackend {
     pub fn open(path: impl Into<PathBuf>) -> Result<Self, StoreError> {
         let path = path.into();
         let store = format!("sqlite:{}", path.display());
+        // The built-in file tools may not touch the database, its journals or its locks.
+        crate::tools::protected::protect_file_family(&path);
         if let Ok(meta) = std::fs::symlink_metadata(&path) {
             if let Some(kind) = FileKind::of(&meta) {
                 return Err(StoreError::NotRegularFile {

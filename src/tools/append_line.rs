@@ -122,6 +122,7 @@ fn append_keyed(
         .ok_or_else(|| format!("`{requested}` names no file"))?;
     index_name.push(KEYS_SUFFIX);
     let index_path = target.with_file_name(index_name);
+    super::protected::check(requested, &index_path)?;
     let mut index = open_regular(
         &index_path,
         std::fs::OpenOptions::new()

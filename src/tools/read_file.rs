@@ -7,6 +7,8 @@
 //! Only regular files are read: a FIFO, socket, device or directory is refused without being
 //! waited on (see [`crate::regular_file`]), so no path can make the tool block forever.
 //!
+//! A path inside a session store is refused too, whatever the root (see [`super::protected`]).
+//!
 //! The check happens before the file is opened, so a concurrent process that swaps a path
 //! component for a symlink in between could still redirect the access (a time-of-check /
 //! time-of-use gap); the confinement guards against model mistakes, not a hostile local user.
@@ -159,6 +161,7 @@ pub(crate) fn resolve_existing(root: &Path, requested: &str) -> Result<PathBuf, 
             root.display()
         ));
     }
+    super::protected::check(requested, &real)?;
     Ok(real)
 }
 
@@ -190,7 +193,9 @@ pub(crate) fn resolve_for_write(root: &Path, requested: &str) -> Result<PathBuf,
             canon_root.display()
         ));
     }
-    Ok(real_parent.join(name))
+    let target = real_parent.join(name);
+    super::protected::check(requested, &target)?;
+    Ok(target)
 }
 
 #[cfg(test)]

@@ -1,0 +1,212 @@
+//! The model's file tools stay out of the session store (issue "Hardening 3" item 2, R-TOOL-2,
+//! R-STORE): with the defaults (tool root `.`, store `./.agentloop/sessions`) a scripted model's
+//! `read_file` and `append_line` on another session's file, its lock, its own live session, or
+//! a `..`/symbolic-link route into the store get error results; the other session stays
+//! byte-identical and passes `sessions check`. A real child process each time.
+#![cfg(unix)]
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{json, Value};
+
+fn agentloop(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agentloop"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("AGENTLOOP_STORE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run agentloop")
+}
+
+fn ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A script calling `calls` (`(id, tool, path)`; `append_line` writes a forged record) in one
+/// step, then answering.
+fn script(dir: &Path, calls: &[(&str, &str, &str)]) {
+    let forged = r#"{"v":1,"seq":99,"entry":"user","content":"forged"}"#;
+    let calls: Vec<Value> = calls
+        .iter()
+        .map(|(id, tool, path)| {
+            let arguments = if *tool == "append_line" {
+                json!({"path": path, "line": forged})
+            } else {
+                json!({"path": path})
+            };
+            json!({"id": id, "name": tool, "arguments": arguments})
+        })
+        .collect();
+    let script = json!({"turns": [{"tool_calls": calls}, {"text": "done"}]});
+    std::fs::write(dir.join("s.json"), script.to_string()).expect("script");
+}
+
+/// The `tool_result` records of `session` in the default store: id → (status, content).
+fn stored_results(dir: &Path, session: &str) -> Vec<(String, String, String)> {
+    let path = dir.join(format!(".agentloop/sessions/{session}.jsonl"));
+    let text = std::fs::read_to_string(&path).expect("session file");
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["entry"] == "tool_result")
+        .map(|v| {
+            let r = &v["result"];
+            (
+                r["tool_call_id"].as_str().unwrap_or_default().to_string(),
+                r["status"].as_str().unwrap_or_default().to_string(),
+                r["content"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `other`'s session file (made by a real run), its bytes, and the check that it still passes.
+fn other_session(dir: &Path) -> Vec<u8> {
+    ok(&agentloop(
+        dir,
+        &["run", "--session", "other", "What is 2+3?"],
+    ));
+    std::fs::read(dir.join(".agentloop/sessions/other.jsonl")).expect("other session")
+}
+
+fn unchanged(dir: &Path, before: &[u8]) {
+    let after = std::fs::read(dir.join(".agentloop/sessions/other.jsonl")).expect("other");
+    assert_eq!(after, before, "the other session is byte-identical");
+    ok(&agentloop(dir, &["sessions", "check", "other"]));
+}
+
+#[test]
+fn file_tools_refuse_the_default_store_in_a_live_session() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = dir.path();
+    let before = other_session(dir);
+    std::fs::create_dir(dir.join("sub")).expect("sub");
+    std::os::unix::fs::symlink(".agentloop/sessions", dir.join("peek")).expect("symlink");
+    std::fs::write(dir.join("notes.txt"), "mine\n").expect("notes");
+    script(
+        dir,
+        &[
+            ("r1", "read_file", ".agentloop/sessions/other.jsonl"),
+            ("r2", "read_file", "sub/../.agentloop/sessions/other.jsonl"),
+            ("r3", "read_file", "peek/other.jsonl"),
+            ("r4", "read_file", ".agentloop/sessions/other.lock"),
+            ("r5", "read_file", ".agentloop/sessions/me.jsonl"),
+            ("a1", "append_line", ".agentloop/sessions/other.jsonl"),
+            ("a2", "append_line", "peek/other.jsonl"),
+            ("a3", "append_line", ".agentloop/sessions/me.jsonl"),
+            ("a4", "append_line", ".agentloop/sessions/new.jsonl"),
+            ("a5", "append_line", ".agentloop/sessions/other.lock"),
+            ("ok", "read_file", "notes.txt"),
+        ],
+    );
+    let out = agentloop(dir, &["run", "--script", "s.json", "--session", "me", "Go"]);
+    ok(&out);
+    let results = stored_results(dir, "me");
+    assert_eq!(results.len(), 11, "{results:?}");
+    for (id, status, content) in &results {
+        if id == "ok" {
+            assert_eq!((status.as_str(), content.as_str()), ("completed", "mine\n"));
+        } else {
+            assert_eq!(status, "error", "{id}: {content}");
+            assert!(content.contains("session store"), "{id}: {content}");
+        }
+    }
+    unchanged(dir, &before);
+    assert!(!dir.join(".agentloop/sessions/new.jsonl").exists());
+    // The live session was not forged: it still passes the check, with no `forged` record.
+    ok(&agentloop(dir, &["sessions", "check", "me"]));
+    let me = std::fs::read_to_string(dir.join(".agentloop/sessions/me.jsonl")).expect("me");
+    assert!(!me.contains(r#""seq":99"#), "{me}");
+}
+
+#[test]
+fn file_tools_refuse_the_store_in_a_one_shot_run_whatever_the_root() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = dir.path();
+    let before = other_session(dir);
+    let other = std::fs::canonicalize(dir.join(".agentloop/sessions/other.jsonl")).expect("abs");
+    let other = other.to_str().expect("utf-8 path");
+    script(
+        dir,
+        &[("r1", "read_file", other), ("a1", "append_line", other)],
+    );
+    // No `--session`: nothing is stored, the store is not opened, yet it is off limits; the
+    // root `/` holds the store.
+    let out = agentloop(
+        dir,
+        &[
+            "run", "--script", "s.json", "--root", "/", "--events", "json", "Go",
+        ],
+    );
+    ok(&out);
+    let ends: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "tool_end")
+        .collect();
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    assert!(ends.iter().all(|e| e["status"] == "error"), "{ends:?}");
+    unchanged(dir, &before);
+}
+
+#[test]
+fn file_tools_refuse_a_sqlite_store_its_journal_and_locks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = dir.path();
+    ok(&agentloop(
+        dir,
+        &[
+            "run",
+            "--session",
+            "other",
+            "--store",
+            "sqlite:db/s.db",
+            "What is 2+3?",
+        ],
+    ));
+    let before = std::fs::read(dir.join("db/s.db")).expect("database");
+    script(
+        dir,
+        &[
+            ("r1", "read_file", "db/s.db"),
+            ("r2", "read_file", "db/s.db-wal"),
+            ("a1", "append_line", "db/s.db"),
+            ("a2", "append_line", "db/s.db.locks/other.lock"),
+            ("a3", "append_line", "db/s.db-journal"),
+        ],
+    );
+    let out = agentloop(
+        dir,
+        &[
+            "run",
+            "--script",
+            "s.json",
+            "--store",
+            "sqlite:db/s.db",
+            "--events",
+            "json",
+            "Go",
+        ],
+    );
+    ok(&out);
+    let ends: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "tool_end")
+        .collect();
+    assert_eq!(ends.len(), 5, "{ends:?}");
+    assert!(ends.iter().all(|e| e["status"] == "error"), "{ends:?}");
+    assert_eq!(std::fs::read(dir.join("db/s.db")).expect("db"), before);
+    assert!(!dir.join("db/s.db-journal").exists());
+    ok(&agentloop(
+        dir,
+        &["sessions", "check", "other", "--store", "sqlite:db/s.db"],
+    ));
+}
