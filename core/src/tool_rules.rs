@@ -509,3 +509,70 @@ impl Default for CallPolicy {
         }
     }
 }
+
+/// Programs that run another command given in their arguments (`sudo rm`, `sh -c "…"`,
+/// `xargs rm`): their family is the whole command, since the program name says nothing about
+/// what runs.
+const LAUNCHERS: &[&str] = &[
+    "bash", "busybox", "command", "dash", "doas", "env", "eval", "exec", "fish", "ksh", "nice",
+    "nohup", "sh", "ssh", "su", "sudo", "time", "timeout", "watch", "xargs", "zsh",
+];
+
+/// The command family of a call (R-CTL-4): what "approve always" trusts for the rest of the
+/// run or session. For a shell-like call (arguments with a string `command` or `cmd`) it is the
+/// program the command runs, without its directory (`git` for `git push -f` and
+/// `/usr/bin/git status`); for any other call, the tool name.
+///
+/// A command that is not one plain program invocation is its own family, so "always" covers
+/// only that exact command: one that chains, pipes, substitutes or redirects (`;`, `&`, `|`,
+/// `` ` ``, `$(`, `<`, `>`, a line break), starts with an environment assignment
+/// (`FOO=1 rm …`), or runs a launcher (`sudo`, `sh -c`, `env`, `xargs`, …). So approving
+/// `git status` always never approves `git status; rm -rf ~`.
+///
+/// ```
+/// use agentloop_core::tool_rules::command_family;
+/// use agentloop_core::ToolCall;
+/// let shell = |command: &str| ToolCall {
+///     id: "c1".into(),
+///     name: "shell".into(),
+///     arguments: serde_json::json!({ "command": command }),
+///     invalid_arguments: None,
+/// };
+/// assert_eq!(command_family(&shell("git status -s")), "git");
+/// assert_eq!(command_family(&shell("rm -rf x")), "rm");
+/// assert_eq!(command_family(&shell("git status; rm -rf x")), "git status; rm -rf x");
+/// assert_eq!(command_family(&shell("sudo rm -rf x")), "sudo rm -rf x");
+/// ```
+pub fn command_family(call: &ToolCall) -> String {
+    shell_family(call).unwrap_or_else(|| call.name.clone())
+}
+
+/// The family of a shell-like call's command; `None` for a call without one.
+fn shell_family(call: &ToolCall) -> Option<String> {
+    let command = ["command", "cmd"]
+        .iter()
+        .find_map(|k| call.arguments.get(*k).and_then(Value::as_str))?
+        .trim();
+    let first = command.split_whitespace().next()?;
+    let program = first.rsplit('/').next().unwrap_or(first);
+    let compound = command.contains([';', '&', '|', '`', '<', '>', '\n', '\r'])
+        || command.contains("$(")
+        || first.contains('=')
+        || LAUNCHERS.contains(&program);
+    Some(if compound || program.is_empty() {
+        command.to_string()
+    } else {
+        program.to_string()
+    })
+}
+
+/// What "approve always" whitelists for `call` (R-CTL-4), as one key: the tool name for a
+/// call without a command, `<tool> <family>` for a shell-like one (see [`command_family`]).
+/// The run's machine and the session's approver both key their whitelists so: approving
+/// `git status` always on tool `shell` covers `shell git`, never `shell rm`.
+pub fn approval_scope(call: &ToolCall) -> String {
+    match shell_family(call) {
+        Some(family) => format!("{} {family}", call.name),
+        None => call.name.clone(),
+    }
+}

@@ -1,7 +1,10 @@
 //! Approvals through the session handle (R-CTL-4): the session installs a `SessionApprover`
 //! as the agent's approver. A request parks until `approve`/`reject`/`modify` answers it or the
 //! approval timeout passes (a timeout counts as a reject). "Approve always" whitelists the
-//! tool and its command family for the rest of the session.
+//! call's [`approval_scope`] for the rest of the session: the tool, or for a shell-like tool
+//! its command family ([`command_family`]: approving `git status` always covers `git status -s`
+//! and `git log`, never `rm -rf x`), the same scope a run's machine whitelists on
+//! `ApprovedAlways`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -16,17 +19,7 @@ use crate::runtime::{Approver, Clock};
 
 use super::bus::EventBus;
 
-/// The command family of a call: for shell-like tools (arguments with a string `command` or
-/// `cmd`), the program name of the command (`git` for `git push -f`); otherwise the tool name.
-pub fn command_family(call: &ToolCall) -> String {
-    let cmd = ["command", "cmd"]
-        .iter()
-        .find_map(|k| call.arguments.get(*k).and_then(|v| v.as_str()));
-    match cmd.and_then(|c| c.split_whitespace().next()) {
-        Some(program) => program.rsplit('/').next().unwrap_or(program).to_string(),
-        None => call.name.clone(),
-    }
-}
+pub use agentloop_core::tool_rules::{approval_scope, command_family};
 
 struct Pending {
     call: ToolCall,
@@ -37,7 +30,8 @@ struct Pending {
 #[derive(Default)]
 pub(crate) struct Approvals {
     pending: Mutex<HashMap<String, Pending>>,
-    whitelist: Mutex<BTreeSet<(String, String)>>,
+    /// Approval scopes ([`approval_scope`]) approved "always".
+    whitelist: Mutex<BTreeSet<String>>,
 }
 
 /// Why an approval answer was not taken.
@@ -67,11 +61,11 @@ impl Approvals {
     fn whitelisted(&self, call: &ToolCall) -> bool {
         self.whitelist
             .lock()
-            .map(|w| w.contains(&(call.name.clone(), command_family(call))))
+            .map(|w| w.contains(&approval_scope(call)))
             .unwrap_or(false)
     }
 
-    /// Answers a pending approval. `always` whitelists the call's tool + command family.
+    /// Answers a pending approval. `always` whitelists the call's [`approval_scope`].
     pub(crate) fn answer(
         &self,
         bus: &EventBus,
@@ -86,13 +80,12 @@ impl Approvals {
             .and_then(|mut p| p.remove(tool_call_id))
             .ok_or_else(|| ApprovalError::NotPending(tool_call_id.to_string()))?;
         if always {
-            let family = command_family(&p.call);
             if let Ok(mut w) = self.whitelist.lock() {
-                w.insert((p.call.name.clone(), family.clone()));
+                w.insert(approval_scope(&p.call));
             }
             bus.publish_current(AgentEvent::ToolApprovedAlways {
                 tool: p.call.name.clone(),
-                command_family: family,
+                command_family: command_family(&p.call),
             });
         }
         // The run may have ended meanwhile (abort): then nobody waits, which is harmless.
@@ -149,6 +142,10 @@ impl Approver for SessionApprover {
         }
         let rx = self.approvals.park(call);
         let _guard = Parked(&self.approvals, call.id.clone());
+        // An "always" answered between the check above and the parking covers this call too.
+        if self.approvals.whitelisted(call) {
+            return Some(ApprovalDecision::Approved);
+        }
         let timeout = async {
             match self.timeout_ms {
                 Some(ms) => self.clock.sleep(ms).await,

@@ -53,7 +53,7 @@ use crate::react::{LoopResult, RunConfig};
 use crate::runtime::{control_sharing, Agent, Controller, PartialMessage, RunOutput};
 use crate::tools::Tool;
 
-pub use approvals::{command_family, ApprovalError};
+pub use approvals::{approval_scope, command_family, ApprovalError};
 pub use bus::{EventBus, Subscription, SubscriptionItem};
 pub use metrics::{Metrics, Price, PriceTable, ToolStats};
 
@@ -521,15 +521,21 @@ impl Session {
         })
     }
 
-    /// Approves a pending call (R-CTL-4); `always` whitelists its tool + command family for the
-    /// session. Unknown or already decided calls are a harmless `Approval` error.
+    /// Approves a pending call (R-CTL-4); `always` whitelists its
+    /// [`approval_scope`] — the tool, or a shell-like tool's command family (`git` for
+    /// `git status`, never the whole tool) — for the session, and tells the run so
+    /// (`ApprovedAlways`: its machine skips asking for that scope in the rest of the run).
+    /// Unknown or already decided calls are a harmless `Approval` error.
     pub fn approve(&self, tool_call_id: &str, always: bool) -> Result<(), SessionError> {
-        Ok(self.shared.approvals.answer(
-            &self.shared.bus,
-            tool_call_id,
-            ApprovalDecision::Approved,
-            always,
-        )?)
+        let decision = if always {
+            ApprovalDecision::ApprovedAlways
+        } else {
+            ApprovalDecision::Approved
+        };
+        Ok(self
+            .shared
+            .approvals
+            .answer(&self.shared.bus, tool_call_id, decision, always)?)
     }
 
     /// Rejects a pending call: the model sees a denied result.

@@ -713,11 +713,17 @@ impl ProcessData {
     }
 
     /// Whether `call`, decided by `policy`, must be put to a human: its rule (or the approval
-    /// map) says ask, and no "approve always" in this run covers it — which covers a tool, so
-    /// not a call that a rule singled out by its arguments.
+    /// map) says ask, and no "approve always" in this run covers it — which covers a tool, or
+    /// a shell-like tool's command family ([`approval_scope`]), so not a call that a rule
+    /// singled out by its arguments.
+    ///
+    /// [`approval_scope`]: crate::tool_rules::approval_scope
     fn asks(&self, call: &ToolCall, policy: &CallPolicy) -> bool {
         policy.action == RuleAction::Ask
-            && (policy.by_argument || !self.whitelist.contains(&call.name))
+            && (policy.by_argument
+                || !self
+                    .whitelist
+                    .contains(&crate::tool_rules::approval_scope(call)))
     }
 
     /// The denied result of `call` if its deciding rule denies it (the guard `denied_by_rule`).
@@ -1019,13 +1025,17 @@ impl ProcessData {
         };
         self.move_call(i, row, Facts::None);
         if always {
-            self.whitelist.insert(call.name.clone());
+            // "Always" covers the call's command family, not the whole tool (R-CTL-4).
+            let scope = crate::tool_rules::approval_scope(&call);
             for j in self.slots.in_state(ToolCallState::NeedsApproval) {
                 let other = self.slots.get(j);
-                if other.call.name == call.name && !other.policy.by_argument {
+                if crate::tool_rules::approval_scope(&other.call) == scope
+                    && !other.policy.by_argument
+                {
                     self.move_call(j, ToolCallRow::Whitelisted, Facts::None);
                 }
             }
+            self.whitelist.insert(scope);
         }
         self.start_queued_from(i);
     }

@@ -159,7 +159,9 @@ pub fn event_kind(event: &Event) -> Option<ProcessEventKind> {
 }
 
 impl Process {
-    /// A new step in `Idle`. `whitelist` holds tools a human approved "always" earlier in the run.
+    /// A new step in `Idle`. `whitelist` holds what a human approved "always" earlier in the
+    /// run: [`approval_scope`](crate::tool_rules::approval_scope)s (a tool, or a shell-like
+    /// tool's command family).
     pub fn new(config: StepConfig, request: ModelRequest, whitelist: BTreeSet<String>) -> Self {
         let mut data = ProcessData::new(config, request, whitelist);
         let sm = ProcessMachine
@@ -317,7 +319,7 @@ impl Process {
         self.data.results_in_call_order()
     }
 
-    /// Tools approved "always" so far.
+    /// The approval scopes approved "always" so far (see [`Process::new`]).
     pub fn whitelist(&self) -> &BTreeSet<String> {
         &self.data.whitelist
     }

@@ -2,6 +2,7 @@
 //! instead of one per file: `cargo test -p agentloop-core` and mutation runs build faster).
 
 mod accumulate;
+mod approval_scope;
 mod chart_render;
 mod compaction_veto;
 mod conformance;
@@ -32,11 +33,13 @@ mod purity;
 mod random_events;
 mod records;
 mod reminders;
+mod resume_started_calls;
 mod retry_decider;
 mod run_control;
 mod run_error;
 mod session_history;
 mod shared_messages;
+mod steering_order;
 mod step_and_config;
 mod steps;
 mod subtask;

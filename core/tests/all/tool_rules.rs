@@ -429,7 +429,7 @@ fn r_tool_3_approve_always_does_not_cover_a_call_a_rule_singled_out_by_its_argum
         &[
             ("bash", &bash("ls")),
             ("bash", &bash("rm x")),
-            ("bash", &bash("cat y")),
+            ("bash", &bash("ls -la y")),
         ],
     );
     assert_eq!(asked(&s), ["c1"]);
@@ -437,7 +437,8 @@ fn r_tool_3_approve_always_does_not_cover_a_call_a_rule_singled_out_by_its_argum
         tool_call_id: "c1".into(),
         decision: ApprovalDecision::ApprovedAlways,
     }));
-    // c3 (asked by the approval map) is covered; c2 (asked by its rule for `rm *`) is not.
+    // c3 (asked by the approval map, of c1's command family `ls`) is covered; c2 (asked by
+    // its rule for `rm *`) is not.
     assert_eq!(row_of(&s, "c3")[0], ToolCallRow::Whitelisted);
     assert!(row_of(&s, "c2").contains(&ToolCallRow::Ask));
     assert_eq!(ran(&s), ["c1", "c3"]);
@@ -448,7 +449,8 @@ fn r_tool_3_approve_always_does_not_cover_a_call_a_rule_singled_out_by_its_argum
         tool_rules: vec![ToolRule::ask("bash").argument("command", "rm *")],
         ..StepConfig::default()
     };
-    let mut p = Process::new(cfg, request(), BTreeSet::from(["bash".to_string()]));
+    let whitelist = BTreeSet::from(["bash rm".to_string(), "bash pwd".to_string()]);
+    let mut p = Process::new(cfg, request(), whitelist);
     let calls = vec![
         ToolCall::from_raw("d1", "bash", &bash("rm z")),
         ToolCall::from_raw("d2", "bash", &bash("pwd")),
