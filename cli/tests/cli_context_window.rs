@@ -53,8 +53,11 @@ fn read_body(stream: &mut TcpStream) -> Option<String> {
     Some(String::from_utf8_lossy(&body).into_owned())
 }
 
+/// The sizes of the request bodies the server read, each with whether it refused it.
+type Seen = Arc<Mutex<Vec<(usize, bool)>>>;
+
 /// The server: its base URL and the sizes of the bodies it read, with whether it refused.
-fn serve() -> (String, Arc<Mutex<Vec<(usize, bool)>>>) {
+fn serve() -> (String, Seen) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     let seen = Arc::new(Mutex::new(Vec::new()));

@@ -1,0 +1,76 @@
+//! The built-in demo model holds a conversation (real child processes, no key, no network):
+//! three prompts in a row on one session, with `run --session` and with `chat` on piped stdin,
+//! all complete; arithmetic goes through the calculator, anything else gets a short reply.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn agentloop(dir: &Path, args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentloop"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn agentloop");
+    let mut input = child.stdin.take().expect("stdin");
+    input.write_all(stdin.as_bytes()).expect("write stdin");
+    drop(input);
+    child.wait_with_output().expect("agentloop output")
+}
+
+fn show(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn three_prompts_on_one_session_with_run_all_complete() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let prompts = [
+        ("What is 2+3?", "The answer is 5."),
+        ("And what is 6*7?", "The answer is 42."),
+        ("Thank you!", "offline demo model"),
+    ];
+    for (prompt, expected) in prompts {
+        let out = agentloop(dir.path(), &["run", "--session", "demo", prompt], "");
+        assert!(out.status.success(), "{prompt}: {}", show(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains(expected), "{prompt}: {}", show(&out));
+    }
+    // The session holds all three prompts, and passes its own check.
+    let out = agentloop(dir.path(), &["sessions", "check", "demo"], "");
+    assert!(out.status.success(), "{}", show(&out));
+}
+
+#[test]
+fn three_prompts_in_chat_on_piped_stdin_all_complete() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = agentloop(
+        dir.path(),
+        &["chat"],
+        "What is 2+3?\nAnd what is 6*7?\nThank you!\n",
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let five = stdout.find("The answer is 5.");
+    let forty_two = stdout.find("The answer is 42.");
+    let reply = stdout.find("offline demo model");
+    assert!(
+        five.is_some() && forty_two.is_some() && reply.is_some(),
+        "{}",
+        show(&out)
+    );
+    assert!(
+        five < forty_two && forty_two < reply,
+        "in order: {}",
+        show(&out)
+    );
+    assert!(!show(&out).contains("script exhausted"), "{}", show(&out));
+}
