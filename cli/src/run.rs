@@ -567,6 +567,9 @@ fn tool_rules(args: &AgentArgs, tools: &ToolRegistry) -> Result<Vec<ToolRule>, S
         rules.extend(from_file);
     }
     rules.extend(args.tool_rule.iter().cloned());
+    // The whole set is bounded as a trace header's is (count and pattern characters), so no
+    // rule set can make one machine step's matching run long.
+    agentloop::tool_rules::validate_rules(&rules).map_err(|e| format!("tool rules: {e}"))?;
     let names: Vec<String> = tools.specs().iter().map(|s| s.name.clone()).collect();
     for (i, rule) in rules.iter().enumerate() {
         if !names

@@ -58,7 +58,7 @@ pub trait Tool: Send + Sync {
     /// Whether it is pure: the same arguments always give the same result, and running it
     /// has no side effect. An identical call later in the session is then answered from the
     /// cache of its results instead of running (row `commit_cached`, event `tool_cache_hit`;
-    /// issue 13, R-TOOL-6).
+    /// R-TOOL-6).
     fn pure(&self) -> bool {
         false
     }
@@ -128,15 +128,28 @@ impl<T: TypedTool> Tool for T {
 ///
 /// Inserting is O(log n): the shared spec list is built on the first [`specs`](Self::specs)
 /// after a change, so adding n tools one by one (an MCP server's thousands) costs O(n log n),
-/// not O(n²).
-#[derive(Clone, Default)]
+/// not O(n²). A clone shares the spec list, the specs and the compiled schemas (an idle agent
+/// holds a registry: cloning one copies no schema).
+#[derive(Default)]
 pub struct ToolRegistry {
     /// The tools and their specs (taken once, at insert), by name.
-    tools: BTreeMap<String, (Arc<dyn Tool>, ToolSpec)>,
+    tools: BTreeMap<String, (Arc<dyn Tool>, Arc<ToolSpec>)>,
     /// The specs of `tools` in name order, built when first asked for after a change.
     specs: std::sync::OnceLock<ToolSpecs>,
     /// The tools' compiled parameters schemas.
     schemas: ArgumentSchemas,
+}
+
+impl Clone for ToolRegistry {
+    fn clone(&self) -> Self {
+        // The list is built here once, in the original, so every clone shares it instead of
+        // building a copy of its own on its first `specs()`.
+        ToolRegistry {
+            tools: self.tools.clone(),
+            specs: std::sync::OnceLock::from(self.specs()),
+            schemas: self.schemas.clone(),
+        }
+    }
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -175,7 +188,7 @@ impl ToolRegistry {
     pub fn insert(&mut self, tool: Arc<dyn Tool>) {
         let spec = tool.spec();
         self.schemas.set(&spec.name, &spec.parameters);
-        self.tools.insert(spec.name.clone(), (tool, spec));
+        self.tools.insert(spec.name.clone(), (tool, Arc::new(spec)));
         self.specs = std::sync::OnceLock::new();
     }
 
@@ -202,7 +215,12 @@ impl ToolRegistry {
     /// Specs of every tool, sorted by name (shared, not copied; built once after a change).
     pub fn specs(&self) -> ToolSpecs {
         self.specs
-            .get_or_init(|| self.tools.values().map(|(_, spec)| spec.clone()).collect())
+            .get_or_init(|| {
+                self.tools
+                    .values()
+                    .map(|(_, spec)| ToolSpec::clone(spec))
+                    .collect()
+            })
             .clone()
     }
 
