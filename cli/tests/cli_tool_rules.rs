@@ -175,14 +175,28 @@ fn r_tool_3_too_many_rules_are_refused_with_exit_2() {
     let rules: Vec<Value> = (0..1_100)
         .map(|i| serde_json::json!({"action": "deny", "tool": "append_line", "argument": {"field": "line", "pattern": format!("*secret-{i}*")}}))
         .collect();
-    std::fs::write(dir.path().join("rules.json"), Value::from(rules).to_string()).expect("rules");
+    std::fs::write(
+        dir.path().join("rules.json"),
+        Value::from(rules).to_string(),
+    )
+    .expect("rules");
     let out = agentloop(
         dir.path(),
-        &["run", "go", "--script", "s.json", "--tool-rules", "rules.json"],
+        &[
+            "run",
+            "go",
+            "--script",
+            "s.json",
+            "--tool-rules",
+            "rules.json",
+        ],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("tool rules"), "{stderr}");
-    assert!(stderr.contains("1100") || stderr.contains("1,100"), "{stderr}");
+    assert!(
+        stderr.contains("1100") || stderr.contains("1,100"),
+        "{stderr}"
+    );
     assert!(!dir.path().join("notes.txt").exists(), "nothing ran");
 }
