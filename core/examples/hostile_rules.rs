@@ -1,4 +1,4 @@
-//! Tool rules against hostile sizes (issue "Hardening 3", item 6): the time to decide one call
+//! Tool rules against hostile sizes: the time to decide one call
 //! whose argument is large, with many rules that each have to read it.
 //!
 //! `cargo run --release -p agentloop-core --example hostile_rules -- [RULES] [ARGUMENT_BYTES]`

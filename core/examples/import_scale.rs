@@ -1,4 +1,4 @@
-//! `trace import` at scale (issue "Hardening 3", item 6): a chat-completions recording of N
+//! `trace import` at scale: a chat-completions recording of N
 //! turns (an assistant tool call and its result each) imported with
 //! [`openai_chat_to`](agentloop_core::import::openai_chat_to), each record serialized as a
 //! JSON line and dropped, as `agentloop trace import` writes them to its file.

@@ -119,7 +119,7 @@ pub enum AgentEvent {
         text: String,
     },
     /// The model reported what it is doing with an inline `<status>…</status>` tag in its
-    /// text (issue 13, seed 001), emitted when the tag closed; provisional like `text_delta`.
+    /// text, emitted when the tag closed; provisional like `text_delta`.
     StatusUpdate {
         /// Step.
         model_call_index: u32,
@@ -129,8 +129,7 @@ pub enum AgentEvent {
         text: String,
     },
     /// The model proposed a title for the conversation with an inline `<title>…</title>` tag
-    /// in its text (issue 13, seed 001), emitted when the tag closed; provisional like
-    /// `text_delta`.
+    /// in its text, emitted when the tag closed; provisional like `text_delta`.
     TitleGenerated {
         /// Step.
         model_call_index: u32,
@@ -139,9 +138,8 @@ pub enum AgentEvent {
         /// The tag's body, trimmed.
         title: String,
     },
-    /// The model set out its plan with an inline `<plan>…</plan>` tag in its text (issue 13,
-    /// seed 001's `plan_generated`), emitted when the tag closed; provisional like
-    /// `text_delta`.
+    /// The model set out its plan with an inline `<plan>…</plan>` tag in its text,
+    /// emitted when the tag closed; provisional like `text_delta`.
     PlanGenerated {
         /// Step.
         model_call_index: u32,
@@ -188,7 +186,7 @@ pub enum AgentEvent {
         #[serde(default)]
         message: Box<AssistantMessage>,
     },
-    /// A step ended (R-IN-5, seed 003's `ExecuteResult`): how, after how many attempts, on
+    /// A step ended (R-IN-5): how, after how many attempts, on
     /// which model, with what usage or error, and where its committed message and tool results
     /// are in the run's messages (the message itself is in `response_complete`). Reported
     /// unless `RunConfig::report_steps` is off. A step aborted while immune tools drain ends,
@@ -248,7 +246,7 @@ pub enum AgentEvent {
         /// Arguments.
         arguments: Value,
     },
-    /// A tool call got its terminal result (seed 001's `tool_execution_end`). Build it with
+    /// A tool call got its terminal result. Build it with
     /// [`AgentEvent::tool_end`], which bounds the result.
     ToolEnd {
         /// Call id.
@@ -283,7 +281,7 @@ pub enum AgentEvent {
         name: String,
     },
     /// A pure tool's call was answered with the result of an identical earlier call instead
-    /// of running (issue 13, R-TOOL-6).
+    /// of running (R-TOOL-6).
     ToolCacheHit {
         /// Call id.
         tool_call_id: String,
@@ -292,7 +290,7 @@ pub enum AgentEvent {
         /// The earlier call whose result was reused.
         cached_from: String,
     },
-    /// A tool rule decided a call when it was committed (issue 13, R-TOOL-3): it runs
+    /// A tool rule decided a call when it was committed (R-TOOL-3): it runs
     /// (`allow`), waits for a human (`ask`, then `approval_required`) or gets a denied result
     /// without running (`deny`, then `tool_end` with status `denied`). Calls no rule matches
     /// have no such event.
@@ -311,7 +309,7 @@ pub enum AgentEvent {
         timeout_ms: Option<u64>,
     },
     /// The model asks the person a question through the built-in `ask_user` tool; answer
-    /// with `Session::respond(reference, answer)` (issue 13, seed 001).
+    /// with `Session::respond(reference, answer)`.
     AskUser {
         /// The question's ref: the call's id.
         reference: String,
@@ -342,7 +340,7 @@ pub enum AgentEvent {
         tool_call_id: String,
         /// The decision.
         decision: ApprovalDecision,
-        /// approved, rejected or timeout (seed 001).
+        /// approved, rejected or timeout.
         status: ApprovalStatus,
     },
     /// A steering message was merged into the context (R-CTL-2).
@@ -452,7 +450,7 @@ pub enum AgentEvent {
         /// Queued, started a run (idle), or rejected.
         status: SteeringStatus,
     },
-    /// A run resumed because of an outside signal (seed 001 `agent_resumed`).
+    /// A run resumed because of an outside signal.
     AgentResumed {
         /// `tool_approved`, `tool_rejected`, `tool_approval_timeout`, `queued_prompt`.
         trigger: String,
@@ -464,13 +462,13 @@ pub enum AgentEvent {
         /// Command family (first word of a shell command; the tool name otherwise).
         command_family: String,
     },
-    /// A `before_compact` hook vetoed a compaction (R-EXT-1, issue 13): the run goes on
+    /// A `before_compact` hook vetoed a compaction (R-EXT-1): the run goes on
     /// uncompacted (or fails with `compaction_vetoed` when the model refused the context).
     CompactVetoed {
         /// The hook's reason.
         reason: String,
     },
-    /// A `write_todos` call completed (issue 13, seed 001 `todo_change`): the model's todo
+    /// A `write_todos` call completed: the model's todo
     /// list is now `todos` (each call replaces the whole list).
     TodoChange {
         /// The call that set it.
@@ -478,8 +476,8 @@ pub enum AgentEvent {
         /// The whole list.
         todos: Vec<crate::todo::Todo>,
     },
-    /// `update_tools` attached and detached a batch of tools at once (R-CTL-6, seed 001
-    /// `tools_updated`): the next step sees all of the change or, on an error, none of it.
+    /// `update_tools` attached and detached a batch of tools at once (R-CTL-6): the
+    /// next step sees all of the change or, on an error, none of it.
     ToolsUpdated {
         /// Names attached (or replaced).
         attached: Vec<String>,
@@ -506,7 +504,7 @@ pub enum AgentEvent {
         /// Why.
         reason: String,
     },
-    /// How long a tool call took (seed 001's `tool_execution_metrics`): emitted by the
+    /// How long a tool call took: emitted by the
     /// runtime when the call's task ends, so it is not in the trace (its times are the clock
     /// port's readings).
     ToolMetrics {

@@ -16,8 +16,8 @@ use crate::model::ModelRequest;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "effect", rename_all = "snake_case")]
 pub enum Effect {
-    /// Ask the small model `model` for a title of the conversation that starts with `text`
-    /// (issue 13, seed 004); the answer is `Event::TitleReady`.
+    /// Ask the small model `model` for a title of the conversation that starts with `text`;
+    /// the answer is `Event::TitleReady`.
     GenerateTitle {
         /// The title model.
         model: String,
@@ -74,7 +74,7 @@ pub enum Effect {
         call: ToolCall,
     },
     /// Put an `ask_user` call's question to the person; the answer comes back as
-    /// `Event::UserAnswered` (issue 13, seed 001).
+    /// `Event::UserAnswered`.
     AskUser {
         /// The call (its id is the question's ref).
         tool_call_id: String,

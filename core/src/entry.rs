@@ -67,8 +67,8 @@ pub enum Entry {
         /// Why.
         reason: String,
     },
-    /// The title a small model gave the session on its first turn (issue 13, seed 004
-    /// `ensureTitle`; `RunConfig::title_model`).
+    /// The title a small model gave the session on its first turn
+    /// (`RunConfig::title_model`).
     Title {
         /// The run that asked for it.
         run_id: String,

@@ -39,7 +39,7 @@ pub enum ApprovalDecision {
         arguments: Value,
     },
     /// Nobody answered within the approval timeout: the call is not run, as if rejected
-    /// (seed 001 `approval_resolved{status: timeout}`).
+    /// (reported as `approval_resolved{status: timeout}`).
     TimedOut {
         /// How long the request waited.
         after_ms: u64,
@@ -59,7 +59,7 @@ impl ApprovalDecision {
     }
 }
 
-/// How an approval request ended (seed 001 `approval_resolved{status}`).
+/// How an approval request ended (the `status` of `approval_resolved`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalStatus {
@@ -234,7 +234,7 @@ pub enum Event {
         /// The verdict.
         verdict: GateVerdict,
     },
-    /// The person's answer to an `ask_user` question (`Effect::AskUser`; issue 13, seed 001).
+    /// The person's answer to an `ask_user` question (`Effect::AskUser`).
     UserAnswered {
         /// The call that asked (the question's ref).
         tool_call_id: String,
@@ -276,7 +276,7 @@ pub enum Event {
         /// The message.
         text: String,
     },
-    /// A subtask (issue 13, seed 004's subtask part): queued, and run before the next model
+    /// A subtask: queued, and run before the next model
     /// step as a synthetic step whose one tool call is `tool(arguments)` (a subagent tool).
     Subtask {
         /// The tool to call (a `SubagentTool`'s name, or any tool).

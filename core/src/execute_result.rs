@@ -1,12 +1,12 @@
-//! What each step of a run produced (R-IN-5, seed 003's `ExecuteResult { message, toolCalls,
-//! toolResults, error }`).
+//! What each step of a run produced (R-IN-5): its message, tool calls, tool results
+//! and error.
 //!
 //! The outer machine records a [`StepRecord`] when a step ends — committed, failed, overflowed
 //! or aborted — keeps it in the run's [`LoopResult::steps`](crate::react::LoopResult::steps)
 //! and, unless the configuration turns it off, reports it as a `step_finished` event (so it is
 //! in the trace). A record does not copy the step's message or tool results: it names their
 //! position in the run's messages, so a long run keeps each message once and a record costs
-//! the same whatever the session's length. [`ExecuteResult`] is the seed's shape, borrowed
+//! the same whatever the session's length. [`ExecuteResult`] is that view of a step, borrowed
 //! from a record and the messages it points into
 //! ([`LoopResult::execute_results`](crate::react::LoopResult::execute_results)).
 
@@ -88,7 +88,7 @@ fn is_zero(n: &usize) -> bool {
 }
 
 impl StepRecord {
-    /// The seed's `ExecuteResult` of this step, borrowed from `messages` (the run's messages,
+    /// The [`ExecuteResult`] of this step, borrowed from `messages` (the run's messages,
     /// [`LoopResult::messages`](crate::react::LoopResult::messages)). A position that does not
     /// name an assistant message there (messages of another run) gives no message.
     pub fn resolve<'a>(&'a self, messages: &'a [Message]) -> ExecuteResult<'a> {
@@ -123,7 +123,7 @@ impl StepRecord {
     }
 }
 
-/// One step's result in seed 003's shape (R-IN-5): the committed message, its tool calls and
+/// One step's result (R-IN-5): the committed message, its tool calls and
 /// results, usage and error — borrowed from the run's messages, never copied.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ExecuteResult<'a> {
@@ -150,7 +150,7 @@ pub struct ExecuteResult<'a> {
 }
 
 impl ExecuteResult<'_> {
-    /// Whether the step succeeded (the seed's `success`).
+    /// Whether the step succeeded.
     pub fn success(&self) -> bool {
         self.end == StepEnd::Success
     }

@@ -1,4 +1,4 @@
-//! Inline tags in the model's streamed text (issue 13, seed 001): `<status>…</status>`,
+//! Inline tags in the model's streamed text: `<status>…</status>`,
 //! `<title>…</title>` and `<plan>…</plan>` become `status_update`, `title_generated` and
 //! `plan_generated` events and, by default,
 //! leave the answer text. [`InlineTagFilter`] is the pure streaming filter; [`InlineTags`]
@@ -136,7 +136,7 @@ enum Scan {
 }
 
 /// A streaming filter that takes `<status>…</status>`, `<title>…</title>` and `<plan>…</plan>` out of text
-/// arriving in chunks (issue 13, seed 001). A tag may be split across chunks anywhere: text
+/// arriving in chunks. A tag may be split across chunks anywhere: text
 /// after a `<` that may still start a known tag is held back until it is decided. Unknown tags
 /// (`<b>`, `</status>` alone, `<status x>`) pass through unchanged; a body longer than
 /// [`TagKind::max_body_chars`] is given up and released as text; [`finish`](Self::finish)
@@ -303,7 +303,7 @@ mod tests {
         InlinePiece::Text(s.into())
     }
 
-    /// Issue 13 / seed 001: both tags leave the text and come out as tags, in order.
+    /// Both tags leave the text and come out as tags, in order.
     #[test]
     fn plan_steps_drop_list_markers_and_blank_lines() {
         assert_eq!(
@@ -325,7 +325,7 @@ mod tests {
         );
     }
 
-    /// Issue 13 / seed 001: a tag split across deltas (`<sta` + `tus>Rea` + `ding</status>`)
+    /// A tag split across deltas (`<sta` + `tus>Rea` + `ding</status>`)
     /// is held back and found; nothing of it is shown.
     #[test]
     fn a_tag_split_across_deltas_is_held_back_then_found() {
@@ -343,7 +343,7 @@ mod tests {
         assert_eq!(f.finish(), "");
     }
 
-    /// Issue 13 / seed 001: unknown tags, lone closing tags, attributes and comparisons pass
+    /// Unknown tags, lone closing tags, attributes and comparisons pass
     /// through unchanged.
     #[test]
     fn unknown_tags_pass_through() {
@@ -365,7 +365,7 @@ mod tests {
         );
     }
 
-    /// Issue 13 / seed 001: an unclosed tag at the end of the text is released as text.
+    /// An unclosed tag at the end of the text is released as text.
     #[test]
     fn an_unclosed_tag_is_released_at_the_end() {
         assert_eq!(
@@ -375,7 +375,7 @@ mod tests {
         assert_eq!(run(["<title>a</status>"]), vec![t("<title>a</status>")]);
     }
 
-    /// Issue 13 / seed 001: a body over [`MAX_TAG_BODY_CHARS`] is given up and released as
+    /// A body over [`MAX_TAG_BODY_CHARS`] is given up and released as
     /// text at once; what is held stays bounded; one of exactly the limit is a tag.
     #[test]
     fn an_oversized_tag_body_is_released_as_text() {
@@ -400,7 +400,7 @@ mod tests {
         assert_eq!(shown, format!("<title>{}", "</titl".repeat(10_000)));
     }
 
-    /// Issue 13 / seed 001: multi-byte text around and inside tags, split at every character
+    /// Multi-byte text around and inside tags, split at every character
     /// boundary, gives what the whole text gives.
     #[test]
     fn multibyte_text_splits_safely() {
@@ -445,7 +445,7 @@ mod tests {
     }
 
     proptest! {
-        /// Issue 13 / seed 001: splitting the text into chunks anywhere (at character
+        /// Splitting the text into chunks anywhere (at character
         /// boundaries) gives the same visible text and tags as one chunk.
         #[test]
         fn any_split_gives_what_the_whole_gives(
@@ -457,7 +457,7 @@ mod tests {
             prop_assert_eq!(run(chunks.iter().map(String::as_str)), whole.clone());
         }
 
-        /// Issue 13 / seed 001: the visible text and the tags account for the whole input:
+        /// The visible text and the tags account for the whole input:
         /// nothing is lost or invented (up to the whitespace a tag body is trimmed of).
         #[test]
         fn nothing_is_lost(s in texty()) {
@@ -473,7 +473,7 @@ mod tests {
         }
     }
 
-    /// Issue 13 / seed 001: every split of a text with both tags, at every byte position
+    /// Every split of a text with both tags, at every byte position
     /// that is a character boundary, gives the same pieces (exhaustive for one text).
     #[test]
     fn every_two_way_and_three_way_split_agrees() {

@@ -1,4 +1,4 @@
-//! Typed final answers (structured output, issue 12): the run asks for a final answer that
+//! Typed final answers (structured output): the run asks for a final answer that
 //! matches a JSON Schema ([`OutputSpec`]), the runtime checks the answer when the model's
 //! stream ends and passes its verdict ([`OutputRejected`]) with the `done` input event, and
 //! Observing decides on it: `observing_complete` (valid), `observing_retry_output` (invalid,

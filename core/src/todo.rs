@@ -1,5 +1,4 @@
-//! The todo list the model keeps with the built-in `write_todos` tool (issue 13, seed 001's
-//! `WriteTodos` and `todo_change`): each completed call replaces the whole list, and the inner
+//! The todo list the model keeps with the built-in `write_todos` tool: each completed call replaces the whole list, and the inner
 //! machine reports the new list as a `todo_change` event, from the call's (schema-checked)
 //! arguments — so the list is in the trace and the session history, and replays.
 

@@ -1,4 +1,4 @@
-//! The cache of pure tools' results (issue 13, R-TOOL-6): a tool that declares itself pure
+//! The cache of pure tools' results (R-TOOL-6): a tool that declares itself pure
 //! (same arguments, same result, no side effects) is not run again for an identical call
 //! (same name, same canonical arguments) later in the session; the tool-call chart's row
 //! `commit_cached` answers it from here and emits `tool_cache_hit`.

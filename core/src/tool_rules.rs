@@ -1,4 +1,4 @@
-//! Tool rules (issue 13, R-TOOL-3): per call, by tool name and an argument pattern, whether
+//! Tool rules (R-TOOL-3): per call, by tool name and an argument pattern, whether
 //! the call runs (`allow`), waits for a human (`ask`) or gets a denied result without running
 //! (`deny`), and how long it may run — OpenCode's permission rules
 //! (`"bash": {"git *": "allow", "rm *": "deny", "*": "ask"}`) as an ordered list.

@@ -18,6 +18,6 @@ pub struct ToolSpec {
 }
 
 /// The tools offered to a model, shared: an agent, its sessions, their runs and every model
-/// request hold one copy of the schemas (issue 9 item 15). Serializes as a plain JSON array,
+/// request hold one copy of the schemas. Serializes as a plain JSON array,
 /// like a `Vec<ToolSpec>`; build one from a vector with `.into()`.
 pub type ToolSpecs = Arc<[ToolSpec]>;

@@ -1,4 +1,4 @@
-//! Wildcard patterns for tool rules (issue 13, R-TOOL-3), with OpenCode's permission semantics:
+//! Wildcard patterns for tool rules (R-TOOL-3), with OpenCode's permission semantics:
 //! `*` matches any run of characters (none included, `/` and newlines included), `?` exactly
 //! one character, every other character itself (there is no escape), and a pattern that ends
 //! in `" *"` also matches the text without that tail (`git *` matches `git` as well as

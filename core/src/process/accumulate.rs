@@ -1,7 +1,7 @@
 //! Assembling stream deltas into the assistant message (R-STR-2, R-STR-4, R-STR-6). One
 //! implementation serves the machine (what is committed and what the partial-message snapshot
 //! shows) and `agentloop decode` (what is reported), so they cannot disagree; it also applies
-//! the inline-tag option (issue 13) to the text.
+//! the inline-tag option to the text.
 
 use serde_json::Value;
 
@@ -14,7 +14,7 @@ use crate::message::{AssistantMessage, FinishReason, MessageDelta, ToolCall};
 /// [`ToolCall::from_raw`]; when the turn ended with `length`, every tool call is marked
 /// invalid, because the model was cut off and its arguments (or its plan) may be incomplete.
 /// Inline `<status>`/`<title>` tags in the text are handled as its [`InlineTags`] mode says
-/// (issue 13; [`new`](Self::new): [`InlineTags::Strip`], as the machine by default): the
+/// ([`new`](Self::new): [`InlineTags::Strip`], as the machine by default): the
 /// message holds the visible text, never the text still held back.
 #[derive(Clone, Debug, Default)]
 pub struct MessageAssembler {
@@ -38,7 +38,7 @@ impl MessageAssembler {
         Self::default()
     }
 
-    /// An empty assembler that handles inline tags as `mode` says (issue 13).
+    /// An empty assembler that handles inline tags as `mode` says.
     pub fn with_inline_tags(mode: InlineTags) -> Self {
         MessageAssembler {
             inline_tags: mode,
@@ -51,7 +51,7 @@ impl MessageAssembler {
         let _ = self.push_observed(d);
     }
 
-    /// Applies one delta and returns what observers see of its text, in order (issue 13): for
+    /// Applies one delta and returns what observers see of its text, in order: for
     /// a `text-delta`, the visible text and the inline tags it closed (with
     /// [`InlineTags::Off`] or [`Keep`](InlineTags::Keep) the delta's text as it is, then any
     /// tags); for a `text-end` or `finish`, the text held back until then

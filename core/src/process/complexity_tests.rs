@@ -1,4 +1,4 @@
-//! Complexity guards for a step with many tool calls (issue 9 item 12), without timing: the
+//! Complexity guards for a step with many tool calls, without timing: the
 //! slots count every slot their lookups and iterations look at (`Slots::visits`), and these
 //! tests check that a step's n calls cost O(n) visits in all — admission, every completion,
 //! every settle, every approval — where a scan per event would cost O(n²).

@@ -50,7 +50,7 @@ pub struct RetryPolicy {
     /// (the pure machine has no randomness of its own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter_seed: Option<u64>,
-    /// Whether a failed attempt is worth retrying (R-EXT-3, seed 003's `isRetryableError`):
+    /// Whether a failed attempt is worth retrying (R-EXT-3):
     /// a plain function of the typed error, recorded by name (absent when it is the default,
     /// [`default_retry_decider`](crate::process::default_retry_decider), so a configuration
     /// without the field has the default). The retry rows' guards ask it; `max_retries`
@@ -204,7 +204,7 @@ pub struct StepConfig {
     /// come first: this map decides the calls no rule matches.
     pub approval: BTreeMap<String, ApprovalPolicy>,
     /// Rules that decide, per call, by tool name and an argument pattern, whether it runs,
-    /// waits for a human or is denied, and its deadline (issue 13, R-TOOL-3; see
+    /// waits for a human or is denied, and its deadline (R-TOOL-3; see
     /// [`crate::tool_rules`]). The last matching rule decides; a call no rule matches falls
     /// back to [`approval`](Self::approval) and [`tool_timeout_ms`](Self::tool_timeout_ms).
     /// A configuration serialized without the field (a trace recorded before rules existed)
@@ -231,20 +231,19 @@ pub struct StepConfig {
     /// A model attempt's deadlines (`None`: none; the runtime fills in its `Timeouts`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<StreamDeadlines>,
-    /// What a rejected (or timed-out) approval does to the run (seed 001 `auto_resume`,
-    /// seed 004's permission rejection): `false` (the default) stops the run after the step
+    /// What a rejected (or timed-out) approval does to the run: `false` (the default) stops the run after the step
     /// with reason `tool_rejected`; `true` continues, the model seeing the denied result.
     /// An approval always resumes the run.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub auto_resume: bool,
     /// Tools that declared themselves pure (`Tool::pure`; filled by the agent builder): an
     /// identical call later in the session is answered from the cache of their results
-    /// (row `commit_cached`, event `tool_cache_hit`; issue 13, R-TOOL-6). Sorted, without
+    /// (row `commit_cached`, event `tool_cache_hit`; R-TOOL-6). Sorted, without
     /// duplicates (a vector, not a set: an idle session keeps a copy, R-PERF memory budget).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pure_tools: Vec<String>,
     /// Calls to the built-in [`ASK_USER_TOOL`] put their question to the person instead of
-    /// running (row `start_ask_user`; issue 13, seed 001). The agent builder's `ask_user`
+    /// running (row `start_ask_user`). The agent builder's `ask_user`
     /// sets it and offers the tool.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ask_user: bool,
@@ -252,8 +251,8 @@ pub struct StepConfig {
     /// then the call fails (row `user_deadline`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ask_user_timeout_ms: Option<u64>,
-    /// Inline `<status>`, `<title>` and `<plan>` tags in the model's text (issue 13,
-    /// seed 001): each closed tag is reported as a `status_update` / `title_generated` / `plan_generated` event
+    /// Inline `<status>`, `<title>` and `<plan>` tags in the model's text: each
+    /// closed tag is reported as a `status_update` / `title_generated` / `plan_generated` event
     /// and, with the default [`InlineTags::Strip`], removed from the `text_delta` events and
     /// the committed message; [`InlineTags::Keep`] leaves the text as written,
     /// [`InlineTags::Off`] looks for no tags. A configuration serialized without the field
@@ -265,11 +264,11 @@ pub struct StepConfig {
     pub inline_tags: InlineTags,
 }
 
-/// The name of the built-in tool that asks the person a question (issue 13, seed 001).
+/// The name of the built-in tool that asks the person a question.
 pub const ASK_USER_TOOL: &str = "ask_user";
 
 impl StepConfig {
-    /// What decides `call` (issue 13, R-TOOL-3): the last of [`tool_rules`](Self::tool_rules)
+    /// What decides `call` (R-TOOL-3): the last of [`tool_rules`](Self::tool_rules)
     /// that matches it, its action and deadline (the rule's `timeout_ms`, else
     /// `tool_timeout_ms`); without a matching rule, the approval map (`always`: ask) and
     /// `tool_timeout_ms`. Linear in the rules and the argument values they look at.

@@ -60,7 +60,7 @@ pub struct ProcessData {
     pub(crate) sent: Option<Box<ModelRequest>>,
     /// Signatures (tool name, canonical arguments) of the run's earlier calls, oldest first.
     pub(crate) recent: Vec<(String, String)>,
-    /// Results of the session's earlier pure-tool calls (issue 13, R-TOOL-6).
+    /// Results of the session's earlier pure-tool calls (R-TOOL-6).
     pub(crate) cache: std::sync::Arc<crate::tool_cache::ToolCache>,
     /// Why the outer machine stops the run after this step, if it does: `stopped` (a doom
     /// loop with action `stop`), `tool_rejected` (a rejected approval without auto_resume).
@@ -444,7 +444,7 @@ impl ProcessData {
     }
 
     /// Emits what observers see of the text: visible text as `text_delta`, closed inline tags
-    /// as `status_update` / `title_generated` / `plan_generated` (issue 13), in stream order.
+    /// as `status_update` / `title_generated` / `plan_generated`, in stream order.
     fn emit_text(&mut self, observed: Vec<InlinePiece>) {
         let (model_call_index, attempt) = (self.request.model_call_index, self.request.attempt);
         for piece in observed {
@@ -697,7 +697,7 @@ impl ProcessData {
         self.request.tools.iter().any(|t| t.name == name)
     }
 
-    /// The cached result for an identical earlier call of a pure tool (issue 13, R-TOOL-6).
+    /// The cached result for an identical earlier call of a pure tool (R-TOOL-6).
     pub(crate) fn cached(&self, call: &ToolCall) -> Option<&crate::tool_cache::Cached> {
         if !self.cfg.is_pure(&call.name) {
             return None;
@@ -1055,7 +1055,7 @@ impl ProcessData {
         self.approved(i, decision, false);
     }
 
-    /// Whether the run continues after a rejected or timed-out approval (seed 001).
+    /// Whether the run continues after a rejected or timed-out approval.
     pub(crate) fn auto_resume(&self) -> bool {
         self.cfg.auto_resume
     }

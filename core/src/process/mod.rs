@@ -341,7 +341,7 @@ impl Process {
         self
     }
 
-    /// The results of the session's earlier pure-tool calls (issue 13, R-TOOL-6): an
+    /// The results of the session's earlier pure-tool calls (R-TOOL-6): an
     /// identical call of a pure tool is answered from them.
     pub fn with_tool_cache(mut self, cache: std::sync::Arc<crate::tool_cache::ToolCache>) -> Self {
         self.data.cache = cache;

@@ -1,4 +1,4 @@
-//! The retry decision (R-EXT-3, seed 003's `isRetryableError`): a plain function of the typed
+//! The retry decision (R-EXT-3): a plain function of the typed
 //! error, recorded by name, resolved by name on replay — the design of Observing's decider
 //! ([`DeciderRef`](crate::react::DeciderRef)) applied to the inner machine's retry rows.
 

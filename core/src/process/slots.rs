@@ -40,7 +40,7 @@ pub struct Slot {
     /// The runtime's verdict that the arguments break the tool's JSON Schema (R-TOOL-1),
     /// from the `done` event the call was committed on.
     pub rejected: Option<ArgumentsRejected>,
-    /// What decides the call (issue 13, R-TOOL-3): the tool rule that matched it when it was
+    /// What decides the call (R-TOOL-3): the tool rule that matched it when it was
     /// committed or restored (or the approval map), its action and deadline.
     pub policy: CallPolicy,
 }

@@ -1,4 +1,4 @@
-//! Issue 13 / R-EXT-1: a `before_compact` hook can veto a compaction. The veto is the
+//! R-EXT-1: a `before_compact` hook can veto a compaction. The veto is the
 //! machine's `compaction_vetoed` input (rows `compacting_vetoed`, `compacting_vetoed_required`):
 //! a compaction the run only wanted (threshold) is skipped until the next committed step; one
 //! the model's refusal of the context made necessary fails the run with `compaction_vetoed`.

@@ -297,7 +297,7 @@ fn sliding_window_fails_when_it_removes_nothing_or_pins_do_not_fit() {
     );
 }
 
-/// Issue 12 item 6: an image counts a fixed `IMAGE_TOKENS` whatever its size (providers scale
+/// An image counts a fixed `IMAGE_TOKENS` whatever its size (providers scale
 /// images down), a file its decoded bytes / 4, a URL its length, more text its length.
 #[test]
 fn issue12_item6_parts_count_in_the_estimate() {

@@ -87,7 +87,7 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
     };
     vec![
         (
-            "tool rules (issue 13, R-TOOL-3): commit_denied_by_rule, a rule's deadline firing (deadline)",
+            "tool rules (R-TOOL-3): commit_denied_by_rule, a rule's deadline firing (deadline)",
             rules,
             vec![
                 START,
@@ -107,7 +107,7 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
             }],
         ),
         (
-            "ask_user (issue 13, seed 001): start_ask_user, tools_user_answered(+stale), user_answered, user_unavailable, user_deadline",
+            "ask_user: start_ask_user, tools_user_answered(+stale), user_answered, user_unavailable, user_deadline",
             ask,
             vec![
                 START,
@@ -129,7 +129,7 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
             ],
         ),
         (
-            "a pure tool's identical call in a later step is answered from the cache (issue 13): commit_cached",
+            "a pure tool's identical call in a later step is answered from the cache (R-TOOL-6): commit_cached",
             Setup {
                 pure_calculator: true,
                 ..Setup::default()
@@ -213,7 +213,7 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
             vec![START, OPEN, Action::Abort, Action::Abort, Action::RunEndCommitted],
         ),
         (
-            "a custom retry decider (R-EXT-3, issue 13): requesting_retry on a 401 it retries once, requesting_fail on the second",
+            "a custom retry decider (R-EXT-3): requesting_retry on a 401 it retries once, requesting_fail on the second",
             Setup {
                 retry_decider: true,
                 ..Setup::default()

@@ -1,4 +1,4 @@
-//! Each step's `ExecuteResult` (R-IN-5, issue 13 item 3, seed 003): the outer machine records
+//! Each step's `ExecuteResult` (R-IN-5): the outer machine records
 //! every step that ends — committed, failed, overflowed, aborted — in the run's result and as
 //! a `step_finished` event, naming the committed message and its tool results by position in
 //! the run's messages (never copying them), and keeps those positions right through compaction.
@@ -362,7 +362,7 @@ fn r_in_5_a_config_without_report_steps_reads_off_and_emits_no_step_finished() {
 }
 
 /// A record's wire form: `end` by its snake_case name (what `StepEnd::as_str` gives), zero
-/// counts left out, others kept (mutation-testing gaps of stop 20).
+/// counts left out, others kept.
 #[test]
 fn r_in_5_step_records_serialize_by_name_without_zero_counts() {
     use agentloop_core::execute_result::{StepEnd, StepRecord};

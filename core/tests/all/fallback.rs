@@ -1,4 +1,4 @@
-//! Model fallback (issue 12): a step that fails on its model is requested again from the next
+//! Model fallback: a step that fails on its model is requested again from the next
 //! model of the run's fallback chain — row `executing_fallback` — and never on a context
 //! overflow or an abort.
 

@@ -1,4 +1,4 @@
-//! Hostile files (issue "Hardening 3", item 6): a trace whose header carries tool rules no run
+//! Hostile files: a trace whose header carries tool rules no run
 //! could have been configured with is refused when read, with a typed error; a rule set at the
 //! bounds replays; a rule changed after its first match matches by its new pattern.
 

@@ -1,4 +1,4 @@
-//! Issue 13 / seed 001, inline tags, through the inner machine: `<status>…</status>` and
+//! Inline tags through the inner machine: `<status>…</status>` and
 //! `<title>…</title>` in the streamed text become `status_update` / `title_generated` events;
 //! with the default `inline_tags: strip` they leave the `text_delta` events, the partial
 //! snapshot (R-STR-2) and the committed message; `keep` leaves the text as written; `off`
@@ -130,7 +130,7 @@ fn committed_text(effects: &[Effect]) -> (String, String) {
     (persisted, announced)
 }
 
-/// Issue 13 / seed 001: tags split across deltas (`<sta` + `tus>Rea` + `ding</status>`)
+/// Tags split across deltas (`<sta` + `tus>Rea` + `ding</status>`)
 /// become `status_update` and `title_generated` when they close; the text deltas, the
 /// snapshot and the committed message hold the visible text only.
 #[test]
@@ -162,7 +162,7 @@ fn issue_13_tags_become_events_and_leave_the_committed_text() {
     assert_eq!(p.committed().expect("committed").text, "The sum is 5.");
 }
 
-/// Issue 13 / seed 001: text held back at the end (a `<` that might have opened a tag, an
+/// Text held back at the end (a `<` that might have opened a tag, an
 /// unclosed tag) is released when the message is committed: a `text_delta` before
 /// `response_complete`, and in the committed text. Nothing is lost.
 #[test]
@@ -197,7 +197,7 @@ fn issue_13_held_back_text_is_released_at_the_commit() {
     assert_eq!(persisted, "a < b, <b>c</b> <status>Reading");
 }
 
-/// Issue 13 / seed 001: with `keep`, the tags are reported and the text stays as written.
+/// With `keep`, the tags are reported and the text stays as written.
 #[test]
 fn issue_13_keep_reports_the_tags_and_leaves_the_text() {
     let mut p = process(InlineTags::Keep);
@@ -213,7 +213,7 @@ fn issue_13_keep_reports_the_tags_and_leaves_the_text() {
     assert_eq!(committed_text(&done).0, "<status>Reading</status>Hi");
 }
 
-/// Issue 13 / seed 001: with `off`, no tag is looked for: the deltas pass as they came.
+/// With `off`, no tag is looked for: the deltas pass as they came.
 #[test]
 fn issue_13_off_looks_for_no_tags() {
     let mut p = process(InlineTags::Off);
@@ -228,7 +228,7 @@ fn issue_13_off_looks_for_no_tags() {
     assert_eq!(committed_text(&done).0, "<title>T</title>x<");
 }
 
-/// Issue 13 / seed 001 with R-IN-6: a retry starts a fresh filter, so a tag opened in the
+/// R-IN-6: a retry starts a fresh filter, so a tag opened in the
 /// failed attempt is not closed by the next one, and nothing held back from the failed
 /// attempt reaches the committed message.
 #[test]
@@ -267,7 +267,7 @@ fn issue_13_a_retry_starts_a_fresh_filter() {
     assert_eq!(committed_text(&done).0, "ding</status>fine");
 }
 
-/// Issue 13 / seed 001: the default is `strip`, serialized in a trace's configuration; a
+/// The default is `strip`, serialized in a trace's configuration; a
 /// configuration without the field (written before it existed) reads as `off`, so old traces
 /// replay as recorded; `off` is not written.
 #[test]
@@ -290,7 +290,7 @@ fn issue_13_the_option_defaults_to_strip_and_old_configurations_read_as_off() {
     assert_eq!(keep.inline_tags, InlineTags::Keep);
 }
 
-/// Issue 13 / seed 001: a what-if replay can change the option (`--set inline_tags=strip`
+/// A what-if replay can change the option (`--set inline_tags=strip`
 /// shows what stripping would have made of a trace recorded without it).
 #[test]
 fn issue_13_what_if_sets_the_option() {
@@ -307,7 +307,7 @@ fn issue_13_what_if_sets_the_option() {
     assert!(apply_setting(&mut cfg, "inline_tags", "drop").is_err());
 }
 
-/// Issue 13 / seed 001 `plan_generated`: a `<plan>` tag split across deltas becomes one
+/// A `<plan>` tag split across deltas becomes one
 /// `plan_generated` with its steps (list markers dropped, blank lines skipped) when it closes,
 /// and leaves the committed text.
 #[test]
@@ -359,7 +359,7 @@ fn issue_13_a_plan_has_its_own_bound() {
     assert_eq!(committed_text(&done).0, too_long);
 }
 
-/// Issue 13 (`<plan>`): a number marks a list item only with its `.` or `)`; a line that
+/// In a `<plan>`, a number marks a list item only with its `.` or `)`; a line that
 /// merely starts with one of them keeps it.
 #[test]
 fn issue_13_plan_lines_starting_with_a_dot_or_parenthesis_keep_it() {

@@ -1,4 +1,4 @@
-//! Usage limits (issue 12): Planning checks tokens, cost, model calls and tool calls before
+//! Usage limits: Planning checks tokens, cost, model calls and tool calls before
 //! each step; a reached limit asks for one final answer without tools
 //! (`planning_limit_final`) or ends the run at once (`planning_limit_stop`), and the run-end
 //! reason names the limit.

@@ -635,7 +635,7 @@ fn seed_001_an_approval_timeout_is_a_rejection_with_status_timeout() {
     assert!(kinds(&d).contains(&"agent_resumed:tool_approval_timeout".to_string()));
 }
 
-/// `calc` declared pure (issue 13, R-TOOL-6).
+/// `calc` declared pure (R-TOOL-6).
 fn pure_calc() -> RunConfig {
     let mut cfg = config();
     cfg.step.set_pure("calc", true);

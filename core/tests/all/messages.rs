@@ -160,7 +160,7 @@ fn model_error_builders_and_display() {
     assert_eq!(e.clone().with_retry_after_ms(None).retry_after_ms, None);
 }
 
-/// Issue 12 item 6: content parts are additive. A plain user message serializes as it always
+/// Content parts are additive. A plain user message serializes as it always
 /// did (no `parts`); parts serialize tagged, with Anthropic's `source` shape, and read back.
 #[test]
 fn issue12_item6_content_parts_serialize_tagged_and_plain_messages_unchanged() {
@@ -232,7 +232,7 @@ fn issue12_item6_user_text_describes_parts_without_their_data() {
     );
 }
 
-/// Issue 12 item 6: sizes switch unit exactly at 1 KiB and 1 MiB (decoded bytes).
+/// Sizes switch unit exactly at 1 KiB and 1 MiB (decoded bytes).
 #[test]
 fn issue12_item6_part_sizes_change_unit_at_the_boundaries() {
     use agentloop_core::message::base64_decoded_len;

@@ -1,4 +1,4 @@
-//! Typed final answers (issue 12): the runtime's verdict on the answer arrives with `done`;
+//! Typed final answers: the runtime's verdict on the answer arrives with `done`;
 //! Observing retries a rejected answer with its errors (`observing_retry_output`) or, with
 //! the retries used up, fails the run (`observing_output_invalid`).
 

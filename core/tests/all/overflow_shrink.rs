@@ -1,4 +1,4 @@
-//! Issue "Hardening 3" items 1 and 9 on the pure machines: a provider's context overflow
+//! Context overflows and malformed answers on the pure machines: a provider's context overflow
 //! asks for a compaction below what was sent even with no budget configured (R-OUT-6), a
 //! known or configured context window is the budget (R-CTX-3), and a malformed answer is
 //! retried once per step (R-IN-2).

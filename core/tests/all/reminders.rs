@@ -1,4 +1,4 @@
-//! Issue 13 / seed 004: reminders are inserted by one pure function, `insert_reminders`; the
+//! Reminders are inserted by one pure function, `insert_reminders`; the
 //! max-steps reminder is one of them, configured rules are data in the run configuration (so
 //! in the trace header), and a reminder is in that step's request only, never committed.
 

@@ -1,5 +1,5 @@
-//! The retry decision as a replaceable pure function (R-EXT-3, issue 13 item 3, seed 003's
-//! `isRetryableError`): the retry rows' guards ask `step.retry.decider` about the typed error,
+//! The retry decision as a replaceable pure function (R-EXT-3): the
+//! retry rows' guards ask `step.retry.decider` about the typed error,
 //! `max_retries` still bounds the retries, a context overflow is never retried, and the
 //! decider is recorded by name — replay resolves it in the registry or fails, typed.
 

@@ -1,4 +1,4 @@
-//! The typed run error (issue 12 item 7): `kind` is the serialized `type` tag of every variant,
+//! The typed run error: `kind` is the serialized `type` tag of every variant,
 //! and only a model failure has a model error.
 
 use agentloop_core::agent_event::Outcome;

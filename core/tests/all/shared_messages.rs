@@ -1,4 +1,4 @@
-//! `SharedMessages` (issue 9 item 13): a request's history is shared, so cloning is O(1), yet
+//! `SharedMessages`: a request's history is shared, so cloning is O(1), yet
 //! it compares, iterates and collects like the `Vec<Message>` it replaced. Written for the
 //! mutants cargo-mutants left alive in `core/src/model.rs`.
 

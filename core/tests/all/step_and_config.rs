@@ -188,7 +188,7 @@ fn r_in_1_backoff_doubles_from_the_initial_delay_up_to_the_cap() {
     assert_eq!(p.delay_ms(6, None), 3 << 5);
 }
 
-/// Issue 9: a `retry-after` of 0 or in the past (which [`retry_after_ms`] turns into 0) must
+/// A `retry-after` of 0 or in the past (which [`retry_after_ms`] turns into 0) must
 /// not make a 0 ms retry loop; the computed backoff is the floor.
 #[test]
 fn r_in_1_a_retry_after_hint_never_shortens_the_backoff() {
@@ -210,7 +210,7 @@ fn r_in_1_a_retry_after_hint_never_shortens_the_backoff() {
     assert_eq!(p.delay_ms(2, Some(60_000)), 2_000);
 }
 
-/// Issue 12 item 7: jitter is a pure function of the recorded seed and the draw, within
+/// Jitter is a pure function of the recorded seed and the draw, within
 /// `jitter_percent` below the backoff, spread over that band, never applied to a server hint.
 #[test]
 fn r_in_1_jitter_is_a_pure_function_of_the_seed_within_its_band() {

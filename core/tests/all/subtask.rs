@@ -1,4 +1,4 @@
-//! Issue 13 / seed 004 (OpenCode): a subtask part queued in the session runs as a tool call
+//! As in OpenCode, a subtask part queued in the session runs as a tool call
 //! (a subagent tool) before the next model step. Rows `active_subtask` (queue it) and
 //! `planning_subtask` (a synthetic step: its assistant message, one call, persisted like a
 //! committed turn, and run by the inner machine as a resumed step's calls are).

@@ -1,4 +1,4 @@
-//! The todo list of the built-in `write_todos` tool (issue 13, seed 001): the arguments that
+//! The todo list of the built-in `write_todos` tool: the arguments that
 //! set a list, and how a list reads.
 
 use agentloop_core::todo::{render, todos_of, Todo, TodoStatus};

@@ -1,4 +1,4 @@
-//! The pure-tool result cache's own rules (issue 13, R-TOOL-6): only completed results of
+//! The pure-tool result cache's own rules (R-TOOL-6): only completed results of
 //! well-formed calls, identical means same name and same canonical arguments, newer replaces
 //! older, and both bounds (entries, bytes) hold with the oldest leaving first.
 

@@ -1,4 +1,4 @@
-//! Tool rules through the inner machine (issue 13 item 6, R-TOOL-3): per call, by tool name and
+//! Tool rules through the inner machine (R-TOOL-3): per call, by tool name and
 //! an argument pattern, allow (runs), ask (approval rows), deny (row `commit_denied_by_rule`, a
 //! denied result naming the rule), the last matching rule deciding, a rule's timeout as the
 //! call's deadline timer, the approval map and `tool_timeout_ms` deciding whatever no rule

@@ -542,7 +542,7 @@ fn long_text_is_shown_on_one_line_and_cut_at_its_limit() {
     );
 }
 
-/// Issue 13's events and inputs read as notes too: cache hits, rule matches (each action,
+/// These events and inputs read as notes too: cache hits, rule matches (each action,
 /// with and without a deadline), status, title, plan, todos, tool-set changes, a vetoed
 /// compaction.
 #[test]

@@ -1,4 +1,4 @@
-//! The small rules behind the runtime's verdicts (issue 12): near matches of unknown tool
+//! The small rules behind the runtime's verdicts: near matches of unknown tool
 //! names against a reference edit distance, the bounds of the names compared, tie breaking,
 //! the `omitted` field on the wire, the typed-answer instruction and message, and the code
 //! fence rule of `output_json`.

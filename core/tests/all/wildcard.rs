@@ -1,4 +1,4 @@
-//! The tool rules' wildcard matcher (issue 13, R-TOOL-3) against a reference implementation:
+//! The tool rules' wildcard matcher (R-TOOL-3) against a reference implementation:
 //! the textbook dynamic program over (pattern prefix, text prefix), quadratic but obviously
 //! right, with OpenCode's `" *"` tail rule on top.
 
