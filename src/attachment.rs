@@ -210,7 +210,7 @@ pub struct Prompt {
     pub text: String,
     /// The parts after it, in order.
     pub parts: Vec<ContentPart>,
-    /// Subtask parts (issue 13, seed 004): `(tool, arguments)` calls, usually of a
+    /// Subtask parts: `(tool, arguments)` calls, usually of a
     /// [`SubagentTool`](crate::subagent::SubagentTool), that the run makes before its first
     /// model step (row `planning_subtask`); the model then sees each call and its result.
     pub subtasks: Vec<(String, serde_json::Value)>,
@@ -227,7 +227,7 @@ impl Prompt {
     }
 
     /// Adds a subtask part: the run calls `tool` with `arguments` before its first model step
-    /// (seed 004's subtask part: `{agent, prompt, description}` for a subagent tool).
+    /// (for a [`SubagentTool`](crate::subagent::SubagentTool), `{"task": "..."}`).
     pub fn subtask(mut self, tool: impl Into<String>, arguments: serde_json::Value) -> Self {
         self.subtasks.push((tool.into(), arguments));
         self

@@ -1,5 +1,4 @@
-//! Agent instructions loaded by agent id (issue 13, seed 002's
-//! `buildSystemPrompt(loadAgentInstructions(agentId))`): a directory holds one Markdown file per
+//! Agent instructions loaded by agent id: a directory holds one Markdown file per
 //! agent, `<dir>/<agent id>.md`; the agent's system prompt is composed from it
 //! ([`build_system_prompt`]). The composed prompt is the run configuration's `system`, so the
 //! trace header records the text a run was given and a replay needs no file.

@@ -1,6 +1,6 @@
-//! Model clients: the offline scripted model, and (issue 3) real providers over HTTP.
+//! Model clients: the offline scripted model, and real providers over HTTP.
 //!
-//! Real providers (issue 3), one file per concern:
+//! Real providers, one file per concern:
 //! - [`sse`]: the SSE decoder ([`sse::SseDecoder`]) and the bytes → deltas pipeline
 //!   ([`sse::SsePipeline`], [`sse::SseNormalizer`]);
 //! - [`openai`] / [`anthropic`]: pure stream normalizers, request bodies, and the [`crate::model::Model`]

@@ -1,4 +1,4 @@
-//! The context manager port (R-CTX-1, R-CTX-2; seed 000 `contextManager`): what a run's
+//! The context manager port (R-CTX-1, R-CTX-2): what a run's
 //! model sees is built from the session's entries by a replaceable [`ContextManager`].
 //!
 //! When it is called:
@@ -76,7 +76,7 @@ pub struct ContextUpdates {
     pub messages: Option<Vec<Message>>,
 }
 
-/// Builds a run's model context from a session, and updates it after the run (seed 000).
+/// Builds a run's model context from a session, and updates it after the run.
 #[async_trait]
 pub trait ContextManager: Send + Sync {
     /// The context a new run starts from (R-CTX-1).

@@ -1,4 +1,4 @@
-//! The runtime's check of a typed final answer (structured output, issue 12): the run's
+//! The runtime's check of a typed final answer (structured output): the run's
 //! [`OutputSpec`] schema is compiled once per run; when a model stream ends, the message as the
 //! machine assembled it is read as JSON ([`output_json`]) and validated, and the verdict rides
 //! on the `done` event into the machine (and the trace), where Observing decides on it.

@@ -18,8 +18,7 @@ pub trait Approver: Send + Sync {
     async fn decide(&self, call: &ToolCall) -> Option<ApprovalDecision>;
 }
 
-/// A question the model asks the person through the built-in `ask_user` tool (issue 13,
-/// seed 001).
+/// A question the model asks the person through the built-in `ask_user` tool.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Question {
     /// The question's ref: the id of the call that asks.

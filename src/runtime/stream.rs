@@ -24,7 +24,7 @@ pub enum RunStreamItem {
     End(Result<Box<RunOutput>, AgentError>),
 }
 
-/// The events of one run as a [`Stream`] (issue 12 item 7), besides the agent's own sink, which
+/// The events of one run as a [`Stream`], besides the agent's own sink, which
 /// sees them too. The run goes on only while the stream is polled; dropping the stream drops
 /// the run as dropping [`Agent::run`]'s future would (its session stays resumable).
 pub struct RunStream {

@@ -1,4 +1,4 @@
-//! The title model's call (issue 13, seed 004 `ensureTitle`): what the runtime does for the
+//! The title model's call (a session's title, made once on its first run): what the runtime does for the
 //! machine's `generate_title` effect. One request to the small model, its text collected (at
 //! most [`MAX_TITLE_RESPONSE_BYTES`]), cleaned to one line of at most [`MAX_TITLE_CHARS`]
 //! characters. Any failure is `None`: a title is never worth failing a run for.

@@ -4,9 +4,9 @@
 //! One queue holds every event anybody may still read: the last `ring_size` events (the ring
 //! buffer, replayed by `subscribe(since)`) and the events a live subscriber has not read yet,
 //! up to `capacity` behind the newest. The queue grows on demand and gives memory back when
-//! it empties, so an idle session without subscribers holds no event storage at all (issue 9
-//! item 15: a preallocated broadcast channel of 4,096 slots used to cost every session about
-//! 650 KiB before its first event).
+//! it empties, so an idle session without subscribers holds no event storage at all (a
+//! preallocated broadcast channel of 4,096 slots would cost every session about 650 KiB before
+//! its first event).
 //!
 //! Ordering: an event gets its index and is queued under one lock, so every subscriber sees
 //! events in index order, and a `subscribe` taken under the same lock neither misses nor

@@ -11,7 +11,7 @@
 //!  event bus ◀── every event (runtime + session), indexed; status and metrics observe it
 //! ```
 //!
-//! Behaviour per status follows R-CTL-1..6 and seed 001:
+//! Behaviour per status follows R-CTL-1..6:
 //!
 //! | call | idle | busy (`running`, `streaming`, `executing_tools`, `awaiting_approval`) |
 //! |---|---|---|
@@ -80,7 +80,7 @@ fn trace_run_id(trace: &crate::trace::Trace) -> Option<&str> {
     })
 }
 
-/// The observable status of a session (R-CTL, seed 001).
+/// The observable status of a session (R-CTL).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
@@ -94,7 +94,7 @@ pub enum Status {
     ExecutingTools,
     /// A tool call waits for a human.
     AwaitingApproval,
-    /// An `ask_user` question waits for the person's answer (issue 13, seed 001).
+    /// An `ask_user` question waits for the person's answer.
     AwaitingUser,
 }
 
@@ -469,7 +469,7 @@ impl Session {
         rx.await.map_err(|_| SessionError::Closed)?
     }
 
-    /// Queues a subtask (issue 13, seed 004's subtask part): a call of `tool` (usually a
+    /// Queues a subtask: a call of `tool` (usually a
     /// [`SubagentTool`](crate::subagent::SubagentTool)) with `arguments` that runs before the
     /// next model step, under the normal tool pipeline (approval, rules, timeouts, abort); the
     /// model then sees the call and its result. Busy → queued into the running run (row
@@ -573,8 +573,8 @@ impl Session {
         self.shared.approvals.pending_ids()
     }
 
-    /// Answers the `ask_user` question `reference` (the `ask_user` event's ref; issue 13,
-    /// seed 001): the waiting call gets `answer` as its result and the run goes on.
+    /// Answers the `ask_user` question `reference` (the `ask_user` event's
+    /// ref): the waiting call gets `answer` as its result and the run goes on.
     pub fn respond(&self, reference: &str, answer: impl Into<String>) -> Result<(), SessionError> {
         Ok(self.shared.questions.answer(reference, answer.into())?)
     }
@@ -607,7 +607,7 @@ impl Session {
     }
 
     /// Detaches the tools named in `detach`, then attaches `attach` (replacing tools of the
-    /// same name), as one change (R-CTL-6, seed 001): one `tools_updated{attached, detached}`
+    /// same name), as one change (R-CTL-6): one `tools_updated{attached, detached}`
     /// event, and the next step offers the new set. A name in `detach` that is not attached
     /// is an [`SessionError::UnknownTool`] error and nothing changes.
     pub async fn update_tools(
@@ -1124,7 +1124,7 @@ mod status_tests {
     use super::*;
 
     /// R-CTL-1: every chart state's name is read as a typed state (an unknown name sets
-    /// nothing), and the busy states map to the statuses seed 001 names.
+    /// nothing), and the busy states map to their statuses.
     #[test]
     fn every_state_of_both_charts_maps_by_its_typed_name() {
         let react: Vec<_> = ReactState::ALL

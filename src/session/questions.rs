@@ -1,5 +1,5 @@
-//! Questions the model asks the person through the built-in `ask_user` tool (issue 13, seed
-//! 001): the session installs its own `UserAsker` as the agent's asker; a question parks until
+//! Questions the model asks the person through the built-in `ask_user` tool: the
+//! session installs its own `UserAsker` as the agent's asker; a question parks until
 //! [`Session::respond`](super::Session::respond) answers it by its ref (the tool call's id).
 //! The wait's deadline is the machine's (a timer of the step, `ask_user_timeout_ms`), so a
 //! question nobody answers ends as the chart says, not here.

@@ -1,5 +1,5 @@
-//! `ask_user`: the built-in tool the model calls to ask the person a question, with options
-//! (issue 13, seed 001). It never runs: with `StepConfig::ask_user` set (the agent builder's
+//! `ask_user`: the built-in tool the model calls to ask the person a question, with options.
+//! It never runs: with `StepConfig::ask_user` set (the agent builder's
 //! [`ask_user`](crate::runtime::AgentBuilder::ask_user)) the machine puts the question to the
 //! person instead (row `start_ask_user`, effect `ask_user`) and the answer is the result.
 

@@ -40,7 +40,7 @@ impl TypedTool for Calculator {
         true
     }
 
-    /// Arithmetic: the same expression always gives the same number (issue 13, R-TOOL-6).
+    /// Arithmetic: the same expression always gives the same number (R-TOOL-6).
     fn pure(&self) -> bool {
         true
     }

@@ -1,5 +1,4 @@
-//! `write_todos`: the built-in tool the model keeps its todo list with (issue 13, seed 001's
-//! `WriteTodos`). Each call sends the whole list; the tool answers with the list as the model
+//! `write_todos`: the built-in tool the model keeps its todo list with. Each call sends the whole list; the tool answers with the list as the model
 //! will see it, and the inner machine reports it as a `todo_change` event (see
 //! [`agentloop_core::todo`]). Offered by [`AgentBuilder::write_todos`](crate::runtime::AgentBuilder::write_todos)
 //! and `agentloop run --todos`.

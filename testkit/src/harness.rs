@@ -75,23 +75,23 @@ pub struct Setup {
     /// The run asks for a typed final answer (one output retry); the first this-many final
     /// answers are rejected (`observing_retry_output`, `observing_output_invalid`).
     pub typed_output: Option<u32>,
-    /// A rejected or timed-out approval lets the run continue (seed 001 `auto_resume`)
+    /// A rejected or timed-out approval lets the run continue (`auto_resume`)
     /// instead of stopping it (`awaiting_rejected` / `awaiting_rejected_stop`).
     pub auto_resume: bool,
     /// `calculator` is pure: an identical call in a later step is answered from the cache
-    /// (`commit_cached`, issue 13).
+    /// (`commit_cached`).
     pub pure_calculator: bool,
     /// `ask_user` is offered and answered by the person (`start_ask_user`, `user_answered`,
-    /// `user_unavailable`, `user_deadline`; issue 13, seed 001).
+    /// `user_unavailable`, `user_deadline`).
     pub ask_user: bool,
-    /// Tool rules (issue 13, R-TOOL-3; [`tool_rules`]): `read_file` is denied
+    /// Tool rules (R-TOOL-3; [`tool_rules`]): `read_file` is denied
     /// (`commit_denied_by_rule`, `restore_denied_by_rule`) and `calculator` calls whose
     /// expression starts with `2+` get a deadline of their own.
     pub tool_rules: bool,
     /// A title model titles the session on its first run (`generate_title`, `active_title`,
-    /// `finishing_title`; issue 13, seed 004).
+    /// `finishing_title`).
     pub title: bool,
-    /// The retry decision is [`RETRY_AUTH_ONCE`] (R-EXT-3, issue 13): a 401 is retried on the
+    /// The retry decision is [`RETRY_AUTH_ONCE`] (R-EXT-3): a 401 is retried on the
     /// step's first attempt, a server error never.
     pub retry_decider: bool,
 }
@@ -525,7 +525,7 @@ pub enum Action {
     AbortKill(u8),
     /// `Steer`.
     Steer,
-    /// `Subtask`: a `calculator` call queued to run before the next model step (issue 13).
+    /// `Subtask`: a `calculator` call queued to run before the next model step.
     Subtask,
     /// `SwitchModel`.
     SwitchModel,
