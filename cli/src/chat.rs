@@ -47,7 +47,7 @@ pub struct ChatArgs {
     #[arg(long = "ask", value_name = "TOOL")]
     pub ask: Vec<String>,
     /// After `/reject` (or an approval timeout) let the run continue with the denied result
-    /// instead of stopping it with reason `tool_rejected` (seed 001 `auto_resume`).
+    /// instead of stopping it with reason `tool_rejected`.
     #[arg(long)]
     pub auto_resume: bool,
     /// Model, tools and runtime options (`--trace FILE`: like `/trace FILE` before the first

@@ -74,7 +74,7 @@ pub struct StatusLine {
     tools: BTreeMap<String, String>,
     /// Calls waiting for approval, in the order asked.
     pending: Vec<PendingCall>,
-    /// What the model last said it is doing (`<status>…</status>`, issue 13).
+    /// What the model last said it is doing (`<status>…</status>`).
     status: Option<String>,
 }
 
@@ -471,7 +471,7 @@ mod tests {
         assert_eq!(s.render(0, PLAIN), "⠋ idle · step 0 · 0.0s · tok 0↑ 0↓");
     }
 
-    /// Issue 13 / seed 001: the model's last `<status>` shows after the phase, until a
+    /// The model's last `<status>` shows after the phase, until a
     /// retry drops it.
     #[test]
     fn the_models_status_shows_on_the_line() {

@@ -183,7 +183,7 @@ fn chat_refuses_an_unknown_tool_to_ask_for() {
     assert!(text(&out.stderr).contains("--ask nope: no such tool"));
 }
 
-/// Issue 13 / seed 001: a model that calls `ask_user` pauses the chat's run; the person's next
+/// A model that calls `ask_user` pauses the chat's run; the person's next
 /// line is the answer (a number picks an option) and the run continues with it.
 #[test]
 fn seed_001_chat_asks_the_person_and_continues_with_the_answer() {

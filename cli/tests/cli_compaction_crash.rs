@@ -1,4 +1,4 @@
-//! A crash during compaction, with the real binary (issue 9 item 5; R-IDEM-3, R-IDEM-5,
+//! A crash during compaction, with the real binary (R-IDEM-3, R-IDEM-5,
 //! R-IDEM-7, R-OUT-6). `examples/scripts/compact_append.json` makes four steps of
 //! `append_line` calls; with `--compact-threshold 4` the context is compacted before steps 3,
 //! 4 and 5. Two ways to crash there:

@@ -1,4 +1,4 @@
-//! R-OUT-6 / R-CTX-3 through the binary ("Hardening 3" item 1): five `agentloop run --session`
+//! R-OUT-6 / R-CTX-3 through the binary: five `agentloop run --session`
 //! prompts against a loopback OpenAI-compatible server that refuses (HTTP 400
 //! `context_length_exceeded`) any request body over a size limit. With the default flags the
 //! fifth prompt is refused once, compacted and retried shorter, and completes; with

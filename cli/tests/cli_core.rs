@@ -1,6 +1,6 @@
 //! The core CLI as a real child process: the main job, trace + replay (identical, and a changed
 //! event named by index), Ctrl-C aborting cleanly, clear errors for malformed input, and inline
-//! status/title tags (issue 13).
+//! status/title tags.
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -128,7 +128,7 @@ fn r_str_4_json_events_carry_the_committed_message_and_the_final_text() {
     assert_eq!(commits[1]["message"]["finish_reason"], "stop");
 }
 
-/// Issue 12 (usage limits): `--max-tool-calls 1` lets the demo's calculator call run, then
+/// Usage limits: `--max-tool-calls 1` lets the demo's calculator call run, then
 /// asks for a final answer (or, with `--on-limit stop`, ends at once); the run's end names
 /// the limit, and the trace replays.
 #[test]
@@ -178,7 +178,7 @@ fn usage_limits_end_the_run_naming_the_limit_and_replay() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--price"));
 }
 
-/// Issue 12 (typed final answers): `--output-schema FILE` sends the first, non-JSON answer back
+/// Typed final answers: `--output-schema FILE` sends the first, non-JSON answer back
 /// with its errors; stdout then holds only the validated JSON. With no retries left the run
 /// fails with reason `output_invalid`.
 #[test]
@@ -439,7 +439,7 @@ fn r_trace_2_sixteen_runs_with_four_parallel_tools_give_one_trace() {
     assert_eq!(traces.len(), 1, "16 recordings, {} traces", traces.len());
 }
 
-/// Issue 9 item 4: a huge tool argument is echoed to stderr cut at 2 KiB with a marker
+/// A huge tool argument is echoed to stderr cut at 2 KiB with a marker
 /// naming how much was left out; the tool still gets the whole argument (R-TOOL-1).
 #[test]
 fn huge_tool_arguments_are_echoed_truncated() {
@@ -481,7 +481,7 @@ fn huge_tool_arguments_are_echoed_truncated() {
     );
 }
 
-// Issue 13 / seed 001, inline tags: a scripted model streams its answer a few characters at a
+// Inline tags: a scripted model streams its answer a few characters at a
 // time (so the tags arrive split across deltas); `<status>…</status>` and `<title>…</title>`
 // come out as `status_update` and `title_generated` in `--events json`, and leave the answer
 // unless `--inline-tags keep`.
@@ -519,7 +519,7 @@ fn streamed(events: &[Value]) -> String {
         .collect()
 }
 
-/// Issue 13 / seed 001: the tags become `status_update{text}` and `title_generated{title}`;
+/// The tags become `status_update{text}` and `title_generated{title}`;
 /// the streamed text, the committed message and the final answer have no tags; the trace
 /// replays identically.
 #[test]
@@ -557,7 +557,7 @@ fn issue_13_inline_tags_become_events_and_leave_the_answer() {
     assert!(stderr.contains("[title] Sum"), "{stderr}");
 }
 
-/// Issue 13 / seed 001: `--inline-tags keep` reports the tags and leaves the answer as the
+/// `--inline-tags keep` reports the tags and leaves the answer as the
 /// model wrote it; `--inline-tags off` looks for no tags; a trace without the option in its
 /// header (as before it existed) replays as `off`.
 #[test]
@@ -587,7 +587,7 @@ fn issue_13_inline_tags_keep_and_off() {
     );
 }
 
-/// Issue 13 / seed 002: `--agent ID` loads `ID.md` from `--agents-dir` into the system prompt
+/// `--agent ID` loads `ID.md` from `--agents-dir` into the system prompt
 /// (after `--system`); the trace header records the composed prompt; an id that names a path
 /// is refused before any request.
 #[test]

@@ -1,4 +1,4 @@
-//! A run killed before its first write (issue 9 item 10), with the real CLI binary: it leaves
+//! A run killed before its first write, with the real CLI binary: it leaves
 //! no session file behind, and `resume` on a session without entries (an empty file left by
 //! an older build, or no file at all) says there is nothing to resume and exits 3, so a
 //! "resume until it exits 0" loop can stop.

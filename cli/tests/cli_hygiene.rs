@@ -1,4 +1,4 @@
-//! CLI hygiene, met by the real binary (issue "Hardening 3", item 4): a closed stdout pipe
+//! CLI hygiene, met by the real binary: a closed stdout pipe
 //! ends the process without a panic; `trace view` never overwrites the trace it shows; a
 //! FIFO or a device given as an input file fails at once with a typed error (R-SEC: inputs
 //! are regular files, read with a size cap); an `--output-schema` the run could not enforce

@@ -1,5 +1,5 @@
-//! `trace import` on large and failing inputs, met by the real binary (issue "Hardening 3",
-//! item 6): a 2,000-turn, half-megabyte recording imports fully inside a 1 GiB address space
+//! `trace import` on large and failing inputs, met by the real binary:
+//! a 2,000-turn, half-megabyte recording imports fully inside a 1 GiB address space
 //! (the import held every request in memory and died there, leaving an empty trace file); a
 //! failed import leaves no trace, no script and no temporary file, and an existing trace as
 //! it was.

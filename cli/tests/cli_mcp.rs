@@ -1,6 +1,6 @@
 //! `agentloop run --mcp` / `--mcp-http` and `agentloop tools` as real child processes, with the
 //! scripted model calling the tools of real third-party MCP servers: npm's
-//! `@modelcontextprotocol/server-everything` and PyPI's `mcp-server-time` (issue 12 item 2).
+//! `@modelcontextprotocol/server-everything` and PyPI's `mcp-server-time`.
 //!
 //! The servers are found through `MCP_EVERYTHING_BIN` and `MCP_TIME_PY` (`.ci/run` installs
 //! both); without them a test prints why it skips, except with `CI` set, where it fails.

@@ -1,4 +1,4 @@
-//! `agentloop tools --mcp` against a hostile MCP server (Hardening 3, item 5): 10,000 tools are
+//! `agentloop tools --mcp` against a hostile MCP server: 10,000 tools are
 //! listed in seconds (inserting them one by one was O(n²): 87 s for 8,000), endless
 //! `tools/list` pagination ends with a typed error, and names the providers refuse (one over
 //! 65,535 bytes made the listing panic) are skipped. The server is

@@ -1,4 +1,4 @@
-//! End to end through the CLI binary against real HTTP servers on loopback (issue 3):
+//! End to end through the CLI binary against real HTTP servers on loopback:
 //! `agentloop run --provider openai --base-url http://127.0.0.1:PORT` performs a two-step
 //! tool-calling conversation with one injected 429 + `retry-after-ms`, a 401 fails at once
 //! without leaking the key, and the same run works against a third-party mock server
@@ -222,7 +222,7 @@ fn unauthorized_fails_at_once_without_the_key() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
-/// Issue 12 (model fallback): the primary model answers 401, the same step is requested from
+/// Model fallback: the primary model answers 401, the same step is requested from
 /// `--fallback second` (same server), the run completes, and its trace replays.
 #[test]
 fn a_401_on_the_primary_model_falls_back_to_the_next_and_the_trace_replays() {
@@ -375,8 +375,8 @@ fn cli_against_third_party_mock_server() {
 }
 
 /// R-IN-6: an attempt that fails mid-stream after some text reached stdout is retried, and
-/// stdout marks the retry on its own line, so the text after the last marker is the answer
-/// (issue 9 item 11). The marker is on stdout, in order with the text it discards.
+/// stdout marks the retry on its own line, so the text after the last marker is the answer.
+/// The marker is on stdout, in order with the text it discards.
 #[test]
 fn r_in_6_a_retry_after_partial_text_is_marked_on_stdout() {
     // The first stream ends (EOF) after some text, without finish_reason or [DONE]: a
@@ -413,7 +413,7 @@ fn r_in_6_a_retry_after_partial_text_is_marked_on_stdout() {
     assert!(stderr.contains("[retry] attempt 2"), "{stderr}");
 }
 
-/// R-STR-5, issue 12 item 6: `--image` and `--file` read the files, take their media types
+/// R-STR-5: `--image` and `--file` read the files, take their media types
 /// from the extensions and send them after the prompt's text as content parts (images first,
 /// in the order given, then files).
 #[test]
@@ -462,7 +462,7 @@ fn r_str_5_issue12_item6_run_sends_images_and_files_as_content_parts() {
     );
 }
 
-/// Issue 12 item 6: an attachment that cannot be sent is a clear error (exit 2) before any
+/// An attachment that cannot be sent is a clear error (exit 2) before any
 /// request: an extension of the wrong kind, a file over the 10 MiB limit, a missing file, a
 /// directory. Nothing reaches the server.
 #[test]

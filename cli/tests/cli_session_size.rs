@@ -1,4 +1,4 @@
-//! A session file with a huge line, met by the real CLI binary (issue 9 item 5): loading it
+//! A session file with a huge line, met by the real CLI binary: loading it
 //! fails with an error naming the line, after reading at most the entry size limit of it
 //! (16 MiB by default) — measured as the child's peak resident memory.
 #![cfg(target_os = "linux")]

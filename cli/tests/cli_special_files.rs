@@ -1,4 +1,4 @@
-//! Files that are not regular files, met by the real CLI binary (issue 9, items 2 and 3):
+//! Files that are not regular files, met by the real CLI binary:
 //! a FIFO under `--root` read by `read_file` or appended to by `append_line` must not keep the
 //! process alive after the run ends (R-TOOL-3: the per-tool timeout bounds a tool, and the
 //! process exits when the run does), and a session file that is a symbolic link is refused by

@@ -1,4 +1,4 @@
-//! The model's file tools stay out of the session store (issue "Hardening 3" item 2, R-TOOL-2,
+//! The model's file tools stay out of the session store (R-TOOL-2,
 //! R-STORE): with the defaults (tool root `.`, store `./.agentloop/sessions`) a scripted model's
 //! `read_file` and `append_line` on another session's file, its lock, its own live session, or
 //! a `..`/symbolic-link route into the store get error results; the other session stays

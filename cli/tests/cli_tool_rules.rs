@@ -1,4 +1,4 @@
-//! Tool rules from the command line as a real child process (issue 13 item 6, R-TOOL-3):
+//! Tool rules from the command line as a real child process (R-TOOL-3):
 //! `--tool-rule ACTION[@TIMEOUT]:TOOL[:FIELD=PATTERN]` and `--tool-rules FILE`. A denied
 //! `append_line` call never writes its line and the model reads why; the allowed one writes;
 //! the events and the trace name the deciding rule, and the trace replays.

@@ -1,4 +1,4 @@
-//! Crash test with a real process (issue 4 item 6): `agentloop run --session` on a script
+//! Crash test with a real process: `agentloop run --session` on a script
 //! whose turns call `append_line` in sequence and in parallel is killed with SIGKILL at
 //! seeded random moments, then `agentloop resume` is started (and killed) again until it
 //! exits 0. Across the test at least 50 kills land. After each session:

