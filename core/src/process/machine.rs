@@ -66,7 +66,7 @@ impl ProcessMachine {
         match ev {
             Event::Abort { .. } => {
                 context.take(Row::LiveAbort);
-                let in_request = context.state.is_in("Requesting");
+                let in_request = context.state.in_requesting();
                 let in_retry = context.state == crate::chart::ProcessState::Retrying;
                 context.abort(in_request, in_retry);
                 Transition(State::error())

@@ -50,6 +50,9 @@ pub struct ReactData {
     pub(crate) tool_cache: std::sync::Arc<crate::tool_cache::ToolCache>,
     /// The first stop a step asked for (its run-end reason: `stopped`, `tool_rejected`).
     pub(crate) stop_requested: Option<&'static str>,
+    /// The decision function's answer for the step being observed: computed once, before
+    /// `Decide` is dispatched ([`prepare`](Self::prepare)); the Observing guards read it.
+    pub(crate) decision: Option<Decision>,
     pub(crate) abort_emitted: bool,
     pub(crate) abort_reason: Option<String>,
     /// After a context overflow the step is re-requested with the same `model_call_index`;
@@ -106,6 +109,7 @@ impl ReactData {
             recent_calls: Vec::new(),
             tool_cache: Default::default(),
             stop_requested: None,
+            decision: None,
             abort_emitted: false,
             abort_reason: None,
             next_attempt: None,
@@ -694,7 +698,7 @@ impl ReactData {
     fn output_rejected_now(&self) -> bool {
         self.cfg.output.is_some()
             && self.output_rejected.is_some()
-            && self.observe() == crate::react::config::Decision::Complete
+            && self.decision == Some(Decision::Complete)
     }
 
     /// Guard `output_retry`: the typed answer was rejected and retries are left.
@@ -787,14 +791,22 @@ impl ReactData {
         self.execute();
     }
 
-    /// Forwards an abort to a live inner machine; returns whether it now drains tools.
-    pub(crate) fn forward_abort(&mut self, event: &crate::event::Event) -> bool {
-        if self.step.as_ref().is_some_and(|s| !s.state().is_terminal()) {
-            self.forward(event);
+    /// The work an input needs done before the guards are evaluated, so that every guard
+    /// only reads: in a state of `Active`, an abort reaches a live inner step first (once; the
+    /// step's transitions and effects follow the outer one's, as the step's own), so guard
+    /// `tools_draining` reads whether the step now drains; `Decide` runs the decision
+    /// function once, and the Observing guards read its answer.
+    pub(crate) fn prepare(&mut self, state: ReactState, input: &crate::react::machine::Input<'_>) {
+        use crate::react::machine::Input;
+        match input {
+            Input::Ext(e @ crate::event::Event::Abort { .. })
+                if state.in_active() && !self.step_ended() && self.step.is_some() =>
+            {
+                self.forward(e);
+            }
+            Input::Decide => self.decision = Some(self.observe()),
+            _ => {}
         }
-        self.step
-            .as_ref()
-            .is_some_and(|s| s.state() == ProcessState::Draining)
     }
 
     /// Whether the current step ended (terminal inner state).
@@ -873,7 +885,7 @@ impl ReactData {
     pub(crate) fn halt_io(&mut self) {
         if let Some(step) = &self.step {
             let state = step.state();
-            if state.is_in("Requesting") {
+            if state.in_requesting() {
                 let r = step.request();
                 self.out.push(Effect::CancelModel {
                     attempt: crate::event::AttemptId {

@@ -3,8 +3,10 @@
 //! [`Process`](crate::process::Process) of the current step and runs internal events
 //! (`Plan`, `Decide`, inner machine finished) to completion inside one call.
 
+pub(crate) mod actions;
 pub mod config;
 pub(crate) mod data;
+pub(crate) mod dispatch;
 pub(crate) mod guards;
 pub mod health;
 pub mod limits;
@@ -195,11 +197,12 @@ impl Run {
         checks: &mut Vec<GuardCheck>,
     ) -> bool {
         let from = self.react_state();
-        let expected = guards::expected(from, k, &self.data, &input);
+        let mark = self.data.out.len();
+        self.data.prepare(from, &input);
+        let expected = dispatch::expected(from, k, &self.data, &input);
         self.data.state = from;
         self.data.row = None;
         self.data.unhandled = false;
-        let mark = self.data.out.len();
         self.sm.handle_with_context(&input, &mut self.data);
         let to = self.react_state();
         if from != to {

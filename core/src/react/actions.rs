@@ -1,0 +1,310 @@
+//! The outer chart's row actions: one function per row of `statecharts/react.toml` (an ignored
+//! row has none), named after the row's id and called by the generated dispatch
+//! ([`crate::react::dispatch`]) once the row is taken. An action does the row's effects on the
+//! data; it never chooses a row or a target state: the chart does.
+//!
+//! `build.rs` checks that the `pub(crate) fn`s here are exactly the rows that act: a missing
+//! action or one that no row names fails the build.
+
+use crate::agent_event::Outcome;
+use crate::error::RunError;
+use crate::event::Event;
+use crate::execute_result::StepEnd;
+use crate::process::StepOutcome;
+use crate::react::data::ReactData;
+use crate::react::machine::Input;
+
+/// The external event of `input`, if any.
+fn ext<'a>(input: &Input<'a>) -> Option<&'a Event> {
+    match input {
+        Input::Ext(e) => Some(e),
+        _ => None,
+    }
+}
+
+/// `init_start`: persist the input, emit run_start, maybe generate a title.
+pub(crate) fn init_start(data: &mut ReactData, input: &Input<'_>) {
+    if let Some(Event::Start {
+        run_id,
+        history,
+        input,
+        session_turns,
+    }) = ext(input)
+    {
+        data.start(run_id, history, input, *session_turns);
+    }
+}
+
+/// The part both resume rows share: the run starts again from the persisted session.
+fn resume(data: &mut ReactData, input: &Input<'_>) {
+    if let Some(Event::Resume {
+        run_id,
+        history,
+        session_turns,
+        committed_steps,
+        ..
+    }) = ext(input)
+    {
+        data.start(run_id, history, &[], *session_turns);
+        data.committed_steps = *committed_steps;
+    }
+}
+
+/// `init_resume_tools`: resume, then run the pending step's calls without results.
+pub(crate) fn init_resume_tools(data: &mut ReactData, input: &Input<'_>) {
+    resume(data, input);
+    if let Some(Event::Resume {
+        pending: Some(p), ..
+    }) = ext(input)
+    {
+        data.resume_step(p);
+    }
+}
+
+/// `init_resume`: resume; Planning re-requests the uncommitted step.
+pub(crate) fn init_resume(data: &mut ReactData, input: &Input<'_>) {
+    resume(data, input);
+}
+
+/// `planning_max_steps`: the run ends (max_steps).
+pub(crate) fn planning_max_steps(data: &mut ReactData, _input: &Input<'_>) {
+    data.finish(Outcome::Completed, "max_steps".into(), None);
+}
+
+/// `planning_limit_stop`: announce the limit, the run ends (usage_limit:<limit>).
+pub(crate) fn planning_limit_stop(data: &mut ReactData, _input: &Input<'_>) {
+    let reason = data.note_limit();
+    data.finish(Outcome::Completed, reason, None);
+}
+
+/// `planning_limit_final`: announce the limit, run one final-answer step.
+pub(crate) fn planning_limit_final(data: &mut ReactData, _input: &Input<'_>) {
+    data.note_limit();
+    data.limit_final_ran = true;
+    data.execute();
+}
+
+/// `planning_subtask`: run the oldest queued subtask.
+pub(crate) fn planning_subtask(data: &mut ReactData, _input: &Input<'_>) {
+    data.run_subtask();
+}
+
+/// `planning_compact`: compact (threshold).
+pub(crate) fn planning_compact(data: &mut ReactData, _input: &Input<'_>) {
+    data.compact("threshold");
+}
+
+/// `planning_execute`: merge steering, build the context, begin the step.
+pub(crate) fn planning_execute(data: &mut ReactData, _input: &Input<'_>) {
+    data.execute();
+}
+
+/// `executing_success`: take the step's message and results into the context.
+pub(crate) fn executing_success(data: &mut ReactData, _input: &Input<'_>) {
+    data.absorb_step();
+}
+
+/// `executing_overflow`: end the step, compact below what was sent.
+pub(crate) fn executing_overflow(data: &mut ReactData, _input: &Input<'_>) {
+    let Some(StepOutcome::ContextOverflow(e)) = data.step_outcome() else {
+        return;
+    };
+    data.next_attempt = data.step.as_ref().map(|s| s.request().attempt + 1);
+    data.end_step(StepEnd::ContextOverflow);
+    data.compact_overflow(&e);
+}
+
+/// `executing_fallback`: re-request the step from the next fallback model.
+pub(crate) fn executing_fallback(data: &mut ReactData, _input: &Input<'_>) {
+    data.fall_back();
+}
+
+/// `executing_error`: end the step, the run fails with the model's error.
+pub(crate) fn executing_error(data: &mut ReactData, _input: &Input<'_>) {
+    let Some(StepOutcome::Failed(e)) = data.step_outcome() else {
+        return;
+    };
+    data.end_step(StepEnd::Failed);
+    data.finish(
+        Outcome::Failed,
+        e.kind.to_string(),
+        Some(RunError::Model { error: e }),
+    );
+}
+
+/// `executing_abort_drain`: the abort reached the step (before dispatch), immune tools drain;
+/// announce the abort now.
+pub(crate) fn executing_abort_drain(data: &mut ReactData, input: &Input<'_>) {
+    if let Some(Event::Abort { reason, .. }) = ext(input) {
+        data.abort_reason = Some(reason.clone());
+        data.emit_abort(reason);
+    }
+}
+
+/// `executing_aborted`: keep the drained step's results, the run ends aborted.
+pub(crate) fn executing_aborted(data: &mut ReactData, _input: &Input<'_>) {
+    data.absorb_aborted_step();
+    let reason = data
+        .abort_reason
+        .clone()
+        .unwrap_or_else(|| "aborted".into());
+    data.finish(Outcome::Aborted, reason, None);
+}
+
+/// `observing_stop`: the run ends with the step's stop reason.
+pub(crate) fn observing_stop(data: &mut ReactData, _input: &Input<'_>) {
+    let reason = data.stop_requested.unwrap_or("stopped");
+    data.finish(Outcome::Completed, reason.into(), None);
+}
+
+/// `observing_compact`: compact (budget).
+pub(crate) fn observing_compact(data: &mut ReactData, _input: &Input<'_>) {
+    data.compact("budget");
+}
+
+/// `observing_continue`: nothing to do; Planning plans the next step.
+pub(crate) fn observing_continue(_data: &mut ReactData, _input: &Input<'_>) {}
+
+/// `observing_retry_output`: the answer's schema errors go back to the model.
+pub(crate) fn observing_retry_output(data: &mut ReactData, _input: &Input<'_>) {
+    data.retry_output();
+}
+
+/// `observing_output_invalid`: the run fails (output_invalid).
+pub(crate) fn observing_output_invalid(data: &mut ReactData, _input: &Input<'_>) {
+    data.fail_output();
+}
+
+/// `observing_complete`: the run ends with the final answer (or the limit that asked for it).
+pub(crate) fn observing_complete(data: &mut ReactData, _input: &Input<'_>) {
+    let reason = match data.limit_hit {
+        Some(kind) => kind.reason(),
+        None => "final_answer".into(),
+    };
+    data.finish(Outcome::Completed, reason, None);
+}
+
+/// `compacting_done`: keep the smaller context.
+pub(crate) fn compacting_done(data: &mut ReactData, input: &Input<'_>) {
+    if let Some(Event::CompactionDone { messages, removed }) = ext(input) {
+        data.compacted(messages, *removed);
+    }
+}
+
+/// `compacting_failed`: the run fails (compaction_failed).
+pub(crate) fn compacting_failed(data: &mut ReactData, input: &Input<'_>) {
+    if let Some(Event::CompactionFailed { error }) = ext(input) {
+        data.finish(
+            Outcome::Failed,
+            "compaction_failed".into(),
+            Some(RunError::Compaction {
+                message: error.clone(),
+            }),
+        );
+    }
+}
+
+/// `compacting_vetoed_required`: the overflow cannot be answered, the run fails.
+pub(crate) fn compacting_vetoed_required(data: &mut ReactData, input: &Input<'_>) {
+    if let Some(Event::CompactionVetoed { reason }) = ext(input) {
+        data.compaction_vetoed(reason);
+        data.finish(
+            Outcome::Failed,
+            "compaction_vetoed".into(),
+            Some(RunError::Compaction {
+                message: format!(
+                    "the model refused the context and a before_compact hook vetoed \
+                     the compaction: {reason}"
+                ),
+            }),
+        );
+    }
+}
+
+/// `compacting_vetoed`: report the veto; no compaction before the next committed step.
+pub(crate) fn compacting_vetoed(data: &mut ReactData, input: &Input<'_>) {
+    if let Some(Event::CompactionVetoed { reason }) = ext(input) {
+        data.compaction_vetoed(reason);
+    }
+}
+
+/// `active_steer`: queue the steering message (skip_remaining: cut the batch short).
+pub(crate) fn active_steer(data: &mut ReactData, input: &Input<'_>) {
+    if let Some(e @ Event::Steer { text }) = ext(input) {
+        data.steer(e, text);
+    }
+}
+
+/// `active_subtask`: queue the subtask.
+pub(crate) fn active_subtask(data: &mut ReactData, input: &Input<'_>) {
+    if let Some(Event::Subtask { tool, arguments }) = ext(input) {
+        data.subtasks.push_back((tool.clone(), arguments.clone()));
+    }
+}
+
+/// `active_title`: keep and report the title.
+pub(crate) fn active_title(data: &mut ReactData, input: &Input<'_>) {
+    if let Some(Event::TitleReady { title }) = ext(input) {
+        data.titled(title.as_deref());
+    }
+}
+
+/// `active_switch_model`: use the model from the next step on.
+pub(crate) fn active_switch_model(data: &mut ReactData, input: &Input<'_>) {
+    if let Some(Event::SwitchModel { model }) = ext(input) {
+        data.switch_model(model);
+    }
+}
+
+/// `active_set_tools`: offer these tools from the next step on.
+pub(crate) fn active_set_tools(data: &mut ReactData, input: &Input<'_>) {
+    if let Some(Event::SetTools { tools, immune }) = ext(input) {
+        data.cfg.tools = tools.clone();
+        data.cfg.step.immune = immune.clone();
+    }
+}
+
+/// `active_run_deadline`: the timer is spent; the facade feeds the abort it stands for.
+pub(crate) fn active_run_deadline(data: &mut ReactData, _input: &Input<'_>) {
+    data.deadline_armed = false;
+    data.deadline_abort = true;
+}
+
+/// `active_abort`: the abort reached the step (before dispatch); keep what it committed, the
+/// run ends aborted.
+pub(crate) fn active_abort(data: &mut ReactData, input: &Input<'_>) {
+    if let Some(Event::Abort { reason, .. }) = ext(input) {
+        data.absorb_aborted_step();
+        data.finish(Outcome::Aborted, reason.clone(), None);
+    }
+}
+
+/// `active_store_failed`: stop the stream and the tools, the run fails.
+pub(crate) fn active_store_failed(data: &mut ReactData, input: &Input<'_>) {
+    if let Some(Event::StoreWriteFailed { error }) = ext(input) {
+        data.halt_io();
+        data.finish(
+            Outcome::Failed,
+            "store_write_failed".into(),
+            Some(RunError::StoreWrite {
+                message: error.clone(),
+            }),
+        );
+    }
+}
+
+/// `finishing_completed`: nothing here; entering Completed reports the end.
+pub(crate) fn finishing_completed(_data: &mut ReactData, _input: &Input<'_>) {}
+
+/// `finishing_failed`: nothing here; entering Failed reports the end.
+pub(crate) fn finishing_failed(_data: &mut ReactData, _input: &Input<'_>) {}
+
+/// `finishing_aborted`: nothing here; entering Aborted reports the end.
+pub(crate) fn finishing_aborted(_data: &mut ReactData, _input: &Input<'_>) {}
+
+/// `finishing_store_failed`: the final commit failed, the run fails naming its reached end.
+pub(crate) fn finishing_store_failed(data: &mut ReactData, input: &Input<'_>) {
+    if let Some(Event::StoreWriteFailed { error }) = ext(input) {
+        data.commit_failed(error);
+    }
+}
