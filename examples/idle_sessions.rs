@@ -1,4 +1,4 @@
-//! Memory of many sessions in one process (issue 9 item 15).
+//! Memory of many sessions in one process.
 //!
 //! 1. Idle: spawns `IDLE` sessions (default 10,000), each with its own [`Agent`] built from one
 //!    shared model, store and tool registry, lets every actor park, and reports the heap they

@@ -1,4 +1,4 @@
-//! The built-in `ask_user` tool (issue 13, seed 001): the model asks the person a question
+//! The built-in `ask_user` tool: the model asks the person a question
 //! (with options); the call waits in the tool-call chart's `AwaitingUser` state, the session
 //! reports `awaiting_user` and emits `ask_user{question, options, ref}`, and
 //! `Session::respond(ref, answer)` resumes the run (`user_responded`). A deadline is the

@@ -1,4 +1,4 @@
-//! Compaction interrupted (issue 9, items 4 and 5), on the real runtime with the scripted
+//! Compaction interrupted, on the real runtime with the scripted
 //! model and a compactor that parks inside its first compaction:
 //!
 //! - R-CTL-3 / R-OUT-6: an abort while compacting ends the run `Aborted`; the compaction's
@@ -135,7 +135,7 @@ fn final_answer(entries: &[Entry]) -> Option<&str> {
     })
 }
 
-/// R-CTL-3 / R-OUT-6 / R-IDEM-7 (issue 9 item 4): abort while the compactor is working. The
+/// R-CTL-3 / R-OUT-6 / R-IDEM-7: abort while the compactor is working. The
 /// run ends `Aborted` without a compaction entry; releasing the compactor afterwards changes
 /// nothing (its task was cancelled with the run); the log passes `store::check`; a second run
 /// on the session compacts and completes, and no tool ran twice.
@@ -197,7 +197,7 @@ fn said(text: &str) -> Message {
     })
 }
 
-/// R-OUT-6 / R-VER-1 (issue 9 item 4), on the pure machine where the order of inputs is
+/// R-OUT-6 / R-VER-1, on the pure machine where the order of inputs is
 /// exact: a `CompactionDone` that arrives after the abort — while the run-end entry is being
 /// committed, and after the run ended — is reported unhandled, requests no effect (no
 /// compaction entry is persisted), and leaves the run `Aborted` with its uncompacted messages.
@@ -260,7 +260,7 @@ fn r_out_6_a_compaction_result_after_abort_is_ignored() {
     assert_eq!(result.messages, messages, "the compaction was not applied");
 }
 
-/// R-IDEM-5 / R-IDEM-3 (issue 9 item 5): a crash while compacting. The run's future is
+/// R-IDEM-5 / R-IDEM-3: a crash while compacting. The run's future is
 /// dropped with the compactor parked — as a killed process, nothing more is written and
 /// nothing of the run goes on (releasing the compactor afterwards does not complete it). A new
 /// agent on the same file store (the restarted process) resumes: it compacts again and
@@ -333,7 +333,7 @@ async fn compaction_write() -> (usize, usize) {
     (entries.len(), k)
 }
 
-/// R-IDEM-4 / R-IDEM-5 (issue 9 item 5): the store fails the write of the compaction entry,
+/// R-IDEM-4 / R-IDEM-5: the store fails the write of the compaction entry,
 /// before it reached the disk and after. The run fails at once (`store_write_failed`, nothing
 /// written after), and a resume on the healthy store completes: it compacts again when the
 /// entry was lost, takes the stored one when it was not, and no tool runs twice.

@@ -1,4 +1,4 @@
-//! The context manager port (issue 13 item 4, seed 000, R-CTX-1 / R-CTX-2): a custom manager
+//! The context manager port (R-CTX-1 / R-CTX-2): a custom manager
 //! builds each new run's history, system prompt and tools and keeps entries before and after
 //! the run; its outputs are in the trace (`Start`'s history, the header's configuration), so
 //! the trace replays without it.

@@ -1,4 +1,4 @@
-//! R-OUT-6 / R-IN-2 (issue "Hardening 3", item 1): a provider's context overflow shrinks the
+//! R-OUT-6 / R-IN-2: a provider's context overflow shrinks the
 //! context and the step is requested again — with the default configuration (no budget, no
 //! message cap), through a live [`Session`], against a loopback HTTP server that answers
 //! OpenAI's and Anthropic's real overflow bodies once a request body is over a size limit.

@@ -251,7 +251,7 @@ fn approval_session(config: SessionConfig) -> Session {
     approval_session_resuming(config, false)
 }
 
-/// [`approval_session`] with seed 001's `auto_resume` set as given.
+/// [`approval_session`] with `auto_resume` set as given.
 fn approval_session_resuming(config: SessionConfig, auto_resume: bool) -> Session {
     let agent = builder(Slow::new(
         r#"{"turns": [
@@ -314,7 +314,7 @@ async fn answered(auto_resume: bool, approve: bool) -> Session {
     s
 }
 
-/// R-CTL-4 and seed 001: a rejected call gets a denied result, and by default the run stops
+/// R-CTL-4: a rejected call gets a denied result, and by default the run stops
 /// there with reason `tool_rejected` (no model call after it, no `agent_resumed`).
 #[tokio::test(start_paused = true)]
 async fn r_ctl_4_seed_001_reject_gives_a_denied_result_and_stops_the_run() {

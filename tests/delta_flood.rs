@@ -1,4 +1,4 @@
-//! A flood of tiny deltas (Hardening 3, item 5): a million one-character deltas are well under
+//! A flood of tiny deltas: a million one-character deltas are well under
 //! `max_response_bytes` but cost ~1.4 KB each with a trace (1.47 GB with `--trace`).
 //! `ResponseLimits::max_deltas` (default 262,144) ends such a response with a typed
 //! `response_too_large` error; and a trace file is written line by line, not built as one

@@ -1,4 +1,4 @@
-//! Store fault injection (issue 4 item 7, R-IDEM-4): for every write `k` of a clean run, a
+//! Store fault injection (R-IDEM-4): for every write `k` of a clean run, a
 //! store that fails the `k`-th append ends the run `Failed` at once with memory and store
 //! equal, and a resume on the healthy store then completes the run.
 

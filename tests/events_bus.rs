@@ -266,7 +266,7 @@ async fn r_ext_1_tool_hook_verdicts_are_in_the_trace_and_replay() {
     assert_eq!(agentloop::trace::replay(&trace), None);
 }
 
-/// An async guardrail (issue 13, R-EXT-1): it waits (as a model call would) before it decides;
+/// An async guardrail (R-EXT-1): it waits (as a model call would) before it decides;
 /// the loop goes on meanwhile, and its verdicts are the machine's inputs, so the trace replays.
 struct SlowReviewer;
 
@@ -347,7 +347,7 @@ async fn issue_13_r_ext_1_async_before_tool_and_a_before_compact_veto() {
     );
 }
 
-/// Issue 13 / R-EXT-1, every hook point has a test: `after_model_call` sees each attempt's end
+/// R-EXT-1, every hook point has a test: `after_model_call` sees each attempt's end
 /// (a failed attempt that is retried, then the one that finished), `after_tool` rewrites a
 /// result before the model sees it, and `before_model_call` sees every attempt first.
 #[derive(Default)]

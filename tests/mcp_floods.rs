@@ -1,4 +1,4 @@
-//! MCP servers that flood the client (Hardening 3, item 5): thousands of tools, a `tools/list`
+//! MCP servers that flood the client: thousands of tools, a `tools/list`
 //! whose cursors never end, a tool list too large, tool names the providers refuse, and a
 //! server that floods `sampling/createMessage` requests during a call. The server is a real
 //! child process: `tests/fixtures/mcp/hostile_server.py` (Python 3, no packages).

@@ -1,4 +1,4 @@
-//! MCP tool servers (issue 12 item 2) against real third-party servers: npm's
+//! MCP tool servers against real third-party servers: npm's
 //! `@modelcontextprotocol/server-everything` (stdio and streamable HTTP) and PyPI's
 //! `mcp-server-time` (stdio), plus connect failures that need no server.
 //!

@@ -1,4 +1,4 @@
-//! "Hardening 3" item 9 against a third-party mock server's fault injection: `@copilotkit/aimock`
+//! Malformed answers against a third-party mock server's fault injection: `@copilotkit/aimock`
 //! (npm; see `provider_thirdparty.rs` for installing it) answers a fixture's `malformedRate: 1`
 //! chaos with HTTP 200 `application/json` `{malformed json: <<<chaos>>>`, what a proxy's
 //! glitch looks like. Through the runtime, on both wire formats: a malformed answer is

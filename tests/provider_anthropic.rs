@@ -209,7 +209,7 @@ fn ping_unknown_events_and_unknown_block_types_are_ignored() {
     );
 }
 
-/// Issue 9: malformed data repeats on a retry, so it is `malformed_response`, not retried.
+/// Malformed data repeats on a retry, so it is `malformed_response`, not retried.
 #[test]
 fn malformed_events_are_unretried_errors_naming_the_event() {
     let deltas = deltas_whole(P, &fixture("anthropic_malformed.sse"));

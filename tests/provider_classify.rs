@@ -411,7 +411,7 @@ fn decode_http_success_response_with_chunked_sse_body() {
     assert_eq!(r.error.unwrap().kind, ErrorKind::MalformedResponse);
 }
 
-/// Issue 9.8: `decode --http` reads a 2xx answer the way the client does — a compressed body
+/// `decode --http` reads a 2xx answer the way the client does — a compressed body
 /// or JSON instead of an event stream is a `malformed_response`, not retried.
 #[test]
 fn decode_http_success_that_is_not_a_readable_event_stream() {
@@ -457,7 +457,7 @@ fn model_clients_never_show_the_key_in_debug_output() {
     }
 }
 
-/// Issue 9.1: the client follows no redirects; a 3xx names its status and only the host of
+/// The client follows no redirects; a 3xx names its status and only the host of
 /// its `Location` (a path or query could carry a token), and is not retried.
 #[test]
 fn redirects_are_typed_errors_naming_the_location_host() {

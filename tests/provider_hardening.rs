@@ -1,7 +1,7 @@
-//! Issue 9 ("Hardening") against the loopback server: redirects never carry a key to another
+//! Provider hardening against the loopback server: redirects never carry a key to another
 //! origin; response limits end the attempt with a typed error that the runtime does not retry
 //! (R-IN-2), and unreadable bodies and malformed data with a `malformed_response` that it
-//! retries once per step ("Hardening 3" item 9) — counted as requests on the server.
+//! retries once per step — counted as requests on the server.
 #![allow(clippy::disallowed_methods)] // tests may read the wall clock
 
 #[path = "provider_support/mod.rs"]

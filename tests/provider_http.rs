@@ -388,7 +388,7 @@ async fn json_error_body_under_200_is_classified() {
     assert!(e.message.contains("not streamed"), "shows the body: {e}");
 }
 
-/// Issue 12 item 6: the o-series and gpt-5 models refuse `max_tokens`; their requests carry
+/// The o-series and gpt-5 models refuse `max_tokens`; their requests carry
 /// the cap as `max_completion_tokens` (by model name, or as `HttpConfig` says).
 #[tokio::test]
 async fn reasoning_models_get_their_cap_as_max_completion_tokens() {

@@ -473,7 +473,7 @@ fn clean_eof_without_terminal_evidence_is_incomplete() {
     }
 }
 
-/// Issue 9: malformed data repeats on a retry, so it is `malformed_response`, not retried.
+/// Malformed data repeats on a retry, so it is `malformed_response`, not retried.
 #[test]
 fn malformed_json_is_an_unretried_error_naming_the_event() {
     let r = report("openai_malformed.sse");
@@ -534,7 +534,7 @@ fn content_after_finish_reason_is_an_error_not_silently_dropped() {
     assert_eq!(r.error.unwrap().kind, ErrorKind::MalformedResponse);
 }
 
-/// Issue 9: Mistral's magistral models send `content` as an array of parts; `thinking`
+/// Mistral's magistral models send `content` as an array of parts; `thinking`
 /// parts (whose `thinking` is an array of text parts, or a string) are reasoning, `text`
 /// parts are text, other part types are ignored.
 #[test]

@@ -1,4 +1,4 @@
-//! Issue 12 item 6 against the loopback server (R-STR-5): what each provider's request body
+//! Content parts against the loopback server (R-STR-5): what each provider's request body
 //! carries for a user message with images and files (content parts), and how an assistant
 //! turn's reasoning goes back — Anthropic's thinking blocks with their signature before the
 //! tool calls, OpenAI-compatible `reasoning_content` as [`ReasoningReplay`] says. The bodies

@@ -335,7 +335,7 @@ proptest! {
     }
 }
 
-/// Issue 9.4: the pipeline counts the normalized deltas against `ResponseLimits`; the first
+/// The pipeline counts the normalized deltas against `ResponseLimits`; the first
 /// delta beyond a bound is replaced by a `response_too_large` error that ends the stream.
 #[test]
 fn pipeline_stops_at_the_first_delta_beyond_a_response_limit() {

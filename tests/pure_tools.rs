@@ -1,4 +1,4 @@
-//! Pure tools (issue 13, R-TOOL-6): a tool that declares `pure()` is run once per distinct
+//! Pure tools (R-TOOL-6): a tool that declares `pure()` is run once per distinct
 //! call in a session; an identical call in a later step, or a later run of the same session,
 //! is answered from the cache with a `tool_cache_hit` event, and the trace replays.
 

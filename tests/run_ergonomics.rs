@@ -1,4 +1,4 @@
-//! Issue 12 item 7, library ergonomics: `Agent::run_stream`, a typed error on every failed run,
+//! Library ergonomics: `Agent::run_stream`, a typed error on every failed run,
 //! backoff jitter drawn from the injected ids port (recorded, so replay is exact), and the
 //! OpenTelemetry GenAI attributes on the run, step and tool spans.
 

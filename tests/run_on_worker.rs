@@ -1,4 +1,4 @@
-//! Where a run is driven (issue 9, item 14): on a multi-thread runtime `Agent::run` drives the
+//! Where a run is driven: on a multi-thread runtime `Agent::run` drives the
 //! run as a task of its own, so a streamed delta is handled by the worker that read it instead
 //! of being handed to the thread blocked in `block_on`. The task behaves like the future it
 //! replaces: dropping the run cancels it, and a panic in it reaches the caller.

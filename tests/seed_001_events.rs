@@ -1,6 +1,5 @@
-//! Issue 13, seed 001's events: `tool_execution_metrics` (our `tool_metrics`, with start and
-//! end times), `tools_updated` for an atomic batch attach/detach, `todo_change` from the
-//! built-in `write_todos` tool, and `plan_generated` from a `<plan>` tag; and seed 004's title
+//! Session events: `tool_metrics` (with start and end times), `tools_updated` for an atomic batch attach/detach, `todo_change` from the
+//! built-in `write_todos` tool, and `plan_generated` from a `<plan>` tag; and a session's title
 //! from a small model.
 
 mod support;
@@ -218,7 +217,7 @@ async fn seed_001_write_todos_reports_each_list_as_todo_change_and_replays() {
     assert_eq!(replay(&trace), None);
 }
 
-/// Issue 13 / seed 004 `ensureTitle`: a small title model titles a new session on its first
+/// A small title model titles a new session on its first
 /// run, in parallel with the first step: a `title_generated` event and a `title` entry; a later
 /// run of the session asks no title.
 #[tokio::test]

@@ -1,6 +1,6 @@
-//! Issue 13 item 3, seed 003 (Raye) through the runtime on the scripted model: the retry
-//! decision replaceable as a pure function of the typed error, recorded by name (R-EXT-3), and
-//! an `ExecuteResult` for each step (R-IN-5).
+//! Through the runtime on the scripted model: the retry decision replaceable as a pure
+//! function of the typed error, recorded by name (R-EXT-3), and an `ExecuteResult` for each
+//! step (R-IN-5).
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! Issue 13 / seed 004 (OpenCode): subtask parts. A subtask queued in the session runs as a
+//! Subtask parts, as in OpenCode. A subtask queued in the session runs as a
 //! subagent before the next model step (rows `active_subtask`, `planning_subtask`), as
 //! OpenCode's outer loop runs a pending subtask part with the task tool before the next LLM
 //! call: the history gets an assistant tool call and its result, and the model sees both.

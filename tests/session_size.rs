@@ -1,4 +1,4 @@
-//! Idle session size (issue 9 item 15): an idle [`Session`] with default settings, plus the
+//! Idle session size: an idle [`Session`] with default settings, plus the
 //! [`Agent`] it owns, keeps at most 8 KiB of heap.
 //!
 //! A counting global allocator measures the bytes still allocated after spawning many
@@ -56,7 +56,7 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-/// The budget per idle session, agent included (issue 9 item 15).
+/// The budget per idle session, agent included.
 const BUDGET: isize = 8 * 1024;
 const SESSIONS: usize = 200;
 

@@ -1,4 +1,4 @@
-//! R-TOOL-1 (issue 12 item 1): tool arguments are checked against the tool's JSON Schema before
+//! R-TOOL-1: tool arguments are checked against the tool's JSON Schema before
 //! the call runs, on the real runtime with the offline scripted model.
 //!
 //! The first step's calls break their schemas (a typed tool's `n` is a string, a raw-schema

@@ -1,4 +1,4 @@
-//! Tool failures and ordering in a parallel batch (issue 9, items 1–3), on the real runtime
+//! Tool failures and ordering in a parallel batch, on the real runtime
 //! with the offline scripted model and paused (virtual) time:
 //!
 //! - R-IN-3: a tool that panics or exceeds `Timeouts::tool_ms` gets an error result naming
@@ -94,7 +94,7 @@ async fn assert_completed(f: &Fixture, out: &RunOutput) {
     );
 }
 
-/// R-IN-3 (issue 9 item 1): three calls of one parallel batch panic — with a formatted
+/// R-IN-3: three calls of one parallel batch panic — with a formatted
 /// `String` payload, a `&str` payload and a non-string payload — between two calls that
 /// sleep. Each panicking call gets an error result naming its panic, the sleeping calls
 /// complete unaffected, all five results reach the model in call order, and the run ends
@@ -145,7 +145,7 @@ async fn r_in_3_a_panicking_tool_is_an_error_result_and_its_batch_runs_on() {
     assert_eq!(sent_results(&out, 1), stored);
 }
 
-/// R-IN-3 / R-IN-7 / R-TOOL-3 (issue 9 item 2): a call that would sleep 60 s under a
+/// R-IN-3 / R-IN-7 / R-TOOL-3: a call that would sleep 60 s under a
 /// 1 s `tool_ms` gets the error result `tool timed out after 1000 ms` after 1 s of (virtual)
 /// time; the other call of its batch completes; the run goes on to the final answer without
 /// waiting for the slow tool, and the slow tool is stopped: it never finishes, even when the
@@ -191,7 +191,7 @@ async fn r_in_7_a_tool_over_its_timeout_is_an_error_result_and_is_stopped() {
     assert_eq!(*finished.lock().unwrap(), ["fast"]);
 }
 
-/// R-IN-7 / R-TOOL-3 (issue 9 item 2): a tool stuck on a blocking thread — which no abort
+/// R-IN-7 / R-TOOL-3: a tool stuck on a blocking thread — which no abort
 /// can interrupt — cannot hold the run: at its timeout it gets an error result and the run
 /// returns its final answer while the thread is still blocked. Real time (the blocking pool
 /// does not follow tokio's paused clock); the test releases the thread only after the run
@@ -239,7 +239,7 @@ fn reverse_finish_script() -> Value {
     ]})
 }
 
-/// R-IN-4 (issue 9 item 3): four calls finishing in reverse order (c4 first). With the
+/// R-IN-4: four calls finishing in reverse order (c4 first). With the
 /// default `ToolOrder::CallOrder` the session store holds their results in call order, and the
 /// next model request sends them in call order, right after the assistant message that made
 /// the calls.
@@ -278,7 +278,7 @@ async fn r_in_4_parallel_results_are_stored_and_sent_in_call_order() {
     assert_eq!(after, ["c1", "c2", "c3", "c4"]);
 }
 
-/// R-IN-4 (issue 9 item 3): with `ToolOrder::Completion` each result is stored as soon as its
+/// R-IN-4: with `ToolOrder::Completion` each result is stored as soon as its
 /// call finishes (store order is finish order, c4 first), but the model still gets them in
 /// call order — in the same run and in the next run, which rebuilds its context from the
 /// store.

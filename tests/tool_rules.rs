@@ -1,4 +1,4 @@
-//! Tool rules through the runtime (issue 13 item 6, R-TOOL-3): OpenCode's
+//! Tool rules through the runtime (R-TOOL-3): OpenCode's
 //! `"shell": {"*": "ask", "git *": "allow", "rm *": "deny"}` as an agent's rules, with a rule's
 //! own deadline for a slow tool. The allowed call runs, the asked one goes to the approver,
 //! the denied one never runs and the model reads why, the slow one is stopped at its rule's

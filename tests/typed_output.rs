@@ -1,4 +1,4 @@
-//! Typed final answers (issue 12, structured output): `Agent::run_typed::<T>` asks for an
+//! Typed final answers (structured output): `Agent::run_typed::<T>` asks for an
 //! answer matching `T`'s JSON Schema, the runtime checks it, and an invalid answer goes back to
 //! the model once with its errors (`observing_retry_output`) before the value is returned.
 
@@ -175,7 +175,7 @@ fn providers_ask_for_the_schema_natively_or_by_instruction() {
     assert!(anthropic.get("response_format").is_none());
 }
 
-/// Issue 12 item 7: a typed answer (or typed tool arguments) needs no dependency besides
+/// A typed answer (or typed tool arguments) needs no dependency besides
 /// agentloop: serde and schemars are re-exported.
 #[derive(Debug, PartialEq, agentloop::serde::Deserialize, agentloop::schemars::JsonSchema)]
 #[serde(crate = "agentloop::serde")]
