@@ -196,6 +196,11 @@ pub struct AgentArgs {
     /// Initial backoff in milliseconds (doubles, capped at 10 s).
     #[arg(long, default_value_t = 1000)]
     pub initial_backoff_ms: u64,
+    /// Seed of the retry backoff's jitter (default: a fresh one per run). Recorded in the
+    /// trace's header either way; fixing it makes the header, and the delays, the same on
+    /// every run.
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
     /// Compact the context (by truncation, never splitting a tool call from its result) when
     /// it holds more than N messages (R-OUT-2; default: no limit by count).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
@@ -290,7 +295,7 @@ pub enum OnLimit {
     Stop,
 }
 
-/// `--inline-tags` (issue 13).
+/// `--inline-tags`: what a run does with inline `<status>`, `<title>` and `<plan>` tags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum InlineTagsArg {
     /// Report the tags as events and remove them from the answer.
@@ -500,6 +505,9 @@ pub fn agent_builder(
             c.max_steps = args.max_steps;
             c.step.retry.max_retries = args.max_retries;
             c.step.retry.initial_backoff_ms = args.initial_backoff_ms;
+            if let Some(seed) = args.seed {
+                c.step.retry.jitter_seed = Some(seed);
+            }
             c.step.inline_tags = args.inline_tags.into();
             c.compact_threshold = args
                 .compact_threshold
@@ -916,7 +924,7 @@ pub fn resume_main(args: ResumeArgs) -> ExitCode {
 mod tests {
     use super::*;
 
-    /// R-IN-7 / R-TOOL-3 (issue 9 item 2): the process exits promptly after the run even when
+    /// R-IN-7 / R-TOOL-3: the process exits promptly after the run even when
     /// a tool abandoned at its timeout is still stuck on a blocking thread (the library test
     /// `tests/tool_outcomes.rs::r_in_7_a_tool_blocked_on_a_thread_does_not_hold_the_run`
     /// shows the run returns in that case; this is the CLI's half: dropping a runtime would

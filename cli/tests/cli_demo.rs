@@ -74,3 +74,27 @@ fn three_prompts_in_chat_on_piped_stdin_all_complete() {
     );
     assert!(!show(&out).contains("script exhausted"), "{}", show(&out));
 }
+
+/// `--seed N` fixes the retry jitter's seed: the trace header records it, and two runs with
+/// the same seed write the same header; without it each run draws its own.
+#[test]
+fn seed_fixes_the_jitter_seed_in_the_trace_header() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let header = |name: &str, extra: &[&str]| -> serde_json::Value {
+        let mut args = vec!["run", "What is 2+3?", "--trace", name];
+        args.extend_from_slice(extra);
+        let out = agentloop(dir.path(), &args, "");
+        assert!(out.status.success(), "{}", show(&out));
+        let text = std::fs::read_to_string(dir.path().join(name)).expect("trace");
+        serde_json::from_str(text.lines().next().expect("header")).expect("JSON header")
+    };
+    let seed_of = |h: &serde_json::Value| h["config"]["step"]["retry"]["jitter_seed"].clone();
+    let a = header("a.jsonl", &["--seed", "42"]);
+    let b = header("b.jsonl", &["--seed", "42"]);
+    assert_eq!(seed_of(&a), serde_json::json!(42), "{a}");
+    assert_eq!(a, b, "same seed, same header");
+    let c = header("c.jsonl", &[]);
+    let d = header("d.jsonl", &[]);
+    assert!(seed_of(&c).is_u64(), "{c}");
+    assert_ne!(seed_of(&c), seed_of(&d), "a fresh seed per run");
+}

@@ -271,7 +271,7 @@ pub struct RunOutput {
 }
 
 impl RunOutput {
-    /// What each step produced (R-IN-5, seed 003's `ExecuteResult`): its committed message,
+    /// What each step produced (R-IN-5): its committed message,
     /// tool calls, tool results, usage and error, in step order, borrowed from the result's
     /// messages (see [`LoopResult::execute_results`]).
     pub fn steps(&self) -> Vec<crate::execute_result::ExecuteResult<'_>> {
@@ -474,7 +474,7 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Adds a model to the run's fallback chain (issue 12): when a step fails with a provider
+    /// Adds a model to the run's fallback chain: when a step fails with a provider
     /// error that is not retried, or exhausts its retries (not on a context overflow, not on
     /// an abort), the step is requested again from the next model of the chain, in the order
     /// they were added (row `executing_fallback`, event `model_fallback`). `name` is what the
@@ -487,7 +487,7 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Sets the retry decision (R-EXT-3, seed 003's `isRetryableError`): `f` says whether an
+    /// Sets the retry decision (R-EXT-3): `f` says whether an
     /// attempt that failed with a typed error is worth retrying (the retry policy's
     /// `max_retries` still bounds the retries). Traces record it as `name`
     /// (`config.step.retry.decider`); replay them with a registry that has it
@@ -501,7 +501,7 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Sets the run's usage limits (issue 12): tokens, cost, model calls and tool calls;
+    /// Sets the run's usage limits: tokens, cost, model calls and tool calls;
     /// reaching one asks for a final answer or stops the run, as `limits.on_limit` says, and
     /// the run ends with reason `usage_limit:<limit>`.
     pub fn limits(mut self, limits: crate::react::UsageLimits) -> Self {
@@ -510,7 +510,7 @@ impl<M> AgentBuilder<M> {
     }
 
     /// What each step does with inline `<status>`, `<title>` and `<plan>` tags in
-    /// the model's text (issue 13): by default
+    /// the model's text: by default
     /// ([`InlineTags::Strip`](crate::process::InlineTags::Strip)) they become `status_update` /
     /// `title_generated` / `plan_generated` events and leave the answer; `Keep` reports them and leaves the text
     /// as written; `Off` looks for none.
@@ -599,7 +599,7 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Sets the context manager (R-CTX-1/2, seed 000): it builds each new run's history,
+    /// Sets the context manager (R-CTX-1/2): it builds each new run's history,
     /// system prompt and tools, and may keep entries before and after the run; see
     /// [the module](crate::runtime::context_manager). Default: [`DefaultContextManager`].
     pub fn context_manager(mut self, manager: Arc<dyn ContextManager>) -> Self {
@@ -625,6 +625,14 @@ impl<M> AgentBuilder<M> {
         self
     }
 
+    /// Fixes the seed of every run's retry backoff jitter (by default each run draws one from
+    /// the [`Ids`] port). The seed is recorded in the trace's header either way; a fixed one
+    /// makes the header and the delays the same on every run (CLI: `--seed N`).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.config.step.retry.jitter_seed = Some(seed);
+        self
+    }
+
     /// Caps each model step's output at `max_tokens` tokens (the request's `max_tokens`;
     /// without it OpenAI-compatible servers use their own default, which for a local server
     /// can be the whole context, and Anthropic uses `HttpConfig::default_max_tokens`).
@@ -642,7 +650,7 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Sets what a rejected or timed-out approval does (seed 001 `auto_resume`): `false`
+    /// Sets what a rejected or timed-out approval does: `false`
     /// (the default) stops the run after the step with reason `tool_rejected`; `true`
     /// continues, the model seeing the denied result. An approval always resumes.
     pub fn auto_resume(mut self, on: bool) -> Self {
@@ -650,8 +658,8 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Titles each new session with `model`, registered as `name` (issue 13, seed 004; off
-    /// by default): on a session's first run the title model is asked in parallel with the
+    /// Titles each new session with `model`, registered as `name` (off by
+    /// default): on a session's first run the title model is asked in parallel with the
     /// first step, and its answer is a `title_generated` event and a `title` session entry.
     pub fn title_model(mut self, name: impl Into<String>, model: Arc<dyn Model>) -> Self {
         let name = name.into();
@@ -666,9 +674,9 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Composes an agent's instructions into the system prompt (issue 13, seed 002:
+    /// Composes an agent's instructions into the system prompt with
     /// [`build_system_prompt`](crate::instructions::build_system_prompt), after any system
-    /// prompt already set). Load them by agent id with
+    /// prompt already set. Load them by agent id with
     /// [`InstructionsDir::load`](crate::instructions::InstructionsDir::load).
     pub fn instructions(mut self, text: &str) -> Self {
         self.config.system = Some(crate::instructions::build_system_prompt(
@@ -678,7 +686,7 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Adds a reminder rule (issue 13, seed 004): `text` goes to the model before each step
+    /// Adds a reminder rule: `text` goes to the model before each step
     /// `when` holds for (see [`insert_reminders`](crate::react::reminders::insert_reminders)).
     pub fn reminder(
         mut self,
@@ -694,7 +702,7 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Adds a tool rule after those already set (issue 13, R-TOOL-3): per call, by tool name
+    /// Adds a tool rule after those already set (R-TOOL-3): per call, by tool name
     /// and an argument pattern, whether it runs, waits for the approver or gets a denied
     /// result without running, and its deadline. The last matching rule decides, so add the
     /// general rules first and their exceptions after; calls no rule matches keep the
@@ -723,14 +731,14 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Offers the built-in `write_todos` tool (issue 13, seed 001): the model keeps a todo
+    /// Offers the built-in `write_todos` tool: the model keeps a todo
     /// list, each completed call reported as a `todo_change{todos}` event.
     pub fn write_todos(mut self) -> Self {
         self.tools.insert(Arc::new(crate::tools::WriteTodos));
         self
     }
 
-    /// Offers the built-in `ask_user` tool (issue 13, seed 001): the model asks the person a
+    /// Offers the built-in `ask_user` tool: the model asks the person a
     /// question, with options; the call waits for the answer (a session's
     /// [`respond`](crate::session::Session::respond), the CLI's `chat`), at most
     /// `timeout_ms` when given. Outside a session nobody can answer and the call fails.
@@ -892,8 +900,8 @@ impl Agent {
         .await
     }
 
-    /// Runs `prompt` in `session` asking for a final answer of type `T` (structured output,
-    /// issue 12): requests carry `T`'s JSON Schema (OpenAI-compatible servers get it as
+    /// Runs `prompt` in `session` asking for a final answer of type `T` (structured output):
+    /// requests carry `T`'s JSON Schema (OpenAI-compatible servers get it as
     /// `response_format`, Anthropic as an instruction), the runtime checks each final answer
     /// against it, and an invalid one goes back to the model with its errors, at most
     /// `config.output.retries` times (default 1; rows `observing_retry_output`,
@@ -972,7 +980,7 @@ impl Agent {
     }
 
     /// Like [`Agent::run_configured`], with machine inputs fed before `Start` (queued
-    /// subtasks, issue 13: rows `active_subtask`, then `planning_subtask` before the first
+    /// subtasks: rows `active_subtask`, then `planning_subtask` before the first
     /// model step).
     ///
     /// On a multi-thread runtime the run is a task of its own ([`worker::on_worker`]).

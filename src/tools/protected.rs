@@ -109,8 +109,9 @@ fn covers(guard: &Guard, target: &Path) -> bool {
 }
 
 /// Refuses `target` (a resolved, canonical path the tool is about to open) when it is a
-/// protected location; `requested` is the path as the model wrote it.
-pub(crate) fn check(requested: &str, target: &Path) -> Result<(), String> {
+/// protected location; `requested` is the path as the model wrote it. The built-in file tools
+/// call it; a custom tool that opens files for the model should too.
+pub fn check(requested: &str, target: &Path) -> Result<(), String> {
     let guards: Vec<Guard> = match PROTECTED.lock() {
         Ok(set) => set.iter().cloned().collect(),
         // A poisoned registry still holds every location registered before the panic.
