@@ -325,12 +325,17 @@ fn generate(chart: &Chart, prefix: &str, out: &mut String) {
     writeln!(out, "}}\n").ok();
 }
 
-/// The top-level `pub(crate) fn` names of a hand-written module (the guards or the actions).
+/// The names of the top-level `pub`/`pub(crate)` functions of a hand-written module (the guards
+/// or the actions).
 fn declared_fns(path: &str) -> std::collections::BTreeSet<String> {
     println!("cargo:rerun-if-changed={path}");
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
     text.lines()
-        .filter_map(|l| l.strip_prefix("pub(crate) fn "))
+        .filter_map(|l| {
+            ["pub(crate) fn ", "pub(super) fn ", "pub fn "]
+                .iter()
+                .find_map(|p| l.strip_prefix(p))
+        })
         .filter_map(|rest| {
             rest.split(|c: char| !(c.is_alphanumeric() || c == '_'))
                 .next()

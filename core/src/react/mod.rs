@@ -262,16 +262,8 @@ impl Run {
                     );
                 }
                 ReactState::Executing if self.data.step_ended() => {
-                    let k = match self.data.step_outcome() {
-                        Some(crate::process::StepOutcome::Success) => {
-                            ReactEventKind::InnerSucceeded
-                        }
-                        Some(crate::process::StepOutcome::ContextOverflow(_)) => {
-                            ReactEventKind::InnerOverflowed
-                        }
-                        Some(crate::process::StepOutcome::Failed(_)) => ReactEventKind::InnerFailed,
-                        Some(crate::process::StepOutcome::Aborted) => ReactEventKind::InnerAborted,
-                        _ => break,
+                    let Some(k) = dispatch::chart_event(&self.data, &Input::InnerEnded) else {
+                        break;
                     };
                     self.feed(Input::InnerEnded, k, transitions, effects, checks);
                 }

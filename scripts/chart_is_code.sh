@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The chart is the code (outer machine): in a copy of the committed tree, swap the guards of
+# rows planning_limit_stop and planning_limit_final in statecharts/react.toml and rebuild, with
+# no Rust edit. `agentloop run --max-model-calls 1 --on-limit stop` then asks for the final
+# answer: two model requests instead of one. Prints both counts; exits non-zero unless 1 then 2.
+# CARGO_TARGET_DIR may point at a reusable target directory (the copy's own otherwise).
+set -euo pipefail
+root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+git -C "$root" archive HEAD | tar -x -C "$work"
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$work/target}
+
+requests() {
+    (cd "$work" && cargo build -q -p agentloop-cli)
+    mkdir -p "$work/run"
+    (cd "$work/run" && "$CARGO_TARGET_DIR/debug/agentloop" run \
+        --script ../examples/scripts/demo.json --max-model-calls 1 --on-limit stop \
+        --events json "What is 2+3?" | grep -c '"type":"request_start"')
+}
+
+before=$(requests)
+perl -0pi -e '
+    s/(id = "planning_limit_stop"\n(?:[^\n]*\n){2}guard = ")limit_stop"/${1}limit_final_answer"/;
+    s/(id = "planning_limit_final"\n(?:[^\n]*\n){2}guard = ")limit_final_answer"/${1}limit_stop"/;
+' "$work/statecharts/react.toml"
+git -C "$root" show HEAD:statecharts/react.toml | diff -u --label a/statecharts/react.toml --label b/statecharts/react.toml - "$work/statecharts/react.toml" || true
+after=$(requests)
+echo "model requests: chart as committed $before, guards swapped $after"
+[ "$before" = 1 ] && [ "$after" = 2 ]
