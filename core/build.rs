@@ -519,7 +519,7 @@ fn main() {
         ("process", "Process"),
         ("tool_call", "ToolCall"),
     ] {
-        let path = Path::new("../statecharts").join(format!("{file}.toml"));
+        let path = Path::new("statecharts").join(format!("{file}.toml"));
         println!("cargo:rerun-if-changed={}", path.display());
         let text = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));

@@ -13,11 +13,11 @@ pub use model::Chart;
 include!(concat!(env!("OUT_DIR"), "/charts.rs"));
 
 /// The text of `statecharts/react.toml`.
-pub const REACT_TOML: &str = include_str!("../../../statecharts/react.toml");
+pub const REACT_TOML: &str = include_str!("../../statecharts/react.toml");
 /// The text of `statecharts/process.toml`.
-pub const PROCESS_TOML: &str = include_str!("../../../statecharts/process.toml");
+pub const PROCESS_TOML: &str = include_str!("../../statecharts/process.toml");
 /// The text of `statecharts/tool_call.toml`.
-pub const TOOL_CALL_TOML: &str = include_str!("../../../statecharts/tool_call.toml");
+pub const TOOL_CALL_TOML: &str = include_str!("../../statecharts/tool_call.toml");
 
 /// How a row treats the current state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
