@@ -131,7 +131,7 @@ mod tests {
             }
         }
         assert_eq!(tried, ReactRow::ALL.len(), "every row is dispatched once");
-        // The planning rows of the check, in TOML order.
+        // The planning rows whose guards a chart edit may swap, in TOML order.
         let planning: Vec<(&str, Option<&str>)> = order
             .iter()
             .find(|(f, _)| f == "planning")

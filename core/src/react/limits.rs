@@ -1,4 +1,4 @@
-//! Usage limits of a run (issue 12): tokens, cost, model calls and tool calls. Planning checks
+//! Usage limits of a run: tokens, cost, model calls and tool calls. Planning checks
 //! them before each step; a limit reached ends the run with a final-answer request (rows
 //! `planning_limit_final`, then `planning_limit_stop`) or at once, as configured.
 

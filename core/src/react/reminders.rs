@@ -1,5 +1,4 @@
-//! Reminders inserted into the model's context before a step (issue 13, seed 004's
-//! `insertReminders`): [`insert_reminders`] is the one pure function that decides them. The
+//! Reminders inserted into the model's context before a step: [`insert_reminders`] is the one pure function that decides them. The
 //! built-in ones — the max-steps reminder on the last step (R-OUT-5) and the usage-limit
 //! reminder on a limit's final-answer step — are two of them; a configuration adds its own
 //! [`Reminder`] rules (`RunConfig::reminders`), data rather than code, so the trace header
