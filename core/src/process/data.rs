@@ -78,6 +78,10 @@ pub struct ProcessData {
     /// The runtime's verdict on the committed message as a typed final answer (`done`'s
     /// `output_rejected`); the outer machine's Observing decides on it.
     pub(crate) output_rejected: Option<crate::output::OutputRejected>,
+    /// The slot of the tool call the current input answers, looked up once before the oracle
+    /// and the dispatch run (see [`crate::process::dispatch::prepare`]); `None` for a stale
+    /// answer or another input.
+    pub(crate) call: Option<usize>,
 }
 
 impl ProcessData {
@@ -107,6 +111,7 @@ impl ProcessData {
             calls: Vec::new(),
             timers: AttemptTimers::default(),
             output_rejected: None,
+            call: None,
         }
     }
 
@@ -672,7 +677,7 @@ impl ProcessData {
     fn move_call(&mut self, i: usize, row: ToolCallRow, facts: Facts) {
         let event = row.spec().event;
         let before = self.slots.get(i).state();
-        let expected = call_guards::expected(before, event, self, i, facts);
+        let (expected, overlap) = call_guards::expected(before, event, self, i, facts);
         let (from, to) = self.slots.apply(i, row);
         let check = GuardCheck {
             machine: MachineKind::ToolCall,
@@ -680,6 +685,7 @@ impl ProcessData {
             event: event.name(),
             taken: Some(row.spec().id),
             expected: expected.map(|r| r.spec().id),
+            overlap,
         };
         let transition = Transition::ToolCall {
             index: i,

@@ -1,18 +1,21 @@
-//! The inner chart's guards as pure predicates, and the oracle that picks the row the chart
-//! prescribes for an input: the first candidate (leaf state first, then its superstates) whose
-//! guard holds. The facade evaluates it before every handler runs and reports the verdict as
-//! a [`GuardCheck`], so a handler that tests the wrong condition is caught by the
-//! conformance suite, not only one whose row is missing from the chart.
+//! The inner chart's guards: one pure predicate per guard a row of `statecharts/process.toml`
+//! names (`otherwise` needs none), called by the generated dispatch
+//! ([`crate::process::dispatch`]) and by the oracle, which evaluates them before every handler
+//! runs and reports the verdict as a [`GuardCheck`](crate::chart::GuardCheck). Each reads the
+//! data (the leaf state the facade set in `data.state`) and the input, and changes nothing.
+//!
+//! `build.rs` checks that the `pub(crate) fn`s here are exactly the guards the chart's rows
+//! name: a missing predicate or one that no row names fails the build.
 
-use crate::chart::{ProcessEventKind, ProcessGuard, ProcessRow, ProcessState};
+use crate::chart::ProcessState;
 use crate::event::Event;
 use crate::process::data::ProcessData;
 use crate::process::machine::Input;
 
 /// Whether the input's ids name what the step is waiting for: the current attempt (and an
 /// unseen seq for a delta), the current backoff timer, a running call, a call being asked about,
-/// a call the hooks are being asked about.
-fn current(data: &ProcessData, input: &Input<'_>) -> bool {
+/// a call the hooks are being asked about (the slot `dispatch::prepare` found).
+fn is_current(data: &ProcessData, input: &Input<'_>) -> bool {
     let Input::Ext(event) = input else {
         return true;
     };
@@ -25,10 +28,11 @@ fn current(data: &ProcessData, input: &Input<'_>) -> bool {
         | Event::ContextOverflow { .. }
         | Event::StreamStalled { .. } => !data.is_stale(event),
         Event::TimerElapsed { timer_id } => *timer_id == data.timer_id(),
-        Event::ToolFinished { tool_call_id, .. } => data.running(tool_call_id).is_some(),
-        Event::Approval { tool_call_id, .. } => data.asking(tool_call_id).is_some(),
-        Event::ToolGated { tool_call_id, .. } => data.gating(tool_call_id).is_some(),
-        Event::UserAnswered { tool_call_id, .. } => data.asked_user(tool_call_id).is_some(),
+        // The call's slot, looked up before dispatch (`dispatch::prepare`).
+        Event::ToolFinished { .. }
+        | Event::Approval { .. }
+        | Event::ToolGated { .. }
+        | Event::UserAnswered { .. } => data.call.is_some(),
         _ => true,
     }
 }
@@ -45,61 +49,113 @@ fn retryable(data: &ProcessData, input: &Input<'_>) -> bool {
     }
 }
 
-/// Evaluates guard `g` for `input` in `state`. Pure: reads the data, changes nothing.
-pub(crate) fn holds(
-    g: ProcessGuard,
-    data: &ProcessData,
-    state: ProcessState,
-    input: &Input<'_>,
-) -> bool {
-    match g {
-        ProcessGuard::Otherwise => true,
-        ProcessGuard::Current => current(data, input),
-        ProcessGuard::Stale => !current(data, input),
-        ProcessGuard::ResumeAfterReject => current(data, input) && data.auto_resume(),
-        ProcessGuard::StopAfterReject => current(data, input) && !data.auto_resume(),
-        ProcessGuard::RetryBudgetLeft => current(data, input) && retryable(data, input),
-        ProcessGuard::NoRetry => current(data, input) && !retryable(data, input),
-        ProcessGuard::HasToolCalls => current(data, input) && data.has_tool_calls(),
-        ProcessGuard::NoToolCalls => current(data, input) && !data.has_tool_calls(),
-        ProcessGuard::ApprovalNeeded => data.approval_needed(),
-        ProcessGuard::AllResults => data.all_results(),
-        ProcessGuard::ToolsPending => !data.all_results(),
-        ProcessGuard::NotDraining => state != ProcessState::Draining,
-        ProcessGuard::StreamMoved => match input {
-            Input::Ext(Event::TimerElapsed { timer_id }) => data.stream_moved(*timer_id),
-            _ => false,
-        },
-        ProcessGuard::DeadlineRetry | ProcessGuard::DeadlineNoRetry => match input {
-            Input::Ext(Event::TimerElapsed { timer_id }) => {
-                data.attempt_deadline(*timer_id).is_some()
-                    && data.may_retry(&data.deadline_error(*timer_id))
-                        == (g == ProcessGuard::DeadlineRetry)
-            }
-            _ => false,
-        },
-        ProcessGuard::ToolDeadline => match input {
-            Input::Ext(Event::TimerElapsed { timer_id }) => data.deadline_of(*timer_id).is_some(),
-            _ => false,
-        },
-        ProcessGuard::ToolsToDrain => match input {
-            Input::Ext(Event::Abort { kill, .. }) => {
-                state != ProcessState::Draining && data.would_drain(*kill)
-            }
-            _ => false,
-        },
+/// Whether the input is a passed deadline of the current attempt whose timeout the retry
+/// policy retries (`Some(true)`) or not (`Some(false)`); `None` for any other input.
+fn deadline_retried(data: &ProcessData, input: &Input<'_>) -> Option<bool> {
+    match input {
+        Input::Ext(Event::TimerElapsed { timer_id }) => {
+            data.attempt_deadline(*timer_id)?;
+            Some(data.may_retry(&data.deadline_error(*timer_id)))
+        }
+        _ => None,
     }
 }
 
-/// The row the chart prescribes for `input` (of kind `kind`) in `state`.
-pub(crate) fn expected(
-    state: ProcessState,
-    kind: ProcessEventKind,
-    data: &ProcessData,
-    input: &Input<'_>,
-) -> Option<ProcessRow> {
-    state
-        .candidates(kind)
-        .into_iter()
-        .find(|r| r.guard().is_none_or(|g| holds(g, data, state, input)))
+/// Whether the step drains tools after an abort.
+fn draining(data: &ProcessData) -> bool {
+    data.state == ProcessState::Draining
+}
+
+/// `current`: the event belongs to this attempt, timer or call.
+pub(crate) fn current(data: &ProcessData, input: &Input<'_>) -> bool {
+    is_current(data, input)
+}
+
+/// `stale`: the event is a duplicate or belongs to another attempt, timer or call.
+pub(crate) fn stale(data: &ProcessData, input: &Input<'_>) -> bool {
+    !is_current(data, input)
+}
+
+/// `resume_after_reject`: the answer is current and the run continues after a rejection.
+pub(crate) fn resume_after_reject(data: &ProcessData, input: &Input<'_>) -> bool {
+    is_current(data, input) && data.auto_resume()
+}
+
+/// `stop_after_reject`: the answer is current and a rejection stops the run.
+pub(crate) fn stop_after_reject(data: &ProcessData, input: &Input<'_>) -> bool {
+    is_current(data, input) && !data.auto_resume()
+}
+
+/// `retry_budget_left`: the current attempt failed and is retried.
+pub(crate) fn retry_budget_left(data: &ProcessData, input: &Input<'_>) -> bool {
+    is_current(data, input) && retryable(data, input)
+}
+
+/// `no_retry`: the current attempt failed and is not retried.
+pub(crate) fn no_retry(data: &ProcessData, input: &Input<'_>) -> bool {
+    is_current(data, input) && !retryable(data, input)
+}
+
+/// `has_tool_calls`: the current attempt is done and its message has tool calls.
+pub(crate) fn has_tool_calls(data: &ProcessData, input: &Input<'_>) -> bool {
+    is_current(data, input) && data.has_tool_calls()
+}
+
+/// `no_tool_calls`: the current attempt is done and its message has no tool calls.
+pub(crate) fn no_tool_calls(data: &ProcessData, input: &Input<'_>) -> bool {
+    is_current(data, input) && !data.has_tool_calls()
+}
+
+/// `approval_needed`: a call waits for approval and none is being asked.
+pub(crate) fn approval_needed(data: &ProcessData, _input: &Input<'_>) -> bool {
+    data.approval_needed()
+}
+
+/// `all_results`: every tool call has its result.
+pub(crate) fn all_results(data: &ProcessData, _input: &Input<'_>) -> bool {
+    data.all_results()
+}
+
+/// `tools_pending`: some calls are still running or queued.
+pub(crate) fn tools_pending(data: &ProcessData, _input: &Input<'_>) -> bool {
+    !data.all_results()
+}
+
+/// `not_draining`: the step is not draining after an abort.
+pub(crate) fn not_draining(data: &ProcessData, _input: &Input<'_>) -> bool {
+    !draining(data)
+}
+
+/// `stream_moved`: the timer is the stall watchdog and a delta arrived since it was armed.
+pub(crate) fn stream_moved(data: &ProcessData, input: &Input<'_>) -> bool {
+    match input {
+        Input::Ext(Event::TimerElapsed { timer_id }) => data.stream_moved(*timer_id),
+        _ => false,
+    }
+}
+
+/// `deadline_retry`: a deadline of the current attempt passed and the timeout is retried.
+pub(crate) fn deadline_retry(data: &ProcessData, input: &Input<'_>) -> bool {
+    deadline_retried(data, input) == Some(true)
+}
+
+/// `deadline_no_retry`: a deadline of the current attempt passed and is not retried.
+pub(crate) fn deadline_no_retry(data: &ProcessData, input: &Input<'_>) -> bool {
+    deadline_retried(data, input) == Some(false)
+}
+
+/// `tool_deadline`: the timer is the deadline of a running call.
+pub(crate) fn tool_deadline(data: &ProcessData, input: &Input<'_>) -> bool {
+    match input {
+        Input::Ext(Event::TimerElapsed { timer_id }) => data.deadline_of(*timer_id).is_some(),
+        _ => false,
+    }
+}
+
+/// `tools_to_drain`: not yet draining, and after the abort's kill policy some tools still run.
+pub(crate) fn tools_to_drain(data: &ProcessData, input: &Input<'_>) -> bool {
+    match input {
+        Input::Ext(Event::Abort { kill, .. }) => !draining(data) && data.would_drain(*kill),
+        _ => false,
+    }
 }

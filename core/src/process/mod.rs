@@ -2,10 +2,12 @@
 //! approvals. [`Process`] is the documented facade over the crate-private statig machine.
 
 pub mod accumulate;
+pub(crate) mod actions;
 pub(crate) mod call_guards;
 pub mod config;
 pub(crate) mod data;
 pub(crate) mod deadlines;
+pub(crate) mod dispatch;
 pub(crate) mod guards;
 pub(crate) mod machine;
 pub mod retry;
@@ -207,8 +209,10 @@ impl Process {
         checks: &mut Vec<GuardCheck>,
     ) -> bool {
         let from = self.state();
-        let expected = guards::expected(from, k, &self.data, &input);
+        // The guards (the oracle's and the dispatch's) read the leaf state from the data.
         self.data.state = from;
+        dispatch::prepare(&mut self.data, &input);
+        let (expected, overlap) = dispatch::expected(from, k, &self.data, &input);
         self.data.row = None;
         self.data.unhandled = false;
         let mark = self.data.out.len();
@@ -228,6 +232,7 @@ impl Process {
             event: k.name(),
             taken: row.map(|r| r.spec().id),
             expected: expected.map(|r| r.spec().id),
+            overlap,
         });
         transitions.push(Transition::Process {
             from,
