@@ -1502,7 +1502,9 @@ fn check_rows(transitions: &[Transition], ctx: &str) {
 }
 
 /// The executable chart: every transition took the row whose guard held (the oracle
-/// evaluated the chart's guards before the handler ran), and one verdict exists per transition.
+/// evaluated the chart's guards before the handler ran), at most one non-`otherwise` guard
+/// held unless the chart declares which row wins (`wins_over`), and one verdict exists per
+/// transition. Every property test and fuzz target that drives the harness runs this.
 pub fn check_guards(transitions: &[Transition], checks: &[GuardCheck], ctx: &str) {
     assert_eq!(
         transitions.len(),

@@ -189,13 +189,82 @@ pub struct GuardCheck {
     pub taken: Option<&'static str>,
     /// The row the guards select (`None`: no row applies).
     pub expected: Option<&'static str>,
+    /// Two rows whose non-`otherwise` guards both held, earlier row first, where the earlier
+    /// does not declare `wins_over` the later: the chart's order decided by accident.
+    pub overlap: Option<(&'static str, &'static str)>,
 }
 
 impl GuardCheck {
-    /// Whether the machine took the row the chart's guards select.
+    /// Whether the machine took the row the chart's guards select, and at most one guard held
+    /// unless the chart says which row wins.
     pub fn holds(&self) -> bool {
-        self.taken == self.expected
+        self.taken == self.expected && self.overlap.is_none()
     }
+}
+
+/// The declared overlaps (`(winner, loser)` row ids, from the rows' `wins_over`) of a machine's
+/// embedded chart, parsed once.
+pub fn declared_wins(machine: MachineKind) -> &'static [(String, String)] {
+    use std::sync::OnceLock;
+    static REACT: OnceLock<Vec<(String, String)>> = OnceLock::new();
+    static PROCESS: OnceLock<Vec<(String, String)>> = OnceLock::new();
+    static TOOL_CALL: OnceLock<Vec<(String, String)>> = OnceLock::new();
+    let cell = match machine {
+        MachineKind::React => &REACT,
+        MachineKind::Process => &PROCESS,
+        MachineKind::ToolCall => &TOOL_CALL,
+    };
+    cell.get_or_init(|| machine.chart().declared_wins())
+}
+
+/// The first pair of rows in `holding` (rows whose guards held, in the order the state tries
+/// them) where the earlier does not declare in `wins` that it wins over the later.
+pub fn undeclared_overlap(
+    wins: &[(String, String)],
+    holding: &[&'static str],
+) -> Option<(&'static str, &'static str)> {
+    holding.iter().enumerate().find_map(|(i, &a)| {
+        holding[i + 1..]
+            .iter()
+            .find(|&&b| !wins.iter().any(|(w, l)| w == a && l == b))
+            .map(|&b| (a, b))
+    })
+}
+
+/// The oracle over a state's `candidates` (in the order it tries them): the row the chart
+/// prescribes (the first whose guard holds; a row without a guard or with `otherwise` always
+/// holds), and an undeclared overlap, if any. Every non-`otherwise` guard up to the first
+/// unconditional row is evaluated (rows after it are never tried in this state).
+pub(crate) fn oracle<R: Copy, E, G: Copy>(
+    machine: MachineKind,
+    candidates: Vec<R>,
+    spec: impl Fn(R) -> RowSpec<E>,
+    guard: impl Fn(R) -> Option<G>,
+    mut holds: impl FnMut(G) -> bool,
+) -> (Option<R>, Option<(&'static str, &'static str)>) {
+    let mut chosen = None;
+    let mut holding = Vec::new();
+    for r in candidates {
+        let s = spec(r);
+        match (s.guard, guard(r)) {
+            (Some(name), Some(g)) if name != "otherwise" => {
+                if holds(g) {
+                    chosen = chosen.or(Some(r));
+                    holding.push(s.id);
+                }
+            }
+            _ => {
+                chosen = chosen.or(Some(r));
+                break;
+            }
+        }
+    }
+    let overlap = if holding.len() > 1 {
+        undeclared_overlap(declared_wins(machine), &holding)
+    } else {
+        None
+    };
+    (chosen, overlap)
 }
 
 impl std::fmt::Display for GuardCheck {
@@ -208,7 +277,15 @@ impl std::fmt::Display for GuardCheck {
             self.event,
             self.taken.unwrap_or("(none: unhandled)"),
             self.expected.unwrap_or("(none: unhandled)")
-        )
+        )?;
+        if let Some((a, b)) = self.overlap {
+            write!(
+                f,
+                "; the guards of rows {a} and {b} both held and {a} does not declare \
+                 `wins_over = [\"{b}\"]` (with a `why`)"
+            )?;
+        }
+        Ok(())
     }
 }
 

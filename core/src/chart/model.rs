@@ -115,6 +115,14 @@ pub struct RowDef {
     /// Effects, in words.
     #[serde(default)]
     pub effects: Vec<String>,
+    /// Later rows (same event, tried after this one in some state) whose guards may hold
+    /// together with this row's: the overlap is intended and this row wins it. The oracle
+    /// fails on two guards that hold at once unless the earlier row names the later one here.
+    #[serde(default)]
+    pub wins_over: Vec<String>,
+    /// Why this row wins the overlaps it declares in `wins_over` (required with it).
+    #[serde(default)]
+    pub why: Option<String>,
 }
 
 impl Chart {
@@ -159,6 +167,28 @@ impl Chart {
             out.push(p);
         }
         out
+    }
+
+    /// The intended overlaps the chart declares: `(winner, loser)` row ids, one per entry of a
+    /// row's `wins_over`.
+    pub fn declared_wins(&self) -> Vec<(String, String)> {
+        self.row
+            .iter()
+            .flat_map(|r| r.wins_over.iter().map(move |l| (r.id.clone(), l.clone())))
+            .collect()
+    }
+
+    /// Whether, in some state, row `winner` is tried before row `loser` (same event; same
+    /// scope and earlier in the file, or `loser` in a superstate enclosing `winner`'s scope).
+    fn tried_before(&self, winner: &RowDef, loser: &RowDef) -> bool {
+        if winner.event != loser.event {
+            return false;
+        }
+        if winner.from == loser.from {
+            let pos = |id: &str| self.row.iter().position(|r| r.id == id);
+            return pos(&winner.id) < pos(&loser.id);
+        }
+        self.ancestors(&winner.from).contains(&loser.from)
     }
 
     /// Checks that every name a row uses is declared, ids are unique, and the chart is consistent.
@@ -242,6 +272,36 @@ impl Chart {
                         self.machine, r.id
                     ));
                 }
+            }
+            for l in &r.wins_over {
+                let Some(loser) = self.row.iter().find(|x| &x.id == l) else {
+                    return Err(format!(
+                        "{}: row {} wins over unknown row {l}",
+                        self.machine, r.id
+                    ));
+                };
+                if !self.tried_before(r, loser) {
+                    return Err(format!(
+                        "{}: row {} wins over {l}, which is not a later row for the same event \
+                         in its state (the winner of an overlap is the row tried first)",
+                        self.machine, r.id
+                    ));
+                }
+            }
+            match (&r.why, r.wins_over.is_empty()) {
+                (None, false) => {
+                    return Err(format!(
+                        "{}: row {} declares wins_over without a why",
+                        self.machine, r.id
+                    ))
+                }
+                (Some(_), true) => {
+                    return Err(format!(
+                        "{}: row {} gives a why but wins over no row",
+                        self.machine, r.id
+                    ))
+                }
+                _ => {}
             }
             if self.state.iter().any(|s| {
                 s.terminal && (s.name == r.from || self.ancestors(&s.name).contains(&r.from))

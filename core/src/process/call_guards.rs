@@ -3,7 +3,7 @@
 //! holds. The inner machine evaluates it before it moves a call and reports the verdict as a
 //! [`GuardCheck`](crate::chart::GuardCheck), as it does for its own rows.
 
-use crate::chart::{ToolCallEventKind, ToolCallGuard, ToolCallRow, ToolCallState};
+use crate::chart::{MachineKind, ToolCallEventKind, ToolCallGuard, ToolCallRow, ToolCallState};
 use crate::event::KillPolicy;
 use crate::message::ToolStatus;
 use crate::process::config::LoopAction;
@@ -68,16 +68,20 @@ fn holds(g: ToolCallGuard, data: &ProcessData, i: usize, facts: Facts) -> bool {
     }
 }
 
-/// The row the chart prescribes for slot `i` in `state` on `event`.
+/// The row the chart prescribes for slot `i` in `state` on `event`, and two rows whose guards
+/// both held without the chart saying which wins (see [`crate::chart::oracle`]).
 pub(crate) fn expected(
     state: ToolCallState,
     event: ToolCallEventKind,
     data: &ProcessData,
     i: usize,
     facts: Facts,
-) -> Option<ToolCallRow> {
-    state
-        .candidates(event)
-        .into_iter()
-        .find(|r| r.guard().is_none_or(|g| holds(g, data, i, facts)))
+) -> (Option<ToolCallRow>, Option<(&'static str, &'static str)>) {
+    crate::chart::oracle(
+        MachineKind::ToolCall,
+        state.candidates(event),
+        ToolCallRow::spec,
+        ToolCallRow::guard,
+        |g| holds(g, data, i, facts),
+    )
 }

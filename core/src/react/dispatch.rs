@@ -9,7 +9,7 @@
 
 use statig::blocking::*;
 
-use crate::chart::{ReactEventKind, ReactGuard, ReactRow, ReactState};
+use crate::chart::{MachineKind, ReactEventKind, ReactGuard, ReactRow, ReactState};
 use crate::process::StepOutcome;
 use crate::react::data::ReactData;
 use crate::react::machine::{Input, State};
@@ -33,17 +33,21 @@ pub(crate) fn chart_event(data: &ReactData, input: &Input<'_>) -> Option<ReactEv
 }
 
 /// The oracle: the row the chart prescribes for `input` (of kind `kind`) in `state`, the
-/// first candidate whose guard holds (evaluated before the machine runs).
+/// first candidate whose guard holds (evaluated before the machine runs), and two rows whose
+/// guards both held without the chart saying which wins (see [`crate::chart::oracle`]).
 pub(crate) fn expected(
     state: ReactState,
     kind: ReactEventKind,
     data: &ReactData,
     input: &Input<'_>,
-) -> Option<ReactRow> {
-    state
-        .candidates(kind)
-        .into_iter()
-        .find(|r| r.guard().is_none_or(|g| holds(g, data, input)))
+) -> (Option<ReactRow>, Option<(&'static str, &'static str)>) {
+    crate::chart::oracle(
+        MachineKind::React,
+        state.candidates(kind),
+        ReactRow::spec,
+        ReactRow::guard,
+        |g| holds(g, data, input),
+    )
 }
 
 #[cfg(test)]

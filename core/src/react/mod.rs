@@ -199,7 +199,7 @@ impl Run {
         let from = self.react_state();
         let mark = self.data.out.len();
         self.data.prepare(from, &input);
-        let expected = dispatch::expected(from, k, &self.data, &input);
+        let (expected, overlap) = dispatch::expected(from, k, &self.data, &input);
         self.data.state = from;
         self.data.row = None;
         self.data.unhandled = false;
@@ -222,6 +222,7 @@ impl Run {
             event: k.name(),
             taken: row.map(|r| r.spec().id),
             expected: expected.map(|r| r.spec().id),
+            overlap,
         });
         transitions.push(Transition::React {
             from,

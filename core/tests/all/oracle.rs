@@ -2,9 +2,9 @@
 //! conformance test relies on (R-ARCH-3).
 
 use agentloop_core::chart::{
-    Chart, GuardCheck, MachineKind, ProcessEventKind, ProcessRow, ProcessState, ReactEventKind,
-    ReactRow, ReactState, ToolCallEventKind, ToolCallRow, ToolCallState, PROCESS_TOML, REACT_TOML,
-    TOOL_CALL_TOML,
+    declared_wins, undeclared_overlap, Chart, GuardCheck, MachineKind, ProcessEventKind,
+    ProcessRow, ProcessState, ReactEventKind, ReactRow, ReactState, ToolCallEventKind, ToolCallRow,
+    ToolCallState, PROCESS_TOML, REACT_TOML, TOOL_CALL_TOML,
 };
 use agentloop_core::{AttemptId, Event, Message, Run, RunConfig, Transition};
 
@@ -16,6 +16,7 @@ fn a_guard_check_with_another_row_fails_and_says_which() {
         event: "StreamOpened",
         taken: Some("calling_opened"),
         expected: Some("live_stale_stream_opened"),
+        overlap: None,
     };
     assert!(!c.holds());
     let text = c.to_string();
@@ -208,4 +209,131 @@ fn the_validator_rejects_broken_charts() {
         assert_ne!(text, REACT_TOML);
         assert!(Chart::parse(&text).is_err(), "{what}: accepted");
     }
+}
+
+/// The oracle reports two guards that hold together unless the earlier row declares that it
+/// wins over the later; a report makes the verdict fail and names both rows.
+#[test]
+fn an_undeclared_overlap_is_reported() {
+    let holding = [
+        "planning_max_steps",
+        "planning_limit_stop",
+        "planning_compact",
+    ];
+    assert_eq!(
+        undeclared_overlap(&[], &holding),
+        Some(("planning_max_steps", "planning_limit_stop"))
+    );
+    let wins = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(w, l)| (w.to_string(), l.to_string()))
+            .collect()
+    };
+    // Declared the wrong way round: still an overlap (the earlier row must be the winner).
+    assert_eq!(
+        undeclared_overlap(
+            &wins(&[("planning_limit_stop", "planning_max_steps")]),
+            &holding[..2]
+        ),
+        Some(("planning_max_steps", "planning_limit_stop"))
+    );
+    // Every pair must be declared: max_steps over both is not enough.
+    let partial = wins(&[
+        ("planning_max_steps", "planning_limit_stop"),
+        ("planning_max_steps", "planning_compact"),
+    ]);
+    assert_eq!(
+        undeclared_overlap(&partial, &holding),
+        Some(("planning_limit_stop", "planning_compact"))
+    );
+    // The embedded chart declares all three.
+    assert_eq!(
+        undeclared_overlap(declared_wins(MachineKind::React), &holding),
+        None
+    );
+    // Without the chart's declaration, the same guards are an overlap.
+    let undeclared =
+        REACT_TOML.replacen("wins_over = [\"planning_limit_stop\", ", "wins_over = [", 1);
+    assert_ne!(undeclared, REACT_TOML);
+    let chart = Chart::parse(&undeclared).expect("still a valid chart");
+    assert_eq!(
+        undeclared_overlap(&chart.declared_wins(), &holding),
+        Some(("planning_max_steps", "planning_limit_stop"))
+    );
+    // One guard holding is never an overlap.
+    assert_eq!(undeclared_overlap(&[], &holding[..1]), None);
+    // The verdict fails and says which rows overlap, even when the row taken is right.
+    let c = GuardCheck {
+        machine: MachineKind::React,
+        from: "Planning",
+        event: "Plan",
+        taken: Some("planning_max_steps"),
+        expected: Some("planning_max_steps"),
+        overlap: Some(("planning_max_steps", "planning_limit_stop")),
+    };
+    assert!(!c.holds());
+    let text = c.to_string();
+    assert!(
+        text.contains("planning_limit_stop") && text.contains("wins_over"),
+        "{text}"
+    );
+    assert!(GuardCheck { overlap: None, ..c }.holds());
+}
+
+/// `wins_over` names a later row for the same event in the winner's state, and comes with a
+/// `why`; a chart without any `wins_over` still parses (the field is optional).
+#[test]
+fn the_validator_checks_wins_over() {
+    let chart = Chart::parse(REACT_TOML).expect("react");
+    assert!(chart
+        .declared_wins()
+        .contains(&("planning_subtask".into(), "planning_compact".into())));
+    let decl = "wins_over = [\"planning_compact\"]\nwhy = ";
+    assert!(REACT_TOML.contains(decl));
+    let cases = [
+        (
+            "winner tried after the loser",
+            REACT_TOML.replacen(decl, "wins_over = [\"planning_max_steps\"]\nwhy = ", 1),
+        ),
+        (
+            "loser for another event",
+            REACT_TOML.replacen(decl, "wins_over = [\"observing_stop\"]\nwhy = ", 1),
+        ),
+        (
+            "unknown loser",
+            REACT_TOML.replacen(decl, "wins_over = [\"planning_nothing\"]\nwhy = ", 1),
+        ),
+        (
+            "no why",
+            REACT_TOML.replacen("why = \"a queued subtask", "# why = \"a queued subtask", 1),
+        ),
+    ];
+    for (what, text) in cases {
+        assert_ne!(text, REACT_TOML, "{what}");
+        assert!(Chart::parse(&text).is_err(), "{what}: accepted");
+    }
+    // Backward compatible: the same chart with every declaration removed parses.
+    let bare: String = REACT_TOML
+        .lines()
+        .filter(|l| !l.starts_with("wins_over = ") && !l.starts_with("why = "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let bare = Chart::parse(&bare).expect("a chart without wins_over");
+    assert!(bare.declared_wins().is_empty());
+    // A leaf row may win over its superstate's row for the same event, not the other way.
+    let leaf_wins = REACT_TOML.replacen(
+        "id = \"executing_abort_drain\"",
+        "id = \"executing_abort_drain\"\nwins_over = [\"active_abort\"]\nwhy = \"leaf first\"",
+        1,
+    );
+    assert_ne!(leaf_wins, REACT_TOML);
+    assert!(Chart::parse(&leaf_wins).is_ok());
+    let super_wins = REACT_TOML.replacen(
+        "id = \"active_abort\"",
+        "id = \"active_abort\"\nwins_over = [\"executing_abort_drain\"]\nwhy = \"no\"",
+        1,
+    );
+    assert_ne!(super_wins, REACT_TOML);
+    assert!(Chart::parse(&super_wins).is_err());
 }

@@ -102,6 +102,7 @@ fn guard_violations_are_the_checks_that_do_not_hold() {
         event: "Start",
         taken: Some("init_start"),
         expected: Some("init_start"),
+        overlap: None,
     };
     let bad = GuardCheck {
         taken: Some("x"),
