@@ -11,6 +11,7 @@ use crate::error::RunError;
 use crate::event::Event;
 use crate::execute_result::StepEnd;
 use crate::process::StepOutcome;
+use crate::react::context::StateLocal;
 use crate::react::data::ReactData;
 use crate::react::machine::Input;
 
@@ -46,7 +47,7 @@ fn resume(data: &mut ReactData, input: &Input<'_>) {
     }) = ext(input)
     {
         data.start(run_id, history, &[], *session_turns);
-        data.committed_steps = *committed_steps;
+        data.counters.committed_steps = *committed_steps;
     }
 }
 
@@ -80,7 +81,7 @@ pub(crate) fn planning_limit_stop(data: &mut ReactData, _input: &Input<'_>) {
 /// `planning_limit_final`: announce the limit, run one final-answer step.
 pub(crate) fn planning_limit_final(data: &mut ReactData, _input: &Input<'_>) {
     data.note_limit();
-    data.limit_final_ran = true;
+    data.counters.limit_final_ran = true;
     data.execute();
 }
 
@@ -109,7 +110,7 @@ pub(crate) fn executing_overflow(data: &mut ReactData, _input: &Input<'_>) {
     let Some(StepOutcome::ContextOverflow(e)) = data.step_outcome() else {
         return;
     };
-    data.next_attempt = data.step.as_ref().map(|s| s.request().attempt + 1);
+    data.current.next_attempt = data.current.step.as_ref().map(|s| s.request().attempt + 1);
     data.end_step(StepEnd::ContextOverflow);
     data.compact_overflow(&e);
 }
@@ -136,7 +137,9 @@ pub(crate) fn executing_error(data: &mut ReactData, _input: &Input<'_>) {
 /// announce the abort now.
 pub(crate) fn executing_abort_drain(data: &mut ReactData, input: &Input<'_>) {
     if let Some(Event::Abort { reason, .. }) = ext(input) {
-        data.abort_reason = Some(reason.clone());
+        data.local = StateLocal::Draining {
+            abort_reason: reason.clone(),
+        };
         data.emit_abort(reason);
     }
 }
@@ -144,16 +147,13 @@ pub(crate) fn executing_abort_drain(data: &mut ReactData, input: &Input<'_>) {
 /// `executing_aborted`: keep the drained step's results, the run ends aborted.
 pub(crate) fn executing_aborted(data: &mut ReactData, _input: &Input<'_>) {
     data.absorb_aborted_step();
-    let reason = data
-        .abort_reason
-        .clone()
-        .unwrap_or_else(|| "aborted".into());
+    let reason = data.local.abort_reason().unwrap_or("aborted").to_string();
     data.finish(Outcome::Aborted, reason, None);
 }
 
 /// `observing_stop`: the run ends with the step's stop reason.
 pub(crate) fn observing_stop(data: &mut ReactData, _input: &Input<'_>) {
-    let reason = data.stop_requested.unwrap_or("stopped");
+    let reason = data.observed.stop_requested.unwrap_or("stopped");
     data.finish(Outcome::Completed, reason.into(), None);
 }
 
@@ -177,7 +177,7 @@ pub(crate) fn observing_output_invalid(data: &mut ReactData, _input: &Input<'_>)
 
 /// `observing_complete`: the run ends with the final answer (or the limit that asked for it).
 pub(crate) fn observing_complete(data: &mut ReactData, _input: &Input<'_>) {
-    let reason = match data.limit_hit {
+    let reason = match data.counters.limit_hit {
         Some(kind) => kind.reason(),
         None => "final_answer".into(),
     };
@@ -238,7 +238,9 @@ pub(crate) fn active_steer(data: &mut ReactData, input: &Input<'_>) {
 /// `active_subtask`: queue the subtask.
 pub(crate) fn active_subtask(data: &mut ReactData, input: &Input<'_>) {
     if let Some(Event::Subtask { tool, arguments }) = ext(input) {
-        data.subtasks.push_back((tool.clone(), arguments.clone()));
+        data.queues
+            .subtasks
+            .push_back((tool.clone(), arguments.clone()));
     }
 }
 
@@ -266,8 +268,8 @@ pub(crate) fn active_set_tools(data: &mut ReactData, input: &Input<'_>) {
 
 /// `active_run_deadline`: the timer is spent; the facade feeds the abort it stands for.
 pub(crate) fn active_run_deadline(data: &mut ReactData, _input: &Input<'_>) {
-    data.deadline_armed = false;
-    data.deadline_abort = true;
+    data.end.deadline_armed = false;
+    data.outbox.deadline_abort = true;
 }
 
 /// `active_abort`: the abort reached the step (before dispatch); keep what it committed, the

@@ -23,7 +23,7 @@ pub(crate) fn chart_event(data: &ReactData, input: &Input<'_>) -> Option<ReactEv
         Input::Ext(e) => crate::react::event_kind(e),
         Input::Plan => Some(ReactEventKind::Plan),
         Input::Decide => Some(ReactEventKind::Decide),
-        Input::InnerEnded => match data.step.as_ref()?.outcome()? {
+        Input::InnerEnded => match data.current.step.as_ref()?.outcome()? {
             StepOutcome::Success => Some(ReactEventKind::InnerSucceeded),
             StepOutcome::ContextOverflow(_) => Some(ReactEventKind::InnerOverflowed),
             StepOutcome::Failed(_) => Some(ReactEventKind::InnerFailed),

@@ -16,14 +16,15 @@ use crate::react::machine::Input;
 
 /// Whether the inner step drains tools (after the abort was forwarded to it).
 fn draining(data: &ReactData) -> bool {
-    data.step
+    data.current
+        .step
         .as_ref()
         .is_some_and(|s| s.state() == ProcessState::Draining)
 }
 
 /// The decision function's answer for the step being observed.
 fn decided(data: &ReactData, d: Decision) -> bool {
-    data.decision == Some(d)
+    data.local.decided(d)
 }
 
 /// `tools_draining`: after the abort's kill policy, some immune tools still run.

@@ -23,7 +23,9 @@ pub(crate) enum Input<'a> {
     InnerEnded,
 }
 
-/// The statig machine; all data lives in the context ([`ReactData`]).
+/// The statig machine; all data lives in the context ([`ReactData`]). The current state's own
+/// data is the context's typed [`StateLocal`](crate::react::context::StateLocal), not statig's
+/// state-local storage: the generated dispatch hands guards and actions the context only.
 #[derive(Debug, Default)]
 pub(crate) struct ReactMachine;
 
@@ -37,7 +39,7 @@ impl ReactMachine {
     #[superstate]
     fn root(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
         let _ = event;
-        context.unhandled = true;
+        context.outbox.unhandled = true;
         Handled
     }
 

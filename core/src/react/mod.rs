@@ -5,6 +5,7 @@
 
 pub(crate) mod actions;
 pub mod config;
+pub(crate) mod context;
 pub(crate) mod data;
 pub(crate) mod dispatch;
 pub(crate) mod guards;
@@ -161,7 +162,7 @@ impl Run {
         };
         let k = ReactEventKind::RunDeadline;
         let unhandled = self.feed(Input::Ext(&timer), k, transitions, effects, checks);
-        if std::mem::take(&mut self.data.deadline_abort) {
+        if std::mem::take(&mut self.data.outbox.deadline_abort) {
             let abort = Event::Abort {
                 reason: "run deadline exceeded".into(),
                 kill: crate::event::KillPolicy::default(),
@@ -183,9 +184,9 @@ impl Run {
         effects: &mut Vec<crate::effect::Effect>,
         checks: &mut Vec<GuardCheck>,
     ) {
-        transitions.append(&mut self.data.inner);
-        effects.append(&mut self.data.out);
-        checks.append(&mut self.data.checks);
+        transitions.append(&mut self.data.outbox.inner);
+        effects.append(&mut self.data.outbox.out);
+        checks.append(&mut self.data.outbox.checks);
     }
 
     fn feed(
@@ -197,12 +198,11 @@ impl Run {
         checks: &mut Vec<GuardCheck>,
     ) -> bool {
         let from = self.react_state();
-        let mark = self.data.out.len();
+        let mark = self.data.outbox.out.len();
         self.data.prepare(from, &input);
         let (expected, overlap) = dispatch::expected(from, k, &self.data, &input);
-        self.data.state = from;
-        self.data.row = None;
-        self.data.unhandled = false;
+        self.data.outbox.row = None;
+        self.data.outbox.unhandled = false;
         self.sm.handle_with_context(&input, &mut self.data);
         let to = self.react_state();
         if from != to {
@@ -212,10 +212,10 @@ impl Run {
                 k.name(),
                 to.name(),
             );
-            self.data.out.insert(mark, ev);
+            self.data.outbox.out.insert(mark, ev);
         }
-        let unhandled = self.data.unhandled;
-        let row = self.data.row.take();
+        let unhandled = self.data.outbox.unhandled;
+        let row = self.data.outbox.row.take();
         checks.push(GuardCheck {
             machine: MachineKind::React,
             from: from.name(),
@@ -281,30 +281,30 @@ impl Run {
     pub fn state(&self) -> AgentState {
         AgentState {
             react: self.react_state(),
-            process: self.data.step.as_ref().map(|s| s.state()),
+            process: self.data.current.step.as_ref().map(|s| s.state()),
         }
     }
 
     /// The current inner state, if a step exists.
     pub fn process_state(&self) -> Option<ProcessState> {
-        self.data.step.as_ref().map(|s| s.state())
+        self.data.current.step.as_ref().map(|s| s.state())
     }
 
     /// The steering messages the run has queued and not yet applied (R-CTL-2): the queue is
     /// the machine's (row `active_steer` fills it, the next step boundary empties it).
     pub fn steering(&self) -> &[String] {
-        &self.data.steering
+        &self.data.queues.steering
     }
 
     /// The run's result, once it ended.
     pub fn result(&self) -> Option<&LoopResult> {
-        self.data.result.as_ref()
+        self.data.end.result.as_ref()
     }
 
     /// What each step that ended so far produced (R-IN-5), in order; positions name
     /// [`messages`](Self::messages).
     pub fn steps(&self) -> &[crate::execute_result::StepRecord] {
-        &self.data.steps
+        &self.data.transcript.steps
     }
 
     /// Whether the run ended.
@@ -314,20 +314,20 @@ impl Run {
 
     /// The context as it stands.
     pub fn messages(&self) -> &[Message] {
-        &self.data.messages
+        &self.data.transcript.messages
     }
 
     /// A snapshot of the message being streamed, if a step is streaming (R-STR-2).
     pub fn partial(&self) -> Option<AssistantMessage> {
-        self.data.step.as_ref().map(|s| s.partial())
+        self.data.current.step.as_ref().map(|s| s.partial())
     }
 
     /// Identifies [`partial`](Self::partial)'s content (`None` when it is `None`): equal marks,
     /// equal messages. See [`PartialMark`](crate::process::PartialMark).
     pub fn partial_mark(&self) -> Option<crate::process::PartialMark> {
-        self.data.step.as_ref().map(|s| {
+        self.data.current.step.as_ref().map(|s| {
             let mut mark = s.partial_mark();
-            mark.step = self.data.steps_created;
+            mark.step = self.data.counters.steps_created;
             mark
         })
     }
@@ -335,7 +335,7 @@ impl Run {
     /// Brings `snapshot`, an earlier [`partial`](Self::partial) whose mark is of the same
     /// source as the current one, up to date in time proportional to what arrived since.
     pub fn update_partial(&self, snapshot: &mut AssistantMessage) {
-        match &self.data.step {
+        match &self.data.current.step {
             Some(s) => s.update_partial(snapshot),
             None => *snapshot = AssistantMessage::default(),
         }
