@@ -348,3 +348,36 @@ pub fn mermaid(chart: &Chart) -> String {
     }
     out
 }
+
+/// A row a generated dispatch function takes, by variant name, and the guard it calls right
+/// before (`None`: taken unconditionally). Test support for the machines' dispatch tests.
+#[cfg(test)]
+pub(crate) type Tried = (String, Option<String>);
+
+/// The rows each function of a generated dispatch source records, in the order the source
+/// tries them (`prefix`: the machine's enum prefix, e.g. `React`). Test support: the machines'
+/// tests compare it with the chart's row order.
+#[cfg(test)]
+pub(crate) fn generated_order(src: &str, prefix: &str) -> Vec<(String, Vec<Tried>)> {
+    let take = format!("data.take({prefix}Row::");
+    let event = format!("{prefix}EventKind::");
+    src.split("pub(crate) fn ")
+        .skip(1)
+        .map(|f| {
+            let name = f.split('(').next().unwrap_or_default().to_string();
+            let mut rows = Vec::new();
+            let mut last_guard: Option<String> = None;
+            for line in f.lines().map(str::trim) {
+                if let Some(g) = line.strip_prefix("if guards::") {
+                    last_guard = g.split('(').next().map(str::to_string);
+                } else if let Some(r) = line.strip_prefix(take.as_str()) {
+                    let row = r.split(')').next().unwrap_or_default().to_string();
+                    rows.push((row, last_guard.take()));
+                } else if line.starts_with(event.as_str()) || line == "}" {
+                    last_guard = None;
+                }
+            }
+            (name, rows)
+        })
+        .collect()
+}

@@ -67,32 +67,14 @@ pub(crate) fn expected(
 mod tests {
     use crate::chart::{Chart, ProcessRow, PROCESS_TOML};
 
-    /// A row the generated code takes, by variant name, and the guard it calls first.
-    type Tried = (String, Option<String>);
+    use crate::chart::Tried;
 
-    /// Per generated function, the rows it records in source order, each with the guard it
-    /// calls right before (`None`: taken unconditionally).
+    /// The rows each generated function records, in source order, with their guards.
     fn generated_order() -> Vec<(String, Vec<Tried>)> {
-        let src = include_str!(concat!(env!("OUT_DIR"), "/process_dispatch.rs"));
-        src.split("pub(crate) fn ")
-            .skip(1)
-            .map(|f| {
-                let name = f.split('(').next().unwrap_or_default().to_string();
-                let mut rows = Vec::new();
-                let mut last_guard: Option<String> = None;
-                for line in f.lines().map(str::trim) {
-                    if let Some(g) = line.strip_prefix("if guards::") {
-                        last_guard = g.split('(').next().map(str::to_string);
-                    } else if let Some(r) = line.strip_prefix("data.take(ProcessRow::") {
-                        let row = r.split(')').next().unwrap_or_default().to_string();
-                        rows.push((row, last_guard.take()));
-                    } else if line.starts_with("ProcessEventKind::") || line == "}" {
-                        last_guard = None;
-                    }
-                }
-                (name, rows)
-            })
-            .collect()
+        crate::chart::generated_order(
+            include_str!(concat!(env!("OUT_DIR"), "/process_dispatch.rs")),
+            "Process",
+        )
     }
 
     /// The generated dispatch of the inner machine tries each scope's rows in the order the

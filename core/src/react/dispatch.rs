@@ -54,32 +54,14 @@ pub(crate) fn expected(
 mod tests {
     use crate::chart::{Chart, ReactRow, REACT_TOML};
 
-    /// A row the generated code takes, by variant name, and the guard it calls first.
-    type Tried = (String, Option<String>);
+    use crate::chart::Tried;
 
-    /// The rows each generated function records, in the order its source tries them, each
-    /// with the guard the source calls right before taking it (`None`: taken unconditionally).
+    /// The rows each generated function records, in source order, with their guards.
     fn generated_order() -> Vec<(String, Vec<Tried>)> {
-        let src = include_str!(concat!(env!("OUT_DIR"), "/react_dispatch.rs"));
-        src.split("pub(crate) fn ")
-            .skip(1)
-            .map(|f| {
-                let name = f.split('(').next().unwrap_or_default().to_string();
-                let mut rows = Vec::new();
-                let mut last_guard: Option<String> = None;
-                for line in f.lines().map(str::trim) {
-                    if let Some(g) = line.strip_prefix("if guards::") {
-                        last_guard = g.split('(').next().map(str::to_string);
-                    } else if let Some(r) = line.strip_prefix("data.take(ReactRow::") {
-                        let row = r.split(')').next().unwrap_or_default().to_string();
-                        rows.push((row, last_guard.take()));
-                    } else if line.starts_with("ReactEventKind::") || line == "}" {
-                        last_guard = None;
-                    }
-                }
-                (name, rows)
-            })
-            .collect()
+        crate::chart::generated_order(
+            include_str!(concat!(env!("OUT_DIR"), "/react_dispatch.rs")),
+            "React",
+        )
     }
 
     /// The generated dispatch tries each scope's rows for an event in the order the TOML
