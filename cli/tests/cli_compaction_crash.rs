@@ -144,10 +144,15 @@ fn verify(store: &Path, root: &Path, session: &str) -> usize {
             other => panic!("{session}: {id} ended {other:?}"),
         }
     }
-    assert_eq!(
-        lines.len(),
-        results.len(),
-        "{session}: side effects of unknown calls"
+    // No side effect of a call the session does not know (an `outcome_unknown` call may
+    // have left none: the kill landed before it ran).
+    let strangers: Vec<&&str> = lines
+        .keys()
+        .filter(|id| !results.contains_key(**id))
+        .collect();
+    assert!(
+        strangers.is_empty(),
+        "{session}: side effects of calls without a result: {strangers:?}"
     );
     assert!(
         compactions(&entries) >= 1,
