@@ -123,7 +123,8 @@ impl<T: TypedTool> Tool for T {
 ///
 /// A tool's spec is taken once, when it is inserted; the specs are shared ([`ToolSpecs`]), so
 /// cloning a registry (one per agent) and handing its specs to agents, sessions and runs
-/// copies no schema. Its parameters schema is compiled then too ([`ArgumentSchemas`]): every
+/// copies no schema. Its parameters schema is compiled when a call of the tool is first checked
+/// ([`ArgumentSchemas`]; compiled validators are shared by schema across the process): every
 /// call's arguments are checked against it before the call runs (R-TOOL-1).
 ///
 /// Inserting is O(log n): the shared spec list is built on the first [`specs`](Self::specs)
@@ -186,9 +187,9 @@ impl ToolRegistry {
 
     /// Adds (or replaces) a tool.
     pub fn insert(&mut self, tool: Arc<dyn Tool>) {
-        let spec = tool.spec();
-        self.schemas.set(&spec.name, &spec.parameters);
-        self.tools.insert(spec.name.clone(), (tool, Arc::new(spec)));
+        let spec = Arc::new(tool.spec());
+        self.schemas.set(spec.clone());
+        self.tools.insert(spec.name.clone(), (tool, spec));
         self.specs = std::sync::OnceLock::new();
     }
 

@@ -1,23 +1,39 @@
 //! Checking tool arguments against the tools' JSON Schemas before a call runs (R-TOOL-1).
 //!
-//! A registry compiles each tool's schema once, when the tool is inserted
-//! ([`ToolRegistry::insert`](super::ToolRegistry::insert)); the runtime checks an attempt's
+//! A registry takes each tool's schema when the tool is inserted
+//! ([`ToolRegistry::insert`](super::ToolRegistry::insert)) and compiles it the first time a
+//! call of that tool is checked: a run compiles the validators of the tools it calls, not of
+//! every tool it was given. Compiled validators are shared by schema across registries, runs
+//! and sessions (a process-wide cache keyed by the schema's JSON text), so a session's second
+//! run or a subagent with the same tools compiles nothing. The runtime checks an attempt's
 //! completed tool calls when its stream ends and sends the verdicts with the `done` event
 //! ([`Event::Done`](crate::event::Event::Done)). The machine decides on them (row
 //! `commit_schema_invalid` of `statecharts/tool_call.toml`), so the trace records the verdicts
 //! and a replay needs no validator.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use agentloop_core::tool_check::{ArgumentsRejected, SchemaViolation};
 use serde_json::Value;
 
 use crate::message::{MessageDelta, ToolCall};
+use crate::tools::ToolSpec;
+
+/// How many compiled schemas the process-wide cache keeps before it starts afresh (a bound
+/// for a process that meets many MCP servers' tools; a miss only costs a compile).
+const SHARED_CAPACITY: usize = 1024;
+
+/// A tool's schema and, once a call of the tool was checked, its validator (`None`: the
+/// schema does not compile and is not checked).
+struct LazySchema {
+    spec: Arc<ToolSpec>,
+    compiled: OnceLock<Option<Arc<jsonschema::Validator>>>,
+}
 
 /// The compiled argument schemas of a tool set, by tool name. Cloning shares them.
 #[derive(Clone, Default)]
-pub struct ArgumentSchemas(Arc<BTreeMap<String, Arc<jsonschema::Validator>>>);
+pub struct ArgumentSchemas(Arc<BTreeMap<String, Arc<LazySchema>>>);
 
 impl std::fmt::Debug for ArgumentSchemas {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -25,21 +41,57 @@ impl std::fmt::Debug for ArgumentSchemas {
     }
 }
 
-impl ArgumentSchemas {
-    /// Compiles `schema` for tool `name` (replacing an earlier one). A schema the validator
-    /// cannot compile (not a JSON Schema, an unresolvable `$ref`) is not checked, and a tool
-    /// with an empty or `true` schema accepts everything; both are logged.
-    pub(crate) fn set(&mut self, name: &str, schema: &Value) {
-        let map = Arc::make_mut(&mut self.0);
-        match jsonschema::validator_for(schema) {
-            Ok(v) => {
-                map.insert(name.to_string(), Arc::new(v));
+/// Compiled validators by schema JSON text, shared by every registry of the process.
+type Shared = Mutex<HashMap<String, Arc<jsonschema::Validator>>>;
+static SHARED: OnceLock<Shared> = OnceLock::new();
+
+/// The validator of `schema`: from the process-wide cache, or compiled and cached. A schema
+/// the validator cannot compile (not a JSON Schema, an unresolvable `$ref`) is logged and
+/// gives `None`.
+fn compile_shared(name: &str, schema: &Value) -> Option<Arc<jsonschema::Validator>> {
+    let key = schema.to_string();
+    let shared = SHARED.get_or_init(Mutex::default);
+    if let Some(v) = shared.lock().ok().and_then(|m| m.get(&key).cloned()) {
+        return Some(v);
+    }
+    match jsonschema::validator_for(schema) {
+        Ok(v) => {
+            let v = Arc::new(v);
+            if let Ok(mut m) = shared.lock() {
+                if m.len() >= SHARED_CAPACITY {
+                    m.clear();
+                }
+                m.insert(key, v.clone());
             }
-            Err(e) => {
-                map.remove(name);
-                tracing::warn!(tool = %name, error = %e, "tool schema not compiled; its arguments are not checked");
-            }
+            Some(v)
         }
+        Err(e) => {
+            tracing::warn!(tool = %name, error = %e, "tool schema not compiled; its arguments are not checked");
+            None
+        }
+    }
+}
+
+impl ArgumentSchemas {
+    /// Takes the parameters schema of `spec`'s tool (replacing an earlier one), to be compiled
+    /// when a call of the tool is first checked. A schema that does not compile is not
+    /// checked, and a tool with an empty or `true` schema accepts everything.
+    pub(crate) fn set(&mut self, spec: Arc<ToolSpec>) {
+        Arc::make_mut(&mut self.0).insert(
+            spec.name.clone(),
+            Arc::new(LazySchema {
+                spec,
+                compiled: OnceLock::new(),
+            }),
+        );
+    }
+
+    /// Tool `name`'s validator, compiled on first use.
+    fn validator(&self, name: &str) -> Option<&jsonschema::Validator> {
+        let lazy = self.0.get(name)?;
+        lazy.compiled
+            .get_or_init(|| compile_shared(name, &lazy.spec.parameters))
+            .as_deref()
     }
 
     /// Forgets tool `name`'s schema.
@@ -54,7 +106,7 @@ impl ArgumentSchemas {
         if call.invalid_arguments.is_some() {
             return None;
         }
-        let validator = self.0.get(&call.name)?;
+        let validator = self.validator(&call.name)?;
         ArgumentsRejected::new(
             call.id.clone(),
             validator
@@ -94,17 +146,25 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn spec(name: &str, parameters: Value) -> Arc<ToolSpec> {
+        Arc::new(ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            parameters,
+        })
+    }
+
     fn schemas() -> ArgumentSchemas {
         let mut s = ArgumentSchemas::default();
-        s.set(
+        s.set(spec(
             "count",
-            &json!({
+            json!({
                 "type": "object",
                 "properties": {"n": {"type": "integer"}, "label": {"type": "string"}},
                 "required": ["n"],
                 "additionalProperties": false
             }),
-        );
+        ));
         s
     }
 
@@ -139,6 +199,35 @@ mod tests {
         assert!(r.message("count").contains("(root)"));
     }
 
+    /// Whether `schema` has a validator in the process-wide cache.
+    fn shared(schema: &Value) -> bool {
+        SHARED
+            .get()
+            .and_then(|m| m.lock().ok().map(|m| m.contains_key(&schema.to_string())))
+            .unwrap_or(false)
+    }
+
+    /// A schema is compiled when a call of its tool is first checked, not when the tool is
+    /// inserted, and two tool sets with the same schema share one validator.
+    #[test]
+    fn r_tool_1_schemas_compile_on_first_use_and_are_shared() {
+        let unique = json!({
+            "type": "object",
+            "title": "r_tool_1_schemas_compile_on_first_use_and_are_shared",
+            "properties": {"n": {"type": "integer"}}
+        });
+        let mut a = ArgumentSchemas::default();
+        a.set(spec("t", unique.clone()));
+        let mut b = ArgumentSchemas::default();
+        b.set(spec("u", unique.clone()));
+        assert!(!shared(&unique), "compiled before any call was checked");
+        assert!(a.check(&call("t", r#"{"n":"x"}"#)).is_some());
+        assert!(shared(&unique), "not in the shared cache after a check");
+        assert!(b.check(&call("u", r#"{"n":1}"#)).is_none());
+        let (va, vb) = (a.validator("t").expect("a"), b.validator("u").expect("b"));
+        assert!(std::ptr::eq(va, vb), "the same schema compiled twice");
+    }
+
     #[test]
     fn r_tool_1_valid_unknown_and_unparsed_calls_get_no_verdict() {
         let s = schemas();
@@ -150,7 +239,7 @@ mod tests {
     #[test]
     fn r_tool_1_an_uncompilable_schema_is_not_checked() {
         let mut s = schemas();
-        s.set("count", &json!({"type": 7}));
+        s.set(spec("count", json!({"type": 7})));
         assert_eq!(s.check(&call("count", r#"{"n":"abc"}"#)), None);
     }
 
