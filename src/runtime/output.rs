@@ -1,5 +1,6 @@
 //! The runtime's check of a typed final answer (structured output): the run's
-//! [`OutputSpec`] schema is compiled once per run; when a model stream ends, the message as the
+//! [`OutputSpec`] schema is compiled once per process (shared by schema with the tools'
+//! argument schemas, [`crate::tools::ArgumentSchemas`]); when a model stream ends, the message as the
 //! machine assembled it is read as JSON ([`output_json`]) and validated, and the verdict rides
 //! on the `done` event into the machine (and the trace), where Observing decides on it.
 
@@ -11,7 +12,7 @@ use crate::react::Run;
 
 /// A run's compiled output schema.
 pub(crate) struct OutputCheck {
-    validator: Option<jsonschema::Validator>,
+    validator: Option<std::sync::Arc<jsonschema::Validator>>,
 }
 
 impl OutputCheck {
@@ -19,13 +20,7 @@ impl OutputCheck {
     /// cannot compile only checks that the answer is JSON (logged).
     pub(crate) fn new(spec: Option<&OutputSpec>) -> Option<Self> {
         let spec = spec?;
-        let validator = match jsonschema::validator_for(&spec.schema) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                tracing::warn!(output = %spec.name, error = %e, "output schema not compiled; answers are only checked to be JSON");
-                None
-            }
-        };
+        let validator = crate::tools::compile_shared(&spec.name, &spec.schema);
         Some(OutputCheck { validator })
     }
 

@@ -15,6 +15,7 @@ pub use agentloop_core::tool_spec::{ToolSpec, ToolSpecs};
 pub use schema::ArgumentSchemas;
 
 mod schema;
+pub(crate) use schema::compile_shared;
 
 /// What a tool invocation knows besides its arguments.
 #[derive(Clone, Debug)]

@@ -45,10 +45,10 @@ impl std::fmt::Debug for ArgumentSchemas {
 type Shared = Mutex<HashMap<String, Arc<jsonschema::Validator>>>;
 static SHARED: OnceLock<Shared> = OnceLock::new();
 
-/// The validator of `schema`: from the process-wide cache, or compiled and cached. A schema
-/// the validator cannot compile (not a JSON Schema, an unresolvable `$ref`) is logged and
-/// gives `None`.
-fn compile_shared(name: &str, schema: &Value) -> Option<Arc<jsonschema::Validator>> {
+/// The validator of `schema` (of the tool or typed answer `name`): from the process-wide
+/// cache, or compiled and cached. A schema the validator cannot compile (not a JSON Schema,
+/// an unresolvable `$ref`) is logged and gives `None`.
+pub(crate) fn compile_shared(name: &str, schema: &Value) -> Option<Arc<jsonschema::Validator>> {
     let key = schema.to_string();
     let shared = SHARED.get_or_init(Mutex::default);
     if let Some(v) = shared.lock().ok().and_then(|m| m.get(&key).cloned()) {
@@ -66,7 +66,7 @@ fn compile_shared(name: &str, schema: &Value) -> Option<Arc<jsonschema::Validato
             Some(v)
         }
         Err(e) => {
-            tracing::warn!(tool = %name, error = %e, "tool schema not compiled; its arguments are not checked");
+            tracing::warn!(schema = %name, error = %e, "schema not compiled; not checked");
             None
         }
     }
