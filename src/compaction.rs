@@ -20,7 +20,8 @@ pub use crate::context::{cannot_fit, collect, fits, groups, pinned};
 pub use crate::context::{SlidingWindow, SUMMARY_PREFIX};
 use crate::message::{Message, MessageDelta};
 use crate::model::{Model, ModelRequest};
-use crate::runtime::Compactor;
+use crate::runtime::Timeouts;
+use crate::runtime::{Clock, Compactor, SystemClock};
 
 pub use crate::runtime::Truncate;
 
@@ -45,6 +46,13 @@ chatter. Answer with the summary only.";
 /// unpinned groups; the summary (one user message after the pinned goal) replaces them, the
 /// most recent `keep_recent` groups stay verbatim. The machine persists the result as a
 /// compaction marker: earlier entries stay in the store but leave the context.
+///
+/// The summary call has the deadlines of a model step (R-CTX-3, R-OUT-4): the first delta
+/// within `timeouts.first_chunk_ms`, then no gap over `timeouts.stall_ms`, and the whole call
+/// within `timeouts.request_ms` when set, measured on `clock`. When the call fails (a
+/// deadline, a model error, an empty summary: a [`SummaryFailure`]), the compaction falls back
+/// to truncation ([`Truncate`]) unless `fallback_to_truncate` is off, so a slow or broken
+/// summary model never stalls or fails a run that truncation could continue.
 pub struct LlmSummary {
     /// The model (usually the agent's own, shared as `Arc`).
     pub model: Arc<dyn Model>,
@@ -54,6 +62,13 @@ pub struct LlmSummary {
     pub keep_recent: usize,
     /// The summary instructions.
     pub prompt: String,
+    /// The summary call's deadlines (`first_chunk_ms`, `stall_ms`, `request_ms`; the tool and
+    /// run fields are not used). Default: a model step's defaults.
+    pub timeouts: Timeouts,
+    /// The clock the deadlines are measured on (default: the system clock).
+    pub clock: Arc<dyn Clock>,
+    /// Truncate instead when the summary call fails (default on).
+    pub fallback_to_truncate: bool,
 }
 
 impl std::fmt::Debug for LlmSummary {
@@ -61,12 +76,36 @@ impl std::fmt::Debug for LlmSummary {
         f.debug_struct("LlmSummary")
             .field("model", &self.model_name)
             .field("keep_recent", &self.keep_recent)
+            .field("timeouts", &self.timeouts)
+            .field("fallback_to_truncate", &self.fallback_to_truncate)
             .finish()
     }
 }
 
+/// Why the summary call of an [`LlmSummary`] gave no summary.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SummaryFailure {
+    /// No delta within the first-chunk deadline.
+    #[error("summary call timed out: no first delta within {0} ms")]
+    FirstChunkTimeout(u64),
+    /// A gap between deltas over the stall deadline.
+    #[error("summary call stalled: no delta for {0} ms")]
+    Stalled(u64),
+    /// The whole call over the request deadline.
+    #[error("summary call timed out after {0} ms")]
+    RequestTimeout(u64),
+    /// The model failed the call.
+    #[error("summary call failed: {0}")]
+    Model(String),
+    /// The model answered with no text.
+    #[error("summary call returned no text")]
+    Empty,
+}
+
 impl LlmSummary {
-    /// A summary compactor over `model`, keeping the 2 most recent groups.
+    /// A summary compactor over `model`, keeping the 2 most recent groups, with a model
+    /// step's default deadlines on the system clock and the fallback to truncation on.
     pub fn new(model: Arc<dyn Model>) -> Self {
         let model_name = model.name();
         LlmSummary {
@@ -74,10 +113,26 @@ impl LlmSummary {
             model_name,
             keep_recent: 2,
             prompt: SUMMARY_PROMPT.into(),
+            timeouts: Timeouts::default(),
+            clock: Arc::new(SystemClock),
+            fallback_to_truncate: true,
         }
     }
 
-    async fn summarize(&self, transcript: String) -> Result<String, String> {
+    /// The summary call's deadlines (e.g. the run's own [`Timeouts`]).
+    pub fn with_timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.timeouts = timeouts;
+        self
+    }
+
+    /// The clock the deadlines are measured on (a test's virtual clock).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// One summary call of `transcript`, within the deadlines.
+    pub async fn summarize(&self, transcript: String) -> Result<String, SummaryFailure> {
         let request = ModelRequest {
             run_id: "compaction".into(),
             model_call_index: 0,
@@ -89,26 +144,66 @@ impl LlmSummary {
             tools: Default::default(),
             params: Default::default(),
         };
-        let mut stream = self
-            .model
-            .stream(request)
-            .await
-            .map_err(|e| format!("summary call failed: {}", e.message))?;
-        let mut text = String::new();
-        while let Some(item) = stream.next().await {
-            match item.map_err(|e| format!("summary call failed: {}", e.message))? {
-                MessageDelta::TextDelta { text: t } => text.push_str(&t),
-                MessageDelta::Finish => break,
-                MessageDelta::Error { error } => {
-                    return Err(format!("summary call failed: {}", error.message))
+        let call = async {
+            let t = &self.timeouts;
+            let mut stream = self
+                .within(t.first_chunk_ms, SummaryFailure::FirstChunkTimeout, async {
+                    self.model
+                        .stream(request)
+                        .await
+                        .map_err(|e| SummaryFailure::Model(e.message))
+                })
+                .await??;
+            let mut text = String::new();
+            let mut first = true;
+            loop {
+                let next = if first {
+                    self.within(
+                        t.first_chunk_ms,
+                        SummaryFailure::FirstChunkTimeout,
+                        stream.next(),
+                    )
+                    .await?
+                } else {
+                    self.within(t.stall_ms, SummaryFailure::Stalled, stream.next())
+                        .await?
+                };
+                first = false;
+                match next.map(|item| item.map_err(|e| SummaryFailure::Model(e.message))) {
+                    None | Some(Ok(MessageDelta::Finish)) => break,
+                    Some(Ok(MessageDelta::TextDelta { text: t })) => text.push_str(&t),
+                    Some(Ok(MessageDelta::Error { error })) => {
+                        return Err(SummaryFailure::Model(error.message))
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => return Err(e),
                 }
-                _ => {}
             }
+            if text.trim().is_empty() {
+                return Err(SummaryFailure::Empty);
+            }
+            Ok(text)
+        };
+        match self.timeouts.request_ms {
+            Some(ms) => {
+                self.within(ms, SummaryFailure::RequestTimeout, call)
+                    .await?
+            }
+            None => call.await,
         }
-        if text.trim().is_empty() {
-            return Err("summary call returned no text".into());
+    }
+
+    /// `fut`, or `timeout(ms)` if it takes longer than `ms` on the clock.
+    async fn within<T>(
+        &self,
+        ms: u64,
+        timeout: fn(u64) -> SummaryFailure,
+        fut: impl std::future::Future<Output = T>,
+    ) -> Result<T, SummaryFailure> {
+        tokio::select! {
+            out = fut => Ok(out),
+            () = self.clock.sleep(ms) => Err(timeout(ms)),
         }
-        Ok(text)
     }
 }
 
@@ -161,7 +256,16 @@ impl Compactor for LlmSummary {
             .iter()
             .flat_map(|&gi| groups[gi].iter().map(|&i| messages[i].clone()))
             .collect();
-        let summary = self.summarize(render(&old_messages)).await?;
+        let summary = match self.summarize(render(&old_messages)).await {
+            Ok(summary) => summary,
+            Err(failure) if self.fallback_to_truncate => {
+                tracing::warn!(%failure, "compaction summary failed; truncating instead");
+                return Truncate
+                    .compact(messages, budget_tokens, max_messages)
+                    .await;
+            }
+            Err(failure) => return Err(failure.to_string()),
+        };
         // The summary takes the place of the first summarized group.
         let mut kept = Vec::new();
         let mut placed = false;
@@ -219,5 +323,93 @@ mod tests {
             result("b"),
         ];
         assert_eq!(groups(&m), vec![vec![0], vec![1, 2], vec![3, 4]]);
+    }
+
+    /// A summary model that answers `first` (if any) and then never sends another delta,
+    /// or (`opens: false`) never even starts its response.
+    struct Slow {
+        opens: bool,
+        first: Option<&'static str>,
+    }
+
+    #[async_trait]
+    impl Model for Slow {
+        fn name(&self) -> String {
+            "slow".into()
+        }
+        async fn stream(
+            &self,
+            _request: ModelRequest,
+        ) -> Result<crate::model::DeltaStream, crate::error::ModelError> {
+            if !self.opens {
+                std::future::pending::<()>().await;
+            }
+            let first = self
+                .first
+                .map(|t| Ok(MessageDelta::TextDelta { text: t.into() }));
+            Ok(Box::pin(
+                futures::stream::iter(first).chain(futures::stream::pending()),
+            ))
+        }
+    }
+
+    fn summary(opens: bool, first: Option<&'static str>) -> LlmSummary {
+        LlmSummary::new(Arc::new(Slow { opens, first })).with_timeouts(Timeouts {
+            first_chunk_ms: 1_000,
+            stall_ms: 500,
+            request_ms: None,
+            ..Timeouts::default()
+        })
+    }
+
+    /// A long history: the goal, six tool groups, the latest request.
+    fn history() -> Vec<Message> {
+        let mut m = vec![Message::user("goal")];
+        for i in 0..6 {
+            m.push(call(&format!("c{i}")));
+            m.push(result(&format!("c{i}")));
+        }
+        m.push(Message::user("latest"));
+        m
+    }
+
+    /// R-CTX-3 / R-OUT-4: the summary call has a model step's deadlines (tokio's paused clock
+    /// jumps to each deadline; without them these calls would wait forever).
+    #[tokio::test(start_paused = true)]
+    async fn r_ctx_3_the_summary_call_has_a_model_steps_deadlines() {
+        let never_opens = summary(false, None).summarize("t".into()).await;
+        assert_eq!(never_opens, Err(SummaryFailure::FirstChunkTimeout(1_000)));
+        let never_sends = summary(true, None).summarize("t".into()).await;
+        assert_eq!(never_sends, Err(SummaryFailure::FirstChunkTimeout(1_000)));
+        let stalls = summary(true, Some("half a summ"))
+            .summarize("t".into())
+            .await;
+        assert_eq!(stalls, Err(SummaryFailure::Stalled(500)));
+        let mut whole = summary(true, Some("x"));
+        whole.timeouts.stall_ms = 10_000;
+        whole.timeouts.request_ms = Some(2_000);
+        assert_eq!(
+            whole.summarize("t".into()).await,
+            Err(SummaryFailure::RequestTimeout(2_000))
+        );
+    }
+
+    /// R-OUT-4: a failed summary call falls back to truncation (the same context
+    /// [`Truncate`] gives), or fails the compaction with the typed reason when the fallback
+    /// is off.
+    #[tokio::test(start_paused = true)]
+    async fn r_out_4_a_failed_summary_falls_back_to_truncation() {
+        let messages = history();
+        let truncated = Truncate.compact(&messages, None, Some(6)).await;
+        assert!(truncated.is_ok(), "{truncated:?}");
+        let stalled = summary(true, Some("half"));
+        assert_eq!(stalled.compact(&messages, None, Some(6)).await, truncated);
+        let mut strict = summary(true, Some("half"));
+        strict.fallback_to_truncate = false;
+        let err = strict.compact(&messages, None, Some(6)).await;
+        assert_eq!(
+            err,
+            Err("summary call stalled: no delta for 500 ms".to_string())
+        );
     }
 }
