@@ -88,6 +88,13 @@ pub enum Effect {
         /// The call.
         call: ToolCall,
     },
+    /// Stop asking a human about a call: its approval timer fired first (R-CTL-4), so the
+    /// machine decided without an answer. The runtime stops waiting and the approver forgets
+    /// the request (a late answer finds nothing pending).
+    WithdrawApproval {
+        /// The call.
+        tool_call_id: String,
+    },
     /// Compact the context; the answer is `Event::CompactionDone` or `CompactionFailed`.
     Compact {
         /// The current context.

@@ -397,7 +397,10 @@ impl Session {
                     }
                     // Effects run one at a time: nothing is in flight when the machine kills or
                     // cancels (an interrupted one is settled by `still_owed` below).
-                    Effect::KillTool { .. } | Effect::CancelModel { .. } => {}
+                    // Approvals are answered at once here: none is ever withdrawn.
+                    Effect::KillTool { .. }
+                    | Effect::CancelModel { .. }
+                    | Effect::WithdrawApproval { .. } => {}
                     world @ (Effect::CallModel { .. }
                     | Effect::RunTool { .. }
                     | Effect::Compact { .. }) => {

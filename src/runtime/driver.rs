@@ -31,6 +31,8 @@ use crate::tools::{ArgumentSchemas, ToolContext};
 pub(crate) struct Tasks {
     timers: HashMap<u64, JoinHandle<()>>,
     tools: HashMap<String, (JoinHandle<()>, bool)>,
+    /// Approval requests waiting for their decision, by call id.
+    approvals: HashMap<String, JoinHandle<()>>,
     other: Vec<JoinHandle<()>>,
 }
 
@@ -44,6 +46,9 @@ impl Tasks {
             if killable {
                 h.abort();
             }
+        }
+        for (_, h) in self.approvals.drain() {
+            h.abort();
         }
         for h in self.other.drain(..) {
             h.abort();
@@ -258,6 +263,7 @@ impl Driver<'_> {
                 Effect::RequestApproval { call } => {
                     let approver = self.agent.approver.clone();
                     let tx = self.tx.clone();
+                    let id = call.id.clone();
                     let h = tokio::spawn(async move {
                         if let Some(decision) = approver.decide(&call).await {
                             let _ = tx.send(Event::Approval {
@@ -266,7 +272,18 @@ impl Driver<'_> {
                             });
                         }
                     });
-                    self.tasks.other.push(h);
+                    if let Some(old) = self.tasks.approvals.insert(id, h) {
+                        // Asked again (not aborted: its end would forget the new request).
+                        self.tasks.other.push(old);
+                    }
+                }
+                Effect::WithdrawApproval { tool_call_id } => {
+                    // The machine's approval timer fired first: stop waiting, and let the
+                    // approver forget the request (a late answer is not pending any more).
+                    if let Some(h) = self.tasks.approvals.remove(&tool_call_id) {
+                        h.abort();
+                    }
+                    self.agent.approver.withdraw(&tool_call_id);
                 }
                 Effect::Compact {
                     messages,

@@ -658,6 +658,17 @@ impl<M> AgentBuilder<M> {
         self
     }
 
+    /// Sets how long a call waits for its approval (R-CTL-4; default `None`: as long as the
+    /// approver takes). The step's machine starts it as a timer with each approval request;
+    /// when it fires first the call is denied with status `timeout` (a rejection, so
+    /// [`auto_resume`](Self::auto_resume) decides whether the run goes on) and the approver's
+    /// wait is withdrawn. A session replaces it with its own
+    /// [`SessionConfig::approval_timeout_ms`](crate::session::SessionConfig::approval_timeout_ms).
+    pub fn approval_timeout(mut self, timeout_ms: Option<u64>) -> Self {
+        self.config.step.approval_timeout_ms = timeout_ms;
+        self
+    }
+
     /// Titles each new session with `model`, registered as `name` (off by
     /// default): on a session's first run the title model is asked in parallel with the
     /// first step, and its answer is a `title_generated` event and a `title` session entry.

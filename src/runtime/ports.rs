@@ -14,8 +14,18 @@ use crate::message::{Message, ToolCall};
 /// [`Controller`](crate::runtime::Controller)".
 #[async_trait]
 pub trait Approver: Send + Sync {
-    /// Decide on `call`, or return `None` to wait for a controller decision.
+    /// Decide on `call`, or return `None` to wait for a controller decision. The wait has no
+    /// deadline of its own: the step's approval timeout
+    /// (`StepConfig::approval_timeout_ms`) is a timer of the machine, which decides on its own
+    /// when it fires first and then calls [`withdraw`](Self::withdraw).
     async fn decide(&self, call: &ToolCall) -> Option<ApprovalDecision>;
+
+    /// The machine stopped waiting for the decision on `tool_call_id` (its approval timer
+    /// fired): forget the request, so a late answer finds nothing pending. The runtime has
+    /// already dropped the `decide` future. Default: nothing to forget.
+    fn withdraw(&self, tool_call_id: &str) {
+        let _ = tool_call_id;
+    }
 }
 
 /// A question the model asks the person through the built-in `ask_user` tool.

@@ -1,6 +1,10 @@
 //! Approvals through the session handle (R-CTL-4): the session installs a `SessionApprover`
 //! as the agent's approver. A request parks until `approve`/`reject`/`modify` answers it or the
-//! approval timeout passes (a timeout counts as a reject). "Approve always" whitelists the
+//! run withdraws it. The approval timeout is the machine's (a timer of the step,
+//! `StepConfig::approval_timeout_ms`, which the session sets from its
+//! `SessionConfig::approval_timeout_ms`): when it fires first the machine denies the call
+//! (status timeout, counted as a reject) and withdraws the request, which is then forgotten
+//! here. "Approve always" whitelists the
 //! call's [`approval_scope`] for the rest of the session: the tool, or for a shell-like tool
 //! its command family ([`command_family`]: approving `git status` always covers `git status -s`
 //! and `git log`, never `rm -rf x`), the same scope a run's machine whitelists on
@@ -15,7 +19,7 @@ use tokio::sync::oneshot;
 use crate::agent_event::AgentEvent;
 use crate::event::ApprovalDecision;
 use crate::message::ToolCall;
-use crate::runtime::{Approver, Clock};
+use crate::runtime::Approver;
 
 use super::bus::EventBus;
 
@@ -121,11 +125,9 @@ impl Approvals {
 /// The approver a session installs into its agent.
 pub(crate) struct SessionApprover {
     pub(crate) approvals: Arc<Approvals>,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) timeout_ms: Option<u64>,
 }
 
-/// Removes a parked approval when its wait ends for any reason (answer, timeout, abort).
+/// Removes a parked approval when its wait ends for any reason (answer, withdrawal, abort).
 struct Parked<'a>(&'a Approvals, String);
 
 impl Drop for Parked<'_> {
@@ -146,22 +148,13 @@ impl Approver for SessionApprover {
         if self.approvals.whitelisted(call) {
             return Some(ApprovalDecision::Approved);
         }
-        let timeout = async {
-            match self.timeout_ms {
-                Some(ms) => self.clock.sleep(ms).await,
-                None => std::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            answer = rx => Some(answer.unwrap_or(ApprovalDecision::Rejected {
-                reason: "approval channel closed".into(),
-            })),
-            _ = timeout => {
-                self.approvals.forget(&call.id);
-                Some(ApprovalDecision::TimedOut {
-                    after_ms: self.timeout_ms.unwrap_or_default(),
-                })
-            }
-        }
+        // No deadline here: the machine's approval timer ends the wait (`withdraw`).
+        Some(rx.await.unwrap_or(ApprovalDecision::Rejected {
+            reason: "approval channel closed".into(),
+        }))
+    }
+
+    fn withdraw(&self, tool_call_id: &str) {
+        self.approvals.forget(tool_call_id);
     }
 }

@@ -175,6 +175,8 @@ pub struct SessionConfig {
     /// use: the bus holds only events a subscriber has not read yet (or the ring keeps).
     pub subscriber_capacity: usize,
     /// Approval timeout; expiry counts as a reject (default 5 minutes; `None`: wait forever).
+    /// It becomes the agent's `StepConfig::approval_timeout_ms` (a timer of each step's
+    /// machine, recorded in the trace), replacing what the agent's builder set.
     pub approval_timeout_ms: Option<u64>,
     /// Prices for usage reports (default empty: usage without cost).
     pub prices: PriceTable,
@@ -377,9 +379,9 @@ impl Session {
         agent.sink = Arc::new(BusSink(bus.clone()));
         agent.approver = Arc::new(SessionApprover {
             approvals: approvals.clone(),
-            clock: agent.clock.clone(),
-            timeout_ms: config.approval_timeout_ms,
         });
+        // The approval timeout is a timer of each step's machine (R-CTL-4).
+        Arc::make_mut(&mut agent.config).step.approval_timeout_ms = config.approval_timeout_ms;
         let questions = Arc::new(Questions::default());
         agent.asker = Arc::new(SessionAsker {
             questions: questions.clone(),

@@ -268,6 +268,9 @@ impl Setup {
             inline_tags: Default::default(),
             ask_user: self.ask_user,
             ask_user_timeout_ms: self.ask_user.then_some(700),
+            // Every approval runs under a timer (R-CTL-4): a live timer that fires while a
+            // call is asked about takes `awaiting_timed_out*`.
+            approval_timeout_ms: Some(900),
         }
     }
 
@@ -627,6 +630,9 @@ impl Feeder {
                 Effect::RequestApproval { call } => {
                     self.gating.retain(|id| id != &call.id);
                     self.asking.push(call.id.clone());
+                }
+                Effect::WithdrawApproval { tool_call_id } => {
+                    self.asking.retain(|id| id != tool_call_id);
                 }
                 Effect::Persist {
                     entry: Entry::ToolResult { result, .. },

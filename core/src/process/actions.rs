@@ -273,14 +273,22 @@ pub(crate) fn awaiting_rejected_stop(data: &mut ProcessData, input: &Input<'_>) 
     rejected(data, input);
 }
 
+/// The part both approval-timeout rows share: the approval timer of the call being asked
+/// about fired (its slot found before dispatch).
+fn timed_out(data: &mut ProcessData, input: &Input<'_>) {
+    if let (Some(_), Some(i)) = (timer(input), data.call) {
+        data.approval_timed_out(i);
+    }
+}
+
 /// `awaiting_timed_out`: a denied result (timed out); the run goes on.
 pub(crate) fn awaiting_timed_out(data: &mut ProcessData, input: &Input<'_>) {
-    rejected(data, input);
+    timed_out(data, input);
 }
 
 /// `awaiting_timed_out_stop`: a denied result (timed out); the run stops after this step.
 pub(crate) fn awaiting_timed_out_stop(data: &mut ProcessData, input: &Input<'_>) {
-    rejected(data, input);
+    timed_out(data, input);
 }
 
 /// `awaiting_modified`: run the call with the human's arguments.

@@ -251,6 +251,15 @@ pub struct StepConfig {
     /// then the call fails (row `user_deadline`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ask_user_timeout_ms: Option<u64>,
+    /// How long a call waits for a human's approval (R-CTL-4; `None`, the default: as long as
+    /// it takes). The machine starts it as a timer with the approval request and cancels it
+    /// when the answer comes; when it fires first, the call gets a denied result
+    /// (`approval_resolved{status: timeout}`, rows `awaiting_timed_out*`) and the runtime stops
+    /// waiting for the answer ([`Effect::WithdrawApproval`](crate::Effect)). A session sets it
+    /// from its `approval_timeout_ms` (5 minutes by default); a plain agent run has none unless
+    /// its builder sets one, since its approver is code that answers on its own terms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_timeout_ms: Option<u64>,
     /// Inline `<status>`, `<title>` and `<plan>` tags in the model's text: each
     /// closed tag is reported as a `status_update` / `title_generated` / `plan_generated` event
     /// and, with the default [`InlineTags::Strip`], removed from the `text_delta` events and
@@ -333,6 +342,7 @@ impl Default for StepConfig {
             pure_tools: Default::default(),
             ask_user: false,
             ask_user_timeout_ms: None,
+            approval_timeout_ms: None,
             inline_tags: InlineTags::default(),
         }
     }

@@ -16,7 +16,9 @@ use crate::model::ModelRequest;
 use crate::process::accumulate::MessageAssembler;
 use crate::process::call_guards::{self, Facts};
 use crate::process::config::{LoopAction, StepConfig};
-use crate::process::deadlines::{tool_slot, tool_timer, AttemptTimer, AttemptTimers};
+use crate::process::deadlines::{
+    approval_slot, approval_timer, tool_slot, tool_timer, AttemptTimer, AttemptTimers,
+};
 pub(crate) use crate::process::slots::{Slot, Slots};
 use crate::step::Transition;
 use crate::tool_check::{unknown_tool_message, ArgumentsRejected};
@@ -950,7 +952,38 @@ impl ProcessData {
                 arguments: call.arguments.clone(),
             });
             self.out.push(Effect::RequestApproval { call });
+            if let Some(delay_ms) = self.cfg.approval_timeout_ms {
+                let timer_id = approval_timer(self.request.model_call_index, i);
+                self.out.push(Effect::StartTimer { timer_id, delay_ms });
+            }
         }
+    }
+
+    /// The call being asked about whose approval timer is `timer_id`, if any.
+    pub(crate) fn approval_timer_of(&self, timer_id: u64) -> Option<usize> {
+        let i = approval_slot(timer_id, self.request.model_call_index)?;
+        let asked = i < self.slots.len() && self.slots.get(i).state() == ToolCallState::Asking;
+        asked.then_some(i)
+    }
+
+    /// Ends the approval timer of slot `i`, which is no longer asked about (answered or
+    /// closed).
+    fn cancel_approval_timer(&mut self, i: usize) {
+        if self.cfg.approval_timeout_ms.is_some() {
+            let timer_id = approval_timer(self.request.model_call_index, i);
+            self.out.push(Effect::CancelTimer { timer_id });
+        }
+    }
+
+    /// Slot `i`'s approval timer fired before anyone answered (rows `awaiting_timed_out*`):
+    /// the runtime stops waiting for the answer, and the call is denied like a rejection,
+    /// with status timeout.
+    pub(crate) fn approval_timed_out(&mut self, i: usize) {
+        let after_ms = self.cfg.approval_timeout_ms.unwrap_or_default();
+        let tool_call_id = self.slots.get(i).call.id.clone();
+        self.out.push(Effect::WithdrawApproval { tool_call_id });
+        let decision = crate::event::ApprovalDecision::TimedOut { after_ms };
+        self.denied(i, &decision);
     }
 
     pub(crate) fn asking(&self, tool_call_id: &str) -> Option<usize> {
@@ -1015,6 +1048,7 @@ impl ProcessData {
         decision: &crate::event::ApprovalDecision,
         always: bool,
     ) {
+        self.cancel_approval_timer(i);
         let call = self.slots.get(i).call.clone();
         self.emit(AgentEvent::ApprovalResolved {
             tool_call_id: call.id.clone(),
@@ -1066,9 +1100,16 @@ impl ProcessData {
         self.cfg.auto_resume
     }
 
+    /// A human's rejection (or an approver's own timeout): the approval timer stops, and the
+    /// call is denied (see [`denied`](Self::denied)).
+    pub(crate) fn rejected(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
+        self.cancel_approval_timer(i);
+        self.denied(i, decision);
+    }
+
     /// A rejection or approval timeout: the call gets a denied result; the run stops after
     /// the step (`tool_rejected`) unless auto_resume, which announces the resume instead.
-    pub(crate) fn rejected(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
+    fn denied(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
         use crate::event::ApprovalDecision;
         let call = self.slots.get(i).call.clone();
         self.emit(AgentEvent::ApprovalResolved {
@@ -1169,6 +1210,9 @@ impl ProcessData {
             let row = if state != ToolCallState::Running {
                 if state == ToolCallState::AwaitingUser {
                     self.cancel_deadline(i);
+                }
+                if state == ToolCallState::Asking {
+                    self.cancel_approval_timer(i);
                 }
                 unstarted
             } else if self.killed_by(kill, &self.slots.get(i).call.name) {

@@ -5,7 +5,8 @@
 //!
 //! Timer ids are plain numbers in one space per run: a backoff timer is
 //! `model_call_index * 1_000_000 + attempt`; an attempt deadline adds its kind in bits 60–61;
-//! a tool deadline sets bit 63 with the model-call index above the call's position.
+//! a tool deadline sets bit 63 with the model-call index above the call's position; an approval
+//! timeout (R-CTL-4) sets bit 62 the same way.
 
 use crate::effect::Effect;
 
@@ -48,8 +49,34 @@ pub(crate) fn tool_timer(model_call_index: u32, slot: usize) -> u64 {
 /// The position of the call whose deadline timer is `timer_id`, if it is one of step
 /// `model_call_index`.
 pub(crate) fn tool_slot(timer_id: u64, model_call_index: u32) -> Option<usize> {
-    if timer_id & TOOL_BIT == 0
-        || (timer_id & !TOOL_BIT) >> SLOT_BITS != u64::from(model_call_index)
+    slot_of(timer_id, TOOL_BIT, model_call_index)
+}
+
+/// Marks a timer id as a call's approval timeout.
+const APPROVAL_BIT: u64 = 1 << 62;
+
+/// The approval timer of the call at position `slot` in step `model_call_index`.
+pub(crate) fn approval_timer(model_call_index: u32, slot: usize) -> u64 {
+    APPROVAL_BIT | (u64::from(model_call_index) << SLOT_BITS) | slot as u64
+}
+
+/// Whether `timer_id` is an approval timer (of any step).
+pub(crate) fn is_approval_timer(timer_id: u64) -> bool {
+    timer_id & (TOOL_BIT | APPROVAL_BIT) == APPROVAL_BIT
+}
+
+/// The position of the call whose approval timer is `timer_id`, if it is one of step
+/// `model_call_index`.
+pub(crate) fn approval_slot(timer_id: u64, model_call_index: u32) -> Option<usize> {
+    slot_of(timer_id, APPROVAL_BIT, model_call_index)
+}
+
+/// The position a timer with marker `bit` (and no other marker) holds, if it is one of step
+/// `model_call_index`.
+fn slot_of(timer_id: u64, bit: u64, model_call_index: u32) -> Option<usize> {
+    let markers = TOOL_BIT | APPROVAL_BIT;
+    if timer_id & markers != bit
+        || (timer_id & !markers) >> SLOT_BITS != u64::from(model_call_index)
     {
         return None;
     }

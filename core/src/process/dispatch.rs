@@ -32,14 +32,16 @@ pub(crate) fn chart_event(_data: &ProcessData, input: &Input<'_>) -> Option<Proc
 
 /// Work the guards and the actions share, done once before the oracle and the dispatch run
 /// (the guards only read): the slot of the tool call the input answers — a running call for a
-/// result, a call being asked about for an approval or a question, a call being gated for a
-/// hooks' verdict — or `None` (a stale answer, or another input).
+/// result, a call being asked about for an approval or a question (or whose approval timer
+/// fired), a call being gated for a hooks' verdict — or `None` (a stale answer, or another
+/// input).
 pub(crate) fn prepare(data: &mut ProcessData, input: &Input<'_>) {
     data.call = match input {
         Input::Ext(Event::ToolFinished { tool_call_id, .. }) => data.running(tool_call_id),
         Input::Ext(Event::Approval { tool_call_id, .. }) => data.asking(tool_call_id),
         Input::Ext(Event::ToolGated { tool_call_id, .. }) => data.gating(tool_call_id),
         Input::Ext(Event::UserAnswered { tool_call_id, .. }) => data.asked_user(tool_call_id),
+        Input::Ext(Event::TimerElapsed { timer_id }) => data.approval_timer_of(*timer_id),
         _ => None,
     };
 }

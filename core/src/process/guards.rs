@@ -76,14 +76,35 @@ pub(crate) fn stale(data: &ProcessData, input: &Input<'_>) -> bool {
     !is_current(data, input)
 }
 
-/// `resume_after_reject`: the answer is current and the run continues after a rejection.
-pub(crate) fn resume_after_reject(data: &ProcessData, input: &Input<'_>) -> bool {
-    is_current(data, input) && data.auto_resume()
+/// Whether the input is an answer to the call being asked about, or its approval timer
+/// (the slot `dispatch::prepare` found).
+fn answers_asked(data: &ProcessData, input: &Input<'_>) -> bool {
+    match input {
+        Input::Ext(Event::TimerElapsed { .. }) => data.call.is_some(),
+        _ => is_current(data, input),
+    }
 }
 
-/// `stop_after_reject`: the answer is current and a rejection stops the run.
+/// `resume_after_reject`: the answer (or the approval timer) is current and the run continues
+/// after a rejection or a timeout.
+pub(crate) fn resume_after_reject(data: &ProcessData, input: &Input<'_>) -> bool {
+    answers_asked(data, input) && data.auto_resume()
+}
+
+/// `stop_after_reject`: the answer (or the approval timer) is current and a rejection or a
+/// timeout stops the run.
 pub(crate) fn stop_after_reject(data: &ProcessData, input: &Input<'_>) -> bool {
-    is_current(data, input) && !data.auto_resume()
+    answers_asked(data, input) && !data.auto_resume()
+}
+
+/// `stale_approval_timer`: an approval timer of no call being asked about now.
+pub(crate) fn stale_approval_timer(data: &ProcessData, input: &Input<'_>) -> bool {
+    match input {
+        Input::Ext(Event::TimerElapsed { timer_id }) => {
+            crate::process::deadlines::is_approval_timer(*timer_id) && data.call.is_none()
+        }
+        _ => false,
+    }
 }
 
 /// `retry_budget_left`: the current attempt failed and is retried.

@@ -136,7 +136,9 @@ pub fn event_kind(event: &Event) -> Option<ProcessEventKind> {
             ApprovalDecision::ApprovedAlways => ProcessEventKind::ApprovedAlways,
             ApprovalDecision::Rejected { .. } => ProcessEventKind::Rejected,
             ApprovalDecision::Modified { .. } => ProcessEventKind::Modified,
-            ApprovalDecision::TimedOut { .. } => ProcessEventKind::TimedOut,
+            // An approver's own timeout is a rejection with status timeout (the step's
+            // approval timer is a `TimerElapsed`).
+            ApprovalDecision::TimedOut { .. } => ProcessEventKind::Rejected,
         },
         Event::ToolGated { verdict, .. } => match verdict {
             GateVerdict::Allow => ProcessEventKind::GateAllowed,

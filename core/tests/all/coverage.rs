@@ -403,6 +403,7 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
                 tool_call(shell),
                 tool_call(shell),
                 tool_call(shell),
+                tool_call(shell),
                 tool_call(calc),
                 DONE,
                 Action::Approval(IdPick::Unknown, DecisionPick::Approved),
@@ -410,6 +411,12 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
                 Action::Approval(IdPick::Unknown, DecisionPick::Rejected),
                 Action::Approval(IdPick::Unknown, DecisionPick::Modified),
                 Action::Approval(IdPick::Unknown, DecisionPick::TimedOut),
+                // A wrong timer id next to the approval timer's: awaiting_timed_out_stale;
+                // then the live timers fire (the running calculator's deadline, the approval
+                // timer): tools_deadline, awaiting_timed_out_stop (R-CTL-4).
+                Action::TimerElapsed(false),
+                Action::TimerElapsed(true),
+                Action::TimerElapsed(true),
                 Action::Approval(IdPick::Tracked(0), DecisionPick::Approved),
                 Action::ToolFinished(IdPick::Tracked(0), true),
                 Action::ToolFinished(IdPick::Tracked(0), true),
@@ -419,6 +426,20 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
                 Action::Approval(IdPick::Tracked(0), DecisionPick::ApprovedAlways),
                 Action::ToolFinished(IdPick::Tracked(0), true),
                 Action::ToolFinished(IdPick::Tracked(0), true),
+            ],
+        ),
+        (
+            "approval timeout with auto_resume: awaiting_timed_out (R-CTL-4)",
+            Setup {
+                auto_resume: true,
+                ..Setup::default()
+            },
+            vec![
+                START,
+                OPEN,
+                tool_call(shell),
+                DONE,
+                Action::TimerElapsed(true),
             ],
         ),
         (

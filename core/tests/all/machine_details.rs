@@ -83,6 +83,9 @@ struct Driver {
     compactor: Compactor,
     requests: Vec<ModelRequest>,
     effects: Vec<Effect>,
+    /// The approver returned `TimedOut`: nobody answers, and the approval timer that follows
+    /// the request fires at once.
+    unanswered: bool,
 }
 
 impl Driver {
@@ -94,6 +97,7 @@ impl Driver {
             compactor: |_| vec![Message::user("summary")],
             requests: Vec::new(),
             effects: Vec::new(),
+            unanswered: false,
         }
     }
 
@@ -157,6 +161,10 @@ impl Driver {
                     Effect::CommitRunEnd { .. } => self.feed(&mut queue, Event::RunEndCommitted),
                     Effect::RequestApproval { call } => {
                         let decision = (self.approve)(&call);
+                        if matches!(decision, ApprovalDecision::TimedOut { .. }) {
+                            self.unanswered = true;
+                            continue;
+                        }
                         self.feed(
                             &mut queue,
                             Event::Approval {
@@ -164,6 +172,10 @@ impl Driver {
                                 decision,
                             },
                         );
+                    }
+                    Effect::StartTimer { timer_id, .. } if self.unanswered => {
+                        self.unanswered = false;
+                        self.feed(&mut queue, Event::TimerElapsed { timer_id });
                     }
                     Effect::Compact { messages, .. } => {
                         let replacement = (self.compactor)(&messages);
@@ -537,7 +549,13 @@ fn r_tool_3_a_rejected_call_is_not_run_and_gets_a_denied_result() {
 
 /// A run whose one `calc` call needs approval, then a text answer.
 fn asked_calc(auto_resume: bool, approve: Approver) -> Driver {
+    asked_calc_within(auto_resume, approve, None)
+}
+
+/// [`asked_calc`] under approval timeout `timeout_ms` (R-CTL-4).
+fn asked_calc_within(auto_resume: bool, approve: Approver, timeout_ms: Option<u64>) -> Driver {
     let mut cfg = config();
+    cfg.step.approval_timeout_ms = timeout_ms;
     cfg.step
         .approval
         .insert("calc".into(), ApprovalPolicy::Always);
@@ -622,7 +640,9 @@ fn seed_001_an_approval_resumes_before_the_call_starts() {
 
 #[test]
 fn seed_001_an_approval_timeout_is_a_rejection_with_status_timeout() {
-    let d = asked_calc(false, |_| ApprovalDecision::TimedOut { after_ms: 250 });
+    // Nobody answers: the step's approval timer (250 ms) fires.
+    let nobody: Approver = |_| ApprovalDecision::TimedOut { after_ms: 0 };
+    let d = asked_calc_within(false, nobody, Some(250));
     assert_eq!(d.result().reason, "tool_rejected");
     assert!(kinds(&d).contains(&"approval_resolved:timeout".to_string()));
     let Message::Tool(r) = &d.result().messages[2] else {
@@ -630,7 +650,7 @@ fn seed_001_an_approval_timeout_is_a_rejection_with_status_timeout() {
     };
     assert_eq!(r.status, ToolStatus::Denied);
     assert!(r.content.contains("250 ms"), "{}", r.content);
-    let d = asked_calc(true, |_| ApprovalDecision::TimedOut { after_ms: 250 });
+    let d = asked_calc_within(true, nobody, Some(250));
     assert_eq!(d.result().reason, "final_answer");
     assert!(kinds(&d).contains(&"agent_resumed:tool_approval_timeout".to_string()));
 }

@@ -3,6 +3,7 @@
 
 mod accumulate;
 mod approval_scope;
+mod approval_timer;
 mod chart_render;
 mod compaction_veto;
 mod conformance;
