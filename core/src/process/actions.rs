@@ -40,7 +40,7 @@ fn stall(input: &Input<'_>) -> Option<u64> {
 /// and the decision.
 fn approval<'a>(data: &ProcessData, input: &Input<'a>) -> Option<(usize, &'a ApprovalDecision)> {
     match ext(input) {
-        Some(Event::Approval { decision, .. }) => Some((data.call?, decision)),
+        Some(Event::Approval { decision, .. }) => Some((data.tools.answered?, decision)),
         _ => None,
     }
 }
@@ -61,7 +61,7 @@ pub(crate) fn idle_resume(data: &mut ProcessData, input: &Input<'_>) {
 /// `requesting_rewritten`: the request as the runtime sent it.
 pub(crate) fn requesting_rewritten(data: &mut ProcessData, input: &Input<'_>) {
     if let Some(Event::RequestRewritten { request, .. }) = ext(input) {
-        data.sent = Some(request.clone());
+        data.attempt.sent = Some(request.clone());
     }
 }
 
@@ -151,7 +151,7 @@ fn done(data: &mut ProcessData, input: &Input<'_>) {
         ..
     }) = ext(input)
     {
-        data.output_rejected = output_rejected.clone();
+        data.ending.output_rejected = output_rejected.clone();
         data.commit(rejected_arguments);
     }
 }
@@ -164,7 +164,7 @@ pub(crate) fn streaming_done_tools(data: &mut ProcessData, input: &Input<'_>) {
 /// `streaming_done`: commit the message; the step succeeds.
 pub(crate) fn streaming_done(data: &mut ProcessData, input: &Input<'_>) {
     done(data, input);
-    data.outcome = Some(StepOutcome::Success);
+    data.ending.end(StepOutcome::Success);
 }
 
 /// `retrying_timer`: the backoff passed; call the model again.
@@ -179,7 +179,7 @@ pub(crate) fn running_settle_approval(data: &mut ProcessData, _input: &Input<'_>
 
 /// `running_settle_done`: every call has its result; the step succeeds.
 pub(crate) fn running_settle_done(data: &mut ProcessData, _input: &Input<'_>) {
-    data.outcome = Some(StepOutcome::Success);
+    data.ending.end(StepOutcome::Success);
 }
 
 /// `running_settle_wait`: start the queued calls that may run.
@@ -201,7 +201,7 @@ pub(crate) fn tools_finished(data: &mut ProcessData, input: &Input<'_>) {
             status, content, ..
         }),
         Some(i),
-    ) = (ext(input), data.call)
+    ) = (ext(input), data.tools.answered)
     {
         data.tool_finished(i, *status, content.clone());
     }
@@ -209,14 +209,14 @@ pub(crate) fn tools_finished(data: &mut ProcessData, input: &Input<'_>) {
 
 /// `tools_user_answered`: the user answered the call's question.
 pub(crate) fn tools_user_answered(data: &mut ProcessData, input: &Input<'_>) {
-    if let (Some(Event::UserAnswered { answer, .. }), Some(i)) = (ext(input), data.call) {
+    if let (Some(Event::UserAnswered { answer, .. }), Some(i)) = (ext(input), data.tools.answered) {
         data.user_answered(i, answer.as_deref());
     }
 }
 
 /// The part the four gate rows share: apply the hooks' verdict to the call being gated.
 fn gated(data: &mut ProcessData, input: &Input<'_>) {
-    if let (Some(Event::ToolGated { verdict, .. }), Some(i)) = (ext(input), data.call) {
+    if let (Some(Event::ToolGated { verdict, .. }), Some(i)) = (ext(input), data.tools.answered) {
         data.gated(i, verdict);
     }
 }
@@ -276,7 +276,7 @@ pub(crate) fn awaiting_rejected_stop(data: &mut ProcessData, input: &Input<'_>) 
 /// The part both approval-timeout rows share: the approval timer of the call being asked
 /// about fired (its slot found before dispatch).
 fn timed_out(data: &mut ProcessData, input: &Input<'_>) {
-    if let (Some(_), Some(i)) = (timer(input), data.call) {
+    if let (Some(_), Some(i)) = (timer(input), data.tools.answered) {
         data.approval_timed_out(i);
     }
 }
@@ -318,7 +318,7 @@ pub(crate) fn tools_steer_skip(data: &mut ProcessData, _input: &Input<'_>) {
 
 /// `live_abort`: abort the step (cancel the request or the backoff, kill the tools).
 pub(crate) fn live_abort(data: &mut ProcessData, _input: &Input<'_>) {
-    let in_request = data.state.in_requesting();
-    let in_retry = data.state == ProcessState::Retrying;
+    let in_request = data.outbox.state.in_requesting();
+    let in_retry = data.outbox.state == ProcessState::Retrying;
     data.abort(in_request, in_retry);
 }

@@ -35,7 +35,7 @@ pub(crate) enum Facts {
 
 /// Evaluates guard `g` for slot `i`. Pure: reads the data, changes nothing.
 fn holds(g: ToolCallGuard, data: &ProcessData, i: usize, facts: Facts) -> bool {
-    let slot = data.slots.get(i);
+    let slot = data.tools.slots.get(i);
     let looped = match facts {
         Facts::Commit { looped } => looped,
         _ => None,

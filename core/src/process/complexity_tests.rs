@@ -74,7 +74,7 @@ fn finish(p: &mut Process, i: usize) {
 }
 
 fn visits(p: &Process) -> u64 {
-    p.data.slots.visits.get()
+    p.data.tools.slots.visits.get()
 }
 
 /// Checks that the results are complete and in call order (R-IN-4), and that the visits

@@ -1,6 +1,6 @@
 //! The inner machine's data and the pure helpers its handlers use to request effects.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 
 use crate::agent_event::AgentEvent;
 use crate::chart::{GuardCheck, MachineKind, ProcessRow, ToolCallRow};
@@ -9,15 +9,14 @@ use crate::entry::Entry;
 use crate::error::ErrorKind;
 use crate::error::ModelError;
 use crate::event::KillPolicy;
-use crate::event::{AttemptId, Event};
 use crate::inline_tags::{InlinePiece, TagKind};
 use crate::message::{AssistantMessage, MessageDelta, ToolCall, ToolResult, ToolStatus};
 use crate::model::ModelRequest;
-use crate::process::accumulate::MessageAssembler;
 use crate::process::call_guards::{self, Facts};
 use crate::process::config::{LoopAction, StepConfig};
+use crate::process::context::{Attempt, Ending, Outbox, ToolCalls};
 use crate::process::deadlines::{
-    approval_slot, approval_timer, tool_slot, tool_timer, AttemptTimer, AttemptTimers,
+    approval_slot, approval_timer, tool_slot, tool_timer, AttemptTimer,
 };
 pub(crate) use crate::process::slots::{Slot, Slots};
 use crate::step::Transition;
@@ -39,145 +38,63 @@ pub enum StepOutcome {
     Aborted,
 }
 
-/// Everything the inner machine knows. Passed to the statig handlers as their context.
+/// Everything the inner machine knows. Passed to the statig handlers as their context: the
+/// step's configuration and one field per part of the context ([`crate::process::context`]),
+/// each one concept that spans states — the model attempt in flight, the committed message's
+/// tool calls, how the step ends, and what the current handle produces.
 #[derive(Clone, Debug)]
 pub struct ProcessData {
     pub(crate) cfg: StepConfig,
-    pub(crate) request: ModelRequest,
-    pub(crate) whitelist: BTreeSet<String>,
-    pub(crate) seen: HashSet<u64>,
-    pub(crate) acc: MessageAssembler,
-    /// How many times `acc` was started afresh (a new attempt): with the step and the
-    /// assembler's revision it identifies the partial message (see `Process::partial_mark`).
-    pub(crate) acc_epoch: u64,
-    pub(crate) committed: Option<AssistantMessage>,
-    pub(crate) slots: Slots,
-    pub(crate) outcome: Option<StepOutcome>,
-    pub(crate) retries: u32,
-    /// A retry was scheduled after a `malformed_response` (retried once per step).
-    pub(crate) malformed_retried: bool,
-    /// Model attempts this step sent (`CallModel` effects).
-    pub(crate) attempts: u32,
-    /// The current attempt's request as a hook rewrote it (cleared for each attempt).
-    pub(crate) sent: Option<Box<ModelRequest>>,
-    /// Signatures (tool name, canonical arguments) of the run's earlier calls, oldest first.
-    pub(crate) recent: Vec<(String, String)>,
-    /// Results of the session's earlier pure-tool calls (R-TOOL-6).
-    pub(crate) cache: std::sync::Arc<crate::tool_cache::ToolCache>,
-    /// Why the outer machine stops the run after this step, if it does: `stopped` (a doom
-    /// loop with action `stop`), `tool_rejected` (a rejected approval without auto_resume).
-    pub(crate) stop_requested: Option<&'static str>,
-    /// The leaf state before the current handle (set by the facade).
-    pub(crate) state: crate::chart::ProcessState,
-    // Per-handle outputs, drained by the facade.
-    pub(crate) out: Vec<Effect>,
-    pub(crate) row: Option<ProcessRow>,
-    pub(crate) unhandled: bool,
-    /// The tool-call transitions this handle took, with the chart oracle's verdicts.
-    pub(crate) calls: Vec<(Transition, GuardCheck)>,
-    /// The current attempt's deadline timers.
-    pub(crate) timers: AttemptTimers,
-    /// The runtime's verdict on the committed message as a typed final answer (`done`'s
-    /// `output_rejected`); the outer machine's Observing decides on it.
-    pub(crate) output_rejected: Option<crate::output::OutputRejected>,
-    /// The slot of the tool call the current input answers, looked up once before the oracle
-    /// and the dispatch run (see [`crate::process::dispatch::prepare`]); `None` for a stale
-    /// answer or another input.
-    pub(crate) call: Option<usize>,
+    /// The model attempt in flight and the step's attempts so far.
+    pub(crate) attempt: Attempt,
+    /// The committed message's calls, the "always" scopes, the run's earlier calls, the
+    /// session's tool cache and the call the current input answers.
+    pub(crate) tools: ToolCalls,
+    /// The committed message, the outcome, a stop request, the typed-answer verdict.
+    pub(crate) ending: Ending,
+    /// The leaf state the handle started in and what it produced (drained by the facade).
+    pub(crate) outbox: Outbox,
 }
 
 impl ProcessData {
     pub(crate) fn new(cfg: StepConfig, request: ModelRequest, whitelist: BTreeSet<String>) -> Self {
-        let acc = MessageAssembler::with_inline_tags(cfg.inline_tags);
+        let attempt = Attempt::new(request, cfg.inline_tags);
         ProcessData {
             cfg,
-            request,
-            whitelist,
-            seen: HashSet::new(),
-            acc,
-            acc_epoch: 0,
-            committed: None,
-            slots: Slots::default(),
-            outcome: None,
-            retries: 0,
-            malformed_retried: false,
-            attempts: 0,
-            sent: None,
-            recent: Vec::new(),
-            cache: Default::default(),
-            stop_requested: None,
-            state: crate::chart::ProcessState::INITIAL,
-            out: Vec::new(),
-            row: None,
-            unhandled: false,
-            calls: Vec::new(),
-            timers: AttemptTimers::default(),
-            output_rejected: None,
-            call: None,
+            attempt,
+            tools: ToolCalls::new(whitelist),
+            ending: Ending::default(),
+            outbox: Outbox::default(),
         }
     }
 
-    /// Records the chart row a handler took.
+    /// Records the chart row a handler took (the generated dispatch calls it).
     pub(crate) fn take(&mut self, row: ProcessRow) {
-        debug_assert!(
-            self.row.is_none(),
-            "two rows in one handle: {:?} then {row:?}",
-            self.row
-        );
-        self.row = Some(row);
+        self.outbox.take(row);
     }
 
     fn emit(&mut self, event: AgentEvent) {
-        self.out.push(Effect::Emit { event });
+        self.outbox.emit(event);
     }
 
     fn persist(&mut self, entry: Entry) {
-        self.out.push(Effect::Persist { entry });
+        self.outbox.persist(entry);
     }
 
-    pub(crate) fn attempt_id(&self) -> AttemptId {
-        AttemptId {
-            run_id: self.request.run_id.clone(),
-            model_call_index: self.request.model_call_index,
-            attempt: self.request.attempt,
-        }
-    }
-
-    pub(crate) fn is_current(&self, a: &AttemptId) -> bool {
-        a.attempt == self.request.attempt
-            && a.model_call_index == self.request.model_call_index
-            && a.run_id == self.request.run_id
-    }
-
-    /// Whether a stream event belongs to another run, step or attempt, or repeats a seq.
-    pub(crate) fn is_stale(&self, event: &Event) -> bool {
-        match event {
-            Event::Delta { attempt, seq, .. } => {
-                !self.is_current(attempt) || self.seen.contains(seq)
-            }
-            Event::StreamOpened { attempt }
-            | Event::RequestRewritten { attempt, .. }
-            | Event::Done { attempt, .. }
-            | Event::TransportError { attempt, .. }
-            | Event::ContextOverflow { attempt, .. }
-            | Event::StreamStalled { attempt, .. } => !self.is_current(attempt),
-            _ => false,
-        }
-    }
-
+    /// The current attempt's backoff timer.
     pub(crate) fn timer_id(&self) -> u64 {
-        u64::from(self.request.model_call_index) * 1_000_000 + u64::from(self.request.attempt)
+        self.attempt.timer_id()
     }
 
     /// The deadline timer of slot `i` (see [`deadlines`](crate::process::deadlines)).
     pub(crate) fn deadline_timer(&self, i: usize) -> u64 {
-        tool_timer(self.request.model_call_index, i)
+        tool_timer(self.attempt.request.model_call_index, i)
     }
 
     /// The running slot whose deadline timer is `timer_id`, if any.
     pub(crate) fn deadline_of(&self, timer_id: u64) -> Option<usize> {
-        let i = tool_slot(timer_id, self.request.model_call_index)?;
-        let state = (i < self.slots.len()).then(|| self.slots.get(i).state());
+        let i = tool_slot(timer_id, self.attempt.request.model_call_index)?;
+        let state = (i < self.tools.slots.len()).then(|| self.tools.slots.get(i).state());
         matches!(
             state,
             Some(ToolCallState::Running | ToolCallState::AwaitingUser)
@@ -185,28 +102,24 @@ impl ProcessData {
         .then_some(i)
     }
 
-    /// The current attempt's deadline that `timer_id` names, if it passed: its kind and
-    /// delay. The stall watchdog counts only when no delta arrived since it was armed.
+    /// The current attempt's deadline that `timer_id` names, if it passed (see
+    /// [`Attempt::deadline`]).
     pub(crate) fn attempt_deadline(&self, timer_id: u64) -> Option<(AttemptTimer, u64)> {
-        self.timers
-            .get(timer_id)
-            .filter(|(kind, _)| !(*kind == AttemptTimer::Stall && self.timers.moved))
+        self.attempt.deadline(timer_id)
     }
 
     /// Whether `timer_id` is the stall watchdog and deltas arrived since it was armed.
     pub(crate) fn stream_moved(&self, timer_id: u64) -> bool {
-        self.timers.moved
-            && self
-                .timers
-                .get(timer_id)
-                .is_some_and(|(kind, _)| kind == AttemptTimer::Stall)
+        self.attempt.stream_moved(timer_id)
     }
 
     /// The stall watchdog looked and saw deltas: it looks again one period later.
     pub(crate) fn rewatch(&mut self, timer_id: u64) {
-        if let Some((kind, delay_ms)) = self.timers.get(timer_id) {
-            self.timers.moved = false;
-            self.timers.arm(kind, timer_id, delay_ms, &mut self.out);
+        if let Some((kind, delay_ms)) = self.attempt.timers.get(timer_id) {
+            self.attempt.timers.moved = false;
+            self.attempt
+                .timers
+                .arm(kind, timer_id, delay_ms, &mut self.outbox.out);
         }
     }
 
@@ -214,11 +127,12 @@ impl ProcessData {
     /// announced as a stall. Returns the retry reason and the error if the step cannot retry.
     pub(crate) fn deadline_passed(&mut self, timer_id: u64) -> (String, ModelError) {
         let (kind, ms) = self
+            .attempt
             .timers
             .get(timer_id)
             .unwrap_or((AttemptTimer::Request, 0));
         let note = self.not_retried_note();
-        self.timers.fired(timer_id);
+        self.attempt.timers.fired(timer_id);
         self.end_attempt();
         match kind {
             AttemptTimer::Request => {
@@ -243,6 +157,7 @@ impl ProcessData {
     /// sees it (pure: the guards ask before the handler runs).
     pub(crate) fn deadline_error(&self, timer_id: u64) -> ModelError {
         let (kind, ms) = self
+            .attempt
             .timers
             .get(timer_id)
             .unwrap_or((AttemptTimer::Request, 0));
@@ -266,7 +181,7 @@ impl ProcessData {
     /// Why a failed attempt is not retried, for the step's error: the retries are used up,
     /// or the retry decider declined.
     pub(crate) fn not_retried_note(&self) -> String {
-        if self.retries >= self.cfg.retry.max_retries {
+        if self.attempt.retries >= self.cfg.retry.max_retries {
             "retries exhausted".into()
         } else {
             format!(
@@ -278,39 +193,35 @@ impl ProcessData {
 
     /// The attempt ended (committed, failed, retried, aborted): its deadline timers stop.
     pub(crate) fn end_attempt(&mut self) {
-        self.timers.clear(&mut self.out);
+        self.attempt.timers.clear(&mut self.outbox.out);
     }
 
     /// Sends the current attempt's request.
     pub(crate) fn call_model(&mut self) {
-        self.seen.clear();
-        self.sent = None;
-        self.new_assembler();
-        let request = self.request.clone();
-        self.attempts += 1;
+        self.attempt.send(self.cfg.inline_tags);
+        let request = self.attempt.request.clone();
         self.emit(AgentEvent::RequestStart {
             model_call_index: request.model_call_index,
             attempt: request.attempt,
             model: request.model.clone(),
         });
-        self.out.push(Effect::CallModel { request });
+        self.outbox.push(Effect::CallModel { request });
         if let Some(d) = self.cfg.stream {
             let base = self.timer_id();
             let first = AttemptTimer::FirstChunk;
-            self.timers
-                .arm(first, first.id(base), d.first_chunk_ms, &mut self.out);
+            self.attempt.timers.arm(
+                first,
+                first.id(base),
+                d.first_chunk_ms,
+                &mut self.outbox.out,
+            );
             if let Some(ms) = d.request_ms {
                 let request = AttemptTimer::Request;
-                self.timers
-                    .arm(request, request.id(base), ms, &mut self.out);
+                self.attempt
+                    .timers
+                    .arm(request, request.id(base), ms, &mut self.outbox.out);
             }
         }
-    }
-
-    /// Starts the message afresh (a new attempt discards the partial output).
-    fn new_assembler(&mut self) {
-        self.acc = MessageAssembler::with_inline_tags(self.cfg.inline_tags);
-        self.acc_epoch += 1;
     }
 
     /// Whether the attempt that failed with `error` is retried: retries are left and the
@@ -322,14 +233,14 @@ impl ProcessData {
     /// one fails the step at once (a server that sends what this client cannot read sends it
     /// again; a garbled chunk does not).
     pub(crate) fn may_retry(&self, error: &ModelError) -> bool {
-        self.cfg.retry.retries_after(error, self.retries)
-            && !(error.kind == ErrorKind::MalformedResponse && self.malformed_retried)
+        self.cfg.retry.retries_after(error, self.attempt.retries)
+            && !(error.kind == ErrorKind::MalformedResponse && self.attempt.malformed_retried)
     }
 
     /// Notes the error a retry is scheduled after (row `requesting_retry`).
     pub(crate) fn retrying_after(&mut self, error: &ModelError) {
         if error.kind == ErrorKind::MalformedResponse {
-            self.malformed_retried = true;
+            self.attempt.malformed_retried = true;
         }
     }
 
@@ -337,7 +248,7 @@ impl ProcessData {
     /// answer says so.
     pub(crate) fn unretried(&self, error: &ModelError) -> ModelError {
         let mut error = error.clone();
-        if error.kind == ErrorKind::MalformedResponse && self.malformed_retried {
+        if error.kind == ErrorKind::MalformedResponse && self.attempt.malformed_retried {
             error
                 .message
                 .push_str(" (the retry got a malformed answer too: not retried again)");
@@ -348,20 +259,18 @@ impl ProcessData {
     /// Schedules the next attempt: discards partial output, starts the backoff timer.
     pub(crate) fn schedule_retry(&mut self, reason: String, retry_after_ms: Option<u64>) {
         self.end_attempt();
-        let draw = u64::from(self.request.model_call_index) << 32 | u64::from(self.request.attempt);
-        let delay_ms = self
-            .cfg
-            .retry
-            .jittered_delay_ms(self.retries + 1, retry_after_ms, draw);
-        self.request.attempt += 1;
-        self.retries += 1;
-        self.new_assembler();
-        self.seen.clear();
+        let draw = u64::from(self.attempt.request.model_call_index) << 32
+            | u64::from(self.attempt.request.attempt);
+        let delay_ms =
+            self.cfg
+                .retry
+                .jittered_delay_ms(self.attempt.retries + 1, retry_after_ms, draw);
+        self.attempt.retry(self.cfg.inline_tags);
         let timer_id = self.timer_id();
-        self.out.push(Effect::StartTimer { timer_id, delay_ms });
+        self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
         self.emit(AgentEvent::Retry {
-            model_call_index: self.request.model_call_index,
-            attempt: self.request.attempt,
+            model_call_index: self.attempt.request.model_call_index,
+            attempt: self.attempt.request.attempt,
             delay_ms,
             reason,
         });
@@ -369,15 +278,15 @@ impl ProcessData {
 
     pub(crate) fn retried(&mut self) {
         self.emit(AgentEvent::ModelTurnRetried {
-            model_call_index: self.request.model_call_index,
-            attempt: self.request.attempt,
+            model_call_index: self.attempt.request.model_call_index,
+            attempt: self.attempt.request.attempt,
         });
         self.call_model();
     }
 
     pub(crate) fn cancel_model(&mut self) {
-        let attempt = self.attempt_id();
-        self.out.push(Effect::CancelModel { attempt });
+        let attempt = self.attempt.id();
+        self.outbox.push(Effect::CancelModel { attempt });
     }
 
     pub(crate) fn fail(&mut self, error: ModelError) {
@@ -385,7 +294,7 @@ impl ProcessData {
         self.emit(AgentEvent::StreamError {
             error: error.clone(),
         });
-        self.outcome = Some(StepOutcome::Failed(error));
+        self.ending.end(StepOutcome::Failed(error));
     }
 
     pub(crate) fn overflow(&mut self, error: ModelError) {
@@ -393,42 +302,49 @@ impl ProcessData {
         self.emit(AgentEvent::ContextOverflow {
             message: error.message.clone(),
         });
-        self.outcome = Some(StepOutcome::ContextOverflow(error));
+        self.ending.end(StepOutcome::ContextOverflow(error));
     }
 
     pub(crate) fn stalled(&mut self, after_ms: u64) {
         self.cancel_model();
         self.emit(AgentEvent::StreamStalled {
-            model_call_index: self.request.model_call_index,
-            attempt: self.request.attempt,
+            model_call_index: self.attempt.request.model_call_index,
+            attempt: self.attempt.request.attempt,
             after_ms,
         });
     }
 
     pub(crate) fn opened(&mut self) {
         self.emit(AgentEvent::MessageStart {
-            model_call_index: self.request.model_call_index,
-            attempt: self.request.attempt,
+            model_call_index: self.attempt.request.model_call_index,
+            attempt: self.attempt.request.attempt,
         });
     }
 
     /// Accumulates a new delta and emits its observable form.
     pub(crate) fn delta(&mut self, seq: u64, delta: &MessageDelta) {
-        self.seen.insert(seq);
-        self.timers.moved = true;
-        if self.timers.armed(AttemptTimer::FirstChunk) {
+        self.attempt.seen.insert(seq);
+        self.attempt.timers.moved = true;
+        if self.attempt.timers.armed(AttemptTimer::FirstChunk) {
             // Deltas flow: the first-chunk deadline gives way to the stall watchdog.
-            self.timers.disarm(AttemptTimer::FirstChunk, &mut self.out);
+            self.attempt
+                .timers
+                .disarm(AttemptTimer::FirstChunk, &mut self.outbox.out);
             if let Some(d) = self.cfg.stream {
                 let stall = AttemptTimer::Stall;
                 let id = stall.id(self.timer_id());
-                self.timers.arm(stall, id, d.stall_ms, &mut self.out);
-                self.timers.moved = false;
+                self.attempt
+                    .timers
+                    .arm(stall, id, d.stall_ms, &mut self.outbox.out);
+                self.attempt.timers.moved = false;
             }
         }
-        let observed = self.acc.push_observed(delta);
+        let observed = self.attempt.acc.push_observed(delta);
         self.emit_text(observed);
-        let (idx, attempt) = (self.request.model_call_index, self.request.attempt);
+        let (idx, attempt) = (
+            self.attempt.request.model_call_index,
+            self.attempt.request.attempt,
+        );
         let event = match delta {
             MessageDelta::ReasoningDelta { text } => Some(AgentEvent::ReasoningDelta {
                 model_call_index: idx,
@@ -453,7 +369,10 @@ impl ProcessData {
     /// Emits what observers see of the text: visible text as `text_delta`, closed inline tags
     /// as `status_update` / `title_generated` / `plan_generated`, in stream order.
     fn emit_text(&mut self, observed: Vec<InlinePiece>) {
-        let (model_call_index, attempt) = (self.request.model_call_index, self.request.attempt);
+        let (model_call_index, attempt) = (
+            self.attempt.request.model_call_index,
+            self.attempt.request.attempt,
+        );
         for piece in observed {
             self.emit(match piece {
                 InlinePiece::Text(text) => AgentEvent::TextDelta {
@@ -482,7 +401,7 @@ impl ProcessData {
 
     /// Whether the accumulated message has tool calls.
     pub(crate) fn has_tool_calls(&self) -> bool {
-        self.acc.has_tool_calls()
+        self.attempt.acc.has_tool_calls()
     }
 
     /// Commits the accumulated message (R-STR-4) and, when it has tool calls, schedules them.
@@ -491,18 +410,18 @@ impl ProcessData {
     pub(crate) fn commit(&mut self, rejected: &[ArgumentsRejected]) {
         self.end_attempt();
         // The text ends: what the inline-tag filter still held back is text after all.
-        let rest = self.acc.end_text();
+        let rest = self.attempt.acc.end_text();
         if !rest.is_empty() {
             self.emit_text(vec![InlinePiece::Text(rest)]);
         }
-        let message = self.acc.message();
+        let message = self.attempt.acc.message();
         self.persist(Entry::Assistant {
-            run_id: self.request.run_id.clone(),
-            model_call_index: self.request.model_call_index,
+            run_id: self.attempt.request.run_id.clone(),
+            model_call_index: self.attempt.request.model_call_index,
             message: message.clone(),
         });
         self.emit(AgentEvent::ResponseComplete {
-            model_call_index: self.request.model_call_index,
+            model_call_index: self.attempt.request.model_call_index,
             usage: message.usage,
             tool_calls: message.tool_calls.len(),
             message: Box::new(message.clone()),
@@ -512,7 +431,13 @@ impl ProcessData {
                 count: message.tool_calls.len(),
             });
         }
-        let offered: BTreeSet<&str> = self.request.tools.iter().map(|t| t.name.as_str()).collect();
+        let offered: BTreeSet<&str> = self
+            .attempt
+            .request
+            .tools
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect();
         // The first verdict on each call id (ids are unique in a well-formed message).
         let mut verdicts: HashMap<&str, &ArgumentsRejected> =
             HashMap::with_capacity(rejected.len());
@@ -524,9 +449,14 @@ impl ProcessData {
         let mut immediate = Vec::new();
         // The run of identical signatures at the end of the history: its signature and length
         // (the history is the run's earlier calls, then this message's calls so far).
-        let mut last: Option<(String, String)> = self.recent.last().cloned();
+        let mut last: Option<(String, String)> = self.tools.recent.last().cloned();
         let mut run = last.as_ref().map_or(0, |l| {
-            self.recent.iter().rev().take_while(|s| *s == l).count() as u32
+            self.tools
+                .recent
+                .iter()
+                .rev()
+                .take_while(|s| *s == l)
+                .count() as u32
         });
         for call in &message.tool_calls {
             let signature = (call.name.clone(), call.arguments.to_string());
@@ -572,7 +502,7 @@ impl ProcessData {
                     Some(error_result(call, ToolStatus::Error, why)),
                 )
             } else if looped_action == Some(LoopAction::Stop) {
-                self.stop_requested.get_or_insert("stopped");
+                self.ending.stop("stopped");
                 let why = format!(
                     "refused: `{}` was called {repeats} times in a row with identical arguments (doom loop)",
                     call.name
@@ -612,8 +542,8 @@ impl ProcessData {
             slots.push(slot);
             sorted.push((row, looped_action, result));
         }
-        self.committed = Some(message);
-        self.slots = Slots::new(slots);
+        self.ending.committed = Some(message);
+        self.tools.slots = Slots::new(slots);
         let mut failed = Vec::new();
         for (i, (row, looped, result)) in sorted.into_iter().enumerate() {
             self.move_call(i, row, Facts::Commit { looped });
@@ -643,9 +573,9 @@ impl ProcessData {
             .iter()
             .map(|call| Slot::new(call.clone()))
             .collect();
-        self.slots = Slots::new(slots);
-        for i in 0..self.slots.len() {
-            let call = &self.slots.get(i).call;
+        self.tools.slots = Slots::new(slots);
+        for i in 0..self.tools.slots.len() {
+            let call = &self.tools.slots.get(i).call;
             let policy = self.cfg.policy(call);
             let stored = known.get(call.id.as_str()).map(|r| (*r).clone());
             let denial = self.denial(call, &policy);
@@ -659,28 +589,28 @@ impl ProcessData {
                 ToolCallRow::RestoreQueued
             };
             let matched = rule_matched(call, &policy, row);
-            self.slots.get_mut(i).policy = policy;
+            self.tools.slots.get_mut(i).policy = policy;
             let has_result = stored.is_some();
             self.move_call(i, row, Facts::Restore { has_result });
             if let Some(event) = matched {
                 self.emit(event);
             }
             match (stored, denial) {
-                (Some(stored), _) => self.slots.get_mut(i).result = Some(stored),
+                (Some(stored), _) => self.tools.slots.get_mut(i).result = Some(stored),
                 (None, Some(denial)) => self.record_result(i, denial),
                 (None, None) => {}
             }
         }
-        self.committed = Some(message);
+        self.ending.committed = Some(message);
     }
 
     /// Moves slot `i` along tool-call chart row `row` and records the transition with the
     /// chart oracle's verdict (the row the guards select, evaluated before the move).
     fn move_call(&mut self, i: usize, row: ToolCallRow, facts: Facts) {
         let event = row.spec().event;
-        let before = self.slots.get(i).state();
+        let before = self.tools.slots.get(i).state();
         let (expected, overlap) = call_guards::expected(before, event, self, i, facts);
-        let (from, to) = self.slots.apply(i, row);
+        let (from, to) = self.tools.slots.apply(i, row);
         let check = GuardCheck {
             machine: MachineKind::ToolCall,
             from: from.name(),
@@ -691,18 +621,18 @@ impl ProcessData {
         };
         let transition = Transition::ToolCall {
             index: i,
-            call: self.slots.get(i).call.id.clone(),
+            call: self.tools.slots.get(i).call.id.clone(),
             from,
             event,
             to,
             row,
         };
-        self.calls.push((transition, check));
+        self.outbox.calls.push((transition, check));
     }
 
     /// Whether the step offers a tool named `name`.
     pub(crate) fn offers(&self, name: &str) -> bool {
-        self.request.tools.iter().any(|t| t.name == name)
+        self.attempt.request.tools.iter().any(|t| t.name == name)
     }
 
     /// The cached result for an identical earlier call of a pure tool (R-TOOL-6).
@@ -710,13 +640,13 @@ impl ProcessData {
         if !self.cfg.is_pure(&call.name) {
             return None;
         }
-        self.cache.get(call)
+        self.tools.cache.get(call)
     }
 
     /// Whether slot `i` must be put to a human (the guard `needs_approval`, without the
     /// doom-loop question).
     pub(crate) fn needs_approval(&self, i: usize) -> bool {
-        let slot = self.slots.get(i);
+        let slot = self.tools.slots.get(i);
         self.asks(&slot.call, &slot.policy)
     }
 
@@ -727,11 +657,7 @@ impl ProcessData {
     ///
     /// [`approval_scope`]: crate::tool_rules::approval_scope
     fn asks(&self, call: &ToolCall, policy: &CallPolicy) -> bool {
-        policy.action == RuleAction::Ask
-            && (policy.by_argument
-                || !self
-                    .whitelist
-                    .contains(&crate::tool_rules::approval_scope(call)))
+        policy.action == RuleAction::Ask && (policy.by_argument || !self.tools.whitelisted(call))
     }
 
     /// The denied result of `call` if its deciding rule denies it (the guard `denied_by_rule`).
@@ -747,33 +673,33 @@ impl ProcessData {
     /// Persists and announces the result of slot `i`, which a chart row has just ended.
     fn record_result(&mut self, i: usize, result: ToolResult) {
         self.persist(Entry::ToolResult {
-            run_id: self.request.run_id.clone(),
+            run_id: self.attempt.request.run_id.clone(),
             result: result.clone(),
         });
         self.emit(AgentEvent::tool_end(&result));
         if result.status == ToolStatus::Completed && result.name == crate::todo::WRITE_TODOS_TOOL {
-            if let Some(todos) = crate::todo::todos_of(&self.slots.get(i).call.arguments) {
+            if let Some(todos) = crate::todo::todos_of(&self.tools.slots.get(i).call.arguments) {
                 self.emit(AgentEvent::TodoChange {
                     tool_call_id: result.tool_call_id.clone(),
                     todos,
                 });
             }
         }
-        self.slots.get_mut(i).result = Some(result);
+        self.tools.slots.get_mut(i).result = Some(result);
     }
 
     /// Starts slot `i`: asks the `before_tool` hooks first when the step gates tools and the
     /// call has not been gated yet, else runs it.
     fn start(&mut self, i: usize) {
-        if self.asks_user(&self.slots.get(i).call) {
+        if self.asks_user(&self.tools.slots.get(i).call) {
             self.ask_user(i);
             return;
         }
-        if self.cfg.gate_tools && !self.slots.get(i).gated {
+        if self.cfg.gate_tools && !self.tools.slots.get(i).gated {
             self.move_call(i, ToolCallRow::StartGate, Facts::None);
-            self.slots.get_mut(i).gated = true;
-            let call = self.slots.get(i).call.clone();
-            self.out.push(Effect::GateTool { call });
+            self.tools.slots.get_mut(i).gated = true;
+            let call = self.tools.slots.get(i).call.clone();
+            self.outbox.push(Effect::GateTool { call });
             return;
         }
         self.run(i, ToolCallRow::StartRun);
@@ -782,9 +708,9 @@ impl ProcessData {
     /// Runs slot `i` (moved by `row`): its start marker first (R-IDEM-6), then the tool.
     fn run(&mut self, i: usize, row: ToolCallRow) {
         self.move_call(i, row, Facts::None);
-        let call = self.slots.get(i).call.clone();
+        let call = self.tools.slots.get(i).call.clone();
         self.persist(Entry::ToolStarted {
-            run_id: self.request.run_id.clone(),
+            run_id: self.attempt.request.run_id.clone(),
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
         });
@@ -793,10 +719,10 @@ impl ProcessData {
             name: call.name.clone(),
             arguments: call.arguments.clone(),
         });
-        self.out.push(Effect::RunTool { call });
-        if let Some(delay_ms) = self.slots.get(i).policy.timeout_ms {
+        self.outbox.push(Effect::RunTool { call });
+        if let Some(delay_ms) = self.tools.slots.get(i).policy.timeout_ms {
             let timer_id = self.deadline_timer(i);
-            self.out.push(Effect::StartTimer { timer_id, delay_ms });
+            self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
         }
     }
 
@@ -810,7 +736,7 @@ impl ProcessData {
     /// `question` asks its whole arguments).
     fn ask_user(&mut self, i: usize) {
         self.move_call(i, ToolCallRow::StartAskUser, Facts::None);
-        let call = &self.slots.get(i).call;
+        let call = &self.tools.slots.get(i).call;
         let question = match call.arguments.get("question").and_then(|q| q.as_str()) {
             Some(q) => q.to_string(),
             None => call.arguments.to_string(),
@@ -834,27 +760,22 @@ impl ProcessData {
             question: question.clone(),
             options: options.clone(),
         });
-        self.out.push(Effect::AskUser {
+        self.outbox.push(Effect::AskUser {
             tool_call_id,
             question,
             options,
         });
         if let Some(delay_ms) = self.cfg.ask_user_timeout_ms {
             let timer_id = self.deadline_timer(i);
-            self.out.push(Effect::StartTimer { timer_id, delay_ms });
+            self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
         }
-    }
-
-    /// The call waiting for the person's answer to the question `tool_call_id`, if any.
-    pub(crate) fn asked_user(&self, tool_call_id: &str) -> Option<usize> {
-        self.slots.find(tool_call_id, ToolCallState::AwaitingUser)
     }
 
     /// The person answered slot `i`'s question (`None`: nobody can): rows `user_answered`
     /// and `user_unavailable`.
     pub(crate) fn user_answered(&mut self, i: usize, answer: Option<&str>) {
         self.cancel_deadline(i);
-        let call = self.slots.get(i).call.clone();
+        let call = self.tools.slots.get(i).call.clone();
         match answer {
             Some(answer) => {
                 self.emit(AgentEvent::UserResponded {
@@ -880,22 +801,22 @@ impl ProcessData {
 
     /// Ends the deadline timer of slot `i`, which stopped running (or waiting for an answer).
     fn cancel_deadline(&mut self, i: usize) {
-        let asks = self.slots.get(i).state() == ToolCallState::AwaitingUser;
+        let asks = self.tools.slots.get(i).state() == ToolCallState::AwaitingUser;
         if asks && self.cfg.ask_user_timeout_ms.is_some() {
             let timer_id = self.deadline_timer(i);
-            self.out.push(Effect::CancelTimer { timer_id });
+            self.outbox.push(Effect::CancelTimer { timer_id });
             return;
         }
-        if !asks && self.slots.get(i).policy.timeout_ms.is_some() {
+        if !asks && self.tools.slots.get(i).policy.timeout_ms.is_some() {
             let timer_id = self.deadline_timer(i);
-            self.out.push(Effect::CancelTimer { timer_id });
+            self.outbox.push(Effect::CancelTimer { timer_id });
         }
     }
 
     /// Slot `i`'s deadline passed while it ran: kill it and close it with an error result.
     pub(crate) fn tool_deadline(&mut self, i: usize) {
-        let call = self.slots.get(i).call.clone();
-        if self.slots.get(i).state() == ToolCallState::AwaitingUser {
+        let call = self.tools.slots.get(i).call.clone();
+        if self.tools.slots.get(i).state() == ToolCallState::AwaitingUser {
             self.move_call(i, ToolCallRow::UserDeadline, Facts::None);
             let ms = self.cfg.ask_user_timeout_ms.unwrap_or_default();
             let r = error_result(
@@ -906,11 +827,17 @@ impl ProcessData {
             self.record_result(i, r);
             return;
         }
-        self.out.push(Effect::KillTool {
+        self.outbox.push(Effect::KillTool {
             tool_call_id: call.id.clone(),
         });
         self.move_call(i, ToolCallRow::Deadline, Facts::None);
-        let ms = self.slots.get(i).policy.timeout_ms.unwrap_or_default();
+        let ms = self
+            .tools
+            .slots
+            .get(i)
+            .policy
+            .timeout_ms
+            .unwrap_or_default();
         let r = error_result(
             &call,
             ToolStatus::Error,
@@ -924,8 +851,8 @@ impl ProcessData {
     /// once.
     pub(crate) fn start_queued(&mut self) {
         let mut after = None;
-        while let Some(i) = self.slots.next(ToolCallState::Queued, after) {
-            if !self.cfg.parallel_tools && self.slots.busy() {
+        while let Some(i) = self.tools.slots.next(ToolCallState::Queued, after) {
+            if !self.cfg.parallel_tools && self.tools.slots.busy() {
                 return;
             }
             self.start(i);
@@ -933,36 +860,28 @@ impl ProcessData {
         }
     }
 
-    pub(crate) fn approval_needed(&self) -> bool {
-        self.slots.count(ToolCallState::NeedsApproval) > 0
-            && self.slots.count(ToolCallState::Asking) == 0
-    }
-
-    pub(crate) fn all_results(&self) -> bool {
-        self.slots.all_done()
-    }
-
     pub(crate) fn ask_approval(&mut self) {
-        if let Some(i) = self.slots.first(ToolCallState::NeedsApproval) {
+        if let Some(i) = self.tools.slots.first(ToolCallState::NeedsApproval) {
             self.move_call(i, ToolCallRow::Ask, Facts::None);
-            let call = self.slots.get(i).call.clone();
+            let call = self.tools.slots.get(i).call.clone();
             self.emit(AgentEvent::ApprovalRequired {
                 tool_call_id: call.id.clone(),
                 name: call.name.clone(),
                 arguments: call.arguments.clone(),
             });
-            self.out.push(Effect::RequestApproval { call });
+            self.outbox.push(Effect::RequestApproval { call });
             if let Some(delay_ms) = self.cfg.approval_timeout_ms {
-                let timer_id = approval_timer(self.request.model_call_index, i);
-                self.out.push(Effect::StartTimer { timer_id, delay_ms });
+                let timer_id = approval_timer(self.attempt.request.model_call_index, i);
+                self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
             }
         }
     }
 
     /// The call being asked about whose approval timer is `timer_id`, if any.
     pub(crate) fn approval_timer_of(&self, timer_id: u64) -> Option<usize> {
-        let i = approval_slot(timer_id, self.request.model_call_index)?;
-        let asked = i < self.slots.len() && self.slots.get(i).state() == ToolCallState::Asking;
+        let i = approval_slot(timer_id, self.attempt.request.model_call_index)?;
+        let asked =
+            i < self.tools.slots.len() && self.tools.slots.get(i).state() == ToolCallState::Asking;
         asked.then_some(i)
     }
 
@@ -970,8 +889,8 @@ impl ProcessData {
     /// closed).
     fn cancel_approval_timer(&mut self, i: usize) {
         if self.cfg.approval_timeout_ms.is_some() {
-            let timer_id = approval_timer(self.request.model_call_index, i);
-            self.out.push(Effect::CancelTimer { timer_id });
+            let timer_id = approval_timer(self.attempt.request.model_call_index, i);
+            self.outbox.push(Effect::CancelTimer { timer_id });
         }
     }
 
@@ -980,18 +899,10 @@ impl ProcessData {
     /// with status timeout.
     pub(crate) fn approval_timed_out(&mut self, i: usize) {
         let after_ms = self.cfg.approval_timeout_ms.unwrap_or_default();
-        let tool_call_id = self.slots.get(i).call.id.clone();
-        self.out.push(Effect::WithdrawApproval { tool_call_id });
+        let tool_call_id = self.tools.slots.get(i).call.id.clone();
+        self.outbox.push(Effect::WithdrawApproval { tool_call_id });
         let decision = crate::event::ApprovalDecision::TimedOut { after_ms };
         self.denied(i, &decision);
-    }
-
-    pub(crate) fn asking(&self, tool_call_id: &str) -> Option<usize> {
-        self.slots.find(tool_call_id, ToolCallState::Asking)
-    }
-
-    pub(crate) fn gating(&self, tool_call_id: &str) -> Option<usize> {
-        self.slots.find(tool_call_id, ToolCallState::Gating)
     }
 
     /// The hooks' verdict on gated slot `i` (R-EXT-1): run it (as it is or with their
@@ -1001,11 +912,11 @@ impl ProcessData {
         match verdict {
             GateVerdict::Allow => self.run(i, ToolCallRow::GateAllowed),
             GateVerdict::Modify { arguments } => {
-                self.slots.get_mut(i).call.arguments = arguments.clone();
+                self.tools.slots.get_mut(i).call.arguments = arguments.clone();
                 self.run(i, ToolCallRow::GateModified);
             }
             GateVerdict::Block { reason } => {
-                let call = self.slots.get(i).call.clone();
+                let call = self.tools.slots.get(i).call.clone();
                 self.emit(AgentEvent::ToolBlocked {
                     tool_call_id: call.id.clone(),
                     name: call.name.clone(),
@@ -1020,12 +931,8 @@ impl ProcessData {
         }
     }
 
-    pub(crate) fn running(&self, tool_call_id: &str) -> Option<usize> {
-        self.slots.find(tool_call_id, ToolCallState::Running)
-    }
-
     pub(crate) fn tool_finished(&mut self, i: usize, status: ToolStatus, content: String) {
-        let call = &self.slots.get(i).call;
+        let call = &self.tools.slots.get(i).call;
         let result = ToolResult {
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
@@ -1049,7 +956,7 @@ impl ProcessData {
         always: bool,
     ) {
         self.cancel_approval_timer(i);
-        let call = self.slots.get(i).call.clone();
+        let call = self.tools.slots.get(i).call.clone();
         self.emit(AgentEvent::ApprovalResolved {
             tool_call_id: call.id.clone(),
             decision: decision.clone(),
@@ -1067,22 +974,22 @@ impl ProcessData {
         if always {
             // "Always" covers the call's command family, not the whole tool (R-CTL-4).
             let scope = crate::tool_rules::approval_scope(&call);
-            for j in self.slots.in_state(ToolCallState::NeedsApproval) {
-                let other = self.slots.get(j);
+            for j in self.tools.slots.in_state(ToolCallState::NeedsApproval) {
+                let other = self.tools.slots.get(j);
                 if crate::tool_rules::approval_scope(&other.call) == scope
                     && !other.policy.by_argument
                 {
                     self.move_call(j, ToolCallRow::Whitelisted, Facts::None);
                 }
             }
-            self.whitelist.insert(scope);
+            self.tools.whitelist.insert(scope);
         }
         self.start_queued_from(i);
     }
 
     /// Starts slot `i` now if the parallelism policy allows, else leaves it queued.
     fn start_queued_from(&mut self, i: usize) {
-        if self.cfg.parallel_tools || !self.slots.busy() {
+        if self.cfg.parallel_tools || !self.tools.slots.busy() {
             self.start(i);
         }
         self.start_queued();
@@ -1090,7 +997,7 @@ impl ProcessData {
 
     pub(crate) fn modified(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
         if let crate::event::ApprovalDecision::Modified { arguments } = decision {
-            self.slots.get_mut(i).call.arguments = arguments.clone();
+            self.tools.slots.get_mut(i).call.arguments = arguments.clone();
         }
         self.approved(i, decision, false);
     }
@@ -1111,7 +1018,7 @@ impl ProcessData {
     /// the step (`tool_rejected`) unless auto_resume, which announces the resume instead.
     fn denied(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
         use crate::event::ApprovalDecision;
-        let call = self.slots.get(i).call.clone();
+        let call = self.tools.slots.get(i).call.clone();
         self.emit(AgentEvent::ApprovalResolved {
             tool_call_id: call.id.clone(),
             decision: decision.clone(),
@@ -1132,7 +1039,7 @@ impl ProcessData {
                 trigger: trigger.into(),
             });
         } else {
-            self.stop_requested.get_or_insert("tool_rejected");
+            self.ending.stop("tool_rejected");
         }
         let r = error_result(&call, ToolStatus::Denied, why);
         self.move_call(i, ToolCallRow::Rejected, Facts::None);
@@ -1149,17 +1056,18 @@ impl ProcessData {
 
     /// Whether, under `kill`, some running call would keep running.
     pub(crate) fn would_drain(&self, kill: KillPolicy) -> bool {
-        self.slots
+        self.tools
+            .slots
             .in_state(ToolCallState::Running)
             .into_iter()
-            .any(|i| !self.killed_by(kill, &self.slots.get(i).call.name))
+            .any(|i| !self.killed_by(kill, &self.tools.slots.get(i).call.name))
     }
 
     /// Abort in ToolExecuting when some calls keep running: kill per policy, close every call
     /// that did not start or was killed; the survivors' results will be kept (R-CTL-3).
     pub(crate) fn abort_draining(&mut self, kill: KillPolicy) {
         self.close_open_calls(kill, ToolStatus::Aborted);
-        self.outcome = Some(StepOutcome::Aborted);
+        self.ending.end(StepOutcome::Aborted);
     }
 
     /// Steering with `skip_remaining`: calls not started are skipped, killable running calls
@@ -1177,10 +1085,10 @@ impl ProcessData {
         }
         if in_retry {
             let timer_id = self.timer_id();
-            self.out.push(Effect::CancelTimer { timer_id });
+            self.outbox.push(Effect::CancelTimer { timer_id });
         }
         self.close_open_calls(KillPolicy::All, ToolStatus::Aborted);
-        self.outcome = Some(StepOutcome::Aborted);
+        self.ending.end(StepOutcome::Aborted);
     }
 
     /// Closes every call without a result, in call order, with `status` (`aborted` for an
@@ -1201,12 +1109,12 @@ impl ProcessData {
                 ToolCallRow::AbortUnstarted,
             )
         };
-        for i in 0..self.slots.len() {
-            let state = self.slots.get(i).state();
+        for i in 0..self.tools.slots.len() {
+            let state = self.tools.slots.get(i).state();
             if state.is_terminal() {
                 continue;
             }
-            let id = self.slots.get(i).call.id.clone();
+            let id = self.tools.slots.get(i).call.id.clone();
             let row = if state != ToolCallState::Running {
                 if state == ToolCallState::AwaitingUser {
                     self.cancel_deadline(i);
@@ -1215,8 +1123,8 @@ impl ProcessData {
                     self.cancel_approval_timer(i);
                 }
                 unstarted
-            } else if self.killed_by(kill, &self.slots.get(i).call.name) {
-                self.out.push(Effect::KillTool {
+            } else if self.killed_by(kill, &self.tools.slots.get(i).call.name) {
+                self.outbox.push(Effect::KillTool {
                     tool_call_id: id.clone(),
                 });
                 self.cancel_deadline(i);
@@ -1237,14 +1145,9 @@ impl ProcessData {
                 }
                 "aborted"
             };
-            let r = error_result(&self.slots.get(i).call, status, content.into());
+            let r = error_result(&self.tools.slots.get(i).call, status, content.into());
             self.record_result(i, r);
         }
-    }
-
-    /// Tool results in the model's call order (R-IN-4).
-    pub(crate) fn results_in_call_order(&self) -> Vec<ToolResult> {
-        self.slots.iter().filter_map(|s| s.result.clone()).collect()
     }
 }
 

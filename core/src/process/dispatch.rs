@@ -36,11 +36,11 @@ pub(crate) fn chart_event(_data: &ProcessData, input: &Input<'_>) -> Option<Proc
 /// fired), a call being gated for a hooks' verdict — or `None` (a stale answer, or another
 /// input).
 pub(crate) fn prepare(data: &mut ProcessData, input: &Input<'_>) {
-    data.call = match input {
-        Input::Ext(Event::ToolFinished { tool_call_id, .. }) => data.running(tool_call_id),
-        Input::Ext(Event::Approval { tool_call_id, .. }) => data.asking(tool_call_id),
-        Input::Ext(Event::ToolGated { tool_call_id, .. }) => data.gating(tool_call_id),
-        Input::Ext(Event::UserAnswered { tool_call_id, .. }) => data.asked_user(tool_call_id),
+    data.tools.answered = match input {
+        Input::Ext(Event::ToolFinished { tool_call_id, .. }) => data.tools.running(tool_call_id),
+        Input::Ext(Event::Approval { tool_call_id, .. }) => data.tools.asking(tool_call_id),
+        Input::Ext(Event::ToolGated { tool_call_id, .. }) => data.tools.gating(tool_call_id),
+        Input::Ext(Event::UserAnswered { tool_call_id, .. }) => data.tools.asked_user(tool_call_id),
         Input::Ext(Event::TimerElapsed { timer_id }) => data.approval_timer_of(*timer_id),
         _ => None,
     };

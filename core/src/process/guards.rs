@@ -2,7 +2,7 @@
 //! names (`otherwise` needs none), called by the generated dispatch
 //! ([`crate::process::dispatch`]) and by the oracle, which evaluates them before every handler
 //! runs and reports the verdict as a [`GuardCheck`](crate::chart::GuardCheck). Each reads the
-//! data (the leaf state the facade set in `data.state`) and the input, and changes nothing.
+//! data (the leaf state the facade set in `data.outbox.state`) and the input, and changes nothing.
 //!
 //! `build.rs` checks that the `pub(crate) fn`s here are exactly the guards the chart's rows
 //! name: a missing predicate or one that no row names fails the build.
@@ -26,13 +26,13 @@ fn is_current(data: &ProcessData, input: &Input<'_>) -> bool {
         | Event::Done { .. }
         | Event::TransportError { .. }
         | Event::ContextOverflow { .. }
-        | Event::StreamStalled { .. } => !data.is_stale(event),
+        | Event::StreamStalled { .. } => !data.attempt.is_stale(event),
         Event::TimerElapsed { timer_id } => *timer_id == data.timer_id(),
         // The call's slot, looked up before dispatch (`dispatch::prepare`).
         Event::ToolFinished { .. }
         | Event::Approval { .. }
         | Event::ToolGated { .. }
-        | Event::UserAnswered { .. } => data.call.is_some(),
+        | Event::UserAnswered { .. } => data.tools.answered.is_some(),
         _ => true,
     }
 }
@@ -63,7 +63,7 @@ fn deadline_retried(data: &ProcessData, input: &Input<'_>) -> Option<bool> {
 
 /// Whether the step drains tools after an abort.
 fn draining(data: &ProcessData) -> bool {
-    data.state == ProcessState::Draining
+    data.outbox.state == ProcessState::Draining
 }
 
 /// `current`: the event belongs to this attempt, timer or call.
@@ -80,7 +80,7 @@ pub(crate) fn stale(data: &ProcessData, input: &Input<'_>) -> bool {
 /// (the slot `dispatch::prepare` found).
 fn answers_asked(data: &ProcessData, input: &Input<'_>) -> bool {
     match input {
-        Input::Ext(Event::TimerElapsed { .. }) => data.call.is_some(),
+        Input::Ext(Event::TimerElapsed { .. }) => data.tools.answered.is_some(),
         _ => is_current(data, input),
     }
 }
@@ -101,7 +101,7 @@ pub(crate) fn stop_after_reject(data: &ProcessData, input: &Input<'_>) -> bool {
 pub(crate) fn stale_approval_timer(data: &ProcessData, input: &Input<'_>) -> bool {
     match input {
         Input::Ext(Event::TimerElapsed { timer_id }) => {
-            crate::process::deadlines::is_approval_timer(*timer_id) && data.call.is_none()
+            crate::process::deadlines::is_approval_timer(*timer_id) && data.tools.answered.is_none()
         }
         _ => false,
     }
@@ -129,17 +129,17 @@ pub(crate) fn no_tool_calls(data: &ProcessData, input: &Input<'_>) -> bool {
 
 /// `approval_needed`: a call waits for approval and none is being asked.
 pub(crate) fn approval_needed(data: &ProcessData, _input: &Input<'_>) -> bool {
-    data.approval_needed()
+    data.tools.approval_needed()
 }
 
 /// `all_results`: every tool call has its result.
 pub(crate) fn all_results(data: &ProcessData, _input: &Input<'_>) -> bool {
-    data.all_results()
+    data.tools.all_results()
 }
 
 /// `tools_pending`: some calls are still running or queued.
 pub(crate) fn tools_pending(data: &ProcessData, _input: &Input<'_>) -> bool {
-    !data.all_results()
+    !data.tools.all_results()
 }
 
 /// `not_draining`: the step is not draining after an abort.

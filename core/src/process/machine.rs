@@ -38,7 +38,7 @@ impl ProcessMachine {
     #[superstate]
     fn root(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
         let _ = event;
-        context.unhandled = true;
+        context.outbox.unhandled = true;
         Handled
     }
 

@@ -5,6 +5,7 @@ pub mod accumulate;
 pub(crate) mod actions;
 pub(crate) mod call_guards;
 pub mod config;
+pub(crate) mod context;
 pub(crate) mod data;
 pub(crate) mod deadlines;
 pub(crate) mod dispatch;
@@ -87,7 +88,7 @@ impl std::fmt::Debug for Process {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Process")
             .field("state", &self.state())
-            .field("request", &self.data.request.model_call_index)
+            .field("request", &self.data.attempt.request.model_call_index)
             .finish()
     }
 }
@@ -212,22 +213,22 @@ impl Process {
     ) -> bool {
         let from = self.state();
         // The guards (the oracle's and the dispatch's) read the leaf state from the data.
-        self.data.state = from;
+        self.data.outbox.state = from;
         dispatch::prepare(&mut self.data, &input);
         let (expected, overlap) = dispatch::expected(from, k, &self.data, &input);
-        self.data.row = None;
-        self.data.unhandled = false;
-        let mark = self.data.out.len();
+        self.data.outbox.row = None;
+        self.data.outbox.unhandled = false;
+        let mark = self.data.outbox.out.len();
         self.sm.handle_with_context(&input, &mut self.data);
         let to = self.state();
         if from != to {
-            self.data.out.insert(
+            self.data.outbox.out.insert(
                 mark,
                 state_changed(MachineKind::Process, from.name(), k.name(), to.name()),
             );
         }
-        let unhandled = self.data.unhandled;
-        let row = self.data.row.take();
+        let unhandled = self.data.outbox.unhandled;
+        let row = self.data.outbox.row.take();
         checks.push(GuardCheck {
             machine: MachineKind::Process,
             from: from.name(),
@@ -243,7 +244,7 @@ impl Process {
             row,
             unhandled,
         });
-        for (t, c) in self.data.calls.drain(..) {
+        for (t, c) in self.data.outbox.calls.drain(..) {
             transitions.push(t);
             checks.push(c);
         }
@@ -263,21 +264,21 @@ impl Process {
         ) && guard < 4
         {
             guard += 1;
-            let (before, state) = (self.data.out.len(), self.state());
+            let (before, state) = (self.data.outbox.out.len(), self.state());
             self.feed(
                 Input::Settle,
                 ProcessEventKind::Settle,
                 &mut transitions,
                 &mut checks,
             );
-            if self.state() == state && self.data.out.len() == before {
+            if self.state() == state && self.data.outbox.out.len() == before {
                 break;
             }
         }
         ProcessStep {
             from,
             to: self.state(),
-            effects: std::mem::take(&mut self.data.out),
+            effects: std::mem::take(&mut self.data.outbox.out),
             unhandled,
             transitions,
             guard_checks: checks,
@@ -292,20 +293,20 @@ impl Process {
     /// How the step ends: set when the end is decided — at the terminal transition, or for an
     /// abort that waits for immune tools (`Draining`), at the abort.
     pub fn outcome(&self) -> Option<&StepOutcome> {
-        self.data.outcome.as_ref()
+        self.data.ending.outcome.as_ref()
     }
 
     /// A snapshot of the message being streamed (R-STR-2).
     pub fn partial(&self) -> AssistantMessage {
-        self.data.acc.snapshot()
+        self.data.attempt.acc.snapshot()
     }
 
     /// Identifies [`partial`](Self::partial)'s content within this step; see [`PartialMark`].
     pub fn partial_mark(&self) -> PartialMark {
         PartialMark {
             step: 0,
-            epoch: self.data.acc_epoch,
-            revision: self.data.acc.revision(),
+            epoch: self.data.attempt.acc_epoch,
+            revision: self.data.attempt.acc.revision(),
         }
     }
 
@@ -313,74 +314,74 @@ impl Process {
     /// [`PartialMark::same_source`]), up to date in time proportional to what arrived since
     /// (see [`MessageAssembler::update_snapshot`](accumulate::MessageAssembler::update_snapshot)).
     pub fn update_partial(&self, snapshot: &mut AssistantMessage) {
-        self.data.acc.update_snapshot(snapshot);
+        self.data.attempt.acc.update_snapshot(snapshot);
     }
 
     /// The committed message, once `Done` arrived.
     pub fn committed(&self) -> Option<&AssistantMessage> {
-        self.data.committed.as_ref()
+        self.data.ending.committed.as_ref()
     }
 
     /// Tool results in call order (complete once the step succeeded).
     pub fn results(&self) -> Vec<ToolResult> {
-        self.data.results_in_call_order()
+        self.data.tools.results_in_call_order()
     }
 
     /// The approval scopes approved "always" so far (see [`Process::new`]).
     pub fn whitelist(&self) -> &BTreeSet<String> {
-        &self.data.whitelist
+        &self.data.tools.whitelist
     }
 
     /// The request of the current attempt, as the machine built it.
     pub fn request(&self) -> &ModelRequest {
-        &self.data.request
+        &self.data.attempt.request
     }
 
     /// The last sent attempt's request as a `before_model_call` hook rewrote it, if one did.
     pub fn sent_request(&self) -> Option<&ModelRequest> {
-        self.data.sent.as_deref()
+        self.data.attempt.sent.as_deref()
     }
 
     /// Sets the signatures (tool name, canonical arguments) of the run's earlier calls, for
     /// doom-loop detection.
     pub fn with_recent_calls(mut self, recent: Vec<(String, String)>) -> Self {
-        self.data.recent = recent;
+        self.data.tools.recent = recent;
         self
     }
 
     /// The results of the session's earlier pure-tool calls (R-TOOL-6): an
     /// identical call of a pure tool is answered from them.
     pub fn with_tool_cache(mut self, cache: std::sync::Arc<crate::tool_cache::ToolCache>) -> Self {
-        self.data.cache = cache;
+        self.data.tools.cache = cache;
         self
     }
 
     /// Whether the step asks the run to stop: a doom loop with action `stop`, or a rejected
     /// approval without auto_resume.
     pub fn stop_requested(&self) -> bool {
-        self.data.stop_requested.is_some()
+        self.data.ending.stop_requested.is_some()
     }
 
     /// The run-end reason the step asks for: `stopped` (doom loop) or `tool_rejected`.
     pub fn stop_reason(&self) -> Option<&'static str> {
-        self.data.stop_requested
+        self.data.ending.stop_requested
     }
 
     /// The runtime's verdict on the committed message as a typed final answer, if it was
     /// rejected (see [`crate::output`]).
     pub fn output_rejected(&self) -> Option<&crate::output::OutputRejected> {
-        self.data.output_rejected.as_ref()
+        self.data.ending.output_rejected.as_ref()
     }
 
     /// Retries so far.
     pub fn retries(&self) -> u32 {
-        self.data.retries
+        self.data.attempt.retries
     }
 
     /// Model attempts the step sent so far (1 + its retries once it began; 0 for a resumed
     /// step, which makes no request).
     pub fn attempts(&self) -> u32 {
-        self.data.attempts
+        self.data.attempt.attempts
     }
 }
 
@@ -393,7 +394,7 @@ impl Process {
 
     /// Ids of tool calls currently running.
     pub fn running_calls(&self) -> Vec<String> {
-        let slots = &self.data.slots;
+        let slots = &self.data.tools.slots;
         slots
             .in_state(data::ToolCallState::Running)
             .into_iter()

@@ -1,0 +1,301 @@
+//! The inner machine's context in parts: each part is one concept that spans states, with the
+//! methods that keep it consistent. [`ProcessData`](crate::process::data::ProcessData) holds
+//! the step's configuration and one field per part: the current model [`Attempt`], the
+//! committed message's [`ToolCalls`], the step's [`Ending`] and the per-handle [`Outbox`].
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use crate::agent_event::AgentEvent;
+use crate::chart::{GuardCheck, ProcessRow, ProcessState, ToolCallState};
+use crate::effect::Effect;
+use crate::entry::Entry;
+use crate::event::{AttemptId, Event};
+use crate::inline_tags::InlineTags;
+use crate::message::{AssistantMessage, ToolCall, ToolResult};
+use crate::model::ModelRequest;
+use crate::output::OutputRejected;
+use crate::process::accumulate::MessageAssembler;
+use crate::process::data::StepOutcome;
+use crate::process::deadlines::{AttemptTimer, AttemptTimers};
+use crate::process::slots::Slots;
+use crate::step::Transition;
+use crate::tool_cache::ToolCache;
+
+/// The model attempt in flight and the step's attempts so far: the request (its ids name the
+/// attempt), what a hook sent instead, the message being assembled from the deltas and the
+/// seqs seen, the attempt's deadline timers, and the counts the retry rows read.
+#[derive(Clone, Debug)]
+pub(crate) struct Attempt {
+    /// The current attempt's request, as the machine built it (`attempt` counts up on retry).
+    pub(crate) request: ModelRequest,
+    /// The current attempt's request as a hook rewrote it (cleared for each attempt).
+    pub(crate) sent: Option<Box<ModelRequest>>,
+    /// The message the current attempt's deltas build.
+    pub(crate) acc: MessageAssembler,
+    /// How many times `acc` was started afresh (a new attempt): with the step and the
+    /// assembler's revision it identifies the partial message (see `Process::partial_mark`).
+    pub(crate) acc_epoch: u64,
+    /// The delta seqs the current attempt delivered (a repeat is stale).
+    pub(crate) seen: HashSet<u64>,
+    /// Model attempts this step sent (`CallModel` effects).
+    pub(crate) attempts: u32,
+    /// Retries scheduled in this step.
+    pub(crate) retries: u32,
+    /// A retry was scheduled after a `malformed_response` (retried once per step).
+    pub(crate) malformed_retried: bool,
+    /// The current attempt's deadline timers.
+    pub(crate) timers: AttemptTimers,
+}
+
+impl Attempt {
+    /// The first attempt of `request`'s step, its deltas read with `inline_tags`.
+    pub(crate) fn new(request: ModelRequest, inline_tags: InlineTags) -> Self {
+        Attempt {
+            request,
+            sent: None,
+            acc: MessageAssembler::with_inline_tags(inline_tags),
+            acc_epoch: 0,
+            seen: HashSet::new(),
+            attempts: 0,
+            retries: 0,
+            malformed_retried: false,
+            timers: AttemptTimers::default(),
+        }
+    }
+
+    /// The current attempt's ids.
+    pub(crate) fn id(&self) -> AttemptId {
+        AttemptId {
+            run_id: self.request.run_id.clone(),
+            model_call_index: self.request.model_call_index,
+            attempt: self.request.attempt,
+        }
+    }
+
+    /// Whether `a` names the current attempt.
+    pub(crate) fn is_current(&self, a: &AttemptId) -> bool {
+        a.attempt == self.request.attempt
+            && a.model_call_index == self.request.model_call_index
+            && a.run_id == self.request.run_id
+    }
+
+    /// Whether a stream event belongs to another run, step or attempt, or repeats a seq.
+    pub(crate) fn is_stale(&self, event: &Event) -> bool {
+        match event {
+            Event::Delta { attempt, seq, .. } => {
+                !self.is_current(attempt) || self.seen.contains(seq)
+            }
+            Event::StreamOpened { attempt }
+            | Event::RequestRewritten { attempt, .. }
+            | Event::Done { attempt, .. }
+            | Event::TransportError { attempt, .. }
+            | Event::ContextOverflow { attempt, .. }
+            | Event::StreamStalled { attempt, .. } => !self.is_current(attempt),
+            _ => false,
+        }
+    }
+
+    /// The backoff timer of the current attempt (see [`deadlines`](crate::process::deadlines)).
+    pub(crate) fn timer_id(&self) -> u64 {
+        u64::from(self.request.model_call_index) * 1_000_000 + u64::from(self.request.attempt)
+    }
+
+    /// Starts the message afresh (a new attempt discards the partial output).
+    fn new_assembler(&mut self, inline_tags: InlineTags) {
+        self.acc = MessageAssembler::with_inline_tags(inline_tags);
+        self.acc_epoch += 1;
+    }
+
+    /// The current attempt's request is sent: no seq seen, no hook rewrite yet, an empty
+    /// message, one more attempt.
+    pub(crate) fn send(&mut self, inline_tags: InlineTags) {
+        self.seen.clear();
+        self.sent = None;
+        self.new_assembler(inline_tags);
+        self.attempts += 1;
+    }
+
+    /// A retry is scheduled: the next attempt's ids, one more retry, the partial output
+    /// discarded.
+    pub(crate) fn retry(&mut self, inline_tags: InlineTags) {
+        self.request.attempt += 1;
+        self.retries += 1;
+        self.new_assembler(inline_tags);
+        self.seen.clear();
+    }
+
+    /// The current attempt's deadline that `timer_id` names, if it passed: its kind and
+    /// delay. The stall watchdog counts only when no delta arrived since it was armed.
+    pub(crate) fn deadline(&self, timer_id: u64) -> Option<(AttemptTimer, u64)> {
+        self.timers
+            .get(timer_id)
+            .filter(|(kind, _)| !(*kind == AttemptTimer::Stall && self.timers.moved))
+    }
+
+    /// Whether `timer_id` is the stall watchdog and deltas arrived since it was armed.
+    pub(crate) fn stream_moved(&self, timer_id: u64) -> bool {
+        self.timers.moved
+            && self
+                .timers
+                .get(timer_id)
+                .is_some_and(|(kind, _)| kind == AttemptTimer::Stall)
+    }
+}
+
+/// The committed message's tool calls (one [`Slot`](crate::process::slots::Slot) each, moved
+/// along the tool-call chart) and what decides them beyond the configuration: the scopes
+/// approved "always", the run's earlier calls (doom loops), the session's pure-tool results,
+/// and the call the current input answers.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ToolCalls {
+    /// The calls, in the model's order.
+    pub(crate) slots: Slots,
+    /// Approval scopes ([`approval_scope`](crate::tool_rules::approval_scope)) approved
+    /// "always" in this run.
+    pub(crate) whitelist: BTreeSet<String>,
+    /// Signatures (tool name, canonical arguments) of the run's earlier calls, oldest first.
+    pub(crate) recent: Vec<(String, String)>,
+    /// Results of the session's earlier pure-tool calls (R-TOOL-6).
+    pub(crate) cache: Arc<ToolCache>,
+    /// The slot of the tool call the current input answers (a result, a verdict, an answer,
+    /// an approval or its timer), looked up once before the oracle and the dispatch run (see
+    /// [`crate::process::dispatch::prepare`]); `None` for a stale answer or another input.
+    pub(crate) answered: Option<usize>,
+}
+
+impl ToolCalls {
+    /// No calls yet; `whitelist` holds what was approved "always" earlier in the run.
+    pub(crate) fn new(whitelist: BTreeSet<String>) -> Self {
+        ToolCalls {
+            whitelist,
+            ..ToolCalls::default()
+        }
+    }
+
+    /// The call `tool_call_id` if it is being asked about (approval).
+    pub(crate) fn asking(&self, tool_call_id: &str) -> Option<usize> {
+        self.slots.find(tool_call_id, ToolCallState::Asking)
+    }
+
+    /// The call `tool_call_id` if the hooks are being asked about it.
+    pub(crate) fn gating(&self, tool_call_id: &str) -> Option<usize> {
+        self.slots.find(tool_call_id, ToolCallState::Gating)
+    }
+
+    /// The call `tool_call_id` if it runs.
+    pub(crate) fn running(&self, tool_call_id: &str) -> Option<usize> {
+        self.slots.find(tool_call_id, ToolCallState::Running)
+    }
+
+    /// The call waiting for the person's answer to the question `tool_call_id`, if any.
+    pub(crate) fn asked_user(&self, tool_call_id: &str) -> Option<usize> {
+        self.slots.find(tool_call_id, ToolCallState::AwaitingUser)
+    }
+
+    /// A call waits for approval and none is being asked about.
+    pub(crate) fn approval_needed(&self) -> bool {
+        self.slots.count(ToolCallState::NeedsApproval) > 0
+            && self.slots.count(ToolCallState::Asking) == 0
+    }
+
+    /// Every call has its result.
+    pub(crate) fn all_results(&self) -> bool {
+        self.slots.all_done()
+    }
+
+    /// Whether an "approve always" of this run covers `call`'s
+    /// [`approval_scope`](crate::tool_rules::approval_scope).
+    pub(crate) fn whitelisted(&self, call: &ToolCall) -> bool {
+        self.whitelist
+            .contains(&crate::tool_rules::approval_scope(call))
+    }
+
+    /// Tool results in the model's call order (R-IN-4).
+    pub(crate) fn results_in_call_order(&self) -> Vec<ToolResult> {
+        self.slots.iter().filter_map(|s| s.result.clone()).collect()
+    }
+}
+
+/// How the step ends and what it leaves for the outer machine: the committed message, the
+/// outcome, a stop the run should make after the step, and the runtime's verdict on the
+/// message as a typed final answer.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Ending {
+    /// The message `Done` committed (or the resumed one).
+    pub(crate) committed: Option<AssistantMessage>,
+    /// How the step ended, once decided.
+    pub(crate) outcome: Option<StepOutcome>,
+    /// Why the outer machine stops the run after this step, if it does: `stopped` (a doom
+    /// loop with action `stop`), `tool_rejected` (a rejected approval without auto_resume).
+    pub(crate) stop_requested: Option<&'static str>,
+    /// The runtime's verdict on the committed message as a typed final answer (`done`'s
+    /// `output_rejected`); the outer machine's Observing decides on it.
+    pub(crate) output_rejected: Option<OutputRejected>,
+}
+
+impl Ending {
+    /// Asks the run to stop after this step with `reason`, unless an earlier reason stands.
+    pub(crate) fn stop(&mut self, reason: &'static str) {
+        self.stop_requested.get_or_insert(reason);
+    }
+
+    /// The step ends with `outcome`.
+    pub(crate) fn end(&mut self, outcome: StepOutcome) {
+        self.outcome = Some(outcome);
+    }
+}
+
+/// One `handle` of the inner machine: the leaf state it started in (set by the facade, read by
+/// the guards) and what it produced, drained by the facade — the effects in order, the row the
+/// handler took, whether no state accepted the input, the tool-call transitions with the chart
+/// oracle's verdicts.
+#[derive(Clone, Debug)]
+pub(crate) struct Outbox {
+    /// The leaf state before the current handle.
+    pub(crate) state: ProcessState,
+    pub(crate) out: Vec<Effect>,
+    pub(crate) row: Option<ProcessRow>,
+    pub(crate) unhandled: bool,
+    /// The tool-call transitions this handle took, with the chart oracle's verdicts.
+    pub(crate) calls: Vec<(Transition, GuardCheck)>,
+}
+
+impl Default for Outbox {
+    fn default() -> Self {
+        Outbox {
+            state: ProcessState::INITIAL,
+            out: Vec::new(),
+            row: None,
+            unhandled: false,
+            calls: Vec::new(),
+        }
+    }
+}
+
+impl Outbox {
+    /// Records the chart row a handler took (one per handle).
+    pub(crate) fn take(&mut self, row: ProcessRow) {
+        debug_assert!(
+            self.row.is_none(),
+            "two rows in one handle: {:?} then {row:?}",
+            self.row
+        );
+        self.row = Some(row);
+    }
+
+    /// Requests `effect`.
+    pub(crate) fn push(&mut self, effect: Effect) {
+        self.out.push(effect);
+    }
+
+    /// Delivers `event` to observers.
+    pub(crate) fn emit(&mut self, event: AgentEvent) {
+        self.out.push(Effect::Emit { event });
+    }
+
+    /// Appends `entry` to the session store.
+    pub(crate) fn persist(&mut self, entry: Entry) {
+        self.out.push(Effect::Persist { entry });
+    }
+}
