@@ -200,6 +200,12 @@ fn bench(c: &mut Criterion<CpuTime>) {
                 ProviderKind::Anthropic => {
                     drive(SsePipeline::new(AnthropicNormalizer::new()), &pieces)
                 }
+                ProviderKind::OpenAiResponses => drive(
+                    SsePipeline::new(
+                        agentloop::provider::openai_responses::ResponsesNormalizer::new(),
+                    ),
+                    &pieces,
+                ),
             })
         });
     }

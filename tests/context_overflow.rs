@@ -192,6 +192,12 @@ fn answer(p: ProviderKind) -> String {
                 .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
                 .collect()
         }
+        ProviderKind::OpenAiResponses => {
+            let delta =
+                json!({"type": "response.output_text.delta", "item_id": "msg_1", "delta": text});
+            let done = json!({"type": "response.completed", "response": {"id": "r", "status": "completed"}});
+            format!("data: {delta}\n\ndata: {done}\n\n")
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-//! Replays every seed of the provider fuzz corpora (`fuzz/corpus/{sse,openai,anthropic}`)
+//! Replays every seed of the provider fuzz corpora (`fuzz/corpus/{sse,openai,anthropic,openai_responses}`)
 //! through the same harnesses the cargo-fuzz targets run, on stable, as ordinary tests.
 
 use std::path::PathBuf;
@@ -48,6 +48,15 @@ fn anthropic_corpus() {
 }
 
 #[test]
+fn openai_responses_corpus() {
+    for (name, data) in corpus("openai_responses") {
+        let r =
+            std::panic::catch_unwind(|| normalizer_target(ProviderKind::OpenAiResponses, &data));
+        assert!(r.is_ok(), "{name}");
+    }
+}
+
+#[test]
 fn harnesses_accept_degenerate_inputs() {
     for data in [
         &b""[..],
@@ -59,5 +68,6 @@ fn harnesses_accept_degenerate_inputs() {
         sse_target(data);
         normalizer_target(ProviderKind::OpenAi, data);
         normalizer_target(ProviderKind::Anthropic, data);
+        normalizer_target(ProviderKind::OpenAiResponses, data);
     }
 }

@@ -117,6 +117,15 @@ async fn run(p: ProviderKind, server: &MockServer, prompt: &str) -> (LoopResult,
             )
             .expect("client"),
         ),
+        ProviderKind::OpenAiResponses => Arc::new(
+            agentloop::provider::openai_responses::OpenAiResponsesModel::new(
+                "gpt-4o",
+                HttpConfig::new(p)
+                    .with_base_url(format!("{}/v1", server.base))
+                    .with_api_key("sk-test-not-a-real-key-000000"),
+            )
+            .expect("client"),
+        ),
         ProviderKind::Anthropic => Arc::new(
             AnthropicModel::new(
                 "claude-sonnet-4-5",
@@ -190,6 +199,11 @@ async fn a_glitch_is_retried_and_a_repeated_one_fails_fast(p: ProviderKind) {
 #[tokio::test]
 async fn openai_a_malformed_answer_from_aimock_is_retried_once() {
     a_glitch_is_retried_and_a_repeated_one_fails_fast(ProviderKind::OpenAi).await;
+}
+
+#[tokio::test]
+async fn openai_responses_a_malformed_answer_from_aimock_is_retried_once() {
+    a_glitch_is_retried_and_a_repeated_one_fails_fast(ProviderKind::OpenAiResponses).await;
 }
 
 #[tokio::test]

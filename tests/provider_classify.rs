@@ -439,7 +439,11 @@ fn decode_http_success_that_is_not_a_readable_event_stream() {
 #[test]
 fn model_clients_never_show_the_key_in_debug_output() {
     let key = "sk-live-DEBUGSECRET0123456789";
-    for p in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
+    for p in [
+        ProviderKind::OpenAi,
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAiResponses,
+    ] {
         let cfg = HttpConfig::new(p).with_api_key(key);
         let m = agentloop::provider::http::build_model("m", cfg.clone()).unwrap();
         assert_eq!(m.name(), format!("{p}:m"));
@@ -451,6 +455,10 @@ fn model_clients_never_show_the_key_in_debug_output() {
             ProviderKind::Anthropic => format!(
                 "{:?}",
                 agentloop::provider::anthropic::AnthropicModel::new("m", cfg).unwrap()
+            ),
+            ProviderKind::OpenAiResponses => format!(
+                "{:?}",
+                agentloop::provider::openai_responses::OpenAiResponsesModel::new("m", cfg).unwrap()
             ),
         };
         assert!(!shown.contains("DEBUGSECRET"), "{shown}");

@@ -102,6 +102,7 @@ async fn redirect_to_another_host_never_carries_a_credential_and_is_a_typed_erro
             pieces: vec![fixture(match p {
                 ProviderKind::OpenAi => "openai_text.sse",
                 ProviderKind::Anthropic => "anthropic_text.sse",
+                ProviderKind::OpenAiResponses => "responses_text.sse",
             })],
             gap: Duration::ZERO,
         }])
@@ -113,6 +114,7 @@ async fn redirect_to_another_host_never_carries_a_credential_and_is_a_typed_erro
             match p {
                 ProviderKind::OpenAi => "/v1/chat/completions",
                 ProviderKind::Anthropic => "/v1/messages",
+                ProviderKind::OpenAiResponses => "/v1/responses",
             }
         );
         let redirect = Reply::Status {
@@ -340,6 +342,7 @@ fn good_answer(p: ProviderKind) -> Reply {
     let name = match p {
         ProviderKind::OpenAi => "openai_text.sse",
         ProviderKind::Anthropic => "anthropic_text.sse",
+        ProviderKind::OpenAiResponses => "responses_text.sse",
     };
     Reply::Sse {
         pieces: vec![fixture(name)],

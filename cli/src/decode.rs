@@ -18,6 +18,8 @@ pub enum Provider {
     Openai,
     /// Anthropic Messages.
     Anthropic,
+    /// OpenAI Responses API.
+    OpenaiResponses,
 }
 
 impl From<Provider> for ProviderKind {
@@ -25,6 +27,7 @@ impl From<Provider> for ProviderKind {
         match p {
             Provider::Openai => ProviderKind::OpenAi,
             Provider::Anthropic => ProviderKind::Anthropic,
+            Provider::OpenaiResponses => ProviderKind::OpenAiResponses,
         }
     }
 }

@@ -104,7 +104,7 @@ pub struct AgentArgs {
     /// Which model client: the offline scripted model (default), or a real provider.
     #[arg(long, value_enum, default_value_t = ProviderArg::Scripted)]
     pub provider: ProviderArg,
-    /// Model name sent to the provider (required with --provider openai|anthropic).
+    /// Model name sent to the provider (required with --provider openai|anthropic|openai-responses).
     #[arg(long)]
     pub model: Option<String>,
     /// Provider base URL (default: $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL, else the public API).
@@ -388,6 +388,8 @@ pub enum ProviderArg {
     Openai,
     /// Anthropic Messages.
     Anthropic,
+    /// OpenAI Responses API (`POST /responses`; key from OPENAI_API_KEY).
+    OpenaiResponses,
 }
 
 impl ProviderArg {
@@ -397,6 +399,7 @@ impl ProviderArg {
             ProviderArg::Scripted => None,
             ProviderArg::Openai => Some(ProviderKind::OpenAi),
             ProviderArg::Anthropic => Some(ProviderKind::Anthropic),
+            ProviderArg::OpenaiResponses => Some(ProviderKind::OpenAiResponses),
         }
     }
 }

@@ -511,8 +511,11 @@ pub fn request_body(req: &ModelRequest, model: &str, default_max_tokens: u32) ->
                         );
                     }
                 }
+                // An OpenAI Responses reasoning item kept in the same list is not Anthropic's.
                 for data in &a.redacted_reasoning {
-                    blocks.push(json!({"type": "redacted_thinking", "data": data}));
+                    if crate::provider::openai_responses::reasoning_item(data).is_none() {
+                        blocks.push(json!({"type": "redacted_thinking", "data": data}));
+                    }
                 }
                 if !a.text.is_empty() {
                     blocks.push(json!({"type": "text", "text": a.text}));

@@ -34,6 +34,7 @@ use crate::provider::classify::{
 };
 use crate::provider::http::{ProviderKind, DEFAULT_MAX_RETRY_AFTER};
 use crate::provider::openai::OpenAiNormalizer;
+use crate::provider::openai_responses::ResponsesNormalizer;
 use crate::provider::sse::{SseNormalizer, SsePipeline};
 
 /// How the decoded response ended.
@@ -181,6 +182,7 @@ pub fn normalize_chunks<'a>(
     match provider {
         ProviderKind::OpenAi => run(SsePipeline::new(OpenAiNormalizer::new()), chunks),
         ProviderKind::Anthropic => run(SsePipeline::new(AnthropicNormalizer::new()), chunks),
+        ProviderKind::OpenAiResponses => run(SsePipeline::new(ResponsesNormalizer::new()), chunks),
     }
 }
 

@@ -36,21 +36,26 @@ pub enum ProviderKind {
     OpenAi,
     /// Anthropic Messages.
     Anthropic,
+    /// OpenAI Responses API (`POST {base}/responses`; OpenAI's reasoning models, gateways that
+    /// speak it).
+    #[serde(rename = "openai-responses")]
+    OpenAiResponses,
 }
 
 impl ProviderKind {
-    /// `openai` or `anthropic`.
+    /// `openai`, `anthropic` or `openai-responses`.
     pub fn as_str(self) -> &'static str {
         match self {
             ProviderKind::OpenAi => "openai",
             ProviderKind::Anthropic => "anthropic",
+            ProviderKind::OpenAiResponses => "openai-responses",
         }
     }
 
     /// The environment variable holding the API key.
     pub fn key_env(self) -> &'static str {
         match self {
-            ProviderKind::OpenAi => "OPENAI_API_KEY",
+            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "OPENAI_API_KEY",
             ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
         }
     }
@@ -58,16 +63,17 @@ impl ProviderKind {
     /// The environment variable holding the base URL.
     pub fn base_url_env(self) -> &'static str {
         match self {
-            ProviderKind::OpenAi => "OPENAI_BASE_URL",
+            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "OPENAI_BASE_URL",
             ProviderKind::Anthropic => "ANTHROPIC_BASE_URL",
         }
     }
 
     /// The public endpoint's base URL. OpenAI's includes `/v1` (as `OPENAI_BASE_URL` does by
-    /// convention); Anthropic's does not (the client appends `/v1/messages`).
+    /// convention, for both of its wire formats); Anthropic's does not (the client appends
+    /// `/v1/messages`).
     pub fn default_base_url(self) -> &'static str {
         match self {
-            ProviderKind::OpenAi => "https://api.openai.com/v1",
+            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "https://api.openai.com/v1",
             ProviderKind::Anthropic => "https://api.anthropic.com",
         }
     }
@@ -85,8 +91,9 @@ impl std::str::FromStr for ProviderKind {
         match s {
             "openai" => Ok(ProviderKind::OpenAi),
             "anthropic" => Ok(ProviderKind::Anthropic),
+            "openai-responses" => Ok(ProviderKind::OpenAiResponses),
             other => Err(format!(
-                "unknown provider {other:?} (expected openai or anthropic)"
+                "unknown provider {other:?} (expected openai, anthropic or openai-responses)"
             )),
         }
     }
@@ -254,11 +261,13 @@ impl HttpConfig {
         self
     }
 
-    /// The endpoint URL: `{base}/chat/completions` (OpenAI) or `{base}/v1/messages`
-    /// (Anthropic; a base that already ends in `/v1` is not doubled).
+    /// The endpoint URL: `{base}/chat/completions` (OpenAI), `{base}/responses` (OpenAI
+    /// Responses) or `{base}/v1/messages` (Anthropic; a base that already ends in `/v1` is not
+    /// doubled).
     pub fn endpoint(&self) -> String {
         match self.provider {
             ProviderKind::OpenAi => format!("{}/chat/completions", self.base_url),
+            ProviderKind::OpenAiResponses => format!("{}/responses", self.base_url),
             ProviderKind::Anthropic => {
                 if self.base_url.ends_with("/v1") {
                     format!("{}/messages", self.base_url)
@@ -549,8 +558,10 @@ pub fn model_from_flags(
         .map_err(|e| e.to_string())
 }
 
-/// Builds the client for `config.provider`: [`crate::provider::openai::OpenAiModel`] or
-/// [`crate::provider::anthropic::AnthropicModel`], with `model` as the default model name.
+/// Builds the client for `config.provider`: [`crate::provider::openai::OpenAiModel`],
+/// [`crate::provider::anthropic::AnthropicModel`] or
+/// `crate::provider::openai_responses::OpenAiResponsesModel`, with `model` as the default
+/// model name.
 #[cfg(feature = "http")]
 pub fn build_model(
     model: &str,
@@ -563,6 +574,10 @@ pub fn build_model(
         ProviderKind::Anthropic => Box::new(crate::provider::anthropic::AnthropicModel::new(
             model, config,
         )?),
+        #[cfg(feature = "openai-responses")]
+        ProviderKind::OpenAiResponses => {
+            Box::new(crate::provider::openai_responses::OpenAiResponsesModel::new(model, config)?)
+        }
         #[allow(unreachable_patterns)]
         other => {
             return Err(ModelError::new(

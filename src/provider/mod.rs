@@ -3,8 +3,9 @@
 //! Real providers, one file per concern:
 //! - [`sse`]: the SSE decoder ([`sse::SseDecoder`]) and the bytes → deltas pipeline
 //!   ([`sse::SsePipeline`], [`sse::SseNormalizer`]);
-//! - [`openai`] / [`anthropic`]: pure stream normalizers, request bodies, and the [`crate::model::Model`]
-//!   clients [`openai::OpenAiModel`] / [`anthropic::AnthropicModel`] over reqwest;
+//! - [`openai`] / [`anthropic`] / [`openai_responses`]: pure stream normalizers, request
+//!   bodies, and the [`crate::model::Model`] clients (`OpenAiModel`, `AnthropicModel`,
+//!   `OpenAiResponsesModel`) over reqwest, each behind its feature;
 //! - [`classify`]: HTTP status/body/headers, in-stream errors, malformed data and transport
 //!   failures → [`crate::error::ModelError`];
 //! - [`http`]: [`http::ProviderKind`], [`http::HttpConfig`] (base URL, key from
@@ -30,6 +31,7 @@ pub mod fuzz;
 pub mod http;
 pub mod limits;
 pub mod openai;
+pub mod openai_responses;
 pub mod scripted;
 pub mod sse;
 

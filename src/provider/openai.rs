@@ -895,7 +895,7 @@ pub fn request_body_with(req: &ModelRequest, model: &str, replay: ReasoningRepla
 }
 
 /// `name` as `response_format.json_schema.name` accepts it: `[a-zA-Z0-9_-]`, at most 64.
-fn schema_name(name: &str) -> String {
+pub(crate) fn schema_name(name: &str) -> String {
     let n: String = name
         .chars()
         .map(|c| {

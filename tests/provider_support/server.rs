@@ -284,7 +284,7 @@ pub fn config(p: ProviderKind, server: &Server) -> HttpConfig {
 /// Like [`config`], for a server URL (`http://host:port`).
 pub fn config_for(p: ProviderKind, url: &str) -> HttpConfig {
     let base = match p {
-        ProviderKind::OpenAi => format!("{url}/v1"),
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => format!("{url}/v1"),
         ProviderKind::Anthropic => url.to_string(),
     };
     let mut c = HttpConfig::new(p).with_base_url(base).with_api_key(KEY);
@@ -298,6 +298,10 @@ pub fn model(p: ProviderKind, cfg: HttpConfig) -> Box<dyn Model> {
     match p {
         ProviderKind::OpenAi => Box::new(OpenAiModel::new("gpt-test", cfg).unwrap()),
         ProviderKind::Anthropic => Box::new(AnthropicModel::new("claude-test", cfg).unwrap()),
+        ProviderKind::OpenAiResponses => Box::new(
+            agentloop::provider::openai_responses::OpenAiResponsesModel::new("gpt-test", cfg)
+                .unwrap(),
+        ),
     }
 }
 

@@ -1,0 +1,343 @@
+//! Unit tests of the Responses wire module: the request body and the decoding of recorded
+//! streams (`tests/fixtures/sse/responses_*.sse`, written in the shape OpenAI's `/v1/responses` streams have,
+//! sequence numbers and obfuscation fields included).
+
+use serde_json::json;
+
+use super::*;
+use crate::error::ErrorKind;
+use crate::message::{AssistantMessage, ToolCall, ToolResult, ToolStatus};
+use crate::model::ModelParams;
+use crate::output::OutputSpec;
+use crate::provider::sse::SsePipeline;
+use crate::tools::ToolSpec;
+
+fn decode(body: &str) -> Vec<MessageDelta> {
+    let mut p = SsePipeline::new(ResponsesNormalizer::new());
+    let mut out = p.feed(body.as_bytes());
+    out.extend(p.finish());
+    out
+}
+
+fn text_of(deltas: &[MessageDelta]) -> String {
+    deltas
+        .iter()
+        .filter_map(|d| match d {
+            MessageDelta::TextDelta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn reasoning_of(deltas: &[MessageDelta]) -> String {
+    deltas
+        .iter()
+        .filter_map(|d| match d {
+            MessageDelta::ReasoningDelta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn finish_of(deltas: &[MessageDelta]) -> (Option<FinishReason>, Option<String>, Option<Usage>) {
+    deltas
+        .iter()
+        .find_map(|d| match d {
+            MessageDelta::FinishStep {
+                finish_reason,
+                raw_finish_reason,
+                usage,
+            } => Some((*finish_reason, raw_finish_reason.clone(), *usage)),
+            _ => None,
+        })
+        .expect("a finish-step")
+}
+
+fn error_of(deltas: &[MessageDelta]) -> &ModelError {
+    match deltas.last() {
+        Some(MessageDelta::Error { error }) => error,
+        other => panic!("expected an error last, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_text_stream_decodes_to_text_stop_and_usage() {
+    let d = decode(include_str!(
+        "../../../tests/fixtures/sse/responses_text.sse"
+    ));
+    assert_eq!(d.first(), Some(&MessageDelta::StartStep));
+    assert_eq!(d.last(), Some(&MessageDelta::Finish));
+    assert_eq!(text_of(&d), "The capital of France is Paris.");
+    assert_eq!(
+        d.iter().filter(|x| **x == MessageDelta::TextStart).count(),
+        1
+    );
+    assert_eq!(d.iter().filter(|x| **x == MessageDelta::TextEnd).count(), 1);
+    let (reason, raw, usage) = finish_of(&d);
+    assert_eq!(reason, Some(FinishReason::Stop));
+    assert_eq!(raw.as_deref(), Some("completed"));
+    let u = usage.expect("usage");
+    assert_eq!((u.input_tokens, u.output_tokens), (14, 9));
+}
+
+#[test]
+fn a_reasoning_and_tool_call_stream_decodes_to_summary_encrypted_item_call_and_usage() {
+    let d = decode(include_str!(
+        "../../../tests/fixtures/sse/responses_reasoning_tool_call.sse"
+    ));
+    assert_eq!(d.last(), Some(&MessageDelta::Finish));
+    assert_eq!(
+        reasoning_of(&d),
+        "**Computing the sum**\n\nThe user wants 2+3; I should use the calculator tool.\n\n**Calling the tool**"
+    );
+    let kept: Vec<&String> = d
+        .iter()
+        .filter_map(|x| match x {
+            MessageDelta::RedactedReasoning { data } => Some(data),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kept.len(), 1);
+    let item = reasoning_item(kept[0]).expect("a reasoning item");
+    assert_eq!(item["id"], "rs_68a1c1ab3c4d8190b1a2c3d4e5f60718");
+    assert!(item["encrypted_content"]
+        .as_str()
+        .is_some_and(|e| e.starts_with("gAAAA")));
+    assert_eq!(item["summary"].as_array().map(Vec::len), Some(2));
+    let call = "call_Xq7bN2mKp4Lr9sTv1wYz3A5c";
+    assert!(d.contains(&MessageDelta::ToolInputStart {
+        id: call.into(),
+        name: "calculator".into()
+    }));
+    let streamed: String = d
+        .iter()
+        .filter_map(|x| match x {
+            MessageDelta::ToolInputDelta { id, delta } if id == call => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(streamed, r#"{"expression":"2+3"}"#);
+    assert_eq!(
+        d.iter()
+            .filter(|x| matches!(x, MessageDelta::ToolCall { .. }))
+            .collect::<Vec<_>>(),
+        vec![&MessageDelta::ToolCall {
+            id: call.into(),
+            name: "calculator".into(),
+            arguments: r#"{"expression":"2+3"}"#.into()
+        }]
+    );
+    // The reasoning block is closed before the call starts.
+    let end = d.iter().position(|x| *x == MessageDelta::ReasoningEnd);
+    let start = d
+        .iter()
+        .position(|x| matches!(x, MessageDelta::ToolInputStart { .. }));
+    assert!(end < start, "{d:?}");
+    let (reason, _, usage) = finish_of(&d);
+    assert_eq!(reason, Some(FinishReason::ToolCalls));
+    assert_eq!(
+        usage,
+        Some(Usage {
+            input_tokens: 312,
+            output_tokens: 86,
+            cache_read_input_tokens: 128,
+            cache_creation_input_tokens: 0,
+            reasoning_tokens: 64,
+        })
+    );
+}
+
+#[test]
+fn every_split_of_a_recorded_stream_decodes_the_same() {
+    let body =
+        include_str!("../../../tests/fixtures/sse/responses_reasoning_tool_call.sse").as_bytes();
+    let whole = decode(include_str!(
+        "../../../tests/fixtures/sse/responses_reasoning_tool_call.sse"
+    ));
+    for step in [1usize, 7, 64, 333] {
+        let mut p = SsePipeline::new(ResponsesNormalizer::new());
+        let mut out = Vec::new();
+        for chunk in body.chunks(step) {
+            out.extend(p.feed(chunk));
+        }
+        out.extend(p.finish());
+        assert_eq!(out, whole, "reads of {step} bytes");
+    }
+}
+
+#[test]
+fn incomplete_for_max_output_tokens_is_a_length_finish() {
+    let d = decode(include_str!(
+        "../../../tests/fixtures/sse/responses_incomplete.sse"
+    ));
+    assert_eq!(d.last(), Some(&MessageDelta::Finish));
+    assert_eq!(text_of(&d), "Once upon a time there was");
+    let (reason, raw, usage) = finish_of(&d);
+    assert_eq!(reason, Some(FinishReason::Length));
+    assert_eq!(raw.as_deref(), Some("max_output_tokens"));
+    assert_eq!(usage.map(|u| u.output_tokens), Some(16));
+}
+
+#[test]
+fn response_failed_with_context_length_exceeded_is_a_context_overflow() {
+    let d = decode(include_str!(
+        "../../../tests/fixtures/sse/responses_failed_context.sse"
+    ));
+    let e = error_of(&d);
+    assert_eq!(e.kind, ErrorKind::ContextOverflow, "{e:?}");
+    assert!(e.context_overflow());
+}
+
+#[test]
+fn error_events_are_classified_like_the_other_providers() {
+    let d = decode(include_str!(
+        "../../../tests/fixtures/sse/responses_error_rate_limit.sse"
+    ));
+    let e = error_of(&d);
+    assert_eq!(e.kind, ErrorKind::RateLimited, "{e:?}");
+    assert!(e.retryable());
+    for (code, kind) in [
+        ("server_error", ErrorKind::ServerError),
+        ("context_length_exceeded", ErrorKind::ContextOverflow),
+        ("invalid_request_error", ErrorKind::BadRequest),
+        ("insufficient_quota", ErrorKind::QuotaExhausted),
+    ] {
+        let failed = json!({"type": "response.failed", "response": {"id": "r", "status": "failed",
+            "error": {"code": code, "message": "x"}}});
+        let d = decode(&format!("data: {failed}\n\n"));
+        assert_eq!(error_of(&d).kind, kind, "response.failed {code}");
+        let err = json!({"type": "error", "code": code, "message": "x", "param": null});
+        let d = decode(&format!("event: error\ndata: {err}\n\n"));
+        assert_eq!(error_of(&d).kind, kind, "error event {code}");
+    }
+}
+
+#[test]
+fn eof_before_completed_is_incomplete_and_garbage_is_malformed() {
+    let body = include_str!("../../../tests/fixtures/sse/responses_text.sse");
+    let cut = &body[..body.find("event: response.completed").expect("completed")];
+    let d = decode(cut);
+    assert_eq!(error_of(&d).kind, ErrorKind::IncompleteStream);
+    assert!(error_of(&d).retryable());
+    let d = decode("data: {not json\n\n");
+    assert_eq!(error_of(&d).kind, ErrorKind::MalformedResponse);
+    let d = decode("data: {\"type\":\"response.function_call_arguments.delta\",\"item_id\":\"fc_x\",\"delta\":\"{\"}\n\n");
+    assert_eq!(error_of(&d).kind, ErrorKind::MalformedResponse);
+}
+
+#[test]
+fn too_many_output_items_are_response_too_large() {
+    let mut body = String::new();
+    for i in 0..5 {
+        let item = json!({"type": "response.output_item.added", "output_index": i,
+            "item": {"type": "function_call", "id": format!("fc_{i}"), "call_id": format!("call_{i}"), "name": "t", "arguments": ""}});
+        body += &format!("data: {item}\n\n");
+    }
+    let limits = ResponseLimits {
+        max_content_blocks: 3,
+        ..ResponseLimits::default()
+    };
+    let mut p = SsePipeline::with_limits(ResponsesNormalizer::new(), limits);
+    let d = p.feed(body.as_bytes());
+    assert_eq!(error_of(&d).kind, ErrorKind::ResponseTooLarge);
+}
+
+fn request(messages: Vec<Message>) -> ModelRequest {
+    ModelRequest {
+        run_id: "r".into(),
+        model_call_index: 2,
+        attempt: 1,
+        session_turn: 0,
+        model: String::new(),
+        system: Some("You are terse.".into()),
+        messages: messages.into(),
+        tools: vec![ToolSpec {
+            name: "calculator".into(),
+            description: "Evaluates arithmetic".into(),
+            parameters: json!({"type": "object", "properties": {"expression": {"type": "string"}}}),
+        }]
+        .into(),
+        params: ModelParams {
+            tool_choice: Some(ToolChoice::Required),
+            max_tokens: Some(500),
+            ..ModelParams::default()
+        },
+    }
+}
+
+#[test]
+fn the_request_carries_instructions_items_tools_and_the_stateless_settings() {
+    let rs = json!({"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAA", "summary": []})
+        .to_string();
+    let assistant = AssistantMessage {
+        text: String::new(),
+        reasoning: "thinking".into(),
+        redacted_reasoning: vec![rs, "anthropic-opaque-data".into()],
+        tool_calls: vec![ToolCall::from_raw(
+            "call_1",
+            "calculator",
+            r#"{"expression":"2+3"}"#,
+        )],
+        ..AssistantMessage::default()
+    };
+    let req = request(vec![
+        Message::user("What is 2+3?"),
+        Message::Assistant(assistant),
+        Message::Tool(ToolResult {
+            tool_call_id: "call_1".into(),
+            name: "calculator".into(),
+            content: "5".into(),
+            status: ToolStatus::Completed,
+        }),
+    ]);
+    let body = request_body(&req, "gpt-5-mini");
+    assert_eq!(body["model"], "gpt-5-mini");
+    assert_eq!(body["instructions"], "You are terse.");
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["store"], false);
+    assert_eq!(body["include"], json!(["reasoning.encrypted_content"]));
+    assert_eq!(body["max_output_tokens"], 500);
+    assert_eq!(body["tool_choice"], "required");
+    assert_eq!(
+        body["tools"],
+        json!([{"type": "function", "name": "calculator", "description": "Evaluates arithmetic",
+                "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+                "strict": false}])
+    );
+    assert_eq!(
+        body["input"],
+        json!([
+            {"role": "user", "content": "What is 2+3?"},
+            {"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAA", "summary": []},
+            {"type": "function_call", "call_id": "call_1", "name": "calculator",
+             "arguments": "{\"expression\":\"2+3\"}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "5"},
+        ])
+    );
+    assert!(body.get("messages").is_none() && body.get("max_tokens").is_none());
+}
+
+#[test]
+fn typed_answers_ask_for_a_json_schema_text_format_and_named_tools_are_forced() {
+    let mut req = request(vec![Message::user("hi")]);
+    req.model = "openai-responses:gpt-5".into();
+    req.params.tool_choice = Some(ToolChoice::Tool("calculator".into()));
+    req.params.output = Some(OutputSpec::new(
+        "my answer",
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+    ));
+    let body = request_body(&req, "default");
+    assert_eq!(body["model"], "gpt-5", "the registry prefix is dropped");
+    assert_eq!(
+        body["tool_choice"],
+        json!({"type": "function", "name": "calculator"})
+    );
+    assert_eq!(body["text"]["format"]["type"], "json_schema");
+    assert_eq!(body["text"]["format"]["name"], "my_answer");
+    assert_eq!(body["text"]["format"]["strict"], false);
+    assert_eq!(
+        body["text"]["format"]["schema"]["properties"]["n"]["type"],
+        "integer"
+    );
+    assert!(body.get("response_format").is_none());
+}
