@@ -74,6 +74,11 @@ async fn anthropic_recorded_streams_replayed_with_arbitrary_splits() {
 }
 
 #[tokio::test]
+async fn openai_responses_recorded_streams_replayed_with_arbitrary_splits() {
+    replay_all(ProviderKind::OpenAiResponses, "responses_").await;
+}
+
+#[tokio::test]
 async fn openai_request_carries_key_model_stream_and_tools() {
     let server = Server::start(vec![Reply::Sse {
         pieces: vec![fixture("openai_text.sse")],
