@@ -140,7 +140,7 @@ fn two_step_tool_conversation_with_one_retry() {
         "gpt-test",
         "--base-url",
         &server.base,
-        // Below the server's hint, so the hint is the delay (the backoff is its floor).
+        // The server's hint is the delay whatever the backoff (R-IN-1).
         "--initial-backoff-ms",
         "10",
         "What is 2+3?",
@@ -372,6 +372,120 @@ fn cli_against_third_party_mock_server() {
     assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
     assert!(stderr.contains("[tool] calculator"), "{stderr}");
     assert!(stdout.contains("The answer is 42."), "{stdout}");
+}
+
+/// `--provider openai-responses` against the same third-party mock server's `/v1/responses`
+/// (issue 26): a calculator round whose first attempt at each step meets a fault the mock
+/// injects (429, a stream truncated after a few events; 500, a disconnect mid-stream, a stall
+/// past `--stall-timeout`), every one retried. The answer's fixture only matches when the
+/// last input item is a `function_call_output` for the mock's `call_id` carrying the
+/// calculator's result, so the run completing shows the second request carried it. The
+/// trace replays identically.
+#[test]
+fn cli_openai_responses_against_third_party_mock_server_with_faults() {
+    let bin = std::env::var("AIMOCK_BIN").ok().filter(|b| !b.is_empty());
+    let Some(bin) = bin else {
+        assert!(
+            std::env::var("AGENTLOOP_REQUIRE_AIMOCK").is_err(),
+            "AGENTLOOP_REQUIRE_AIMOCK is set but AIMOCK_BIN is not"
+        );
+        println!("NOTICE: skipping: AIMOCK_BIN (npm @copilotkit/aimock) not set");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fixtures = dir.path().join("fixtures.json");
+    let call = r#"{"toolCalls": [{"name": "calculator", "arguments": "{\"expression\":\"2+3\"}", "id": "call_mock_1"}]}"#;
+    let answer = r#"{"content": "The answer is 5."}"#;
+    let leg2 = r#""userMessage": "What is 2+3?", "hasToolResult": true, "toolCallId": "call_mock_1", "toolResultContains": "5""#;
+    std::fs::write(
+        &fixtures,
+        format!(
+            r#"{{"fixtures": [
+          {{"match": {{{leg2}, "sequenceIndex": 0}}, "response": {answer}, "chaos": {{"dropRate": 1}}}},
+          {{"match": {{{leg2}, "sequenceIndex": 1}}, "response": {answer}, "latency": 30, "disconnectAfterMs": 100}},
+          {{"match": {{{leg2}, "sequenceIndex": 2}}, "response": {answer}, "latency": 3000}},
+          {{"match": {{{leg2}, "sequenceIndex": 3}}, "response": {answer}}},
+          {{"match": {{"userMessage": "What is 2+3?", "sequenceIndex": 0}}, "response": {call}, "chaos": {{"rateLimitRate": 1}}}},
+          {{"match": {{"userMessage": "What is 2+3?", "sequenceIndex": 1}}, "response": {call}, "latency": 5, "truncateAfterChunks": 4}},
+          {{"match": {{"userMessage": "What is 2+3?", "sequenceIndex": 2}}, "response": {call}}}
+        ]}}"#
+        ),
+    )
+    .expect("fixtures");
+    let mut child = Command::new(&bin)
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--chunk-size",
+            "5",
+            "--fixtures",
+        ])
+        .arg(&fixtures)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start llmock");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(i) = line.find("http://127.0.0.1:") {
+                let _ = tx.send(line[i..].trim().to_string());
+            }
+        }
+    });
+    let base = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("llmock reports its address");
+    let trace = dir.path().join("responses.jsonl");
+    let trace = trace.to_str().expect("utf-8 path");
+    let out = agentloop(&[
+        "run",
+        "--provider",
+        "openai-responses",
+        "--model",
+        "gpt-4o",
+        "--base-url",
+        &format!("{base}/v1"),
+        "--initial-backoff-ms",
+        "10",
+        "--max-retries",
+        "6",
+        "--stall-timeout",
+        "1",
+        "--trace",
+        trace,
+        "What is 2+3?",
+    ]);
+    let _ = child.kill();
+    let _ = child.wait();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.ends_with("The answer is 5.\n"), "{stdout}");
+    assert!(stderr.contains("[tool] calculator"), "{stderr}");
+    for fault in [
+        "rate_limited: HTTP 429",
+        "server_error: HTTP 500",
+        "stream stalled",
+    ] {
+        assert!(stderr.contains(fault), "no retry after {fault}: {stderr}");
+    }
+    assert!(
+        stderr.matches("[retry]").count() >= 5,
+        "429, truncated, 500, disconnect, stall: {stderr}"
+    );
+    let replay = agentloop(&["replay", trace]);
+    assert!(
+        replay.status.success(),
+        "the trace replays: {}{}",
+        String::from_utf8_lossy(&replay.stdout),
+        String::from_utf8_lossy(&replay.stderr)
+    );
 }
 
 /// R-IN-6: an attempt that fails mid-stream after some text reached stdout is retried, and
