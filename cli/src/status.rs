@@ -558,6 +558,7 @@ mod tests {
                 attempt: 2,
                 delay_ms: 3_000,
                 reason: "rate_limited".into(),
+                retry_after_ms: None,
             },
             2_000,
         );

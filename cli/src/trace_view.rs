@@ -214,8 +214,13 @@ fn event_label(e: &AgentEvent, kind: &str) -> String {
             attempt,
             delay_ms,
             reason,
+            retry_after_ms,
         } => format!(
-            "retry: step {model_call_index} attempt {attempt} in {delay_ms} ms after {}",
+            "retry: step {model_call_index} attempt {attempt} in {delay_ms} ms{} after {}",
+            match retry_after_ms {
+                Some(hint) => format!(" (server's retry-after {hint} ms)"),
+                None => String::new(),
+            },
             short(reason, 200)
         ),
         AgentEvent::TextDelta { text, .. } => format!("text_delta {:?}", short(text, 120)),

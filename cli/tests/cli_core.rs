@@ -64,7 +64,7 @@ fn retry_script_reports_one_retry() {
         r#"{"turns": [{"errors": [{"status": 429, "retry_after_ms": 20}], "text": "ok"}]}"#,
     )
     .expect("script");
-    // A backoff below the hint, so the hint is the delay (the backoff is its floor).
+    // The hint is the delay (R-IN-1: it overrides the backoff), and the event says so.
     let out = agentloop(
         dir.path(),
         &[
@@ -83,6 +83,7 @@ fn retry_script_reports_one_retry() {
     let retries: Vec<_> = events.iter().filter(|e| e["type"] == "retry").collect();
     assert_eq!(retries.len(), 1);
     assert_eq!(retries[0]["delay_ms"], 20);
+    assert_eq!(retries[0]["retry_after_ms"], 20);
     assert!(events
         .iter()
         .any(|e| e["type"] == "text_delta" && e["text"] == "ok"));

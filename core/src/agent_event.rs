@@ -205,6 +205,11 @@ pub enum AgentEvent {
         delay_ms: u64,
         /// The error that caused it.
         reason: String,
+        /// The server's `retry-after` / `retry-after-ms` hint, when it sent one: the delay
+        /// then came from it (capped by `RetryPolicy::retry_after_cap_ms`) instead of the
+        /// backoff (R-IN-1). Absent when the delay is the backoff.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after_ms: Option<u64>,
     },
     /// The failed attempt's provisional output must be dropped (R-IN-6).
     ModelTurnRetried {

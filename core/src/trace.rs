@@ -34,7 +34,14 @@ use crate::tool_spec::ToolSpecs;
 /// a `run_id` of their own (the envelope's is the one). A version-3 or 4 trace still loads and
 /// replays: its `run_id` fields are ignored and its `tool_end` results read as empty, so the
 /// replayed `tool_end` is compared without its result.
-pub const TRACE_VERSION: u32 = 5;
+///
+/// Version 6: a server's `retry-after` overrides the backoff instead of only lengthening it
+/// (R-IN-1, [`RetryAfterRule::Override`](crate::process::RetryAfterRule)), and `retry` events
+/// carry the hint their delay came from (`retry_after_ms`). The reader sets
+/// [`RetryAfterRule::Floor`](crate::process::RetryAfterRule) on an older trace's configuration,
+/// so it replays with the delays it recorded, and the replayed `retry` events are compared
+/// without the hint.
+pub const TRACE_VERSION: u32 = 6;
 
 /// The oldest trace version this build reads and replays.
 pub const OLDEST_TRACE_VERSION: u32 = 3;
@@ -345,13 +352,17 @@ impl Trace {
                 message: e.to_string(),
             })?;
             match rec {
-                TraceRecord::Header(h) if header.is_none() => {
+                TraceRecord::Header(mut h) if header.is_none() => {
                     crate::tool_rules::validate_rules(&h.config.step.tool_rules).map_err(
                         |error| TraceError::ToolRules {
                             path: origin.to_string(),
                             error,
                         },
                     )?;
+                    if h.version < 6 {
+                        // Recorded when a hint only lengthened the backoff (R-IN-1).
+                        h.config.step.retry.retry_after = crate::process::RetryAfterRule::Floor;
+                    }
                     header = Some(*h)
                 }
                 TraceRecord::Header(_) => {
@@ -417,7 +428,8 @@ impl Divergence {
 }
 
 /// Leaves out of a replayed `step` what a trace of `version` did not record: tool-call
-/// transitions before version 4, `tool_end` results before version 5.
+/// transitions before version 4, `tool_end` results before version 5, the hint of `retry`
+/// events before version 6.
 pub(crate) fn as_recorded_by(version: u32, step: &mut Step) {
     if version < 4 {
         step.transitions
@@ -438,6 +450,16 @@ pub(crate) fn as_recorded_by(version: u32, step: &mut Step) {
                 result.clear();
                 *result_truncated = false;
                 *result_bytes = 0;
+            }
+        }
+    }
+    if version < 6 {
+        for effect in &mut step.effects {
+            if let Effect::Emit {
+                event: crate::agent_event::AgentEvent::Retry { retry_after_ms, .. },
+            } = effect
+            {
+                *retry_after_ms = None;
             }
         }
     }

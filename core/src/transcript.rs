@@ -674,6 +674,7 @@ impl Builder {
                 attempt,
                 delay_ms,
                 reason,
+                ..
             } => {
                 self.discard();
                 self.summary.retries += 1;

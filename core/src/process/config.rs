@@ -58,6 +58,32 @@ pub struct RetryPolicy {
     #[serde(default, skip_serializing_if = "RetryDeciderRef::is_default")]
     #[schemars(with = "String")]
     pub decider: RetryDeciderRef,
+    /// How a server's `retry-after` hint combines with the backoff (R-IN-1): it overrides it
+    /// by default; [`RetryAfterRule::Floor`] is the rule traces before version 6 were recorded
+    /// with, which the trace reader sets on them so they replay with the same delays.
+    #[serde(default, skip_serializing_if = "RetryAfterRule::is_override")]
+    pub retry_after: RetryAfterRule,
+}
+
+/// How a server's `retry-after` / `retry-after-ms` hint combines with the computed backoff.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RetryAfterRule {
+    /// The hint replaces the backoff, within `[0, retry_after_cap_ms]` (R-IN-1; the default):
+    /// a provider that sends a short `retry-after` means it.
+    #[default]
+    Override,
+    /// The hint only lengthens the backoff (`max(hint, backoff)`, the hint capped): the rule
+    /// before trace version 6, kept so older traces replay with the delays they recorded.
+    Floor,
+}
+
+impl RetryAfterRule {
+    /// Whether this is the default rule (so a configuration omits it).
+    pub fn is_override(&self) -> bool {
+        *self == RetryAfterRule::Override
+    }
 }
 
 fn default_jitter_percent() -> u8 {
@@ -74,6 +100,7 @@ impl Default for RetryPolicy {
             jitter_percent: default_jitter_percent(),
             jitter_seed: None,
             decider: RetryDeciderRef::default(),
+            retry_after: RetryAfterRule::Override,
         }
     }
 }
@@ -99,10 +126,10 @@ impl RetryPolicy {
         Ok(())
     }
 
-    /// Delay before the retry that follows failed attempt `attempt` (1-based): the
-    /// exponential backoff, or a server's hint (capped by `retry_after_cap_ms`) when that is
-    /// longer. The backoff is the floor: a `retry-after` of 0 or a date in the past must not
-    /// turn the retries into a tight loop against a server that is struggling.
+    /// Delay before the retry that follows failed attempt `attempt` (1-based) (R-IN-1): a
+    /// server's hint when it sent one, honoured within `[0, retry_after_cap_ms]` (a provider
+    /// that answers `retry-after-ms: 150` means 150 ms, shorter than the backoff or not; the
+    /// retries stay bounded by `max_retries`), else the exponential backoff.
     pub fn delay_ms(&self, attempt: u32, retry_after_ms: Option<u64>) -> u64 {
         self.with_hint(self.backoff_ms(attempt), retry_after_ms)
     }
@@ -110,7 +137,7 @@ impl RetryPolicy {
     /// [`delay_ms`](Self::delay_ms) with jitter: the backoff is shortened by up to
     /// `jitter_percent` %, by a fraction that is a pure function of `jitter_seed` and `draw`
     /// (the step's model call index and attempt), so the same run takes the same delays on
-    /// replay. A server's hint is not shortened.
+    /// replay. A server's hint replaces the backoff and is not jittered.
     pub fn jittered_delay_ms(&self, attempt: u32, retry_after_ms: Option<u64>, draw: u64) -> u64 {
         let backoff = self.backoff_ms(attempt);
         let backoff = match self.jitter_seed {
@@ -139,10 +166,12 @@ impl RetryPolicy {
             .min(self.max_backoff_ms)
     }
 
+    /// The hint overrides the backoff (R-IN-1), capped; the backoff is the fallback.
     fn with_hint(&self, backoff: u64, retry_after_ms: Option<u64>) -> u64 {
-        match retry_after_ms {
-            Some(hint) => hint.min(self.retry_after_cap_ms).max(backoff),
-            None => backoff,
+        match (retry_after_ms, self.retry_after) {
+            (Some(hint), RetryAfterRule::Override) => hint.min(self.retry_after_cap_ms),
+            (Some(hint), RetryAfterRule::Floor) => hint.min(self.retry_after_cap_ms).max(backoff),
+            (None, _) => backoff,
         }
     }
 }

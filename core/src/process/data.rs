@@ -273,6 +273,7 @@ impl ProcessData {
             attempt: self.attempt.request.attempt,
             delay_ms,
             reason,
+            retry_after_ms,
         });
     }
 

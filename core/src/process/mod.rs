@@ -30,8 +30,8 @@ use crate::step::Transition;
 
 pub use crate::tool_rules::{ArgumentPattern, CallPolicy, RuleAction, ToolRule};
 pub use config::{
-    ApprovalPolicy, DoomLoopPolicy, InlineTags, LoopAction, RetryPolicy, StepConfig,
-    StreamDeadlines, ASK_USER_TOOL,
+    ApprovalPolicy, DoomLoopPolicy, InlineTags, LoopAction, RetryAfterRule, RetryPolicy,
+    StepConfig, StreamDeadlines, ASK_USER_TOOL,
 };
 use data::ProcessData;
 pub use data::StepOutcome;

@@ -399,13 +399,20 @@ fn variants() -> Vec<S> {
                 step: Box::new(step),
             })
             .boxed(),
-        (any::<u32>(), any::<u32>(), any::<u64>(), text())
+        (
+            any::<u32>(),
+            any::<u32>(),
+            any::<u64>(),
+            text(),
+            proptest::option::of(any::<u64>()),
+        )
             .prop_map(
-                |(model_call_index, attempt, delay_ms, reason)| AgentEvent::Retry {
+                |(model_call_index, attempt, delay_ms, reason, retry_after_ms)| AgentEvent::Retry {
                     model_call_index,
                     attempt,
                     delay_ms,
                     reason,
+                    retry_after_ms,
                 },
             )
             .boxed(),

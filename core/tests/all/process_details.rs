@@ -541,6 +541,44 @@ fn r_in_1_retries_stop_at_the_budget_and_honour_the_server_hint() {
     assert_eq!(p.retries(), 1);
 }
 
+/// R-IN-1: a server hint shorter than the backoff overrides it (150 ms, not 1 s), and the
+/// retry event says the delay came from the hint; without a hint the event has none and the
+/// delay is the backoff.
+#[test]
+fn r_in_1_a_short_retry_after_overrides_the_backoff_and_the_retry_event_records_it() {
+    let retry_of = |s: &agentloop_core::process::ProcessStep| {
+        s.effects.iter().find_map(|e| match e {
+            Effect::Emit {
+                event:
+                    agentloop_core::AgentEvent::Retry {
+                        delay_ms,
+                        retry_after_ms,
+                        ..
+                    },
+            } => Some((*delay_ms, *retry_after_ms)),
+            _ => None,
+        })
+    };
+    let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
+    let _ = p.begin();
+    let s = p.handle(&Event::TransportError {
+        attempt: attempt(1),
+        error: ModelError::new(ErrorKind::ServerError, "503").with_retry_after_ms(Some(150)),
+    });
+    assert!(s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::StartTimer { delay_ms: 150, .. })));
+    assert_eq!(retry_of(&s), Some((150, Some(150))));
+    let timer = p.request().model_call_index as u64 * 1_000_000 + 2;
+    let _ = p.handle(&Event::TimerElapsed { timer_id: timer });
+    let s = p.handle(&Event::TransportError {
+        attempt: attempt(2),
+        error: ModelError::new(ErrorKind::ServerError, "503"),
+    });
+    assert_eq!(retry_of(&s), Some((2_000, None)), "no hint: the backoff");
+}
+
 #[test]
 fn r_in_1_a_stalled_stream_is_cancelled_and_retried_until_the_budget_is_spent() {
     let mut cfg = StepConfig::default();

@@ -178,7 +178,7 @@ fn r_in_1_backoff_doubles_from_the_initial_delay_up_to_the_cap() {
     assert_eq!(p.delay_ms(5, None), 10_000);
     assert_eq!(p.delay_ms(0, None), 1_000);
     assert_eq!(p.delay_ms(u32::MAX, None), 10_000);
-    // A longer server hint wins, capped.
+    // A server hint replaces the backoff, capped (R-IN-1).
     assert_eq!(p.delay_ms(1, Some(2_500)), 2_500);
     assert_eq!(p.delay_ms(1, Some(120_000)), 60_000);
     let p = RetryPolicy {
@@ -189,26 +189,43 @@ fn r_in_1_backoff_doubles_from_the_initial_delay_up_to_the_cap() {
     assert_eq!(p.delay_ms(6, None), 3 << 5);
 }
 
-/// A `retry-after` of 0 or in the past (which [`retry_after_ms`] turns into 0) must
-/// not make a 0 ms retry loop; the computed backoff is the floor.
+/// R-IN-1: a `retry-after` / `retry-after-ms` hint overrides the computed backoff, shorter or
+/// longer, honoured within `[0, retry_after_cap_ms]`; without a hint the backoff applies.
+/// (Before issue 30 the backoff was a floor under the hint: a provider's short
+/// `retry-after-ms: 150` waited the full 1 s.) A hint of 0 retries at once; `max_retries`
+/// still bounds the retries, so it is no endless loop.
 #[test]
-fn r_in_1_a_retry_after_hint_never_shortens_the_backoff() {
+fn r_in_1_a_retry_after_hint_overrides_the_backoff_within_the_cap() {
     let p = RetryPolicy::default();
-    assert_eq!(p.delay_ms(1, Some(0)), 1_000);
-    assert_eq!(p.delay_ms(3, Some(0)), 4_000);
+    assert_eq!(
+        p.delay_ms(1, Some(150)),
+        150,
+        "shorter than the 1 s backoff"
+    );
     assert_eq!(
         p.delay_ms(3, Some(2_500)),
-        4_000,
-        "shorter than the backoff"
+        2_500,
+        "shorter than the 4 s backoff"
     );
-    assert_eq!(p.delay_ms(5, Some(0)), 10_000);
+    assert_eq!(p.delay_ms(1, Some(0)), 0, "0 means now");
+    assert_eq!(p.delay_ms(5, Some(0)), 0);
     assert_eq!(p.delay_ms(1, Some(1_001)), 1_001, "longer than the backoff");
-    // The cap applies to the hint, never below the backoff.
+    assert_eq!(p.delay_ms(3, None), 4_000, "no hint: the backoff");
+    // The cap bounds the hint, whatever the backoff.
     let p = RetryPolicy {
         retry_after_cap_ms: 500,
         ..RetryPolicy::default()
     };
-    assert_eq!(p.delay_ms(2, Some(60_000)), 2_000);
+    assert_eq!(p.delay_ms(2, Some(60_000)), 500);
+    assert_eq!(p.delay_ms(2, Some(499)), 499);
+    assert_eq!(p.delay_ms(2, None), 2_000);
+    // With jitter on, a hint is taken as it is, and the backoff without a hint is jittered.
+    let p = RetryPolicy {
+        jitter_seed: Some(7),
+        ..RetryPolicy::default()
+    };
+    assert!((0..100).all(|d| p.jittered_delay_ms(1, Some(150), d) == 150));
+    assert!((0..100).all(|d| (750..=1_000).contains(&p.jittered_delay_ms(1, None, d))));
 }
 
 /// Jitter is a pure function of the recorded seed and the draw, within
