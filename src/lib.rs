@@ -19,8 +19,8 @@
 //!   approvals, model switches, tool changes, event subscriptions, status and metrics.
 //! * Models ([`model::Model`]): [`provider::scripted::ScriptedModel`] (offline, scripted; its
 //!   [`demo`](provider::scripted::ScriptedModel::demo) computes arithmetic with the calculator
-//!   tool), and with features `openai` / `anthropic` the streaming HTTP clients, built by
-//!   `provider::http::build_model`.
+//!   tool), and with features `openai` / `anthropic` / `openai-responses` the streaming HTTP
+//!   clients, built by `provider::http::build_model`.
 //! * Tools ([`tools`]): the [`tools::Tool`] and [`tools::TypedTool`] traits, the built-ins
 //!   (feature `builtin-tools`), MCP servers (feature `mcp`), subagents ([`subagent`]).
 //! * Stores ([`store`]): [`store::MemoryStore`], and with features the JSONL file store
@@ -59,9 +59,9 @@
 //!
 //! # Features
 //!
-//! `default` is `openai`, `anthropic`, `builtin-tools`, `file-store` and `mcp`. With
-//! `default-features = false` the crate has the machines, the runtime, sessions, the scripted
-//! model and the in-memory store, and no HTTP, file-lock or expression crate. `sqlite-store`
+//! `default` is `openai`, `anthropic`, `openai-responses`, `builtin-tools`, `file-store` and
+//! `mcp`. With `default-features = false` the crate has the machines, the runtime, sessions,
+//! the scripted model and the in-memory store, and no HTTP, file-lock or expression crate. `sqlite-store`
 //! and `postgres-store` are opt-in.
 //!
 //! # The guide

@@ -636,3 +636,35 @@ fn issue12_item6_run_refuses_bad_attachments_before_any_request() {
     }
     assert!(server.requests.lock().expect("log").is_empty());
 }
+
+/// `agentloop decode --provider openai-responses` on a captured Responses stream (reasoning
+/// summary, an encrypted reasoning item, a calculator call, usage).
+#[test]
+fn decode_reads_a_captured_responses_stream() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/sse/responses_reasoning_tool_call.sse"
+    );
+    let out = agentloop(&["decode", "--provider", "openai-responses", path]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON report");
+    assert_eq!(report["outcome"], "completed");
+    assert_eq!(report["committed"], true);
+    assert_eq!(report["finish_reason"], "tool_calls");
+    let message = &report["message"];
+    assert!(message["reasoning"]
+        .as_str()
+        .is_some_and(|r| r.starts_with("**Computing the sum**")));
+    assert_eq!(
+        message["redacted_reasoning"].as_array().map(Vec::len),
+        Some(1)
+    );
+    assert_eq!(
+        message["tool_calls"][0]["id"],
+        "call_Xq7bN2mKp4Lr9sTv1wYz3A5c"
+    );
+    assert_eq!(message["tool_calls"][0]["arguments"]["expression"], "2+3");
+    assert_eq!(report["usage"]["reasoning_tokens"], 64);
+    assert_eq!(report["usage"]["cache_read_input_tokens"], 128);
+}

@@ -212,6 +212,30 @@ fn error_events_are_classified_like_the_other_providers() {
     }
 }
 
+/// OpenAI's own `error` events nest the error object (`{"type": "error", "error": {"type",
+/// "code", "message"}}`); gateways send it flat. Both are read.
+#[test]
+fn nested_and_flat_error_events_and_failed_responses_from_openai() {
+    let nested = json!({"type": "error", "sequence_number": 2, "error": {"type": "insufficient_quota",
+        "code": "insufficient_quota", "message": "You exceeded your current quota.", "param": null}});
+    let d = decode(&format!("event: error\ndata: {nested}\n\n"));
+    assert_eq!(error_of(&d).kind, ErrorKind::QuotaExhausted);
+    let d = decode(&format!("data: {nested}\n\n"));
+    assert_eq!(
+        error_of(&d).kind,
+        ErrorKind::QuotaExhausted,
+        "without an event: line"
+    );
+    let failed = json!({"type": "response.failed", "sequence_number": 1, "response": {"id": "r",
+        "status": "failed", "error": {"code": "rate_limit_exceeded",
+        "message": "Request too large for gpt-4o-mini on tokens per min (TPM): Limit 30000, Requested 35364."}}});
+    let d = decode(&format!("event: response.failed\ndata: {failed}\n\n"));
+    assert_eq!(error_of(&d).kind, ErrorKind::RateLimited);
+    let bare = json!({"type": "response.failed", "response": {"id": "r", "status": "failed", "error": null}});
+    let d = decode(&format!("data: {bare}\n\n"));
+    assert_eq!(error_of(&d).kind, ErrorKind::ServerError);
+}
+
 #[test]
 fn eof_before_completed_is_incomplete_and_garbage_is_malformed() {
     let body = include_str!("../../../tests/fixtures/sse/responses_text.sse");
