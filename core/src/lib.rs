@@ -9,6 +9,18 @@
 //! from `statecharts/*.toml`, and the [`trace`] format with replay, [`whatif`],
 //! [`trace_diff`], [`transcript`] and conversation [`import`].
 //!
+//! # Layout
+//!
+//! The directories show the parts; the public paths stay flat (`agentloop_core::message`, …),
+//! and dependencies go one way, from the bottom of this list up:
+//!
+//! * `vocab/`: the plain data everything else speaks — [`message`], [`event`], [`effect`],
+//!   [`entry`], [`agent_event`], [`error`], [`step`], [`model`], [`tool_spec`] and the rest.
+//! * `policy/`: pure decisions the machines consult — [`tool_rules`] and their [`wildcard`]s,
+//!   the [`tool_cache`], [`context`] compaction, [`inline_tags`], [`timeouts`].
+//! * [`chart`], [`react`], [`process`]: the charts and the machines generated from them.
+//! * [`trace`] and [`session_log`]: the recorded run and replay, the session log's functions.
+//!
 //! # The no-IO rule
 //!
 //! The crate has no async runtime, HTTP, file-system or clock dependency (see its
@@ -49,34 +61,24 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod agent_event;
+mod policy;
+mod vocab;
+
 pub mod chart;
-pub mod context;
-pub mod effect;
-pub mod entry;
-pub mod error;
-pub mod event;
-pub mod execute_result;
 pub mod import;
-pub mod inline_tags;
-pub mod message;
-pub mod model;
-pub mod output;
 pub mod process;
 pub mod react;
 pub mod session_log;
-pub mod step;
-pub mod timeouts;
-pub mod todo;
-pub mod tool_cache;
-pub mod tool_check;
-pub mod tool_rules;
-pub mod tool_spec;
 pub mod trace;
 pub mod trace_diff;
 pub mod transcript;
 pub mod whatif;
-pub mod wildcard;
+
+pub use policy::{context, inline_tags, timeouts, tool_cache, tool_rules, wildcard};
+pub use vocab::{
+    agent_event, effect, entry, error, event, execute_result, message, model, output, step, todo,
+    tool_check, tool_spec,
+};
 
 pub use agent_event::{AgentEvent, EventEnvelope, Outcome};
 pub use effect::Effect;
