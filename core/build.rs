@@ -393,6 +393,12 @@ const DISPATCHED: &[Dispatched] = &[
         data: "ProcessData",
         module: "process",
     },
+    Dispatched {
+        file: "session",
+        prefix: "Session",
+        data: "SessionData",
+        module: "session_machine",
+    },
 ];
 
 /// A machine's dispatch (`<file>_dispatch.rs`): for each state and superstate, one function
@@ -551,6 +557,7 @@ fn main() {
         ("react", "React"),
         ("process", "Process"),
         ("tool_call", "ToolCall"),
+        ("session", "Session"),
     ] {
         let path = Path::new("statecharts").join(format!("{file}.toml"));
         println!("cargo:rerun-if-changed={}", path.display());

@@ -69,6 +69,7 @@ pub mod import;
 pub mod process;
 pub mod react;
 pub mod session_log;
+pub mod session_machine;
 pub mod trace;
 pub mod trace_diff;
 pub mod transcript;

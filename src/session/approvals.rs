@@ -8,9 +8,11 @@
 //! call's [`approval_scope`] for the rest of the session: the tool, or for a shell-like tool
 //! its command family ([`command_family`]: approving `git status` always covers `git status -s`
 //! and `git log`, never `rm -rf x`), the same scope a run's machine whitelists on
-//! `ApprovedAlways`.
+//! `ApprovedAlways`. The session's whitelist is the session machine's (row `approved_always`
+//! of `statecharts/session.toml`), which seeds every run it starts: the run's own machine
+//! then never asks about a whitelisted scope. Here are only the pending answers' channels.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -30,12 +32,10 @@ struct Pending {
     answer: oneshot::Sender<ApprovalDecision>,
 }
 
-/// Pending approvals and the session's whitelist, shared by the handle and the approver.
+/// Pending approvals (the answers' channels), shared by the handle and the approver.
 #[derive(Default)]
 pub(crate) struct Approvals {
     pending: Mutex<HashMap<String, Pending>>,
-    /// Approval scopes ([`approval_scope`]) approved "always".
-    whitelist: Mutex<BTreeSet<String>>,
 }
 
 /// Why an approval answer was not taken.
@@ -62,20 +62,16 @@ impl Approvals {
         self.pending.lock().map(|p| !p.is_empty()).unwrap_or(false)
     }
 
-    fn whitelisted(&self, call: &ToolCall) -> bool {
-        self.whitelist
-            .lock()
-            .map(|w| w.contains(&approval_scope(call)))
-            .unwrap_or(false)
-    }
-
-    /// Answers a pending approval. `always` whitelists the call's [`approval_scope`].
+    /// Answers a pending approval. `answered` sees the call first (the session tells its
+    /// machine, which whitelists the call's [`approval_scope`] on `always`), before the run
+    /// gets the answer: a run the session starts after this one is seeded with it.
     pub(crate) fn answer(
         &self,
         bus: &EventBus,
         tool_call_id: &str,
         decision: ApprovalDecision,
         always: bool,
+        answered: impl FnOnce(&ToolCall),
     ) -> Result<(), ApprovalError> {
         let p = self
             .pending
@@ -83,10 +79,8 @@ impl Approvals {
             .ok()
             .and_then(|mut p| p.remove(tool_call_id))
             .ok_or_else(|| ApprovalError::NotPending(tool_call_id.to_string()))?;
+        answered(&p.call);
         if always {
-            if let Ok(mut w) = self.whitelist.lock() {
-                w.insert(approval_scope(&p.call));
-            }
             bus.publish_current(AgentEvent::ToolApprovedAlways {
                 tool: p.call.name.clone(),
                 command_family: command_family(&p.call),
@@ -139,15 +133,10 @@ impl Drop for Parked<'_> {
 #[async_trait]
 impl Approver for SessionApprover {
     async fn decide(&self, call: &ToolCall) -> Option<ApprovalDecision> {
-        if self.approvals.whitelisted(call) {
-            return Some(ApprovalDecision::Approved);
-        }
+        // A whitelisted scope never gets here: the run's machine, seeded with the session's
+        // whitelist, does not ask about it.
         let rx = self.approvals.park(call);
         let _guard = Parked(&self.approvals, call.id.clone());
-        // An "always" answered between the check above and the parking covers this call too.
-        if self.approvals.whitelisted(call) {
-            return Some(ApprovalDecision::Approved);
-        }
         // No deadline here: the machine's approval timer ends the wait (`withdraw`).
         Some(rx.await.unwrap_or(ApprovalDecision::Rejected {
             reason: "approval channel closed".into(),

@@ -35,7 +35,7 @@ pub mod bus;
 pub mod metrics;
 pub mod questions;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -43,15 +43,18 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::agent_event::{AgentEvent, SteeringStatus};
+use crate::agent_event::AgentEvent;
 use crate::attachment::Prompt;
-use crate::chart::{MachineKind, ProcessState, ReactState};
+use crate::chart::{MachineKind, ProcessState, ReactState, SessionState};
 use crate::event::{ApprovalDecision, Event};
 use crate::hooks::Verdict;
 use crate::message::{AssistantMessage, Message};
 use crate::react::{LoopResult, RunConfig};
 use crate::runtime::{control_sharing, Agent, Controller, PartialMessage, RunOutput};
 use crate::tools::Tool;
+use agentloop_core::session_machine::{
+    Forward, RunInput, Session as SessionMachine, SessionEffect, SessionInput, SessionReply,
+};
 
 pub use approvals::{approval_scope, command_family, ApprovalError};
 pub use bus::{EventBus, Subscription, SubscriptionItem};
@@ -136,6 +139,8 @@ impl Status {
             // A tool call's lifecycle is inside ExecutingTools / AwaitingApproval, which the
             // inner machine's own changes set.
             MachineKind::ToolCall => None,
+            // The session machine's own state is read directly (`Session::status`).
+            MachineKind::Session => None,
         }
     }
 
@@ -320,6 +325,11 @@ enum Command {
     Detach(String, oneshot::Sender<Result<(), SessionError>>),
     /// Boxed: a command is a slot of the session's channel blocks, sized by the largest.
     Update(Box<ToolUpdate>),
+    /// A parked approval was answered (`always`: its scope joins the session's whitelist).
+    ApprovalAnswered {
+        scope: String,
+        always: bool,
+    },
 }
 
 /// `update_tools`' batch.
@@ -335,7 +345,8 @@ struct Shared {
     approvals: Arc<Approvals>,
     questions: Arc<Questions>,
     status: AtomicU8,
-    busy: AtomicBool,
+    /// The session machine's state (index in [`SessionState::ALL`]).
+    state: AtomicU8,
     saw_abort: AtomicBool,
     metrics: Mutex<Metrics>,
     last_result: Mutex<Option<LoopResult>>,
@@ -393,7 +404,7 @@ impl Session {
             approvals,
             questions,
             status: AtomicU8::new(0),
-            busy: AtomicBool::new(false),
+            state: AtomicU8::new(state_index(SessionState::INITIAL)),
             saw_abort: AtomicBool::new(false),
             metrics: Mutex::new(Metrics::default()),
             last_result: Mutex::new(None),
@@ -408,12 +419,12 @@ impl Session {
         let actor = Actor {
             agent: Arc::new(agent),
             shared: shared.clone(),
+            machine: SessionMachine::new(run_config.model.clone(), config.steering_capacity),
             config: run_config,
-            steering_capacity: config.steering_capacity,
             record: config.record_traces,
             queue: VecDeque::new(),
             current: None,
-            steering_ref: 0,
+            ended: None,
         };
         tokio::spawn(actor.run(rx));
         Session { shared, tx }
@@ -527,17 +538,38 @@ impl Session {
     /// [`approval_scope`] — the tool, or a shell-like tool's command family (`git` for
     /// `git status`, never the whole tool) — for the session, and tells the run so
     /// (`ApprovedAlways`: its machine skips asking for that scope in the rest of the run).
-    /// Unknown or already decided calls are a harmless `Approval` error.
+    /// The whitelist is the session machine's (row `approved_always`): every later run starts
+    /// with it. Unknown or already decided calls are a harmless `Approval` error.
     pub fn approve(&self, tool_call_id: &str, always: bool) -> Result<(), SessionError> {
         let decision = if always {
             ApprovalDecision::ApprovedAlways
         } else {
             ApprovalDecision::Approved
         };
-        Ok(self
-            .shared
-            .approvals
-            .answer(&self.shared.bus, tool_call_id, decision, always)?)
+        self.answer(tool_call_id, decision, always)
+    }
+
+    /// Answers a parked approval; the session machine hears of it first
+    /// (`approval_answered`), so a run started after this answer is seeded with its scope.
+    fn answer(
+        &self,
+        tool_call_id: &str,
+        decision: ApprovalDecision,
+        always: bool,
+    ) -> Result<(), SessionError> {
+        Ok(self.shared.approvals.answer(
+            &self.shared.bus,
+            tool_call_id,
+            decision,
+            always,
+            |call| {
+                // A closed session has no later runs to seed.
+                let _ = self.send(Command::ApprovalAnswered {
+                    scope: approval_scope(call),
+                    always,
+                });
+            },
+        )?)
     }
 
     /// Rejects a pending call: the model sees a denied result.
@@ -546,14 +578,13 @@ impl Session {
         tool_call_id: &str,
         reason: impl Into<String>,
     ) -> Result<(), SessionError> {
-        Ok(self.shared.approvals.answer(
-            &self.shared.bus,
+        self.answer(
             tool_call_id,
             ApprovalDecision::Rejected {
                 reason: reason.into(),
             },
             false,
-        )?)
+        )
     }
 
     /// Runs a pending call with other arguments.
@@ -562,12 +593,11 @@ impl Session {
         tool_call_id: &str,
         arguments: serde_json::Value,
     ) -> Result<(), SessionError> {
-        Ok(self.shared.approvals.answer(
-            &self.shared.bus,
+        self.answer(
             tool_call_id,
             ApprovalDecision::Modified { arguments },
             false,
-        )?)
+        )
     }
 
     /// Ids of calls waiting for approval.
@@ -640,7 +670,7 @@ impl Session {
 
     /// The current status.
     pub fn status(&self) -> Status {
-        if !self.shared.busy.load(Ordering::SeqCst) {
+        if !state_at(self.shared.state.load(Ordering::SeqCst)).in_busy() {
             return Status::Idle;
         }
         if self.shared.approvals.has_pending() {
@@ -730,24 +760,35 @@ fn observer(shared: std::sync::Weak<Shared>, prices: PriceTable) -> bus::Observe
 
 struct Current {
     controller: Controller,
-    /// `steer` events sent to this run.
-    steers_sent: u64,
     run: tokio::task::JoinHandle<Result<RunOutput, crate::runtime::AgentError>>,
-    abort_requested: Option<String>,
 }
 
+/// What a command carries besides what the session machine reads: what a started run or the
+/// queue takes (`RunInput::Command`, `QueuePrompt`, `Forward::Subtask`).
+enum Payload {
+    Prompt(Prompt),
+    Subtask(String, serde_json::Value),
+}
+
+/// The session actor: it feeds the session machine (`statecharts/session.toml`,
+/// [`agentloop_core::session_machine`]) the handle's commands and each run's end, and
+/// performs the effects the machine returns. Which command starts, queues, forwards or is
+/// rejected is the machine's row, never decided here.
 struct Actor {
     agent: Arc<Agent>,
     shared: Arc<Shared>,
     /// The configuration the next run starts with (model and tools as switched/attached):
     /// the agent's, shared until the session first changes it.
     config: Arc<RunConfig>,
-    steering_capacity: usize,
     /// Record a trace of each run.
     record: bool,
+    /// The session machine.
+    machine: SessionMachine,
+    /// The queued prompts' payloads, in the machine's queue order.
     queue: VecDeque<Prompt>,
     current: Option<Current>,
-    steering_ref: u64,
+    /// The ended run's result, until the machine closes the run (`CloseRun`).
+    ended: Option<LoopResult>,
 }
 
 impl Actor {
@@ -768,9 +809,9 @@ impl Actor {
                 Some(out) = ended => self.run_ended(out),
             }
         }
-        // Every handle is gone: stop the run in progress.
+        // Every handle is gone: the machine closes (aborting the run in progress).
+        self.feed(SessionInput::Close, None);
         if let Some(c) = self.current.take() {
-            c.controller.abort("session closed");
             let _ = c.run.await;
         }
     }
@@ -779,17 +820,150 @@ impl Actor {
         self.shared.bus.publish_current(event);
     }
 
+    /// Feeds the machine one input, performs its effects and returns its reply.
+    fn feed(
+        &mut self,
+        input: SessionInput<'_>,
+        mut payload: Option<Payload>,
+    ) -> Option<SessionReply> {
+        let step = self.machine.handle(input);
+        debug_assert!(step.check.holds(), "{}", step.check);
+        self.shared
+            .state
+            .store(state_index(step.to), Ordering::SeqCst);
+        let mut reply = None;
+        for effect in step.effects {
+            match effect {
+                SessionEffect::StartRun { input, whitelist } => {
+                    let (messages, before) = match input {
+                        RunInput::Command => match payload.take() {
+                            Some(Payload::Prompt(p)) => {
+                                let before = p.subtask_events();
+                                (vec![p.into_message()], before)
+                            }
+                            Some(Payload::Subtask(tool, arguments)) => {
+                                let p = Prompt::new("").subtask(tool, arguments);
+                                (Vec::new(), p.subtask_events())
+                            }
+                            None => (Vec::new(), Vec::new()),
+                        },
+                        RunInput::Queued => match self.queue.pop_front() {
+                            Some(p) => {
+                                let before = p.subtask_events();
+                                (vec![p.into_message()], before)
+                            }
+                            None => (Vec::new(), Vec::new()),
+                        },
+                        RunInput::Leftover(text) => {
+                            (vec![Prompt::new(text).into_message()], Vec::new())
+                        }
+                    };
+                    self.start_with(messages, before, whitelist);
+                }
+                SessionEffect::QueuePrompt => {
+                    if let Some(Payload::Prompt(p)) = payload.take() {
+                        self.queue.push_back(p);
+                    }
+                }
+                SessionEffect::DropQueued => self.queue.clear(),
+                SessionEffect::Forward(f) => {
+                    if let Some(c) = &self.current {
+                        match f {
+                            Forward::Steer(text) => forward_steer(&c.controller, &text),
+                            Forward::Subtask => {
+                                if let Some(Payload::Subtask(tool, arguments)) = payload.take() {
+                                    c.controller.send(Event::Subtask { tool, arguments });
+                                }
+                            }
+                            Forward::Abort { reason, kill } => {
+                                forward_abort(&c.controller, reason, kill)
+                            }
+                            Forward::SwitchModel(model) => {
+                                forward_switch_model(&c.controller, &model)
+                            }
+                            Forward::SetTools => forward_set_tools(&c.controller, &self.config),
+                        }
+                    }
+                }
+                SessionEffect::UseModel(model) => Arc::make_mut(&mut self.config).model = model,
+                SessionEffect::Publish(AgentEvent::AgentAbort { reason })
+                    if self.current.is_none() =>
+                {
+                    // No run: the abort is the session's own event.
+                    self.shared
+                        .bus
+                        .publish("", AgentEvent::AgentAbort { reason });
+                }
+                SessionEffect::Publish(event) => self.publish(event),
+                SessionEffect::CloseRun => self.close_run(),
+                SessionEffect::Idle => {
+                    self.shared.idle.send_replace(true);
+                }
+                SessionEffect::Reply(r) => reply = Some(r),
+            }
+        }
+        reply
+    }
+
     fn command(&mut self, cmd: Command) {
         match cmd {
             Command::Prompt(prompt, reply) => {
-                let _ = reply.send(self.prompt(*prompt));
+                let text = prompt.text.clone();
+                let verdict = self.agent.hooks.before_prompt(&text);
+                let rejected = match &verdict {
+                    Verdict::Reject(reason) => Some(reason.as_str()),
+                    _ => None,
+                };
+                let input = SessionInput::Prompt {
+                    text: &text,
+                    rejected,
+                };
+                let r = self.feed(input, Some(Payload::Prompt(*prompt)));
+                let _ = reply.send(match r {
+                    Some(SessionReply::Started) => Ok(PromptAck::Started),
+                    Some(SessionReply::PromptQueued(n)) => Ok(PromptAck::Queued(n)),
+                    other => Err(error(other)),
+                });
             }
             Command::Steer(text, reply) => {
-                let _ = reply.send(self.steer(text));
+                let verdict = self.agent.hooks.before_steering(&text);
+                let rejected = match &verdict {
+                    Verdict::Reject(reason) => Some(reason.as_str()),
+                    _ => None,
+                };
+                // The run's machine's steering queue: what it holds and has received.
+                let (run_pending, run_received) = self
+                    .current
+                    .as_ref()
+                    .map(|c| {
+                        let counts = c.controller.steering();
+                        (counts.pending(), counts.received())
+                    })
+                    .unwrap_or_default();
+                let input = SessionInput::Steer {
+                    text: &text,
+                    rejected,
+                    run_pending,
+                    run_received,
+                };
+                let r = self.feed(input, Some(Payload::Prompt(Prompt::new(text.clone()))));
+                let _ = reply.send(match r {
+                    Some(SessionReply::Started) => Ok(SteerAck::Started),
+                    Some(SessionReply::SteerQueued(n)) => Ok(SteerAck::Queued(n)),
+                    other => Err(error(other)),
+                });
             }
             Command::Subtask(task, reply) => {
                 let (tool, arguments) = *task;
-                let _ = reply.send(Ok(self.subtask(tool, arguments)));
+                let r = self.feed(
+                    SessionInput::Subtask,
+                    Some(Payload::Subtask(tool, arguments)),
+                );
+                let _ = reply.send(match r {
+                    Some(SessionReply::Started) => Ok(SubtaskAck::Started),
+                    Some(SessionReply::SubtaskQueued) => Ok(SubtaskAck::Queued),
+                    other => Err(error(other)),
+                });
             }
             Command::Abort {
                 reason,
@@ -797,17 +971,49 @@ impl Actor {
                 clear_queue,
                 reply,
             } => {
-                let _ = reply.send(self.abort(reason, kill, clear_queue));
+                let input = SessionInput::Abort {
+                    reason: &reason,
+                    kill,
+                    clear_queue,
+                };
+                let r = self.feed(input, None);
+                let _ = reply.send(match r {
+                    Some(SessionReply::AbortIdle) => AbortAck::Idle,
+                    _ => AbortAck::Aborting,
+                });
             }
             Command::SwitchModel(model, reply) => {
-                let _ = reply.send(self.switch_model(model));
+                let known = self.agent.model_named(&model).is_some();
+                let r = self.feed(
+                    SessionInput::SwitchModel {
+                        model: &model,
+                        known,
+                    },
+                    None,
+                );
+                let _ = reply.send(match r {
+                    Some(SessionReply::ModelSwitched(changed)) => Ok(changed),
+                    Some(SessionReply::UnknownModel(m)) => {
+                        Err(SessionError::UnknownModel(m, self.agent.model_names()))
+                    }
+                    other => Err(error(other)),
+                });
+            }
+            Command::ApprovalAnswered { scope, always } => {
+                self.feed(
+                    SessionInput::ApprovalAnswered {
+                        scope: &scope,
+                        always,
+                    },
+                    None,
+                );
             }
             Command::Attach(tool, reply) => {
                 let name = self.configure_attached(&tool);
                 self.agent.tools.insert(tool);
                 Arc::make_mut(&mut self.config).tools = self.agent.tools.specs();
                 self.publish(AgentEvent::ToolAttached { name });
-                self.tools_changed();
+                self.feed(SessionInput::ToolsChanged, None);
                 let _ = reply.send(Ok(()));
             }
             Command::Update(update) => {
@@ -828,7 +1034,7 @@ impl Actor {
                             attached,
                             detached: detach,
                         });
-                        self.tools_changed();
+                        self.feed(SessionInput::ToolsChanged, None);
                         Ok(())
                     }
                     Err(name) => Err(SessionError::UnknownTool(name)),
@@ -839,7 +1045,7 @@ impl Actor {
                 let r = if self.agent.tools.remove(&name).is_some() {
                     Arc::make_mut(&mut self.config).tools = self.agent.tools.specs();
                     self.publish(AgentEvent::ToolDetached { name });
-                    self.tools_changed();
+                    self.feed(SessionInput::ToolsChanged, None);
                     Ok(())
                 } else {
                     Err(SessionError::UnknownTool(name))
@@ -847,119 +1053,6 @@ impl Actor {
                 let _ = reply.send(r);
             }
         }
-    }
-
-    fn prompt(&mut self, prompt: Prompt) -> Result<PromptAck, SessionError> {
-        let text = prompt.text.clone();
-        if let Verdict::Reject(reason) = self.agent.hooks.before_prompt(&text) {
-            self.publish(AgentEvent::PromptRejected {
-                text,
-                reason: reason.clone(),
-            });
-            return Err(SessionError::Rejected(reason));
-        }
-        self.publish(AgentEvent::PromptReceived { text: text.clone() });
-        if self.current.is_some() {
-            self.queue.push_back(prompt);
-            self.publish(AgentEvent::PromptQueued {
-                text,
-                queued: self.queue.len(),
-            });
-            Ok(PromptAck::Queued(self.queue.len()))
-        } else {
-            self.start(prompt);
-            Ok(PromptAck::Started)
-        }
-    }
-
-    fn steer(&mut self, text: String) -> Result<SteerAck, SessionError> {
-        self.steering_ref += 1;
-        let steering_ref = self.steering_ref;
-        let received = |status| AgentEvent::SteeringReceived {
-            steering_ref,
-            text: text.clone(),
-            status,
-        };
-        if let Verdict::Reject(reason) = self.agent.hooks.before_steering(&text) {
-            self.publish(received(SteeringStatus::RejectedHook));
-            return Err(SessionError::Rejected(reason));
-        }
-        let Some(current) = self.current.as_ref() else {
-            self.publish(received(SteeringStatus::StartedRun));
-            self.start(Prompt::new(text));
-            return Ok(SteerAck::Started);
-        };
-        // The queue is the run's machine's: what it holds, plus what was sent and has not
-        // reached it yet.
-        let counts = current.controller.steering();
-        let in_flight = current.steers_sent.saturating_sub(counts.received());
-        let pending = counts.pending() + usize::try_from(in_flight).unwrap_or(usize::MAX);
-        if pending >= self.steering_capacity {
-            self.publish(received(SteeringStatus::RejectedFull));
-            return Err(SessionError::QueueFull {
-                capacity: self.steering_capacity,
-            });
-        }
-        self.publish(received(SteeringStatus::Queued));
-        forward_steer(&current.controller, &text);
-        if let Some(c) = self.current.as_mut() {
-            c.steers_sent += 1;
-        }
-        Ok(SteerAck::Queued(steering_ref))
-    }
-
-    fn subtask(&mut self, tool: String, arguments: serde_json::Value) -> SubtaskAck {
-        match self.current.as_ref() {
-            Some(current) => {
-                current.controller.send(Event::Subtask { tool, arguments });
-                SubtaskAck::Queued
-            }
-            None => {
-                let prompt = Prompt::new("").subtask(tool, arguments);
-                self.start_with(Vec::new(), prompt.subtask_events());
-                SubtaskAck::Started
-            }
-        }
-    }
-
-    fn abort(&mut self, reason: String, kill: KillTools, clear_queue: bool) -> AbortAck {
-        if clear_queue {
-            let dropped: Vec<Prompt> = self.queue.drain(..).collect();
-            for prompt in dropped {
-                self.publish(AgentEvent::PromptDropped { text: prompt.text });
-            }
-        }
-        match self.current.as_mut() {
-            None => {
-                self.shared
-                    .bus
-                    .publish("", AgentEvent::AgentAbort { reason });
-                AbortAck::Idle
-            }
-            Some(c) => {
-                if c.abort_requested.is_none() {
-                    c.abort_requested = Some(reason.clone());
-                }
-                forward_abort(&c.controller, reason, kill);
-                AbortAck::Aborting
-            }
-        }
-    }
-
-    fn switch_model(&mut self, model: String) -> Result<bool, SessionError> {
-        if self.agent.model_named(&model).is_none() {
-            return Err(SessionError::UnknownModel(model, self.agent.model_names()));
-        }
-        if model == self.config.model {
-            return Ok(false);
-        }
-        let from = std::mem::replace(&mut Arc::make_mut(&mut self.config).model, model.clone());
-        match &self.current {
-            // The machine switches at the next step and emits `model_switched` itself.
-            Some(c) => forward_switch_model(&c.controller, &model),
-            None => self.publish(AgentEvent::ModelSwitched { from, to: model }),
-        }
-        Ok(true)
     }
 
     /// Records an attached tool's kill immunity and purity in the session's configuration
@@ -980,22 +1073,13 @@ impl Actor {
         name
     }
 
-    fn tools_changed(&self) {
-        if let Some(c) = &self.current {
-            forward_set_tools(&c.controller, &self.config);
-        }
-    }
-
-    fn start(&mut self, prompt: Prompt) {
-        let before = prompt.subtask_events();
-        self.start_with(vec![prompt.into_message()], before);
-    }
-
-    /// Starts a run of `input`, feeding `before` (queued subtasks) to its machine first.
-    fn start_with(&mut self, input: Vec<Message>, before: Vec<Event>) {
+    /// Starts a run of `input`, feeding `before` (queued subtasks) to its machine first; its
+    /// first step's approval whitelist is the session's (`whitelist`).
+    fn start_with(&mut self, input: Vec<Message>, before: Vec<Event>, whitelist: BTreeSet<String>) {
         let (controller, receiver) = control_sharing(self.shared.partial.clone());
         let agent = self.agent.clone();
-        let config = (*self.config).clone();
+        let mut config = (*self.config).clone();
+        config.approved_always = whitelist;
         let id = self.shared.id.clone();
         let record = self.record;
         self.shared.saw_abort.store(false, Ordering::SeqCst);
@@ -1005,28 +1089,22 @@ impl Actor {
         self.shared
             .status
             .store(Status::Running as u8, Ordering::SeqCst);
-        self.shared.busy.store(true, Ordering::SeqCst);
         self.shared.idle.send_replace(false);
         let run = tokio::spawn(async move {
             agent
                 .run_queued_here(&id, input, before, config, Some(receiver), record)
                 .await
         });
-        self.current = Some(Current {
-            controller,
-            run,
-            steers_sent: 0,
-            abort_requested: None,
-        });
+        self.current = Some(Current { controller, run });
     }
 
     fn run_ended(
         &mut self,
         out: Result<Result<RunOutput, crate::runtime::AgentError>, tokio::task::JoinError>,
     ) {
-        let Some(current) = self.current.take() else {
+        if self.current.is_none() {
             return;
-        };
+        }
         let mut leftover = Vec::new();
         let result = match out {
             Ok(Ok(o)) => {
@@ -1052,46 +1130,59 @@ impl Actor {
                 None
             }
         };
-        // R-CTL-3: an abort always produces `agent_abort`, even if the run ended on its own
-        // just before the abort reached it.
-        if let Some(reason) = current.abort_requested {
-            if !self.shared.saw_abort.load(Ordering::SeqCst) {
-                self.publish(AgentEvent::AgentAbort { reason });
-            }
-        }
-        // R-CTX-3: the run's usage, also on abort.
+        self.ended = result;
+        let announced_abort = self.shared.saw_abort.load(Ordering::SeqCst);
+        self.feed(
+            SessionInput::RunEnded {
+                leftover: &leftover,
+                announced_abort,
+            },
+            None,
+        );
+    }
+
+    /// The ended run's bookkeeping (effect `CloseRun`): its usage total (R-CTX-3, also on
+    /// abort), its result, and no run in progress.
+    fn close_run(&mut self) {
+        self.current = None;
         let total = self.shared.run_usage.lock().ok().and_then(|u| u.total());
         if let Some(total) = total {
             self.publish(total);
         }
-        if let (Some(r), Ok(mut last)) = (result, self.shared.last_result.lock()) {
+        if let (Some(r), Ok(mut last)) = (self.ended.take(), self.shared.last_result.lock()) {
             *last = Some(r);
         }
-        // Steering that never reached a step boundary (the run hands it back) becomes the
-        // next prompt.
         self.shared.bus.set_current_run("");
         // The driver clears it when a run ends; a run task that died did not.
         self.shared.partial.set(None);
-        self.shared.busy.store(false, Ordering::SeqCst);
         self.shared
             .status
             .store(Status::Idle as u8, Ordering::SeqCst);
-        let next = if leftover.is_empty() {
-            self.queue.pop_front()
-        } else {
-            Some(Prompt::new(leftover.join("\n\n")))
-        };
-        match next {
-            Some(prompt) => {
-                self.publish(AgentEvent::AgentResumed {
-                    trigger: "queued_prompt".into(),
-                });
-                self.start(prompt);
-            }
-            None => {
-                self.shared.idle.send_replace(true);
-            }
-        }
+    }
+}
+
+/// The index of a session state in [`SessionState::ALL`] (what [`Shared::state`] holds).
+fn state_index(s: SessionState) -> u8 {
+    let i = SessionState::ALL.iter().position(|x| *x == s).unwrap_or(0);
+    u8::try_from(i).unwrap_or(0)
+}
+
+/// The session state [`state_index`] stored.
+fn state_at(i: u8) -> SessionState {
+    SessionState::ALL
+        .get(usize::from(i))
+        .copied()
+        .unwrap_or(SessionState::INITIAL)
+}
+
+/// The error a reply stands for (a command's error replies; `Closed` for a reply the command
+/// cannot get, which the chart rules out).
+fn error(reply: Option<SessionReply>) -> SessionError {
+    match reply {
+        Some(SessionReply::Rejected(reason)) => SessionError::Rejected(reason),
+        Some(SessionReply::QueueFull { capacity }) => SessionError::QueueFull { capacity },
+        Some(SessionReply::UnknownModel(m)) => SessionError::UnknownModel(m, Vec::new()),
+        _ => SessionError::Closed,
     }
 }
 

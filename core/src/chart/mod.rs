@@ -18,6 +18,8 @@ pub const REACT_TOML: &str = include_str!("../../statecharts/react.toml");
 pub const PROCESS_TOML: &str = include_str!("../../statecharts/process.toml");
 /// The text of `statecharts/tool_call.toml`.
 pub const TOOL_CALL_TOML: &str = include_str!("../../statecharts/tool_call.toml");
+/// The text of `statecharts/session.toml`.
+pub const SESSION_TOML: &str = include_str!("../../statecharts/session.toml");
 
 /// How a row treats the current state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -68,6 +70,8 @@ pub enum MachineKind {
     Process,
     /// The lifecycle of one tool call (owned by the inner machine).
     ToolCall,
+    /// The live session (one per session: commands, queue, the run it runs).
+    Session,
 }
 
 impl MachineKind {
@@ -77,6 +81,7 @@ impl MachineKind {
             MachineKind::React => REACT_TOML,
             MachineKind::Process => PROCESS_TOML,
             MachineKind::ToolCall => TOOL_CALL_TOML,
+            MachineKind::Session => SESSION_TOML,
         }
     }
 
@@ -108,6 +113,7 @@ macro_rules! row_allows {
 row_allows!(ReactRow, ReactState, ReactEventKind);
 row_allows!(ProcessRow, ProcessState, ProcessEventKind);
 row_allows!(ToolCallRow, ToolCallState, ToolCallEventKind);
+row_allows!(SessionRow, SessionState, SessionEventKind);
 
 /// The rows of `all` that a state (named `leaf`, inside `ancestors`, innermost first) may take
 /// for `event`, in the order the chart decides: the leaf's rows first, then each enclosing
@@ -174,6 +180,20 @@ impl ToolCallState {
     }
 }
 
+impl SessionState {
+    /// The rows this state may take for `event`, in the order the chart decides (see
+    /// [`ReactState::candidates`]).
+    pub fn candidates(self, event: SessionEventKind) -> Vec<SessionRow> {
+        candidates_in(
+            self.name(),
+            self.ancestors(),
+            SessionRow::ALL,
+            SessionRow::spec,
+            event,
+        )
+    }
+}
+
 /// The chart oracle's verdict on one transition: the row the machine took, and the row the
 /// chart prescribes — the first candidate whose guard held, evaluated before the machine ran.
 /// They differ when a handler tests the wrong condition or takes the wrong row.
@@ -209,10 +229,12 @@ pub fn declared_wins(machine: MachineKind) -> &'static [(String, String)] {
     static REACT: OnceLock<Vec<(String, String)>> = OnceLock::new();
     static PROCESS: OnceLock<Vec<(String, String)>> = OnceLock::new();
     static TOOL_CALL: OnceLock<Vec<(String, String)>> = OnceLock::new();
+    static SESSION: OnceLock<Vec<(String, String)>> = OnceLock::new();
     let cell = match machine {
         MachineKind::React => &REACT,
         MachineKind::Process => &PROCESS,
         MachineKind::ToolCall => &TOOL_CALL,
+        MachineKind::Session => &SESSION,
     };
     cell.get_or_init(|| machine.chart().declared_wins())
 }

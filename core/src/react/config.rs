@@ -373,6 +373,11 @@ pub struct RunConfig {
     /// [`LoopResult::steps`] are kept either way.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub report_steps: bool,
+    /// Approval scopes ([`approval_scope`](crate::tool_rules::approval_scope)) approved
+    /// "always" before the run started: the approval whitelist its first step starts with (a
+    /// session hands every run it starts its whitelist, R-CTL-4). Empty by default.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub approved_always: std::collections::BTreeSet<String>,
 }
 
 impl RunConfig {
@@ -415,6 +420,7 @@ impl Default for RunConfig {
             reminders: Vec::new(),
             title_model: None,
             report_steps: true,
+            approved_always: std::collections::BTreeSet::new(),
         }
     }
 }

@@ -35,12 +35,17 @@ pub struct ReactData {
 
 impl ReactData {
     pub(crate) fn new(cfg: RunConfig) -> Self {
+        // The approvals whitelisted before the run (a session's "always") seed its first step.
+        let current = CurrentStep {
+            whitelist: cfg.approved_always.clone(),
+            ..CurrentStep::default()
+        };
         ReactData {
             cfg,
             run_id: String::new(),
             transcript: Transcript::default(),
             counters: Counters::default(),
-            current: CurrentStep::default(),
+            current,
             queues: Queues::default(),
             observed: Observed::default(),
             end: Ending::default(),

@@ -7,7 +7,7 @@ use agentloop_testkit::harness;
 
 use std::collections::BTreeMap;
 
-use agentloop_core::chart::{ProcessRow, ReactRow, ToolCallRow};
+use agentloop_core::chart::{ProcessRow, ReactRow, SessionRow, ToolCallRow};
 use harness::{
     Action, ArgsPick, AttemptPick, DecisionPick, DeltaPick, ErrPick, GatePick, IdPick,
     ProcessHarness, RunHarness, SeqPick, Setup, SplitMix, ToolPick,
@@ -704,9 +704,15 @@ fn every_chart_row_is_taken() {
         |r| r.spec().id,
         &tally.tool_call,
     );
+    // The session machine's rows, from its scenarios (session_machine.rs).
+    let session = crate::session_machine::rows_taken();
+    let missing_session = table("session chart", SessionRow::ALL, |r| r.spec().id, &session);
     assert!(
-        missing_react.is_empty() && missing_process.is_empty() && missing_calls.is_empty(),
+        missing_react.is_empty()
+            && missing_process.is_empty()
+            && missing_calls.is_empty()
+            && missing_session.is_empty(),
         "chart rows never taken: react {missing_react:?}, process {missing_process:?}, \
-         tool_call {missing_calls:?}"
+         tool_call {missing_calls:?}, session {missing_session:?}"
     );
 }

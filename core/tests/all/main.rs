@@ -39,6 +39,7 @@ mod retry_decider;
 mod run_control;
 mod run_error;
 mod session_history;
+mod session_machine;
 mod shared_messages;
 mod steering_order;
 mod step_and_config;
