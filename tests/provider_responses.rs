@@ -69,9 +69,12 @@ fn answer_reply() -> Reply {
 /// Runs "What is 2+3?" with the built-in tools against `server` (3 retries, 1 ms backoff),
 /// recording the trace.
 async fn run_calculator(server: &Server) -> RunOutput {
+    // `gpt-test` is no reasoning model by name: encrypted reasoning is asked for explicitly.
+    let mut cfg = config(P, server);
+    cfg.responses_reasoning.encrypted = Some(true);
     let agent = Agent::builder()
         .builtin_tools()
-        .model_arc(Arc::from(model(P, config(P, server))))
+        .model_arc(Arc::from(model(P, cfg)))
         .configure(|c| {
             c.step.retry = RetryPolicy {
                 max_retries: 3,

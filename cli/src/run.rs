@@ -124,6 +124,14 @@ pub struct AgentArgs {
     /// back with each of its turns, as the API requires.
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1024..))]
     pub thinking_budget: Option<u32>,
+    /// OpenAI Responses: the reasoning effort (`reasoning.effort`: `minimal`, `low`, `medium`,
+    /// `high`, as the model accepts).
+    #[arg(long, value_name = "LEVEL")]
+    pub reasoning_effort: Option<String>,
+    /// OpenAI Responses: ask for a summary of the model's reasoning (`reasoning.summary`),
+    /// streamed as reasoning text.
+    #[arg(long, value_name = "auto|concise|detailed")]
+    pub reasoning_summary: Option<String>,
     /// A scripted-model JSON script (default: the built-in calculator demo).
     #[arg(long)]
     pub script: Option<PathBuf>,
@@ -432,6 +440,8 @@ pub fn model_named(args: &AgentArgs, name: Option<&str>) -> Result<Arc<dyn Model
                 std::time::Duration::from_millis(secs(args.first_chunk_timeout));
             cfg.reasoning_replay = args.reasoning_replay;
             cfg.thinking_budget = args.thinking_budget;
+            cfg.responses_reasoning.effort = args.reasoning_effort.clone();
+            cfg.responses_reasoning.summary = args.reasoning_summary.clone();
         },
     )
 }

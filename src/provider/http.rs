@@ -164,6 +164,10 @@ pub struct HttpConfig {
     /// their signatures) and redacted thinking blocks of each assistant turn go back before
     /// its text and tool calls, as the API requires.
     pub thinking_budget: Option<u32>,
+    /// OpenAI Responses: reasoning effort and summary, and whether encrypted reasoning is
+    /// asked for and sent back (default: none, none, by model name; see
+    /// [`ResponsesReasoning`](crate::provider::openai_responses::ResponsesReasoning)).
+    pub responses_reasoning: crate::provider::openai_responses::ResponsesReasoning,
 }
 
 /// Whether OpenAI's `model` takes its output cap as `max_completion_tokens` (it refuses
@@ -196,6 +200,7 @@ impl fmt::Debug for HttpConfig {
             .field("max_completion_tokens", &self.max_completion_tokens)
             .field("reasoning_replay", &self.reasoning_replay)
             .field("thinking_budget", &self.thinking_budget)
+            .field("responses_reasoning", &self.responses_reasoning)
             .finish()
     }
 }
@@ -226,6 +231,7 @@ impl HttpConfig {
             max_completion_tokens: None,
             reasoning_replay: Default::default(),
             thinking_budget: None,
+            responses_reasoning: Default::default(),
         }
     }
 

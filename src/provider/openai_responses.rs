@@ -3,11 +3,12 @@
 //! `openai-responses`, the [`Model`](crate::model::Model) implementation
 //! ([`OpenAiResponsesModel`]).
 //!
-//! The request is stateless: `store: false`, the whole conversation as `input` items on every
-//! step, and `include: ["reasoning.encrypted_content"]`, so a reasoning model's reasoning
-//! comes back encrypted, is kept in the assistant message and is sent back with it on the
-//! next step (what a reasoning model needs to keep its reasoning across tool calls).
-//! `previous_response_id` chaining is not used.
+//! The request is stateless: `store: false` and the whole conversation as `input` items on
+//! every step. For a reasoning model (see [`ResponsesReasoning::encrypted`]) it also asks for
+//! `include: ["reasoning.encrypted_content"]`, so the model's reasoning comes back encrypted,
+//! is kept in the assistant message and is sent back with it on the next step (what a
+//! reasoning model needs to keep its reasoning across tool calls). `reasoning: {effort,
+//! summary}` is sent when set. `previous_response_id` chaining is not used.
 //!
 //! The reading of the `response.*` event stream (each event's JSON `type`, else the SSE
 //! `event:` name):
@@ -509,6 +510,33 @@ impl SseNormalizer for ResponsesNormalizer {
     }
 }
 
+/// The reasoning settings of a Responses request ([`HttpConfig::responses_reasoning`](crate::provider::http::HttpConfig::responses_reasoning);
+/// CLI `--reasoning-effort`, `--reasoning-summary`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResponsesReasoning {
+    /// `reasoning.effort` (`minimal`, `low`, `medium`, `high`…); `None` sends none (the
+    /// model's default).
+    pub effort: Option<String>,
+    /// `reasoning.summary` (`auto`, `concise`, `detailed`): the model streams a summary of its
+    /// reasoning, which becomes reasoning text; `None` asks for none (OpenAI requires a
+    /// verified organization for summaries of some models).
+    pub summary: Option<String>,
+    /// Whether to ask for `reasoning.encrypted_content` and send kept reasoning items back.
+    /// `None` (default): for the reasoning models by name ([`is_reasoning_model`]); other
+    /// models may refuse the `include`.
+    pub encrypted: Option<bool>,
+}
+
+/// Whether `model` (after a `vendor/` prefix) is one of OpenAI's reasoning model families:
+/// `o1`, `o3`, `o4`, `gpt-5`, alone or followed by `-` or `.` (`o4-mini`, `gpt-5.1-codex`).
+pub fn is_reasoning_model(model: &str) -> bool {
+    let m = model.rsplit('/').next().unwrap_or(model);
+    ["o1", "o3", "o4", "gpt-5"].iter().any(|p| {
+        m.strip_prefix(p)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['-', '.']))
+    })
+}
+
 /// The reasoning item kept in an assistant message's `redacted_reasoning` entry `data`, if it
 /// is one (a JSON object of type `reasoning`, as [`ResponsesNormalizer`] stores it); other
 /// providers' opaque data is not.
@@ -555,18 +583,32 @@ fn user_content(content: &str, parts: &[UserPart]) -> Value {
     Value::Array(out)
 }
 
+/// The Responses request body for `req` with the default [`ResponsesReasoning`] (see
+/// [`request_body_with`]).
+pub fn request_body(req: &ModelRequest, model: &str) -> Value {
+    request_body_with(req, model, &ResponsesReasoning::default())
+}
+
 /// The Responses request body for `req`: `instructions` from the system prompt, the history
-/// as `input` items, `stream: true`, `store: false`,
-/// `include: ["reasoning.encrypted_content"]`.
+/// as `input` items, `stream: true`, `store: false`, and as `reasoning` says:
+/// `include: ["reasoning.encrypted_content"]` and `reasoning: {effort, summary}`.
 ///
 /// Items: a system message of the history → `{role: system}`; a user message → `{role:
 /// user}` with its parts; an assistant message → its kept reasoning items (see
-/// [`reasoning_item`]), its text as `{role: assistant}`, its tool calls as `function_call`
+/// [`reasoning_item`], only when encrypted reasoning is on), its text as `{role: assistant}`, its tool calls as `function_call`
 /// items `{call_id, name, arguments}`; a tool result → `function_call_output {call_id,
 /// output}`. Tools are `function` tools with `strict: false` (the API's default is strict,
 /// which refuses schemas that do not meet its rules; the runtime checks arguments itself);
 /// a typed answer asks for `text.format` `json_schema` (not strict either).
-pub fn request_body(req: &ModelRequest, model: &str) -> Value {
+pub fn request_body_with(req: &ModelRequest, model: &str, reasoning: &ResponsesReasoning) -> Value {
+    let model = crate::provider::http::wire_model(
+        crate::provider::http::ProviderKind::OpenAiResponses,
+        &req.model,
+        model,
+    );
+    let encrypted = reasoning
+        .encrypted
+        .unwrap_or_else(|| is_reasoning_model(model));
     let mut input = Vec::new();
     for m in req.messages.iter() {
         match m {
@@ -577,12 +619,14 @@ pub fn request_body(req: &ModelRequest, model: &str) -> Value {
                 input.push(json!({"role": "user", "content": user_content(content, parts)}));
             }
             Message::Assistant(a) => {
-                input.extend(
-                    a.redacted_reasoning
-                        .iter()
-                        .map(String::as_str)
-                        .filter_map(reasoning_item),
-                );
+                if encrypted {
+                    input.extend(
+                        a.redacted_reasoning
+                            .iter()
+                            .map(String::as_str)
+                            .filter_map(reasoning_item),
+                    );
+                }
                 let text = if a.text.is_empty() {
                     a.refusal.clone().unwrap_or_default()
                 } else {
@@ -608,18 +652,25 @@ pub fn request_body(req: &ModelRequest, model: &str) -> Value {
             })),
         }
     }
-    let model = crate::provider::http::wire_model(
-        crate::provider::http::ProviderKind::OpenAiResponses,
-        &req.model,
-        model,
-    );
     let mut body = json!({
         "model": model,
         "input": input,
         "stream": true,
         "store": false,
-        "include": ["reasoning.encrypted_content"],
     });
+    if encrypted {
+        body["include"] = json!(["reasoning.encrypted_content"]);
+    }
+    if reasoning.effort.is_some() || reasoning.summary.is_some() {
+        let mut r = Map::new();
+        if let Some(e) = &reasoning.effort {
+            r.insert("effort".into(), json!(e));
+        }
+        if let Some(s) = &reasoning.summary {
+            r.insert("summary".into(), json!(s));
+        }
+        body["reasoning"] = Value::Object(r);
+    }
     if let Some(system) = &req.system {
         body["instructions"] = json!(system);
     }

@@ -342,6 +342,67 @@ fn the_request_carries_instructions_items_tools_and_the_stateless_settings() {
 }
 
 #[test]
+fn encrypted_reasoning_is_for_reasoning_models_unless_set_and_effort_and_summary_are_sent() {
+    let rs = json!({"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAA", "summary": []})
+        .to_string();
+    let assistant = AssistantMessage {
+        text: "Hi".into(),
+        redacted_reasoning: vec![rs],
+        ..AssistantMessage::default()
+    };
+    let mut req = request(vec![
+        Message::user("hi"),
+        Message::Assistant(assistant),
+        Message::user("again"),
+    ]);
+    req.tools = Vec::new().into();
+    let plain = request_body(&req, "gpt-4o");
+    assert!(plain.get("include").is_none() && plain.get("reasoning").is_none());
+    assert_eq!(
+        plain["input"],
+        json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hi"},
+               {"role": "user", "content": "again"}]),
+        "no reasoning item goes to a model that did not ask for it"
+    );
+    for (model, reasoning) in [
+        ("gpt-5.1-codex", true),
+        ("openai/o3", true),
+        ("gpt-50", false),
+        ("o1x", false),
+        ("gpt-4.1", false),
+    ] {
+        assert_eq!(is_reasoning_model(model), reasoning, "{model}");
+    }
+    for model in ["o4-mini", "gpt-5", "gpt-5.1-codex"] {
+        let body = request_body(&req, model);
+        assert_eq!(
+            body["include"],
+            json!(["reasoning.encrypted_content"]),
+            "{model}"
+        );
+        assert_eq!(body["input"][1]["type"], "reasoning", "{model}");
+    }
+    let set = ResponsesReasoning {
+        effort: Some("low".into()),
+        summary: Some("auto".into()),
+        encrypted: Some(true),
+    };
+    let body = request_body_with(&req, "my-gateway-model", &set);
+    assert_eq!(
+        body["reasoning"],
+        json!({"effort": "low", "summary": "auto"})
+    );
+    assert_eq!(body["include"], json!(["reasoning.encrypted_content"]));
+    let off = ResponsesReasoning {
+        encrypted: Some(false),
+        ..ResponsesReasoning::default()
+    };
+    let body = request_body_with(&req, "gpt-5", &off);
+    assert!(body.get("include").is_none());
+    assert_eq!(body["input"].as_array().map(Vec::len), Some(3));
+}
+
+#[test]
 fn typed_answers_ask_for_a_json_schema_text_format_and_named_tools_are_forced() {
     let mut req = request(vec![Message::user("hi")]);
     req.model = "openai-responses:gpt-5".into();
