@@ -363,6 +363,51 @@ fn same_names(
     }
 }
 
+/// The entry and exit actions a chart names: `(state or superstate, "entry" | "exit",
+/// action)`, superstates first, in chart order.
+fn state_hooks(chart: &Chart) -> Vec<(String, &'static str, String)> {
+    let scopes = chart
+        .superstate
+        .iter()
+        .map(|s| (&s.name, &s.entry, &s.exit))
+        .chain(chart.state.iter().map(|s| (&s.name, &s.entry, &s.exit)));
+    let mut out = Vec::new();
+    for (name, entry, exit) in scopes {
+        if let Some(f) = entry {
+            out.push((name.clone(), "entry", f.clone()));
+        }
+        if let Some(f) = exit {
+            out.push((name.clone(), "exit", f.clone()));
+        }
+    }
+    out
+}
+
+/// The generated wrapper's prefix for an entry (`enter`) or exit (`exit`) action.
+fn hook_prefix(kind: &str) -> &'static str {
+    if kind == "entry" {
+        "enter"
+    } else {
+        "exit"
+    }
+}
+
+/// The statig `entry_action = "..."` / `exit_action = "..."` attributes of a machine.
+fn machine_hooks(path: &str) -> std::collections::BTreeSet<String> {
+    println!("cargo:rerun-if-changed={path}");
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    let mut out = std::collections::BTreeSet::new();
+    for kind in ["entry_action = \"", "exit_action = \""] {
+        for (i, _) in text.match_indices(kind) {
+            let rest = &text[i + kind.len()..];
+            if let Some(end) = rest.find('"') {
+                out.insert(format!("{kind}{}\"", &rest[..end]));
+            }
+        }
+    }
+    out
+}
+
 /// A machine whose dispatch is generated: its chart, the generated enums' prefix, its data
 /// type and the module (`src/<module>/`) that holds its `guards.rs`, `actions.rs` and the
 /// `dispatch.rs` that includes the generated file. The dispatch module brings `guards`,
@@ -426,18 +471,35 @@ fn dispatch(chart: &Chart, m: &Dispatched) -> String {
         }
     }
     same_names(toml, "guards", &guards_rs, &used, &declared_fns(&guards_rs));
-    let acting: BTreeSet<String> = chart
+    let mut acting: BTreeSet<String> = chart
         .row
         .iter()
         .filter(|r| r.kind != RowKindDef::Ignored)
         .map(|r| r.id.clone())
         .collect();
+    // Entry and exit actions: (scope, "entry"/"exit", the action the chart names).
+    let hooks = state_hooks(chart);
+    acting.extend(hooks.iter().map(|(_, _, f)| f.clone()));
     same_names(
         toml,
-        "row actions (every row but an ignored one)",
+        "row, entry and exit actions (every row but an ignored one; each state's entry/exit)",
         &actions_rs,
         &acting,
         &declared_fns(&actions_rs),
+    );
+    let machine_rs = format!("src/{}/machine.rs", m.module);
+    let wired: BTreeSet<String> = hooks
+        .iter()
+        .map(|(scope, kind, _)| {
+            format!("{kind}_action = \"{}_{}\"", hook_prefix(kind), snake(scope))
+        })
+        .collect();
+    same_names(
+        toml,
+        "entry/exit attributes",
+        &machine_rs,
+        &wired,
+        &machine_hooks(&machine_rs),
     );
 
     let mut out =
@@ -463,6 +525,17 @@ fn dispatch(chart: &Chart, m: &Dispatched) -> String {
         }
     }
     writeln!(out, "    }}\n}}\n").ok();
+
+    for (scope, kind, f) in &hooks {
+        writeln!(
+            out,
+            "/// The {kind} action of `{scope}` (generated): `actions::{f}`.\n\
+             pub(crate) fn {}_{}(data: &mut {data}) {{\n    actions::{f}(data);\n}}\n",
+            hook_prefix(kind),
+            snake(scope)
+        )
+        .ok();
+    }
 
     let scopes: Vec<(&str, &str)> = chart
         .superstate

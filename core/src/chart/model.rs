@@ -40,6 +40,14 @@ pub struct SuperstateDef {
     pub parent: Option<String>,
     /// What it means.
     pub doc: String,
+    /// Entry action: a function of the machine's `actions.rs` run on entering this state
+    /// (after the row's action, after the exit actions), named here so that the chart, not a
+    /// handler, says what entering the state does.
+    #[serde(default)]
+    pub entry: Option<String>,
+    /// Exit action: a function of the machine's `actions.rs` run on leaving this state.
+    #[serde(default)]
+    pub exit: Option<String>,
 }
 
 /// A leaf state.
@@ -56,6 +64,14 @@ pub struct StateDef {
     pub terminal: bool,
     /// What it means.
     pub doc: String,
+    /// Entry action: a function of the machine's `actions.rs` run on entering this state
+    /// (after the row's action, after the exit actions), named here so that the chart, not a
+    /// handler, says what entering the state does.
+    #[serde(default)]
+    pub entry: Option<String>,
+    /// Exit action: a function of the machine's `actions.rs` run on leaving this state.
+    #[serde(default)]
+    pub exit: Option<String>,
 }
 
 /// An event kind.

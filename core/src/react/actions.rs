@@ -1,10 +1,14 @@
 //! The outer chart's row actions: one function per row of `statecharts/react.toml` (an ignored
 //! row has none), named after the row's id and called by the generated dispatch
 //! ([`crate::react::dispatch`]) once the row is taken. An action does the row's effects on the
-//! data; it never chooses a row or a target state: the chart does.
+//! data; it never chooses a row or a target state: the chart does. A row that ends the run or
+//! compacts only records what the state it leads to needs ([`StateLocal`]); the entry actions
+//! the chart names on `Finishing`, `Compacting` and the terminal states (and the exit action
+//! of `Active`) do the rest, once.
 //!
-//! `build.rs` checks that the `pub(crate) fn`s here are exactly the rows that act: a missing
-//! action or one that no row names fails the build.
+//! `build.rs` checks that the `pub(crate) fn`s here are exactly the rows that act and the
+//! entry/exit actions the chart names: a missing action or one the chart does not name fails
+//! the build.
 
 use crate::agent_event::Outcome;
 use crate::error::RunError;
@@ -67,15 +71,35 @@ pub(crate) fn init_resume(data: &mut ReactData, input: &Input<'_>) {
     resume(data, input);
 }
 
+/// Entry action of `Compacting`: emit compact_start, request the compaction the row decided.
+pub(crate) fn start_compaction(data: &mut ReactData) {
+    data.start_compaction();
+}
+
+/// Entry action of `Finishing`: the decided end becomes the result; commit its run-end entry.
+pub(crate) fn commit_end(data: &mut ReactData) {
+    data.commit_end();
+}
+
+/// Entry action of the terminal states: report the decided end (once).
+pub(crate) fn report_end(data: &mut ReactData) {
+    data.report_end();
+}
+
+/// Exit action of `Active`: the run is over, cancel its deadline timer if armed.
+pub(crate) fn disarm_deadline(data: &mut ReactData) {
+    data.disarm_deadline();
+}
+
 /// `planning_max_steps`: the run ends (max_steps).
 pub(crate) fn planning_max_steps(data: &mut ReactData, _input: &Input<'_>) {
-    data.finish(Outcome::Completed, "max_steps".into(), None);
+    data.decide_end(Outcome::Completed, "max_steps".into(), None);
 }
 
 /// `planning_limit_stop`: announce the limit, the run ends (usage_limit:<limit>).
 pub(crate) fn planning_limit_stop(data: &mut ReactData, _input: &Input<'_>) {
     let reason = data.note_limit();
-    data.finish(Outcome::Completed, reason, None);
+    data.decide_end(Outcome::Completed, reason, None);
 }
 
 /// `planning_limit_final`: announce the limit, run one final-answer step.
@@ -92,7 +116,7 @@ pub(crate) fn planning_subtask(data: &mut ReactData, _input: &Input<'_>) {
 
 /// `planning_compact`: compact (threshold).
 pub(crate) fn planning_compact(data: &mut ReactData, _input: &Input<'_>) {
-    data.compact("threshold");
+    data.compaction("threshold");
 }
 
 /// `planning_execute`: merge steering, build the context, begin the step.
@@ -112,7 +136,7 @@ pub(crate) fn executing_overflow(data: &mut ReactData, _input: &Input<'_>) {
     };
     data.current.next_attempt = data.current.step.as_ref().map(|s| s.request().attempt + 1);
     data.end_step(StepEnd::ContextOverflow);
-    data.compact_overflow(&e);
+    data.overflow_compaction(&e);
 }
 
 /// `executing_fallback`: re-request the step from the next fallback model.
@@ -126,7 +150,7 @@ pub(crate) fn executing_error(data: &mut ReactData, _input: &Input<'_>) {
         return;
     };
     data.end_step(StepEnd::Failed);
-    data.finish(
+    data.decide_end(
         Outcome::Failed,
         e.kind.to_string(),
         Some(RunError::Model { error: e }),
@@ -148,18 +172,18 @@ pub(crate) fn executing_abort_drain(data: &mut ReactData, input: &Input<'_>) {
 pub(crate) fn executing_aborted(data: &mut ReactData, _input: &Input<'_>) {
     data.absorb_aborted_step();
     let reason = data.local.abort_reason().unwrap_or("aborted").to_string();
-    data.finish(Outcome::Aborted, reason, None);
+    data.decide_end(Outcome::Aborted, reason, None);
 }
 
 /// `observing_stop`: the run ends with the step's stop reason.
 pub(crate) fn observing_stop(data: &mut ReactData, _input: &Input<'_>) {
     let reason = data.observed.stop_requested.unwrap_or("stopped");
-    data.finish(Outcome::Completed, reason.into(), None);
+    data.decide_end(Outcome::Completed, reason.into(), None);
 }
 
 /// `observing_compact`: compact (budget).
 pub(crate) fn observing_compact(data: &mut ReactData, _input: &Input<'_>) {
-    data.compact("budget");
+    data.compaction("budget");
 }
 
 /// `observing_continue`: nothing to do; Planning plans the next step.
@@ -181,7 +205,7 @@ pub(crate) fn observing_complete(data: &mut ReactData, _input: &Input<'_>) {
         Some(kind) => kind.reason(),
         None => "final_answer".into(),
     };
-    data.finish(Outcome::Completed, reason, None);
+    data.decide_end(Outcome::Completed, reason, None);
 }
 
 /// `compacting_done`: keep the smaller context.
@@ -194,7 +218,7 @@ pub(crate) fn compacting_done(data: &mut ReactData, input: &Input<'_>) {
 /// `compacting_failed`: the run fails (compaction_failed).
 pub(crate) fn compacting_failed(data: &mut ReactData, input: &Input<'_>) {
     if let Some(Event::CompactionFailed { error }) = ext(input) {
-        data.finish(
+        data.decide_end(
             Outcome::Failed,
             "compaction_failed".into(),
             Some(RunError::Compaction {
@@ -208,7 +232,7 @@ pub(crate) fn compacting_failed(data: &mut ReactData, input: &Input<'_>) {
 pub(crate) fn compacting_vetoed_required(data: &mut ReactData, input: &Input<'_>) {
     if let Some(Event::CompactionVetoed { reason }) = ext(input) {
         data.compaction_vetoed(reason);
-        data.finish(
+        data.decide_end(
             Outcome::Failed,
             "compaction_vetoed".into(),
             Some(RunError::Compaction {
@@ -277,7 +301,7 @@ pub(crate) fn active_run_deadline(data: &mut ReactData, _input: &Input<'_>) {
 pub(crate) fn active_abort(data: &mut ReactData, input: &Input<'_>) {
     if let Some(Event::Abort { reason, .. }) = ext(input) {
         data.absorb_aborted_step();
-        data.finish(Outcome::Aborted, reason.clone(), None);
+        data.decide_end(Outcome::Aborted, reason.clone(), None);
     }
 }
 
@@ -285,7 +309,7 @@ pub(crate) fn active_abort(data: &mut ReactData, input: &Input<'_>) {
 pub(crate) fn active_store_failed(data: &mut ReactData, input: &Input<'_>) {
     if let Some(Event::StoreWriteFailed { error }) = ext(input) {
         data.halt_io();
-        data.finish(
+        data.decide_end(
             Outcome::Failed,
             "store_write_failed".into(),
             Some(RunError::StoreWrite {

@@ -313,11 +313,28 @@ pub(crate) enum StateLocal {
     /// before `Decide` is dispatched
     /// ([`ReactData::prepare`](crate::react::data::ReactData::prepare)).
     Observing { decision: Decision },
-    /// Compacting: why the compaction started (`threshold`, `overflow`, `budget`).
-    Compacting { reason: &'static str },
-    /// Finishing: the end decided by `finish`, until its run-end entry is stored; then (or at
-    /// once, when the store failed) the terminal state's entry action reports it.
+    /// Compacting: why the compaction started (`threshold`, `overflow`, `budget`) and the
+    /// budget it must reach; the state's entry action (`start_compaction`) requests it.
+    Compacting {
+        reason: &'static str,
+        budget_tokens: Option<u64>,
+    },
+    /// The end a row decided, until the state it leads to is entered: `Finishing` (entry
+    /// action `commit_end`) or, when the store already failed, a terminal state (entry action
+    /// `report_end`); either turns it into [`StateLocal::Ended`].
+    Ending { ending: RunEnding },
+    /// Finishing: the decided end with its result, until its run-end entry is stored; then
+    /// (or at once, when the store failed) the terminal state's entry action reports it.
     Ended { result: LoopResult },
+}
+
+/// What a row that ends the run decides: the rest of the result is the run's, taken when the
+/// state it leads to is entered.
+#[derive(Debug)]
+pub(crate) struct RunEnding {
+    pub(crate) outcome: crate::agent_event::Outcome,
+    pub(crate) reason: String,
+    pub(crate) error: Option<crate::error::RunError>,
 }
 
 impl StateLocal {
@@ -328,7 +345,13 @@ impl StateLocal {
 
     /// The compaction under way answers the model's refusal of the context.
     pub(crate) fn compacting_overflow(&self) -> bool {
-        matches!(self, StateLocal::Compacting { reason: "overflow" })
+        matches!(
+            self,
+            StateLocal::Compacting {
+                reason: "overflow",
+                ..
+            }
+        )
     }
 
     /// The abort's reason while the step drains.
@@ -344,6 +367,17 @@ impl StateLocal {
         match self {
             StateLocal::Ended { result } => Some(result),
             _ => None,
+        }
+    }
+
+    /// Takes the end a row decided out (leaving no state data).
+    pub(crate) fn take_ending(&mut self) -> Option<RunEnding> {
+        match std::mem::take(self) {
+            StateLocal::Ending { ending } => Some(ending),
+            other => {
+                *self = other;
+                None
+            }
         }
     }
 

@@ -12,7 +12,7 @@ use crate::model::{ModelRequest, SharedMessages};
 use crate::process::{Process, StepOutcome};
 use crate::react::config::{Decision, LoopResult, Observation, RunConfig, SteeringPolicy};
 use crate::react::context::{
-    Counters, CurrentStep, Ending, Observed, Outbox, Queues, StateLocal, Transcript,
+    Counters, CurrentStep, Ending, Observed, Outbox, Queues, RunEnding, StateLocal, Transcript,
 };
 
 /// Everything the outer machine knows. Passed to the statig handlers as their context: the
@@ -160,11 +160,16 @@ impl ReactData {
         !self.transcript.compacted_since_step && self.over_budget()
     }
 
-    pub(crate) fn compact(&mut self, reason: &'static str) {
-        let budget = self
+    /// Rows `planning_compact` / `observing_compact`: Compacting will compact to the
+    /// configured budget (its entry action requests it).
+    pub(crate) fn compaction(&mut self, reason: &'static str) {
+        let budget_tokens = self
             .budget_tokens()
             .map(|b| (b as f64 * self.cfg.compact_ratio) as u64);
-        self.request_compaction(reason, budget);
+        self.local = StateLocal::Compacting {
+            reason,
+            budget_tokens,
+        };
     }
 
     /// Row `executing_overflow`: the provider refused the context, so the compaction must
@@ -175,7 +180,7 @@ impl ReactData {
     /// possible, the step is requested again, and the provider judges. Each overflow
     /// shrinks the context again; once only pinned messages are left, the compactor fails
     /// and so does the run.
-    pub(crate) fn compact_overflow(&mut self, error: &crate::error::ModelError) {
+    pub(crate) fn overflow_compaction(&mut self, error: &crate::error::ModelError) {
         let sent = estimate_tokens(&self.transcript.messages);
         let floor = crate::context::pinned_tokens(&self.transcript.messages);
         let configured = self
@@ -188,11 +193,21 @@ impl ReactData {
         if floor < sent {
             budget = budget.max(floor);
         }
-        self.request_compaction("overflow", Some(budget));
+        self.local = StateLocal::Compacting {
+            reason: "overflow",
+            budget_tokens: Some(budget),
+        };
     }
 
-    fn request_compaction(&mut self, reason: &'static str, budget_tokens: Option<u64>) {
-        self.local = StateLocal::Compacting { reason };
+    /// Entry action of `Compacting`: requests the compaction the row that led here decided.
+    pub(crate) fn start_compaction(&mut self) {
+        let StateLocal::Compacting {
+            reason,
+            budget_tokens,
+        } = self.local
+        else {
+            return;
+        };
         self.emit(AgentEvent::CompactStart {
             reason: reason.to_string(),
             messages: self.transcript.messages.len(),
@@ -465,32 +480,55 @@ impl ReactData {
         self.current.outcome()
     }
 
-    /// Decides the run's end: the result is kept until the state it leads to is entered —
+    /// Records the run's end a row decided: the state it leads to takes it on entry —
     /// `Finishing`, whose entry action commits the run-end entry (`CommitRunEnd`), or, when
     /// the store already failed, a terminal state, whose entry action reports the end. The
-    /// handlers only decide; the two entry actions are the one place an end is committed and
-    /// the one place it is reported.
-    pub(crate) fn finish(&mut self, outcome: Outcome, reason: String, error: Option<RunError>) {
-        let result = LoopResult {
+    /// rows only decide; the two entry actions are the one place an end is committed and the
+    /// one place it is reported.
+    pub(crate) fn decide_end(&mut self, outcome: Outcome, reason: String, error: Option<RunError>) {
+        self.local = StateLocal::Ending {
+            ending: RunEnding {
+                outcome,
+                reason,
+                error,
+            },
+        };
+    }
+
+    /// The decided end becomes the run's result (what the run holds when its end is entered).
+    fn settle_end(&mut self) {
+        if let Some(RunEnding {
             outcome,
             reason,
-            messages: self.transcript.messages.to_vec(),
-            iterations: self.counters.committed_steps,
-            usage: self.counters.usage,
-            steering_left: self.queues.steering.clone(),
             error,
-            steps: self.transcript.steps.clone(),
-        };
+        }) = self.local.take_ending()
+        {
+            let result = LoopResult {
+                outcome,
+                reason,
+                messages: self.transcript.messages.to_vec(),
+                iterations: self.counters.committed_steps,
+                usage: self.counters.usage,
+                steering_left: self.queues.steering.clone(),
+                error,
+                steps: self.transcript.steps.clone(),
+            };
+            self.local = StateLocal::Ended { result };
+        }
+    }
+
+    /// Exit action of `Active`: the run's deadline timer, if armed, is cancelled.
+    pub(crate) fn disarm_deadline(&mut self) {
         if self.end.disarm_deadline() {
             self.outbox.push(Effect::CancelTimer {
                 timer_id: crate::react::RUN_DEADLINE_TIMER,
             });
         }
-        self.local = StateLocal::Ended { result };
     }
 
     /// Entry action of `Finishing`: commits the decided end's run-end entry.
     pub(crate) fn commit_end(&mut self) {
+        self.settle_end();
         if let Some(r) = self.local.ended() {
             let entry = Entry::RunEnd {
                 run_id: self.run_id.clone(),
@@ -503,12 +541,13 @@ impl ReactData {
 
     /// Entry action of the terminal states: reports the decided end.
     pub(crate) fn report_end(&mut self) {
+        self.settle_end();
         if let Some(result) = self.local.take_ended() {
             self.end(result);
         }
     }
 
-    /// The outcome `finish` decided, while its run-end entry is being committed.
+    /// The outcome the run's end decided, while its run-end entry is being committed.
     pub(crate) fn ending_outcome(&self) -> Option<Outcome> {
         self.local.ended().map(|r| r.outcome)
     }
@@ -518,7 +557,7 @@ impl ReactData {
     /// end event (R-VER-1) and the failure is in the result only.
     pub(crate) fn commit_failed(&mut self, error: &str) {
         let reached = self.local.take_ended().map(|r| r.outcome);
-        self.finish(
+        self.decide_end(
             Outcome::Failed,
             "store_write_failed".into(),
             Some(RunError::EndWrite {
@@ -645,7 +684,7 @@ impl ReactData {
             error: error.clone(),
             retrying: false,
         });
-        self.finish(
+        self.decide_end(
             Outcome::Failed,
             "output_invalid".into(),
             Some(RunError::OutputInvalid { message: error }),

@@ -44,7 +44,7 @@ impl ReactMachine {
     }
 
     /// Active (a run in progress): its rows, generated from the chart.
-    #[superstate(superstate = "root")]
+    #[superstate(superstate = "root", exit_action = "exit_active")]
     fn active(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
         dispatch::active(context, event)
     }
@@ -75,7 +75,7 @@ impl ReactMachine {
     }
 
     /// Compacting: its rows, generated from the chart.
-    #[state(superstate = "active")]
+    #[state(superstate = "active", entry_action = "enter_compacting")]
     fn compacting(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
         dispatch::compacting(context, event)
     }
@@ -86,32 +86,56 @@ impl ReactMachine {
         dispatch::finishing(context, event)
     }
 
-    /// Entering `Finishing` commits the decided end's run-end entry (the one place).
+    /// Leaving `Active` (the run is over): the chart's exit action.
     #[action]
-    fn enter_finishing(context: &mut ReactData) {
-        context.commit_end();
+    fn exit_active(context: &mut ReactData) {
+        dispatch::exit_active(context);
     }
 
-    /// Entering a terminal state reports the decided end (the one place).
+    /// Entering `Compacting`: the chart's entry action (requests the compaction).
     #[action]
-    fn enter_end(context: &mut ReactData) {
-        context.report_end();
+    fn enter_compacting(context: &mut ReactData) {
+        dispatch::enter_compacting(context);
+    }
+
+    /// Entering `Finishing`: the chart's entry action (commits the decided end, the one place).
+    #[action]
+    fn enter_finishing(context: &mut ReactData) {
+        dispatch::enter_finishing(context);
+    }
+
+    /// Entering `Completed`: the chart's entry action (reports the end, the one place).
+    #[action]
+    fn enter_completed(context: &mut ReactData) {
+        dispatch::enter_completed(context);
+    }
+
+    /// Entering `Failed`: the chart's entry action (reports the end).
+    #[action]
+    fn enter_failed(context: &mut ReactData) {
+        dispatch::enter_failed(context);
+    }
+
+    /// Entering `Aborted`: the chart's entry action (reports the end).
+    #[action]
+    fn enter_aborted(context: &mut ReactData) {
+        dispatch::enter_aborted(context);
     }
 
     /// Completed: terminal, absorbs every event (reported unhandled).
-    #[state(superstate = "root", entry_action = "enter_end")]
+    #[state(superstate = "root", entry_action = "enter_completed")]
     fn completed(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
         dispatch::completed(context, event)
     }
 
     /// Failed: terminal, absorbs every event (reported unhandled).
-    #[state(superstate = "root", entry_action = "enter_end")]
+    #[state(superstate = "root", entry_action = "enter_failed")]
     fn failed(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
         dispatch::failed(context, event)
     }
 
     /// Aborted: terminal, absorbs every event (reported unhandled).
-    #[state(superstate = "root", entry_action = "enter_end")]
+    #[state(superstate = "root", entry_action = "enter_aborted")]
     fn aborted(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
         dispatch::aborted(context, event)
     }
