@@ -35,6 +35,8 @@ enum Refusal {
     /// llama.cpp's OpenAI-compatible server: `exceed_context_size_error`, no figures in the
     /// message (the compaction shrinks by its default ratio).
     LlamaCpp,
+    /// OpenAI's Responses API: 400 `context_length_exceeded` for the `input`.
+    Responses,
 }
 
 impl Refusal {
@@ -42,6 +44,7 @@ impl Refusal {
         match self {
             Refusal::OpenAi | Refusal::LlamaCpp => ProviderKind::OpenAi,
             Refusal::Anthropic => ProviderKind::Anthropic,
+            Refusal::Responses => ProviderKind::OpenAiResponses,
         }
     }
 
@@ -60,6 +63,9 @@ impl Refusal {
                 "code": 400, "type": "exceed_context_size_error",
                 "message": "the request exceeds the available context size, try increasing it",
                 "n_prompt_tokens": sent, "n_ctx": limit}}),
+            Refusal::Responses => json!({"error": {
+                "message": format!("Your input exceeds the context window of this model ({limit} tokens; the input has {sent}). Please adjust your input and try again."),
+                "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}}),
         }
         .to_string()
     }
@@ -222,9 +228,13 @@ async fn prompt(s: &Session, text: &str) -> LoopResult {
 /// The user texts of a recorded request, in order (both wire formats keep user messages as
 /// `{"role": "user", "content": ...}`, content a string or text blocks; Anthropic's client
 /// joins consecutive user messages into one message of several blocks).
+/// The request's messages: Chat Completions' and Messages' `messages`, or Responses' `input`.
+fn messages(body: &Value) -> Option<&Vec<Value>> {
+    body["messages"].as_array().or(body["input"].as_array())
+}
+
 fn user_texts(body: &Value) -> Vec<String> {
-    body["messages"]
-        .as_array()
+    messages(body)
         .into_iter()
         .flatten()
         .filter(|m| m["role"] == "user")
@@ -241,8 +251,7 @@ fn user_texts(body: &Value) -> Vec<String> {
 
 /// How many assistant messages a recorded request carries.
 fn assistant_count(body: &Value) -> usize {
-    body["messages"]
-        .as_array()
+    messages(body)
         .into_iter()
         .flatten()
         .filter(|m| m["role"] == "assistant")
@@ -333,6 +342,11 @@ async fn r_out_6_openai_overflow_on_the_fifth_prompt_compacts_and_retries_by_def
 #[tokio::test]
 async fn r_out_6_anthropic_overflow_on_the_fifth_prompt_compacts_and_retries_by_default() {
     fifth_prompt_is_compacted_and_retried(Refusal::Anthropic).await;
+}
+
+#[tokio::test]
+async fn r_out_6_openai_responses_overflow_on_the_fifth_prompt_compacts_and_retries_by_default() {
+    fifth_prompt_is_compacted_and_retried(Refusal::Responses).await;
 }
 
 #[tokio::test]
