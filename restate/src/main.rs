@@ -44,7 +44,7 @@ struct ServeArgs {
     /// Which model client: the offline scripted model (default), or a real provider.
     #[arg(long, value_enum, default_value_t = ProviderArg::Scripted)]
     provider: ProviderArg,
-    /// Model name sent to the provider (required with --provider openai|anthropic).
+    /// Model name sent to the provider (required with --provider openai|anthropic|openai-responses).
     #[arg(long)]
     model: Option<String>,
     /// Provider base URL (default: $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL, else the public API).
@@ -70,6 +70,8 @@ enum ProviderArg {
     Openai,
     /// Anthropic Messages.
     Anthropic,
+    /// OpenAI Responses API.
+    OpenaiResponses,
 }
 
 fn model(args: &ServeArgs) -> Result<Arc<dyn Model>, String> {
@@ -77,6 +79,7 @@ fn model(args: &ServeArgs) -> Result<Arc<dyn Model>, String> {
         ProviderArg::Scripted => None,
         ProviderArg::Openai => Some(ProviderKind::OpenAi),
         ProviderArg::Anthropic => Some(ProviderKind::Anthropic),
+        ProviderArg::OpenaiResponses => Some(ProviderKind::OpenAiResponses),
     };
     model_from_flags(
         kind,
