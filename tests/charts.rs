@@ -42,6 +42,28 @@ fn readme_shows_the_generated_diagrams() {
     }
 }
 
+/// R-ARCH-3, R-CTL: the session chart's committed diagram is what `agentloop chart session`
+/// generates, docs/architecture.md shows it, and it holds the session's states.
+#[test]
+fn r_ctl_the_session_diagram_is_committed_and_documented() {
+    let diagram = generated(MachineKind::Session);
+    let committed =
+        std::fs::read_to_string("statecharts/session.mmd").expect("committed session diagram");
+    assert_eq!(
+        committed, diagram,
+        "statecharts/session.mmd is stale: run `cargo run -- chart session > statecharts/session.mmd`"
+    );
+    let docs = std::fs::read_to_string("docs/architecture.md").expect("docs/architecture.md");
+    assert!(
+        docs.contains(&format!("```mermaid\n{diagram}```")),
+        "docs/architecture.md does not show the current session diagram"
+    );
+    let chart = MachineKind::Session.chart();
+    for s in ["Idle", "Running", "Aborting", "Closed"] {
+        assert!(chart.state.iter().any(|d| d.name == s), "session chart lacks {s}");
+    }
+}
+
 #[test]
 fn every_spec_state_is_charted() {
     let react = MachineKind::React.chart();

@@ -104,6 +104,8 @@ enum Machine {
     Process,
     /// The lifecycle of one tool call.
     ToolCall,
+    /// The live session: its commands, queue and runs.
+    Session,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -152,6 +154,7 @@ fn main() -> ExitCode {
                 Machine::React => MachineKind::React,
                 Machine::Process => MachineKind::Process,
                 Machine::ToolCall => MachineKind::ToolCall,
+                Machine::Session => MachineKind::Session,
             };
             match format {
                 ChartFormat::Mermaid => out::stdout_raw(&mermaid(&kind.chart())),

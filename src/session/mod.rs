@@ -35,7 +35,7 @@ pub mod bus;
 pub mod metrics;
 pub mod questions;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -45,7 +45,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::agent_event::AgentEvent;
 use crate::attachment::Prompt;
-use crate::chart::{MachineKind, ProcessState, ReactState, SessionState};
+use crate::chart::{MachineKind, ProcessState, ReactState, SessionRow, SessionState};
 use crate::event::{ApprovalDecision, Event};
 use crate::hooks::Verdict;
 use crate::message::{AssistantMessage, Message};
@@ -347,6 +347,8 @@ struct Shared {
     status: AtomicU8,
     /// The session machine's state (index in [`SessionState::ALL`]).
     state: AtomicU8,
+    /// The session machine's rows taken so far.
+    rows: SessionRows,
     saw_abort: AtomicBool,
     metrics: Mutex<Metrics>,
     last_result: Mutex<Option<LoopResult>>,
@@ -356,6 +358,24 @@ struct Shared {
     idle: watch::Sender<bool>,
     /// The running run's partial message (R-STR-2); every run of the session publishes here.
     partial: PartialMessage,
+}
+
+/// The rows of the session chart a session's machine took, with counts (R-ARCH-3, R-VER-2):
+/// a cheap shared handle ([`Session::rows`]).
+#[derive(Clone, Debug, Default)]
+pub struct SessionRows(Arc<Mutex<BTreeMap<SessionRow, usize>>>);
+
+impl SessionRows {
+    fn add(&self, row: SessionRow) {
+        if let Ok(mut rows) = self.0.lock() {
+            *rows.entry(row).or_default() += 1;
+        }
+    }
+
+    /// The rows taken so far, with how often.
+    pub fn taken(&self) -> BTreeMap<SessionRow, usize> {
+        self.0.lock().map(|r| r.clone()).unwrap_or_default()
+    }
 }
 
 /// The handle. Clone it freely; the session lives while a handle does.
@@ -405,6 +425,7 @@ impl Session {
             questions,
             status: AtomicU8::new(0),
             state: AtomicU8::new(state_index(SessionState::INITIAL)),
+            rows: SessionRows::default(),
             saw_abort: AtomicBool::new(false),
             metrics: Mutex::new(Metrics::default()),
             last_result: Mutex::new(None),
@@ -668,6 +689,13 @@ impl Session {
         &self.shared.bus
     }
 
+    /// The rows of the session chart (`statecharts/session.toml`) the session's machine has
+    /// taken, as a handle that outlives the session (the close rows are taken once every
+    /// handle is gone).
+    pub fn rows(&self) -> SessionRows {
+        self.shared.rows.clone()
+    }
+
     /// The current status.
     pub fn status(&self) -> Status {
         if !state_at(self.shared.state.load(Ordering::SeqCst)).in_busy() {
@@ -828,6 +856,9 @@ impl Actor {
     ) -> Option<SessionReply> {
         let step = self.machine.handle(input);
         debug_assert!(step.check.holds(), "{}", step.check);
+        if let Some(row) = step.row {
+            self.shared.rows.add(row);
+        }
         self.shared
             .state
             .store(state_index(step.to), Ordering::SeqCst);
