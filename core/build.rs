@@ -323,7 +323,171 @@ fn generate(chart: &Chart, prefix: &str, out: &mut String) {
         arms.join(", ")
     )
     .ok();
+    writeln!(
+        out,
+        "    /// The effects the row declares, typed (`None`: this chart's effects are still prose,\n    \
+         /// not checked). See [`check_effects`](crate::chart::check_effects) for the rule."
+    )
+    .ok();
+    match typed_effects(chart) {
+        Some(rows) => {
+            let arms: Vec<String> = chart
+                .row
+                .iter()
+                .zip(&rows)
+                .map(|(r, effects)| {
+                    let list: Vec<String> = effects
+                        .iter()
+                        .map(|(name, optional)| {
+                            format!(
+                                "DeclaredEffect {{ name: EffectName::{}, optional: {optional} }}",
+                                effect_variant(name)
+                            )
+                        })
+                        .collect();
+                    format!("{row}::{} => Some(&[{}])", camel(&r.id), list.join(", "))
+                })
+                .collect();
+            writeln!(
+                out,
+                "    pub fn effects(self) -> Option<&'static [DeclaredEffect]> {{ match self {{ {} }} }}",
+                arms.join(", ")
+            )
+            .ok();
+        }
+        None => {
+            writeln!(
+                out,
+                "    pub fn effects(self) -> Option<&'static [DeclaredEffect]> {{ let _ = self; None }}"
+            )
+            .ok();
+        }
+    }
     writeln!(out, "}}\n").ok();
+}
+
+/// The charts whose rows' `effects` are typed (every entry an effect name of the vocabulary,
+/// see [`vocabulary`]); the others' are still prose.
+const TYPED_EFFECTS: &[&str] = &["react"];
+
+/// `persist:user_input` → `PersistUserInput`.
+fn effect_variant(name: &str) -> String {
+    camel(&name.replace(':', "_"))
+}
+
+/// The effect names a row may declare, derived from the code: each `Effect` variant
+/// (`call_model`, `start_timer`, …), with `persist` / `commit_run_end` as `persist:<entry>` /
+/// `commit_run_end` and `emit` as `emit:<event type>` (each `Entry` / `AgentEvent` variant,
+/// snake_case like their serialized tags).
+fn vocabulary() -> std::collections::BTreeSet<String> {
+    let effect = enum_variants("src/vocab/effect.rs", "Effect");
+    let entry = enum_variants("src/vocab/entry.rs", "Entry");
+    let event = enum_variants("src/vocab/agent_event.rs", "AgentEvent");
+    let mut out = std::collections::BTreeSet::new();
+    for v in effect {
+        match v.as_str() {
+            "persist" => out.extend(entry.iter().map(|e| format!("persist:{e}"))),
+            "emit" => out.extend(event.iter().map(|e| format!("emit:{e}"))),
+            _ => {
+                out.insert(v);
+            }
+        }
+    }
+    out
+}
+
+/// The variants of `pub enum <name>` in `path`, snake_case.
+fn enum_variants(path: &str, name: &str) -> Vec<String> {
+    println!("cargo:rerun-if-changed={path}");
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    let open = format!("pub enum {name} {{");
+    let mut lines = text.lines().skip_while(|l| l.trim_end() != open).skip(1);
+    let mut out = Vec::new();
+    for l in lines.by_ref() {
+        if l == "}" {
+            break;
+        }
+        let Some(rest) = l.strip_prefix("    ") else {
+            continue;
+        };
+        if rest.starts_with(|c: char| c.is_ascii_uppercase()) {
+            let id: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            out.push(snake(&id));
+        }
+    }
+    assert!(!out.is_empty(), "{path}: no variants of enum {name}");
+    out
+}
+
+/// A typed chart's declared effects, row by row: `(name, optional)`; an entry ending in `?` is
+/// optional. Fails the build on a name outside the [`vocabulary`]. `None` for a prose chart.
+fn typed_effects(chart: &Chart) -> Option<Vec<Vec<(String, bool)>>> {
+    if !TYPED_EFFECTS.contains(&chart.machine.as_str()) {
+        return None;
+    }
+    let vocab = vocabulary();
+    let rows = chart
+        .row
+        .iter()
+        .map(|r| {
+            r.effects
+                .iter()
+                .map(|e| {
+                    let (name, optional) = match e.strip_suffix('?') {
+                        Some(n) => (n, true),
+                        None => (e.as_str(), false),
+                    };
+                    if !vocab.contains(name) {
+                        panic!(
+                            "statecharts/{}.toml: row {} declares effect {e:?}, which is not an \
+                             effect name (an Effect variant, persist:<entry>, emit:<event type>, \
+                             with ? when optional)",
+                            chart.machine, r.id
+                        );
+                    }
+                    if r.kind == RowKindDef::Ignored {
+                        panic!(
+                            "statecharts/{}.toml: ignored row {} declares effects",
+                            chart.machine, r.id
+                        );
+                    }
+                    (name.to_string(), optional)
+                })
+                .collect()
+        })
+        .collect();
+    Some(rows)
+}
+
+/// The shared enum of the effect names the typed charts declare.
+fn effect_enum(names: &std::collections::BTreeSet<String>) -> String {
+    let derive = "#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]";
+    let mut out = String::from(
+        "/// The effect names the typed charts' rows declare (generated): an `Effect` variant, \
+         `persist:<entry>` or `emit:<event type>`.\n",
+    );
+    writeln!(out, "{derive}\npub enum EffectName {{").ok();
+    for n in names {
+        writeln!(out, "    /// `{n}`.\n    {},", effect_variant(n)).ok();
+    }
+    writeln!(out, "}}\n\nimpl EffectName {{").ok();
+    let variants: Vec<String> = names.iter().map(|n| effect_variant(n)).collect();
+    let variants: Vec<&str> = variants.iter().map(String::as_str).collect();
+    out.push_str(&all_const("EffectName", "effect name", &variants));
+    let arms: Vec<String> = names
+        .iter()
+        .map(|n| format!("EffectName::{} => \"{n}\"", effect_variant(n)))
+        .collect();
+    writeln!(
+        out,
+        "    /// The name as the chart writes it.\n    pub fn name(self) -> &'static str {{ match self {{ {} }} }}\n}}\n",
+        arms.join(", ")
+    )
+    .ok();
+    out
 }
 
 /// The names of the top-level `pub`/`pub(crate)` functions of a hand-written module (the guards
@@ -626,6 +790,7 @@ fn dispatch(chart: &Chart, m: &Dispatched) -> String {
 fn main() {
     let mut out =
         String::from("// @generated by build.rs from statecharts/*.toml. Do not edit.\n\n");
+    let mut effect_names = std::collections::BTreeSet::new();
     for (file, prefix) in [
         ("react", "React"),
         ("process", "Process"),
@@ -639,6 +804,9 @@ fn main() {
         let chart =
             Chart::parse(&text).unwrap_or_else(|e| panic!("invalid chart {}: {e}", path.display()));
         generate(&chart, prefix, &mut out);
+        for effects in typed_effects(&chart).into_iter().flatten() {
+            effect_names.extend(effects.into_iter().map(|(name, _)| name));
+        }
         if let Some(m) = DISPATCHED.iter().find(|m| m.file == file) {
             let dest = Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR"))
                 .join(format!("{file}_dispatch.rs"));
@@ -646,6 +814,7 @@ fn main() {
                 .unwrap_or_else(|e| panic!("writing the {file} dispatch: {e}"));
         }
     }
+    out.push_str(&effect_enum(&effect_names));
     println!("cargo:rerun-if-changed=src/chart/model.rs");
     let dest = Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("charts.rs");
     std::fs::write(&dest, out).expect("writing generated charts");

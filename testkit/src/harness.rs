@@ -1522,6 +1522,16 @@ pub fn check_guards(transitions: &[Transition], checks: &[GuardCheck], ctx: &str
     }
 }
 
+/// The typed chart effects: every outer row's action (with the entry/exit actions of its
+/// transition) produced the effects its chart row declares and no other kind (see
+/// [`agentloop_core::chart::check_effects`]; the verdicts exist in debug builds only). Every
+/// property test and fuzz target that drives the harness runs this.
+pub fn check_effects(checks: &[agentloop_core::chart::EffectCheck], ctx: &str) {
+    for c in checks {
+        assert!(c.holds(), "{ctx}: {c}");
+    }
+}
+
 /// The tool calls' lifecycles seen so far in one step, by position in the committed message:
 /// each call's transitions must chain, starting from `Pending` with `Commit` or `Restore`.
 #[derive(Default, Debug)]
@@ -1727,6 +1737,7 @@ impl RunHarness {
         );
         check_rows(&step.transitions, ctx);
         check_guards(&step.transitions, &step.guard_checks, ctx);
+        check_effects(self.run.effect_checks(), ctx);
         for t in &step.transitions {
             match t {
                 Transition::React { row: Some(r), .. } => {

@@ -6,8 +6,10 @@
 //! the machines record which [`ReactRow`]/[`ProcessRow`] every step took, and the conformance
 //! tests check each recorded transition against [`RowSpec`].
 
+mod effects;
 pub mod model;
 
+pub use effects::{check_effects, effect_name, DeclaredEffect, EffectCheck};
 pub use model::Chart;
 
 include!(concat!(env!("OUT_DIR"), "/charts.rs"));

@@ -128,9 +128,14 @@ pub struct RowDef {
     /// Row kind.
     #[serde(default)]
     pub kind: RowKindDef,
-    /// Effects, in words.
+    /// Effects: in a typed chart (react), effect names (`call_model`, `persist:tool_started`,
+    /// `emit:run_start`, `…?` when optional) that the dispatch checks against what the row's
+    /// action and the entry/exit actions it runs produced; elsewhere still words.
     #[serde(default)]
     pub effects: Vec<String>,
+    /// What the row does, in words, where the effect names do not say it all.
+    #[serde(default)]
+    pub note: Option<String>,
     /// Later rows (same event, tried after this one in some state) whose guards may hold
     /// together with this row's: the overlap is intended and this row wins it. The oracle
     /// fails on two guards that hold at once unless the earlier row names the later one here.

@@ -30,6 +30,9 @@ pub(crate) struct Outbox {
     pub(crate) unhandled: bool,
     /// Row `active_run_deadline` was taken: the facade feeds the abort it stands for.
     pub(crate) deadline_abort: bool,
+    /// The names of the effects this machine's own actions pushed during one handle (debug
+    /// builds only; not the inner machine's): checked against the row's declared effects.
+    pub(crate) own: Vec<String>,
 }
 
 impl Outbox {
@@ -44,15 +47,18 @@ impl Outbox {
     }
 
     pub(crate) fn push(&mut self, effect: Effect) {
+        if cfg!(debug_assertions) {
+            self.own.push(crate::chart::effect_name(&effect));
+        }
         self.out.push(effect);
     }
 
     pub(crate) fn emit(&mut self, event: AgentEvent) {
-        self.out.push(Effect::Emit { event });
+        self.push(Effect::Emit { event });
     }
 
     pub(crate) fn persist(&mut self, entry: Entry) {
-        self.out.push(Effect::Persist { entry });
+        self.push(Effect::Persist { entry });
     }
 
     /// Takes what the inner machine did (transitions, guard checks, effects); returns the

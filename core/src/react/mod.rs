@@ -46,6 +46,8 @@ use machine::{Input, ReactMachine, State};
 pub struct Run {
     sm: InitializedStateMachine<ReactMachine>,
     data: ReactData,
+    /// The verdicts on the effects of the rows the last `handle` took (debug builds).
+    effect_checks: Vec<crate::chart::EffectCheck>,
 }
 
 impl std::fmt::Debug for Run {
@@ -102,7 +104,11 @@ impl Run {
         let sm = ReactMachine
             .uninitialized_state_machine()
             .init_with_context(&mut data);
-        Run { sm, data }
+        Run {
+            sm,
+            data,
+            effect_checks: Vec::new(),
+        }
     }
 
     /// Feeds one event and runs internal events to completion. Returns what happened: every
@@ -110,6 +116,7 @@ impl Run {
     /// state accepts is reported with `unhandled: true`, never dropped silently.
     pub fn handle(&mut self, event: Event) -> Step {
         let from = self.state();
+        self.effect_checks.clear();
         let mut transitions = Vec::new();
         let mut effects = Vec::new();
         let mut checks = Vec::new();
@@ -199,6 +206,7 @@ impl Run {
     ) -> bool {
         let from = self.react_state();
         let mark = self.data.outbox.out.len();
+        self.data.outbox.own.clear();
         self.data.prepare(from, &input);
         let (expected, overlap) = dispatch::expected(from, k, &self.data, &input);
         self.data.outbox.row = None;
@@ -216,6 +224,17 @@ impl Run {
         }
         let unhandled = self.data.outbox.unhandled;
         let row = self.data.outbox.row.take();
+        let own = std::mem::take(&mut self.data.outbox.own);
+        if let Some(r) = row.filter(|_| cfg!(debug_assertions)) {
+            if let Some(declared) = r.effects() {
+                self.effect_checks.push(crate::chart::check_effects(
+                    MachineKind::React,
+                    r.spec().id,
+                    declared,
+                    &own,
+                ));
+            }
+        }
         checks.push(GuardCheck {
             machine: MachineKind::React,
             from: from.name(),
@@ -283,6 +302,14 @@ impl Run {
             react: self.react_state(),
             process: self.data.current.step.as_ref().map(|s| s.state()),
         }
+    }
+
+    /// The verdicts on the effects of the outer rows the last [`Run::handle`] took: each row's
+    /// action and the entry/exit actions of its transition produced the effects its chart row
+    /// declares (see [`check_effects`](crate::chart::check_effects)). Recorded in debug builds
+    /// only (empty in release builds); the test kit's harness asserts them.
+    pub fn effect_checks(&self) -> &[crate::chart::EffectCheck] {
+        &self.effect_checks
     }
 
     /// The current inner state, if a step exists.
