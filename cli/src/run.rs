@@ -138,6 +138,10 @@ pub struct AgentArgs {
     /// Write a JSON Lines trace of the run here.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// Print the run's metrics on stderr when it ends (R-OBS): step and tool latency
+    /// percentiles, time to first token, token totals, retries by kind, compactions.
+    #[arg(long)]
+    pub metrics: bool,
     /// Maximum model steps.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_steps: u32,
@@ -693,6 +697,9 @@ fn finish(args: &AgentArgs, output: &Output, out: &RunOutput) -> ExitCode {
         r.usage.as_ref(),
         args.cost(r.usage.as_ref()),
     );
+    if args.metrics {
+        crate::out::errln!("{}", out.metrics.summary_text().trim_end());
+    }
     outcome_code(r.outcome)
 }
 

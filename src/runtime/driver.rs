@@ -84,6 +84,10 @@ pub(crate) struct Driver<'a> {
     /// so a send wakes nobody: the attempt runs inside the driver's poll).
     pub(crate) model_tx: mpsc::UnboundedSender<Event>,
     pub(crate) model_rx: mpsc::UnboundedReceiver<Event>,
+    /// The run's metrics, folded from every event the driver emits (R-OBS).
+    pub(crate) metrics: crate::runtime::metrics::RunMetrics,
+    /// The estimated tokens of the context a compaction in flight started from.
+    pub(crate) compact_before: Option<u64>,
 }
 
 /// One model attempt's future (streams its events into the driver's model queue).
@@ -149,6 +153,7 @@ impl Driver<'_> {
             run_id: self.run_id.clone(),
             event,
         };
+        self.metrics.observe(&env);
         self.agent.sink.emit(&env);
     }
 
@@ -290,6 +295,7 @@ impl Driver<'_> {
                     budget_tokens,
                     max_messages,
                 } => {
+                    self.compact_before = Some(crate::context::estimate_tokens(&messages));
                     let hooks = self.agent.hooks.clone();
                     let compactor = self.agent.compactor.clone();
                     let tx = self.tx.clone();
@@ -320,6 +326,12 @@ impl Driver<'_> {
     /// An event from the run's background tasks: a tool completion goes through the
     /// completion-order buffer; returns what may be fed to the machine now.
     pub(crate) fn arrived(&mut self, event: Event) -> Vec<Event> {
+        if let Event::CompactionDone { messages, .. } = &event {
+            if let Some(before) = self.compact_before.take() {
+                let after = crate::context::estimate_tokens(messages);
+                self.metrics.compacted_tokens(before.saturating_sub(after));
+            }
+        }
         if let Event::TimerElapsed { timer_id } = &event {
             // A timer the machine cancelled after it fired is not an input.
             if self.tasks.timers.remove(timer_id).is_none() {

@@ -9,6 +9,7 @@
 
 pub mod context_manager;
 pub(crate) mod driver;
+pub mod metrics;
 pub mod offload;
 pub(crate) mod output;
 pub mod ports;
@@ -46,6 +47,7 @@ pub use context_manager::{
     BuiltContext, ContextManager, ContextRequest, ContextUpdates, DefaultContextManager,
 };
 use driver::{Driver, Tasks};
+pub use metrics::{Histogram, LatencySummary, RunMetrics};
 pub use offload::Offload;
 pub use stream::{RunStream, RunStreamItem};
 use tool_order::CompletionOrder;
@@ -268,6 +270,9 @@ pub struct RunOutput {
     pub result: LoopResult,
     /// The trace, if recording was asked for.
     pub trace: Option<Trace>,
+    /// The run's metrics (R-OBS): step and tool latency, time to first token, tokens,
+    /// retries by kind, compactions; times from the agent's `Clock` port.
+    pub metrics: RunMetrics,
 }
 
 impl RunOutput {
@@ -1283,6 +1288,8 @@ impl Agent {
             attempts: Vec::new(),
             model_tx,
             model_rx,
+            metrics: RunMetrics::default(),
+            compact_before: None,
         };
         // The first inputs: queued subtasks (if any), then `Start` or `Resume`.
         let mut pending = VecDeque::from(first);
@@ -1375,10 +1382,13 @@ impl Agent {
         if let Some(s) = &steering {
             s.pending.store(0, std::sync::atomic::Ordering::SeqCst);
         }
+        let metrics = std::mem::take(&mut driver.metrics);
+        metrics.trace(&run_id);
         Ok(RunOutput {
             run_id,
             result,
             trace,
+            metrics,
         })
     }
 }

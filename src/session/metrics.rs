@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent_event::AgentEvent;
 use crate::message::{ToolStatus, Usage};
-use crate::runtime::EventEnvelope;
+use crate::runtime::{EventEnvelope, RunMetrics};
 
 /// Prices of one model, in USD per million tokens. Reasoning tokens are part of output tokens
 /// (the providers' convention), so they are not priced separately.
@@ -111,6 +111,12 @@ pub struct Metrics {
     pub usage: Usage,
     /// Cost of the session in USD (priced steps only).
     pub cost_usd: f64,
+    /// Every run's [`RunMetrics`] over the session (R-OBS): step and tool latency
+    /// percentiles, time to first token, tokens in/out/cached/reasoning, retries by kind,
+    /// compactions, folded from the same events (compaction tokens removed are only counted
+    /// on each run's own [`RunOutput::metrics`](crate::runtime::RunOutput::metrics)).
+    #[serde(default)]
+    pub runs_detail: RunMetrics,
     #[serde(skip)]
     entered: BTreeMap<String, u64>,
 }
@@ -118,6 +124,7 @@ pub struct Metrics {
 impl Metrics {
     /// Folds one event into the metrics.
     pub(crate) fn observe(&mut self, env: &EventEnvelope) {
+        self.runs_detail.observe(env);
         match &env.event {
             AgentEvent::RunStart { .. } => self.runs += 1,
             AgentEvent::RunEnd { outcome, .. } => {

@@ -1,0 +1,599 @@
+//! Metrics of one run (R-OBS), folded from the run's own events as they are emitted: step and
+//! tool latency, time to first token, tokens, retries by kind, compactions.
+//!
+//! Every time is a difference of two envelope timestamps, which come from the agent's `Clock`
+//! port (never the wall clock directly), so a run on a virtual clock has virtual latencies.
+//! [`RunOutput::metrics`](crate::runtime::RunOutput::metrics) holds a run's figures;
+//! [`Session::metrics`](crate::session::Session::metrics) aggregates them over the session's
+//! runs. At a run's end they are also emitted through `tracing` (target
+//! `agentloop::metrics`) under the names of the OpenTelemetry GenAI semantic conventions:
+//!
+//! | field | OpenTelemetry GenAI name | what |
+//! |---|---|---|
+//! | `gen_ai.client.operation.duration` | histogram, s | a model step, first request to committed message (p50/p90/p99/max, ms here) |
+//! | `gen_ai.server.time_to_first_token` | histogram, s | a model attempt, request sent to first streamed token |
+//! | `gen_ai.client.token.usage` | histogram, `gen_ai.token.type` = `input` / `output` | tokens of the run (plus cached and reasoning) |
+//! | `gen_ai.tool.duration` | (tool spans: `execute_tool`) | a tool call, start to result |
+//!
+//! No OpenTelemetry dependency: a `tracing` subscriber (an OTLP layer, say) maps the fields.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::agent_event::AgentEvent;
+use crate::error::ErrorKind;
+use crate::message::Usage;
+use crate::runtime::EventEnvelope;
+
+/// Samples of one latency, in milliseconds; summarised by nearest-rank percentiles.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Histogram {
+    samples: Vec<u64>,
+}
+
+impl Histogram {
+    /// Adds one sample.
+    pub fn record(&mut self, ms: u64) {
+        self.samples.push(ms);
+    }
+
+    /// Adds every sample of `other` (aggregating runs).
+    pub fn merge(&mut self, other: &Histogram) {
+        self.samples.extend_from_slice(&other.samples);
+    }
+
+    /// The samples, in the order they were recorded.
+    pub fn samples(&self) -> &[u64] {
+        &self.samples
+    }
+
+    /// Number of samples.
+    pub fn count(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// Count, percentiles (nearest rank) and maximum; `None` without samples. Sorts a copy:
+    /// O(n log n).
+    pub fn summary(&self) -> Option<LatencySummary> {
+        let mut sorted = self.samples.clone();
+        sorted.sort_unstable();
+        let max_ms = *sorted.last()?;
+        // Nearest rank: the smallest sample with at least p % of the samples at or below it.
+        let rank = |p: usize| {
+            let n = sorted.len();
+            let r = (p * n).div_ceil(100).clamp(1, n);
+            sorted[r - 1]
+        };
+        let total: u64 = sorted.iter().sum();
+        Some(LatencySummary {
+            count: sorted.len(),
+            p50_ms: rank(50),
+            p90_ms: rank(90),
+            p99_ms: rank(99),
+            max_ms,
+            mean_ms: total / sorted.len() as u64,
+        })
+    }
+}
+
+/// A latency's distribution: nearest-rank percentiles of its samples, in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LatencySummary {
+    /// Samples.
+    pub count: usize,
+    /// Median.
+    pub p50_ms: u64,
+    /// 90th percentile.
+    pub p90_ms: u64,
+    /// 99th percentile.
+    pub p99_ms: u64,
+    /// Largest sample.
+    pub max_ms: u64,
+    /// Mean (rounded down).
+    pub mean_ms: u64,
+}
+
+impl std::fmt::Display for LatencySummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "p50 {} ms, p90 {} ms, p99 {} ms, max {} ms (n={})",
+            self.p50_ms, self.p90_ms, self.p99_ms, self.max_ms, self.count
+        )
+    }
+}
+
+/// Metrics of one run (R-OBS), or of every run of a session when aggregated: latencies from
+/// the `Clock` port's timestamps of the run's events, token totals, retries, compactions.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct RunMetrics {
+    /// Runs folded in (1 for a run's own metrics).
+    pub runs: u64,
+    /// Model steps whose message was committed.
+    pub steps: u64,
+    /// Model requests sent (attempts, retries included).
+    pub model_requests: u64,
+    /// Per committed step: from its first request to its committed message (`request_start`
+    /// of attempt 1 to `response_complete`, backoffs included).
+    pub step_latency: Histogram,
+    /// Per attempt that streamed something: from its `request_start` to its first text,
+    /// reasoning or tool-call delta.
+    pub time_to_first_token: Histogram,
+    /// Per tool call that ran: from its `tool_start` to its `tool_end`.
+    pub tool_latency: Histogram,
+    /// Tool calls that got a result (ran or not: denied, skipped, ...).
+    pub tool_calls: u64,
+    /// Of those, the ones that failed (status `error`).
+    pub tool_errors: u64,
+    /// Tokens of the committed steps (each `response_complete`'s usage, as the run's result
+    /// sums them): input, output, cached (cache reads and writes), reasoning.
+    pub usage: Usage,
+    /// Retries scheduled.
+    pub retries: u64,
+    /// Retries by kind: the error kind (`rate_limited`, `server_error`, ...), `timeout` for a
+    /// request deadline, `stalled` for a first-chunk or stall deadline.
+    pub retries_by_kind: BTreeMap<String, u64>,
+    /// Retries whose delay was the server's `retry-after` hint (R-IN-1).
+    pub retries_after_hint: u64,
+    /// Compactions finished.
+    pub compactions: u64,
+    /// Messages compactions removed.
+    pub compaction_messages_removed: u64,
+    /// Tokens compactions removed, by the runtime's estimate of the context before and after
+    /// (counted by the run itself; an aggregate folded from events alone has none).
+    pub compaction_tokens_removed: u64,
+    /// In flight: first `request_start` per step, per attempt, per tool call.
+    #[serde(skip)]
+    open: Open,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Open {
+    step_started: BTreeMap<u32, u64>,
+    attempt_started: BTreeMap<(u32, u32), u64>,
+    tool_started: BTreeMap<String, u64>,
+    latest: Option<(u32, u32)>,
+}
+
+impl RunMetrics {
+    /// Folds one event of the run (its envelope's `ts_ms` is the clock port's reading).
+    pub fn observe(&mut self, env: &EventEnvelope) {
+        let ts = env.ts_ms;
+        match &env.event {
+            AgentEvent::RunStart {} => {
+                // What an earlier run left open (an abort mid-step) is not this run's.
+                self.open = Open::default();
+                self.runs += 1;
+            }
+            AgentEvent::RequestStart {
+                model_call_index,
+                attempt,
+                ..
+            } => {
+                self.model_requests += 1;
+                self.open
+                    .step_started
+                    .entry(*model_call_index)
+                    .or_insert(ts);
+                self.open
+                    .attempt_started
+                    .insert((*model_call_index, *attempt), ts);
+                self.open.latest = Some((*model_call_index, *attempt));
+            }
+            AgentEvent::TextDelta {
+                model_call_index,
+                attempt,
+                ..
+            }
+            | AgentEvent::ReasoningDelta {
+                model_call_index,
+                attempt,
+                ..
+            } => self.first_token(*model_call_index, *attempt, ts),
+            // Tool-call deltas name no attempt: they belong to the latest request.
+            AgentEvent::ToolInputStart { .. } => {
+                if let Some((step, attempt)) = self.open.latest {
+                    self.first_token(step, attempt, ts);
+                }
+            }
+            AgentEvent::ResponseComplete {
+                model_call_index,
+                usage,
+                ..
+            } => {
+                self.steps += 1;
+                if let Some(usage) = usage {
+                    self.usage.add(usage);
+                }
+                if let Some(t) = self.open.step_started.remove(model_call_index) {
+                    self.step_latency.record(ts.saturating_sub(t));
+                }
+                self.open
+                    .attempt_started
+                    .retain(|(step, _), _| step != model_call_index);
+            }
+            AgentEvent::Retry {
+                reason,
+                retry_after_ms,
+                ..
+            } => {
+                self.retries += 1;
+                *self.retries_by_kind.entry(retry_kind(reason)).or_default() += 1;
+                if retry_after_ms.is_some() {
+                    self.retries_after_hint += 1;
+                }
+            }
+            AgentEvent::ToolStart { tool_call_id, .. } => {
+                self.open.tool_started.insert(tool_call_id.clone(), ts);
+            }
+            AgentEvent::ToolEnd {
+                tool_call_id,
+                status,
+                ..
+            } => {
+                self.tool_calls += 1;
+                if *status == crate::message::ToolStatus::Error {
+                    self.tool_errors += 1;
+                }
+                if let Some(t) = self.open.tool_started.remove(tool_call_id) {
+                    self.tool_latency.record(ts.saturating_sub(t));
+                }
+            }
+            AgentEvent::CompactEnd { removed } => {
+                self.compactions += 1;
+                self.compaction_messages_removed += *removed as u64;
+            }
+            _ => {}
+        }
+    }
+
+    fn first_token(&mut self, step: u32, attempt: u32, ts: u64) {
+        // Only the first delta of the attempt counts: the start is taken out then.
+        if let Some(t) = self.open.attempt_started.remove(&(step, attempt)) {
+            self.time_to_first_token.record(ts.saturating_sub(t));
+        }
+    }
+
+    /// Counts the tokens one compaction removed (the runtime's estimate).
+    pub(crate) fn compacted_tokens(&mut self, removed: u64) {
+        self.compaction_tokens_removed += removed;
+    }
+
+    /// Adds another run's figures (a session's aggregate).
+    pub fn merge(&mut self, other: &RunMetrics) {
+        self.runs += other.runs;
+        self.steps += other.steps;
+        self.model_requests += other.model_requests;
+        self.step_latency.merge(&other.step_latency);
+        self.time_to_first_token.merge(&other.time_to_first_token);
+        self.tool_latency.merge(&other.tool_latency);
+        self.tool_calls += other.tool_calls;
+        self.tool_errors += other.tool_errors;
+        self.usage.add(&other.usage);
+        self.retries += other.retries;
+        for (k, n) in &other.retries_by_kind {
+            *self.retries_by_kind.entry(k.clone()).or_default() += n;
+        }
+        self.retries_after_hint += other.retries_after_hint;
+        self.compactions += other.compactions;
+        self.compaction_messages_removed += other.compaction_messages_removed;
+        self.compaction_tokens_removed += other.compaction_tokens_removed;
+    }
+
+    /// Emits the figures as one `tracing` event (target `agentloop::metrics`, level info),
+    /// with the OpenTelemetry GenAI semantic-convention names as field prefixes.
+    pub fn trace(&self, run_id: &str) {
+        let step = self.step_latency.summary();
+        let ttft = self.time_to_first_token.summary();
+        let tool = self.tool_latency.summary();
+        let p = |s: Option<LatencySummary>, f: fn(&LatencySummary) -> u64| s.as_ref().map(f);
+        tracing::info!(
+            target: "agentloop::metrics",
+            run_id,
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.client.operation.duration.count = step.map(|s| s.count),
+            gen_ai.client.operation.duration.p50_ms = p(step, |s| s.p50_ms),
+            gen_ai.client.operation.duration.p90_ms = p(step, |s| s.p90_ms),
+            gen_ai.client.operation.duration.p99_ms = p(step, |s| s.p99_ms),
+            gen_ai.client.operation.duration.max_ms = p(step, |s| s.max_ms),
+            gen_ai.server.time_to_first_token.p50_ms = p(ttft, |s| s.p50_ms),
+            gen_ai.server.time_to_first_token.p90_ms = p(ttft, |s| s.p90_ms),
+            gen_ai.server.time_to_first_token.max_ms = p(ttft, |s| s.max_ms),
+            gen_ai.tool.duration.count = tool.map(|s| s.count),
+            gen_ai.tool.duration.p50_ms = p(tool, |s| s.p50_ms),
+            gen_ai.tool.duration.p90_ms = p(tool, |s| s.p90_ms),
+            gen_ai.tool.duration.p99_ms = p(tool, |s| s.p99_ms),
+            gen_ai.tool.duration.max_ms = p(tool, |s| s.max_ms),
+            gen_ai.client.token.usage.input = self.usage.input_tokens,
+            gen_ai.client.token.usage.output = self.usage.output_tokens,
+            gen_ai.client.token.usage.cached = self.cached_tokens(),
+            gen_ai.client.token.usage.reasoning = self.usage.reasoning_tokens,
+            agentloop.steps = self.steps,
+            agentloop.model_requests = self.model_requests,
+            agentloop.retries = self.retries,
+            agentloop.compactions = self.compactions,
+            agentloop.compaction.tokens_removed = self.compaction_tokens_removed,
+            "run_metrics"
+        );
+    }
+
+    /// Input tokens served from or written to the provider's prompt cache.
+    pub fn cached_tokens(&self) -> u64 {
+        self.usage.cache_read_input_tokens + self.usage.cache_creation_input_tokens
+    }
+
+    /// A few lines for a person: latencies, tokens, retries, compactions (what
+    /// `agentloop run --metrics` prints).
+    pub fn summary_text(&self) -> String {
+        let latency = |h: &Histogram| match h.summary() {
+            Some(s) => s.to_string(),
+            None => "none".to_string(),
+        };
+        let mut out = String::from("metrics:\n");
+        out.push_str(&format!(
+            "  steps: {} ({} model requests)\n",
+            self.steps, self.model_requests
+        ));
+        out.push_str(&format!(
+            "  step latency: {}\n",
+            latency(&self.step_latency)
+        ));
+        out.push_str(&format!(
+            "  time to first token: {}\n",
+            latency(&self.time_to_first_token)
+        ));
+        out.push_str(&format!(
+            "  tool latency: {} ({} calls, {} errors)\n",
+            latency(&self.tool_latency),
+            self.tool_calls,
+            self.tool_errors
+        ));
+        out.push_str(&format!(
+            "  tokens: {} in, {} out, {} cached, {} reasoning\n",
+            self.usage.input_tokens,
+            self.usage.output_tokens,
+            self.cached_tokens(),
+            self.usage.reasoning_tokens
+        ));
+        let kinds: Vec<String> = self
+            .retries_by_kind
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        out.push_str(&format!(
+            "  retries: {}{}\n",
+            self.retries,
+            if kinds.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", kinds.join(", "))
+            }
+        ));
+        out.push_str(&format!(
+            "  compactions: {} ({} messages, ~{} tokens removed)\n",
+            self.compactions, self.compaction_messages_removed, self.compaction_tokens_removed
+        ));
+        out
+    }
+}
+
+/// The kind of a retry from its reason: the error kind a model error's text starts with
+/// (`rate_limited: ...`), `timeout` for a request deadline, `stalled` for a first-chunk or
+/// stall deadline, else `other`.
+fn retry_kind(reason: &str) -> String {
+    if let Some((prefix, _)) = reason.split_once(':') {
+        let known = serde_json::from_value::<ErrorKind>(serde_json::Value::String(
+            prefix.trim().to_string(),
+        ));
+        if let Ok(kind) = known {
+            return kind.as_str().to_string();
+        }
+    }
+    if reason.starts_with("request exceeded") {
+        "timeout".into()
+    } else if reason.starts_with("stream stalled") {
+        "stalled".into()
+    } else {
+        "other".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::ToolStatus;
+
+    fn env(ts_ms: u64, event: AgentEvent) -> EventEnvelope {
+        EventEnvelope {
+            index: 0,
+            ts_ms,
+            run_id: "r".into(),
+            event,
+        }
+    }
+
+    fn request(step: u32, attempt: u32) -> AgentEvent {
+        AgentEvent::RequestStart {
+            model_call_index: step,
+            attempt,
+            model: "m".into(),
+        }
+    }
+
+    fn text(step: u32, attempt: u32) -> AgentEvent {
+        AgentEvent::TextDelta {
+            model_call_index: step,
+            attempt,
+            text: "x".into(),
+        }
+    }
+
+    fn complete(step: u32) -> AgentEvent {
+        AgentEvent::ResponseComplete {
+            model_call_index: step,
+            usage: None,
+            tool_calls: 0,
+            message: Default::default(),
+        }
+    }
+
+    #[test]
+    fn r_obs_percentiles_are_nearest_rank_over_the_samples() {
+        let mut h = Histogram::default();
+        assert_eq!(h.summary(), None);
+        for ms in (1..=100).rev() {
+            h.record(ms);
+        }
+        let s = h.summary().expect("samples");
+        assert_eq!(
+            (s.count, s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms, s.mean_ms),
+            (100, 50, 90, 99, 100, 50)
+        );
+        let mut one = Histogram::default();
+        one.record(7);
+        let s = one.summary().expect("one");
+        assert_eq!((s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms), (7, 7, 7, 7));
+        let mut two = Histogram::default();
+        two.record(10);
+        two.record(1_000);
+        let s = two.summary().expect("two");
+        assert_eq!((s.p50_ms, s.p90_ms, s.max_ms), (10, 1_000, 1_000));
+    }
+
+    #[test]
+    fn r_obs_step_latency_and_ttft_from_the_clock_timestamps_of_the_events() {
+        let mut m = RunMetrics::default();
+        for e in [
+            env(1_000, AgentEvent::RunStart {}),
+            // Step 1: attempt 1 fails, attempt 2 streams after 40 ms, commits at 1 300.
+            env(1_000, request(1, 1)),
+            env(
+                1_010,
+                AgentEvent::Retry {
+                    model_call_index: 1,
+                    attempt: 2,
+                    delay_ms: 150,
+                    reason: "server_error: HTTP 503".into(),
+                    retry_after_ms: Some(150),
+                },
+            ),
+            env(1_160, request(1, 2)),
+            env(1_200, text(1, 2)),
+            env(1_250, text(1, 2)),
+            env(1_300, complete(1)),
+            // A tool call of 75 ms.
+            env(
+                1_300,
+                AgentEvent::ToolStart {
+                    tool_call_id: "c1".into(),
+                    name: "calc".into(),
+                    arguments: serde_json::json!({}),
+                },
+            ),
+            env(
+                1_375,
+                AgentEvent::ToolEnd {
+                    tool_call_id: "c1".into(),
+                    name: "calc".into(),
+                    status: ToolStatus::Completed,
+                    result: "5".into(),
+                    result_truncated: false,
+                    result_bytes: 1,
+                },
+            ),
+            // Step 2: 10 ms to first token, 30 ms in all; a stall retry.
+            env(1_400, request(2, 1)),
+            env(
+                1_405,
+                AgentEvent::Retry {
+                    model_call_index: 2,
+                    attempt: 2,
+                    delay_ms: 1_000,
+                    reason: "stream stalled for 30000 ms".into(),
+                    retry_after_ms: None,
+                },
+            ),
+            env(1_410, text(2, 1)),
+            env(
+                1_430,
+                AgentEvent::ResponseComplete {
+                    model_call_index: 2,
+                    usage: Some(Usage {
+                        input_tokens: 100,
+                        output_tokens: 20,
+                        cache_read_input_tokens: 60,
+                        cache_creation_input_tokens: 0,
+                        reasoning_tokens: 5,
+                    }),
+                    tool_calls: 0,
+                    message: Default::default(),
+                },
+            ),
+            // A session's usage reports repeat the steps' usage: not counted again.
+            env(
+                1_430,
+                AgentEvent::UsageReport {
+                    model_call_index: None,
+                    model: "m".into(),
+                    usage: Usage {
+                        input_tokens: 999,
+                        ..Usage::default()
+                    },
+                    cost_usd: None,
+                },
+            ),
+            env(1_440, AgentEvent::CompactEnd { removed: 4 }),
+        ] {
+            m.observe(&e);
+        }
+        assert_eq!((m.runs, m.steps, m.model_requests), (1, 2, 3));
+        assert_eq!(m.step_latency.samples(), [300, 30]);
+        assert_eq!(m.time_to_first_token.samples(), [40, 10]);
+        assert_eq!(m.tool_latency.samples(), [75]);
+        assert_eq!((m.tool_calls, m.tool_errors), (1, 0));
+        assert_eq!(m.retries, 2);
+        assert_eq!(
+            m.retries_by_kind,
+            BTreeMap::from([("server_error".into(), 1), ("stalled".into(), 1)])
+        );
+        assert_eq!(m.retries_after_hint, 1);
+        assert_eq!(
+            (
+                m.usage.input_tokens,
+                m.usage.output_tokens,
+                m.cached_tokens()
+            ),
+            (100, 20, 60),
+            "committed steps only, not the usage reports"
+        );
+        assert_eq!((m.compactions, m.compaction_messages_removed), (1, 4));
+        let text = m.summary_text();
+        assert!(text.contains("step latency: p50 30 ms"), "{text}");
+        assert!(
+            text.contains("retries: 2 (server_error 1, stalled 1)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tokens: 100 in, 20 out, 60 cached, 5 reasoning"),
+            "{text}"
+        );
+
+        let mut all = RunMetrics::default();
+        all.merge(&m);
+        all.merge(&m);
+        assert_eq!((all.runs, all.steps, all.retries), (2, 4, 4));
+        assert_eq!(all.step_latency.count(), 4);
+        assert_eq!(all.retries_by_kind["stalled"], 2);
+    }
+
+    #[test]
+    fn r_obs_retry_kinds_name_the_error_or_the_deadline() {
+        assert_eq!(retry_kind("rate_limited: slow down"), "rate_limited");
+        assert_eq!(retry_kind("request exceeded 1000 ms"), "timeout");
+        assert_eq!(retry_kind("stream stalled for 30000 ms"), "stalled");
+        assert_eq!(retry_kind("weird: thing"), "other");
+    }
+}
