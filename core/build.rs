@@ -326,7 +326,7 @@ fn generate(chart: &Chart, prefix: &str, out: &mut String) {
     writeln!(
         out,
         "    /// The effects the row declares, typed (`None`: this chart's effects are still prose,\n    \
-         /// not checked). See [`check_effects`](crate::chart::check_effects) for the rule."
+         /// not checked). See [`check_effects`] for the rule."
     )
     .ok();
     match typed_effects(chart) {
