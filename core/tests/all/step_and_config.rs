@@ -228,6 +228,43 @@ fn r_in_1_a_retry_after_hint_overrides_the_backoff_within_the_cap() {
     assert!((0..100).all(|d| (750..=1_000).contains(&p.jittered_delay_ms(1, None, d))));
 }
 
+/// R-IN-1, R-TRACE-2: a version-6 trace records a delay that came from the server's hint
+/// (150 ms, below the 1 s backoff) and replays identically; the reader gives older traces the
+/// floor rule, so a version-4 trace whose 20 ms hint was lengthened to the backoff replays
+/// identically too. The version-6 trace replayed under the floor rule diverges at the hinted
+/// retry's timer: the rule is part of what a trace means.
+#[test]
+fn r_in_1_traces_replay_with_the_retry_after_rule_they_were_recorded_with() {
+    use agentloop_core::process::RetryAfterRule;
+    use agentloop_core::trace::{replay, TraceRecord};
+    let v6 = crate::trace_tools::fixture("v6-retry-after.jsonl");
+    assert_eq!(v6.header.version, 6);
+    assert_eq!(
+        v6.header.config.step.retry.retry_after,
+        RetryAfterRule::Override
+    );
+    assert_eq!(replay(&v6), None);
+    let v4 = crate::trace_tools::fixture("v4-retry-tool.jsonl");
+    assert_eq!(
+        v4.header.config.step.retry.retry_after,
+        RetryAfterRule::Floor
+    );
+    assert_eq!(replay(&v4), None);
+    let mut floored = v6.clone();
+    floored.header.config.step.retry.retry_after = RetryAfterRule::Floor;
+    let d = replay(&floored).expect("the floor rule waits the backoff instead");
+    assert!(
+        matches!(
+            d.recorded,
+            Some(TraceRecord::Effect {
+                effect: agentloop_core::Effect::StartTimer { delay_ms: 150, .. },
+                ..
+            })
+        ),
+        "{d:?}"
+    );
+}
+
 /// Jitter is a pure function of the recorded seed and the draw, within
 /// `jitter_percent` below the backoff, spread over that band, never applied to a server hint.
 #[test]
