@@ -174,9 +174,11 @@ pub struct HttpConfig {
 /// `max_tokens`): the o-series and gpt-5 families.
 pub fn uses_max_completion_tokens(model: &str) -> bool {
     let m = model.rsplit('/').next().unwrap_or(model);
-    ["o1", "o3", "o4", "gpt-5"]
-        .iter()
-        .any(|p| m == *p || m.starts_with(&format!("{p}-")))
+    // A family name, alone or followed by a version (`gpt-5.1`) or a variant (`o3-mini`).
+    ["o1", "o3", "o4", "gpt-5"].iter().any(|p| {
+        m.strip_prefix(p)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['-', '.']))
+    })
 }
 
 impl fmt::Debug for HttpConfig {
@@ -606,6 +608,8 @@ mod tests {
             "o4-mini-2025-04-16",
             "gpt-5",
             "gpt-5-mini",
+            "gpt-5.1",
+            "gpt-5.1-codex-mini",
             "openai/o3",
         ] {
             assert!(uses_max_completion_tokens(m), "{m}");
