@@ -25,8 +25,9 @@
 //!   (feature `builtin-tools`), MCP servers (feature `mcp`), subagents ([`subagent`]).
 //! * Stores ([`store`]): [`store::MemoryStore`], and with features the JSONL file store
 //!   (`file-store`), SQLite (`sqlite-store`) and PostgreSQL (`postgres-store`).
-//! * Traces ([`trace`]): the recorded run, [`trace::replay`], and the tools built on it:
-//!   [`whatif`] (replay under a changed configuration), [`trace_diff`], [`transcript`].
+//! * Traces ([`trace`]): the recorded run and [`trace::replay`]. The tools built on traces
+//!   (transcripts, trace diff, what-if replay, conversation import) are the
+//!   [`agentloop-trace-tools`](https://docs.rs/agentloop-trace-tools) crate.
 //! * The pure core itself, re-exported under the same paths: [`Run`], [`Event`], [`Effect`],
 //!   [`Step`], the [`react`] and [`process`] machines and their [`chart`]s.
 //!
@@ -78,9 +79,8 @@ pub struct ReadmeDoctests;
 
 // The pure core, re-exported under the paths it always had.
 pub use agentloop_core::{
-    agent_event, chart, context, effect, error, event, execute_result, import, inline_tags,
-    message, output, process, react, session_log, step, todo, tool_check, tool_rules, trace_diff,
-    transcript, whatif, wildcard,
+    agent_event, chart, context, effect, error, event, execute_result, inline_tags, message,
+    output, process, react, session_log, step, todo, tool_check, tool_rules, wildcard,
 };
 
 pub mod attachment;

@@ -1,6 +1,7 @@
 //! `agentloop trace show|diff|view` and the what-if mode of `agentloop replay`: reading traces for
-//! people. The analysis is pure (`agentloop::transcript`, `trace_diff`, `whatif`); this module
-//! loads files, prints, and maps results to exit codes (0 same / 1 different / 2 bad input).
+//! people. The analysis is pure (`agentloop_trace_tools`: `transcript`, `trace_diff`, `whatif`);
+//! this module loads files, prints, and maps results to exit codes (0 same / 1 different / 2 bad
+//! input).
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -14,9 +15,9 @@ use agentloop::regular_file::{open_regular_file, read_regular_to_string};
 use agentloop::trace::{
     Trace, TraceError, TraceHeader, TraceRecord, OLDEST_READABLE_TRACE_VERSION, TRACE_VERSION,
 };
-use agentloop::trace_diff::{diff, DiffOptions, TraceDiff};
-use agentloop::transcript::{RenderOptions, Style, Summary, Transcript};
-use agentloop::whatif::{apply_setting, parse_assignment, what_if, WhatIf};
+use agentloop_trace_tools::trace_diff::{diff, DiffOptions, TraceDiff};
+use agentloop_trace_tools::transcript::{RenderOptions, Style, Summary, Transcript};
+use agentloop_trace_tools::whatif::{apply_setting, parse_assignment, what_if, WhatIf};
 
 use crate::out::errln;
 
@@ -425,7 +426,7 @@ fn diff_text(d: &TraceDiff, a: &Path, b: &Path) -> String {
                     // Under its own key, so a tool list shortens to names.
                     let key = c.path.rsplit('.').next().unwrap_or_default();
                     let mut wrapped = serde_json::json!({ key: v });
-                    agentloop::trace_diff::compact_tools(&mut wrapped);
+                    agentloop_trace_tools::trace_diff::compact_tools(&mut wrapped);
                     clip_line(&wrapped[key].to_string(), HEADER_VALUE_CHARS)
                 })
                 .unwrap_or_else(|| "<absent>".into())
@@ -612,7 +613,9 @@ pub struct ImportArgs {
 }
 
 /// The scripted model's script replaying `replies` (ids and argument text kept).
-fn script_of(replies: &[agentloop::import::Reply]) -> agentloop::provider::scripted::Script {
+fn script_of(
+    replies: &[agentloop_trace_tools::import::Reply],
+) -> agentloop::provider::scripted::Script {
     use agentloop::provider::scripted::{Script, ScriptToolCall, Turn};
     Script {
         per_prompt: false,
@@ -679,7 +682,7 @@ pub fn import_main(args: ImportArgs) -> ExitCode {
         Ok(v) => v,
         Err(e) => return fail(format!("not JSON: {e}")),
     };
-    let options = agentloop::import::ImportOptions {
+    let options = agentloop_trace_tools::import::ImportOptions {
         agentloop: env!("CARGO_PKG_VERSION").into(),
         model: args.model.clone(),
         ..Default::default()
@@ -697,16 +700,16 @@ pub fn import_main(args: ImportArgs) -> ExitCode {
     // empty or partial trace.
     let mut bad_input = None;
     let written = write_replacing(&out, |w| {
-        let streamed = agentloop::import::openai_chat_to(&value, &options, |record| {
+        let streamed = agentloop_trace_tools::import::openai_chat_to(&value, &options, |record| {
             serde_json::to_writer(&mut *w, record).map_err(std::io::Error::from)?;
             w.write_all(b"\n")
         });
         streamed.map_err(|e| match e {
-            agentloop::import::StreamError::Import(e) => {
+            agentloop_trace_tools::import::StreamError::Import(e) => {
                 bad_input = Some(e.to_string());
                 std::io::Error::other("not imported")
             }
-            agentloop::import::StreamError::Sink(e) => e,
+            agentloop_trace_tools::import::StreamError::Sink(e) => e,
         })
     });
     let imported = match (written, bad_input) {

@@ -28,7 +28,7 @@ use agentloop::store::Entry;
 #[cfg(test)]
 use agentloop::trace::Trace;
 use agentloop::trace::{TraceHeader, TraceRecord};
-use agentloop::transcript::Summary;
+use agentloop_trace_tools::transcript::Summary;
 
 /// The timeline of one trace, as the page's script reads it.
 #[derive(Debug, Serialize)]
@@ -839,7 +839,7 @@ mod tests {
     #[test]
     fn the_streamed_page_and_summary_match_the_whole_trace_ones() {
         use agentloop::trace::TraceFile;
-        use agentloop::transcript::Transcript;
+        use agentloop_trace_tools::transcript::Transcript;
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/traces");
         let mut checked = 0;
         for entry in std::fs::read_dir(dir).expect("fixtures") {

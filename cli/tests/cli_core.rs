@@ -431,7 +431,7 @@ fn r_trace_2_sixteen_runs_with_four_parallel_tools_give_one_trace() {
         let mut runs = std::collections::BTreeMap::new();
         for line in text.lines() {
             let mut v: serde_json::Value = serde_json::from_str(line).expect("json line");
-            agentloop::trace_diff::normalize(&mut v, &mut runs);
+            agentloop_trace_tools::trace_diff::normalize(&mut v, &mut runs);
             normalized.push_str(&v.to_string());
             normalized.push('\n');
         }

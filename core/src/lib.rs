@@ -6,8 +6,8 @@
 //! call along its own lifecycle), their input [`event`]s and output [`effect`]s, session
 //! [`entry`]s and the session-log functions ([`session_log`]: pairing check, repair, history),
 //! the [`model`] request, [`tool_spec`]s, observable [`agent_event`]s, the [`chart`]s generated
-//! from `statecharts/*.toml`, and the [`trace`] format with replay, [`whatif`],
-//! [`trace_diff`], [`transcript`] and conversation [`import`].
+//! from `statecharts/*.toml`, and the [`trace`] format with replay. Transcripts, trace diff,
+//! what-if replay and conversation import over traces are the `agentloop-trace-tools` crate.
 //!
 //! # Layout
 //!
@@ -65,15 +65,11 @@ mod policy;
 mod vocab;
 
 pub mod chart;
-pub mod import;
 pub mod process;
 pub mod react;
 pub mod session_log;
 pub mod session_machine;
 pub mod trace;
-pub mod trace_diff;
-pub mod transcript;
-pub mod whatif;
 
 pub use policy::{context, inline_tags, timeouts, tool_cache, tool_rules, wildcard};
 pub use vocab::{

@@ -429,8 +429,9 @@ impl Divergence {
 
 /// Leaves out of a replayed `step` what a trace of `version` did not record: tool-call
 /// transitions before version 4, `tool_end` results before version 5, the hint of `retry`
-/// events before version 6.
-pub(crate) fn as_recorded_by(version: u32, step: &mut Step) {
+/// events before version 6. Replay applies it to every replayed step; a replay of its own
+/// (what-if in `agentloop-trace-tools`) must too, to compare like with like.
+pub fn as_recorded_by(version: u32, step: &mut Step) {
     if version < 4 {
         step.transitions
             .retain(|t| !matches!(t, Transition::ToolCall { .. }));

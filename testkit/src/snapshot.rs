@@ -1,6 +1,6 @@
 //! Compact, stable snapshots of traces for `insta` ([`assert_trace_snapshot!`](crate::assert_trace_snapshot)).
 //!
-//! A snapshot is the run's transcript ([`agentloop_core::transcript`]): one line per
+//! A snapshot is the run's transcript ([`agentloop_trace_tools::transcript`]): one line per
 //! meaningful record — a request, the committed text (deltas joined), a tool call with its
 //! arguments and result, a retry, an approval, a compaction, the machines' state changes per
 //! input, the end — with the tool schemas once (as argument lists) in the first lines. Run ids
@@ -10,8 +10,8 @@
 use std::collections::BTreeMap;
 
 use agentloop_core::trace::Trace;
-use agentloop_core::trace_diff::normalize;
-use agentloop_core::transcript::{RenderOptions, Style, Transcript};
+use agentloop_trace_tools::trace_diff::normalize;
+use agentloop_trace_tools::transcript::{RenderOptions, Style, Transcript};
 
 /// The snapshot text of `trace`.
 pub fn render(trace: &Trace) -> String {

@@ -2,7 +2,6 @@
 //! could have been configured with is refused when read, with a typed error; a rule set at the
 //! bounds replays; a rule changed after its first match matches by its new pattern.
 
-use agentloop_core::import::{openai_chat, ImportOptions};
 use agentloop_core::tool_rules::{
     last_match, validate_rules, RuleError, RulesError, ToolRule, MAX_RULES_PATTERN_CHARS,
     MAX_TOOL_RULES,
@@ -10,6 +9,7 @@ use agentloop_core::tool_rules::{
 use agentloop_core::trace::{replay, Trace, TraceError};
 use agentloop_core::wildcard::MAX_PATTERN_CHARS;
 use agentloop_core::ToolCall;
+use agentloop_trace_tools::import::{openai_chat, ImportOptions};
 use serde_json::{json, Value};
 
 /// A recorded conversation: `calls` calls of `bash`, each with an `argument_bytes` command.
@@ -183,9 +183,9 @@ fn r_tool_3_a_rule_changed_after_its_first_match_matches_by_its_new_pattern() {
 
 #[test]
 fn r_trace_1_a_streamed_import_hands_the_sink_the_records_of_the_collected_one() {
-    use agentloop_core::import::{openai_chat_to, StreamError};
     use agentloop_core::trace::TraceRecord;
-    use agentloop_core::transcript::Transcript;
+    use agentloop_trace_tools::import::{openai_chat_to, StreamError};
+    use agentloop_trace_tools::transcript::Transcript;
     let recording = conversation(5, 10);
     let collected = openai_chat(&recording, &ImportOptions::default()).expect("import");
     let mut lines = Vec::new();

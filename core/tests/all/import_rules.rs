@@ -1,9 +1,9 @@
 //! Importing a chat-completions recording: content parts, where system and user messages may
 //! stand, the configuration the import records, and repeated calls the machines would ask about.
 
-use agentloop_core::import::{openai_chat, ImportOptions, Imported};
 use agentloop_core::trace::TraceRecord;
 use agentloop_core::{Event, Message};
+use agentloop_trace_tools::import::{openai_chat, ImportOptions, Imported};
 use serde_json::{json, Value};
 
 fn import(messages: Value) -> Imported {

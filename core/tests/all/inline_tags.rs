@@ -294,7 +294,7 @@ fn issue_13_the_option_defaults_to_strip_and_old_configurations_read_as_off() {
 /// shows what stripping would have made of a trace recorded without it).
 #[test]
 fn issue_13_what_if_sets_the_option() {
-    use agentloop_core::whatif::apply_setting;
+    use agentloop_trace_tools::whatif::apply_setting;
     let mut cfg = agentloop_core::RunConfig::default();
     for (value, mode) in [
         ("off", InlineTags::Off),

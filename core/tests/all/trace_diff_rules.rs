@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use agentloop_core::trace_diff::{compact_tools, diff, normalize, DiffOptions};
 use agentloop_core::Event;
+use agentloop_trace_tools::trace_diff::{compact_tools, diff, normalize, DiffOptions};
 use serde_json::json;
 
 use crate::records::Records;

@@ -5,10 +5,12 @@
 use agentloop_core::agent_event::Outcome;
 use agentloop_core::react::DeciderRegistry;
 use agentloop_core::trace::{Trace, TraceRecord};
-use agentloop_core::trace_diff::{diff, DiffOptions};
-use agentloop_core::transcript::{Item, RenderOptions, Transcript};
-use agentloop_core::whatif::{apply_setting, parse_assignment, what_if, Missing, SettingError};
 use agentloop_core::Event;
+use agentloop_trace_tools::trace_diff::{diff, DiffOptions};
+use agentloop_trace_tools::transcript::{Item, RenderOptions, Transcript};
+use agentloop_trace_tools::whatif::{
+    apply_setting, parse_assignment, what_if, Missing, SettingError,
+};
 
 /// The path of the fixture trace `name`.
 fn fixture_path(name: &str) -> String {
@@ -280,7 +282,7 @@ fn openai(name: &str) -> serde_json::Value {
 
 #[test]
 fn import_of_a_clean_conversation_replays_and_reads_like_the_recording() {
-    use agentloop_core::import::{openai_chat, ImportOptions};
+    use agentloop_trace_tools::import::{openai_chat, ImportOptions};
     let imported = openai_chat(&openai("calc.json"), &ImportOptions::default()).expect("import");
     assert_eq!(imported.findings, []);
     assert_eq!(agentloop_core::trace::replay(&imported.trace), None);
@@ -297,7 +299,7 @@ fn import_of_a_clean_conversation_replays_and_reads_like_the_recording() {
 
 #[test]
 fn import_reports_a_missing_result_and_a_reply_after_the_end() {
-    use agentloop_core::import::{openai_chat, ImportOptions};
+    use agentloop_trace_tools::import::{openai_chat, ImportOptions};
     let imported =
         openai_chat(&openai("missing-result.json"), &ImportOptions::default()).expect("import");
     let findings: Vec<String> = imported.findings.iter().map(|f| f.to_string()).collect();
@@ -315,7 +317,7 @@ fn import_reports_a_missing_result_and_a_reply_after_the_end() {
 
 #[test]
 fn import_refuses_what_is_not_a_message_array() {
-    use agentloop_core::import::{openai_chat, ImportOptions};
+    use agentloop_trace_tools::import::{openai_chat, ImportOptions};
     let o = ImportOptions::default();
     assert!(openai_chat(&serde_json::json!({"a": 1}), &o).is_err());
     let e = openai_chat(

@@ -6,13 +6,13 @@ use agentloop_core::entry::Repair;
 use agentloop_core::error::ErrorKind;
 use agentloop_core::event::KillPolicy;
 use agentloop_core::react::limits::{LimitAction, LimitKind};
-use agentloop_core::transcript::{
-    usage_or_unknown, usage_text, Item, RenderOptions, StateChange, Style, Summary, ToolSummary,
-    Transcript,
-};
 use agentloop_core::{
     AgentEvent, AssistantMessage, Effect, Event, Message, ModelError, Run, RunConfig, ToolCall,
     ToolSpec, ToolStatus, Usage,
+};
+use agentloop_trace_tools::transcript::{
+    usage_or_unknown, usage_text, Item, RenderOptions, StateChange, Style, Summary, ToolSummary,
+    Transcript,
 };
 use serde_json::json;
 
@@ -627,7 +627,7 @@ fn issue13_events_become_notes() {
 /// of a step is its heading (Markdown) or its line (text), and reasoning is shown.
 #[test]
 fn r_trace_2_render_names_history_steps_and_reasoning() {
-    use agentloop_core::transcript::{RenderOptions, Style, Summary};
+    use agentloop_trace_tools::transcript::{RenderOptions, Style, Summary};
     let t = Transcript {
         version: 4,
         session: "s".into(),

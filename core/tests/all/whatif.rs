@@ -9,10 +9,10 @@ use agentloop_core::message::ToolStatus;
 use agentloop_core::process::ApprovalPolicy;
 use agentloop_core::react::{DeciderRegistry, RunConfig, SteeringPolicy};
 use agentloop_core::trace::{Trace, TraceHeader, TraceRecord, TRACE_VERSION};
-use agentloop_core::whatif::{
+use agentloop_core::{AttemptId, Effect, Event, Message, Run, ToolSpec};
+use agentloop_trace_tools::whatif::{
     apply_setting, parse_assignment, what_if, Missing, SettingError, SETTINGS,
 };
-use agentloop_core::{AttemptId, Effect, Event, Message, Run, ToolSpec};
 
 use crate::decider_replay::{attempt_of, feed, stream};
 use crate::trace_tools::fixture;
@@ -209,7 +209,7 @@ fn r_trace_3_each_missing_answer_reads_clearly() {
 fn replay_changed(
     t: &Trace,
     change: impl FnOnce(&mut RunConfig),
-) -> agentloop_core::whatif::WhatIf {
+) -> agentloop_trace_tools::whatif::WhatIf {
     let mut c = t.header.config.clone();
     change(&mut c);
     what_if(t, c, &DeciderRegistry::new()).expect("replay")

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::trace::{Trace, TraceRecord};
+use agentloop_core::trace::{Trace, TraceRecord};
+
 use crate::transcript::{Summary, Transcript};
 
 /// How [`diff`] compares.

@@ -10,13 +10,13 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::agent_event::{AgentEvent, Outcome};
-use crate::effect::Effect;
-use crate::entry::Entry;
-use crate::event::{ApprovalDecision, Event};
-use crate::message::{Message, ToolStatus, Usage};
-use crate::step::Transition;
-use crate::trace::{Trace, TraceRecord};
+use agentloop_core::agent_event::{AgentEvent, Outcome};
+use agentloop_core::effect::Effect;
+use agentloop_core::entry::Entry;
+use agentloop_core::event::{ApprovalDecision, Event};
+use agentloop_core::message::{Message, ToolStatus, Usage};
+use agentloop_core::step::Transition;
+use agentloop_core::trace::{Trace, TraceRecord};
 
 /// A trace as a readable sequence of [`Item`]s plus a [`Summary`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -794,9 +794,9 @@ fn note(event: &AgentEvent) -> Option<String> {
             timeout_ms,
         } => {
             let done = match action {
-                crate::tool_rules::RuleAction::Allow => "allowed",
-                crate::tool_rules::RuleAction::Ask => "put to a human",
-                crate::tool_rules::RuleAction::Deny => "denied",
+                agentloop_core::tool_rules::RuleAction::Allow => "allowed",
+                agentloop_core::tool_rules::RuleAction::Ask => "put to a human",
+                agentloop_core::tool_rules::RuleAction::Deny => "denied",
             };
             let deadline = timeout_ms.map(|ms| format!(", deadline {ms} ms"));
             format!(
@@ -813,7 +813,10 @@ fn note(event: &AgentEvent) -> Option<String> {
         AgentEvent::TitleGenerated { title, .. } => format!("title: {title}"),
         AgentEvent::PlanGenerated { steps, .. } => format!("plan: {}", steps.join(" | ")),
         AgentEvent::TodoChange { todos, .. } => {
-            format!("todos: {}", crate::todo::render(todos).replace('\n', " | "))
+            format!(
+                "todos: {}",
+                agentloop_core::todo::render(todos).replace('\n', " | ")
+            )
         }
         AgentEvent::ToolsUpdated { attached, detached } => format!(
             "tools updated: +[{}] -[{}]",

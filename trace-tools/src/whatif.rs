@@ -4,12 +4,13 @@
 //! for something the recording never answered (a model reply for a step that never happened) —
 //! what it was waiting for.
 
-use crate::agent_event::AgentEvent;
-use crate::effect::Effect;
-use crate::event::{AttemptId, Event};
-use crate::inline_tags::InlineTags;
-use crate::react::{DeciderRegistry, Run, RunConfig, SteeringPolicy};
-use crate::trace::{Divergence, Trace, TraceError, TraceRecord};
+use agentloop_core::agent_event::AgentEvent;
+use agentloop_core::effect::Effect;
+use agentloop_core::event::{AttemptId, Event};
+use agentloop_core::inline_tags::InlineTags;
+use agentloop_core::react::{DeciderRegistry, Run, RunConfig, SteeringPolicy};
+use agentloop_core::trace::{Divergence, Trace, TraceError, TraceRecord};
+
 use crate::trace_diff::{input_before, record_diff};
 use crate::transcript::{Summary, Transcript};
 
@@ -238,7 +239,7 @@ pub fn what_if(
         }
         pending.retain(|p| !p.answered_by(event));
         let mut step = run.handle(event.clone());
-        crate::trace::as_recorded_by(trace.header.version, &mut step);
+        agentloop_core::trace::as_recorded_by(trace.header.version, &mut step);
         for e in &step.effects {
             if let Effect::CallModel { request } = e {
                 // The retry this attempt was scheduled for is no longer outstanding.

@@ -1,6 +1,6 @@
 //! `trace import` at scale: a chat-completions recording of N
 //! turns (an assistant tool call and its result each) imported with
-//! [`openai_chat_to`](agentloop_core::import::openai_chat_to), each record serialized as a
+//! [`openai_chat_to`](agentloop_trace_tools::import::openai_chat_to), each record serialized as a
 //! JSON line and dropped, as `agentloop trace import` writes them to its file.
 //!
 //! `/usr/bin/time -v cargo run --release -p agentloop-core --example import_scale -- [N]`
@@ -11,7 +11,7 @@
 
 use std::time::Instant;
 
-use agentloop_core::import::{openai_chat_to, ImportOptions};
+use agentloop_trace_tools::import::{openai_chat_to, ImportOptions};
 use serde_json::{json, Value};
 
 /// The recording: a system prompt, a user message, N turns, a final answer.

@@ -18,14 +18,15 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde_json::Value;
 
-use crate::effect::Effect;
-use crate::event::{ApprovalDecision, AttemptId, Event};
-use crate::message::{FinishReason, Message, MessageDelta, ToolStatus};
-use crate::react::{Run, RunConfig};
-use crate::tool_spec::ToolSpec;
-use crate::trace::{Trace, TraceHeader, TraceRecord, TRACE_VERSION};
+use agentloop_core::effect::Effect;
+use agentloop_core::event::{ApprovalDecision, AttemptId, Event};
+use agentloop_core::message::{FinishReason, Message, MessageDelta, ToolStatus};
+use agentloop_core::react::{Run, RunConfig};
+use agentloop_core::tool_spec::ToolSpec;
+use agentloop_core::trace::{Trace, TraceHeader, TraceRecord, TRACE_VERSION};
+use agentloop_core::Step;
+
 use crate::transcript::{Summary, Transcript};
-use crate::Step;
 
 /// One recorded assistant reply.
 #[derive(Clone, Debug, PartialEq)]

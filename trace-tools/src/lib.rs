@@ -1,0 +1,38 @@
+//! agentloop-trace-tools: tools over the traces [agentloop](https://docs.rs/agentloop) records.
+//!
+//! A trace (see [`agentloop_core::trace`]) is a versioned JSON Lines record of one run: its
+//! header, every input event, every transition and every effect. The core reads, writes and
+//! replays traces; this crate turns them into something else:
+//!
+//! * [`transcript`]: a trace read back as what happened (`agentloop trace show`), and the
+//!   compact, stable form snapshot tests compare;
+//! * [`trace_diff`]: two traces compared (`agentloop trace diff`), volatile fields normalized;
+//! * [`whatif`]: the recorded inputs replayed against a *changed* configuration
+//!   (`agentloop replay T --set max_steps=2`), reporting where behaviour first differs;
+//! * [`import`]: an OpenAI chat-completions conversation recorded elsewhere, turned into a
+//!   trace by feeding it to fresh machines (`agentloop trace import`).
+//!
+//! Like the core, everything here is pure: no IO, clock or async runtime. The caller reads the
+//! files and writes the results.
+//!
+//! ```
+//! use agentloop_trace_tools::import::{openai_chat, ImportOptions};
+//! use agentloop_trace_tools::transcript::Transcript;
+//!
+//! let conversation = serde_json::json!([
+//!     {"role": "user", "content": "hi"},
+//!     {"role": "assistant", "content": "Hello!"}
+//! ]);
+//! let imported = openai_chat(&conversation, &ImportOptions::default())?;
+//! assert_eq!(agentloop_core::trace::replay(&imported.trace), None);
+//! let transcript = Transcript::from_trace(&imported.trace);
+//! assert_eq!(transcript.summary.final_text.as_deref(), Some("Hello!"));
+//! # Ok::<(), agentloop_trace_tools::import::ImportError>(())
+//! ```
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod import;
+pub mod trace_diff;
+pub mod transcript;
+pub mod whatif;
