@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Regenerates statecharts/*.mmd and the diagrams in README.md from statecharts/*.toml.
+# Regenerates statecharts/*.mmd, the diagrams in README.md and the session diagram in
+# docs/architecture.md from statecharts/*.toml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo run -q -- chart react > statecharts/react.mmd
 cargo run -q -- chart process > statecharts/process.mmd
 cargo run -q -- chart tool-call > statecharts/tool_call.mmd
+cargo run -q -- chart session > statecharts/session.mmd
 python3 - <<'PY'
 import re
 readme = open("README.md").read()
@@ -13,4 +15,9 @@ new = ["```mermaid\n" + open(f"statecharts/{n}.mmd").read() + "```" for n in ("r
 for m, text in reversed(list(zip(blocks, new))):
     readme = readme[: m.start()] + text + readme[m.end():]
 open("README.md", "w").write(readme)
+arch = open("docs/architecture.md").read()
+m = re.search(r"```mermaid\n---\ntitle: Session machine\n.*?```", arch, re.S)
+if m:
+    arch = arch[: m.start()] + "```mermaid\n" + open("statecharts/session.mmd").read() + "```" + arch[m.end():]
+    open("docs/architecture.md", "w").write(arch)
 PY

@@ -11,7 +11,11 @@
 //!  event bus ◀── every event (runtime + session), indexed; status and metrics observe it
 //! ```
 //!
-//! Behaviour per status follows R-CTL-1..6:
+//! What each command does is decided by the session machine
+//! ([`agentloop_core::session_machine`], generated from `statecharts/session.toml`, printed by
+//! `agentloop chart session`): the actor feeds it each command (with the hook's verdict, the
+//! run's steering counts, whether the registry knows a model) and each run's end, and performs
+//! the typed effects it returns. Behaviour per status follows R-CTL-1..6:
 //!
 //! | call | idle | busy (`running`, `streaming`, `executing_tools`, `awaiting_approval`) |
 //! |---|---|---|
@@ -22,7 +26,8 @@
 //! | `switch_model` | immediate | takes effect at the next step |
 //! | `attach_tool`/`detach_tool` | next run | next step |
 //!
-//! Status is derived from the machines' `state_changed` events (the driver reports every
+//! Status is idle unless the session machine is in `Busy` (Running or Aborting); while busy it
+//! is refined from the run's machines' `state_changed` events (the driver reports every
 //! transition): process `Calling`/`Retrying` → `running`, `Streaming` → `streaming`,
 //! `RunningTools` → `executing_tools`, `AwaitingApproval` (or a parked hook approval) →
 //! `awaiting_approval`; outer `Planning`/`Compacting` → `running`.
