@@ -121,3 +121,33 @@ fn a_chart_edit_is_rejected_when_inconsistent() {
     let broken = agentloop::chart::REACT_TOML.replace("to = \"Observing\"", "to = \"Observed\"");
     assert!(agentloop::chart::Chart::parse(&broken).is_err());
 }
+
+/// One copy of every fact: README's table of chart sizes is what the charts hold (states,
+/// superstates, rows by kind), so an added or removed row fails here until README says so.
+#[test]
+fn readme_chart_sizes_are_the_charts() {
+    use agentloop::chart::model::RowKindDef;
+    let readme = std::fs::read_to_string("README.md").expect("README.md");
+    for (kind, name) in [
+        (MachineKind::React, "react"),
+        (MachineKind::Process, "process"),
+        (MachineKind::ToolCall, "tool-call"),
+        (MachineKind::Session, "session"),
+    ] {
+        let chart = kind.chart();
+        let of = |k: RowKindDef| chart.row.iter().filter(|r| r.kind == k).count();
+        let cells = format!(
+            "| `{name}` | {} (+ {}) | {} ({}, {}, {}) |",
+            chart.state.len(),
+            chart.superstate.len(),
+            chart.row.len(),
+            of(RowKindDef::Transition),
+            of(RowKindDef::Internal),
+            of(RowKindDef::Ignored),
+        );
+        assert!(
+            readme.contains(&cells),
+            "README.md's chart table does not say {cells}"
+        );
+    }
+}
