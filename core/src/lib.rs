@@ -12,13 +12,16 @@
 //! # Layout
 //!
 //! The directories show the parts; the public paths stay flat (`agentloop_core::message`, …),
-//! and dependencies go one way, from the bottom of this list up:
+//! and dependencies go one way: each part names only the parts listed before it.
 //!
 //! * `vocab/`: the plain data everything else speaks — [`message`], [`event`], [`effect`],
-//!   [`entry`], [`agent_event`], [`error`], [`step`], [`model`], [`tool_spec`] and the rest.
+//!   [`entry`], [`agent_event`], [`error`], [`step`], [`model`], [`tool_spec`], the run's
+//!   [`outcome`] and the rest; it names only itself and the generated [`chart`] enums.
 //! * `policy/`: pure decisions the machines consult — [`tool_rules`] and their [`wildcard`]s,
-//!   the [`tool_cache`], [`context`] compaction, [`inline_tags`], [`timeouts`].
-//! * [`chart`], [`react`], [`process`]: the charts and the machines generated from them.
+//!   the [`tool_cache`], [`context`] compaction, [`inline_tags`], [`timeouts`]; they name only
+//!   the vocabulary.
+//! * [`chart`], [`react`], [`process`], [`session_machine`]: the charts and the machines
+//!   generated from them.
 //! * [`trace`] and [`session_log`]: the recorded run and replay, the session log's functions.
 //!
 //! # The no-IO rule
@@ -73,11 +76,11 @@ pub mod trace;
 
 pub use policy::{context, inline_tags, timeouts, tool_cache, tool_rules, wildcard};
 pub use vocab::{
-    agent_event, effect, entry, error, event, execute_result, message, model, output, step, todo,
-    tool_check, tool_spec,
+    agent_event, effect, entry, error, event, execute_result, message, model, outcome, output,
+    step, todo, tool_check, tool_spec,
 };
 
-pub use agent_event::{AgentEvent, EventEnvelope, Outcome};
+pub use agent_event::{AgentEvent, EventEnvelope};
 pub use effect::Effect;
 pub use entry::{Entry, EntryKey};
 pub use error::{ErrorKind, ModelError, RunError};
@@ -88,6 +91,7 @@ pub use message::{
     ToolStatus, Usage,
 };
 pub use model::{ModelParams, ModelRequest, ToolChoice};
+pub use outcome::Outcome;
 pub use react::{LoopResult, Run, RunConfig};
 pub use step::{AgentState, Step, Transition};
 pub use tool_spec::{ToolSpec, ToolSpecs};

@@ -10,7 +10,6 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::message::{Message, ToolCall, ToolResult, ToolStatus};
-use crate::process::StepConfig;
 
 /// A cached result: the call that produced it and its content.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,18 +93,16 @@ impl ToolCache {
         }
     }
 
-    /// Caches the completed results of the calls of `step`'s pure tools found in `messages`
-    /// (a session history: each call's result follows its assistant message).
-    pub fn fill_from(&mut self, step: &StepConfig, messages: &[Message]) {
-        if step.pure_tools.is_empty() {
-            return;
-        }
+    /// Caches the completed results of the calls of pure tools (those `is_pure` names, e.g.
+    /// `|tool| step.is_pure(tool)` with a [`StepConfig`](crate::process::StepConfig)) found in
+    /// `messages` (a session history: each call's result follows its assistant message).
+    pub fn fill_from(&mut self, is_pure: impl Fn(&str) -> bool, messages: &[Message]) {
         let mut calls: BTreeMap<&str, &ToolCall> = BTreeMap::new();
         for m in messages {
             match m {
                 Message::Assistant(a) => {
                     calls.clear();
-                    for c in a.tool_calls.iter().filter(|c| step.is_pure(&c.name)) {
+                    for c in a.tool_calls.iter().filter(|c| is_pure(&c.name)) {
                         calls.insert(c.id.as_str(), c);
                     }
                 }

@@ -64,6 +64,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::message::ToolCall;
+/// Re-exported from [`tool_check`](crate::tool_check), where the verdicts on a call before it
+/// runs live (the `tool_rule_matched` event names it): `tool_rules::RuleAction` keeps naming it.
+pub use crate::tool_check::RuleAction;
 use crate::wildcard::{self, Glob, MAX_PATTERN_CHARS};
 
 /// Most rules a configuration may carry ([`validate_rules`]).
@@ -72,36 +75,6 @@ pub const MAX_TOOL_RULES: usize = 1024;
 /// Most pattern characters (tool and argument patterns) all the rules of a configuration may
 /// carry together ([`validate_rules`]), so their compiled form stays small.
 pub const MAX_RULES_PATTERN_CHARS: usize = 64 * 1024;
-
-/// What a rule does with the calls it decides.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RuleAction {
-    /// Run the call without asking.
-    Allow,
-    /// Put the call to a human first (R-CTL-4).
-    Ask,
-    /// Do not run the call: it gets a denied result that says which rule denied it and why,
-    /// and the run goes on (the model sees the result).
-    Deny,
-}
-
-impl RuleAction {
-    /// `allow`, `ask` or `deny`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RuleAction::Allow => "allow",
-            RuleAction::Ask => "ask",
-            RuleAction::Deny => "deny",
-        }
-    }
-}
-
-impl fmt::Display for RuleAction {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// Which argument a rule looks at, and the pattern its value must match.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -85,7 +85,7 @@ impl ReactData {
         self.transcript.messages = history.to_vec().into();
         if !self.cfg.step.pure_tools.is_empty() {
             let mut cache = crate::tool_cache::ToolCache::default();
-            cache.fill_from(&self.cfg.step, history);
+            cache.fill_from(|tool| self.cfg.step.is_pure(tool), history);
             self.current.tool_cache = cache.into();
         }
         self.counters.session_turns = session_turns;

@@ -7,17 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::message::Usage;
 
-/// What a run does when it reaches a usage limit.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum LimitAction {
-    /// One more step without tools, with [`LIMIT_REMINDER`], for a final answer (like the
-    /// step limit, R-OUT-5); that request is the one model call beyond a `model_calls` limit.
-    #[default]
-    FinalAnswer,
-    /// End the run at once (a hard cap).
-    Stop,
-}
+/// Re-exported from [`outcome`](crate::outcome), where they live with the run's [`Outcome`](crate::Outcome)
+/// (the `limit_reached` event names them): `react::limits::{LimitAction, LimitKind}` keep naming them.
+pub use crate::outcome::{LimitAction, LimitKind};
 
 /// A cost limit: the run's usage priced per million tokens.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -65,43 +57,6 @@ pub struct UsageLimits {
     /// What reaching one does.
     #[serde(default)]
     pub on_limit: LimitAction,
-}
-
-/// Which limit a run reached.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum LimitKind {
-    /// [`UsageLimits::input_tokens`].
-    InputTokens,
-    /// [`UsageLimits::output_tokens`].
-    OutputTokens,
-    /// [`UsageLimits::total_tokens`].
-    TotalTokens,
-    /// [`UsageLimits::model_calls`].
-    ModelCalls,
-    /// [`UsageLimits::tool_calls`].
-    ToolCalls,
-    /// [`UsageLimits::cost`].
-    Cost,
-}
-
-impl LimitKind {
-    /// The snake_case name (the run's end reason is `usage_limit:<name>`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LimitKind::InputTokens => "input_tokens",
-            LimitKind::OutputTokens => "output_tokens",
-            LimitKind::TotalTokens => "total_tokens",
-            LimitKind::ModelCalls => "model_calls",
-            LimitKind::ToolCalls => "tool_calls",
-            LimitKind::Cost => "cost",
-        }
-    }
-
-    /// The reason a run ended by this limit records (`usage_limit:<name>`).
-    pub fn reason(self) -> String {
-        format!("usage_limit:{}", self.as_str())
-    }
 }
 
 /// The reminder of the final-answer step a reached limit asks for.

@@ -11,35 +11,11 @@ use crate::entry::Repair;
 use crate::error::ModelError;
 use crate::event::{ApprovalDecision, ApprovalStatus};
 use crate::message::{AssistantMessage, ToolResult, ToolStatus, Usage};
+use crate::outcome::{LimitAction, LimitKind};
 
-/// How a run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// Ended normally.
-    Completed,
-    /// Ended with an error.
-    Failed,
-    /// Aborted.
-    Aborted,
-}
-
-impl std::fmt::Display for Outcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Outcome {
-    /// The snake_case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Completed => "completed",
-            Outcome::Failed => "failed",
-            Outcome::Aborted => "aborted",
-        }
-    }
-}
+/// Re-exported from [`outcome`](crate::outcome), where it lives (`agentloop_core::agent_event::Outcome`
+/// keeps naming it).
+pub use crate::outcome::Outcome;
 
 /// One observable event.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -307,7 +283,7 @@ pub enum AgentEvent {
         /// The deciding rule's index in `StepConfig::tool_rules` (the last one that matched).
         rule: usize,
         /// What it decided.
-        action: crate::tool_rules::RuleAction,
+        action: crate::tool_check::RuleAction,
         /// The call's deadline once it runs (the rule's, else the step's per-tool timeout;
         /// none for a denied call).
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -389,13 +365,13 @@ pub enum AgentEvent {
     /// emitted once per run.
     UsageLimitReached {
         /// Which limit.
-        limit: crate::react::limits::LimitKind,
+        limit: LimitKind,
         /// What the run used (tokens, calls, or US dollars for `cost`).
         used: f64,
         /// The limit.
         max: f64,
         /// What the run does now: one final-answer step, or stop.
-        action: crate::react::limits::LimitAction,
+        action: LimitAction,
     },
     /// A doom loop or repeated pattern of tool calls (R-TOOL-4).
     LoopDetected {

@@ -63,7 +63,7 @@ pub enum Entry {
         /// The run.
         run_id: String,
         /// How it ended (`completed`, `failed` or `aborted` on the wire).
-        outcome: crate::agent_event::Outcome,
+        outcome: crate::outcome::Outcome,
         /// Why.
         reason: String,
     },
@@ -154,7 +154,7 @@ pub enum Repair {
         /// The interrupted run.
         run_id: String,
         /// The outcome recorded (`aborted`, or `completed` when its final answer was committed).
-        outcome: crate::agent_event::Outcome,
+        outcome: crate::outcome::Outcome,
     },
 }
 

@@ -170,7 +170,7 @@ pub enum RunError {
         /// The store's error.
         message: String,
         /// The end the run had reached when the write failed.
-        reached: Option<crate::agent_event::Outcome>,
+        reached: Option<crate::outcome::Outcome>,
     },
     /// Compaction failed (R-OUT-6).
     #[error("compaction failed: {message}")]

@@ -13,6 +13,7 @@ pub mod event;
 pub mod execute_result;
 pub mod message;
 pub mod model;
+pub mod outcome;
 pub mod output;
 pub mod step;
 pub mod todo;

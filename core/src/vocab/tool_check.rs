@@ -2,10 +2,14 @@
 //! against the tool's JSON Schema, carried as data of the `done` input event so the machine
 //! decides on it (row `commit_schema_invalid`) and a replay needs no validator; and the error
 //! texts the model sees for a rejected call or an unknown tool name, with the near-match
-//! suggestion ("unknown tool: read-file; did you mean read_file?").
+//! suggestion ("unknown tool: read-file; did you mean read_file?"); and a tool rule's
+//! [`RuleAction`] (R-TOOL-3), the verdict the `tool_rule_matched` event reports (the rules
+//! themselves are policy, [`tool_rules`](crate::tool_rules)).
 //!
 //! Everything here is pure: the validator lives in the runtime (`agentloop::tools`), which
 //! compiles each tool's schema once and reports violations through [`ArgumentsRejected::new`].
+
+use std::fmt;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -174,6 +178,36 @@ pub fn unknown_tool_message<'a>(name: &str, offered: impl IntoIterator<Item = &'
     match near_match(name, offered) {
         Some(m) => format!("unknown tool: {shown}; did you mean {m}?"),
         None => format!("unknown tool: {shown}"),
+    }
+}
+
+/// What a rule does with the calls it decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleAction {
+    /// Run the call without asking.
+    Allow,
+    /// Put the call to a human first (R-CTL-4).
+    Ask,
+    /// Do not run the call: it gets a denied result that says which rule denied it and why,
+    /// and the run goes on (the model sees the result).
+    Deny,
+}
+
+impl RuleAction {
+    /// `allow`, `ask` or `deny`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleAction::Allow => "allow",
+            RuleAction::Ask => "ask",
+            RuleAction::Deny => "deny",
+        }
+    }
+}
+
+impl fmt::Display for RuleAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

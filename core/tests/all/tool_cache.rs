@@ -132,12 +132,13 @@ fn r_tool_6_fill_from_pairs_results_with_the_pure_calls_of_their_message() {
         )),
     ];
     let mut cache = ToolCache::default();
-    cache.fill_from(&pure, &history);
+    cache.fill_from(|tool| pure.is_pure(tool), &history);
     assert_eq!(cache.len(), 1);
     assert!(cache.get(&call("n", "calc", r#"{"x":1}"#)).is_some());
     assert!(cache.get(&call("n", "ls", "{}")).is_none());
     let mut none = ToolCache::default();
-    none.fill_from(&agentloop_core::process::StepConfig::default(), &history);
+    let nothing_pure = agentloop_core::process::StepConfig::default();
+    none.fill_from(|tool| nothing_pure.is_pure(tool), &history);
     assert!(none.is_empty());
 }
 
