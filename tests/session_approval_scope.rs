@@ -150,3 +150,51 @@ async fn r_ctl_4_approve_always_on_git_status_trusts_git_not_the_shell_tool() {
         .collect();
     assert_eq!(always, [("shell".to_string(), "git".to_string())]);
 }
+
+/// A hook that sends every call to a human (`ToolDecision::Ask`).
+struct AskEveryCall;
+
+#[async_trait]
+impl agentloop::hooks::Hooks for AskEveryCall {
+    fn before_tool(&self, _call: &agentloop::ToolCall) -> agentloop::hooks::ToolDecision {
+        agentloop::hooks::ToolDecision::Ask
+    }
+}
+
+/// R-CTL-4: a call a hook puts to a human is covered by an earlier "approve always" of its
+/// scope like a rule's question is — later in the same run and in the session's next run —
+/// while a call of another scope still asks.
+#[tokio::test(start_paused = true)]
+async fn r_ctl_4_approve_always_also_answers_a_hooks_question() {
+    let script = json!({"turns": [
+        shell_turn("c1", "git status"),
+        shell_turn("c2", "git log"),
+        {"text": "first run done"},
+        shell_turn("d1", "git diff"),
+        shell_turn("d2", "rm -rf y"),
+        {"text": "second run done"}
+    ]});
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let agent = builder(Slow::new(&script.to_string()))
+        .tool(Arc::new(Shell(ran.clone())))
+        .hooks(Arc::new(AskEveryCall))
+        .auto_resume(true)
+        .build();
+    let s = Session::spawn(agent, SessionConfig::new("s").event_buffer_size(4096));
+    let mut sub = s.subscribe(None, None);
+
+    s.prompt("look").await.expect("started");
+    assert_eq!(next_asked(&s, &mut sub).await, ["c1"]);
+    s.approve("c1", true).expect("c1 approved always");
+    s.wait_idle().await;
+    s.prompt("more").await.expect("started");
+    assert_eq!(next_asked(&s, &mut sub).await, ["d2"]);
+    s.reject("d2", "no").expect("d2 rejected");
+    s.wait_idle().await;
+
+    assert_eq!(asked(&s), ["c1", "d2"]);
+    assert_eq!(
+        *ran.lock().expect("ran"),
+        ["git status", "git log", "git diff"]
+    );
+}

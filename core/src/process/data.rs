@@ -928,7 +928,16 @@ impl ProcessData {
                 self.record_result(i, r);
                 self.start_queued();
             }
-            GateVerdict::Ask => self.move_call(i, ToolCallRow::GateAsked, Facts::None),
+            GateVerdict::Ask => {
+                self.move_call(i, ToolCallRow::GateAsked, Facts::None);
+                // An "approve always" that covers the call (this run's, or the session's
+                // handed to the run) answers the hook's question as it answers a rule's.
+                let slot = self.tools.slots.get(i);
+                if !slot.policy.by_argument && self.tools.whitelisted(&slot.call) {
+                    self.move_call(i, ToolCallRow::Whitelisted, Facts::None);
+                    self.start_queued_from(i);
+                }
+            }
         }
     }
 
