@@ -3,7 +3,7 @@
 //! [`openai_chat_to`](agentloop_trace_tools::import::openai_chat_to), each record serialized as a
 //! JSON line and dropped, as `agentloop trace import` writes them to its file.
 //!
-//! `/usr/bin/time -v cargo run --release -p agentloop-core --example import_scale -- [N]`
+//! `/usr/bin/time -v cargo run --release -p agentloop-trace-tools --example import_scale -- [N]`
 //! (default 1000). Prints the input and output sizes and the time; the maximum resident set
 //! size comes from `time -v`. Memory stays linear in N; the output (and so the time) grows as
 //! N², since each `call_model` record carries the whole conversation so far.
