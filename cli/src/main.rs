@@ -3,6 +3,7 @@
 //! `docs/cli.md` is the full reference.
 
 mod chat;
+mod corpus;
 mod decode;
 mod mcp;
 mod out;
@@ -48,10 +49,17 @@ enum Command {
     Sessions(sessions::SessionsArgs),
     /// Replay a trace against fresh machines; exit 0 when identical, 1 at the first divergence,
     /// 2 when the trace cannot be read or names a decider this program does not have. With
-    /// `--set` / `--decider`: a what-if replay under a changed configuration.
+    /// `--set` / `--decider`: a what-if replay under a changed configuration. Given a
+    /// directory or several files: every trace (`*.jsonl`, directories walked recursively,
+    /// links not followed) replayed in parallel on all cores, then a summary; exit 0 when all
+    /// are identical (or unchanged), 1 when one differs, 2 when one cannot be read.
     Replay {
-        /// The trace file (JSON Lines).
-        trace: PathBuf,
+        /// The trace files (JSON Lines), or directories of them.
+        #[arg(required = true, value_name = "TRACE|DIR")]
+        traces: Vec<PathBuf>,
+        /// With a directory or several files: the summary as one JSON document.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         what_if: trace_cmd::WhatIfArgs,
     },
@@ -124,10 +132,21 @@ fn main() -> ExitCode {
         Command::Resume(args) => run::resume_main(args),
         Command::Chat(args) => chat::main(args),
         Command::Sessions(args) => sessions::main(args),
-        Command::Replay { trace, what_if } if what_if.any() => {
-            trace_cmd::what_if_main(&trace, &what_if)
+        Command::Replay {
+            traces,
+            json,
+            what_if,
+        } if json || corpus::is_corpus(&traces) => {
+            if what_if.any() {
+                corpus::what_if_main(&traces, &what_if, json)
+            } else {
+                corpus::replay_main(&traces, json)
+            }
         }
-        Command::Replay { trace, .. } => replay_main(&trace),
+        Command::Replay {
+            traces, what_if, ..
+        } if what_if.any() => trace_cmd::what_if_main(&traces[0], &what_if),
+        Command::Replay { traces, .. } => replay_main(&traces[0]),
         Command::Decode(args) => decode::main(args),
         Command::Tools(args) => mcp::tools_main(args),
         Command::Trace {

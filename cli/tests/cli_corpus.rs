@@ -1,0 +1,234 @@
+//! `agentloop replay DIR|FILES…` (a corpus replayed in parallel, its summary and `--json`, the
+//! what-if over a corpus) as a real child process, on a temporary directory of freshly
+//! recorded traces: one tampered to diverge, one corrupt, one symbolic link (not followed).
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn agentloop(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agentloop"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run agentloop")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A scripted run: one calculator call, then the answer (two steps).
+const SCRIPT: &str = r#"{"turns":[{"text":"calc","tool_calls":[{"name":"calculator","arguments":{"expression":"2+3"}}]},{"text":"The answer is {{last_tool_result}}."}]}"#;
+
+/// Records `n` traces into `dir/corpus` (`t0.jsonl`, `sub/t1.jsonl`, …).
+fn record(dir: &Path, n: usize) {
+    std::fs::write(dir.join("s.json"), SCRIPT).expect("script");
+    std::fs::create_dir_all(dir.join("corpus/sub")).expect("mkdir");
+    for i in 0..n {
+        let t = if i % 2 == 0 {
+            format!("corpus/t{i}.jsonl")
+        } else {
+            format!("corpus/sub/t{i}.jsonl")
+        };
+        let run = agentloop(dir, &["run", "--script", "s.json", "--trace", &t, "go"]);
+        assert!(run.status.success(), "{}", stderr(&run));
+    }
+}
+
+/// `from` with the answer changed in its effects only: the replay diverges there.
+fn tamper(from: &Path, to: &Path) {
+    let text = std::fs::read_to_string(from).expect("read");
+    let out: Vec<String> = text
+        .lines()
+        .map(|l| {
+            if l.starts_with(r#"{"kind":"effect""#) {
+                l.replace("er is 5.", "er is 6.")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    std::fs::write(to, out.join("\n") + "\n").expect("write");
+}
+
+#[test]
+fn a_directory_replays_in_parallel_with_counts_exit_codes_and_json() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    record(d, 4);
+    let all = agentloop(d, &["replay", "corpus"]);
+    assert_eq!(all.status.code(), Some(0), "{}", stdout(&all));
+    assert_eq!(
+        stdout(&all),
+        "replayed 4 traces: 4 identical, 0 diverged, 0 unreadable\n"
+    );
+    // The single-file form is unchanged.
+    let one = agentloop(d, &["replay", "corpus/t0.jsonl"]);
+    assert_eq!(one.status.code(), Some(0));
+    assert!(
+        stdout(&one).starts_with("replay identical: "),
+        "{}",
+        stdout(&one)
+    );
+
+    // A link is not followed; a timing sidecar is not a trace.
+    #[cfg(unix)]
+    std::os::unix::fs::symlink("/nonexistent/elsewhere.jsonl", d.join("corpus/link.jsonl"))
+        .expect("symlink");
+    std::fs::write(d.join("corpus/t0.times.jsonl"), "not a trace\n").expect("sidecar");
+    let still = agentloop(d, &["replay", "corpus"]);
+    assert_eq!(still.status.code(), Some(0), "{}", stdout(&still));
+
+    tamper(
+        &d.join("corpus/t0.jsonl"),
+        &d.join("corpus/sub/tampered.jsonl"),
+    );
+    let diverged = agentloop(d, &["replay", "corpus"]);
+    assert_eq!(diverged.status.code(), Some(1), "{}", stdout(&diverged));
+    let s = stdout(&diverged);
+    assert!(
+        s.starts_with("replayed 5 traces: 4 identical, 1 diverged, 0 unreadable\n"),
+        "{s}"
+    );
+    assert!(
+        s.contains("diverged: corpus/sub/tampered.jsonl: at index 94 (in the step of input "),
+        "{s}"
+    );
+
+    std::fs::write(d.join("corpus/corrupt.jsonl"), "{\"kind\":\"header\"\n").expect("write");
+    let bad = agentloop(d, &["replay", "corpus", "--json"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stdout(&bad));
+    let v: serde_json::Value = serde_json::from_slice(&bad.stdout).expect("json");
+    assert_eq!(v["traces"], 6);
+    assert_eq!(v["identical"], 4);
+    assert_eq!(v["diverged"], 1);
+    assert_eq!(v["unreadable"], 1);
+    let files = v["files"].as_array().expect("files");
+    assert_eq!(files.len(), 6);
+    let corrupt = &files[0];
+    assert_eq!(corrupt["path"], "corpus/corrupt.jsonl");
+    assert_eq!(corrupt["status"], "unreadable");
+    assert!(
+        corrupt["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("invalid trace record")),
+        "{corrupt}"
+    );
+    let tampered = files
+        .iter()
+        .find(|f| f["status"] == "diverged")
+        .expect("diverged entry");
+    assert_eq!(tampered["index"], 94);
+    assert!(tampered["input"].is_u64(), "{tampered}");
+    assert!(files
+        .iter()
+        .filter(|f| f["status"] == "identical")
+        .all(|f| f["records"].as_u64().is_some_and(|n| n > 0)));
+
+    // A mix of files and a directory; a file that is missing is unreadable, not fatal.
+    let mix = agentloop(
+        d,
+        &["replay", "corpus/t0.jsonl", "corpus/sub", "missing.jsonl"],
+    );
+    assert_eq!(mix.status.code(), Some(2));
+    let s = stdout(&mix);
+    assert!(
+        s.starts_with("replayed 5 traces: 3 identical, 1 diverged, 1 unreadable\n"),
+        "{s}"
+    );
+    assert!(s.contains("unreadable: missing.jsonl: "), "{s}");
+
+    // No traces at all is bad input.
+    std::fs::create_dir(d.join("empty")).expect("mkdir");
+    let none = agentloop(d, &["replay", "empty"]);
+    assert_eq!(none.status.code(), Some(2));
+    assert!(stderr(&none).contains("no *.jsonl traces found"));
+}
+
+#[cfg(unix)]
+#[test]
+fn a_fifo_among_the_files_is_refused_not_read_forever() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    record(d, 1);
+    let fifo = d.join("corpus/pipe.jsonl");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        return; // no mkfifo here
+    }
+    // Walked: a FIFO is not a regular file and is skipped.
+    let walked = agentloop(d, &["replay", "corpus"]);
+    assert_eq!(walked.status.code(), Some(0), "{}", stdout(&walked));
+    // Named: refused with a typed error.
+    let named = agentloop(d, &["replay", "corpus/t0.jsonl", "corpus/pipe.jsonl"]);
+    assert_eq!(named.status.code(), Some(2));
+    assert!(
+        stdout(&named).contains("unreadable: corpus/pipe.jsonl"),
+        "{}",
+        stdout(&named)
+    );
+}
+
+#[test]
+fn a_what_if_over_a_directory_counts_the_runs_that_change_and_how() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    record(d, 3);
+    let same = agentloop(d, &["replay", "corpus", "--set", "max_steps=20"]);
+    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
+    assert!(
+        stdout(&same).starts_with(
+            "what-if replay of 3 traces with max_steps=20: 0 changed, 3 unchanged, 0 unreadable\n"
+        ),
+        "{}",
+        stdout(&same)
+    );
+
+    let w = agentloop(d, &["replay", "corpus", "--set", "max_steps=1"]);
+    assert_eq!(w.status.code(), Some(1), "{}", stderr(&w));
+    let s = stdout(&w);
+    assert!(
+        s.starts_with(
+            "what-if replay of 3 traces with max_steps=1: 3 changed, 0 unchanged, 0 unreadable\n"
+        ),
+        "{s}"
+    );
+    assert!(s.contains("totals: steps 6 → 3, tool calls 3 → 3"), "{s}");
+    assert!(
+        s.contains("outcome completed (final_answer) → completed (max_steps): 3 runs"),
+        "{s}"
+    );
+    assert!(
+        s.contains("changed: corpus/t0.jsonl: first differs at index 10; outcome completed (final_answer) → completed (max_steps); steps 2 → 1"),
+        "{s}"
+    );
+
+    let j = agentloop(d, &["replay", "corpus", "--set", "max_steps=1", "--json"]);
+    assert_eq!(j.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&j.stdout).expect("json");
+    assert_eq!(v["settings"], serde_json::json!(["max_steps=1"]));
+    assert_eq!(v["changed"], 3);
+    assert_eq!(
+        v["totals"]["steps"],
+        serde_json::json!({"before": 6, "after": 3})
+    );
+    assert_eq!(v["outcome_changes"][0]["runs"], 3);
+    let f = &v["files"][0];
+    assert_eq!(f["status"], "changed");
+    assert_eq!(f["before"]["steps"], 2);
+    assert_eq!(f["after"]["outcome"], "completed (max_steps)");
+
+    // A bad setting is refused before any trace is read.
+    let bad = agentloop(d, &["replay", "corpus", "--set", "max_steps=0"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("bad value `0` for `max_steps`"),
+        "{}",
+        stderr(&bad)
+    );
+}
