@@ -405,3 +405,44 @@ pub(crate) fn generated_order(src: &str, prefix: &str) -> Vec<(String, Vec<Tried
         })
         .collect()
 }
+
+#[cfg(test)]
+mod oracle_tests {
+    use super::*;
+
+    /// The oracle over AwaitingApproval's rows for an elapsed timer, whose guards hold as
+    /// `holds` says (by row position among the guarded candidates).
+    fn awaiting_timer(
+        holds: impl Fn(usize) -> bool,
+    ) -> (Option<ProcessRow>, Option<(&'static str, &'static str)>) {
+        let candidates = ProcessState::AwaitingApproval.candidates(ProcessEventKind::TimerElapsed);
+        let mut n = 0;
+        oracle(
+            MachineKind::Process,
+            candidates,
+            ProcessRow::spec,
+            ProcessRow::guard,
+            |_| {
+                n += 1;
+                holds(n - 1)
+            },
+        )
+    }
+
+    /// Two guards that hold together without a `wins_over` between them are an overlap the
+    /// oracle reports (the timed-out rows' guards are meant to be disjoint); one that holds
+    /// alone is not, and the first that holds is the row prescribed (R-ARCH-3).
+    #[test]
+    fn the_oracle_reports_two_undeclared_guards_that_hold_together() {
+        let (row, overlap) = awaiting_timer(|_| true);
+        assert_eq!(row, Some(ProcessRow::AwaitingTimedOut));
+        assert_eq!(
+            overlap,
+            Some(("awaiting_timed_out", "awaiting_timed_out_stop"))
+        );
+        let (row, overlap) = awaiting_timer(|i| i == 1);
+        assert_eq!(row, Some(ProcessRow::AwaitingTimedOutStop));
+        assert_eq!(overlap, None);
+        assert_eq!(awaiting_timer(|_| false).1, None);
+    }
+}
