@@ -5,6 +5,7 @@
 mod chat;
 mod corpus;
 mod decode;
+mod export;
 mod mcp;
 mod out;
 mod print;
@@ -102,6 +103,10 @@ enum TraceCommand {
     /// cannot be read or the page cannot be written (or would overwrite the trace). The trace
     /// is streamed: memory follows the page's layout, not the trace's size.
     View(trace_cmd::ViewArgs),
+    /// A corpus of traces (files or directories) as one table for a notebook, CSV or JSON
+    /// Lines: one row per run, model step, tool call or trace record. Exit 2 when a trace
+    /// cannot be read (the others are written) or the table cannot be written.
+    Export(export::ExportArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -168,6 +173,9 @@ fn main() -> ExitCode {
         Command::Trace {
             command: TraceCommand::View(args),
         } => trace_cmd::view_main(args),
+        Command::Trace {
+            command: TraceCommand::Export(args),
+        } => export::export_main(args),
         Command::Chart { machine, format } => {
             let kind = match machine {
                 Machine::React => MachineKind::React,

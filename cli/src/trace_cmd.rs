@@ -285,7 +285,7 @@ impl Records {
 }
 
 /// Whether `a` and `b` name the same existing file (links followed).
-fn same_file(a: &Path, b: &Path) -> bool {
+pub fn same_file(a: &Path, b: &Path) -> bool {
     let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) else {
         return false;
     };
@@ -644,7 +644,7 @@ fn script_of(
 /// Writes `path` through a temporary file next to it (`.NAME.PID.tmp`), synced and renamed
 /// over `path` once `write` succeeded; on failure the temporary file is removed and `path`
 /// is left as it was.
-fn write_replacing<T>(
+pub fn write_replacing<T>(
     path: &Path,
     write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<T>,
 ) -> std::io::Result<T> {

@@ -232,3 +232,165 @@ fn a_what_if_over_a_directory_counts_the_runs_that_change_and_how() {
         stderr(&bad)
     );
 }
+
+/// Reads CSV as RFC 4180 writes it (quoted fields, doubled quotes, newlines inside quotes).
+fn parse_csv(text: &str) -> Vec<Vec<String>> {
+    let (mut rows, mut row, mut field) = (Vec::new(), Vec::new(), String::new());
+    let (mut quoted, mut chars) = (false, text.chars().peekable());
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                field.push('"');
+            }
+            (true, '"') => quoted = false,
+            (true, c) => field.push(c),
+            (false, '"') => quoted = true,
+            (false, ',') => row.push(std::mem::take(&mut field)),
+            (false, '\n') => {
+                row.push(std::mem::take(&mut field));
+                rows.push(std::mem::take(&mut row));
+            }
+            (false, c) => field.push(c),
+        }
+    }
+    rows
+}
+
+#[test]
+fn export_writes_one_row_per_run_step_tool_call_and_record_and_csv_round_trips() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    record(d, 3);
+    // A fourth run whose answer holds a comma, quotes and a newline.
+    let awkward = "Done, \"quoted\"\nand a second line";
+    let script = serde_json::json!({"turns": [{"text": awkward}]});
+    std::fs::write(d.join("awkward.json"), script.to_string()).expect("script");
+    let run = agentloop(
+        d,
+        &[
+            "run",
+            "--script",
+            "awkward.json",
+            "--trace",
+            "corpus/awkward.jsonl",
+            "go",
+        ],
+    );
+    assert!(run.status.success(), "{}", stderr(&run));
+
+    for (table, rows) in [("runs", 4), ("steps", 7), ("tool_calls", 3)] {
+        let o = agentloop(
+            d,
+            &["trace", "export", "corpus", "--table", table, "-o", "t.csv"],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(
+            stdout(&o).contains(&format!("({rows} rows from 4 traces)")),
+            "{table}: {}",
+            stdout(&o)
+        );
+        let csv = parse_csv(&std::fs::read_to_string(d.join("t.csv")).expect("csv"));
+        assert_eq!(csv.len(), rows + 1, "{table}: {csv:?}");
+        assert!(
+            csv.iter().all(|r| r.len() == csv[0].len()),
+            "{table}: {csv:?}"
+        );
+    }
+    let csv = parse_csv(&std::fs::read_to_string(d.join("t.csv")).expect("csv"));
+    assert_eq!(csv[0][5], "tool");
+    assert_eq!(csv[1][5], "calculator");
+    assert_eq!(csv[1][6], "completed");
+    assert_eq!(csv[1][7], r#"{"expression":"2+3"}"#);
+
+    let o = agentloop(
+        d,
+        &[
+            "trace", "export", "corpus", "--table", "steps", "-o", "s.csv",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0));
+    let csv = parse_csv(&std::fs::read_to_string(d.join("s.csv")).expect("csv"));
+    let text = csv[0]
+        .iter()
+        .position(|c| c == "text")
+        .expect("text column");
+    assert_eq!(csv[1][0], "corpus/awkward.jsonl");
+    assert_eq!(csv[1][text], awkward);
+
+    // JSONL: one object per row; events: one row per record.
+    let o = agentloop(
+        d,
+        &[
+            "trace", "export", "corpus", "--table", "events", "--format", "jsonl", "-o", "e.jsonl",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let records: usize = (0..3)
+        .map(|i| {
+            let t = if i % 2 == 0 {
+                format!("corpus/t{i}.jsonl")
+            } else {
+                format!("corpus/sub/t{i}.jsonl")
+            };
+            std::fs::read_to_string(d.join(t))
+                .expect("trace")
+                .lines()
+                .count()
+                - 1
+        })
+        .sum::<usize>()
+        + std::fs::read_to_string(d.join("corpus/awkward.jsonl"))
+            .expect("trace")
+            .lines()
+            .count()
+        - 1;
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(d.join("e.jsonl"))
+        .expect("jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
+        .collect();
+    assert_eq!(lines.len(), records);
+    assert_eq!(lines[0]["kind"], "input");
+    assert_eq!(lines[0]["name"], "start");
+    assert!(lines[0]["latency_ms"].is_null() || lines[0].get("latency_ms").is_none());
+
+    // A corrupt trace is reported (exit 2); the others are still written. The table may not
+    // overwrite a trace it reads.
+    std::fs::write(d.join("corpus/corrupt.jsonl"), "not json\n").expect("write");
+    let o = agentloop(
+        d,
+        &[
+            "trace", "export", "corpus", "--table", "runs", "-o", "r.csv",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stdout(&o).contains("(4 rows from 4 traces; 1 unreadable)"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stderr(&o).contains("corpus/corrupt.jsonl"),
+        "{}",
+        stderr(&o)
+    );
+    let o = agentloop(
+        d,
+        &[
+            "trace",
+            "export",
+            "corpus/t0.jsonl",
+            "--table",
+            "runs",
+            "-o",
+            "corpus/t0.jsonl",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("would overwrite a trace"),
+        "{}",
+        stderr(&o)
+    );
+}
