@@ -39,8 +39,8 @@ pub mod url;
 
 pub use agentloop_core::session_log::{check, history};
 pub use agentloop_core::session_log::{
-    committed_turns, duplicate_keys, next_model_call_index, pending, repair, repair_with,
-    PendingCall, Repair, Repaired, Violation,
+    committed_turns, duplicate_keys, next_model_call_index, pair_messages, pending, repair,
+    repair_with, ContextSource, PendingCall, Repair, Repaired, Violation,
 };
 
 #[cfg(feature = "file-store")]

@@ -67,6 +67,19 @@ impl ReactData {
         self.outbox.persist(entry);
     }
 
+    /// `messages` made well paired (R-IDEM-7), with one `session_repaired` event per repair.
+    fn paired(
+        &mut self,
+        messages: &[Message],
+        source: crate::entry::ContextSource,
+    ) -> Vec<Message> {
+        let (messages, repairs) = crate::session_log::pair_messages(messages, source);
+        for repair in repairs {
+            self.emit(AgentEvent::SessionRepaired { repair });
+        }
+        messages
+    }
+
     pub(crate) fn start(
         &mut self,
         run_id: &str,
@@ -82,12 +95,15 @@ impl ReactData {
             });
             self.end.deadline_armed = true;
         }
-        self.transcript.messages = history.to_vec().into();
+        // The history is a port's (the context manager's): keep the pairing invariant
+        // whatever it built (R-IDEM-7).
+        let history = self.paired(history, crate::entry::ContextSource::Start);
         if !self.cfg.step.pure_tools.is_empty() {
             let mut cache = crate::tool_cache::ToolCache::default();
-            cache.fill_from(|tool| self.cfg.step.is_pure(tool), history);
+            cache.fill_from(|tool| self.cfg.step.is_pure(tool), &history);
             self.current.tool_cache = cache.into();
         }
+        self.transcript.messages = history.into();
         self.counters.session_turns = session_turns;
         for m in input {
             self.transcript.messages.push(m.clone());
@@ -235,11 +251,14 @@ impl ReactData {
     }
 
     pub(crate) fn compacted(&mut self, messages: &[Message], removed: usize) {
-        self.transcript.compacted(messages);
+        // The new context is a port's (the compactor's): keep the pairing invariant whatever
+        // it returned (R-IDEM-7); the stored compaction holds the repaired context.
+        let messages = self.paired(messages, crate::entry::ContextSource::Compaction);
+        self.transcript.compacted(&messages);
         self.persist(Entry::Compaction {
             run_id: self.run_id.clone(),
             removed,
-            messages: messages.to_vec(),
+            messages,
         });
         self.emit(AgentEvent::CompactEnd { removed });
     }

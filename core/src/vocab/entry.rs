@@ -156,6 +156,51 @@ pub enum Repair {
         /// The outcome recorded (`aborted`, or `completed` when its final answer was committed).
         outcome: crate::outcome::Outcome,
     },
+    /// A tool call in a history a port returned (R-IDEM-7) had no result in the block of tool
+    /// messages right after its assistant message: an `outcome_unknown` error result was
+    /// added there, so the request stays well paired. Nothing is stored for it.
+    ContextResultFilled {
+        /// Position of the assistant message in the history.
+        index: usize,
+        /// Which history.
+        source: ContextSource,
+        /// The call.
+        tool_call_id: String,
+        /// Tool name.
+        name: String,
+    },
+    /// A tool result in a history a port returned (R-IDEM-7) that answers no call of the
+    /// assistant message right before its block (an orphan, or a second result) was dropped.
+    ContextResultDropped {
+        /// Position of the result in the history.
+        index: usize,
+        /// Which history.
+        source: ContextSource,
+        /// The call id it names.
+        tool_call_id: String,
+    },
+}
+
+/// The history a [`Repair::ContextResultFilled`] or [`Repair::ContextResultDropped`] was
+/// made in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ContextSource {
+    /// The history a run started from (`Start`: the context manager's).
+    Start,
+    /// A compaction's new context (`CompactionDone`: the compactor's).
+    Compaction,
+}
+
+impl ContextSource {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContextSource::Start => "start",
+            ContextSource::Compaction => "compaction",
+        }
+    }
 }
 
 impl Repair {
@@ -167,7 +212,9 @@ impl Repair {
             | Repair::DuplicateResultDropped { index, .. }
             | Repair::DuplicateTurnDropped { index, .. }
             | Repair::DuplicateToolCallDropped { index, .. }
-            | Repair::StrayStartIgnored { index, .. } => Some(*index),
+            | Repair::StrayStartIgnored { index, .. }
+            | Repair::ContextResultFilled { index, .. }
+            | Repair::ContextResultDropped { index, .. } => Some(*index),
             Repair::InterruptedRunEnded { .. } => None,
         }
     }
@@ -182,6 +229,8 @@ impl Repair {
             Repair::DuplicateToolCallDropped { .. } => "duplicate_tool_call_dropped",
             Repair::StrayStartIgnored { .. } => "stray_start_ignored",
             Repair::InterruptedRunEnded { .. } => "interrupted_run_ended",
+            Repair::ContextResultFilled { .. } => "context_result_filled",
+            Repair::ContextResultDropped { .. } => "context_result_dropped",
         }
     }
 }
@@ -246,6 +295,27 @@ impl std::fmt::Display for Repair {
                 f,
                 "run {run_id} was interrupted and superseded by a new prompt; recorded its run \
                  end ({outcome})"
+            ),
+            Repair::ContextResultFilled {
+                index,
+                source,
+                tool_call_id,
+                name,
+            } => write!(
+                f,
+                "{} context, message {index}: tool call {tool_call_id} ({name}) had no result; \
+                 added an outcome_unknown result",
+                source.as_str()
+            ),
+            Repair::ContextResultDropped {
+                index,
+                source,
+                tool_call_id,
+            } => write!(
+                f,
+                "{} context, message {index}: result for tool call {tool_call_id}, which the \
+                 message before it did not make (or answered already), dropped",
+                source.as_str()
             ),
         }
     }

@@ -28,6 +28,7 @@ mod oracle;
 mod output;
 mod overflow_shrink;
 mod pairing_repair;
+mod port_pairing;
 mod partial_updates;
 mod process_details;
 mod purity;

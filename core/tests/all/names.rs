@@ -253,6 +253,27 @@ fn all_repairs() -> Vec<(Repair, &'static str, Option<usize>, &'static str)> {
             None,
             "run r3 was interrupted and superseded by a new prompt; recorded its run end (aborted)",
         ),
+        (
+            Repair::ContextResultFilled {
+                index: 2,
+                source: agentloop_core::entry::ContextSource::Start,
+                tool_call_id: "c7".into(),
+                name: "t".into(),
+            },
+            "context_result_filled",
+            Some(2),
+            "start context, message 2: tool call c7 (t) had no result; added an outcome_unknown result",
+        ),
+        (
+            Repair::ContextResultDropped {
+                index: 3,
+                source: agentloop_core::entry::ContextSource::Compaction,
+                tool_call_id: "c8".into(),
+            },
+            "context_result_dropped",
+            Some(3),
+            "compaction context, message 3: result for tool call c8, which the message before it did not make (or answered already), dropped",
+        ),
     ]
 }
 
