@@ -90,14 +90,16 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>, errors: &mut Vec<(PathBuf, String)
     }
 }
 
-/// Runs `work` on every item of `items` on all cores; the results in the items' order.
-pub fn par_map<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
+/// Runs `work` on every item of `items` on all cores; the results in the items' order. An
+/// item whose work panicked (a bug, not a bad input: those are typed errors) is `None`, and
+/// the others still run.
+pub fn par_map<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<Option<R>> {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
         .min(items.len().max(1));
     let next = AtomicUsize::new(0);
-    let mut done: Vec<(usize, R)> = std::thread::scope(|s| {
+    let done: Vec<(usize, R)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
@@ -105,7 +107,11 @@ pub fn par_map<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> 
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(item) = items.get(i) else { break };
-                        mine.push((i, work(item)));
+                        let r =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(item)));
+                        if let Ok(r) = r {
+                            mine.push((i, r));
+                        }
                     }
                     mine
                 })
@@ -113,12 +119,16 @@ pub fn par_map<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> 
             .collect();
         workers
             .into_iter()
-            // A worker that panicked loses its results; the caller sees fewer and reports them.
             .flat_map(|w| w.join().unwrap_or_default())
             .collect()
     });
-    done.sort_by_key(|(i, _)| *i);
-    done.into_iter().map(|(_, r)| r).collect()
+    let mut out: Vec<Option<R>> = std::iter::repeat_with(|| None).take(items.len()).collect();
+    for (i, r) in done {
+        if let Some(slot) = out.get_mut(i) {
+            *slot = Some(r);
+        }
+    }
+    out
 }
 
 /// What replaying one trace found.
@@ -192,7 +202,17 @@ pub fn replay_main(paths: &[PathBuf], as_json: bool) -> ExitCode {
         Ok(f) => f,
         Err(code) => return code,
     };
-    let results = par_map(&files, |p| replay_one(p));
+    let results = par_map(&files, |p| replay_one(p))
+        .into_iter()
+        .zip(&files)
+        .map(|(r, p)| {
+            r.unwrap_or_else(|| Replayed::Unreadable {
+                error: format!(
+                    "{}: the replay panicked (a bug: please report it)",
+                    p.display()
+                ),
+            })
+        });
     let mut entries: Vec<(String, Replayed)> = errors
         .into_iter()
         .map(|(p, e)| {
@@ -389,7 +409,17 @@ pub fn what_if_main(paths: &[PathBuf], args: &WhatIfArgs, as_json: bool) -> Exit
         Ok(f) => f,
         Err(code) => return code,
     };
-    let results = par_map(&files, |p| what_if_one(p, args));
+    let results = par_map(&files, |p| what_if_one(p, args))
+        .into_iter()
+        .zip(&files)
+        .map(|(r, p)| {
+            r.unwrap_or_else(|| Changed::Unreadable {
+                error: format!(
+                    "{}: the what-if replay panicked (a bug: please report it)",
+                    p.display()
+                ),
+            })
+        });
     let mut entries: Vec<(String, Changed)> = errors
         .into_iter()
         .map(|(p, e)| {

@@ -333,7 +333,18 @@ pub fn export_main(args: ExportArgs) -> ExitCode {
         crate::trace_cmd::read_trace(p, true)
             .map(|t| rows(&t, &p.display().to_string(), table))
             .map_err(|e| e.to_string())
-    });
+    })
+    .into_iter()
+    .zip(&files)
+    .map(|(r, p)| {
+        r.unwrap_or_else(|| {
+            Err(format!(
+                "{}: reading the trace panicked (a bug)",
+                p.display()
+            ))
+        })
+    })
+    .collect::<Vec<_>>();
     let mut unreadable = errors.len();
     for (p, e) in &errors {
         errln!("error: {}: {e}", p.display());
