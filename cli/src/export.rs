@@ -4,8 +4,9 @@
 //! in parallel (the corpus walk of `replay DIR`); rows come out in path order, then trace
 //! order.
 //!
-//! Latency: a trace holds no wall-clock time (replay must not depend on it), so the
-//! `latency_ms` columns are empty. Parquet is not offered: the maintained crates (`arrow` /
+//! Latency: a trace holds no wall-clock time (replay must not depend on it); the
+//! `latency_ms` (and the steps' `ttft_ms`) columns come from the trace's timing sidecar
+//! (`T.times.jsonl`, [`crate::times`]) and are empty without one. Parquet is not offered: the maintained crates (`arrow` /
 //! `parquet`) would more than double the command's build; CSV and JSONL load in pandas as
 //! `read_csv` / `read_json(lines=True)`.
 
@@ -20,6 +21,7 @@ use agentloop::trace::{Trace, TraceRecord};
 use agentloop_trace_tools::transcript::{Item, Transcript};
 
 use crate::out::errln;
+use crate::times::{load as load_times, Timing};
 
 /// Which table `trace export` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -91,6 +93,7 @@ pub fn columns(table: Table) -> &'static [&'static str] {
             "tokens_out",
             "text",
             "latency_ms",
+            "ttft_ms",
         ],
         Table::ToolCalls => &[
             "trace",
@@ -117,7 +120,8 @@ type Row = Vec<Value>;
 type RunEnd = (String, String, Option<(u64, u64)>);
 
 /// The rows of `table` for one trace (`name`: how the trace column names it).
-pub fn rows(trace: &Trace, name: &str, table: Table) -> Vec<Row> {
+/// `timing`: the durations of the trace's timing sidecar (empty columns without one).
+pub fn rows(trace: &Trace, name: &str, table: Table, timing: &Timing) -> Vec<Row> {
     if table == Table::Events {
         return event_rows(trace, name);
     }
@@ -149,7 +153,7 @@ pub fn rows(trace: &Trace, name: &str, table: Table) -> Vec<Row> {
                 json!(run[2]),
                 json!(tin),
                 json!(tout),
-                Value::Null,
+                json!(timing.runs.get(run_id)),
             ]);
         };
     for item in &t.items {
@@ -191,7 +195,8 @@ pub fn rows(trace: &Trace, name: &str, table: Table) -> Vec<Row> {
                         json!(tin),
                         json!(tout),
                         json!(text),
-                        Value::Null,
+                        json!(timing.steps.get(&(run_id.clone(), u64::from(*s)))),
+                        json!(timing.ttft.get(&(run_id.clone(), u64::from(*s)))),
                     ]);
                 }
             }
@@ -217,7 +222,7 @@ pub fn rows(trace: &Trace, name: &str, table: Table) -> Vec<Row> {
                         serde_json::to_value(status).unwrap_or(Value::Null),
                         json!(arguments.to_string()),
                         json!(result),
-                        Value::Null,
+                        json!(timing.tools.get(&(run_id.clone(), id.clone()))),
                     ]);
                 }
             }
@@ -331,7 +336,7 @@ pub fn export_main(args: ExportArgs) -> ExitCode {
     let table = args.table;
     let results = crate::corpus::par_map(&files, |p| {
         crate::trace_cmd::read_trace(p, true)
-            .map(|t| rows(&t, &p.display().to_string(), table))
+            .map(|t| rows(&t, &p.display().to_string(), table, &load_times(p)))
             .map_err(|e| e.to_string())
     })
     .into_iter()

@@ -13,6 +13,7 @@ mod run;
 mod sessions;
 mod status;
 mod term;
+mod times;
 mod trace_cmd;
 mod trace_view;
 

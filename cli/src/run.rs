@@ -466,7 +466,20 @@ fn agent(
     // With `--output-schema` in text mode, stdout gets the validated JSON at the end, not the
     // streamed answer (which may be an invalid first try).
     let typed = args.output_schema.is_some() && matches!(args.events, EventsFormat::Text);
+    // With `--trace T.jsonl`: the run's wall-clock times go to `T.times.jsonl`, out of the
+    // trace (replay stays deterministic); `trace export` reads them for its latency columns.
+    let times = match args.trace.as_deref().map(crate::times::Recorder::create) {
+        Some(Ok(r)) => Some(r),
+        Some(Err(e)) => {
+            crate::out::errln!("warning: timing sidecar not written: {e}");
+            None
+        }
+        None => None,
+    };
     let sink = Arc::new(FnSink(move |env: &EventEnvelope| {
+        if let Some(t) = &times {
+            t.record(env);
+        }
         if !(typed && matches!(env.event, agentloop::AgentEvent::TextDelta { .. })) {
             sink_output.print(env)
         }

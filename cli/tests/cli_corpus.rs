@@ -302,6 +302,13 @@ fn export_writes_one_row_per_run_step_tool_call_and_record_and_csv_round_trips()
     assert_eq!(csv[1][5], "calculator");
     assert_eq!(csv[1][6], "completed");
     assert_eq!(csv[1][7], r#"{"expression":"2+3"}"#);
+    // The tool's duration, from the timing sidecar `run --trace` wrote next to the trace.
+    assert_eq!(csv[0][9], "latency_ms");
+    assert!(
+        csv[1..].iter().all(|r| r[9].parse::<u64>().is_ok()),
+        "{csv:?}"
+    );
+    assert!(d.join("corpus/t0.times.jsonl").is_file());
 
     let o = agentloop(
         d,
@@ -315,6 +322,11 @@ fn export_writes_one_row_per_run_step_tool_call_and_record_and_csv_round_trips()
         .iter()
         .position(|c| c == "text")
         .expect("text column");
+    let ttft = csv[0].iter().position(|c| c == "ttft_ms").expect("ttft");
+    assert!(
+        csv[1..].iter().all(|r| r[ttft].parse::<u64>().is_ok()),
+        "{csv:?}"
+    );
     assert_eq!(csv[1][0], "corpus/awkward.jsonl");
     assert_eq!(csv[1][text], awkward);
 
