@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent_event::Outcome;
 use crate::execute_result::{ExecuteResult, StepRecord};
-use crate::message::{Message, Usage};
+use crate::message::{AssistantMessage, Message, Usage};
 use crate::model::ModelParams;
 use crate::process::{RetryDecider, RetryDeciderRegistry, StepConfig};
 use crate::react::limits::UsageLimits;
@@ -13,7 +13,10 @@ use crate::tool_spec::ToolSpecs;
 
 /// What Observing sees.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Observation {
+pub struct Observation<'a> {
+    /// The message the step just committed (its text, tool calls and finish reason), the one
+    /// the decision is about; `None` only when no step of this run committed one.
+    pub message: Option<&'a AssistantMessage>,
     /// The committed message had tool calls.
     pub has_tool_calls: bool,
     /// Steering messages wait to be merged.
@@ -43,8 +46,34 @@ pub enum Decision {
     Complete,
 }
 
-/// Observing's decision function (R-OUT-3): a plain function, so it stays pure and replaceable.
-pub type Decider = fn(&Observation) -> Decision;
+/// Observing's decision function (R-OUT-3): a function or a closure of the observation, so it
+/// stays pure and replaceable. Anything `Fn(&Observation) -> Decision + Send + Sync + 'static`
+/// converts into one (`Decider::from`, or wherever an `impl Into<Decider>` is taken); it is
+/// recorded by the name it is registered under, never by its code.
+#[derive(Clone)]
+pub struct Decider(std::sync::Arc<dyn Fn(&Observation<'_>) -> Decision + Send + Sync>);
+
+impl Decider {
+    /// Decides on `o`.
+    pub fn decide(&self, o: &Observation<'_>) -> Decision {
+        (self.0)(o)
+    }
+}
+
+impl<F> From<F> for Decider
+where
+    F: Fn(&Observation<'_>) -> Decision + Send + Sync + 'static,
+{
+    fn from(f: F) -> Self {
+        Decider(std::sync::Arc::new(f))
+    }
+}
+
+impl std::fmt::Debug for Decider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Decider(..)")
+    }
+}
 
 /// The name [`default_decider`] is recorded under.
 pub const DEFAULT_DECIDER: &str = "default";
@@ -68,6 +97,16 @@ pub const DEFAULT_DECIDER: &str = "default";
 /// let registry = DeciderRegistry::new().with("always_stop", always_stop);
 /// assert!(registry.resolve(&back).unwrap().is_resolved());
 /// assert!(DeciderRegistry::new().resolve(&back).is_err());
+///
+/// // A closure that reads the committed answer, registered by name like a function.
+/// let marker = String::from("DONE");
+/// let until_done = move |o: &Observation| match o.message {
+///     Some(m) if m.text.contains(marker.as_str()) => Decision::Stop,
+///     _ => default_decider(o),
+/// };
+/// let registry = DeciderRegistry::new().with("until_done", until_done);
+/// let d = registry.resolve(&DeciderRef::unresolved("until_done")).unwrap();
+/// assert_eq!(serde_json::to_string(&d).unwrap(), r#""until_done""#);
 /// ```
 #[derive(Clone)]
 pub struct DeciderRef {
@@ -76,12 +115,12 @@ pub struct DeciderRef {
 }
 
 impl DeciderRef {
-    /// `f`, recorded as `name`. Register the same pair in the [`DeciderRegistry`] used for
-    /// replay.
-    pub fn new(name: impl Into<String>, f: Decider) -> Self {
+    /// `f` (a function or a closure), recorded as `name`. Register the same pair in the
+    /// [`DeciderRegistry`] used for replay.
+    pub fn new(name: impl Into<String>, f: impl Into<Decider>) -> Self {
         DeciderRef {
             name: name.into(),
-            f: Some(f),
+            f: Some(f.into()),
         }
     }
 
@@ -100,7 +139,7 @@ impl DeciderRef {
 
     /// The function, if the name is resolved.
     pub fn function(&self) -> Option<Decider> {
-        self.f
+        self.f.clone()
     }
 
     /// Whether the decider has its function.
@@ -111,8 +150,11 @@ impl DeciderRef {
     /// Decides. An unresolved decider (a configuration deserialized with a name nothing
     /// resolved) decides like [`default_decider`]; resolve it first
     /// ([`RunConfig::resolve_decider`]) wherever that difference matters, as replay does.
-    pub fn decide(&self, o: &Observation) -> Decision {
-        self.f.unwrap_or(default_decider)(o)
+    pub fn decide(&self, o: &Observation<'_>) -> Decision {
+        match &self.f {
+            Some(f) => f.decide(o),
+            None => default_decider(o),
+        }
     }
 }
 
@@ -132,7 +174,7 @@ impl std::fmt::Debug for DeciderRef {
 }
 
 impl PartialEq for DeciderRef {
-    /// Deciders compare by name (function pointers have no reliable identity).
+    /// Deciders compare by name (functions and closures have no reliable identity).
     fn eq(&self, other: &Self) -> bool {
         self.name == other.name
     }
@@ -191,7 +233,7 @@ impl DeciderRegistry {
     /// A registry with the built-in [`DEFAULT_DECIDER`].
     pub fn new() -> Self {
         let mut deciders = std::collections::BTreeMap::new();
-        deciders.insert(DEFAULT_DECIDER.to_string(), default_decider as Decider);
+        deciders.insert(DEFAULT_DECIDER.to_string(), Decider::from(default_decider));
         DeciderRegistry {
             deciders,
             retry: RetryDeciderRegistry::new(),
@@ -219,13 +261,14 @@ impl DeciderRegistry {
         &self.retry
     }
 
-    /// Registers `f` under `name`; returns the function it replaces, if any.
-    pub fn register(&mut self, name: impl Into<String>, f: Decider) -> Option<Decider> {
-        self.deciders.insert(name.into(), f)
+    /// Registers `f` (a function or a closure: `impl Fn(&Observation) -> Decision + Send +
+    /// Sync + 'static`) under `name`; returns the decider it replaces, if any.
+    pub fn register(&mut self, name: impl Into<String>, f: impl Into<Decider>) -> Option<Decider> {
+        self.deciders.insert(name.into(), f.into())
     }
 
     /// Registers `f` under `name` (builder style).
-    pub fn with(mut self, name: impl Into<String>, f: Decider) -> Self {
+    pub fn with(mut self, name: impl Into<String>, f: impl Into<Decider>) -> Self {
         self.register(name, f);
         self
     }
@@ -240,7 +283,7 @@ impl DeciderRegistry {
 
     /// The function registered under `name`.
     pub fn get(&self, name: &str) -> Option<Decider> {
-        self.deciders.get(name).copied()
+        self.deciders.get(name).cloned()
     }
 
     /// The registered names, sorted.
@@ -261,7 +304,7 @@ impl DeciderRegistry {
 
 /// The default decision: continue after tool calls (compacting first when over budget),
 /// complete otherwise.
-pub fn default_decider(o: &Observation) -> Decision {
+pub fn default_decider(o: &Observation<'_>) -> Decision {
     if o.stop_requested {
         return Decision::Stop;
     }

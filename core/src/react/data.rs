@@ -483,7 +483,17 @@ impl ReactData {
     }
 
     pub(crate) fn observe(&self) -> Decision {
+        let message = self
+            .transcript
+            .steps
+            .last()
+            .and_then(|r| r.message)
+            .and_then(|at| match self.transcript.messages.get(at) {
+                Some(Message::Assistant(m)) => Some(m),
+                _ => None,
+            });
         let o = Observation {
+            message,
             has_tool_calls: self.observed.last_had_tools,
             steering_pending: self.queues.steering_pending(),
             subtask_pending: self.queues.subtask_queued(),

@@ -129,8 +129,14 @@ fn guard_violations_are_the_checks_that_do_not_hold() {
     assert!(clean.guard_violations().is_empty());
 }
 
-fn obs(has_tool_calls: bool, steering_pending: bool, stop: bool, over_budget: bool) -> Observation {
+fn obs(
+    has_tool_calls: bool,
+    steering_pending: bool,
+    stop: bool,
+    over_budget: bool,
+) -> Observation<'static> {
     Observation {
+        message: None,
         has_tool_calls,
         steering_pending,
         subtask_pending: false,
