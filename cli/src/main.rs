@@ -25,7 +25,6 @@ use clap::{Parser, Subcommand, ValueEnum};
 use out::{errln, outln};
 
 use agentloop::chart::{mermaid, MachineKind};
-use agentloop::react::DeciderRegistry;
 use agentloop::trace::{replay_with, Trace, TraceError};
 
 /// LLM agents as verified state machines.
@@ -142,6 +141,16 @@ fn main() -> ExitCode {
             traces,
             json,
             what_if,
+        } if (json || corpus::is_corpus(&traces))
+            && what_if.decider.as_deref().is_some_and(|d| d.contains('=')) =>
+        {
+            errln!("error: --decider RECORDED=BUILTIN replays one trace, not a corpus");
+            ExitCode::from(2)
+        }
+        Command::Replay {
+            traces,
+            json,
+            what_if,
         } if json || corpus::is_corpus(&traces) => {
             if what_if.any() {
                 corpus::what_if_main(&traces, &what_if, json)
@@ -152,7 +161,9 @@ fn main() -> ExitCode {
         Command::Replay {
             traces, what_if, ..
         } if what_if.any() => trace_cmd::what_if_main(&traces[0], &what_if),
-        Command::Replay { traces, .. } => replay_main(&traces[0]),
+        Command::Replay {
+            traces, what_if, ..
+        } => replay_main(&traces[0], &what_if),
         Command::Decode(args) => decode::main(args),
         Command::Tools(args) => mcp::tools_main(args),
         Command::Trace {
@@ -204,7 +215,14 @@ fn init_logging() {
     }
 }
 
-fn replay_main(path: &std::path::Path) -> ExitCode {
+fn replay_main(path: &std::path::Path, what_if: &trace_cmd::WhatIfArgs) -> ExitCode {
+    let registry = match what_if.registry() {
+        Ok(r) => r,
+        Err(e) => {
+            errln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let trace = match trace_cmd::read_trace(path, false) {
         Ok(t) => t,
         Err(e) => {
@@ -213,8 +231,9 @@ fn replay_main(path: &std::path::Path) -> ExitCode {
         }
     };
     // The CLI has only the built-in deciders: a trace recorded with another decision (or retry
-    // decision) function is refused (exit 2, naming it) rather than replayed with the default.
-    let divergence = match replay_with(&trace, &DeciderRegistry::new()) {
+    // decision) function is refused (exit 2, naming it) rather than replayed with the default,
+    // unless `--decider RECORDED=BUILTIN` maps its name to a built-in.
+    let divergence = match replay_with(&trace, &registry) {
         Ok(d) => d,
         Err(e) => {
             errln!("error: {}: {e}", path.display());
@@ -224,7 +243,8 @@ fn replay_main(path: &std::path::Path) -> ExitCode {
             ) {
                 errln!(
                     "hint: the agentloop command has only the built-in deciders; replay this \
-                     trace from the program that recorded it, with agentloop::trace::replay_with"
+                     trace from the program that recorded it, with agentloop::trace::replay_with, \
+                     or map the name to a built-in with --decider NAME=default"
                 );
             }
             return ExitCode::from(2);

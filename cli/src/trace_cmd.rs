@@ -79,15 +79,44 @@ pub struct WhatIfArgs {
     /// compact_threshold, context_budget_tokens, steering, inline_tags.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
-    /// Replay with another decision function (one this program has: `default`).
-    #[arg(long, value_name = "NAME")]
+    /// Replay with another decision function (one this program has: `default`); or
+    /// RECORDED=BUILTIN: replay a trace whose decider is RECORDED (a program's own, which this
+    /// command does not have) with the built-in BUILTIN under that name — a plain replay, not
+    /// a what-if.
+    #[arg(long, value_name = "NAME|RECORDED=BUILTIN")]
     pub decider: Option<String>,
 }
 
 impl WhatIfArgs {
-    /// Whether a what-if replay was asked for.
+    /// Whether a what-if replay was asked for (a `--decider RECORDED=BUILTIN` alone is not
+    /// one: the trace is replayed as recorded).
     pub fn any(&self) -> bool {
-        !self.set.is_empty() || self.decider.is_some()
+        !self.set.is_empty() || self.decider.as_deref().is_some_and(|d| !d.contains('='))
+    }
+
+    /// The deciders a replay resolves the trace's names in (R-OUT-3): the built-ins, plus
+    /// RECORDED mapped to the built-in BUILTIN for a `--decider RECORDED=BUILTIN`. An error
+    /// names an unknown built-in or an empty name.
+    pub fn registry(&self) -> Result<DeciderRegistry, String> {
+        let registry = DeciderRegistry::new();
+        let Some((recorded, builtin)) = self.decider.as_deref().and_then(|d| d.split_once('='))
+        else {
+            return Ok(registry);
+        };
+        let (recorded, builtin) = (recorded.trim(), builtin.trim());
+        if recorded.is_empty() {
+            return Err(format!(
+                "--decider {recorded}={builtin}: the recorded name is empty"
+            ));
+        }
+        match registry.get(builtin) {
+            Some(f) => Ok(registry.with(recorded, f)),
+            None => Err(format!(
+                "--decider {recorded}={builtin}: unknown built-in decider `{builtin}` (this \
+                 program has: {})",
+                registry.names().join(", ")
+            )),
+        }
     }
 }
 
@@ -548,8 +577,14 @@ pub fn what_if_main(path: &Path, args: &WhatIfArgs) -> ExitCode {
         }
         changes.push(s.clone());
     }
-    let registry = DeciderRegistry::new();
-    if let Some(name) = &args.decider {
+    let registry = match args.registry() {
+        Ok(r) => r,
+        Err(e) => {
+            errln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(name) = args.decider.as_ref().filter(|d| !d.contains('=')) {
         match registry.get(name) {
             Some(f) => config.decider = agentloop::react::DeciderRef::new(name.clone(), f),
             None => {

@@ -247,6 +247,51 @@ fn r_out_3_replay_of_a_trace_naming_an_unknown_decider_exits_2_and_names_it() {
     );
 }
 
+#[test]
+fn r_out_3_replay_maps_an_unknown_decider_to_a_builtin_with_decider_name_eq_builtin() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = agentloop(dir.path(), &["run", "What is 2+3?", "--trace", "t.jsonl"]);
+    assert!(out.status.success());
+    let text = std::fs::read_to_string(dir.path().join("t.jsonl")).expect("trace");
+    let (header, rest) = text.split_once('\n').expect("a header line");
+    let mut header: serde_json::Value = serde_json::from_str(header).expect("JSON header");
+    header["config"]["decider"] = "my_custom_decider".into();
+    std::fs::write(dir.path().join("custom.jsonl"), format!("{header}\n{rest}")).expect("write");
+    // The hint names the way out.
+    let refused = agentloop(dir.path(), &["replay", "custom.jsonl"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--decider NAME=default"));
+    // Mapped to the built-in, the trace replays identically.
+    let mapped = agentloop(
+        dir.path(),
+        &[
+            "replay",
+            "custom.jsonl",
+            "--decider",
+            "my_custom_decider=default",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&mapped.stdout);
+    assert!(
+        mapped.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&mapped.stderr)
+    );
+    assert!(stdout.contains("replay identical"), "{stdout}");
+    // An unknown built-in is a typed refusal naming it.
+    let bad = agentloop(
+        dir.path(),
+        &[
+            "replay",
+            "custom.jsonl",
+            "--decider",
+            "my_custom_decider=nope",
+        ],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown built-in decider `nope`"));
+}
+
 #[cfg(unix)]
 #[test]
 fn ctrl_c_aborts_cleanly_and_the_trace_records_it() {
