@@ -265,7 +265,18 @@ impl ReactData {
 
     /// Builds the next step's request and starts the inner machine.
     pub(crate) fn execute(&mut self) {
-        for text in self.queues.take_steering() {
+        let steering = self.queues.take_steering();
+        // Seed 001: a run whose last committed answer had no tool calls would have ended; the
+        // steering that keeps it going resumes it (announced before the steering is applied).
+        if !steering.is_empty()
+            && self.counters.committed_steps > 0
+            && !self.observed.last_had_tools
+        {
+            self.emit(AgentEvent::AgentResumed {
+                trigger: "steering".into(),
+            });
+        }
+        for text in steering {
             let m = Message::user(text.clone());
             self.transcript.messages.push(m.clone());
             self.persist(Entry::UserInput {

@@ -433,7 +433,8 @@ pub enum AgentEvent {
     },
     /// A run resumed because of an outside signal.
     AgentResumed {
-        /// `tool_approved`, `tool_rejected`, `tool_approval_timeout`, `queued_prompt`.
+        /// `tool_approved`, `tool_rejected`, `tool_approval_timeout`, `queued_prompt`,
+        /// `steering` (steering kept a run going that its last answer would have ended).
         trigger: String,
     },
     /// `approve(call_id, always: true)` whitelisted a tool and command family for the session.
