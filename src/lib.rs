@@ -9,6 +9,8 @@
 //!
 //! # Where to start
 //!
+//! * [`prelude`]: `use agentloop::prelude::*;` brings what a typical program names (the agent,
+//!   sessions, messages, events, the tool and model traits, the scripted model, the stores).
 //! * [`runtime::Agent`]: build an agent with [`runtime::Agent::builder`] (a model, tools, an
 //!   event sink, a store, a configuration) and run prompts: [`runtime::Agent::run`],
 //!   [`runtime::Agent::run_with`], [`runtime::Agent::run_typed`] for a JSON answer of a type,
@@ -90,6 +92,7 @@ pub mod instructions;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod model;
+pub mod prelude;
 pub mod provider;
 #[cfg_attr(
     not(any(feature = "file-store", feature = "builtin-tools")),
