@@ -30,8 +30,11 @@
 //! * Traces ([`trace`]): the recorded run and [`trace::replay`]. The tools built on traces
 //!   (transcripts, trace diff, what-if replay, conversation import) are the
 //!   [`agentloop-trace-tools`](https://docs.rs/agentloop-trace-tools) crate.
-//! * The pure core itself, re-exported under the same paths: [`Run`], [`Event`], [`Effect`],
-//!   [`Step`], the [`react`] and [`process`] machines and their [`chart`]s.
+//! * The pure core itself is the [`agentloop_core`] crate: [`agentloop_core::Run`],
+//!   [`agentloop_core::Event`], [`agentloop_core::Effect`], [`agentloop_core::Step`], the
+//!   [`agentloop_core::react`] and [`agentloop_core::process`] machines and their charts.
+//!   This crate re-exports only what a user names (messages, events, errors, [`RunConfig`],
+//!   [`LoopResult`]); `agentloop::react::X` still compiles but is undocumented.
 //!
 //! # Example
 //!
@@ -79,10 +82,16 @@
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-// The pure core, re-exported under the paths it always had.
+// The core's vocabulary a user names: messages, events, errors.
+pub use agentloop_core::{agent_event, error, message};
+
+// The machines' internals live in `agentloop_core` (its own documented crate). These paths are
+// kept so existing code compiles, but they are not part of this crate's documented surface: name
+// them as `agentloop_core::react::X` (see CHANGELOG.md).
+#[doc(hidden)]
 pub use agentloop_core::{
-    agent_event, chart, context, effect, error, event, execute_result, inline_tags, message,
-    output, process, react, session_log, step, todo, tool_check, tool_rules, wildcard,
+    chart, context, effect, event, execute_result, inline_tags, output, process, react,
+    session_log, step, todo, tool_check, tool_rules, wildcard,
 };
 
 pub mod attachment;
@@ -98,6 +107,7 @@ pub mod provider;
     not(any(feature = "file-store", feature = "builtin-tools")),
     allow(dead_code)
 )]
+#[doc(hidden)] // the CLI's bounded file reads; not part of the library's surface
 pub mod regular_file;
 pub mod runtime;
 pub mod session;
@@ -117,13 +127,20 @@ pub use schemars;
 pub use serde;
 
 pub use agent_event::{AgentEvent, Outcome};
+#[doc(hidden)]
 pub use effect::Effect;
 pub use error::{ErrorKind, ModelError, RunError};
-pub use event::{ApprovalDecision, ApprovalStatus, AttemptId, Event, GateVerdict};
+pub use event::{ApprovalDecision, ApprovalStatus};
+#[doc(hidden)]
+pub use event::{AttemptId, Event, GateVerdict};
+#[doc(hidden)]
 pub use execute_result::{ExecuteResult, StepEnd, StepRecord};
 pub use message::{
     AssistantMessage, ContentPart, MediaSource, Message, MessageDelta, ToolCall, ToolResult,
     ToolStatus, Usage,
 };
-pub use react::{LoopResult, Run, RunConfig};
+#[doc(hidden)]
+pub use react::Run;
+pub use react::{LoopResult, RunConfig};
+#[doc(hidden)]
 pub use step::{AgentState, Step, Transition};

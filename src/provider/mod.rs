@@ -25,14 +25,17 @@
 pub mod anthropic;
 pub mod classify;
 #[cfg(all(feature = "openai", feature = "anthropic"))]
+#[doc(hidden)] // wire decoding internals of the HTTP providers
 pub mod decode;
 #[cfg(all(feature = "openai", feature = "anthropic"))]
+#[doc(hidden)] // fuzz-target entry points (fuzz/, tests/fuzz_corpus_providers.rs)
 pub mod fuzz;
 pub mod http;
 pub mod limits;
 pub mod openai;
 pub mod openai_responses;
 pub mod scripted;
+#[doc(hidden)] // the SSE decoder the HTTP providers share
 pub mod sse;
 
 pub use limits::ResponseLimits;

@@ -7,11 +7,15 @@
 //! let agent = agentloop::runtime::Agent::builder().build(); // no model: compile error
 //! ```
 
+#[doc(hidden)] // its public items are re-exported by the parent module
 pub mod context_manager;
 pub(crate) mod driver;
+#[doc(hidden)] // its public items are re-exported by the parent module
 pub mod metrics;
+#[doc(hidden)] // its public items are re-exported by the parent module
 pub mod offload;
 pub(crate) mod output;
+#[doc(hidden)] // its public items are re-exported by the parent module
 pub mod ports;
 pub mod resume;
 mod stream;

@@ -36,7 +36,9 @@
 //! ([`AgentBuilder::extra_model`](crate::runtime::AgentBuilder::extra_model)).
 
 pub mod approvals;
+#[doc(hidden)] // its public items are re-exported by the parent module
 pub mod bus;
+#[doc(hidden)] // its public items are re-exported by the parent module
 pub mod metrics;
 pub mod questions;
 

@@ -16,6 +16,7 @@
 
 #[cfg(feature = "file-store")]
 pub mod export;
+#[doc(hidden)] // fault injection for tests
 pub mod fault;
 #[cfg(feature = "file-store")]
 pub mod file;
@@ -45,6 +46,7 @@ pub use agentloop_core::session_log::{
 
 #[cfg(feature = "file-store")]
 pub use export::{export_jsonl, export_markdown, list_sessions, SessionInfo};
+#[doc(hidden)]
 pub use fault::{FaultPoint, FaultyStore};
 #[cfg(feature = "file-store")]
 pub use file::{FileStore, SessionLock};
