@@ -478,6 +478,8 @@ impl ProcessData {
                         LoopAction::Ask => "ask".into(),
                         LoopAction::Stop => "stop".into(),
                     },
+                    kind: Default::default(),
+                    path: None,
                 });
             }
             let looped_action = looped.map(|p| p.action);

@@ -178,6 +178,9 @@ pub(crate) struct CurrentStep {
     pub(crate) next_attempt: Option<u32>,
     pub(crate) whitelist: BTreeSet<String>,
     pub(crate) recent_calls: Vec<(String, String)>,
+    /// The `path` arguments (and tool names) of the recent calls that had one (file-loop
+    /// detection).
+    pub(crate) recent_files: std::collections::VecDeque<(String, String)>,
     /// Results of the session's pure-tool calls (R-TOOL-6), shared with each step.
     pub(crate) tool_cache: Arc<ToolCache>,
 }
@@ -207,6 +210,42 @@ impl CurrentStep {
     /// Keeps what an ended step hands to the next: the approvals it whitelisted.
     pub(crate) fn hand_over(&mut self, step: &Process) {
         self.whitelist = step.whitelist().clone();
+    }
+
+    /// Adds the files the step's calls touch (a string `path` argument) to the window of
+    /// recent file touches; returns each path that now reached
+    /// [`FILE_LOOP_TOUCHES`](crate::react::health::FILE_LOOP_TOUCHES) touches in the window,
+    /// once per crossing, with the tools that touched it in the window and its count.
+    pub(crate) fn remember_files(&mut self, calls: &[ToolCall]) -> Vec<(String, Vec<String>, u32)> {
+        use crate::react::health::{FILE_LOOP_TOUCHES, FILE_LOOP_WINDOW};
+        let mut found = Vec::new();
+        for c in calls {
+            let Some(path) = c.arguments.get("path").and_then(|p| p.as_str()) else {
+                continue;
+            };
+            self.recent_files
+                .push_back((path.to_string(), c.name.clone()));
+            if self.recent_files.len() > FILE_LOOP_WINDOW {
+                self.recent_files.pop_front();
+            }
+            let touching: Vec<&String> = self
+                .recent_files
+                .iter()
+                .filter(|(p, _)| p == path)
+                .map(|(_, tool)| tool)
+                .collect();
+            let touches = touching.len() as u32;
+            if touches == FILE_LOOP_TOUCHES && !found.iter().any(|(p, _, _)| p == path) {
+                let mut tools: Vec<String> = Vec::new();
+                for t in touching {
+                    if !tools.contains(t) {
+                        tools.push(t.clone());
+                    }
+                }
+                found.push((path.to_string(), tools, touches));
+            }
+        }
+        found
     }
 
     /// Remembers a committed step's calls (the last 64); returns a repeated pattern they

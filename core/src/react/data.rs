@@ -448,6 +448,18 @@ impl ReactData {
                     pattern,
                     repeats,
                     action: "warn".into(),
+                    kind: Default::default(),
+                    path: None,
+                });
+            }
+            for (path, tools, touches) in self.current.remember_files(&m.tool_calls) {
+                self.emit(AgentEvent::LoopDetected {
+                    tool_call_id: None,
+                    pattern: tools,
+                    repeats: touches,
+                    action: "warn".into(),
+                    kind: crate::agent_event::LoopKind::File,
+                    path: Some(path),
                 });
             }
             let results = step.results();

@@ -2,6 +2,12 @@
 //! (A single call repeated with identical arguments is caught by the inner machine, which asks
 //! for approval or stops; this module finds longer cycles such as A, B, A, B, A, B.)
 
+/// How many touches of one file within [`FILE_LOOP_WINDOW`] file calls are a file loop.
+pub const FILE_LOOP_TOUCHES: u32 = 4;
+
+/// How many recent calls with a `path` argument the file-loop detector looks back over.
+pub const FILE_LOOP_WINDOW: usize = 6;
+
 /// How many repetitions of a cycle count as a loop.
 pub const PATTERN_REPEATS: u32 = 3;
 

@@ -384,6 +384,13 @@ pub enum AgentEvent {
         repeats: u32,
         /// What the run does: `ask` (approval) or `stop`.
         action: String,
+        /// What repeats: the same calls (`repeat`, the default, not serialized) or the same
+        /// file touched in a tight cycle (`file`, seed 001's file loop).
+        #[serde(default, skip_serializing_if = "LoopKind::is_repeat")]
+        kind: LoopKind,
+        /// The file, for a `file` loop.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path: Option<String>,
     },
     /// Compaction started.
     CompactStart {
@@ -623,4 +630,24 @@ pub struct EventEnvelope {
     /// a field named `index`, `ts_ms` or `run_id`).
     #[serde(flatten)]
     pub event: AgentEvent,
+}
+
+/// What a `loop_detected` event found repeating.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum LoopKind {
+    /// The same calls (or cycle of calls) again and again (R-TOOL-4).
+    #[default]
+    Repeat,
+    /// The same file read or written again and again within a short window of calls, whatever
+    /// the other arguments (seed 001's file loop).
+    File,
+}
+
+impl LoopKind {
+    /// Whether this is [`LoopKind::Repeat`] (left out of the JSON).
+    pub fn is_repeat(&self) -> bool {
+        matches!(self, LoopKind::Repeat)
+    }
 }

@@ -559,6 +559,8 @@ fn variants() -> Vec<S> {
                     pattern,
                     repeats,
                     action,
+                    kind: Default::default(),
+                    path: None,
                 },
             )
             .boxed(),

@@ -862,6 +862,7 @@ fn r_tool_4_a_repeated_cycle_across_steps_is_reported_once() {
                 pattern,
                 repeats,
                 action,
+                ..
             } => Some((pattern.clone(), *repeats, action.clone())),
             _ => None,
         })
@@ -1274,4 +1275,73 @@ fn r_out_1_a_one_step_run_emits_and_persists_in_order() {
         "run_end completed final_answer 3+4",
     ];
     assert_eq!(got, expected, "{got:#?}");
+}
+
+#[test]
+fn seed_001_the_same_file_touched_in_a_tight_cycle_is_a_file_loop() {
+    let file_loop = |d: &Driver| -> Vec<(Option<String>, u32, String)> {
+        d.emitted()
+            .into_iter()
+            .filter_map(|e| match e {
+                AgentEvent::LoopDetected {
+                    kind: agentloop_core::agent_event::LoopKind::File,
+                    path,
+                    repeats,
+                    action,
+                    ..
+                } => Some((path.clone(), *repeats, action.clone())),
+                _ => None,
+            })
+            .collect()
+    };
+    let cfg = || RunConfig {
+        tools: vec![spec("read_file"), spec("append_line")].into(),
+        ..RunConfig::default()
+    };
+    // Read then append to the same file, with different lines: no call repeats, the file does.
+    let turn = |i: u32, path: &str| {
+        tool_turn(
+            &[
+                (
+                    &format!("r{i}"),
+                    "read_file",
+                    &format!(r#"{{"path":"{path}"}}"#),
+                ),
+                (
+                    &format!("a{i}"),
+                    "append_line",
+                    &format!(r#"{{"path":"{path}","line":"{i}"}}"#),
+                ),
+            ],
+            None,
+        )
+    };
+    let mut turns: Vec<_> = (0..3).map(|i| turn(i, "notes.txt")).collect();
+    turns.push(text_turn("done", None));
+    let mut d = Driver::new(cfg(), turns);
+    d.go("hi");
+    assert_eq!(
+        file_loop(&d),
+        [(Some("notes.txt".to_string()), 4, "warn".to_string())],
+        "reported once, when the fourth touch lands"
+    );
+    let json = serde_json::to_value(
+        d.emitted()
+            .into_iter()
+            .find(|e| matches!(e, AgentEvent::LoopDetected { .. }))
+            .expect("a loop event"),
+    )
+    .unwrap();
+    assert_eq!(json["kind"], "file");
+    assert_eq!(json["path"], "notes.txt");
+    assert_eq!(
+        json["pattern"],
+        serde_json::json!(["read_file", "append_line"])
+    );
+    // Different files in turn are no loop.
+    let mut turns: Vec<_> = (0..3).map(|i| turn(i, &format!("f{i}.txt"))).collect();
+    turns.push(text_turn("done", None));
+    let mut d = Driver::new(cfg(), turns);
+    d.go("hi");
+    assert!(file_loop(&d).is_empty());
 }

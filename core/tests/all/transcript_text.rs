@@ -466,6 +466,8 @@ fn observable_events_without_an_item_of_their_own_become_notes() {
             pattern: vec!["ls".into(), "cat".into()],
             repeats: 4,
             action: "stop".into(),
+            kind: Default::default(),
+            path: None,
         },
         AgentEvent::SessionRepaired {
             repair: repair.clone(),
