@@ -368,7 +368,7 @@ fn generate(chart: &Chart, prefix: &str, out: &mut String) {
 
 /// The charts whose rows' `effects` are typed (every entry an effect name of the vocabulary,
 /// see [`vocabulary`]); the others' are still prose.
-const TYPED_EFFECTS: &[&str] = &["react"];
+const TYPED_EFFECTS: &[&str] = &["react", "process"];
 
 /// `persist:user_input` → `PersistUserInput`.
 fn effect_variant(name: &str) -> String {

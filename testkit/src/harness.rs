@@ -1979,6 +1979,7 @@ impl ProcessHarness {
         );
         check_rows(&step.transitions, &ctx);
         check_guards(&step.transitions, &step.guard_checks, &ctx);
+        check_effects(&step.effect_checks, &ctx);
         let mut cur = before;
         for t in &step.transitions {
             if let Transition::Process { from, to, row, .. } = *t {

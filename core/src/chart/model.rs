@@ -128,7 +128,7 @@ pub struct RowDef {
     /// Row kind.
     #[serde(default)]
     pub kind: RowKindDef,
-    /// Effects: in a typed chart (react), effect names (`call_model`, `persist:tool_started`,
+    /// Effects: in a typed chart (react, process), effect names (`call_model`, `persist:tool_started`,
     /// `emit:run_start`, `…?` when optional) that the dispatch checks against what the row's
     /// action and the entry/exit actions it runs produced; elsewhere still words.
     #[serde(default)]

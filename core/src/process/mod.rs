@@ -76,12 +76,18 @@ pub struct ProcessStep {
     pub transitions: Vec<Transition>,
     /// The chart oracle's verdict on each transition (see [`GuardCheck`]).
     pub guard_checks: Vec<GuardCheck>,
+    /// The verdicts on the effects of the process rows taken (debug builds only; see
+    /// [`check_effects`](crate::chart::check_effects)): each row's action produced the effects
+    /// its chart row declares.
+    pub effect_checks: Vec<crate::chart::EffectCheck>,
 }
 
 /// One step of a run: the inner machine with its data.
 pub struct Process {
     sm: InitializedStateMachine<ProcessMachine>,
     data: ProcessData,
+    /// The verdicts on the effects of the rows the current `handle` took (debug builds).
+    effect_checks: Vec<crate::chart::EffectCheck>,
 }
 
 impl std::fmt::Debug for Process {
@@ -172,7 +178,11 @@ impl Process {
         let sm = ProcessMachine
             .uninitialized_state_machine()
             .init_with_context(&mut data);
-        Process { sm, data }
+        Process {
+            sm,
+            data,
+            effect_checks: Vec::new(),
+        }
     }
 
     /// Starts the step (`Begin`): requests the first model call.
@@ -199,6 +209,7 @@ impl Process {
                     unhandled: true,
                     transitions: Vec::new(),
                     guard_checks: Vec::new(),
+                    effect_checks: Vec::new(),
                 }
             }
         }
@@ -221,6 +232,22 @@ impl Process {
         let mark = self.data.outbox.out.len();
         self.sm.handle_with_context(&input, &mut self.data);
         let to = self.state();
+        if let Some(r) = self.data.outbox.row.filter(|_| cfg!(debug_assertions)) {
+            if let Some(declared) = r.effects() {
+                // Everything the row's action pushed, the tool-call lifecycle's effects it
+                // drove included (the tool-call chart's effects are still prose).
+                let own: Vec<String> = self.data.outbox.out[mark..]
+                    .iter()
+                    .map(crate::chart::effect_name)
+                    .collect();
+                self.effect_checks.push(crate::chart::check_effects(
+                    MachineKind::Process,
+                    r.spec().id,
+                    declared,
+                    &own,
+                ));
+            }
+        }
         if from != to {
             self.data.outbox.out.insert(
                 mark,
@@ -282,6 +309,7 @@ impl Process {
             unhandled,
             transitions,
             guard_checks: checks,
+            effect_checks: std::mem::take(&mut self.effect_checks),
         }
     }
 

@@ -33,6 +33,8 @@ pub(crate) struct Outbox {
     /// The names of the effects this machine's own actions pushed during one handle (debug
     /// builds only; not the inner machine's): checked against the row's declared effects.
     pub(crate) own: Vec<String>,
+    /// The inner machine's effect verdicts taken with its steps (debug builds).
+    pub(crate) inner_effects: Vec<crate::chart::EffectCheck>,
 }
 
 impl Outbox {
@@ -71,6 +73,7 @@ impl Outbox {
             .count() as u64;
         self.inner.extend(s.transitions);
         self.checks.extend(s.guard_checks);
+        self.inner_effects.extend(s.effect_checks);
         self.out.extend(s.effects);
         (model_calls, s.unhandled)
     }

@@ -225,6 +225,8 @@ impl Run {
         let unhandled = self.data.outbox.unhandled;
         let row = self.data.outbox.row.take();
         let own = std::mem::take(&mut self.data.outbox.own);
+        self.effect_checks
+            .append(&mut self.data.outbox.inner_effects);
         if let Some(r) = row.filter(|_| cfg!(debug_assertions)) {
             if let Some(declared) = r.effects() {
                 self.effect_checks.push(crate::chart::check_effects(
