@@ -7,9 +7,7 @@
 //! the `calculator` tool and then reporting its result. Swap it for a real model with
 //! `agentloop::provider::http::build_model(..)`; nothing else changes.
 
-use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::Agent;
-use agentloop::Message;
+use agentloop::prelude::*;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
