@@ -60,7 +60,10 @@ fn r_ctl_the_session_diagram_is_committed_and_documented() {
     );
     let chart = MachineKind::Session.chart();
     for s in ["Idle", "Running", "Aborting", "Closed"] {
-        assert!(chart.state.iter().any(|d| d.name == s), "session chart lacks {s}");
+        assert!(
+            chart.state.iter().any(|d| d.name == s),
+            "session chart lacks {s}"
+        );
     }
 }
 
