@@ -9,6 +9,9 @@ root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 git -C "$root" archive HEAD | tar -x -C "$work"
+# Fresh mtimes: with a reused target directory, files extracted with the commit's (older) time
+# would look unchanged to cargo and an earlier build of the other chart would be reused.
+find "$work" -type f -exec touch {} +
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$work/target}
 
 requests() {
@@ -24,7 +27,7 @@ perl -0pi -e '
     s/(id = "planning_limit_stop"\n(?:[^\n]*\n){2}guard = ")limit_stop"/${1}limit_final_answer"/;
     s/(id = "planning_limit_final"\n(?:[^\n]*\n){2}guard = ")limit_final_answer"/${1}limit_stop"/;
 ' "$work/statecharts/react.toml"
-git -C "$root" show HEAD:statecharts/react.toml | diff -u --label a/statecharts/react.toml --label b/statecharts/react.toml - "$work/statecharts/react.toml" || true
+git -C "$root" show HEAD:core/statecharts/react.toml | diff -u --label a/core/statecharts/react.toml --label b/core/statecharts/react.toml - "$work/core/statecharts/react.toml" || true
 after=$(requests)
 echo "model requests: chart as committed $before, guards swapped $after"
 [ "$before" = 1 ] && [ "$after" = 2 ]
