@@ -195,32 +195,47 @@ fn files_of(paths: &[PathBuf]) -> Result<Found, ExitCode> {
     Ok((files, errors))
 }
 
+/// Every trace of `paths` through `work` in parallel, named by path, in path order: files that
+/// could not be listed and traces whose `work` panicked come back as `unreadable(error)`.
+/// `what` names the work in the panic message. Err: the exit code when no trace was found.
+fn over_corpus<R: Send>(
+    paths: &[PathBuf],
+    what: &str,
+    work: impl Fn(&Path) -> R + Sync,
+    unreadable: impl Fn(String) -> R,
+) -> Result<Vec<(String, R)>, ExitCode> {
+    let (files, errors) = files_of(paths)?;
+    let results = par_map(&files, |p| work(p));
+    let mut entries: Vec<(String, R)> = errors
+        .into_iter()
+        .map(|(p, e)| {
+            (
+                p.display().to_string(),
+                unreadable(format!("{}: {e}", p.display())),
+            )
+        })
+        .collect();
+    entries.extend(files.iter().zip(results).map(|(p, r)| {
+        let r = r.unwrap_or_else(|| {
+            unreadable(format!(
+                "{}: the {what} panicked (a bug: please report it)",
+                p.display()
+            ))
+        });
+        (p.display().to_string(), r)
+    }));
+    Ok(entries)
+}
+
 /// `agentloop replay DIR|FILES…`: 0 when every trace replays identically, 1 when one
 /// diverges, 2 when one cannot be read (or none was found).
 pub fn replay_main(paths: &[PathBuf], as_json: bool) -> ExitCode {
-    let (files, errors) = match files_of(paths) {
-        Ok(f) => f,
+    let entries = match over_corpus(paths, "replay", replay_one, |error| Replayed::Unreadable {
+        error,
+    }) {
+        Ok(e) => e,
         Err(code) => return code,
     };
-    let results = par_map(&files, |p| replay_one(p))
-        .into_iter()
-        .zip(&files)
-        .map(|(r, p)| {
-            r.unwrap_or_else(|| Replayed::Unreadable {
-                error: format!(
-                    "{}: the replay panicked (a bug: please report it)",
-                    p.display()
-                ),
-            })
-        });
-    let mut entries: Vec<(String, Replayed)> = errors
-        .into_iter()
-        .map(|(p, e)| {
-            let error = format!("{}: {e}", p.display());
-            (p.display().to_string(), Replayed::Unreadable { error })
-        })
-        .collect();
-    entries.extend(files.iter().map(|p| p.display().to_string()).zip(results));
     let count = |f: fn(&Replayed) -> bool| entries.iter().filter(|(_, r)| f(r)).count();
     let identical = count(|r| matches!(r, Replayed::Identical { .. }));
     let diverged = count(|r| matches!(r, Replayed::Diverged { .. }));
@@ -405,29 +420,15 @@ pub fn what_if_main(paths: &[PathBuf], args: &WhatIfArgs, as_json: bool) -> Exit
     if let Some(d) = &args.decider {
         settings.push(format!("decider={d}"));
     }
-    let (files, errors) = match files_of(paths) {
-        Ok(f) => f,
+    let entries = match over_corpus(
+        paths,
+        "what-if replay",
+        |p| what_if_one(p, args),
+        |error| Changed::Unreadable { error },
+    ) {
+        Ok(e) => e,
         Err(code) => return code,
     };
-    let results = par_map(&files, |p| what_if_one(p, args))
-        .into_iter()
-        .zip(&files)
-        .map(|(r, p)| {
-            r.unwrap_or_else(|| Changed::Unreadable {
-                error: format!(
-                    "{}: the what-if replay panicked (a bug: please report it)",
-                    p.display()
-                ),
-            })
-        });
-    let mut entries: Vec<(String, Changed)> = errors
-        .into_iter()
-        .map(|(p, e)| {
-            let error = format!("{}: {e}", p.display());
-            (p.display().to_string(), Changed::Unreadable { error })
-        })
-        .collect();
-    entries.extend(files.iter().map(|p| p.display().to_string()).zip(results));
     let is_changed =
         |index: &Option<u64>, missing: &Option<String>| index.is_some() || missing.is_some();
     let (mut changed, mut unchanged, mut unreadable) = (0usize, 0usize, 0usize);
