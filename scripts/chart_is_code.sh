@@ -3,7 +3,9 @@
 # rows planning_limit_stop and planning_limit_final in statecharts/react.toml and rebuild, with
 # no Rust edit. `agentloop run --max-model-calls 1 --on-limit stop` then asks for the final
 # answer: two model requests instead of one. Prints both counts; exits non-zero unless 1 then 2.
-# CARGO_TARGET_DIR may point at a reusable target directory (the copy's own otherwise).
+# CARGO_TARGET_DIR may point at a reusable target directory (the copy's own otherwise), but not
+# a checkout's own target/: cargo does not tell the copy's crates from the checkout's, so the
+# checkout would then run the copy's build of the swapped chart until its sources change.
 set -euo pipefail
 root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 work=$(mktemp -d)
