@@ -119,7 +119,7 @@ row_allows!(SessionRow, SessionState, SessionEventKind);
 
 /// The rows of `all` that a state (named `leaf`, inside `ancestors`, innermost first) may take
 /// for `event`, in the order the chart decides: the leaf's rows first, then each enclosing
-/// superstate's, each level in chart order. Shared by both machines' `candidates`.
+/// superstate's, each level in chart order. Shared by every chart's generated `candidates`.
 fn candidates_in<R: Copy, E: PartialEq + Copy>(
     leaf: &'static str,
     ancestors: &[&'static str],
@@ -137,63 +137,6 @@ fn candidates_in<R: Copy, E: PartialEq + Copy>(
             })
         })
         .collect()
-}
-
-impl ReactState {
-    /// The rows this state may take for `event`, in the order the chart decides: the leaf
-    /// state's rows first, then each enclosing superstate's (innermost first), each level in
-    /// chart order. The first row whose guard holds is the one the machine must take.
-    pub fn candidates(self, event: ReactEventKind) -> Vec<ReactRow> {
-        candidates_in(
-            self.name(),
-            self.ancestors(),
-            ReactRow::ALL,
-            ReactRow::spec,
-            event,
-        )
-    }
-}
-
-impl ProcessState {
-    /// The rows this state may take for `event`, in the order the chart decides (see
-    /// [`ReactState::candidates`]).
-    pub fn candidates(self, event: ProcessEventKind) -> Vec<ProcessRow> {
-        candidates_in(
-            self.name(),
-            self.ancestors(),
-            ProcessRow::ALL,
-            ProcessRow::spec,
-            event,
-        )
-    }
-}
-
-impl ToolCallState {
-    /// The rows this state may take for `event`, in the order the chart decides (see
-    /// [`ReactState::candidates`]).
-    pub fn candidates(self, event: ToolCallEventKind) -> Vec<ToolCallRow> {
-        candidates_in(
-            self.name(),
-            self.ancestors(),
-            ToolCallRow::ALL,
-            ToolCallRow::spec,
-            event,
-        )
-    }
-}
-
-impl SessionState {
-    /// The rows this state may take for `event`, in the order the chart decides (see
-    /// [`ReactState::candidates`]).
-    pub fn candidates(self, event: SessionEventKind) -> Vec<SessionRow> {
-        candidates_in(
-            self.name(),
-            self.ancestors(),
-            SessionRow::ALL,
-            SessionRow::spec,
-            event,
-        )
-    }
 }
 
 /// The chart oracle's verdict on one transition: the row the machine took, and the row the

@@ -1,87 +1,145 @@
-//! The tool-call chart's guards (`statecharts/tool_call.toml`) as pure predicates, and the
-//! oracle that picks the row the chart prescribes for a call: the first candidate whose guard
-//! holds. The inner machine evaluates it before it moves a call and reports the verdict as a
-//! [`GuardCheck`](crate::chart::GuardCheck), as it does for its own rows.
+//! The tool-call chart's guards (`statecharts/tool_call.toml`) as pure predicates, one per
+//! guard and named after it: the generated dispatch ([`crate::process::call_dispatch`]) calls
+//! them to pick a call's row, the chart oracle to check that choice. Each reads slot `i` of the
+//! inner machine's data and what the event carries ([`Facts`]), and changes nothing.
 
-use crate::chart::{MachineKind, ToolCallEventKind, ToolCallGuard, ToolCallRow, ToolCallState};
-use crate::event::KillPolicy;
-use crate::message::ToolStatus;
+use crate::event::{ApprovalDecision, GateVerdict, KillPolicy};
+use crate::message::{ToolResult, ToolStatus};
 use crate::process::config::LoopAction;
 use crate::process::data::ProcessData;
 use crate::tool_rules::RuleAction;
 
-/// What the cause of a call's move carries beyond the call and the step's data.
+/// What a tool-call event carries beyond the call and the step's data.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Facts {
+pub(crate) enum Facts<'a> {
     /// Nothing more.
     None,
     /// `Commit`: doom-loop detection's verdict on the call.
     Commit {
         /// The action of the loop policy the call triggered.
         looped: Option<LoopAction>,
+        /// How many identical calls in a row end with this one.
+        repeats: u32,
     },
-    /// `Restore`: whether the session log holds the call's result.
+    /// `Restore`: the call's result, if the session log holds one.
     Restore {
-        /// It does.
-        has_result: bool,
+        /// That result.
+        stored: Option<&'a ToolResult>,
     },
-    /// `Finished`: the status the runtime reported.
-    Finished(ToolStatus),
-    /// `Answered`: whether the answer carries text.
-    Answered(bool),
+    /// `Finished`: what the runtime reported.
+    Finished {
+        /// The result's status.
+        status: ToolStatus,
+        /// The result's content.
+        content: &'a str,
+    },
+    /// `Answered`: the person's answer (`None`: nobody can answer).
+    Answered(Option<&'a str>),
     /// `Abort` or `Skip`: the kill policy in force.
     Kill(KillPolicy),
+    /// `GateAllowed`, `GateModified`, `GateBlocked`, `GateAsked`: the hooks' verdict.
+    Gate(&'a GateVerdict),
+    /// `Approved`, `Modified`, `Rejected`: the decision the approver answered with.
+    Approval(&'a ApprovalDecision),
+    /// `Rejected`: the approval timer elapsed before anyone answered (the timeout decision).
+    ApprovalTimer(&'a ApprovalDecision),
 }
 
-/// Evaluates guard `g` for slot `i`. Pure: reads the data, changes nothing.
-fn holds(g: ToolCallGuard, data: &ProcessData, i: usize, facts: Facts) -> bool {
-    let slot = data.tools.slots.get(i);
-    let looped = match facts {
-        Facts::Commit { looped } => looped,
-        _ => None,
-    };
-    match g {
-        ToolCallGuard::Otherwise => true,
-        ToolCallGuard::InvalidArguments => slot.call.invalid_arguments.is_some(),
-        ToolCallGuard::UnknownTool => !data.offers(&slot.call.name),
-        ToolCallGuard::SchemaViolated => slot.rejected.is_some(),
-        ToolCallGuard::LoopRefused => looped == Some(LoopAction::Stop),
-        ToolCallGuard::LoopAsks => looped == Some(LoopAction::Ask),
-        ToolCallGuard::AsksUser => data.asks_user(&slot.call),
-        ToolCallGuard::Answered => matches!(facts, Facts::Answered(true)),
-        ToolCallGuard::DeniedByRule => {
-            slot.policy.action == RuleAction::Deny && slot.policy.rule.is_some()
+impl Facts<'_> {
+    /// The loop policy's action a committed call triggered.
+    fn looped(&self) -> Option<LoopAction> {
+        match self {
+            Facts::Commit { looped, .. } => *looped,
+            _ => None,
         }
-        ToolCallGuard::Cached => data.cached(&slot.call).is_some(),
-        ToolCallGuard::NeedsApproval => looped == Some(LoopAction::Ask) || data.needs_approval(i),
-        ToolCallGuard::HasResult => matches!(facts, Facts::Restore { has_result: true }),
-        ToolCallGuard::Ungated => data.cfg.gate_tools && !slot.gated,
-        ToolCallGuard::Succeeded => matches!(facts, Facts::Finished(ToolStatus::Completed)),
-        ToolCallGuard::Killed => match facts {
-            Facts::Kill(kill) => data.killed_by(kill, &slot.call.name),
-            _ => false,
-        },
-        ToolCallGuard::Immune => match facts {
-            Facts::Kill(kill) => !data.killed_by(kill, &slot.call.name),
-            _ => false,
-        },
     }
 }
 
-/// The row the chart prescribes for slot `i` in `state` on `event`, and two rows whose guards
-/// both held without the chart saying which wins (see [`crate::chart::oracle`]).
-pub(crate) fn expected(
-    state: ToolCallState,
-    event: ToolCallEventKind,
-    data: &ProcessData,
-    i: usize,
-    facts: Facts,
-) -> (Option<ToolCallRow>, Option<(&'static str, &'static str)>) {
-    crate::chart::oracle(
-        MachineKind::ToolCall,
-        state.candidates(event),
-        ToolCallRow::spec,
-        ToolCallRow::guard,
-        |g| holds(g, data, i, facts),
+/// The call's arguments are not a JSON object (not JSON, or cut off).
+pub(crate) fn invalid_arguments(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+    data.tools.slots.get(i).call.invalid_arguments.is_some()
+}
+
+/// The step does not offer the called tool.
+pub(crate) fn unknown_tool(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+    !data.offers(&data.tools.slots.get(i).call.name)
+}
+
+/// The runtime's schema check rejected the call's arguments.
+pub(crate) fn schema_violated(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+    data.tools.slots.get(i).rejected.is_some()
+}
+
+/// The call completes a doom loop whose policy stops the run.
+pub(crate) fn loop_refused(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
+    facts.looped() == Some(LoopAction::Stop)
+}
+
+/// The call completes a doom loop whose policy asks a human.
+pub(crate) fn loop_asks(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
+    facts.looped() == Some(LoopAction::Ask)
+}
+
+/// The call is to the built-in `ask_user` tool, which the step offers.
+pub(crate) fn asks_user(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+    data.asks_user(&data.tools.slots.get(i).call)
+}
+
+/// The person answered with text.
+pub(crate) fn answered(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
+    matches!(facts, Facts::Answered(Some(_)))
+}
+
+/// The call's deciding tool rule denies it.
+pub(crate) fn denied_by_rule(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+    let policy = &data.tools.slots.get(i).policy;
+    policy.action == RuleAction::Deny && policy.rule.is_some()
+}
+
+/// A pure tool's identical earlier call has a cached result.
+pub(crate) fn cached(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+    data.cached(&data.tools.slots.get(i).call).is_some()
+}
+
+/// The call must be put to a human (a doom-loop question, or its rule asks and no "approve
+/// always" covers it).
+pub(crate) fn needs_approval(data: &ProcessData, i: usize, facts: &Facts<'_>) -> bool {
+    facts.looped() == Some(LoopAction::Ask) || data.needs_approval(i)
+}
+
+/// The session log holds the resumed call's result.
+pub(crate) fn has_result(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
+    matches!(facts, Facts::Restore { stored: Some(_) })
+}
+
+/// The step gates tools through `before_tool` hooks and this call has not been gated yet.
+pub(crate) fn ungated(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+    data.cfg.gate_tools && !data.tools.slots.get(i).gated
+}
+
+/// The tool reported success.
+pub(crate) fn succeeded(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
+    matches!(
+        facts,
+        Facts::Finished {
+            status: ToolStatus::Completed,
+            ..
+        }
     )
+}
+
+/// The kill policy in force kills this running call.
+pub(crate) fn killed(data: &ProcessData, i: usize, facts: &Facts<'_>) -> bool {
+    match facts {
+        Facts::Kill(kill) => data.killed_by(*kill, &data.tools.slots.get(i).call.name),
+        _ => false,
+    }
+}
+
+/// The kill policy in force spares this running call.
+pub(crate) fn immune(data: &ProcessData, i: usize, facts: &Facts<'_>) -> bool {
+    match facts {
+        Facts::Kill(kill) => !data.killed_by(*kill, &data.tools.slots.get(i).call.name),
+        _ => false,
+    }
 }

@@ -259,6 +259,8 @@ pub(crate) struct Outbox {
     pub(crate) unhandled: bool,
     /// The tool-call transitions this handle took, with the chart oracle's verdicts.
     pub(crate) calls: Vec<(Transition, GuardCheck)>,
+    /// The tool-call rows' effect checks this handle made (debug builds).
+    pub(crate) call_effects: Vec<crate::chart::EffectCheck>,
 }
 
 impl Default for Outbox {
@@ -269,6 +271,7 @@ impl Default for Outbox {
             row: None,
             unhandled: false,
             calls: Vec::new(),
+            call_effects: Vec::new(),
         }
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::agent_event::AgentEvent;
-use crate::chart::{GuardCheck, MachineKind, ProcessRow, ToolCallRow};
+use crate::chart::{GuardCheck, MachineKind, ProcessRow, ToolCallEventKind, ToolCallRow};
 use crate::effect::Effect;
 use crate::entry::Entry;
 use crate::error::ErrorKind;
@@ -12,7 +12,8 @@ use crate::event::KillPolicy;
 use crate::inline_tags::{InlinePiece, TagKind};
 use crate::message::{AssistantMessage, MessageDelta, ToolCall, ToolResult, ToolStatus};
 use crate::model::ModelRequest;
-use crate::process::call_guards::{self, Facts};
+use crate::process::call_dispatch;
+use crate::process::call_guards::Facts;
 use crate::process::config::{LoopAction, StepConfig};
 use crate::process::context::{Attempt, Ending, Outbox, ToolCalls};
 use crate::process::deadlines::{
@@ -20,7 +21,7 @@ use crate::process::deadlines::{
 };
 pub(crate) use crate::process::slots::{Slot, Slots};
 use crate::step::Transition;
-use crate::tool_check::{unknown_tool_message, ArgumentsRejected};
+use crate::tool_check::ArgumentsRejected;
 use crate::tool_rules::{CallPolicy, RuleAction};
 
 pub(crate) use crate::chart::ToolCallState;
@@ -73,11 +74,11 @@ impl ProcessData {
         self.outbox.take(row);
     }
 
-    fn emit(&mut self, event: AgentEvent) {
+    pub(crate) fn emit(&mut self, event: AgentEvent) {
         self.outbox.emit(event);
     }
 
-    fn persist(&mut self, entry: Entry) {
+    pub(crate) fn persist(&mut self, entry: Entry) {
         self.outbox.persist(entry);
     }
 
@@ -405,9 +406,10 @@ impl ProcessData {
         self.attempt.acc.has_tool_calls()
     }
 
-    /// Commits the accumulated message (R-STR-4) and, when it has tool calls, schedules them.
-    /// `rejected` holds the runtime's schema verdicts on the calls (R-TOOL-1, from `done`): a
-    /// call with one fails at once (row `commit_schema_invalid`) unless an earlier row applies.
+    /// Commits the accumulated message (R-STR-4) and, when it has tool calls, feeds each its
+    /// `Commit` event (the tool-call chart picks its row). `rejected` holds the runtime's
+    /// schema verdicts on the calls (R-TOOL-1, from `done`); doom-loop detection runs here, in
+    /// call order, and announces each looped call before its row is chosen.
     pub(crate) fn commit(&mut self, rejected: &[ArgumentsRejected]) {
         self.end_attempt();
         // The text ends: what the inline-tag filter still held back is text after all.
@@ -432,22 +434,23 @@ impl ProcessData {
                 count: message.tool_calls.len(),
             });
         }
-        let offered: BTreeSet<&str> = self
-            .attempt
-            .request
-            .tools
-            .iter()
-            .map(|t| t.name.as_str())
-            .collect();
         // The first verdict on each call id (ids are unique in a well-formed message).
         let mut verdicts: HashMap<&str, &ArgumentsRejected> =
             HashMap::with_capacity(rejected.len());
         for r in rejected {
             verdicts.entry(r.tool_call_id.as_str()).or_insert(r);
         }
-        let mut slots = Vec::with_capacity(message.tool_calls.len());
-        let mut sorted = Vec::with_capacity(message.tool_calls.len());
-        let mut immediate = Vec::new();
+        let slots = message
+            .tool_calls
+            .iter()
+            .map(|call| {
+                let mut slot = Slot::new(call.clone());
+                slot.rejected = verdicts.get(call.id.as_str()).map(|v| (*v).clone());
+                slot.policy = self.cfg.policy(call);
+                slot
+            })
+            .collect();
+        self.tools.slots = Slots::new(slots);
         // The run of identical signatures at the end of the history: its signature and length
         // (the history is the run's earlier calls, then this message's calls so far).
         let mut last: Option<(String, String)> = self.tools.recent.last().cloned();
@@ -459,7 +462,7 @@ impl ProcessData {
                 .take_while(|s| *s == l)
                 .count() as u32
         });
-        for call in &message.tool_calls {
+        for (i, call) in message.tool_calls.iter().enumerate() {
             let signature = (call.name.clone(), call.arguments.to_string());
             let repeats = if last.as_ref() == Some(&signature) {
                 run + 1
@@ -470,7 +473,7 @@ impl ProcessData {
             run = repeats;
             let looped = self.cfg.doom_loop.filter(|p| repeats >= p.threshold);
             if let Some(policy) = looped {
-                immediate.push(AgentEvent::LoopDetected {
+                self.emit(AgentEvent::LoopDetected {
                     tool_call_id: Some(call.id.clone()),
                     pattern: vec![call.name.clone()],
                     repeats,
@@ -482,89 +485,20 @@ impl ProcessData {
                     path: None,
                 });
             }
-            let looped_action = looped.map(|p| p.action);
-            let verdict = verdicts.get(call.id.as_str()).copied();
-            let policy = self.cfg.policy(call);
-            let (row, result) = if let Some(why) = &call.invalid_arguments {
-                let r = error_result(call, ToolStatus::Error, why.clone());
-                (ToolCallRow::CommitInvalid, Some(r))
-            } else if !offered.contains(call.name.as_str()) {
-                immediate.push(AgentEvent::ToolCallUnknown {
-                    tool_call_id: call.id.clone(),
-                    name: call.name.clone(),
-                });
-                let why = unknown_tool_message(&call.name, offered.iter().copied());
-                (
-                    ToolCallRow::CommitUnknown,
-                    Some(error_result(call, ToolStatus::Error, why)),
-                )
-            } else if let Some(verdict) = verdict {
-                let why = verdict.message(&call.name);
-                (
-                    ToolCallRow::CommitSchemaInvalid,
-                    Some(error_result(call, ToolStatus::Error, why)),
-                )
-            } else if looped_action == Some(LoopAction::Stop) {
-                self.ending.stop("stopped");
-                let why = format!(
-                    "refused: `{}` was called {repeats} times in a row with identical arguments (doom loop)",
-                    call.name
-                );
-                (
-                    ToolCallRow::CommitLoopRefused,
-                    Some(error_result(call, ToolStatus::Error, why)),
-                )
-            } else if let Some(denial) = self.denial(call, &policy) {
-                (ToolCallRow::CommitDeniedByRule, Some(denial))
-            } else if looped_action == Some(LoopAction::Ask) {
-                (ToolCallRow::CommitLoopAsk, None)
-            } else if let Some(hit) = self.cached(call) {
-                immediate.push(AgentEvent::ToolCacheHit {
-                    tool_call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    cached_from: hit.tool_call_id.clone(),
-                });
-                let result = ToolResult {
-                    tool_call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    content: hit.content.clone(),
-                    status: ToolStatus::Completed,
-                };
-                (ToolCallRow::CommitCached, Some(result))
-            } else if self.asks(call, &policy) {
-                (ToolCallRow::CommitApproval, None)
-            } else {
-                (ToolCallRow::CommitQueued, None)
-            };
-            if let Some(event) = rule_matched(call, &policy, row) {
-                immediate.push(event);
-            }
-            let mut slot = Slot::new(call.clone());
-            slot.rejected = verdict.cloned();
-            slot.policy = policy;
-            slots.push(slot);
-            sorted.push((row, looped_action, result));
+            let looped = looped.map(|p| p.action);
+            self.call_event(
+                i,
+                ToolCallEventKind::Commit,
+                Facts::Commit { looped, repeats },
+            );
         }
         self.ending.committed = Some(message);
-        self.tools.slots = Slots::new(slots);
-        let mut failed = Vec::new();
-        for (i, (row, looped, result)) in sorted.into_iter().enumerate() {
-            self.move_call(i, row, Facts::Commit { looped });
-            if let Some(r) = result {
-                failed.push((i, r));
-            }
-        }
-        for e in immediate {
-            self.emit(e);
-        }
-        for (i, r) in failed {
-            self.record_result(i, r);
-        }
         self.start_queued();
     }
 
-    /// Loads a committed message and its known results; calls without one are queued (or
-    /// wait for approval). Nothing is persisted for the known results.
+    /// Loads a committed message and its known results and feeds each call its `Restore`
+    /// event: a call with a result keeps it, the others are decided again by the rules the run
+    /// resumes with. Nothing is persisted for the known results.
     pub(crate) fn resume(&mut self, message: AssistantMessage, results: Vec<ToolResult>) {
         // The first known result of each call id (as a linear search would find it).
         let mut known: HashMap<&str, &ToolResult> = HashMap::with_capacity(results.len());
@@ -574,45 +508,59 @@ impl ProcessData {
         let slots = message
             .tool_calls
             .iter()
-            .map(|call| Slot::new(call.clone()))
+            .map(|call| {
+                let mut slot = Slot::new(call.clone());
+                slot.policy = self.cfg.policy(call);
+                slot
+            })
             .collect();
         self.tools.slots = Slots::new(slots);
-        for i in 0..self.tools.slots.len() {
-            let call = &self.tools.slots.get(i).call;
-            let policy = self.cfg.policy(call);
-            let stored = known.get(call.id.as_str()).map(|r| (*r).clone());
-            let denial = self.denial(call, &policy);
-            let row = if stored.is_some() {
-                ToolCallRow::RestoreResult
-            } else if denial.is_some() {
-                ToolCallRow::RestoreDeniedByRule
-            } else if self.asks(call, &policy) {
-                ToolCallRow::RestoreApproval
-            } else {
-                ToolCallRow::RestoreQueued
-            };
-            let matched = rule_matched(call, &policy, row);
-            self.tools.slots.get_mut(i).policy = policy;
-            let has_result = stored.is_some();
-            self.move_call(i, row, Facts::Restore { has_result });
-            if let Some(event) = matched {
-                self.emit(event);
-            }
-            match (stored, denial) {
-                (Some(stored), _) => self.tools.slots.get_mut(i).result = Some(stored),
-                (None, Some(denial)) => self.record_result(i, denial),
-                (None, None) => {}
-            }
+        for (i, call) in message.tool_calls.iter().enumerate() {
+            let stored = known.get(call.id.as_str()).copied();
+            self.call_event(i, ToolCallEventKind::Restore, Facts::Restore { stored });
         }
         self.ending.committed = Some(message);
     }
 
+    /// Feeds slot `i` a tool-call chart event: the generated dispatch picks the row (the first
+    /// of the call's state and superstates whose guard holds), the call moves along it, the
+    /// transition is recorded with the oracle's verdict, and the row's action runs; in debug
+    /// builds what the action produced is checked against the row's declared effects. `None`
+    /// when no row of the call's state takes the event (nothing happens).
+    pub(crate) fn call_event(
+        &mut self,
+        i: usize,
+        event: ToolCallEventKind,
+        facts: Facts<'_>,
+    ) -> Option<ToolCallRow> {
+        let row = call_dispatch::select(event, self, i, &facts)?;
+        let from = self.tools.slots.get(i).state();
+        self.move_call(i, row, event, &facts);
+        let mark = self.outbox.out.len();
+        call_dispatch::act(row, self, i, from, &facts);
+        if let Some(declared) = row.effects().filter(|_| cfg!(debug_assertions)) {
+            let own: Vec<String> = self.outbox.out[mark..]
+                .iter()
+                .map(crate::chart::effect_name)
+                .collect();
+            let check =
+                crate::chart::check_effects(MachineKind::ToolCall, row.spec().id, declared, &own);
+            self.outbox.call_effects.push(check);
+        }
+        Some(row)
+    }
+
     /// Moves slot `i` along tool-call chart row `row` and records the transition with the
     /// chart oracle's verdict (the row the guards select, evaluated before the move).
-    fn move_call(&mut self, i: usize, row: ToolCallRow, facts: Facts) {
-        let event = row.spec().event;
+    fn move_call(
+        &mut self,
+        i: usize,
+        row: ToolCallRow,
+        event: ToolCallEventKind,
+        facts: &Facts<'_>,
+    ) {
         let before = self.tools.slots.get(i).state();
-        let (expected, overlap) = call_guards::expected(before, event, self, i, facts);
+        let (expected, overlap) = call_dispatch::expected(before, event, self, i, facts);
         let (from, to) = self.tools.slots.apply(i, row);
         let check = GuardCheck {
             machine: MachineKind::ToolCall,
@@ -663,8 +611,8 @@ impl ProcessData {
         policy.action == RuleAction::Ask && (policy.by_argument || !self.tools.whitelisted(call))
     }
 
-    /// The denied result of `call` if its deciding rule denies it (the guard `denied_by_rule`).
-    fn denial(&self, call: &ToolCall, policy: &CallPolicy) -> Option<ToolResult> {
+    /// The denied result of `call` if its deciding rule denies it.
+    pub(crate) fn denial(&self, call: &ToolCall, policy: &CallPolicy) -> Option<ToolResult> {
         if policy.action != RuleAction::Deny {
             return None;
         }
@@ -673,8 +621,29 @@ impl ProcessData {
         Some(error_result(call, ToolStatus::Denied, why))
     }
 
+    /// `tool_rule_matched` for slot `i` if a rule decided it (rows that act on the rules'
+    /// decision call this).
+    pub(crate) fn announce_rule(&mut self, i: usize) {
+        let slot = self.tools.slots.get(i);
+        let policy = &slot.policy;
+        let Some(rule) = policy.rule else {
+            return;
+        };
+        let event = AgentEvent::ToolRuleMatched {
+            tool_call_id: slot.call.id.clone(),
+            name: slot.call.name.clone(),
+            rule,
+            action: policy.action,
+            // A denied call never runs: it has no deadline.
+            timeout_ms: policy
+                .timeout_ms
+                .filter(|_| policy.action != RuleAction::Deny),
+        };
+        self.emit(event);
+    }
+
     /// Persists and announces the result of slot `i`, which a chart row has just ended.
-    fn record_result(&mut self, i: usize, result: ToolResult) {
+    pub(crate) fn record_result(&mut self, i: usize, result: ToolResult) {
         self.persist(Entry::ToolResult {
             run_id: self.attempt.request.run_id.clone(),
             result: result.clone(),
@@ -691,26 +660,8 @@ impl ProcessData {
         self.tools.slots.get_mut(i).result = Some(result);
     }
 
-    /// Starts slot `i`: asks the `before_tool` hooks first when the step gates tools and the
-    /// call has not been gated yet, else runs it.
-    fn start(&mut self, i: usize) {
-        if self.asks_user(&self.tools.slots.get(i).call) {
-            self.ask_user(i);
-            return;
-        }
-        if self.cfg.gate_tools && !self.tools.slots.get(i).gated {
-            self.move_call(i, ToolCallRow::StartGate, Facts::None);
-            self.tools.slots.get_mut(i).gated = true;
-            let call = self.tools.slots.get(i).call.clone();
-            self.outbox.push(Effect::GateTool { call });
-            return;
-        }
-        self.run(i, ToolCallRow::StartRun);
-    }
-
-    /// Runs slot `i` (moved by `row`): its start marker first (R-IDEM-6), then the tool.
-    fn run(&mut self, i: usize, row: ToolCallRow) {
-        self.move_call(i, row, Facts::None);
+    /// Runs slot `i`: its start marker first (R-IDEM-6), then the tool, then its deadline.
+    pub(crate) fn run(&mut self, i: usize) {
         let call = self.tools.slots.get(i).call.clone();
         self.persist(Entry::ToolStarted {
             run_id: self.attempt.request.run_id.clone(),
@@ -734,11 +685,10 @@ impl ProcessData {
         self.cfg.ask_user && call.name == crate::process::config::ASK_USER_TOOL
     }
 
-    /// Puts slot `i`'s question to the person (row `start_ask_user`): the question and the
-    /// options are the call's `question` and `options` arguments (a call without a string
-    /// `question` asks its whole arguments).
-    fn ask_user(&mut self, i: usize) {
-        self.move_call(i, ToolCallRow::StartAskUser, Facts::None);
+    /// Puts slot `i`'s question to the person: the question and the options are the call's
+    /// `question` and `options` arguments (a call without a string `question` asks its whole
+    /// arguments).
+    pub(crate) fn ask_user(&mut self, i: usize) {
         let call = &self.tools.slots.get(i).call;
         let question = match call.arguments.get("question").and_then(|q| q.as_str()) {
             Some(q) => q.to_string(),
@@ -774,79 +724,29 @@ impl ProcessData {
         }
     }
 
-    /// The person answered slot `i`'s question (`None`: nobody can): rows `user_answered`
-    /// and `user_unavailable`.
+    /// The person answered slot `i`'s question (`None`: nobody can).
     pub(crate) fn user_answered(&mut self, i: usize, answer: Option<&str>) {
-        self.cancel_deadline(i);
-        let call = self.tools.slots.get(i).call.clone();
-        match answer {
-            Some(answer) => {
-                self.emit(AgentEvent::UserResponded {
-                    reference: call.id.clone(),
-                    answer: answer.to_string(),
-                });
-                self.move_call(i, ToolCallRow::UserAnswered, Facts::Answered(true));
-                let r = ToolResult {
-                    tool_call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    content: answer.to_string(),
-                    status: ToolStatus::Completed,
-                };
-                self.record_result(i, r);
-            }
-            None => {
-                self.move_call(i, ToolCallRow::UserUnavailable, Facts::Answered(false));
-                let why = "nobody can answer: no person is attached to this run (run it in a session or in `agentloop chat`)";
-                self.record_result(i, error_result(&call, ToolStatus::Error, why.into()));
-            }
-        }
+        self.call_event(i, ToolCallEventKind::Answered, Facts::Answered(answer));
     }
 
-    /// Ends the deadline timer of slot `i`, which stopped running (or waiting for an answer).
-    fn cancel_deadline(&mut self, i: usize) {
-        let asks = self.tools.slots.get(i).state() == ToolCallState::AwaitingUser;
-        if asks && self.cfg.ask_user_timeout_ms.is_some() {
-            let timer_id = self.deadline_timer(i);
-            self.outbox.push(Effect::CancelTimer { timer_id });
-            return;
-        }
-        if !asks && self.tools.slots.get(i).policy.timeout_ms.is_some() {
+    /// Ends the deadline timer of slot `i`, which left `from` (running, or waiting for an
+    /// answer).
+    pub(crate) fn cancel_deadline(&mut self, i: usize, from: ToolCallState) {
+        let asks = from == ToolCallState::AwaitingUser;
+        let set = if asks {
+            self.cfg.ask_user_timeout_ms.is_some()
+        } else {
+            self.tools.slots.get(i).policy.timeout_ms.is_some()
+        };
+        if set {
             let timer_id = self.deadline_timer(i);
             self.outbox.push(Effect::CancelTimer { timer_id });
         }
     }
 
-    /// Slot `i`'s deadline passed while it ran: kill it and close it with an error result.
+    /// Slot `i`'s deadline passed (while it ran, or while the person was asked).
     pub(crate) fn tool_deadline(&mut self, i: usize) {
-        let call = self.tools.slots.get(i).call.clone();
-        if self.tools.slots.get(i).state() == ToolCallState::AwaitingUser {
-            self.move_call(i, ToolCallRow::UserDeadline, Facts::None);
-            let ms = self.cfg.ask_user_timeout_ms.unwrap_or_default();
-            let r = error_result(
-                &call,
-                ToolStatus::Error,
-                format!("the person did not answer within {ms} ms"),
-            );
-            self.record_result(i, r);
-            return;
-        }
-        self.outbox.push(Effect::KillTool {
-            tool_call_id: call.id.clone(),
-        });
-        self.move_call(i, ToolCallRow::Deadline, Facts::None);
-        let ms = self
-            .tools
-            .slots
-            .get(i)
-            .policy
-            .timeout_ms
-            .unwrap_or_default();
-        let r = error_result(
-            &call,
-            ToolStatus::Error,
-            format!("tool timed out after {ms} ms"),
-        );
-        self.record_result(i, r);
+        self.call_event(i, ToolCallEventKind::Deadline, Facts::None);
     }
 
     /// Starts queued calls: all of them in parallel mode, else one when none runs.
@@ -858,25 +758,23 @@ impl ProcessData {
             if !self.cfg.parallel_tools && self.tools.slots.busy() {
                 return;
             }
-            self.start(i);
+            self.call_event(i, ToolCallEventKind::Start, Facts::None);
             after = Some(i);
         }
     }
 
+    /// Puts the first call waiting for approval to a human.
     pub(crate) fn ask_approval(&mut self) {
         if let Some(i) = self.tools.slots.first(ToolCallState::NeedsApproval) {
-            self.move_call(i, ToolCallRow::Ask, Facts::None);
-            let call = self.tools.slots.get(i).call.clone();
-            self.emit(AgentEvent::ApprovalRequired {
-                tool_call_id: call.id.clone(),
-                name: call.name.clone(),
-                arguments: call.arguments.clone(),
-            });
-            self.outbox.push(Effect::RequestApproval { call });
-            if let Some(delay_ms) = self.cfg.approval_timeout_ms {
-                let timer_id = approval_timer(self.attempt.request.model_call_index, i);
-                self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
-            }
+            self.call_event(i, ToolCallEventKind::Ask, Facts::None);
+        }
+    }
+
+    /// Starts slot `i`'s approval timer, if the step has an approval timeout.
+    pub(crate) fn start_approval_timer(&mut self, i: usize) {
+        if let Some(delay_ms) = self.cfg.approval_timeout_ms {
+            let timer_id = approval_timer(self.attempt.request.model_call_index, i);
+            self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
         }
     }
 
@@ -890,7 +788,7 @@ impl ProcessData {
 
     /// Ends the approval timer of slot `i`, which is no longer asked about (answered or
     /// closed).
-    fn cancel_approval_timer(&mut self, i: usize) {
+    pub(crate) fn cancel_approval_timer(&mut self, i: usize) {
         if self.cfg.approval_timeout_ms.is_some() {
             let timer_id = approval_timer(self.attempt.request.model_call_index, i);
             self.outbox.push(Effect::CancelTimer { timer_id });
@@ -898,100 +796,78 @@ impl ProcessData {
     }
 
     /// Slot `i`'s approval timer fired before anyone answered (rows `awaiting_timed_out*`):
-    /// the runtime stops waiting for the answer, and the call is denied like a rejection,
-    /// with status timeout.
+    /// the call is rejected with status timeout.
     pub(crate) fn approval_timed_out(&mut self, i: usize) {
         let after_ms = self.cfg.approval_timeout_ms.unwrap_or_default();
-        let tool_call_id = self.tools.slots.get(i).call.id.clone();
-        self.outbox.push(Effect::WithdrawApproval { tool_call_id });
         let decision = crate::event::ApprovalDecision::TimedOut { after_ms };
-        self.denied(i, &decision);
+        self.call_event(
+            i,
+            ToolCallEventKind::Rejected,
+            Facts::ApprovalTimer(&decision),
+        );
     }
 
-    /// The hooks' verdict on gated slot `i` (R-EXT-1): run it (as it is or with their
-    /// arguments), close it with a denied result, or send it down the approval path.
+    /// The hooks' verdict on gated slot `i` (R-EXT-1), as the chart event it stands for; a
+    /// blocked call lets the next queued one start, and an asked call that an "approve always"
+    /// covers (this run's, or the session's handed to the run) is answered by it at once.
     pub(crate) fn gated(&mut self, i: usize, verdict: &crate::event::GateVerdict) {
         use crate::event::GateVerdict;
+        let event = match verdict {
+            GateVerdict::Allow => ToolCallEventKind::GateAllowed,
+            GateVerdict::Modify { .. } => ToolCallEventKind::GateModified,
+            GateVerdict::Block { .. } => ToolCallEventKind::GateBlocked,
+            GateVerdict::Ask => ToolCallEventKind::GateAsked,
+        };
+        self.call_event(i, event, Facts::Gate(verdict));
         match verdict {
-            GateVerdict::Allow => self.run(i, ToolCallRow::GateAllowed),
-            GateVerdict::Modify { arguments } => {
-                self.tools.slots.get_mut(i).call.arguments = arguments.clone();
-                self.run(i, ToolCallRow::GateModified);
+            GateVerdict::Block { .. } => self.start_queued(),
+            GateVerdict::Ask if self.covered(i) => {
+                self.call_event(i, ToolCallEventKind::Whitelisted, Facts::None);
+                self.start_queued_from(i);
             }
-            GateVerdict::Block { reason } => {
-                let call = self.tools.slots.get(i).call.clone();
-                self.emit(AgentEvent::ToolBlocked {
-                    tool_call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    reason: reason.clone(),
-                });
-                let r = error_result(&call, ToolStatus::Denied, format!("blocked: {reason}"));
-                self.move_call(i, ToolCallRow::GateBlocked, Facts::None);
-                self.record_result(i, r);
-                self.start_queued();
-            }
-            GateVerdict::Ask => {
-                self.move_call(i, ToolCallRow::GateAsked, Facts::None);
-                // An "approve always" that covers the call (this run's, or the session's
-                // handed to the run) answers the hook's question as it answers a rule's.
-                let slot = self.tools.slots.get(i);
-                if !slot.policy.by_argument && self.tools.whitelisted(&slot.call) {
-                    self.move_call(i, ToolCallRow::Whitelisted, Facts::None);
-                    self.start_queued_from(i);
-                }
-            }
+            _ => {}
         }
     }
 
-    pub(crate) fn tool_finished(&mut self, i: usize, status: ToolStatus, content: String) {
-        let call = &self.tools.slots.get(i).call;
-        let result = ToolResult {
-            tool_call_id: call.id.clone(),
-            name: call.name.clone(),
-            content,
-            status,
-        };
-        let row = if status == ToolStatus::Completed {
-            ToolCallRow::FinishedOk
-        } else {
-            ToolCallRow::FinishedError
-        };
-        self.cancel_deadline(i);
-        self.move_call(i, row, Facts::Finished(status));
-        self.record_result(i, result);
+    /// Whether an "approve always" covers slot `i` (a call a rule singled out by its
+    /// arguments never is).
+    fn covered(&self, i: usize) -> bool {
+        let slot = self.tools.slots.get(i);
+        !slot.policy.by_argument && self.tools.whitelisted(&slot.call)
     }
 
+    /// The runtime's result for running slot `i`.
+    pub(crate) fn tool_finished(&mut self, i: usize, status: ToolStatus, content: String) {
+        let facts = Facts::Finished {
+            status,
+            content: &content,
+        };
+        self.call_event(i, ToolCallEventKind::Finished, facts);
+    }
+
+    /// A human approved slot `i` (with new arguments, for `Modified`); "always" also answers
+    /// every call of the same scope waiting for approval (R-CTL-4), and the approved call
+    /// starts if the parallelism policy lets it.
     pub(crate) fn approved(
         &mut self,
         i: usize,
         decision: &crate::event::ApprovalDecision,
         always: bool,
     ) {
-        self.cancel_approval_timer(i);
-        let call = self.tools.slots.get(i).call.clone();
-        self.emit(AgentEvent::ApprovalResolved {
-            tool_call_id: call.id.clone(),
-            decision: decision.clone(),
-            status: decision.status(),
-        });
-        // Seed 001: the resume is announced before any event of the resumed run.
-        self.emit(AgentEvent::AgentResumed {
-            trigger: "tool_approved".into(),
-        });
-        let row = match decision {
-            crate::event::ApprovalDecision::Modified { .. } => ToolCallRow::Modified,
-            _ => ToolCallRow::Approved,
+        let event = match decision {
+            crate::event::ApprovalDecision::Modified { .. } => ToolCallEventKind::Modified,
+            _ => ToolCallEventKind::Approved,
         };
-        self.move_call(i, row, Facts::None);
+        self.call_event(i, event, Facts::Approval(decision));
         if always {
             // "Always" covers the call's command family, not the whole tool (R-CTL-4).
-            let scope = crate::tool_rules::approval_scope(&call);
+            let scope = crate::tool_rules::approval_scope(&self.tools.slots.get(i).call);
             for j in self.tools.slots.in_state(ToolCallState::NeedsApproval) {
                 let other = self.tools.slots.get(j);
                 if crate::tool_rules::approval_scope(&other.call) == scope
                     && !other.policy.by_argument
                 {
-                    self.move_call(j, ToolCallRow::Whitelisted, Facts::None);
+                    self.call_event(j, ToolCallEventKind::Whitelisted, Facts::None);
                 }
             }
             self.tools.whitelist.insert(scope);
@@ -1002,15 +878,13 @@ impl ProcessData {
     /// Starts slot `i` now if the parallelism policy allows, else leaves it queued.
     fn start_queued_from(&mut self, i: usize) {
         if self.cfg.parallel_tools || !self.tools.slots.busy() {
-            self.start(i);
+            self.call_event(i, ToolCallEventKind::Start, Facts::None);
         }
         self.start_queued();
     }
 
+    /// A human approved slot `i` with new arguments.
     pub(crate) fn modified(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
-        if let crate::event::ApprovalDecision::Modified { arguments } = decision {
-            self.tools.slots.get_mut(i).call.arguments = arguments.clone();
-        }
         self.approved(i, decision, false);
     }
 
@@ -1019,16 +893,15 @@ impl ProcessData {
         self.cfg.auto_resume
     }
 
-    /// A human's rejection (or an approver's own timeout): the approval timer stops, and the
-    /// call is denied (see [`denied`](Self::denied)).
+    /// A human's rejection (or an approver's own timeout).
     pub(crate) fn rejected(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
-        self.cancel_approval_timer(i);
-        self.denied(i, decision);
+        self.call_event(i, ToolCallEventKind::Rejected, Facts::Approval(decision));
     }
 
-    /// A rejection or approval timeout: the call gets a denied result; the run stops after
-    /// the step (`tool_rejected`) unless auto_resume, which announces the resume instead.
-    fn denied(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
+    /// A rejection or approval timeout (row `rejected`): the call gets a denied result; the
+    /// run stops after the step (`tool_rejected`) unless auto_resume, which announces the
+    /// resume instead.
+    pub(crate) fn denied(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
         use crate::event::ApprovalDecision;
         let call = self.tools.slots.get(i).call.clone();
         self.emit(AgentEvent::ApprovalResolved {
@@ -1054,7 +927,6 @@ impl ProcessData {
             self.ending.stop("tool_rejected");
         }
         let r = error_result(&call, ToolStatus::Denied, why);
-        self.move_call(i, ToolCallRow::Rejected, Facts::None);
         self.record_result(i, r);
     }
 
@@ -1078,14 +950,14 @@ impl ProcessData {
     /// Abort in ToolExecuting when some calls keep running: kill per policy, close every call
     /// that did not start or was killed; the survivors' results will be kept (R-CTL-3).
     pub(crate) fn abort_draining(&mut self, kill: KillPolicy) {
-        self.close_open_calls(kill, ToolStatus::Aborted);
+        self.close_open_calls(ToolCallEventKind::Abort, kill);
         self.ending.end(StepOutcome::Aborted);
     }
 
     /// Steering with `skip_remaining`: calls not started are skipped, killable running calls
     /// are killed and skipped; immune running calls finish (R-CTL-2).
     pub(crate) fn skip_for_steering(&mut self) {
-        self.close_open_calls(KillPolicy::Killable, ToolStatus::Skipped);
+        self.close_open_calls(ToolCallEventKind::Skip, KillPolicy::Killable);
     }
 
     /// Abort: cancel the stream or timer, kill running tools, give every call without a
@@ -1099,97 +971,24 @@ impl ProcessData {
             let timer_id = self.timer_id();
             self.outbox.push(Effect::CancelTimer { timer_id });
         }
-        self.close_open_calls(KillPolicy::All, ToolStatus::Aborted);
+        self.close_open_calls(ToolCallEventKind::Abort, KillPolicy::All);
         self.ending.end(StepOutcome::Aborted);
     }
 
-    /// Closes every call without a result, in call order, with `status` (`aborted` for an
-    /// abort, `skipped` for a steering skip): running calls the kill policy `kill` kills are
-    /// killed, running calls it spares keep running (rows `*_immune`), calls not started end.
-    fn close_open_calls(&mut self, kill: KillPolicy, status: ToolStatus) {
-        let skip = status == ToolStatus::Skipped;
-        let (killed, immune, unstarted) = if skip {
-            (
-                ToolCallRow::SkipKilled,
-                ToolCallRow::SkipImmune,
-                ToolCallRow::SkipUnstarted,
-            )
-        } else {
-            (
-                ToolCallRow::AbortKilled,
-                ToolCallRow::AbortImmune,
-                ToolCallRow::AbortUnstarted,
-            )
-        };
+    /// Feeds every call without a result, in call order, `event` (`Abort` or `Skip`) under
+    /// the kill policy `kill`: the chart kills or spares a running call and closes one that
+    /// has not started.
+    fn close_open_calls(&mut self, event: ToolCallEventKind, kill: KillPolicy) {
         for i in 0..self.tools.slots.len() {
-            let state = self.tools.slots.get(i).state();
-            if state.is_terminal() {
-                continue;
+            if !self.tools.slots.get(i).state().is_terminal() {
+                self.call_event(i, event, Facts::Kill(kill));
             }
-            let id = self.tools.slots.get(i).call.id.clone();
-            let row = if state != ToolCallState::Running {
-                if state == ToolCallState::AwaitingUser {
-                    self.cancel_deadline(i);
-                }
-                if state == ToolCallState::Asking {
-                    self.cancel_approval_timer(i);
-                }
-                unstarted
-            } else if self.killed_by(kill, &self.tools.slots.get(i).call.name) {
-                self.outbox.push(Effect::KillTool {
-                    tool_call_id: id.clone(),
-                });
-                self.cancel_deadline(i);
-                killed
-            } else {
-                immune
-            };
-            self.move_call(i, row, Facts::Kill(kill));
-            if row == immune {
-                continue;
-            }
-            let content = if skip {
-                self.emit(AgentEvent::ToolSkippedForSteering { tool_call_id: id });
-                "skipped: the user sent a steering message"
-            } else {
-                if row == killed {
-                    self.emit(AgentEvent::ToolKilled { tool_call_id: id });
-                }
-                "aborted"
-            };
-            let r = error_result(&self.tools.slots.get(i).call, status, content.into());
-            self.record_result(i, r);
         }
     }
 }
 
-/// The `tool_rule_matched` event for `call` if a rule decided it and `row` acts on that
-/// decision (not a call closed before the rules apply, nor one answered from the cache).
-fn rule_matched(call: &ToolCall, policy: &CallPolicy, row: ToolCallRow) -> Option<AgentEvent> {
-    let acts = matches!(
-        row,
-        ToolCallRow::CommitDeniedByRule
-            | ToolCallRow::CommitLoopAsk
-            | ToolCallRow::CommitApproval
-            | ToolCallRow::CommitQueued
-            | ToolCallRow::RestoreDeniedByRule
-            | ToolCallRow::RestoreApproval
-            | ToolCallRow::RestoreQueued
-    );
-    let rule = policy.rule.filter(|_| acts)?;
-    Some(AgentEvent::ToolRuleMatched {
-        tool_call_id: call.id.clone(),
-        name: call.name.clone(),
-        rule,
-        action: policy.action,
-        // A denied call never runs: it has no deadline.
-        timeout_ms: policy
-            .timeout_ms
-            .filter(|_| policy.action != RuleAction::Deny),
-    })
-}
-
-fn error_result(call: &ToolCall, status: ToolStatus, content: String) -> ToolResult {
+/// An error (or denied, aborted, skipped) result for `call` with `content`.
+pub(crate) fn error_result(call: &ToolCall, status: ToolStatus, content: String) -> ToolResult {
     ToolResult {
         tool_call_id: call.id.clone(),
         name: call.name.clone(),

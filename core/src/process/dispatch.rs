@@ -11,7 +11,7 @@
 
 use statig::blocking::*;
 
-use crate::chart::{MachineKind, ProcessEventKind, ProcessGuard, ProcessRow, ProcessState};
+use crate::chart::{ProcessEventKind, ProcessGuard, ProcessRow, ProcessState};
 use crate::event::Event;
 use crate::process::data::ProcessData;
 use crate::process::machine::{Input, State};
@@ -44,25 +44,6 @@ pub(crate) fn prepare(data: &mut ProcessData, input: &Input<'_>) {
         Input::Ext(Event::TimerElapsed { timer_id }) => data.approval_timer_of(*timer_id),
         _ => None,
     };
-}
-
-/// The oracle: the row the chart prescribes for `input` (of kind `kind`) in `state`, the
-/// first candidate (leaf state first, then its superstates) whose guard holds, evaluated before
-/// the machine runs, and two rows whose guards both held without the chart saying which wins
-/// (see [`crate::chart::oracle`]).
-pub(crate) fn expected(
-    state: ProcessState,
-    kind: ProcessEventKind,
-    data: &ProcessData,
-    input: &Input<'_>,
-) -> (Option<ProcessRow>, Option<(&'static str, &'static str)>) {
-    crate::chart::oracle(
-        MachineKind::Process,
-        state.candidates(kind),
-        ProcessRow::spec,
-        ProcessRow::guard,
-        |g| holds(g, data, input),
-    )
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 
 pub mod accumulate;
 pub(crate) mod actions;
+pub(crate) mod call_actions;
+pub(crate) mod call_dispatch;
 pub(crate) mod call_guards;
 pub mod config;
 pub(crate) mod context;
@@ -76,9 +78,9 @@ pub struct ProcessStep {
     pub transitions: Vec<Transition>,
     /// The chart oracle's verdict on each transition (see [`GuardCheck`]).
     pub guard_checks: Vec<GuardCheck>,
-    /// The verdicts on the effects of the process rows taken (debug builds only; see
-    /// [`check_effects`](crate::chart::check_effects)): each row's action produced the effects
-    /// its chart row declares.
+    /// The verdicts on the effects of the process rows and tool-call rows taken (debug builds
+    /// only; see [`check_effects`](crate::chart::check_effects)): each row's action produced
+    /// the effects its chart row declares.
     pub effect_checks: Vec<crate::chart::EffectCheck>,
 }
 
@@ -271,6 +273,8 @@ impl Process {
             row,
             unhandled,
         });
+        self.effect_checks
+            .append(&mut self.data.outbox.call_effects);
         for (t, c) in self.data.outbox.calls.drain(..) {
             transitions.push(t);
             checks.push(c);

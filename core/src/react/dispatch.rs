@@ -9,7 +9,7 @@
 
 use statig::blocking::*;
 
-use crate::chart::{MachineKind, ReactEventKind, ReactGuard, ReactRow, ReactState};
+use crate::chart::{ReactEventKind, ReactGuard, ReactRow, ReactState};
 use crate::process::StepOutcome;
 use crate::react::data::ReactData;
 use crate::react::machine::{Input, State};
@@ -30,24 +30,6 @@ pub(crate) fn chart_event(data: &ReactData, input: &Input<'_>) -> Option<ReactEv
             StepOutcome::Aborted => Some(ReactEventKind::InnerAborted),
         },
     }
-}
-
-/// The oracle: the row the chart prescribes for `input` (of kind `kind`) in `state`, the
-/// first candidate whose guard holds (evaluated before the machine runs), and two rows whose
-/// guards both held without the chart saying which wins (see [`crate::chart::oracle`]).
-pub(crate) fn expected(
-    state: ReactState,
-    kind: ReactEventKind,
-    data: &ReactData,
-    input: &Input<'_>,
-) -> (Option<ReactRow>, Option<(&'static str, &'static str)>) {
-    crate::chart::oracle(
-        MachineKind::React,
-        state.candidates(kind),
-        ReactRow::spec,
-        ReactRow::guard,
-        |g| holds(g, data, input),
-    )
 }
 
 #[cfg(test)]

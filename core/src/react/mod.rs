@@ -194,6 +194,10 @@ impl Run {
         transitions.append(&mut self.data.outbox.inner);
         effects.append(&mut self.data.outbox.out);
         checks.append(&mut self.data.outbox.checks);
+        // The inner machine's rows (and the tool-call rows they drove) checked their effects
+        // even when the outer machine did not move.
+        self.effect_checks
+            .append(&mut self.data.outbox.inner_effects);
     }
 
     fn feed(
@@ -306,9 +310,10 @@ impl Run {
         }
     }
 
-    /// The verdicts on the effects of the outer rows the last [`Run::handle`] took: each row's
-    /// action and the entry/exit actions of its transition produced the effects its chart row
-    /// declares (see [`check_effects`](crate::chart::check_effects)). Recorded in debug builds
+    /// The verdicts on the effects of the rows the last [`Run::handle`] took — the outer
+    /// machine's, the inner machine's and the tool calls' — each row's action (and, for the
+    /// outer machine, the entry/exit actions of its transition) produced the effects its chart
+    /// row declares (see [`check_effects`](crate::chart::check_effects)). Recorded in debug builds
     /// only (empty in release builds); the test kit's harness asserts them.
     pub fn effect_checks(&self) -> &[crate::chart::EffectCheck] {
         &self.effect_checks

@@ -7,7 +7,7 @@ use super::data::SessionData;
 use super::machine::State;
 use super::SessionInput as Input;
 use super::{actions, guards};
-use crate::chart::{MachineKind, SessionEventKind, SessionGuard, SessionRow, SessionState};
+use crate::chart::{SessionEventKind, SessionGuard, SessionRow, SessionState};
 
 include!(concat!(env!("OUT_DIR"), "/session_dispatch.rs"));
 
@@ -29,23 +29,6 @@ pub(crate) fn event_kind(input: &Input<'_>) -> SessionEventKind {
 /// The generated dispatch's classification (every input is a chart event).
 fn chart_event(_: &SessionData, input: &Input<'_>) -> Option<SessionEventKind> {
     Some(event_kind(input))
-}
-
-/// The oracle: the row the chart prescribes for `input` in `state` (the first candidate whose
-/// guard holds, evaluated before the machine runs), and an undeclared overlap, if any.
-pub(crate) fn expected(
-    state: SessionState,
-    kind: SessionEventKind,
-    data: &SessionData,
-    input: &Input<'_>,
-) -> (Option<SessionRow>, Option<(&'static str, &'static str)>) {
-    crate::chart::oracle(
-        MachineKind::Session,
-        state.candidates(kind),
-        SessionRow::spec,
-        SessionRow::guard,
-        |g| holds(g, data, input),
-    )
 }
 
 #[cfg(test)]

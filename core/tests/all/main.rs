@@ -47,6 +47,7 @@ mod step_and_config;
 mod steps;
 mod subtask;
 mod todo;
+mod tool_call_dispatch;
 mod tool_cache;
 mod tool_rules;
 mod trace_diff_rules;
