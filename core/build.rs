@@ -376,7 +376,7 @@ fn generate(chart: &Chart, prefix: &str, out: &mut String) {
 
 /// The charts whose rows' `effects` are typed (every entry an effect name of the vocabulary,
 /// see [`vocabulary`]); the others' are still prose.
-const TYPED_EFFECTS: &[&str] = &["react", "process", "tool_call"];
+const TYPED_EFFECTS: &[&str] = &["react", "process", "tool_call", "session"];
 
 /// `persist:user_input` → `PersistUserInput`.
 fn effect_variant(name: &str) -> String {
@@ -399,6 +399,22 @@ fn vocabulary() -> std::collections::BTreeSet<String> {
             _ => {
                 out.insert(v);
             }
+        }
+    }
+    out
+}
+
+/// The effect names a session row may declare: each `SessionEffect` variant (`start_run`,
+/// `forward`, `reply`, …), with `publish` as `publish:<event type>`.
+fn session_vocabulary() -> std::collections::BTreeSet<String> {
+    let effect = enum_variants("src/session_machine/mod.rs", "SessionEffect");
+    let event = enum_variants("src/vocab/agent_event.rs", "AgentEvent");
+    let mut out = std::collections::BTreeSet::new();
+    for v in effect {
+        if v == "publish" {
+            out.extend(event.iter().map(|e| format!("publish:{e}")));
+        } else {
+            out.insert(v);
         }
     }
     out
@@ -436,7 +452,11 @@ fn typed_effects(chart: &Chart) -> Option<Vec<Vec<(String, bool)>>> {
     if !TYPED_EFFECTS.contains(&chart.machine.as_str()) {
         return None;
     }
-    let vocab = vocabulary();
+    let vocab = if chart.machine == "session" {
+        session_vocabulary()
+    } else {
+        vocabulary()
+    };
     let rows = chart
         .row
         .iter()
@@ -451,8 +471,9 @@ fn typed_effects(chart: &Chart) -> Option<Vec<Vec<(String, bool)>>> {
                     if !vocab.contains(name) {
                         panic!(
                             "statecharts/{}.toml: row {} declares effect {e:?}, which is not an \
-                             effect name (an Effect variant, persist:<entry>, emit:<event type>, \
-                             with ? when optional)",
+                             effect name (an Effect variant, persist:<entry>, emit:<event type>; \
+                             for the session chart a SessionEffect variant or \
+                             publish:<event type>; with ? when optional)",
                             chart.machine, r.id
                         );
                     }
@@ -475,7 +496,8 @@ fn effect_enum(names: &std::collections::BTreeSet<String>) -> String {
     let derive = "#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]";
     let mut out = String::from(
         "/// The effect names the typed charts' rows declare (generated): an `Effect` variant, \
-         `persist:<entry>` or `emit:<event type>`.\n",
+         `persist:<entry>` or `emit:<event type>`; for the session chart a `SessionEffect` \
+         variant or `publish:<event type>`.\n",
     );
     writeln!(out, "{derive}\npub enum EffectName {{").ok();
     for n in names {

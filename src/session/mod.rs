@@ -863,6 +863,11 @@ impl Actor {
     ) -> Option<SessionReply> {
         let step = self.machine.handle(input);
         debug_assert!(step.check.holds(), "{}", step.check);
+        debug_assert!(
+            step.effect_check.as_ref().is_none_or(|c| c.holds()),
+            "{:?}",
+            step.effect_check
+        );
         if let Some(row) = step.row {
             self.shared.rows.add(row);
         }

@@ -182,6 +182,25 @@ pub enum SessionEffect {
     Reply(SessionReply),
 }
 
+impl SessionEffect {
+    /// The effect's name in the session chart's vocabulary: the variant, snake_case, and
+    /// `publish:<event type>` for a published event.
+    pub fn name(&self) -> String {
+        let name = match self {
+            SessionEffect::StartRun { .. } => "start_run",
+            SessionEffect::QueuePrompt => "queue_prompt",
+            SessionEffect::DropQueued => "drop_queued",
+            SessionEffect::Forward(_) => "forward",
+            SessionEffect::UseModel(_) => "use_model",
+            SessionEffect::Publish(event) => return format!("publish:{}", event.type_name()),
+            SessionEffect::CloseRun => "close_run",
+            SessionEffect::Idle => "idle",
+            SessionEffect::Reply(_) => "reply",
+        };
+        name.to_string()
+    }
+}
+
 /// The session machine: feed it [`SessionInput`]s, perform the [`SessionEffect`]s.
 pub struct Session {
     sm: InitializedStateMachine<Machine>,
@@ -211,6 +230,9 @@ pub struct SessionStep {
     pub check: GuardCheck,
     /// The effects, in order.
     pub effects: Vec<SessionEffect>,
+    /// The verdict on the row's effects against those its chart row declares (debug builds
+    /// only; see [`check_effects`](crate::chart::check_effects)).
+    pub effect_check: Option<crate::chart::EffectCheck>,
 }
 
 impl Session {
@@ -242,6 +264,13 @@ impl Session {
         self.data.begin();
         self.sm.handle_with_context(&input, &mut self.data);
         let (row, effects) = self.data.finish();
+        let effect_check = row
+            .filter(|_| cfg!(debug_assertions))
+            .and_then(|r| Some((r, r.effects()?)))
+            .map(|(r, declared)| {
+                let produced: Vec<String> = effects.iter().map(SessionEffect::name).collect();
+                crate::chart::check_effects(MachineKind::Session, r.spec().id, declared, &produced)
+            });
         SessionStep {
             from,
             to: self.state(),
@@ -255,6 +284,7 @@ impl Session {
                 overlap,
             },
             effects,
+            effect_check,
         }
     }
 }

@@ -51,6 +51,13 @@ fn feed(m: &mut Session, input: SessionInput<'_>, row: R) -> SessionStep {
     let step = m.handle(input);
     assert!(step.check.holds(), "{}", step.check);
     assert_eq!(step.row, Some(row), "{step:?}");
+    if cfg!(debug_assertions) {
+        let effects = step
+            .effect_check
+            .as_ref()
+            .expect("a typed row's effect check");
+        assert!(effects.holds(), "{effects}");
+    }
     assert!(
         row.allows(step.from, input.kind(), step.to),
         "{row:?} does not allow {step:?}"
