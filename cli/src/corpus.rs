@@ -17,14 +17,12 @@ use serde_json::{json, Value};
 
 use agentloop::react::{DeciderRegistry, RunConfig};
 use agentloop::trace::{replay_with, TraceRecord};
-use agentloop_trace_tools::transcript::Summary;
-use agentloop_trace_tools::whatif::{apply_setting, parse_assignment, what_if};
+use agentloop_trace_tools::whatif::{apply_setting, parse_assignment, what_if, Figures};
 
 use crate::out::errln;
 use crate::trace_cmd::{read_trace, WhatIfArgs};
 
-/// The suffix of a timing sidecar, which a directory walk skips.
-pub const TIMES_SUFFIX: &str = ".times.jsonl";
+pub use agentloop_trace_tools::export::TIMES_SUFFIX;
 
 /// The trace files of a command line, and the paths that could not be listed (with why).
 type Found = (Vec<PathBuf>, Vec<(PathBuf, String)>);
@@ -289,62 +287,6 @@ pub fn replay_main(paths: &[PathBuf], as_json: bool) -> ExitCode {
         crate::out::stdout_raw(&o);
     }
     exit_code(unreadable, diverged)
-}
-
-/// The fields of a run a what-if compares.
-#[derive(Clone, PartialEq)]
-struct Figures {
-    outcome: String,
-    steps: u64,
-    tool_calls: u64,
-    tokens_in: u64,
-    tokens_out: u64,
-}
-
-impl Figures {
-    fn of(s: &Summary) -> Figures {
-        let outcome = match (&s.outcome, &s.reason) {
-            (Some(o), Some(r)) => format!("{o} ({r})"),
-            (Some(o), None) => o.to_string(),
-            _ => "not finished".into(),
-        };
-        Figures {
-            outcome,
-            steps: u64::from(s.steps),
-            tool_calls: s.tool_calls as u64,
-            tokens_in: s.usage.as_ref().map_or(0, |u| u.input_tokens),
-            tokens_out: s.usage.as_ref().map_or(0, |u| u.output_tokens),
-        }
-    }
-
-    fn json(&self) -> Value {
-        json!({
-            "outcome": self.outcome,
-            "steps": self.steps,
-            "tool_calls": self.tool_calls,
-            "tokens_in": self.tokens_in,
-            "tokens_out": self.tokens_out,
-        })
-    }
-
-    /// `before → after` for each field that changed.
-    fn changes(&self, after: &Figures) -> Vec<String> {
-        let mut o = Vec::new();
-        if self.outcome != after.outcome {
-            o.push(format!("outcome {} → {}", self.outcome, after.outcome));
-        }
-        for (name, a, b) in [
-            ("steps", self.steps, after.steps),
-            ("tool calls", self.tool_calls, after.tool_calls),
-            ("tokens in", self.tokens_in, after.tokens_in),
-            ("tokens out", self.tokens_out, after.tokens_out),
-        ] {
-            if a != b {
-                o.push(format!("{name} {a} → {b}"));
-            }
-        }
-        o
-    }
 }
 
 /// What a what-if replay of one trace found.

@@ -4,6 +4,9 @@
 //! in parallel (the corpus walk of `replay DIR`); rows come out in path order, then trace
 //! order.
 //!
+//! The tables themselves are built by `agentloop_trace_tools::export` (which the Python
+//! package's DataFrames use too); this module reads the files and writes the table.
+//!
 //! Latency: a trace holds no wall-clock time (replay must not depend on it); the
 //! `latency_ms` (and the steps' `ttft_ms`) columns come from the trace's timing sidecar
 //! (`T.times.jsonl`, [`crate::times`]) and are empty without one. Parquet is not offered: the maintained crates (`arrow` /
@@ -15,13 +18,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use agentloop::trace::{Trace, TraceRecord};
-use agentloop_trace_tools::transcript::{Item, Transcript};
+use agentloop_trace_tools::export::{columns, csv_field, rows};
 
 use crate::out::errln;
-use crate::times::{load as load_times, Timing};
+use crate::times::load as load_times;
 
 /// Which table `trace export` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -64,254 +66,15 @@ pub struct ExportArgs {
     pub out: PathBuf,
 }
 
-/// The columns of each table, in order.
-pub fn columns(table: Table) -> &'static [&'static str] {
-    match table {
-        Table::Runs => &[
-            "trace",
-            "session",
-            "run_id",
-            "model",
-            "outcome",
-            "reason",
-            "steps",
-            "tool_calls",
-            "retries",
-            "tokens_in",
-            "tokens_out",
-            "latency_ms",
-        ],
-        Table::Steps => &[
-            "trace",
-            "session",
-            "run_id",
-            "model",
-            "step",
-            "finish_reason",
-            "tool_calls",
-            "tokens_in",
-            "tokens_out",
-            "text",
-            "latency_ms",
-            "ttft_ms",
-        ],
-        Table::ToolCalls => &[
-            "trace",
-            "session",
-            "run_id",
-            "step",
-            "call_id",
-            "tool",
-            "status",
-            "arguments",
-            "result",
-            "latency_ms",
-        ],
-        Table::Events => &[
-            "trace", "session", "run_id", "index", "kind", "name", "detail",
-        ],
-    }
-}
-
-/// One row: the values of [`columns`], in order.
-type Row = Vec<Value>;
-
-/// How a run ended: outcome, reason, and the run's usage (tokens in, out) when reported.
-type RunEnd = (String, String, Option<(u64, u64)>);
-
-/// The rows of `table` for one trace (`name`: how the trace column names it).
-/// `timing`: the durations of the trace's timing sidecar (empty columns without one).
-pub fn rows(trace: &Trace, name: &str, table: Table, timing: &Timing) -> Vec<Row> {
-    if table == Table::Events {
-        return event_rows(trace, name);
-    }
-    let t = Transcript::from_trace(trace);
-    let session = t.session.clone();
-    let mut out = Vec::new();
-    let mut run_id = String::new();
-    let mut model = t.model.clone();
-    let mut step: Option<u32> = None;
-    // Per run: steps, tool calls, retries, tokens in, tokens out.
-    let mut run = [0u64; 5];
-    let mut run_open = false;
-    let close_run =
-        |out: &mut Vec<Row>, run_id: &str, model: &str, run: &[u64; 5], end: Option<RunEnd>| {
-            let (outcome, reason, usage) = match end {
-                Some((o, r, u)) => (json!(o), json!(r), u),
-                None => (Value::Null, Value::Null, None),
-            };
-            let (tin, tout) = usage.unwrap_or((run[3], run[4]));
-            out.push(vec![
-                json!(name),
-                json!(session),
-                json!(run_id),
-                json!(model),
-                outcome,
-                reason,
-                json!(run[0]),
-                json!(run[1]),
-                json!(run[2]),
-                json!(tin),
-                json!(tout),
-                json!(timing.runs.get(run_id)),
-            ]);
-        };
-    for item in &t.items {
-        match item {
-            Item::RunStart { run_id: id, .. } | Item::Resume { run_id: id, .. } => {
-                if run_open && table == Table::Runs {
-                    close_run(&mut out, &run_id, &model, &run, None);
-                }
-                run_id = id.clone();
-                run = [0; 5];
-                run_open = true;
-                step = None;
-            }
-            Item::Request { model: m, .. } => model = m.clone(),
-            Item::Assistant {
-                step: s,
-                text,
-                tool_calls,
-                finish_reason,
-                usage,
-                ..
-            } => {
-                step = Some(*s);
-                run[0] += 1;
-                let (tin, tout) = usage.as_ref().map_or((None, None), |u| {
-                    (Some(u.input_tokens), Some(u.output_tokens))
-                });
-                run[3] += tin.unwrap_or(0);
-                run[4] += tout.unwrap_or(0);
-                if table == Table::Steps {
-                    out.push(vec![
-                        json!(name),
-                        json!(session),
-                        json!(run_id),
-                        json!(model),
-                        json!(s),
-                        json!(finish_reason),
-                        json!(tool_calls),
-                        json!(tin),
-                        json!(tout),
-                        json!(text),
-                        json!(timing.steps.get(&(run_id.clone(), u64::from(*s)))),
-                        json!(timing.ttft.get(&(run_id.clone(), u64::from(*s)))),
-                    ]);
-                }
-            }
-            Item::Tool {
-                id,
-                name: tool,
-                arguments,
-                status,
-                result,
-                ..
-            } => {
-                if status.is_some() {
-                    run[1] += 1;
-                }
-                if table == Table::ToolCalls {
-                    out.push(vec![
-                        json!(name),
-                        json!(session),
-                        json!(run_id),
-                        json!(step),
-                        json!(id),
-                        json!(tool),
-                        serde_json::to_value(status).unwrap_or(Value::Null),
-                        json!(arguments.to_string()),
-                        json!(result),
-                        json!(timing.tools.get(&(run_id.clone(), id.clone()))),
-                    ]);
-                }
-            }
-            Item::Retry { .. } => run[2] += 1,
-            Item::RunEnd {
-                outcome,
-                reason,
-                usage,
-                ..
-            } => {
-                if table == Table::Runs {
-                    let usage = usage.as_ref().map(|u| (u.input_tokens, u.output_tokens));
-                    let end = Some((outcome.to_string(), reason.clone(), usage));
-                    close_run(&mut out, &run_id, &model, &run, end);
-                }
-                run_open = false;
-            }
-            _ => {}
+impl From<Table> for agentloop_trace_tools::export::Table {
+    fn from(t: Table) -> Self {
+        use agentloop_trace_tools::export::Table as T;
+        match t {
+            Table::Runs => T::Runs,
+            Table::Steps => T::Steps,
+            Table::ToolCalls => T::ToolCalls,
+            Table::Events => T::Events,
         }
-    }
-    if run_open && table == Table::Runs {
-        close_run(&mut out, &run_id, &model, &run, None);
-    }
-    out
-}
-
-/// One row per record of `trace`: its index, kind (`input`, `transition`, `effect`), name
-/// (the event's type, the machine, the effect — an `emit` with its event's type) and detail
-/// (a transition's `from -> to`).
-fn event_rows(trace: &Trace, name: &str) -> Vec<Row> {
-    let session = &trace.header.session;
-    let mut run_id = String::new();
-    let field = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-    let mut out = Vec::with_capacity(trace.records.len());
-    for r in &trace.records {
-        let (index, kind, what, detail) = match r {
-            TraceRecord::Header(_) => continue,
-            TraceRecord::Input { index, event } => {
-                let v = serde_json::to_value(event).unwrap_or(Value::Null);
-                if let Some(id) = v.get("run_id").and_then(Value::as_str) {
-                    run_id = id.to_string();
-                }
-                (*index, "input", field(&v, "type"), Value::Null)
-            }
-            TraceRecord::Transition { index, transition } => {
-                let v = serde_json::to_value(transition).unwrap_or(Value::Null);
-                let detail = format!(
-                    "{} -> {}",
-                    v.get("from").map(Value::to_string).unwrap_or_default(),
-                    v.get("to").map(Value::to_string).unwrap_or_default()
-                )
-                .replace('"', "");
-                (*index, "transition", field(&v, "machine"), json!(detail))
-            }
-            TraceRecord::Effect { index, effect } => {
-                let v = serde_json::to_value(effect).unwrap_or(Value::Null);
-                let mut what = field(&v, "effect");
-                if let Some(e) = v.get("event") {
-                    what = format!("{what}:{}", field(e, "type"));
-                }
-                (*index, "effect", what, Value::Null)
-            }
-        };
-        out.push(vec![
-            json!(name),
-            json!(session),
-            json!(run_id),
-            json!(index),
-            json!(kind),
-            json!(what),
-            detail,
-        ]);
-    }
-    out
-}
-
-/// One CSV field: empty for null, the text of a string, the JSON text of anything else;
-/// quoted (quotes doubled) when it holds a comma, a quote, a newline or a carriage return, or
-/// starts or ends with a space.
-pub fn csv_field(v: &Value) -> String {
-    let s = match v {
-        Value::Null => return String::new(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    if s.contains([',', '"', '\n', '\r']) || s.starts_with(' ') || s.ends_with(' ') {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s
     }
 }
 
@@ -333,7 +96,7 @@ pub fn export_main(args: ExportArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let table = args.table;
+    let table = agentloop_trace_tools::export::Table::from(args.table);
     let results = crate::corpus::par_map(&files, |p| {
         crate::trace_cmd::read_trace(p, true)
             .map(|t| rows(&t, &p.display().to_string(), table, &load_times(p)))
@@ -415,21 +178,5 @@ pub fn export_main(args: ExportArgs) -> ExitCode {
         ExitCode::from(2)
     } else {
         ExitCode::SUCCESS
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn csv_fields_are_quoted_when_they_must_be() {
-        assert_eq!(csv_field(&Value::Null), "");
-        assert_eq!(csv_field(&json!("plain")), "plain");
-        assert_eq!(csv_field(&json!(12)), "12");
-        assert_eq!(csv_field(&json!("a,b")), "\"a,b\"");
-        assert_eq!(csv_field(&json!("say \"hi\"")), "\"say \"\"hi\"\"\"");
-        assert_eq!(csv_field(&json!("two\nlines")), "\"two\nlines\"");
-        assert_eq!(csv_field(&json!(" pad")), "\" pad\"");
     }
 }

@@ -8,26 +8,16 @@
 //! `response_complete`, `tool_start`, `tool_end` and `run_end`. Timing is best effort: a
 //! sidecar that cannot be written leaves the columns empty, never fails the run.
 
-use std::collections::HashMap;
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use agentloop::agent_event::AgentEvent;
 use agentloop::runtime::EventEnvelope;
 
-/// The sidecar of the trace at `trace`: `NAME.jsonl` → `NAME.times.jsonl` (another name gets
-/// `.times.jsonl` appended).
-pub fn sidecar_path(trace: &Path) -> PathBuf {
-    let name = trace
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let stem = name.strip_suffix(".jsonl").unwrap_or(&name);
-    trace.with_file_name(format!("{stem}{}", crate::corpus::TIMES_SUFFIX))
-}
+pub use agentloop_trace_tools::export::{sidecar_path, Timing};
 
 /// The sidecar being written during a run.
 pub struct Recorder {
@@ -96,101 +86,10 @@ impl Recorder {
     }
 }
 
-/// The durations a sidecar gives, in milliseconds.
-#[derive(Default)]
-pub struct Timing {
-    /// Per run id: run start to run end.
-    pub runs: HashMap<String, u64>,
-    /// Per (run id, step): the step's first request to its committed response.
-    pub steps: HashMap<(String, u64), u64>,
-    /// Per (run id, step): the step's first request to the first chunk of a response.
-    pub ttft: HashMap<(String, u64), u64>,
-    /// Per (run id, call id): tool start to tool end.
-    pub tools: HashMap<(String, String), u64>,
-}
-
 /// Reads the sidecar of `trace` (a regular file of at most [`crate::out::INPUT_LIMIT`]
 /// bytes); absent, unreadable or malformed lines give no durations.
 pub fn load(trace: &Path) -> Timing {
-    let mut t = Timing::default();
-    let Ok(text) = agentloop::regular_file::read_regular_to_string(
-        &sidecar_path(trace),
-        crate::out::INPUT_LIMIT,
-    ) else {
-        return t;
-    };
-    let mut run_start: HashMap<String, u64> = HashMap::new();
-    let mut request: HashMap<(String, u64), u64> = HashMap::new();
-    let mut tool_start: HashMap<(String, String), u64> = HashMap::new();
-    for line in text.lines() {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        let (Some(ts), Some(run), Some(kind)) = (
-            v["ts_ms"].as_u64(),
-            v["run_id"].as_str(),
-            v["type"].as_str(),
-        ) else {
-            continue;
-        };
-        let run = run.to_string();
-        let step = v["step"].as_u64();
-        let call = v["tool_call_id"].as_str().map(str::to_string);
-        match (kind, step, call) {
-            ("run_start", _, _) => {
-                run_start.entry(run).or_insert(ts);
-            }
-            ("run_end", _, _) => {
-                if let Some(s) = run_start.get(&run) {
-                    t.runs.insert(run, ts.saturating_sub(*s));
-                }
-            }
-            ("request_start", Some(step), _) => {
-                request.entry((run, step)).or_insert(ts);
-            }
-            ("message_start", Some(step), _) => {
-                let key = (run, step);
-                if let Some(s) = request.get(&key) {
-                    let d = ts.saturating_sub(*s);
-                    t.ttft.entry(key).or_insert(d);
-                }
-            }
-            ("response_complete", Some(step), _) => {
-                let key = (run, step);
-                if let Some(s) = request.get(&key) {
-                    let d = ts.saturating_sub(*s);
-                    t.steps.insert(key, d);
-                }
-            }
-            ("tool_start", _, Some(call)) => {
-                tool_start.entry((run, call)).or_insert(ts);
-            }
-            ("tool_end", _, Some(call)) => {
-                let key = (run, call);
-                if let Some(s) = tool_start.get(&key) {
-                    let d = ts.saturating_sub(*s);
-                    t.tools.insert(key, d);
-                }
-            }
-            _ => {}
-        }
-    }
-    t
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_sidecar_sits_next_to_the_trace() {
-        assert_eq!(
-            sidecar_path(Path::new("d/run.jsonl")),
-            PathBuf::from("d/run.times.jsonl")
-        );
-        assert_eq!(
-            sidecar_path(Path::new("run.trace")),
-            PathBuf::from("run.trace.times.jsonl")
-        );
-    }
+    agentloop::regular_file::read_regular_to_string(&sidecar_path(trace), crate::out::INPUT_LIMIT)
+        .map(|text| Timing::from_sidecar(&text))
+        .unwrap_or_default()
 }

@@ -9,6 +9,8 @@
 //! * [`trace_diff`]: two traces compared (`agentloop trace diff`), volatile fields normalized;
 //! * [`whatif`]: the recorded inputs replayed against a *changed* configuration
 //!   (`agentloop replay T --set max_steps=2`), reporting where behaviour first differs;
+//! * [`export`]: traces as tables — one row per run, step, tool call or record
+//!   (`agentloop trace export`, the Python package's DataFrames);
 //! * [`import`]: an OpenAI chat-completions conversation recorded elsewhere, turned into a
 //!   trace by feeding it to fresh machines (`agentloop trace import`).
 //!
@@ -32,6 +34,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod export;
 pub mod import;
 pub mod trace_diff;
 pub mod transcript;

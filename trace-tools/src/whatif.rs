@@ -390,3 +390,67 @@ impl Missing {
         }
     }
 }
+
+/// The figures of a run a what-if compares: outcome, steps, tool calls, tokens.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Figures {
+    /// The outcome and its reason (`completed (final_answer)`), or `not finished`.
+    pub outcome: String,
+    /// Committed model steps.
+    pub steps: u64,
+    /// Tool calls that finished.
+    pub tool_calls: u64,
+    /// Input tokens reported.
+    pub tokens_in: u64,
+    /// Output tokens reported.
+    pub tokens_out: u64,
+}
+
+impl Figures {
+    /// The figures of a run's summary.
+    pub fn of(s: &Summary) -> Figures {
+        let outcome = match (&s.outcome, &s.reason) {
+            (Some(o), Some(r)) => format!("{o} ({r})"),
+            (Some(o), None) => o.to_string(),
+            _ => "not finished".into(),
+        };
+        Figures {
+            outcome,
+            steps: u64::from(s.steps),
+            tool_calls: s.tool_calls as u64,
+            tokens_in: s.usage.as_ref().map_or(0, |u| u.input_tokens),
+            tokens_out: s.usage.as_ref().map_or(0, |u| u.output_tokens),
+        }
+    }
+
+    /// The figures as a JSON object (`outcome`, `steps`, `tool_calls`, `tokens_in`,
+    /// `tokens_out`).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "outcome": self.outcome,
+            "steps": self.steps,
+            "tool_calls": self.tool_calls,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+        })
+    }
+
+    /// `before → after` for each field that changed from `self` to `after`.
+    pub fn changes(&self, after: &Figures) -> Vec<String> {
+        let mut o = Vec::new();
+        if self.outcome != after.outcome {
+            o.push(format!("outcome {} → {}", self.outcome, after.outcome));
+        }
+        for (name, a, b) in [
+            ("steps", self.steps, after.steps),
+            ("tool calls", self.tool_calls, after.tool_calls),
+            ("tokens in", self.tokens_in, after.tokens_in),
+            ("tokens out", self.tokens_out, after.tokens_out),
+        ] {
+            if a != b {
+                o.push(format!("{name} {a} → {b}"));
+            }
+        }
+        o
+    }
+}
