@@ -647,22 +647,14 @@ impl Connection {
     }
 }
 
-/// reqwest 0.13 (rmcp's) over rustls with ring and the webpki roots, like the providers'
-/// client; redirects are not followed (a redirected POST would lose its JSON-RPC body).
-fn http_client(connect_timeout: Duration) -> Result<reqwest13::Client, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| e.to_string())?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    reqwest13::Client::builder()
-        .tls_backend_preconfigured(tls)
+/// rmcp's reqwest (the providers' too) over the crate's TLS configuration
+/// ([`crate::provider::tls`]); redirects are not followed (a redirected POST would lose its
+/// JSON-RPC body).
+fn http_client(connect_timeout: Duration) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(crate::provider::tls::client_config()?)
         .connect_timeout(connect_timeout)
-        .redirect(reqwest13::redirect::Policy::none())
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| e.to_string())
 }

@@ -298,9 +298,10 @@ impl HttpConfig {
         s
     }
 
-    /// Builds the `reqwest` client: connect timeout set, reqwest's own retry policy switched
-    /// off (by default reqwest 0.12 re-sends requests refused by HTTP/2 protocol NACKs), and
-    /// redirects not followed. The only re-send left below the machine is hyper's re-issue of
+    /// Builds the `reqwest` client: TLS configured by the crate
+    /// (rustls, ring, the webpki roots), connect timeout set, reqwest's own retry policy
+    /// switched off (by default reqwest re-sends requests refused by HTTP/2 protocol NACKs),
+    /// and redirects not followed. The only re-send left below the machine is hyper's re-issue of
     /// a request whose pooled connection closed *before the request was written*, which cannot
     /// duplicate work because the server never saw it.
     ///
@@ -311,7 +312,11 @@ impl HttpConfig {
     /// host (not retried; the base URL needs fixing).
     #[cfg(feature = "http")]
     pub fn build_client(&self) -> Result<reqwest::Client, ModelError> {
+        let tls = crate::provider::tls::client_config().map_err(|e| {
+            ModelError::new(ErrorKind::Connection, format!("cannot configure TLS: {e}"))
+        })?;
         reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
             .retry(reqwest::retry::never())
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(self.connect_timeout)

@@ -37,5 +37,7 @@ pub mod openai_responses;
 pub mod scripted;
 #[doc(hidden)] // the SSE decoder the HTTP providers share
 pub mod sse;
+#[cfg(any(feature = "http", feature = "mcp"))]
+pub(crate) mod tls;
 
 pub use limits::ResponseLimits;
