@@ -626,6 +626,9 @@ pub fn what_if_main(path: &Path, args: &WhatIfArgs) -> ExitCode {
 pub enum ImportFormat {
     /// A JSON array of OpenAI chat-completions messages (`tool_calls` and `tool` results).
     OpenaiChat,
+    /// An Inspect AI eval log (JSON, with its samples): one trace and one script per sample,
+    /// written into the directory `--out` (default: FILE with extension `.traces`).
+    InspectEval,
 }
 
 /// `agentloop trace import`.
@@ -636,13 +639,15 @@ pub struct ImportArgs {
     pub from: ImportFormat,
     /// The recorded conversation.
     pub file: PathBuf,
-    /// Where to write the trace (default: FILE with extension `.trace.jsonl`).
+    /// Where to write the trace (default: FILE with extension `.trace.jsonl`); for
+    /// `inspect-eval`, the directory of the traces (default: FILE with extension `.traces`).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Where to write the scripted model's script (default: FILE with extension `.script.json`).
+    /// Where to write the scripted model's script (default: FILE with extension `.script.json`;
+    /// not for `inspect-eval`, which writes `NAME.script.json` beside each trace).
     #[arg(long)]
     pub script: Option<PathBuf>,
-    /// The model name recorded in the trace.
+    /// The model name recorded in the trace (`inspect-eval`: when the log names none).
     #[arg(long, default_value = "imported")]
     pub model: String,
 }
@@ -704,7 +709,9 @@ pub fn write_replacing<T>(
 
 /// `trace import`: 0 imported as recorded, 1 imported with findings (printed), 2 bad input.
 pub fn import_main(args: ImportArgs) -> ExitCode {
-    let ImportFormat::OpenaiChat = args.from;
+    if let ImportFormat::InspectEval = args.from {
+        return import_inspect_main(args);
+    }
     let fail = |e: String| {
         errln!("error: {}: {e}", args.file.display());
         ExitCode::from(2)
@@ -776,6 +783,87 @@ pub fn import_main(args: ImportArgs) -> ExitCode {
     }
     emit(&o);
     if imported.findings.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// `trace import --from inspect-eval`: each sample of the log as `DIR/ID_epochN.jsonl` and
+/// `DIR/ID_epochN.script.json`. 0 imported as recorded, 1 with findings (printed), 2 bad input.
+fn import_inspect_main(args: ImportArgs) -> ExitCode {
+    use agentloop_trace_tools::import_inspect::inspect_eval;
+    let fail = |e: String| {
+        errln!("error: {}: {e}", args.file.display());
+        ExitCode::from(2)
+    };
+    if args.script.is_some() {
+        return fail(
+            "--script is for openai-chat; an eval log's scripts go beside its traces".into(),
+        );
+    }
+    let text = match read_regular_to_string(&args.file, crate::out::INPUT_LIMIT) {
+        Ok(t) => t,
+        Err(e) => return fail(e.to_string()),
+    };
+    let value: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => return fail(format!("not JSON: {e}")),
+    };
+    let options = agentloop_trace_tools::import::ImportOptions {
+        agentloop: env!("CARGO_PKG_VERSION").into(),
+        model: args.model.clone(),
+        ..Default::default()
+    };
+    let samples = match inspect_eval(&value, &options) {
+        Ok(s) => s,
+        Err(e) => return fail(e.to_string()),
+    };
+    let dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| args.file.with_extension("traces"));
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        errln!("error: {}: {e}", dir.display());
+        return ExitCode::from(2);
+    }
+    let mut o = String::new();
+    let mut with_findings = 0usize;
+    let mut stems = std::collections::HashSet::new();
+    for s in &samples {
+        // Two samples whose ids differ only in replaced characters still get two files.
+        let mut stem = s.file_stem();
+        let mut n = 1;
+        while !stems.insert(stem.clone()) {
+            n += 1;
+            stem = format!("{}-{n}", s.file_stem());
+        }
+        let trace_path = dir.join(format!("{stem}.jsonl"));
+        let script_path = dir.join(format!("{stem}.script.json"));
+        let trace = s.imported.trace.to_jsonl();
+        let script =
+            serde_json::to_string_pretty(&script_of(&s.imported.replies)).unwrap_or_default();
+        for (path, text) in [(&trace_path, trace), (&script_path, script + "\n")] {
+            if let Err(e) = write_replacing(path, |w| w.write_all(text.as_bytes())) {
+                errln!("error: {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        }
+        if !s.imported.findings.is_empty() {
+            with_findings += 1;
+        }
+        for f in &s.imported.findings {
+            let _ = writeln!(o, "differs: sample {} (epoch {}): {f}", s.id, s.epoch);
+        }
+    }
+    let head = format!(
+        "imported {} sample{} into {} ({with_findings} with differences)\n",
+        samples.len(),
+        if samples.len() == 1 { "" } else { "s" },
+        dir.display()
+    );
+    emit(&(head + &o));
+    if with_findings == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

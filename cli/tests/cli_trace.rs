@@ -327,3 +327,71 @@ fn import_reports_where_the_machines_differ_and_refuses_bad_input() {
         stderr(&bad)
     );
 }
+
+#[test]
+fn import_of_an_inspect_eval_log_writes_a_trace_and_a_script_per_sample() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log: PathBuf = [
+        env!("CARGO_MANIFEST_DIR"),
+        "..",
+        "tests",
+        "fixtures",
+        "inspect",
+        "eval.json",
+    ]
+    .iter()
+    .collect();
+    let log = log.display().to_string();
+    let args = [
+        "trace",
+        "import",
+        "--from",
+        "inspect-eval",
+        &log,
+        "--out",
+        "evals",
+    ];
+    let import = agentloop(dir.path(), &args);
+    // The second sample's reasoning part is not imported: a difference, exit 1.
+    assert_eq!(import.status.code(), Some(1), "{}", stderr(&import));
+    let out = stdout(&import);
+    assert!(
+        out.contains("imported 2 samples into evals (1 with differences)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("differs: sample two words (epoch 2): message 2: content parts not imported"),
+        "{out}"
+    );
+    for f in [
+        "1_epoch1.jsonl",
+        "1_epoch1.script.json",
+        "two_words_epoch2.jsonl",
+        "two_words_epoch2.script.json",
+    ] {
+        assert!(dir.path().join("evals").join(f).is_file(), "{f}");
+    }
+    let replay = agentloop(dir.path(), &["replay", "evals"]);
+    assert!(replay.status.success(), "{}", stdout(&replay));
+    assert!(
+        stdout(&replay).contains("2 identical"),
+        "{}",
+        stdout(&replay)
+    );
+    let run = agentloop(
+        &dir.path().join("evals"),
+        &["run", "--script", "1_epoch1.script.json", "What is 2+3?"],
+    );
+    assert!(
+        stdout(&run).contains("The answer is 5."),
+        "{}",
+        stdout(&run)
+    );
+    std::fs::write(dir.path().join("bad.json"), r#"{"eval": {}}"#).expect("write");
+    let bad = agentloop(
+        dir.path(),
+        &["trace", "import", "--from", "inspect-eval", "bad.json"],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("no `samples`"), "{}", stderr(&bad));
+}

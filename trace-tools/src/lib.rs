@@ -12,7 +12,9 @@
 //! * [`export`]: traces as tables — one row per run, step, tool call or record
 //!   (`agentloop trace export`, the Python package's DataFrames);
 //! * [`import`]: an OpenAI chat-completions conversation recorded elsewhere, turned into a
-//!   trace by feeding it to fresh machines (`agentloop trace import`).
+//!   trace by feeding it to fresh machines (`agentloop trace import`);
+//! * [`import_inspect`]: an Inspect AI eval log, one trace per sample, through the same
+//!   import.
 //!
 //! Like the core, everything here is pure: no IO, clock or async runtime. The caller reads the
 //! files and writes the results.
@@ -36,6 +38,7 @@
 
 pub mod export;
 pub mod import;
+pub mod import_inspect;
 pub mod trace_diff;
 pub mod transcript;
 pub mod whatif;
