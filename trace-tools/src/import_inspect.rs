@@ -8,7 +8,7 @@
 //! "text", text}`, `{type: "reasoning", reasoning}`, images, …); an assistant's `tool_calls`
 //! are `{id, function, arguments}` with the tool's name in `function` and the arguments as a
 //! JSON object; a tool message names its call in `tool_call_id` and may carry an `error`
-//! (`{type, message}`).
+//! (`{type, message}`; `tool_error`, a string, in older logs).
 //!
 //! Each sample's messages are rewritten as an OpenAI chat-completions message array and
 //! imported by [`crate::import::openai_chat`], so the machines, the findings and the trace are
@@ -154,13 +154,19 @@ fn chat_messages(messages: &[Value]) -> Result<(Value, Vec<Finding>), ImportErro
                 if let Some(id) = m.get("tool_call_id") {
                     chat["tool_call_id"] = id.clone();
                 }
-                if let Some(e) = m.get("error").filter(|e| !e.is_null()) {
-                    let message = e.get("message").and_then(Value::as_str).unwrap_or("");
-                    let kind = e.get("type").and_then(Value::as_str).unwrap_or("error");
-                    if text.is_empty() {
-                        text = format!("{kind}: {message}");
-                        chat["content"] = json!(text);
-                    }
+                // `error: {type, message}`; older logs: `tool_error`, the message alone.
+                let error = match (m.get("error"), m.get("tool_error")) {
+                    (Some(e), _) if e.is_object() => Some(format!(
+                        "{}: {}",
+                        e.get("type").and_then(Value::as_str).unwrap_or("error"),
+                        e.get("message").and_then(Value::as_str).unwrap_or("")
+                    )),
+                    (_, Some(Value::String(e))) => Some(format!("error: {e}")),
+                    _ => None,
+                };
+                if let Some(error) = error.filter(|_| text.is_empty()) {
+                    text = error;
+                    chat["content"] = json!(text);
                 }
             }
             _ => {}
