@@ -454,6 +454,8 @@ struct PyTrace {
     trace: Arc<CoreTrace>,
     timing: Arc<Timing>,
     path: String,
+    /// What an import could not carry over (empty for a recorded trace).
+    findings: Vec<String>,
 }
 
 impl PyTrace {
@@ -463,6 +465,7 @@ impl PyTrace {
             trace: Arc::new(trace),
             timing: Arc::new(read_timing(path)),
             path: path.display().to_string(),
+            findings: Vec::new(),
         })
     }
 
@@ -508,6 +511,7 @@ impl PyTrace {
                     trace: Arc::new(trace),
                     timing: Arc::new(Timing::default()),
                     path: name.to_string(),
+                    findings: Vec::new(),
                 })
             })
         })
@@ -517,6 +521,13 @@ impl PyTrace {
     #[getter]
     fn path(&self) -> &str {
         &self.path
+    }
+
+    /// What the import of this trace could not carry over (`import_inspect`; empty for a
+    /// recorded trace).
+    #[getter]
+    fn findings(&self) -> Vec<String> {
+        self.findings.clone()
     }
 
     /// The trace format version.
@@ -875,6 +886,39 @@ fn _what_if_corpus(
     to_py(py, &summary)
 }
 
+/// Every sample of the Inspect AI eval log at `path` (JSON, with its samples) imported as a
+/// trace (`agentloop trace import --from inspect-eval`), named `PATH#ID_epochN`, with the
+/// import's findings.
+#[pyfunction]
+fn _import_inspect(py: Python<'_>, path: PathBuf) -> PyResult<Vec<PyTrace>> {
+    use agentloop_trace_tools::import::ImportOptions;
+    use agentloop_trace_tools::import_inspect::inspect_eval;
+    py.allow_threads(|| {
+        guarded("importing the eval log", || {
+            let name = path.display().to_string();
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| TraceReadError::new_err(format!("{name}: {e}")))?;
+            let log: Value = serde_json::from_str(&text)
+                .map_err(|e| TraceCorruptError::new_err(format!("{name}: not JSON: {e}")))?;
+            let options = ImportOptions {
+                agentloop: env!("CARGO_PKG_VERSION").into(),
+                ..ImportOptions::default()
+            };
+            let samples = inspect_eval(&log, &options)
+                .map_err(|e| TraceCorruptError::new_err(format!("{name}: {e}")))?;
+            Ok(samples
+                .into_iter()
+                .map(|s| PyTrace {
+                    path: format!("{name}#{}", s.file_stem()),
+                    findings: s.imported.findings.iter().map(|f| f.to_string()).collect(),
+                    trace: Arc::new(s.imported.trace),
+                    timing: Arc::new(Timing::default()),
+                })
+                .collect())
+        })
+    })
+}
+
 /// A pandas DataFrame of a dict of columns (pandas imported only here).
 #[pyfunction]
 fn _data_frame(py: Python<'_>, columns: PyObject) -> PyResult<PyObject> {
@@ -921,5 +965,6 @@ fn _agentloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_replay_corpus, m)?)?;
     m.add_function(wrap_pyfunction!(_what_if_corpus, m)?)?;
     m.add_function(wrap_pyfunction!(_data_frame, m)?)?;
+    m.add_function(wrap_pyfunction!(_import_inspect, m)?)?;
     Ok(())
 }

@@ -185,6 +185,19 @@ class TraceTest(unittest.TestCase):
         self.assertEqual((w["changed"], w["unreadable"]), (2, 1))
         self.assertEqual(w["totals"]["steps"], {"before": 8, "after": 2})
 
+    def test_an_inspect_eval_log_imports_as_traces(self):
+        log = ROOT / "tests" / "fixtures" / "inspect" / "eval.json"
+        traces = agentloop.import_inspect(log)
+        self.assertEqual([t.path.rsplit("#", 1)[1] for t in traces], ["1_epoch1", "two_words_epoch2"])
+        for t in traces:
+            self.assertIsNone(t.replay())
+            self.assertEqual(t.session, "arithmetic")
+        self.assertEqual(traces[0].findings, [])
+        self.assertIn("reasoning", traces[1].findings[0])
+        self.assertEqual(list(traces[0].steps()["text"]), ["Let me calculate that.", "The answer is 5."])
+        with self.assertRaises(agentloop.TraceCorruptError):
+            agentloop.import_inspect(self.demo)
+
     def test_the_package_imports_without_pandas(self):
         code = (
             "import sys; sys.modules['pandas'] = None\n"

@@ -52,6 +52,7 @@ __all__ = [
     "replay_dir",
     "what_if_dir",
     "columns",
+    "import_inspect",
     "runs",
     "steps",
     "tool_calls",
@@ -92,6 +93,14 @@ def columns(paths, table, *, skip_unreadable=False):
     """The table ``table`` (runs, steps, tool_calls, events) of every trace of ``paths``,
     concatenated in path order, as a dict of columns (no pandas needed)."""
     return _native._columns(_paths(paths), table, skip_unreadable)
+
+
+def import_inspect(path):
+    """Every sample of an Inspect AI eval log (its JSON format, with samples) as a Trace, in
+    the log's order (``agentloop trace import --from inspect-eval``): each named
+    ``PATH#ID_epochN``, with what the import could not carry over in ``.findings``. Raises
+    TraceReadError (unreadable file) or TraceCorruptError (not an eval log with samples)."""
+    return _native._import_inspect(_os.fsdecode(path))
 
 
 def runs(paths, *, skip_unreadable=False):
