@@ -216,3 +216,243 @@ fn r_arch_3_effect_checks_reach_the_run_when_only_the_inner_machine_moves() {
         }
     }
 }
+
+/// A step over `tools` under `cfg` whose model committed `calls` (`(id, name, arguments)`);
+/// returns the step and what the commit produced.
+fn committed(
+    cfg: StepConfig,
+    tools: &[&str],
+    calls: &[(&str, &str, &str)],
+) -> (Process, agentloop_core::process::ProcessStep) {
+    let request = ModelRequest {
+        run_id: "r".into(),
+        model_call_index: 1,
+        attempt: 1,
+        session_turn: 0,
+        model: "m".into(),
+        system: None,
+        messages: vec![Message::user("hi")].into(),
+        tools: tools.iter().map(|t| spec(t)).collect::<Vec<_>>().into(),
+        params: Default::default(),
+    };
+    let mut p = Process::new(cfg, request, BTreeSet::new());
+    let _ = p.begin();
+    let _ = p.handle(&Event::StreamOpened {
+        attempt: attempt("r", 1),
+    });
+    let mut deltas: Vec<MessageDelta> = calls
+        .iter()
+        .map(|(id, name, arguments)| MessageDelta::ToolCall {
+            id: (*id).into(),
+            name: (*name).into(),
+            arguments: (*arguments).into(),
+        })
+        .collect();
+    deltas.extend(turn(&[]));
+    for (seq, d) in deltas.into_iter().enumerate() {
+        let _ = p.handle(&Event::Delta {
+            attempt: attempt("r", 1),
+            seq: seq as u64,
+            delta: d,
+        });
+    }
+    let s = p.handle(&Event::done(attempt("r", 1)));
+    (p, s)
+}
+
+/// The calls named by `tool_rule_matched` events.
+fn rule_matched(effects: &[Effect]) -> Vec<String> {
+    use agentloop_core::agent_event::AgentEvent;
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Emit {
+                event: AgentEvent::ToolRuleMatched { tool_call_id, .. },
+            } => Some(tool_call_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The results persisted, as `(call, status, content)`.
+fn results(effects: &[Effect]) -> Vec<(String, ToolStatus, String)> {
+    use agentloop_core::entry::Entry;
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Persist {
+                entry: Entry::ToolResult { result, .. },
+            } => Some((
+                result.tool_call_id.clone(),
+                result.status,
+                result.content.clone(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Rows that act on the tool rules' decision announce the deciding rule: a queued call, a
+/// doom loop put to a human (`commit_loop_ask`), and a resumed call that must be asked about
+/// (`restore_approval`).
+#[test]
+fn r_tool_3_rows_acting_on_a_rule_announce_it() {
+    use agentloop_core::process::{DoomLoopPolicy, LoopAction};
+    use agentloop_core::tool_rules::ToolRule;
+    let cfg = StepConfig {
+        doom_loop: Some(DoomLoopPolicy {
+            threshold: 2,
+            action: LoopAction::Ask,
+        }),
+        tool_rules: vec![ToolRule::allow("calc")],
+        ..StepConfig::default()
+    };
+    let (_, s) = committed(
+        cfg,
+        &["calc"],
+        &[("c1", "calc", "{}"), ("c2", "calc", "{}")],
+    );
+    assert_eq!(rule_matched(&s.effects), ["c1", "c2"]);
+
+    let cfg = StepConfig {
+        tool_rules: vec![ToolRule::ask("calc")],
+        ..StepConfig::default()
+    };
+    let request = ModelRequest {
+        run_id: "r".into(),
+        model_call_index: 1,
+        attempt: 1,
+        session_turn: 0,
+        model: "m".into(),
+        system: None,
+        messages: vec![Message::user("hi")].into(),
+        tools: vec![spec("calc")].into(),
+        params: Default::default(),
+    };
+    let mut p = Process::new(cfg, request, BTreeSet::new());
+    let message = agentloop_core::AssistantMessage {
+        tool_calls: vec![agentloop_core::ToolCall {
+            id: "c1".into(),
+            name: "calc".into(),
+            arguments: serde_json::json!({}),
+            invalid_arguments: None,
+        }],
+        ..Default::default()
+    };
+    let s = p.resume(message, vec![]);
+    assert_eq!(rule_matched(&s.effects), ["c1"]);
+    assert!(s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::RequestApproval { call } if call.id == "c1")));
+}
+
+/// The text a call's result carries comes from what ended it: the person's answer, the hooks'
+/// reason for a block, a steering skip.
+#[test]
+fn r_in_3_results_carry_the_answer_the_block_reason_and_the_skip() {
+    use agentloop_core::event::GateVerdict;
+    let cfg = StepConfig {
+        ask_user: true,
+        ..StepConfig::default()
+    };
+    let (mut p, _) = committed(
+        cfg,
+        &["ask_user"],
+        &[("q1", "ask_user", r#"{"question":"Color?"}"#)],
+    );
+    let s = p.handle(&Event::UserAnswered {
+        tool_call_id: "q1".into(),
+        answer: Some("blue".into()),
+    });
+    assert_eq!(
+        results(&s.effects),
+        [("q1".into(), ToolStatus::Completed, "blue".into())]
+    );
+
+    let cfg = StepConfig {
+        gate_tools: true,
+        ..StepConfig::default()
+    };
+    let (mut p, _) = committed(cfg, &["calc"], &[("c1", "calc", "{}")]);
+    let s = p.handle(&Event::ToolGated {
+        tool_call_id: "c1".into(),
+        verdict: GateVerdict::Block {
+            reason: "not today".into(),
+        },
+    });
+    assert_eq!(
+        results(&s.effects),
+        [("c1".into(), ToolStatus::Denied, "blocked: not today".into())]
+    );
+
+    // Sequential tools: c2 has not started when the steering arrives.
+    let (mut p, _) = committed(
+        StepConfig::default(),
+        &["calc"],
+        &[("c1", "calc", r#"{"a":1}"#), ("c2", "calc", r#"{"a":2}"#)],
+    );
+    let s = p.handle(&Event::Steer {
+        text: "stop that".into(),
+    });
+    let skipped = "skipped: the user sent a steering message";
+    assert_eq!(
+        results(&s.effects),
+        [
+            ("c1".into(), ToolStatus::Skipped, skipped.into()),
+            ("c2".into(), ToolStatus::Skipped, skipped.into())
+        ]
+    );
+}
+
+/// An abort closes a call that waits for a person or for an approval and stops that wait's
+/// timer (row `abort_unstarted`).
+#[test]
+fn r_ctl_3_an_abort_stops_the_timer_of_a_waiting_call() {
+    use agentloop_core::event::KillPolicy;
+    use agentloop_core::tool_rules::ToolRule;
+    let abort = Event::Abort {
+        reason: "stop".into(),
+        kill: KillPolicy::All,
+    };
+    let cancels = |effects: &[Effect]| {
+        effects
+            .iter()
+            .filter(|e| matches!(e, Effect::CancelTimer { .. }))
+            .count()
+    };
+    let cfg = StepConfig {
+        ask_user: true,
+        ask_user_timeout_ms: Some(5_000),
+        ..StepConfig::default()
+    };
+    let (mut p, s) = committed(
+        cfg,
+        &["ask_user"],
+        &[("q1", "ask_user", r#"{"question":"Color?"}"#)],
+    );
+    assert!(s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::StartTimer { .. })));
+    let s = p.handle(&abort);
+    assert_eq!(cancels(&s.effects), 1, "{:?}", s.effects);
+    assert_eq!(results(&s.effects)[0].1, ToolStatus::Aborted);
+
+    let cfg = StepConfig {
+        tool_rules: vec![ToolRule::ask("calc")],
+        approval_timeout_ms: Some(5_000),
+        ..StepConfig::default()
+    };
+    let (mut p, s) = committed(cfg, &["calc"], &[("c1", "calc", "{}")]);
+    assert!(s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::RequestApproval { .. })));
+    let s = p.handle(&abort);
+    assert_eq!(cancels(&s.effects), 1, "{:?}", s.effects);
+    assert_eq!(
+        results(&s.effects),
+        [("c1".into(), ToolStatus::Aborted, "aborted".into())]
+    );
+}
