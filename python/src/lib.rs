@@ -420,14 +420,21 @@ fn what_if_json(trace: &CoreTrace, settings: &Settings) -> Result<Value, CoreErr
     }))
 }
 
+/// A trace read (any version ever written) but too old to replay (versions 1 and 2 lack
+/// inputs later versions record).
+fn too_old_to_replay(trace: &CoreTrace, path: &str) -> Option<String> {
+    (trace.header.version < OLDEST_TRACE_VERSION).then(|| {
+        format!(
+            "{path}: trace version {} is read but not replayed (this build replays versions \
+             {OLDEST_TRACE_VERSION} and later)",
+            trace.header.version
+        )
+    })
+}
+
 /// The result of replaying one trace: `None` when identical, else the divergence as JSON.
+/// The caller checks the version first ([`too_old_to_replay`]).
 fn replay_json(trace: &CoreTrace) -> Result<Option<Value>, CoreError> {
-    if trace.header.version < OLDEST_TRACE_VERSION {
-        return Err(CoreError::Version {
-            path: trace.header.session.clone(),
-            found: u64::from(trace.header.version),
-        });
-    }
     let Some(d) = replay_with(trace, &DeciderRegistry::new())? else {
         return Ok(None);
     };
@@ -605,17 +612,13 @@ impl PyTrace {
     /// Raises UnknownDeciderError (recorded with a decision function this package does not
     /// have) or TraceVersionError (a version too old to replay: 1 and 2).
     fn replay(&self, py: Python<'_>) -> PyResult<PyObject> {
+        if let Some(e) = too_old_to_replay(&self.trace, &self.path) {
+            return Err(TraceVersionError::new_err(e));
+        }
         let trace = Arc::clone(&self.trace);
         let d = py.allow_threads(|| {
             guarded("replaying the trace", || {
-                replay_json(&trace).map_err(|e| match e {
-                    CoreError::Version { found, .. } => TraceVersionError::new_err(format!(
-                        "{}: trace version {found} is read but not replayed (this build \
-                         replays versions {OLDEST_TRACE_VERSION} and later)",
-                        self.path
-                    )),
-                    e => trace_err(e),
-                })
+                replay_json(&trace).map_err(trace_err)
             })
         })?;
         match d {
@@ -776,6 +779,9 @@ fn _replay_corpus(py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<PyObject> {
     let results = py.allow_threads(|| {
         par_map(&files, |p| {
             let trace = read_trace(p).map_err(|e| e.to_string())?;
+            if let Some(e) = too_old_to_replay(&trace, &p.display().to_string()) {
+                return Err(e);
+            }
             let d = replay_json(&trace).map_err(|e| format!("{}: {e}", p.display()))?;
             Ok::<_, String>((trace.records.len(), d))
         })

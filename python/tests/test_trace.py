@@ -185,6 +185,18 @@ class TraceTest(unittest.TestCase):
         self.assertEqual((w["changed"], w["unreadable"]), (2, 1))
         self.assertEqual(w["totals"]["steps"], {"before": 8, "after": 2})
 
+    def test_older_versions_are_read_and_replayed_where_they_can_be(self):
+        fixtures = ROOT / "tests" / "fixtures" / "traces"
+        old = agentloop.Trace.load(fixtures / "v1-calc.jsonl")
+        self.assertEqual(old.version, 1)
+        self.assertGreater(len(old.steps()), 0)
+        with self.assertRaises(agentloop.TraceVersionError):
+            old.replay()
+        for name in ("v3-calc.jsonl", "v4-retry-tool.jsonl", "v5-calc.jsonl", "v6-retry-after.jsonl"):
+            self.assertIsNone(agentloop.Trace.load(fixtures / name).replay(), name)
+        summary = agentloop.replay_dir(fixtures)
+        self.assertEqual(summary["unreadable"], 2, summary)  # v1 and v2: read, not replayed
+
     def test_an_inspect_eval_log_imports_as_traces(self):
         log = ROOT / "tests" / "fixtures" / "inspect" / "eval.json"
         traces = agentloop.import_inspect(log)
