@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 
 use agentloop::error::ModelError;
 use agentloop::model::{DeltaStream, Model, ModelRequest};
-use agentloop::process::ApprovalPolicy;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::Agent;
 use agentloop::session::{KillTools, Session, SessionConfig, Status, SubscriptionItem};
 use agentloop::store::MemoryStore;
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
+use agentloop_core::process::ApprovalPolicy;
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{json, Value};

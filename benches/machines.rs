@@ -13,10 +13,10 @@ use std::hint::black_box;
 
 use agentloop::message::{FinishReason, MessageDelta, ToolStatus, Usage};
 use agentloop::model::{ModelParams, ModelRequest};
-use agentloop::process::{Process, StepConfig};
 use agentloop::tools::ToolSpec;
 use agentloop::trace::{replay, Trace, TraceHeader, TRACE_VERSION};
-use agentloop::{AttemptId, Effect, Event, Message, Run, RunConfig};
+use agentloop_core::process::{Process, StepConfig};
+use agentloop_core::{AttemptId, Effect, Event, Message, Run, RunConfig};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 
 fn tools() -> Vec<ToolSpec> {

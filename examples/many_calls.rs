@@ -22,12 +22,12 @@ use std::time::{Duration, Instant};
 
 use agentloop::agent_event::Outcome;
 use agentloop::message::{Message, MessageDelta};
-use agentloop::process::accumulate::MessageAssembler;
 use agentloop::provider::limits::ResponseLimits;
 use agentloop::provider::openai::OpenAiNormalizer;
 use agentloop::provider::scripted::{Script, ScriptToolCall, ScriptedModel, Turn};
 use agentloop::provider::sse::SsePipeline;
 use agentloop::runtime::{control, Agent};
+use agentloop_core::process::accumulate::MessageAssembler;
 
 /// The script: turn 0 makes `n` calculator calls, turn 1 answers.
 fn script(n: usize) -> Script {

@@ -13,10 +13,10 @@
 //! retry.max_retries=0`.
 
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::react::DeciderRegistry;
 use agentloop::runtime::Agent;
 use agentloop::trace::{replay, Trace, TraceFile};
 use agentloop::{Message, Outcome};
+use agentloop_core::react::DeciderRegistry;
 use agentloop_trace_tools::whatif::{apply_setting, parse_assignment, what_if};
 
 /// The first model call is rate-limited once (HTTP 429) and retried; the model then calls the

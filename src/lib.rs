@@ -34,7 +34,8 @@
 //!   [`agentloop_core::Event`], [`agentloop_core::Effect`], [`agentloop_core::Step`], the
 //!   [`agentloop_core::react`] and [`agentloop_core::process`] machines and their charts.
 //!   This crate re-exports only what a user names (messages, events, errors, [`RunConfig`],
-//!   [`LoopResult`]); `agentloop::react::X` still compiles but is undocumented.
+//!   [`LoopResult`]); the machines' internals are named by their core paths
+//!   (`agentloop_core::react::X`).
 //!
 //! # Example
 //!
@@ -85,14 +86,9 @@ pub struct ReadmeDoctests;
 // The core's vocabulary a user names: messages, events, errors.
 pub use agentloop_core::{agent_event, error, message};
 
-// The machines' internals live in `agentloop_core` (its own documented crate). These paths are
-// kept so existing code compiles, but they are not part of this crate's documented surface: name
-// them as `agentloop_core::react::X` (see CHANGELOG.md).
-#[doc(hidden)]
-pub use agentloop_core::{
-    chart, context, effect, event, execute_result, inline_tags, output, process, react,
-    session_log, step, todo, tool_check, tool_rules, wildcard,
-};
+// The machines' internals live in `agentloop_core` (its own documented crate); a user names them
+// as `agentloop_core::react::X`. Imported here for this crate's own modules only.
+use agentloop_core::{chart, context, effect, event, execute_result, process, react};
 
 pub mod attachment;
 pub mod compaction;
@@ -107,8 +103,7 @@ pub mod provider;
     not(any(feature = "file-store", feature = "builtin-tools")),
     allow(dead_code)
 )]
-#[doc(hidden)] // the CLI's bounded file reads; not part of the library's surface
-pub mod regular_file;
+mod regular_file;
 pub mod runtime;
 pub mod session;
 pub mod store;
@@ -127,20 +122,10 @@ pub use schemars;
 pub use serde;
 
 pub use agent_event::{AgentEvent, Outcome};
-#[doc(hidden)]
-pub use effect::Effect;
 pub use error::{ErrorKind, ModelError, RunError};
 pub use event::{ApprovalDecision, ApprovalStatus};
-#[doc(hidden)]
-pub use event::{AttemptId, Event, GateVerdict};
-#[doc(hidden)]
-pub use execute_result::{ExecuteResult, StepEnd, StepRecord};
 pub use message::{
     AssistantMessage, ContentPart, MediaSource, Message, MessageDelta, ToolCall, ToolResult,
     ToolStatus, Usage,
 };
-#[doc(hidden)]
-pub use react::Run;
 pub use react::{LoopResult, RunConfig};
-#[doc(hidden)]
-pub use step::{AgentState, Step, Transition};

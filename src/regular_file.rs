@@ -15,10 +15,6 @@
 //!
 //! Elsewhere the path is checked before it is opened (a best effort; such platforms have no
 //! FIFOs that block on open in the same way).
-//!
-//! [`open_regular_file`] and [`read_regular_file`] (with a size cap) are the same for the
-//! inputs a person names on a command line: they follow links, then refuse anything but a
-//! regular file.
 
 use std::fs::{File, Metadata, OpenOptions};
 use std::path::Path;
@@ -130,70 +126,6 @@ pub(crate) fn open_regular(path: &Path, options: &mut OpenOptions) -> Result<Fil
     }
 }
 
-/// Why [`open_regular_file`] or [`read_regular_file`] did not return the file: what a
-/// command line says about an input it was given (`--script`, a trace, a capture).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ReadError {
-    /// The path is not a regular file (a FIFO, a device, a directory): nothing was read.
-    #[error("{0}, not a regular file")]
-    NotRegular(FileKind),
-    /// The file is larger than the caller's limit (nothing past the limit was read).
-    #[error("{size} bytes, over the limit of {limit} bytes")]
-    TooLarge {
-        /// Its size (at least; it may be growing).
-        size: u64,
-        /// The limit.
-        limit: u64,
-    },
-    /// The file could not be opened or read (or is not UTF-8, for
-    /// [`read_regular_to_string`]).
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-}
-
-/// Opens the file at `path` for reading when it is a regular file, following symbolic links
-/// (the path a person gave): never blocks on a FIFO and never opens a device, so an input
-/// like `/dev/zero` or a named pipe fails at once with [`ReadError::NotRegular`].
-pub fn open_regular_file(path: &Path) -> Result<File, ReadError> {
-    let resolved = std::fs::canonicalize(path)?;
-    open_regular(&resolved, OpenOptions::new().read(true)).map_err(|e| match e {
-        OpenError::NotRegular(kind) => ReadError::NotRegular(kind),
-        OpenError::Io(e) => ReadError::Io(e),
-    })
-}
-
-/// The bytes of the regular file at `path` (see [`open_regular_file`]), refused with
-/// [`ReadError::TooLarge`] when there are more than `limit`: the size is checked before
-/// reading, and at most one byte past the limit is read (the file may grow meanwhile).
-pub fn read_regular_file(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
-    use std::io::Read as _;
-    let file = open_regular_file(path)?;
-    let size = file.metadata()?.len();
-    if size > limit {
-        return Err(ReadError::TooLarge { size, limit });
-    }
-    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit {
-        return Err(ReadError::TooLarge {
-            size: bytes.len() as u64,
-            limit,
-        });
-    }
-    Ok(bytes)
-}
-
-/// [`read_regular_file`] as UTF-8 text.
-pub fn read_regular_to_string(path: &Path, limit: u64) -> Result<String, ReadError> {
-    String::from_utf8(read_regular_file(path, limit)?).map_err(|e| {
-        ReadError::Io(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("not UTF-8 text: {}", e.utf8_error()),
-        ))
-    })
-}
-
 /// What is at `path` (not following a link) when it exists and is not a regular file.
 fn kind_at(path: &Path) -> Option<FileKind> {
     std::fs::symlink_metadata(path)
@@ -230,36 +162,6 @@ mod tests {
         assert_eq!(kind(read), Some(FileKind::Fifo));
         let write = open_regular(&fifo, OpenOptions::new().append(true).create(true));
         assert_eq!(kind(write), Some(FileKind::Fifo));
-    }
-
-    #[test]
-    fn inputs_refuse_fifos_and_devices_follow_links_and_are_capped() {
-        let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("pipe");
-        mkfifo(&fifo);
-        // Nobody opens the FIFO's other end: a blocking open would hang here.
-        assert!(matches!(
-            read_regular_file(&fifo, 10),
-            Err(ReadError::NotRegular(FileKind::Fifo))
-        ));
-        assert!(matches!(
-            read_regular_file(Path::new("/dev/zero"), 10),
-            Err(ReadError::NotRegular(FileKind::CharDevice))
-        ));
-        let file = dir.path().join("in.json");
-        std::fs::write(&file, "0123456789").unwrap();
-        let link = dir.path().join("link.json");
-        std::os::unix::fs::symlink(&file, &link).unwrap();
-        assert_eq!(read_regular_to_string(&link, 10).unwrap(), "0123456789");
-        assert!(matches!(
-            read_regular_file(&file, 9),
-            Err(ReadError::TooLarge { size: 10, limit: 9 })
-        ));
-        std::fs::write(&file, [0xff, 0xfe]).unwrap();
-        assert!(matches!(
-            read_regular_to_string(&file, 10),
-            Err(ReadError::Io(_))
-        ));
     }
 
     #[test]

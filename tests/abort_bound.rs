@@ -12,14 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentloop::agent_event::{AgentEvent, Outcome};
-use agentloop::chart::MachineKind;
 use agentloop::error::ModelError;
 use agentloop::message::Message;
 use agentloop::model::{DeltaStream, Model, ModelRequest};
-use agentloop::process::ApprovalPolicy;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Compactor, EventEnvelope};
 use agentloop::session::{AbortAck, KillTools, Session, Status, Subscription};
+use agentloop_core::chart::MachineKind;
+use agentloop_core::process::ApprovalPolicy;
 use async_trait::async_trait;
 use futures::StreamExt;
 use support::*;

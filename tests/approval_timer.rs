@@ -6,12 +6,12 @@
 mod support;
 
 use agentloop::agent_event::AgentEvent;
-use agentloop::effect::Effect;
-use agentloop::event::{ApprovalDecision, Event};
 use agentloop::message::ToolStatus;
-use agentloop::process::ApprovalPolicy;
 use agentloop::session::{ApprovalError, Session, SessionConfig};
 use agentloop::trace::{replay, Trace, TraceRecord};
+use agentloop_core::effect::Effect;
+use agentloop_core::event::{ApprovalDecision, Event};
+use agentloop_core::process::ApprovalPolicy;
 use support::*;
 
 /// A session whose model calls `calculator`, which needs approval, under an approval timeout

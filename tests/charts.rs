@@ -1,7 +1,7 @@
 //! The charts (R-ARCH-3): the committed Mermaid diagrams and the README's diagrams are exactly
 //! what `agentloop chart` generates, and the charts hold every state of SPEC §2 and §3.
 
-use agentloop::chart::{mermaid, MachineKind};
+use agentloop_core::chart::{mermaid, MachineKind};
 
 fn generated(kind: MachineKind) -> String {
     mermaid(&kind.chart())
@@ -121,15 +121,16 @@ fn every_spec_state_is_charted() {
 #[test]
 fn a_chart_edit_is_rejected_when_inconsistent() {
     // The validator catches rows naming unknown states (the build script runs it too).
-    let broken = agentloop::chart::REACT_TOML.replace("to = \"Observing\"", "to = \"Observed\"");
-    assert!(agentloop::chart::Chart::parse(&broken).is_err());
+    let broken =
+        agentloop_core::chart::REACT_TOML.replace("to = \"Observing\"", "to = \"Observed\"");
+    assert!(agentloop_core::chart::Chart::parse(&broken).is_err());
 }
 
 /// One copy of every fact: README's table of chart sizes is what the charts hold (states,
 /// superstates, rows by kind), so an added or removed row fails here until README says so.
 #[test]
 fn readme_chart_sizes_are_the_charts() {
-    use agentloop::chart::model::RowKindDef;
+    use agentloop_core::chart::model::RowKindDef;
     let readme = std::fs::read_to_string("README.md").expect("README.md");
     for (kind, name) in [
         (MachineKind::React, "react"),

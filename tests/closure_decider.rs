@@ -8,10 +8,10 @@ use std::sync::Arc;
 use agentloop::agent_event::Outcome;
 use agentloop::message::Message;
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::react::{default_decider, DeciderRef, DeciderRegistry, Decision, Observation};
 use agentloop::runtime::{Agent, SequentialIds};
 use agentloop::store::MemoryStore;
 use agentloop::trace::{replay_with, Trace, TraceError};
+use agentloop_core::react::{default_decider, DeciderRef, DeciderRegistry, Decision, Observation};
 
 /// Three steps: a tool call, an answer holding the completion marker that still calls a tool
 /// (the default decider would go on), and a last answer.

@@ -16,16 +16,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentloop::agent_event::Outcome;
-use agentloop::effect::Effect;
-use agentloop::event::Event;
 use agentloop::message::{AssistantMessage, Message};
-use agentloop::react::{Run, RunConfig};
 use agentloop::runtime::{control, Agent, Compactor, SequentialIds, Truncate};
 use agentloop::store::{
     self, Entry, FaultPoint, FaultyStore, FileStore, MemoryStore, SessionStore,
 };
 use agentloop::tools::ToolRegistry;
 use agentloop::trace::{Trace, TraceRecord};
+use agentloop_core::effect::Effect;
+use agentloop_core::event::Event;
+use agentloop_core::react::{Run, RunConfig};
 use async_trait::async_trait;
 use durable_support::{invocations, model, CountingTool};
 use serde_json::json;

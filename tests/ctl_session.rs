@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use agentloop::agent_event::{AgentEvent, Outcome, SteeringStatus};
 use agentloop::message::{Message, ToolStatus};
-use agentloop::process::ApprovalPolicy;
 use agentloop::session::{
     command_family, AbortAck, KillTools, PromptAck, Session, SessionConfig, SessionError, Status,
     SteerAck,
 };
 use agentloop::ToolCall;
+use agentloop_core::process::ApprovalPolicy;
 use serde_json::json;
 use support::*;
 
@@ -630,7 +630,7 @@ async fn r_ctl_2_steering_is_merged_at_the_next_step() {
 async fn r_ctl_2_skip_remaining_policy_skips_the_tool_batch() {
     let agent = builder(Slow::new(&tool_then_text("sleepy")))
         .tools(registry(vec![SleepTool::new("sleepy", 60_000)]))
-        .configure(|c| c.steering = agentloop::react::SteeringPolicy::SkipRemaining)
+        .configure(|c| c.steering = agentloop_core::react::SteeringPolicy::SkipRemaining)
         .build();
     let s = session(agent);
     let mut sub = s.subscribe(None, None);

@@ -8,13 +8,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use agentloop::agent_event::Outcome;
-use agentloop::effect::Effect;
-use agentloop::event::Event;
 use agentloop::message::{Message, ToolStatus};
 use agentloop::runtime::{Agent, AgentError, SequentialIds};
 use agentloop::store::{self, Entry, FaultPoint, FaultyStore, FileStore, SessionStore};
 use agentloop::tools::ToolRegistry;
 use agentloop::trace::{Trace, TraceRecord};
+use agentloop_core::effect::Effect;
+use agentloop_core::event::Event;
 use durable_support::*;
 use serde_json::json;
 
@@ -112,8 +112,8 @@ async fn scenario(k: u64, point: FaultPoint) {
         matches!(
             r,
             TraceRecord::Transition {
-                transition: agentloop::step::Transition::React {
-                    row: Some(agentloop::chart::ReactRow::FinishingStoreFailed),
+                transition: agentloop_core::step::Transition::React {
+                    row: Some(agentloop_core::chart::ReactRow::FinishingStoreFailed),
                     ..
                 },
                 ..

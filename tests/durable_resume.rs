@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentloop::agent_event::{AgentEvent, Outcome};
-use agentloop::effect::Effect;
-use agentloop::event::ApprovalDecision;
 use agentloop::message::{Message, ToolStatus};
-use agentloop::process::ApprovalPolicy;
 use agentloop::runtime::{control, Agent, ManualApproval, SequentialIds, VecSink};
 use agentloop::store::{self, Entry, FileStore, SessionStore};
 use agentloop::tools::{Tool, ToolRegistry};
+use agentloop_core::effect::Effect;
+use agentloop_core::event::ApprovalDecision;
+use agentloop_core::process::ApprovalPolicy;
 use durable_support::*;
 use serde_json::json;
 

@@ -231,13 +231,13 @@ async fn r_ext_1_tool_hook_verdicts_are_in_the_trace_and_replay() {
         .await
         .expect("run");
     let trace = out.trace.expect("recorded");
-    let verdicts: Vec<(String, agentloop::GateVerdict)> = trace
+    let verdicts: Vec<(String, agentloop_core::GateVerdict)> = trace
         .records
         .iter()
         .filter_map(|r| match r {
             agentloop::trace::TraceRecord::Input {
                 event:
-                    agentloop::Event::ToolGated {
+                    agentloop_core::Event::ToolGated {
                         tool_call_id,
                         verdict,
                     },
@@ -251,13 +251,13 @@ async fn r_ext_1_tool_hook_verdicts_are_in_the_trace_and_replay() {
         [
             (
                 "a".to_string(),
-                agentloop::GateVerdict::Block {
+                agentloop_core::GateVerdict::Block {
                     reason: "division by zero is not allowed".into()
                 }
             ),
             (
                 "b".to_string(),
-                agentloop::GateVerdict::Modify {
+                agentloop_core::GateVerdict::Modify {
                     arguments: json!({"expression": "40+2"})
                 }
             ),

@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use agentloop::agent_event::{AgentEvent, Outcome};
-use agentloop::event::{Event, KillPolicy};
 use agentloop::message::{Message, ToolStatus};
-use agentloop::process::{DoomLoopPolicy, LoopAction};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{control, Agent, ControlReceiver, RunOutput, SequentialIds, VecSink};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
 use agentloop::trace::{replay, TraceRecord};
+use agentloop_core::event::{Event, KillPolicy};
+use agentloop_core::process::{DoomLoopPolicy, LoopAction};
 use async_trait::async_trait;
 
 /// A tool that sleeps (virtual time) and counts its runs; immune when `killable` is false.
@@ -190,7 +190,7 @@ async fn r_ctl_2_skip_remaining_skips_the_batch() {
     let script = r#"{"turns": [{"tool_calls": [{"name": "work", "arguments": {"n": 1}}, {"name": "work", "arguments": {"n": 2}}]}, {"text": "ok"}]}"#;
     let sink = VecSink::default();
     let agent = agent(script, tools, &sink, |c| {
-        c.steering = agentloop::react::SteeringPolicy::SkipRemaining;
+        c.steering = agentloop_core::react::SteeringPolicy::SkipRemaining;
         c.step.parallel_tools = false;
     });
     let (ctl, rx) = control();

@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 
 use agentloop::agent_event::{AgentEvent, Outcome};
 use agentloop::error::ErrorKind;
-use agentloop::process::RetryPolicy;
 use agentloop::provider::anthropic::AnthropicModel;
 use agentloop::provider::http::{HttpConfig, ProviderKind};
 use agentloop::provider::openai::OpenAiModel;
-use agentloop::react::LoopResult;
 use agentloop::runtime::{Agent, FnSink};
+use agentloop_core::process::RetryPolicy;
+use agentloop_core::react::LoopResult;
 
 /// `glitch once`: the first request gets the malformed-JSON fault, the second the answer
 /// (aimock's per-fixture `sequenceIndex`); `always garbled`: every request gets the fault.

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use agentloop::agent_event::Outcome;
 use agentloop::error::ErrorKind;
-use agentloop::process::RetryPolicy;
 use agentloop::provider::http::ProviderKind;
 use agentloop::runtime::{Agent, RunOutput};
+use agentloop_core::process::RetryPolicy;
 use serde_json::{json, Value};
 use support::server::*;
 use support::*;

@@ -127,7 +127,7 @@ async fn retried_run(ids: Arc<dyn Ids>) -> (Vec<u64>, Option<u64>, bool) {
         .filter_map(|r| match r {
             TraceRecord::Effect {
                 effect:
-                    agentloop::Effect::Emit {
+                    agentloop_core::Effect::Emit {
                         event: AgentEvent::Retry { delay_ms, .. },
                     },
                 ..
@@ -151,7 +151,7 @@ async fn issue12_r_in_1_jitter_comes_from_the_ids_port_and_replays() {
     );
     // The backoffs are 40 and 80 ms, each cut by up to 50 %, by the draw of the recorded seed
     // for (model call 1, attempt 1) and (1, 2).
-    let policy = agentloop::process::RetryPolicy {
+    let policy = agentloop_core::process::RetryPolicy {
         initial_backoff_ms: 40,
         max_backoff_ms: 1_000,
         jitter_percent: 50,

@@ -5,14 +5,14 @@
 use std::sync::Arc;
 
 use agentloop::agent_event::{AgentEvent, Outcome};
-use agentloop::event::{AttemptId, Event};
 use agentloop::message::{Message, MessageDelta};
-use agentloop::process::ApprovalPolicy;
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::react::{Run, RunConfig};
 use agentloop::runtime::{Agent, RejectAll, RunOutput, SequentialIds, VecSink};
 use agentloop::store::MemoryStore;
 use agentloop::trace::{replay, Trace, TraceHeader, TraceRecord, TRACE_VERSION};
+use agentloop_core::event::{AttemptId, Event};
+use agentloop_core::process::ApprovalPolicy;
+use agentloop_core::react::{Run, RunConfig};
 
 fn agent(script: &str, configure: impl FnOnce(&mut RunConfig)) -> (Agent, VecSink) {
     let sink = VecSink::default();
@@ -172,7 +172,7 @@ async fn disconnect_discards_partial_output() {
         .filter_map(|r| match r {
             TraceRecord::Effect {
                 effect:
-                    agentloop::Effect::Persist {
+                    agentloop_core::Effect::Persist {
                         entry: agentloop::store::Entry::Assistant { message, .. },
                     },
                 ..
@@ -239,7 +239,7 @@ async fn max_steps_reached() {
         .iter()
         .filter_map(|r| match r {
             TraceRecord::Effect {
-                effect: agentloop::Effect::CallModel { request },
+                effect: agentloop_core::Effect::CallModel { request },
                 ..
             } => Some(request.clone()),
             _ => None,
@@ -274,7 +274,7 @@ async fn compaction() {
     let trace = out.trace.clone().expect("trace");
     for r in &trace.records {
         if let TraceRecord::Effect {
-            effect: agentloop::Effect::CallModel { request },
+            effect: agentloop_core::Effect::CallModel { request },
             ..
         } = r
         {
@@ -384,18 +384,18 @@ fn abort_mid_stream() {
 }
 
 /// Stops after the first step that asked for tools (the default decider would continue).
-fn stop_after_tools(o: &agentloop::react::Observation) -> agentloop::react::Decision {
+fn stop_after_tools(o: &agentloop_core::react::Observation) -> agentloop_core::react::Decision {
     if o.has_tool_calls {
-        agentloop::react::Decision::Stop
+        agentloop_core::react::Decision::Stop
     } else {
-        agentloop::react::default_decider(o)
+        agentloop_core::react::default_decider(o)
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn r_out_3_runtime_trace_names_its_decider_and_replays_only_with_it() {
-    use agentloop::react::{DeciderRef, DeciderRegistry};
     use agentloop::trace::{replay_with, TraceError};
+    use agentloop_core::react::{DeciderRef, DeciderRegistry};
     let (agent, _) = agent(
         r#"{"turns": [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "2+3"}}]}, {"text": "5"}]}"#,
         |c| c.decider = DeciderRef::new("stop_after_tools", stop_after_tools),

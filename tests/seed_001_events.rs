@@ -9,9 +9,9 @@ use std::sync::Arc;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{SystemClock, VecSink};
 use agentloop::session::SessionError;
-use agentloop::todo::{Todo, TodoStatus};
 use agentloop::trace::replay;
 use agentloop::{AgentEvent, Message, Outcome};
+use agentloop_core::todo::{Todo, TodoStatus};
 use support::{builder, count, history, session, SleepTool};
 
 fn scripted(json: &str) -> ScriptedModel {

@@ -5,13 +5,13 @@
 use std::sync::Arc;
 
 use agentloop::error::{ErrorKind, ModelError};
-use agentloop::process::default_retry_decider;
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::react::DeciderRegistry;
 use agentloop::runtime::{Agent, AgentBuilder, RunOutput, SequentialIds, VecSink, WithModel};
 use agentloop::store::MemoryStore;
 use agentloop::trace::{replay, replay_with, Trace, TraceError};
-use agentloop::{AgentEvent, Message, Outcome, StepEnd, ToolStatus};
+use agentloop_core::process::default_retry_decider;
+use agentloop_core::react::DeciderRegistry;
+use agentloop_core::{AgentEvent, Message, Outcome, StepEnd, ToolStatus};
 
 const ONCE: &str = "retry_bad_request_once";
 

@@ -11,11 +11,11 @@ use agentloop_testkit::agent::model_requests;
 use std::sync::Arc;
 
 use agentloop::attachment::Prompt;
-use agentloop::event::Event;
 use agentloop::message::Message;
 use agentloop::session::{Session, SessionConfig, SubtaskAck};
 use agentloop::subagent::SubagentTool;
 use agentloop::trace::{replay, Trace, TraceRecord};
+use agentloop_core::event::Event;
 use serde_json::json;
 use support::*;
 

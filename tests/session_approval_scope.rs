@@ -8,9 +8,9 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use agentloop::agent_event::AgentEvent;
-use agentloop::process::ApprovalPolicy;
 use agentloop::session::{Session, SessionConfig};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolSpec};
+use agentloop_core::process::ApprovalPolicy;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use support::*;

@@ -8,13 +8,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::chart::SessionRow;
 use agentloop::hooks::{Hooks, Verdict};
-use agentloop::process::ApprovalPolicy;
 use agentloop::session::{
     AbortAck, KillTools, PromptAck, Session, SessionConfig, SessionError, SessionRows, SteerAck,
     SubtaskAck,
 };
+use agentloop_core::chart::SessionRow;
+use agentloop_core::process::ApprovalPolicy;
 use serde_json::json;
 use support::*;
 

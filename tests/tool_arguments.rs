@@ -15,14 +15,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use agentloop::agent_event::{AgentEvent, Outcome};
-use agentloop::chart::ToolCallRow;
-use agentloop::event::Event;
 use agentloop::message::{Message, ToolResult, ToolStatus};
 use agentloop::runtime::{Agent, RunOutput, Timeouts, VecSink};
-use agentloop::step::Transition;
 use agentloop::store::{self, MemoryStore, SessionStore};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolSpec, TypedTool};
 use agentloop::trace::{Trace, TraceRecord};
+use agentloop_core::chart::ToolCallRow;
+use agentloop_core::event::Event;
+use agentloop_core::step::Transition;
 use async_trait::async_trait;
 use durable_support::{model, model_requests};
 use schemars::JsonSchema;

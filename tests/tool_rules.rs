@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use agentloop::agent_event::AgentEvent;
 use agentloop::message::{Message, ToolStatus};
-use agentloop::process::{RuleAction, ToolRule};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Timeouts, VecSink};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolSpec};
+use agentloop_core::process::{RuleAction, ToolRule};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use support::*;

@@ -7,11 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::event::Event;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Agent, SequentialIds, Timeouts, ToolOrder};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
 use agentloop::trace::{replay, Trace, TraceRecord};
+use agentloop_core::event::Event;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 

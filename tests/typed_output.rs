@@ -8,7 +8,7 @@ use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Agent, TypedRunError};
 use agentloop::trace::{replay, TraceRecord};
-use agentloop::{Event, Message, ModelError, RunError};
+use agentloop_core::{Event, Message, ModelError, RunError};
 use async_trait::async_trait;
 use serde::Deserialize;
 
@@ -109,7 +109,7 @@ async fn an_answer_still_invalid_after_the_retries_is_a_typed_error() {
 async fn the_verdict_is_recorded_so_the_trace_replays_without_a_validator() {
     let (agent, _) = agent(r#"{"turns": [{"text": "nope"}, {"text": "{\"x\": 0, \"y\": 0}"}]}"#);
     let mut config = agent.config().clone();
-    config.output = Some(agentloop::output::OutputSpec::new(
+    config.output = Some(agentloop_core::output::OutputSpec::new(
         "Point",
         serde_json::to_value(schemars::schema_for!(Point)).expect("schema"),
     ));
@@ -140,7 +140,7 @@ async fn the_verdict_is_recorded_so_the_trace_replays_without_a_validator() {
 
 #[test]
 fn providers_ask_for_the_schema_natively_or_by_instruction() {
-    let spec = agentloop::output::OutputSpec::new(
+    let spec = agentloop_core::output::OutputSpec::new(
         "my::Point<i64>",
         serde_json::json!({"type": "object", "required": ["x"]}),
     );

@@ -17,13 +17,13 @@ use clap::Args;
 use tokio::sync::mpsc;
 
 use agentloop::agent_event::AgentEvent;
-use agentloop::process::ApprovalPolicy;
 use agentloop::runtime::{Clock, EventEnvelope, NullSink, TokioClock};
 use agentloop::session::{
     KillTools, PromptAck, Session, SessionConfig, SessionError, Status, SteerAck, SubscriptionItem,
 };
 use agentloop::store::SessionStore;
 use agentloop::trace::TraceFile;
+use agentloop_core::process::ApprovalPolicy;
 
 use crate::print::{usage_summary, Output};
 use crate::run::{agent_builder, block_on_bounded, fail, model_named, runtime_and_store};

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{json, Value};
 
-use agentloop::react::{DeciderRegistry, RunConfig};
 use agentloop::trace::{replay_with, TraceRecord};
+use agentloop_core::react::{DeciderRegistry, RunConfig};
 use agentloop_trace_tools::whatif::{apply_setting, parse_assignment, what_if, Figures};
 
 use crate::out::errln;
@@ -320,7 +320,7 @@ fn changed_config(
         let f = registry
             .get(name)
             .ok_or_else(|| format!("--decider {name}: unknown decider"))?;
-        config.decider = agentloop::react::DeciderRef::new(name.clone(), f);
+        config.decider = agentloop_core::react::DeciderRef::new(name.clone(), f);
     }
     Ok(config)
 }

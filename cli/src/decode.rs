@@ -5,9 +5,9 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
+use crate::regular_file::read_regular_file;
 use agentloop::provider::decode::decode;
 use agentloop::provider::http::ProviderKind;
-use agentloop::regular_file::read_regular_file;
 
 use crate::out::errln;
 

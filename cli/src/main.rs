@@ -9,6 +9,7 @@ mod export;
 mod mcp;
 mod out;
 mod print;
+mod regular_file;
 mod run;
 mod sessions;
 mod status;
@@ -24,8 +25,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use out::{errln, outln};
 
-use agentloop::chart::{mermaid, MachineKind};
 use agentloop::trace::{replay_with, Trace, TraceError};
+use agentloop_core::chart::{mermaid, MachineKind};
 
 /// LLM agents as verified state machines.
 #[derive(Debug, Parser)]

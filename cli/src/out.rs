@@ -13,7 +13,7 @@
 //!   nothing on stderr. Another write error (a full disk) is reported once, exit code 2.
 //!
 //! Input files are read as regular files with a size cap ([`INPUT_LIMIT`],
-//! [`SMALL_INPUT_LIMIT`]; `agentloop::regular_file`): a FIFO or `/dev/zero` is refused at once.
+//! [`SMALL_INPUT_LIMIT`]; `regular_file`): a FIFO or `/dev/zero` is refused at once.
 
 use std::borrow::Cow;
 use std::io::Write;

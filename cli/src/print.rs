@@ -372,7 +372,7 @@ pub fn log_line(event: &AgentEvent, level: LogLevel) -> Option<String> {
             rule,
             action,
             timeout_ms,
-        } if normal || *action == agentloop::process::RuleAction::Deny => {
+        } if normal || *action == agentloop_core::process::RuleAction::Deny => {
             let deadline = timeout_ms.map(|ms| format!(", deadline {ms} ms"));
             Some(format!(
                 "[rule] {} ({}): {action} by rule {}{}",

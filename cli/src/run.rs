@@ -9,18 +9,15 @@ use clap::{Args, ValueEnum};
 
 use crate::mcp::{add_tools, McpArgs};
 use crate::print::{EventsFormat, Output};
+use crate::regular_file::read_regular_to_string;
 use crate::term::ColorChoice;
 
 use agentloop::agent_event::Outcome;
 use agentloop::attachment::{AttachmentError, Prompt};
 use agentloop::mcp::McpServer;
 use agentloop::model::{Model, ToolChoice};
-use agentloop::output::OutputSpec;
-use agentloop::process::{InlineTags, ToolRule};
 use agentloop::provider::http::{model_from_flags, ProviderKind};
 use agentloop::provider::openai::ReasoningReplay;
-use agentloop::react::{CostLimit, LimitAction, UsageLimits};
-use agentloop::regular_file::read_regular_to_string;
 use agentloop::runtime::{
     control, Agent, AgentBuilder, AgentError, EventEnvelope, EventSink, FnSink, RunOutput,
     Timeouts, WithModel,
@@ -29,6 +26,9 @@ use agentloop::session::Price;
 use agentloop::store::{AnyLock, AnyStore, Durability, Entry, SessionStore, StoreUrl};
 use agentloop::tools::ToolRegistry;
 use agentloop::trace::TraceFile;
+use agentloop_core::output::OutputSpec;
+use agentloop_core::process::{InlineTags, ToolRule};
+use agentloop_core::react::{CostLimit, LimitAction, UsageLimits};
 
 /// Arguments of `agentloop run`.
 #[derive(Debug, Args)]
@@ -607,12 +607,12 @@ fn tool_rules(args: &AgentArgs, tools: &ToolRegistry) -> Result<Vec<ToolRule>, S
     rules.extend(args.tool_rule.iter().cloned());
     // The whole set is bounded as a trace header's is (count and pattern characters), so no
     // rule set can make one machine step's matching run long.
-    agentloop::tool_rules::validate_rules(&rules).map_err(|e| format!("tool rules: {e}"))?;
+    agentloop_core::tool_rules::validate_rules(&rules).map_err(|e| format!("tool rules: {e}"))?;
     let names: Vec<String> = tools.specs().iter().map(|s| s.name.clone()).collect();
     for (i, rule) in rules.iter().enumerate() {
         if !names
             .iter()
-            .any(|n| agentloop::wildcard::matches(&rule.tool, n))
+            .any(|n| agentloop_core::wildcard::matches(&rule.tool, n))
         {
             crate::out::errln!(
                 "[rules] warning: rule {i} ({rule}) matches no tool (tools: {})",
@@ -747,7 +747,7 @@ fn print_typed(args: &AgentArgs, out: &RunOutput) -> Result<(), String> {
     if args.output_schema.is_none() || out.result.outcome != Outcome::Completed {
         return Ok(());
     }
-    let value = agentloop::output::output_json(out.result.final_text().unwrap_or_default())
+    let value = agentloop_core::output::output_json(out.result.final_text().unwrap_or_default())
         .map_err(|e| {
             format!(
                 "the final answer is not the JSON --output-schema asks for ({e}); the run ended: {}",

@@ -11,9 +11,9 @@
 use std::collections::BTreeMap;
 
 use agentloop::agent_event::AgentEvent;
-use agentloop::chart::{MachineKind, ReactState};
 use agentloop::message::Usage;
 use agentloop::session::Status;
+use agentloop_core::chart::{MachineKind, ReactState};
 
 /// What the run is doing, as the status line names it.
 #[derive(Clone, Debug, PartialEq)]

@@ -89,7 +89,7 @@ impl Recorder {
 /// Reads the sidecar of `trace` (a regular file of at most [`crate::out::INPUT_LIMIT`]
 /// bytes); absent, unreadable or malformed lines give no durations.
 pub fn load(trace: &Path) -> Timing {
-    agentloop::regular_file::read_regular_to_string(&sidecar_path(trace), crate::out::INPUT_LIMIT)
+    crate::regular_file::read_regular_to_string(&sidecar_path(trace), crate::out::INPUT_LIMIT)
         .map(|text| Timing::from_sidecar(&text))
         .unwrap_or_default()
 }

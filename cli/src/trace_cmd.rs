@@ -10,11 +10,11 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
-use agentloop::react::DeciderRegistry;
-use agentloop::regular_file::{open_regular_file, read_regular_to_string};
+use crate::regular_file::{open_regular_file, read_regular_to_string};
 use agentloop::trace::{
     Trace, TraceError, TraceHeader, TraceRecord, OLDEST_READABLE_TRACE_VERSION, TRACE_VERSION,
 };
+use agentloop_core::react::DeciderRegistry;
 use agentloop_trace_tools::trace_diff::{diff, DiffOptions, TraceDiff};
 use agentloop_trace_tools::transcript::{RenderOptions, Style, Summary, Transcript};
 use agentloop_trace_tools::whatif::{apply_setting, parse_assignment, what_if, WhatIf};
@@ -586,7 +586,7 @@ pub fn what_if_main(path: &Path, args: &WhatIfArgs) -> ExitCode {
     };
     if let Some(name) = args.decider.as_ref().filter(|d| !d.contains('=')) {
         match registry.get(name) {
-            Some(f) => config.decider = agentloop::react::DeciderRef::new(name.clone(), f),
+            Some(f) => config.decider = agentloop_core::react::DeciderRef::new(name.clone(), f),
             None => {
                 errln!(
                     "error: --decider {name}: unknown decider (this program has: {})",

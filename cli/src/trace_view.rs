@@ -19,15 +19,15 @@ use serde::Serialize;
 use serde_json::Value;
 
 use agentloop::agent_event::{AgentEvent, Outcome};
-use agentloop::chart::MachineKind;
-use agentloop::effect::Effect;
-use agentloop::event::Event;
 use agentloop::message::Usage;
-use agentloop::step::Transition;
 use agentloop::store::Entry;
 #[cfg(test)]
 use agentloop::trace::Trace;
 use agentloop::trace::{TraceHeader, TraceRecord};
+use agentloop_core::chart::MachineKind;
+use agentloop_core::effect::Effect;
+use agentloop_core::event::Event;
+use agentloop_core::step::Transition;
 use agentloop_trace_tools::transcript::Summary;
 
 /// The timeline of one trace, as the page's script reads it.
@@ -132,7 +132,7 @@ pub struct Mark {
 /// lay ids out: all bits set = run deadline; bit 63 = a tool call's deadline; bits 60–61 = an
 /// attempt deadline; otherwise a retry's backoff (`model_call_index * 1_000_000 + attempt`).
 fn timer_kind(id: u64) -> &'static str {
-    if id == agentloop::react::RUN_DEADLINE_TIMER {
+    if id == agentloop_core::react::RUN_DEADLINE_TIMER {
         "run_deadline"
     } else if id & (1 << 63) != 0 {
         "tool"

@@ -40,13 +40,13 @@ use serde::{Deserialize, Serialize};
 
 use agentloop::agent_event::Outcome;
 use agentloop::error::{ErrorKind, ModelError};
-use agentloop::event::{ApprovalDecision, AttemptId, GateVerdict, KillPolicy};
 use agentloop::message::{Message, MessageDelta, ToolStatus};
 use agentloop::model::{Model, ModelRequest};
 use agentloop::runtime::{Compactor, Timeouts, Truncate};
 use agentloop::store::Entry;
 use agentloop::tools::{ArgumentSchemas, ToolContext, ToolRegistry};
-use agentloop::{Effect, Event, LoopResult, Run, RunConfig};
+use agentloop_core::event::{ApprovalDecision, AttemptId, GateVerdict, KillPolicy};
+use agentloop_core::{Effect, Event, LoopResult, Run, RunConfig};
 
 /// State key of the session's entries (the same entries a `SessionStore` holds).
 const ENTRIES: &str = "entries";
@@ -101,7 +101,7 @@ impl Worker {
         config
             .step
             .stream
-            .get_or_insert(agentloop::process::StreamDeadlines {
+            .get_or_insert(agentloop_core::process::StreamDeadlines {
                 first_chunk_ms: t.first_chunk_ms,
                 stall_ms: t.stall_ms,
                 request_ms: t.request_ms,

@@ -74,7 +74,7 @@ pub fn model_requests(trace: &Trace) -> Vec<ModelRequest> {
         .iter()
         .filter_map(|r| match r {
             agentloop::trace::TraceRecord::Effect {
-                effect: agentloop::effect::Effect::CallModel { request },
+                effect: agentloop_core::effect::Effect::CallModel { request },
                 ..
             } => Some(request.clone()),
             _ => None,

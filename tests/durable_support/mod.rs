@@ -4,13 +4,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use agentloop::effect::Effect;
 use agentloop::message::{AssistantMessage, Message, ToolCall};
 use agentloop::model::ModelRequest;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::store::Entry;
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolSpec};
 use agentloop::trace::{Trace, TraceRecord};
+use agentloop_core::effect::Effect;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 

@@ -8,9 +8,9 @@ use super::*;
 use crate::error::ErrorKind;
 use crate::message::{AssistantMessage, ToolCall, ToolResult, ToolStatus};
 use crate::model::ModelParams;
-use crate::output::OutputSpec;
 use crate::provider::sse::SsePipeline;
 use crate::tools::ToolSpec;
+use agentloop_core::output::OutputSpec;
 
 fn decode(body: &str) -> Vec<MessageDelta> {
     let mut p = SsePipeline::new(ResponsesNormalizer::new());
