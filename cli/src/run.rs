@@ -731,6 +731,11 @@ fn output_spec(path: &std::path::Path, retries: u32) -> Result<OutputSpec, Strin
             "--output-schema {shown}: not a JSON Schema the run can enforce: {e}"
         ));
     }
+    // The validator resolves only the `$ref`s a validation reaches; one in a definition nothing
+    // uses would still go to the provider with the schema: every one must resolve.
+    unresolved_ref(&schema).map_err(|e| {
+        format!("--output-schema {shown}: not a JSON Schema the run can enforce: {e}")
+    })?;
     let name = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -740,6 +745,37 @@ fn output_spec(path: &std::path::Path, retries: u32) -> Result<OutputSpec, Strin
         schema,
         retries,
     })
+}
+
+/// Looks up every `$ref` of `schema`, in every subschema whether or not a validation reaches
+/// it (each relative to its own resource's base URI); the first that does not resolve is the
+/// error. Remote documents are never fetched, so a remote `$ref` resolves only to a schema the
+/// validator knows (the drafts' meta-schemas). One lookup per `$ref`: linear in the schema.
+fn unresolved_ref(schema: &serde_json::Value) -> Result<(), String> {
+    let draft = jsonschema::Draft::default().detect(schema);
+    let resource = draft.create_resource_ref(schema);
+    // The validator's own default base URI for a schema without an `$id`.
+    let base = resource.id().unwrap_or("json-schema:///").to_string();
+    let base_uri = jsonschema::uri::from_str(&base).map_err(|e| e.to_string())?;
+    let registry = jsonschema::Registry::new()
+        .draft(draft)
+        .add(&base, resource)
+        .and_then(|b| b.prepare())
+        .map_err(|e| e.to_string())?;
+    let mut pending = vec![(schema, registry.resolver(base_uri))];
+    while let Some((node, parent)) = pending.pop() {
+        if !node.is_object() {
+            continue;
+        }
+        let resolver = parent
+            .in_subresource(draft.create_resource_ref(node))
+            .map_err(|e| e.to_string())?;
+        if let Some(serde_json::Value::String(reference)) = node.get("$ref") {
+            resolver.lookup(reference).map_err(|e| e.to_string())?;
+        }
+        pending.extend(draft.subresources_of(node).map(|s| (s, resolver.clone())));
+    }
+    Ok(())
 }
 
 /// With `--output-schema`, the completed run's answer as validated JSON on stdout.

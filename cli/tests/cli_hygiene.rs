@@ -258,6 +258,16 @@ fn an_output_schema_with_an_unresolvable_ref_is_refused_with_exit_2() {
             "remote.json",
             serde_json::json!({"$ref": "https://example.invalid/schema.json"}),
         ),
+        // A definition no validation reaches still has its `$ref`s checked (the validator
+        // builds without them; the provider gets the whole schema).
+        (
+            "unused.json",
+            serde_json::json!({"type": "object", "$defs": {"a": {"$ref": "#/$defs/nope"}}}),
+        ),
+        (
+            "unused_remote.json",
+            serde_json::json!({"definitions": {"a": {"items": {"$ref": "https://example.invalid/a.json"}}}}),
+        ),
     ] {
         std::fs::write(dir.path().join(name), schema.to_string()).expect("schema");
         let out = agentloop(
@@ -273,7 +283,13 @@ fn an_output_schema_with_an_unresolvable_ref_is_refused_with_exit_2() {
     // A schema that resolves still runs.
     std::fs::write(
         dir.path().join("ok.json"),
-        serde_json::json!({"$defs": {"n": {"type": "number"}}, "$ref": "#/$defs/n"}).to_string(),
+        serde_json::json!({"$defs": {
+            "n": {"type": "number"},
+            "tree": {"type": "array", "items": {"$ref": "#/$defs/tree"}},
+            "root": {"$ref": "#"},
+            "meta": {"$ref": "https://json-schema.org/draft/2020-12/schema"}},
+            "$ref": "#/$defs/n"})
+        .to_string(),
     )
     .expect("schema");
     let script = serde_json::json!({"turns": [{"text": "5"}]});
