@@ -387,8 +387,12 @@ fn r_in_3_results_carry_the_answer_the_block_reason_and_the_skip() {
     );
 
     // Sequential tools: c2 has not started when the steering arrives.
+    let cfg = StepConfig {
+        parallel_tools: false,
+        ..StepConfig::default()
+    };
     let (mut p, _) = committed(
-        StepConfig::default(),
+        cfg,
         &["calc"],
         &[("c1", "calc", r#"{"a":1}"#), ("c2", "calc", r#"{"a":2}"#)],
     );
@@ -455,4 +459,82 @@ fn r_ctl_3_an_abort_stops_the_timer_of_a_waiting_call() {
         results(&s.effects),
         [("c1".into(), ToolStatus::Aborted, "aborted".into())]
     );
+}
+
+/// The `before_tool` hooks' verdicts on sequential calls: a blocked call lets the next one be
+/// gated; an asked call that the session's "approve always" covers runs without a question.
+#[test]
+fn r_ext_1_gate_verdicts_move_the_next_call_and_respect_the_whitelist() {
+    use agentloop_core::event::GateVerdict;
+    let gates = |effects: &[Effect]| -> Vec<String> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::GateTool { call } => Some(call.id.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let cfg = StepConfig {
+        gate_tools: true,
+        parallel_tools: false,
+        ..StepConfig::default()
+    };
+    let (mut p, s) = committed(
+        cfg,
+        &["calc"],
+        &[("c1", "calc", r#"{"a":1}"#), ("c2", "calc", r#"{"a":2}"#)],
+    );
+    assert_eq!(gates(&s.effects), ["c1"]);
+    let s = p.handle(&Event::ToolGated {
+        tool_call_id: "c1".into(),
+        verdict: GateVerdict::Block {
+            reason: "no".into(),
+        },
+    });
+    assert_eq!(gates(&s.effects), ["c2"], "{:?}", s.effects);
+
+    // The session approved `calc` "always" before this run: the hooks' question is answered.
+    let request = ModelRequest {
+        run_id: "r".into(),
+        model_call_index: 1,
+        attempt: 1,
+        session_turn: 0,
+        model: "m".into(),
+        system: None,
+        messages: vec![Message::user("hi")].into(),
+        tools: vec![spec("calc")].into(),
+        params: Default::default(),
+    };
+    let cfg = StepConfig {
+        gate_tools: true,
+        ..StepConfig::default()
+    };
+    let mut p = Process::new(cfg, request, BTreeSet::from(["calc".to_string()]));
+    let message = agentloop_core::AssistantMessage {
+        tool_calls: vec![agentloop_core::ToolCall {
+            id: "c1".into(),
+            name: "calc".into(),
+            arguments: serde_json::json!({}),
+            invalid_arguments: None,
+        }],
+        ..Default::default()
+    };
+    let s = p.resume(message, vec![]);
+    assert_eq!(gates(&s.effects), ["c1"]);
+    let s = p.handle(&Event::ToolGated {
+        tool_call_id: "c1".into(),
+        verdict: GateVerdict::Ask,
+    });
+    assert!(
+        s.effects
+            .iter()
+            .any(|e| matches!(e, Effect::RunTool { call } if call.id == "c1")),
+        "{:?}",
+        s.effects
+    );
+    assert!(!s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::RequestApproval { .. })));
 }
