@@ -538,3 +538,44 @@ fn r_ext_1_gate_verdicts_move_the_next_call_and_respect_the_whitelist() {
         .iter()
         .any(|e| matches!(e, Effect::RequestApproval { .. })));
 }
+
+/// Sequential tools: a call approved while another runs waits for it (R-IN-4, R-CTL-4).
+#[test]
+fn r_ctl_4_an_approved_call_waits_for_the_running_one_when_tools_are_sequential() {
+    use agentloop_core::tool_rules::ToolRule;
+    let runs = |effects: &[Effect]| -> Vec<String> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::RunTool { call } => Some(call.id.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let cfg = StepConfig {
+        parallel_tools: false,
+        tool_rules: vec![ToolRule::ask("rm")],
+        ..StepConfig::default()
+    };
+    let (mut p, s) = committed(
+        cfg,
+        &["calc", "rm"],
+        &[("c1", "calc", "{}"), ("c2", "rm", "{}")],
+    );
+    assert_eq!(runs(&s.effects), ["c1"]);
+    assert!(s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::RequestApproval { call } if call.id == "c2")));
+    let s = p.handle(&Event::Approval {
+        tool_call_id: "c2".into(),
+        decision: agentloop_core::ApprovalDecision::Approved,
+    });
+    assert!(runs(&s.effects).is_empty(), "{:?}", s.effects);
+    let s = p.handle(&Event::ToolFinished {
+        tool_call_id: "c1".into(),
+        status: ToolStatus::Completed,
+        content: "5".into(),
+    });
+    assert_eq!(runs(&s.effects), ["c2"]);
+}
