@@ -188,7 +188,7 @@ fn bench(c: &mut Criterion<CpuTime>) {
         let check = normalize_chunks(*provider, reads(body));
         assert_eq!(
             check.last(),
-            Some(&agentloop::message::MessageDelta::Finish),
+            Some(&agentloop::MessageDelta::Finish),
             "{name}"
         );
         let pieces = reads(body);

@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::hint::black_box;
 
-use agentloop::message::{FinishReason, MessageDelta, ToolStatus, Usage};
+use agentloop::{FinishReason, MessageDelta, ToolStatus, Usage};
 use agentloop::model::{ModelParams, ModelRequest};
 use agentloop::tools::ToolSpec;
 use agentloop::trace::{replay, Trace, TraceHeader, TRACE_VERSION};

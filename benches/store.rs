@@ -4,7 +4,8 @@
 
 use std::hint::black_box;
 
-use agentloop::store::{check, history, Durability, FileStore};
+use agentloop::store::{Durability, FileStore};
+use agentloop_core::session_log::{check, history};
 use criterion::{criterion_group, criterion_main, Criterion};
 
 #[path = "support/entries.rs"]

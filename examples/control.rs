@@ -7,11 +7,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::agent_event::AgentEvent;
-use agentloop::error::ModelError;
+use agentloop::AgentEvent;
+use agentloop::ModelError;
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, EventEnvelope, SequentialIds};
+use agentloop::runtime::{Agent, SequentialIds};
+use agentloop::EventEnvelope;
 use agentloop::session::{KillTools, Session, SessionConfig, SubscriptionItem};
 use agentloop::store::MemoryStore;
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};

@@ -31,11 +31,11 @@ mod bench {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 
-    use agentloop::error::ModelError;
+    use agentloop::ModelError;
     use agentloop::model::{DeltaStream, Model, ModelRequest};
 
-    use agentloop::agent_event::Outcome;
-    use agentloop::message::Message;
+    use agentloop::Outcome;
+    use agentloop::Message;
     use agentloop::provider::scripted::{Script, ScriptedModel, Turn};
     use agentloop::runtime::{control, Agent};
 

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentloop::agent_event::Outcome;
+use agentloop::Outcome;
 use agentloop::model::Model;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::Agent;

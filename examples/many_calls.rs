@@ -20,8 +20,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentloop::agent_event::Outcome;
-use agentloop::message::{Message, MessageDelta};
+use agentloop::Outcome;
+use agentloop::{Message, MessageDelta};
 use agentloop::provider::limits::ResponseLimits;
 use agentloop::provider::openai::OpenAiNormalizer;
 use agentloop::provider::scripted::{Script, ScriptToolCall, ScriptedModel, Turn};

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentloop::agent_event::Outcome;
-use agentloop::message::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
+use agentloop::Outcome;
+use agentloop::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
 use agentloop::provider::scripted::{Script, ScriptedModel, Turn};
 use agentloop::runtime::Agent;
 use agentloop::store::{Entry, FileStore};

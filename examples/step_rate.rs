@@ -14,9 +14,9 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 
-use agentloop::agent_event::Outcome;
-use agentloop::error::ModelError;
-use agentloop::message::{FinishReason, Message, MessageDelta};
+use agentloop::Outcome;
+use agentloop::ModelError;
+use agentloop::{FinishReason, Message, MessageDelta};
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::runtime::Agent;
 use agentloop::store::{Durability, FileStore, SessionStore};

@@ -9,7 +9,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use agentloop::store::{check, history, Durability, FileStore, StoreError};
+use agentloop::store::{Durability, FileStore, StoreError};
+use agentloop_core::session_log::{check, history};
 
 #[path = "../benches/support/entries.rs"]
 mod entries;

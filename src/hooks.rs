@@ -24,7 +24,7 @@
 
 use crate::message::{Message, ToolCall, ToolStatus};
 use crate::model::ModelRequest;
-use crate::runtime::EventEnvelope;
+use crate::EventEnvelope;
 
 /// What `before_tool` decides about a call: the machine's own input type
 /// ([`GateVerdict`](agentloop_core::GateVerdict)), fed back as `tool_gated` — `Allow`,

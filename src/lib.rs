@@ -83,8 +83,8 @@
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-// The core's vocabulary a user names: messages, events, errors.
-pub use agentloop_core::{agent_event, error, message};
+// The core's vocabulary a user names (messages, events, errors) is re-exported at the root below.
+use agentloop_core::{agent_event, error, message};
 
 // The machines' internals live in `agentloop_core` (its own documented crate); a user names them
 // as `agentloop_core::react::X`. Imported here for this crate's own modules only.
@@ -121,11 +121,11 @@ pub use schemars;
 /// `#[serde(crate = "agentloop::serde")]`) on typed tool arguments and answers.
 pub use serde;
 
-pub use agent_event::{AgentEvent, Outcome};
+pub use agent_event::{AgentEvent, EventEnvelope, LoopKind, Outcome, SteeringStatus};
 pub use error::{ErrorKind, ModelError, RunError};
 pub use event::{ApprovalDecision, ApprovalStatus};
 pub use message::{
-    AssistantMessage, ContentPart, MediaSource, Message, MessageDelta, ToolCall, ToolResult,
-    ToolStatus, Usage,
+    AssistantMessage, ContentPart, FinishReason, MediaSource, Message, MessageDelta, ToolCall,
+    ToolResult, ToolStatus, Usage,
 };
 pub use react::{LoopResult, RunConfig};

@@ -11,12 +11,13 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::agent_event::{AgentEvent, Outcome};
-use agentloop::error::ModelError;
-use agentloop::message::Message;
+use agentloop::{AgentEvent, Outcome};
+use agentloop::ModelError;
+use agentloop::Message;
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Compactor, EventEnvelope};
+use agentloop::runtime::{Compactor};
+use agentloop::EventEnvelope;
 use agentloop::session::{AbortAck, KillTools, Session, Status, Subscription};
 use agentloop_core::chart::MachineKind;
 use agentloop_core::process::ApprovalPolicy;

@@ -5,8 +5,8 @@
 
 mod support;
 
-use agentloop::agent_event::AgentEvent;
-use agentloop::message::ToolStatus;
+use agentloop::AgentEvent;
+use agentloop::ToolStatus;
 use agentloop::session::{ApprovalError, Session, SessionConfig};
 use agentloop::trace::{replay, Trace, TraceRecord};
 use agentloop_core::effect::Effect;
@@ -70,7 +70,7 @@ async fn r_ctl_4_a_session_approval_times_out_on_the_machines_timer() {
         .messages
         .iter()
         .filter_map(|m| match m {
-            agentloop::message::Message::Tool(r) => Some((r.status, r.content.clone())),
+            agentloop::Message::Tool(r) => Some((r.status, r.content.clone())),
             _ => None,
         })
         .collect();

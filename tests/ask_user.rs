@@ -8,8 +8,8 @@ mod support;
 
 use std::sync::Arc;
 
-use agentloop::agent_event::AgentEvent;
-use agentloop::message::{Message, ToolStatus};
+use agentloop::AgentEvent;
+use agentloop::{Message, ToolStatus};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::session::{Session, SessionConfig, SessionError, Status};
 use support::*;

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use agentloop::agent_event::Outcome;
-use agentloop::message::Message;
+use agentloop::Outcome;
+use agentloop::Message;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Agent, SequentialIds};
 use agentloop::store::MemoryStore;

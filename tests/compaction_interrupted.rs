@@ -2,7 +2,7 @@
 //! model and a compactor that parks inside its first compaction:
 //!
 //! - R-CTL-3 / R-OUT-6: an abort while compacting ends the run `Aborted`; the compaction's
-//!   result, arriving late, is never applied nor stored; the session passes `store::check`
+//!   result, arriving late, is never applied nor stored; the session passes `session_log::check`
 //!   (R-IDEM-7) and the next run on it compacts and completes.
 //! - R-IDEM-4 / R-IDEM-5 / R-IDEM-3: a crash while compacting (the run's future dropped with
 //!   the compaction in flight, as a killed process leaves it), and a store that fails the
@@ -15,17 +15,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::agent_event::Outcome;
-use agentloop::message::{AssistantMessage, Message};
 use agentloop::runtime::{control, Agent, Compactor, SequentialIds, Truncate};
-use agentloop::store::{
-    self, Entry, FaultPoint, FaultyStore, FileStore, MemoryStore, SessionStore,
-};
+use agentloop::store::{Entry, FaultPoint, FaultyStore, FileStore, MemoryStore, SessionStore};
 use agentloop::tools::ToolRegistry;
 use agentloop::trace::{Trace, TraceRecord};
+use agentloop::Outcome;
+use agentloop::{AssistantMessage, Message};
 use agentloop_core::effect::Effect;
 use agentloop_core::event::Event;
 use agentloop_core::react::{Run, RunConfig};
+use agentloop_core::session_log;
 use async_trait::async_trait;
 use durable_support::{invocations, model, CountingTool};
 use serde_json::json;
@@ -116,9 +115,9 @@ fn compaction_inputs(trace: &Trace) -> usize {
 
 /// The session log is whole: pairs match, nothing pending, no key stored twice.
 fn assert_clean(entries: &[Entry], ctx: &str) {
-    assert_eq!(store::check(entries), [], "{ctx}: {entries:#?}");
-    assert!(store::pending(entries).is_empty(), "{ctx}");
-    assert!(store::duplicate_keys(entries).is_empty(), "{ctx}");
+    assert_eq!(session_log::check(entries), [], "{ctx}: {entries:#?}");
+    assert!(session_log::pending(entries).is_empty(), "{ctx}");
+    assert!(session_log::duplicate_keys(entries).is_empty(), "{ctx}");
 }
 
 fn last_run_end(entries: &[Entry]) -> Option<Outcome> {
@@ -137,7 +136,7 @@ fn final_answer(entries: &[Entry]) -> Option<&str> {
 
 /// R-CTL-3 / R-OUT-6 / R-IDEM-7: abort while the compactor is working. The
 /// run ends `Aborted` without a compaction entry; releasing the compactor afterwards changes
-/// nothing (its task was cancelled with the run); the log passes `store::check`; a second run
+/// nothing (its task was cancelled with the run); the log passes `session_log::check`; a second run
 /// on the session compacts and completes, and no tool ran twice.
 #[tokio::test(start_paused = true)]
 async fn r_ctl_3_abort_during_compaction_then_the_session_goes_on() {

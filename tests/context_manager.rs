@@ -8,7 +8,7 @@ mod support;
 use agentloop_testkit::agent::model_requests;
 use std::sync::{Arc, Mutex};
 
-use agentloop::message::Message;
+use agentloop::Message;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{
     BuiltContext, ContextManager, ContextRequest, ContextUpdates, DefaultContextManager,
@@ -174,7 +174,7 @@ async fn r_ctx_1_issue_13_the_default_context_manager_is_the_history_of_the_entr
     run(&agent, "hi").await;
     let trace = run(&agent, "again").await;
     let entries = store.load("s").await.expect("load");
-    let history = agentloop::store::history(&entries);
+    let history = agentloop_core::session_log::history(&entries);
     let request = &model_requests(&trace)[0];
     // The second run's first request: the session's history before it, then its input.
     assert_eq!(

@@ -11,8 +11,8 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentloop::agent_event::{AgentEvent, Outcome};
-use agentloop::message::Message;
+use agentloop::{AgentEvent, Outcome};
+use agentloop::Message;
 use agentloop::provider::http::ProviderKind;
 use agentloop::runtime::Agent;
 use agentloop::session::{Session, SessionConfig};

@@ -5,8 +5,8 @@ mod support;
 
 use std::sync::Arc;
 
-use agentloop::agent_event::{AgentEvent, Outcome, SteeringStatus};
-use agentloop::message::{Message, ToolStatus};
+use agentloop::{AgentEvent, Outcome, SteeringStatus};
+use agentloop::{Message, ToolStatus};
 use agentloop::session::{
     command_family, AbortAck, KillTools, PromptAck, Session, SessionConfig, SessionError, Status,
     SteerAck,
@@ -388,7 +388,7 @@ async fn r_ctl_4_approval_timeout_counts_as_reject() {
 
 /// The position in `ev` of the first event matching `f`.
 fn position(
-    ev: &[agentloop::agent_event::EventEnvelope],
+    ev: &[agentloop::EventEnvelope],
     f: impl Fn(&AgentEvent) -> bool,
 ) -> usize {
     ev.iter()

@@ -4,8 +4,8 @@
 //! `response_too_large` error; and a trace file is written line by line, not built as one
 //! string first.
 
-use agentloop::error::ErrorKind;
-use agentloop::message::MessageDelta;
+use agentloop::ErrorKind;
+use agentloop::MessageDelta;
 use agentloop::provider::openai::OpenAiNormalizer;
 use agentloop::provider::sse::SsePipeline;
 use agentloop::provider::ResponseLimits;

@@ -7,14 +7,15 @@ mod durable_support;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use agentloop::agent_event::Outcome;
-use agentloop::message::{Message, ToolStatus};
 use agentloop::runtime::{Agent, AgentError, SequentialIds};
-use agentloop::store::{self, Entry, FaultPoint, FaultyStore, FileStore, SessionStore};
+use agentloop::store::{Entry, FaultPoint, FaultyStore, FileStore, SessionStore};
 use agentloop::tools::ToolRegistry;
 use agentloop::trace::{Trace, TraceRecord};
+use agentloop::Outcome;
+use agentloop::{Message, ToolStatus};
 use agentloop_core::effect::Effect;
 use agentloop_core::event::Event;
+use agentloop_core::session_log;
 use durable_support::*;
 use serde_json::json;
 
@@ -195,9 +196,9 @@ async fn scenario(k: u64, point: FaultPoint) {
     }
     drop(a);
     let entries = store.load_blocking(S).unwrap().0;
-    assert_eq!(store::check(&entries), [], "{ctx}");
-    assert!(store::duplicate_keys(&entries).is_empty(), "{ctx}");
-    assert!(store::pending(&entries).is_empty(), "{ctx}");
+    assert_eq!(session_log::check(&entries), [], "{ctx}");
+    assert!(session_log::duplicate_keys(&entries).is_empty(), "{ctx}");
+    assert!(session_log::pending(&entries).is_empty(), "{ctx}");
     let answer = entries.iter().rev().find_map(|e| match e {
         Entry::Assistant { message, .. } => Some(message.text.as_str()),
         _ => None,

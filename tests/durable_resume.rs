@@ -8,14 +8,15 @@ mod durable_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::agent_event::{AgentEvent, Outcome};
-use agentloop::message::{Message, ToolStatus};
 use agentloop::runtime::{control, Agent, ManualApproval, SequentialIds, VecSink};
-use agentloop::store::{self, Entry, FileStore, SessionStore};
+use agentloop::store::{Entry, FileStore, SessionStore};
 use agentloop::tools::{Tool, ToolRegistry};
+use agentloop::{AgentEvent, Outcome};
+use agentloop::{Message, ToolStatus};
 use agentloop_core::effect::Effect;
 use agentloop_core::event::ApprovalDecision;
 use agentloop_core::process::ApprovalPolicy;
+use agentloop_core::session_log;
 use durable_support::*;
 use serde_json::json;
 
@@ -121,8 +122,8 @@ async fn committed_turn_resumes_at_tool_execution_running_only_missing_calls() {
 
     drop(agent);
     let entries = reload(dir.path());
-    assert_eq!(store::check(&entries), []);
-    assert!(store::duplicate_keys(&entries).is_empty());
+    assert_eq!(session_log::check(&entries), []);
+    assert!(session_log::duplicate_keys(&entries).is_empty());
     assert_eq!(
         stored_results(&entries),
         [
@@ -211,8 +212,8 @@ async fn started_call_without_result_becomes_outcome_unknown_unless_retry_safe()
 
     drop(agent);
     let entries = reload(dir.path());
-    assert_eq!(store::check(&entries), []);
-    assert!(store::duplicate_keys(&entries).is_empty());
+    assert_eq!(session_log::check(&entries), []);
+    assert!(session_log::duplicate_keys(&entries).is_empty());
     let started: Vec<&str> = entries
         .iter()
         .filter_map(|e| match e {
@@ -268,7 +269,7 @@ async fn uncommitted_step_is_rerequested_with_the_same_model_call_index() {
         })
         .collect();
     assert_eq!(turns, [("old".to_string(), 1), ("old".to_string(), 2)]);
-    assert_eq!(store::check(&entries), []);
+    assert_eq!(session_log::check(&entries), []);
 
     // Only the user input was stored: step 1 is requested.
     let dir = tempfile::tempdir().unwrap();
@@ -344,7 +345,7 @@ async fn session_waiting_for_approval_reemits_the_same_request() {
             .any(|e| matches!(e, Entry::ToolStarted { .. } | Entry::ToolResult { .. })),
         "nothing ran before the approval: {entries:?}"
     );
-    assert_eq!(store::pending(&entries).len(), 1);
+    assert_eq!(session_log::pending(&entries).len(), 1);
 
     // Second process: resume asks again for the same call; approving it completes the run.
     let sink2 = VecSink::default();
@@ -367,7 +368,7 @@ async fn session_waiting_for_approval_reemits_the_same_request() {
         .collect();
     assert_eq!(asked, ["w1"]);
     let entries = reload(dir.path());
-    assert_eq!(store::check(&entries), []);
+    assert_eq!(session_log::check(&entries), []);
 }
 
 /// (e) A new prompt on an interrupted session repairs it first (`session_repaired`), so the
@@ -434,8 +435,8 @@ async fn new_run_on_interrupted_session_repairs_it_first() {
 
     drop(agent);
     let entries = reload(dir.path());
-    assert_eq!(store::check(&entries), []);
-    assert!(store::pending(&entries).is_empty());
+    assert_eq!(session_log::check(&entries), []);
+    assert!(session_log::pending(&entries).is_empty());
     assert!(entries.iter().any(|e| matches!(
         e,
         Entry::RunEnd { run_id, outcome, .. } if run_id == "old" && *outcome == agentloop::Outcome::Aborted
@@ -475,7 +476,7 @@ async fn final_answer_without_run_end_is_completed_not_requested_again() {
         stored.last(),
         Some(Entry::RunEnd { run_id, outcome, .. }) if run_id == "old" && *outcome == agentloop::Outcome::Completed
     ));
-    assert_eq!(store::check(&stored), []);
+    assert_eq!(session_log::check(&stored), []);
 
     let dir = tempfile::tempdir().unwrap();
     let store = file_store(dir.path(), &entries);
@@ -488,5 +489,5 @@ async fn final_answer_without_run_end_is_completed_not_requested_again() {
         &stored[entries.len()],
         Entry::RunEnd { run_id, outcome, .. } if run_id == "old" && *outcome == agentloop::Outcome::Completed
     ));
-    assert_eq!(store::check(&stored), []);
+    assert_eq!(session_log::check(&stored), []);
 }

@@ -6,10 +6,10 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use agentloop::agent_event::AgentEvent;
+use agentloop::AgentEvent;
 use agentloop::hooks::{Hooks, ToolDecision, Verdict};
-use agentloop::message::{Message, ToolStatus};
-use agentloop::runtime::EventEnvelope;
+use agentloop::{Message, ToolStatus};
+use agentloop::EventEnvelope;
 use agentloop::session::{Session, SessionConfig, SessionError, SubscriptionItem};
 use agentloop::ToolCall;
 use serde_json::json;
@@ -179,7 +179,7 @@ async fn r_ext_1_before_steering_veto_is_an_event() {
     assert!(history(&s).iter().any(|e| matches!(
         &e.event,
         AgentEvent::SteeringReceived {
-            status: agentloop::agent_event::SteeringStatus::RejectedHook,
+            status: agentloop::SteeringStatus::RejectedHook,
             ..
         }
     )));

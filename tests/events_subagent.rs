@@ -5,8 +5,8 @@ mod support;
 
 use std::sync::Arc;
 
-use agentloop::agent_event::{AgentEvent, Outcome};
-use agentloop::message::{Message, ToolStatus};
+use agentloop::{AgentEvent, Outcome};
+use agentloop::{Message, ToolStatus};
 use agentloop::session::{KillTools, Status};
 use agentloop::subagent::SubagentTool;
 use support::*;

@@ -5,10 +5,10 @@ mod support;
 
 use std::sync::Arc;
 
-use agentloop::agent_event::{AgentEvent, Outcome};
+use agentloop::{AgentEvent, Outcome};
 use agentloop::compaction::{LlmSummary, SlidingWindow, SUMMARY_PREFIX};
-use agentloop::error::ModelError;
-use agentloop::message::{Message, MessageDelta, ToolStatus};
+use agentloop::ModelError;
+use agentloop::{Message, MessageDelta, ToolStatus};
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::runtime::{Compactor, Offload};
 use agentloop::session::{KillTools, Price, PriceTable, Session, SessionConfig, Status};

@@ -6,8 +6,8 @@ use agentloop_testkit::agent::model_requests;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use agentloop::agent_event::{AgentEvent, Outcome};
-use agentloop::message::{Message, ToolStatus};
+use agentloop::{AgentEvent, Outcome};
+use agentloop::{Message, ToolStatus};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{control, Agent, ControlReceiver, RunOutput, SequentialIds, VecSink};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};

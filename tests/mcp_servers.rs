@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentloop::mcp::{McpEndpoint, McpError, McpOptions, McpServer};
-use agentloop::message::Message;
+use agentloop::Message;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Agent, Timeouts};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry};

@@ -7,14 +7,17 @@ mod durable_support;
 
 use std::sync::{Arc, Mutex};
 
-use agentloop::agent_event::{AgentEvent, Outcome};
-use agentloop::error::ModelError;
-use agentloop::message::{Message, ToolStatus};
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, EventEnvelope, SequentialIds, VecSink};
-use agentloop::store::{self, Entry, FileStore, MemoryStore, Repair, SessionStore};
+use agentloop::runtime::{Agent, SequentialIds, VecSink};
+use agentloop::store::{Entry, FileStore, MemoryStore, SessionStore};
 use agentloop::tools::{Tool, ToolRegistry};
+use agentloop::EventEnvelope;
+use agentloop::ModelError;
+use agentloop::{AgentEvent, Outcome};
+use agentloop::{Message, ToolStatus};
+use agentloop_core::session_log;
+use agentloop_core::session_log::Repair;
 use async_trait::async_trait;
 use durable_support::*;
 use serde_json::json;
@@ -128,8 +131,8 @@ async fn r_idem_7_new_run_repairs_a_forged_orphan_result_before_the_model_sees_i
         store.append(S, &e).await.unwrap();
     }
     assert_eq!(
-        store::check(&store.load(S).await.unwrap()),
-        [store::Violation::OrphanToolResult {
+        session_log::check(&store.load(S).await.unwrap()),
+        [session_log::Violation::OrphanToolResult {
             index: 6,
             tool_call_id: "ghost".into()
         }]
@@ -187,7 +190,7 @@ async fn r_idem_7_new_run_repairs_a_forged_orphan_result_before_the_model_sees_i
             repairs: vec![orphan],
         }
     );
-    assert_eq!(store::check(&entries), []);
+    assert_eq!(session_log::check(&entries), []);
 
     // A later run finds nothing to repair.
     let events_before = sink.events().len();
@@ -208,7 +211,7 @@ async fn r_idem_7_new_run_repairs_a_forged_orphan_result_before_the_model_sees_i
             .count(),
         1
     );
-    assert_eq!(store::check(&after), []);
+    assert_eq!(session_log::check(&after), []);
 }
 
 fn agent_again(store: Arc<MemoryStore>, sink: &VecSink) -> (Agent, Arc<Mutex<Vec<ModelRequest>>>) {
@@ -231,7 +234,7 @@ async fn r_idem_7_clean_session_is_not_repaired() {
     assert_eq!(repair_events(&sink.events()), []);
     let entries = store.load(S).await.unwrap();
     assert!(!entries.iter().any(|e| matches!(e, Entry::Repair { .. })));
-    assert_eq!(store::check(&entries), []);
+    assert_eq!(session_log::check(&entries), []);
 }
 
 /// Appends `entry` to the session file as the next record, bypassing the store's idempotency
@@ -275,13 +278,13 @@ async fn r_idem_7_resume_repairs_orphan_and_duplicate_results_on_a_file_store() 
         .unwrap()
         .0;
     assert_eq!(
-        store::check(&loaded),
+        session_log::check(&loaded),
         [
-            store::Violation::OrphanToolResult {
+            session_log::Violation::OrphanToolResult {
                 index: 4,
                 tool_call_id: "ghost".into()
             },
-            store::Violation::DuplicateToolResult {
+            session_log::Violation::DuplicateToolResult {
                 index: 5,
                 tool_call_id: "a1".into()
             },
@@ -342,8 +345,8 @@ async fn r_idem_7_resume_repairs_orphan_and_duplicate_results_on_a_file_store() 
             repairs: drops,
         }
     );
-    assert_eq!(store::check(&entries), []);
-    assert!(store::pending(&entries).is_empty());
+    assert_eq!(session_log::check(&entries), []);
+    assert!(session_log::pending(&entries).is_empty());
     assert!(matches!(
         entries.last(),
         Some(Entry::RunEnd { run_id, outcome, .. }) if run_id == "old" && *outcome == agentloop::Outcome::Completed

@@ -7,8 +7,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::agent_event::AgentEvent;
-use agentloop::message::Message;
+use agentloop::AgentEvent;
+use agentloop::Message;
 use agentloop::runtime::control;
 use agentloop::session::SubscriptionItem;
 use support::*;

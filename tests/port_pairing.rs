@@ -7,16 +7,15 @@ mod durable_support;
 
 use std::sync::{Arc, Mutex};
 
-use agentloop::agent_event::{AgentEvent, Outcome};
-use agentloop::error::ModelError;
-use agentloop::message::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
+use agentloop::{AgentEvent, Outcome};
+use agentloop::ModelError;
+use agentloop::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{
-    Agent, BuiltContext, Compactor, ContextManager, ContextRequest, DefaultContextManager,
-    EventEnvelope, SequentialIds, VecSink,
-};
-use agentloop::store::{ContextSource, MemoryStore, Repair};
+use agentloop::runtime::{Agent, BuiltContext, Compactor, ContextManager, ContextRequest, DefaultContextManager, SequentialIds, VecSink};
+use agentloop::EventEnvelope;
+use agentloop::store::MemoryStore;
+use agentloop_core::session_log::{ContextSource, Repair};
 use agentloop::tools::ToolRegistry;
 use async_trait::async_trait;
 use durable_support::*;

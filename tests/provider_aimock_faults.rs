@@ -14,8 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentloop::agent_event::{AgentEvent, Outcome};
-use agentloop::error::ErrorKind;
+use agentloop::{AgentEvent, Outcome};
+use agentloop::ErrorKind;
 use agentloop::provider::anthropic::AnthropicModel;
 use agentloop::provider::http::{HttpConfig, ProviderKind};
 use agentloop::provider::openai::OpenAiModel;
@@ -141,7 +141,7 @@ async fn run(p: ProviderKind, server: &MockServer, prompt: &str) -> (LoopResult,
     let agent = Agent::builder()
         .model_arc(model)
         .sink(Arc::new(FnSink(
-            move |e: &agentloop::runtime::EventEnvelope| {
+            move |e: &agentloop::EventEnvelope| {
                 if matches!(e.event, AgentEvent::Retry { .. }) {
                     *counter.lock().expect("counter") += 1;
                 }

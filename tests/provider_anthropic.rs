@@ -4,8 +4,8 @@
 #[path = "provider_support/mod.rs"]
 mod support;
 
-use agentloop::error::ErrorKind;
-use agentloop::message::{
+use agentloop::ErrorKind;
+use agentloop::{
     AssistantMessage, FinishReason, Message, MessageDelta, ToolCall, ToolResult, ToolStatus, Usage,
 };
 use agentloop::model::{ModelParams, ModelRequest, ToolChoice};

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use agentloop::error::ErrorKind;
+use agentloop::ErrorKind;
 use agentloop::provider::classify::{classify_http, redact, retry_after_ms};
 use agentloop::provider::decode::{decode, decode_at, DecodeOutcome};
 use agentloop::provider::http::{HttpConfig, ProviderKind};
@@ -353,7 +353,7 @@ fn decode_http_error_responses() {
 
     let r = decode(ProviderKind::OpenAi, &http_fixture("openai_401.http"), true);
     assert_eq!(r.error.unwrap().kind, ErrorKind::Authentication);
-    let Some(agentloop::message::MessageDelta::Error { error }) = r.deltas.last() else {
+    let Some(agentloop::MessageDelta::Error { error }) = r.deltas.last() else {
         panic!()
     };
     assert!(!error.message.contains("abcd"));

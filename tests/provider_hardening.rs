@@ -10,9 +10,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::agent_event::Outcome;
-use agentloop::error::ErrorKind;
-use agentloop::message::{Message, MessageDelta};
+use agentloop::Outcome;
+use agentloop::ErrorKind;
+use agentloop::{Message, MessageDelta};
 use agentloop::provider::http::{HttpConfig, ProviderKind};
 use agentloop::runtime::Agent;
 use agentloop_core::process::RetryPolicy;

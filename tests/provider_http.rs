@@ -10,8 +10,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use agentloop::error::ErrorKind;
-use agentloop::message::MessageDelta;
+use agentloop::ErrorKind;
+use agentloop::MessageDelta;
 use agentloop::provider::http::{HttpConfig, ProviderKind};
 use futures::StreamExt;
 use support::server::*;

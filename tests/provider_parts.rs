@@ -11,10 +11,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::agent_event::Outcome;
+use agentloop::Outcome;
 use agentloop::attachment::Prompt;
-use agentloop::error::ErrorKind;
-use agentloop::message::{
+use agentloop::ErrorKind;
+use agentloop::{
     AssistantMessage, ContentPart, Message, ToolCall, ToolResult, ToolStatus,
 };
 use agentloop::model::{Model, ModelRequest};

@@ -12,8 +12,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::agent_event::Outcome;
-use agentloop::error::ErrorKind;
+use agentloop::Outcome;
+use agentloop::ErrorKind;
 use agentloop::provider::http::ProviderKind;
 use agentloop::runtime::{Agent, RunOutput};
 use agentloop_core::process::RetryPolicy;

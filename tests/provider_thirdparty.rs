@@ -18,7 +18,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentloop::message::{
+use agentloop::{
     AssistantMessage, FinishReason, Message, MessageDelta, ToolResult, ToolStatus,
 };
 use agentloop::model::{Model, ModelParams, ModelRequest};

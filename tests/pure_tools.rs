@@ -7,8 +7,8 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use agentloop::agent_event::AgentEvent;
-use agentloop::message::{Message, ToolStatus};
+use agentloop::AgentEvent;
+use agentloop::{Message, ToolStatus};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::tools::{Tool, ToolContext, ToolError, TypedTool};
 use async_trait::async_trait;

@@ -10,7 +10,7 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentloop::agent_event::{AgentEvent, Outcome};
+use agentloop::{AgentEvent, Outcome};
 use agentloop::provider::http::ProviderKind;
 use agentloop::runtime::{Agent, VecSink};
 use support::server::*;

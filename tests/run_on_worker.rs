@@ -9,7 +9,8 @@ use std::thread::ThreadId;
 
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, EventEnvelope, EventSink, FnSink};
+use agentloop::runtime::{Agent, EventSink, FnSink};
+use agentloop::EventEnvelope;
 use agentloop::{AgentEvent, ModelError, Outcome};
 
 fn multi_thread() -> tokio::runtime::Runtime {

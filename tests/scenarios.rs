@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use agentloop::agent_event::{AgentEvent, Outcome};
-use agentloop::message::{Message, MessageDelta};
+use agentloop::{AgentEvent, Outcome};
+use agentloop::{Message, MessageDelta};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Agent, RejectAll, RunOutput, SequentialIds, VecSink};
 use agentloop::store::MemoryStore;

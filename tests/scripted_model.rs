@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use agentloop::error::ErrorKind;
-use agentloop::message::{FinishReason, Message, MessageDelta, ToolResult, ToolStatus};
+use agentloop::ErrorKind;
+use agentloop::{FinishReason, Message, MessageDelta, ToolResult, ToolStatus};
 use agentloop::model::{Model, ModelParams, ModelRequest};
 use agentloop::provider::scripted::{Script, ScriptLoadError, ScriptedModel};
 use agentloop::tools::{ToolContext, ToolRegistry};
@@ -33,7 +33,7 @@ fn request(session_turn: u32, attempt: u32, messages: Vec<Message>) -> ModelRequ
 async fn collect(
     model: &ScriptedModel,
     req: ModelRequest,
-) -> (Vec<MessageDelta>, Option<agentloop::error::ModelError>) {
+) -> (Vec<MessageDelta>, Option<agentloop::ModelError>) {
     let mut stream = match model.stream(req).await {
         Ok(s) => s,
         Err(e) => return (Vec::new(), Some(e)),
@@ -258,7 +258,7 @@ async fn reply_has_the_documented_delta_order_and_deterministic_usage() {
             MessageDelta::FinishStep {
                 finish_reason: Some(FinishReason::ToolCalls),
                 raw_finish_reason: None,
-                usage: Some(agentloop::message::Usage {
+                usage: Some(agentloop::Usage {
                     input_tokens: 10,
                     output_tokens: expected_output as u64,
                     ..Default::default()
@@ -569,9 +569,9 @@ async fn a_session_script_is_still_exhausted_after_its_turns() {
 }
 
 fn assistant_with_call(id: &str, arguments: &str) -> Message {
-    Message::Assistant(agentloop::message::AssistantMessage {
+    Message::Assistant(agentloop::AssistantMessage {
         text: "Let me calculate that.".into(),
-        tool_calls: vec![agentloop::message::ToolCall {
+        tool_calls: vec![agentloop::ToolCall {
             id: id.into(),
             name: "calculator".into(),
             arguments: serde_json::from_str(arguments).unwrap(),
@@ -591,7 +591,7 @@ fn tool_result(id: &str, content: &str) -> Message {
 }
 
 fn answer(text: &str) -> Message {
-    Message::Assistant(agentloop::message::AssistantMessage {
+    Message::Assistant(agentloop::AssistantMessage {
         text: text.into(),
         ..Default::default()
     })

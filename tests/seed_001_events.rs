@@ -244,7 +244,7 @@ async fn seed_004_a_title_model_titles_a_new_session_once() {
         .await
         .expect("ran");
     assert_eq!(out.result.outcome, Outcome::Completed);
-    let titles = |events: &[agentloop::runtime::EventEnvelope]| -> Vec<String> {
+    let titles = |events: &[agentloop::EventEnvelope]| -> Vec<String> {
         events
             .iter()
             .filter_map(|e| match &e.event {

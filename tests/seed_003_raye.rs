@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use agentloop::error::{ErrorKind, ModelError};
+use agentloop::{ErrorKind, ModelError};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Agent, AgentBuilder, RunOutput, SequentialIds, VecSink, WithModel};
 use agentloop::store::MemoryStore;

@@ -11,7 +11,7 @@ use agentloop_testkit::agent::model_requests;
 use std::sync::Arc;
 
 use agentloop::attachment::Prompt;
-use agentloop::message::Message;
+use agentloop::Message;
 use agentloop::session::{Session, SessionConfig, SubtaskAck};
 use agentloop::subagent::SubagentTool;
 use agentloop::trace::{replay, Trace, TraceRecord};

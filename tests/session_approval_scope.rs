@@ -7,7 +7,7 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
-use agentloop::agent_event::AgentEvent;
+use agentloop::AgentEvent;
 use agentloop::session::{Session, SessionConfig};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolSpec};
 use agentloop_core::process::ApprovalPolicy;

@@ -13,10 +13,9 @@ mod postgres_support;
 
 use std::path::PathBuf;
 
-use agentloop::message::ToolStatus;
-use agentloop::store::{
-    check, repair, AnyStore, Durability, Entry, SessionStore, StoreError, StoreUrl,
-};
+use agentloop::ToolStatus;
+use agentloop::store::{AnyStore, Durability, Entry, SessionStore, StoreError, StoreUrl};
+use agentloop_core::session_log::{check, repair};
 use entries::{assistant, result, run_end, sample, started, user};
 
 // ---------------------------------------------------------------------------------------

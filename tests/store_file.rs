@@ -4,13 +4,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use agentloop::message::{Message, ToolStatus};
-use agentloop::store::{
-    check, committed_turns, export_jsonl, export_markdown, history, list_sessions,
-    next_model_call_index, pending, repair, repair_with, Durability, Entry, FaultPoint,
-    FaultyStore, FileKind, FileStore, MemoryStore, SessionStore, StoreError, Violation,
-    DEFAULT_MAX_ENTRY_BYTES,
-};
+use agentloop::{Message, ToolStatus};
+use agentloop::store::{export_jsonl, export_markdown, list_sessions, Durability, Entry, FaultPoint, FaultyStore, FileKind, FileStore, MemoryStore, SessionStore, StoreError, DEFAULT_MAX_ENTRY_BYTES};
+use agentloop_core::session_log::{check, committed_turns, history, next_model_call_index, pending, repair, repair_with, Violation};
 
 mod entries;
 use entries::*;
@@ -603,7 +599,7 @@ fn check_finds_every_violation_kind() {
     for violation in &v {
         assert!(violation.to_string().starts_with("entry "), "{violation}");
     }
-    assert_eq!(agentloop::store::duplicate_keys(&entries).len(), 3);
+    assert_eq!(agentloop_core::session_log::duplicate_keys(&entries).len(), 3);
 }
 
 #[test]

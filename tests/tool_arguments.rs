@@ -14,14 +14,15 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use agentloop::agent_event::{AgentEvent, Outcome};
-use agentloop::message::{Message, ToolResult, ToolStatus};
 use agentloop::runtime::{Agent, RunOutput, Timeouts, VecSink};
-use agentloop::store::{self, MemoryStore, SessionStore};
+use agentloop::store::{MemoryStore, SessionStore};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolSpec, TypedTool};
 use agentloop::trace::{Trace, TraceRecord};
+use agentloop::{AgentEvent, Outcome};
+use agentloop::{Message, ToolResult, ToolStatus};
 use agentloop_core::chart::ToolCallRow;
 use agentloop_core::event::Event;
+use agentloop_core::session_log;
 use agentloop_core::step::Transition;
 use async_trait::async_trait;
 use durable_support::{model, model_requests};
@@ -189,7 +190,7 @@ async fn r_tool_1_schema_violations_are_reported_and_the_corrected_call_runs_onc
     assert_eq!(started, ["good_text", "good_n"]);
 
     let entries = f.store.load("s").await.expect("load");
-    assert_eq!(store::check(&entries), [], "the session log pairs up");
+    assert_eq!(session_log::check(&entries), [], "the session log pairs up");
     assert_replays(trace);
 }
 

@@ -15,11 +15,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::agent_event::{AgentEvent, Outcome};
-use agentloop::message::{Message, ToolResult, ToolStatus};
 use agentloop::runtime::{Agent, RunOutput, Timeouts, ToolOrder, VecSink};
-use agentloop::store::{self, MemoryStore, SessionStore};
+use agentloop::store::{MemoryStore, SessionStore};
 use agentloop::tools::Tool;
+use agentloop::{AgentEvent, Outcome};
+use agentloop::{Message, ToolResult, ToolStatus};
+use agentloop_core::session_log;
 use durable_support::{model, model_requests};
 use serde_json::{json, Value};
 use support::{BlockingTool, EchoSleep, PanicTool};
@@ -85,8 +86,8 @@ async fn assert_completed(f: &Fixture, out: &RunOutput) {
     assert_eq!(out.result.outcome, Outcome::Completed, "{:?}", out.result);
     assert_eq!(out.result.final_text(), Some(FINAL));
     let entries = f.store.load("s").await.expect("load");
-    assert_eq!(store::check(&entries), [], "the session log pairs up");
-    assert!(store::pending(&entries).is_empty());
+    assert_eq!(session_log::check(&entries), [], "the session log pairs up");
+    assert!(session_log::pending(&entries).is_empty());
     assert_eq!(
         agentloop::trace::replay(out.trace.as_ref().expect("trace")),
         None,
@@ -340,5 +341,5 @@ async fn r_ctl_3_dropping_a_run_stops_its_tools() {
     // The store holds the call's start marker and no result: a resume reports it
     // `outcome_unknown` rather than running it again (R-IDEM-6).
     let entries = f.store.load("s").await.expect("load");
-    assert_eq!(store::pending(&entries).len(), 1);
+    assert_eq!(session_log::pending(&entries).len(), 1);
 }

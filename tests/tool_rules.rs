@@ -9,8 +9,8 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentloop::agent_event::AgentEvent;
-use agentloop::message::{Message, ToolStatus};
+use agentloop::AgentEvent;
+use agentloop::{Message, ToolStatus};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Timeouts, VecSink};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolSpec};

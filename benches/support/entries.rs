@@ -1,6 +1,6 @@
 //! Sample session entries shared by the store benchmark and the `store_latency` example.
 
-use agentloop::message::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
+use agentloop::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
 use agentloop::store::Entry;
 
 /// A realistic mix: user input, assistant turn with one tool call, start marker, result.

@@ -16,8 +16,9 @@ use std::time::Duration;
 use clap::Args;
 use tokio::sync::mpsc;
 
-use agentloop::agent_event::AgentEvent;
-use agentloop::runtime::{Clock, EventEnvelope, NullSink, TokioClock};
+use agentloop::AgentEvent;
+use agentloop::runtime::{Clock, NullSink, TokioClock};
+use agentloop::EventEnvelope;
 use agentloop::session::{
     KillTools, PromptAck, Session, SessionConfig, SessionError, Status, SteerAck, SubscriptionItem,
 };

@@ -20,10 +20,9 @@ use std::sync::Arc;
 
 use clap::ValueEnum;
 
-use agentloop::agent_event::AgentEvent;
-use agentloop::message::{ToolStatus, Usage};
-use agentloop::runtime::offload::preview;
-use agentloop::runtime::EventEnvelope;
+use agentloop::AgentEvent;
+use agentloop::{ToolStatus, Usage};
+use agentloop::EventEnvelope;
 
 use crate::out::{errln, line, outln};
 use crate::status::summary_line;
@@ -420,6 +419,18 @@ pub fn log_line(event: &AgentEvent, level: LogLevel) -> Option<String> {
     }
 }
 
+/// The first `max` bytes of `s`, cut back to a char boundary.
+fn preview(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while end > 0 && !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,7 +450,7 @@ mod tests {
     #[test]
     fn a_failed_tool_end_line_says_why() {
         let end = |status, text: &str| {
-            AgentEvent::tool_end(&agentloop::message::ToolResult {
+            AgentEvent::tool_end(&agentloop::ToolResult {
                 tool_call_id: "c1".into(),
                 name: "read_file".into(),
                 content: text.into(),
@@ -520,3 +531,4 @@ mod tests {
         );
     }
 }
+

@@ -12,20 +12,20 @@ use crate::print::{EventsFormat, Output};
 use crate::regular_file::read_regular_to_string;
 use crate::term::ColorChoice;
 
-use agentloop::agent_event::Outcome;
 use agentloop::attachment::{AttachmentError, Prompt};
 use agentloop::mcp::McpServer;
 use agentloop::model::{Model, ToolChoice};
 use agentloop::provider::http::{model_from_flags, ProviderKind};
 use agentloop::provider::openai::ReasoningReplay;
 use agentloop::runtime::{
-    control, Agent, AgentBuilder, AgentError, EventEnvelope, EventSink, FnSink, RunOutput,
-    Timeouts, WithModel,
+    control, Agent, AgentBuilder, AgentError, EventSink, FnSink, RunOutput, Timeouts, WithModel,
 };
 use agentloop::session::Price;
 use agentloop::store::{AnyLock, AnyStore, Durability, Entry, SessionStore, StoreUrl};
 use agentloop::tools::ToolRegistry;
 use agentloop::trace::TraceFile;
+use agentloop::EventEnvelope;
+use agentloop::Outcome;
 use agentloop_core::output::OutputSpec;
 use agentloop_core::process::{InlineTags, ToolRule};
 use agentloop_core::react::{CostLimit, LimitAction, UsageLimits};

@@ -13,11 +13,9 @@ use std::time::UNIX_EPOCH;
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use agentloop::message::{Message, ToolStatus};
-use agentloop::store::{
-    check, export_jsonl, export_markdown, pending, AnyStore, Durability, Entry, LoadReport,
-    StoreError, StoreUrl,
-};
+use agentloop::{Message, ToolStatus};
+use agentloop::store::{export_jsonl, export_markdown, AnyStore, Durability, Entry, LoadReport, StoreError, StoreUrl};
+use agentloop_core::session_log::{check, pending};
 
 use crate::out::{errln, out, outln};
 use crate::run::open_store;

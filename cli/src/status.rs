@@ -10,8 +10,8 @@
 
 use std::collections::BTreeMap;
 
-use agentloop::agent_event::AgentEvent;
-use agentloop::message::Usage;
+use agentloop::AgentEvent;
+use agentloop::Usage;
 use agentloop::session::Status;
 use agentloop_core::chart::{MachineKind, ReactState};
 
@@ -441,7 +441,7 @@ pub fn summary_line(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentloop::agent_event::Outcome;
+    use agentloop::Outcome;
     use agentloop::ToolStatus;
 
     const PLAIN: RenderOptions = RenderOptions {
@@ -614,7 +614,7 @@ mod tests {
             "⠴ tools · step 0 · 0.5s · tok 0↑ 0↓ · calculator, read_file"
         );
         s.handle(
-            &AgentEvent::tool_end(&agentloop::message::ToolResult {
+            &AgentEvent::tool_end(&agentloop::ToolResult {
                 tool_call_id: "c1".into(),
                 name: "calculator".into(),
                 content: "4".into(),

@@ -17,8 +17,9 @@ use std::sync::Mutex;
 
 use clap::ValueEnum;
 
-use agentloop::agent_event::AgentEvent;
-use agentloop::runtime::{Clock, EventEnvelope, TokioClock};
+use agentloop::AgentEvent;
+use agentloop::runtime::{Clock, TokioClock};
+use agentloop::EventEnvelope;
 
 use crate::print::{log_line, LogLevel, RETRY_MARKER};
 use crate::status::{RenderOptions, StatusLine};

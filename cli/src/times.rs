@@ -14,8 +14,8 @@ use std::sync::Mutex;
 
 use serde_json::json;
 
-use agentloop::agent_event::AgentEvent;
-use agentloop::runtime::EventEnvelope;
+use agentloop::AgentEvent;
+use agentloop::EventEnvelope;
 
 pub use agentloop_trace_tools::export::{sidecar_path, Timing};
 

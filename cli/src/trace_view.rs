@@ -18,8 +18,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use agentloop::agent_event::{AgentEvent, Outcome};
-use agentloop::message::Usage;
+use agentloop::{AgentEvent, Outcome};
+use agentloop::Usage;
 use agentloop::store::Entry;
 #[cfg(test)]
 use agentloop::trace::Trace;

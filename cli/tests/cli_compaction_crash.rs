@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentloop::message::ToolStatus;
+use agentloop::ToolStatus;
 use agentloop::provider::scripted::Script;
 use agentloop::store::{Entry, FileStore};
 

@@ -129,7 +129,7 @@ fn postgres_store_from_the_command_line() {
     // Another worker (psql here) holds session s2's advisory lock: `run` exits 2, "locked".
     let hold = format!(
         "SELECT pg_advisory_lock(hashtextextended('s2', {})); SELECT pg_sleep(30);",
-        agentloop::store::postgres::LOCK_SEED
+        agentloop::store::POSTGRES_LOCK_SEED
     );
     let mut holder = server.psql_child("cli", &hold);
     let held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted";

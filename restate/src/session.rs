@@ -38,13 +38,13 @@ use futures::StreamExt;
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use agentloop::agent_event::Outcome;
-use agentloop::error::{ErrorKind, ModelError};
-use agentloop::message::{Message, MessageDelta, ToolStatus};
 use agentloop::model::{Model, ModelRequest};
 use agentloop::runtime::{Compactor, Timeouts, Truncate};
 use agentloop::store::Entry;
 use agentloop::tools::{ArgumentSchemas, ToolContext, ToolRegistry};
+use agentloop::Outcome;
+use agentloop::{ErrorKind, ModelError};
+use agentloop::{Message, MessageDelta, ToolStatus};
 use agentloop_core::event::{ApprovalDecision, AttemptId, GateVerdict, KillPolicy};
 use agentloop_core::{Effect, Event, LoopResult, Run, RunConfig};
 
@@ -310,7 +310,7 @@ impl Session {
             .map(Json::into_inner);
         Ok(Json(StatusOutput {
             entries: entries.len(),
-            turns: agentloop::store::committed_turns(&entries),
+            turns: agentloop_core::session_log::committed_turns(&entries),
             running,
             last,
         }))
@@ -329,9 +329,9 @@ impl Session {
         let w = &*self.0;
         let start = Event::Start {
             run_id: run_id.clone(),
-            history: agentloop::store::history(&entries),
+            history: agentloop_core::session_log::history(&entries),
             input: vec![Message::user(prompt)],
-            session_turns: agentloop::store::committed_turns(&entries),
+            session_turns: agentloop_core::session_log::committed_turns(&entries),
         };
         let mut run = Run::new(w.config.clone());
         let mut pending = VecDeque::from([start]);

@@ -17,7 +17,7 @@ use crate::event::{AttemptId, Event};
 use crate::hooks::{ModelCallOutcome, Verdict};
 use crate::message::{FinishReason, MessageDelta, ToolCall, ToolStatus, Usage};
 use crate::model::{Model, ModelRequest};
-use crate::runtime::ports::EventEnvelope;
+use crate::EventEnvelope;
 use crate::runtime::tool_order::CompletionOrder;
 use crate::runtime::worker::AbortOnDrop;
 use crate::runtime::{title, Agent};

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::agent_event::AgentEvent;
 use crate::error::ErrorKind;
 use crate::message::Usage;
-use crate::runtime::EventEnvelope;
+use crate::EventEnvelope;
 
 /// Samples of one latency, in milliseconds; summarised by nearest-rank percentiles.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

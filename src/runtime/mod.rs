@@ -7,20 +7,16 @@
 //! let agent = agentloop::runtime::Agent::builder().build(); // no model: compile error
 //! ```
 
-#[doc(hidden)] // its public items are re-exported by the parent module
-pub mod context_manager;
+mod context_manager;
 pub(crate) mod driver;
-#[doc(hidden)] // its public items are re-exported by the parent module
-pub mod metrics;
-#[doc(hidden)] // its public items are re-exported by the parent module
-pub mod offload;
+mod metrics;
+mod offload;
 pub(crate) mod output;
-#[doc(hidden)] // its public items are re-exported by the parent module
-pub mod ports;
+mod ports;
 pub mod resume;
 mod stream;
 mod title;
-pub mod tool_order;
+mod tool_order;
 mod worker;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -32,6 +28,7 @@ use tracing::Instrument;
 
 use crate::event::{ApprovalDecision, Event, KillPolicy};
 use crate::hooks::{Hooks, NoHooks};
+use crate::EventEnvelope;
 use crate::message::{AssistantMessage, Message};
 use crate::model::Model;
 use crate::process::PartialMark;
@@ -41,7 +38,7 @@ use crate::tools::{Tool, ToolRegistry};
 use crate::trace::{Trace, TraceHeader, TRACE_VERSION};
 
 pub use ports::{
-    Approver, AutoApprove, Clock, Compactor, EventEnvelope, EventSink, FnSink, Ids, ManualApproval,
+    Approver, AutoApprove, Clock, Compactor, EventSink, FnSink, Ids, ManualApproval,
     NoUser, NullSink, Question, RejectAll, SequentialIds, SystemClock, TimeIds, TokioClock,
     Truncate, UserAsker, VecSink,
 };
@@ -610,7 +607,7 @@ impl<M> AgentBuilder<M> {
 
     /// Sets the context manager (R-CTX-1/2): it builds each new run's history,
     /// system prompt and tools, and may keep entries before and after the run; see
-    /// [the module](crate::runtime::context_manager). Default: [`DefaultContextManager`].
+    /// [`ContextManager`]. Default: [`DefaultContextManager`].
     pub fn context_manager(mut self, manager: Arc<dyn ContextManager>) -> Self {
         self.context_manager = manager;
         self
@@ -726,7 +723,7 @@ impl<M> AgentBuilder<M> {
     /// and an argument pattern, whether it runs, waits for the approver or gets a denied
     /// result without running, and its deadline. The last matching rule decides, so add the
     /// general rules first and their exceptions after; calls no rule matches keep the
-    /// per-tool approval map and timeout. See [`crate::tool_rules`].
+    /// per-tool approval map and timeout. See `agentloop_core::tool_rules`.
     ///
     /// ```
     /// use agentloop::process::ToolRule;

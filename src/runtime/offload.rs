@@ -57,7 +57,7 @@ impl Offload {
 }
 
 /// The first `max` bytes of `s`, cut back to a char boundary.
-pub fn preview(s: &str, max: usize) -> &str {
+pub(crate) fn preview(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }

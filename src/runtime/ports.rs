@@ -206,7 +206,7 @@ impl Ids for SequentialIds {
     }
 }
 
-pub use agentloop_core::agent_event::EventEnvelope;
+use agentloop_core::agent_event::EventEnvelope;
 
 /// Receives events. Must not block: the loop calls it inline.
 pub trait EventSink: Send + Sync {

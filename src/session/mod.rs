@@ -35,12 +35,10 @@
 //! Models are switched by name through the agent's model registry
 //! ([`AgentBuilder::extra_model`](crate::runtime::AgentBuilder::extra_model)).
 
-pub mod approvals;
-#[doc(hidden)] // its public items are re-exported by the parent module
-pub mod bus;
-#[doc(hidden)] // its public items are re-exported by the parent module
-pub mod metrics;
-pub mod questions;
+mod approvals;
+mod bus;
+mod metrics;
+mod questions;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -686,7 +684,7 @@ impl Session {
 
     /// Subscribes to events (R-EVT-1). `since`: replay events after this index that the ring
     /// buffer still holds (a `Lagged(n)` item first if some are gone); `types`: only these
-    /// event type names (`text_delta`, `agent_abort`, ...). See [`bus`] for lag behaviour.
+    /// event type names (`text_delta`, `agent_abort`, ...). See [`EventBus`] for lag behaviour.
     pub fn subscribe(&self, since: Option<u64>, types: Option<Vec<String>>) -> Subscription {
         self.shared.bus.subscribe(since, types)
     }

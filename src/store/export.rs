@@ -5,7 +5,7 @@ use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::file::validate_session_id;
+use super::options::validate_session_id;
 use super::records::encode_record;
 use super::{Entry, FileKind, StoreError};
 use crate::message::{Message, ToolStatus};

@@ -95,7 +95,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use async_trait::async_trait;
 
 use super::lock::{io_err, open_err, LockFile};
-pub use super::options::{validate_session_id, Durability, MAX_SESSION_ID_LEN};
+use super::options::{validate_session_id, Durability};
 use super::records::{encode_bounded, scan, Scan, Torn, DEFAULT_MAX_ENTRY_BYTES};
 use super::{Entry, EntryKey, LoadReport, SessionStore, StoreError};
 use crate::regular_file::{open_regular, OpenError};

@@ -1,47 +1,46 @@
 //! The session store port: append-only session entries, and the in-memory store.
 //!
-//! Submodules: [`file`](mod@file) (the embedded JSON Lines store), [`records`] (its line
-//! format and bounded scan), [`sql`] (the SQL stores' shared logic), [`sqlite`] and
-//! [`postgres`] (the SQL backends, cargo features `sqlite-store` / `postgres-store`),
-//! [`url`] (opening any store by URL), [`fault`] (fault injection),
-//! [`check`](mod@check) (pairing invariant), [`repair`](mod@repair) (its repair),
-//! [`history`](mod@history) (model context from entries) and
-//! [`export`] (JSONL / Markdown export, listing).
+//! The stores: [`MemoryStore`], [`FileStore`] (the embedded JSON Lines store, feature
+//! `file-store`), `SqliteStore` and `PostgresStore` (features `sqlite-store` /
+//! `postgres-store`, over the shared `SqlStore`), and [`AnyStore`] (any of them, opened by
+//! [`StoreUrl`]). [`export_jsonl`], [`export_markdown`] and [`list_sessions`] export and list
+//! a file store's sessions. The session log's invariants over any backend's entries (pairing
+//! check, repair, model context) are `agentloop_core::session_log`.
 //!
 //! Plugging in another backend means implementing [`SessionStore`]: `load` returns the
 //! entries in append order, `append` persists one entry durably and treats an entry whose
 //! [`Entry::idempotency_key`] is already stored as a no-op. Another SQL database is easier:
-//! implement [`sql::SqlBackend`] (rows in, rows out, a lock) and [`sql::SqlStore`] does the
+//! implement `SqlBackend` (rows in, rows out, a lock) and `SqlStore` does the
 //! rest the way the SQLite and PostgreSQL stores do.
 
 #[cfg(feature = "file-store")]
-pub mod export;
+mod export;
 #[doc(hidden)] // fault injection for tests
 pub mod fault;
 #[cfg(feature = "file-store")]
-pub mod file;
+mod file;
 #[cfg(any(feature = "file-store", feature = "sqlite-store"))]
 mod lock;
 mod options;
 #[cfg(feature = "postgres-store")]
-pub mod postgres;
+mod postgres;
 #[cfg(any(
     feature = "file-store",
     feature = "sqlite-store",
     feature = "postgres-store"
 ))]
-pub mod records;
+mod records;
 #[cfg(any(feature = "sqlite-store", feature = "postgres-store"))]
-pub mod sql;
+mod sql;
 #[cfg(feature = "sqlite-store")]
-pub mod sqlite;
+mod sqlite;
 #[cfg(feature = "file-store")]
-pub mod url;
+mod url;
 
-pub use agentloop_core::session_log::{check, history};
-pub use agentloop_core::session_log::{
-    committed_turns, duplicate_keys, next_model_call_index, pair_messages, pending, repair,
-    repair_with, ContextSource, PendingCall, Repair, Repaired, Violation,
+// The session log's invariants (check, repair, pairing, history) are the core's
+// `agentloop_core::session_log`; imported for this crate's own use.
+pub(crate) use agentloop_core::session_log::{
+    committed_turns, history, repair_with, Repair, Repaired,
 };
 
 #[cfg(feature = "file-store")]
@@ -52,7 +51,7 @@ pub use fault::{FaultPoint, FaultyStore};
 pub use file::{FileStore, SessionLock};
 pub use options::{validate_session_id, Durability, MAX_SESSION_ID_LEN};
 #[cfg(feature = "postgres-store")]
-pub use postgres::{PostgresBackend, PostgresStore};
+pub use postgres::{PostgresBackend, PostgresStore, LOCK_SEED as POSTGRES_LOCK_SEED};
 #[cfg(any(
     feature = "file-store",
     feature = "sqlite-store",

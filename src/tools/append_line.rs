@@ -40,6 +40,9 @@ pub struct AppendLine;
 /// Arguments of `append_line`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+// `pub` only because it is the associated `Args` of a public `TypedTool` impl; the module is
+// private, so no user names it.
+#[allow(unreachable_pub)]
 pub struct AppendLineArgs {
     /// Path of the file, relative to the tool root directory (it may not leave it). The file is
     /// created if missing; its directory must already exist.

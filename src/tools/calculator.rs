@@ -23,6 +23,9 @@ pub struct Calculator;
 /// Arguments of `calculator`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+// `pub` only because it is the associated `Args` of a public `TypedTool` impl; the module is
+// private, so no user names it.
+#[allow(unreachable_pub)]
 pub struct CalculatorArgs {
     /// An arithmetic expression, e.g. `(2+3)*4` or `2^10 / 3`. Operators: + - * / % ^ and
     /// parentheses; functions such as `math::sqrt(2)` are available.

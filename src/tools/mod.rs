@@ -28,7 +28,7 @@ pub struct ToolContext {
     /// runtime may run the same call twice (the Restate adapter re-runs the effect in flight
     /// after a crash and passes `<session>/<call_id>` here). `None` (the tokio runtime, which
     /// reports `outcome_unknown` instead of re-running): the tool behaves as before.
-    /// [`AppendLine`](append_line::AppendLine) honours it.
+    /// [`AppendLine`] honours it.
     pub idempotency_key: Option<String>,
 }
 
@@ -234,14 +234,20 @@ impl ToolRegistry {
 }
 
 #[cfg(feature = "builtin-tools")]
-pub mod append_line;
-pub mod ask_user;
+mod append_line;
+mod ask_user;
 #[cfg(feature = "builtin-tools")]
-pub mod calculator;
+mod calculator;
 pub mod protected;
 #[cfg(feature = "builtin-tools")]
-pub mod read_file;
-pub mod write_todos;
+mod read_file;
+mod write_todos;
 
+#[cfg(feature = "builtin-tools")]
+pub use append_line::AppendLine;
 pub use ask_user::AskUser;
+#[cfg(feature = "builtin-tools")]
+pub use calculator::Calculator;
+#[cfg(feature = "builtin-tools")]
+pub use read_file::ReadFile;
 pub use write_todos::WriteTodos;

@@ -35,6 +35,9 @@ pub struct ReadFile;
 /// Arguments of `read_file`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+// `pub` only because it is the associated `Args` of a public `TypedTool` impl; the module is
+// private, so no user names it.
+#[allow(unreachable_pub)]
 pub struct ReadFileArgs {
     /// Path of the file to read, relative to the tool root directory (it may not leave it).
     pub path: String,

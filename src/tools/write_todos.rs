@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 
 use super::{ToolContext, ToolError, TypedTool};
-pub use agentloop_core::todo::{Todo, TodoStatus, WriteTodosArgs, WRITE_TODOS_TOOL};
+use agentloop_core::todo::{WriteTodosArgs, WRITE_TODOS_TOOL};
 
 /// The `write_todos` tool (see the module doc).
 #[derive(Debug, Default, Clone, Copy)]

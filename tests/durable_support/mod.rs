@@ -4,12 +4,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use agentloop::message::{AssistantMessage, Message, ToolCall};
 use agentloop::model::ModelRequest;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::store::Entry;
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolSpec};
 use agentloop::trace::{Trace, TraceRecord};
+use agentloop::{AssistantMessage, Message, ToolCall};
 use agentloop_core::effect::Effect;
 use async_trait::async_trait;
 use serde_json::{json, Value};
@@ -101,11 +101,11 @@ pub fn started(run: &str, id: &str, name: &str) -> Entry {
 pub fn result(run: &str, id: &str, name: &str) -> Entry {
     Entry::ToolResult {
         run_id: run.into(),
-        result: agentloop::message::ToolResult {
+        result: agentloop::ToolResult {
             tool_call_id: id.into(),
             name: name.into(),
             content: format!("{name} ran ({id})"),
-            status: agentloop::message::ToolStatus::Completed,
+            status: agentloop::ToolStatus::Completed,
         },
     }
 }

@@ -1,7 +1,7 @@
 //! Entry builders shared by the store tests (`store_file`, `store_conformance`).
 #![allow(dead_code)]
 
-use agentloop::message::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
+use agentloop::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
 use agentloop::store::Entry;
 
 pub fn user(run: &str, text: &str) -> Entry {

@@ -6,8 +6,8 @@ pub mod server;
 
 use std::path::PathBuf;
 
-use agentloop::message::Message;
-use agentloop::message::MessageDelta;
+use agentloop::Message;
+use agentloop::MessageDelta;
 use agentloop::model::{ModelParams, ModelRequest, ToolChoice};
 use agentloop::provider::decode::normalize_chunks;
 use agentloop::provider::http::ProviderKind;

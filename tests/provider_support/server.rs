@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentloop::error::ModelError;
-use agentloop::message::{Message, MessageDelta};
+use agentloop::ModelError;
+use agentloop::{Message, MessageDelta};
 use agentloop::model::{Model, ModelParams, ModelRequest};
 use agentloop::provider::anthropic::AnthropicModel;
 use agentloop::provider::http::{HttpConfig, ProviderKind};

@@ -5,16 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::agent_event::AgentEvent;
-use agentloop::error::ModelError;
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{
-    Agent, AgentBuilder, EventEnvelope, SequentialIds, TokioClock, WithModel,
-};
+use agentloop::runtime::{Agent, AgentBuilder, SequentialIds, TokioClock, WithModel};
 use agentloop::session::{Session, SessionConfig, Subscription, SubscriptionItem};
 use agentloop::store::MemoryStore;
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolSpec};
+use agentloop::AgentEvent;
+use agentloop::EventEnvelope;
+use agentloop::ModelError;
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -290,18 +289,13 @@ impl Tool for BlockingTool {
 /// Runs `agent` on session `s` with the user input "go", recording a trace.
 pub async fn run_go(agent: &Agent) -> agentloop::runtime::RunOutput {
     agent
-        .run_with(
-            "s",
-            vec![agentloop::message::Message::user("go")],
-            None,
-            true,
-        )
+        .run_with("s", vec![agentloop::Message::user("go")], None, true)
         .await
         .expect("run starts")
 }
 
 /// The tool results among session `s`'s stored entries, in store order.
-pub async fn stored_results(store: &MemoryStore) -> Vec<agentloop::message::ToolResult> {
+pub async fn stored_results(store: &MemoryStore) -> Vec<agentloop::ToolResult> {
     use agentloop::store::{Entry, SessionStore};
     store
         .load("s")

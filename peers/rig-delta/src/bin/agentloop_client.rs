@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use agentloop::provider::http::{HttpConfig, ProviderKind};
 use agentloop::provider::openai::OpenAiModel;
-use agentloop::runtime::{Agent, EventEnvelope, FnSink, RunStreamItem};
+use agentloop::runtime::{Agent, FnSink, RunStreamItem};
+use agentloop::EventEnvelope;
 use agentloop::{AgentEvent, Outcome};
 use futures::StreamExt;
 
