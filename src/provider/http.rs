@@ -16,7 +16,7 @@
 //! it cannot read (another `Content-Encoding`, JSON or HTML instead of an event stream) with a
 //! [`ErrorKind::MalformedResponse`] naming the cause. The API key lives in [`ApiKey`], whose `Debug` prints `ApiKey(***)` and
 //! which has no `Display`; error messages are scrubbed of it
-//! ([`crate::provider::classify::redact`]).
+//! (`provider::classify::redact`).
 
 use std::fmt;
 use std::time::Duration;

@@ -8,7 +8,7 @@
 //!
 //! The bounds are counted on the normalized deltas, after each server-sent event, so what is
 //! held at any time is at most the limit plus one event; one event is bounded on its own by
-//! the SSE decoder ([`crate::provider::sse::DEFAULT_MAX_EVENT_BYTES`], also
+//! the SSE decoder (`provider::sse::DEFAULT_MAX_EVENT_BYTES`, also
 //! `response_too_large`). The normalizers check what they hold before emitting it (Anthropic's
 //! block table is indexed by the block number; OpenAI gathers arguments until a call's name
 //! arrives).

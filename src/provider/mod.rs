@@ -1,42 +1,53 @@
 //! Model clients: the offline scripted model, and real providers over HTTP.
 //!
 //! Real providers, one file per concern:
-//! - [`sse`]: the SSE decoder ([`sse::SseDecoder`]) and the bytes → deltas pipeline
-//!   ([`sse::SsePipeline`], [`sse::SseNormalizer`]);
+//! - `sse` (public with feature `wire`): the SSE decoder and the bytes → deltas pipeline;
 //! - [`openai`] / [`anthropic`] / [`openai_responses`]: pure stream normalizers, request
 //!   bodies, and the [`crate::model::Model`] clients (`OpenAiModel`, `AnthropicModel`,
 //!   `OpenAiResponsesModel`) over reqwest, each behind its feature;
-//! - [`classify`]: HTTP status/body/headers, in-stream errors, malformed data and transport
-//!   failures → [`crate::error::ModelError`];
+//! - `classify` (public with feature `wire`): HTTP status/body/headers, in-stream errors,
+//!   malformed data and transport failures → [`crate::ModelError`];
 //! - [`http`]: [`http::ProviderKind`], [`http::HttpConfig`] (base URL, key from
 //!   `OPENAI_API_KEY`/`ANTHROPIC_API_KEY`, base URL from `OPENAI_BASE_URL`/`ANTHROPIC_BASE_URL`,
 //!   connect 10 s / first-byte 60 s timeouts) and [`http::build_model`];
-//! - [`decode`]: `agentloop decode` ([`decode::decode`] → [`decode::DecodeReport`]) and the
-//!   [`decode::MessageAssembler`] that turns deltas into the committed message;
+//! - `decode` (feature `wire`): `agentloop decode`'s offline decoding of a captured stream;
 //! - [`limits`]: [`ResponseLimits`], the bounds on one response (size, one tool call's
 //!   arguments, content blocks), enforced on every stream;
-//! - [`fuzz`]: the harnesses shared by the fuzz targets and the corpus replay test.
+//! - `fuzz` (feature `fuzzing`): the harnesses shared by the fuzz targets and the corpus
+//!   replay test.
 //!
 //! CLI wiring: `let mut cfg = HttpConfig::from_env(kind); if let Some(u) = base_url { cfg =
 //! cfg.with_base_url(u) }; let model = build_model(&model_name, cfg)?;` and for `decode`:
 //! `let r = decode(kind, &bytes, http); println!("{}", serde_json::to_string_pretty(&r)?);`
 //! plus `serde_json::to_string(&r.deltas)` with `--deltas`.
 
+// Without an HTTP provider (nor `wire`) the stream normalizers and the error classification
+// have no caller.
+#![cfg_attr(not(any(feature = "http", feature = "wire")), allow(dead_code))]
+
 pub mod anthropic;
+// The wire layer (SSE framing, error classification, offline decoding of captured streams) is
+// public only with feature `wire`: fuzz targets, benchmarks and the CLI's `agentloop decode`
+// use it; an agent program never names it.
+#[cfg(feature = "wire")]
 pub mod classify;
-#[cfg(all(feature = "openai", feature = "anthropic"))]
-#[doc(hidden)] // wire decoding internals of the HTTP providers
+#[cfg(not(feature = "wire"))]
+#[allow(unreachable_pub)]
+pub(crate) mod classify;
+#[cfg(all(feature = "wire", feature = "openai", feature = "anthropic"))]
 pub mod decode;
-#[cfg(all(feature = "openai", feature = "anthropic"))]
-#[doc(hidden)] // fuzz-target entry points (fuzz/, tests/fuzz_corpus_providers.rs)
+#[cfg(all(feature = "fuzzing", feature = "openai", feature = "anthropic"))]
 pub mod fuzz;
 pub mod http;
 pub mod limits;
 pub mod openai;
 pub mod openai_responses;
 pub mod scripted;
-#[doc(hidden)] // the SSE decoder the HTTP providers share
+#[cfg(feature = "wire")]
 pub mod sse;
+#[cfg(not(feature = "wire"))]
+#[allow(unreachable_pub, dead_code)] // parts only `decode` and the tests use
+pub(crate) mod sse;
 #[cfg(any(feature = "http", feature = "mcp"))]
 pub(crate) mod tls;
 

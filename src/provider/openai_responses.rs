@@ -34,7 +34,7 @@
 //!   reason (`max_output_tokens` → `length`, `content_filter` → `content_filter`).
 //! - `response.failed` (`response.error {code, message}`) and `error` events (`{code,
 //!   message}`) are classified like the other providers' in-stream errors
-//!   ([`classify_stream_error`]): `rate_limit_exceeded` → rate limited,
+//!   (`classify_stream_error`): `rate_limit_exceeded` → rate limited,
 //!   `context_length_exceeded` → context overflow (compaction), `server_error` → server
 //!   error, `invalid_request_error` → bad request.
 //! - Other events (`content_part.*`, `output_text.done`, `*.annotation.added`, web search…)

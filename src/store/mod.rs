@@ -15,8 +15,8 @@
 
 #[cfg(feature = "file-store")]
 mod export;
-#[doc(hidden)] // fault injection for tests
-pub mod fault;
+#[cfg(feature = "fault-injection")]
+mod fault;
 #[cfg(feature = "file-store")]
 mod file;
 #[cfg(any(feature = "file-store", feature = "sqlite-store"))]
@@ -45,7 +45,7 @@ pub(crate) use agentloop_core::session_log::{
 
 #[cfg(feature = "file-store")]
 pub use export::{export_jsonl, export_markdown, list_sessions, SessionInfo};
-#[doc(hidden)]
+#[cfg(feature = "fault-injection")]
 pub use fault::{FaultPoint, FaultyStore};
 #[cfg(feature = "file-store")]
 pub use file::{FileStore, SessionLock};
