@@ -77,6 +77,7 @@
 //! MCP, sessions and durability, providers, traces and replay, testing, scale-out, the
 //! architecture and the command line.
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 /// The README's Rust examples, compiled and run as doc tests (`cargo test --doc`).
 #[cfg(doctest)]

@@ -11,10 +11,10 @@ use crate::message::{Message, MessageDelta};
 use crate::model::{Model, ModelRequest};
 
 /// The longest title kept, in characters.
-pub const MAX_TITLE_CHARS: usize = 80;
+pub(crate) const MAX_TITLE_CHARS: usize = 80;
 
 /// The most text read from the title model, in bytes (then the stream is dropped).
-pub const MAX_TITLE_RESPONSE_BYTES: usize = 4 * 1024;
+pub(crate) const MAX_TITLE_RESPONSE_BYTES: usize = 4 * 1024;
 
 /// What the title model is told.
 const TITLE_SYSTEM: &str = "You write a short title for a conversation: at most eight words, \

@@ -101,7 +101,7 @@ use super::{Entry, EntryKey, LoadReport, SessionStore, StoreError};
 use crate::regular_file::{open_regular, OpenError};
 
 /// The environment variable naming the default store directory.
-pub const STORE_ENV: &str = "AGENTLOOP_STORE";
+pub(crate) const STORE_ENV: &str = "AGENTLOOP_STORE";
 
 /// Opens an existing session or lock file with `options`, refusing anything but a regular
 /// file (links are not followed, FIFOs not waited on); `Ok(None)` when it does not exist.

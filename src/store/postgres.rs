@@ -56,7 +56,7 @@ use super::sql::{SqlBackend, SqlRow, SqlSessionInfo, SqlStore};
 use super::StoreError;
 
 /// The newest migration this build knows.
-pub const SCHEMA_VERSION: i64 = 1;
+pub(crate) const SCHEMA_VERSION: i64 = 1;
 
 /// The seed of `hashtextextended` for advisory lock keys (keeps agentloop's keys apart from
 /// other users of advisory locks on the same database).

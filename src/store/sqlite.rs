@@ -51,7 +51,7 @@ use super::sql::{SqlBackend, SqlRow, SqlSessionInfo, SqlStore};
 use super::{FileKind, StoreError};
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 1;
+pub(crate) const SCHEMA_VERSION: i64 = 1;
 
 const SCHEMA_V1: &str = "
 CREATE TABLE entries (

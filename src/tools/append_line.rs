@@ -31,7 +31,7 @@ use super::{ToolContext, ToolError, TypedTool};
 use crate::regular_file::open_regular;
 
 /// Longest line accepted, in bytes.
-pub const MAX_LINE_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_LINE_BYTES: usize = 64 * 1024;
 
 /// The `append_line` tool. Side-effecting: killable, but not safe to retry.
 #[derive(Debug, Default, Clone, Copy)]
@@ -107,7 +107,7 @@ impl TypedTool for AppendLine {
 }
 
 /// Suffix of the side index of keyed appends (`log.txt` → `log.txt.agentloop-keys`).
-pub const KEYS_SUFFIX: &str = ".agentloop-keys";
+pub(crate) const KEYS_SUFFIX: &str = ".agentloop-keys";
 
 /// Appends `record` unless `key` is recorded in the side index with `record` at its offset.
 /// Returns whether it appended.

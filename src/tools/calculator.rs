@@ -12,9 +12,9 @@ use serde::Deserialize;
 use super::{ToolContext, ToolError, TypedTool};
 
 /// Longest expression accepted, in characters.
-pub const MAX_EXPRESSION_CHARS: usize = 1000;
+pub(crate) const MAX_EXPRESSION_CHARS: usize = 1000;
 /// Deepest parenthesis nesting accepted.
-pub const MAX_NESTING: usize = 64;
+pub(crate) const MAX_NESTING: usize = 64;
 
 /// The `calculator` tool. Pure, so it is safe to retry.
 #[derive(Debug, Default, Clone, Copy)]
@@ -54,7 +54,7 @@ impl TypedTool for Calculator {
 }
 
 /// Evaluates `expression` and renders the result (`"2+3"` → `"5"`, `"7/2"` → `"3.5"`).
-pub fn evaluate(expression: &str) -> Result<String, String> {
+pub(crate) fn evaluate(expression: &str) -> Result<String, String> {
     let trimmed = expression.trim();
     if trimmed.is_empty() {
         return Err("the expression is empty".into());

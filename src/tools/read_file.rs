@@ -26,7 +26,7 @@ use super::{ToolContext, ToolError, TypedTool};
 use crate::regular_file::{open_regular, OpenError};
 
 /// Largest file `read_file` returns, in bytes (1 MiB).
-pub const MAX_READ_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_READ_BYTES: u64 = 1024 * 1024;
 
 /// The `read_file` tool. Read-only, so it is safe to retry.
 #[derive(Debug, Default, Clone, Copy)]
