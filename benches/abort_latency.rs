@@ -7,13 +7,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentloop::ModelError;
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::Agent;
 use agentloop::session::{KillTools, Session, SessionConfig, Status, SubscriptionItem};
 use agentloop::store::MemoryStore;
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
+use agentloop::ModelError;
 use agentloop_core::process::ApprovalPolicy;
 use async_trait::async_trait;
 use futures::StreamExt;

@@ -11,10 +11,10 @@
 use std::collections::BTreeSet;
 use std::hint::black_box;
 
-use agentloop::{FinishReason, MessageDelta, ToolStatus, Usage};
 use agentloop::model::{ModelParams, ModelRequest};
 use agentloop::tools::ToolSpec;
 use agentloop::trace::{replay, Trace, TraceHeader, TRACE_VERSION};
+use agentloop::{FinishReason, MessageDelta, ToolStatus, Usage};
 use agentloop_core::process::{Process, StepConfig};
 use agentloop_core::{AttemptId, Effect, Event, Message, Run, RunConfig};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};

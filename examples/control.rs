@@ -7,15 +7,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::AgentEvent;
-use agentloop::ModelError;
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Agent, SequentialIds};
-use agentloop::EventEnvelope;
 use agentloop::session::{KillTools, Session, SessionConfig, SubscriptionItem};
 use agentloop::store::MemoryStore;
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
+use agentloop::AgentEvent;
+use agentloop::EventEnvelope;
+use agentloop::ModelError;
 use agentloop_core::process::ApprovalPolicy;
 use async_trait::async_trait;
 use futures::StreamExt;

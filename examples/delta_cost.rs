@@ -31,13 +31,13 @@ mod bench {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 
-    use agentloop::ModelError;
     use agentloop::model::{DeltaStream, Model, ModelRequest};
+    use agentloop::ModelError;
 
-    use agentloop::Outcome;
-    use agentloop::Message;
     use agentloop::provider::scripted::{Script, ScriptedModel, Turn};
     use agentloop::runtime::{control, Agent};
+    use agentloop::Message;
+    use agentloop::Outcome;
 
     const CHUNK: usize = 8;
 

@@ -18,13 +18,13 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentloop::Outcome;
 use agentloop::model::Model;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::Agent;
 use agentloop::session::{Session, SessionConfig};
 use agentloop::store::{MemoryStore, SessionStore};
 use agentloop::tools::ToolRegistry;
+use agentloop::Outcome;
 
 /// Counts live heap bytes and their peak.
 struct Counting;

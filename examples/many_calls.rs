@@ -20,13 +20,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentloop::Outcome;
-use agentloop::{Message, MessageDelta};
 use agentloop::provider::limits::ResponseLimits;
 use agentloop::provider::openai::OpenAiNormalizer;
 use agentloop::provider::scripted::{Script, ScriptToolCall, ScriptedModel, Turn};
 use agentloop::provider::sse::SsePipeline;
 use agentloop::runtime::{control, Agent};
+use agentloop::Outcome;
+use agentloop::{Message, MessageDelta};
 use agentloop_core::process::accumulate::MessageAssembler;
 
 /// The script: turn 0 makes `n` calculator calls, turn 1 answers.

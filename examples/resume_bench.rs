@@ -10,11 +10,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentloop::Outcome;
-use agentloop::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
 use agentloop::provider::scripted::{Script, ScriptedModel, Turn};
 use agentloop::runtime::Agent;
 use agentloop::store::{Entry, FileStore};
+use agentloop::Outcome;
+use agentloop::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
 
 /// One interrupted run: the user input, then `steps` steps of (assistant with one call,
 /// start marker, result); the next step was never committed.

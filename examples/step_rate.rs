@@ -14,12 +14,12 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 
-use agentloop::Outcome;
-use agentloop::ModelError;
-use agentloop::{FinishReason, Message, MessageDelta};
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::runtime::Agent;
 use agentloop::store::{Durability, FileStore, SessionStore};
+use agentloop::ModelError;
+use agentloop::Outcome;
+use agentloop::{FinishReason, Message, MessageDelta};
 
 /// Calls `calculator` with distinct arguments until step `n`, then answers.
 struct Stepper {

@@ -5,10 +5,10 @@
 
 mod support;
 
-use agentloop::AgentEvent;
-use agentloop::ToolStatus;
 use agentloop::session::{ApprovalError, Session, SessionConfig};
 use agentloop::trace::{replay, Trace, TraceRecord};
+use agentloop::AgentEvent;
+use agentloop::ToolStatus;
 use agentloop_core::effect::Effect;
 use agentloop_core::event::{ApprovalDecision, Event};
 use agentloop_core::process::ApprovalPolicy;

@@ -8,10 +8,10 @@ mod support;
 
 use std::sync::Arc;
 
-use agentloop::AgentEvent;
-use agentloop::{Message, ToolStatus};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::session::{Session, SessionConfig, SessionError, Status};
+use agentloop::AgentEvent;
+use agentloop::{Message, ToolStatus};
 use support::*;
 
 const ASKS: &str = r#"{"turns": [

@@ -5,12 +5,12 @@
 
 use std::sync::Arc;
 
-use agentloop::Outcome;
-use agentloop::Message;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Agent, SequentialIds};
 use agentloop::store::MemoryStore;
 use agentloop::trace::{replay_with, Trace, TraceError};
+use agentloop::Message;
+use agentloop::Outcome;
 use agentloop_core::react::{default_decider, DeciderRef, DeciderRegistry, Decision, Observation};
 
 /// Three steps: a tool call, an answer holding the completion marker that still calls a tool

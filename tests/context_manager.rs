@@ -8,13 +8,13 @@ mod support;
 use agentloop_testkit::agent::model_requests;
 use std::sync::{Arc, Mutex};
 
-use agentloop::Message;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{
     BuiltContext, ContextManager, ContextRequest, ContextUpdates, DefaultContextManager,
 };
 use agentloop::store::{Entry, MemoryStore, SessionStore};
 use agentloop::trace::{replay, Trace};
+use agentloop::Message;
 use async_trait::async_trait;
 use serde_json::json;
 use support::*;

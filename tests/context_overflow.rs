@@ -11,11 +11,11 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentloop::{AgentEvent, Outcome};
-use agentloop::Message;
 use agentloop::provider::http::ProviderKind;
 use agentloop::runtime::Agent;
 use agentloop::session::{Session, SessionConfig};
+use agentloop::Message;
+use agentloop::{AgentEvent, Outcome};
 use agentloop_core::react::LoopResult;
 use serde_json::{json, Value};
 use support::server::{config_for, model};

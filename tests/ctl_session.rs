@@ -5,13 +5,13 @@ mod support;
 
 use std::sync::Arc;
 
-use agentloop::{AgentEvent, Outcome, SteeringStatus};
-use agentloop::{Message, ToolStatus};
 use agentloop::session::{
     command_family, AbortAck, KillTools, PromptAck, Session, SessionConfig, SessionError, Status,
     SteerAck,
 };
 use agentloop::ToolCall;
+use agentloop::{AgentEvent, Outcome, SteeringStatus};
+use agentloop::{Message, ToolStatus};
 use agentloop_core::process::ApprovalPolicy;
 use serde_json::json;
 use support::*;
@@ -387,10 +387,7 @@ async fn r_ctl_4_approval_timeout_counts_as_reject() {
 }
 
 /// The position in `ev` of the first event matching `f`.
-fn position(
-    ev: &[agentloop::EventEnvelope],
-    f: impl Fn(&AgentEvent) -> bool,
-) -> usize {
+fn position(ev: &[agentloop::EventEnvelope], f: impl Fn(&AgentEvent) -> bool) -> usize {
     ev.iter()
         .position(|e| f(&e.event))
         .unwrap_or_else(|| panic!("missing event in {:?}", ev))

@@ -4,12 +4,12 @@
 //! `response_too_large` error; and a trace file is written line by line, not built as one
 //! string first.
 
-use agentloop::ErrorKind;
-use agentloop::MessageDelta;
 use agentloop::provider::openai::OpenAiNormalizer;
 use agentloop::provider::sse::SsePipeline;
 use agentloop::provider::ResponseLimits;
 use agentloop::trace::{Trace, TraceFile};
+use agentloop::ErrorKind;
+use agentloop::MessageDelta;
 
 const ONE_CHAR: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n";
 

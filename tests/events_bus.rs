@@ -6,12 +6,12 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use agentloop::AgentEvent;
 use agentloop::hooks::{Hooks, ToolDecision, Verdict};
-use agentloop::{Message, ToolStatus};
-use agentloop::EventEnvelope;
 use agentloop::session::{Session, SessionConfig, SessionError, SubscriptionItem};
+use agentloop::AgentEvent;
+use agentloop::EventEnvelope;
 use agentloop::ToolCall;
+use agentloop::{Message, ToolStatus};
 use serde_json::json;
 use support::*;
 

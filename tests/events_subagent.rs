@@ -5,10 +5,10 @@ mod support;
 
 use std::sync::Arc;
 
-use agentloop::{AgentEvent, Outcome};
-use agentloop::{Message, ToolStatus};
 use agentloop::session::{KillTools, Status};
 use agentloop::subagent::SubagentTool;
+use agentloop::{AgentEvent, Outcome};
+use agentloop::{Message, ToolStatus};
 use support::*;
 
 const PARENT: &str = r#"{"turns": [

@@ -5,14 +5,14 @@ mod support;
 
 use std::sync::Arc;
 
-use agentloop::{AgentEvent, Outcome};
 use agentloop::compaction::{LlmSummary, SlidingWindow, SUMMARY_PREFIX};
-use agentloop::ModelError;
-use agentloop::{Message, MessageDelta, ToolStatus};
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::runtime::{Compactor, Offload};
 use agentloop::session::{KillTools, Price, PriceTable, Session, SessionConfig, Status};
 use agentloop::tools::ToolRegistry;
+use agentloop::ModelError;
+use agentloop::{AgentEvent, Outcome};
+use agentloop::{Message, MessageDelta, ToolStatus};
 use async_trait::async_trait;
 use support::*;
 

@@ -6,12 +6,12 @@ use agentloop_testkit::agent::model_requests;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use agentloop::{AgentEvent, Outcome};
-use agentloop::{Message, ToolStatus};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{control, Agent, ControlReceiver, RunOutput, SequentialIds, VecSink};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
 use agentloop::trace::{replay, TraceRecord};
+use agentloop::{AgentEvent, Outcome};
+use agentloop::{Message, ToolStatus};
 use agentloop_core::event::{Event, KillPolicy};
 use agentloop_core::process::{DoomLoopPolicy, LoopAction};
 use async_trait::async_trait;

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentloop::mcp::{McpEndpoint, McpError, McpOptions, McpServer};
-use agentloop::Message;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Agent, Timeouts};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry};
+use agentloop::Message;
 use agentloop_testkit::external::{process_ended, read_pid_file, server_env, wait_process_ended};
 use serde_json::{json, Value};
 

@@ -7,10 +7,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::AgentEvent;
-use agentloop::Message;
 use agentloop::runtime::control;
 use agentloop::session::SubscriptionItem;
+use agentloop::AgentEvent;
+use agentloop::Message;
 use support::*;
 
 const STORY: &str = "a long story that goes on and on";

@@ -7,16 +7,19 @@ mod durable_support;
 
 use std::sync::{Arc, Mutex};
 
-use agentloop::{AgentEvent, Outcome};
-use agentloop::ModelError;
-use agentloop::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, BuiltContext, Compactor, ContextManager, ContextRequest, DefaultContextManager, SequentialIds, VecSink};
-use agentloop::EventEnvelope;
+use agentloop::runtime::{
+    Agent, BuiltContext, Compactor, ContextManager, ContextRequest, DefaultContextManager,
+    SequentialIds, VecSink,
+};
 use agentloop::store::MemoryStore;
-use agentloop_core::session_log::{ContextSource, Repair};
 use agentloop::tools::ToolRegistry;
+use agentloop::EventEnvelope;
+use agentloop::ModelError;
+use agentloop::{AgentEvent, Outcome};
+use agentloop::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
+use agentloop_core::session_log::{ContextSource, Repair};
 use async_trait::async_trait;
 use durable_support::*;
 use serde_json::json;

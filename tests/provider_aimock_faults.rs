@@ -14,12 +14,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentloop::{AgentEvent, Outcome};
-use agentloop::ErrorKind;
 use agentloop::provider::anthropic::AnthropicModel;
 use agentloop::provider::http::{HttpConfig, ProviderKind};
 use agentloop::provider::openai::OpenAiModel;
 use agentloop::runtime::{Agent, FnSink};
+use agentloop::ErrorKind;
+use agentloop::{AgentEvent, Outcome};
 use agentloop_core::process::RetryPolicy;
 use agentloop_core::react::LoopResult;
 
@@ -140,13 +140,11 @@ async fn run(p: ProviderKind, server: &MockServer, prompt: &str) -> (LoopResult,
     let counter = retries.clone();
     let agent = Agent::builder()
         .model_arc(model)
-        .sink(Arc::new(FnSink(
-            move |e: &agentloop::EventEnvelope| {
-                if matches!(e.event, AgentEvent::Retry { .. }) {
-                    *counter.lock().expect("counter") += 1;
-                }
-            },
-        )))
+        .sink(Arc::new(FnSink(move |e: &agentloop::EventEnvelope| {
+            if matches!(e.event, AgentEvent::Retry { .. }) {
+                *counter.lock().expect("counter") += 1;
+            }
+        })))
         .configure(|c| {
             c.step.retry = RetryPolicy {
                 max_retries: 3,

@@ -4,15 +4,15 @@
 #[path = "provider_support/mod.rs"]
 mod support;
 
-use agentloop::ErrorKind;
-use agentloop::{
-    AssistantMessage, FinishReason, Message, MessageDelta, ToolCall, ToolResult, ToolStatus, Usage,
-};
 use agentloop::model::{ModelParams, ModelRequest, ToolChoice};
 use agentloop::provider::anthropic::request_body;
 use agentloop::provider::decode::{decode, DecodeOutcome, DecodeReport};
 use agentloop::provider::http::ProviderKind;
 use agentloop::tools::ToolSpec;
+use agentloop::ErrorKind;
+use agentloop::{
+    AssistantMessage, FinishReason, Message, MessageDelta, ToolCall, ToolResult, ToolStatus, Usage,
+};
 use proptest::prelude::*;
 use serde_json::json;
 use support::*;

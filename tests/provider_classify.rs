@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use agentloop::ErrorKind;
 use agentloop::provider::classify::{classify_http, redact, retry_after_ms};
 use agentloop::provider::decode::{decode, decode_at, DecodeOutcome};
 use agentloop::provider::http::{HttpConfig, ProviderKind};
+use agentloop::ErrorKind;
 use reqwest::header::{HeaderMap, HeaderValue};
 
 const CAP: u64 = 60_000;

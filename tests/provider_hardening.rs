@@ -10,11 +10,11 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::Outcome;
-use agentloop::ErrorKind;
-use agentloop::{Message, MessageDelta};
 use agentloop::provider::http::{HttpConfig, ProviderKind};
 use agentloop::runtime::Agent;
+use agentloop::ErrorKind;
+use agentloop::Outcome;
+use agentloop::{Message, MessageDelta};
 use agentloop_core::process::RetryPolicy;
 use agentloop_core::react::LoopResult;
 use serde_json::json;

@@ -10,9 +10,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use agentloop::provider::http::{HttpConfig, ProviderKind};
 use agentloop::ErrorKind;
 use agentloop::MessageDelta;
-use agentloop::provider::http::{HttpConfig, ProviderKind};
 use futures::StreamExt;
 use support::server::*;
 use support::*;

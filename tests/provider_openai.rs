@@ -4,16 +4,16 @@
 #[path = "provider_support/mod.rs"]
 mod support;
 
-use agentloop::ErrorKind;
-use agentloop::{
-    AssistantMessage, FinishReason, Message, MessageDelta, ToolCall, ToolResult, ToolStatus, Usage,
-};
 use agentloop::model::{ModelParams, ModelRequest, ToolChoice};
 use agentloop::provider::decode::{decode, DecodeOutcome, DecodeReport};
 use agentloop::provider::http::ProviderKind;
 use agentloop::provider::openai::{request_body, OpenAiNormalizer};
 use agentloop::provider::sse::{SseEof, SseEvent, SseNormalizer};
 use agentloop::tools::ToolSpec;
+use agentloop::ErrorKind;
+use agentloop::{
+    AssistantMessage, FinishReason, Message, MessageDelta, ToolCall, ToolResult, ToolStatus, Usage,
+};
 use proptest::prelude::*;
 use serde_json::json;
 use support::*;

@@ -11,12 +11,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::Outcome;
 use agentloop::attachment::Prompt;
-use agentloop::ErrorKind;
-use agentloop::{
-    AssistantMessage, ContentPart, Message, ToolCall, ToolResult, ToolStatus,
-};
 use agentloop::model::{Model, ModelRequest};
 use agentloop::provider::anthropic::AnthropicModel;
 use agentloop::provider::http::{HttpConfig, ProviderKind};
@@ -24,6 +19,9 @@ use agentloop::provider::openai::{OpenAiModel, ReasoningReplay};
 use agentloop::runtime::Agent;
 use agentloop::session::{Session, SessionConfig};
 use agentloop::store::{Entry, MemoryStore, SessionStore};
+use agentloop::ErrorKind;
+use agentloop::Outcome;
+use agentloop::{AssistantMessage, ContentPart, Message, ToolCall, ToolResult, ToolStatus};
 use serde_json::{json, Value};
 use support::server::*;
 

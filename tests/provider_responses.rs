@@ -12,10 +12,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::Outcome;
-use agentloop::ErrorKind;
 use agentloop::provider::http::ProviderKind;
 use agentloop::runtime::{Agent, RunOutput};
+use agentloop::ErrorKind;
+use agentloop::Outcome;
 use agentloop_core::process::RetryPolicy;
 use serde_json::{json, Value};
 use support::server::*;

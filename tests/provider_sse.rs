@@ -339,11 +339,11 @@ proptest! {
 /// delta beyond a bound is replaced by a `response_too_large` error that ends the stream.
 #[test]
 fn pipeline_stops_at_the_first_delta_beyond_a_response_limit() {
-    use agentloop::ErrorKind;
-    use agentloop::MessageDelta;
     use agentloop::provider::openai::OpenAiNormalizer;
     use agentloop::provider::sse::SsePipeline;
     use agentloop::provider::ResponseLimits;
+    use agentloop::ErrorKind;
+    use agentloop::MessageDelta;
 
     let event = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"0123456789\"}}]}\n\n";
     let limits = ResponseLimits {

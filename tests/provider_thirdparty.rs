@@ -18,15 +18,13 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentloop::{
-    AssistantMessage, FinishReason, Message, MessageDelta, ToolResult, ToolStatus,
-};
 use agentloop::model::{Model, ModelParams, ModelRequest};
 use agentloop::provider::anthropic::AnthropicModel;
 use agentloop::provider::decode::MessageAssembler;
 use agentloop::provider::http::{HttpConfig, ProviderKind};
 use agentloop::provider::openai::OpenAiModel;
 use agentloop::tools::ToolSpec;
+use agentloop::{AssistantMessage, FinishReason, Message, MessageDelta, ToolResult, ToolStatus};
 use futures::StreamExt;
 use serde_json::json;
 

@@ -7,10 +7,10 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use agentloop::AgentEvent;
-use agentloop::{Message, ToolStatus};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::tools::{Tool, ToolContext, ToolError, TypedTool};
+use agentloop::AgentEvent;
+use agentloop::{Message, ToolStatus};
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;

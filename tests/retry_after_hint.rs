@@ -10,9 +10,9 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentloop::{AgentEvent, Outcome};
 use agentloop::provider::http::ProviderKind;
 use agentloop::runtime::{Agent, VecSink};
+use agentloop::{AgentEvent, Outcome};
 use support::server::*;
 use support::*;
 

@@ -7,8 +7,8 @@ mod support;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use agentloop::Outcome;
 use agentloop::Message;
+use agentloop::Outcome;
 use support::*;
 
 /// Step 1: a 503 with a 150 ms hint, then the `sleep` tool; step 2: the answer.

@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use agentloop::{AgentEvent, Outcome};
-use agentloop::{Message, MessageDelta};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Agent, RejectAll, RunOutput, SequentialIds, VecSink};
 use agentloop::store::MemoryStore;
 use agentloop::trace::{replay, Trace, TraceHeader, TraceRecord, TRACE_VERSION};
+use agentloop::{AgentEvent, Outcome};
+use agentloop::{Message, MessageDelta};
 use agentloop_core::event::{AttemptId, Event};
 use agentloop_core::process::ApprovalPolicy;
 use agentloop_core::react::{Run, RunConfig};

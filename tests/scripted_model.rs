@@ -3,11 +3,11 @@
 
 use std::path::PathBuf;
 
-use agentloop::ErrorKind;
-use agentloop::{FinishReason, Message, MessageDelta, ToolResult, ToolStatus};
 use agentloop::model::{Model, ModelParams, ModelRequest};
 use agentloop::provider::scripted::{Script, ScriptLoadError, ScriptedModel};
 use agentloop::tools::{ToolContext, ToolRegistry};
+use agentloop::ErrorKind;
+use agentloop::{FinishReason, Message, MessageDelta, ToolResult, ToolStatus};
 use futures::StreamExt;
 use serde_json::json;
 

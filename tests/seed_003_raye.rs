@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use agentloop::{ErrorKind, ModelError};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Agent, AgentBuilder, RunOutput, SequentialIds, VecSink, WithModel};
 use agentloop::store::MemoryStore;
 use agentloop::trace::{replay, replay_with, Trace, TraceError};
+use agentloop::{ErrorKind, ModelError};
 use agentloop_core::process::default_retry_decider;
 use agentloop_core::react::DeciderRegistry;
 use agentloop_core::{AgentEvent, Message, Outcome, StepEnd, ToolStatus};

@@ -11,10 +11,10 @@ use agentloop_testkit::agent::model_requests;
 use std::sync::Arc;
 
 use agentloop::attachment::Prompt;
-use agentloop::Message;
 use agentloop::session::{Session, SessionConfig, SubtaskAck};
 use agentloop::subagent::SubagentTool;
 use agentloop::trace::{replay, Trace, TraceRecord};
+use agentloop::Message;
 use agentloop_core::event::Event;
 use serde_json::json;
 use support::*;

@@ -7,9 +7,9 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
-use agentloop::AgentEvent;
 use agentloop::session::{Session, SessionConfig};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolSpec};
+use agentloop::AgentEvent;
 use agentloop_core::process::ApprovalPolicy;
 use async_trait::async_trait;
 use serde_json::{json, Value};

@@ -13,8 +13,8 @@ mod postgres_support;
 
 use std::path::PathBuf;
 
-use agentloop::ToolStatus;
 use agentloop::store::{AnyStore, Durability, Entry, SessionStore, StoreError, StoreUrl};
+use agentloop::ToolStatus;
 use agentloop_core::session_log::{check, repair};
 use entries::{assistant, result, run_end, sample, started, user};
 

@@ -4,9 +4,14 @@
 use std::path::Path;
 use std::process::Command;
 
+use agentloop::store::{
+    export_jsonl, export_markdown, list_sessions, Durability, Entry, FaultPoint, FaultyStore,
+    FileKind, FileStore, MemoryStore, SessionStore, StoreError, DEFAULT_MAX_ENTRY_BYTES,
+};
 use agentloop::{Message, ToolStatus};
-use agentloop::store::{export_jsonl, export_markdown, list_sessions, Durability, Entry, FaultPoint, FaultyStore, FileKind, FileStore, MemoryStore, SessionStore, StoreError, DEFAULT_MAX_ENTRY_BYTES};
-use agentloop_core::session_log::{check, committed_turns, history, next_model_call_index, pending, repair, repair_with, Violation};
+use agentloop_core::session_log::{
+    check, committed_turns, history, next_model_call_index, pending, repair, repair_with, Violation,
+};
 
 mod entries;
 use entries::*;
@@ -599,7 +604,10 @@ fn check_finds_every_violation_kind() {
     for violation in &v {
         assert!(violation.to_string().starts_with("entry "), "{violation}");
     }
-    assert_eq!(agentloop_core::session_log::duplicate_keys(&entries).len(), 3);
+    assert_eq!(
+        agentloop_core::session_log::duplicate_keys(&entries).len(),
+        3
+    );
 }
 
 #[test]

@@ -9,11 +9,11 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentloop::AgentEvent;
-use agentloop::{Message, ToolStatus};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Timeouts, VecSink};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolSpec};
+use agentloop::AgentEvent;
+use agentloop::{Message, ToolStatus};
 use agentloop_core::process::{RuleAction, ToolRule};
 use async_trait::async_trait;
 use serde_json::{json, Value};

@@ -1,7 +1,7 @@
 //! Sample session entries shared by the store benchmark and the `store_latency` example.
 
-use agentloop::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
 use agentloop::store::Entry;
+use agentloop::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
 
 /// A realistic mix: user input, assistant turn with one tool call, start marker, result.
 pub fn entry(i: u64) -> Entry {

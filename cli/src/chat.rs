@@ -16,14 +16,14 @@ use std::time::Duration;
 use clap::Args;
 use tokio::sync::mpsc;
 
-use agentloop::AgentEvent;
 use agentloop::runtime::{Clock, NullSink, TokioClock};
-use agentloop::EventEnvelope;
 use agentloop::session::{
     KillTools, PromptAck, Session, SessionConfig, SessionError, Status, SteerAck, SubscriptionItem,
 };
 use agentloop::store::SessionStore;
 use agentloop::trace::TraceFile;
+use agentloop::AgentEvent;
+use agentloop::EventEnvelope;
 use agentloop_core::process::ApprovalPolicy;
 
 use crate::print::{usage_summary, Output};

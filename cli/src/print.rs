@@ -21,8 +21,8 @@ use std::sync::Arc;
 use clap::ValueEnum;
 
 use agentloop::AgentEvent;
-use agentloop::{ToolStatus, Usage};
 use agentloop::EventEnvelope;
+use agentloop::{ToolStatus, Usage};
 
 use crate::out::{errln, line, outln};
 use crate::status::summary_line;
@@ -531,4 +531,3 @@ mod tests {
         );
     }
 }
-

@@ -13,8 +13,10 @@ use std::time::UNIX_EPOCH;
 
 use clap::{Args, Subcommand, ValueEnum};
 
+use agentloop::store::{
+    export_jsonl, export_markdown, AnyStore, Durability, Entry, LoadReport, StoreError, StoreUrl,
+};
 use agentloop::{Message, ToolStatus};
-use agentloop::store::{export_jsonl, export_markdown, AnyStore, Durability, Entry, LoadReport, StoreError, StoreUrl};
 use agentloop_core::session_log::{check, pending};
 
 use crate::out::{errln, out, outln};

@@ -10,9 +10,9 @@
 
 use std::collections::BTreeMap;
 
+use agentloop::session::Status;
 use agentloop::AgentEvent;
 use agentloop::Usage;
-use agentloop::session::Status;
 use agentloop_core::chart::{MachineKind, ReactState};
 
 /// What the run is doing, as the status line names it.

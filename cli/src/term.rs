@@ -17,8 +17,8 @@ use std::sync::Mutex;
 
 use clap::ValueEnum;
 
-use agentloop::AgentEvent;
 use agentloop::runtime::{Clock, TokioClock};
+use agentloop::AgentEvent;
 use agentloop::EventEnvelope;
 
 use crate::print::{log_line, LogLevel, RETRY_MARKER};

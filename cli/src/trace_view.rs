@@ -18,12 +18,12 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use agentloop::{AgentEvent, Outcome};
-use agentloop::Usage;
 use agentloop::store::Entry;
 #[cfg(test)]
 use agentloop::trace::Trace;
 use agentloop::trace::{TraceHeader, TraceRecord};
+use agentloop::Usage;
+use agentloop::{AgentEvent, Outcome};
 use agentloop_core::chart::MachineKind;
 use agentloop_core::effect::Effect;
 use agentloop_core::event::Event;

@@ -23,9 +23,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentloop::ToolStatus;
 use agentloop::provider::scripted::Script;
 use agentloop::store::{Entry, FileStore};
+use agentloop::ToolStatus;
 
 /// See tests/durable_crash.rs: `$AGENTLOOP_BIN` overrides the binary under test.
 fn bin() -> PathBuf {

@@ -7,8 +7,8 @@
 use std::process::{Command, Output, Stdio};
 
 use agentloop::AgentEvent;
-use agentloop_core::agent_event::TOOL_END_RESULT_MAX_BYTES;
 use agentloop::EventEnvelope;
+use agentloop_core::agent_event::TOOL_END_RESULT_MAX_BYTES;
 use agentloop_testkit::strict_json::parse_strict;
 use serde_json::Value;
 

@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentloop::ToolStatus;
 use agentloop::provider::scripted::Script;
 use agentloop::store::{Entry, FileStore};
+use agentloop::ToolStatus;
 
 /// The binary under test: `$AGENTLOOP_BIN` when set (a target directory shared between
 /// worktrees can have another build's `agentloop` in it), else the one Cargo built.

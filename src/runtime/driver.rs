@@ -17,11 +17,11 @@ use crate::event::{AttemptId, Event};
 use crate::hooks::{ModelCallOutcome, Verdict};
 use crate::message::{FinishReason, MessageDelta, ToolCall, ToolStatus, Usage};
 use crate::model::{Model, ModelRequest};
-use crate::EventEnvelope;
 use crate::runtime::tool_order::CompletionOrder;
 use crate::runtime::worker::AbortOnDrop;
 use crate::runtime::{title, Agent};
 use crate::tools::{ArgumentSchemas, ToolContext};
+use crate::EventEnvelope;
 
 /// Background work of one run, keyed so effects can cancel it. Dropping it cancels what is
 /// still running (see [`Tasks::shutdown`]): a run whose future is dropped mid-way (a caller's

@@ -28,7 +28,6 @@ use tracing::Instrument;
 
 use crate::event::{ApprovalDecision, Event, KillPolicy};
 use crate::hooks::{Hooks, NoHooks};
-use crate::EventEnvelope;
 use crate::message::{AssistantMessage, Message};
 use crate::model::Model;
 use crate::process::PartialMark;
@@ -36,11 +35,12 @@ use crate::react::{LoopResult, Run, RunConfig};
 use crate::store::{MemoryStore, SessionStore, StoreError};
 use crate::tools::{Tool, ToolRegistry};
 use crate::trace::{Trace, TraceHeader, TRACE_VERSION};
+use crate::EventEnvelope;
 
 pub use ports::{
-    Approver, AutoApprove, Clock, Compactor, EventSink, FnSink, Ids, ManualApproval,
-    NoUser, NullSink, Question, RejectAll, SequentialIds, SystemClock, TimeIds, TokioClock,
-    Truncate, UserAsker, VecSink,
+    Approver, AutoApprove, Clock, Compactor, EventSink, FnSink, Ids, ManualApproval, NoUser,
+    NullSink, Question, RejectAll, SequentialIds, SystemClock, TimeIds, TokioClock, Truncate,
+    UserAsker, VecSink,
 };
 
 pub use agentloop_core::timeouts::{Timeouts, ToolOrder};

@@ -12,7 +12,6 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::event::Event;
 
-
 /// Holds completions back until every earlier call has completed or been killed. Each call
 /// costs O(1) amortized (a queue, a set of the calls still awaited, a map of held results), so
 /// n calls cost O(n).

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent_event::AgentEvent;
 use crate::message::{ToolStatus, Usage};
-use crate::runtime::{RunMetrics};
+use crate::runtime::RunMetrics;
 use crate::EventEnvelope;
 
 /// Prices of one model, in USD per million tokens. Reasoning tokens are part of output tokens

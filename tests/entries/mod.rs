@@ -1,8 +1,8 @@
 //! Entry builders shared by the store tests (`store_file`, `store_conformance`).
 #![allow(dead_code)]
 
-use agentloop::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
 use agentloop::store::Entry;
+use agentloop::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
 
 pub fn user(run: &str, text: &str) -> Entry {
     Entry::UserInput {

@@ -6,12 +6,12 @@ pub mod server;
 
 use std::path::PathBuf;
 
-use agentloop::Message;
-use agentloop::MessageDelta;
 use agentloop::model::{ModelParams, ModelRequest, ToolChoice};
 use agentloop::provider::decode::normalize_chunks;
 use agentloop::provider::http::ProviderKind;
 use agentloop::tools::ToolSpec;
+use agentloop::Message;
+use agentloop::MessageDelta;
 use proptest::prelude::*;
 use serde_json::json;
 

@@ -11,13 +11,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentloop::ModelError;
-use agentloop::{Message, MessageDelta};
 use agentloop::model::{Model, ModelParams, ModelRequest};
 use agentloop::provider::anthropic::AnthropicModel;
 use agentloop::provider::http::{HttpConfig, ProviderKind};
 use agentloop::provider::openai::OpenAiModel;
 use agentloop::tools::ToolSpec;
+use agentloop::ModelError;
+use agentloop::{Message, MessageDelta};
 use futures::StreamExt;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
