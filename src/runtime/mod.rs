@@ -43,6 +43,8 @@ pub use ports::{
     UserAsker, VecSink,
 };
 
+pub use agentloop_core::process::{InlineTags, ToolRule};
+pub use agentloop_core::react::UsageLimits;
 pub use agentloop_core::timeouts::{Timeouts, ToolOrder};
 pub use context_manager::{
     BuiltContext, ContextManager, ContextRequest, ContextUpdates, DefaultContextManager,
@@ -510,17 +512,17 @@ impl<M> AgentBuilder<M> {
     /// Sets the run's usage limits: tokens, cost, model calls and tool calls;
     /// reaching one asks for a final answer or stops the run, as `limits.on_limit` says, and
     /// the run ends with reason `usage_limit:<limit>`.
-    pub fn limits(mut self, limits: crate::react::UsageLimits) -> Self {
+    pub fn limits(mut self, limits: UsageLimits) -> Self {
         self.config.limits = limits;
         self
     }
 
     /// What each step does with inline `<status>`, `<title>` and `<plan>` tags in
     /// the model's text: by default
-    /// ([`InlineTags::Strip`](crate::process::InlineTags::Strip)) they become `status_update` /
+    /// ([`InlineTags::Strip`]) they become `status_update` /
     /// `title_generated` / `plan_generated` events and leave the answer; `Keep` reports them and leaves the text
     /// as written; `Off` looks for none.
-    pub fn inline_tags(mut self, mode: crate::process::InlineTags) -> Self {
+    pub fn inline_tags(mut self, mode: InlineTags) -> Self {
         self.config.step.inline_tags = mode;
         self
     }
@@ -726,9 +728,8 @@ impl<M> AgentBuilder<M> {
     /// per-tool approval map and timeout. See `agentloop_core::tool_rules`.
     ///
     /// ```
-    /// use agentloop::process::ToolRule;
     /// use agentloop::provider::scripted::ScriptedModel;
-    /// use agentloop::runtime::Agent;
+    /// use agentloop::runtime::{Agent, ToolRule};
     /// let agent = Agent::builder()
     ///     .model(ScriptedModel::demo())
     ///     .tool_rule(ToolRule::ask("*"))
@@ -737,13 +738,13 @@ impl<M> AgentBuilder<M> {
     ///     .build();
     /// assert_eq!(agent.config().step.tool_rules.len(), 3);
     /// ```
-    pub fn tool_rule(mut self, rule: crate::process::ToolRule) -> Self {
+    pub fn tool_rule(mut self, rule: ToolRule) -> Self {
         self.config.step.tool_rules.push(rule);
         self
     }
 
     /// Adds tool rules in order after those already set (see [`tool_rule`](Self::tool_rule)).
-    pub fn tool_rules(mut self, rules: impl IntoIterator<Item = crate::process::ToolRule>) -> Self {
+    pub fn tool_rules(mut self, rules: impl IntoIterator<Item = ToolRule>) -> Self {
         self.config.step.tool_rules.extend(rules);
         self
     }
