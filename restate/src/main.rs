@@ -17,6 +17,7 @@ use restate_sdk::service::IntoServiceDefinition;
 
 use agentloop::model::Model;
 use agentloop::provider::http::{model_from_flags, ProviderKind};
+use agentloop::store::{AnyStore, Durability, StoreUrl};
 use agentloop::tools::ToolRegistry;
 
 use session::{Session, Worker};
@@ -59,6 +60,15 @@ struct ServeArgs {
     /// Maximum model steps.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     max_steps: u32,
+    /// Session store (a directory, or sqlite:PATH when built with the `sqlite-store` feature),
+    /// as `agentloop --store`: sessions load their history from it and append each run's
+    /// entries to it. Without it, entries live only in the object's Restate state.
+    #[arg(long)]
+    store: Option<StoreUrl>,
+    /// The Restate admin API, asked for the prompts queued on a session when an abort drops
+    /// them (`clear_queue`).
+    #[arg(long, default_value = "http://127.0.0.1:9070")]
+    admin_url: String,
 }
 
 /// Model clients (as `agentloop run --provider`).
@@ -109,12 +119,22 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let worker = Worker::new(
+    let mut worker = Worker::new(
         model,
         ToolRegistry::defaults(),
         args.root.clone(),
         args.max_steps,
     );
+    worker.admin_url = args.admin_url.clone();
+    if let Some(url) = &args.store {
+        match AnyStore::open(url, Durability::Sync).await {
+            Ok(store) => worker.store = Some(Arc::new(store)),
+            Err(e) => {
+                eprintln!("agentloop-restate: --store: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     tracing::info!(listen = %args.listen, "serving the Session object");
     // Restate's retry backoff grows with every failed attempt of an invocation, and a killed
     // worker is a failed attempt: capped at 1 s, a run killed many times still resumes within
@@ -124,7 +144,11 @@ async fn main() -> ExitCode {
         .retry_policy_max_interval(std::time::Duration::from_secs(1))
         // The server's default gives up (pauses the invocation) after 70 attempts; every kill
         // of a worker is one, so a long run on flaky workers would stop.
-        .retry_policy_max_attempts(100_000);
+        .retry_policy_max_attempts(100_000)
+        // While a model attempt or tool runs the handler also awaits the abort signal; a
+        // stream the server closes for inactivity would suspend the invocation and drop the
+        // effect. The server's default (1 min) is shorter than a model call may take.
+        .inactivity_timeout(std::time::Duration::from_secs(30 * 60));
     let endpoint = Endpoint::builder()
         .bind(
             Session(Arc::new(worker))

@@ -31,7 +31,10 @@
 //! model attempt or tool is not cut short: its result is discarded when the cancellation lands.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -40,7 +43,7 @@ use serde::{Deserialize, Serialize};
 
 use agentloop::model::{Model, ModelRequest};
 use agentloop::runtime::{Compactor, Timeouts, Truncate};
-use agentloop::store::Entry;
+use agentloop::store::{AnyStore, Entry, SessionStore};
 use agentloop::tools::{ArgumentSchemas, ToolContext, ToolRegistry};
 use agentloop::Outcome;
 use agentloop::{ErrorKind, ModelError};
@@ -67,6 +70,12 @@ pub struct Worker {
     pub root: std::path::PathBuf,
     /// The run configuration (tools, model name, deadlines filled in by [`Worker::new`]).
     pub config: RunConfig,
+    /// The session store the entries are written to (`--store`), if one is set: then the
+    /// session's history is loaded from it, and each run's entries are appended to it.
+    pub store: Option<Arc<AnyStore>>,
+    /// The Restate admin API (`--admin-url`), asked for the prompts queued behind a running one
+    /// when an abort drops them.
+    pub admin_url: String,
 }
 
 impl Worker {
@@ -111,6 +120,8 @@ impl Worker {
             tools,
             root,
             config,
+            store: None,
+            admin_url: "http://127.0.0.1:9070".into(),
         }
     }
 }
@@ -165,8 +176,7 @@ impl PromptOutput {
     }
 }
 
-/// The input of `abort` (the arguments of the library's `Session::abort`; queued prompts are
-/// Restate's inbox and are not dropped).
+/// The input of `abort` (the arguments of the library's `Session::abort`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AbortInput {
     /// Why: the aborted run's `reason`.
@@ -175,6 +185,10 @@ pub struct AbortInput {
     /// Which running tools to kill: `killable` (default), `all` or `none`.
     #[serde(default)]
     pub kill: KillPolicy,
+    /// Also drop the prompts queued behind the running one (Restate's inbox for the key): they
+    /// are cancelled and never run.
+    #[serde(default)]
+    pub clear_queue: bool,
 }
 
 impl AbortInput {
@@ -182,11 +196,23 @@ impl AbortInput {
         "aborted".into()
     }
 
-    /// The request of a cancellation that did not come from `abort`.
+    /// The request of a cancellation that did not come from `abort` (the admin API's cancel):
+    /// it stops whatever runs.
     fn cancelled() -> Self {
         AbortInput {
             reason: "cancelled".into(),
-            kill: KillPolicy::default(),
+            kill: KillPolicy::All,
+            clear_queue: false,
+        }
+    }
+
+    /// Whether this abort cuts the effect short: a model attempt or a compaction always, a
+    /// tool when it is killable and the policy kills anything (as the library's driver, which
+    /// never stops a tool that is not killable).
+    fn stops(&self, effect: Stoppable) -> bool {
+        match effect {
+            Stoppable::Always => true,
+            Stoppable::Tool { killable } => killable && self.kill != KillPolicy::None,
         }
     }
 
@@ -206,6 +232,9 @@ pub struct AbortOutput {
     /// The invocation id of that prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invocation_id: Option<String>,
+    /// The queued prompts dropped (`clear_queue`): their invocation ids.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
 }
 
 /// What `status` returns.
@@ -230,6 +259,54 @@ struct Attempt {
     deadline: Option<u64>,
 }
 
+/// What an effect's journaled `ctx.run` returns when an abort may cut it short: its result
+/// (`None`: the abort stopped it), and the abort the worker had seen when it ended. Both are
+/// in the journal, so a replay takes the abort at the same point.
+#[derive(Serialize, Deserialize)]
+struct Raced<T> {
+    result: Option<T>,
+    abort: Option<AbortInput>,
+}
+
+/// Which effects an abort stops (see [`AbortInput::stops`]).
+#[derive(Clone, Copy)]
+enum Stoppable {
+    /// A model attempt or a compaction.
+    Always,
+    /// A tool call.
+    Tool { killable: bool },
+}
+
+/// The abort the running prompt has seen (its `abort` signal, or a cancellation), shared with
+/// the effect in flight.
+type AbortSeen = tokio::sync::watch::Sender<Option<AbortInput>>;
+
+/// Runs `work` unless or until an abort that [`stops`](AbortInput::stops) it is seen.
+async fn interruptible<T>(
+    seen: tokio::sync::watch::Receiver<Option<AbortInput>>,
+    kind: Stoppable,
+    work: impl Future<Output = T>,
+) -> Raced<T> {
+    let mut rx = seen.clone();
+    let stopped = async move {
+        let abort = rx
+            .wait_for(|a| a.as_ref().is_some_and(|a| a.stops(kind)))
+            .await
+            .ok()
+            .and_then(|a| a.clone());
+        match abort {
+            Some(a) => a,
+            // The prompt is gone: nothing will stop the effect.
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        biased;
+        abort = stopped => Raced { result: None, abort: Some(abort) },
+        result = work => Raced { result: Some(result), abort: seen.borrow().clone() },
+    }
+}
+
 #[restate_sdk::object]
 impl Session {
     /// Runs one prompt in the session to completion and returns its result (outcome `aborted`
@@ -246,14 +323,28 @@ impl Session {
             "prompt attempt"
         );
         let run_id = format!("run_{}", ctx.rand_uuid().simple());
-        let entries: Vec<Entry> = ctx
-            .get::<Json<Vec<Entry>>>(ENTRIES)
-            .await?
-            .map(Json::into_inner)
-            .unwrap_or_default();
+        // The session's history: the store's, when the worker has one (read once, journaled),
+        // else the object's state.
+        let entries: Vec<Entry> = match self.0.store.clone() {
+            Some(store) => {
+                let key = ctx.key().to_string();
+                ctx.run(|| async move {
+                    let loaded = store.load(&key).await;
+                    let _ = store.close(&key).await;
+                    Ok(Json(loaded.map_err(|e| HandlerError::from(e.to_string()))?))
+                })
+                .name("load")
+                .await?
+                .into_inner()
+            }
+            None => ctx
+                .get::<Json<Vec<Entry>>>(ENTRIES)
+                .await?
+                .map(Json::into_inner)
+                .unwrap_or_default(),
+        };
         // `abort` (shared, so it runs while this handler holds the key) finds the invocation
-        // to stop here. The next await is the first effect's, where a cancellation becomes
-        // the run's abort.
+        // to stop here.
         ctx.set(RUNNING, ctx.invocation_id().to_string());
         let out = self
             .drive(&ctx, run_id, entries, input.into_inner().prompt)
@@ -268,27 +359,46 @@ impl Session {
     /// machine's `Abort` event (with `reason` and `kill`) and ends through the chart, and
     /// that `prompt` returns the aborted result. Idle: nothing happens (`aborting: false`).
     ///
-    /// It resolves the running invocation's `abort` signal with the request, then cancels
-    /// that invocation: the cancellation interrupts the handler at its next journaled await
-    /// (the model attempt, tool or backoff sleep in flight), which then reads the signal.
+    /// It resolves the running invocation's `abort` signal with the request. The prompt races
+    /// the effect in flight (model attempt, tool, compaction) and its backoff sleeps against
+    /// that signal, so the abort cuts them short. With `clear_queue`, the prompts queued
+    /// behind the running one (found through the admin API) are cancelled first.
     #[handler]
     async fn abort(
         &self,
         ctx: SharedObjectContext<'_>,
         input: Json<AbortInput>,
     ) -> Result<Json<AbortOutput>, HandlerError> {
+        let request = input.into_inner();
+        let dropped = if request.clear_queue {
+            let admin = self.0.admin_url.clone();
+            let key = ctx.key().to_string();
+            let ids = ctx
+                .run(|| async move { Ok(Json(queued_prompts(&admin, &key).await?)) })
+                .name("queued prompts")
+                .await?
+                .into_inner();
+            for id in &ids {
+                ctx.invocation_handle(id.clone()).cancel();
+            }
+            ids
+        } else {
+            Vec::new()
+        };
         let Some(running) = ctx.get::<String>(RUNNING).await? else {
             return Ok(Json(AbortOutput {
                 aborting: false,
                 invocation_id: None,
+                dropped,
             }));
         };
-        let target = ctx.invocation_handle(running.clone());
-        target.signal(ABORT_SIGNAL).resolve(input);
-        target.cancel();
+        ctx.invocation_handle(running.clone())
+            .signal(ABORT_SIGNAL)
+            .resolve(Json(request));
         Ok(Json(AbortOutput {
             aborting: true,
             invocation_id: Some(running),
+            dropped,
         }))
     }
 
@@ -327,6 +437,7 @@ impl Session {
         prompt: String,
     ) -> Result<PromptOutput, TerminalError> {
         let w = &*self.0;
+        let stored = entries.len();
         let start = Event::Start {
             run_id: run_id.clone(),
             history: agentloop_core::session_log::history(&entries),
@@ -337,26 +448,31 @@ impl Session {
         let mut pending = VecDeque::from([start]);
         // Timers the machine started and has not cancelled: id → delay.
         let mut timers: BTreeMap<u64, u64> = BTreeMap::new();
-        // The abort request, once a cancellation delivered one.
+        // The abort the machine has taken (from a journaled effect result or sleep).
         let mut abort: Option<AbortInput> = None;
+        // The abort this worker has seen (signal or cancellation), not yet journaled: the
+        // effect in flight reads it and records it in its result.
+        let (seen, _) = tokio::sync::watch::channel::<Option<AbortInput>>(None);
         loop {
             let event = match pending.pop_front() {
                 Some(e) => e,
                 None => {
-                    // Waiting on nothing but timers: the shortest fires (a durable sleep).
+                    // Waiting on nothing but timers: the shortest fires (a durable sleep),
+                    // unless an abort comes first.
                     let Some((id, delay)) = shortest(&timers) else {
                         return Err(TerminalError::new("the run waits on nothing"));
                     };
-                    match ctx.sleep(Duration::from_millis(delay)).await {
-                        Ok(()) => {
+                    match self.wait(ctx, &seen, abort.is_some(), delay).await? {
+                        None => {
                             timers.remove(&id);
                             Event::TimerElapsed { timer_id: id }
                         }
-                        Err(e) if is_cancellation(&e) => {
+                        Some(request) => {
                             tracing::info!(session = ctx.key(), "abort during a backoff sleep");
-                            abort_request(ctx, &mut abort).await.event()
+                            seen.send_replace(Some(request.clone()));
+                            abort = Some(request.clone());
+                            request.event()
                         }
-                        Err(e) => return Err(e),
                     }
                 }
             };
@@ -366,7 +482,7 @@ impl Session {
                     Effect::Persist { entry } => entries.push(entry),
                     Effect::CommitRunEnd { entry } => {
                         entries.push(entry);
-                        ctx.set(ENTRIES, Json(entries.clone()));
+                        self.commit(ctx, &entries, stored).await?;
                         pending.push_back(Event::RunEndCommitted);
                     }
                     Effect::Emit { event } => tracing::debug!(?event, "agent_event"),
@@ -395,43 +511,52 @@ impl Session {
                             answer: None,
                         })
                     }
-                    // Effects run one at a time: nothing is in flight when the machine kills or
-                    // cancels (an interrupted one is settled by `still_owed` below).
-                    // Approvals are answered at once here: none is ever withdrawn.
+                    // Effects run one at a time: the abort stopped the one in flight (or it
+                    // finished) before the machine kills or cancels; `still_owed` settles the
+                    // rest. Approvals are answered at once here: none is ever withdrawn.
                     Effect::KillTool { .. }
                     | Effect::CancelModel { .. }
                     | Effect::WithdrawApproval { .. } => {}
                     world @ (Effect::CallModel { .. }
                     | Effect::RunTool { .. }
                     | Effect::Compact { .. }) => {
-                        match self.perform(ctx, &timers, world.clone()).await {
-                            Ok(events) => pending.extend(events),
-                            Err(e) if is_cancellation(&e) => {
-                                // `abort` interrupted this effect (or the cancellation came
-                                // before it started): the machine takes the abort now, as the
-                                // library's run takes it while effects are in flight.
-                                tracing::info!(
-                                    session = ctx.key(),
-                                    effect = match &world {
-                                        Effect::CallModel { .. } => "model",
-                                        Effect::RunTool { .. } => "tool",
-                                        _ => "compact",
-                                    },
-                                    "abort during an effect"
-                                );
-                                let request = abort_request(ctx, &mut abort).await;
-                                // Results the world gave before the abort reach the machine
-                                // first (the library would have received them first).
-                                let mut later: Vec<Effect> = effects.drain(..).collect();
-                                for e in pending.drain(..) {
-                                    later.extend(run.handle(e).effects);
-                                }
-                                let step = run.handle(request.event());
-                                effects.extend(still_owed(world, later, &step.effects));
-                                effects.extend(step.effects);
-                            }
+                        let (events, request) = match self
+                            .perform(ctx, &timers, &seen, world.clone())
+                            .await
+                        {
+                            Ok(raced) => raced,
+                            // A cancellation (the admin API's) landed at this effect's
+                            // await, before its result.
+                            Err(e) if is_cancellation(&e) => (None, Some(AbortInput::cancelled())),
                             Err(e) => return Err(e),
+                        };
+                        let stopped = events.is_none();
+                        pending.extend(events.into_iter().flatten());
+                        let Some(request) = request.filter(|_| abort.is_none()) else {
+                            continue;
+                        };
+                        tracing::info!(
+                            session = ctx.key(),
+                            effect = match &world {
+                                Effect::CallModel { .. } => "model",
+                                Effect::RunTool { .. } => "tool",
+                                _ => "compact",
+                            },
+                            stopped,
+                            "abort during an effect"
+                        );
+                        seen.send_replace(Some(request.clone()));
+                        abort = Some(request.clone());
+                        // Results the world gave before the abort reach the machine first
+                        // (the library would have received them first).
+                        let mut later: Vec<Effect> = effects.drain(..).collect();
+                        for e in pending.drain(..) {
+                            later.extend(run.handle(e).effects);
                         }
+                        let step = run.handle(request.event());
+                        let stopped = stopped.then_some(world);
+                        effects.extend(still_owed(stopped, later, &step.effects));
+                        effects.extend(step.effects);
                     }
                 }
             }
@@ -444,65 +569,169 @@ impl Session {
             .ok_or_else(|| TerminalError::new("the run ended without a result"))
     }
 
-    /// Performs one effect that touches the world as one journaled `ctx.run` and returns the
-    /// events it produced. The machine's shortest timer bounds the wait (see the module doc).
+    /// The run-end commit: the entries go to the object's state and, with a store, the run's
+    /// new entries (from `stored` on) are appended to it in one journaled `ctx.run`. A re-run
+    /// of that `ctx.run` (the worker died before it was journaled) appends again: the store
+    /// skips every entry whose idempotency key it holds.
+    async fn commit(
+        &self,
+        ctx: &ObjectContext<'_>,
+        entries: &[Entry],
+        stored: usize,
+    ) -> Result<(), TerminalError> {
+        ctx.set(ENTRIES, Json(entries.to_vec()));
+        let Some(store) = self.0.store.clone() else {
+            return Ok(());
+        };
+        let new = entries[stored.min(entries.len())..].to_vec();
+        let key = ctx.key().to_string();
+        ctx.run(|| async move {
+            let append = async {
+                let _lock = store.lock(&key).await?;
+                for entry in &new {
+                    store.append(&key, entry).await?;
+                }
+                // The next run (perhaps on another worker) reads the file afresh.
+                store.close(&key).await
+            };
+            append
+                .await
+                .map_err(|e: agentloop::store::StoreError| HandlerError::from(e.to_string()))
+        })
+        .name("store")
+        .await
+    }
+
+    /// Waits `delay_ms` for the machine's shortest timer, unless an abort comes first; returns
+    /// that abort. An abort the worker saw but no effect recorded is journaled first (so a
+    /// replay takes the same branch); then the sleep races the `abort` signal (`select!` over
+    /// durable futures). `taken`: the machine already has its abort, just sleep.
+    async fn wait(
+        &self,
+        ctx: &ObjectContext<'_>,
+        seen: &AbortSeen,
+        taken: bool,
+        delay_ms: u64,
+    ) -> Result<Option<AbortInput>, TerminalError> {
+        let delay = Duration::from_millis(delay_ms);
+        let cancelled = |e: TerminalError| {
+            if is_cancellation(&e) {
+                Ok(Some(AbortInput::cancelled()))
+            } else {
+                Err(e)
+            }
+        };
+        if taken {
+            return ctx.sleep(delay).await.map(|()| None).or_else(cancelled);
+        }
+        let rx = seen.subscribe();
+        let earlier = match ctx
+            .run(|| async move { Ok(Json(rx.borrow().clone())) })
+            .name("abort seen")
+            .await
+        {
+            Ok(a) => a.into_inner(),
+            Err(e) => return cancelled(e),
+        };
+        if earlier.is_some() {
+            return Ok(earlier);
+        }
+        Ok(restate_sdk::select! {
+            slept = ctx.sleep(delay) => match slept {
+                Ok(()) => None,
+                Err(e) => return cancelled(e),
+            },
+            signal = ctx.signal::<Json<AbortInput>>(ABORT_SIGNAL) => Some(
+                signal.map(Json::into_inner).unwrap_or_else(|_| AbortInput::cancelled()),
+            ),
+            on_cancel => Some(AbortInput::cancelled()),
+        })
+    }
+
+    /// Performs one effect that touches the world as one journaled `ctx.run`, raced against
+    /// the `abort` signal, and returns the events it produced (`None`: an abort stopped it)
+    /// and the abort seen meanwhile. The machine's shortest timer bounds the wait (see the
+    /// module doc).
+    ///
+    /// The race: while the `ctx.run` closure works, the handler also awaits the signal; when
+    /// it arrives, the closure (which watches for it) stops the work if the abort
+    /// [`stops`](AbortInput::stops) it and returns. Either way the closure's answer — result
+    /// or not, and the abort — is what the journal records, so a replay, which reads the
+    /// answer and never awaits the signal, takes the same branch.
     async fn perform(
         &self,
         ctx: &ObjectContext<'_>,
         timers: &BTreeMap<u64, u64>,
+        seen: &AbortSeen,
         effect: Effect,
-    ) -> Result<Vec<Event>, TerminalError> {
+    ) -> Result<(Option<Vec<Event>>, Option<AbortInput>), TerminalError> {
         let w = &*self.0;
         let bound = shortest(timers);
+        let rx = seen.subscribe();
+        // Set by the closure when it has its answer (see `race`).
+        let done = Arc::new(AtomicBool::new(false));
+        let closure_done = done.clone();
         match effect {
             Effect::CallModel { request } => {
                 let model = w.model.clone();
                 let schemas = w.tools.schemas();
-                let attempt =
-                    ctx.run(|| async move {
-                        Ok(Json(call_model(model, request, bound, schemas).await))
+                let work = ctx
+                    .run(|| async move {
+                        let attempt = call_model(model, request, bound, schemas);
+                        let raced = interruptible(rx, Stoppable::Always, attempt).await;
+                        closure_done.store(true, Ordering::SeqCst);
+                        Ok(Json(raced))
                     })
-                    .name("model")
-                    .await?
-                    .into_inner();
-                let mut events = attempt.events;
-                if let Some(id) = attempt.deadline {
-                    events.push(Event::TimerElapsed { timer_id: id });
-                }
-                Ok(events)
+                    .name("model");
+                let raced = race(ctx, seen, &done, work).await?.into_inner();
+                let events = raced.result.map(|attempt| {
+                    let mut events = attempt.events;
+                    if let Some(id) = attempt.deadline {
+                        events.push(Event::TimerElapsed { timer_id: id });
+                    }
+                    events
+                });
+                Ok((events, raced.abort))
             }
             Effect::RunTool { call } => {
                 let tool = w.tools.get(&call.name).cloned();
+                let killable = tool.as_ref().is_none_or(|t| t.killable());
                 let tool_ctx = ToolContext {
                     call_id: call.id.clone(),
                     root: w.root.clone(),
                     idempotency_key: Some(format!("{}/{}", ctx.key(), call.id)),
                 };
                 let id = call.id.clone();
-                let done = ctx
+                let work = ctx
                     .run(|| async move {
-                        let Some(tool) = tool else {
-                            return Ok(Json(Some((
-                                ToolStatus::Error,
-                                format!("unknown tool: {}", call.name),
-                            ))));
+                        let work = async move {
+                            let Some(tool) = tool else {
+                                return Some((
+                                    ToolStatus::Error,
+                                    format!("unknown tool: {}", call.name),
+                                ));
+                            };
+                            let work = tool.call(tool_ctx, call.arguments);
+                            let out = match bound {
+                                Some((_, ms)) => {
+                                    tokio::time::timeout(Duration::from_millis(ms), work)
+                                        .await
+                                        .ok()
+                                }
+                                None => Some(work.await),
+                            };
+                            out.map(|r| match r {
+                                Ok(content) => (ToolStatus::Completed, content),
+                                Err(e) => (ToolStatus::Error, e.to_string()),
+                            })
                         };
-                        let work = tool.call(tool_ctx, call.arguments);
-                        let out = match bound {
-                            Some((_, ms)) => tokio::time::timeout(Duration::from_millis(ms), work)
-                                .await
-                                .ok(),
-                            None => Some(work.await),
-                        };
-                        Ok(Json(out.map(|r| match r {
-                            Ok(content) => (ToolStatus::Completed, content),
-                            Err(e) => (ToolStatus::Error, e.to_string()),
-                        })))
+                        let raced = interruptible(rx, Stoppable::Tool { killable }, work).await;
+                        closure_done.store(true, Ordering::SeqCst);
+                        Ok(Json(raced))
                     })
-                    .name("tool")
-                    .await?
-                    .into_inner();
-                Ok(match (done, bound) {
+                    .name("tool");
+                let raced = race(ctx, seen, &done, work).await?.into_inner();
+                let events = raced.result.map(|done| match (done, bound) {
                     (Some((status, content)), _) => vec![Event::ToolFinished {
                         tool_call_id: id,
                         status,
@@ -510,16 +739,17 @@ impl Session {
                     }],
                     (None, Some((timer_id, _))) => vec![Event::TimerElapsed { timer_id }],
                     (None, None) => vec![],
-                })
+                });
+                Ok((events, raced.abort))
             }
             Effect::Compact {
                 messages,
                 budget_tokens,
                 max_messages,
             } => {
-                let ev = ctx
+                let work = ctx
                     .run(|| async move {
-                        Ok(Json(
+                        let work = async move {
                             match Truncate
                                 .compact(&messages, budget_tokens, max_messages)
                                 .await
@@ -528,17 +758,64 @@ impl Session {
                                     Event::CompactionDone { messages, removed }
                                 }
                                 Err(error) => Event::CompactionFailed { error },
-                            },
-                        ))
+                            }
+                        };
+                        let raced = interruptible(rx, Stoppable::Always, work).await;
+                        closure_done.store(true, Ordering::SeqCst);
+                        Ok(Json(raced))
                     })
-                    .name("compact")
-                    .await?
-                    .into_inner();
-                Ok(vec![ev])
+                    .name("compact");
+                let raced = race(ctx, seen, &done, work).await?.into_inner();
+                Ok((raced.result.map(|ev| vec![ev]), raced.abort))
             }
-            _ => Ok(vec![]),
+            _ => Ok((Some(vec![]), None)),
         }
     }
+}
+
+/// Awaits an effect's journaled `ctx.run` (`work`) while also awaiting the `abort` signal;
+/// when the signal (or a cancellation) arrives first, hands the abort to the closure through
+/// `seen` and goes on awaiting `work`, which then ends at once with the abort in its result.
+///
+/// `work` is polled first, so a replayed `ctx.run` (its result in the journal) answers before
+/// the signal is ever awaited: a replay never waits on the signal at a point where the
+/// original execution did not. The signal is awaited only while the closure works
+/// (`closure_done` unset): both futures read the invocation's input, and once the closure has
+/// proposed its result, an acknowledgement read by the signal's future would leave `work`
+/// asleep with its answer.
+async fn race<T>(
+    ctx: &ObjectContext<'_>,
+    seen: &AbortSeen,
+    closure_done: &AtomicBool,
+    work: impl Future<Output = Result<T, TerminalError>>,
+) -> Result<T, TerminalError> {
+    if seen.borrow().is_some() {
+        return work.await;
+    }
+    let mut work = std::pin::pin!(work);
+    let signal = async {
+        match ctx.signal::<Json<AbortInput>>(ABORT_SIGNAL).await {
+            Ok(a) => a.into_inner(),
+            Err(_) => AbortInput::cancelled(),
+        }
+    };
+    let mut signal = std::pin::pin!(signal);
+    let mut signalled = false;
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(done) = work.as_mut().poll(cx) {
+            return Poll::Ready(done);
+        }
+        if !signalled && !closure_done.load(Ordering::SeqCst) {
+            if let Poll::Ready(request) = signal.as_mut().poll(cx) {
+                signalled = true;
+                seen.send_replace(Some(request));
+                // The closure watches `seen`: poll `work` again for its answer.
+                cx.waker().wake_by_ref();
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 /// Whether an awaited journal operation failed because the invocation was cancelled (the SDK
@@ -547,31 +824,12 @@ fn is_cancellation(e: &TerminalError) -> bool {
     e.code() == 409
 }
 
-/// The abort request behind a cancellation. `abort` resolves the `abort` signal before it
-/// cancels, so the signal is there; a cancellation from elsewhere (`restate invocations
-/// cancel`, the admin API) has none and aborts with reason "cancelled" after a short wait. A
-/// later cancellation (a second `abort`) repeats the first request.
-async fn abort_request(ctx: &ObjectContext<'_>, abort: &mut Option<AbortInput>) -> AbortInput {
-    if let Some(a) = abort {
-        return a.clone();
-    }
-    let a = restate_sdk::select! {
-        signal = ctx.signal::<Json<AbortInput>>(ABORT_SIGNAL) => {
-            signal.map(Json::into_inner).unwrap_or_else(|_| AbortInput::cancelled())
-        },
-        _ = ctx.sleep(Duration::from_millis(500)) => AbortInput::cancelled(),
-        on_cancel => AbortInput::cancelled(),
-    };
-    *abort = Some(a.clone());
-    a
-}
-
-/// After an abort interrupted `interrupted`, what is still to be performed, in order: of the
-/// interrupted effect and the effects not yet performed (`rest`), every effect except model
+/// After an abort, what is still to be performed, in order: of the effect it stopped (if it
+/// stopped one) and the effects not yet performed (`rest`), every effect except model
 /// attempts, compactions and the tool calls the abort killed (it cancelled those). Tool calls
 /// its kill policy spared stay: the machine drains them (R-CTL-3), so they run, or run again
 /// under the same idempotency key, for their results.
-fn still_owed(interrupted: Effect, rest: Vec<Effect>, abort_effects: &[Effect]) -> Vec<Effect> {
+fn still_owed(stopped: Option<Effect>, rest: Vec<Effect>, abort_effects: &[Effect]) -> Vec<Effect> {
     let killed: Vec<&str> = abort_effects
         .iter()
         .filter_map(|e| match e {
@@ -579,7 +837,8 @@ fn still_owed(interrupted: Effect, rest: Vec<Effect>, abort_effects: &[Effect]) 
             _ => None,
         })
         .collect();
-    std::iter::once(interrupted)
+    stopped
+        .into_iter()
         .chain(rest)
         .filter(|e| match e {
             Effect::RunTool { call } => !killed.contains(&call.id.as_str()),
@@ -587,6 +846,49 @@ fn still_owed(interrupted: Effect, rest: Vec<Effect>, abort_effects: &[Effect]) 
             _ => true,
         })
         .collect()
+}
+
+/// The invocation ids of the `prompt`s queued for `key` (Restate's inbox for the key), from the
+/// admin API's SQL introspection (`POST /query` on `admin`, e.g. `http://127.0.0.1:9070`).
+async fn queued_prompts(admin: &str, key: &str) -> Result<Vec<String>, HandlerError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = admin
+        .strip_prefix("http://")
+        .ok_or_else(|| HandlerError::from(format!("--admin-url must be http://…: {admin}")))?
+        .trim_end_matches('/');
+    let query = format!(
+        "SELECT id FROM sys_invocation WHERE target_service_name = 'Session' \
+         AND target_handler_name = 'prompt' AND target_service_key = '{}' \
+         AND status IN ('pending', 'inboxed')",
+        key.replace('\'', "''")
+    );
+    let body = serde_json::json!({ "query": query }).to_string();
+    // HTTP/1.0: the answer is not chunked and ends when the server closes the connection.
+    let request = format!(
+        "POST /query HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.write_all(request.as_bytes()).await?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await?;
+    let answer = String::from_utf8_lossy(&answer);
+    let (head, body) = answer
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| HandlerError::from(format!("admin API: no answer from {admin}")))?;
+    if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
+        return Err(format!("admin API query: {head}: {body}").into());
+    }
+    let rows: serde_json::Value = serde_json::from_str(body)?;
+    Ok(rows["rows"]
+        .as_array()
+        .map(|rows| {
+            rows.iter()
+                .filter_map(|r| r["id"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default())
 }
 
 /// The active timer with the shortest delay.

@@ -133,3 +133,111 @@ fn restate_abort_stops_a_running_prompt() {
     assert_stopped_prefix(&out);
     drop(w);
 }
+
+/// `abort` while the model attempt is stalled (the model server sent its headers and then
+/// nothing): the prompt ends within 2 s with outcome `aborted` and the abort's reason, and
+/// with `clear_queue` the prompts queued behind it are dropped (cancelled, never run).
+#[test]
+fn restate_abort_stalled_model_attempt() {
+    if !wanted() {
+        return;
+    }
+    let _ports = ports_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _server = Server::start(&dir.path().join("restate"));
+    let (port, requests) = stalled_model_server();
+    let base_url = format!("http://127.0.0.1:{port}");
+    let args = [
+        "--provider".as_ref(),
+        "openai".as_ref(),
+        "--model".as_ref(),
+        "stalled".as_ref(),
+        "--base-url".as_ref(),
+        std::ffi::OsStr::new(&base_url),
+        "--root".as_ref(),
+        dir.path().as_os_str(),
+    ];
+    let _w = Worker::start_with(9080, &args, None);
+    register("http://127.0.0.1:9080");
+    let session = format!("stall{}", std::process::id());
+
+    // 1. A plain abort of the stalled attempt.
+    let inv = send(&session, "hello", &format!("{session}-1"));
+    let t = Instant::now();
+    while requests.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the model was not called"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The attempt is open and silent (its first-chunk deadline is 60 s away).
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(status(&session)["running"], inv.as_str());
+    let aborted = Instant::now();
+    let ack = call(
+        &session,
+        "abort",
+        &json!({"reason": "stop the stalled model"}),
+    );
+    assert_eq!(ack["aborting"], true, "{ack}");
+    let r = attach(&inv);
+    let took = aborted.elapsed();
+    eprintln!("stalled attempt: abort to result {took:?}: {r}");
+    assert_eq!(r["outcome"], "aborted", "{r}");
+    assert_eq!(r["reason"], "stop the stalled model", "{r}");
+    assert!(took < Duration::from_secs(2), "the abort took {took:?}");
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    // 2. Two prompts queued behind a stalled one, dropped by `clear_queue`.
+    let running = send(&session, "hello again", &format!("{session}-2"));
+    let queued: Vec<String> = (3..5)
+        .map(|i| send(&session, "queued", &format!("{session}-{i}")))
+        .collect();
+    let t = Instant::now();
+    while requests.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        assert!(t.elapsed() < Duration::from_secs(30), "no second attempt");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let aborted = Instant::now();
+    let ack = call(
+        &session,
+        "abort",
+        &json!({"reason": "stop all", "clear_queue": true}),
+    );
+    assert_eq!(ack["invocation_id"], running.as_str(), "{ack}");
+    let mut dropped: Vec<String> = ack["dropped"]
+        .as_array()
+        .expect("dropped")
+        .iter()
+        .map(|v| v.as_str().expect("id").to_string())
+        .collect();
+    dropped.sort();
+    let mut expected = queued.clone();
+    expected.sort();
+    assert_eq!(dropped, expected, "{ack}");
+    let r = attach(&running);
+    let took = aborted.elapsed();
+    eprintln!("stalled attempt with clear_queue: abort to result {took:?}: {r}");
+    assert_eq!(r["outcome"], "aborted", "{r}");
+    assert_eq!(r["reason"], "stop all", "{r}");
+    assert!(took < Duration::from_secs(2), "the abort took {took:?}");
+    for q in &queued {
+        let out = curl(&[&format!("{INGRESS}/restate/invocation/{q}/attach")]).expect("attach");
+        // Cancelled before it started: no result (409 cancelled, or 404: not retained).
+        assert!(
+            (out.contains("cancel") || out.contains("404")) && !out.contains("outcome"),
+            "a dropped prompt does not run: {out}"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        requests.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "no queued prompt called the model"
+    );
+    let st = status(&session);
+    assert!(st.get("running").is_none(), "{st}");
+    assert_eq!(st["last"]["run_id"], r["run_id"], "{st}");
+}

@@ -1,6 +1,7 @@
-//! The Restate server killed with SIGKILL mid-run and restarted on the same base dir, several
-//! times during one scripted run of many `append_line` calls: the run completes, every line is
-//! written exactly once, in order. Prints how long each restart and each recovery took.
+//! The Restate server killed with SIGKILL mid-run and restarted on the same base dir five
+//! times during one scripted run of 30 steps, each with two `append_line` calls: the run
+//! completes, each of its 60 lines is written exactly once, in order. Prints how long each
+//! restart and each recovery took.
 //!
 //! Mandatory when `CI` is set; otherwise skipped, with the reason printed, unless
 //! `AGENTLOOP_RESTATE_TEST=1` is set.
@@ -14,8 +15,10 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-const LINES: usize = 150;
-const KILLS: usize = 4;
+/// Model steps with tool calls (two `append_line` calls each).
+const STEPS: usize = 30;
+const LINES: usize = 2 * STEPS;
+const KILLS: usize = 5;
 
 #[test]
 fn restate_server_kill_mid_run() {
@@ -28,7 +31,7 @@ fn restate_server_kill_mid_run() {
     let root = dir.path().join("root");
     std::fs::create_dir(&root).expect("root");
     let script = dir.path().join("script.json");
-    append_script(&script, LINES);
+    paired_append_script(&script, STEPS);
     let _w = Worker::start(9080, &script, &root, None);
     register("http://127.0.0.1:9080");
 
@@ -43,9 +46,10 @@ fn restate_server_kill_mid_run() {
     let count = || lines(&out).len();
     let mut seed = 0x9e37_79b9_u64 ^ u64::from(std::process::id());
     let mut kills = Vec::new();
-    // Kill at random moments spread over the run: after a random number of new lines.
+    // Kill at random moments spread over the run: after 1 to 8 new lines (the two calls of
+    // a step are two journaled effects, so a kill may fall between them).
     while kills.len() < KILLS && !waiter.is_finished() {
-        let target = count() + 5 + (xorshift(&mut seed) % 20) as usize;
+        let target = count() + 1 + (xorshift(&mut seed) % 8) as usize;
         while count() < target && !waiter.is_finished() {
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -79,6 +83,7 @@ fn restate_server_kill_mid_run() {
     );
     assert_eq!(r["outcome"], "completed", "{r}");
     assert_eq!(r["reason"], "final_answer", "{r}");
+    assert_eq!(r["iterations"], STEPS + 1, "{r}");
     let expected: Vec<String> = (0..LINES).map(|i| format!("line {i}")).collect();
     assert_eq!(lines(&out), expected, "every line exactly once, in order");
     assert_eq!(

@@ -133,6 +133,18 @@ impl Worker {
     /// Starts a worker on 127.0.0.1:`port` with the scripted model `script`, file tools under
     /// `root`, logging at info to `log` (appended) when given.
     pub fn start(port: u16, script: &Path, root: &Path, log: Option<&Path>) -> Worker {
+        let args = [
+            "--script".as_ref(),
+            script.as_os_str(),
+            "--root".as_ref(),
+            root.as_os_str(),
+        ];
+        Worker::start_with(port, &args, log)
+    }
+
+    /// Starts a worker on 127.0.0.1:`port` with `--max-steps 1000` and `args` (model, tools,
+    /// store flags), logging at info to `log` (appended) when given.
+    pub fn start_with(port: u16, args: &[&std::ffi::OsStr], log: Option<&Path>) -> Worker {
         let stderr = match log {
             Some(p) => Stdio::from(
                 std::fs::OpenOptions::new()
@@ -146,10 +158,7 @@ impl Worker {
         let child = Command::new(env!("CARGO_BIN_EXE_agentloop-restate"))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--max-steps", "1000"])
-            .arg("--script")
-            .arg(script)
-            .arg("--root")
-            .arg(root)
+            .args(args)
             .env("RUST_LOG", if log.is_some() { "info" } else { "warn" })
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -290,6 +299,76 @@ pub fn append_script(path: &Path, lines: usize) {
     }
     turns.push(serde_json::json!({"text": "done"}));
     std::fs::write(path, serde_json::json!({ "turns": turns }).to_string()).expect("script");
+}
+
+/// A script whose first two turns answer "What is 2+3?" like the demo, then `steps` turns of
+/// two `append_line` calls each (`line 2k` and `line 2k+1` to `out.txt` at step `k`), then
+/// "done".
+pub fn paired_append_script(path: &Path, steps: usize) {
+    let mut turns = vec![
+        serde_json::json!({"text": "Let me calculate that.",
+            "tool_calls": [{"name": "calculator", "arguments": {"expression": "{{prompt_expression}}"}}]}),
+        serde_json::json!({"text": "The answer is {{last_tool_result}}."}),
+    ];
+    for k in 0..steps {
+        let call = |i: usize| {
+            serde_json::json!({"name": "append_line",
+                "arguments": {"path": "out.txt", "line": format!("line {i}")}})
+        };
+        turns.push(serde_json::json!({"tool_calls": [call(2 * k), call(2 * k + 1)]}));
+    }
+    turns.push(serde_json::json!({"text": "done"}));
+    std::fs::write(path, serde_json::json!({ "turns": turns }).to_string()).expect("script");
+}
+
+/// The `agentloop` CLI binary of this build (built with `cargo build -p agentloop-cli` when it
+/// is not there yet).
+pub fn cli_binary() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_agentloop-restate")).with_file_name("agentloop");
+    if !bin.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let ok = Command::new(cargo)
+            .args(["build", "-q", "-p", "agentloop-cli"])
+            .current_dir(repo())
+            .status()
+            .expect("cargo build -p agentloop-cli");
+        assert!(ok.success(), "cargo build -p agentloop-cli");
+    }
+    assert!(bin.exists(), "no agentloop binary at {}", bin.display());
+    bin
+}
+
+/// A loopback model server that answers every request with a streaming response's headers
+/// (200, `text/event-stream`) and then sends nothing: a stalled model attempt. Returns its
+/// port and the count of requests it got. Runs until the test process exits.
+pub fn stalled_model_server() -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind the model server");
+    let port = listener.local_addr().expect("addr").port();
+    let requests = Arc::new(AtomicUsize::new(0));
+    let r = requests.clone();
+    std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match std::io::Read::read(&mut conn, &mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = conn.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                  cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n",
+            );
+            let _ = conn.flush();
+            r.fetch_add(1, Ordering::SeqCst);
+            // Keep the connection open, silent.
+            open.push(conn);
+        }
+    });
+    (port, requests)
 }
 
 /// A script for `prompts` prompts of `steps` appends each: prompt `p`'s step `k` appends
