@@ -9,11 +9,11 @@
 //! | `CallModel` | one `ctx.run("model")`: the whole streamed attempt collected into its list of events, replayed from the journal on recovery |
 //! | `RunTool` | one `ctx.run("tool")` with `ToolContext::idempotency_key = "<session>/<call id>"` |
 //! | `Compact` | one `ctx.run("compact")` |
-//! | `Persist` | the entry joins the run's entries; `CommitRunEnd` writes them to the object's state (`ctx.set`, journaled, exactly once) |
-//! | `StartTimer` / `CancelTimer` | kept in a table; when the machine waits on nothing but timers, the shortest is a durable `ctx.sleep` (backoff); a model call's or tool's deadlines bound the wait for its next chunk / its result inside its `ctx.run` |
+//! | `Persist` | the entry joins the run's entries; `CommitRunEnd` writes them to the object's state (`ctx.set`, journaled, exactly once) and, with `--store`, appends the run's entries to the store (one `ctx.run("store")`; the store skips keys it holds) |
+//! | `StartTimer` / `CancelTimer` | kept in a table; when the machine waits on nothing but timers, the shortest is a durable `ctx.sleep` (backoff), raced against the abort signal; a model call's or tool's deadlines bound the wait for its next chunk / its result inside its `ctx.run` |
 //! | `GateTool`, `RequestApproval` | answered at once (no hooks: allow; approvals: approved) |
 //! | `Emit` | a `tracing` event (not journaled) |
-//! | `KillTool`, `CancelModel` | nothing: effects run one at a time, nothing is in flight then |
+//! | `KillTool`, `CancelModel` | nothing: effects run one at a time; the abort already stopped the one in flight |
 //!
 //! Everything else the handler does is deterministic given the journal (the run id is
 //! `ctx.rand_uuid()`, seeded by the invocation id), so a worker killed at any point resumes on
@@ -21,14 +21,15 @@
 //! effect in flight.
 //!
 //! Abort: `abort` (shared) resolves the running `prompt` invocation's `abort` signal with the
-//! request, then cancels that invocation. The SDK reports the cancellation (a journaled
-//! notification, so replay sees it at the same point) as error 409 at the handler's next await:
-//! the effect in flight's `ctx.run` or the backoff sleep. The handler then reads the signal,
-//! feeds `Event::Abort` to the machine, and performs what the machine still waits for (tool calls
-//! the kill policy spared, run again under the same idempotency key); the run ends through the
-//! chart and `prompt` returns its aborted result. A `ctx.run` cannot be raced against a signal
-//! in restate-sdk 0.13 (it is not a `DurableFuture`, so not usable in `select!`), so a running
-//! model attempt or tool is not cut short: its result is discarded when the cancellation lands.
+//! request. While an effect's `ctx.run` closure works, the handler also awaits that signal
+//! ([`race`]); the closure watches for it ([`interruptible`]) and, if the abort stops that
+//! effect (a model attempt or compaction always, a killable tool unless `kill` is `none`),
+//! returns at once. The closure's answer — result or none, and the abort — is the journaled
+//! value, so a replay (which reads it and never awaits the signal) takes the abort at the same
+//! effect. The handler then feeds `Event::Abort` to the machine and performs what it still
+//! waits for (tool calls the kill policy spared, run again under the same idempotency key); the
+//! run ends through the chart and `prompt` returns its aborted result. A `ctx.run` cannot go
+//! into the SDK's `select!` in restate-sdk 0.13 (it is not a `DurableFuture`), hence this.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
