@@ -50,6 +50,8 @@ use agentloop::Outcome;
 use agentloop::{ErrorKind, ModelError};
 use agentloop::{Message, MessageDelta, ToolStatus};
 use agentloop_core::event::{ApprovalDecision, AttemptId, GateVerdict, KillPolicy};
+use agentloop_core::output::{output_json, OutputRejected, OutputSpec};
+use agentloop_core::tool_check::SchemaViolation;
 use agentloop_core::{Effect, Event, LoopResult, Run, RunConfig};
 
 /// State key of the session's entries (the same entries a `SessionStore` holds).
@@ -135,6 +137,11 @@ pub struct Session(pub Arc<Worker>);
 pub struct PromptInput {
     /// The user's prompt.
     pub prompt: String,
+    /// A typed final answer (as `agentloop run --output-schema`): the requests carry its schema,
+    /// the worker checks the answer, and the machine retries or fails an invalid one
+    /// (`output_invalid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputSpec>,
 }
 
 /// What `prompt` returns: the run's result.
@@ -252,6 +259,63 @@ pub struct StatusOutput {
     pub last: Option<PromptOutput>,
 }
 
+/// The check of a typed final answer (the library runtime's, which is not public): the
+/// answer's text read as JSON (`output_json`) and validated against the schema.
+struct OutputCheck {
+    /// `None`: the schema did not compile; only JSON is checked.
+    validator: Option<jsonschema::Validator>,
+}
+
+impl OutputCheck {
+    fn new(spec: &OutputSpec) -> Self {
+        let validator = jsonschema::validator_for(&spec.schema)
+            .map_err(|e| tracing::warn!(schema = %spec.name, error = %e, "schema not compiled"))
+            .ok();
+        OutputCheck { validator }
+    }
+
+    /// The verdict on `text`: `None` when it is JSON matching the schema.
+    fn verdict(&self, text: &str) -> Option<OutputRejected> {
+        let value = match output_json(text) {
+            Ok(v) => v,
+            Err(reason) => {
+                return OutputRejected::new([SchemaViolation {
+                    path: String::new(),
+                    reason,
+                }])
+            }
+        };
+        let validator = self.validator.as_ref()?;
+        OutputRejected::new(validator.iter_errors(&value).map(|e| SchemaViolation {
+            path: e.instance_path().to_string(),
+            reason: e.to_string(),
+        }))
+    }
+
+    /// `event` with the verdict on the run's current message when it is the `done` of a
+    /// message without tool calls (a final answer); any other event unchanged.
+    fn annotate(&self, event: Event, run: &Run) -> Event {
+        match event {
+            Event::Done {
+                attempt,
+                rejected_arguments,
+                output_rejected: None,
+            } => {
+                let output_rejected = run
+                    .partial()
+                    .filter(|m| m.tool_calls.is_empty())
+                    .and_then(|m| self.verdict(&m.text));
+                Event::Done {
+                    attempt,
+                    rejected_arguments,
+                    output_rejected,
+                }
+            }
+            other => other,
+        }
+    }
+}
+
 /// What a journaled model attempt produced: its events, and the deadline that cut it, if one
 /// did.
 #[derive(Serialize, Deserialize)]
@@ -347,9 +411,7 @@ impl Session {
         // `abort` (shared, so it runs while this handler holds the key) finds the invocation
         // to stop here.
         ctx.set(RUNNING, ctx.invocation_id().to_string());
-        let out = self
-            .drive(&ctx, run_id, entries, input.into_inner().prompt)
-            .await;
+        let out = self.drive(&ctx, run_id, entries, input.into_inner()).await;
         ctx.clear(RUNNING);
         let out = out?;
         ctx.set(LAST, Json(out.clone()));
@@ -435,17 +497,22 @@ impl Session {
         ctx: &ObjectContext<'_>,
         run_id: String,
         mut entries: Vec<Entry>,
-        prompt: String,
+        input: PromptInput,
     ) -> Result<PromptOutput, TerminalError> {
         let w = &*self.0;
         let stored = entries.len();
+        let PromptInput { prompt, output } = input;
+        let mut config = w.config.clone();
+        config.output = output;
+        // The typed answer's check: pure, on the journaled attempt, so a replay checks alike.
+        let check = config.output.as_ref().map(OutputCheck::new);
         let start = Event::Start {
             run_id: run_id.clone(),
             history: agentloop_core::session_log::history(&entries),
             input: vec![Message::user(prompt)],
             session_turns: agentloop_core::session_log::committed_turns(&entries),
         };
-        let mut run = Run::new(w.config.clone());
+        let mut run = Run::new(config);
         let mut pending = VecDeque::from([start]);
         // Timers the machine started and has not cancelled: id → delay.
         let mut timers: BTreeMap<u64, u64> = BTreeMap::new();
@@ -476,6 +543,10 @@ impl Session {
                         }
                     }
                 }
+            };
+            let event = match &check {
+                Some(check) => check.annotate(event, &run),
+                None => event,
             };
             let mut effects = VecDeque::from(run.handle(event).effects);
             while let Some(effect) = effects.pop_front() {
@@ -972,8 +1043,7 @@ async fn call_model(
                     Event::Delta { delta, .. } => Some(delta),
                     _ => None,
                 })),
-                // Typed final answers are not checked by the Restate worker (its runs ask for
-                // none).
+                // The typed answer is checked when the drive loop feeds `Done` (`OutputCheck`).
                 output_rejected: None,
                 attempt,
             },
