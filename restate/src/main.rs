@@ -60,7 +60,7 @@ struct ServeArgs {
     /// Maximum model steps.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     max_steps: u32,
-    /// Session store (a directory, or sqlite:PATH when built with the `sqlite-store` feature),
+    /// Session store (a directory, or sqlite:PATH with the default feature `sqlite-store`),
     /// as `agentloop --store`: sessions load their history from it and append each run's
     /// entries to it. Without it, entries live only in the object's Restate state.
     #[arg(long)]

@@ -113,3 +113,51 @@ fn restate_store_sessions_show_and_check() {
     assert_eq!(st["entries"].as_u64(), Some(stored as u64), "{st}");
     drop(w);
 }
+
+/// The same with `--store sqlite:PATH`: the CLI shows and checks the session the worker ran,
+/// and a second prompt continues its history.
+#[test]
+fn restate_store_sqlite() {
+    if !wanted() {
+        return;
+    }
+    let _ports = ports_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _server = Server::start(&dir.path().join("restate"));
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).expect("root");
+    let store = format!("sqlite:{}", dir.path().join("sessions.db").display());
+    let script = dir.path().join("script.json");
+    append_script(&script, 5);
+    let args = [
+        "--script".as_ref(),
+        script.as_os_str(),
+        "--root".as_ref(),
+        root.as_os_str(),
+        "--store".as_ref(),
+        std::ffi::OsStr::new(&store),
+    ];
+    let _w = Worker::start_with(9080, &args, None);
+    register("http://127.0.0.1:9080");
+    let session = format!("sq{}", std::process::id());
+    let r = prompt(&session, "What is 2+3?");
+    assert_eq!(r["text"], "The answer is 5.", "{r}");
+    let r = prompt(&session, "append the lines");
+    assert_eq!(r["reason"], "final_answer", "{r}");
+    let store = std::path::PathBuf::from(store);
+    let (ok, shown) = sessions("show", &session, &store);
+    assert!(ok, "sessions show failed");
+    assert!(shown.contains("The answer is 5."), "{shown}");
+    assert!(
+        shown.contains("append_line (call_6_0) completed"),
+        "{shown}"
+    );
+    assert_eq!(
+        shown.matches("completed: final_answer").count(),
+        2,
+        "{shown}"
+    );
+    let (ok, checked) = sessions("check", &session, &store);
+    assert!(ok, "sessions check failed: {checked}");
+    assert_eq!(lines(&root.join("out.txt")).len(), 5);
+}
