@@ -147,7 +147,10 @@ fn restate_abort_stalled_model_attempt() {
     let _server = Server::start(&dir.path().join("restate"));
     let (port, requests) = stalled_model_server();
     let base_url = format!("http://127.0.0.1:{port}");
+    let store = dir.path().join("sessions");
     let args = [
+        "--store".as_ref(),
+        store.as_os_str(),
         "--provider".as_ref(),
         "openai".as_ref(),
         "--model".as_ref(),
@@ -188,6 +191,19 @@ fn restate_abort_stalled_model_attempt() {
     assert_eq!(r["reason"], "stop the stalled model", "{r}");
     assert!(took < Duration::from_secs(2), "the abort took {took:?}");
     assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // The abort is recorded: the run's end in the store, as `agentloop sessions` shows it.
+    let shown = std::process::Command::new(cli_binary())
+        .args(["sessions", "--store"])
+        .arg(&store)
+        .args(["show", &session])
+        .output()
+        .expect("agentloop sessions show");
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    eprintln!("{shown}");
+    assert!(
+        shown.contains("aborted: stop the stalled model"),
+        "the store records the abort: {shown}"
+    );
 
     // 2. Two prompts queued behind a stalled one, dropped by `clear_queue`.
     let running = send(&session, "hello again", &format!("{session}-2"));
