@@ -629,6 +629,11 @@ pub enum ImportFormat {
     /// An Inspect AI eval log (JSON, with its samples): one trace and one script per sample,
     /// written into the directory `--out` (default: FILE with extension `.traces`).
     InspectEval,
+    /// OpenTelemetry GenAI spans in OTLP JSON (`resourceSpans`, chat spans with
+    /// `gen_ai.input.messages` / `gen_ai.output.messages` or the older message events): one
+    /// trace and one script per trace id, written into the directory `--out` (default: FILE
+    /// with extension `.traces`).
+    OtelGenai,
 }
 
 /// `agentloop trace import`.
@@ -640,14 +645,17 @@ pub struct ImportArgs {
     /// The recorded conversation.
     pub file: PathBuf,
     /// Where to write the trace (default: FILE with extension `.trace.jsonl`); for
-    /// `inspect-eval`, the directory of the traces (default: FILE with extension `.traces`).
+    /// `inspect-eval` and `otel-genai`, the directory of the traces (default: FILE with
+    /// extension `.traces`).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Where to write the scripted model's script (default: FILE with extension `.script.json`;
-    /// not for `inspect-eval`, which writes `NAME.script.json` beside each trace).
+    /// not for `inspect-eval` and `otel-genai`, which write `NAME.script.json` beside each
+    /// trace).
     #[arg(long)]
     pub script: Option<PathBuf>,
-    /// The model name recorded in the trace (`inspect-eval`: when the log names none).
+    /// The model name recorded in the trace (`inspect-eval`, `otel-genai`: when the file names
+    /// none).
     #[arg(long, default_value = "imported")]
     pub model: String,
 }
@@ -709,8 +717,10 @@ pub fn write_replacing<T>(
 
 /// `trace import`: 0 imported as recorded, 1 imported with findings (printed), 2 bad input.
 pub fn import_main(args: ImportArgs) -> ExitCode {
-    if let ImportFormat::InspectEval = args.from {
-        return import_inspect_main(args);
+    match args.from {
+        ImportFormat::InspectEval => return import_inspect_main(args),
+        ImportFormat::OtelGenai => return import_otel_main(args),
+        ImportFormat::OpenaiChat => {}
     }
     let fail = |e: String| {
         errln!("error: {}: {e}", args.file.display());
@@ -793,22 +803,9 @@ pub fn import_main(args: ImportArgs) -> ExitCode {
 /// `DIR/ID_epochN.script.json`. 0 imported as recorded, 1 with findings (printed), 2 bad input.
 fn import_inspect_main(args: ImportArgs) -> ExitCode {
     use agentloop_trace_tools::import_inspect::inspect_eval;
-    let fail = |e: String| {
-        errln!("error: {}: {e}", args.file.display());
-        ExitCode::from(2)
-    };
-    if args.script.is_some() {
-        return fail(
-            "--script is for openai-chat; an eval log's scripts go beside its traces".into(),
-        );
-    }
-    let text = match read_regular_to_string(&args.file, crate::out::INPUT_LIMIT) {
-        Ok(t) => t,
-        Err(e) => return fail(e.to_string()),
-    };
-    let value: serde_json::Value = match serde_json::from_str(&text) {
+    let value = match read_import_json(&args) {
         Ok(v) => v,
-        Err(e) => return fail(format!("not JSON: {e}")),
+        Err(code) => return code,
     };
     let options = agentloop_trace_tools::import::ImportOptions {
         agentloop: env!("CARGO_PKG_VERSION").into(),
@@ -817,8 +814,74 @@ fn import_inspect_main(args: ImportArgs) -> ExitCode {
     };
     let samples = match inspect_eval(&value, &options) {
         Ok(s) => s,
-        Err(e) => return fail(e.to_string()),
+        Err(e) => {
+            errln!("error: {}: {e}", args.file.display());
+            return ExitCode::from(2);
+        }
     };
+    let items = samples.iter().map(|s| {
+        (
+            s.file_stem(),
+            format!("sample {} (epoch {})", s.id, s.epoch),
+            &s.imported,
+        )
+    });
+    write_imported_dir(&args, items, ("sample", "samples"))
+}
+
+/// `trace import --from otel-genai`: each OpenTelemetry trace of the export as
+/// `DIR/TRACEID.jsonl` and `DIR/TRACEID.script.json`. 0 imported as recorded, 1 with findings
+/// (printed), 2 bad input.
+fn import_otel_main(args: ImportArgs) -> ExitCode {
+    use agentloop_trace_tools::import_otel::otel_genai;
+    let value = match read_import_json(&args) {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
+    let options = agentloop_trace_tools::import::ImportOptions {
+        agentloop: env!("CARGO_PKG_VERSION").into(),
+        model: args.model.clone(),
+        ..Default::default()
+    };
+    let traces = match otel_genai(&value, &options) {
+        Ok(t) => t,
+        Err(e) => {
+            errln!("error: {}: {e}", args.file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let items = traces
+        .iter()
+        .map(|t| (t.file_stem(), format!("trace {}", t.trace_id), &t.imported));
+    write_imported_dir(&args, items, ("trace", "traces"))
+}
+
+/// Reads FILE of a per-item import as JSON (refusing `--script`); on failure the error is
+/// printed and the exit code returned.
+fn read_import_json(args: &ImportArgs) -> Result<serde_json::Value, ExitCode> {
+    let fail = |e: String| {
+        errln!("error: {}: {e}", args.file.display());
+        ExitCode::from(2)
+    };
+    if args.script.is_some() {
+        return Err(fail(
+            "--script is for openai-chat; the scripts of this format go beside its traces".into(),
+        ));
+    }
+    let text = read_regular_to_string(&args.file, crate::out::INPUT_LIMIT)
+        .map_err(|e| fail(e.to_string()))?;
+    serde_json::from_str(&text).map_err(|e| fail(format!("not JSON: {e}")))
+}
+
+/// Writes each imported item (file stem, label, import) as `DIR/STEM.jsonl` and
+/// `DIR/STEM.script.json` and prints the summary and the differences. 0 as recorded, 1 with
+/// findings, 2 when a file cannot be written.
+fn write_imported_dir<'a>(
+    args: &ImportArgs,
+    items: impl ExactSizeIterator<Item = (String, String, &'a agentloop_trace_tools::import::Imported)>,
+    (one, many): (&str, &str),
+) -> ExitCode {
+    let count = items.len();
     let dir = args
         .out
         .clone()
@@ -830,36 +893,35 @@ fn import_inspect_main(args: ImportArgs) -> ExitCode {
     let mut o = String::new();
     let mut with_findings = 0usize;
     let mut stems = std::collections::HashSet::new();
-    for s in &samples {
-        // Two samples whose ids differ only in replaced characters still get two files.
-        let mut stem = s.file_stem();
+    for (file_stem, label, imported) in items {
+        // Two items whose ids differ only in replaced characters still get two files.
+        let mut stem = file_stem.clone();
         let mut n = 1;
         while !stems.insert(stem.clone()) {
             n += 1;
-            stem = format!("{}-{n}", s.file_stem());
+            stem = format!("{file_stem}-{n}");
         }
         let trace_path = dir.join(format!("{stem}.jsonl"));
         let script_path = dir.join(format!("{stem}.script.json"));
-        let trace = s.imported.trace.to_jsonl();
+        let trace = imported.trace.to_jsonl();
         let script =
-            serde_json::to_string_pretty(&script_of(&s.imported.replies)).unwrap_or_default();
+            serde_json::to_string_pretty(&script_of(&imported.replies)).unwrap_or_default();
         for (path, text) in [(&trace_path, trace), (&script_path, script + "\n")] {
             if let Err(e) = write_replacing(path, |w| w.write_all(text.as_bytes())) {
                 errln!("error: {}: {e}", path.display());
                 return ExitCode::from(2);
             }
         }
-        if !s.imported.findings.is_empty() {
+        if !imported.findings.is_empty() {
             with_findings += 1;
         }
-        for f in &s.imported.findings {
-            let _ = writeln!(o, "differs: sample {} (epoch {}): {f}", s.id, s.epoch);
+        for f in &imported.findings {
+            let _ = writeln!(o, "differs: {label}: {f}");
         }
     }
     let head = format!(
-        "imported {} sample{} into {} ({with_findings} with differences)\n",
-        samples.len(),
-        if samples.len() == 1 { "" } else { "s" },
+        "imported {count} {} into {} ({with_findings} with differences)\n",
+        if count == 1 { one } else { many },
         dir.display()
     );
     emit(&(head + &o));

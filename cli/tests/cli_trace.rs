@@ -395,3 +395,76 @@ fn import_of_an_inspect_eval_log_writes_a_trace_and_a_script_per_sample() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("no `samples`"), "{}", stderr(&bad));
 }
+
+#[test]
+fn import_of_otel_genai_spans_writes_a_trace_and_a_script_per_trace_id() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spans: PathBuf = [
+        env!("CARGO_MANIFEST_DIR"),
+        "..",
+        "tests",
+        "fixtures",
+        "otel",
+        "genai.json",
+    ]
+    .iter()
+    .collect();
+    let spans = spans.display().to_string();
+    let args = [
+        "trace",
+        "import",
+        "--from",
+        "otel-genai",
+        &spans,
+        "--out",
+        "otel",
+    ];
+    let import = agentloop(dir.path(), &args);
+    // The final answer's reasoning part is not imported: a difference, exit 1.
+    assert_eq!(import.status.code(), Some(1), "{}", stderr(&import));
+    let out = stdout(&import);
+    assert!(
+        out.contains("imported 2 traces into otel (1 with differences)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("differs: trace 5b8efff798038103d269b633813fc60c: chat span 2:"),
+        "{out}"
+    );
+    for f in [
+        "5b8efff798038103d269b633813fc60c.jsonl",
+        "5b8efff798038103d269b633813fc60c.script.json",
+        "0af7651916cd43dd8448eb211c80319c.jsonl",
+        "0af7651916cd43dd8448eb211c80319c.script.json",
+    ] {
+        assert!(dir.path().join("otel").join(f).is_file(), "{f}");
+    }
+    let replay = agentloop(dir.path(), &["replay", "otel"]);
+    assert!(replay.status.success(), "{}", stdout(&replay));
+    assert!(
+        stdout(&replay).contains("2 identical"),
+        "{}",
+        stdout(&replay)
+    );
+    let show = agentloop(
+        dir.path(),
+        &[
+            "trace",
+            "show",
+            "otel/5b8efff798038103d269b633813fc60c.jsonl",
+        ],
+    );
+    assert!(show.status.success(), "{}", stderr(&show));
+    assert!(stdout(&show).contains("get_weather"), "{}", stdout(&show));
+    std::fs::write(dir.path().join("bad.json"), r#"{"resourceSpans": 1}"#).expect("write");
+    let bad = agentloop(
+        dir.path(),
+        &["trace", "import", "--from", "otel-genai", "bad.json"],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("`resourceSpans` is not an array"),
+        "{}",
+        stderr(&bad)
+    );
+}

@@ -14,7 +14,9 @@
 //! * [`import`]: an OpenAI chat-completions conversation recorded elsewhere, turned into a
 //!   trace by feeding it to fresh machines (`agentloop trace import`);
 //! * [`import_inspect`]: an Inspect AI eval log, one trace per sample, through the same
-//!   import.
+//!   import;
+//! * [`import_otel`]: OpenTelemetry GenAI spans (OTLP JSON), one trace per OpenTelemetry trace
+//!   id, through the same import.
 //!
 //! Like the core, everything here is pure: no IO, clock or async runtime. The caller reads the
 //! files and writes the results.
@@ -39,6 +41,7 @@
 pub mod export;
 pub mod import;
 pub mod import_inspect;
+pub mod import_otel;
 pub mod trace_diff;
 pub mod transcript;
 pub mod whatif;
