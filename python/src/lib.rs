@@ -897,27 +897,70 @@ fn _what_if_corpus(
 /// import's findings.
 #[pyfunction]
 fn _import_inspect(py: Python<'_>, path: PathBuf) -> PyResult<Vec<PyTrace>> {
-    use agentloop_trace_tools::import::ImportOptions;
     use agentloop_trace_tools::import_inspect::inspect_eval;
+    imported_traces(py, path, "the eval log", |log, options| {
+        inspect_eval(log, options)
+            .map(|samples| {
+                samples
+                    .into_iter()
+                    .map(|s| (s.file_stem(), s.imported))
+                    .collect()
+            })
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// Every trace id of the OpenTelemetry GenAI export (OTLP JSON) at `path` imported as a trace
+/// (`agentloop trace import --from otel-genai`), named `PATH#TRACE_ID`, with the import's
+/// findings.
+#[pyfunction]
+fn _import_otel(py: Python<'_>, path: PathBuf) -> PyResult<Vec<PyTrace>> {
+    use agentloop_trace_tools::import_otel::otel_genai;
+    imported_traces(py, path, "the spans", |export, options| {
+        otel_genai(export, options)
+            .map(|traces| {
+                traces
+                    .into_iter()
+                    .map(|t| (t.file_stem(), t.imported))
+                    .collect()
+            })
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// The results of one import (each named by its file stem) of the JSON file at `path`, as
+/// traces named `PATH#STEM` with their findings: an unreadable file is a `TraceReadError`, one
+/// the import refuses a `TraceCorruptError`.
+fn imported_traces(
+    py: Python<'_>,
+    path: PathBuf,
+    what: &str,
+    import: impl FnOnce(
+            &Value,
+            &agentloop_trace_tools::import::ImportOptions,
+        ) -> Result<Vec<(String, agentloop_trace_tools::import::Imported)>, String>
+        + Send,
+) -> PyResult<Vec<PyTrace>> {
+    use agentloop_trace_tools::import::ImportOptions;
     py.allow_threads(|| {
-        guarded("importing the eval log", || {
+        guarded(&format!("importing {what}"), || {
             let name = path.display().to_string();
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| TraceReadError::new_err(format!("{name}: {e}")))?;
-            let log: Value = serde_json::from_str(&text)
+            let value: Value = serde_json::from_str(&text)
                 .map_err(|e| TraceCorruptError::new_err(format!("{name}: not JSON: {e}")))?;
             let options = ImportOptions {
                 agentloop: env!("CARGO_PKG_VERSION").into(),
                 ..ImportOptions::default()
             };
-            let samples = inspect_eval(&log, &options)
+            let imported = import(&value, &options)
                 .map_err(|e| TraceCorruptError::new_err(format!("{name}: {e}")))?;
-            Ok(samples
+            Ok(imported
                 .into_iter()
-                .map(|s| PyTrace {
-                    path: format!("{name}#{}", s.file_stem()),
-                    findings: s.imported.findings.iter().map(|f| f.to_string()).collect(),
-                    trace: Arc::new(s.imported.trace),
+                .map(|(stem, imported)| PyTrace {
+                    path: format!("{name}#{stem}"),
+                    findings: imported.findings.iter().map(|f| f.to_string()).collect(),
+                    trace: Arc::new(imported.trace),
                     timing: Arc::new(Timing::default()),
                 })
                 .collect())
@@ -972,5 +1015,6 @@ fn _agentloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_what_if_corpus, m)?)?;
     m.add_function(wrap_pyfunction!(_data_frame, m)?)?;
     m.add_function(wrap_pyfunction!(_import_inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(_import_otel, m)?)?;
     Ok(())
 }

@@ -210,6 +210,20 @@ class TraceTest(unittest.TestCase):
         with self.assertRaises(agentloop.TraceCorruptError):
             agentloop.import_inspect(self.demo)
 
+    def test_an_otel_genai_export_imports_as_traces(self):
+        spans = ROOT / "tests" / "fixtures" / "otel" / "genai.json"
+        traces = agentloop.import_otel(spans)
+        self.assertEqual(
+            [t.path.rsplit("#", 1)[1] for t in traces],
+            ["5b8efff798038103d269b633813fc60c", "0af7651916cd43dd8448eb211c80319c"],
+        )
+        for t in traces:
+            self.assertIsNone(t.replay())
+        self.assertIn("get_weather", list(traces[0].tool_calls()["tool"]))
+        self.assertEqual(traces[1].findings, [])
+        with self.assertRaises(agentloop.TraceCorruptError):
+            agentloop.import_otel(self.demo)
+
     def test_the_package_imports_without_pandas(self):
         code = (
             "import sys; sys.modules['pandas'] = None\n"

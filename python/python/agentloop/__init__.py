@@ -53,6 +53,7 @@ __all__ = [
     "what_if_dir",
     "columns",
     "import_inspect",
+    "import_otel",
     "runs",
     "steps",
     "tool_calls",
@@ -101,6 +102,14 @@ def import_inspect(path):
     ``PATH#ID_epochN``, with what the import could not carry over in ``.findings``. Raises
     TraceReadError (unreadable file) or TraceCorruptError (not an eval log with samples)."""
     return _native._import_inspect(_os.fsdecode(path))
+
+
+def import_otel(path):
+    """Every trace id of an OpenTelemetry GenAI export (OTLP JSON) as a Trace, in the order the
+    ids first appear (``agentloop trace import --from otel-genai``): each named
+    ``PATH#TRACE_ID``, with what the import could not carry over in ``.findings``. Raises
+    TraceReadError (unreadable file) or TraceCorruptError (not an export with chat spans)."""
+    return _native._import_otel(_os.fsdecode(path))
 
 
 def runs(paths, *, skip_unreadable=False):
