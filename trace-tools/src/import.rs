@@ -539,3 +539,25 @@ where
         findings,
     })
 }
+
+/// `id` as a file name: characters other than ASCII letters, digits, `-`, `_` and `.` replaced
+/// by `_`, leading dots dropped; `fallback` when nothing is left. Names the per-sample and
+/// per-trace files of the multi-trace imports.
+pub(crate) fn safe_stem(id: &str, fallback: &str) -> String {
+    let id: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let id = id.trim_start_matches('.');
+    if id.is_empty() {
+        fallback.into()
+    } else {
+        id.into()
+    }
+}

@@ -35,21 +35,9 @@ impl Sample {
     /// A file name for the sample's trace: `ID_epochN`, with characters other than ASCII
     /// letters, digits, `-`, `_` and `.` replaced by `_`.
     pub fn file_stem(&self) -> String {
-        let id: String = self
-            .id
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        let id = id.trim_start_matches('.');
         format!(
             "{}_epoch{}",
-            if id.is_empty() { "sample" } else { id },
+            crate::import::safe_stem(&self.id, "sample"),
             self.epoch
         )
     }

@@ -43,23 +43,7 @@ impl OtelTrace {
     /// A file name for the trace: its trace id, with characters other than ASCII letters,
     /// digits, `-`, `_` and `.` replaced by `_`.
     pub fn file_stem(&self) -> String {
-        let id: String = self
-            .trace_id
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        let id = id.trim_start_matches('.');
-        if id.is_empty() {
-            "trace".into()
-        } else {
-            id.into()
-        }
+        crate::import::safe_stem(&self.trace_id, "trace")
     }
 }
 
