@@ -21,6 +21,21 @@ fn spec(name: &str) -> ToolSpec {
     }
 }
 
+/// A model request of run `r`'s first step offering `tools`.
+fn request(tools: &[&str]) -> ModelRequest {
+    ModelRequest {
+        run_id: "r".into(),
+        model_call_index: 1,
+        attempt: 1,
+        session_turn: 0,
+        model: "m".into(),
+        system: None,
+        messages: vec![Message::user("hi")].into(),
+        tools: tools.iter().map(|t| spec(t)).collect::<Vec<_>>().into(),
+        params: Default::default(),
+    }
+}
+
 fn attempt(run_id: &str, index: u32) -> AttemptId {
     AttemptId {
         run_id: run_id.into(),
@@ -75,17 +90,7 @@ fn describe(effects: &[Effect]) -> Vec<String> {
 /// next call's; and every tool-call row's effect check holds and names its row.
 #[test]
 fn r_arch_3_each_calls_row_produces_its_effects_in_call_order() {
-    let request = ModelRequest {
-        run_id: "r".into(),
-        model_call_index: 1,
-        attempt: 1,
-        session_turn: 0,
-        model: "m".into(),
-        system: None,
-        messages: vec![Message::user("hi")].into(),
-        tools: vec![spec("calc")].into(),
-        params: Default::default(),
-    };
+    let request = request(&["calc"]);
     let mut p = Process::new(StepConfig::default(), request, BTreeSet::new());
     let _ = p.begin();
     let _ = p.handle(&Event::StreamOpened {
@@ -224,17 +229,7 @@ fn committed(
     tools: &[&str],
     calls: &[(&str, &str, &str)],
 ) -> (Process, agentloop_core::process::ProcessStep) {
-    let request = ModelRequest {
-        run_id: "r".into(),
-        model_call_index: 1,
-        attempt: 1,
-        session_turn: 0,
-        model: "m".into(),
-        system: None,
-        messages: vec![Message::user("hi")].into(),
-        tools: tools.iter().map(|t| spec(t)).collect::<Vec<_>>().into(),
-        params: Default::default(),
-    };
+    let request = request(tools);
     let mut p = Process::new(cfg, request, BTreeSet::new());
     let _ = p.begin();
     let _ = p.handle(&Event::StreamOpened {
@@ -318,17 +313,7 @@ fn r_tool_3_rows_acting_on_a_rule_announce_it() {
         tool_rules: vec![ToolRule::ask("calc")],
         ..StepConfig::default()
     };
-    let request = ModelRequest {
-        run_id: "r".into(),
-        model_call_index: 1,
-        attempt: 1,
-        session_turn: 0,
-        model: "m".into(),
-        system: None,
-        messages: vec![Message::user("hi")].into(),
-        tools: vec![spec("calc")].into(),
-        params: Default::default(),
-    };
+    let request = request(&["calc"]);
     let mut p = Process::new(cfg, request, BTreeSet::new());
     let message = agentloop_core::AssistantMessage {
         tool_calls: vec![agentloop_core::ToolCall {
@@ -495,17 +480,7 @@ fn r_ext_1_gate_verdicts_move_the_next_call_and_respect_the_whitelist() {
     assert_eq!(gates(&s.effects), ["c2"], "{:?}", s.effects);
 
     // The session approved `calc` "always" before this run: the hooks' question is answered.
-    let request = ModelRequest {
-        run_id: "r".into(),
-        model_call_index: 1,
-        attempt: 1,
-        session_turn: 0,
-        model: "m".into(),
-        system: None,
-        messages: vec![Message::user("hi")].into(),
-        tools: vec![spec("calc")].into(),
-        params: Default::default(),
-    };
+    let request = request(&["calc"]);
     let cfg = StepConfig {
         gate_tools: true,
         ..StepConfig::default()
