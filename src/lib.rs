@@ -84,6 +84,22 @@
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+/// Declares an item `pub` with feature `wire` and `pub(crate)` without: the providers' wire
+/// layer (stream normalizers, request bodies, the scripted model's plan) is for tests,
+/// benchmarks, fuzz targets and the CLI's `agentloop decode`, not part of the surface an agent
+/// program sees.
+macro_rules! wire_pub {
+    ($(#[$meta:meta])* pub $($item:tt)*) => {
+        #[cfg(feature = "wire")]
+        $(#[$meta])*
+        pub $($item)*
+        #[cfg(not(feature = "wire"))]
+        #[allow(dead_code)] // some only the tests and the CLI call
+        $(#[$meta])*
+        pub(crate) $($item)*
+    };
+}
+
 // The core's vocabulary a user names (messages, events, errors) is re-exported at the root below.
 use agentloop_core::{agent_event, error, message};
 

@@ -1,5 +1,6 @@
-//! Anthropic Messages: the stream normalizer ([`AnthropicNormalizer`]), the request body
-//! ([`request_body`]) and the [`Model`](crate::model::Model) implementation ([`AnthropicModel`]).
+//! Anthropic Messages: the stream normalizer (`AnthropicNormalizer`) and the request body
+//! (`request_body`), public with feature `wire`, and the [`Model`](crate::model::Model)
+//! implementation ([`AnthropicModel`]).
 //!
 //! The reading of the wire format:
 //!
@@ -150,6 +151,7 @@ struct BlockState {
     open: bool,
 }
 
+wire_pub! {
 /// Maps an Anthropic `stop_reason` to the normalized reason.
 pub fn map_stop_reason(raw: &str) -> FinishReason {
     match raw {
@@ -160,7 +162,9 @@ pub fn map_stop_reason(raw: &str) -> FinishReason {
         _ => FinishReason::Other,
     }
 }
+}
 
+wire_pub! {
 /// The Messages stream normalizer. Pure; see the module docs.
 #[derive(Debug, Clone, Default)]
 pub struct AnthropicNormalizer {
@@ -172,11 +176,14 @@ pub struct AnthropicNormalizer {
     ended: bool,
     limits: ResponseLimits,
 }
+}
 
 impl AnthropicNormalizer {
+    wire_pub! {
     /// A fresh normalizer for one response.
     pub fn new() -> Self {
         Self::default()
+    }
     }
 
     fn fail(&mut self, error: ModelError, out: &mut Vec<MessageDelta>) {
@@ -473,6 +480,7 @@ impl SseNormalizer for AnthropicNormalizer {
     }
 }
 
+wire_pub! {
 /// The Messages request body for `req` (`stream: true`). System messages in the history join
 /// the `system` parameter; consecutive messages of one role are merged (the API requires
 /// alternation); tool results travel as `tool_result` blocks of a user message; a user
@@ -580,6 +588,7 @@ pub fn request_body(req: &ModelRequest, model: &str, default_max_tokens: u32) ->
         body["temperature"] = json!(t);
     }
     body
+}
 }
 
 /// A user message's content blocks: its text (as it always was for a plain message; left out

@@ -519,6 +519,7 @@ async fn read_limited(resp: reqwest::Response, timeout: Duration, limit: usize) 
     out
 }
 
+wire_pub! {
 /// The model name to send for a request routed to a `kind` client whose own model is
 /// `default`: the request's model without the `provider:` prefix of the registry name the
 /// client is known by ([`Model::name`](crate::model::Model::name), e.g. `openai:gpt-4o` →
@@ -533,6 +534,7 @@ pub fn wire_model<'a>(kind: ProviderKind, requested: &'a str, default: &'a str) 
     } else {
         requested
     }
+}
 }
 
 /// The model the command-line tools' flags name (`--provider`, `--model`, `--base-url`,

@@ -1,5 +1,6 @@
-//! OpenAI-compatible Chat Completions: the stream normalizer ([`OpenAiNormalizer`]), the
-//! request body ([`request_body`]) and the [`Model`](crate::model::Model) implementation ([`OpenAiModel`]).
+//! OpenAI-compatible Chat Completions: the stream normalizer (`OpenAiNormalizer`) and the
+//! request body (`request_body`), public with feature `wire`, and the
+//! [`Model`](crate::model::Model) implementation ([`OpenAiModel`]).
 //!
 //! One reading of the wire format that works with OpenAI, Azure, OpenRouter, Ollama, vLLM,
 //! llama.cpp and DeepSeek (`stream: true`, `stream_options.include_usage`):
@@ -32,7 +33,7 @@
 //!   [`ResponseLimits::max_tool_argument_bytes`] gathered before a call's name arrives, are
 //!   `response_too_large` (the pipeline counts everything that was emitted).
 //!
-//! The request ([`request_body_with`]): a user message with content parts has an array
+//! The request (`request_body_with`): a user message with content parts has an array
 //! `content` of `text`, `image_url` (`{url}`: the image's URL or a `data:` URL) and `file`
 //! (`{filename, file_data}`: a `data:` URL) parts; without parts it is the plain string. An
 //! assistant message's reasoning goes back as `reasoning_content` as [`ReasoningReplay`] says.
@@ -294,6 +295,7 @@ enum Phase {
     Ended,
 }
 
+wire_pub! {
 /// The Chat Completions stream normalizer: SSE events in, [`MessageDelta`]s out. Pure; see
 /// the module docs for the quirks it handles.
 #[derive(Debug, Clone)]
@@ -311,6 +313,7 @@ pub struct OpenAiNormalizer {
     id_prefix: String,
     limits: ResponseLimits,
 }
+}
 
 impl Default for OpenAiNormalizer {
     fn default() -> Self {
@@ -318,6 +321,7 @@ impl Default for OpenAiNormalizer {
     }
 }
 
+wire_pub! {
 /// Maps a Chat Completions `finish_reason` to the normalized reason.
 pub fn map_finish_reason(raw: &str) -> FinishReason {
     match raw {
@@ -328,8 +332,10 @@ pub fn map_finish_reason(raw: &str) -> FinishReason {
         _ => FinishReason::Other,
     }
 }
+}
 
 impl OpenAiNormalizer {
+    wire_pub! {
     /// Sets the prefix of ids generated for calls that arrive without one (default `call_`).
     /// The client passes one that names the run and step, so generated ids never repeat
     /// across the turns of a session (tool results are keyed by call id, R-IDEM-3).
@@ -337,7 +343,9 @@ impl OpenAiNormalizer {
         self.id_prefix = prefix.into();
         self
     }
+    }
 
+    wire_pub! {
     /// A fresh normalizer for one response.
     pub fn new() -> Self {
         OpenAiNormalizer {
@@ -352,6 +360,7 @@ impl OpenAiNormalizer {
             id_prefix: "call_".into(),
             limits: ResponseLimits::default(),
         }
+    }
     }
 
     fn fail(&mut self, error: ModelError, out: &mut Vec<MessageDelta>) {
@@ -720,6 +729,7 @@ impl std::str::FromStr for ReasoningReplay {
     }
 }
 
+wire_pub! {
 /// Refuses what Chat Completions cannot carry, before anything is sent: a file given by URL
 /// (`file` parts take `file_data` or an uploaded `file_id`, not a URL). A
 /// [`ErrorKind::BadRequest`](crate::error::ErrorKind::BadRequest), not retried.
@@ -745,6 +755,7 @@ pub fn check_request(req: &ModelRequest) -> Result<(), ModelError> {
         }
     }
     Ok(())
+}
 }
 
 /// A user message's `content`: the plain string when it has no parts (the wire format it
@@ -780,12 +791,15 @@ fn user_content(content: &str, parts: &[UserPart]) -> Value {
     Value::Array(out)
 }
 
+wire_pub! {
 /// The Chat Completions request body for `req` (`stream: true`, usage included), reasoning
 /// sent back as [`ReasoningReplay::default`] says.
 pub fn request_body(req: &ModelRequest, model: &str) -> Value {
     request_body_with(req, model, ReasoningReplay::default())
 }
+}
 
+wire_pub! {
 /// [`request_body`] with the reasoning of earlier assistant messages sent back as `replay` says.
 pub fn request_body_with(req: &ModelRequest, model: &str, replay: ReasoningReplay) -> Value {
     let mut messages = Vec::new();
@@ -892,6 +906,7 @@ pub fn request_body_with(req: &ModelRequest, model: &str, replay: ReasoningRepla
         });
     }
     body
+}
 }
 
 /// `name` as `response_format.json_schema.name` accepts it: `[a-zA-Z0-9_-]`, at most 64.

@@ -1,7 +1,7 @@
 //! OpenAI Responses API (`POST {base}/responses`): the stream normalizer
-//! ([`ResponsesNormalizer`]), the request body ([`request_body`]) and, with the feature
-//! `openai-responses`, the [`Model`](crate::model::Model) implementation
-//! ([`OpenAiResponsesModel`]).
+//! (`ResponsesNormalizer`), the request body (`request_body`), both public with feature
+//! `wire`, and, with the feature `openai-responses`, the [`Model`](crate::model::Model)
+//! implementation ([`OpenAiResponsesModel`]).
 //!
 //! The request is stateless: `store: false` and the whole conversation as `input` items on
 //! every step. For a reasoning model (see [`ResponsesReasoning::encrypted`]) it also asks for
@@ -25,7 +25,7 @@
 //!   reasoning some servers stream) → reasoning, a `\n\n` between two summary parts; the
 //!   item's `output_item.done`, when it carries `encrypted_content`, → one
 //!   `redacted-reasoning` delta whose data is the item as JSON (`{"type": "reasoning", "id",
-//!   "encrypted_content", "summary"}`): the assistant message keeps it and [`request_body`]
+//!   "encrypted_content", "summary"}`): the assistant message keeps it and `request_body`
 //!   sends it back.
 //! - `response.completed` → `finish-step` (usage: `input_tokens`, `output_tokens`,
 //!   `input_tokens_details.cached_tokens`, `output_tokens_details.reasoning_tokens`; finish
@@ -137,6 +137,7 @@ enum Block {
     Reasoning,
 }
 
+wire_pub! {
 /// Maps a Responses end (`completed`, or `response.incomplete`'s `incomplete_details.reason`)
 /// to the normalized reason; `called_tools` says whether the response has function calls.
 pub fn map_finish_reason(raw: &str, called_tools: bool) -> FinishReason {
@@ -148,7 +149,9 @@ pub fn map_finish_reason(raw: &str, called_tools: bool) -> FinishReason {
         _ => FinishReason::Other,
     }
 }
+}
 
+wire_pub! {
 /// The Responses stream normalizer: SSE events in, [`MessageDelta`]s out. Pure; see the
 /// module docs.
 #[derive(Debug, Clone, Default)]
@@ -166,11 +169,14 @@ pub struct ResponsesNormalizer {
     items: usize,
     limits: ResponseLimits,
 }
+}
 
 impl ResponsesNormalizer {
+    wire_pub! {
     /// A fresh normalizer for one response.
     pub fn new() -> Self {
         Self::default()
+    }
     }
 
     fn fail(&mut self, error: ModelError, out: &mut Vec<MessageDelta>) {
@@ -537,6 +543,7 @@ pub fn is_reasoning_model(model: &str) -> bool {
     })
 }
 
+wire_pub! {
 /// The reasoning item kept in an assistant message's `redacted_reasoning` entry `data`, if it
 /// is one (a JSON object of type `reasoning`, as [`ResponsesNormalizer`] stores it); other
 /// providers' opaque data is not.
@@ -546,6 +553,7 @@ pub fn reasoning_item(data: &str) -> Option<Value> {
     }
     let v: Value = serde_json::from_str(data).ok()?;
     (v.get("type").and_then(Value::as_str) == Some("reasoning")).then_some(v)
+}
 }
 
 /// A user message's `content`: the plain string without parts, else `input_text`,
@@ -583,12 +591,15 @@ fn user_content(content: &str, parts: &[UserPart]) -> Value {
     Value::Array(out)
 }
 
+wire_pub! {
 /// The Responses request body for `req` with the default [`ResponsesReasoning`] (see
 /// [`request_body_with`]).
 pub fn request_body(req: &ModelRequest, model: &str) -> Value {
     request_body_with(req, model, &ResponsesReasoning::default())
 }
+}
 
+wire_pub! {
 /// The Responses request body for `req`: `instructions` from the system prompt, the history
 /// as `input` items, `stream: true`, `store: false`, and as `reasoning` says:
 /// `include: ["reasoning.encrypted_content"]` and `reasoning: {effort, summary}`.
@@ -703,6 +714,7 @@ pub fn request_body_with(req: &ModelRequest, model: &str, reasoning: &ResponsesR
         }});
     }
     body
+}
 }
 
 /// The Responses API's `tool_choice` for `choice`.

@@ -360,6 +360,7 @@ impl ScriptedModel {
         &self.script
     }
 
+    wire_pub! {
     /// What `stream` serves for `request`, fully materialized: `Err` for a failure before the
     /// stream opens, otherwise the stream's items and whether it then stalls forever.
     pub fn plan(&self, request: &ModelRequest) -> Result<Served, ModelError> {
@@ -444,15 +445,18 @@ impl ScriptedModel {
             }),
         }
     }
+    }
 }
 
-/// The stream items of one attempt, as [`ScriptedModel::plan`] computes them.
+wire_pub! {
+/// The stream items of one attempt, as `ScriptedModel::plan` computes them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Served {
     /// Items yielded in order.
     pub items: Vec<Result<MessageDelta, ModelError>>,
     /// Whether the stream stays pending forever after the items (a stall).
     pub stalls: bool,
+}
 }
 
 #[async_trait]
