@@ -72,6 +72,16 @@ pub struct StateDef {
     /// Exit action: a function of the machine's `actions.rs` run on leaving this state.
     #[serde(default)]
     pub exit: Option<String>,
+    /// The state's own data (statig state-local storage): a type of the machine's module,
+    /// held by the state while it is active (`State::<Name> { local }`) and handed to its
+    /// guards that take it (`&Type` in their signature), its rows' actions and its entry
+    /// action. The action of a row that enters the state returns it, unless `local_default`.
+    #[serde(default)]
+    pub local: Option<String>,
+    /// Entering the state starts its data at `Default::default()` (the entering row's action
+    /// returns nothing).
+    #[serde(default)]
+    pub local_default: bool,
 }
 
 /// An event kind.

@@ -1,10 +1,12 @@
 //! The outer chart's row actions: one function per row of `statecharts/react.toml` (an ignored
 //! row has none), named after the row's id and called by the generated dispatch
 //! ([`crate::react::dispatch`]) once the row is taken. An action does the row's effects on the
-//! data; it never chooses a row or a target state: the chart does. A row that ends the run or
-//! compacts only records what the state it leads to needs ([`StateLocal`]); the entry actions
-//! the chart names on `Finishing`, `Compacting` and the terminal states (and the exit action
-//! of `Active`) do the rest, once.
+//! data; it never chooses a row or a target state: the chart does. A row that enters a state
+//! with its own data (the chart's `local`: [`Compaction`], [`Ended`]) returns that data, which
+//! the generated dispatch moves into the state (statig state-local storage); a row of such a
+//! state gets the state's data. A row that ends the run or compacts only decides; the entry
+//! actions the chart names on `Finishing`, `Compacting` and the terminal states (and the exit
+//! action of `Active`) do the rest, once.
 //!
 //! `build.rs` checks that the `pub(crate) fn`s here are exactly the rows that act and the
 //! entry/exit actions the chart names: a missing action or one the chart does not name fails
@@ -15,7 +17,7 @@ use crate::error::RunError;
 use crate::event::Event;
 use crate::execute_result::StepEnd;
 use crate::process::StepOutcome;
-use crate::react::context::StateLocal;
+use crate::react::context::{Compaction, Drain, Ended};
 use crate::react::data::ReactData;
 use crate::react::machine::Input;
 
@@ -24,6 +26,17 @@ fn ext<'a>(input: &Input<'a>) -> Option<&'a Event> {
     match input {
         Input::Ext(e) => Some(e),
         _ => None,
+    }
+}
+
+/// The error text of a failure event (`CompactionFailed`, `StoreWriteFailed`), which the
+/// row taking it is taken on (empty for any other input).
+fn error_text(input: &Input<'_>) -> String {
+    match ext(input) {
+        Some(Event::CompactionFailed { error } | Event::StoreWriteFailed { error }) => {
+            error.clone()
+        }
+        _ => String::new(),
     }
 }
 
@@ -72,18 +85,18 @@ pub(crate) fn init_resume(data: &mut ReactData, input: &Input<'_>) {
 }
 
 /// Entry action of `Compacting`: emit compact_start, request the compaction the row decided.
-pub(crate) fn start_compaction(data: &mut ReactData) {
-    data.start_compaction();
+pub(crate) fn start_compaction(data: &mut ReactData, compaction: &mut Compaction) {
+    data.start_compaction(compaction);
 }
 
 /// Entry action of `Finishing`: the decided end becomes the result; commit its run-end entry.
-pub(crate) fn commit_end(data: &mut ReactData) {
-    data.commit_end();
+pub(crate) fn commit_end(data: &mut ReactData, ended: &mut Ended) {
+    data.commit_end(ended);
 }
 
 /// Entry action of the terminal states: report the decided end (once).
-pub(crate) fn report_end(data: &mut ReactData) {
-    data.report_end();
+pub(crate) fn report_end(data: &mut ReactData, ended: &mut Ended) {
+    data.report_end(ended);
 }
 
 /// Exit action of `Active`: the run is over, cancel its deadline timer if armed.
@@ -92,14 +105,14 @@ pub(crate) fn disarm_deadline(data: &mut ReactData) {
 }
 
 /// `planning_max_steps`: the run ends (max_steps).
-pub(crate) fn planning_max_steps(data: &mut ReactData, _input: &Input<'_>) {
-    data.decide_end(Outcome::Completed, "max_steps".into(), None);
+pub(crate) fn planning_max_steps(data: &mut ReactData, _input: &Input<'_>) -> Ended {
+    data.decide_end(Outcome::Completed, "max_steps".into(), None)
 }
 
 /// `planning_limit_stop`: announce the limit, the run ends (usage_limit:<limit>).
-pub(crate) fn planning_limit_stop(data: &mut ReactData, _input: &Input<'_>) {
+pub(crate) fn planning_limit_stop(data: &mut ReactData, _input: &Input<'_>) -> Ended {
     let reason = data.note_limit();
-    data.decide_end(Outcome::Completed, reason, None);
+    data.decide_end(Outcome::Completed, reason, None)
 }
 
 /// `planning_limit_final`: announce the limit, run one final-answer step.
@@ -115,8 +128,8 @@ pub(crate) fn planning_subtask(data: &mut ReactData, _input: &Input<'_>) {
 }
 
 /// `planning_compact`: compact (threshold).
-pub(crate) fn planning_compact(data: &mut ReactData, _input: &Input<'_>) {
-    data.compaction("threshold");
+pub(crate) fn planning_compact(data: &mut ReactData, _input: &Input<'_>) -> Compaction {
+    data.compaction("threshold")
 }
 
 /// `planning_execute`: merge steering, build the context, begin the step.
@@ -125,65 +138,84 @@ pub(crate) fn planning_execute(data: &mut ReactData, _input: &Input<'_>) {
 }
 
 /// `executing_success`: take the step's message and results into the context.
-pub(crate) fn executing_success(data: &mut ReactData, _input: &Input<'_>) {
+pub(crate) fn executing_success(data: &mut ReactData, _drain: &mut Drain, _input: &Input<'_>) {
     data.absorb_step();
 }
 
 /// `executing_overflow`: end the step, compact below what was sent.
-pub(crate) fn executing_overflow(data: &mut ReactData, _input: &Input<'_>) {
-    let Some(StepOutcome::ContextOverflow(e)) = data.step_outcome() else {
-        return;
+pub(crate) fn executing_overflow(
+    data: &mut ReactData,
+    _drain: &mut Drain,
+    _input: &Input<'_>,
+) -> Compaction {
+    let error = match data.step_outcome() {
+        Some(StepOutcome::ContextOverflow(e)) => e,
+        // The guard-less row is taken on an overflow only (chart_event); never reached.
+        _ => crate::error::ModelError::new(crate::error::ErrorKind::ContextOverflow, ""),
     };
     data.current.next_attempt = data.current.step.as_ref().map(|s| s.request().attempt + 1);
     data.end_step(StepEnd::ContextOverflow);
-    data.overflow_compaction(&e);
+    data.overflow_compaction(&error)
 }
 
 /// `executing_fallback`: re-request the step from the next fallback model.
-pub(crate) fn executing_fallback(data: &mut ReactData, _input: &Input<'_>) {
+pub(crate) fn executing_fallback(data: &mut ReactData, _drain: &mut Drain, _input: &Input<'_>) {
     data.fall_back();
 }
 
 /// `executing_error`: end the step, the run fails with the model's error.
-pub(crate) fn executing_error(data: &mut ReactData, _input: &Input<'_>) {
-    let Some(StepOutcome::Failed(e)) = data.step_outcome() else {
-        return;
+pub(crate) fn executing_error(
+    data: &mut ReactData,
+    _drain: &mut Drain,
+    _input: &Input<'_>,
+) -> Ended {
+    let error = match data.step_outcome() {
+        Some(StepOutcome::Failed(e)) => Some(e),
+        _ => None,
     };
     data.end_step(StepEnd::Failed);
+    let reason = error
+        .as_ref()
+        .map_or_else(|| "model_error".to_string(), |e| e.kind.to_string());
     data.decide_end(
         Outcome::Failed,
-        e.kind.to_string(),
-        Some(RunError::Model { error: e }),
-    );
+        reason,
+        error.map(|error| RunError::Model { error }),
+    )
 }
 
 /// `executing_abort_drain`: the abort reached the step (before dispatch), immune tools drain;
 /// announce the abort now.
-pub(crate) fn executing_abort_drain(data: &mut ReactData, input: &Input<'_>) {
+pub(crate) fn executing_abort_drain(data: &mut ReactData, drain: &mut Drain, input: &Input<'_>) {
     if let Some(Event::Abort { reason, .. }) = ext(input) {
-        data.local = StateLocal::Draining {
-            abort_reason: reason.clone(),
-        };
+        drain.abort_reason = Some(reason.clone());
         data.emit_abort(reason);
     }
 }
 
 /// `executing_aborted`: keep the drained step's results, the run ends aborted.
-pub(crate) fn executing_aborted(data: &mut ReactData, _input: &Input<'_>) {
+pub(crate) fn executing_aborted(
+    data: &mut ReactData,
+    drain: &mut Drain,
+    _input: &Input<'_>,
+) -> Ended {
     data.absorb_aborted_step();
-    let reason = data.local.abort_reason().unwrap_or("aborted").to_string();
-    data.decide_end(Outcome::Aborted, reason, None);
+    let reason = drain
+        .abort_reason
+        .take()
+        .unwrap_or_else(|| "aborted".into());
+    data.decide_end(Outcome::Aborted, reason, None)
 }
 
 /// `observing_stop`: the run ends with the step's stop reason.
-pub(crate) fn observing_stop(data: &mut ReactData, _input: &Input<'_>) {
+pub(crate) fn observing_stop(data: &mut ReactData, _input: &Input<'_>) -> Ended {
     let reason = data.observed.stop_requested.unwrap_or("stopped");
-    data.decide_end(Outcome::Completed, reason.into(), None);
+    data.decide_end(Outcome::Completed, reason.into(), None)
 }
 
 /// `observing_compact`: compact (budget).
-pub(crate) fn observing_compact(data: &mut ReactData, _input: &Input<'_>) {
-    data.compaction("budget");
+pub(crate) fn observing_compact(data: &mut ReactData, _input: &Input<'_>) -> Compaction {
+    data.compaction("budget")
 }
 
 /// `observing_continue`: nothing to do; Planning plans the next step.
@@ -195,58 +227,63 @@ pub(crate) fn observing_retry_output(data: &mut ReactData, _input: &Input<'_>) {
 }
 
 /// `observing_output_invalid`: the run fails (output_invalid).
-pub(crate) fn observing_output_invalid(data: &mut ReactData, _input: &Input<'_>) {
-    data.fail_output();
+pub(crate) fn observing_output_invalid(data: &mut ReactData, _input: &Input<'_>) -> Ended {
+    data.fail_output()
 }
 
 /// `observing_complete`: the run ends with the final answer (or the limit that asked for it).
-pub(crate) fn observing_complete(data: &mut ReactData, _input: &Input<'_>) {
+pub(crate) fn observing_complete(data: &mut ReactData, _input: &Input<'_>) -> Ended {
     let reason = match data.counters.limit_hit {
         Some(kind) => kind.reason(),
         None => "final_answer".into(),
     };
-    data.decide_end(Outcome::Completed, reason, None);
+    data.decide_end(Outcome::Completed, reason, None)
 }
 
 /// `compacting_done`: keep the smaller context.
-pub(crate) fn compacting_done(data: &mut ReactData, input: &Input<'_>) {
+pub(crate) fn compacting_done(
+    data: &mut ReactData,
+    _compaction: &mut Compaction,
+    input: &Input<'_>,
+) {
     if let Some(Event::CompactionDone { messages, removed }) = ext(input) {
         data.compacted(messages, *removed);
     }
 }
 
 /// `compacting_failed`: the run fails (compaction_failed).
-pub(crate) fn compacting_failed(data: &mut ReactData, input: &Input<'_>) {
-    if let Some(Event::CompactionFailed { error }) = ext(input) {
-        data.decide_end(
-            Outcome::Failed,
-            "compaction_failed".into(),
-            Some(RunError::Compaction {
-                message: error.clone(),
-            }),
-        );
-    }
+pub(crate) fn compacting_failed(
+    data: &mut ReactData,
+    _compaction: &mut Compaction,
+    input: &Input<'_>,
+) -> Ended {
+    let message = error_text(input);
+    data.fail("compaction_failed", RunError::Compaction { message })
 }
 
 /// `compacting_vetoed_required`: the overflow cannot be answered, the run fails.
-pub(crate) fn compacting_vetoed_required(data: &mut ReactData, input: &Input<'_>) {
-    if let Some(Event::CompactionVetoed { reason }) = ext(input) {
-        data.compaction_vetoed(reason);
-        data.decide_end(
-            Outcome::Failed,
-            "compaction_vetoed".into(),
-            Some(RunError::Compaction {
-                message: format!(
-                    "the model refused the context and a before_compact hook vetoed \
-                     the compaction: {reason}"
-                ),
-            }),
-        );
-    }
+pub(crate) fn compacting_vetoed_required(
+    data: &mut ReactData,
+    _compaction: &mut Compaction,
+    input: &Input<'_>,
+) -> Ended {
+    let reason = match ext(input) {
+        Some(Event::CompactionVetoed { reason }) => reason.as_str(),
+        _ => "",
+    };
+    data.compaction_vetoed(reason);
+    let message = format!(
+        "the model refused the context and a before_compact hook vetoed the compaction: {reason}"
+    );
+    data.fail("compaction_vetoed", RunError::Compaction { message })
 }
 
 /// `compacting_vetoed`: report the veto; no compaction before the next committed step.
-pub(crate) fn compacting_vetoed(data: &mut ReactData, input: &Input<'_>) {
+pub(crate) fn compacting_vetoed(
+    data: &mut ReactData,
+    _compaction: &mut Compaction,
+    input: &Input<'_>,
+) {
     if let Some(Event::CompactionVetoed { reason }) = ext(input) {
         data.compaction_vetoed(reason);
     }
@@ -298,39 +335,46 @@ pub(crate) fn active_run_deadline(data: &mut ReactData, _input: &Input<'_>) {
 
 /// `active_abort`: the abort reached the step (before dispatch); keep what it committed, the
 /// run ends aborted.
-pub(crate) fn active_abort(data: &mut ReactData, input: &Input<'_>) {
-    if let Some(Event::Abort { reason, .. }) = ext(input) {
-        data.absorb_aborted_step();
-        data.decide_end(Outcome::Aborted, reason.clone(), None);
-    }
+pub(crate) fn active_abort(data: &mut ReactData, input: &Input<'_>) -> Ended {
+    let reason = match ext(input) {
+        Some(Event::Abort { reason, .. }) => reason.clone(),
+        _ => "aborted".into(),
+    };
+    data.absorb_aborted_step();
+    data.decide_end(Outcome::Aborted, reason, None)
 }
 
 /// `active_store_failed`: stop the stream and the tools, the run fails.
-pub(crate) fn active_store_failed(data: &mut ReactData, input: &Input<'_>) {
-    if let Some(Event::StoreWriteFailed { error }) = ext(input) {
-        data.halt_io();
-        data.decide_end(
-            Outcome::Failed,
-            "store_write_failed".into(),
-            Some(RunError::StoreWrite {
-                message: error.clone(),
-            }),
-        );
-    }
+pub(crate) fn active_store_failed(data: &mut ReactData, input: &Input<'_>) -> Ended {
+    let message = error_text(input);
+    data.halt_io();
+    data.fail("store_write_failed", RunError::StoreWrite { message })
 }
 
-/// `finishing_completed`: nothing here; entering Completed reports the end.
-pub(crate) fn finishing_completed(_data: &mut ReactData, _input: &Input<'_>) {}
+/// `finishing_completed`: the end moves on to Completed, whose entry reports it.
+pub(crate) fn finishing_completed(
+    _data: &mut ReactData,
+    ended: &mut Ended,
+    _: &Input<'_>,
+) -> Ended {
+    ended.take()
+}
 
-/// `finishing_failed`: nothing here; entering Failed reports the end.
-pub(crate) fn finishing_failed(_data: &mut ReactData, _input: &Input<'_>) {}
+/// `finishing_failed`: the end moves on to Failed, whose entry reports it.
+pub(crate) fn finishing_failed(_data: &mut ReactData, ended: &mut Ended, _: &Input<'_>) -> Ended {
+    ended.take()
+}
 
-/// `finishing_aborted`: nothing here; entering Aborted reports the end.
-pub(crate) fn finishing_aborted(_data: &mut ReactData, _input: &Input<'_>) {}
+/// `finishing_aborted`: the end moves on to Aborted, whose entry reports it.
+pub(crate) fn finishing_aborted(_data: &mut ReactData, ended: &mut Ended, _: &Input<'_>) -> Ended {
+    ended.take()
+}
 
 /// `finishing_store_failed`: the final commit failed, the run fails naming its reached end.
-pub(crate) fn finishing_store_failed(data: &mut ReactData, input: &Input<'_>) {
-    if let Some(Event::StoreWriteFailed { error }) = ext(input) {
-        data.commit_failed(error);
-    }
+pub(crate) fn finishing_store_failed(
+    data: &mut ReactData,
+    ended: &mut Ended,
+    input: &Input<'_>,
+) -> Ended {
+    data.commit_failed(ended, &error_text(input))
 }

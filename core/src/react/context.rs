@@ -13,7 +13,7 @@ use crate::execute_result::StepRecord;
 use crate::message::{Message, ToolCall, Usage};
 use crate::model::SharedMessages;
 use crate::process::{Process, ProcessStep, StepOutcome};
-use crate::react::config::{Decision, LoopResult};
+use crate::react::config::LoopResult;
 use crate::react::limits::{LimitKind, Spent};
 use crate::step::Transition;
 use crate::tool_cache::ToolCache;
@@ -346,97 +346,43 @@ impl Ending {
     }
 }
 
-/// The data only one state needs, typed by that state: set by the row action that leads
-/// there, read by that state's guards and actions, replaced by the next state's. (It is a
-/// context field, not statig state-local storage, because the generated dispatch hands the
-/// guards and actions the context only.)
+/// `Executing`'s own data (statig state-local storage; starts empty on entering the state):
+/// the abort's reason once an abort left immune tools draining (row `executing_abort_drain`),
+/// the run's end reason when the step has drained (row `executing_aborted`).
 #[derive(Debug, Default)]
-pub(crate) enum StateLocal {
-    /// No state-specific data (Init, Planning, Executing before an abort).
-    #[default]
-    None,
-    /// Executing, draining after an abort: the abort's reason, the run's end reason.
-    Draining { abort_reason: String },
-    /// Observing: the decision function's answer for the step being observed, computed once
-    /// before `Decide` is dispatched
-    /// ([`ReactData::prepare`](crate::react::data::ReactData::prepare)).
-    Observing { decision: Decision },
-    /// Compacting: why the compaction started (`threshold`, `overflow`, `budget`) and the
-    /// budget it must reach; the state's entry action (`start_compaction`) requests it.
-    Compacting {
-        reason: &'static str,
-        budget_tokens: Option<u64>,
-    },
-    /// The end a row decided, until the state it leads to is entered: `Finishing` (entry
-    /// action `commit_end`) or, when the store already failed, a terminal state (entry action
-    /// `report_end`); either turns it into [`StateLocal::Ended`].
-    Ending { ending: RunEnding },
-    /// Finishing: the decided end with its result, until its run-end entry is stored; then
-    /// (or at once, when the store failed) the terminal state's entry action reports it.
-    Ended { result: LoopResult },
+pub(crate) struct Drain {
+    pub(crate) abort_reason: Option<String>,
 }
 
-/// What a row that ends the run decides: the rest of the result is the run's, taken when the
-/// state it leads to is entered.
+/// `Compacting`'s own data (statig state-local storage), returned by the row that enters
+/// it: why the compaction started (`threshold`, `overflow`, `budget`) and the budget it must
+/// reach. The state's entry action (`start_compaction`) requests it; its guard
+/// `compaction_required` reads the reason.
 #[derive(Debug)]
-pub(crate) struct RunEnding {
-    pub(crate) outcome: crate::agent_event::Outcome,
-    pub(crate) reason: String,
-    pub(crate) error: Option<crate::error::RunError>,
+pub(crate) struct Compaction {
+    pub(crate) reason: &'static str,
+    pub(crate) budget_tokens: Option<u64>,
 }
 
-impl StateLocal {
-    /// The decision function answered `d` for the step being observed.
-    pub(crate) fn decided(&self, d: Decision) -> bool {
-        matches!(self, StateLocal::Observing { decision } if *decision == d)
+/// The own data of `Finishing` and the terminal states (statig state-local storage): the end
+/// the row that led there decided, as the run's result. `Finishing`'s entry action commits
+/// its run-end entry and its guards read its outcome; a terminal state's entry action reports
+/// it, taking it out.
+#[derive(Debug)]
+pub(crate) struct Ended {
+    pub(crate) result: Option<LoopResult>,
+}
+
+impl Ended {
+    /// The decided end's outcome (`None` once reported).
+    pub(crate) fn outcome(&self) -> Option<crate::agent_event::Outcome> {
+        self.result.as_ref().map(|r| r.outcome)
     }
 
-    /// The compaction under way answers the model's refusal of the context.
-    pub(crate) fn compacting_overflow(&self) -> bool {
-        matches!(
-            self,
-            StateLocal::Compacting {
-                reason: "overflow",
-                ..
-            }
-        )
-    }
-
-    /// The abort's reason while the step drains.
-    pub(crate) fn abort_reason(&self) -> Option<&str> {
-        match self {
-            StateLocal::Draining { abort_reason } => Some(abort_reason),
-            _ => None,
-        }
-    }
-
-    /// The end decided, while its run-end entry is being committed.
-    pub(crate) fn ended(&self) -> Option<&LoopResult> {
-        match self {
-            StateLocal::Ended { result } => Some(result),
-            _ => None,
-        }
-    }
-
-    /// Takes the end a row decided out (leaving no state data).
-    pub(crate) fn take_ending(&mut self) -> Option<RunEnding> {
-        match std::mem::take(self) {
-            StateLocal::Ending { ending } => Some(ending),
-            other => {
-                *self = other;
-                None
-            }
-        }
-    }
-
-    /// Takes the decided end out (leaving no state data).
-    pub(crate) fn take_ended(&mut self) -> Option<LoopResult> {
-        match std::mem::take(self) {
-            StateLocal::Ended { result } => Some(result),
-            other => {
-                *self = other;
-                None
-            }
+    /// Moves the decided end out (to the state the run goes on to).
+    pub(crate) fn take(&mut self) -> Ended {
+        Ended {
+            result: self.result.take(),
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::model::{ModelRequest, SharedMessages};
 use crate::process::{Process, StepOutcome};
 use crate::react::config::{Decision, LoopResult, Observation, RunConfig, SteeringPolicy};
 use crate::react::context::{
-    Counters, CurrentStep, Ending, Observed, Outbox, Queues, RunEnding, StateLocal, Transcript,
+    Compaction, Counters, CurrentStep, Ended, Ending, Observed, Outbox, Queues, Transcript,
 };
 
 /// Everything the outer machine knows. Passed to the statig handlers as their context: the
@@ -28,8 +28,6 @@ pub struct ReactData {
     pub(crate) queues: Queues,
     pub(crate) observed: Observed,
     pub(crate) end: Ending,
-    /// The current state's own data.
-    pub(crate) local: StateLocal,
     pub(crate) outbox: Outbox,
 }
 
@@ -49,7 +47,6 @@ impl ReactData {
             queues: Queues::default(),
             observed: Observed::default(),
             end: Ending::default(),
-            local: StateLocal::None,
             outbox: Outbox::default(),
         }
     }
@@ -178,14 +175,14 @@ impl ReactData {
 
     /// Rows `planning_compact` / `observing_compact`: Compacting will compact to the
     /// configured budget (its entry action requests it).
-    pub(crate) fn compaction(&mut self, reason: &'static str) {
+    pub(crate) fn compaction(&self, reason: &'static str) -> Compaction {
         let budget_tokens = self
             .budget_tokens()
             .map(|b| (b as f64 * self.cfg.compact_ratio) as u64);
-        self.local = StateLocal::Compacting {
+        Compaction {
             reason,
             budget_tokens,
-        };
+        }
     }
 
     /// Row `executing_overflow`: the provider refused the context, so the compaction must
@@ -196,7 +193,7 @@ impl ReactData {
     /// possible, the step is requested again, and the provider judges. Each overflow
     /// shrinks the context again; once only pinned messages are left, the compactor fails
     /// and so does the run.
-    pub(crate) fn overflow_compaction(&mut self, error: &crate::error::ModelError) {
+    pub(crate) fn overflow_compaction(&self, error: &crate::error::ModelError) -> Compaction {
         let sent = estimate_tokens(&self.transcript.messages);
         let floor = crate::context::pinned_tokens(&self.transcript.messages);
         let configured = self
@@ -209,36 +206,23 @@ impl ReactData {
         if floor < sent {
             budget = budget.max(floor);
         }
-        self.local = StateLocal::Compacting {
+        Compaction {
             reason: "overflow",
             budget_tokens: Some(budget),
-        };
+        }
     }
 
     /// Entry action of `Compacting`: requests the compaction the row that led here decided.
-    pub(crate) fn start_compaction(&mut self) {
-        let StateLocal::Compacting {
-            reason,
-            budget_tokens,
-        } = self.local
-        else {
-            return;
-        };
+    pub(crate) fn start_compaction(&mut self, compaction: &Compaction) {
         self.emit(AgentEvent::CompactStart {
-            reason: reason.to_string(),
+            reason: compaction.reason.to_string(),
             messages: self.transcript.messages.len(),
         });
         self.outbox.push(Effect::Compact {
             messages: self.transcript.messages.to_vec(),
-            budget_tokens,
+            budget_tokens: compaction.budget_tokens,
             max_messages: self.cfg.compact_threshold,
         });
-    }
-
-    /// Guard `compaction_required`: the compaction under way answers the model's refusal of
-    /// the context (overflow); the step cannot be re-requested without it.
-    pub(crate) fn compaction_required(&self) -> bool {
-        self.local.compacting_overflow()
     }
 
     /// Rows `compacting_vetoed*`: reports the veto; no compaction is tried again before the
@@ -532,30 +516,19 @@ impl ReactData {
         self.current.outcome()
     }
 
-    /// Records the run's end a row decided: the state it leads to takes it on entry —
-    /// `Finishing`, whose entry action commits the run-end entry (`CommitRunEnd`), or, when
-    /// the store already failed, a terminal state, whose entry action reports the end. The
-    /// rows only decide; the two entry actions are the one place an end is committed and the
-    /// one place it is reported.
-    pub(crate) fn decide_end(&mut self, outcome: Outcome, reason: String, error: Option<RunError>) {
-        self.local = StateLocal::Ending {
-            ending: RunEnding {
-                outcome,
-                reason,
-                error,
-            },
-        };
-    }
-
-    /// The decided end becomes the run's result (what the run holds when its end is entered).
-    fn settle_end(&mut self) {
-        if let Some(RunEnding {
-            outcome,
-            reason,
-            error,
-        }) = self.local.take_ending()
-        {
-            let result = LoopResult {
+    /// The run's end a row decided, as the result the state it leads to holds: `Finishing`,
+    /// whose entry action commits the run-end entry (`CommitRunEnd`), or, when the store
+    /// already failed, a terminal state, whose entry action reports the end. The rows only
+    /// decide; the two entry actions are the one place an end is committed and the one place
+    /// it is reported.
+    pub(crate) fn decide_end(
+        &self,
+        outcome: Outcome,
+        reason: String,
+        error: Option<RunError>,
+    ) -> Ended {
+        Ended {
+            result: Some(LoopResult {
                 outcome,
                 reason,
                 messages: self.transcript.messages.to_vec(),
@@ -564,9 +537,13 @@ impl ReactData {
                 steering_left: self.queues.steering.clone(),
                 error,
                 steps: self.transcript.steps.clone(),
-            };
-            self.local = StateLocal::Ended { result };
+            }),
         }
+    }
+
+    /// The run fails with `error` (reason `reason`).
+    pub(crate) fn fail(&self, reason: &str, error: RunError) -> Ended {
+        self.decide_end(Outcome::Failed, reason.into(), Some(error))
     }
 
     /// Exit action of `Active`: the run's deadline timer, if armed, is cancelled.
@@ -579,9 +556,8 @@ impl ReactData {
     }
 
     /// Entry action of `Finishing`: commits the decided end's run-end entry.
-    pub(crate) fn commit_end(&mut self) {
-        self.settle_end();
-        if let Some(r) = self.local.ended() {
+    pub(crate) fn commit_end(&mut self, ended: &Ended) {
+        if let Some(r) = &ended.result {
             let entry = Entry::RunEnd {
                 run_id: self.run_id.clone(),
                 outcome: r.outcome,
@@ -591,32 +567,23 @@ impl ReactData {
         }
     }
 
-    /// Entry action of the terminal states: reports the decided end.
-    pub(crate) fn report_end(&mut self) {
-        self.settle_end();
-        if let Some(result) = self.local.take_ended() {
+    /// Entry action of the terminal states: reports the decided end (taking it out).
+    pub(crate) fn report_end(&mut self, ended: &mut Ended) {
+        if let Some(result) = ended.result.take() {
             self.end(result);
         }
     }
 
-    /// The outcome the run's end decided, while its run-end entry is being committed.
-    pub(crate) fn ending_outcome(&self) -> Option<Outcome> {
-        self.local.ended().map(|r| r.outcome)
-    }
-
     /// A write of the final step (its message or the run-end entry) failed (R-IDEM-4): the
-    /// run fails, naming the end it had reached. If `agent_abort` was announced while draining, that stays the run's one
-    /// end event (R-VER-1) and the failure is in the result only.
-    pub(crate) fn commit_failed(&mut self, error: &str) {
-        let reached = self.local.take_ended().map(|r| r.outcome);
-        self.decide_end(
-            Outcome::Failed,
-            "store_write_failed".into(),
-            Some(RunError::EndWrite {
-                message: error.to_string(),
-                reached,
-            }),
-        );
+    /// run fails, naming the end it had reached (`ended`, Finishing's). If `agent_abort` was
+    /// announced while draining, that stays the run's one end event (R-VER-1) and the failure
+    /// is in the result only.
+    pub(crate) fn commit_failed(&self, ended: &Ended, error: &str) -> Ended {
+        let error = RunError::EndWrite {
+            message: error.to_string(),
+            reached: ended.outcome(),
+        };
+        self.fail("store_write_failed", error)
     }
 
     /// Reports the end: one end event per run (an abort announced while draining is that
@@ -680,17 +647,16 @@ impl ReactData {
         params
     }
 
-    /// The final answer breaks the run's output schema (the decider's `Complete` with a
-    /// rejected typed answer).
-    fn output_rejected_now(&self) -> bool {
-        self.cfg.output.is_some()
-            && self.observed.output_rejected.is_some()
-            && self.local.decided(Decision::Complete)
+    /// The final answer breaks the run's output schema (`complete`: the decider answered
+    /// `Complete`, and the typed answer was rejected).
+    fn output_rejected_now(&self, complete: bool) -> bool {
+        complete && self.cfg.output.is_some() && self.observed.output_rejected.is_some()
     }
 
-    /// Guard `output_retry`: the typed answer was rejected and retries are left.
-    pub(crate) fn output_retry(&self) -> bool {
-        self.output_rejected_now()
+    /// Guard `output_retry`: the typed answer was rejected and retries are left (`complete`:
+    /// the decider answered `Complete`).
+    pub(crate) fn output_retry(&self, complete: bool) -> bool {
+        self.output_rejected_now(complete)
             && self
                 .cfg
                 .output
@@ -699,8 +665,8 @@ impl ReactData {
     }
 
     /// Guard `output_invalid`: the typed answer was rejected and the retries are used up.
-    pub(crate) fn output_invalid(&self) -> bool {
-        self.output_rejected_now() && !self.output_retry()
+    pub(crate) fn output_invalid(&self, complete: bool) -> bool {
+        self.output_rejected_now(complete) && !self.output_retry(complete)
     }
 
     /// The rejection's message (for the retry and the run's error).
@@ -730,17 +696,13 @@ impl ReactData {
     }
 
     /// Row `observing_output_invalid`: the run fails, naming what is wrong.
-    pub(crate) fn fail_output(&mut self) {
+    pub(crate) fn fail_output(&mut self) -> Ended {
         let error = self.output_error();
         self.emit(AgentEvent::OutputInvalid {
             error: error.clone(),
             retrying: false,
         });
-        self.decide_end(
-            Outcome::Failed,
-            "output_invalid".into(),
-            Some(RunError::OutputInvalid { message: error }),
-        );
+        self.fail("output_invalid", RunError::OutputInvalid { message: error })
     }
 
     /// Whether the failed step can be requested from a fallback model (guard
@@ -789,22 +751,14 @@ impl ReactData {
     /// The work an input needs done before the guards are evaluated, so that every guard
     /// only reads: in a state of `Active`, an abort reaches a live inner step first (once; the
     /// step's transitions and effects follow the outer one's, as the step's own), so guard
-    /// `tools_draining` reads whether the step now drains; `Decide` runs the decision
-    /// function once, and the Observing guards read its answer.
+    /// `tools_draining` reads whether the step now drains. (`Decide` carries the decision
+    /// function's answer, computed once by the facade; the Observing guards read it there.)
     pub(crate) fn prepare(&mut self, state: ReactState, input: &crate::react::machine::Input<'_>) {
         use crate::react::machine::Input;
-        match input {
-            Input::Ext(e @ crate::event::Event::Abort { .. })
-                if state.in_active() && !self.step_ended() && self.current.step.is_some() =>
-            {
+        if let Input::Ext(e @ crate::event::Event::Abort { .. }) = input {
+            if state.in_active() && !self.step_ended() && self.current.step.is_some() {
                 self.forward(e);
             }
-            Input::Decide => {
-                self.local = StateLocal::Observing {
-                    decision: self.observe(),
-                }
-            }
-            _ => {}
         }
     }
 

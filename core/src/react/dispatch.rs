@@ -11,6 +11,7 @@ use statig::blocking::*;
 
 use crate::chart::{ReactEventKind, ReactGuard, ReactRow, ReactState};
 use crate::process::StepOutcome;
+use crate::react::context::{Compaction, Drain, Ended};
 use crate::react::data::ReactData;
 use crate::react::machine::{Input, State};
 use crate::react::{actions, guards};
@@ -22,7 +23,7 @@ pub(crate) fn chart_event(data: &ReactData, input: &Input<'_>) -> Option<ReactEv
     match input {
         Input::Ext(e) => crate::react::event_kind(e),
         Input::Plan => Some(ReactEventKind::Plan),
-        Input::Decide => Some(ReactEventKind::Decide),
+        Input::Decide(_) => Some(ReactEventKind::Decide),
         Input::InnerEnded => match data.current.step.as_ref()?.outcome()? {
             StepOutcome::Success => Some(ReactEventKind::InnerSucceeded),
             StepOutcome::ContextOverflow(_) => Some(ReactEventKind::InnerOverflowed),

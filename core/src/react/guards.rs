@@ -11,6 +11,7 @@ use crate::agent_event::Outcome;
 use crate::chart::ProcessState;
 use crate::event::Event;
 use crate::react::config::Decision;
+use crate::react::context::{Compaction, Ended};
 use crate::react::data::ReactData;
 use crate::react::machine::Input;
 
@@ -22,9 +23,9 @@ fn draining(data: &ReactData) -> bool {
         .is_some_and(|s| s.state() == ProcessState::Draining)
 }
 
-/// The decision function's answer for the step being observed.
-fn decided(data: &ReactData, d: Decision) -> bool {
-    data.local.decided(d)
+/// The decision function's answer for the step being observed (carried by `Decide`).
+fn decided(input: &Input<'_>, d: Decision) -> bool {
+    matches!(input, Input::Decide(x) if *x == d)
 }
 
 /// `tools_draining`: after the abort's kill policy, some immune tools still run.
@@ -47,9 +48,14 @@ pub(crate) fn over_threshold(data: &ReactData, _input: &Input<'_>) -> bool {
     data.over_threshold()
 }
 
-/// `compaction_required`: the compaction under way answers an overflow.
-pub(crate) fn compaction_required(data: &ReactData, _input: &Input<'_>) -> bool {
-    data.compaction_required()
+/// `compaction_required` (Compacting): the compaction under way answers the model's refusal
+/// of the context (overflow); the step cannot be re-requested without it.
+pub(crate) fn compaction_required(
+    _data: &ReactData,
+    compaction: &Compaction,
+    _input: &Input<'_>,
+) -> bool {
+    compaction.reason == "overflow"
 }
 
 /// `pending_tools`: the resumed run's last committed message has calls without results.
@@ -69,48 +75,49 @@ pub(crate) fn subtask_queued(data: &ReactData, _input: &Input<'_>) -> bool {
 }
 
 /// `stop_requested`: the decision function asked to stop.
-pub(crate) fn stop_requested(data: &ReactData, _input: &Input<'_>) -> bool {
-    decided(data, Decision::Stop)
+pub(crate) fn stop_requested(_data: &ReactData, input: &Input<'_>) -> bool {
+    decided(input, Decision::Stop)
 }
 
 /// `continue_over_budget`: the decision function asked to compact first.
-pub(crate) fn continue_over_budget(data: &ReactData, _input: &Input<'_>) -> bool {
-    decided(data, Decision::Compact)
+pub(crate) fn continue_over_budget(_data: &ReactData, input: &Input<'_>) -> bool {
+    decided(input, Decision::Compact)
 }
 
 /// `has_tool_calls`: the decision function asked to go on.
-pub(crate) fn has_tool_calls(data: &ReactData, _input: &Input<'_>) -> bool {
-    decided(data, Decision::Continue)
+pub(crate) fn has_tool_calls(_data: &ReactData, input: &Input<'_>) -> bool {
+    decided(input, Decision::Continue)
 }
 
 /// `output_retry`: the typed final answer was rejected and retries are left.
-pub(crate) fn output_retry(data: &ReactData, _input: &Input<'_>) -> bool {
-    data.output_retry()
+pub(crate) fn output_retry(data: &ReactData, input: &Input<'_>) -> bool {
+    data.output_retry(decided(input, Decision::Complete))
 }
 
 /// `output_invalid`: the typed final answer was rejected and the retries are used up.
-pub(crate) fn output_invalid(data: &ReactData, _input: &Input<'_>) -> bool {
-    data.output_invalid()
+pub(crate) fn output_invalid(data: &ReactData, input: &Input<'_>) -> bool {
+    data.output_invalid(decided(input, Decision::Complete))
 }
 
 /// `no_tool_calls`: the message is the final answer (and, if typed, accepted).
-pub(crate) fn no_tool_calls(data: &ReactData, _input: &Input<'_>) -> bool {
-    decided(data, Decision::Complete) && !data.output_retry() && !data.output_invalid()
+pub(crate) fn no_tool_calls(data: &ReactData, input: &Input<'_>) -> bool {
+    let complete = decided(input, Decision::Complete);
+    complete && !data.output_retry(complete) && !data.output_invalid(complete)
 }
 
 /// `ended_completed`: the end being committed is a completion.
-pub(crate) fn ended_completed(data: &ReactData, _input: &Input<'_>) -> bool {
-    data.ending_outcome() == Some(Outcome::Completed)
+pub(crate) fn ended_completed(_data: &ReactData, ended: &Ended, _input: &Input<'_>) -> bool {
+    ended.outcome() == Some(Outcome::Completed)
 }
 
 /// `ended_failed`: the end being committed is a failure.
-pub(crate) fn ended_failed(data: &ReactData, _input: &Input<'_>) -> bool {
-    data.ending_outcome() == Some(Outcome::Failed)
+pub(crate) fn ended_failed(_data: &ReactData, ended: &Ended, _input: &Input<'_>) -> bool {
+    ended.outcome() == Some(Outcome::Failed)
 }
 
 /// `ended_aborted`: the end being committed is an abort.
-pub(crate) fn ended_aborted(data: &ReactData, _input: &Input<'_>) -> bool {
-    data.ending_outcome() == Some(Outcome::Aborted)
+pub(crate) fn ended_aborted(_data: &ReactData, ended: &Ended, _input: &Input<'_>) -> bool {
+    ended.outcome() == Some(Outcome::Aborted)
 }
 
 /// `fallback_available`: the step failed and the fallback chain has a model left.

@@ -7,6 +7,8 @@
 use statig::blocking::*;
 
 use crate::event::Event;
+use crate::react::config::Decision;
+use crate::react::context::{Compaction, Drain, Ended};
 use crate::react::data::ReactData;
 use crate::react::dispatch;
 
@@ -17,21 +19,23 @@ pub(crate) enum Input<'a> {
     Ext(&'a Event),
     /// Fed on entering Planning.
     Plan,
-    /// Fed on entering Observing.
-    Decide,
+    /// Fed on entering Observing, with the decision function's answer for the step observed
+    /// (computed once, before dispatch: the Observing guards read it).
+    Decide(Decision),
     /// The inner machine reached a terminal state.
     InnerEnded,
 }
 
-/// The statig machine; all data lives in the context ([`ReactData`]). The current state's own
-/// data is the context's typed [`StateLocal`](crate::react::context::StateLocal), not statig's
-/// state-local storage: the generated dispatch hands guards and actions the context only.
+/// The statig machine. What spans states lives in the context ([`ReactData`]); a state's own
+/// data lives in the state (statig state-local storage, the chart's `local`): `Executing`'s
+/// [`Drain`], `Compacting`'s [`Compaction`], the decided end ([`Ended`]) of `Finishing` and the
+/// terminal states.
 #[derive(Debug, Default)]
 pub(crate) struct ReactMachine;
 
 #[state_machine(
     initial = "State::init()",
-    state(derive(Debug, Clone, PartialEq, Eq)),
+    state(derive(Debug)),
     superstate(derive(Debug))
 )]
 impl ReactMachine {
@@ -64,8 +68,8 @@ impl ReactMachine {
     /// Executing: its rows, generated from the chart (the facade forwards inner events, and
     /// an abort, to the step before this handler runs).
     #[state(superstate = "active")]
-    fn executing(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
-        dispatch::executing(context, event)
+    fn executing(context: &mut ReactData, local: &mut Drain, event: &Input<'_>) -> Outcome<State> {
+        dispatch::executing(context, local, event)
     }
 
     /// Observing: its rows, generated from the chart (the decision function ran before).
@@ -76,14 +80,18 @@ impl ReactMachine {
 
     /// Compacting: its rows, generated from the chart.
     #[state(superstate = "active", entry_action = "enter_compacting")]
-    fn compacting(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
-        dispatch::compacting(context, event)
+    fn compacting(
+        context: &mut ReactData,
+        local: &mut Compaction,
+        event: &Input<'_>,
+    ) -> Outcome<State> {
+        dispatch::compacting(context, local, event)
     }
 
     /// Finishing: the run-end entry is being committed; its rows, generated from the chart.
     #[state(superstate = "root", entry_action = "enter_finishing")]
-    fn finishing(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
-        dispatch::finishing(context, event)
+    fn finishing(context: &mut ReactData, local: &mut Ended, event: &Input<'_>) -> Outcome<State> {
+        dispatch::finishing(context, local, event)
     }
 
     /// Leaving `Active` (the run is over): the chart's exit action.
@@ -94,49 +102,49 @@ impl ReactMachine {
 
     /// Entering `Compacting`: the chart's entry action (requests the compaction).
     #[action]
-    fn enter_compacting(context: &mut ReactData) {
-        dispatch::enter_compacting(context);
+    fn enter_compacting(context: &mut ReactData, local: &mut Compaction) {
+        dispatch::enter_compacting(context, local);
     }
 
     /// Entering `Finishing`: the chart's entry action (commits the decided end, the one place).
     #[action]
-    fn enter_finishing(context: &mut ReactData) {
-        dispatch::enter_finishing(context);
+    fn enter_finishing(context: &mut ReactData, local: &mut Ended) {
+        dispatch::enter_finishing(context, local);
     }
 
     /// Entering `Completed`: the chart's entry action (reports the end, the one place).
     #[action]
-    fn enter_completed(context: &mut ReactData) {
-        dispatch::enter_completed(context);
+    fn enter_completed(context: &mut ReactData, local: &mut Ended) {
+        dispatch::enter_completed(context, local);
     }
 
     /// Entering `Failed`: the chart's entry action (reports the end).
     #[action]
-    fn enter_failed(context: &mut ReactData) {
-        dispatch::enter_failed(context);
+    fn enter_failed(context: &mut ReactData, local: &mut Ended) {
+        dispatch::enter_failed(context, local);
     }
 
     /// Entering `Aborted`: the chart's entry action (reports the end).
     #[action]
-    fn enter_aborted(context: &mut ReactData) {
-        dispatch::enter_aborted(context);
+    fn enter_aborted(context: &mut ReactData, local: &mut Ended) {
+        dispatch::enter_aborted(context, local);
     }
 
     /// Completed: terminal, absorbs every event (reported unhandled).
     #[state(superstate = "root", entry_action = "enter_completed")]
-    fn completed(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
-        dispatch::completed(context, event)
+    fn completed(context: &mut ReactData, local: &mut Ended, event: &Input<'_>) -> Outcome<State> {
+        dispatch::completed(context, local, event)
     }
 
     /// Failed: terminal, absorbs every event (reported unhandled).
     #[state(superstate = "root", entry_action = "enter_failed")]
-    fn failed(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
-        dispatch::failed(context, event)
+    fn failed(context: &mut ReactData, local: &mut Ended, event: &Input<'_>) -> Outcome<State> {
+        dispatch::failed(context, local, event)
     }
 
     /// Aborted: terminal, absorbs every event (reported unhandled).
     #[state(superstate = "root", entry_action = "enter_aborted")]
-    fn aborted(context: &mut ReactData, event: &Input<'_>) -> Outcome<State> {
-        dispatch::aborted(context, event)
+    fn aborted(context: &mut ReactData, local: &mut Ended, event: &Input<'_>) -> Outcome<State> {
+        dispatch::aborted(context, local, event)
     }
 }

@@ -58,15 +58,15 @@ impl std::fmt::Debug for Run {
 
 fn kind(state: &State) -> ReactState {
     match state {
-        State::Init {} => ReactState::Init,
-        State::Planning {} => ReactState::Planning,
-        State::Executing {} => ReactState::Executing,
-        State::Observing {} => ReactState::Observing,
-        State::Compacting {} => ReactState::Compacting,
-        State::Finishing {} => ReactState::Finishing,
-        State::Completed {} => ReactState::Completed,
-        State::Failed {} => ReactState::Failed,
-        State::Aborted {} => ReactState::Aborted,
+        State::Init { .. } => ReactState::Init,
+        State::Planning { .. } => ReactState::Planning,
+        State::Executing { .. } => ReactState::Executing,
+        State::Observing { .. } => ReactState::Observing,
+        State::Compacting { .. } => ReactState::Compacting,
+        State::Finishing { .. } => ReactState::Finishing,
+        State::Completed { .. } => ReactState::Completed,
+        State::Failed { .. } => ReactState::Failed,
+        State::Aborted { .. } => ReactState::Aborted,
     }
 }
 
@@ -212,7 +212,7 @@ impl Run {
         let mark = self.data.outbox.out.len();
         self.data.outbox.own.clear();
         self.data.prepare(from, &input);
-        let (expected, overlap) = dispatch::expected(from, k, &self.data, &input);
+        let (expected, overlap) = dispatch::expected(from, k, &self.data, self.sm.state(), &input);
         self.data.outbox.row = None;
         self.data.outbox.unhandled = false;
         self.sm.handle_with_context(&input, &mut self.data);
@@ -279,8 +279,11 @@ impl Run {
                     );
                 }
                 ReactState::Observing => {
+                    // The decision function runs once per observed step; its answer rides
+                    // on the internal event the Observing guards read.
+                    let decision = self.data.observe();
                     self.feed(
-                        Input::Decide,
+                        Input::Decide(decision),
                         ReactEventKind::Decide,
                         transitions,
                         effects,
