@@ -5,7 +5,7 @@
 
 mod support;
 
-use agentloop::session::{ApprovalError, Session, SessionConfig};
+use agentloop::session::{Session, SessionConfig};
 use agentloop::trace::{replay, Trace, TraceRecord};
 use agentloop::AgentEvent;
 use agentloop::ToolStatus;
@@ -90,7 +90,7 @@ async fn r_ctl_4_a_session_approval_times_out_on_the_machines_timer() {
     assert!(
         matches!(
             s.approve("c1", false),
-            Err(agentloop::session::SessionError::Approval(ApprovalError::NotPending(id))) if id == "c1"
+            Err(agentloop::session::SessionError::Approval(id)) if id == "c1"
         ),
         "a late answer is not pending"
     );

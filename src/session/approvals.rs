@@ -24,6 +24,7 @@ use crate::message::ToolCall;
 use crate::runtime::Approver;
 
 use super::bus::EventBus;
+use super::SessionError;
 
 pub use agentloop_core::tool_rules::{approval_scope, command_family};
 
@@ -36,14 +37,6 @@ struct Pending {
 #[derive(Default)]
 pub(crate) struct Approvals {
     pending: Mutex<HashMap<String, Pending>>,
-}
-
-/// Why an approval answer was not taken.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ApprovalError {
-    /// No approval is pending for this call: unknown id, already answered, or timed out.
-    #[error("no pending approval for tool call {0} (unknown, already decided or timed out)")]
-    NotPending(String),
 }
 
 impl Approvals {
@@ -72,13 +65,13 @@ impl Approvals {
         decision: ApprovalDecision,
         always: bool,
         answered: impl FnOnce(&ToolCall),
-    ) -> Result<(), ApprovalError> {
+    ) -> Result<(), SessionError> {
         let p = self
             .pending
             .lock()
             .ok()
             .and_then(|mut p| p.remove(tool_call_id))
-            .ok_or_else(|| ApprovalError::NotPending(tool_call_id.to_string()))?;
+            .ok_or_else(|| SessionError::Approval(tool_call_id.to_string()))?;
         answered(&p.call);
         if always {
             bus.publish_current(AgentEvent::ToolApprovedAlways {

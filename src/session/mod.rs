@@ -61,14 +61,13 @@ use agentloop_core::session_machine::{
     Forward, RunInput, Session as SessionMachine, SessionEffect, SessionInput, SessionReply,
 };
 
-pub use approvals::{approval_scope, command_family, ApprovalError};
+pub use approvals::{approval_scope, command_family};
 pub use bus::{EventBus, Subscription, SubscriptionItem};
 pub use metrics::{Metrics, Price, PriceTable, ToolStats};
 
 use approvals::{Approvals, SessionApprover};
 use bus::BusSink;
 use metrics::RunUsage;
-pub use questions::AnswerError;
 use questions::{Questions, SessionAsker};
 
 /// Which running tools an abort kills (R-CTL-3): the machine's kill policy.
@@ -254,12 +253,13 @@ pub enum SessionError {
     /// A hook rejected the prompt or steering message.
     #[error("rejected by a hook: {0}")]
     Rejected(String),
-    /// The approval is not pending (unknown id, double answer, timed out).
-    #[error(transparent)]
-    Approval(#[from] ApprovalError),
-    /// No `ask_user` question with that ref waits (unknown, already answered, timed out).
-    #[error(transparent)]
-    Answer(#[from] AnswerError),
+    /// No approval is pending for this tool call id: unknown id, already answered, or timed
+    /// out.
+    #[error("no pending approval for tool call {0} (unknown, already decided or timed out)")]
+    Approval(String),
+    /// No `ask_user` question with this ref waits: unknown, already answered, or timed out.
+    #[error("no pending question {0} (unknown, already answered or timed out)")]
+    Answer(String),
     /// No model of that name is registered.
     #[error("unknown model {0:?} (registered: {1:?})")]
     UnknownModel(String, Vec<String>),
@@ -583,19 +583,15 @@ impl Session {
         decision: ApprovalDecision,
         always: bool,
     ) -> Result<(), SessionError> {
-        Ok(self.shared.approvals.answer(
-            &self.shared.bus,
-            tool_call_id,
-            decision,
-            always,
-            |call| {
+        self.shared
+            .approvals
+            .answer(&self.shared.bus, tool_call_id, decision, always, |call| {
                 // A closed session has no later runs to seed.
                 let _ = self.send(Command::ApprovalAnswered {
                     scope: approval_scope(call),
                     always,
                 });
-            },
-        )?)
+            })
     }
 
     /// Rejects a pending call: the model sees a denied result.
@@ -634,7 +630,7 @@ impl Session {
     /// Answers the `ask_user` question `reference` (the `ask_user` event's
     /// ref): the waiting call gets `answer` as its result and the run goes on.
     pub fn respond(&self, reference: &str, answer: impl Into<String>) -> Result<(), SessionError> {
-        Ok(self.shared.questions.answer(reference, answer.into())?)
+        self.shared.questions.answer(reference, answer.into())
     }
 
     /// The `ask_user` questions waiting for an answer.

@@ -11,19 +11,12 @@ use async_trait::async_trait;
 use tokio::sync::oneshot;
 
 use crate::runtime::{Question, UserAsker};
+use crate::session::SessionError;
 
 /// Questions waiting for an answer, by ref.
 #[derive(Default)]
 pub(crate) struct Questions {
     pending: Mutex<BTreeMap<String, (Question, oneshot::Sender<String>)>>,
-}
-
-/// Why an answer was not taken.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AnswerError {
-    /// No question with this ref waits: unknown, already answered, or timed out.
-    #[error("no pending question {0} (unknown, already answered or timed out)")]
-    NotPending(String),
 }
 
 impl Questions {
@@ -40,13 +33,13 @@ impl Questions {
     }
 
     /// Answers the question `reference`.
-    pub(crate) fn answer(&self, reference: &str, answer: String) -> Result<(), AnswerError> {
+    pub(crate) fn answer(&self, reference: &str, answer: String) -> Result<(), SessionError> {
         let (_, tx) = self
             .pending
             .lock()
             .ok()
             .and_then(|mut p| p.remove(reference))
-            .ok_or_else(|| AnswerError::NotPending(reference.to_string()))?;
+            .ok_or_else(|| SessionError::Answer(reference.to_string()))?;
         // The run may have ended meanwhile (abort, deadline): nobody waits, which is harmless.
         let _ = tx.send(answer);
         Ok(())

@@ -9,9 +9,107 @@
 //!
 //! Plugging in another backend means implementing [`SessionStore`]: `load` returns the
 //! entries in append order, `append` persists one entry durably and treats an entry whose
-//! [`Entry::idempotency_key`] is already stored as a no-op. Another SQL database is easier:
-//! implement `SqlBackend` (rows in, rows out, a lock) and `SqlStore` does the
-//! rest the way the SQLite and PostgreSQL stores do.
+//! [`Entry::idempotency_key`] is already stored as a no-op. (The SQLite and PostgreSQL stores
+//! share one crate-internal implementation over a small backend each; it is not public.)
+
+/// Declares a public SQL store: a newtype of the crate's `SqlStore` over one backend, with the
+/// store's public methods and [`SessionStore`].
+#[cfg(any(feature = "sqlite-store", feature = "postgres-store"))]
+macro_rules! sql_store {
+    ($(#[$meta:meta])* $name:ident($backend:ty)) => {
+        $(#[$meta])*
+        #[derive(Debug)]
+        pub struct $name(pub(crate) crate::store::sql::SqlStore<$backend>);
+
+        impl $name {
+            /// Sets the durability mode (default [`Durability::Sync`](crate::store::Durability::Sync)).
+            pub fn with_durability(self, durability: crate::store::Durability) -> Self {
+                $name(self.0.with_durability(durability))
+            }
+
+            /// The durability mode.
+            pub fn durability(&self) -> crate::store::Durability {
+                self.0.durability()
+            }
+
+            /// Sets the entry size limit: the longest record written or read (default
+            /// [`DEFAULT_MAX_ENTRY_BYTES`](crate::store::DEFAULT_MAX_ENTRY_BYTES)).
+            pub fn with_max_entry_bytes(self, limit: u64) -> Self {
+                $name(self.0.with_max_entry_bytes(limit))
+            }
+
+            /// The entry size limit.
+            pub fn max_entry_bytes(&self) -> u64 {
+                self.0.max_entry_bytes()
+            }
+
+            /// Names the store (`sqlite:PATH`, `postgres://host:port/db`).
+            pub fn location(&self) -> String {
+                self.0.location()
+            }
+
+            /// Takes the session's lock: [`StoreError::Locked`](crate::store::StoreError::Locked)
+            /// when another process, another store or a live
+            /// [`SqlSessionLock`](crate::store::SqlSessionLock) of this store holds it.
+            pub async fn lock(
+                &self,
+                session: &str,
+            ) -> Result<crate::store::SqlSessionLock, crate::store::StoreError> {
+                self.0.lock(session).await
+            }
+
+            /// Loads all valid entries of `session` (empty when it has none) and reports a torn
+            /// last row; deletes that row when this store holds the session's lock.
+            pub async fn load_report(
+                &self,
+                session: &str,
+            ) -> Result<(Vec<crate::store::Entry>, crate::store::LoadReport), crate::store::StoreError> {
+                self.0.load_report(session).await
+            }
+
+            /// Appends `entry` durably (per the durability mode). Returns `false` when an entry
+            /// with the same idempotency key is stored (nothing is written).
+            pub async fn append_entry(
+                &self,
+                session: &str,
+                entry: &crate::store::Entry,
+            ) -> Result<bool, crate::store::StoreError> {
+                self.0.append_entry(session, entry).await
+            }
+
+            /// Makes batched appends of `session` durable and releases the store's share of the
+            /// session's lock (the lock itself goes once no `SqlSessionLock` for it is alive).
+            pub async fn close(&self, session: &str) -> Result<(), crate::store::StoreError> {
+                self.0.close(session).await
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl crate::store::SessionStore for $name {
+            async fn load(
+                &self,
+                session: &str,
+            ) -> Result<Vec<crate::store::Entry>, crate::store::StoreError> {
+                crate::store::SessionStore::load(&self.0, session).await
+            }
+
+            async fn append(
+                &self,
+                session: &str,
+                entry: &crate::store::Entry,
+            ) -> Result<(), crate::store::StoreError> {
+                crate::store::SessionStore::append(&self.0, session, entry).await
+            }
+
+            async fn load_with_report(
+                &self,
+                session: &str,
+            ) -> Result<(Vec<crate::store::Entry>, crate::store::LoadReport), crate::store::StoreError> {
+                crate::store::SessionStore::load_with_report(&self.0, session).await
+            }
+        }
+    };
+}
 
 #[cfg(feature = "file-store")]
 mod export;
@@ -51,7 +149,7 @@ pub use fault::{FaultPoint, FaultyStore};
 pub use file::{FileStore, SessionLock};
 pub use options::{validate_session_id, Durability, MAX_SESSION_ID_LEN};
 #[cfg(feature = "postgres-store")]
-pub use postgres::{PostgresBackend, PostgresStore, LOCK_SEED as POSTGRES_LOCK_SEED};
+pub use postgres::{PostgresStore, LOCK_SEED as POSTGRES_LOCK_SEED};
 #[cfg(any(
     feature = "file-store",
     feature = "sqlite-store",
@@ -59,9 +157,9 @@ pub use postgres::{PostgresBackend, PostgresStore, LOCK_SEED as POSTGRES_LOCK_SE
 ))]
 pub use records::{DEFAULT_MAX_ENTRY_BYTES, RECORD_VERSION};
 #[cfg(any(feature = "sqlite-store", feature = "postgres-store"))]
-pub use sql::{SqlBackend, SqlRow, SqlSessionInfo, SqlSessionLock, SqlStore};
+pub use sql::SqlSessionLock;
 #[cfg(feature = "sqlite-store")]
-pub use sqlite::{SqliteBackend, SqliteStore};
+pub use sqlite::SqliteStore;
 #[cfg(feature = "file-store")]
 pub use url::{AnyLock, AnyStore, StoreUrl};
 
@@ -72,7 +170,8 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-pub use agentloop_core::entry::{Entry, EntryKey};
+pub use agentloop_core::entry::Entry;
+use agentloop_core::entry::EntryKey;
 
 /// What loading a session found besides its entries.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -78,11 +78,14 @@ CREATE UNIQUE INDEX agentloop_entries_key ON agentloop_entries (session, key)
     WHERE key IS NOT NULL;
 "];
 
-/// The PostgreSQL session store: [`SqlStore`] over a [`PostgresBackend`].
-pub type PostgresStore = SqlStore<PostgresBackend>;
+sql_store! {
+    /// The PostgreSQL session store: one table, the sessions' locks PostgreSQL advisory locks.
+    /// Connect it with [`PostgresStore::connect`].
+    PostgresStore(PostgresBackend)
+}
 
 /// A PostgreSQL database (see the module docs).
-pub struct PostgresBackend {
+pub(crate) struct PostgresBackend {
     config: Config,
     location: String,
     client: Client,
@@ -106,7 +109,7 @@ impl Drop for PostgresBackend {
 /// A session's lock: its own connection, holding the advisory lock. Dropping it ends the
 /// connection (the client sends `Terminate`), and the server releases the lock when it sees
 /// the connection end — normally within a millisecond, but not before `drop` returns.
-pub struct PgLock {
+pub(crate) struct PgLock {
     client: Client,
     /// `true` while the connection has `synchronous_commit = on`.
     sync_on: AtomicBool,
@@ -198,7 +201,7 @@ impl PostgresBackend {
     /// Connects to `url` (`postgres://user@host:port/db`, or a `key=value` string; a 10 s
     /// connect timeout unless it sets one) and creates or checks the schema. Connections are unencrypted (`NoTls`): use it on a trusted
     /// network or a local socket.
-    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+    pub(crate) async fn connect(url: &str) -> Result<Self, StoreError> {
         let mut config: Config = url.parse().map_err(|e| StoreError::Database {
             store: "postgres".into(),
             source: Box::new(e),
@@ -219,10 +222,15 @@ impl PostgresBackend {
     }
 }
 
-impl SqlStore<PostgresBackend> {
-    /// Connects the PostgreSQL store at `url` (see [`PostgresBackend::connect`]).
+impl PostgresStore {
+    /// Connects to `url` (`postgres://user@host:port/db`, or a `key=value` string; a 10 s
+    /// connect timeout unless it sets one) and creates or checks the schema, with
+    /// [`Durability::Sync`](super::Durability::Sync) and the default entry size limit.
+    /// Connections are unencrypted (`NoTls`): use it on a trusted network or a local socket.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        Ok(SqlStore::from_backend(PostgresBackend::connect(url).await?))
+        Ok(PostgresStore(SqlStore::from_backend(
+            PostgresBackend::connect(url).await?,
+        )))
     }
 }
 

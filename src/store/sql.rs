@@ -39,32 +39,33 @@ use super::{
 
 /// One stored row, as a backend fetched it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SqlRow {
+pub(crate) struct SqlRow {
     /// The row's `seq` column.
-    pub seq: i64,
+    pub(crate) seq: i64,
     /// The record's length in bytes.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// The record; `None` when it is longer than the limit the rows were fetched with.
-    pub record: Option<Vec<u8>>,
+    pub(crate) record: Option<Vec<u8>>,
 }
 
 /// One session of a SQL store, as listed.
+#[cfg_attr(not(feature = "file-store"), allow(dead_code))] // listing is `AnyStore::list`
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SqlSessionInfo {
+pub(crate) struct SqlSessionInfo {
     /// The session id.
-    pub id: String,
+    pub(crate) id: String,
     /// Its rows.
-    pub entries: u64,
+    pub(crate) entries: u64,
     /// The bytes of its records.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// When its last row was written (seconds since the Unix epoch, database clock).
-    pub modified_unix: Option<i64>,
+    pub(crate) modified_unix: Option<i64>,
 }
 
 /// A database under a [`SqlStore`]: it stores and fetches rows and locks sessions; the store
 /// does the encoding, judging, idempotency and durability bookkeeping.
 #[async_trait]
-pub trait SqlBackend: Send + Sync + 'static {
+pub(crate) trait SqlBackend: Send + Sync + 'static {
     /// What holds one session's lock; dropping it releases the lock.
     type Lock: Send + Sync + 'static;
 
@@ -103,6 +104,7 @@ pub trait SqlBackend: Send + Sync + 'static {
     async fn flush(&self) -> Result<(), StoreError>;
 
     /// Every session with at least one row, ordered by id.
+    #[cfg_attr(not(feature = "file-store"), allow(dead_code))] // listing is `AnyStore::list`
     async fn sessions(&self) -> Result<Vec<SqlSessionInfo>, StoreError>;
 }
 
@@ -180,7 +182,7 @@ fn scan_rows(
 }
 
 /// Exclusive ownership of one session of a SQL store; released on drop (the store's own
-/// writer may still hold the lock until [`SqlStore::close`], as in the file store).
+/// writer may still hold the lock until the store's `close`, as in the file store).
 pub struct SqlSessionLock {
     session: String,
     _lock: Arc<dyn Send + Sync>,
@@ -232,9 +234,9 @@ impl<L> Default for Slot<L> {
 }
 
 /// A session store over a SQL database (see the module docs): SQLite
-/// ([`SqliteStore`](super::SqliteStore)) and PostgreSQL
-/// ([`PostgresStore`](super::PostgresStore)) are this type over their backends.
-pub struct SqlStore<B: SqlBackend> {
+/// (`SqliteStore`) and PostgreSQL (`PostgresStore`) are newtypes of this type over their
+/// backends.
+pub(crate) struct SqlStore<B: SqlBackend> {
     backend: B,
     durability: Durability,
     max_entry_bytes: u64,
@@ -253,7 +255,7 @@ impl<B: SqlBackend> std::fmt::Debug for SqlStore<B> {
 
 impl<B: SqlBackend> SqlStore<B> {
     /// A store over `backend` with [`Durability::Sync`] and the default entry size limit.
-    pub fn from_backend(backend: B) -> Self {
+    pub(crate) fn from_backend(backend: B) -> Self {
         SqlStore {
             backend,
             durability: Durability::Sync,
@@ -263,35 +265,36 @@ impl<B: SqlBackend> SqlStore<B> {
     }
 
     /// Sets the durability mode.
-    pub fn with_durability(mut self, durability: Durability) -> Self {
+    pub(crate) fn with_durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
         self
     }
 
     /// The durability mode.
-    pub fn durability(&self) -> Durability {
+    pub(crate) fn durability(&self) -> Durability {
         self.durability
     }
 
     /// Sets the entry size limit (the longest record written or read; the file store's
     /// [`FileStore::with_max_entry_bytes`](super::FileStore::with_max_entry_bytes) rule).
-    pub fn with_max_entry_bytes(mut self, limit: u64) -> Self {
+    pub(crate) fn with_max_entry_bytes(mut self, limit: u64) -> Self {
         self.max_entry_bytes = limit;
         self
     }
 
     /// The entry size limit.
-    pub fn max_entry_bytes(&self) -> u64 {
+    pub(crate) fn max_entry_bytes(&self) -> u64 {
         self.max_entry_bytes
     }
 
     /// The database under the store.
-    pub fn backend(&self) -> &B {
+    #[cfg_attr(not(feature = "file-store"), allow(dead_code))] // `AnyStore` and `SqliteStore::path`
+    pub(crate) fn backend(&self) -> &B {
         &self.backend
     }
 
     /// Names the store (`sqlite:PATH`, `postgres://host:port/db`).
-    pub fn location(&self) -> String {
+    pub(crate) fn location(&self) -> String {
         self.backend.location()
     }
 
@@ -338,7 +341,7 @@ impl<B: SqlBackend> SqlStore<B> {
 
     /// Takes the session's lock: [`StoreError::Locked`] when another process, another store
     /// or a live [`SqlSessionLock`] of this store holds it.
-    pub async fn lock(&self, session: &str) -> Result<SqlSessionLock, StoreError> {
+    pub(crate) async fn lock(&self, session: &str) -> Result<SqlSessionLock, StoreError> {
         validate_session_id(session)?;
         let has_holder = |slots: &HashMap<String, Slot<B::Lock>>| {
             slots
@@ -427,7 +430,10 @@ impl<B: SqlBackend> SqlStore<B> {
 
     /// Loads all valid entries of `session` (empty when it has none) and reports a torn last
     /// row; deletes that row when this store holds the session's lock.
-    pub async fn load_report(&self, session: &str) -> Result<(Vec<Entry>, LoadReport), StoreError> {
+    pub(crate) async fn load_report(
+        &self,
+        session: &str,
+    ) -> Result<(Vec<Entry>, LoadReport), StoreError> {
         validate_session_id(session)?;
         if !self.holds_lock(session).await {
             let (scan, report) = self.judged(session, None).await?;
@@ -442,7 +448,11 @@ impl<B: SqlBackend> SqlStore<B> {
 
     /// Appends `entry` durably (per the durability mode). Returns `false` when an entry with
     /// the same idempotency key is stored (nothing is written).
-    pub async fn append_entry(&self, session: &str, entry: &Entry) -> Result<bool, StoreError> {
+    pub(crate) async fn append_entry(
+        &self,
+        session: &str,
+        entry: &Entry,
+    ) -> Result<bool, StoreError> {
         validate_session_id(session)?;
         let writer = self.writer(session).await?;
         let mut writer = writer.lock().await;
@@ -484,7 +494,7 @@ impl<B: SqlBackend> SqlStore<B> {
 
     /// Makes batched appends of `session` durable and releases the store's share of the
     /// session's lock (the lock itself goes once no [`SqlSessionLock`] for it is alive).
-    pub async fn close(&self, session: &str) -> Result<(), StoreError> {
+    pub(crate) async fn close(&self, session: &str) -> Result<(), StoreError> {
         validate_session_id(session)?;
         let writer = self
             .slots
@@ -501,7 +511,8 @@ impl<B: SqlBackend> SqlStore<B> {
     }
 
     /// Every session with at least one row, ordered by id.
-    pub async fn sessions(&self) -> Result<Vec<SqlSessionInfo>, StoreError> {
+    #[cfg_attr(not(feature = "file-store"), allow(dead_code))] // listing is `AnyStore::list`
+    pub(crate) async fn sessions(&self) -> Result<Vec<SqlSessionInfo>, StoreError> {
         self.backend.sessions().await
     }
 }

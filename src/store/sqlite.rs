@@ -65,8 +65,12 @@ CREATE TABLE entries (
 CREATE UNIQUE INDEX entries_key ON entries (session, key) WHERE key IS NOT NULL;
 ";
 
-/// The SQLite session store: [`SqlStore`] over a [`SqliteBackend`].
-pub type SqliteStore = SqlStore<SqliteBackend>;
+sql_store! {
+    /// The SQLite session store: one database file (WAL journal, `synchronous = FULL` for
+    /// [`Durability::Sync`](super::Durability::Sync)), the sessions' locks in
+    /// `<database>.locks/`. Open it with [`SqliteStore::open`].
+    SqliteStore(SqliteBackend)
+}
 
 /// The connection and its current `synchronous` setting.
 struct Db {
@@ -76,7 +80,7 @@ struct Db {
 }
 
 /// One SQLite database file (see the module docs).
-pub struct SqliteBackend {
+pub(crate) struct SqliteBackend {
     path: PathBuf,
     locks: PathBuf,
     db: Arc<Mutex<Db>>,
@@ -115,7 +119,7 @@ fn db_err(store: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
 impl SqliteBackend {
     /// Opens (creating it and its schema if needed) the database at `path`. A symbolic link
     /// or other non-regular file at `path` is refused, as the file store refuses one.
-    pub fn open(path: impl Into<PathBuf>) -> Result<Self, StoreError> {
+    pub(crate) fn open(path: impl Into<PathBuf>) -> Result<Self, StoreError> {
         let path = path.into();
         let store = format!("sqlite:{}", path.display());
         // The built-in file tools may not touch the database, its journals or its locks.
@@ -158,7 +162,7 @@ impl SqliteBackend {
     }
 
     /// The database file.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
@@ -221,14 +225,24 @@ fn set_sync(db: &mut Db, full: bool) -> rusqlite::Result<()> {
 
 /// A session's lock in a SQLite store: the OS lock on `<database>.locks/<session>.lock`.
 #[derive(Debug)]
-pub struct SqliteLock {
+pub(crate) struct SqliteLock {
     _file: LockFile,
 }
 
-impl SqlStore<SqliteBackend> {
-    /// Opens the SQLite store at `path` (see [`SqliteBackend::open`]).
+impl SqliteStore {
+    /// Opens (creating it and its schema if needed) the SQLite store at `path`, with
+    /// [`Durability::Sync`](super::Durability::Sync) and the default entry size limit. A
+    /// symbolic link or other non-regular file at `path` is refused, as the file store
+    /// refuses one.
     pub fn open(path: impl Into<PathBuf>) -> Result<Self, StoreError> {
-        Ok(SqlStore::from_backend(SqliteBackend::open(path)?))
+        Ok(SqliteStore(SqlStore::from_backend(SqliteBackend::open(
+            path,
+        )?)))
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        self.0.backend().path()
     }
 }
 

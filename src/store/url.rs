@@ -87,8 +87,8 @@ pub enum AnyLock {
 
 /// A SQL store's sessions as [`SessionInfo`]s (`path` is the store's location).
 #[cfg(any(feature = "sqlite-store", feature = "postgres-store"))]
-async fn list_sql<B: super::SqlBackend>(
-    store: &super::SqlStore<B>,
+async fn list_sql<B: super::sql::SqlBackend>(
+    store: &super::sql::SqlStore<B>,
 ) -> Result<Vec<SessionInfo>, StoreError> {
     use std::time::{Duration, UNIX_EPOCH};
     let location = PathBuf::from(store.location());
@@ -194,11 +194,11 @@ impl AnyStore {
             // Not `is_file`, which follows a link: a link (or FIFO) is refused by the load.
             AnyStore::File(s) => Ok(std::fs::symlink_metadata(s.session_path(session)?).is_ok()),
             #[cfg(feature = "sqlite-store")]
-            AnyStore::Sqlite(s) => Ok(!super::SqlBackend::rows(s.backend(), session, 0)
+            AnyStore::Sqlite(s) => Ok(!super::sql::SqlBackend::rows(s.0.backend(), session, 0)
                 .await?
                 .is_empty()),
             #[cfg(feature = "postgres-store")]
-            AnyStore::Postgres(s) => Ok(!super::SqlBackend::rows(s.backend(), session, 0)
+            AnyStore::Postgres(s) => Ok(!super::sql::SqlBackend::rows(s.0.backend(), session, 0)
                 .await?
                 .is_empty()),
         }
@@ -221,9 +221,9 @@ impl AnyStore {
         match self {
             AnyStore::File(s) => list_sessions(s.dir()),
             #[cfg(feature = "sqlite-store")]
-            AnyStore::Sqlite(s) => list_sql(s).await,
+            AnyStore::Sqlite(s) => list_sql(&s.0).await,
             #[cfg(feature = "postgres-store")]
-            AnyStore::Postgres(s) => list_sql(s).await,
+            AnyStore::Postgres(s) => list_sql(&s.0).await,
         }
     }
 
