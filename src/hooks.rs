@@ -124,7 +124,7 @@ pub trait Hooks: Send + Sync {
 
 /// The default: no hooks.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct NoHooks;
+pub(crate) struct NoHooks;
 
 #[async_trait::async_trait]
 impl Hooks for NoHooks {

@@ -7,6 +7,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use agentloop::runtime::LatencySummary;
 use agentloop::Message;
 use agentloop::Outcome;
 use support::*;
@@ -40,21 +41,21 @@ async fn r_obs_an_agent_run_returns_its_metrics_with_the_right_counts() {
     assert_eq!(m.retries_after_hint, 1);
     assert_eq!((m.tool_calls, m.tool_errors), (1, 0));
     // Times are the clock port's: the tool sleeps 250 ms of virtual time.
-    assert_eq!(m.tool_latency.samples(), [250]);
+    assert_eq!(m.tool_latency, [250]);
     // Every attempt that streamed has a time to first token: the model opens after 100 ms
     // and yields a delta every 50 ms.
-    assert_eq!(m.time_to_first_token.count(), 2);
+    assert_eq!(m.time_to_first_token.len(), 2);
     assert!(
-        m.time_to_first_token.samples().iter().all(|&t| t >= 150),
+        m.time_to_first_token.iter().all(|&t| t >= 150),
         "{:?}",
-        m.time_to_first_token.samples()
+        m.time_to_first_token
     );
     // Step 1: the failed attempt's 100 ms, the 150 ms hint, then the second attempt.
-    let steps = m.step_latency.samples();
+    let steps = &m.step_latency;
     assert_eq!(steps.len(), 2);
     assert!(steps[0] >= 100 + 150 + 150, "{steps:?}");
     assert!(steps[0] > steps[1], "{steps:?}");
-    let summary = m.step_latency.summary().expect("two steps");
+    let summary = LatencySummary::of(&m.step_latency).expect("two steps");
     assert_eq!(summary.max_ms, steps[0]);
     assert_eq!(summary.p50_ms, steps[1]);
     // Tokens: what the steps reported, the run's own total.
@@ -109,8 +110,8 @@ async fn r_obs_a_session_aggregates_the_metrics_of_its_runs() {
         m.retries_by_kind,
         BTreeMap::from([("server_error".into(), 2)])
     );
-    assert_eq!(m.tool_latency.samples(), [250, 250]);
-    assert_eq!(m.step_latency.count(), 4);
-    assert_eq!(m.time_to_first_token.count(), 4);
+    assert_eq!(m.tool_latency, [250, 250]);
+    assert_eq!(m.step_latency.len(), 4);
+    assert_eq!(m.time_to_first_token.len(), 4);
     assert_eq!(m.usage, s.metrics().usage);
 }

@@ -27,37 +27,28 @@ use crate::error::ErrorKind;
 use crate::message::Usage;
 use crate::EventEnvelope;
 
-/// Samples of one latency, in milliseconds; summarised by nearest-rank percentiles.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct Histogram {
-    samples: Vec<u64>,
+/// A latency's distribution: nearest-rank percentiles of its samples, in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LatencySummary {
+    /// Samples.
+    pub count: usize,
+    /// Median.
+    pub p50_ms: u64,
+    /// 90th percentile.
+    pub p90_ms: u64,
+    /// 99th percentile.
+    pub p99_ms: u64,
+    /// Largest sample.
+    pub max_ms: u64,
+    /// Mean (rounded down).
+    pub mean_ms: u64,
 }
 
-impl Histogram {
-    /// Adds one sample.
-    pub fn record(&mut self, ms: u64) {
-        self.samples.push(ms);
-    }
-
-    /// Adds every sample of `other` (aggregating runs).
-    pub fn merge(&mut self, other: &Histogram) {
-        self.samples.extend_from_slice(&other.samples);
-    }
-
-    /// The samples, in the order they were recorded.
-    pub fn samples(&self) -> &[u64] {
-        &self.samples
-    }
-
-    /// Number of samples.
-    pub fn count(&self) -> usize {
-        self.samples.len()
-    }
-
-    /// Count, percentiles (nearest rank) and maximum; `None` without samples. Sorts a copy:
-    /// O(n log n).
-    pub fn summary(&self) -> Option<LatencySummary> {
-        let mut sorted = self.samples.clone();
+impl LatencySummary {
+    /// Count, percentiles (nearest rank) and maximum of `samples` (milliseconds); `None`
+    /// without samples. Sorts a copy: O(n log n).
+    pub fn of(samples: &[u64]) -> Option<LatencySummary> {
+        let mut sorted = samples.to_vec();
         sorted.sort_unstable();
         let max_ms = *sorted.last()?;
         // Nearest rank: the smallest sample with at least p % of the samples at or below it.
@@ -76,23 +67,6 @@ impl Histogram {
             mean_ms: total / sorted.len() as u64,
         })
     }
-}
-
-/// A latency's distribution: nearest-rank percentiles of its samples, in milliseconds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct LatencySummary {
-    /// Samples.
-    pub count: usize,
-    /// Median.
-    pub p50_ms: u64,
-    /// 90th percentile.
-    pub p90_ms: u64,
-    /// 99th percentile.
-    pub p99_ms: u64,
-    /// Largest sample.
-    pub max_ms: u64,
-    /// Mean (rounded down).
-    pub mean_ms: u64,
 }
 
 impl std::fmt::Display for LatencySummary {
@@ -116,14 +90,15 @@ pub struct RunMetrics {
     pub steps: u64,
     /// Model requests sent (attempts, retries included).
     pub model_requests: u64,
-    /// Per committed step: from its first request to its committed message (`request_start`
-    /// of attempt 1 to `response_complete`, backoffs included).
-    pub step_latency: Histogram,
-    /// Per attempt that streamed something: from its `request_start` to its first text,
-    /// reasoning or tool-call delta.
-    pub time_to_first_token: Histogram,
-    /// Per tool call that ran: from its `tool_start` to its `tool_end`.
-    pub tool_latency: Histogram,
+    /// Milliseconds per committed step, in order: from its first request to its committed
+    /// message (`request_start` of attempt 1 to `response_complete`, backoffs included).
+    /// [`LatencySummary::of`] gives the percentiles.
+    pub step_latency: Vec<u64>,
+    /// Milliseconds per attempt that streamed something: from its `request_start` to its
+    /// first text, reasoning or tool-call delta.
+    pub time_to_first_token: Vec<u64>,
+    /// Milliseconds per tool call that ran: from its `tool_start` to its `tool_end`.
+    pub tool_latency: Vec<u64>,
     /// Tool calls that got a result (ran or not: denied, skipped, ...).
     pub tool_calls: u64,
     /// Of those, the ones that failed (status `error`).
@@ -209,7 +184,7 @@ impl RunMetrics {
                     self.usage.add(usage);
                 }
                 if let Some(t) = self.open.step_started.remove(model_call_index) {
-                    self.step_latency.record(ts.saturating_sub(t));
+                    self.step_latency.push(ts.saturating_sub(t));
                 }
                 self.open
                     .attempt_started
@@ -239,7 +214,7 @@ impl RunMetrics {
                     self.tool_errors += 1;
                 }
                 if let Some(t) = self.open.tool_started.remove(tool_call_id) {
-                    self.tool_latency.record(ts.saturating_sub(t));
+                    self.tool_latency.push(ts.saturating_sub(t));
                 }
             }
             AgentEvent::CompactEnd { removed } => {
@@ -253,7 +228,7 @@ impl RunMetrics {
     fn first_token(&mut self, step: u32, attempt: u32, ts: u64) {
         // Only the first delta of the attempt counts: the start is taken out then.
         if let Some(t) = self.open.attempt_started.remove(&(step, attempt)) {
-            self.time_to_first_token.record(ts.saturating_sub(t));
+            self.time_to_first_token.push(ts.saturating_sub(t));
         }
     }
 
@@ -267,9 +242,10 @@ impl RunMetrics {
         self.runs += other.runs;
         self.steps += other.steps;
         self.model_requests += other.model_requests;
-        self.step_latency.merge(&other.step_latency);
-        self.time_to_first_token.merge(&other.time_to_first_token);
-        self.tool_latency.merge(&other.tool_latency);
+        self.step_latency.extend_from_slice(&other.step_latency);
+        self.time_to_first_token
+            .extend_from_slice(&other.time_to_first_token);
+        self.tool_latency.extend_from_slice(&other.tool_latency);
         self.tool_calls += other.tool_calls;
         self.tool_errors += other.tool_errors;
         self.usage.add(&other.usage);
@@ -286,9 +262,9 @@ impl RunMetrics {
     /// Emits the figures as one `tracing` event (target `agentloop::metrics`, level info),
     /// with the OpenTelemetry GenAI semantic-convention names as field prefixes.
     pub fn trace(&self, run_id: &str) {
-        let step = self.step_latency.summary();
-        let ttft = self.time_to_first_token.summary();
-        let tool = self.tool_latency.summary();
+        let step = LatencySummary::of(&self.step_latency);
+        let ttft = LatencySummary::of(&self.time_to_first_token);
+        let tool = LatencySummary::of(&self.tool_latency);
         let p = |s: Option<LatencySummary>, f: fn(&LatencySummary) -> u64| s.as_ref().map(f);
         tracing::info!(
             target: "agentloop::metrics",
@@ -328,7 +304,7 @@ impl RunMetrics {
     /// A few lines for a person: latencies, tokens, retries, compactions (what
     /// `agentloop run --metrics` prints).
     pub fn summary_text(&self) -> String {
-        let latency = |h: &Histogram| match h.summary() {
+        let latency = |h: &[u64]| match LatencySummary::of(h) {
             Some(s) => s.to_string(),
             None => "none".to_string(),
         };
@@ -442,24 +418,16 @@ mod tests {
 
     #[test]
     fn r_obs_percentiles_are_nearest_rank_over_the_samples() {
-        let mut h = Histogram::default();
-        assert_eq!(h.summary(), None);
-        for ms in (1..=100).rev() {
-            h.record(ms);
-        }
-        let s = h.summary().expect("samples");
+        assert_eq!(LatencySummary::of(&[]), None);
+        let h: Vec<u64> = (1..=100).rev().collect();
+        let s = LatencySummary::of(&h).expect("samples");
         assert_eq!(
             (s.count, s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms, s.mean_ms),
             (100, 50, 90, 99, 100, 50)
         );
-        let mut one = Histogram::default();
-        one.record(7);
-        let s = one.summary().expect("one");
+        let s = LatencySummary::of(&[7]).expect("one");
         assert_eq!((s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms), (7, 7, 7, 7));
-        let mut two = Histogram::default();
-        two.record(10);
-        two.record(1_000);
-        let s = two.summary().expect("two");
+        let s = LatencySummary::of(&[10, 1_000]).expect("two");
         assert_eq!((s.p50_ms, s.p90_ms, s.max_ms), (10, 1_000, 1_000));
     }
 
@@ -550,9 +518,9 @@ mod tests {
             m.observe(&e);
         }
         assert_eq!((m.runs, m.steps, m.model_requests), (1, 2, 3));
-        assert_eq!(m.step_latency.samples(), [300, 30]);
-        assert_eq!(m.time_to_first_token.samples(), [40, 10]);
-        assert_eq!(m.tool_latency.samples(), [75]);
+        assert_eq!(m.step_latency, [300, 30]);
+        assert_eq!(m.time_to_first_token, [40, 10]);
+        assert_eq!(m.tool_latency, [75]);
         assert_eq!((m.tool_calls, m.tool_errors), (1, 0));
         assert_eq!(m.retries, 2);
         assert_eq!(
@@ -585,7 +553,7 @@ mod tests {
         all.merge(&m);
         all.merge(&m);
         assert_eq!((all.runs, all.steps, all.retries), (2, 4, 4));
-        assert_eq!(all.step_latency.count(), 4);
+        assert_eq!(all.step_latency.len(), 4);
         assert_eq!(all.retries_by_kind["stalled"], 2);
     }
 

@@ -38,10 +38,10 @@ use crate::trace::{Trace, TraceHeader, TRACE_VERSION};
 use crate::EventEnvelope;
 
 pub use ports::{
-    Approver, AutoApprove, Clock, Compactor, EventSink, FnSink, Ids, ManualApproval, NoUser,
-    NullSink, Question, RejectAll, SequentialIds, SystemClock, TimeIds, TokioClock, Truncate,
-    UserAsker, VecSink,
+    Approver, Clock, Compactor, EventSink, FnSink, Ids, ManualApproval, NullSink, Question,
+    RejectAll, SequentialIds, SystemClock, TimeIds, TokioClock, Truncate, UserAsker, VecSink,
 };
+pub(crate) use ports::{AutoApprove, NoUser};
 
 pub use agentloop_core::process::{InlineTags, ToolRule};
 pub use agentloop_core::react::UsageLimits;
@@ -50,7 +50,7 @@ pub use context_manager::{
     BuiltContext, ContextManager, ContextRequest, ContextUpdates, DefaultContextManager,
 };
 use driver::{Driver, Tasks};
-pub use metrics::{Histogram, LatencySummary, RunMetrics};
+pub use metrics::{LatencySummary, RunMetrics};
 pub use offload::Offload;
 pub use stream::{RunStream, RunStreamItem};
 use tool_order::CompletionOrder;
@@ -117,11 +117,11 @@ pub enum TypedRunError {
 /// committed message once the step committed, while its tools run), `None` between steps and
 /// after the run. Cloning shares the snapshot; reading clones an `Arc`, not the message.
 #[derive(Clone, Debug, Default)]
-pub struct PartialMessage(Arc<RwLock<Option<Arc<AssistantMessage>>>>);
+pub(crate) struct PartialMessage(Arc<RwLock<Option<Arc<AssistantMessage>>>>);
 
 impl PartialMessage {
     /// The message as it stands, if a step is in progress.
-    pub fn get(&self) -> Option<Arc<AssistantMessage>> {
+    pub(crate) fn get(&self) -> Option<Arc<AssistantMessage>> {
         self.0.read().ok().and_then(|m| m.clone())
     }
 
@@ -168,19 +168,19 @@ pub struct Controller {
 /// messages it holds and how many `steer` events reached it, so a session can bound the queue
 /// without keeping a copy of it.
 #[derive(Debug, Default)]
-pub struct SteeringCounts {
+pub(crate) struct SteeringCounts {
     received: std::sync::atomic::AtomicU64,
     pending: std::sync::atomic::AtomicUsize,
 }
 
 impl SteeringCounts {
     /// `steer` events the run has fed to its machine.
-    pub fn received(&self) -> u64 {
+    pub(crate) fn received(&self) -> u64 {
         self.received.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Steering messages the machine holds, not yet applied.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.pending.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
@@ -217,20 +217,23 @@ pub(crate) fn control_sharing(partial: PartialMessage) -> (Controller, ControlRe
 }
 
 impl Controller {
-    /// A snapshot of the message being streamed by the controlled run (R-STR-2); see
-    /// [`PartialMessage`]. `None` before the run starts a step, between steps and after it.
+    /// A snapshot of the message being streamed by the controlled run (R-STR-2): the message
+    /// of the current step as assembled so far (the committed message once the step
+    /// committed, while its tools run). `None` before the run starts a step, between steps and
+    /// after it. Reading clones an `Arc`, not the message; another observer clones the
+    /// controller.
     pub fn partial(&self) -> Option<Arc<AssistantMessage>> {
         self.partial.get()
     }
 
-    /// The shared snapshot itself (to hand to another observer).
-    pub fn partial_message(&self) -> PartialMessage {
-        self.partial.clone()
+    /// Steering messages the run's machine holds, not yet applied (R-CTL-2).
+    pub fn steering_pending(&self) -> usize {
+        self.steering.pending()
     }
 
-    /// What the run's machine reports of its steering queue.
-    pub fn steering(&self) -> &SteeringCounts {
-        &self.steering
+    /// `steer` events the run has fed to its machine (R-CTL-2).
+    pub fn steering_received(&self) -> u64 {
+        self.steering.received()
     }
 
     /// Aborts the run (R-CTL-3). Returns false if the run is gone.

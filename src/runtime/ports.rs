@@ -47,9 +47,10 @@ pub trait UserAsker: Send + Sync {
     async fn ask(&self, question: &Question) -> Option<String>;
 }
 
-/// Nobody to ask: every question fails at once (an agent run outside a session).
+/// Nobody to ask: every question fails at once (an agent run outside a session; the
+/// default).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct NoUser;
+pub(crate) struct NoUser;
 
 #[async_trait]
 impl UserAsker for NoUser {
@@ -58,9 +59,9 @@ impl UserAsker for NoUser {
     }
 }
 
-/// Approves everything.
+/// Approves everything (the default).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct AutoApprove;
+pub(crate) struct AutoApprove;
 
 #[async_trait]
 impl Approver for AutoApprove {

@@ -973,8 +973,10 @@ impl Actor {
                     .current
                     .as_ref()
                     .map(|c| {
-                        let counts = c.controller.steering();
-                        (counts.pending(), counts.received())
+                        (
+                            c.controller.steering_pending(),
+                            c.controller.steering_received(),
+                        )
                     })
                     .unwrap_or_default();
                 let input = SessionInput::Steer {
