@@ -175,7 +175,7 @@ fn is_locked(r: &Result<impl std::fmt::Debug, StoreError>) -> bool {
 
 /// Locks `session`, retrying for a while: a PostgreSQL lock is released when the server sees
 /// the holder's connection end, a moment after the holder dropped it.
-async fn lock_soon(store: &AnyStore, session: &str) -> agentloop::store::AnyLock {
+async fn lock_soon(store: &AnyStore, session: &str) -> agentloop::store::SessionLock {
     for _ in 0..200 {
         match store.lock(session).await {
             Ok(lock) => return lock,

@@ -394,7 +394,7 @@ fn second_handle_in_the_same_process_is_locked_out() {
     let b = FileStore::open(dir.path()).unwrap();
     let lock = a.lock("s").unwrap();
     assert_eq!(lock.session(), "s");
-    assert!(lock.path().ends_with("s.lock"));
+    assert!(lock.location().ends_with("s.lock"));
 
     let err = b.lock("s").unwrap_err();
     assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");

@@ -21,7 +21,7 @@ use agentloop::runtime::{
     control, Agent, AgentBuilder, AgentError, EventSink, FnSink, RunOutput, Timeouts, WithModel,
 };
 use agentloop::session::Price;
-use agentloop::store::{AnyLock, AnyStore, Durability, Entry, SessionStore, StoreUrl};
+use agentloop::store::{AnyStore, Durability, Entry, SessionLock, SessionStore, StoreUrl};
 use agentloop::tools::ToolRegistry;
 use agentloop::trace::TraceFile;
 use agentloop::EventEnvelope;
@@ -627,7 +627,7 @@ fn tool_rules(args: &AgentArgs, tools: &ToolRegistry) -> Result<Vec<ToolRule>, S
 pub struct Locked {
     store: Arc<AnyStore>,
     session: String,
-    _lock: AnyLock,
+    _lock: SessionLock,
 }
 
 impl Locked {

@@ -97,7 +97,7 @@ use async_trait::async_trait;
 use super::lock::{io_err, open_err, LockFile};
 use super::options::{validate_session_id, Durability};
 use super::records::{encode_bounded, scan, Scan, Torn, DEFAULT_MAX_ENTRY_BYTES};
-use super::{Entry, EntryKey, LoadReport, SessionStore, StoreError};
+use super::{Entry, EntryKey, LoadReport, SessionLock, SessionStore, StoreError};
 use crate::regular_file::{open_regular, OpenError};
 
 /// The environment variable naming the default store directory.
@@ -123,28 +123,6 @@ fn read_scan(path: &Path, limit: u64) -> Result<Scan, StoreError> {
 
 fn poisoned<T>(_: T) -> StoreError {
     StoreError::Other("file store mutex poisoned".into())
-}
-
-/// Exclusive ownership of one session, across processes. Released on drop (see the
-/// module docs for the writer's share of the lock).
-#[derive(Debug)]
-pub struct SessionLock {
-    session: String,
-    path: PathBuf,
-    _file: Arc<LockFile>,
-    _holder: Arc<()>,
-}
-
-impl SessionLock {
-    /// The locked session.
-    pub fn session(&self) -> &str {
-        &self.session
-    }
-
-    /// The lock file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
 }
 
 /// The open, locked append side of one session.
@@ -435,12 +413,12 @@ impl FileStore {
         };
         let holder = Arc::new(());
         slot.holder = Arc::downgrade(&holder);
-        Ok(SessionLock {
-            session: session.to_string(),
-            path,
-            _file: file,
-            _holder: holder,
-        })
+        Ok(SessionLock::new(
+            session,
+            path.display().to_string(),
+            file,
+            holder,
+        ))
     }
 
     /// The session's writer, opening it (and taking the lock if this store does not hold

@@ -50,11 +50,11 @@ macro_rules! sql_store {
 
             /// Takes the session's lock: [`StoreError::Locked`](crate::store::StoreError::Locked)
             /// when another process, another store or a live
-            /// [`SqlSessionLock`](crate::store::SqlSessionLock) of this store holds it.
+            /// [`SessionLock`](crate::store::SessionLock) of this store holds it.
             pub async fn lock(
                 &self,
                 session: &str,
-            ) -> Result<crate::store::SqlSessionLock, crate::store::StoreError> {
+            ) -> Result<crate::store::SessionLock, crate::store::StoreError> {
                 self.0.lock(session).await
             }
 
@@ -78,7 +78,7 @@ macro_rules! sql_store {
             }
 
             /// Makes batched appends of `session` durable and releases the store's share of the
-            /// session's lock (the lock itself goes once no `SqlSessionLock` for it is alive).
+            /// session's lock (the lock itself goes once no `SessionLock` for it is alive).
             pub async fn close(&self, session: &str) -> Result<(), crate::store::StoreError> {
                 self.0.close(session).await
             }
@@ -146,7 +146,7 @@ pub use export::{export_jsonl, export_markdown, list_sessions, SessionInfo};
 #[cfg(feature = "fault-injection")]
 pub use fault::{FaultPoint, FaultyStore};
 #[cfg(feature = "file-store")]
-pub use file::{FileStore, SessionLock};
+pub use file::FileStore;
 pub use options::{validate_session_id, Durability, MAX_SESSION_ID_LEN};
 #[cfg(feature = "postgres-store")]
 pub use postgres::{PostgresStore, LOCK_SEED as POSTGRES_LOCK_SEED};
@@ -156,12 +156,10 @@ pub use postgres::{PostgresStore, LOCK_SEED as POSTGRES_LOCK_SEED};
     feature = "postgres-store"
 ))]
 pub use records::{DEFAULT_MAX_ENTRY_BYTES, RECORD_VERSION};
-#[cfg(any(feature = "sqlite-store", feature = "postgres-store"))]
-pub use sql::SqlSessionLock;
 #[cfg(feature = "sqlite-store")]
 pub use sqlite::SqliteStore;
 #[cfg(feature = "file-store")]
-pub use url::{AnyLock, AnyStore, StoreUrl};
+pub use url::{AnyStore, StoreUrl};
 
 pub use crate::regular_file::FileKind;
 
@@ -172,6 +170,70 @@ use async_trait::async_trait;
 
 pub use agentloop_core::entry::Entry;
 use agentloop_core::entry::EntryKey;
+
+/// Exclusive ownership of one session of a store, across processes: the lock file
+/// `<session>.lock` of the file store, `<database>.locks/<session>.lock` of a SQLite store, an
+/// advisory lock of a PostgreSQL store. Released on drop (the store's own writer may keep its
+/// share of the lock until the store's `close`; see the file store's module docs).
+#[cfg(any(
+    feature = "file-store",
+    feature = "sqlite-store",
+    feature = "postgres-store"
+))]
+pub struct SessionLock {
+    session: String,
+    location: String,
+    _lock: std::sync::Arc<dyn Send + Sync>,
+    _holder: std::sync::Arc<()>,
+}
+
+#[cfg(any(
+    feature = "file-store",
+    feature = "sqlite-store",
+    feature = "postgres-store"
+))]
+impl std::fmt::Debug for SessionLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionLock")
+            .field("session", &self.session)
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(any(
+    feature = "file-store",
+    feature = "sqlite-store",
+    feature = "postgres-store"
+))]
+impl SessionLock {
+    /// `lock` is what the store holds (a lock file, a database lock); `holder` is alive
+    /// exactly as long as this handle.
+    pub(crate) fn new(
+        session: &str,
+        location: String,
+        lock: std::sync::Arc<dyn Send + Sync>,
+        holder: std::sync::Arc<()>,
+    ) -> Self {
+        SessionLock {
+            session: session.to_string(),
+            location,
+            _lock: lock,
+            _holder: holder,
+        }
+    }
+
+    /// The locked session.
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// Where the lock lives: the lock file of the file store, the store's location
+    /// (`sqlite:PATH`, `postgres://host:port/db`) of a SQL store.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+}
 
 /// What loading a session found besides its entries.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

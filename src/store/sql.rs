@@ -33,8 +33,8 @@ use async_trait::async_trait;
 
 use super::records::{encode_bounded, judge_record, Verdict, RECORD_VERSION};
 use super::{
-    validate_session_id, Durability, Entry, EntryKey, LoadReport, SessionStore, StoreError,
-    DEFAULT_MAX_ENTRY_BYTES,
+    validate_session_id, Durability, Entry, EntryKey, LoadReport, SessionLock, SessionStore,
+    StoreError, DEFAULT_MAX_ENTRY_BYTES,
 };
 
 /// One stored row, as a backend fetched it.
@@ -181,29 +181,6 @@ fn scan_rows(
     Ok(out)
 }
 
-/// Exclusive ownership of one session of a SQL store; released on drop (the store's own
-/// writer may still hold the lock until the store's `close`, as in the file store).
-pub struct SqlSessionLock {
-    session: String,
-    _lock: Arc<dyn Send + Sync>,
-    _holder: Arc<()>,
-}
-
-impl std::fmt::Debug for SqlSessionLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqlSessionLock")
-            .field("session", &self.session)
-            .finish_non_exhaustive()
-    }
-}
-
-impl SqlSessionLock {
-    /// The locked session.
-    pub fn session(&self) -> &str {
-        &self.session
-    }
-}
-
 /// The append side of one locked session.
 struct Writer<L> {
     lock: Arc<L>,
@@ -340,8 +317,8 @@ impl<B: SqlBackend> SqlStore<B> {
     }
 
     /// Takes the session's lock: [`StoreError::Locked`] when another process, another store
-    /// or a live [`SqlSessionLock`] of this store holds it.
-    pub(crate) async fn lock(&self, session: &str) -> Result<SqlSessionLock, StoreError> {
+    /// or a live [`SessionLock`] of this store holds it.
+    pub(crate) async fn lock(&self, session: &str) -> Result<SessionLock, StoreError> {
         validate_session_id(session)?;
         let has_holder = |slots: &HashMap<String, Slot<B::Lock>>| {
             slots
@@ -358,11 +335,12 @@ impl<B: SqlBackend> SqlStore<B> {
         }
         let holder = Arc::new(());
         slots.entry(session.to_string()).or_default().holder = Arc::downgrade(&holder);
-        Ok(SqlSessionLock {
-            session: session.to_string(),
-            _lock: lock,
-            _holder: holder,
-        })
+        Ok(SessionLock::new(
+            session,
+            self.backend.location(),
+            lock,
+            holder,
+        ))
     }
 
     /// The session's writer, taking the lock when this store does not hold it.
@@ -493,7 +471,7 @@ impl<B: SqlBackend> SqlStore<B> {
     }
 
     /// Makes batched appends of `session` durable and releases the store's share of the
-    /// session's lock (the lock itself goes once no [`SqlSessionLock`] for it is alive).
+    /// session's lock (the lock itself goes once no [`SessionLock`] for it is alive).
     pub(crate) async fn close(&self, session: &str) -> Result<(), StoreError> {
         validate_session_id(session)?;
         let writer = self

@@ -74,17 +74,6 @@ pub enum AnyStore {
     Postgres(super::PostgresStore),
 }
 
-/// A session lock of an [`AnyStore`]; released on drop.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum AnyLock {
-    /// The file store's lock.
-    File(SessionLock),
-    /// A SQL store's lock.
-    #[cfg(any(feature = "sqlite-store", feature = "postgres-store"))]
-    Sql(super::SqlSessionLock),
-}
-
 /// A SQL store's sessions as [`SessionInfo`]s (`path` is the store's location).
 #[cfg(any(feature = "sqlite-store", feature = "postgres-store"))]
 async fn list_sql<B: super::sql::SqlBackend>(
@@ -166,13 +155,13 @@ impl AnyStore {
     }
 
     /// Takes `session`'s lock ([`StoreError::Locked`] when someone else holds it).
-    pub async fn lock(&self, session: &str) -> Result<AnyLock, StoreError> {
+    pub async fn lock(&self, session: &str) -> Result<SessionLock, StoreError> {
         match self {
-            AnyStore::File(s) => s.lock(session).map(AnyLock::File),
+            AnyStore::File(s) => s.lock(session),
             #[cfg(feature = "sqlite-store")]
-            AnyStore::Sqlite(s) => s.lock(session).await.map(AnyLock::Sql),
+            AnyStore::Sqlite(s) => s.lock(session).await,
             #[cfg(feature = "postgres-store")]
-            AnyStore::Postgres(s) => s.lock(session).await.map(AnyLock::Sql),
+            AnyStore::Postgres(s) => s.lock(session).await,
         }
     }
 
