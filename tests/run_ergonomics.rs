@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, Ids, RunStreamItem, SequentialIds, TimeIds, VecSink};
+use agentloop::runtime::{Agent, Ids, RunStreamItem, SequentialIds, VecSink};
 use agentloop::trace::{replay, TraceRecord};
 use agentloop::{AgentEvent, ErrorKind, Message, Outcome, RunError};
 use futures::StreamExt;
@@ -105,10 +105,14 @@ const RETRY_SCRIPT: &str = r#"{"turns": [
 
 /// Runs the retry script with `ids` and returns the retry delays, the recorded seed and whether
 /// the recorded trace replays.
-async fn retried_run(ids: Arc<dyn Ids>) -> (Vec<u64>, Option<u64>, bool) {
-    let agent = Agent::builder()
-        .model(scripted(RETRY_SCRIPT))
-        .ids(ids)
+async fn retried_run(ids: Option<Arc<dyn Ids>>) -> (Vec<u64>, Option<u64>, bool) {
+    let builder = Agent::builder().model(scripted(RETRY_SCRIPT));
+    // `None`: the default ids (from the clock, a fresh seed per run).
+    let builder = match ids {
+        Some(ids) => builder.ids(ids),
+        None => builder,
+    };
+    let agent = builder
         .configure(|c| {
             c.step.retry.initial_backoff_ms = 40;
             c.step.retry.max_backoff_ms = 1_000;
@@ -141,8 +145,8 @@ async fn retried_run(ids: Arc<dyn Ids>) -> (Vec<u64>, Option<u64>, bool) {
 
 #[tokio::test]
 async fn issue12_r_in_1_jitter_comes_from_the_ids_port_and_replays() {
-    let (a, seed_a, replays_a) = retried_run(Arc::new(SequentialIds::default())).await;
-    let (b, seed_b, replays_b) = retried_run(Arc::new(SequentialIds::default())).await;
+    let (a, seed_a, replays_a) = retried_run(Some(Arc::new(SequentialIds::default()))).await;
+    let (b, seed_b, replays_b) = retried_run(Some(Arc::new(SequentialIds::default()))).await;
     assert_eq!(a.len(), 2, "two retries: {a:?}");
     assert_eq!(
         seed_a,
@@ -172,8 +176,8 @@ async fn issue12_r_in_1_jitter_comes_from_the_ids_port_and_replays() {
     assert_eq!((&a, seed_a), (&b, seed_b));
     assert!(replays_a && replays_b);
     // Random ids: a fresh seed per run.
-    let (_, t1, replays_t) = retried_run(Arc::new(TimeIds::default())).await;
-    let (_, t2, _) = retried_run(Arc::new(TimeIds::default())).await;
+    let (_, t1, replays_t) = retried_run(None).await;
+    let (_, t2, _) = retried_run(None).await;
     assert!(t1.is_some() && t1 != t2, "{t1:?} {t2:?}");
     assert!(replays_t);
 }

@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{SystemClock, VecSink};
+use agentloop::runtime::VecSink;
 use agentloop::session::SessionError;
 use agentloop::trace::replay;
 use agentloop::{AgentEvent, Message, Outcome};
@@ -28,7 +28,6 @@ async fn seed_001_tool_execution_metrics_has_start_end_and_duration() {
         ]}"#,
     ))
     .tool(Arc::new(SleepTool::new("sleepy", 40)))
-    .clock(Arc::new(SystemClock))
     .sink(sink.clone())
     .build();
     let out = agent.run("s", "sleep").await.expect("ran");

@@ -39,9 +39,9 @@ use crate::EventEnvelope;
 
 pub use ports::{
     Approver, Clock, Compactor, EventSink, FnSink, Ids, ManualApproval, NullSink, Question,
-    RejectAll, SequentialIds, SystemClock, TimeIds, TokioClock, Truncate, UserAsker, VecSink,
+    RejectAll, SequentialIds, TokioClock, Truncate, UserAsker, VecSink,
 };
-pub(crate) use ports::{AutoApprove, NoUser};
+pub(crate) use ports::{AutoApprove, NoUser, SystemClock, TimeIds};
 
 pub use agentloop_core::process::{InlineTags, ToolRule};
 pub use agentloop_core::react::UsageLimits;

@@ -103,9 +103,9 @@ pub trait Clock: Send + Sync {
     async fn sleep(&self, ms: u64);
 }
 
-/// The system clock with tokio timers.
+/// The system clock with tokio timers (the default).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 #[async_trait]
 impl Clock for SystemClock {
@@ -173,9 +173,10 @@ pub trait Ids: Send + Sync {
     }
 }
 
-/// Ids from the clock and a process-wide counter: unique enough for sessions on one machine.
+/// Ids from the clock and a process-wide counter: unique enough for sessions on one machine
+/// (the default).
 #[derive(Debug, Default)]
-pub struct TimeIds {
+pub(crate) struct TimeIds {
     counter: AtomicU64,
 }
 
