@@ -33,7 +33,7 @@ use crate::status::{summary_line, StatusLine};
 
 /// Arguments of `agentloop chat`.
 #[derive(Debug, Args)]
-pub struct ChatArgs {
+pub(crate) struct ChatArgs {
     /// Session id: create or continue this session in the store (without it, an in-memory
     /// session named `chat`).
     #[arg(long)]
@@ -59,7 +59,7 @@ pub struct ChatArgs {
 
 /// One line of input.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Line {
+pub(crate) enum Line {
     /// Nothing (an empty line).
     Empty,
     /// A prompt (`//text` sends `/text`).
@@ -85,7 +85,7 @@ pub enum Line {
 }
 
 /// What `/help` prints.
-pub const HELP: &str = "\
+pub(crate) const HELP: &str = "\
 commands:
   TEXT            send a prompt (queued while a run is going; //TEXT sends /TEXT); while
                   the model asks a question ([ask]), the line is the answer (a number
@@ -100,7 +100,7 @@ commands:
 Ctrl-C during a run aborts the run (and drops queued prompts); the chat stays.";
 
 /// Reads one input line.
-pub fn parse(line: &str) -> Line {
+pub(crate) fn parse(line: &str) -> Line {
     let line = line.trim_end_matches(['\r', '\n']);
     if line.trim().is_empty() {
         return Line::Empty;
@@ -135,7 +135,7 @@ pub fn parse(line: &str) -> Line {
 
 /// Where the `n`-th recorded run's trace goes: `path` itself for the first, then
 /// `name.N.ext` (`t.jsonl` → `t.2.jsonl`; `t` → `t.2`).
-pub fn numbered(path: &Path, n: u32) -> PathBuf {
+pub(crate) fn numbered(path: &Path, n: u32) -> PathBuf {
     if n <= 1 {
         return path.to_path_buf();
     }
@@ -159,7 +159,7 @@ struct TraceTarget {
 }
 
 /// Runs the `chat` command.
-pub fn main(args: ChatArgs) -> ExitCode {
+pub(crate) fn main(args: ChatArgs) -> ExitCode {
     let (rt, locked) = match runtime_and_store(args.session.as_deref(), &args.store) {
         Ok(started) => started,
         Err(e) => return fail(e),

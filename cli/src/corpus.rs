@@ -22,21 +22,21 @@ use agentloop_trace_tools::whatif::{apply_setting, parse_assignment, what_if, Fi
 use crate::out::errln;
 use crate::trace_cmd::{read_trace, WhatIfArgs};
 
-pub use agentloop_trace_tools::export::TIMES_SUFFIX;
+pub(crate) use agentloop_trace_tools::export::TIMES_SUFFIX;
 
 /// The trace files of a command line, and the paths that could not be listed (with why).
 type Found = (Vec<PathBuf>, Vec<(PathBuf, String)>);
 
 /// Whether a command-line path list asks for the corpus mode: more than one path, or a
 /// directory.
-pub fn is_corpus(paths: &[PathBuf]) -> bool {
+pub(crate) fn is_corpus(paths: &[PathBuf]) -> bool {
     paths.len() != 1 || paths.iter().any(|p| p.is_dir())
 }
 
 /// The trace files `paths` name, sorted and without duplicates: each file as given, each
 /// directory walked for `*.jsonl` (links not followed). A path that cannot be listed is
 /// returned with its error.
-pub fn collect(paths: &[PathBuf]) -> Found {
+pub(crate) fn collect(paths: &[PathBuf]) -> Found {
     let mut files = Vec::new();
     let mut errors = Vec::new();
     for p in paths {
@@ -91,7 +91,10 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>, errors: &mut Vec<(PathBuf, String)
 /// Runs `work` on every item of `items` on all cores; the results in the items' order. An
 /// item whose work panicked (a bug, not a bad input: those are typed errors) is `None`, and
 /// the others still run.
-pub fn par_map<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<Option<R>> {
+pub(crate) fn par_map<T: Sync, R: Send>(
+    items: &[T],
+    work: impl Fn(&T) -> R + Sync,
+) -> Vec<Option<R>> {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
@@ -227,7 +230,7 @@ fn over_corpus<R: Send>(
 
 /// `agentloop replay DIR|FILES…`: 0 when every trace replays identically, 1 when one
 /// diverges, 2 when one cannot be read (or none was found).
-pub fn replay_main(paths: &[PathBuf], as_json: bool) -> ExitCode {
+pub(crate) fn replay_main(paths: &[PathBuf], as_json: bool) -> ExitCode {
     let entries = match over_corpus(paths, "replay", replay_one, |error| Replayed::Unreadable {
         error,
     }) {
@@ -349,7 +352,7 @@ fn what_if_one(path: &Path, args: &WhatIfArgs) -> Changed {
 
 /// `agentloop replay DIR|FILES… --set K=V [--decider NAME]`: a what-if over the corpus. 0
 /// when no run changes, 1 when one does, 2 on bad input (a bad setting, an unreadable trace).
-pub fn what_if_main(paths: &[PathBuf], args: &WhatIfArgs, as_json: bool) -> ExitCode {
+pub(crate) fn what_if_main(paths: &[PathBuf], args: &WhatIfArgs, as_json: bool) -> ExitCode {
     let registry = DeciderRegistry::new();
     if let Err(e) = changed_config(RunConfig::default(), args, &registry) {
         errln!("error: {e}");

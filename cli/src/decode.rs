@@ -34,7 +34,7 @@ impl From<Provider> for ProviderKind {
 
 /// Arguments of `agentloop decode`.
 #[derive(Debug, Args)]
-pub struct DecodeArgs {
+pub(crate) struct DecodeArgs {
     /// The wire format of the capture.
     #[arg(long, value_enum)]
     pub provider: Provider,
@@ -49,7 +49,7 @@ pub struct DecodeArgs {
 }
 
 /// Runs the command: prints one JSON object; exit 0 when it decoded (even to an error outcome).
-pub fn main(args: DecodeArgs) -> ExitCode {
+pub(crate) fn main(args: DecodeArgs) -> ExitCode {
     let bytes = match read_regular_file(&args.file, crate::out::INPUT_LIMIT) {
         Ok(b) => b,
         Err(e) => {

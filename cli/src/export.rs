@@ -41,7 +41,7 @@ pub enum Table {
 
 /// File formats of `trace export`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     /// Comma-separated values (RFC 4180 quoting), a header row first.
     Csv,
     /// JSON Lines: one object per row.
@@ -50,7 +50,7 @@ pub enum Format {
 
 /// `agentloop trace export`.
 #[derive(Debug, Args)]
-pub struct ExportArgs {
+pub(crate) struct ExportArgs {
     /// The trace files, or directories of them (`*.jsonl`, walked recursively, links not
     /// followed).
     #[arg(required = true, value_name = "TRACE|DIR")]
@@ -80,7 +80,7 @@ impl From<Table> for agentloop_trace_tools::export::Table {
 
 /// `trace export`: 0 written, 2 when a trace could not be read (the others are written) or
 /// the table cannot be written.
-pub fn export_main(args: ExportArgs) -> ExitCode {
+pub(crate) fn export_main(args: ExportArgs) -> ExitCode {
     let (files, errors) = crate::corpus::collect(&args.traces);
     if files.is_empty() && errors.is_empty() {
         errln!("error: no *.jsonl traces found");

@@ -1,6 +1,8 @@
 //! The `agentloop` command line: run an agent, chat, resume a stored session, replay and
 //! inspect traces, print the charts. `agentloop --help` lists the commands; the repository's
 //! `docs/cli.md` is the full reference.
+#![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 mod chat;
 mod corpus;

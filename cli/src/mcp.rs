@@ -10,7 +10,7 @@ use agentloop::tools::ToolRegistry;
 
 /// The MCP servers whose tools an agent gets.
 #[derive(Debug, Args)]
-pub struct McpArgs {
+pub(crate) struct McpArgs {
     /// An MCP server to start and use the tools of, over stdio: "CMD ARGS", split like a POSIX
     /// shell splits words (quotes and backslashes; no variables, globs or pipes). Repeatable.
     #[arg(long = "mcp", value_name = "CMD ARGS", value_parser = parse_stdio)]
@@ -36,7 +36,7 @@ fn parse_stdio(line: &str) -> Result<McpEndpoint, String> {
 
 impl McpArgs {
     /// Connects every server, in the order given (stdio first, then HTTP).
-    pub async fn connect(&self) -> Result<Vec<McpServer>, String> {
+    pub(crate) async fn connect(&self) -> Result<Vec<McpServer>, String> {
         let endpoints = self.stdio.iter().cloned().chain(
             self.http
                 .iter()
@@ -55,7 +55,7 @@ impl McpArgs {
 
 /// Adds the servers' tools to `tools`, saying on stderr which tool replaced one of the same
 /// name (a built-in or an earlier server's).
-pub fn add_tools(tools: &mut ToolRegistry, servers: &[McpServer]) {
+pub(crate) fn add_tools(tools: &mut ToolRegistry, servers: &[McpServer]) {
     for server in servers {
         // Tools whose names a provider would refuse were left out at connect: say which.
         for skipped in server.skipped() {
@@ -81,7 +81,7 @@ pub fn add_tools(tools: &mut ToolRegistry, servers: &[McpServer]) {
 
 /// Arguments of `agentloop tools`.
 #[derive(Debug, Args)]
-pub struct ToolsArgs {
+pub(crate) struct ToolsArgs {
     /// MCP servers whose tools to list besides the built-ins.
     #[command(flatten)]
     pub mcp: McpArgs,
@@ -89,7 +89,7 @@ pub struct ToolsArgs {
 
 /// Runs `agentloop tools`: every tool an agent would get (built-ins, then the MCP servers'),
 /// one a line: the name and the first line of its description.
-pub fn tools_main(args: ToolsArgs) -> ExitCode {
+pub(crate) fn tools_main(args: ToolsArgs) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -19,22 +19,22 @@ use std::borrow::Cow;
 use std::io::Write;
 
 /// The most bytes of a small input file: `--tool-rules`, `--output-schema` (1 MiB).
-pub const SMALL_INPUT_LIMIT: u64 = 1 << 20;
+pub(crate) const SMALL_INPUT_LIMIT: u64 = 1 << 20;
 
 /// The most bytes of a larger input file: `--script`, a capture for `decode`, a
 /// conversation for `trace import` (64 MiB). Traces have no limit: they are read a line at
 /// a time (and `trace view` streams them).
-pub const INPUT_LIMIT: u64 = 64 << 20;
+pub(crate) const INPUT_LIMIT: u64 = 64 << 20;
 
 /// `s` with every control character but newline, tab and the carriage return of a `\r\n`
 /// written visibly (`\x1b`, `\x07`, `\u{9b}`): safe to print for a person.
-pub fn text(s: &str) -> Cow<'_, str> {
+pub(crate) fn text(s: &str) -> Cow<'_, str> {
     escape(s, false)
 }
 
 /// [`text`] that also writes newlines, tabs and carriage returns visibly (`\n`, `\t`,
 /// `\r`): for a status line, a list entry, anything that must stay on one line.
-pub fn line(s: &str) -> Cow<'_, str> {
+pub(crate) fn line(s: &str) -> Cow<'_, str> {
     escape(s, true)
 }
 
@@ -76,7 +76,7 @@ fn escape(s: &str, one_line: bool) -> Cow<'_, str> {
 /// JSON text with DEL and the C1 controls (which JSON leaves raw) written as `\u` escapes:
 /// the same JSON value, nothing a terminal acts on. These characters can only occur inside
 /// JSON strings, where the escape means the same character.
-pub fn json(s: &str) -> Cow<'_, str> {
+pub(crate) fn json(s: &str) -> Cow<'_, str> {
     if !s.chars().any(|c| ('\u{7f}'..='\u{9f}').contains(&c)) {
         return Cow::Borrowed(s);
     }
@@ -101,7 +101,7 @@ enum Stream {
 /// Writes `s` as it is to stdout and flushes (see the module docs for errors). For text that
 /// is already safe: machine output through [`json`], or lines built from [`text`] pieces and
 /// the program's own escape sequences (colors, the status line).
-pub fn stdout_raw(s: &str) {
+pub(crate) fn stdout_raw(s: &str) {
     let mut out = std::io::stdout().lock();
     if let Err(e) = out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
         write_failed(Stream::Stdout, &e);
@@ -109,7 +109,7 @@ pub fn stdout_raw(s: &str) {
 }
 
 /// [`stdout_raw`] for stderr.
-pub fn stderr_raw(s: &str) {
+pub(crate) fn stderr_raw(s: &str) {
     let mut err = std::io::stderr().lock();
     if let Err(e) = err.write_all(s.as_bytes()).and_then(|()| err.flush()) {
         write_failed(Stream::Stderr, &e);

@@ -30,7 +30,7 @@ use crate::term::Terminal;
 
 /// Event output formats.
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum EventsFormat {
+pub(crate) enum EventsFormat {
     /// Human-readable.
     Text,
     /// JSON lines.
@@ -39,14 +39,14 @@ pub enum EventsFormat {
 
 /// The stdout line that says the text printed since the previous marker (or the start) was
 /// the provisional output of a failed attempt, discarded by a retry.
-pub const RETRY_MARKER: &str = "[retrying: previous output discarded]";
+pub(crate) const RETRY_MARKER: &str = "[retrying: previous output discarded]";
 
 /// Most bytes of a tool's arguments echoed to stderr.
-pub const ECHO_LIMIT: usize = 2048;
+pub(crate) const ECHO_LIMIT: usize = 2048;
 
 /// `text` cut to at most `limit` bytes (on a character boundary) plus a
 /// `… (N bytes truncated)` marker; unchanged when it fits.
-pub fn clip(text: &str, limit: usize) -> Cow<'_, str> {
+pub(crate) fn clip(text: &str, limit: usize) -> Cow<'_, str> {
     if text.len() <= limit {
         return Cow::Borrowed(text);
     }
@@ -60,7 +60,7 @@ pub fn clip(text: &str, limit: usize) -> Cow<'_, str> {
 /// The run summary's usage part: `usage in=I out=O` when every committed step reported usage,
 /// `usage unknown (...)` when none did (a server that sends no usage is not a run that used
 /// no tokens), and the totals with `(reported by R of C steps)` in between.
-pub fn usage_summary(total: &Usage, reported: u32, committed: u32) -> String {
+pub(crate) fn usage_summary(total: &Usage, reported: u32, committed: u32) -> String {
     let counts = format!("in={} out={}", total.input_tokens, total.output_tokens);
     if reported == 0 {
         "usage unknown (the provider reported none)".to_string()
@@ -74,7 +74,7 @@ pub fn usage_summary(total: &Usage, reported: u32, committed: u32) -> String {
 /// Where `run` and `resume` send events: plain lines (piped, or `--events json`), or a
 /// terminal with a live status line (`--events text` with stdout and stderr terminals).
 #[derive(Debug)]
-pub enum Output {
+pub(crate) enum Output {
     /// Lines.
     Lines(Printer),
     /// The answer and a status line.
@@ -83,7 +83,7 @@ pub enum Output {
 
 impl Output {
     /// The output for these flags, on this process's stdout and stderr.
-    pub fn for_args(format: EventsFormat, verbose: bool, color: bool) -> Self {
+    pub(crate) fn for_args(format: EventsFormat, verbose: bool, color: bool) -> Self {
         match format {
             EventsFormat::Text if crate::term::interactive() => {
                 Output::Terminal(Arc::new(Terminal::new(color, verbose)))
@@ -93,7 +93,7 @@ impl Output {
     }
 
     /// Shows `env`.
-    pub fn print(&self, env: &EventEnvelope) {
+    pub(crate) fn print(&self, env: &EventEnvelope) {
         match self {
             Output::Lines(p) => p.print(env),
             Output::Terminal(t) => t.event(env),
@@ -101,7 +101,7 @@ impl Output {
     }
 
     /// Keeps the status line moving (spinner, elapsed, countdown) while the task lives.
-    pub fn spawn_ticker(&self) -> Option<AbortOnDrop> {
+    pub(crate) fn spawn_ticker(&self) -> Option<AbortOnDrop> {
         match self {
             Output::Lines(_) => None,
             Output::Terminal(t) => Some(AbortOnDrop(crate::term::spawn_ticker(t.clone()))),
@@ -109,18 +109,18 @@ impl Output {
     }
 
     /// Whether this is the terminal with a status line.
-    pub fn is_terminal(&self) -> bool {
+    pub(crate) fn is_terminal(&self) -> bool {
         matches!(self, Output::Terminal(_))
     }
 
     /// Whether the terminal lines are colored.
-    pub fn color(&self) -> bool {
+    pub(crate) fn color(&self) -> bool {
         matches!(self, Output::Terminal(t) if t.color())
     }
 
     /// A line of its own on stderr (above the status line on a terminal), through
     /// [`crate::out::text`].
-    pub fn say(&self, text: &str) {
+    pub(crate) fn say(&self, text: &str) {
         match self {
             Output::Lines(_) => errln!("{text}"),
             Output::Terminal(t) => t.say(text),
@@ -128,21 +128,21 @@ impl Output {
     }
 
     /// The chat's input prompt, on a terminal only.
-    pub fn prompt(&self, text: &str) {
+    pub(crate) fn prompt(&self, text: &str) {
         if let Output::Terminal(t) = self {
             t.prompt(text);
         }
     }
 
     /// A line typed at the terminal was echoed (its newline moved the cursor).
-    pub fn input_echoed(&self) {
+    pub(crate) fn input_echoed(&self) {
         if let Output::Terminal(t) = self {
             t.input_echoed();
         }
     }
 
     /// Removes the status line (before an error message).
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if let Output::Terminal(t) = self {
             t.finish();
         }
@@ -150,7 +150,7 @@ impl Output {
 
     /// Prints the run's final line on stderr: outcome, reason, steps and usage; on a
     /// terminal also the cost (with `--price`) and the elapsed time, in color.
-    pub fn summary(
+    pub(crate) fn summary(
         &self,
         outcome: &str,
         reason: &str,
@@ -188,7 +188,7 @@ impl Output {
 
     /// A line of its own on stderr that is already safe: built by [`summary_line`] (its
     /// parts neutralized, its colors the program's own).
-    pub fn say_painted(&self, line: &str) {
+    pub(crate) fn say_painted(&self, line: &str) {
         Self::say_painted_on(self, line);
     }
 
@@ -202,7 +202,7 @@ impl Output {
 
 /// A task aborted when this is dropped.
 #[derive(Debug)]
-pub struct AbortOnDrop(tokio::task::JoinHandle<()>);
+pub(crate) struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -212,7 +212,7 @@ impl Drop for AbortOnDrop {
 
 /// Prints one run's events in one format.
 #[derive(Debug)]
-pub struct Printer {
+pub(crate) struct Printer {
     format: EventsFormat,
     /// Which stderr lines `text` prints.
     level: LogLevel,
@@ -228,7 +228,7 @@ pub struct Printer {
 
 impl Printer {
     /// A printer for `format`; `verbose` adds the state transitions to the stderr lines.
-    pub fn new(format: EventsFormat, verbose: bool) -> Self {
+    pub(crate) fn new(format: EventsFormat, verbose: bool) -> Self {
         Printer {
             format,
             level: if verbose {
@@ -244,7 +244,7 @@ impl Printer {
     }
 
     /// [`usage_summary`] of `total` with the steps this printer saw committed.
-    pub fn usage_summary(&self, total: &Usage) -> String {
+    pub(crate) fn usage_summary(&self, total: &Usage) -> String {
         usage_summary(
             total,
             self.reported.load(Ordering::Relaxed),
@@ -259,7 +259,7 @@ impl Printer {
     }
 
     /// Prints `env`.
-    pub fn print(&self, env: &EventEnvelope) {
+    pub(crate) fn print(&self, env: &EventEnvelope) {
         if let AgentEvent::ResponseComplete { usage, .. } = &env.event {
             self.committed.fetch_add(1, Ordering::Relaxed);
             if usage.is_some() {
@@ -309,7 +309,7 @@ impl Printer {
 
 /// How much of the run goes to stderr as lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LogLevel {
+pub(crate) enum LogLevel {
     /// On a terminal: only what needs a person (errors, aborts, repairs, approvals); the
     /// status line shows the rest.
     Quiet,
@@ -320,7 +320,7 @@ pub enum LogLevel {
 }
 
 /// The stderr line for `event` at `level`, if it gets one.
-pub fn log_line(event: &AgentEvent, level: LogLevel) -> Option<String> {
+pub(crate) fn log_line(event: &AgentEvent, level: LogLevel) -> Option<String> {
     let normal = level >= LogLevel::Normal;
     match event {
         AgentEvent::StateChanged {

@@ -32,7 +32,7 @@ use agentloop_core::react::{CostLimit, LimitAction, UsageLimits};
 
 /// Arguments of `agentloop run`.
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The prompt.
     pub prompt: String,
     /// An image to send with the prompt (repeatable): png, jpg/jpeg, gif or webp; its media
@@ -58,7 +58,7 @@ pub struct RunArgs {
 
 /// Arguments of `agentloop resume`.
 #[derive(Debug, Args)]
-pub struct ResumeArgs {
+pub(crate) struct ResumeArgs {
     /// The session whose interrupted run to continue.
     pub session: String,
     /// Store options.
@@ -71,7 +71,7 @@ pub struct ResumeArgs {
 
 /// Where sessions live.
 #[derive(Debug, Args)]
-pub struct StoreArgs {
+pub(crate) struct StoreArgs {
     /// Session store: a directory (default: `$AGENTLOOP_STORE`, else
     /// `./.agentloop/sessions`), `sqlite:PATH` or `postgres://user@host:port/db`.
     #[arg(long)]
@@ -84,7 +84,7 @@ pub struct StoreArgs {
 
 /// Opens the store `url` names (the default file store without one): the one place the CLI
 /// turns a `--store` value into a store.
-pub async fn open_store(
+pub(crate) async fn open_store(
     url: Option<&StoreUrl>,
     durability: Durability,
 ) -> Result<AnyStore, String> {
@@ -100,7 +100,7 @@ pub async fn open_store(
 
 /// Options shared by `run` and `resume`: the model, the tools and the runtime.
 #[derive(Debug, Args)]
-pub struct AgentArgs {
+pub(crate) struct AgentArgs {
     /// Which model client: the offline scripted model (default), or a real provider.
     #[arg(long, value_enum, default_value_t = ProviderArg::Scripted)]
     pub provider: ProviderArg,
@@ -274,7 +274,7 @@ pub struct AgentArgs {
 
 /// `--max-input-tokens` ... `--on-limit`: the run's usage limits.
 #[derive(Debug, Args)]
-pub struct LimitArgs {
+pub(crate) struct LimitArgs {
     /// Most input tokens the run's steps may report.
     #[arg(long)]
     pub max_input_tokens: Option<u64>,
@@ -300,7 +300,7 @@ pub struct LimitArgs {
 
 /// `--on-limit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OnLimit {
+pub(crate) enum OnLimit {
     /// One more step without tools for a final answer.
     FinalAnswer,
     /// End the run at once.
@@ -330,7 +330,7 @@ impl From<InlineTagsArg> for InlineTags {
 
 impl LimitArgs {
     /// The limits the flags set (`price`: `--price`, for `--max-cost`).
-    pub fn limits(&self, price: Option<Price>) -> UsageLimits {
+    pub(crate) fn limits(&self, price: Option<Price>) -> UsageLimits {
         UsageLimits {
             input_tokens: self.max_input_tokens,
             output_tokens: self.max_output_tokens,
@@ -352,7 +352,7 @@ impl LimitArgs {
 
 impl AgentArgs {
     /// Whether to color (`--color`, `NO_COLOR`, stderr a terminal).
-    pub fn color_enabled(&self) -> bool {
+    pub(crate) fn color_enabled(&self) -> bool {
         use std::io::IsTerminal;
         let no_color = std::env::var("NO_COLOR").ok();
         crate::term::color_enabled(
@@ -363,7 +363,7 @@ impl AgentArgs {
     }
 
     /// The cost of `usage` at `--price`.
-    pub fn cost(&self, usage: Option<&agentloop::Usage>) -> Option<f64> {
+    pub(crate) fn cost(&self, usage: Option<&agentloop::Usage>) -> Option<f64> {
         Some(self.price?.cost(usage?))
     }
 }
@@ -393,7 +393,7 @@ fn secs(s: f64) -> u64 {
 /// The model the agent talks to.
 /// Model clients the CLI can build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ProviderArg {
+pub(crate) enum ProviderArg {
     /// The offline scripted model (no key, no network).
     Scripted,
     /// OpenAI-compatible Chat Completions (OpenAI, Azure, OpenRouter, Ollama, vLLM, llama.cpp, DeepSeek).
@@ -421,7 +421,7 @@ fn model(args: &AgentArgs) -> Result<Arc<dyn Model>, String> {
 }
 
 /// The model the flags name, under the model name `name` (`chat --extra-model`).
-pub fn model_named(args: &AgentArgs, name: Option<&str>) -> Result<Arc<dyn Model>, String> {
+pub(crate) fn model_named(args: &AgentArgs, name: Option<&str>) -> Result<Arc<dyn Model>, String> {
     if let (None, Some(path)) = (args.provider.kind(), &args.script) {
         // Read here, as a regular file with a cap: a FIFO or a device would block or never end.
         let text = read_regular_to_string(path, crate::out::INPUT_LIMIT)
@@ -489,7 +489,7 @@ fn agent(
 
 /// The agent's builder from the flags (model, tools with the MCP servers' ones, timeouts,
 /// store), events to `sink`.
-pub fn agent_builder(
+pub(crate) fn agent_builder(
     args: &AgentArgs,
     store: Option<Arc<dyn SessionStore>>,
     sink: Arc<dyn EventSink>,
@@ -624,14 +624,14 @@ fn tool_rules(args: &AgentArgs, tools: &ToolRegistry) -> Result<Vec<ToolRule>, S
 }
 
 /// A store with `session` locked for the whole command; torn-tail warnings printed.
-pub struct Locked {
+pub(crate) struct Locked {
     store: Arc<AnyStore>,
     session: String,
     _lock: SessionLock,
 }
 
 impl Locked {
-    pub async fn open(args: &StoreArgs, session: &str) -> Result<Self, String> {
+    pub(crate) async fn open(args: &StoreArgs, session: &str) -> Result<Self, String> {
         let store = Arc::new(open_store(args.store.as_ref(), args.durability).await?);
         let lock = store.lock(session).await.map_err(|e| format!("{e}"))?;
         // Loading under the lock validates the session and cuts a torn last entry.
@@ -650,12 +650,12 @@ impl Locked {
     }
 
     /// The store, as the agent takes it.
-    pub fn session_store(&self) -> Arc<dyn SessionStore> {
+    pub(crate) fn session_store(&self) -> Arc<dyn SessionStore> {
         self.store.clone()
     }
 
     /// Syncs batched appends and releases the writer.
-    pub async fn close(&self) -> Result<(), String> {
+    pub(crate) async fn close(&self) -> Result<(), String> {
         self.store
             .close(&self.session)
             .await
@@ -663,7 +663,7 @@ impl Locked {
     }
 }
 
-pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -678,13 +678,16 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_millis(500
 /// [`SHUTDOWN_GRACE`] for blocking tasks: dropping a runtime waits for every blocking task,
 /// so one abandoned tool could otherwise keep the process alive forever after the run ended.
 /// Everything the run must persist (session entries, the trace) is written inside `fut`.
-pub fn block_on_bounded<F: std::future::Future>(rt: tokio::runtime::Runtime, fut: F) -> F::Output {
+pub(crate) fn block_on_bounded<F: std::future::Future>(
+    rt: tokio::runtime::Runtime,
+    fut: F,
+) -> F::Output {
     let out = rt.block_on(fut);
     rt.shutdown_timeout(SHUTDOWN_GRACE);
     out
 }
 
-pub fn fail(message: impl std::fmt::Display) -> ExitCode {
+pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
     crate::out::errln!("error: {message}");
     ExitCode::from(2)
 }
@@ -807,7 +810,7 @@ fn outcome_code(outcome: Outcome) -> ExitCode {
 
 /// The runtime, and the store with `session` locked when one is named (opened on the
 /// runtime: a PostgreSQL store's connections run on it). `run` and `chat` start so.
-pub fn runtime_and_store(
+pub(crate) fn runtime_and_store(
     session: Option<&str>,
     store: &StoreArgs,
 ) -> Result<(tokio::runtime::Runtime, Option<Locked>), String> {
@@ -836,7 +839,7 @@ fn prompt(args: &RunArgs) -> Result<Prompt, AttachmentError> {
 }
 
 /// Runs the `run` command.
-pub fn main(args: RunArgs) -> ExitCode {
+pub(crate) fn main(args: RunArgs) -> ExitCode {
     let prompt = match prompt(&args) {
         Ok(p) => p,
         Err(e) => return fail(e),
@@ -900,7 +903,7 @@ fn last_outcome(entries: &[Entry]) -> Option<(String, String)> {
 /// Exit code of `resume` when the session has no entries (missing, or an empty file): there
 /// is nothing to resume. Distinct from 2 (an error), so a "resume until it exits 0" loop can
 /// stop on it and start the session again with `run`.
-pub const NOTHING_TO_RESUME: u8 = 3;
+pub(crate) const NOTHING_TO_RESUME: u8 = 3;
 
 /// Reports a session without entries; [`NOTHING_TO_RESUME`].
 async fn nothing_to_resume(session: &str, store: &AnyStore) -> ExitCode {
@@ -925,7 +928,7 @@ async fn nothing_to_resume(session: &str, store: &AnyStore) -> ExitCode {
 /// Runs the `resume` command. A session with nothing to resume is reported, and the exit
 /// code is that of its last run (so "resume until it exits 0" is a safe loop); a session
 /// without entries exits [`NOTHING_TO_RESUME`].
-pub fn resume_main(args: ResumeArgs) -> ExitCode {
+pub(crate) fn resume_main(args: ResumeArgs) -> ExitCode {
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(e) => return fail(e),

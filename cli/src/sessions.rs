@@ -24,7 +24,7 @@ use crate::run::open_store;
 
 /// Arguments of `agentloop sessions`.
 #[derive(Debug, Args)]
-pub struct SessionsArgs {
+pub(crate) struct SessionsArgs {
     /// Session store: a directory (default: `$AGENTLOOP_STORE`, else
     /// `./.agentloop/sessions`), `sqlite:PATH` or `postgres://user@host:port/db`.
     #[arg(long, global = true)]
@@ -36,7 +36,7 @@ pub struct SessionsArgs {
 
 /// `agentloop sessions` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum SessionsCommand {
+pub(crate) enum SessionsCommand {
     /// List the sessions of the store.
     List,
     /// Print a session's entries readably.
@@ -61,7 +61,7 @@ pub enum SessionsCommand {
 
 /// Export formats.
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ExportFormat {
+pub(crate) enum ExportFormat {
     /// The session file format (`{"v":1,"seq":N,...}` per line).
     Jsonl,
     /// A readable transcript.
@@ -74,7 +74,7 @@ fn fail(message: impl std::fmt::Display) -> ExitCode {
 }
 
 /// Runs the `sessions` command.
-pub fn main(args: SessionsArgs) -> ExitCode {
+pub(crate) fn main(args: SessionsArgs) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -17,7 +17,7 @@ use agentloop_core::chart::{MachineKind, ReactState};
 
 /// What the run is doing, as the status line names it.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// No run.
     Idle,
     /// Planning, calling the model, waiting for its first chunk.
@@ -43,7 +43,7 @@ pub enum Phase {
 
 /// A tool call waiting for approval.
 #[derive(Clone, Debug, PartialEq)]
-pub struct PendingCall {
+pub(crate) struct PendingCall {
     /// The call's id (what `/approve ID` names).
     pub tool_call_id: String,
     /// The tool.
@@ -54,7 +54,7 @@ pub struct PendingCall {
 
 /// The status of the current (or last) run, updated from its events.
 #[derive(Clone, Debug, Default)]
-pub struct StatusLine {
+pub(crate) struct StatusLine {
     phase: Option<Phase>,
     /// The model step in progress (1-based; 0 before the first).
     step: u32,
@@ -80,7 +80,7 @@ pub struct StatusLine {
 
 /// How a run ended, from its one end event (`run_end`, `run_error` or `agent_abort`).
 #[derive(Clone, Debug, PartialEq)]
-pub struct RunEnded {
+pub(crate) struct RunEnded {
     /// `completed`, `failed` or `aborted`.
     pub outcome: &'static str,
     /// The reason (`final_answer`, the error, the abort's reason).
@@ -89,7 +89,7 @@ pub struct RunEnded {
 
 /// How to render.
 #[derive(Clone, Copy, Debug)]
-pub struct RenderOptions {
+pub(crate) struct RenderOptions {
     /// ANSI colors.
     pub color: bool,
     /// Most columns the line may take (it is cut there, so it never wraps).
@@ -99,27 +99,27 @@ pub struct RenderOptions {
 const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
 /// ANSI SGR codes of the few styles used.
-pub mod sgr {
+pub(crate) mod sgr {
     /// Reset.
-    pub const RESET: &str = "\x1b[0m";
+    pub(crate) const RESET: &str = "\x1b[0m";
     /// Dim (separators, counters).
-    pub const DIM: &str = "\x1b[2m";
+    pub(crate) const DIM: &str = "\x1b[2m";
     /// Bold.
-    pub const BOLD: &str = "\x1b[1m";
+    pub(crate) const BOLD: &str = "\x1b[1m";
     /// Cyan (spinner, streaming).
-    pub const CYAN: &str = "\x1b[36m";
+    pub(crate) const CYAN: &str = "\x1b[36m";
     /// Yellow (retry, approval).
-    pub const YELLOW: &str = "\x1b[33m";
+    pub(crate) const YELLOW: &str = "\x1b[33m";
     /// Green (completed).
-    pub const GREEN: &str = "\x1b[32m";
+    pub(crate) const GREEN: &str = "\x1b[32m";
     /// Red (failed, aborted).
-    pub const RED: &str = "\x1b[31m";
+    pub(crate) const RED: &str = "\x1b[31m";
     /// Magenta (tools).
-    pub const MAGENTA: &str = "\x1b[35m";
+    pub(crate) const MAGENTA: &str = "\x1b[35m";
 }
 
 /// `text` in `style` when `color`, else as it is.
-pub fn paint(text: &str, style: &str, color: bool) -> String {
+pub(crate) fn paint(text: &str, style: &str, color: bool) -> String {
     if color && !text.is_empty() {
         format!("{style}{text}{}", sgr::RESET)
     } else {
@@ -128,7 +128,7 @@ pub fn paint(text: &str, style: &str, color: bool) -> String {
 }
 
 /// `ms` as `0.4s`, `12.0s`, `3m07s`, `1h02m`.
-pub fn format_elapsed(ms: u64) -> String {
+pub(crate) fn format_elapsed(ms: u64) -> String {
     let secs = ms / 1000;
     if secs < 60 {
         format!("{}.{}s", secs, (ms % 1000) / 100)
@@ -141,37 +141,37 @@ pub fn format_elapsed(ms: u64) -> String {
 
 impl StatusLine {
     /// A status line with no run yet.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         StatusLine::default()
     }
 
     /// Whether a run is going (the line is worth drawing).
-    pub fn active(&self) -> bool {
+    pub(crate) fn active(&self) -> bool {
         !matches!(self.phase, None | Some(Phase::Idle))
     }
 
     /// What the run is doing.
-    pub fn phase(&self) -> Phase {
+    pub(crate) fn phase(&self) -> Phase {
         self.phase.clone().unwrap_or(Phase::Idle)
     }
 
     /// Steps committed in the current (or last) run.
-    pub fn committed(&self) -> u32 {
+    pub(crate) fn committed(&self) -> u32 {
         self.committed
     }
 
     /// Of the committed steps, those that reported usage.
-    pub fn reported(&self) -> u32 {
+    pub(crate) fn reported(&self) -> u32 {
         self.reported
     }
 
     /// Calls waiting for approval.
-    pub fn pending(&self) -> &[PendingCall] {
+    pub(crate) fn pending(&self) -> &[PendingCall] {
         &self.pending
     }
 
     /// Usage the committed steps reported (`None` when none did).
-    pub fn usage(&self) -> Option<Usage> {
+    pub(crate) fn usage(&self) -> Option<Usage> {
         (self.reported > 0).then_some(self.usage)
     }
 
@@ -180,7 +180,7 @@ impl StatusLine {
     /// `run_error` when it failed, `agent_abort` when aborted; events after it (tools still
     /// draining) no longer move the line, and an end event outside a run (an abort while
     /// idle) ends nothing.
-    pub fn handle(&mut self, event: &AgentEvent, now_ms: u64) -> Option<RunEnded> {
+    pub(crate) fn handle(&mut self, event: &AgentEvent, now_ms: u64) -> Option<RunEnded> {
         let ended = match event {
             AgentEvent::RunEnd {
                 outcome, reason, ..
@@ -301,7 +301,7 @@ impl StatusLine {
     }
 
     /// Milliseconds the run has taken (up to its end), at `now_ms`.
-    pub fn elapsed_ms(&self, now_ms: u64) -> u64 {
+    pub(crate) fn elapsed_ms(&self, now_ms: u64) -> u64 {
         match self.started_ms {
             Some(start) => self.ended_ms.unwrap_or(now_ms).saturating_sub(start),
             None => 0,
@@ -309,7 +309,7 @@ impl StatusLine {
     }
 
     /// The line at `now_ms` (no newline, no cursor movement).
-    pub fn render(&self, now_ms: u64, opts: RenderOptions) -> String {
+    pub(crate) fn render(&self, now_ms: u64, opts: RenderOptions) -> String {
         let c = opts.color;
         let frame = SPINNER[((now_ms / 100) % SPINNER.len() as u64) as usize];
         let (label, style) = match self.phase() {
@@ -406,7 +406,7 @@ fn phase_entered(machine: MachineKind, to: &str) -> Option<Phase> {
 /// `; cost $0.000123` when priced and `; 1.2s` when timed; the outcome colored when `color`.
 /// The reason (an error's text, say) passes [`crate::out::line`]: the line is safe to print
 /// as it is.
-pub fn summary_line(
+pub(crate) fn summary_line(
     outcome: &str,
     reason: &str,
     steps: u32,

@@ -26,7 +26,7 @@ use crate::status::{RenderOptions, StatusLine};
 
 /// `--color`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ColorChoice {
+pub(crate) enum ColorChoice {
     /// Colors on a terminal, unless `NO_COLOR` is set (and not empty).
     Auto,
     /// Always (even with `NO_COLOR`).
@@ -36,7 +36,7 @@ pub enum ColorChoice {
 }
 
 /// Whether to color: `--color`, whether stderr is a terminal, and `NO_COLOR`'s value.
-pub fn color_enabled(choice: ColorChoice, terminal: bool, no_color: Option<&str>) -> bool {
+pub(crate) fn color_enabled(choice: ColorChoice, terminal: bool, no_color: Option<&str>) -> bool {
     match choice {
         ColorChoice::Always => true,
         ColorChoice::Never => false,
@@ -47,7 +47,7 @@ pub fn color_enabled(choice: ColorChoice, terminal: bool, no_color: Option<&str>
 /// Whether `run`/`chat` talk to a person: both stdout and stderr are terminals. With stdout
 /// piped, stdout gets only the answer and stderr plain lines; with stderr redirected, no
 /// cursor movement ends up in a file.
-pub fn interactive() -> bool {
+pub(crate) fn interactive() -> bool {
     std::io::stdout().is_terminal() && std::io::stderr().is_terminal()
 }
 
@@ -89,7 +89,7 @@ struct State {
 }
 
 /// The answer and a live status line, for a person at a terminal.
-pub struct Terminal {
+pub(crate) struct Terminal {
     state: Mutex<State>,
     /// Milliseconds since the writer was made (the clock port; monotonic).
     clock: TokioClock,
@@ -108,7 +108,7 @@ impl std::fmt::Debug for Terminal {
 
 impl Terminal {
     /// A writer; `verbose` adds the state-transition log (and tools, retries) above the line.
-    pub fn new(color: bool, verbose: bool) -> Self {
+    pub(crate) fn new(color: bool, verbose: bool) -> Self {
         Terminal {
             state: Mutex::new(State {
                 line: StatusLine::new(),
@@ -123,17 +123,17 @@ impl Terminal {
     }
 
     /// Whether it colors.
-    pub fn color(&self) -> bool {
+    pub(crate) fn color(&self) -> bool {
         self.color
     }
 
     /// Milliseconds since the writer was made (the status line's clock).
-    pub fn now_ms(&self) -> u64 {
+    pub(crate) fn now_ms(&self) -> u64 {
         self.clock.now_ms()
     }
 
     /// A copy of the status model (pending approvals, counts for the summary).
-    pub fn status(&self) -> StatusLine {
+    pub(crate) fn status(&self) -> StatusLine {
         self.lock(|s, _| s.line.clone())
     }
 
@@ -187,7 +187,7 @@ impl Terminal {
     }
 
     /// Shows `env`.
-    pub fn event(&self, env: &EventEnvelope) {
+    pub(crate) fn event(&self, env: &EventEnvelope) {
         let now = self.now_ms();
         self.lock(|state, err| {
             if state.line.handle(&env.event, now).is_some() {
@@ -230,7 +230,7 @@ impl Terminal {
     }
 
     /// Redraws the line (spinner, elapsed, countdown); call it a few times a second.
-    pub fn tick(&self) {
+    pub(crate) fn tick(&self) {
         self.lock(|state, err| {
             if state.line.active() {
                 self.draw(state, err);
@@ -240,13 +240,13 @@ impl Terminal {
 
     /// Writes `text` (through [`crate::out::text`]) as a line of its own on stderr, above
     /// the status line.
-    pub fn say(&self, text: &str) {
+    pub(crate) fn say(&self, text: &str) {
         self.say_painted(&crate::out::text(text));
     }
 
     /// [`Terminal::say`] for a line that is already safe (its parts neutralized, its colors
     /// the program's own).
-    pub fn say_painted(&self, line: &str) {
+    pub(crate) fn say_painted(&self, line: &str) {
         self.lock(|state, err| {
             Self::hide(state, err);
             let _ = writeln!(err, "{line}");
@@ -255,7 +255,7 @@ impl Terminal {
     }
 
     /// Writes `text` (no newline) on stderr with the status line hidden: the chat's prompt.
-    pub fn prompt(&self, text: &str) {
+    pub(crate) fn prompt(&self, text: &str) {
         self.lock(|state, err| {
             Self::hide(state, err);
             let _ = write!(err, "{}", crate::out::text(text));
@@ -264,7 +264,7 @@ impl Terminal {
 
     /// A line typed at the terminal was echoed: its newline moved the cursor down, onto the
     /// status row if one was drawn, which is cleared (and drawn again below).
-    pub fn input_echoed(&self) {
+    pub(crate) fn input_echoed(&self) {
         self.lock(|state, err| {
             if std::mem::take(&mut state.drawn) {
                 let _ = write!(err, "\r\x1b[2K");
@@ -275,7 +275,7 @@ impl Terminal {
     }
 
     /// Removes the status line and ends a started answer line (before the final line).
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         self.lock(|state, err| {
             Self::hide(state, err);
         });
@@ -283,7 +283,7 @@ impl Terminal {
 }
 
 /// Redraws `terminal` every 100 ms until the task is dropped or aborted.
-pub fn spawn_ticker(terminal: std::sync::Arc<Terminal>) -> tokio::task::JoinHandle<()> {
+pub(crate) fn spawn_ticker(terminal: std::sync::Arc<Terminal>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut every = tokio::time::interval(std::time::Duration::from_millis(100));
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);

@@ -17,16 +17,16 @@ use serde_json::json;
 use agentloop::AgentEvent;
 use agentloop::EventEnvelope;
 
-pub use agentloop_trace_tools::export::{sidecar_path, Timing};
+pub(crate) use agentloop_trace_tools::export::{sidecar_path, Timing};
 
 /// The sidecar being written during a run.
-pub struct Recorder {
+pub(crate) struct Recorder {
     file: Mutex<std::fs::File>,
 }
 
 impl Recorder {
     /// Creates (or truncates) the sidecar of `trace`.
-    pub fn create(trace: &Path) -> std::io::Result<Recorder> {
+    pub(crate) fn create(trace: &Path) -> std::io::Result<Recorder> {
         let file = std::fs::File::create(sidecar_path(trace))?;
         Ok(Recorder {
             file: Mutex::new(file),
@@ -35,7 +35,7 @@ impl Recorder {
 
     /// Writes a line for `env` when it is a timed event (a write error is ignored: timing is
     /// best effort).
-    pub fn record(&self, env: &EventEnvelope) {
+    pub(crate) fn record(&self, env: &EventEnvelope) {
         let (kind, step, attempt, call) = match &env.event {
             AgentEvent::RunStart {} => ("run_start", None, None, None),
             AgentEvent::RunEnd { .. } => ("run_end", None, None, None),
@@ -88,7 +88,7 @@ impl Recorder {
 
 /// Reads the sidecar of `trace` (a regular file of at most [`crate::out::INPUT_LIMIT`]
 /// bytes); absent, unreadable or malformed lines give no durations.
-pub fn load(trace: &Path) -> Timing {
+pub(crate) fn load(trace: &Path) -> Timing {
     crate::regular_file::read_regular_to_string(&sidecar_path(trace), crate::out::INPUT_LIMIT)
         .map(|text| Timing::from_sidecar(&text))
         .unwrap_or_default()

@@ -23,7 +23,7 @@ use crate::out::errln;
 
 /// Output formats of `trace show`.
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ShowFormat {
+pub(crate) enum ShowFormat {
     /// Plain text, one line per item.
     Text,
     /// Markdown (a heading per step).
@@ -34,7 +34,7 @@ pub enum ShowFormat {
 
 /// `agentloop trace show`.
 #[derive(Debug, Args)]
-pub struct ShowArgs {
+pub(crate) struct ShowArgs {
     /// The trace file (JSON Lines, version 1 to 5).
     pub trace: PathBuf,
     /// Output format.
@@ -50,7 +50,7 @@ pub struct ShowArgs {
 
 /// `agentloop trace view`.
 #[derive(Debug, Args)]
-pub struct ViewArgs {
+pub(crate) struct ViewArgs {
     /// The trace file (JSON Lines, version 1 to 5).
     pub trace: PathBuf,
     /// Where to write the page (default: TRACE with extension `.html`). A page that would
@@ -61,7 +61,7 @@ pub struct ViewArgs {
 
 /// `agentloop trace diff`.
 #[derive(Debug, Args)]
-pub struct DiffArgs {
+pub(crate) struct DiffArgs {
     /// The first trace.
     pub a: PathBuf,
     /// The second trace.
@@ -73,7 +73,7 @@ pub struct DiffArgs {
 
 /// The what-if options of `agentloop replay`.
 #[derive(Debug, Args, Default)]
-pub struct WhatIfArgs {
+pub(crate) struct WhatIfArgs {
     /// Replay with a changed configuration: KEY=VALUE (repeatable). Keys: max_steps,
     /// retry.max_retries, retry.initial_backoff_ms, retry.max_backoff_ms, parallel_tools,
     /// compact_threshold, context_budget_tokens, steering, inline_tags.
@@ -90,14 +90,14 @@ pub struct WhatIfArgs {
 impl WhatIfArgs {
     /// Whether a what-if replay was asked for (a `--decider RECORDED=BUILTIN` alone is not
     /// one: the trace is replayed as recorded).
-    pub fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         !self.set.is_empty() || self.decider.as_deref().is_some_and(|d| !d.contains('='))
     }
 
     /// The deciders a replay resolves the trace's names in (R-OUT-3): the built-ins, plus
     /// RECORDED mapped to the built-in BUILTIN for a `--decider RECORDED=BUILTIN`. An error
     /// names an unknown built-in or an empty name.
-    pub fn registry(&self) -> Result<DeciderRegistry, String> {
+    pub(crate) fn registry(&self) -> Result<DeciderRegistry, String> {
         let registry = DeciderRegistry::new();
         let Some((recorded, builtin)) = self.decider.as_deref().and_then(|d| d.split_once('='))
         else {
@@ -128,7 +128,7 @@ fn emit(text: &str) {
 
 /// Opens a trace file: a regular file (a FIFO or a device is refused at once, not read
 /// forever), read a line at a time.
-pub fn open_trace(
+pub(crate) fn open_trace(
     path: &Path,
 ) -> Result<std::io::Lines<std::io::BufReader<std::fs::File>>, TraceError> {
     use std::io::BufRead as _;
@@ -141,7 +141,7 @@ pub fn open_trace(
 
 /// Reads the trace at `path` ([`open_trace`]): of a version this build replays, or of any
 /// version this crate ever wrote when `any_version` (to show, diff or view it).
-pub fn read_trace(path: &Path, any_version: bool) -> Result<Trace, TraceError> {
+pub(crate) fn read_trace(path: &Path, any_version: bool) -> Result<Trace, TraceError> {
     let lines = open_trace(path)?;
     let origin = path.display().to_string();
     if any_version {
@@ -188,7 +188,7 @@ fn load(path: &Path) -> Result<Trace, ExitCode> {
 }
 
 /// `trace show`.
-pub fn show_main(args: ShowArgs) -> ExitCode {
+pub(crate) fn show_main(args: ShowArgs) -> ExitCode {
     let trace = match load(&args.trace) {
         Ok(t) => t,
         Err(code) => return code,
@@ -314,7 +314,7 @@ impl Records {
 }
 
 /// Whether `a` and `b` name the same existing file (links followed).
-pub fn same_file(a: &Path, b: &Path) -> bool {
+pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
     let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) else {
         return false;
     };
@@ -338,7 +338,7 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
 /// `-o`). The trace is read twice, a record at a time, never whole: once to lay the page out,
 /// once to write each record's JSON into it. The page goes to a temporary file next to OUT,
 /// renamed over OUT when complete, so a failure leaves no half-written page.
-pub fn view_main(args: ViewArgs) -> ExitCode {
+pub(crate) fn view_main(args: ViewArgs) -> ExitCode {
     let out = args
         .out
         .clone()
@@ -506,7 +506,7 @@ fn diff_text(d: &TraceDiff, a: &Path, b: &Path) -> String {
 }
 
 /// `trace diff`: 0 when equivalent, 1 when they differ, 2 when a trace cannot be read.
-pub fn diff_main(args: DiffArgs) -> ExitCode {
+pub(crate) fn diff_main(args: DiffArgs) -> ExitCode {
     let (a, b) = match (load(&args.a), load(&args.b)) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(code), _) | (_, Err(code)) => return code,
@@ -562,7 +562,7 @@ fn what_if_text(w: &WhatIf, changes: &[String]) -> String {
 
 /// `replay T --set K=V [--decider NAME]`: 0 when the changed run behaves like the recording,
 /// 1 when it differs, 2 on bad input (unreadable trace, bad setting, unknown decider).
-pub fn what_if_main(path: &Path, args: &WhatIfArgs) -> ExitCode {
+pub(crate) fn what_if_main(path: &Path, args: &WhatIfArgs) -> ExitCode {
     let trace = match load(path) {
         Ok(t) => t,
         Err(code) => return code,
@@ -623,7 +623,7 @@ pub fn what_if_main(path: &Path, args: &WhatIfArgs) -> ExitCode {
 
 /// Formats `trace import` reads.
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ImportFormat {
+pub(crate) enum ImportFormat {
     /// A JSON array of OpenAI chat-completions messages (`tool_calls` and `tool` results).
     OpenaiChat,
     /// An Inspect AI eval log (JSON, with its samples): one trace and one script per sample,
@@ -638,7 +638,7 @@ pub enum ImportFormat {
 
 /// `agentloop trace import`.
 #[derive(Debug, Args)]
-pub struct ImportArgs {
+pub(crate) struct ImportArgs {
     /// What the file holds.
     #[arg(long = "from", value_enum)]
     pub from: ImportFormat,
@@ -692,7 +692,7 @@ fn script_of(
 /// Writes `path` through a temporary file next to it (`.NAME.PID.tmp`), synced and renamed
 /// over `path` once `write` succeeded; on failure the temporary file is removed and `path`
 /// is left as it was.
-pub fn write_replacing<T>(
+pub(crate) fn write_replacing<T>(
     path: &Path,
     write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<T>,
 ) -> std::io::Result<T> {
@@ -716,7 +716,7 @@ pub fn write_replacing<T>(
 }
 
 /// `trace import`: 0 imported as recorded, 1 imported with findings (printed), 2 bad input.
-pub fn import_main(args: ImportArgs) -> ExitCode {
+pub(crate) fn import_main(args: ImportArgs) -> ExitCode {
     match args.from {
         ImportFormat::InspectEval => return import_inspect_main(args),
         ImportFormat::OtelGenai => return import_otel_main(args),

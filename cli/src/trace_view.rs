@@ -32,7 +32,7 @@ use agentloop_trace_tools::transcript::Summary;
 
 /// The timeline of one trace, as the page's script reads it.
 #[derive(Debug, Serialize)]
-pub struct View {
+pub(crate) struct View {
     /// Header facts and totals.
     pub meta: Meta,
     /// One lane per machine: `react`, `process`, then one per tool call in order of first
@@ -50,7 +50,7 @@ pub struct View {
 
 /// Header facts and totals.
 #[derive(Debug, Serialize)]
-pub struct Meta {
+pub(crate) struct Meta {
     /// Trace format version.
     pub version: u32,
     /// The crate version that wrote it.
@@ -67,7 +67,7 @@ pub struct Meta {
 
 /// One machine's lane.
 #[derive(Debug, Serialize)]
-pub struct Lane {
+pub(crate) struct Lane {
     /// `react`, `process` or `tool_call:<call id>` (plus `#n` when an id repeats).
     pub id: String,
     /// `react`, `process` or `tool_call`.
@@ -84,7 +84,7 @@ pub struct Lane {
 
 /// A machine in one state over `[from, to)`.
 #[derive(Debug, Serialize, PartialEq)]
-pub struct Bar {
+pub(crate) struct Bar {
     /// The state's name.
     pub state: String,
     /// Record index where it was entered.
@@ -100,7 +100,7 @@ pub struct Bar {
 
 /// A timer from start to its end.
 #[derive(Debug, Serialize)]
-pub struct TimerSpan {
+pub(crate) struct TimerSpan {
     /// The timer id (a string: ids use all 64 bits, more than a JavaScript number holds).
     pub id: String,
     /// `backoff`, `first_chunk`, `stall`, `request`, `tool` or `run_deadline`.
@@ -117,7 +117,7 @@ pub struct TimerSpan {
 
 /// Something at one record index.
 #[derive(Debug, Serialize)]
-pub struct Mark {
+pub(crate) struct Mark {
     /// The record.
     pub at: u64,
     /// `inputs`, `events` or `effects`.
@@ -257,7 +257,7 @@ impl View {
     /// Lays `trace` out (the whole trace in memory: `trace view` streams with [`Layout`];
     /// the tests compare the two).
     #[cfg(test)]
-    pub fn from_trace(trace: &Trace) -> View {
+    pub(crate) fn from_trace(trace: &Trace) -> View {
         let mut layout = Layout::default();
         for r in &trace.records {
             layout.record(r);
@@ -277,7 +277,7 @@ impl View {
 /// that `trace view` lays out a trace of any size while reading it a record at a time: it
 /// keeps the bars, spans and marks (a few short strings a record), never the records.
 #[derive(Debug, Default)]
-pub struct Layout {
+pub(crate) struct Layout {
     /// One past the largest record index seen.
     end: u64,
     /// Tool names by call id, from the committed messages and the started calls.
@@ -300,7 +300,7 @@ pub struct Layout {
 
 impl Layout {
     /// Adds the record after the ones added so far (records after the header, in order).
-    pub fn record(&mut self, r: &TraceRecord) {
+    pub(crate) fn record(&mut self, r: &TraceRecord) {
         if let Some(i) = r.index() {
             self.end = self.end.max(i + 1);
         }
@@ -497,7 +497,7 @@ impl Layout {
     }
 
     /// The view of the records added (its `records` empty: the caller writes them).
-    pub fn finish(self, header: &TraceHeader) -> View {
+    pub(crate) fn finish(self, header: &TraceHeader) -> View {
         let Layout {
             end,
             tool_names,
@@ -662,7 +662,7 @@ impl Layout {
 
 /// JSON that is safe inside a `<script>` element: `<`, `>` and `&` (so no `</script>` or
 /// `<!--`) and the JavaScript line separators are written as `\u` escapes.
-pub fn script_json<T: Serialize>(value: &T) -> String {
+pub(crate) fn script_json<T: Serialize>(value: &T) -> String {
     let json = serde_json::to_string(value).unwrap_or_else(|_| "null".into());
     let mut out = String::with_capacity(json.len());
     for c in json.chars() {
@@ -679,7 +679,7 @@ pub fn script_json<T: Serialize>(value: &T) -> String {
 }
 
 /// Text for HTML element content or a quoted attribute.
-pub fn escape_html(s: &str) -> String {
+pub(crate) fn escape_html(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -702,13 +702,13 @@ const SCRIPT: &str = include_str!("trace_view.js");
 /// writes the same page in pieces: [`page_start`], [`page_data_head`], the records, `]}`,
 /// [`page_end`].)
 #[cfg(test)]
-pub fn render_html(view: &View, title: &str) -> String {
+pub(crate) fn render_html(view: &View, title: &str) -> String {
     format!("{}{}{}", page_start(title), script_json(view), page_end())
 }
 
 /// The page up to its data: the head, the heading (`title`, escaped) and the opening tag of
 /// the `trace-data` script element.
-pub fn page_start(title: &str) -> String {
+pub(crate) fn page_start(title: &str) -> String {
     let title = escape_html(title);
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
@@ -727,14 +727,14 @@ pub fn page_start(title: &str) -> String {
 }
 
 /// The page after its data.
-pub fn page_end() -> String {
+pub(crate) fn page_end() -> String {
     format!("</script>\n<script>\n{SCRIPT}</script>\n</body>\n</html>\n")
 }
 
 /// The data of `view` up to its records: `{"meta":…,"header":…,"records":[`, for a writer
 /// that adds each record's [`script_json`] (comma-separated) and then `]}` (the records are
 /// the view's last field). `None` when `view` has records of its own.
-pub fn page_data_head(view: &View) -> Option<String> {
+pub(crate) fn page_data_head(view: &View) -> Option<String> {
     if !view.records.is_empty() {
         return None;
     }

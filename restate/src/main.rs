@@ -3,6 +3,8 @@
 //! `agentloop-restate serve --listen 127.0.0.1:9080` serves the `Session` object (handlers
 //! `prompt`, `abort` and `status`) to a Restate server, with the same model and tool flags as
 //! `agentloop run`. See `docs/scale-out.md`.
+#![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 mod session;
 

@@ -64,7 +64,7 @@ const RUNNING: &str = "running";
 const ABORT_SIGNAL: &str = "abort";
 
 /// What a worker runs sessions with: the model, the tools and the run configuration.
-pub struct Worker {
+pub(crate) struct Worker {
     /// The model every request goes to.
     pub model: Arc<dyn Model>,
     /// The tools.
@@ -83,7 +83,7 @@ pub struct Worker {
 
 impl Worker {
     /// A worker with `tools`, `max_steps` and the runtime's default deadlines.
-    pub fn new(
+    pub(crate) fn new(
         model: Arc<dyn Model>,
         tools: ToolRegistry,
         root: std::path::PathBuf,
@@ -130,11 +130,11 @@ impl Worker {
 }
 
 /// The `Session` object's handler set (`prompt` exclusive; `abort` and `status` shared).
-pub struct Session(pub Arc<Worker>);
+pub(crate) struct Session(pub Arc<Worker>);
 
 /// The input of `prompt`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct PromptInput {
+pub(crate) struct PromptInput {
     /// The user's prompt.
     pub prompt: String,
     /// A typed final answer (as `agentloop run --output-schema`): the requests carry its schema,
@@ -146,7 +146,7 @@ pub struct PromptInput {
 
 /// What `prompt` returns: the run's result.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct PromptOutput {
+pub(crate) struct PromptOutput {
     /// The run id.
     pub run_id: String,
     /// How the run ended.
@@ -186,7 +186,7 @@ impl PromptOutput {
 
 /// The input of `abort` (the arguments of the library's `Session::abort`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct AbortInput {
+pub(crate) struct AbortInput {
     /// Why: the aborted run's `reason`.
     #[serde(default = "AbortInput::default_reason")]
     pub reason: String,
@@ -234,7 +234,7 @@ impl AbortInput {
 
 /// What `abort` returns (the library's `AbortAck`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct AbortOutput {
+pub(crate) struct AbortOutput {
     /// Whether a prompt was running and was told to abort (false: idle, nothing happened).
     pub aborting: bool,
     /// The invocation id of that prompt.
@@ -247,7 +247,7 @@ pub struct AbortOutput {
 
 /// What `status` returns.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct StatusOutput {
+pub(crate) struct StatusOutput {
     /// Entries stored for the session.
     pub entries: usize,
     /// Assistant turns the session committed.

@@ -40,19 +40,21 @@
 //! ```
 //!
 //! The same test is `tests/snapshot.rs` in this crate, where it runs.
+#![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 #[cfg(feature = "runtime")]
 #[warn(missing_docs)]
 pub mod agent;
 #[warn(missing_docs)]
 pub mod external;
-#[allow(missing_docs)]
+#[warn(missing_docs)]
 pub mod fuzz_decode;
-#[allow(missing_docs)]
+#[warn(missing_docs)]
 pub mod harness;
 #[warn(missing_docs)]
 pub mod snapshot;
-#[allow(missing_docs)]
+#[warn(missing_docs)]
 pub mod strategies;
 #[warn(missing_docs)]
 pub mod strict_json;
