@@ -1,153 +1,351 @@
 #!/usr/bin/env python3
-"""Per-delta CPU of agentloop and rig 0.44 on the same real SSE stream.
+"""agentloop vs rig 0.44 on the same loopback OpenAI-compatible server, side by side.
 
 Starts the loopback mock (its own process, so its CPU is not counted), then runs each client
-binary R times for 2,000 deltas and for 1 delta (the same 16,000-character answer),
-interleaved (agentloop, rig, agentloop, rig, ...), and takes each child's CPU time (user +
-system, every thread) from os.wait4's rusage. Prints, for each client, the median CPU of the
-2,000-delta run and of the 1-delta run, their difference (the marginal cost of 1,999 more
-deltas; also per delta, split into user and system time, and the marginal voluntary context
-switches per delta) and the ratio agentloop / rig of the marginals.
+binary once per workload and round, interleaved (every client in turn within a round), and
+takes each child's CPU time (user + system, every thread) and peak RSS (ru_maxrss) from
+os.wait4's rusage.
 
     cargo build --release          # in peers/rig-delta (CARGO_BUILD_JOBS=2 on a small machine)
-    python3 run.py [--runs R] [--warmup W] [--deltas N] [--gap-us US] [--sink] [--floor] [--tcp]
-                   [--runtime multi-thread|current-thread]
+    python3 run.py --all           # THE comparison: both libraries, both tokio runtimes,
+                                   # the two-turn run and the 2,000-delta marginal
+    python3 run.py --smoke --profile ci   # test mode: every client once, tiny answers, checked
 
---sink adds agentloop consuming the same events through an event sink (Agent::run + FnSink)
-instead of Agent::run_stream; --floor adds a bare reqwest 0.12 client that splits the SSE body
-by hand (the transport floor every reqwest-based client pays); --tcp adds a client on a bare
-tokio TcpStream read in the run's own task (no HTTP library: the socket wakeups alone).
---runtime current-thread runs every client on a current-thread tokio runtime instead of the
-default multi-thread one (the headline comparison is multi-thread, what #[tokio::main] builds).
+--all measures agentloop (Agent::run_stream, and Agent::run with an FnSink) and rig 0.44
+(agent.prompt(..).stream()), each on a multi-thread runtime (what #[tokio::main] builds) and on
+a current-thread one, on three workloads: the two-turn run (model `two-turn`: one call of an
+`add` tool, its result sent back, a short text answer), a 16,000-character answer in 2,000
+deltas, and the same answer in 1 delta. It prints, per client, the two-turn run's median CPU
+and median peak RSS, the 2,000-delta marginal (median 2,000-delta minus median 1-delta CPU),
+and every figure's ratio to rig's cheapest configuration (the rig client and runtime with the
+lowest median of that figure).
+
+Without --all, the older per-delta comparison on one runtime: agentloop (run_stream) vs rig,
+with --sink, --spawn, --floor (bare reqwest), --tcp (bare TcpStream) adding clients and
+--runtime choosing the runtime.
+
+--smoke builds nothing: it runs every client binary (all modes, both runtimes, the floors)
+once on the two-turn run and on a 16-delta answer, checks each answer (the two-turn answer
+names the tool's result; the long answer has all 16,000 characters) and exits non-zero on
+any failure.
 """
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ANSWER_CHARS = 16_000
+TWO_TURN = "two-turn"
+TWO_TURN_ANSWER = "The sum is 42"
+RUNTIMES = ("multi-thread", "current-thread")
+RT_SHORT = {"multi-thread": "mt", "current-thread": "ct"}
+BINARIES = ("measure", "mock", "agentloop_client", "rig_client", "floor_client", "tcp_client")
 
 
-def cpu_of(argv):
-    """Runs argv to completion; returns ((user, system) CPU seconds, voluntary context switches),
-    stdout)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        try:
-            os.close(r)
-            os.dup2(w, 1)
-            os.close(w)
-            os.execv(argv[0], argv)
-        finally:
-            os._exit(127)
-    os.close(w)
-    chunks = []
-    while True:
-        b = os.read(r, 65536)
-        if not b:
-            break
-        chunks.append(b)
-    os.close(r)
-    _, status, ru = os.wait4(pid, 0)
-    out = b"".join(chunks).decode(errors="replace").strip()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"FAILED: {' '.join(argv)} exited with status {status}: {out!r}")
-    return (ru.ru_utime, ru.ru_stime, ru.ru_nvcsw), out
+class Client:
+    """One client configuration: a binary, its mode, a runtime."""
+
+    def __init__(self, name, library, binary, mode, runtime, tools=True):
+        self.name, self.library, self.binary = name, library, binary
+        self.mode, self.runtime, self.tools = mode, runtime, tools
+
+    def argv(self, exe, base, model):
+        return [exe(self.binary), base, model] + ([self.mode] if self.mode else [])
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=21, help="measured runs per client and size (default 21)")
-    ap.add_argument("--warmup", type=int, default=3, help="unmeasured runs first (default 3)")
-    ap.add_argument("--deltas", type=int, default=2000, help="deltas of the long answer (default 2000)")
-    ap.add_argument("--gap-us", type=int, default=50, help="mock's pause before each event (default 50)")
-    ap.add_argument("--sink", action="store_true", help="also measure agentloop through an event sink")
-    ap.add_argument("--spawn", action="store_true", help="also measure both clients with the whole run in a spawned task")
-    ap.add_argument("--floor", action="store_true", help="also measure the bare reqwest floor client")
-    ap.add_argument("--tcp", action="store_true", help="also measure the bare tokio TcpStream client")
-    ap.add_argument("--runtime", choices=("multi-thread", "current-thread"), default="multi-thread")
-    ap.add_argument("--bin-dir", default=os.path.join(HERE, "target", "release"))
-    args = ap.parse_args()
+def measure(launcher, argv, env):
+    """Runs argv to completion through the launcher (src/bin/measure.rs: a small process, so
+    the child's peak RSS is its own, not this Python process's image it would be forked from);
+    returns (user ms, sys ms, voluntary context switches, peak RSS KiB), stdout."""
+    p = subprocess.run([launcher] + argv, env=env, stdout=subprocess.PIPE)
+    out = p.stdout.decode(errors="replace").strip().split("\n")
+    if p.returncode != 0 or not out or not out[-1].startswith("RUSAGE "):
+        raise SystemExit(f"FAILED: {' '.join(argv)} ({env.get('PEER_RUNTIME')}) exited with status {p.returncode}: {out!r}")
+    user_us, sys_us, nvcsw, maxrss = (int(x) for x in out[-1].split()[1:])
+    return (user_us / 1000, sys_us / 1000, nvcsw, maxrss), "\n".join(out[:-1]).strip()
 
-    if args.runs < 2:
-        raise SystemExit("--runs must be at least 2")
-    if ANSWER_CHARS % args.deltas:
-        raise SystemExit(f"--deltas must divide {ANSWER_CHARS}")
-    exe = lambda name: os.path.join(args.bin_dir, name)
-    for name in ("mock", "agentloop_client", "rig_client", "floor_client", "tcp_client"):
-        if not os.access(exe(name), os.X_OK):
-            raise SystemExit(f"{exe(name)} missing: run `cargo build --release` in {HERE}")
 
+def expected(model):
+    return TWO_TURN_ANSWER if model == TWO_TURN else str(ANSWER_CHARS)
+
+
+def llmock_fixtures(models, latency_ms):
+    """aimock fixtures serving what src/bin/mock.rs serves for `models`: `deltas-N` the
+    16,000-character answer in chunks of 16,000 / N characters, `two-turn` one `add` call, then
+    (once the request carries a tool result containing 42) the answer in chunks of 4."""
+    fixtures = [
+        {"match": {"model": TWO_TURN, "hasToolResult": False},
+         "response": {"toolCalls": [{"name": "add", "arguments": '{"a": 40, "b": 2}', "id": "call_add_1"}]},
+         "latency": latency_ms},
+        {"match": {"model": TWO_TURN, "hasToolResult": True, "toolResultContains": "42"},
+         "response": {"content": TWO_TURN_ANSWER}, "chunkSize": 4, "latency": latency_ms},
+    ]
+    for m in models:
+        if m.startswith("deltas-"):
+            n = int(m.split("-")[1])
+            fixtures.append({"match": {"model": m}, "response": {"content": "abcdefg " * (ANSWER_CHARS // 8)},
+                             "chunkSize": ANSWER_CHARS // n, "latency": latency_ms})
+    return {"fixtures": fixtures}
+
+
+def start_mock(exe, args, models):
+    """The server: the in-repo mock (default) or aimock's llmock (--server llmock)."""
+    if args.server == "llmock":
+        llmock = args.llmock_bin or os.environ.get("AIMOCK_BIN") or os.path.join(
+            HERE, "..", "..", ".ci", "node", "node_modules", ".bin", "llmock")
+        if not os.access(llmock, os.X_OK):
+            raise SystemExit(f"llmock not found at {llmock} (set AIMOCK_BIN or --llmock-bin)")
+        fd, path = tempfile.mkstemp(suffix=".json", prefix="rig-delta-fixtures-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(llmock_fixtures(models, args.llmock_latency_ms), f)
+        mock = subprocess.Popen([llmock, "-p", "0", "-f", path, "--strict"], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        line = ""
+        for _ in range(20):
+            line = mock.stdout.readline()
+            if "listening on " in line:
+                os.unlink(path)
+                # Keep reading its log so it never blocks on a full pipe.
+                threading.Thread(target=mock.stdout.read, daemon=True).start()
+                return mock, line.split("listening on ")[1].strip()
+            if not line:
+                break
+        mock.kill()
+        os.unlink(path)
+        raise SystemExit(f"llmock did not start (last line {line!r})")
     mock = subprocess.Popen([exe("mock"), "--gap-us", str(args.gap_us)], stdout=subprocess.PIPE, text=True)
-    try:
-        line = mock.stdout.readline().split()
-        if len(line) != 2 or line[0] != "PORT":
-            raise SystemExit(f"mock did not start: {line!r}")
-        base = f"http://127.0.0.1:{line[1]}"
-        clients = [("agentloop", lambda m: [exe("agentloop_client"), base, m, "stream"])]
-        if args.sink:
-            clients.append(("agentloop-sink", lambda m: [exe("agentloop_client"), base, m, "sink"]))
-        if args.spawn:
-            clients.append(("agentloop-spawn", lambda m: [exe("agentloop_client"), base, m, "spawn"]))
-            clients.append(("rig-spawn", lambda m: [exe("rig_client"), base, m, "spawn"]))
-        if args.floor:
-            clients.append(("reqwest floor", lambda m: [exe("floor_client"), base, m]))
-        if args.tcp:
-            clients.append(("tcp floor", lambda m: [exe("tcp_client"), base, m]))
-        clients.append(("rig 0.44", lambda m: [exe("rig_client"), base, m]))
-        os.environ["PEER_RUNTIME"] = args.runtime
-        sizes = (args.deltas, 1)
-        cpu = {(c, n): [] for c, _ in clients for n in sizes}
+    line = mock.stdout.readline().split()
+    if len(line) != 2 or line[0] != "PORT":
+        mock.kill()
+        raise SystemExit(f"mock did not start: {line!r}")
+    return mock, f"http://127.0.0.1:{line[1]}"
 
-        started = time.time()
-        for i in range(args.warmup + args.runs):
-            for n in sizes:
-                for name, argv in clients:
-                    secs, out = cpu_of(argv(f"deltas-{n}"))
-                    if out != str(ANSWER_CHARS):
-                        raise SystemExit(
-                            f"FAILED: {name} with {n} deltas printed {out!r}, expected {ANSWER_CHARS}"
-                        )
-                    if i >= args.warmup:
-                        cpu[(name, n)].append((secs[0] * 1000, secs[1] * 1000, secs[2]))
-        elapsed = time.time() - started
+
+def run_rounds(exe, base, clients, models, rounds, warmup, progress=False):
+    """Every client on every model, `warmup + rounds` times, interleaved; the measured runs'
+    (user, sys, csw, rss) by (client name, model)."""
+    runs = {(c.name, m): [] for c in clients for m in models}
+    for i in range(warmup + rounds):
+        for model in models:
+            for c in clients:
+                if model == TWO_TURN and not c.tools:
+                    continue
+                env = dict(os.environ, PEER_RUNTIME=c.runtime)
+                secs, out = measure(exe("measure"), c.argv(exe, base, model), env)
+                if out != expected(model):
+                    raise SystemExit(f"FAILED: {c.name} on {model} printed {out!r}, expected {expected(model)!r}")
+                if i >= warmup:
+                    runs[(c.name, model)].append(secs)
+        if progress:
+            print(f"  round {i + 1}/{warmup + rounds} done", file=sys.stderr, flush=True)
+    return runs
+
+
+def server_desc(args):
+    if args.server == "llmock":
+        return f"llmock (aimock) with {args.llmock_latency_ms} ms between chunks"
+    return f"in-repo mock, {args.gap_us} us before each event"
+
+
+total = lambda r: r[0] + r[1]
+med = lambda runs, f: statistics.median(f(r) for r in runs)
+
+
+def quartiles(values):
+    if len(values) < 2:
+        return values[0], values[0]
+    q = statistics.quantiles(values, n=4)
+    return q[0], q[2]
+
+
+def smoke(exe, args):
+    """Every client binary, every mode, both runtimes, once, on small answers."""
+    deltas = 16
+    clients = []
+    for rt in RUNTIMES:
+        for mode in ("stream", "sink", "spawn"):
+            clients.append(Client(f"agentloop {mode} {RT_SHORT[rt]}", "agentloop", "agentloop_client", mode, rt))
+        for mode in ("stream", "spawn"):
+            clients.append(Client(f"rig {mode} {RT_SHORT[rt]}", "rig", "rig_client", mode, rt))
+        clients.append(Client(f"reqwest floor {RT_SHORT[rt]}", "floor", "floor_client", None, rt, tools=False))
+        clients.append(Client(f"tcp floor {RT_SHORT[rt]}", "floor", "tcp_client", None, rt, tools=False))
+    started = time.time()
+    models = (TWO_TURN, f"deltas-{deltas}", "deltas-1")
+    mock, base = start_mock(exe, args, models)
+    try:
+        runs = run_rounds(exe, base, clients, models, 1, 0)
     finally:
         mock.kill()
         mock.wait()
+    n = sum(len(v) for v in runs.values())
+    print(f"smoke: {n} runs of {len(clients)} client configurations passed in {time.time() - started:.1f} s "
+          f"(two-turn answer {TWO_TURN_ANSWER!r}; {ANSWER_CHARS} chars in {deltas} deltas and in 1)")
+
+
+def compare_all(exe, args):
+    clients = []
+    for rt in RUNTIMES:
+        clients.append(Client(f"agentloop stream {RT_SHORT[rt]}", "agentloop", "agentloop_client", "stream", rt))
+        clients.append(Client(f"agentloop sink {RT_SHORT[rt]}", "agentloop", "agentloop_client", "sink", rt))
+        clients.append(Client(f"rig 0.44 {RT_SHORT[rt]}", "rig", "rig_client", None, rt))
+    long = f"deltas-{args.deltas}"
+    models = (TWO_TURN, long, "deltas-1")
+    started = time.time()
+    mock, base = start_mock(exe, args, models)
+    try:
+        runs = run_rounds(exe, base, clients, models, args.runs, args.warmup, progress=True)
+    finally:
+        mock.kill()
+        mock.wait()
+    elapsed = time.time() - started
+    rigs = [c for c in clients if c.library == "rig"]
 
     print(
+        f"R = {args.runs} rounds (+{args.warmup} warm-up), every client in turn within a round; "
+        f"{os.cpu_count()} CPUs; {server_desc(args)}; child CPU = user + sys and peak RSS from wait4; "
+        f"load average before: {args.load}; {elapsed:.0f} s"
+    )
+    print()
+    print("Two-turn run (one `add` tool call, its result sent back, a 13-character answer):")
+    cpu = {c.name: med(runs[(c.name, TWO_TURN)], total) for c in clients}
+    rss = {c.name: med(runs[(c.name, TWO_TURN)], lambda r: r[3]) / 1024 for c in clients}
+    rig_cpu = min(rigs, key=lambda c: cpu[c.name]).name
+    rig_rss = min(rigs, key=lambda c: rss[c.name]).name
+    print(f"{'client':<22}{'median CPU':>12}{'p25-p75':>16}{'median RSS':>12}{'CPU ratio':>11}{'RSS ratio':>11}")
+    for c in clients:
+        q = quartiles([total(r) for r in runs[(c.name, TWO_TURN)]])
+        print(
+            f"{c.name:<22}{cpu[c.name]:>9.1f} ms{q[0]:>8.1f}-{q[1]:<5.1f}ms{rss[c.name]:>9.1f} MB"
+            f"{cpu[c.name] / cpu[rig_cpu]:>11.2f}{rss[c.name] / rss[rig_rss]:>11.2f}"
+        )
+    print(f"(ratios to rig's cheapest: CPU {rig_cpu} {cpu[rig_cpu]:.1f} ms, RSS {rig_rss} {rss[rig_rss]:.1f} MB)")
+    print()
+    print(f"{args.deltas}-delta marginal ({ANSWER_CHARS} chars in {args.deltas} deltas minus the same in 1 delta):")
+    marginal = {}
+    print(
+        f"{'client':<22}{'median ' + str(args.deltas):>13}{'median 1':>11}{'marginal':>11}{'per delta':>11}"
+        f"{'p25-p75 ' + str(args.deltas):>18}{'csw/delta':>11}{'RSS ' + str(args.deltas):>10}{'ratio':>8}"
+    )
+    rows = []
+    for c in clients:
+        lr, sr = runs[(c.name, long)], runs[(c.name, "deltas-1")]
+        ml, ms = med(lr, total), med(sr, total)
+        marginal[c.name] = ml - ms
+        q = quartiles([total(r) for r in lr])
+        csw = (med(lr, lambda r: r[2]) - med(sr, lambda r: r[2])) / (args.deltas - 1)
+        rows.append((c, ml, ms, q, csw, med(lr, lambda r: r[3]) / 1024))
+    rig_m = min(rigs, key=lambda c: marginal[c.name]).name
+    for c, ml, ms, q, csw, rss_long in rows:
+        m = marginal[c.name]
+        print(
+            f"{c.name:<22}{ml:>10.1f} ms{ms:>8.1f} ms{m:>8.1f} ms{m * 1000 / (args.deltas - 1):>8.1f} us"
+            f"{q[0]:>9.1f}-{q[1]:<5.1f}ms{csw:>11.2f}{rss_long:>7.1f} MB{m / marginal[rig_m]:>8.2f}"
+        )
+    print(f"(ratio to rig's cheapest marginal: {rig_m} {marginal[rig_m]:.1f} ms)")
+
+
+def compare_one_runtime(exe, args):
+    """The per-delta comparison on one runtime (the harness's original mode)."""
+    rt = args.runtime
+    clients = [Client("agentloop", "agentloop", "agentloop_client", "stream", rt)]
+    if args.sink:
+        clients.append(Client("agentloop-sink", "agentloop", "agentloop_client", "sink", rt))
+    if args.spawn:
+        clients.append(Client("agentloop-spawn", "agentloop", "agentloop_client", "spawn", rt))
+        clients.append(Client("rig-spawn", "rig", "rig_client", "spawn", rt))
+    if args.floor:
+        clients.append(Client("reqwest floor", "floor", "floor_client", None, rt, tools=False))
+    if args.tcp:
+        clients.append(Client("tcp floor", "floor", "tcp_client", None, rt, tools=False))
+    clients.append(Client("rig 0.44", "rig", "rig_client", None, rt))
+    long = f"deltas-{args.deltas}"
+    started = time.time()
+    mock, base = start_mock(exe, args, (long, "deltas-1"))
+    try:
+        runs = run_rounds(exe, base, clients, (long, "deltas-1"), args.runs, args.warmup)
+    finally:
+        mock.kill()
+        mock.wait()
+    elapsed = time.time() - started
+    print(
         f"{args.runs} runs per client and size (+{args.warmup} warm-up), interleaved; "
-        f"{ANSWER_CHARS} chars in {args.deltas} deltas vs 1 delta, {args.gap_us} us mock gap; "
-        f"child CPU = user + sys (wait4); {args.runtime} tokio runtime; {os.cpu_count()} CPUs; "
-        f"{elapsed:.0f} s"
+        f"{ANSWER_CHARS} chars in {args.deltas} deltas vs 1 delta, {server_desc(args)}; "
+        f"child CPU = user + sys (wait4); {rt} tokio runtime; {os.cpu_count()} CPUs; {elapsed:.0f} s"
     )
     print(
         f"{'client':<16}{'median ' + str(args.deltas):>14}{'median 1':>11}{'marginal':>11}{'per delta':>11}"
         f"{'p25-p75 ' + str(args.deltas):>20}{'marginal user/sys':>22}{'csw/delta':>11}"
     )
-    med = lambda runs, f: statistics.median(f(r) for r in runs)
-    total, user, system, csw = (lambda r: r[0] + r[1]), (lambda r: r[0]), (lambda r: r[1]), (lambda r: r[2])
+    user, system, csw = (lambda r: r[0]), (lambda r: r[1]), (lambda r: r[2])
     marginal = {}
-    for name, _ in clients:
-        long, short = cpu[(name, args.deltas)], cpu[(name, 1)]
-        ml, ms = med(long, total), med(short, total)
-        marginal[name] = ml - ms
-        q = statistics.quantiles([total(r) for r in long], n=4)
-        mu = med(long, user) - med(short, user)
-        msys = med(long, system) - med(short, system)
-        mcsw = (med(long, csw) - med(short, csw)) / (args.deltas - 1)
+    for c in clients:
+        lr, sr = runs[(c.name, long)], runs[(c.name, "deltas-1")]
+        ml, ms = med(lr, total), med(sr, total)
+        marginal[c.name] = ml - ms
+        q = quartiles([total(r) for r in lr])
+        mu = med(lr, user) - med(sr, user)
+        msys = med(lr, system) - med(sr, system)
+        mcsw = (med(lr, csw) - med(sr, csw)) / (args.deltas - 1)
         print(
-            f"{name:<16}{ml:>11.1f} ms{ms:>8.1f} ms{ml - ms:>8.1f} ms{(ml - ms) * 1000 / (args.deltas - 1):>8.1f} us"
-            f"{q[0]:>11.1f}-{q[2]:.1f} ms{mu:>10.1f} / {msys:.1f} ms{mcsw:>11.2f}"
+            f"{c.name:<16}{ml:>11.1f} ms{ms:>8.1f} ms{ml - ms:>8.1f} ms{(ml - ms) * 1000 / (args.deltas - 1):>8.1f} us"
+            f"{q[0]:>11.1f}-{q[1]:.1f} ms{mu:>10.1f} / {msys:.1f} ms{mcsw:>11.2f}"
         )
     rig = marginal["rig 0.44"]
-    for name, _ in clients[:-1]:
-        print(f"ratio {name} / rig 0.44 (marginal): {marginal[name] / rig:.2f}" if rig > 0 else "rig marginal <= 0")
+    for c in clients[:-1]:
+        print(f"ratio {c.name} / rig 0.44 (marginal): {marginal[c.name] / rig:.2f}" if rig > 0 else "rig marginal <= 0")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--all", action="store_true", help="the full comparison (both runtimes, two-turn run, marginal)")
+    ap.add_argument("--smoke", action="store_true", help="test mode: every client once, checked")
+    ap.add_argument("--runs", type=int, default=None, help="measured rounds (default 9 with --all, else 21)")
+    ap.add_argument("--warmup", type=int, default=None, help="unmeasured rounds first (default 2 with --all, else 3)")
+    ap.add_argument("--deltas", type=int, default=2000, help="deltas of the long answer (default 2000)")
+    ap.add_argument("--gap-us", type=int, default=50, help="mock's pause before each event (default 50)")
+    ap.add_argument("--server", choices=("mock", "llmock"), default="mock",
+                    help="the in-repo mock (default) or aimock's llmock (AIMOCK_BIN, else .ci/node's)")
+    ap.add_argument("--llmock-bin", default=None, help="the llmock binary (default $AIMOCK_BIN, else .ci/node's)")
+    ap.add_argument("--llmock-latency-ms", type=int, default=1,
+                    help="llmock's pause between SSE chunks in ms (default 1; 0 writes them back to back)")
+    ap.add_argument("--sink", action="store_true", help="also measure agentloop through an event sink")
+    ap.add_argument("--spawn", action="store_true", help="also measure both clients with the whole run in a spawned task")
+    ap.add_argument("--floor", action="store_true", help="also measure the bare reqwest floor client")
+    ap.add_argument("--tcp", action="store_true", help="also measure the bare tokio TcpStream client")
+    ap.add_argument("--runtime", choices=RUNTIMES, default="multi-thread")
+    ap.add_argument("--profile", default="release", help="cargo profile whose binaries to run (default release)")
+    ap.add_argument("--bin-dir", default=None, help="directory of the binaries (default target/<profile>)")
+    args = ap.parse_args()
+
+    if args.runs is None:
+        args.runs = 9 if args.all else 21
+    if args.warmup is None:
+        args.warmup = 2 if args.all else 3
+    if args.runs < 1 or (args.runs < 2 and not args.all):
+        raise SystemExit("--runs too small")
+    if ANSWER_CHARS % args.deltas:
+        raise SystemExit(f"--deltas must divide {ANSWER_CHARS}")
+    bin_dir = args.bin_dir or os.path.join(HERE, "target", "debug" if args.profile == "dev" else args.profile)
+    exe = lambda name: os.path.join(bin_dir, name)
+    for name in BINARIES:
+        if not os.access(exe(name), os.X_OK):
+            flag = "--release" if args.profile == "release" else f"--profile {args.profile}"
+            raise SystemExit(f"{exe(name)} missing: run `cargo build {flag}` in {HERE}")
+    args.load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+    if args.smoke:
+        smoke(exe, args)
+    elif args.all:
+        compare_all(exe, args)
+    else:
+        compare_one_runtime(exe, args)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-//! The transport floor: the same request with reqwest 0.12 (what agentloop's provider uses,
-//! rustls, one connection), the SSE body split into events by hand and each event's JSON read
+//! The transport floor: the same request with reqwest 0.13 (what agentloop's provider uses, one
+//! connection), the SSE body split into events by hand and each event's JSON read
 //! with `serde_json::Value` (`src/sse.rs`), the text of `choices[0].delta.content` gathered. No
 //! agent, no events, no state machine: what any reqwest-based client pays per delta. Prints the
 //! answer's length.

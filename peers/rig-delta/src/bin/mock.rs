@@ -10,6 +10,13 @@
 //! content chunks, a chunk with `finish_reason: "stop"`, a usage chunk with `choices: []`, and
 //! `data: [DONE]`.
 //!
+//! `model: "two-turn"` is a run with one tool call: a request with no `role: "tool"` message
+//! gets one call of the function `add` (`{"a": 40, "b": 2}`, id `call_add_1`, arguments in two
+//! fragments) and `finish_reason: "tool_calls"`; the request that carries the `tool` message
+//! answering it gets the text `The sum is <that message's content>` in deltas of 4 characters
+//! and `finish_reason: "stop"`. A `two-turn` request that does not offer a function `add` is a
+//! 400.
+//!
 //! `mock [--port P] [--gap-us US]` prints `PORT <p>` on stdout once it listens, then serves
 //! until killed.
 
@@ -21,6 +28,15 @@ use std::time::Duration;
 const ANSWER_CHARS: usize = 16_000;
 /// The answer's text repeats this (8 characters: `deltas-2000` sends it once per delta).
 const UNIT: &str = "abcdefg ";
+
+/// The tool the two-turn route calls, its call id and its arguments (two fragments, as
+/// OpenAI streams them).
+const TOOL_NAME: &str = "add";
+const TOOL_CALL_ID: &str = "call_add_1";
+const TOOL_ARGS: [&str; 2] = ["{\"a\": 40, ", "\"b\": 2}"];
+/// The two-turn answer: this text, then the tool message's content, in deltas of a few
+/// characters.
+const AFTER_TOOL: &str = "The sum is ";
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -99,16 +115,72 @@ fn serve(conn: TcpStream, gap: Duration) -> Result<(), Error> {
             error(&mut writer, 404, &format!("no route {method} {path}"))?;
             continue;
         }
-        match deltas(&body) {
-            Ok(n) => stream(&mut writer, n, gap)?,
+        match route(&body) {
+            Ok(Answer::Deltas(n)) => stream(&mut writer, n, gap)?,
+            Ok(Answer::ToolCall) => tool_call(&mut writer, gap)?,
+            Ok(Answer::AfterTool(result)) => after_tool(&mut writer, &result, gap)?,
             Err(e) => error(&mut writer, 400, &e)?,
         }
     }
 }
 
-/// The number of deltas the request asks for (`model: "deltas-N"`, `stream: true`).
-fn deltas(body: &[u8]) -> Result<usize, String> {
+/// What a request gets.
+enum Answer {
+    /// `deltas-N`: the [`ANSWER_CHARS`]-character text in N deltas.
+    Deltas(usize),
+    /// `two-turn`, no `tool` message yet: one call of the `add` tool.
+    ToolCall,
+    /// `two-turn` with the `tool` message (its content): the text answer naming it.
+    AfterTool(String),
+}
+
+/// Routes a request by its `model` (`stream: true` only).
+fn route(body: &[u8]) -> Result<Answer, String> {
     let v: serde_json::Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    if v["model"] != "two-turn" {
+        return deltas(&v).map(Answer::Deltas);
+    }
+    if v["stream"] != serde_json::Value::Bool(true) {
+        return Err("only stream: true is served".into());
+    }
+    let offered = v["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|t| t["type"] == "function" && t["function"]["name"] == TOOL_NAME);
+    if !offered {
+        return Err(format!(
+            "two-turn: the request offers no function tool {TOOL_NAME:?}"
+        ));
+    }
+    let messages = v["messages"].as_array().ok_or("no messages")?;
+    match messages.iter().find(|m| m["role"] == "tool") {
+        None => Ok(Answer::ToolCall),
+        Some(m) => {
+            if m["tool_call_id"] != TOOL_CALL_ID {
+                return Err(format!(
+                    "tool message answers {}, not {TOOL_CALL_ID}",
+                    m["tool_call_id"]
+                ));
+            }
+            Ok(Answer::AfterTool(text_of(&m["content"])))
+        }
+    }
+}
+
+/// A message content's text: a string, or the `text` of its parts.
+fn text_of(content: &serde_json::Value) -> String {
+    match content {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(parts) => {
+            parts.iter().filter_map(|p| p["text"].as_str()).collect()
+        }
+        _ => String::new(),
+    }
+}
+
+/// The number of deltas the request asks for (`model: "deltas-N"`, `stream: true`).
+fn deltas(v: &serde_json::Value) -> Result<usize, String> {
     if v["stream"] != serde_json::Value::Bool(true) {
         return Err("only stream: true is served".into());
     }
@@ -147,42 +219,126 @@ fn event(w: &mut TcpStream, data: &str, gap: Duration) -> Result<(), Error> {
 fn stream(w: &mut TcpStream, n: usize, gap: Duration) -> Result<(), Error> {
     let text = UNIT.repeat(ANSWER_CHARS / UNIT.len());
     let model = format!("deltas-{n}");
+    stream_head(w)?;
+    let role = envelope(
+        &model,
+        serde_json::json!([{
+            "index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null
+        }]),
+    );
+    event(w, &role.to_string(), gap)?;
+    for i in 0..n {
+        let piece = &text[i * text.len() / n..(i + 1) * text.len() / n];
+        let delta = envelope(
+            &model,
+            serde_json::json!([{
+                "index": 0, "delta": {"content": piece}, "logprobs": null, "finish_reason": null
+            }]),
+        );
+        event(w, &delta.to_string(), gap)?;
+    }
+    stream_tail(w, &model, "stop", n, gap)
+}
+
+/// The chunk envelope every event carries.
+fn envelope(model: &str, choices: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "id": "chatcmpl-mock",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": model,
+        "system_fingerprint": "fp_mock",
+        "choices": choices,
+    })
+}
+
+/// The status line and headers of a streamed answer.
+fn stream_head(w: &mut TcpStream) -> Result<(), Error> {
     w.write_all(
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\
           transfer-encoding: chunked\r\n\r\n",
     )?;
-    let chunk = |choices: serde_json::Value| {
-        serde_json::json!({
-            "id": "chatcmpl-mock",
-            "object": "chat.completion.chunk",
-            "created": 1_700_000_000,
-            "model": model,
-            "system_fingerprint": "fp_mock",
-            "choices": choices,
-        })
-    };
-    let role = chunk(serde_json::json!([{
-        "index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null
-    }]));
-    event(w, &role.to_string(), gap)?;
-    for i in 0..n {
-        let piece = &text[i * text.len() / n..(i + 1) * text.len() / n];
-        let delta = chunk(serde_json::json!([{
-            "index": 0, "delta": {"content": piece}, "logprobs": null, "finish_reason": null
-        }]));
-        event(w, &delta.to_string(), gap)?;
-    }
-    let stop = chunk(serde_json::json!([{
-        "index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"
-    }]));
+    Ok(())
+}
+
+/// The finish chunk, the usage chunk, `[DONE]` and the body's last chunk.
+fn stream_tail(
+    w: &mut TcpStream,
+    model: &str,
+    finish: &str,
+    tokens: usize,
+    gap: Duration,
+) -> Result<(), Error> {
+    let stop = envelope(
+        model,
+        serde_json::json!([{
+            "index": 0, "delta": {}, "logprobs": null, "finish_reason": finish
+        }]),
+    );
     event(w, &stop.to_string(), gap)?;
-    let mut usage = chunk(serde_json::json!([]));
+    let mut usage = envelope(model, serde_json::json!([]));
     usage["usage"] = serde_json::json!({
-        "prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n
+        "prompt_tokens": 5, "completion_tokens": tokens, "total_tokens": 5 + tokens
     });
     event(w, &usage.to_string(), gap)?;
     event(w, "[DONE]", gap)?;
     w.write_all(b"0\r\n\r\n")?;
     w.flush()?;
     Ok(())
+}
+
+/// The two-turn run's first answer: one `add` call, as OpenAI streams it (the call's id and
+/// name with empty arguments, then the arguments in fragments), `finish_reason: "tool_calls"`.
+fn tool_call(w: &mut TcpStream, gap: Duration) -> Result<(), Error> {
+    let model = "two-turn";
+    stream_head(w)?;
+    let role = envelope(
+        model,
+        serde_json::json!([{
+            "index": 0, "delta": {"role": "assistant", "content": null, "tool_calls": [{
+                "index": 0, "id": TOOL_CALL_ID, "type": "function",
+                "function": {"name": TOOL_NAME, "arguments": ""}
+            }]}, "logprobs": null, "finish_reason": null
+        }]),
+    );
+    event(w, &role.to_string(), gap)?;
+    for fragment in TOOL_ARGS {
+        let delta = envelope(
+            model,
+            serde_json::json!([{
+                "index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": fragment}}]},
+                "logprobs": null, "finish_reason": null
+            }]),
+        );
+        event(w, &delta.to_string(), gap)?;
+    }
+    stream_tail(w, model, "tool_calls", 12, gap)
+}
+
+/// The two-turn run's second answer: [`AFTER_TOOL`] and the tool's result, in deltas of four
+/// characters.
+fn after_tool(w: &mut TcpStream, result: &str, gap: Duration) -> Result<(), Error> {
+    let model = "two-turn";
+    stream_head(w)?;
+    let role = envelope(
+        model,
+        serde_json::json!([{
+            "index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null
+        }]),
+    );
+    event(w, &role.to_string(), gap)?;
+    let text: Vec<char> = format!("{AFTER_TOOL}{result}").chars().collect();
+    let mut n = 0;
+    for piece in text.chunks(4) {
+        let piece: String = piece.iter().collect();
+        let delta = envelope(
+            model,
+            serde_json::json!([{
+                "index": 0, "delta": {"content": piece}, "logprobs": null, "finish_reason": null
+            }]),
+        );
+        event(w, &delta.to_string(), gap)?;
+        n += 1;
+    }
+    stream_tail(w, model, "stop", n, gap)
 }
