@@ -21,6 +21,21 @@
 //! The path
 //! may be a symbolic link; what it leads to must be a regular file (a FIFO or a device is
 //! refused without blocking). Every failure is an [`AttachmentError`], never a panic.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use agentloop::attachment::Prompt;
+//! use agentloop::prelude::*;
+//!
+//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+//! let agent = Agent::builder().model(ScriptedModel::demo()).build();
+//! let prompt = Prompt::new("What does the chart show?").image("chart.png")?;
+//! let out = agent.run_prompt("session-1", prompt).await?;
+//! # let _ = out;
+//! # Ok(())
+//! # }
+//! ```
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -10,6 +10,25 @@
 //! the run instead of looping. After a provider's context overflow the machine asks for a
 //! budget below what was sent (but not below the pinned messages while anything else is
 //! left), so a strategy always has something to drop until only pins remain.
+//!
+//! # Example
+//!
+//! Summarise the dropped history with a model (here the offline scripted one) instead of
+//! truncating it:
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use agentloop::compaction::LlmSummary;
+//! use agentloop::prelude::*;
+//!
+//! let summariser = LlmSummary::new(Arc::new(ScriptedModel::demo()));
+//! let agent = Agent::builder()
+//!     .model(ScriptedModel::demo())
+//!     .compactor(Arc::new(summariser))
+//!     .build();
+//! # let _ = agent;
+//! ```
 
 use std::sync::Arc;
 

@@ -21,6 +21,39 @@
 //! | `after_tool` | runtime, when a tool result arrives | rewrite the result text |
 //! | `before_compact` (`_async`) | driver, before a compaction runs | veto (a `compaction_vetoed` input: the run goes on uncompacted, or fails when the model refused the context) |
 //! | `on_event` | event bus, for every event | observe |
+//!
+//! # Example
+//!
+//! A guardrail that lets the model use the calculator and nothing else (a blocked call is a
+//! `denied` result the model sees, not a failed run):
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use agentloop::hooks::{Hooks, ToolDecision};
+//! use agentloop::prelude::*;
+//! use agentloop::ToolCall;
+//!
+//! struct OnlyCalculator;
+//!
+//! #[async_trait]
+//! impl Hooks for OnlyCalculator {
+//!     fn before_tool(&self, call: &ToolCall) -> ToolDecision {
+//!         if call.name == "calculator" {
+//!             ToolDecision::Allow
+//!         } else {
+//!             ToolDecision::Block { reason: "only the calculator".into() }
+//!         }
+//!     }
+//! }
+//!
+//! let agent = Agent::builder()
+//!     .model(ScriptedModel::demo())
+//!     .builtin_tools()
+//!     .hooks(Arc::new(OnlyCalculator))
+//!     .build();
+//! # let _ = agent;
+//! ```
 
 use crate::message::{Message, ToolCall, ToolStatus};
 use crate::model::ModelRequest;

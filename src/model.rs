@@ -1,4 +1,21 @@
 //! The model port: what the runtime asks of a model client, and the request it sends.
+//!
+//! # Example
+//!
+//! Every model, the offline scripted one or an HTTP client, is a [`Model`]; the agent builder
+//! takes any of them:
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use agentloop::model::Model;
+//! use agentloop::prelude::*;
+//!
+//! let model: Arc<dyn Model> = Arc::new(ScriptedModel::demo());
+//! assert_eq!(model.name(), "scripted");
+//! let agent = Agent::builder().model(ScriptedModel::demo()).build();
+//! # let _ = agent;
+//! ```
 
 use std::pin::Pin;
 

@@ -1,5 +1,25 @@
 //! Traces (R-TRACE): the format, reader and replay live in [`agentloop_core::trace`]; this
 //! module adds reading and writing trace files.
+//!
+//! # Example
+//!
+//! Record a run's trace and replay it offline: the recorded model responses and tool results
+//! are fed back to the machines, and [`replay`] returns `None` when every effect matches.
+//!
+//! ```
+//! use agentloop::prelude::*;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let agent = Agent::builder().model(ScriptedModel::demo()).builtin_tools().build();
+//! let out = agent
+//!     .run_with("session-1", vec![Message::user("What is 6*7?")], None, true)
+//!     .await?;
+//! let trace = out.trace.expect("recorded");
+//! assert!(agentloop::trace::replay(&trace).is_none());
+//! # Ok(())
+//! # }
+//! ```
 
 use std::io::{BufRead, Write};
 use std::path::Path;

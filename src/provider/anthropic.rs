@@ -22,6 +22,20 @@
 //! - A block `index` at or beyond [`ResponseLimits::max_content_blocks`] is
 //!   `response_too_large` (not retried): the block table is indexed by it, so the bound is
 //!   checked before anything is stored.
+//!
+//! # Example
+//!
+//! The client (nothing is sent before a run asks the model):
+//!
+//! ```
+//! use agentloop::provider::http::{HttpConfig, ProviderKind};
+//! use agentloop::provider::anthropic::AnthropicModel;
+//!
+//! let config = HttpConfig::new(ProviderKind::Anthropic).with_api_key("key");
+//! let model = AnthropicModel::new("claude-sonnet-4-5", config)?;
+//! # let _ = model;
+//! # Ok::<(), agentloop::ModelError>(())
+//! ```
 
 use std::borrow::Cow;
 

@@ -17,6 +17,24 @@
 //! [`ErrorKind::MalformedResponse`] naming the cause. The API key lives in [`ApiKey`], whose `Debug` prints `ApiKey(***)` and
 //! which has no `Display`; error messages are scrubbed of it
 //! (`provider::classify::redact`).
+//!
+//! # Example
+//!
+//! A client for a local OpenAI-compatible server (Ollama, vLLM, llama.cpp); nothing is sent
+//! before a run asks the model:
+//!
+//! ```
+//! use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = HttpConfig::new(ProviderKind::OpenAi)
+//!     .with_base_url("http://localhost:11434/v1")
+//!     .with_api_key("unused");
+//! let model = build_model("llama3.2", config)?;
+//! # let _ = model;
+//! # Ok(())
+//! # }
+//! ```
 
 use std::fmt;
 use std::time::Duration;

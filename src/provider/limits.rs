@@ -19,6 +19,18 @@
 //! | [`ResponseLimits::max_tool_argument_bytes`] | 8 MiB | one tool call's argument text; the largest legitimate case is a call that writes a whole file. |
 //! | [`ResponseLimits::max_deltas`] | 262,144 | normalized deltas of one response (every text, reasoning, tool-argument… delta). Each delta is an input event of the machines, an observer event and, with a trace, three trace records (~0.9 KB), so a server streaming a million one-character deltas (well under `max_response_bytes`) cost 1.47 GB with `--trace`. Providers send about a token per delta: 2× the largest output budget offered today (128k tokens). |
 //! | [`ResponseLimits::max_content_blocks`] | 1024 | content blocks of one response: every Anthropic content block (text, thinking, tool use, server tools…), every OpenAI tool call and text/reasoning run. Real turns carry tens of parallel tool calls; each one is run, persisted and answered, so a thousand is already far beyond use. |
+//!
+//! # Example
+//!
+//! ```
+//! use agentloop::provider::ResponseLimits;
+//!
+//! let limits = ResponseLimits {
+//!     max_response_bytes: 4 << 20,
+//!     ..ResponseLimits::default()
+//! };
+//! assert_eq!(limits.max_content_blocks, ResponseLimits::default().max_content_blocks);
+//! ```
 
 use std::collections::HashMap;
 

@@ -20,6 +20,18 @@
 //! cfg.with_base_url(u) }; let model = build_model(&model_name, cfg)?;` and for `decode`:
 //! `let r = decode(kind, &bytes, http); println!("{}", serde_json::to_string_pretty(&r)?);`
 //! plus `serde_json::to_string(&r.deltas)` with `--deltas`.
+//!
+//! # Example
+//!
+//! The offline scripted model from a JSON script (the format `agentloop run --script` reads):
+//!
+//! ```
+//! use agentloop::provider::scripted::ScriptedModel;
+//!
+//! let model = ScriptedModel::from_json_str(r#"{"turns": [{"text": "hello"}]}"#, "greeting")?;
+//! assert_eq!(model.script().turns.len(), 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 // Without an HTTP provider (nor `wire`) the stream normalizers and the error classification
 // have no caller.

@@ -37,6 +37,20 @@
 //! `content` of `text`, `image_url` (`{url}`: the image's URL or a `data:` URL) and `file`
 //! (`{filename, file_data}`: a `data:` URL) parts; without parts it is the plain string. An
 //! assistant message's reasoning goes back as `reasoning_content` as [`ReasoningReplay`] says.
+//!
+//! # Example
+//!
+//! The client (nothing is sent before a run asks the model):
+//!
+//! ```
+//! use agentloop::provider::http::{HttpConfig, ProviderKind};
+//! use agentloop::provider::openai::OpenAiModel;
+//!
+//! let config = HttpConfig::new(ProviderKind::OpenAi).with_api_key("key");
+//! let model = OpenAiModel::new("gpt-4o-mini", config)?;
+//! # let _ = model;
+//! # Ok::<(), agentloop::ModelError>(())
+//! ```
 
 use std::borrow::Cow;
 use std::collections::HashMap;

@@ -41,6 +41,20 @@
 //!   are ignored. A data event that is not a JSON object, or a delta event without its
 //!   `delta` or for an item that never started, is a `malformed_response`; EOF before
 //!   `response.completed` / `response.incomplete` is `incomplete_stream`.
+//!
+//! # Example
+//!
+//! The client (nothing is sent before a run asks the model):
+//!
+//! ```
+//! use agentloop::provider::http::{HttpConfig, ProviderKind};
+//! use agentloop::provider::openai_responses::OpenAiResponsesModel;
+//!
+//! let config = HttpConfig::new(ProviderKind::OpenAiResponses).with_api_key("key");
+//! let model = OpenAiResponsesModel::new("gpt-5-mini", config)?;
+//! # let _ = model;
+//! # Ok::<(), agentloop::ModelError>(())
+//! ```
 
 use std::borrow::Cow;
 use std::collections::HashMap;

@@ -1,4 +1,29 @@
 //! Finding an interrupted run in stored entries and building the `Resume` event (R-IDEM-5).
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use agentloop::prelude::*;
+//! use agentloop::runtime::resume::interrupted_run;
+//! use agentloop::store::SessionStore;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Arc::new(MemoryStore::new());
+//! let agent = Agent::builder()
+//!     .model(ScriptedModel::demo())
+//!     .builtin_tools()
+//!     .store(store.clone())
+//!     .build();
+//! agent.run("session-1", "What is 6*7?").await?;
+//! // The run ended: nothing to resume. After a crash this names the run that
+//! // `Agent::resume` continues.
+//! assert_eq!(interrupted_run(&store.load("session-1").await?), None);
+//! # Ok(())
+//! # }
+//! ```
 
 use std::collections::HashSet;
 

@@ -11,6 +11,31 @@
 //! entries in append order, `append` persists one entry durably and treats an entry whose
 //! [`Entry::idempotency_key`] is already stored as a no-op. (The SQLite and PostgreSQL stores
 //! share one crate-internal implementation over a small backend each; it is not public.)
+//!
+//! # Example
+//!
+//! A run's session log in the in-memory store, read back through the [`SessionStore`] port:
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use agentloop::prelude::*;
+//! use agentloop::store::SessionStore;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Arc::new(MemoryStore::new());
+//! let agent = Agent::builder()
+//!     .model(ScriptedModel::demo())
+//!     .builtin_tools()
+//!     .store(store.clone())
+//!     .build();
+//! agent.run("session-1", "What is 6*7?").await?;
+//! let entries = store.load("session-1").await?;
+//! assert!(!entries.is_empty()); // the prompt, the steps, the tool results, the run's end
+//! # Ok(())
+//! # }
+//! ```
 
 /// Declares a public SQL store: a newtype of the crate's `SqlStore` over one backend, with the
 /// store's public methods and [`SessionStore`].

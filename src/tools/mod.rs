@@ -1,5 +1,42 @@
 //! The tool port: tool specs (schemas from `schemars`), the `Tool` trait, the registry, and the
 //! built-in tools.
+//!
+//! # Example
+//!
+//! A tool with typed arguments: the JSON Schema the model sees is derived from the argument
+//! type, and every call's arguments are checked against it before the tool runs.
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use agentloop::prelude::*;
+//! use agentloop::schemars::JsonSchema;
+//! use agentloop::serde::Deserialize;
+//!
+//! #[derive(Deserialize, JsonSchema)]
+//! #[serde(crate = "agentloop::serde")]
+//! #[schemars(crate = "agentloop::schemars")]
+//! struct ShoutArgs {
+//!     /// The text to shout.
+//!     text: String,
+//! }
+//!
+//! struct Shout;
+//!
+//! #[async_trait]
+//! impl TypedTool for Shout {
+//!     type Args = ShoutArgs;
+//!     const NAME: &'static str = "shout";
+//!     const DESCRIPTION: &'static str = "The text in capitals";
+//!
+//!     async fn run(&self, _ctx: ToolContext, args: ShoutArgs) -> Result<String, ToolError> {
+//!         Ok(args.text.to_uppercase())
+//!     }
+//! }
+//!
+//! let agent = Agent::builder().model(ScriptedModel::demo()).tool(Arc::new(Shout)).build();
+//! assert_eq!(agent.config().tools[0].name, "shout");
+//! ```
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -14,6 +14,19 @@
 //! The registry is process-wide and only grows (it holds each location once): a store's
 //! files stay off limits after the store is dropped, which is what a later run in the same
 //! process wants anyway.
+//!
+//! # Example
+//!
+//! ```
+//! use agentloop::tools::protected;
+//!
+//! let secrets = std::env::temp_dir().join("agentloop-doc-protected");
+//! std::fs::create_dir_all(&secrets)?;
+//! protected::protect(&secrets);
+//! let target = secrets.canonicalize()?.join("key.txt");
+//! assert!(protected::check("key.txt", &target).is_err());
+//! # Ok::<(), std::io::Error>(())
+//! ```
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
