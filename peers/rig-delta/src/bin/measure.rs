@@ -46,7 +46,7 @@ fn main() {
         };
         std::process::exit(code.max(1));
     }
-    let micros = |t: libc::timeval| t.tv_sec as i64 * 1_000_000 + t.tv_usec as i64;
+    let micros = |t: libc::timeval| t.tv_sec * 1_000_000 + t.tv_usec;
     println!(
         "RUSAGE {} {} {} {}",
         micros(usage.ru_utime),
