@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::VecSink;
+use agentloop::runtime::{Agent, VecSink};
 use agentloop::session::SessionError;
 use agentloop::trace::replay;
 use agentloop::{AgentEvent, Message, Outcome};
@@ -21,15 +21,17 @@ fn scripted(json: &str) -> ScriptedModel {
 #[tokio::test]
 async fn seed_001_tool_execution_metrics_has_start_end_and_duration() {
     let sink = Arc::new(VecSink::default());
-    let agent = builder(scripted(
-        r#"{"turns": [
+    // The default clock (the system's): epoch milliseconds.
+    let agent = Agent::builder()
+        .model(scripted(
+            r#"{"turns": [
             {"tool_calls": [{"id": "c1", "name": "sleepy"}]},
             {"text": "slept"}
         ]}"#,
-    ))
-    .tool(Arc::new(SleepTool::new("sleepy", 40)))
-    .sink(sink.clone())
-    .build();
+        ))
+        .tool(Arc::new(SleepTool::new("sleepy", 40)))
+        .sink(sink.clone())
+        .build();
     let out = agent.run("s", "sleep").await.expect("ran");
     assert_eq!(out.result.outcome, Outcome::Completed);
     let metrics: Vec<_> = sink
