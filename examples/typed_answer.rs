@@ -46,17 +46,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             {"text": "```json\n{\"customer\": \"ACME\", \"items\": [{\"name\": \"widget\", \"cents\": 250}, {\"name\": \"widget\", \"cents\": 250}], \"total_cents\": 500}\n```"}
         ]}"#,
     )?;
-    let typed = agent.run_typed::<Invoice>("s1", prompt).await?;
+    let (invoice, output) = agent.run_typed::<Invoice>("s1", prompt).await?;
     println!(
         "after {} model steps (one output retry): {:?}",
-        typed.output.result.iterations, typed.value
+        output.result.iterations, invoice
     );
-    assert_eq!(typed.output.result.iterations, 2);
-    assert_eq!(typed.value.customer, "ACME");
-    assert_eq!(typed.value.items.len(), 2);
+    assert_eq!(output.result.iterations, 2);
+    assert_eq!(invoice.customer, "ACME");
+    assert_eq!(invoice.items.len(), 2);
     assert_eq!(
-        typed.value.total_cents,
-        typed.value.items.iter().map(|i| i.cents).sum::<u64>()
+        invoice.total_cents,
+        invoice.items.iter().map(|i| i.cents).sum::<u64>()
     );
 
     // 2. Wrong twice (a missing field, then a string for a number): a typed error, no value.

@@ -27,7 +27,7 @@ fn agent(
     script: serde_json::Value,
     tools: &[Arc<dyn Tool>],
     sink: &VecSink,
-) -> agentloop::runtime::AgentBuilder<agentloop::runtime::WithModel> {
+) -> agentloop::runtime::AgentBuilder {
     let mut registry = ToolRegistry::new();
     for t in tools {
         registry.insert(t.clone());

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, AgentBuilder, RunOutput, SequentialIds, VecSink, WithModel};
+use agentloop::runtime::{Agent, AgentBuilder, RunOutput, SequentialIds, VecSink};
 use agentloop::store::MemoryStore;
 use agentloop::trace::{replay, replay_with, Trace, TraceError};
 use agentloop::{ErrorKind, ModelError};
@@ -24,7 +24,7 @@ fn scripted(json: &str) -> ScriptedModel {
     ScriptedModel::from_json_str(json, "inline").expect("script")
 }
 
-fn builder(script: &str, sink: &VecSink) -> AgentBuilder<WithModel> {
+fn builder(script: &str, sink: &VecSink) -> AgentBuilder {
     Agent::builder()
         .builtin_tools()
         .model(scripted(script))

@@ -52,12 +52,12 @@ async fn run_typed_returns_the_value_after_one_output_retry() {
             {"text": "```json\n{\"x\": 2, \"y\": 2}\n```"}
         ]}"#,
     );
-    let typed = agent
+    let (point, output) = agent
         .run_typed::<Point>("s", "A point on the diagonal")
         .await
         .expect("a point");
-    assert_eq!(typed.value, Point { x: 2, y: 2 });
-    assert_eq!(typed.output.result.iterations, 2, "one output retry");
+    assert_eq!(point, Point { x: 2, y: 2 });
+    assert_eq!(output.result.iterations, 2, "one output retry");
     let seen = seen.lock().expect("log").clone();
     assert_eq!(seen.len(), 2);
     for r in &seen {
@@ -187,9 +187,9 @@ struct Reexported {
 #[tokio::test]
 async fn derives_through_the_re_exports_work() {
     let (agent, _) = agent(r#"{"turns": [{"text": "{\"n\": 3}"}]}"#);
-    let typed = agent
+    let (value, _) = agent
         .run_typed::<Reexported>("s", "n")
         .await
         .expect("typed");
-    assert_eq!(typed.value, Reexported { n: 3 });
+    assert_eq!(value, Reexported { n: 3 });
 }

@@ -18,7 +18,7 @@ use agentloop::model::{Model, ToolChoice};
 use agentloop::provider::http::{model_from_flags, ProviderKind};
 use agentloop::provider::openai::ReasoningReplay;
 use agentloop::runtime::{
-    control, Agent, AgentBuilder, AgentError, EventSink, FnSink, RunOutput, Timeouts, WithModel,
+    control, Agent, AgentBuilder, AgentError, EventSink, FnSink, RunOutput, Timeouts,
 };
 use agentloop::session::Price;
 use agentloop::store::{AnyStore, Durability, Entry, SessionLock, SessionStore, StoreUrl};
@@ -494,7 +494,7 @@ pub(crate) fn agent_builder(
     store: Option<Arc<dyn SessionStore>>,
     sink: Arc<dyn EventSink>,
     mcp: &[McpServer],
-) -> Result<AgentBuilder<WithModel>, String> {
+) -> Result<AgentBuilder, String> {
     let mut tools = ToolRegistry::defaults();
     add_tools(&mut tools, mcp);
     if args.todos {

@@ -73,15 +73,6 @@ pub enum AgentError {
     RuntimeShutDown,
 }
 
-/// A typed final answer ([`Agent::run_typed`]) and the run that gave it.
-#[derive(Debug)]
-pub struct Typed<T> {
-    /// The answer.
-    pub value: T,
-    /// The run.
-    pub output: RunOutput,
-}
-
 /// Why [`Agent::run_typed`] has no value.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -294,7 +285,7 @@ impl RunOutput {
 /// the driver looks implementations up here; which tools the *model* is offered is the run's
 /// configuration.
 #[derive(Clone, Default)]
-pub struct SharedTools(Arc<RwLock<ToolRegistry>>);
+pub(crate) struct SharedTools(Arc<RwLock<ToolRegistry>>);
 
 impl std::fmt::Debug for SharedTools {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -307,27 +298,27 @@ impl std::fmt::Debug for SharedTools {
 
 impl SharedTools {
     /// Wraps a registry.
-    pub fn new(registry: ToolRegistry) -> Self {
+    pub(crate) fn new(registry: ToolRegistry) -> Self {
         SharedTools(Arc::new(RwLock::new(registry)))
     }
     /// Looks a tool up.
-    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
         self.0.read().ok().and_then(|r| r.get(name).cloned())
     }
     /// Adds (or replaces) a tool.
-    pub fn insert(&self, tool: Arc<dyn Tool>) {
+    pub(crate) fn insert(&self, tool: Arc<dyn Tool>) {
         if let Ok(mut r) = self.0.write() {
             r.insert(tool);
         }
     }
     /// Removes a tool.
-    pub fn remove(&self, name: &str) -> Option<Arc<dyn Tool>> {
+    pub(crate) fn remove(&self, name: &str) -> Option<Arc<dyn Tool>> {
         self.0.write().ok().and_then(|mut r| r.remove(name))
     }
     /// Detaches `detach`, then attaches `attach`, under one lock: a lookup sees the tools
     /// before or after, never half of it. If a name in `detach` is not there, nothing changes
     /// and that name is returned.
-    pub fn update(&self, attach: &[Arc<dyn Tool>], detach: &[String]) -> Result<(), String> {
+    pub(crate) fn update(&self, attach: &[Arc<dyn Tool>], detach: &[String]) -> Result<(), String> {
         let Ok(mut r) = self.0.write() else {
             return Err(detach.first().cloned().unwrap_or_default());
         };
@@ -343,11 +334,11 @@ impl SharedTools {
         Ok(())
     }
     /// Specs of every tool, sorted by name (shared, not copied).
-    pub fn specs(&self) -> crate::tools::ToolSpecs {
+    pub(crate) fn specs(&self) -> crate::tools::ToolSpecs {
         self.0.read().map(|r| r.specs()).unwrap_or_default()
     }
     /// The tools' compiled parameters schemas (shared, not copied; R-TOOL-1).
-    pub fn schemas(&self) -> crate::tools::ArgumentSchemas {
+    pub(crate) fn schemas(&self) -> crate::tools::ArgumentSchemas {
         self.0.read().map(|r| r.schemas()).unwrap_or_default()
     }
 }
@@ -394,15 +385,9 @@ impl std::fmt::Debug for Agent {
     }
 }
 
-/// Typestate marker: the builder has no model yet.
-#[derive(Debug, Default)]
-pub struct NoModel;
-
-/// Typestate marker: the builder has a model.
-pub struct WithModel(Arc<dyn Model>);
-
-/// Builds an [`Agent`]. `build` exists only once a model was given.
-pub struct AgentBuilder<M> {
+/// Builds an [`Agent`]. `build` exists only once a model was given: [`Agent::builder`] returns
+/// an `AgentBuilder<()>`, [`model`](AgentBuilder::model) an `AgentBuilder<Arc<dyn Model>>`.
+pub struct AgentBuilder<M = Arc<dyn Model>> {
     model: M,
     models: BTreeMap<String, Arc<dyn Model>>,
     hooks: Arc<dyn Hooks>,
@@ -426,9 +411,9 @@ impl Agent {
     /// A builder with defaults: no tools (the built-ins are opt-in:
     /// [`builtin_tools`](AgentBuilder::builtin_tools)), in-memory store, auto-approve, system
     /// clock, time-based ids, no event sink, truncation compaction, root `.`.
-    pub fn builder() -> AgentBuilder<NoModel> {
+    pub fn builder() -> AgentBuilder<()> {
         AgentBuilder {
-            model: NoModel,
+            model: (),
             models: BTreeMap::new(),
             hooks: Arc::new(NoHooks),
             offload: None,
@@ -451,14 +436,14 @@ impl Agent {
 
 impl<M> AgentBuilder<M> {
     /// Sets the model.
-    pub fn model(self, model: impl Model + 'static) -> AgentBuilder<WithModel> {
+    pub fn model(self, model: impl Model + 'static) -> AgentBuilder<Arc<dyn Model>> {
         self.model_arc(Arc::new(model))
     }
 
     /// Sets a shared model.
-    pub fn model_arc(self, model: Arc<dyn Model>) -> AgentBuilder<WithModel> {
+    pub fn model_arc(self, model: Arc<dyn Model>) -> AgentBuilder<Arc<dyn Model>> {
         AgentBuilder {
-            model: WithModel(model),
+            model,
             models: self.models,
             hooks: self.hooks,
             offload: self.offload,
@@ -789,7 +774,7 @@ impl<M> AgentBuilder<M> {
     }
 }
 
-impl AgentBuilder<WithModel> {
+impl AgentBuilder<Arc<dyn Model>> {
     /// Builds the agent.
     pub fn build(self) -> Agent {
         let mut config = self.config;
@@ -808,17 +793,17 @@ impl AgentBuilder<WithModel> {
             .collect();
         config.step.gate_tools = self.hooks.gates_tools();
         if config.model.is_empty() || config.model == "scripted" {
-            config.model = self.model.0.name();
+            config.model = self.model.name();
         }
         let mut models = self.models;
         models
-            .entry(self.model.0.name())
-            .or_insert_with(|| self.model.0.clone());
+            .entry(self.model.name())
+            .or_insert_with(|| self.model.clone());
         models
             .entry(config.model.clone())
-            .or_insert_with(|| self.model.0.clone());
+            .or_insert_with(|| self.model.clone());
         Agent {
-            model: self.model.0,
+            model: self.model,
             models,
             hooks: self.hooks,
             offload: self.offload,
@@ -880,11 +865,6 @@ impl Agent {
             .unwrap_or_else(|| self.model.clone())
     }
 
-    /// The agent's tools (shared: a session attaches tools here).
-    pub fn tools(&self) -> &SharedTools {
-        &self.tools
-    }
-
     /// The hooks.
     pub fn hooks(&self) -> &Arc<dyn Hooks> {
         &self.hooks
@@ -926,16 +906,20 @@ impl Agent {
     /// `response_format`, Anthropic as an instruction), the runtime checks each final answer
     /// against it, and an invalid one goes back to the model with its errors, at most
     /// `config.output.retries` times (default 1; rows `observing_retry_output`,
-    /// `observing_output_invalid`). Returns the parsed value with the run's output.
+    /// `observing_output_invalid`). Returns the parsed value and the run's output.
     ///
     /// ```no_run
     /// # async fn f(agent: agentloop::runtime::Agent) -> Result<(), agentloop::runtime::TypedRunError> {
     /// #[derive(serde::Deserialize, schemars::JsonSchema)]
     /// struct Point { x: i64, y: i64 }
-    /// let point = agent.run_typed::<Point>("s1", "A point on the diagonal").await?.value;
+    /// let (point, _output) = agent.run_typed::<Point>("s1", "A point on the diagonal").await?;
     /// # let _ = point.x + point.y; Ok(()) }
     /// ```
-    pub async fn run_typed<T>(&self, session: &str, prompt: &str) -> Result<Typed<T>, TypedRunError>
+    pub async fn run_typed<T>(
+        &self,
+        session: &str,
+        prompt: &str,
+    ) -> Result<(T, RunOutput), TypedRunError>
     where
         T: schemars::JsonSchema + serde::de::DeserializeOwned,
     {
@@ -969,7 +953,7 @@ impl Agent {
                 type_name: type_name.clone(),
                 error: format!("{error} (run ended: {})", result.reason),
             })?;
-        Ok(Typed { value, output })
+        Ok((value, output))
     }
 
     /// Runs `input` in `session` to completion. `control` receives aborts and approvals;

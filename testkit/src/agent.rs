@@ -21,9 +21,7 @@ use std::sync::Arc;
 
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::{Script, ScriptLoadError, ScriptedModel, Turn};
-use agentloop::runtime::{
-    Agent, AgentBuilder, AgentError, NoModel, RunOutput, SequentialIds, TokioClock,
-};
+use agentloop::runtime::{Agent, AgentBuilder, AgentError, RunOutput, SequentialIds, TokioClock};
 use agentloop::store::MemoryStore;
 use agentloop::trace::Trace;
 use agentloop::{Message, ModelError};
@@ -33,7 +31,7 @@ pub use agentloop::provider::scripted::ScriptToolCall;
 /// An agent builder for tests: sequential run ids, tokio's (virtual, when paused) clock, a
 /// fresh in-memory store, the built-in tools. Call it inside a tokio runtime; set the model
 /// (`.model(..)`) and anything else, then `.build()`.
-pub fn deterministic() -> AgentBuilder<NoModel> {
+pub fn deterministic() -> AgentBuilder<()> {
     Agent::builder()
         .builtin_tools()
         .ids(Arc::new(SequentialIds::default()))

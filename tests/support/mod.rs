@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, AgentBuilder, SequentialIds, TokioClock, WithModel};
+use agentloop::runtime::{Agent, AgentBuilder, SequentialIds, TokioClock};
 use agentloop::session::{Session, SessionConfig, Subscription, SubscriptionItem};
 use agentloop::store::MemoryStore;
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolSpec};
@@ -104,7 +104,7 @@ impl Tool for SleepTool {
 
 /// An agent builder on `model` with the built-in tools, deterministic ids and an in-memory
 /// store.
-pub fn builder(model: impl Model + 'static) -> AgentBuilder<WithModel> {
+pub fn builder(model: impl Model + 'static) -> AgentBuilder {
     Agent::builder()
         .builtin_tools()
         .model(model)
