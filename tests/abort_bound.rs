@@ -14,7 +14,7 @@ use std::time::Duration;
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::Compactor;
-use agentloop::session::{AbortAck, KillTools, Session, Status, Subscription};
+use agentloop::session::{Ack, KillTools, Session, Status, Subscription};
 use agentloop::EventEnvelope;
 use agentloop::Message;
 use agentloop::ModelError;
@@ -92,7 +92,7 @@ fn state_of(events: &[EventEnvelope], machine: MachineKind) -> Option<String> {
 
 /// Aborts and checks that `agent_abort` arrives within the bound on virtual time, by the
 /// test's clock and by the envelope's timestamp; then that the session ends idle.
-async fn abort_within_bound(s: &Session, sub: &mut Subscription, expect: AbortAck) {
+async fn abort_within_bound(s: &Session, sub: &mut Subscription, expect: Ack) {
     let before = history(s).last().map(|e| e.ts_ms).unwrap_or(0);
     let t0 = tokio::time::Instant::now();
     assert_eq!(
@@ -128,7 +128,7 @@ fn assert_aborted(s: &Session) {
 async fn r_ctl_3_abort_bound_when_idle() {
     let s = session(builder(Slow::new(r#"{"turns": [{"text": "hi"}]}"#)).build());
     let mut sub = s.subscribe(None, Some(vec!["agent_abort".into()]));
-    abort_within_bound(&s, &mut sub, AbortAck::Idle).await;
+    abort_within_bound(&s, &mut sub, Ack::Idle).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -140,7 +140,7 @@ async fn r_ctl_3_abort_bound_while_calling_a_model_that_never_answers() {
         Some("Calling")
     );
     // The first-chunk deadline (60 s) is far away: the abort does not wait for it.
-    abort_within_bound(&s, &mut sub, AbortAck::Aborting).await;
+    abort_within_bound(&s, &mut sub, Ack::Aborting).await;
     assert_aborted(&s);
 }
 
@@ -161,7 +161,7 @@ async fn r_ctl_3_abort_bound_while_streaming_a_stalled_stream() {
         Some("Streaming")
     );
     // The stall watchdog (30 s) is far away.
-    abort_within_bound(&s, &mut sub, AbortAck::Aborting).await;
+    abort_within_bound(&s, &mut sub, Ack::Aborting).await;
     assert_aborted(&s);
 }
 
@@ -176,7 +176,7 @@ async fn r_ctl_3_abort_bound_while_retrying_in_backoff() {
         Some("Retrying")
     );
     // The backoff (60 s, the server's hint) is not waited out.
-    abort_within_bound(&s, &mut sub, AbortAck::Aborting).await;
+    abort_within_bound(&s, &mut sub, Ack::Aborting).await;
     assert_aborted(&s);
     assert_eq!(count(&history(&s), "request_start"), 1, "no retry was sent");
 }
@@ -192,7 +192,7 @@ async fn r_ctl_3_abort_bound_while_running_a_slow_killable_tool() {
         state_of(&history(&s), MachineKind::Process).as_deref(),
         Some("RunningTools")
     );
-    abort_within_bound(&s, &mut sub, AbortAck::Aborting).await;
+    abort_within_bound(&s, &mut sub, Ack::Aborting).await;
     assert_aborted(&s);
     assert_eq!(count(&history(&s), "tool_killed"), 1);
 }
@@ -214,7 +214,7 @@ async fn r_ctl_3_abort_bound_while_awaiting_approval() {
         Some("AwaitingApproval")
     );
     // The approval timeout (5 min by default for a session) is not waited out.
-    abort_within_bound(&s, &mut sub, AbortAck::Aborting).await;
+    abort_within_bound(&s, &mut sub, Ack::Aborting).await;
     assert_aborted(&s);
     assert!(s.pending_approvals().is_empty());
 }
@@ -232,7 +232,7 @@ async fn r_ctl_3_abort_bound_while_compacting_with_a_slow_compactor() {
         state_of(&history(&s), MachineKind::React).as_deref(),
         Some("Compacting")
     );
-    abort_within_bound(&s, &mut sub, AbortAck::Aborting).await;
+    abort_within_bound(&s, &mut sub, Ack::Aborting).await;
     assert_aborted(&s);
     assert_eq!(count(&history(&s), "compact_end"), 0);
 }

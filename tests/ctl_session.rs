@@ -6,8 +6,7 @@ mod support;
 use std::sync::Arc;
 
 use agentloop::session::{
-    command_family, AbortAck, KillTools, PromptAck, Session, SessionConfig, SessionError, Status,
-    SteerAck,
+    command_family, Ack, KillTools, Session, SessionConfig, SessionError, Status,
 };
 use agentloop::ToolCall;
 use agentloop::{AgentEvent, Outcome, SteeringStatus};
@@ -40,9 +39,9 @@ fn tool_result(s: &Session) -> Vec<(ToolStatus, String)> {
 async fn r_ctl_1_prompt_idle_starts_busy_is_queued_and_consumed() {
     let s = session(builder(Slow::new(TWO_TEXTS)).build());
     assert_eq!(s.status(), Status::Idle);
-    assert_eq!(s.prompt("a").await, Ok(PromptAck::Started));
+    assert_eq!(s.prompt("a").await, Ok(Ack::Started));
     assert_eq!(s.status(), Status::Running);
-    assert_eq!(s.prompt("b").await, Ok(PromptAck::Queued(1)));
+    assert_eq!(s.prompt("b").await, Ok(Ack::Queued(1)));
     s.wait_idle().await;
     assert_eq!(s.status(), Status::Idle);
     let ev = history(&s);
@@ -62,7 +61,7 @@ async fn r_ctl_1_prompt_idle_starts_busy_is_queued_and_consumed() {
 #[tokio::test(start_paused = true)]
 async fn r_ctl_2_steer_when_idle_acts_like_prompt() {
     let s = session(builder(Slow::new(TWO_TEXTS)).build());
-    assert_eq!(s.steer("go").await, Ok(SteerAck::Started));
+    assert_eq!(s.steer("go").await, Ok(Ack::Started));
     s.wait_idle().await;
     let ev = history(&s);
     assert!(ev.iter().any(|e| matches!(
@@ -92,7 +91,7 @@ async fn r_ctl_2_steering_queue_full_is_rejected() {
     for i in 1..=3 {
         assert!(matches!(
             s.steer(format!("steer {i}")).await,
-            Ok(SteerAck::Queued(_))
+            Ok(Ack::SteerQueued(_))
         ));
     }
     assert_eq!(
@@ -125,7 +124,7 @@ async fn r_ctl_3_abort_when_idle_is_a_noop_with_event() {
     let mut sub = s.subscribe(None, Some(vec!["agent_abort".into()]));
     assert_eq!(
         s.abort("nothing to do", KillTools::Killable, false).await,
-        Ok(AbortAck::Idle)
+        Ok(Ack::Idle)
     );
     let e = wait_for(&mut sub, "agent_abort").await;
     assert!(
@@ -144,7 +143,7 @@ async fn r_ctl_3_abort_while_running_before_first_chunk() {
     assert_eq!(s.status(), Status::Running);
     assert_eq!(
         s.abort("stop", KillTools::Killable, false).await,
-        Ok(AbortAck::Aborting)
+        Ok(Ack::Aborting)
     );
     wait_for(&mut sub, "agent_abort").await;
     s.wait_idle().await;

@@ -11,7 +11,7 @@ use agentloop_testkit::agent::model_requests;
 use std::sync::Arc;
 
 use agentloop::attachment::Prompt;
-use agentloop::session::{Session, SessionConfig, SubtaskAck};
+use agentloop::session::{Ack, Session, SessionConfig};
 use agentloop::subagent::SubagentTool;
 use agentloop::trace::{replay, Trace, TraceRecord};
 use agentloop::Message;
@@ -119,7 +119,7 @@ async fn seed_004_issue_13_a_subtask_queued_in_a_busy_session_runs_before_the_ne
         .subtask("delegate", json!({"task": "2+3?"}))
         .await
         .expect("queued");
-    assert_eq!(ack, SubtaskAck::Queued);
+    assert_eq!(ack, Ack::SubtaskQueued);
     parent.wait_idle().await;
     let r = parent.last_result().expect("result");
     assert_eq!(r.final_text(), Some("The child said: five"));
@@ -151,7 +151,7 @@ async fn seed_004_issue_13_a_subtask_in_an_idle_session_starts_a_run() {
         .subtask("delegate", json!({"task": "2+3?"}))
         .await
         .expect("started");
-    assert_eq!(ack, SubtaskAck::Started);
+    assert_eq!(ack, Ack::Started);
     parent.wait_idle().await;
     let r = parent.last_result().expect("result");
     assert_eq!(r.final_text(), Some("The child said: five"));

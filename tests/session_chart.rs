@@ -9,10 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentloop::hooks::{Hooks, Verdict};
-use agentloop::session::{
-    AbortAck, KillTools, PromptAck, Session, SessionConfig, SessionError, SessionRows, SteerAck,
-    SubtaskAck,
-};
+use agentloop::session::{Ack, KillTools, Session, SessionConfig, SessionError, SessionRows};
 use agentloop_core::chart::SessionRow;
 use agentloop_core::process::ApprovalPolicy;
 use serde_json::json;
@@ -85,7 +82,7 @@ async fn commands(all: &mut BTreeMap<SessionRow, usize>) {
     assert_eq!(s.switch_model("scripted").await, Ok(true));
     assert_eq!(
         s.abort("nothing", KillTools::Killable, false).await,
-        Ok(AbortAck::Idle)
+        Ok(Ack::Idle)
     );
     assert!(matches!(
         s.prompt("forbidden").await,
@@ -97,10 +94,10 @@ async fn commands(all: &mut BTreeMap<SessionRow, usize>) {
     ));
 
     // Busy: the first run sleeps in its tool.
-    assert_eq!(s.prompt("a").await, Ok(PromptAck::Started));
+    assert_eq!(s.prompt("a").await, Ok(Ack::Started));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(s.prompt("b").await, Ok(PromptAck::Queued(1)));
-    assert!(matches!(s.steer("s1").await, Ok(SteerAck::Queued(_))));
+    assert_eq!(s.prompt("b").await, Ok(Ack::Queued(1)));
+    assert!(matches!(s.steer("s1").await, Ok(Ack::SteerQueued(_))));
     assert_eq!(
         s.steer("s2").await,
         Err(SessionError::QueueFull { capacity: 1 })
@@ -109,7 +106,7 @@ async fn commands(all: &mut BTreeMap<SessionRow, usize>) {
         s.steer("forbidden").await,
         Err(SessionError::Rejected(_))
     ));
-    assert_eq!(s.subtask("extra", json!({})).await, Ok(SubtaskAck::Queued));
+    assert_eq!(s.subtask("extra", json!({})).await, Ok(Ack::SubtaskQueued));
     assert_eq!(s.switch_model("other").await, Ok(true));
     assert_eq!(s.switch_model("other").await, Ok(false));
     s.attach_tool(Arc::new(SleepTool::new("extra2", 10)))
@@ -119,33 +116,33 @@ async fn commands(all: &mut BTreeMap<SessionRow, usize>) {
     s.abort_nowait("stop", KillTools::All, false).expect("sent");
     assert_eq!(
         s.abort("again", KillTools::All, false).await,
-        Ok(AbortAck::Aborting)
+        Ok(Ack::Aborting)
     );
     // The aborted run ends; what it left (the queued prompt, or its steering first) runs.
     s.wait_idle().await;
 
     // A run ending into the queued prompt, which ends into idle.
-    assert_eq!(s.prompt("c").await, Ok(PromptAck::Started));
-    assert_eq!(s.prompt("d").await, Ok(PromptAck::Queued(1)));
+    assert_eq!(s.prompt("c").await, Ok(Ack::Started));
+    assert_eq!(s.prompt("d").await, Ok(Ack::Queued(1)));
     s.wait_idle().await;
 
     // Steering and a subtask start runs when idle.
-    assert_eq!(s.steer("go").await, Ok(SteerAck::Started));
+    assert_eq!(s.steer("go").await, Ok(Ack::Started));
     s.wait_idle().await;
-    assert_eq!(s.subtask("extra", json!({})).await, Ok(SubtaskAck::Started));
+    assert_eq!(s.subtask("extra", json!({})).await, Ok(Ack::Started));
     s.wait_idle().await;
 
     // An abort that clears the queue: the run ends into idle.
-    assert_eq!(s.prompt("e").await, Ok(PromptAck::Started));
-    assert_eq!(s.prompt("f").await, Ok(PromptAck::Queued(1)));
+    assert_eq!(s.prompt("e").await, Ok(Ack::Started));
+    assert_eq!(s.prompt("f").await, Ok(Ack::Queued(1)));
     assert_eq!(
         s.abort("stop", KillTools::Killable, true).await,
-        Ok(AbortAck::Aborting)
+        Ok(Ack::Aborting)
     );
     s.wait_idle().await;
 
     // Every handle gone while a run is busy: the session closes and aborts it.
-    assert_eq!(s.prompt("g").await, Ok(PromptAck::Started));
+    assert_eq!(s.prompt("g").await, Ok(Ack::Started));
     drop(s);
     settle().await;
     add(all, &rows);

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 
 use agentloop::runtime::{Clock, NullSink, TokioClock};
 use agentloop::session::{
-    KillTools, PromptAck, Session, SessionConfig, SessionError, Status, SteerAck, SubscriptionItem,
+    Ack, KillTools, Session, SessionConfig, SessionError, Status, SubscriptionItem,
 };
 use agentloop::store::SessionStore;
 use agentloop::trace::TraceFile;
@@ -493,13 +493,13 @@ async fn command(
             }
         }
         Line::Prompt(text) => match session.prompt(text).await {
-            Ok(PromptAck::Started) => {}
-            Ok(PromptAck::Queued(n)) => output.say(&format!("[queued] prompt {n} in line")),
+            Ok(Ack::Queued(n)) => output.say(&format!("[queued] prompt {n} in line")),
+            Ok(_) => {}
             Err(e) => output.say(&format!("[error] {e}")),
         },
         Line::Steer(text) => match session.steer(text).await {
-            Ok(SteerAck::Started) => {}
-            Ok(SteerAck::Queued(_)) => output.say("[steer] taken at the next step"),
+            Ok(Ack::SteerQueued(_)) => output.say("[steer] taken at the next step"),
+            Ok(_) => {}
             Err(e) => output.say(&format!("[error] {e}")),
         },
         Line::Approve(id) | Line::Reject(id) if id.is_none() && line.pending().len() != 1 => {

@@ -232,7 +232,7 @@ impl AbortInput {
     }
 }
 
-/// What `abort` returns (the library's `AbortAck`).
+/// What `abort` returns (the library's `Ack::Idle` or `Ack::Aborting`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct AbortOutput {
     /// Whether a prompt was running and was told to abort (false: idle, nothing happened).

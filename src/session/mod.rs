@@ -271,59 +271,40 @@ pub enum SessionError {
     Closed,
 }
 
-/// What `prompt` did.
+/// What a command did: [`Session::prompt`] (and `prompt_with`) answers `Started` or `Queued`,
+/// [`Session::steer`] `Started` or `SteerQueued`, [`Session::subtask`] `Started` or
+/// `SubtaskQueued`, [`Session::abort`] `Idle` or `Aborting`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PromptAck {
-    /// The session was idle: a run started.
+pub enum Ack {
+    /// The session was idle: a run started (for a subtask, with no new user message).
     Started,
-    /// A run is busy: queued at this position (1 = next).
+    /// A prompt: a run is busy, the prompt is queued at this position (1 = next).
     Queued(usize),
-}
-
-/// What `steer` did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SteerAck {
-    /// The session was idle: the message started a run.
-    Started,
-    /// Queued for the next step boundary (reference for `steering_received`).
-    Queued(u64),
-}
-
-/// What `subtask` did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SubtaskAck {
-    /// The session was idle: a run started with it (no new user message).
-    Started,
-    /// Queued into the running run: it runs before the run's next model step.
-    Queued,
-}
-
-/// What `abort` did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AbortAck {
-    /// Nothing was running: `agent_abort` was emitted anyway.
+    /// A steering message: queued for the next step boundary (reference for
+    /// `steering_received`).
+    SteerQueued(u64),
+    /// A subtask: queued into the running run, it runs before the run's next model step.
+    SubtaskQueued,
+    /// An abort: nothing was running (`agent_abort` was emitted anyway).
     Idle,
-    /// The running run was told to abort.
+    /// An abort: the running run was told to abort.
     Aborting,
 }
 
 enum Command {
     // Boxed: the channel's blocks hold 32 commands each, and an idle session's share of them
     // counts against its 8 KiB budget (tests/session_size.rs).
-    Prompt(
-        Box<Prompt>,
-        oneshot::Sender<Result<PromptAck, SessionError>>,
-    ),
-    Steer(String, oneshot::Sender<Result<SteerAck, SessionError>>),
+    Prompt(Box<Prompt>, oneshot::Sender<Result<Ack, SessionError>>),
+    Steer(String, oneshot::Sender<Result<Ack, SessionError>>),
     Subtask(
         Box<(String, serde_json::Value)>,
-        oneshot::Sender<Result<SubtaskAck, SessionError>>,
+        oneshot::Sender<Result<Ack, SessionError>>,
     ),
     Abort {
         reason: String,
         kill: KillTools,
         clear_queue: bool,
-        reply: oneshot::Sender<AbortAck>,
+        reply: oneshot::Sender<Ack>,
     },
     SwitchModel(String, oneshot::Sender<Result<bool, SessionError>>),
     Attach(Arc<dyn Tool>, oneshot::Sender<Result<(), SessionError>>),
@@ -487,13 +468,13 @@ impl Session {
     /// Sends a prompt (R-CTL-1): idle → a run starts; busy → queued (`prompt_queued`) and
     /// started automatically when the run ends. A `before_prompt` hook may reject it
     /// (`prompt_rejected`).
-    pub async fn prompt(&self, text: impl Into<String>) -> Result<PromptAck, SessionError> {
+    pub async fn prompt(&self, text: impl Into<String>) -> Result<Ack, SessionError> {
         self.prompt_with(Prompt::new(text)).await
     }
 
     /// Like [`Session::prompt`], for a prompt with images and files (content parts after its
     /// text). Hooks and events see the prompt's text.
-    pub async fn prompt_with(&self, prompt: impl Into<Prompt>) -> Result<PromptAck, SessionError> {
+    pub async fn prompt_with(&self, prompt: impl Into<Prompt>) -> Result<Ack, SessionError> {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Prompt(Box::new(prompt.into()), reply))?;
         rx.await.map_err(|_| SessionError::Closed)?
@@ -502,7 +483,7 @@ impl Session {
     /// Steers the running run (R-CTL-2): idle → like `prompt`; busy → queued for the next step
     /// boundary (`steering_received{status: queued}`), or `QueueFull` when the queue holds
     /// `steering_capacity` messages (`steering_received{status: rejected_full}`).
-    pub async fn steer(&self, text: impl Into<String>) -> Result<SteerAck, SessionError> {
+    pub async fn steer(&self, text: impl Into<String>) -> Result<Ack, SessionError> {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Steer(text.into(), reply))?;
         rx.await.map_err(|_| SessionError::Closed)?
@@ -519,7 +500,7 @@ impl Session {
         &self,
         tool: impl Into<String>,
         arguments: serde_json::Value,
-    ) -> Result<SubtaskAck, SessionError> {
+    ) -> Result<Ack, SessionError> {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Subtask(Box::new((tool.into(), arguments)), reply))?;
         rx.await.map_err(|_| SessionError::Closed)?
@@ -533,7 +514,7 @@ impl Session {
         reason: impl Into<String>,
         kill: KillTools,
         clear_queue: bool,
-    ) -> Result<AbortAck, SessionError> {
+    ) -> Result<Ack, SessionError> {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Abort {
             reason: reason.into(),
@@ -957,8 +938,8 @@ impl Actor {
                 };
                 let r = self.feed(input, Some(Payload::Prompt(*prompt)));
                 let _ = reply.send(match r {
-                    Some(SessionReply::Started) => Ok(PromptAck::Started),
-                    Some(SessionReply::PromptQueued(n)) => Ok(PromptAck::Queued(n)),
+                    Some(SessionReply::Started) => Ok(Ack::Started),
+                    Some(SessionReply::PromptQueued(n)) => Ok(Ack::Queued(n)),
                     other => Err(error(other)),
                 });
             }
@@ -987,8 +968,8 @@ impl Actor {
                 };
                 let r = self.feed(input, Some(Payload::Prompt(Prompt::new(text.clone()))));
                 let _ = reply.send(match r {
-                    Some(SessionReply::Started) => Ok(SteerAck::Started),
-                    Some(SessionReply::SteerQueued(n)) => Ok(SteerAck::Queued(n)),
+                    Some(SessionReply::Started) => Ok(Ack::Started),
+                    Some(SessionReply::SteerQueued(n)) => Ok(Ack::SteerQueued(n)),
                     other => Err(error(other)),
                 });
             }
@@ -999,8 +980,8 @@ impl Actor {
                     Some(Payload::Subtask(tool, arguments)),
                 );
                 let _ = reply.send(match r {
-                    Some(SessionReply::Started) => Ok(SubtaskAck::Started),
-                    Some(SessionReply::SubtaskQueued) => Ok(SubtaskAck::Queued),
+                    Some(SessionReply::Started) => Ok(Ack::Started),
+                    Some(SessionReply::SubtaskQueued) => Ok(Ack::SubtaskQueued),
                     other => Err(error(other)),
                 });
             }
@@ -1017,8 +998,8 @@ impl Actor {
                 };
                 let r = self.feed(input, None);
                 let _ = reply.send(match r {
-                    Some(SessionReply::AbortIdle) => AbortAck::Idle,
-                    _ => AbortAck::Aborting,
+                    Some(SessionReply::AbortIdle) => Ack::Idle,
+                    _ => Ack::Aborting,
                 });
             }
             Command::SwitchModel(model, reply) => {
