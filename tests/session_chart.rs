@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentloop::hooks::{Hooks, Verdict};
-use agentloop::session::{Ack, KillTools, Session, SessionConfig, SessionError, SessionRows};
+use agentloop::session::{Ack, KillTools, Session, SessionConfig, SessionError};
 use agentloop_core::chart::SessionRow;
 use agentloop_core::process::ApprovalPolicy;
 use serde_json::json;
@@ -42,8 +42,8 @@ async fn settle() {
     tokio::time::sleep(Duration::from_millis(10)).await;
 }
 
-fn add(all: &mut BTreeMap<SessionRow, usize>, rows: &SessionRows) {
-    for (r, n) in rows.taken() {
+fn add(all: &mut BTreeMap<SessionRow, usize>, rows: impl Fn() -> BTreeMap<SessionRow, usize>) {
+    for (r, n) in rows() {
         *all.entry(r).or_default() += n;
     }
 }
@@ -145,7 +145,7 @@ async fn commands(all: &mut BTreeMap<SessionRow, usize>) {
     assert_eq!(s.prompt("g").await, Ok(Ack::Started));
     drop(s);
     settle().await;
-    add(all, &rows);
+    add(all, rows);
 }
 
 /// Approvals: a plain answer changes nothing in the session, "always" whitelists the scope;
@@ -177,7 +177,7 @@ async fn approvals(all: &mut BTreeMap<SessionRow, usize>) {
     s.wait_idle().await;
     drop(s);
     settle().await;
-    add(all, &rows);
+    add(all, rows);
 }
 
 /// R-CTL-1..6, R-ARCH-3: a real session takes every row of the session chart.

@@ -349,7 +349,7 @@ struct Shared {
 /// The rows of the session chart a session's machine took, with counts (R-ARCH-3, R-VER-2):
 /// a cheap shared handle ([`Session::rows`]).
 #[derive(Clone, Debug, Default)]
-pub struct SessionRows(Arc<Mutex<BTreeMap<SessionRow, usize>>>);
+struct SessionRows(Arc<Mutex<BTreeMap<SessionRow, usize>>>);
 
 impl SessionRows {
     fn add(&self, row: SessionRow) {
@@ -359,7 +359,7 @@ impl SessionRows {
     }
 
     /// The rows taken so far, with how often.
-    pub fn taken(&self) -> BTreeMap<SessionRow, usize> {
+    fn taken(&self) -> BTreeMap<SessionRow, usize> {
         self.0.lock().map(|r| r.clone()).unwrap_or_default()
     }
 }
@@ -672,10 +672,11 @@ impl Session {
     }
 
     /// The rows of the session chart (`statecharts/session.toml`) the session's machine has
-    /// taken, as a handle that outlives the session (the close rows are taken once every
-    /// handle is gone).
-    pub fn rows(&self) -> SessionRows {
-        self.shared.rows.clone()
+    /// taken, with how often: a function that reads them, and outlives the session (the close
+    /// rows are taken once every handle is gone).
+    pub fn rows(&self) -> impl Fn() -> BTreeMap<SessionRow, usize> + Send + Sync + 'static {
+        let rows = self.shared.rows.clone();
+        move || rows.taken()
     }
 
     /// The current status.
