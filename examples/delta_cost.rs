@@ -35,7 +35,7 @@ mod bench {
     use agentloop::ModelError;
 
     use agentloop::provider::scripted::{Script, ScriptedModel, Turn};
-    use agentloop::runtime::{control, Agent};
+    use agentloop::runtime::{Agent, Controller};
     use agentloop::Message;
     use agentloop::Outcome;
 
@@ -110,11 +110,15 @@ mod bench {
         expect: usize,
     ) -> Result<u64, Box<dyn std::error::Error>> {
         let agent = Agent::builder().model_arc(model.clone()).build();
-        let (_controller, receiver) = control();
+        let controller = Controller::new();
         let producer_before = model.producer_us.load(Ordering::Relaxed);
         let before = cpu_us(libc::RUSAGE_SELF)?;
-        let out =
-            rt.block_on(agent.run_with("s", vec![Message::user("talk")], Some(receiver), record))?;
+        let out = rt.block_on(agent.run_with(
+            "s",
+            vec![Message::user("talk")],
+            Some(&controller),
+            record,
+        ))?;
         let after = cpu_us(libc::RUSAGE_SELF)?;
         // The producer thread records its CPU as it ends, just after its last send.
         std::thread::sleep(std::time::Duration::from_millis(2));

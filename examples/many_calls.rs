@@ -24,7 +24,7 @@ use agentloop::provider::limits::ResponseLimits;
 use agentloop::provider::openai::OpenAiNormalizer;
 use agentloop::provider::scripted::{Script, ScriptToolCall, ScriptedModel, Turn};
 use agentloop::provider::sse::SsePipeline;
-use agentloop::runtime::{control, Agent};
+use agentloop::runtime::{Agent, Controller};
 use agentloop::Outcome;
 use agentloop::{Message, MessageDelta};
 use agentloop_core::process::accumulate::MessageAssembler;
@@ -87,12 +87,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .model_arc(model.clone())
                 .builtin_tools()
                 .build();
-            let (_controller, receiver) = control();
+            let controller = Controller::new();
             let start = Instant::now();
             let out = rt.block_on(agent.run_with(
                 "s",
                 vec![Message::user("compute")],
-                Some(receiver),
+                Some(&controller),
                 record,
             ))?;
             let elapsed = start.elapsed();

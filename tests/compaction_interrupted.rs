@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::runtime::{control, Agent, Compactor, SequentialIds, Truncate};
+use agentloop::runtime::{Agent, Compactor, Controller, SequentialIds, Truncate};
 use agentloop::store::{Entry, FaultPoint, FaultyStore, FileStore, MemoryStore, SessionStore};
 use agentloop::tools::ToolRegistry;
 use agentloop::trace::{Trace, TraceRecord};
@@ -145,9 +145,10 @@ async fn r_ctl_3_abort_during_compaction_then_the_session_goes_on() {
     let parked = Arc::new(Parked::default());
     let a = agent(memory.clone(), work, parked.clone());
 
-    let (ctl, rx) = control();
+    let ctl = Controller::new();
+    let rx = ctl.clone();
     let (out, ()) = tokio::join!(
-        a.run_with(S, vec![Message::user("go")], Some(rx), true),
+        a.run_with(S, vec![Message::user("go")], Some(&rx), true),
         async {
             parked.entered.notified().await;
             assert!(ctl.abort("stop while compacting"));

@@ -8,7 +8,7 @@ mod durable_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::runtime::{control, Agent, ManualApproval, SequentialIds, VecSink};
+use agentloop::runtime::{Agent, Controller, ManualApproval, SequentialIds, VecSink};
 use agentloop::store::{Entry, FileStore, SessionStore};
 use agentloop::tools::{Tool, ToolRegistry};
 use agentloop::{AgentEvent, Outcome};
@@ -350,8 +350,9 @@ async fn session_waiting_for_approval_reemits_the_same_request() {
     // Second process: resume asks again for the same call; approving it completes the run.
     let sink2 = VecSink::default();
     let agent2 = build(&sink2);
-    let (controller, rx) = control();
-    let task = tokio::spawn(async move { agent2.resume_with(S, Some(rx), true).await });
+    let controller = Controller::new();
+    let rx = controller.clone();
+    let task = tokio::spawn(async move { agent2.resume_with(S, Some(&rx), true).await });
     let (again, _) = wait_for_approval(&sink2).await;
     assert_eq!(again, first_id, "the same approval request is re-emitted");
     assert!(invocations(&calls).is_empty(), "not run before approval");

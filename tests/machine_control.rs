@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{control, Agent, ControlReceiver, RunOutput, SequentialIds, VecSink};
+use agentloop::runtime::{Agent, Controller, RunOutput, SequentialIds, VecSink};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
 use agentloop::trace::{replay, TraceRecord};
 use agentloop::{AgentEvent, Outcome};
@@ -59,7 +59,7 @@ fn agent(
         .build()
 }
 
-async fn run(agent: &Agent, rx: Option<ControlReceiver>) -> RunOutput {
+async fn run(agent: &Agent, rx: Option<&Controller>) -> RunOutput {
     let out = agent
         .run_with("s", vec![Message::user("go")], rx, true)
         .await
@@ -102,13 +102,14 @@ async fn r_ctl_3_abort_keeps_immune_tool_results_and_kills_the_rest() {
         r#"{"turns": [{"tool_calls": [{"name": "slow"}, {"name": "immune"}]}, {"text": "never"}]}"#;
     let sink = VecSink::default();
     let agent = agent(script, tools, &sink, |_| {});
-    let (ctl, rx) = control();
+    let ctl = Controller::new();
+    let rx = ctl.clone();
     tokio::spawn(async move {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         ctl.abort_with("stop", KillPolicy::Killable);
     });
     let started = tokio::time::Instant::now();
-    let out = run(&agent, Some(rx)).await;
+    let out = run(&agent, Some(&rx)).await;
     assert_eq!(out.result.outcome, Outcome::Aborted);
     // The run waited for the immune tool (500 ms), not for the killable one (10 s).
     let waited = started.elapsed().as_millis();
@@ -154,14 +155,15 @@ async fn r_ctl_2_steering_joins_the_next_model_call() {
     let script = r#"{"turns": [{"tool_calls": [{"name": "work"}]}, {"text": "steered"}]}"#;
     let sink = VecSink::default();
     let agent = agent(script, tools, &sink, |_| {});
-    let (ctl, rx) = control();
+    let ctl = Controller::new();
+    let rx = ctl.clone();
     tokio::spawn(async move {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         ctl.send(Event::Steer {
             text: "focus on tests".into(),
         });
     });
-    let out = run(&agent, Some(rx)).await;
+    let out = run(&agent, Some(&rx)).await;
     assert_eq!(out.result.outcome, Outcome::Completed);
     let reqs = requests(&out);
     assert_eq!(reqs.len(), 2);
@@ -193,14 +195,15 @@ async fn r_ctl_2_skip_remaining_skips_the_batch() {
         c.steering = agentloop_core::react::SteeringPolicy::SkipRemaining;
         c.step.parallel_tools = false;
     });
-    let (ctl, rx) = control();
+    let ctl = Controller::new();
+    let rx = ctl.clone();
     tokio::spawn(async move {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         ctl.send(Event::Steer {
             text: "stop that".into(),
         });
     });
-    let out = run(&agent, Some(rx)).await;
+    let out = run(&agent, Some(&rx)).await;
     assert_eq!(out.result.outcome, Outcome::Completed);
     assert_eq!(
         runs.load(Ordering::SeqCst),
@@ -224,14 +227,15 @@ async fn r_ctl_5_switch_model_applies_at_the_next_step() {
     let sink = VecSink::default();
     let script = r#"{"turns": [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}]}, {"text": "2"}]}"#;
     let agent = agent(script, ToolRegistry::builtin(), &sink, |_| {});
-    let (ctl, rx) = control();
+    let ctl = Controller::new();
+    let rx = ctl.clone();
     ctl.send(Event::SwitchModel {
         model: "scripted".into(),
     }); // same model: no event
     ctl.send(Event::SwitchModel {
         model: "other".into(),
     });
-    let out = run(&agent, Some(rx)).await;
+    let out = run(&agent, Some(&rx)).await;
     let models: Vec<String> = requests(&out).iter().map(|r| r.model.clone()).collect();
     assert_eq!(models.last().map(String::as_str), Some("other"));
     let switched: Vec<_> = events(&sink)

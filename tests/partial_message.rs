@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::runtime::control;
+use agentloop::runtime::Controller;
 use agentloop::session::SubscriptionItem;
 use agentloop::AgentEvent;
 use agentloop::Message;
@@ -32,11 +32,12 @@ fn assert_growing_prefixes(texts: &[String]) {
 #[tokio::test(start_paused = true)]
 async fn r_str_2_controller_reads_the_partial_message_while_the_run_streams() {
     let agent = Arc::new(builder(Slow::new(&script())).build());
-    let (controller, rx) = control();
+    let controller = Controller::new();
+    let rx = controller.clone();
     assert!(controller.partial().is_none(), "no run yet");
     let a = agent.clone();
     let run = tokio::spawn(async move {
-        a.run_with("s", vec![Message::user("tell me")], Some(rx), false)
+        a.run_with("s", vec![Message::user("tell me")], Some(&rx), false)
             .await
     });
     let mut texts = Vec::new();

@@ -18,7 +18,7 @@ use agentloop::model::{Model, ToolChoice};
 use agentloop::provider::http::{model_from_flags, ProviderKind};
 use agentloop::provider::openai::ReasoningReplay;
 use agentloop::runtime::{
-    control, Agent, AgentBuilder, AgentError, EventSink, FnSink, RunOutput, Timeouts,
+    Agent, AgentBuilder, AgentError, Controller, EventSink, FnSink, RunOutput, Timeouts,
 };
 use agentloop::session::Price;
 use agentloop::store::{AnyStore, Durability, Entry, SessionLock, SessionStore, StoreUrl};
@@ -859,7 +859,8 @@ pub(crate) fn main(args: RunArgs) -> ExitCode {
     };
     let session = args.session.clone().unwrap_or_else(|| "default".into());
     let code = block_on_bounded(rt, async {
-        let (controller, rx) = control();
+        let controller = Controller::new();
+        let rx = controller.clone();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
                 controller.abort("interrupted (Ctrl-C)");
@@ -868,7 +869,7 @@ pub(crate) fn main(args: RunArgs) -> ExitCode {
         let input = vec![prompt.into_message()];
         let ticker = output.spawn_ticker();
         let ran = agent
-            .run_with(&session, input, Some(rx), args.agent.trace.is_some())
+            .run_with(&session, input, Some(&rx), args.agent.trace.is_some())
             .await;
         drop(ticker);
         let code = match ran {
@@ -954,7 +955,8 @@ pub(crate) fn resume_main(args: ResumeArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     let code = block_on_bounded(rt, async {
-        let (controller, rx) = control();
+        let controller = Controller::new();
+        let rx = controller.clone();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
                 controller.abort("interrupted (Ctrl-C)");
@@ -962,7 +964,7 @@ pub(crate) fn resume_main(args: ResumeArgs) -> ExitCode {
         });
         let ticker = output.spawn_ticker();
         let resumed = agent
-            .resume_with(&args.session, Some(rx), args.agent.trace.is_some())
+            .resume_with(&args.session, Some(&rx), args.agent.trace.is_some())
             .await;
         drop(ticker);
         output.finish();

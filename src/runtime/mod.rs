@@ -147,11 +147,28 @@ impl PartialMessage {
 }
 
 /// Sends control events (abort, approvals) into a running run, and reads its partial message.
+///
+/// Make one with [`Controller::new`] and hand it to [`Agent::run_with`] (or `run_configured`,
+/// `resume_with`). Events sent before the run starts wait for it. Given to another run, the
+/// controller follows that run (the newest it was given); a clone shares it.
 #[derive(Clone, Debug)]
 pub struct Controller {
-    tx: mpsc::UnboundedSender<Event>,
+    channel: Arc<std::sync::Mutex<ControlChannel>>,
     partial: PartialMessage,
     steering: Arc<SteeringCounts>,
+}
+
+/// A controller's channel: the receiver waits here until a run takes it.
+#[derive(Debug)]
+struct ControlChannel {
+    tx: mpsc::UnboundedSender<Event>,
+    rx: Option<mpsc::UnboundedReceiver<Event>>,
+}
+
+impl Default for Controller {
+    fn default() -> Self {
+        Self::sharing(PartialMessage::default())
+    }
 }
 
 /// What a controlled run's machine reports of its steering queue (R-CTL-2): the queue itself is
@@ -176,38 +193,63 @@ impl SteeringCounts {
     }
 }
 
-/// The receiving side of a [`Controller`], handed to [`Agent::run_with`].
+/// The receiving side of a [`Controller`], taken by the run it is given to.
 #[derive(Debug)]
-pub struct ControlReceiver {
+pub(crate) struct ControlReceiver {
     rx: mpsc::UnboundedReceiver<Event>,
     partial: PartialMessage,
     steering: Arc<SteeringCounts>,
 }
 
-/// A new controller pair.
-pub fn control() -> (Controller, ControlReceiver) {
-    control_sharing(PartialMessage::default())
-}
-
-/// A new controller pair whose run publishes its partial message into `partial`.
+/// A new controller and its receiver, whose run publishes its partial message into `partial`.
 pub(crate) fn control_sharing(partial: PartialMessage) -> (Controller, ControlReceiver) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let steering = Arc::new(SteeringCounts::default());
-    (
-        Controller {
-            tx,
-            partial: partial.clone(),
-            steering: steering.clone(),
-        },
-        ControlReceiver {
-            rx,
-            partial,
-            steering,
-        },
-    )
+    let controller = Controller::sharing(partial);
+    let receiver = controller.receiver();
+    (controller, receiver)
 }
 
 impl Controller {
+    /// A controller for a run not started yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A controller whose run publishes its partial message into `partial`.
+    fn sharing(partial: PartialMessage) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Controller {
+            channel: Arc::new(std::sync::Mutex::new(ControlChannel { tx, rx: Some(rx) })),
+            partial,
+            steering: Arc::new(SteeringCounts::default()),
+        }
+    }
+
+    /// The receiver for a run: the waiting one, or (the first one taken) a new channel the
+    /// controller now sends into.
+    pub(crate) fn receiver(&self) -> ControlReceiver {
+        let rx = {
+            let mut channel = self.channel.lock().unwrap_or_else(|e| e.into_inner());
+            match channel.rx.take() {
+                Some(rx) => rx,
+                None => {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    channel.tx = tx;
+                    rx
+                }
+            }
+        };
+        ControlReceiver {
+            rx,
+            partial: self.partial.clone(),
+            steering: self.steering.clone(),
+        }
+    }
+
+    fn send_event(&self, event: Event) -> bool {
+        let channel = self.channel.lock().unwrap_or_else(|e| e.into_inner());
+        channel.tx.send(event).is_ok()
+    }
+
     /// A snapshot of the message being streamed by the controlled run (R-STR-2): the message
     /// of the current step as assembled so far (the committed message once the step
     /// committed, while its tools run). `None` before the run starts a step, between steps and
@@ -234,27 +276,23 @@ impl Controller {
 
     /// Aborts the run with a kill policy for running tools (R-CTL-3).
     pub fn abort_with(&self, reason: impl Into<String>, kill: KillPolicy) -> bool {
-        self.tx
-            .send(Event::Abort {
-                reason: reason.into(),
-                kill,
-            })
-            .is_ok()
+        self.send_event(Event::Abort {
+            reason: reason.into(),
+            kill,
+        })
     }
 
     /// Sends any event into the run (steering, model switch, tools...).
     pub fn send(&self, event: Event) -> bool {
-        self.tx.send(event).is_ok()
+        self.send_event(event)
     }
 
     /// Answers an approval request (R-CTL-4).
     pub fn decide(&self, tool_call_id: impl Into<String>, decision: ApprovalDecision) -> bool {
-        self.tx
-            .send(Event::Approval {
-                tool_call_id: tool_call_id.into(),
-                decision,
-            })
-            .is_ok()
+        self.send_event(Event::Approval {
+            tool_call_id: tool_call_id.into(),
+            decision,
+        })
     }
 }
 
@@ -963,7 +1001,7 @@ impl Agent {
         &self,
         session: &str,
         input: Vec<Message>,
-        control: Option<ControlReceiver>,
+        control: Option<&Controller>,
         record: bool,
     ) -> Result<RunOutput, AgentError> {
         self.run_configured(session, input, (*self.config).clone(), control, record)
@@ -977,9 +1015,10 @@ impl Agent {
         session: &str,
         input: Vec<Message>,
         config: RunConfig,
-        control: Option<ControlReceiver>,
+        control: Option<&Controller>,
         record: bool,
     ) -> Result<RunOutput, AgentError> {
+        let control = control.map(Controller::receiver);
         self.run_queued(session, input, Vec::new(), config, control, record)
             .await
     }
@@ -1116,9 +1155,10 @@ impl Agent {
     pub async fn resume_with(
         &self,
         session: &str,
-        control: Option<ControlReceiver>,
+        control: Option<&Controller>,
         record: bool,
     ) -> Result<RunOutput, AgentError> {
+        let control = control.map(Controller::receiver);
         let agent = self.clone();
         let session = session.to_string();
         worker::on_worker(async move { agent.resume_here(&session, control, record).await }).await
