@@ -16,7 +16,7 @@ use std::time::Duration;
 use clap::Args;
 use tokio::sync::mpsc;
 
-use agentloop::runtime::{Clock, NullSink, TokioClock};
+use agentloop::runtime::{Clock, TokioClock};
 use agentloop::session::{
     Ack, KillTools, Session, SessionConfig, SessionError, Status, SubscriptionItem,
 };
@@ -199,7 +199,7 @@ fn build(
     store: Option<Arc<dyn SessionStore>>,
     mcp: &[agentloop::mcp::McpServer],
 ) -> Result<agentloop::runtime::Agent, String> {
-    let mut builder = agent_builder(&args.agent, store, Arc::new(NullSink), mcp)?;
+    let mut builder = agent_builder(&args.agent, store, mcp)?;
     for name in &args.extra_models {
         builder = builder.extra_model(name.clone(), model_named(&args.agent, Some(name))?);
     }

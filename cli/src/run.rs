@@ -18,7 +18,7 @@ use agentloop::model::{Model, ToolChoice};
 use agentloop::provider::http::{model_from_flags, ProviderKind};
 use agentloop::provider::openai::ReasoningReplay;
 use agentloop::runtime::{
-    Agent, AgentBuilder, AgentError, Controller, EventSink, FnSink, RunOutput, Timeouts,
+    Agent, AgentBuilder, AgentError, Controller, FnSink, RunOutput, Timeouts,
 };
 use agentloop::session::Price;
 use agentloop::store::{AnyStore, Durability, Entry, SessionLock, SessionStore, StoreUrl};
@@ -484,15 +484,14 @@ fn agent(
             sink_output.print(env)
         }
     }));
-    Ok((agent_builder(args, store, sink, mcp)?.build(), output))
+    Ok((agent_builder(args, store, mcp)?.sink(sink).build(), output))
 }
 
 /// The agent's builder from the flags (model, tools with the MCP servers' ones, timeouts,
-/// store), events to `sink`.
+/// store); events go nowhere until the caller sets a sink.
 pub(crate) fn agent_builder(
     args: &AgentArgs,
     store: Option<Arc<dyn SessionStore>>,
-    sink: Arc<dyn EventSink>,
     mcp: &[McpServer],
 ) -> Result<AgentBuilder, String> {
     let mut tools = ToolRegistry::defaults();
@@ -522,7 +521,6 @@ pub(crate) fn agent_builder(
         .model_arc(model(args)?)
         .tools(tools)
         .root(args.root.clone())
-        .sink(sink)
         .timeouts(Timeouts {
             first_chunk_ms: secs(args.first_chunk_timeout),
             stall_ms: secs(args.stall_timeout),

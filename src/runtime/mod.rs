@@ -38,10 +38,10 @@ use crate::trace::{Trace, TraceHeader, TRACE_VERSION};
 use crate::EventEnvelope;
 
 pub use ports::{
-    Approver, Clock, Compactor, EventSink, FnSink, Ids, ManualApproval, NullSink, Question,
-    RejectAll, SequentialIds, TokioClock, Truncate, UserAsker, VecSink,
+    Approver, Clock, Compactor, EventSink, FnSink, Ids, ManualApproval, Question, RejectAll,
+    SequentialIds, TokioClock, Truncate, UserAsker, VecSink,
 };
-pub(crate) use ports::{AutoApprove, NoUser, SystemClock, TimeIds};
+pub(crate) use ports::{AutoApprove, NoUser, NullSink, SystemClock, TimeIds};
 
 pub use agentloop_core::process::{InlineTags, ToolRule};
 pub use agentloop_core::react::UsageLimits;

@@ -216,9 +216,9 @@ pub trait EventSink: Send + Sync {
     fn emit(&self, event: &EventEnvelope);
 }
 
-/// Drops every event.
+/// Drops every event (the builder's default sink).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct NullSink;
+pub(crate) struct NullSink;
 
 impl EventSink for NullSink {
     fn emit(&self, _event: &EventEnvelope) {}
