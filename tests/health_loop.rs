@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use agentloop::compaction::{LlmSummary, SlidingWindow, SUMMARY_PREFIX};
 use agentloop::model::{DeltaStream, Model, ModelRequest};
-use agentloop::runtime::{Compactor, Offload};
+use agentloop::runtime::Compactor;
 use agentloop::session::{KillTools, Price, PriceTable, Session, SessionConfig, Status};
 use agentloop::tools::ToolRegistry;
 use agentloop::ModelError;
@@ -38,7 +38,7 @@ async fn r_tool_5_large_result_is_offloaded_with_a_preview() {
         r#"{"turns": [{"tool_calls": [{"id": "d1", "name": "dump"}]}, {"text": "read it"}]}"#,
     ))
     .tools(tools)
-    .offload(Offload::new(dir.path(), 4_096))
+    .offload(dir.path(), 4_096)
     .build();
     let s = session(agent);
     s.prompt("dump").await.expect("started");
@@ -68,7 +68,7 @@ async fn r_tool_5_small_results_stay_inline() {
     let agent = builder(Slow::new(
         r#"{"turns": [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "2+2"}}]}, {"text": "4"}]}"#,
     ))
-    .offload(Offload::new(dir.path(), 4_096))
+    .offload(dir.path(), 4_096)
     .build();
     let s = session(agent);
     s.prompt("2+2").await.expect("started");

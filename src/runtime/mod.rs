@@ -51,7 +51,7 @@ pub use context_manager::{
 };
 use driver::{Driver, Tasks};
 pub use metrics::{LatencySummary, RunMetrics};
-pub use offload::Offload;
+pub(crate) use offload::Offload;
 pub use stream::{RunStream, RunStreamItem};
 use tool_order::CompletionOrder;
 
@@ -430,6 +430,7 @@ pub struct AgentBuilder<M = Arc<dyn Model>> {
     models: BTreeMap<String, Arc<dyn Model>>,
     hooks: Arc<dyn Hooks>,
     offload: Option<Offload>,
+    offload_preview: Option<usize>,
     tools: ToolRegistry,
     store: Arc<dyn SessionStore>,
     approver: Arc<dyn Approver>,
@@ -455,6 +456,7 @@ impl Agent {
             models: BTreeMap::new(),
             hooks: Arc::new(NoHooks),
             offload: None,
+            offload_preview: None,
             tools: ToolRegistry::new(),
             store: Arc::new(MemoryStore::new()),
             approver: Arc::new(AutoApprove),
@@ -485,6 +487,7 @@ impl<M> AgentBuilder<M> {
             models: self.models,
             hooks: self.hooks,
             offload: self.offload,
+            offload_preview: self.offload_preview,
             tools: self.tools,
             store: self.store,
             approver: self.approver,
@@ -559,9 +562,19 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Offloads tool results larger than the limit to files (R-TOOL-5).
-    pub fn offload(mut self, offload: Offload) -> Self {
-        self.offload = Some(offload);
+    /// Offloads tool results longer than `limit_bytes` to files under `dir`
+    /// (`<dir>/<session>/<tool_call_id>.txt`, R-TOOL-5): the model sees a preview (1 KiB, see
+    /// [`offload_preview`](Self::offload_preview)) and the file's path instead
+    /// (`large_result_offloaded`).
+    pub fn offload(mut self, dir: impl Into<PathBuf>, limit_bytes: usize) -> Self {
+        self.offload = Some(Offload::new(dir, limit_bytes));
+        self
+    }
+
+    /// Bytes of an offloaded result kept inline as its preview (cut at a char boundary;
+    /// default 1024). Only with [`offload`](Self::offload).
+    pub fn offload_preview(mut self, bytes: usize) -> Self {
+        self.offload_preview = Some(bytes);
         self
     }
 
@@ -844,7 +857,12 @@ impl AgentBuilder<Arc<dyn Model>> {
             model: self.model,
             models,
             hooks: self.hooks,
-            offload: self.offload,
+            offload: self.offload.map(|mut o| {
+                if let Some(bytes) = self.offload_preview {
+                    o.preview_bytes = bytes;
+                }
+                o
+            }),
             tools: SharedTools::new(self.tools),
             store: self.store,
             approver: self.approver,

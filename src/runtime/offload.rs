@@ -5,18 +5,18 @@ use std::path::PathBuf;
 
 /// Where and when to offload tool results.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Offload {
+pub(crate) struct Offload {
     /// Results longer than this many bytes are offloaded.
-    pub limit_bytes: usize,
+    pub(crate) limit_bytes: usize,
     /// Directory for the files (`<dir>/<session>/<tool_call_id>.txt`).
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// Bytes of the result kept inline as a preview (cut at a char boundary).
-    pub preview_bytes: usize,
+    pub(crate) preview_bytes: usize,
 }
 
 impl Offload {
     /// Offload results over `limit_bytes` into `dir`, with a 1 KiB preview.
-    pub fn new(dir: impl Into<PathBuf>, limit_bytes: usize) -> Self {
+    pub(crate) fn new(dir: impl Into<PathBuf>, limit_bytes: usize) -> Self {
         Offload {
             limit_bytes,
             dir: dir.into(),
@@ -27,7 +27,7 @@ impl Offload {
     /// If `content` is over the limit, writes it to a file and returns the replacement text,
     /// the path and the original size. A failed write keeps the result inline (`None`): the
     /// model still gets its result, only larger.
-    pub async fn apply(
+    pub(crate) async fn apply(
         &self,
         session: &str,
         tool_call_id: &str,
