@@ -14,7 +14,7 @@
 
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::Agent;
-use agentloop::trace::{replay, Trace, TraceFile};
+use agentloop::trace::{self, replay};
 use agentloop::{Message, Outcome};
 use agentloop_core::react::DeciderRegistry;
 use agentloop_trace_tools::whatif::{apply_setting, parse_assignment, what_if};
@@ -47,9 +47,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 2. Write it as JSON Lines (a header line, then one record a line) and load it back.
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("run.jsonl");
-    trace.write(&path)?;
+    trace::write(&trace, &path)?;
     let lines = std::fs::read_to_string(&path)?.lines().count();
-    let loaded = Trace::load(&path)?;
+    let loaded = trace::load(&path)?;
     println!("wrote {} ({lines} lines), loaded it back", path.display());
     assert_eq!(loaded, trace);
 

@@ -1,5 +1,5 @@
 //! Traces (R-TRACE): the format, reader and replay live in [`agentloop_core::trace`]; this
-//! module adds reading and writing trace files.
+//! module adds reading and writing trace files ([`load`], [`read`], [`write`](fn@write)).
 //!
 //! # Example
 //!
@@ -26,16 +26,6 @@ use std::path::Path;
 
 pub use agentloop_core::trace::*;
 
-/// Reading and writing traces as files (the core crate does no IO).
-pub trait TraceFile: Sized {
-    /// Reads a trace file of a version this build replays.
-    fn load(path: &Path) -> Result<Self, TraceError>;
-    /// Reads a trace file of any version this crate ever wrote (to show, diff or view it).
-    fn read(path: &Path) -> Result<Self, TraceError>;
-    /// Writes the trace to `path` (synced before returning).
-    fn write(&self, path: &Path) -> Result<(), TraceError>;
-}
-
 /// The lines of the trace file at `path`.
 fn lines_of(path: &Path) -> Result<std::io::Lines<std::io::BufReader<std::fs::File>>, TraceError> {
     let f = std::fs::File::open(path).map_err(|e| TraceError::Io {
@@ -45,29 +35,30 @@ fn lines_of(path: &Path) -> Result<std::io::Lines<std::io::BufReader<std::fs::Fi
     Ok(std::io::BufReader::new(f).lines())
 }
 
-impl TraceFile for Trace {
-    fn load(path: &Path) -> Result<Trace, TraceError> {
-        Trace::from_lines(lines_of(path)?, &path.display().to_string())
-    }
+/// Reads a trace file of a version this build replays.
+pub fn load(path: &Path) -> Result<Trace, TraceError> {
+    Trace::from_lines(lines_of(path)?, &path.display().to_string())
+}
 
-    fn read(path: &Path) -> Result<Trace, TraceError> {
-        Trace::read_lines(lines_of(path)?, &path.display().to_string())
-    }
+/// Reads a trace file of any version this crate ever wrote (to show, diff or view it).
+pub fn read(path: &Path) -> Result<Trace, TraceError> {
+    Trace::read_lines(lines_of(path)?, &path.display().to_string())
+}
 
-    fn write(&self, path: &Path) -> Result<(), TraceError> {
-        let io = |e: std::io::Error| TraceError::Io {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        };
-        // Line by line: a long trace is not held a second time as one string.
-        let f = std::fs::File::create(path).map_err(io)?;
-        let mut w = std::io::BufWriter::new(f);
-        let header = TraceRecord::Header(Box::new(self.header.clone()));
-        for record in std::iter::once(&header).chain(&self.records) {
-            serde_json::to_writer(&mut w, record).map_err(|e| io(e.into()))?;
-            w.write_all(b"\n").map_err(io)?;
-        }
-        let f = w.into_inner().map_err(|e| io(e.into_error()))?;
-        f.sync_all().map_err(io)
+/// Writes `trace` to `path` (synced before returning).
+pub fn write(trace: &Trace, path: &Path) -> Result<(), TraceError> {
+    let io = |e: std::io::Error| TraceError::Io {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    };
+    // Line by line: a long trace is not held a second time as one string.
+    let f = std::fs::File::create(path).map_err(io)?;
+    let mut w = std::io::BufWriter::new(f);
+    let header = TraceRecord::Header(Box::new(trace.header.clone()));
+    for record in std::iter::once(&header).chain(&trace.records) {
+        serde_json::to_writer(&mut w, record).map_err(|e| io(e.into()))?;
+        w.write_all(b"\n").map_err(io)?;
     }
+    let f = w.into_inner().map_err(|e| io(e.into_error()))?;
+    f.sync_all().map_err(io)
 }

@@ -7,7 +7,7 @@
 use agentloop::provider::openai::OpenAiNormalizer;
 use agentloop::provider::sse::SsePipeline;
 use agentloop::provider::ResponseLimits;
-use agentloop::trace::{Trace, TraceFile};
+use agentloop::trace;
 use agentloop::ErrorKind;
 use agentloop::MessageDelta;
 
@@ -87,11 +87,11 @@ fn a_trace_file_is_exactly_its_jsonl() {
     .expect("fixtures")
     {
         let path = fixture.expect("entry").path();
-        let trace = Trace::read(&path).expect("reads");
+        let trace = trace::read(&path).expect("reads");
         let out = dir.path().join("t.jsonl");
-        trace.write(&out).expect("writes");
+        trace::write(&trace, &out).expect("writes");
         let written = std::fs::read_to_string(&out).expect("reads");
         assert_eq!(written, trace.to_jsonl(), "{}", path.display());
-        assert_eq!(Trace::read(&out).expect("reads back"), trace);
+        assert_eq!(trace::read(&out).expect("reads back"), trace);
     }
 }

@@ -21,7 +21,6 @@ use agentloop::session::{
     Ack, KillTools, Session, SessionConfig, SessionError, Status, SubscriptionItem,
 };
 use agentloop::store::SessionStore;
-use agentloop::trace::TraceFile;
 use agentloop::AgentEvent;
 use agentloop::EventEnvelope;
 use agentloop_core::process::ApprovalPolicy;
@@ -429,7 +428,7 @@ async fn write_trace(session: &Session, output: &Output, target: &mut TraceTarge
         return;
     };
     let file = numbered(&path, target.written + 1);
-    match trace.write(&file) {
+    match agentloop::trace::write(&trace, &file) {
         Ok(()) => {
             target.written += 1;
             output.say(&format!("[trace] wrote {}", file.display()));

@@ -23,7 +23,6 @@ use agentloop::runtime::{
 use agentloop::session::Price;
 use agentloop::store::{AnyStore, Durability, Entry, SessionLock, SessionStore, StoreUrl};
 use agentloop::tools::ToolRegistry;
-use agentloop::trace::TraceFile;
 use agentloop::EventEnvelope;
 use agentloop::Outcome;
 use agentloop_core::output::OutputSpec;
@@ -693,7 +692,7 @@ pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
 /// Writes the trace, prints the summary and maps the outcome to an exit code.
 fn finish(args: &AgentArgs, output: &Output, out: &RunOutput) -> ExitCode {
     if let (Some(path), Some(trace)) = (&args.trace, &out.trace) {
-        if let Err(e) = trace.write(path) {
+        if let Err(e) = agentloop::trace::write(trace, path) {
             output.finish();
             return fail(format!("writing trace: {e}"));
         }

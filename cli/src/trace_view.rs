@@ -782,10 +782,9 @@ mod tests {
     }
 
     fn fixture(name: &str) -> View {
-        use agentloop::trace::TraceFile;
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/traces");
         let path = std::path::Path::new(dir).join(name);
-        View::from_trace(&Trace::load(&path).expect("fixture"))
+        View::from_trace(&agentloop::trace::load(&path).expect("fixture"))
     }
 
     fn lanes(v: &View) -> Vec<(String, Vec<String>)> {
@@ -838,13 +837,12 @@ mod tests {
     /// writes, and the summary counted record by record is the transcript's.
     #[test]
     fn the_streamed_page_and_summary_match_the_whole_trace_ones() {
-        use agentloop::trace::TraceFile;
         use agentloop_trace_tools::transcript::Transcript;
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/traces");
         let mut checked = 0;
         for entry in std::fs::read_dir(dir).expect("fixtures") {
             let path = entry.expect("entry").path();
-            let Ok(trace) = Trace::read(&path) else {
+            let Ok(trace) = agentloop::trace::read(&path) else {
                 continue;
             };
             let whole = View::from_trace(&trace);
