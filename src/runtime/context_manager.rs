@@ -23,12 +23,14 @@
 //! ([`crate::store::history()`]), the run's own system prompt and tools, nothing appended, no
 //! updates.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::message::Message;
 use crate::store::Entry;
-use agentloop_core::tool_spec::ToolSpecs;
+use crate::tools::ToolSpec;
 
 /// What [`ContextManager::build_context`] is given (R-CTX-1).
 #[derive(Debug)]
@@ -51,7 +53,7 @@ pub struct ContextRequest<'a> {
     /// `compact_threshold`, `session_turns`.
     pub runtime_hints: &'a Value,
     /// The tools the run offers.
-    pub tool_specs: &'a ToolSpecs,
+    pub tool_specs: &'a Arc<[ToolSpec]>,
 }
 
 /// What [`ContextManager::build_context`] returns.
@@ -62,7 +64,7 @@ pub struct BuiltContext {
     /// The run's system prompt.
     pub system_prompt: Option<String>,
     /// The tools offered to the model.
-    pub tool_specs: ToolSpecs,
+    pub tool_specs: Arc<[ToolSpec]>,
     /// Entries persisted before the run starts.
     pub entries_to_append: Vec<Entry>,
 }

@@ -372,7 +372,7 @@ impl SharedTools {
         Ok(())
     }
     /// Specs of every tool, sorted by name (shared, not copied).
-    pub(crate) fn specs(&self) -> crate::tools::ToolSpecs {
+    pub(crate) fn specs(&self) -> Arc<[crate::tools::ToolSpec]> {
         self.0.read().map(|r| r.specs()).unwrap_or_default()
     }
     /// The tools' compiled parameters schemas (shared, not copied; R-TOOL-1).

@@ -48,7 +48,8 @@ use serde::de::DeserializeOwned;
 
 use serde_json::Value;
 
-pub use agentloop_core::tool_spec::{ToolSpec, ToolSpecs};
+pub use agentloop_core::tool_spec::ToolSpec;
+use agentloop_core::tool_spec::ToolSpecs;
 pub use schema::ArgumentSchemas;
 
 mod schema;
@@ -159,7 +160,7 @@ impl<T: TypedTool> Tool for T {
 
 /// The tools of an agent, by name (sorted, so specs are deterministic).
 ///
-/// A tool's spec is taken once, when it is inserted; the specs are shared ([`ToolSpecs`]), so
+/// A tool's spec is taken once, when it is inserted; the specs are shared (`Arc<[ToolSpec]>`), so
 /// cloning a registry (one per agent) and handing its specs to agents, sessions and runs
 /// copies no schema. Its parameters schema is compiled when a call of the tool is first checked
 /// ([`ArgumentSchemas`]; compiled validators are shared by schema across the process): every
@@ -252,7 +253,7 @@ impl ToolRegistry {
     }
 
     /// Specs of every tool, sorted by name (shared, not copied; built once after a change).
-    pub fn specs(&self) -> ToolSpecs {
+    pub fn specs(&self) -> Arc<[ToolSpec]> {
         self.specs
             .get_or_init(|| {
                 self.tools
