@@ -50,7 +50,7 @@ pub const MAX_ATTACHMENT_BYTES: u64 = 10 * 1024 * 1024;
 
 /// Whether a path is attached as an image or as a file (a document).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AttachmentKind {
+pub(crate) enum AttachmentKind {
     /// An image (`--image`).
     Image,
     /// A file, e.g. a PDF (`--file`).
@@ -59,7 +59,7 @@ pub enum AttachmentKind {
 
 impl AttachmentKind {
     /// `image` or `file`.
-    pub fn as_str(self) -> &'static str {
+    fn as_str(self) -> &'static str {
         match self {
             AttachmentKind::Image => "image",
             AttachmentKind::File => "file",
@@ -80,12 +80,12 @@ impl AttachmentKind {
 #[non_exhaustive]
 pub enum AttachmentError {
     /// The extension is not one this kind of attachment takes (or there is none).
-    #[error("{}: unknown {} type {:?} (known: {})", path.display(), kind.as_str(), extension, kind.known())]
+    #[error("{}: unknown {kind} type {:?} (known: {})", path.display(), extension, known(kind))]
     UnknownType {
         /// The path given.
         path: PathBuf,
-        /// Image or file.
-        kind: AttachmentKind,
+        /// `image` or `file`.
+        kind: &'static str,
         /// The extension found (empty when none).
         extension: String,
     },
@@ -117,8 +117,20 @@ pub enum AttachmentError {
     },
 }
 
+/// The extensions an attachment of `kind` (`image` or `file`) takes, for error messages.
+fn known(kind: &str) -> &'static str {
+    if kind == AttachmentKind::Image.as_str() {
+        AttachmentKind::Image.known()
+    } else {
+        AttachmentKind::File.known()
+    }
+}
+
 /// The media type of `path` attached as `kind`, from its extension.
-pub fn media_type(kind: AttachmentKind, path: &Path) -> Result<&'static str, AttachmentError> {
+pub(crate) fn media_type(
+    kind: AttachmentKind,
+    path: &Path,
+) -> Result<&'static str, AttachmentError> {
     let extension = path
         .extension()
         .map(|e| e.to_string_lossy().to_ascii_lowercase())
@@ -132,7 +144,7 @@ pub fn media_type(kind: AttachmentKind, path: &Path) -> Result<&'static str, Att
         _ => {
             return Err(AttachmentError::UnknownType {
                 path: path.to_path_buf(),
-                kind,
+                kind: kind.as_str(),
                 extension,
             })
         }
@@ -152,7 +164,7 @@ pub fn file(path: impl AsRef<Path>) -> Result<ContentPart, AttachmentError> {
 
 /// `path` as a content part of `kind`, read whole; refused when it has more than `limit`
 /// bytes.
-pub fn attach(
+pub(crate) fn attach(
     kind: AttachmentKind,
     path: &Path,
     limit: u64,
