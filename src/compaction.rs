@@ -69,7 +69,7 @@ chatter. Answer with the summary only.";
 /// The summary call has the deadlines of a model step (R-CTX-3, R-OUT-4): the first delta
 /// within `timeouts.first_chunk_ms`, then no gap over `timeouts.stall_ms`, and the whole call
 /// within `timeouts.request_ms` when set, measured on `clock`. When the call fails (a
-/// deadline, a model error, an empty summary: a [`SummaryFailure`]), the compaction falls back
+/// deadline, a model error, an empty summary), the compaction falls back
 /// to truncation ([`Truncate`]) unless `fallback_to_truncate` is off, so a slow or broken
 /// summary model never stalls or fails a run that truncation could continue.
 pub struct LlmSummary {
@@ -103,8 +103,7 @@ impl std::fmt::Debug for LlmSummary {
 
 /// Why the summary call of an [`LlmSummary`] gave no summary.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SummaryFailure {
+pub(crate) enum SummaryFailure {
     /// No delta within the first-chunk deadline.
     #[error("summary call timed out: no first delta within {0} ms")]
     FirstChunkTimeout(u64),
@@ -151,7 +150,7 @@ impl LlmSummary {
     }
 
     /// One summary call of `transcript`, within the deadlines.
-    pub async fn summarize(&self, transcript: String) -> Result<String, SummaryFailure> {
+    pub(crate) async fn summarize(&self, transcript: String) -> Result<String, SummaryFailure> {
         let request = ModelRequest {
             run_id: "compaction".into(),
             model_call_index: 0,
