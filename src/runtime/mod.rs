@@ -52,7 +52,7 @@ pub use context_manager::{
 use driver::{Driver, Tasks};
 pub use metrics::{LatencySummary, RunMetrics};
 pub(crate) use offload::Offload;
-pub use stream::{RunStream, RunStreamItem};
+pub use stream::RunStreamItem;
 use tool_order::CompletionOrder;
 
 /// Errors that prevent a run from starting. Failures during a run are a `Failed` result.

@@ -14,7 +14,7 @@ use crate::message::Message;
 /// The run being streamed.
 type RunFuture = Pin<Box<dyn Future<Output = Result<RunOutput, AgentError>> + Send>>;
 
-/// One item of a [`RunStream`].
+/// One item of [`Agent::run_stream`]'s stream.
 #[derive(Debug)]
 pub enum RunStreamItem {
     /// An event of the run, in the order the agent's sink sees it.
@@ -27,7 +27,7 @@ pub enum RunStreamItem {
 /// The events of one run as a [`Stream`], besides the agent's own sink, which
 /// sees them too. The run goes on only while the stream is polled; dropping the stream drops
 /// the run as dropping [`Agent::run`]'s future would (its session stays resumable).
-pub struct RunStream {
+pub(crate) struct RunStream {
     run: Option<RunFuture>,
     events: mpsc::UnboundedReceiver<EventEnvelope>,
     end: Option<Result<Box<RunOutput>, AgentError>>,
@@ -57,7 +57,9 @@ impl EventSink for Tee {
 
 impl Agent {
     /// Runs one prompt in `session` and returns its events as a [`Stream`]: every event the
-    /// sink gets, then [`RunStreamItem::End`] with the output.
+    /// sink gets (the agent's own sink sees them too), then [`RunStreamItem::End`] with the
+    /// output. The run goes on only while the stream is polled; dropping the stream drops the
+    /// run as dropping [`Agent::run`]'s future would (its session stays resumable).
     ///
     /// ```
     /// use agentloop::runtime::{Agent, RunStreamItem};
@@ -82,7 +84,11 @@ impl Agent {
     /// assert!(!text.is_empty());
     /// # }
     /// ```
-    pub fn run_stream(&self, session: &str, prompt: &str) -> RunStream {
+    pub fn run_stream(
+        &self,
+        session: &str,
+        prompt: &str,
+    ) -> impl Stream<Item = RunStreamItem> + Send + Unpin + std::fmt::Debug + 'static {
         let (tx, events) = mpsc::unbounded_channel();
         let agent = self.with_sink(Arc::new(Tee {
             sink: self.sink.clone(),
