@@ -62,6 +62,7 @@
 //! A driver performs each effect and feeds its result back as the next event; replay, the
 //! property tests and the fuzz targets work exactly this way.
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 #![forbid(unsafe_code)]
 
 mod policy;

@@ -36,6 +36,7 @@
 //! # Ok::<(), agentloop_trace_tools::import::ImportError>(())
 //! ```
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 #![forbid(unsafe_code)]
 
 pub mod export;

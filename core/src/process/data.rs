@@ -44,7 +44,7 @@ pub enum StepOutcome {
 /// each one concept that spans states — the model attempt in flight, the committed message's
 /// tool calls, how the step ends, and what the current handle produces.
 #[derive(Clone, Debug)]
-pub struct ProcessData {
+pub(crate) struct ProcessData {
     pub(crate) cfg: StepConfig,
     /// The model attempt in flight and the step's attempts so far.
     pub(crate) attempt: Attempt,

@@ -27,7 +27,7 @@ fn index(state: ToolCallState) -> usize {
 
 /// One tool call of the committed message.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Slot {
+pub(crate) struct Slot {
     /// The call (arguments possibly modified by a human or a hook).
     pub call: ToolCall,
     /// Where it stands; changed only by [`Slots::apply`].

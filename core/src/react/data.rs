@@ -19,7 +19,7 @@ use crate::react::context::{
 /// run's configuration and identity, and one field per part of the context that spans states
 /// ([`crate::react::context`]).
 #[derive(Debug)]
-pub struct ReactData {
+pub(crate) struct ReactData {
     pub(crate) cfg: RunConfig,
     pub(crate) run_id: String,
     pub(crate) transcript: Transcript,
