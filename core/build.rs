@@ -539,9 +539,9 @@ fn declared_fns(path: &str) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
-/// The parameter list of the `pub(crate) fn name(...)` in `path` (empty when absent).
-fn fn_params(path: &str, name: &str) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+/// The parameter list of the `pub(crate) fn name(...)` in the source `text` (empty when
+/// absent).
+fn fn_params(text: &str, name: &str) -> String {
     let head = format!("pub(crate) fn {name}(");
     text.find(&head)
         .and_then(|i| {
@@ -721,8 +721,10 @@ fn dispatch(chart: &Chart, m: &Dispatched) -> String {
     // The guards that read a state's data (their predicate takes `&<local type>`), with the
     // states whose rows name them: every one of those states must hold data of that type.
     let mut guard_scopes: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let guards_text =
+        std::fs::read_to_string(&guards_rs).unwrap_or_else(|e| panic!("reading {guards_rs}: {e}"));
     for g in &used {
-        let params = fn_params(&guards_rs, g);
+        let params = fn_params(&guards_text, g);
         let Some(ty) = locals
             .values()
             .map(|l| l.0)
