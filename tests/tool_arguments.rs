@@ -143,7 +143,7 @@ async fn r_tool_1_schema_violations_are_reported_and_the_corrected_call_runs_onc
     assert_eq!(
         bad_n.content,
         "invalid arguments for counter (they do not match its JSON Schema):\n\
-         - /n: \"abc\" is not of type \"integer\"\n\
+         - /n: invalid type: string \"abc\", expected i64\n\
          The tool did not run; call it again with corrected arguments."
     );
     assert_eq!(no_text.status, ToolStatus::Error);

@@ -133,7 +133,7 @@ fn r_tool_1_a_schema_breaking_call_is_reported_and_the_trace_replays() {
     let show = agentloop(dir.path(), &["trace", "show", "t.jsonl"]);
     let s = stdout(&show);
     assert!(
-        s.contains(r#"- /expression: 5 is not of type \"string\""#),
+        s.contains(r#"- /expression: invalid type: integer `5`, expected a string"#),
         "{s}"
     );
     assert!(

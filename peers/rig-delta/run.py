@@ -7,6 +7,7 @@ takes each child's CPU time (user + system, every thread) and peak RSS (ru_maxrs
 os.wait4's rusage.
 
     cargo build --release          # in peers/rig-delta (CARGO_BUILD_JOBS=2 on a small machine)
+    (cd agentloop-client && cargo build --release)   # agentloop's client, its own workspace
     python3 run.py --all           # THE comparison: both libraries, both tokio runtimes,
                                    # the two-turn run and the 2,000-delta marginal
     python3 run.py --smoke --profile ci   # test mode: every client once, tiny answers, checked
@@ -46,6 +47,9 @@ TWO_TURN = "two-turn"
 TWO_TURN_ANSWER = "The sum is 42"
 RUNTIMES = ("multi-thread", "current-thread")
 RT_SHORT = {"multi-thread": "mt", "current-thread": "ct"}
+# agentloop's client: a package and workspace of its own, so cargo's feature unification does not
+# hand it what rig asks of the reqwest both use (aws-lc, HTTP/2, charset decoding).
+AGENTLOOP_PACKAGE = "agentloop-client"
 BINARIES = ("measure", "mock", "agentloop_client", "rig_client", "floor_client", "tcp_client")
 
 
@@ -321,7 +325,9 @@ def main():
     ap.add_argument("--tcp", action="store_true", help="also measure the bare tokio TcpStream client")
     ap.add_argument("--runtime", choices=RUNTIMES, default="multi-thread")
     ap.add_argument("--profile", default="release", help="cargo profile whose binaries to run (default release)")
-    ap.add_argument("--bin-dir", default=None, help="directory of the binaries (default target/<profile>)")
+    ap.add_argument("--bin-dir", default=None, help="directory of the rig-side binaries (default target/<profile>)")
+    ap.add_argument("--agentloop-bin-dir", default=None,
+                    help=f"directory of agentloop_client (default {AGENTLOOP_PACKAGE}/target/<profile>)")
     args = ap.parse_args()
 
     if args.runs is None:
@@ -332,12 +338,16 @@ def main():
         raise SystemExit("--runs too small")
     if ANSWER_CHARS % args.deltas:
         raise SystemExit(f"--deltas must divide {ANSWER_CHARS}")
-    bin_dir = args.bin_dir or os.path.join(HERE, "target", "debug" if args.profile == "dev" else args.profile)
-    exe = lambda name: os.path.join(bin_dir, name)
+    profile_dir = "debug" if args.profile == "dev" else args.profile
+    bin_dir = args.bin_dir or os.path.join(HERE, "target", profile_dir)
+    # agentloop's client is built in its own workspace (agentloop-client/), apart from rig's.
+    agentloop_dir = args.agentloop_bin_dir or os.path.join(HERE, AGENTLOOP_PACKAGE, "target", profile_dir)
+    exe = lambda name: os.path.join(agentloop_dir if name == "agentloop_client" else bin_dir, name)
     for name in BINARIES:
         if not os.access(exe(name), os.X_OK):
             flag = "--release" if args.profile == "release" else f"--profile {args.profile}"
-            raise SystemExit(f"{exe(name)} missing: run `cargo build {flag}` in {HERE}")
+            where = os.path.join(HERE, AGENTLOOP_PACKAGE) if name == "agentloop_client" else HERE
+            raise SystemExit(f"{exe(name)} missing: run `cargo build {flag}` in {where}")
     args.load = " ".join(f"{x:.2f}" for x in os.getloadavg())
 
     if args.smoke:

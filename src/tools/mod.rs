@@ -101,6 +101,19 @@ pub trait Tool: Send + Sync {
     fn pure(&self) -> bool {
         false
     }
+    /// For a tool whose arguments are a Rust type: checks `arguments` by deserializing them
+    /// into it, `Some(Err((path, reason)))` naming the first mismatch (`path` a JSON Pointer).
+    /// [`TypedTool`]s answer it; `None` (the default) leaves the check to the JSON Schema.
+    ///
+    /// The runtime asks it instead of compiling the tool's schema when the schema asserts
+    /// nothing a `Deserialize` impl does not (types, properties, required fields, enums,
+    /// integer ranges of the type, tuples; see `tools/schema.rs`): the verdict is the same and
+    /// no JSON Schema validator is built. A schema with more (a pattern, a length, a range
+    /// from `#[schemars(...)]`) is checked by the validator as any other tool's.
+    fn check_by_type(&self, arguments: &Value) -> Option<Result<(), (String, String)>> {
+        let _ = arguments;
+        None
+    }
     /// Runs the tool.
     async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<String, ToolError>;
 }
@@ -150,6 +163,13 @@ impl<T: TypedTool> Tool for T {
     }
     fn pure(&self) -> bool {
         TypedTool::pure(self)
+    }
+    fn check_by_type(&self, arguments: &Value) -> Option<Result<(), (String, String)>> {
+        Some(
+            serde_path_to_error::deserialize::<_, T::Args>(arguments)
+                .map(drop)
+                .map_err(|e| (schema::json_pointer(e.path()), e.into_inner().to_string())),
+        )
     }
     async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<String, ToolError> {
         let args: T::Args = serde_json::from_value(arguments)
@@ -227,7 +247,7 @@ impl ToolRegistry {
     /// Adds (or replaces) a tool.
     pub fn insert(&mut self, tool: Arc<dyn Tool>) {
         let spec = Arc::new(tool.spec());
-        self.schemas.set(spec.clone());
+        self.schemas.set(spec.clone(), Some(tool.clone()));
         self.tools.insert(spec.name.clone(), (tool, spec));
         self.specs = std::sync::OnceLock::new();
     }

@@ -18,7 +18,7 @@ use agentloop_core::tool_check::{ArgumentsRejected, SchemaViolation};
 use serde_json::Value;
 
 use crate::message::{MessageDelta, ToolCall};
-use crate::tools::ToolSpec;
+use crate::tools::{Tool, ToolSpec};
 
 /// How many compiled schemas the process-wide cache keeps before it starts afresh (a bound
 /// for a process that meets many MCP servers' tools; a miss only costs a compile).
@@ -29,6 +29,10 @@ const SHARED_CAPACITY: usize = 1024;
 struct LazySchema {
     spec: Arc<ToolSpec>,
     compiled: OnceLock<Option<Arc<jsonschema::Validator>>>,
+    /// The tool, when its own type checks its arguments ([`Tool::check_by_type`]) and its
+    /// schema asserts nothing that type does not ([`asserts_only_types`]): then no validator is
+    /// compiled for it.
+    by_type: Option<Arc<dyn Tool>>,
 }
 
 /// The compiled argument schemas of a tool set, by tool name. Cloning shares them.
@@ -76,12 +80,22 @@ impl ArgumentSchemas {
     /// Takes the parameters schema of `spec`'s tool (replacing an earlier one), to be compiled
     /// when a call of the tool is first checked. A schema that does not compile is not
     /// checked, and a tool with an empty or `true` schema accepts everything.
-    pub(crate) fn set(&mut self, spec: Arc<ToolSpec>) {
+    ///
+    /// `tool`, when given, may check its calls itself: a [`TypedTool`](crate::tools::TypedTool)
+    /// whose schema [asserts only types](asserts_only_types) is checked by deserializing the
+    /// arguments into its type (the same verdict, and no validator to build: compiling the
+    /// first JSON Schema validator of a process builds the draft 2020-12 meta-schema's, about a
+    /// millisecond).
+    pub(crate) fn set(&mut self, spec: Arc<ToolSpec>, tool: Option<Arc<dyn Tool>>) {
+        let by_type = tool.filter(|t| {
+            t.check_by_type(&Value::Null).is_some() && asserts_only_types(&spec.parameters)
+        });
         Arc::make_mut(&mut self.0).insert(
             spec.name.clone(),
             Arc::new(LazySchema {
                 spec,
                 compiled: OnceLock::new(),
+                by_type,
             }),
         );
     }
@@ -105,6 +119,11 @@ impl ArgumentSchemas {
     pub fn check(&self, call: &ToolCall) -> Option<ArgumentsRejected> {
         if call.invalid_arguments.is_some() {
             return None;
+        }
+        let by_type = self.0.get(&call.name)?.by_type.as_ref();
+        if let Some(verdict) = by_type.and_then(|t| t.check_by_type(&call.arguments)) {
+            let (path, reason) = verdict.err()?;
+            return ArgumentsRejected::new(call.id.clone(), [SchemaViolation { path, reason }]);
         }
         let validator = self.validator(&call.name)?;
         ArgumentsRejected::new(
@@ -141,6 +160,78 @@ impl ArgumentSchemas {
     }
 }
 
+/// Whether `schema` asserts nothing a `Deserialize` impl of the type it was generated from does
+/// not check itself: only types, properties, required fields, `additionalProperties: false`,
+/// enums and consts, `$ref`s, `anyOf`/`oneOf`/`allOf` of such schemas, tuples, and integer
+/// bounds that are the bounds of the integer `format` beside them (what `schemars` derives
+/// from plain Rust types). Formats are annotations in draft 2020-12 and annotations assert
+/// nothing. Anything else (a `pattern`, a length, a range, `uniqueItems`, `not`, `if`, an
+/// unknown keyword) answers `false`, and the tool's calls go through the JSON Schema validator.
+fn asserts_only_types(schema: &Value) -> bool {
+    let Value::Object(map) = schema else {
+        return schema == &Value::Bool(true);
+    };
+    map.iter().all(|(key, value)| match key.as_str() {
+        "$schema" | "$ref" | "$comment" | "title" | "description" | "default" | "examples"
+        | "deprecated" | "readOnly" | "writeOnly" | "format" | "type" | "required" | "enum"
+        | "const" | "nullable" => true,
+        "properties" | "$defs" | "definitions" => value
+            .as_object()
+            .is_some_and(|m| m.values().all(asserts_only_types)),
+        "items" => asserts_only_types(value),
+        "additionalProperties" => value == &Value::Bool(false) || asserts_only_types(value),
+        "anyOf" | "oneOf" | "allOf" | "prefixItems" => value
+            .as_array()
+            .is_some_and(|a| a.iter().all(asserts_only_types)),
+        "minItems" | "maxItems" => {
+            let len = map
+                .get("prefixItems")
+                .and_then(Value::as_array)
+                .map(Vec::len);
+            len.is_some() && value.as_u64() == len.map(|n| n as u64)
+        }
+        "minimum" | "maximum" => integer_format_bound(map.get("format"), key == "minimum")
+            .is_some_and(|bound| value.as_number() == Some(&bound)),
+        _ => false,
+    })
+}
+
+/// The least (`min`) or greatest value of the integer `format` `schemars` writes for a Rust
+/// integer type, when the format is one.
+fn integer_format_bound(format: Option<&Value>, min: bool) -> Option<serde_json::Number> {
+    let (lo, hi): (i64, u64) = match format?.as_str()? {
+        "uint8" => (0, u8::MAX.into()),
+        "uint16" => (0, u16::MAX.into()),
+        "uint32" => (0, u32::MAX.into()),
+        "uint64" => (0, u64::MAX),
+        "uint" => (0, u64::MAX),
+        "int8" => (i8::MIN.into(), i8::MAX as u64),
+        "int16" => (i16::MIN.into(), i16::MAX as u64),
+        "int32" => (i32::MIN.into(), i32::MAX as u64),
+        "int64" | "int" => (i64::MIN, i64::MAX as u64),
+        _ => return None,
+    };
+    Some(if min { lo.into() } else { hi.into() })
+}
+
+/// `path` (where deserializing failed) as a JSON Pointer: `/items/0/name`, empty for the whole
+/// value.
+pub(crate) fn json_pointer(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for segment in path.iter() {
+        let part = match segment {
+            Segment::Seq { index } => index.to_string(),
+            Segment::Map { key } => key.replace('~', "~0").replace('/', "~1"),
+            Segment::Enum { variant } => variant.replace('~', "~0").replace('/', "~1"),
+            Segment::Unknown => continue,
+        };
+        out.push('/');
+        out.push_str(&part);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,15 +247,18 @@ mod tests {
 
     fn schemas() -> ArgumentSchemas {
         let mut s = ArgumentSchemas::default();
-        s.set(spec(
-            "count",
-            json!({
-                "type": "object",
-                "properties": {"n": {"type": "integer"}, "label": {"type": "string"}},
-                "required": ["n"],
-                "additionalProperties": false
-            }),
-        ));
+        s.set(
+            spec(
+                "count",
+                json!({
+                    "type": "object",
+                    "properties": {"n": {"type": "integer"}, "label": {"type": "string"}},
+                    "required": ["n"],
+                    "additionalProperties": false
+                }),
+            ),
+            None,
+        );
         s
     }
 
@@ -217,9 +311,9 @@ mod tests {
             "properties": {"n": {"type": "integer"}}
         });
         let mut a = ArgumentSchemas::default();
-        a.set(spec("t", unique.clone()));
+        a.set(spec("t", unique.clone()), None);
         let mut b = ArgumentSchemas::default();
-        b.set(spec("u", unique.clone()));
+        b.set(spec("u", unique.clone()), None);
         assert!(!shared(&unique), "compiled before any call was checked");
         assert!(a.check(&call("t", r#"{"n":"x"}"#)).is_some());
         assert!(shared(&unique), "not in the shared cache after a check");
@@ -239,7 +333,7 @@ mod tests {
     #[test]
     fn r_tool_1_an_uncompilable_schema_is_not_checked() {
         let mut s = schemas();
-        s.set(spec("count", json!({"type": 7})));
+        s.set(spec("count", json!({"type": 7})), None);
         assert_eq!(s.check(&call("count", r#"{"n":"abc"}"#)), None);
     }
 
@@ -276,5 +370,169 @@ mod tests {
         let v = schemas().check_deltas(&deltas);
         assert_eq!(v.len(), 1);
         assert_eq!(v[0].tool_call_id, "b");
+    }
+
+    mod by_type {
+        use super::*;
+        use crate::tools::{ToolContext, ToolError, TypedTool};
+        use schemars::JsonSchema;
+        use serde::Deserialize;
+        use std::collections::HashSet;
+
+        #[derive(Deserialize, JsonSchema)]
+        #[allow(dead_code)]
+        enum Mode {
+            Fast,
+            Slow { by: u32 },
+        }
+
+        #[derive(Deserialize, JsonSchema)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Inner {
+            n: i64,
+            small: u8,
+            tiny: i8,
+        }
+
+        /// Plain Rust types: what `schemars` derives asserts only what serde checks.
+        #[derive(Deserialize, JsonSchema)]
+        #[allow(dead_code)]
+        struct Plain {
+            name: String,
+            inner: Inner,
+            label: Option<String>,
+            counts: Vec<u32>,
+            pair: (i32, String),
+            mode: Mode,
+            #[serde(default)]
+            flag: bool,
+        }
+
+        #[derive(Deserialize, JsonSchema)]
+        #[allow(dead_code)]
+        struct Ranged {
+            #[schemars(range(min = 1, max = 10))]
+            n: i64,
+        }
+
+        #[derive(Deserialize, JsonSchema)]
+        #[allow(dead_code)]
+        struct Lengthy {
+            #[schemars(length(min = 1))]
+            name: String,
+        }
+
+        #[derive(Deserialize, JsonSchema)]
+        #[allow(dead_code)]
+        struct Unique {
+            tags: HashSet<String>,
+        }
+
+        fn schema<T: JsonSchema>() -> Value {
+            serde_json::to_value(schemars::schema_for!(T)).expect("schema")
+        }
+
+        #[test]
+        fn r_tool_1_plain_types_assert_only_types() {
+            assert!(
+                asserts_only_types(&schema::<Plain>()),
+                "{}",
+                schema::<Plain>()
+            );
+        }
+
+        #[test]
+        fn r_tool_1_attributes_serde_does_not_check_go_to_the_validator() {
+            assert!(!asserts_only_types(&schema::<Ranged>()));
+            assert!(!asserts_only_types(&schema::<Lengthy>()));
+            assert!(!asserts_only_types(&schema::<Unique>()));
+            assert!(!asserts_only_types(
+                &json!({"type": "string", "pattern": "^a"})
+            ));
+            assert!(!asserts_only_types(&json!({"not": {"type": "string"}})));
+            assert!(!asserts_only_types(&json!(false)));
+            assert!(!asserts_only_types(
+                &json!({"type": "integer", "format": "uint8", "maximum": 100})
+            ));
+        }
+
+        struct Typed<A>(std::marker::PhantomData<A>);
+
+        #[async_trait::async_trait]
+        impl<A: serde::de::DeserializeOwned + JsonSchema + Send + Sync + 'static> TypedTool for Typed<A> {
+            type Args = A;
+            const NAME: &'static str = "typed";
+            const DESCRIPTION: &'static str = "A typed tool";
+            async fn run(&self, _ctx: ToolContext, _args: A) -> Result<String, ToolError> {
+                Ok(String::new())
+            }
+        }
+
+        fn registry<A: serde::de::DeserializeOwned + JsonSchema + Send + Sync + 'static>(
+        ) -> ArgumentSchemas {
+            let mut r = crate::tools::ToolRegistry::new();
+            r.insert(Arc::new(Typed::<A>(std::marker::PhantomData)));
+            r.schemas()
+        }
+
+        /// A typed tool with a plain schema is checked by its type: the failing field's
+        /// path, serde's reason, and no validator compiled.
+        #[test]
+        fn r_tool_1_a_typed_tool_is_checked_by_its_type() {
+            let s = registry::<Plain>();
+            let bad = r#"{"name":"x","inner":{"n":"abc","small":1,"tiny":1},"counts":[],
+                "pair":[1,"a"],"mode":"Fast"}"#;
+            let r = s.check(&call("typed", bad)).expect("rejected");
+            assert_eq!(r.violations.len(), 1);
+            assert_eq!(r.violations[0].path, "/inner/n");
+            assert!(
+                r.violations[0]
+                    .reason
+                    .contains("invalid type: string \"abc\", expected i64"),
+                "{r:?}"
+            );
+            for bad in [
+                r#"{"name":"x","inner":{"n":1,"small":300,"tiny":1},"counts":[],"pair":[1,"a"],"mode":"Fast"}"#,
+                r#"{"name":"x","inner":{"n":1,"small":1,"tiny":1,"extra":0},"counts":[],"pair":[1,"a"],"mode":"Fast"}"#,
+                r#"{"name":"x","inner":{"n":1,"small":1,"tiny":1},"counts":[-1],"pair":[1,"a"],"mode":"Fast"}"#,
+                r#"{"name":"x","inner":{"n":1,"small":1,"tiny":1},"counts":[],"pair":[1],"mode":"Fast"}"#,
+                r#"{"name":"x","inner":{"n":1,"small":1,"tiny":1},"counts":[],"pair":[1,"a"],"mode":"Medium"}"#,
+                r#"{"inner":{"n":1,"small":1,"tiny":1},"counts":[],"pair":[1,"a"],"mode":"Fast"}"#,
+            ] {
+                assert!(s.check(&call("typed", bad)).is_some(), "accepted {bad}");
+            }
+            let good = r#"{"name":"x","inner":{"n":1,"small":255,"tiny":-128},"counts":[7],
+                "pair":[1,"a"],"mode":{"Slow":{"by":2}},"label":null}"#;
+            assert_eq!(s.check(&call("typed", good)), None);
+            assert!(
+                s.0["typed"].compiled.get().is_none(),
+                "a validator was compiled"
+            );
+        }
+
+        /// A typed tool whose schema asserts more than its type checks goes through the
+        /// validator, which enforces the attribute.
+        #[test]
+        fn r_tool_1_a_typed_tools_ranges_are_enforced_by_the_validator() {
+            let s = registry::<Ranged>();
+            let r = s.check(&call("typed", r#"{"n":0}"#)).expect("rejected");
+            assert_eq!(r.violations[0].path, "/n");
+            assert!(r.violations[0].reason.contains("minimum"), "{r:?}");
+            assert_eq!(s.check(&call("typed", r#"{"n":5}"#)), None);
+        }
+
+        #[test]
+        fn r_tool_1_json_pointers_escape_keys() {
+            #[derive(Deserialize, Debug)]
+            #[allow(dead_code)]
+            struct Odd {
+                #[serde(rename = "a/b~c")]
+                x: Vec<i64>,
+            }
+            let v = json!({"a/b~c": [1, "x"]});
+            let e = serde_path_to_error::deserialize::<_, Odd>(&v).expect_err("fails");
+            assert_eq!(json_pointer(e.path()), "/a~1b~0c/1");
+        }
     }
 }
