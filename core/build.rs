@@ -166,12 +166,43 @@ fn generate(chart: &Chart, prefix: &str, out: &mut String) {
     )
     .ok();
     writeln!(out, "    pub fn is_in(self, name: &str) -> bool {{ self.name() == name || self.ancestors().contains(&name) }}").ok();
+    // The candidate rows of each (state, event), listed here from the chart rather than
+    // searched for at run time: the oracle asks for them on every event (every streamed delta).
+    let mut arms = Vec::new();
+    for s in &chart.state {
+        let mut scopes = vec![s.name.clone()];
+        scopes.extend(chart.ancestors(&s.name));
+        let mut events: Vec<&str> = Vec::new();
+        for r in &chart.row {
+            if scopes.contains(&r.from) && !events.contains(&r.event.as_str()) {
+                events.push(&r.event);
+            }
+        }
+        for e in events {
+            let rows: Vec<String> = scopes
+                .iter()
+                .flat_map(|scope| {
+                    chart
+                        .row
+                        .iter()
+                        .filter(move |r| &r.from == scope && r.event == e)
+                        .map(|r| format!("{row}::{}", camel(&r.id)))
+                })
+                .collect();
+            arms.push(format!(
+                "({st}::{}, {ev}::{e}) => &[{}]",
+                s.name,
+                rows.join(", ")
+            ));
+        }
+    }
     writeln!(
         out,
         "    /// The rows this state may take for `event`, in the order the chart decides: the leaf\n    \
          /// state's rows first, then each enclosing superstate's (innermost first), each level in\n    \
          /// chart order. The first row whose guard holds is the one the machine must take.\n    \
-         pub fn candidates(self, event: {ev}) -> Vec<{row}> {{ candidates_in(self.name(), self.ancestors(), {row}::ALL, {row}::spec, event) }}"
+         pub fn candidates(self, event: {ev}) -> &'static [{row}] {{ match (self, event) {{ {}, _ => &[] }} }}",
+        arms.join(", ")
     )
     .ok();
     for sup in &chart.superstate {

@@ -119,7 +119,9 @@ row_allows!(SessionRow, SessionState, SessionEventKind);
 
 /// The rows of `all` that a state (named `leaf`, inside `ancestors`, innermost first) may take
 /// for `event`, in the order the chart decides: the leaf's rows first, then each enclosing
-/// superstate's, each level in chart order. Shared by every chart's generated `candidates`.
+/// superstate's, each level in chart order. The reference the generated `candidates` tables
+/// (one `match`, no search at run time) are checked against.
+#[cfg(test)]
 fn candidates_in<R: Copy, E: PartialEq + Copy>(
     leaf: &'static str,
     ancestors: &[&'static str],
@@ -204,14 +206,14 @@ pub fn undeclared_overlap(
 /// unconditional row is evaluated (rows after it are never tried in this state).
 pub(crate) fn oracle<R: Copy, E, G: Copy>(
     machine: MachineKind,
-    candidates: Vec<R>,
+    candidates: &[R],
     spec: impl Fn(R) -> RowSpec<E>,
     guard: impl Fn(R) -> Option<G>,
     mut holds: impl FnMut(G) -> bool,
 ) -> (Option<R>, Option<(&'static str, &'static str)>) {
     let mut chosen = None;
     let mut holding = Vec::new();
-    for r in candidates {
+    for &r in candidates {
         let s = spec(r);
         match (s.guard, guard(r)) {
             (Some(name), Some(g)) if name != "otherwise" => {
@@ -352,6 +354,38 @@ pub(crate) fn generated_order(src: &str, prefix: &str) -> Vec<(String, Vec<Tried
 #[cfg(test)]
 mod oracle_tests {
     use super::*;
+
+    /// Each chart's generated `candidates` table lists, for every leaf state and event, the
+    /// rows the chart gives in the order it decides (leaf first, then each superstate).
+    #[test]
+    fn generated_candidates_are_the_charts_rows_in_order() {
+        macro_rules! check {
+            ($st:ty, $ev:ty, $row:ty) => {
+                let mut listed = 0;
+                for &state in <$st>::ALL {
+                    for &event in <$ev>::ALL {
+                        let want = candidates_in(
+                            state.name(),
+                            state.ancestors(),
+                            <$row>::ALL,
+                            <$row>::spec,
+                            event,
+                        );
+                        assert_eq!(state.candidates(event), &want[..], "{state:?} {event:?}");
+                        listed += want.len();
+                    }
+                }
+                assert!(
+                    listed >= <$row>::ALL.len(),
+                    "some rows are never candidates"
+                );
+            };
+        }
+        check!(ReactState, ReactEventKind, ReactRow);
+        check!(ProcessState, ProcessEventKind, ProcessRow);
+        check!(ToolCallState, ToolCallEventKind, ToolCallRow);
+        check!(SessionState, SessionEventKind, SessionRow);
+    }
 
     /// The oracle over AwaitingApproval's rows for an elapsed timer, whose guards hold as
     /// `holds` says (by row position among the guarded candidates).

@@ -337,7 +337,7 @@ fn candidates_list_only_rows_for_the_event_from_the_state_or_its_superstates() {
     for s in ProcessState::ALL {
         for e in ProcessEventKind::ALL {
             let c = s.candidates(*e);
-            for r in &c {
+            for r in c {
                 let spec = r.spec();
                 assert_eq!(spec.event, *e, "{r:?}");
                 assert!(s.is_in(spec.from), "{s:?} is not in {}", spec.from);
