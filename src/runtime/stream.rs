@@ -133,7 +133,14 @@ impl Stream for RunStream {
                         return Poll::Ready(Some(RunStreamItem::Event(e)));
                     }
                 }
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    // What the run emitted while it was polled is handed out now, not after a
+                    // wake-up and another poll.
+                    return match this.events.try_recv() {
+                        Ok(e) => Poll::Ready(Some(RunStreamItem::Event(e))),
+                        Err(_) => Poll::Pending,
+                    };
+                }
             }
         }
         if let Ok(e) = this.events.try_recv() {
