@@ -496,7 +496,7 @@ pub(crate) fn agent_builder(
     let mut tools = ToolRegistry::defaults();
     add_tools(&mut tools, mcp);
     if args.todos {
-        tools.insert(Arc::new(agentloop::tools::WriteTodos));
+        tools.insert(agentloop::tools::write_todos());
     }
     if let Some(ToolChoice::Tool(name)) = &args.tool_choice {
         if tools.get(name).is_none() {

@@ -29,7 +29,7 @@
 //! use agentloop::provider::scripted::ScriptedModel;
 //!
 //! let model = ScriptedModel::from_json_str(r#"{"turns": [{"text": "hello"}]}"#, "greeting")?;
-//! assert_eq!(model.script().turns.len(), 1);
+//! assert_eq!(model.turns(), 1);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
