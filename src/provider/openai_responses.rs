@@ -1,7 +1,8 @@
 //! OpenAI Responses API (`POST {base}/responses`): the stream normalizer
 //! (`ResponsesNormalizer`), the request body (`request_body`), both public with feature
 //! `wire`, and, with the feature `openai-responses`, the [`Model`](crate::model::Model)
-//! implementation ([`OpenAiResponsesModel`]).
+//! implementation (made by
+//! [`build_model`](crate::provider::http::build_model)).
 //!
 //! The request is stateless: `store: false` and the whole conversation as `input` items on
 //! every step. For a reasoning model (see [`ResponsesReasoning::encrypted`]) it also asks for
@@ -47,11 +48,10 @@
 //! The client (nothing is sent before a run asks the model):
 //!
 //! ```
-//! use agentloop::provider::http::{HttpConfig, ProviderKind};
-//! use agentloop::provider::openai_responses::OpenAiResponsesModel;
+//! use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
 //!
 //! let config = HttpConfig::new(ProviderKind::OpenAiResponses).with_api_key("key");
-//! let model = OpenAiResponsesModel::new("gpt-5-mini", config)?;
+//! let model = build_model("gpt-5-mini", config)?;
 //! # let _ = model;
 //! # Ok::<(), agentloop::ModelError>(())
 //! ```
@@ -542,14 +542,14 @@ pub struct ResponsesReasoning {
     /// verified organization for summaries of some models).
     pub summary: Option<String>,
     /// Whether to ask for `reasoning.encrypted_content` and send kept reasoning items back.
-    /// `None` (default): for the reasoning models by name ([`is_reasoning_model`]); other
-    /// models may refuse the `include`.
+    /// `None` (default): for OpenAI's reasoning model families by name (`o1`, `o3`, `o4`,
+    /// `gpt-5`, after a `vendor/` prefix); other models may refuse the `include`.
     pub encrypted: Option<bool>,
 }
 
 /// Whether `model` (after a `vendor/` prefix) is one of OpenAI's reasoning model families:
 /// `o1`, `o3`, `o4`, `gpt-5`, alone or followed by `-` or `.` (`o4-mini`, `gpt-5.1-codex`).
-pub fn is_reasoning_model(model: &str) -> bool {
+pub(crate) fn is_reasoning_model(model: &str) -> bool {
     let m = model.rsplit('/').next().unwrap_or(model);
     ["o1", "o3", "o4", "gpt-5"].iter().any(|p| {
         m.strip_prefix(p)
@@ -744,7 +744,7 @@ fn tool_choice(choice: &ToolChoice) -> Value {
 #[cfg(feature = "openai-responses")]
 mod client;
 #[cfg(feature = "openai-responses")]
-pub use client::OpenAiResponsesModel;
+pub(crate) use client::OpenAiResponsesModel;
 
 #[cfg(test)]
 mod tests;

@@ -13,7 +13,7 @@ use crate::provider::http::{post_stream, HttpConfig, ProviderKind};
 /// An OpenAI Responses API client (`POST {base}/responses`, stateless: `store: false`).
 /// Never retries (R-IN-6).
 #[derive(Debug, Clone)]
-pub struct OpenAiResponsesModel {
+pub(crate) struct OpenAiResponsesModel {
     model: String,
     config: HttpConfig,
     client: reqwest::Client,
@@ -22,18 +22,13 @@ pub struct OpenAiResponsesModel {
 impl OpenAiResponsesModel {
     /// A client for `model` (used when a request's `model` is empty). `config.provider`
     /// should be [`ProviderKind::OpenAiResponses`].
-    pub fn new(model: impl Into<String>, config: HttpConfig) -> Result<Self, ModelError> {
+    pub(crate) fn new(model: impl Into<String>, config: HttpConfig) -> Result<Self, ModelError> {
         let client = config.build_client()?;
         Ok(OpenAiResponsesModel {
             model: model.into(),
             config,
             client,
         })
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &HttpConfig {
-        &self.config
     }
 }
 
