@@ -600,8 +600,8 @@ impl<M> AgentBuilder<M> {
 
     /// Adds the tools of a connected MCP server (feature `mcp`; see [`crate::mcp`]). The
     /// builder stays synchronous: connecting is IO, done before by
-    /// [`McpServer::connect`](crate::mcp::McpServer::connect). A tool named like one already
-    /// registered replaces it.
+    /// [`McpServer::connect_stdio`](crate::mcp::McpServer::connect_stdio) and its siblings. A
+    /// tool named like one already registered replaces it.
     #[cfg(feature = "mcp")]
     pub fn mcp(mut self, server: &crate::mcp::McpServer) -> Self {
         for tool in server.tools() {
