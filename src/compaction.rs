@@ -35,9 +35,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::StreamExt;
 
-pub use crate::context::{cannot_fit, collect, fits, groups, pinned};
 use crate::context::SlidingWindow;
 pub use crate::context::SUMMARY_PREFIX;
+pub use crate::context::{cannot_fit, collect, fits, groups, pinned};
 use crate::message::{Message, MessageDelta};
 use crate::model::{Model, ModelRequest};
 use crate::runtime::Timeouts;

@@ -443,8 +443,8 @@ pub(crate) fn model_named(args: &AgentArgs, name: Option<&str>) -> Result<Arc<dy
                 std::time::Duration::from_millis(secs(args.first_chunk_timeout));
             cfg.reasoning_replay = args.reasoning_replay;
             cfg.thinking_budget = args.thinking_budget;
-            cfg.responses_reasoning.effort = args.reasoning_effort.clone();
-            cfg.responses_reasoning.summary = args.reasoning_summary.clone();
+            cfg.reasoning_effort = args.reasoning_effort.clone();
+            cfg.reasoning_summary = args.reasoning_summary.clone();
         },
     )
 }

@@ -187,10 +187,20 @@ pub struct HttpConfig {
     /// their signatures) and redacted thinking blocks of each assistant turn go back before
     /// its text and tool calls, as the API requires.
     pub thinking_budget: Option<u32>,
-    /// OpenAI Responses: reasoning effort and summary, and whether encrypted reasoning is
-    /// asked for and sent back (default: none, none, by model name; see
-    /// [`ResponsesReasoning`](crate::provider::openai_responses::ResponsesReasoning)).
-    pub responses_reasoning: crate::provider::openai_responses::ResponsesReasoning,
+    /// OpenAI Responses: `reasoning.effort` (`minimal`, `low`, `medium`, `high`…); `None`
+    /// (default) sends none (the model's default). CLI `--reasoning-effort`.
+    pub reasoning_effort: Option<String>,
+    /// OpenAI Responses: `reasoning.summary` (`auto`, `concise`, `detailed`): the model streams
+    /// a summary of its reasoning, which becomes reasoning text; `None` (default) asks for none
+    /// (OpenAI requires a verified organization for summaries of some models). CLI
+    /// `--reasoning-summary`.
+    pub reasoning_summary: Option<String>,
+    /// OpenAI Responses: whether to ask for `reasoning.encrypted_content` and send the kept
+    /// reasoning items back with their assistant messages (what a reasoning model needs to
+    /// keep its reasoning across tool calls). `None` (default): for OpenAI's reasoning model
+    /// families by name (`o1`, `o3`, `o4`, `gpt-5`, after a `vendor/` prefix); other models
+    /// may refuse the `include`.
+    pub encrypted_reasoning: Option<bool>,
 }
 
 /// Whether OpenAI's `model` takes its output cap as `max_completion_tokens` (it refuses
@@ -225,7 +235,9 @@ impl fmt::Debug for HttpConfig {
             .field("max_completion_tokens", &self.max_completion_tokens)
             .field("reasoning_replay", &self.reasoning_replay)
             .field("thinking_budget", &self.thinking_budget)
-            .field("responses_reasoning", &self.responses_reasoning)
+            .field("reasoning_effort", &self.reasoning_effort)
+            .field("reasoning_summary", &self.reasoning_summary)
+            .field("encrypted_reasoning", &self.encrypted_reasoning)
             .finish()
     }
 }
@@ -256,7 +268,9 @@ impl HttpConfig {
             max_completion_tokens: None,
             reasoning_replay: Default::default(),
             thinking_budget: None,
-            responses_reasoning: Default::default(),
+            reasoning_effort: None,
+            reasoning_summary: None,
+            encrypted_reasoning: None,
         }
     }
 
@@ -290,6 +304,19 @@ impl HttpConfig {
     pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
         self.api_key = Some(ApiKey::new(key));
         self
+    }
+
+    /// The OpenAI Responses reasoning settings (`reasoning_effort`, `reasoning_summary`,
+    /// `encrypted_reasoning`) as the request body takes them.
+    #[cfg_attr(not(feature = "openai-responses"), allow(dead_code))]
+    pub(crate) fn responses_reasoning(
+        &self,
+    ) -> crate::provider::openai_responses::ResponsesReasoning {
+        crate::provider::openai_responses::ResponsesReasoning {
+            effort: self.reasoning_effort.clone(),
+            summary: self.reasoning_summary.clone(),
+            encrypted: self.encrypted_reasoning,
+        }
     }
 
     /// Removes the API key: no auth header is sent (Ollama, llama.cpp and vLLM need none).

@@ -5,7 +5,7 @@
 //! [`build_model`](crate::provider::http::build_model)).
 //!
 //! The request is stateless: `store: false` and the whole conversation as `input` items on
-//! every step. For a reasoning model (see [`ResponsesReasoning::encrypted`]) it also asks for
+//! every step. For a reasoning model (see `HttpConfig::encrypted_reasoning`) it also asks for
 //! `include: ["reasoning.encrypted_content"]`, so the model's reasoning comes back encrypted,
 //! is kept in the assistant message and is sent back with it on the next step (what a
 //! reasoning model needs to keep its reasoning across tool calls). `reasoning: {effort,
@@ -530,21 +530,20 @@ impl SseNormalizer for ResponsesNormalizer {
     }
 }
 
-/// The reasoning settings of a Responses request ([`HttpConfig::responses_reasoning`](crate::provider::http::HttpConfig::responses_reasoning);
-/// CLI `--reasoning-effort`, `--reasoning-summary`).
+wire_pub! {
+/// The reasoning settings of a Responses request: [`HttpConfig`](crate::provider::http::HttpConfig)'s
+/// `reasoning_effort`, `reasoning_summary` and `encrypted_reasoning` (CLI
+/// `--reasoning-effort`, `--reasoning-summary`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ResponsesReasoning {
-    /// `reasoning.effort` (`minimal`, `low`, `medium`, `high`…); `None` sends none (the
-    /// model's default).
+    /// `reasoning.effort`; `None` sends none.
     pub effort: Option<String>,
-    /// `reasoning.summary` (`auto`, `concise`, `detailed`): the model streams a summary of its
-    /// reasoning, which becomes reasoning text; `None` asks for none (OpenAI requires a
-    /// verified organization for summaries of some models).
+    /// `reasoning.summary`; `None` asks for none.
     pub summary: Option<String>,
-    /// Whether to ask for `reasoning.encrypted_content` and send kept reasoning items back.
-    /// `None` (default): for OpenAI's reasoning model families by name (`o1`, `o3`, `o4`,
-    /// `gpt-5`, after a `vendor/` prefix); other models may refuse the `include`.
+    /// Whether to ask for `reasoning.encrypted_content` and send kept reasoning items back;
+    /// `None`: for the reasoning models by name.
     pub encrypted: Option<bool>,
+}
 }
 
 /// Whether `model` (after a `vendor/` prefix) is one of OpenAI's reasoning model families:

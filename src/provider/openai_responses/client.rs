@@ -41,7 +41,7 @@ impl Model for OpenAiResponsesModel {
     // The wall clock resolves `retry-after` HTTP-dates at the network edge (not in a machine).
     #[allow(clippy::disallowed_methods)]
     async fn stream(&self, request: ModelRequest) -> Result<DeltaStream, ModelError> {
-        let body = request_body_with(&request, &self.model, &self.config.responses_reasoning);
+        let body = request_body_with(&request, &self.model, &self.config.responses_reasoning());
         let mut headers = Vec::new();
         if let Some(key) = &self.config.api_key {
             headers.push((
