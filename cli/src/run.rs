@@ -509,8 +509,7 @@ pub(crate) fn agent_builder(
     }
     let instructions = match &args.agent {
         Some(id) => Some(
-            agentloop::instructions::InstructionsDir::new(&args.agents_dir)
-                .load(id)
+            agentloop::instructions::load(&args.agents_dir, id)
                 .map_err(|e| format!("--agent {id}: {e}"))?,
         ),
         None => None,

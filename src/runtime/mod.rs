@@ -735,7 +735,7 @@ impl<M> AgentBuilder<M> {
     /// Composes an agent's instructions into the system prompt with
     /// [`build_system_prompt`](crate::instructions::build_system_prompt), after any system
     /// prompt already set. Load them by agent id with
-    /// [`InstructionsDir::load`](crate::instructions::InstructionsDir::load).
+    /// [`instructions::load`](crate::instructions::load).
     pub fn instructions(mut self, text: &str) -> Self {
         self.config.system = Some(crate::instructions::build_system_prompt(
             self.config.system.as_deref(),
