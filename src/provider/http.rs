@@ -11,8 +11,9 @@
 //! | [`HttpConfig::limits`] | [`ResponseLimits::default`] | bounds on one response: 32 MiB in all, 8 MiB per tool call's arguments, 1,024 content blocks ([`crate::provider::limits`]) |
 //!
 //! The client never retries (R-IN-6): every failure is classified and returned once; the
-//! machine decides. It follows no redirects (a 3xx is [`ErrorKind::Redirected`]; see
-//! [`HttpConfig::build_client`]), asks for `Accept-Encoding: identity`, and refuses a 2xx body
+//! machine decides. It follows no redirects (a 3xx is [`ErrorKind::Redirected`] naming the
+//! status and the `Location` host: an API endpoint has no reason to redirect a POST, and
+//! following one could send the key's header to another host), asks for `Accept-Encoding: identity`, and refuses a 2xx body
 //! it cannot read (another `Content-Encoding`, JSON or HTML instead of an event stream) with a
 //! [`ErrorKind::MalformedResponse`] naming the cause. The API key is private to the
 //! configuration: [`HttpConfig`]'s `Debug` prints it as `ApiKey(***)`, nothing else shows it,

@@ -4,7 +4,7 @@
 //! tool root, and a model's `read_file` could read other sessions and its `append_line` forge
 //! or corrupt them, its own live session included. So every store that lives on disk
 //! registers its location here when it opens (`FileStore::open` its directory,
-//! `SqliteStore::open` its database file), the command line registers the configured store even when it opens none
+//! the SQLite store its database file), the command line registers the configured store even when it opens none
 //! ([`protect_store`]), and a library user can add more ([`protect`]). `read_file` and
 //! `append_line` refuse a target inside a protected directory, a protected file, or a sibling
 //! whose name extends a protected file's (`sessions.db-wal`, `sessions.db.locks/s.lock`),

@@ -148,12 +148,13 @@ where
         let turn = (self.f)(&request);
         let mut turns = vec![serde_json::json!({}); request.session_turn as usize];
         turns.push(turn);
-        let model = ScriptedModel::from_json(serde_json::json!({ "turns": turns })).map_err(|e| {
-            ModelError::new(
-                agentloop::ErrorKind::BadRequest,
-                format!("FnModel reply: {e}"),
-            )
-        })?;
+        let model =
+            ScriptedModel::from_json(serde_json::json!({ "turns": turns })).map_err(|e| {
+                ModelError::new(
+                    agentloop::ErrorKind::BadRequest,
+                    format!("FnModel reply: {e}"),
+                )
+            })?;
         model.stream(request).await
     }
 }
