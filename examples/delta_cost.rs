@@ -34,7 +34,7 @@ mod bench {
     use agentloop::model::{DeltaStream, Model, ModelRequest};
     use agentloop::ModelError;
 
-    use agentloop::provider::scripted::{Script, ScriptedModel, Turn};
+    use agentloop::provider::scripted::ScriptedModel;
     use agentloop::runtime::{Agent, Controller};
     use agentloop::Message;
     use agentloop::Outcome;
@@ -42,16 +42,11 @@ mod bench {
     const CHUNK: usize = 8;
 
     /// One turn answering `text` in deltas of `chunk` characters.
-    fn script(text: &str, chunk: usize) -> Script {
-        Script {
-            per_prompt: false,
-            description: None,
-            turns: vec![Turn {
-                text: Some(text.to_string()),
-                chunk_chars: std::num::NonZeroUsize::new(chunk),
-                ..Turn::default()
-            }],
-        }
+    fn script(text: &str, chunk: usize) -> ScriptedModel {
+        ScriptedModel::from_json(serde_json::json!({"turns": [
+            {"text": text, "chunk_chars": chunk}
+        ]}))
+        .expect("a valid script")
     }
 
     /// The scripted deltas, handed over one at a time by a producer thread `gap_us` apart.
@@ -152,7 +147,7 @@ mod bench {
         let text: String = "abcdefg ".repeat(deltas * CHUNK / 8);
         let paced = |chunk| {
             Arc::new(Paced {
-                inner: ScriptedModel::new(script(&text, chunk)),
+                inner: script(&text, chunk),
                 gap_us,
                 producer_us: Arc::default(),
             })

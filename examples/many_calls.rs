@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use agentloop::provider::limits::ResponseLimits;
 use agentloop::provider::openai::OpenAiNormalizer;
-use agentloop::provider::scripted::{Script, ScriptToolCall, ScriptedModel, Turn};
+use agentloop::provider::scripted::ScriptedModel;
 use agentloop::provider::sse::SsePipeline;
 use agentloop::runtime::{Agent, Controller};
 use agentloop::Outcome;
@@ -30,29 +30,15 @@ use agentloop::{Message, MessageDelta};
 use agentloop_core::process::accumulate::MessageAssembler;
 
 /// The script: turn 0 makes `n` calculator calls, turn 1 answers.
-fn script(n: usize) -> Script {
-    Script {
-        per_prompt: false,
-        description: None,
-        turns: vec![
-            Turn {
-                text: Some("Computing.".into()),
-                tool_calls: (0..n)
-                    .map(|i| ScriptToolCall {
-                        id: None,
-                        name: "calculator".into(),
-                        arguments: serde_json::json!({ "expression": format!("{i} + 1") }),
-                    })
-                    .collect(),
-                chunk_chars: std::num::NonZeroUsize::new(64),
-                ..Turn::default()
-            },
-            Turn {
-                text: Some("Done.".into()),
-                ..Turn::default()
-            },
-        ],
-    }
+fn script(n: usize) -> ScriptedModel {
+    let calls: Vec<serde_json::Value> = (0..n)
+        .map(|i| serde_json::json!({"name": "calculator", "arguments": {"expression": format!("{i} + 1")}}))
+        .collect();
+    ScriptedModel::from_json(serde_json::json!({"turns": [
+        {"text": "Computing.", "tool_calls": calls, "chunk_chars": 64},
+        {"text": "Done."}
+    ]}))
+    .expect("a valid script")
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -80,7 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     println!("one turn with N parallel calculator calls, then a final answer ({runs} runs each)");
     for n in sizes {
-        let model = Arc::new(ScriptedModel::new(script(n)));
+        let model = Arc::new(script(n));
         let mut times = Vec::with_capacity(runs);
         for _ in 0..runs {
             let agent = Agent::builder()

@@ -11,7 +11,7 @@
 
 use std::io::Write;
 
-use agentloop::mcp::{McpEndpoint, McpOptions, McpServer};
+use agentloop::mcp::{McpOptions, McpServer};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::Agent;
 
@@ -85,14 +85,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     file.flush()?;
     let path = file.path().display().to_string();
 
-    let server = McpServer::connect(
-        McpEndpoint::Stdio {
-            command: "python3".into(),
-            args: vec![path],
-        },
-        McpOptions::default().prefix("calc_"),
-    )
-    .await?;
+    let server =
+        McpServer::connect_stdio_with("python3", [path], McpOptions::default().prefix("calc_"))
+            .await?;
     let names: Vec<&str> = server.specs().iter().map(|s| s.name.as_str()).collect();
     println!("MCP server tools: {names:?}");
     assert_eq!(names, ["calc_add"]);

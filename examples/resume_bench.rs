@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentloop::provider::scripted::{Script, ScriptedModel, Turn};
+use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::Agent;
 use agentloop::store::{Entry, FileStore};
 use agentloop::Outcome;
@@ -84,17 +84,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .filter(|e| matches!(e, Entry::Assistant { .. }))
         .count();
-    let script = Script {
-        description: None,
-        per_prompt: false,
-        turns: (0..=steps)
-            .map(|_| Turn {
-                text: Some("All lines appended.".into()),
-                ..Default::default()
-            })
-            .collect(),
-    };
-    let model = Arc::new(ScriptedModel::new(script));
+    let turns: Vec<serde_json::Value> = (0..=steps)
+        .map(|_| serde_json::json!({"text": "All lines appended."}))
+        .collect();
+    let model = Arc::new(ScriptedModel::from_json(
+        serde_json::json!({ "turns": turns }),
+    )?);
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1,6 +1,6 @@
 //! Compaction strategies (R-OUT-4, R-OUT-6) as [`Compactor`]s over the core's one grouping and
 //! pinning ([`groups`], [`pinned`]): [`Truncate`] (in
-//! `runtime::ports`), [`SlidingWindow`] and [`LlmSummary`].
+//! `runtime::ports`), a sliding window ([`sliding_window`]) and [`LlmSummary`].
 //!
 //! Every strategy works on *groups*: an assistant message together with the tool results that
 //! follow it is one unit, so a tool call is never separated from its result. Pinned groups are
@@ -35,14 +35,33 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::StreamExt;
 
+use crate::context::SlidingWindow;
+pub use crate::context::SUMMARY_PREFIX;
 pub use crate::context::{cannot_fit, collect, fits, groups, pinned};
-pub use crate::context::{SlidingWindow, SUMMARY_PREFIX};
 use crate::message::{Message, MessageDelta};
 use crate::model::{Model, ModelRequest};
 use crate::runtime::Timeouts;
 use crate::runtime::{Clock, Compactor, SystemClock};
 
 pub use crate::runtime::Truncate;
+
+/// The sliding-window compactor: keeps the pinned groups and the most recent `window` groups
+/// (an assistant turn with its tool results is one group) and drops everything older. If that
+/// is still over budget, the window shrinks until it fits; if even the pinned groups alone do
+/// not fit, compaction fails (and so does the run).
+///
+/// ```
+/// use agentloop::prelude::*;
+///
+/// let agent = Agent::builder()
+///     .model(ScriptedModel::demo())
+///     .compactor(agentloop::compaction::sliding_window(4))
+///     .build();
+/// # let _ = agent;
+/// ```
+pub fn sliding_window(window: usize) -> Arc<dyn Compactor> {
+    Arc::new(SlidingWindow { window })
+}
 
 #[async_trait]
 impl Compactor for SlidingWindow {
@@ -226,7 +245,7 @@ impl LlmSummary {
 }
 
 /// Renders messages as plain text for the summary request.
-pub fn render(messages: &[Message]) -> String {
+pub(crate) fn render(messages: &[Message]) -> String {
     let mut out = String::new();
     for m in messages {
         let line = match m {

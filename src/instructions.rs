@@ -8,16 +8,17 @@
 //! opened in a way that blocks), a file over [`MAX_INSTRUCTIONS_BYTES`], text that is not UTF-8.
 //!
 //! ```
-//! use agentloop::instructions::{build_system_prompt, InstructionsDir};
+//! use agentloop::instructions::{agents, build_system_prompt, load};
 //! let dir = tempfile::tempdir().unwrap();
 //! std::fs::write(dir.path().join("reviewer.md"), "You review Rust code.\n").unwrap();
-//! let text = InstructionsDir::new(dir.path()).load("reviewer").unwrap();
+//! let text = load(dir.path(), "reviewer").unwrap();
 //! assert_eq!(build_system_prompt(None, &text), "You review Rust code.");
-//! assert!(InstructionsDir::new(dir.path()).load("../etc/passwd").is_err());
+//! assert!(load(dir.path(), "../etc/passwd").is_err());
+//! assert_eq!(agents(dir.path()).unwrap(), ["reviewer"]);
 //! ```
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::regular_file::{open_regular, FileKind, OpenError};
 
@@ -78,20 +79,32 @@ pub enum InstructionsError {
     },
 }
 
+/// Loads `agent_id`'s instructions from the directory `dir`: the file `<dir>/<agent id>.md`
+/// (see the module docs for what is refused).
+pub fn load(dir: impl AsRef<Path>, agent_id: &str) -> Result<String, InstructionsError> {
+    InstructionsDir::new(dir.as_ref()).load(agent_id)
+}
+
+/// The ids of the agents the directory `dir` has instructions for, sorted (files `*.md` whose
+/// stem is a plain name).
+pub fn agents(dir: impl AsRef<Path>) -> Result<Vec<String>, InstructionsError> {
+    InstructionsDir::new(dir.as_ref()).agents()
+}
+
 /// A directory of agent instructions, one `<agent id>.md` per agent.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InstructionsDir {
+struct InstructionsDir {
     dir: PathBuf,
 }
 
 impl InstructionsDir {
     /// The directory `dir`.
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
+    fn new(dir: impl Into<PathBuf>) -> Self {
         InstructionsDir { dir: dir.into() }
     }
 
     /// The file that holds `agent_id`'s instructions, if the id is a plain name.
-    pub fn path_of(&self, agent_id: &str) -> Result<PathBuf, InstructionsError> {
+    fn path_of(&self, agent_id: &str) -> Result<PathBuf, InstructionsError> {
         if !is_plain_id(agent_id) {
             return Err(InstructionsError::BadId {
                 id: agent_id.to_string(),
@@ -101,7 +114,7 @@ impl InstructionsDir {
     }
 
     /// Loads `agent_id`'s instructions (see the module docs for what is refused).
-    pub fn load(&self, agent_id: &str) -> Result<String, InstructionsError> {
+    fn load(&self, agent_id: &str) -> Result<String, InstructionsError> {
         let path = self.path_of(agent_id)?;
         let file = match open_regular(&path, std::fs::OpenOptions::new().read(true)) {
             Ok(f) => f,
@@ -131,7 +144,7 @@ impl InstructionsDir {
 
     /// The ids of the agents the directory has instructions for, sorted (files `*.md` whose
     /// stem is a plain name).
-    pub fn agents(&self) -> Result<Vec<String>, InstructionsError> {
+    fn agents(&self) -> Result<Vec<String>, InstructionsError> {
         let entries = std::fs::read_dir(&self.dir).map_err(|source| InstructionsError::Io {
             path: self.dir.clone(),
             source,

@@ -5,7 +5,7 @@ mod support;
 
 use std::sync::Arc;
 
-use agentloop::compaction::{LlmSummary, SlidingWindow, SUMMARY_PREFIX};
+use agentloop::compaction::{sliding_window, LlmSummary, SUMMARY_PREFIX};
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::runtime::Compactor;
 use agentloop::session::{KillTools, Price, PriceTable, Session, SessionConfig, Status};
@@ -255,7 +255,7 @@ fn assert_pairs(messages: &[Message]) {
 async fn r_out_4_sliding_window_keeps_goal_and_recent_steps() {
     let s = session(
         builder(Slow::new(FOUR_TOOL_STEPS))
-            .compactor(Arc::new(SlidingWindow { window: 2 }))
+            .compactor(sliding_window(2))
             .configure(|c| {
                 c.compact_threshold = Some(6);
                 c.step.doom_loop = None;
@@ -280,7 +280,8 @@ fn r_out_6_sliding_window_never_splits_pairs_and_fails_clearly() {
         Message::user("goal"),
         Message::user("x".repeat(4_000)),
     ];
-    let err = SlidingWindow { window: 0 }
+    // The pure computation behind `compaction::sliding_window`, the core's.
+    let err = agentloop_core::context::SlidingWindow { window: 0 }
         .apply(&msgs, Some(10), None)
         .expect_err("cannot fit: everything is pinned");
     assert!(err.contains("cannot compact below budget"), "{err}");
@@ -356,7 +357,7 @@ async fn r_out_6_llm_summary_fails_clearly_when_nothing_can_be_summarized() {
 async fn r_out_6_compaction_that_cannot_fit_fails_the_run() {
     let s = session(
         builder(Slow::new(FOUR_TOOL_STEPS))
-            .compactor(Arc::new(SlidingWindow { window: 1 }))
+            .compactor(sliding_window(1))
             .configure(|c| {
                 c.compact_threshold = Some(1);
                 c.step.doom_loop = None;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentloop::mcp::{InvalidToolName, McpEndpoint, McpError, McpOptions, McpServer};
+use agentloop::mcp::{InvalidToolName, McpError, McpOptions, McpServer};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry};
 use serde_json::json;
 
@@ -20,17 +20,15 @@ fn script() -> String {
         .to_string()
 }
 
-fn hostile(args: &[&str]) -> McpEndpoint {
-    McpEndpoint::Stdio {
-        command: "python3".into(),
-        args: std::iter::once(script())
-            .chain(args.iter().map(|a| a.to_string()))
-            .collect(),
-    }
+/// The hostile server's arguments for `python3`.
+fn hostile(args: &[&str]) -> Vec<String> {
+    std::iter::once(script())
+        .chain(args.iter().map(|a| a.to_string()))
+        .collect()
 }
 
 async fn connect(args: &[&str], options: McpOptions) -> Result<McpServer, McpError> {
-    McpServer::connect(hostile(args), options).await
+    McpServer::connect_stdio_with("python3", hostile(args), options).await
 }
 
 fn ctx() -> ToolContext {

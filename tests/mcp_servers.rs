@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentloop::mcp::{McpEndpoint, McpError, McpOptions, McpServer};
+use agentloop::mcp::{McpError, McpOptions, McpServer};
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Agent, Timeouts};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry};
@@ -36,17 +36,14 @@ fn tool(server: &McpServer, name: &str) -> Arc<dyn Tool> {
         .unwrap_or_else(|| panic!("no tool {name} in {:?}", server.specs()))
 }
 
-/// `sh -c` that writes its pid to `pid_file` and then becomes `bin stdio`: the test knows the
-/// server's pid (the same process) and can kill it.
-fn everything_with_pid_file(bin: &str, pid_file: &Path) -> McpEndpoint {
-    McpEndpoint::Stdio {
-        command: "sh".into(),
-        args: vec![
-            "-c".into(),
-            format!("echo $$ > '{}'; exec \"$0\" stdio", pid_file.display()),
-            bin.into(),
-        ],
-    }
+/// The arguments of `sh -c` that writes its pid to `pid_file` and then becomes `bin stdio`:
+/// the test knows the server's pid (the same process) and can kill it.
+fn everything_with_pid_file(bin: &str, pid_file: &Path) -> Vec<String> {
+    vec![
+        "-c".into(),
+        format!("echo $$ > '{}'; exec \"$0\" stdio", pid_file.display()),
+        bin.into(),
+    ]
 }
 
 /// server-everything connected through [`everything_with_pid_file`]; the pid file is `pid` in
@@ -54,8 +51,8 @@ fn everything_with_pid_file(bin: &str, pid_file: &Path) -> McpEndpoint {
 async fn everything_with_pid() -> Option<(McpServer, tempfile::TempDir)> {
     let bin = server_env("MCP_EVERYTHING_BIN")?;
     let dir = tempfile::tempdir().expect("tempdir");
-    let endpoint = everything_with_pid_file(&bin, &dir.path().join("pid"));
-    let server = McpServer::connect(endpoint, McpOptions::default())
+    let args = everything_with_pid_file(&bin, &dir.path().join("pid"));
+    let server = McpServer::connect_stdio_with("sh", args, McpOptions::default())
         .await
         .expect("connects");
     Some((server, dir))
@@ -151,11 +148,7 @@ async fn a_prefix_renames_the_tools_but_calls_the_servers_name() {
     let Some(bin) = server_env("MCP_EVERYTHING_BIN") else {
         return;
     };
-    let endpoint = McpEndpoint::Stdio {
-        command: bin,
-        args: vec!["stdio".into()],
-    };
-    let server = McpServer::connect(endpoint, McpOptions::default().prefix("ev_"))
+    let server = McpServer::connect_stdio_with(bin, ["stdio"], McpOptions::default().prefix("ev_"))
         .await
         .expect("connects");
     assert!(server.specs().iter().all(|s| s.name.starts_with("ev_")));
@@ -343,11 +336,9 @@ async fn connect_failures_are_typed_errors() {
         }
         other => panic!("expected Initialize, got {other:?}"),
     }
-    let silent = McpServer::connect(
-        McpEndpoint::Stdio {
-            command: "sleep".into(),
-            args: vec!["30".into()],
-        },
+    let silent = McpServer::connect_stdio_with(
+        "sleep",
+        ["30"],
         McpOptions::default().connect_timeout(Duration::from_millis(300)),
     )
     .await;
@@ -355,10 +346,8 @@ async fn connect_failures_are_typed_errors() {
         matches!(&silent, Err(McpError::Timeout { .. })),
         "{silent:?}"
     );
-    let nobody = McpServer::connect(
-        McpEndpoint::Http {
-            url: "http://127.0.0.1:9/mcp".into(),
-        },
+    let nobody = McpServer::connect_http_with(
+        "http://127.0.0.1:9/mcp",
         McpOptions::default().connect_timeout(Duration::from_secs(5)),
     )
     .await;

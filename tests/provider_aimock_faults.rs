@@ -14,9 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentloop::provider::anthropic::AnthropicModel;
-use agentloop::provider::http::{HttpConfig, ProviderKind};
-use agentloop::provider::openai::OpenAiModel;
+use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
 use agentloop::runtime::{Agent, FnSink};
 use agentloop::ErrorKind;
 use agentloop::{AgentEvent, Outcome};
@@ -107,35 +105,20 @@ fn start() -> Option<MockServer> {
 /// Runs `prompt` on a fresh agent over provider `p` at `server` (3 retries, 1 ms backoff);
 /// returns the result and how many model requests the run sent (1 + its `retry` events).
 async fn run(p: ProviderKind, server: &MockServer, prompt: &str) -> (LoopResult, usize) {
-    let model: Arc<dyn agentloop::model::Model> = match p {
-        ProviderKind::OpenAi => Arc::new(
-            OpenAiModel::new(
-                "gpt-4o",
-                HttpConfig::new(p)
-                    .with_base_url(format!("{}/v1", server.base))
-                    .with_api_key("sk-test-not-a-real-key-000000"),
-            )
-            .expect("client"),
-        ),
-        ProviderKind::OpenAiResponses => Arc::new(
-            agentloop::provider::openai_responses::OpenAiResponsesModel::new(
-                "gpt-4o",
-                HttpConfig::new(p)
-                    .with_base_url(format!("{}/v1", server.base))
-                    .with_api_key("sk-test-not-a-real-key-000000"),
-            )
-            .expect("client"),
-        ),
-        ProviderKind::Anthropic => Arc::new(
-            AnthropicModel::new(
-                "claude-sonnet-4-5",
-                HttpConfig::new(p)
-                    .with_base_url(server.base.clone())
-                    .with_api_key("sk-ant-test-not-a-real-key-000000"),
-            )
-            .expect("client"),
-        ),
+    let config = match p {
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => HttpConfig::new(p)
+            .with_base_url(format!("{}/v1", server.base))
+            .with_api_key("sk-test-not-a-real-key-000000"),
+        ProviderKind::Anthropic => HttpConfig::new(p)
+            .with_base_url(server.base.clone())
+            .with_api_key("sk-ant-test-not-a-real-key-000000"),
     };
+    let name = match p {
+        ProviderKind::Anthropic => "claude-sonnet-4-5",
+        _ => "gpt-4o",
+    };
+    let model: Arc<dyn agentloop::model::Model> =
+        Arc::new(build_model(name, config).expect("client"));
     let retries = Arc::new(Mutex::new(0usize));
     let counter = retries.clone();
     let agent = Agent::builder()

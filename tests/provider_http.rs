@@ -397,7 +397,7 @@ async fn json_error_body_under_200_is_classified() {
 /// the cap as `max_completion_tokens` (by model name, or as `HttpConfig` says).
 #[tokio::test]
 async fn reasoning_models_get_their_cap_as_max_completion_tokens() {
-    use agentloop::provider::openai::OpenAiModel;
+    use agentloop::provider::http::build_model;
     for (model, forced, field, other) in [
         ("o3-mini", None, "max_completion_tokens", "max_tokens"),
         ("gpt-5", None, "max_completion_tokens", "max_tokens"),
@@ -413,7 +413,7 @@ async fn reasoning_models_get_their_cap_as_max_completion_tokens() {
         .await;
         let mut cfg = config(ProviderKind::OpenAi, &server);
         cfg.max_completion_tokens = forced;
-        let m = OpenAiModel::new(model, cfg).expect("client");
+        let m = build_model(model, cfg).expect("client");
         let mut req = request("");
         req.params.max_tokens = Some(64);
         let _ = agentloop::model::Model::stream(&m, req).await;

@@ -13,9 +13,8 @@ use std::time::Duration;
 
 use agentloop::attachment::Prompt;
 use agentloop::model::{Model, ModelRequest};
-use agentloop::provider::anthropic::AnthropicModel;
-use agentloop::provider::http::{HttpConfig, ProviderKind};
-use agentloop::provider::openai::{OpenAiModel, ReasoningReplay};
+use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
+use agentloop::provider::openai::ReasoningReplay;
 use agentloop::runtime::Agent;
 use agentloop::session::{Session, SessionConfig};
 use agentloop::store::{Entry, MemoryStore, SessionStore};
@@ -138,7 +137,7 @@ async fn r_str_5_issue12_item6_plain_text_messages_keep_their_wire_and_stored_fo
 #[tokio::test]
 async fn r_str_5_issue12_item6_openai_refuses_a_file_by_url_without_sending() {
     let server = Server::start(vec![]).await;
-    let m = OpenAiModel::new("gpt-test", config(ProviderKind::OpenAi, &server)).unwrap();
+    let m = build_model("gpt-test", config(ProviderKind::OpenAi, &server)).unwrap();
     let mut req = request("");
     req.messages = vec![Message::user_with_parts(
         "read",
@@ -232,7 +231,7 @@ async fn r_str_5_issue12_item6_anthropic_sends_thinking_with_signature_before_to
     cfg.thinking_budget = Some(2048);
     let agent = Agent::builder()
         .builtin_tools()
-        .model(AnthropicModel::new("claude-test", cfg).unwrap())
+        .model(build_model("claude-test", cfg).unwrap())
         .build();
     let prompt =
         Prompt::new("What is 2+2?").part(ContentPart::image_base64("image/png", "iVBORw=="));
@@ -327,7 +326,7 @@ async fn r_str_5_issue12_item6_openai_sends_reasoning_content_back_in_the_tool_l
     let agent = Agent::builder()
         .builtin_tools()
         .model_arc(Arc::new(
-            OpenAiModel::new("deepseek-test", config(ProviderKind::OpenAi, &server)).unwrap(),
+            build_model("deepseek-test", config(ProviderKind::OpenAi, &server)).unwrap(),
         ))
         .build();
     let out = agent.run("s", "What is 2+2?").await.expect("run");
@@ -430,7 +429,7 @@ async fn r_str_5_issue12_item6_session_prompt_with_parts_is_sent_and_stored() {
     let store = Arc::new(MemoryStore::new());
     let agent = Agent::builder()
         .model_arc(Arc::new(
-            OpenAiModel::new("gpt-test", config(ProviderKind::OpenAi, &server)).unwrap(),
+            build_model("gpt-test", config(ProviderKind::OpenAi, &server)).unwrap(),
         ))
         .store(store.clone())
         .build();

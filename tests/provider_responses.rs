@@ -71,7 +71,7 @@ fn answer_reply() -> Reply {
 async fn run_calculator(server: &Server) -> RunOutput {
     // `gpt-test` is no reasoning model by name: encrypted reasoning is asked for explicitly.
     let mut cfg = config(P, server);
-    cfg.responses_reasoning.encrypted = Some(true);
+    cfg.encrypted_reasoning = Some(true);
     let agent = Agent::builder()
         .builtin_tools()
         .model_arc(Arc::from(model(P, cfg)))

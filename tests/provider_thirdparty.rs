@@ -19,10 +19,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agentloop::model::{Model, ModelParams, ModelRequest};
-use agentloop::provider::anthropic::AnthropicModel;
 use agentloop::provider::decode::MessageAssembler;
-use agentloop::provider::http::{HttpConfig, ProviderKind};
-use agentloop::provider::openai::OpenAiModel;
+use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
 use agentloop::tools::ToolSpec;
 use agentloop::{AssistantMessage, FinishReason, Message, MessageDelta, ToolResult, ToolStatus};
 use futures::StreamExt;
@@ -176,7 +174,7 @@ async fn openai_client_against_aimock() {
     let cfg = HttpConfig::new(ProviderKind::OpenAi)
         .with_base_url(format!("{}/v1", server.base))
         .with_api_key("sk-test-not-a-real-key-000000");
-    let model = OpenAiModel::new("gpt-4o", cfg).unwrap();
+    let model = build_model("gpt-4o", cfg).unwrap();
     tool_call_turn_then_answer(&model).await;
 }
 
@@ -186,6 +184,6 @@ async fn anthropic_client_against_aimock() {
     let cfg = HttpConfig::new(ProviderKind::Anthropic)
         .with_base_url(server.base.clone())
         .with_api_key("sk-ant-test-not-a-real-key-000000");
-    let model = AnthropicModel::new("claude-sonnet-4-5", cfg).unwrap();
+    let model = build_model("claude-sonnet-4-5", cfg).unwrap();
     tool_call_turn_then_answer(&model).await;
 }

@@ -13,7 +13,7 @@ mod postgres_support;
 
 use std::path::PathBuf;
 
-use agentloop::store::{AnyStore, Durability, Entry, SessionStore, StoreError, StoreUrl};
+use agentloop::store::{AnyStore, Durability, Entry, SessionStore, StoreError};
 use agentloop::ToolStatus;
 use agentloop_core::session_log::{check, repair};
 use entries::{assistant, result, run_end, sample, started, user};
@@ -67,13 +67,13 @@ impl Target {
         })
     }
 
-    fn url(&self) -> StoreUrl {
+    fn url(&self) -> String {
         match &self.kind {
-            Kind::File(dir) => StoreUrl::Dir(dir.clone()),
+            Kind::File(dir) => dir.display().to_string(),
             #[cfg(feature = "sqlite-store")]
-            Kind::Sqlite(path) => StoreUrl::Sqlite(path.clone()),
+            Kind::Sqlite(path) => format!("sqlite:{}", path.display()),
             #[cfg(feature = "postgres-store")]
-            Kind::Postgres(url) => StoreUrl::Postgres(url.clone()),
+            Kind::Postgres(url) => url.clone(),
         }
     }
 

@@ -5,8 +5,17 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use agentloop::mcp::{McpEndpoint, McpServer};
+use agentloop::mcp::{McpOptions, McpServer};
 use agentloop::tools::ToolRegistry;
+
+/// An MCP server given on the command line: a program to start (stdio) or a URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum McpEndpoint {
+    /// `--mcp "CMD ARGS"`.
+    Stdio { command: String, args: Vec<String> },
+    /// `--mcp-http URL`.
+    Http { url: String },
+}
 
 /// The MCP servers whose tools an agent gets.
 #[derive(Debug, Args)]
@@ -44,9 +53,15 @@ impl McpArgs {
         );
         let mut servers = Vec::new();
         for endpoint in endpoints {
-            let server = McpServer::connect(endpoint, Default::default())
-                .await
-                .map_err(|e| e.to_string())?;
+            let server = match endpoint {
+                McpEndpoint::Stdio { command, args } => {
+                    McpServer::connect_stdio_with(command, args, McpOptions::default()).await
+                }
+                McpEndpoint::Http { url } => {
+                    McpServer::connect_http_with(url, McpOptions::default()).await
+                }
+            }
+            .map_err(|e| e.to_string())?;
             servers.push(server);
         }
         Ok(servers)
@@ -61,7 +76,7 @@ pub(crate) fn add_tools(tools: &mut ToolRegistry, servers: &[McpServer]) {
         for skipped in server.skipped() {
             crate::out::errln!(
                 "[mcp] warning: MCP server {}: {}",
-                crate::out::line(server.endpoint().label()),
+                crate::out::line(server.label()),
                 crate::out::line(&skipped.to_string())
             );
         }
@@ -71,7 +86,7 @@ pub(crate) fn add_tools(tools: &mut ToolRegistry, servers: &[McpServer]) {
                 crate::out::errln!(
                     "[mcp] warning: tool {} of MCP server {} replaces a tool of the same name",
                     crate::out::line(&name),
-                    server.endpoint().label()
+                    server.label()
                 );
             }
             tools.insert(tool);

@@ -21,7 +21,7 @@ use agentloop::runtime::{
     Agent, AgentBuilder, AgentError, Controller, FnSink, RunOutput, Timeouts,
 };
 use agentloop::session::Price;
-use agentloop::store::{AnyStore, Durability, Entry, SessionLock, SessionStore, StoreUrl};
+use agentloop::store::{AnyStore, Durability, Entry, SessionLock, SessionStore};
 use agentloop::tools::ToolRegistry;
 use agentloop::EventEnvelope;
 use agentloop::Outcome;
@@ -74,7 +74,7 @@ pub(crate) struct StoreArgs {
     /// Session store: a directory (default: `$AGENTLOOP_STORE`, else
     /// `./.agentloop/sessions`), `sqlite:PATH` or `postgres://user@host:port/db`.
     #[arg(long)]
-    pub store: Option<StoreUrl>,
+    pub store: Option<String>,
     /// When appends reach the disk: `sync` (fsync every entry), `batched` (fsync every 64
     /// entries) or `batched:N`.
     #[arg(long, default_value = "sync")]
@@ -84,17 +84,27 @@ pub(crate) struct StoreArgs {
 /// Opens the store `url` names (the default file store without one): the one place the CLI
 /// turns a `--store` value into a store.
 pub(crate) async fn open_store(
-    url: Option<&StoreUrl>,
+    url: Option<&str>,
     durability: Durability,
 ) -> Result<AnyStore, String> {
-    let url = url.cloned().unwrap_or_default();
-    AnyStore::open(&url, durability).await.map_err(|e| {
-        let name = match &url {
-            StoreUrl::Dir(dir) => dir.display().to_string(),
-            other => format!("{other:?}"),
-        };
+    let opened = match url {
+        Some(url) => AnyStore::open(url, durability).await,
+        None => AnyStore::open_default(durability).await,
+    };
+    opened.map_err(|e| {
+        let name = url.map_or_else(
+            || "(the default: $AGENTLOOP_STORE, else ./.agentloop/sessions)".to_string(),
+            str::to_string,
+        );
         format!("cannot open the session store {name}: {e}")
     })
+}
+
+/// The database file of a `sqlite:PATH` (or `sqlite://PATH`) store URL.
+pub(crate) fn sqlite_path(url: &str) -> Option<std::path::PathBuf> {
+    let path = url.strip_prefix("sqlite:")?;
+    let path = path.strip_prefix("//").unwrap_or(path);
+    (!path.is_empty()).then(|| std::path::PathBuf::from(path))
 }
 
 /// Options shared by `run` and `resume`: the model, the tools and the runtime.
@@ -443,8 +453,8 @@ pub(crate) fn model_named(args: &AgentArgs, name: Option<&str>) -> Result<Arc<dy
                 std::time::Duration::from_millis(secs(args.first_chunk_timeout));
             cfg.reasoning_replay = args.reasoning_replay;
             cfg.thinking_budget = args.thinking_budget;
-            cfg.responses_reasoning.effort = args.reasoning_effort.clone();
-            cfg.responses_reasoning.summary = args.reasoning_summary.clone();
+            cfg.reasoning_effort = args.reasoning_effort.clone();
+            cfg.reasoning_summary = args.reasoning_summary.clone();
         },
     )
 }
@@ -496,7 +506,7 @@ pub(crate) fn agent_builder(
     let mut tools = ToolRegistry::defaults();
     add_tools(&mut tools, mcp);
     if args.todos {
-        tools.insert(Arc::new(agentloop::tools::WriteTodos));
+        tools.insert(agentloop::tools::write_todos());
     }
     if let Some(ToolChoice::Tool(name)) = &args.tool_choice {
         if tools.get(name).is_none() {
@@ -509,8 +519,7 @@ pub(crate) fn agent_builder(
     }
     let instructions = match &args.agent {
         Some(id) => Some(
-            agentloop::instructions::InstructionsDir::new(&args.agents_dir)
-                .load(id)
+            agentloop::instructions::load(&args.agents_dir, id)
                 .map_err(|e| format!("--agent {id}: {e}"))?,
         ),
         None => None,
@@ -629,7 +638,7 @@ pub(crate) struct Locked {
 
 impl Locked {
     pub(crate) async fn open(args: &StoreArgs, session: &str) -> Result<Self, String> {
-        let store = Arc::new(open_store(args.store.as_ref(), args.durability).await?);
+        let store = Arc::new(open_store(args.store.as_deref(), args.durability).await?);
         let lock = store.lock(session).await.map_err(|e| format!("{e}"))?;
         // Loading under the lock validates the session and cuts a torn last entry.
         let (_, report) = store
@@ -814,7 +823,7 @@ pub(crate) fn runtime_and_store(
     let rt = runtime()?;
     // The model's file tools stay out of the store, whether or not this command opens it
     // (a one-shot run stores nothing, but other sessions may live there).
-    agentloop::tools::protected::protect_store(&store.store.clone().unwrap_or_default());
+    agentloop::tools::protected::protect_store(store.store.as_deref());
     let locked = match session {
         Some(session) => Some(rt.block_on(Locked::open(store, session))?),
         None => None,
@@ -905,8 +914,8 @@ pub(crate) const NOTHING_TO_RESUME: u8 = 3;
 
 /// Reports a session without entries; [`NOTHING_TO_RESUME`].
 async fn nothing_to_resume(session: &str, store: &AnyStore) -> ExitCode {
-    let found = match (store.exists(session).await, store) {
-        (Ok(true), AnyStore::File(files)) => format!(
+    let found = match (store.exists(session).await, store.as_file_store()) {
+        (Ok(true), Some(files)) => format!(
             "session {session} has no entries ({} is empty)",
             files
                 .session_path(session)

@@ -14,7 +14,7 @@ use std::time::UNIX_EPOCH;
 use clap::{Args, Subcommand, ValueEnum};
 
 use agentloop::store::{
-    export_jsonl, export_markdown, AnyStore, Durability, Entry, LoadReport, StoreError, StoreUrl,
+    export_jsonl, export_markdown, AnyStore, Durability, Entry, LoadReport, StoreError,
 };
 use agentloop::{Message, ToolStatus};
 use agentloop_core::session_log::{check, pending};
@@ -28,7 +28,7 @@ pub(crate) struct SessionsArgs {
     /// Session store: a directory (default: `$AGENTLOOP_STORE`, else
     /// `./.agentloop/sessions`), `sqlite:PATH` or `postgres://user@host:port/db`.
     #[arg(long, global = true)]
-    pub store: Option<StoreUrl>,
+    pub store: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: SessionsCommand,
@@ -87,8 +87,8 @@ pub(crate) fn main(args: SessionsArgs) -> ExitCode {
 
 async fn run(args: SessionsArgs) -> ExitCode {
     // These commands only read: a SQLite database that is not there is not created.
-    if let Some(StoreUrl::Sqlite(path)) = &args.store {
-        if std::fs::symlink_metadata(path).is_err() {
+    if let Some(path) = args.store.as_deref().and_then(crate::run::sqlite_path) {
+        if std::fs::symlink_metadata(&path).is_err() {
             let location = format!("sqlite:{}", path.display());
             return match &args.command {
                 SessionsCommand::List => {
@@ -104,7 +104,7 @@ async fn run(args: SessionsArgs) -> ExitCode {
         }
     }
     // Durability does not matter: these commands never append.
-    let store = match open_store(args.store.as_ref(), Durability::Sync).await {
+    let store = match open_store(args.store.as_deref(), Durability::Sync).await {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
@@ -152,12 +152,12 @@ async fn run(args: SessionsArgs) -> ExitCode {
 /// Loads a session that must exist, read-only (no lock).
 async fn load(store: &AnyStore, id: &str) -> Result<(Vec<Entry>, LoadReport), String> {
     if !store.exists(id).await.map_err(|e| e.to_string())? {
-        let file = match store {
-            AnyStore::File(files) => files
+        let file = match store.as_file_store() {
+            Some(files) => files
                 .session_path(id)
                 .map(|p| format!(" (no file {})", p.display()))
                 .unwrap_or_default(),
-            _ => String::new(),
+            None => String::new(),
         };
         return Err(format!("no session {id} in {}{file}", store.location()));
     }

@@ -660,33 +660,37 @@ pub(crate) struct ImportArgs {
     pub model: String,
 }
 
-/// The scripted model's script replaying `replies` (ids and argument text kept).
-fn script_of(
-    replies: &[agentloop_trace_tools::import::Reply],
-) -> agentloop::provider::scripted::Script {
-    use agentloop::provider::scripted::{Script, ScriptToolCall, Turn};
-    Script {
-        per_prompt: false,
-        description: Some("imported with `agentloop trace import`".into()),
-        turns: replies
-            .iter()
-            .map(|r| Turn {
-                text: (!r.text.is_empty()).then(|| r.text.clone()),
-                tool_calls: r
-                    .tool_calls
-                    .iter()
-                    .map(|(id, name, arguments)| ScriptToolCall {
-                        id: Some(id.clone()),
-                        name: name.clone(),
-                        // Valid JSON as a value; anything else verbatim as raw argument text.
-                        arguments: serde_json::from_str(arguments)
-                            .unwrap_or_else(|_| serde_json::Value::String(arguments.clone())),
-                    })
-                    .collect(),
-                ..Turn::default()
-            })
-            .collect(),
-    }
+/// The scripted model's script replaying `replies` (ids and argument text kept), in the
+/// script format of `agentloop::provider::scripted`.
+fn script_of(replies: &[agentloop_trace_tools::import::Reply]) -> serde_json::Value {
+    use serde_json::{json, Value};
+    let turns: Vec<Value> = replies
+        .iter()
+        .map(|r| {
+            let mut turn = serde_json::Map::new();
+            if !r.text.is_empty() {
+                turn.insert("text".into(), Value::String(r.text.clone()));
+            }
+            let calls: Vec<Value> = r
+                .tool_calls
+                .iter()
+                .map(|(id, name, arguments)| {
+                    // Valid JSON as a value; anything else verbatim as raw argument text.
+                    let arguments = serde_json::from_str(arguments)
+                        .unwrap_or_else(|_| Value::String(arguments.clone()));
+                    json!({"id": id, "name": name, "arguments": arguments})
+                })
+                .collect();
+            if !calls.is_empty() {
+                turn.insert("tool_calls".into(), Value::Array(calls));
+            }
+            Value::Object(turn)
+        })
+        .collect();
+    json!({
+        "description": "imported with `agentloop trace import`",
+        "turns": turns,
+    })
 }
 
 /// Writes `path` through a temporary file next to it (`.NAME.PID.tmp`), synced and renamed

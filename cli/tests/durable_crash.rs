@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentloop::provider::scripted::Script;
 use agentloop::store::{Entry, FileStore};
 use agentloop::ToolStatus;
 
@@ -152,7 +151,7 @@ fn crash_session(store: &Path, root: &Path, session: &str, rng: &mut Lcg, stats:
 }
 
 fn verify_session(store: &Path, root: &Path, session: &str, stats: &mut Stats) {
-    let script = Script::from_file(script_path()).unwrap();
+    let script = script_calls(&script_path());
     let (entries, report) = FileStore::open(store)
         .unwrap()
         .load_blocking(session)
@@ -181,22 +180,19 @@ fn verify_session(store: &Path, root: &Path, session: &str, stats: &mut Stats) {
             );
         }
     }
-    for turn in &script.turns {
-        for call in &turn.tool_calls {
-            let id = call.id.clone().unwrap();
-            let n = lines.get(&id).copied().unwrap_or(0);
-            let status = results.get(&id).copied();
-            match status {
-                Some(ToolStatus::Completed) => assert_eq!(
-                    n, 1,
-                    "{session}: {id} completed but is in the side-effect file {n} times"
-                ),
-                Some(ToolStatus::OutcomeUnknown) => {
-                    stats.outcome_unknown += 1;
-                    assert!(n <= 1, "{session}: {id} (outcome_unknown) ran {n} times");
-                }
-                other => panic!("{session}: {id} ended {other:?}, file count {n}"),
+    for id in script {
+        let n = lines.get(&id).copied().unwrap_or(0);
+        let status = results.get(&id).copied();
+        match status {
+            Some(ToolStatus::Completed) => assert_eq!(
+                n, 1,
+                "{session}: {id} completed but is in the side-effect file {n} times"
+            ),
+            Some(ToolStatus::OutcomeUnknown) => {
+                stats.outcome_unknown += 1;
+                assert!(n <= 1, "{session}: {id} (outcome_unknown) ran {n} times");
             }
+            other => panic!("{session}: {id} ended {other:?}, file count {n}"),
         }
     }
     assert_eq!(
@@ -261,4 +257,16 @@ fn kill_and_resume_never_duplicates_a_side_effect() {
         stats.kills_mid_run >= 30,
         "too few kills landed inside a run: {stats:?}"
     );
+}
+
+/// The ids of the tool calls of the script at `path` (every call of these scripts names one).
+fn script_calls(path: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).expect("script");
+    let script: serde_json::Value = serde_json::from_str(&text).expect("script JSON");
+    let turns = script["turns"].as_array().cloned().unwrap_or_default();
+    turns
+        .iter()
+        .flat_map(|t| t["tool_calls"].as_array().cloned().unwrap_or_default())
+        .map(|c| c["id"].as_str().expect("scripted call id").to_string())
+        .collect()
 }

@@ -19,7 +19,7 @@ use restate_sdk::service::IntoServiceDefinition;
 
 use agentloop::model::Model;
 use agentloop::provider::http::{model_from_flags, ProviderKind};
-use agentloop::store::{AnyStore, Durability, StoreUrl};
+use agentloop::store::{AnyStore, Durability};
 use agentloop::tools::ToolRegistry;
 
 use session::{Session, Worker};
@@ -66,7 +66,7 @@ struct ServeArgs {
     /// as `agentloop --store`: sessions load their history from it and append each run's
     /// entries to it. Without it, entries live only in the object's Restate state.
     #[arg(long)]
-    store: Option<StoreUrl>,
+    store: Option<String>,
     /// The Restate admin API, asked for the prompts queued on a session when an abort drops
     /// them (`clear_queue`).
     #[arg(long, default_value = "http://127.0.0.1:9070")]

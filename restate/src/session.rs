@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 use agentloop::model::{Model, ModelRequest};
 use agentloop::runtime::{Compactor, Timeouts, Truncate};
 use agentloop::store::{AnyStore, Entry, SessionStore};
-use agentloop::tools::{ArgumentSchemas, ToolContext, ToolRegistry};
+use agentloop::tools::{ToolContext, ToolRegistry};
 use agentloop::Outcome;
 use agentloop::{ErrorKind, ModelError};
 use agentloop::{Message, MessageDelta, ToolStatus};
@@ -746,10 +746,11 @@ impl Session {
         match effect {
             Effect::CallModel { request } => {
                 let model = w.model.clone();
-                let schemas = w.tools.schemas();
+                // A clone shares the tools, their specs and their compiled schemas.
+                let tools = w.tools.clone();
                 let work = ctx
                     .run(|| async move {
-                        let attempt = call_model(model, request, bound, schemas);
+                        let attempt = call_model(model, request, bound, tools);
                         let raced = interruptible(rx, Stoppable::Always, attempt).await;
                         closure_done.store(true, Ordering::SeqCst);
                         Ok(Json(raced))
@@ -974,13 +975,13 @@ fn shortest(timers: &BTreeMap<u64, u64>) -> Option<(u64, u64)> {
 /// Streams one attempt into its events (`StreamOpened`, `Delta`s, then `Done` or an error),
 /// as the tokio driver does. `bound` is the machine's shortest deadline: a wait for the next
 /// chunk longer than it ends the attempt, and the deadline's timer is reported to fire.
-/// `Done` carries the verdicts of `schemas` on the attempt's tool calls (R-TOOL-1), journaled
-/// with the attempt.
+/// `Done` carries the verdicts of the `tools`' schemas on the attempt's tool calls (R-TOOL-1),
+/// journaled with the attempt.
 async fn call_model(
     model: Arc<dyn Model>,
     request: ModelRequest,
     bound: Option<(u64, u64)>,
-    schemas: ArgumentSchemas,
+    tools: ToolRegistry,
 ) -> Attempt {
     let attempt = AttemptId {
         run_id: request.run_id.clone(),
@@ -1039,7 +1040,7 @@ async fn call_model(
             },
             Some(Err(e)) => failure(attempt, e),
             Some(Ok(MessageDelta::Finish)) => Event::Done {
-                rejected_arguments: schemas.check_deltas(events.iter().filter_map(|e| match e {
+                rejected_arguments: tools.check_arguments(events.iter().filter_map(|e| match e {
                     Event::Delta { delta, .. } => Some(delta),
                     _ => None,
                 })),

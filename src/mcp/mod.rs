@@ -2,7 +2,8 @@
 //! over stdio (a child process) or streamable HTTP with the official Rust SDK `rmcp`, as agent
 //! [`Tool`]s.
 //!
-//! Connecting is IO, so it is an `async fn` ([`McpServer::connect`]) that returns a typed
+//! Connecting is IO, so it is an `async fn` ([`McpServer::connect_stdio`],
+//! [`McpServer::connect_http`], and their `_with` forms taking [`McpOptions`]) that returns a typed
 //! [`McpError`]; the agent builder stays synchronous and takes the connected server
 //! ([`AgentBuilder::mcp`](crate::runtime::AgentBuilder::mcp)):
 //!
@@ -74,7 +75,7 @@ use crate::tools::{Tool, ToolContext, ToolError, ToolSpec};
 
 /// Where an MCP server is.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum McpEndpoint {
+enum McpEndpoint {
     /// A child process speaking MCP on its stdin/stdout.
     Stdio {
         /// The program.
@@ -91,7 +92,7 @@ pub enum McpEndpoint {
 
 impl McpEndpoint {
     /// The name errors use for the server: the program (as given) or the URL.
-    pub fn label(&self) -> &str {
+    fn label(&self) -> &str {
         match self {
             McpEndpoint::Stdio { command, .. } => command,
             McpEndpoint::Http { url } => url,
@@ -320,23 +321,55 @@ impl McpServer {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
+        Self::connect_stdio_with(command, args, McpOptions::default()).await
+    }
+
+    /// Starts `command args` and connects to it over stdio, with `options`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), agentloop::mcp::McpError> {
+    /// use agentloop::mcp::{McpOptions, McpServer};
+    ///
+    /// let options = McpOptions::default().prefix("time_");
+    /// let time = McpServer::connect_stdio_with("uvx", ["mcp-server-time"], options).await?;
+    /// assert!(time.specs().iter().all(|s| s.name.starts_with("time_")));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect_stdio_with<I, S>(
+        command: impl Into<String>,
+        args: I,
+        options: McpOptions,
+    ) -> Result<Self, McpError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
         let endpoint = McpEndpoint::Stdio {
             command: command.into(),
             args: args.into_iter().map(Into::into).collect(),
         };
-        Self::connect(endpoint, McpOptions::default()).await
+        Self::connect(endpoint, options).await
     }
 
-    /// Connects to a streamable HTTP endpoint (default options).
+    /// Connects to a streamable HTTP endpoint (e.g. `http://127.0.0.1:3001/mcp`; default
+    /// options).
     pub async fn connect_http(url: impl Into<String>) -> Result<Self, McpError> {
-        let endpoint = McpEndpoint::Http { url: url.into() };
-        Self::connect(endpoint, McpOptions::default()).await
+        Self::connect_http_with(url, McpOptions::default()).await
+    }
+
+    /// Connects to a streamable HTTP endpoint, with `options`.
+    pub async fn connect_http_with(
+        url: impl Into<String>,
+        options: McpOptions,
+    ) -> Result<Self, McpError> {
+        Self::connect(McpEndpoint::Http { url: url.into() }, options).await
     }
 
     /// Connects (spawning the child for stdio), initializes and lists the server's tools
     /// (within the bounds of [`McpOptions`]; tools with names the providers refuse are
     /// skipped, see [`McpServer::skipped`]).
-    pub async fn connect(endpoint: McpEndpoint, options: McpOptions) -> Result<Self, McpError> {
+    async fn connect(endpoint: McpEndpoint, options: McpOptions) -> Result<Self, McpError> {
         let server = endpoint.label().to_string();
         let prefix = options.prefix.clone().unwrap_or_default();
         if !prefix.is_empty() {
@@ -422,9 +455,10 @@ impl McpServer {
         &self.skipped
     }
 
-    /// Where the server is.
-    pub fn endpoint(&self) -> &McpEndpoint {
-        &self.conn.endpoint
+    /// Where the server is: the program (as given) of a stdio server, the URL of an HTTP
+    /// server; the name its errors use.
+    pub fn label(&self) -> &str {
+        self.conn.endpoint.label()
     }
 
     /// The specs of the server's tools, as the model sees them (prefixed), in the server's

@@ -1,6 +1,7 @@
 //! Anthropic Messages: the stream normalizer (`AnthropicNormalizer`) and the request body
 //! (`request_body`), public with feature `wire`, and the [`Model`](crate::model::Model)
-//! implementation ([`AnthropicModel`]).
+//! implementation (made by
+//! [`build_model`](crate::provider::http::build_model)).
 //!
 //! The reading of the wire format:
 //!
@@ -28,11 +29,10 @@
 //! The client (nothing is sent before a run asks the model):
 //!
 //! ```
-//! use agentloop::provider::http::{HttpConfig, ProviderKind};
-//! use agentloop::provider::anthropic::AnthropicModel;
+//! use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
 //!
 //! let config = HttpConfig::new(ProviderKind::Anthropic).with_api_key("key");
-//! let model = AnthropicModel::new("claude-sonnet-4-5", config)?;
+//! let model = build_model("claude-sonnet-4-5", config)?;
 //! # let _ = model;
 //! # Ok::<(), agentloop::ModelError>(())
 //! ```
@@ -50,7 +50,7 @@ use crate::provider::limits::{too_many_blocks, ResponseLimits};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
 
 /// The `anthropic-version` header sent with every request.
-pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+pub(crate) const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 #[derive(Deserialize)]
 struct Event<'a> {
@@ -644,4 +644,4 @@ fn tool_choice(choice: &ToolChoice) -> Value {
 #[cfg(feature = "anthropic")]
 mod client;
 #[cfg(feature = "anthropic")]
-pub use client::AnthropicModel;
+pub(crate) use client::AnthropicModel;

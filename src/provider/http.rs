@@ -11,12 +11,16 @@
 //! | [`HttpConfig::limits`] | [`ResponseLimits::default`] | bounds on one response: 32 MiB in all, 8 MiB per tool call's arguments, 1,024 content blocks ([`crate::provider::limits`]) |
 //!
 //! The client never retries (R-IN-6): every failure is classified and returned once; the
-//! machine decides. It follows no redirects (a 3xx is [`ErrorKind::Redirected`]; see
-//! [`HttpConfig::build_client`]), asks for `Accept-Encoding: identity`, and refuses a 2xx body
+//! machine decides. It follows no redirects (a 3xx is [`ErrorKind::Redirected`] naming the
+//! status and the `Location` host: an API endpoint has no reason to redirect a POST, and
+//! following one could send the key's header to another host), asks for `Accept-Encoding: identity`, and refuses a 2xx body
 //! it cannot read (another `Content-Encoding`, JSON or HTML instead of an event stream) with a
-//! [`ErrorKind::MalformedResponse`] naming the cause. The API key lives in [`ApiKey`], whose `Debug` prints `ApiKey(***)` and
-//! which has no `Display`; error messages are scrubbed of it
-//! (`provider::classify::redact`).
+//! [`ErrorKind::MalformedResponse`] naming the cause. The API key is private to the
+//! configuration: [`HttpConfig`]'s `Debug` prints it as `ApiKey(***)`, nothing else shows it,
+//! and error messages are scrubbed of it (`provider::classify::redact`).
+//!
+//! [`build_model`] makes the client for [`HttpConfig::provider`]: OpenAI-compatible Chat
+//! Completions, Anthropic Messages or the OpenAI Responses API, each behind its feature.
 //!
 //! # Example
 //!
@@ -31,7 +35,8 @@
 //!     .with_base_url("http://localhost:11434/v1")
 //!     .with_api_key("unused");
 //! let model = build_model("llama3.2", config)?;
-//! # let _ = model;
+//! let agent = agentloop::runtime::Agent::builder().model(model).build();
+//! # let _ = agent;
 //! # Ok(())
 //! # }
 //! ```
@@ -120,16 +125,16 @@ impl std::str::FromStr for ProviderKind {
 /// An API key. `Debug` never shows it and there is no `Display`; only the request builder reads
 /// it, through [`ApiKey::expose`].
 #[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
+pub(crate) struct ApiKey(String);
 
 impl ApiKey {
     /// Wraps a key.
-    pub fn new(key: impl Into<String>) -> Self {
+    pub(crate) fn new(key: impl Into<String>) -> Self {
         ApiKey(key.into())
     }
 
     /// The secret itself: for the `Authorization`/`x-api-key` header and for scrubbing errors.
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }
@@ -140,8 +145,9 @@ impl fmt::Debug for ApiKey {
     }
 }
 
-/// Configuration shared by both providers' HTTP clients. Its `Debug` hides the key and the
-/// extra header values.
+/// Configuration shared by the providers' HTTP clients. Its `Debug` hides the key and the
+/// extra header values. The key is set with [`with_api_key`](Self::with_api_key) (or read by
+/// [`from_env`](Self::from_env)) and never read back.
 #[derive(Clone)]
 pub struct HttpConfig {
     /// Which wire format.
@@ -149,7 +155,7 @@ pub struct HttpConfig {
     /// Base URL without a trailing slash (OpenAI-style: `…/v1`; Anthropic-style: the host).
     pub base_url: String,
     /// The key; `None` sends no auth header (Ollama, llama.cpp and vLLM need none).
-    pub api_key: Option<ApiKey>,
+    pub(crate) api_key: Option<ApiKey>,
     /// TCP + TLS connect timeout.
     pub connect_timeout: Duration,
     /// Time allowed from sending the request until the response headers arrive.
@@ -167,7 +173,7 @@ pub struct HttpConfig {
     pub limits: ResponseLimits,
     /// OpenAI-compatible: the field that carries the output cap. `None` (default): by model
     /// name, `max_completion_tokens` for the reasoning models that refuse `max_tokens` (`o1`,
-    /// `o3`, `o4`, `gpt-5` families, see [`uses_max_completion_tokens`]) and `max_tokens` for
+    /// `o3`, `o4`, `gpt-5` families) and `max_tokens` for
     /// the rest (what local servers read); `Some(true)` / `Some(false)` decide.
     pub max_completion_tokens: Option<bool>,
     /// OpenAI-compatible: which assistant messages carry their reasoning back as
@@ -182,15 +188,25 @@ pub struct HttpConfig {
     /// their signatures) and redacted thinking blocks of each assistant turn go back before
     /// its text and tool calls, as the API requires.
     pub thinking_budget: Option<u32>,
-    /// OpenAI Responses: reasoning effort and summary, and whether encrypted reasoning is
-    /// asked for and sent back (default: none, none, by model name; see
-    /// [`ResponsesReasoning`](crate::provider::openai_responses::ResponsesReasoning)).
-    pub responses_reasoning: crate::provider::openai_responses::ResponsesReasoning,
+    /// OpenAI Responses: `reasoning.effort` (`minimal`, `low`, `medium`, `high`…); `None`
+    /// (default) sends none (the model's default). CLI `--reasoning-effort`.
+    pub reasoning_effort: Option<String>,
+    /// OpenAI Responses: `reasoning.summary` (`auto`, `concise`, `detailed`): the model streams
+    /// a summary of its reasoning, which becomes reasoning text; `None` (default) asks for none
+    /// (OpenAI requires a verified organization for summaries of some models). CLI
+    /// `--reasoning-summary`.
+    pub reasoning_summary: Option<String>,
+    /// OpenAI Responses: whether to ask for `reasoning.encrypted_content` and send the kept
+    /// reasoning items back with their assistant messages (what a reasoning model needs to
+    /// keep its reasoning across tool calls). `None` (default): for OpenAI's reasoning model
+    /// families by name (`o1`, `o3`, `o4`, `gpt-5`, after a `vendor/` prefix); other models
+    /// may refuse the `include`.
+    pub encrypted_reasoning: Option<bool>,
 }
 
 /// Whether OpenAI's `model` takes its output cap as `max_completion_tokens` (it refuses
 /// `max_tokens`): the o-series and gpt-5 families.
-pub fn uses_max_completion_tokens(model: &str) -> bool {
+pub(crate) fn uses_max_completion_tokens(model: &str) -> bool {
     let m = model.rsplit('/').next().unwrap_or(model);
     // A family name, alone or followed by a version (`gpt-5.1`) or a variant (`o3-mini`).
     ["o1", "o3", "o4", "gpt-5"].iter().any(|p| {
@@ -220,7 +236,9 @@ impl fmt::Debug for HttpConfig {
             .field("max_completion_tokens", &self.max_completion_tokens)
             .field("reasoning_replay", &self.reasoning_replay)
             .field("thinking_budget", &self.thinking_budget)
-            .field("responses_reasoning", &self.responses_reasoning)
+            .field("reasoning_effort", &self.reasoning_effort)
+            .field("reasoning_summary", &self.reasoning_summary)
+            .field("encrypted_reasoning", &self.encrypted_reasoning)
             .finish()
     }
 }
@@ -251,7 +269,9 @@ impl HttpConfig {
             max_completion_tokens: None,
             reasoning_replay: Default::default(),
             thinking_budget: None,
-            responses_reasoning: Default::default(),
+            reasoning_effort: None,
+            reasoning_summary: None,
+            encrypted_reasoning: None,
         }
     }
 
@@ -287,6 +307,30 @@ impl HttpConfig {
         self
     }
 
+    /// The OpenAI Responses reasoning settings (`reasoning_effort`, `reasoning_summary`,
+    /// `encrypted_reasoning`) as the request body takes them.
+    #[cfg_attr(not(feature = "openai-responses"), allow(dead_code))]
+    pub(crate) fn responses_reasoning(
+        &self,
+    ) -> crate::provider::openai_responses::ResponsesReasoning {
+        crate::provider::openai_responses::ResponsesReasoning {
+            effort: self.reasoning_effort.clone(),
+            summary: self.reasoning_summary.clone(),
+            encrypted: self.encrypted_reasoning,
+        }
+    }
+
+    /// Removes the API key: no auth header is sent (Ollama, llama.cpp and vLLM need none).
+    pub fn without_api_key(mut self) -> Self {
+        self.api_key = None;
+        self
+    }
+
+    /// Whether an API key is set (the key itself is never read back).
+    pub fn has_api_key(&self) -> bool {
+        self.api_key.is_some()
+    }
+
     /// The endpoint URL: `{base}/chat/completions` (OpenAI), `{base}/responses` (OpenAI
     /// Responses) or `{base}/v1/messages` (Anthropic; a base that already ends in `/v1` is not
     /// doubled).
@@ -305,12 +349,12 @@ impl HttpConfig {
     }
 
     /// The cap for retry hints, in milliseconds.
-    pub fn max_retry_after_ms(&self) -> u64 {
+    pub(crate) fn max_retry_after_ms(&self) -> u64 {
         u64::try_from(self.max_retry_after.as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Secrets to scrub from any text that leaves the client (the key and extra header values).
-    pub fn secrets(&self) -> Vec<&str> {
+    pub(crate) fn secrets(&self) -> Vec<&str> {
         let mut s: Vec<&str> = self.api_key.iter().map(ApiKey::expose).collect();
         s.extend(self.extra_headers.iter().map(|(_, v)| v.as_str()));
         s
@@ -329,7 +373,7 @@ impl HttpConfig {
     /// none: a 3xx is a [`ErrorKind::Redirected`] error naming the status and the `Location`
     /// host (not retried; the base URL needs fixing).
     #[cfg(feature = "http")]
-    pub fn build_client(&self) -> Result<reqwest::Client, ModelError> {
+    pub(crate) fn build_client(&self) -> Result<reqwest::Client, ModelError> {
         let tls = crate::provider::tls::client_config().map_err(|e| {
             ModelError::new(ErrorKind::Connection, format!("cannot configure TLS: {e}"))
         })?;
@@ -587,30 +631,34 @@ pub fn model_from_flags(
     }
     configure(&mut cfg);
     build_model(name, cfg)
-        .map(std::sync::Arc::from)
+        .map(|m| std::sync::Arc::new(m) as std::sync::Arc<dyn crate::model::Model>)
         .map_err(|e| e.to_string())
 }
 
-/// Builds the client for `config.provider`: [`crate::provider::openai::OpenAiModel`],
-/// [`crate::provider::anthropic::AnthropicModel`] or
-/// `crate::provider::openai_responses::OpenAiResponsesModel`, with `model` as the default
-/// model name.
+/// The client for `config.provider`, with `model` as the default model name (used when a
+/// request names none): an OpenAI-compatible Chat Completions client (feature `openai`), an
+/// Anthropic Messages client (`anthropic`) or an OpenAI Responses API client
+/// (`openai-responses`). Nothing is sent before a run asks the model. The clients never retry
+/// (R-IN-6): every failure is classified and returned once, and the machine decides. A
+/// provider whose feature this build lacks is a [`ErrorKind::BadRequest`] error.
 #[cfg(feature = "http")]
 pub fn build_model(
     model: &str,
     config: HttpConfig,
-) -> Result<Box<dyn crate::model::Model>, ModelError> {
+) -> Result<impl crate::model::Model + Clone + fmt::Debug, ModelError> {
     Ok(match config.provider {
         #[cfg(feature = "openai")]
-        ProviderKind::OpenAi => Box::new(crate::provider::openai::OpenAiModel::new(model, config)?),
-        #[cfg(feature = "anthropic")]
-        ProviderKind::Anthropic => Box::new(crate::provider::anthropic::AnthropicModel::new(
-            model, config,
-        )?),
-        #[cfg(feature = "openai-responses")]
-        ProviderKind::OpenAiResponses => {
-            Box::new(crate::provider::openai_responses::OpenAiResponsesModel::new(model, config)?)
+        ProviderKind::OpenAi => {
+            HttpModel::OpenAi(crate::provider::openai::OpenAiModel::new(model, config)?)
         }
+        #[cfg(feature = "anthropic")]
+        ProviderKind::Anthropic => HttpModel::Anthropic(
+            crate::provider::anthropic::AnthropicModel::new(model, config)?,
+        ),
+        #[cfg(feature = "openai-responses")]
+        ProviderKind::OpenAiResponses => HttpModel::Responses(
+            crate::provider::openai_responses::OpenAiResponsesModel::new(model, config)?,
+        ),
         #[allow(unreachable_patterns)]
         other => {
             return Err(ModelError::new(
@@ -621,9 +669,59 @@ pub fn build_model(
     })
 }
 
+/// The HTTP clients, one type for [`build_model`].
+#[cfg(feature = "http")]
+#[derive(Clone, Debug)]
+enum HttpModel {
+    #[cfg(feature = "openai")]
+    OpenAi(crate::provider::openai::OpenAiModel),
+    #[cfg(feature = "anthropic")]
+    Anthropic(crate::provider::anthropic::AnthropicModel),
+    #[cfg(feature = "openai-responses")]
+    Responses(crate::provider::openai_responses::OpenAiResponsesModel),
+}
+
+#[cfg(feature = "http")]
+impl HttpModel {
+    fn client(&self) -> &dyn crate::model::Model {
+        match self {
+            #[cfg(feature = "openai")]
+            HttpModel::OpenAi(m) => m,
+            #[cfg(feature = "anthropic")]
+            HttpModel::Anthropic(m) => m,
+            #[cfg(feature = "openai-responses")]
+            HttpModel::Responses(m) => m,
+        }
+    }
+}
+
+#[cfg(feature = "http")]
+#[async_trait::async_trait]
+impl crate::model::Model for HttpModel {
+    fn name(&self) -> String {
+        self.client().name()
+    }
+
+    async fn stream(
+        &self,
+        request: crate::model::ModelRequest,
+    ) -> Result<crate::model::DeltaStream, ModelError> {
+        self.client().stream(request).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_key_from_the_environment_is_trimmed_and_kept_private() {
+        let env = |name: &str| (name == "OPENAI_API_KEY").then(|| " sk-test-0123 ".to_string());
+        let cfg = HttpConfig::from_lookup(ProviderKind::OpenAi, env);
+        assert_eq!(cfg.secrets(), ["sk-test-0123"]);
+        assert!(!format!("{cfg:?}").contains("0123"));
+        assert!(!cfg.without_api_key().has_api_key());
+    }
 
     #[test]
     fn reasoning_models_take_max_completion_tokens() {

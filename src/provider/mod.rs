@@ -2,9 +2,10 @@
 //!
 //! Real providers, one file per concern:
 //! - `sse` (public with feature `wire`): the SSE decoder and the bytes → deltas pipeline;
-//! - [`openai`] / [`anthropic`] / [`openai_responses`]: pure stream normalizers, request
-//!   bodies, and the [`crate::model::Model`] clients (`OpenAiModel`, `AnthropicModel`,
-//!   `OpenAiResponsesModel`) over reqwest, each behind its feature;
+//! - [`openai`] / [`anthropic`] / [`openai_responses`]: how each wire format is read and
+//!   written (pure stream normalizers and request bodies, public with feature `wire`), and
+//!   the [`crate::model::Model`] clients over reqwest, each behind its feature, made by
+//!   [`http::build_model`];
 //! - `classify` (public with feature `wire`): HTTP status/body/headers, in-stream errors,
 //!   malformed data and transport failures → [`crate::ModelError`];
 //! - [`http`]: [`http::ProviderKind`], [`http::HttpConfig`] (base URL, key from
@@ -29,7 +30,7 @@
 //! use agentloop::provider::scripted::ScriptedModel;
 //!
 //! let model = ScriptedModel::from_json_str(r#"{"turns": [{"text": "hello"}]}"#, "greeting")?;
-//! assert_eq!(model.script().turns.len(), 1);
+//! assert_eq!(model.turns(), 1);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

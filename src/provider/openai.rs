@@ -1,6 +1,7 @@
 //! OpenAI-compatible Chat Completions: the stream normalizer (`OpenAiNormalizer`) and the
 //! request body (`request_body`), public with feature `wire`, and the
-//! [`Model`](crate::model::Model) implementation ([`OpenAiModel`]).
+//! [`Model`](crate::model::Model) implementation (made by
+//! [`build_model`](crate::provider::http::build_model)).
 //!
 //! One reading of the wire format that works with OpenAI, Azure, OpenRouter, Ollama, vLLM,
 //! llama.cpp and DeepSeek (`stream: true`, `stream_options.include_usage`):
@@ -43,11 +44,10 @@
 //! The client (nothing is sent before a run asks the model):
 //!
 //! ```
-//! use agentloop::provider::http::{HttpConfig, ProviderKind};
-//! use agentloop::provider::openai::OpenAiModel;
+//! use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
 //!
 //! let config = HttpConfig::new(ProviderKind::OpenAi).with_api_key("key");
-//! let model = OpenAiModel::new("gpt-4o-mini", config)?;
+//! let model = build_model("gpt-4o-mini", config)?;
 //! # let _ = model;
 //! # Ok::<(), agentloop::ModelError>(())
 //! ```
@@ -956,4 +956,4 @@ fn tool_choice(choice: &ToolChoice) -> Value {
 #[cfg(feature = "openai")]
 mod client;
 #[cfg(feature = "openai")]
-pub use client::OpenAiModel;
+pub(crate) use client::OpenAiModel;

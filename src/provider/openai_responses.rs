@@ -1,10 +1,11 @@
 //! OpenAI Responses API (`POST {base}/responses`): the stream normalizer
 //! (`ResponsesNormalizer`), the request body (`request_body`), both public with feature
 //! `wire`, and, with the feature `openai-responses`, the [`Model`](crate::model::Model)
-//! implementation ([`OpenAiResponsesModel`]).
+//! implementation (made by
+//! [`build_model`](crate::provider::http::build_model)).
 //!
 //! The request is stateless: `store: false` and the whole conversation as `input` items on
-//! every step. For a reasoning model (see [`ResponsesReasoning::encrypted`]) it also asks for
+//! every step. For a reasoning model (see `HttpConfig::encrypted_reasoning`) it also asks for
 //! `include: ["reasoning.encrypted_content"]`, so the model's reasoning comes back encrypted,
 //! is kept in the assistant message and is sent back with it on the next step (what a
 //! reasoning model needs to keep its reasoning across tool calls). `reasoning: {effort,
@@ -47,11 +48,10 @@
 //! The client (nothing is sent before a run asks the model):
 //!
 //! ```
-//! use agentloop::provider::http::{HttpConfig, ProviderKind};
-//! use agentloop::provider::openai_responses::OpenAiResponsesModel;
+//! use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
 //!
 //! let config = HttpConfig::new(ProviderKind::OpenAiResponses).with_api_key("key");
-//! let model = OpenAiResponsesModel::new("gpt-5-mini", config)?;
+//! let model = build_model("gpt-5-mini", config)?;
 //! # let _ = model;
 //! # Ok::<(), agentloop::ModelError>(())
 //! ```
@@ -530,26 +530,25 @@ impl SseNormalizer for ResponsesNormalizer {
     }
 }
 
-/// The reasoning settings of a Responses request ([`HttpConfig::responses_reasoning`](crate::provider::http::HttpConfig::responses_reasoning);
-/// CLI `--reasoning-effort`, `--reasoning-summary`).
+wire_pub! {
+/// The reasoning settings of a Responses request: [`HttpConfig`](crate::provider::http::HttpConfig)'s
+/// `reasoning_effort`, `reasoning_summary` and `encrypted_reasoning` (CLI
+/// `--reasoning-effort`, `--reasoning-summary`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ResponsesReasoning {
-    /// `reasoning.effort` (`minimal`, `low`, `medium`, `high`…); `None` sends none (the
-    /// model's default).
+    /// `reasoning.effort`; `None` sends none.
     pub effort: Option<String>,
-    /// `reasoning.summary` (`auto`, `concise`, `detailed`): the model streams a summary of its
-    /// reasoning, which becomes reasoning text; `None` asks for none (OpenAI requires a
-    /// verified organization for summaries of some models).
+    /// `reasoning.summary`; `None` asks for none.
     pub summary: Option<String>,
-    /// Whether to ask for `reasoning.encrypted_content` and send kept reasoning items back.
-    /// `None` (default): for the reasoning models by name ([`is_reasoning_model`]); other
-    /// models may refuse the `include`.
+    /// Whether to ask for `reasoning.encrypted_content` and send kept reasoning items back;
+    /// `None`: for the reasoning models by name.
     pub encrypted: Option<bool>,
+}
 }
 
 /// Whether `model` (after a `vendor/` prefix) is one of OpenAI's reasoning model families:
 /// `o1`, `o3`, `o4`, `gpt-5`, alone or followed by `-` or `.` (`o4-mini`, `gpt-5.1-codex`).
-pub fn is_reasoning_model(model: &str) -> bool {
+pub(crate) fn is_reasoning_model(model: &str) -> bool {
     let m = model.rsplit('/').next().unwrap_or(model);
     ["o1", "o3", "o4", "gpt-5"].iter().any(|p| {
         m.strip_prefix(p)
@@ -744,7 +743,7 @@ fn tool_choice(choice: &ToolChoice) -> Value {
 #[cfg(feature = "openai-responses")]
 mod client;
 #[cfg(feature = "openai-responses")]
-pub use client::OpenAiResponsesModel;
+pub(crate) use client::OpenAiResponsesModel;
 
 #[cfg(test)]
 mod tests;

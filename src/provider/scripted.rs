@@ -1,7 +1,7 @@
 //! The offline scripted model: replies come from a JSON script, so runs need no key and no
 //! network, and are deterministic.
 //!
-//! A script is `{"turns": [...]}`. Turn `k` answers the session's `k`-th model step: the turn
+//! A script is `{"turns": [...]}` (and an optional `"description"` for its reader). Turn `k` answers the session's `k`-th model step: the turn
 //! served is `turns[request.session_turn]`, where `session_turn` counts the assistant turns the
 //! session has already committed, so a resumed session continues the script where it left off.
 //! With `"per_prompt": true` the script starts again at every prompt instead: turn `k` answers
@@ -21,8 +21,10 @@
 //! Each turn may have:
 //! - `text`, `reasoning`: streamed in deltas of `chunk_chars` characters (default 8).
 //! - `when`: `"prompt_has_expression"` or `"prompt_has_no_expression"`: the turn exists only
-//!   for requests whose last user message has (or has no) arithmetic expression (see
-//!   [`prompt_expression`]); turns are numbered among those whose condition holds.
+//!   for requests whose last user message has (or has no) arithmetic expression (the longest
+//!   run of `0-9 . + - * / % ^ ( )` and spaces that holds a digit, a run with an operator
+//!   winning over a bare number: `"What is 2+3?"` → `2+3`); turns are numbered among those
+//!   whose condition holds.
 //! - `tool_calls`: `[{"id"?, "name", "arguments"?}]`; ids default to `call_<session_turn>_<i>`,
 //!   arguments to `{}`. A JSON *string* as `arguments` is sent verbatim as the raw argument text,
 //!   so a script can exercise invalid or truncated arguments (R-STR-6).
@@ -35,8 +37,11 @@
 //!
 //! Templates, in `text` and in the string values of tool `arguments`: `{{last_tool_result}}`
 //! becomes the content of the last tool message of the request (empty if none), and
-//! `{{prompt_expression}}` the arithmetic expression in the last user message (see
-//! [`prompt_expression`]).
+//! `{{prompt_expression}}` the arithmetic expression in the last user message (as for `when`).
+//!
+//! [`ScriptedModel::from_json`] takes a script as a JSON value, [`ScriptedModel::from_file`]
+//! and [`ScriptedModel::from_json_str`] as text; a script that does not parse is a
+//! [`ScriptLoadError`] naming where.
 
 use std::num::NonZeroUsize;
 use std::path::Path;
@@ -51,32 +56,33 @@ use crate::message::{FinishReason, Message, MessageDelta, Usage};
 use crate::model::{DeltaStream, Model, ModelRequest};
 
 /// Characters per delta when a turn sets no `chunk_chars`.
-pub const DEFAULT_CHUNK_CHARS: usize = 8;
+pub(crate) const DEFAULT_CHUNK_CHARS: usize = 8;
 
 /// Template replaced by the content of the request's last tool message.
-pub const LAST_TOOL_RESULT: &str = "{{last_tool_result}}";
+pub(crate) const LAST_TOOL_RESULT: &str = "{{last_tool_result}}";
 /// Template replaced by the arithmetic expression in the request's last user message.
-pub const PROMPT_EXPRESSION: &str = "{{prompt_expression}}";
+pub(crate) const PROMPT_EXPRESSION: &str = "{{prompt_expression}}";
 
-/// A whole script: one [`Turn`] per model step of the session.
+/// A whole script (the JSON format of the module docs): one [`Turn`] per model step of the
+/// session.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Script {
+pub(crate) struct Script {
     /// Free text for the reader of the script; ignored by the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
+    pub(crate) description: Option<String>,
     /// Whether the turns start again at every prompt (numbered from the request's last user
     /// message) instead of running once through the session.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub per_prompt: bool,
+    pub(crate) per_prompt: bool,
     /// The replies, in session order.
-    pub turns: Vec<Turn>,
+    pub(crate) turns: Vec<Turn>,
 }
 
 /// When a [`Turn`] applies, judged on the request it answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum TurnCondition {
+pub(crate) enum TurnCondition {
     /// The request's last user message holds an arithmetic expression.
     PromptHasExpression,
     /// The request's last user message holds no arithmetic expression.
@@ -86,39 +92,39 @@ pub enum TurnCondition {
 /// The reply to one model step, and the failures served before it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Turn {
+pub(crate) struct Turn {
     /// The turn exists only for requests where this holds (default: always).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub when: Option<TurnCondition>,
+    pub(crate) when: Option<TurnCondition>,
     /// Visible text (templates allowed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub text: Option<String>,
+    pub(crate) text: Option<String>,
     /// Reasoning text, streamed before the visible text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reasoning: Option<String>,
+    pub(crate) reasoning: Option<String>,
     /// Tool calls, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tool_calls: Vec<ScriptToolCall>,
+    pub(crate) tool_calls: Vec<ScriptToolCall>,
     /// Characters per text/reasoning/argument delta (default 8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub chunk_chars: Option<NonZeroUsize>,
+    pub(crate) chunk_chars: Option<NonZeroUsize>,
     /// Failures served to the first attempts of this step, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub errors: Vec<ScriptFailure>,
+    pub(crate) errors: Vec<ScriptFailure>,
 }
 
 /// One tool call in a script.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ScriptToolCall {
+pub(crate) struct ScriptToolCall {
     /// Call id; defaults to `call_<session_turn>_<index>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
     /// Tool name.
-    pub name: String,
+    pub(crate) name: String,
     /// Arguments: a JSON value (serialized), or a string sent verbatim as raw argument text.
     #[serde(default = "empty_object")]
-    pub arguments: Value,
+    pub(crate) arguments: Value,
 }
 
 fn empty_object() -> Value {
@@ -128,7 +134,7 @@ fn empty_object() -> Value {
 /// A failure served instead of the reply to one attempt.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(try_from = "RawFailure", into = "RawFailure")]
-pub enum ScriptFailure {
+pub(crate) enum ScriptFailure {
     /// `stream()` fails with an HTTP-like error.
     Status {
         /// HTTP status, 400..=599.
@@ -229,7 +235,7 @@ impl From<ScriptFailure> for RawFailure {
 
 /// The error kind a scripted HTTP status stands for: the providers' classifier with an empty
 /// error body, so a scripted failure and a real one with the same status agree.
-pub fn kind_for_status(status: u16) -> ErrorKind {
+pub(crate) fn kind_for_status(status: u16) -> ErrorKind {
     crate::provider::classify::kind_for_status(status, &Default::default())
 }
 
@@ -261,7 +267,7 @@ pub enum ScriptLoadError {
 
 impl Script {
     /// Parses a script; `origin` names it in errors (usually the file path).
-    pub fn from_json_str(json: &str, origin: &str) -> Result<Script, ScriptLoadError> {
+    pub(crate) fn from_json_str(json: &str, origin: &str) -> Result<Script, ScriptLoadError> {
         serde_json::from_str(json).map_err(|e| {
             let full = e.to_string();
             let suffix = format!(" at line {} column {}", e.line(), e.column());
@@ -276,7 +282,7 @@ impl Script {
     }
 
     /// Reads and parses a script file.
-    pub fn from_file(path: impl AsRef<Path>) -> Result<Script, ScriptLoadError> {
+    pub(crate) fn from_file(path: impl AsRef<Path>) -> Result<Script, ScriptLoadError> {
         let path = path.as_ref();
         let origin = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| ScriptLoadError::Io {
@@ -290,7 +296,7 @@ impl Script {
     /// `calculator` call on the expression, then an answer with its result; any other prompt
     /// gets a short reply saying what the demo can do. `examples/scripts/demo.json` holds the
     /// same script.
-    pub fn demo() -> Script {
+    pub(crate) fn demo() -> Script {
         Script {
             description: Some(
                 "The built-in demo: compute the expression in each prompt with the calculator tool."
@@ -328,7 +334,20 @@ const DEMO_NO_EXPRESSION: &str = "I am agentloop's offline demo model: ask me so
      such as \"What is 2+3?\", and I will work it out with the calculator tool. \
      For a real model, pass --model and a provider's key.";
 
-/// A [`Model`] that serves a [`Script`].
+/// A [`Model`] that serves a script (the JSON format of the [module docs](self)), from a file
+/// ([`from_file`](Self::from_file)), JSON text ([`from_json_str`](Self::from_json_str)) or a
+/// JSON value ([`from_json`](Self::from_json)); or the built-in [`demo`](Self::demo).
+///
+/// ```
+/// use agentloop::provider::scripted::ScriptedModel;
+///
+/// let model = ScriptedModel::from_json(serde_json::json!({"turns": [
+///     {"tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}]},
+///     {"text": "It is {{last_tool_result}}."}
+/// ]}))?;
+/// assert_eq!(model.turns(), 2);
+/// # Ok::<(), agentloop::provider::scripted::ScriptLoadError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct ScriptedModel {
     script: Script,
@@ -336,8 +355,31 @@ pub struct ScriptedModel {
 
 impl ScriptedModel {
     /// A model serving `script`.
-    pub fn new(script: Script) -> Self {
+    pub(crate) fn new(script: Script) -> Self {
         ScriptedModel { script }
+    }
+
+    /// A model serving the script `script` (a JSON value of the script format, e.g. from
+    /// `serde_json::json!`). Errors are [`ScriptLoadError::Parse`] with line and column 0.
+    pub fn from_json(script: Value) -> Result<Self, ScriptLoadError> {
+        serde_json::from_value(script)
+            .map(Self::new)
+            .map_err(|e| ScriptLoadError::Parse {
+                origin: "script value".into(),
+                line: e.line(),
+                column: e.column(),
+                message: e.to_string(),
+            })
+    }
+
+    /// The script as JSON (what [`from_json`](Self::from_json) reads back).
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(&self.script).unwrap_or(Value::Null)
+    }
+
+    /// How many turns the script has (with `per_prompt`, per prompt).
+    pub fn turns(&self) -> usize {
+        self.script.turns.len()
     }
 
     /// Loads a script file.
@@ -350,14 +392,12 @@ impl ScriptedModel {
         Script::from_json_str(json, origin_name).map(Self::new)
     }
 
-    /// The built-in demo script (see [`Script::demo`]).
+    /// The built-in demo, for every prompt of a session: a prompt with arithmetic in it gets a
+    /// `calculator` call on the expression, then an answer with its result; any other prompt
+    /// gets a short reply saying what the demo can do. `examples/scripts/demo.json` holds the
+    /// same script.
     pub fn demo() -> Self {
         Self::new(Script::demo())
-    }
-
-    /// The script served.
-    pub fn script(&self) -> &Script {
-        &self.script
     }
 
     wire_pub! {
@@ -663,7 +703,7 @@ impl Templates {
 /// operator win over bare numbers. Empty when there is none.
 ///
 /// `"What is 2+3?"` → `"2+3"`; `"In 2024, what is (1+2)*3?"` → `"(1+2)*3"`.
-pub fn prompt_expression(prompt: &str) -> String {
+pub(crate) fn prompt_expression(prompt: &str) -> String {
     fn allowed(c: char) -> bool {
         c.is_ascii_digit() || " .+-*/%^()".contains(c)
     }

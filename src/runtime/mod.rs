@@ -600,8 +600,8 @@ impl<M> AgentBuilder<M> {
 
     /// Adds the tools of a connected MCP server (feature `mcp`; see [`crate::mcp`]). The
     /// builder stays synchronous: connecting is IO, done before by
-    /// [`McpServer::connect`](crate::mcp::McpServer::connect). A tool named like one already
-    /// registered replaces it.
+    /// [`McpServer::connect_stdio`](crate::mcp::McpServer::connect_stdio) and its siblings. A
+    /// tool named like one already registered replaces it.
     #[cfg(feature = "mcp")]
     pub fn mcp(mut self, server: &crate::mcp::McpServer) -> Self {
         for tool in server.tools() {
@@ -735,7 +735,7 @@ impl<M> AgentBuilder<M> {
     /// Composes an agent's instructions into the system prompt with
     /// [`build_system_prompt`](crate::instructions::build_system_prompt), after any system
     /// prompt already set. Load them by agent id with
-    /// [`InstructionsDir::load`](crate::instructions::InstructionsDir::load).
+    /// [`instructions::load`](crate::instructions::load).
     pub fn instructions(mut self, text: &str) -> Self {
         self.config.system = Some(crate::instructions::build_system_prompt(
             self.config.system.as_deref(),

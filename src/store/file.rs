@@ -100,9 +100,6 @@ use super::records::{encode_bounded, scan, Scan, Torn, DEFAULT_MAX_ENTRY_BYTES};
 use super::{Entry, EntryKey, LoadReport, SessionLock, SessionStore, StoreError};
 use crate::regular_file::{open_regular, OpenError};
 
-/// The environment variable naming the default store directory.
-pub(crate) const STORE_ENV: &str = "AGENTLOOP_STORE";
-
 /// Opens an existing session or lock file with `options`, refusing anything but a regular
 /// file (links are not followed, FIFOs not waited on); `Ok(None)` when it does not exist.
 fn open_existing(path: &Path, options: &mut OpenOptions) -> Result<Option<File>, StoreError> {
@@ -339,10 +336,7 @@ impl FileStore {
 
     /// `$AGENTLOOP_STORE` if set and non-empty, else `./.agentloop/sessions`.
     pub fn default_dir() -> PathBuf {
-        match std::env::var_os(STORE_ENV) {
-            Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-            _ => PathBuf::from(".agentloop").join("sessions"),
-        }
+        super::default_dir()
     }
 
     /// Sets the durability mode (for sessions opened for writing from now on).

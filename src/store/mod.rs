@@ -1,10 +1,10 @@
 //! The session store port: append-only session entries, and the in-memory store.
 //!
 //! The stores: [`MemoryStore`], [`FileStore`] (the embedded JSON Lines store, feature
-//! `file-store`), `SqliteStore` and `PostgresStore` (features `sqlite-store` /
-//! `postgres-store`, over the shared `SqlStore`), and [`AnyStore`] (any of them, opened by
-//! [`StoreUrl`]). [`export_jsonl`], [`export_markdown`] and [`list_sessions`] export and list
-//! a file store's sessions. The session log's invariants over any backend's entries (pairing
+//! `file-store`), and [`AnyStore`]: any durable store, opened by URL (a directory for the file
+//! store, `sqlite:PATH` with feature `sqlite-store`, `postgres://…` with feature
+//! `postgres-store`). [`export_jsonl`], [`export_markdown`] and [`list_sessions`] export and
+//! list a file store's sessions. The session log's invariants over any backend's entries (pairing
 //! check, repair, model context) are `agentloop_core::session_log`.
 //!
 //! Plugging in another backend means implementing [`SessionStore`]: `load` returns the
@@ -37,46 +37,37 @@
 //! # }
 //! ```
 
-/// Declares a public SQL store: a newtype of the crate's `SqlStore` over one backend, with the
-/// store's public methods and [`SessionStore`].
+/// Declares a SQL store: a newtype of the crate's `SqlStore` over one backend, with the
+/// store's methods and [`SessionStore`]. A program opens one through
+/// [`AnyStore::open`](crate::store::AnyStore::open).
 #[cfg(any(feature = "sqlite-store", feature = "postgres-store"))]
 macro_rules! sql_store {
     ($(#[$meta:meta])* $name:ident($backend:ty)) => {
         $(#[$meta])*
         #[derive(Debug)]
-        pub struct $name(pub(crate) crate::store::sql::SqlStore<$backend>);
+        pub(crate) struct $name(pub(crate) crate::store::sql::SqlStore<$backend>);
 
         impl $name {
             /// Sets the durability mode (default [`Durability::Sync`](crate::store::Durability::Sync)).
-            pub fn with_durability(self, durability: crate::store::Durability) -> Self {
+            pub(crate) fn with_durability(self, durability: crate::store::Durability) -> Self {
                 $name(self.0.with_durability(durability))
-            }
-
-            /// The durability mode.
-            pub fn durability(&self) -> crate::store::Durability {
-                self.0.durability()
             }
 
             /// Sets the entry size limit: the longest record written or read (default
             /// [`DEFAULT_MAX_ENTRY_BYTES`](crate::store::DEFAULT_MAX_ENTRY_BYTES)).
-            pub fn with_max_entry_bytes(self, limit: u64) -> Self {
+            pub(crate) fn with_max_entry_bytes(self, limit: u64) -> Self {
                 $name(self.0.with_max_entry_bytes(limit))
             }
 
-            /// The entry size limit.
-            pub fn max_entry_bytes(&self) -> u64 {
-                self.0.max_entry_bytes()
-            }
-
             /// Names the store (`sqlite:PATH`, `postgres://host:port/db`).
-            pub fn location(&self) -> String {
+            pub(crate) fn location(&self) -> String {
                 self.0.location()
             }
 
             /// Takes the session's lock: [`StoreError::Locked`](crate::store::StoreError::Locked)
             /// when another process, another store or a live
             /// [`SessionLock`](crate::store::SessionLock) of this store holds it.
-            pub async fn lock(
+            pub(crate) async fn lock(
                 &self,
                 session: &str,
             ) -> Result<crate::store::SessionLock, crate::store::StoreError> {
@@ -85,26 +76,16 @@ macro_rules! sql_store {
 
             /// Loads all valid entries of `session` (empty when it has none) and reports a torn
             /// last row; deletes that row when this store holds the session's lock.
-            pub async fn load_report(
+            pub(crate) async fn load_report(
                 &self,
                 session: &str,
             ) -> Result<(Vec<crate::store::Entry>, crate::store::LoadReport), crate::store::StoreError> {
                 self.0.load_report(session).await
             }
 
-            /// Appends `entry` durably (per the durability mode). Returns `false` when an entry
-            /// with the same idempotency key is stored (nothing is written).
-            pub async fn append_entry(
-                &self,
-                session: &str,
-                entry: &crate::store::Entry,
-            ) -> Result<bool, crate::store::StoreError> {
-                self.0.append_entry(session, entry).await
-            }
-
             /// Makes batched appends of `session` durable and releases the store's share of the
             /// session's lock (the lock itself goes once no `SessionLock` for it is alive).
-            pub async fn close(&self, session: &str) -> Result<(), crate::store::StoreError> {
+            pub(crate) async fn close(&self, session: &str) -> Result<(), crate::store::StoreError> {
                 self.0.close(session).await
             }
         }
@@ -157,7 +138,11 @@ mod records;
 mod sql;
 #[cfg(feature = "sqlite-store")]
 mod sqlite;
-#[cfg(feature = "file-store")]
+#[cfg(any(
+    feature = "file-store",
+    feature = "sqlite-store",
+    feature = "postgres-store"
+))]
 mod url;
 
 // The session log's invariants (check, repair, pairing, history) are the core's
@@ -174,7 +159,9 @@ pub use fault::{FaultPoint, FaultyStore};
 pub use file::FileStore;
 pub use options::{validate_session_id, Durability, MAX_SESSION_ID_LEN};
 #[cfg(feature = "postgres-store")]
-pub use postgres::{PostgresStore, LOCK_SEED as POSTGRES_LOCK_SEED};
+pub(crate) use postgres::PostgresStore;
+#[cfg(feature = "postgres-store")]
+pub use postgres::LOCK_SEED as POSTGRES_LOCK_SEED;
 #[cfg(any(
     feature = "file-store",
     feature = "sqlite-store",
@@ -182,9 +169,40 @@ pub use postgres::{PostgresStore, LOCK_SEED as POSTGRES_LOCK_SEED};
 ))]
 pub use records::{DEFAULT_MAX_ENTRY_BYTES, RECORD_VERSION};
 #[cfg(feature = "sqlite-store")]
-pub use sqlite::SqliteStore;
-#[cfg(feature = "file-store")]
-pub use url::{AnyStore, StoreUrl};
+pub(crate) use sqlite::SqliteStore;
+#[cfg(any(
+    feature = "file-store",
+    feature = "sqlite-store",
+    feature = "postgres-store"
+))]
+pub use url::AnyStore;
+#[cfg(any(
+    feature = "file-store",
+    feature = "sqlite-store",
+    feature = "postgres-store"
+))]
+pub(crate) use url::StoreUrl;
+
+/// The environment variable naming the default store (a directory or a store URL).
+#[cfg(any(
+    feature = "file-store",
+    feature = "sqlite-store",
+    feature = "postgres-store"
+))]
+pub(crate) const STORE_ENV: &str = "AGENTLOOP_STORE";
+
+/// The default store directory: `$AGENTLOOP_STORE` if set, else `./.agentloop/sessions`.
+#[cfg(any(
+    feature = "file-store",
+    feature = "sqlite-store",
+    feature = "postgres-store"
+))]
+pub(crate) fn default_dir() -> std::path::PathBuf {
+    match std::env::var_os(STORE_ENV) {
+        Some(dir) if !dir.is_empty() => std::path::PathBuf::from(dir),
+        _ => std::path::PathBuf::from(".agentloop").join("sessions"),
+    }
+}
 
 pub use crate::regular_file::FileKind;
 
@@ -398,6 +416,14 @@ pub enum StoreError {
         store: String,
         /// The driver's error.
         source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A store URL that names no store ([`AnyStore::open`]).
+    #[error("invalid session store {url:?}: {reason}")]
+    InvalidUrl {
+        /// The value given.
+        url: String,
+        /// Why it names no store.
+        reason: String,
     },
     /// Any other failure (injected faults, backends).
     #[error("session store error: {0}")]

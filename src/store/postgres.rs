@@ -227,7 +227,7 @@ impl PostgresStore {
     /// connect timeout unless it sets one) and creates or checks the schema, with
     /// [`Durability::Sync`](super::Durability::Sync) and the default entry size limit.
     /// Connections are unencrypted (`NoTls`): use it on a trusted network or a local socket.
-    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+    pub(crate) async fn connect(url: &str) -> Result<Self, StoreError> {
         Ok(PostgresStore(SqlStore::from_backend(
             PostgresBackend::connect(url).await?,
         )))

@@ -247,11 +247,6 @@ impl<B: SqlBackend> SqlStore<B> {
         self
     }
 
-    /// The durability mode.
-    pub(crate) fn durability(&self) -> Durability {
-        self.durability
-    }
-
     /// Sets the entry size limit (the longest record written or read; the file store's
     /// [`FileStore::with_max_entry_bytes`](super::FileStore::with_max_entry_bytes) rule).
     pub(crate) fn with_max_entry_bytes(mut self, limit: u64) -> Self {
@@ -259,13 +254,8 @@ impl<B: SqlBackend> SqlStore<B> {
         self
     }
 
-    /// The entry size limit.
-    pub(crate) fn max_entry_bytes(&self) -> u64 {
-        self.max_entry_bytes
-    }
-
     /// The database under the store.
-    #[cfg_attr(not(feature = "file-store"), allow(dead_code))] // `AnyStore` and `SqliteStore::path`
+    // `AnyStore::exists` reads the rows through it.
     pub(crate) fn backend(&self) -> &B {
         &self.backend
     }

@@ -40,7 +40,7 @@
 //! Database calls run on [`tokio::task::spawn_blocking`] over one connection per store. A
 //! dropped append future does not stop its call: the row is committed or not as a whole.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -161,11 +161,6 @@ impl SqliteBackend {
         })
     }
 
-    /// The database file.
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Runs `f` on the connection on a blocking thread.
     async fn call<T: Send + 'static>(
         &self,
@@ -234,15 +229,10 @@ impl SqliteStore {
     /// [`Durability::Sync`](super::Durability::Sync) and the default entry size limit. A
     /// symbolic link or other non-regular file at `path` is refused, as the file store
     /// refuses one.
-    pub fn open(path: impl Into<PathBuf>) -> Result<Self, StoreError> {
+    pub(crate) fn open(path: impl Into<PathBuf>) -> Result<Self, StoreError> {
         Ok(SqliteStore(SqlStore::from_backend(SqliteBackend::open(
             path,
         )?)))
-    }
-
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        self.0.backend().path()
     }
 }
 

@@ -1,19 +1,21 @@
-//! Opening a session store by URL: `DIR` (the file store), `sqlite:PATH` (feature
-//! `sqlite-store`), `postgres://…` / `postgresql://…` (feature `postgres-store`). The CLI's
-//! `--store` takes these; [`AnyStore`] gives every command one set of operations whatever the
-//! store.
+//! Opening a session store by URL: `DIR` (the file store, feature `file-store`), `sqlite:PATH`
+//! (feature `sqlite-store`), `postgres://…` / `postgresql://…` (feature `postgres-store`).
+//! [`AnyStore`] is the store so opened, with one set of operations whatever the backend; the
+//! CLI's `--store` takes these URLs.
 
 use std::path::PathBuf;
 
 use async_trait::async_trait;
 
+#[cfg(feature = "file-store")]
 use super::export::{list_sessions, SessionInfo};
-use super::{Durability, Entry, FileStore, LoadReport, SessionLock, SessionStore, StoreError};
+#[cfg(feature = "file-store")]
+use super::FileStore;
+use super::{Durability, Entry, LoadReport, SessionLock, SessionStore, StoreError};
 
-/// Where sessions live, parsed from a `--store` value.
+/// Where sessions live, parsed from a store URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum StoreUrl {
+pub(crate) enum StoreUrl {
     /// A directory of JSON Lines files (any value that is not one of the URLs below).
     Dir(PathBuf),
     /// `sqlite:PATH`: one SQLite database file.
@@ -46,25 +48,58 @@ impl std::str::FromStr for StoreUrl {
     }
 }
 
-impl Default for StoreUrl {
-    /// `$AGENTLOOP_STORE` when it holds a `sqlite:` or `postgres` URL, else the file store in
-    /// [`FileStore::default_dir`] (which reads `$AGENTLOOP_STORE` as a directory).
-    fn default() -> Self {
-        let env = std::env::var(super::file::STORE_ENV).ok();
+impl StoreUrl {
+    /// `$AGENTLOOP_STORE` when it holds a `sqlite:` or `postgres` URL, else the file store's
+    /// default directory (which reads `$AGENTLOOP_STORE` as a directory).
+    pub(crate) fn default_store() -> Self {
+        let env = std::env::var(super::STORE_ENV).ok();
         match env.as_deref().map(str::parse::<StoreUrl>) {
             Some(Ok(url)) if !matches!(url, StoreUrl::Dir(_)) => url,
-            _ => StoreUrl::Dir(FileStore::default_dir()),
+            _ => StoreUrl::Dir(super::default_dir()),
         }
+    }
+
+    /// Parses `url`; a value that is no store URL is [`StoreError::InvalidUrl`].
+    pub(crate) fn parse(url: &str) -> Result<Self, StoreError> {
+        url.parse().map_err(|reason| StoreError::InvalidUrl {
+            url: url.to_string(),
+            reason,
+        })
     }
 }
 
-/// Any session store the URL can name, with the operations the CLI needs.
+/// A session store opened by URL ([`AnyStore::open`]): `DIR` (the JSON Lines file store,
+/// feature `file-store`), `sqlite:PATH` (one SQLite database, feature `sqlite-store`) or
+/// `postgres://user@host:port/db` (feature `postgres-store`), with the operations a program
+/// needs besides the [`SessionStore`] port: a session's lock, a load that reports (and, under
+/// the lock, cuts) a torn last entry, listing, closing.
+///
+/// The SQLite store keeps its lock files in `<database>.locks/` and refuses a symbolic link
+/// or other non-regular file as its database; the PostgreSQL store takes advisory locks and
+/// connects unencrypted (`NoTls`: a trusted network or a local socket), with a 10 s connect
+/// timeout unless the URL sets one.
+///
+/// ```no_run
+/// use agentloop::store::{AnyStore, Durability};
+///
+/// # async fn demo() -> Result<(), agentloop::store::StoreError> {
+/// let store = AnyStore::open("sqlite:sessions.db", Durability::Sync).await?;
+/// let _lock = store.lock("session-1").await?;
+/// let (entries, report) = store.load_report("session-1").await?;
+/// # let _ = (entries, report);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct AnyStore(Backend);
+
+/// The store behind an [`AnyStore`].
 // One per process, never moved around in bulk: the size difference does not matter.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
-#[non_exhaustive]
-pub enum AnyStore {
+enum Backend {
     /// The JSON Lines file store.
+    #[cfg(feature = "file-store")]
     File(FileStore),
     /// The SQLite store.
     #[cfg(feature = "sqlite-store")]
@@ -75,7 +110,10 @@ pub enum AnyStore {
 }
 
 /// A SQL store's sessions as [`SessionInfo`]s (`path` is the store's location).
-#[cfg(any(feature = "sqlite-store", feature = "postgres-store"))]
+#[cfg(all(
+    feature = "file-store",
+    any(feature = "sqlite-store", feature = "postgres-store")
+))]
 async fn list_sql<B: super::sql::SqlBackend>(
     store: &super::sql::SqlStore<B>,
 ) -> Result<Vec<SessionInfo>, StoreError> {
@@ -100,7 +138,11 @@ async fn list_sql<B: super::sql::SqlBackend>(
         .collect())
 }
 
-#[cfg(not(all(feature = "sqlite-store", feature = "postgres-store")))]
+#[cfg(not(all(
+    feature = "file-store",
+    feature = "sqlite-store",
+    feature = "postgres-store"
+)))]
 fn not_built(url: &StoreUrl, feature: &str) -> StoreError {
     StoreError::Other(format!(
         "{url:?} needs the `{feature}` feature of agentloop, which this build does not have"
@@ -108,122 +150,162 @@ fn not_built(url: &StoreUrl, feature: &str) -> StoreError {
 }
 
 impl AnyStore {
-    /// Opens (creating it if needed) the store `url` names, with `durability`.
-    pub async fn open(url: &StoreUrl, durability: Durability) -> Result<Self, StoreError> {
-        match url {
-            StoreUrl::Dir(dir) => Ok(AnyStore::File(
-                FileStore::open(dir)?.with_durability(durability),
-            )),
+    /// Opens (creating it if needed) the store `url` names, with `durability`: a directory,
+    /// `sqlite:PATH` (`sqlite://PATH` too), `postgres://…` / `postgresql://…` (or a
+    /// `key=value` connection string after `postgres:`). A value that is no store URL is
+    /// [`StoreError::InvalidUrl`]; a backend this build lacks the feature of is an error
+    /// naming the feature.
+    pub async fn open(url: &str, durability: Durability) -> Result<Self, StoreError> {
+        Self::open_url(&StoreUrl::parse(url)?, durability).await
+    }
+
+    /// Opens the default store: `$AGENTLOOP_STORE` (a directory or a URL), else the file
+    /// store in `./.agentloop/sessions`.
+    pub async fn open_default(durability: Durability) -> Result<Self, StoreError> {
+        Self::open_url(&StoreUrl::default_store(), durability).await
+    }
+
+    /// Opens the store `url` names.
+    pub(crate) async fn open_url(
+        url: &StoreUrl,
+        durability: Durability,
+    ) -> Result<Self, StoreError> {
+        let backend = match url {
+            #[cfg(feature = "file-store")]
+            StoreUrl::Dir(dir) => Backend::File(FileStore::open(dir)?.with_durability(durability)),
+            #[cfg(not(feature = "file-store"))]
+            StoreUrl::Dir(_) => return Err(not_built(url, "file-store")),
             #[cfg(feature = "sqlite-store")]
-            StoreUrl::Sqlite(path) => Ok(AnyStore::Sqlite(
-                super::SqliteStore::open(path)?.with_durability(durability),
-            )),
+            StoreUrl::Sqlite(path) => {
+                Backend::Sqlite(super::SqliteStore::open(path)?.with_durability(durability))
+            }
             #[cfg(not(feature = "sqlite-store"))]
-            StoreUrl::Sqlite(_) => Err(not_built(url, "sqlite-store")),
+            StoreUrl::Sqlite(_) => return Err(not_built(url, "sqlite-store")),
             #[cfg(feature = "postgres-store")]
-            StoreUrl::Postgres(conninfo) => Ok(AnyStore::Postgres(
+            StoreUrl::Postgres(conninfo) => Backend::Postgres(
                 super::PostgresStore::connect(conninfo)
                     .await?
                     .with_durability(durability),
-            )),
+            ),
             #[cfg(not(feature = "postgres-store"))]
-            StoreUrl::Postgres(_) => Err(not_built(url, "postgres-store")),
+            StoreUrl::Postgres(_) => return Err(not_built(url, "postgres-store")),
+        };
+        Ok(AnyStore(backend))
+    }
+
+    /// The file store, when this is one (its session files, its blocking operations).
+    #[cfg(feature = "file-store")]
+    pub fn as_file_store(&self) -> Option<&FileStore> {
+        match &self.0 {
+            Backend::File(s) => Some(s),
+            #[allow(unreachable_patterns)]
+            _ => None,
         }
     }
 
-    /// Sets the entry size limit (the file store's
-    /// [`with_max_entry_bytes`](FileStore::with_max_entry_bytes) rule, on every store).
+    /// Sets the entry size limit: the longest record written or read (default
+    /// [`DEFAULT_MAX_ENTRY_BYTES`](super::DEFAULT_MAX_ENTRY_BYTES)).
     pub fn with_max_entry_bytes(self, limit: u64) -> Self {
-        match self {
-            AnyStore::File(s) => AnyStore::File(s.with_max_entry_bytes(limit)),
+        AnyStore(match self.0 {
+            #[cfg(feature = "file-store")]
+            Backend::File(s) => Backend::File(s.with_max_entry_bytes(limit)),
             #[cfg(feature = "sqlite-store")]
-            AnyStore::Sqlite(s) => AnyStore::Sqlite(s.with_max_entry_bytes(limit)),
+            Backend::Sqlite(s) => Backend::Sqlite(s.with_max_entry_bytes(limit)),
             #[cfg(feature = "postgres-store")]
-            AnyStore::Postgres(s) => AnyStore::Postgres(s.with_max_entry_bytes(limit)),
-        }
+            Backend::Postgres(s) => Backend::Postgres(s.with_max_entry_bytes(limit)),
+        })
     }
 
     /// Names the store: its directory, `sqlite:PATH` or `postgres://host:port/db`.
     pub fn location(&self) -> String {
-        match self {
-            AnyStore::File(s) => s.dir().display().to_string(),
+        match &self.0 {
+            #[cfg(feature = "file-store")]
+            Backend::File(s) => s.dir().display().to_string(),
             #[cfg(feature = "sqlite-store")]
-            AnyStore::Sqlite(s) => s.location(),
+            Backend::Sqlite(s) => s.location(),
             #[cfg(feature = "postgres-store")]
-            AnyStore::Postgres(s) => s.location(),
+            Backend::Postgres(s) => s.location(),
         }
     }
 
-    /// Takes `session`'s lock ([`StoreError::Locked`] when someone else holds it).
+    /// Takes `session`'s lock ([`StoreError::Locked`] when another process, another store or
+    /// a live [`SessionLock`] of this store holds it). Released when the lock is dropped.
     pub async fn lock(&self, session: &str) -> Result<SessionLock, StoreError> {
-        match self {
-            AnyStore::File(s) => s.lock(session),
+        match &self.0 {
+            #[cfg(feature = "file-store")]
+            Backend::File(s) => s.lock(session),
             #[cfg(feature = "sqlite-store")]
-            AnyStore::Sqlite(s) => s.lock(session).await,
+            Backend::Sqlite(s) => s.lock(session).await,
             #[cfg(feature = "postgres-store")]
-            AnyStore::Postgres(s) => s.lock(session).await,
+            Backend::Postgres(s) => s.lock(session).await,
         }
     }
 
     /// Loads `session` and reports a torn last entry (cut only under this store's lock).
     pub async fn load_report(&self, session: &str) -> Result<(Vec<Entry>, LoadReport), StoreError> {
-        match self {
-            AnyStore::File(s) => s.load_blocking(session),
+        match &self.0 {
+            #[cfg(feature = "file-store")]
+            Backend::File(s) => s.load_blocking(session),
             #[cfg(feature = "sqlite-store")]
-            AnyStore::Sqlite(s) => s.load_report(session).await,
+            Backend::Sqlite(s) => s.load_report(session).await,
             #[cfg(feature = "postgres-store")]
-            AnyStore::Postgres(s) => s.load_report(session).await,
+            Backend::Postgres(s) => s.load_report(session).await,
         }
     }
 
     /// Whether anything is stored for `session` (a file, or at least one row; a session
     /// holding only a torn entry exists but has no entries).
     pub async fn exists(&self, session: &str) -> Result<bool, StoreError> {
-        match self {
+        match &self.0 {
             // Not `is_file`, which follows a link: a link (or FIFO) is refused by the load.
-            AnyStore::File(s) => Ok(std::fs::symlink_metadata(s.session_path(session)?).is_ok()),
+            #[cfg(feature = "file-store")]
+            Backend::File(s) => Ok(std::fs::symlink_metadata(s.session_path(session)?).is_ok()),
             #[cfg(feature = "sqlite-store")]
-            AnyStore::Sqlite(s) => Ok(!super::sql::SqlBackend::rows(s.0.backend(), session, 0)
+            Backend::Sqlite(s) => Ok(!super::sql::SqlBackend::rows(s.0.backend(), session, 0)
                 .await?
                 .is_empty()),
             #[cfg(feature = "postgres-store")]
-            AnyStore::Postgres(s) => Ok(!super::sql::SqlBackend::rows(s.0.backend(), session, 0)
+            Backend::Postgres(s) => Ok(!super::sql::SqlBackend::rows(s.0.backend(), session, 0)
                 .await?
                 .is_empty()),
         }
     }
 
-    /// Makes batched appends durable and releases the store's share of the session's lock.
+    /// Makes batched appends durable and releases the store's share of the session's lock
+    /// (the lock itself goes once no [`SessionLock`] for it is alive).
     pub async fn close(&self, session: &str) -> Result<(), StoreError> {
-        match self {
-            AnyStore::File(s) => s.close(session),
+        match &self.0 {
+            #[cfg(feature = "file-store")]
+            Backend::File(s) => s.close(session),
             #[cfg(feature = "sqlite-store")]
-            AnyStore::Sqlite(s) => s.close(session).await,
+            Backend::Sqlite(s) => s.close(session).await,
             #[cfg(feature = "postgres-store")]
-            AnyStore::Postgres(s) => s.close(session).await,
+            Backend::Postgres(s) => s.close(session).await,
         }
     }
 
     /// The stored sessions, sorted by id (for a SQL store, `path` is the store's location
     /// and `torn_tail` is not computed: a load reports it).
+    #[cfg(feature = "file-store")]
     pub async fn list(&self) -> Result<Vec<SessionInfo>, StoreError> {
-        match self {
-            AnyStore::File(s) => list_sessions(s.dir()),
+        match &self.0 {
+            Backend::File(s) => list_sessions(s.dir()),
             #[cfg(feature = "sqlite-store")]
-            AnyStore::Sqlite(s) => list_sql(&s.0).await,
+            Backend::Sqlite(s) => list_sql(&s.0).await,
             #[cfg(feature = "postgres-store")]
-            AnyStore::Postgres(s) => list_sql(&s.0).await,
+            Backend::Postgres(s) => list_sql(&s.0).await,
         }
     }
 
     /// The store as the port.
     fn port(&self) -> &dyn SessionStore {
-        match self {
-            AnyStore::File(s) => s,
+        match &self.0 {
+            #[cfg(feature = "file-store")]
+            Backend::File(s) => s,
             #[cfg(feature = "sqlite-store")]
-            AnyStore::Sqlite(s) => s,
+            Backend::Sqlite(s) => s,
             #[cfg(feature = "postgres-store")]
-            AnyStore::Postgres(s) => s,
+            Backend::Postgres(s) => s,
         }
     }
 }

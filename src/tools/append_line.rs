@@ -35,20 +35,17 @@ pub(crate) const MAX_LINE_BYTES: usize = 64 * 1024;
 
 /// The `append_line` tool. Side-effecting: killable, but not safe to retry.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct AppendLine;
+pub(crate) struct AppendLine;
 
 /// Arguments of `append_line`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-// `pub` only because it is the associated `Args` of a public `TypedTool` impl; the module is
-// private, so no user names it.
-#[allow(unreachable_pub)]
-pub struct AppendLineArgs {
+pub(crate) struct AppendLineArgs {
     /// Path of the file, relative to the tool root directory (it may not leave it). The file is
     /// created if missing; its directory must already exist.
-    pub path: String,
+    pub(crate) path: String,
     /// The text to append as one line (without a newline; one is added).
-    pub line: String,
+    pub(crate) line: String,
 }
 
 #[async_trait]

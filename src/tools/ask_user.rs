@@ -11,7 +11,7 @@ use crate::process::ASK_USER_TOOL;
 
 /// The `ask_user` tool (see the module doc).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct AskUser;
+pub(crate) struct AskUser;
 
 #[async_trait]
 impl Tool for AskUser {

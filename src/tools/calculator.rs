@@ -18,18 +18,15 @@ pub(crate) const MAX_NESTING: usize = 64;
 
 /// The `calculator` tool. Pure, so it is safe to retry.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Calculator;
+pub(crate) struct Calculator;
 
 /// Arguments of `calculator`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-// `pub` only because it is the associated `Args` of a public `TypedTool` impl; the module is
-// private, so no user names it.
-#[allow(unreachable_pub)]
-pub struct CalculatorArgs {
+pub(crate) struct CalculatorArgs {
     /// An arithmetic expression, e.g. `(2+3)*4` or `2^10 / 3`. Operators: + - * / % ^ and
     /// parentheses; functions such as `math::sqrt(2)` are available.
-    pub expression: String,
+    pub(crate) expression: String,
 }
 
 #[async_trait]

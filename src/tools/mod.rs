@@ -1,5 +1,6 @@
 //! The tool port: tool specs (schemas from `schemars`), the `Tool` trait, the registry, and the
-//! built-in tools.
+//! built-in tools ([`calculator()`], [`read_file()`], [`append_line()`] with feature
+//! `builtin-tools`; [`ask_user()`], [`write_todos()`]), each a constructor returning the tool.
 //!
 //! # Example
 //!
@@ -50,7 +51,7 @@ use serde_json::Value;
 
 pub use agentloop_core::tool_spec::ToolSpec;
 use agentloop_core::tool_spec::ToolSpecs;
-pub use schema::ArgumentSchemas;
+pub(crate) use schema::ArgumentSchemas;
 
 mod schema;
 pub(crate) use schema::compile_shared;
@@ -66,7 +67,7 @@ pub struct ToolContext {
     /// runtime may run the same call twice (the Restate adapter re-runs the effect in flight
     /// after a crash and passes `<session>/<call_id>` here). `None` (the tokio runtime, which
     /// reports `outcome_unknown` instead of re-running): the tool behaves as before.
-    /// [`AppendLine`] honours it.
+    /// The built-in [`append_line`](fn@append_line) honours it.
     pub idempotency_key: Option<String>,
 }
 
@@ -183,8 +184,8 @@ impl<T: TypedTool> Tool for T {
 /// A tool's spec is taken once, when it is inserted; the specs are shared (`Arc<[ToolSpec]>`), so
 /// cloning a registry (one per agent) and handing its specs to agents, sessions and runs
 /// copies no schema. Its parameters schema is compiled when a call of the tool is first checked
-/// ([`ArgumentSchemas`]; compiled validators are shared by schema across the process): every
-/// call's arguments are checked against it before the call runs (R-TOOL-1).
+/// (compiled validators are shared by schema across the process): every call's arguments are
+/// checked against it before the call runs (R-TOOL-1; [`check_arguments`](Self::check_arguments)).
 ///
 /// Inserting is O(log n): the shared spec list is built on the first [`specs`](Self::specs)
 /// after a change, so adding n tools one by one (an MCP server's thousands) costs O(n log n),
@@ -286,9 +287,63 @@ impl ToolRegistry {
 
     /// The tools' compiled parameters schemas (shared, not copied): what the runtime checks
     /// each call's arguments against before it runs (R-TOOL-1).
-    pub fn schemas(&self) -> ArgumentSchemas {
+    pub(crate) fn schemas(&self) -> ArgumentSchemas {
         self.schemas.clone()
     }
+
+    /// The verdicts of the tools' parameters schemas on the tool calls among a model
+    /// attempt's `deltas` (R-TOOL-1): one [`ArgumentsRejected`] per call whose arguments break
+    /// its tool's schema, what the machine's `done` event carries. Calls of an unknown tool and
+    /// calls whose arguments are not JSON get none (the machine fails them on rows of their
+    /// own). For a driver of the machines other than this crate's runtime (the Restate adapter).
+    ///
+    /// [`ArgumentsRejected`]: agentloop_core::tool_check::ArgumentsRejected
+    pub fn check_arguments<'a>(
+        &self,
+        deltas: impl IntoIterator<Item = &'a crate::MessageDelta>,
+    ) -> Vec<agentloop_core::tool_check::ArgumentsRejected> {
+        self.schemas.check_deltas(deltas)
+    }
+}
+
+/// The built-in `calculator` tool (feature `builtin-tools`): evaluates an arithmetic expression
+/// (`(2+3)*4`, `2^10 / 3`, `math::sqrt(2)`); integer literals are evaluated as floating point,
+/// so `7/2` is `3.5`. Pure, so an identical call is answered from the session's cache, and safe
+/// to retry.
+#[cfg(feature = "builtin-tools")]
+pub fn calculator() -> Arc<dyn Tool> {
+    Arc::new(calculator::Calculator)
+}
+
+/// The built-in `read_file` tool (feature `builtin-tools`): the text of a file under the
+/// tool root ([`ToolContext::root`]; a path may not leave it), at most 1 MiB. Read-only, so
+/// safe to retry.
+#[cfg(feature = "builtin-tools")]
+pub fn read_file() -> Arc<dyn Tool> {
+    Arc::new(read_file::ReadFile)
+}
+
+/// The built-in `append_line` tool (feature `builtin-tools`): appends one line to a file under
+/// the tool root, creating the file if needed. Side-effecting: killable, not safe to retry;
+/// with a [`ToolContext::idempotency_key`] a re-run of the same call appends nothing.
+#[cfg(feature = "builtin-tools")]
+pub fn append_line() -> Arc<dyn Tool> {
+    Arc::new(append_line::AppendLine)
+}
+
+/// The built-in `ask_user` tool: the model asks the person a question, with options. It never
+/// runs: the machine puts the question to the person instead (offer it with
+/// [`AgentBuilder::ask_user`](crate::runtime::AgentBuilder::ask_user), which also turns the
+/// question handling on).
+pub fn ask_user() -> Arc<dyn Tool> {
+    Arc::new(ask_user::AskUser)
+}
+
+/// The built-in `write_todos` tool: the model keeps its todo list, each call sending the whole
+/// list, reported as a `todo_change` event ([`AgentBuilder::write_todos`](crate::runtime::AgentBuilder::write_todos)
+/// offers it).
+pub fn write_todos() -> Arc<dyn Tool> {
+    Arc::new(write_todos::WriteTodos)
 }
 
 #[cfg(feature = "builtin-tools")]
@@ -301,11 +356,7 @@ pub mod protected;
 mod read_file;
 mod write_todos;
 
-#[cfg(feature = "builtin-tools")]
-pub use append_line::AppendLine;
-pub use ask_user::AskUser;
-#[cfg(feature = "builtin-tools")]
-pub use calculator::Calculator;
-#[cfg(feature = "builtin-tools")]
-pub use read_file::ReadFile;
-pub use write_todos::WriteTodos;
+// The built-in tools are named by their constructors above; the runtime inserts the two it
+// offers through the builder by type.
+pub(crate) use ask_user::AskUser;
+pub(crate) use write_todos::WriteTodos;

@@ -4,7 +4,7 @@
 //! tool root, and a model's `read_file` could read other sessions and its `append_line` forge
 //! or corrupt them, its own live session included. So every store that lives on disk
 //! registers its location here when it opens (`FileStore::open` its directory,
-//! `SqliteStore::open` its database file), the command line registers the configured store even when it opens none
+//! the SQLite store its database file), the command line registers the configured store even when it opens none
 //! ([`protect_store`]), and a library user can add more ([`protect`]). `read_file` and
 //! `append_line` refuse a target inside a protected directory, a protected file, or a sibling
 //! whose name extends a protected file's (`sessions.db-wal`, `sessions.db.locks/s.lock`),
@@ -67,14 +67,25 @@ pub fn protect_file_family(file: impl AsRef<Path>) {
     register(Guard::FileFamily(absolute(file.as_ref())));
 }
 
-/// Registers the on-disk locations of the store `url` names: a file store's directory, a
-/// SQLite database with its siblings (a PostgreSQL store has none).
-#[cfg(feature = "file-store")]
-pub fn protect_store(url: &crate::store::StoreUrl) {
+/// Registers the on-disk locations of the store `url` names (a store URL as
+/// [`AnyStore::open`](crate::store::AnyStore::open) takes it; `None`: the default store, as
+/// [`AnyStore::open_default`](crate::store::AnyStore::open_default) opens it): a file store's
+/// directory, a SQLite database with its siblings (a PostgreSQL store has none, nor has a
+/// value that names no store).
+#[cfg(any(
+    feature = "file-store",
+    feature = "sqlite-store",
+    feature = "postgres-store"
+))]
+pub fn protect_store(url: Option<&str>) {
     use crate::store::StoreUrl;
+    let url = match url {
+        Some(url) => StoreUrl::parse(url).ok(),
+        None => Some(StoreUrl::default_store()),
+    };
     match url {
-        StoreUrl::Dir(dir) => protect(dir),
-        StoreUrl::Sqlite(db) => protect_file_family(db),
+        Some(StoreUrl::Dir(dir)) => protect(dir),
+        Some(StoreUrl::Sqlite(db)) => protect_file_family(db),
         _ => {}
     }
 }

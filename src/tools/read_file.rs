@@ -30,17 +30,14 @@ pub(crate) const MAX_READ_BYTES: u64 = 1024 * 1024;
 
 /// The `read_file` tool. Read-only, so it is safe to retry.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct ReadFile;
+pub(crate) struct ReadFile;
 
 /// Arguments of `read_file`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-// `pub` only because it is the associated `Args` of a public `TypedTool` impl; the module is
-// private, so no user names it.
-#[allow(unreachable_pub)]
-pub struct ReadFileArgs {
+pub(crate) struct ReadFileArgs {
     /// Path of the file to read, relative to the tool root directory (it may not leave it).
-    pub path: String,
+    pub(crate) path: String,
 }
 
 #[async_trait]

@@ -37,7 +37,7 @@ struct LazySchema {
 
 /// The compiled argument schemas of a tool set, by tool name. Cloning shares them.
 #[derive(Clone, Default)]
-pub struct ArgumentSchemas(Arc<BTreeMap<String, Arc<LazySchema>>>);
+pub(crate) struct ArgumentSchemas(Arc<BTreeMap<String, Arc<LazySchema>>>);
 
 impl std::fmt::Debug for ArgumentSchemas {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -116,7 +116,7 @@ impl ArgumentSchemas {
     /// The verdict on `call`: `Some` when its arguments break its tool's schema. Calls of an
     /// unknown tool, and calls whose arguments are not JSON, get none: the machine fails them
     /// on rows of their own.
-    pub fn check(&self, call: &ToolCall) -> Option<ArgumentsRejected> {
+    pub(crate) fn check(&self, call: &ToolCall) -> Option<ArgumentsRejected> {
         if call.invalid_arguments.is_some() {
             return None;
         }
@@ -139,7 +139,7 @@ impl ArgumentSchemas {
 
     /// The verdicts on the tool calls among an attempt's `deltas`, for its `done` event. The
     /// calls are built as the machine builds them ([`ToolCall::from_raw`]).
-    pub fn check_deltas<'a>(
+    pub(crate) fn check_deltas<'a>(
         &self,
         deltas: impl IntoIterator<Item = &'a MessageDelta>,
     ) -> Vec<ArgumentsRejected> {

@@ -10,7 +10,7 @@ use agentloop_core::todo::{WriteTodosArgs, WRITE_TODOS_TOOL};
 
 /// The `write_todos` tool (see the module doc).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct WriteTodos;
+pub(crate) struct WriteTodos;
 
 #[async_trait]
 impl TypedTool for WriteTodos {

@@ -20,13 +20,11 @@
 use std::sync::Arc;
 
 use agentloop::model::{DeltaStream, Model, ModelRequest};
-use agentloop::provider::scripted::{Script, ScriptLoadError, ScriptedModel, Turn};
+use agentloop::provider::scripted::{ScriptLoadError, ScriptedModel};
 use agentloop::runtime::{Agent, AgentBuilder, AgentError, RunOutput, SequentialIds, TokioClock};
 use agentloop::store::MemoryStore;
 use agentloop::trace::Trace;
 use agentloop::{Message, ModelError};
-
-pub use agentloop::provider::scripted::ScriptToolCall;
 
 /// An agent builder for tests: sequential run ids, tokio's (virtual, when paused) clock, a
 /// fresh in-memory store, the built-in tools. Call it inside a tokio runtime; set the model
@@ -80,44 +78,37 @@ pub fn model_requests(trace: &Trace) -> Vec<ModelRequest> {
         .collect()
 }
 
-/// Replies for [`FnModel`]: a [`Turn`] of the scripted model's format, so a reply can also
-/// stream reasoning, fail first (`errors`) or choose its chunk size.
+/// Replies for [`FnModel`]: a turn of the scripted model's JSON format (see
+/// [`agentloop::provider::scripted`]), so a reply can also stream reasoning (`"reasoning"`),
+/// fail first (`"errors"`) or choose its chunk size (`"chunk_chars"`): write the JSON with
+/// `serde_json::json!` for those.
 pub mod reply {
-    use super::{ScriptToolCall, Turn};
+    use serde_json::{json, Value};
 
     /// A text answer.
-    pub fn text(text: impl Into<String>) -> Turn {
-        Turn {
-            text: Some(text.into()),
-            ..Turn::default()
-        }
+    pub fn text(text: impl Into<String>) -> Value {
+        json!({ "text": text.into() })
     }
 
     /// One tool call (its id is `call_<session_turn>_0`).
-    pub fn tool_call(name: impl Into<String>, arguments: serde_json::Value) -> Turn {
+    pub fn tool_call(name: impl Into<String>, arguments: Value) -> Value {
         tool_calls([(name, arguments)])
     }
 
     /// Several tool calls, in order.
-    pub fn tool_calls<N: Into<String>>(
-        calls: impl IntoIterator<Item = (N, serde_json::Value)>,
-    ) -> Turn {
-        Turn {
-            tool_calls: calls
-                .into_iter()
-                .map(|(name, arguments)| ScriptToolCall {
-                    id: None,
-                    name: name.into(),
-                    arguments,
-                })
-                .collect(),
-            ..Turn::default()
-        }
+    pub fn tool_calls<N: Into<String>>(calls: impl IntoIterator<Item = (N, Value)>) -> Value {
+        let calls: Vec<Value> = calls
+            .into_iter()
+            .map(|(name, arguments)| json!({ "name": name.into(), "arguments": arguments }))
+            .collect();
+        json!({ "tool_calls": calls })
     }
 }
 
-/// A model whose reply is a function of the request (`Fn(&ModelRequest) -> Turn`), streamed
-/// like the scripted model streams a turn (same deltas, ids, usage and failure kinds).
+/// A model whose reply is a function of the request (`Fn(&ModelRequest) -> Value`, the value
+/// one turn of the scripted model's JSON format, see [`reply`]), streamed like the scripted
+/// model streams a turn (same deltas, ids, usage and failure kinds). A reply that is not a
+/// valid turn fails the model call with a `bad_request` error naming the problem.
 pub struct FnModel<F> {
     f: F,
     name: String,
@@ -125,7 +116,7 @@ pub struct FnModel<F> {
 
 impl<F> FnModel<F>
 where
-    F: Fn(&ModelRequest) -> Turn + Send + Sync + 'static,
+    F: Fn(&ModelRequest) -> serde_json::Value + Send + Sync + 'static,
 {
     /// A model answering with `f`, named `scripted` (the name traces record).
     pub fn new(f: F) -> Self {
@@ -145,7 +136,7 @@ where
 #[async_trait::async_trait]
 impl<F> Model for FnModel<F>
 where
-    F: Fn(&ModelRequest) -> Turn + Send + Sync + 'static,
+    F: Fn(&ModelRequest) -> serde_json::Value + Send + Sync + 'static,
 {
     fn name(&self) -> String {
         self.name.clone()
@@ -155,14 +146,15 @@ where
         // The scripted model serves `turns[session_turn]`: put the reply there, so call ids
         // (`call_<session_turn>_<i>`) stay unique across the session.
         let turn = (self.f)(&request);
-        let mut turns = vec![Turn::default(); request.session_turn as usize];
+        let mut turns = vec![serde_json::json!({}); request.session_turn as usize];
         turns.push(turn);
-        ScriptedModel::new(Script {
-            per_prompt: false,
-            description: None,
-            turns,
-        })
-        .stream(request)
-        .await
+        let model =
+            ScriptedModel::from_json(serde_json::json!({ "turns": turns })).map_err(|e| {
+                ModelError::new(
+                    agentloop::ErrorKind::BadRequest,
+                    format!("FnModel reply: {e}"),
+                )
+            })?;
+        model.stream(request).await
     }
 }

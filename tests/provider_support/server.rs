@@ -12,9 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentloop::model::{Model, ModelParams, ModelRequest};
-use agentloop::provider::anthropic::AnthropicModel;
-use agentloop::provider::http::{HttpConfig, ProviderKind};
-use agentloop::provider::openai::OpenAiModel;
+use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
 use agentloop::tools::ToolSpec;
 use agentloop::ModelError;
 use agentloop::{Message, MessageDelta};
@@ -295,14 +293,12 @@ pub fn config_for(p: ProviderKind, url: &str) -> HttpConfig {
 
 /// The client for `p`.
 pub fn model(p: ProviderKind, cfg: HttpConfig) -> Box<dyn Model> {
-    match p {
-        ProviderKind::OpenAi => Box::new(OpenAiModel::new("gpt-test", cfg).unwrap()),
-        ProviderKind::Anthropic => Box::new(AnthropicModel::new("claude-test", cfg).unwrap()),
-        ProviderKind::OpenAiResponses => Box::new(
-            agentloop::provider::openai_responses::OpenAiResponsesModel::new("gpt-test", cfg)
-                .unwrap(),
-        ),
-    }
+    let name = match p {
+        ProviderKind::Anthropic => "claude-test",
+        _ => "gpt-test",
+    };
+    assert_eq!(cfg.provider, p);
+    Box::new(build_model(name, cfg).unwrap())
 }
 
 /// Runs one request; returns the deltas and the error that ended the stream, if any.

@@ -12,7 +12,7 @@ use crate::provider::http::{post_stream, HttpConfig, ProviderKind};
 
 /// An Anthropic Messages client (R-STR-5). Never retries (R-IN-6).
 #[derive(Debug, Clone)]
-pub struct AnthropicModel {
+pub(crate) struct AnthropicModel {
     model: String,
     config: HttpConfig,
     client: reqwest::Client,
@@ -21,18 +21,13 @@ pub struct AnthropicModel {
 impl AnthropicModel {
     /// A client for `model` (used when a request's `model` is empty). `config.provider`
     /// should be [`ProviderKind::Anthropic`].
-    pub fn new(model: impl Into<String>, config: HttpConfig) -> Result<Self, ModelError> {
+    pub(crate) fn new(model: impl Into<String>, config: HttpConfig) -> Result<Self, ModelError> {
         let client = config.build_client()?;
         Ok(AnthropicModel {
             model: model.into(),
             config,
             client,
         })
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &HttpConfig {
-        &self.config
     }
 }
 

@@ -13,7 +13,7 @@ use crate::provider::http::{post_stream, HttpConfig, ProviderKind};
 /// An OpenAI Responses API client (`POST {base}/responses`, stateless: `store: false`).
 /// Never retries (R-IN-6).
 #[derive(Debug, Clone)]
-pub struct OpenAiResponsesModel {
+pub(crate) struct OpenAiResponsesModel {
     model: String,
     config: HttpConfig,
     client: reqwest::Client,
@@ -22,18 +22,13 @@ pub struct OpenAiResponsesModel {
 impl OpenAiResponsesModel {
     /// A client for `model` (used when a request's `model` is empty). `config.provider`
     /// should be [`ProviderKind::OpenAiResponses`].
-    pub fn new(model: impl Into<String>, config: HttpConfig) -> Result<Self, ModelError> {
+    pub(crate) fn new(model: impl Into<String>, config: HttpConfig) -> Result<Self, ModelError> {
         let client = config.build_client()?;
         Ok(OpenAiResponsesModel {
             model: model.into(),
             config,
             client,
         })
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &HttpConfig {
-        &self.config
     }
 }
 
@@ -46,7 +41,7 @@ impl Model for OpenAiResponsesModel {
     // The wall clock resolves `retry-after` HTTP-dates at the network edge (not in a machine).
     #[allow(clippy::disallowed_methods)]
     async fn stream(&self, request: ModelRequest) -> Result<DeltaStream, ModelError> {
-        let body = request_body_with(&request, &self.model, &self.config.responses_reasoning);
+        let body = request_body_with(&request, &self.model, &self.config.responses_reasoning());
         let mut headers = Vec::new();
         if let Some(key) = &self.config.api_key {
             headers.push((

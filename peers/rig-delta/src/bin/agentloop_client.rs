@@ -20,8 +20,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use agentloop::provider::http::{HttpConfig, ProviderKind};
-use agentloop::provider::openai::OpenAiModel;
+use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
 use agentloop::runtime::{Agent, FnSink, RunStreamItem};
 use agentloop::tools::{ToolContext, ToolError, TypedTool};
 use agentloop::{AgentEvent, EventEnvelope, Outcome, ToolStatus};
@@ -92,7 +91,7 @@ async fn run() -> Result<(), Error> {
     let config = HttpConfig::new(ProviderKind::OpenAi)
         .with_base_url(format!("{base}/v1"))
         .with_api_key("sk-mock");
-    let model = OpenAiModel::new(model_name, config)?;
+    let model = build_model(&model_name, config)?;
     let builder = Agent::builder().model(model);
     let builder = if two_turn {
         builder.tool(Arc::new(Add))
