@@ -127,7 +127,7 @@ fn line(e: &EventEnvelope) -> Option<String> {
 
 fn print(title: &str, s: &Session) {
     println!("\n== {title}");
-    for e in s.bus().buffered() {
+    for e in s.recent_events() {
         if let Some(l) = line(&e) {
             println!("{l}");
         }
@@ -219,7 +219,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let s = session(r#"{"turns": [{"text": "One."}, {"text": "Two."}]}"#, false);
     s.prompt("first").await?;
     s.wait_idle().await;
-    let last_seen = s.bus().next_index().saturating_sub(1);
+    let last_seen = s.recent_events().last().map_or(0, |e| e.index);
     s.prompt("second").await?; // the subscriber is "offline" during this run
     s.wait_idle().await;
     println!("\n== subscribe: reconnect with since={last_seen}, types=[prompt_received, run_end]");

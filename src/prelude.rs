@@ -18,7 +18,7 @@ pub use crate::model::Model;
 #[doc(no_inline)]
 pub use crate::provider::scripted::ScriptedModel;
 #[doc(no_inline)]
-pub use crate::runtime::{Agent, AgentBuilder, AgentError, EventSink, RunOutput, VecSink};
+pub use crate::runtime::{Agent, AgentBuilder, AgentError, EventSink, RunOutput};
 #[doc(no_inline)]
 pub use crate::session::{Session, SessionConfig, SessionError};
 #[cfg(feature = "file-store")]

@@ -131,7 +131,7 @@ pub async fn wait_for(sub: &mut Subscription, ty: &str) -> EventEnvelope {
 
 /// Every event so far (from the ring buffer).
 pub fn history(s: &Session) -> Vec<EventEnvelope> {
-    s.bus().buffered()
+    s.recent_events()
 }
 
 /// Type names of the events so far, without the noisy streaming and transition events.
