@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, SequentialIds};
+use agentloop::runtime::Agent;
 use agentloop::session::{KillTools, Session, SessionConfig, SubscriptionItem};
 use agentloop::store::MemoryStore;
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
@@ -65,7 +65,7 @@ fn session(script: &str, approvals: bool) -> Session {
             ScriptedModel::from_json_str(script, "example").expect("valid script"),
         ))
         .store(Arc::new(MemoryStore::new()))
-        .ids(Arc::new(SequentialIds::default()))
+        .deterministic()
         .tools(tools)
         .configure(|c| {
             if approvals {

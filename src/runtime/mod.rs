@@ -13,7 +13,7 @@ mod metrics;
 mod offload;
 pub(crate) mod output;
 mod ports;
-pub(crate) mod resume;
+pub mod resume;
 mod stream;
 mod title;
 mod tool_order;

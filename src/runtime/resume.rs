@@ -32,7 +32,7 @@ use crate::message::{AssistantMessage, Message, ToolResult, ToolStatus};
 use crate::store::{Entry, Repair, Repaired};
 
 /// The last run that started (user input) but has no run end, if any.
-pub(crate) fn interrupted_run(entries: &[Entry]) -> Option<String> {
+pub fn interrupted_run(entries: &[Entry]) -> Option<String> {
     let ended: HashSet<&str> = entries
         .iter()
         .filter_map(|e| match e {

@@ -262,6 +262,12 @@ impl EventBus {
             .unwrap_or_default()
     }
 
+    /// The index the next event will get.
+    #[cfg(test)]
+    fn next_index(&self) -> u64 {
+        self.channel.lock().map(|q| q.next).unwrap_or(0)
+    }
+
     /// Subscribes. With `since = Some(i)`, events with an index greater than `i` still in the
     /// ring buffer are replayed first; `types` keeps only events whose type name is listed.
     pub(crate) fn subscribe(&self, since: Option<u64>, types: Option<Vec<String>>) -> Subscription {
