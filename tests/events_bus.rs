@@ -347,13 +347,16 @@ async fn issue_13_r_ext_1_async_before_tool_and_a_before_compact_veto() {
     );
 }
 
+/// How an attempt's stream ended, as `after_model_call` reported it.
+type StreamEnd = Result<(), String>;
+
 /// R-EXT-1, every hook point has a test: `after_model_call` sees each attempt's end
 /// (a failed attempt that is retried, then the one that finished), `after_tool` rewrites a
 /// result before the model sees it, and `before_model_call` sees every attempt first.
 #[derive(Default)]
 struct Observer {
     before: std::sync::Mutex<Vec<(u32, u32)>>,
-    after: std::sync::Mutex<Vec<(u32, u32, Result<(), String>)>>,
+    after: std::sync::Mutex<Vec<(u32, u32, StreamEnd)>>,
 }
 
 impl Hooks for Observer {
