@@ -1,49 +1,5 @@
 //! The context manager port (R-CTX-1, R-CTX-2): what a run's
 //! model sees is built from the session's entries by a replaceable [`ContextManager`].
-//!
-//! When it is called:
-//! - [`build_context`](ContextManager::build_context) once at the start of each new run
-//!   ([`Agent::run_configured`](super::Agent::run_configured) and everything built on it), after
-//!   the session was loaded and repaired (R-IDEM-7). The context's `messages` become `Start`'s history,
-//!   its system prompt and tool specs the run's configuration (so the trace's `Start` input and
-//!   header hold its outputs, and a replay needs no context manager), and its
-//!   `entries_to_append` are persisted before the run starts.
-//! - [`compute_context_updates`](ContextManager::compute_context_updates) once when a new run
-//!   has ended, with the entries `build_context` saw (plus what it appended), the run's new
-//!   messages and whether a step of the run hit a context overflow. Its `entries_to_append` are
-//!   persisted; its `messages`, when given, are persisted as an
-//!   [`Entry::Compaction`] marker, so the session's next run
-//!   starts from them. It is never called per step: a step's cost stays independent of the
-//!   session's length. Compaction inside a run remains the [`Compactor`](super::Compactor)'s.
-//!
-//! A resumed run ([`Agent::resume_with`](super::Agent::resume_with)) continues the context it
-//! was interrupted with and calls neither.
-//!
-//! The default context is the history rebuilt from the entries ([`crate::store::history()`]),
-//! the run's own system prompt and tools, nothing appended, and no updates after the run; a
-//! custom manager gets it filled in and changes what differs.
-//!
-//! ```
-//! use std::sync::Arc;
-//! use agentloop::prelude::*;
-//! use agentloop::runtime::{ContextManager, RunContext};
-//!
-//! /// Pins a note before the history.
-//! struct PinNote;
-//!
-//! #[async_trait]
-//! impl ContextManager for PinNote {
-//!     async fn build_context(&self, context: &mut RunContext<'_>) {
-//!         context.messages.insert(0, Message::user("Answer in English."));
-//!     }
-//! }
-//!
-//! let agent = Agent::builder()
-//!     .model(ScriptedModel::demo())
-//!     .context_manager(Arc::new(PinNote))
-//!     .build();
-//! # let _ = agent;
-//! ```
 
 use std::sync::Arc;
 
@@ -98,6 +54,50 @@ pub struct ContextUpdates {
 }
 
 /// Builds a run's model context from a session, and updates it after the run.
+///
+/// When it is called:
+/// - [`build_context`](Self::build_context) once at the start of each new run
+///   ([`Agent::run_configured`](super::Agent::run_configured) and everything built on it), after
+///   the session was loaded and repaired (R-IDEM-7). The context's `messages` become
+///   `Start`'s history, its system prompt and tool specs the run's configuration (so the trace's `Start` input and
+///   header hold its outputs, and a replay needs no context manager), and its
+///   `entries_to_append` are persisted before the run starts.
+/// - [`compute_context_updates`](Self::compute_context_updates) once when a new run
+///   has ended, with the entries `build_context` saw (plus what it appended), the run's new
+///   messages and whether a step of the run hit a context overflow. Its `entries_to_append` are
+///   persisted; its `messages`, when given, are persisted as an
+///   [`Entry::Compaction`] marker, so the session's next run
+///   starts from them. It is never called per step: a step's cost stays independent of the
+///   session's length. Compaction inside a run remains the [`Compactor`](super::Compactor)'s.
+///
+/// A resumed run ([`Agent::resume_with`](super::Agent::resume_with)) continues the context it
+/// was interrupted with and calls neither.
+///
+/// The default context is the history rebuilt from the entries ([`crate::store::history()`]),
+/// the run's own system prompt and tools, nothing appended, and no updates after the run; a
+/// custom manager gets it filled in and changes what differs.
+///
+/// ```
+/// use std::sync::Arc;
+/// use agentloop::prelude::*;
+/// use agentloop::runtime::{ContextManager, RunContext};
+///
+/// /// Pins a note before the history.
+/// struct PinNote;
+///
+/// #[async_trait]
+/// impl ContextManager for PinNote {
+///     async fn build_context(&self, context: &mut RunContext<'_>) {
+///         context.messages.insert(0, Message::user("Answer in English."));
+///     }
+/// }
+///
+/// let agent = Agent::builder()
+///     .model(ScriptedModel::demo())
+///     .context_manager(Arc::new(PinNote))
+///     .build();
+/// # let _ = agent;
+/// ```
 #[async_trait]
 pub trait ContextManager: Send + Sync {
     /// Shapes the context a new run starts from (R-CTX-1): `context` holds the default

@@ -1,7 +1,33 @@
 //! The tokio runtime: an [`Agent`] (model, tools, store, approver, clock, ids, event sink,
 //! compactor) that drives [`Run`]s by performing their effects and feeding results back.
 //!
-//! The builder is a typestate: an agent without a model does not compile.
+//! The builder is a typestate: an agent without a model does not compile. The ports take
+//! closures where a function is enough (an event sink, an approver); limits and deadlines are
+//! builder methods:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use agentloop::prelude::*;
+//! use agentloop::{ApprovalDecision, ToolCall};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), AgentError> {
+//! let agent = Agent::builder()
+//!     .model(ScriptedModel::demo())
+//!     .builtin_tools()
+//!     .sink(Arc::new(|e: &EventEnvelope| eprintln!("{}", e.event.type_name())))
+//!     .approver(Arc::new(|call: &ToolCall| {
+//!         (call.name == "calculator").then_some(ApprovalDecision::Approved) // else: ask a person
+//!     }))
+//!     .max_model_calls(10)
+//!     .tool_timeout_ms(30_000)
+//!     .deterministic() // run ids run-1, run-2, ...: reproducible traces
+//!     .build();
+//! let out = agent.run("session-1", "What is 6*7?").await?;
+//! assert_eq!(out.run_id, "run-1");
+//! println!("{:?} in {} steps", out.result.outcome, out.metrics.steps);
+//! # Ok(()) }
+//! ```
 //!
 //! ```compile_fail
 //! let agent = agentloop::runtime::Agent::builder().build(); // no model: compile error
@@ -50,7 +76,7 @@ use agentloop_core::timeouts::{Timeouts, ToolOrder};
 pub(crate) use context_manager::DefaultContextManager;
 pub use context_manager::{ContextManager, ContextUpdates, RunContext};
 use driver::{Driver, Tasks};
-pub use metrics::RunMetrics;
+pub use metrics::{RunMetrics, ToolStats};
 pub(crate) use offload::Offload;
 pub use stream::RunStreamItem;
 use tool_order::CompletionOrder;

@@ -13,6 +13,29 @@ use crate::message::{Message, ToolCall};
 
 /// Decides approval requests. `None` means "a human will answer through the run's
 /// [`Controller`](crate::runtime::Controller)".
+///
+/// A function `Fn(&ToolCall) -> Option<ApprovalDecision>` is an approver: `|_: &ToolCall|
+/// None` is manual approval (a person answers through the controller or a session), and the
+/// default approves everything. A session installs its own.
+///
+/// ```
+/// use std::sync::Arc;
+/// use agentloop::provider::scripted::ScriptedModel;
+/// use agentloop::runtime::Agent;
+/// use agentloop::{ApprovalDecision, ToolCall};
+///
+/// let agent = Agent::builder()
+///     .model(ScriptedModel::demo())
+///     .approver(Arc::new(|call: &ToolCall| {
+///         if call.name == "calculator" {
+///             Some(ApprovalDecision::Approved)
+///         } else {
+///             Some(ApprovalDecision::Rejected { reason: "only the calculator".into() })
+///         }
+///     }))
+///     .build();
+/// # let _ = agent;
+/// ```
 #[async_trait]
 pub trait Approver: Send + Sync {
     /// Decide on `call`, or return `None` to wait for a controller decision. The wait has no
@@ -71,27 +94,7 @@ impl Approver for AutoApprove {
     }
 }
 
-/// A function is an approver: `|call: &ToolCall| None` leaves every decision to the run's
-/// [`Controller`](crate::runtime::Controller) (a human), `|_: &ToolCall|
-/// Some(ApprovalDecision::Rejected { reason: "read-only".into() })` rejects everything.
-///
-/// ```
-/// use std::sync::Arc;
-/// use agentloop::provider::scripted::ScriptedModel;
-/// use agentloop::runtime::Agent;
-/// use agentloop::{ApprovalDecision, ToolCall};
-///
-/// let agent = Agent::builder()
-///     .model(ScriptedModel::demo())
-///     .approver(Arc::new(|call: &ToolCall| {
-///         (call.name != "calculator").then(|| ApprovalDecision::Rejected {
-///             reason: "only the calculator".into(),
-///         })
-///         .or(Some(ApprovalDecision::Approved))
-///     }))
-///     .build();
-/// # let _ = agent;
-/// ```
+/// A function is an approver (see [`Approver`]).
 #[async_trait]
 impl<F> Approver for F
 where
@@ -220,6 +223,21 @@ impl Ids for SequentialIds {
 use agentloop_core::agent_event::EventEnvelope;
 
 /// Receives events. Must not block: the loop calls it inline.
+///
+/// A function `Fn(&EventEnvelope)` is a sink:
+///
+/// ```
+/// use std::sync::Arc;
+/// use agentloop::provider::scripted::ScriptedModel;
+/// use agentloop::runtime::Agent;
+/// use agentloop::EventEnvelope;
+///
+/// let agent = Agent::builder()
+///     .model(ScriptedModel::demo())
+///     .sink(Arc::new(|e: &EventEnvelope| println!("{} {}", e.index, e.event.type_name())))
+///     .build();
+/// # let _ = agent;
+/// ```
 pub trait EventSink: Send + Sync {
     /// Delivers one event.
     fn emit(&self, event: &EventEnvelope);
@@ -257,7 +275,7 @@ impl EventSink for VecSink {
     }
 }
 
-/// A function is a sink: `.sink(Arc::new(|e: &EventEnvelope| println!("{}", e.event.type_name())))`.
+/// A function is a sink (see [`EventSink`]).
 impl<F: Fn(&EventEnvelope) + Send + Sync> EventSink for F {
     fn emit(&self, event: &EventEnvelope) {
         self(event)

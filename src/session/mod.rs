@@ -34,6 +34,24 @@
 //!
 //! Models are switched by name through the agent's model registry
 //! ([`AgentBuilder::extra_model`](crate::runtime::AgentBuilder::extra_model)).
+//!
+//! ```
+//! use agentloop::prelude::*;
+//! use agentloop::session::{Ack, Status};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), SessionError> {
+//! let agent = Agent::builder().model(ScriptedModel::demo()).builtin_tools().build();
+//! let session = Session::spawn(agent, SessionConfig::new("s1").price("scripted", 2.5, 10.0));
+//! let mut events = session.subscribe(None, Some(vec!["run_end".into()]));
+//! assert_eq!(session.prompt("What is 6*7?").await?, Ack::Started);
+//! let end = events.recv().await; // the run's `run_end`
+//! assert!(end.is_some());
+//! session.wait_idle().await;
+//! assert_eq!(session.status(), Status::Idle);
+//! assert_eq!(session.metrics().runs, 1);
+//! # Ok(()) }
+//! ```
 
 mod approvals;
 mod bus;
