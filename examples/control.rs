@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, SequentialIds};
+use agentloop::runtime::Agent;
 use agentloop::session::{KillTools, Session, SessionConfig, SubscriptionItem};
 use agentloop::store::MemoryStore;
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
@@ -65,7 +65,7 @@ fn session(script: &str, approvals: bool) -> Session {
             ScriptedModel::from_json_str(script, "example").expect("valid script"),
         ))
         .store(Arc::new(MemoryStore::new()))
-        .ids(Arc::new(SequentialIds::default()))
+        .deterministic()
         .tools(tools)
         .configure(|c| {
             if approvals {
@@ -127,7 +127,7 @@ fn line(e: &EventEnvelope) -> Option<String> {
 
 fn print(title: &str, s: &Session) {
     println!("\n== {title}");
-    for e in s.bus().buffered() {
+    for e in s.recent_events() {
         if let Some(l) = line(&e) {
             println!("{l}");
         }
@@ -219,7 +219,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let s = session(r#"{"turns": [{"text": "One."}, {"text": "Two."}]}"#, false);
     s.prompt("first").await?;
     s.wait_idle().await;
-    let last_seen = s.bus().next_index().saturating_sub(1);
+    let last_seen = s.recent_events().last().map_or(0, |e| e.index);
     s.prompt("second").await?; // the subscriber is "offline" during this run
     s.wait_idle().await;
     println!("\n== subscribe: reconnect with since={last_seen}, types=[prompt_received, run_end]");

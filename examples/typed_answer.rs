@@ -8,7 +8,7 @@
 //! JSON in a code fence, parses into the struct. A model that stays wrong is a typed error.
 
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, TypedRunError};
+use agentloop::runtime::{Agent, AgentError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -67,7 +67,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ]}"#,
     )?;
     match agent.run_typed::<Invoice>("s2", prompt).await {
-        Err(e @ TypedRunError::Ended { .. }) => {
+        Err(e @ AgentError::Ended { .. }) => {
             println!("still invalid after the retry: {e}");
             assert!(e.to_string().contains("output_invalid"), "{e}");
         }

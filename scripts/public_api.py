@@ -3,7 +3,7 @@
 
 Reads the rustdoc output of `cargo doc -p agentloop --no-deps --features
 sqlite-store,postgres-store` (target/doc/agentloop/all.html): every feature a program enables,
-none of the test-only ones (`wire`, `fuzzing`, `fault-injection`), so the list is exactly what
+none of the test-only ones (`wire`, `fuzzing`, `fault-injection`, `testing`), so the list is exactly what
 a user can reach from the docs. CI regenerates it and diffs it against docs/public-api.txt: a
 changed surface must be a deliberate commit.
 

@@ -1,5 +1,5 @@
 //! Compaction strategies (R-OUT-4, R-OUT-6) as [`Compactor`]s over the core's one grouping and
-//! pinning ([`groups`], [`pinned`]): [`Truncate`] (in
+//! pinning ([`groups`], [`pinned`]): truncation (the default compactor, in
 //! `runtime::ports`), a sliding window ([`sliding_window`]) and [`LlmSummary`].
 //!
 //! Every strategy works on *groups*: an assistant message together with the tool results that
@@ -40,10 +40,8 @@ pub use crate::context::SUMMARY_PREFIX;
 pub use crate::context::{cannot_fit, collect, fits, groups, pinned};
 use crate::message::{Message, MessageDelta};
 use crate::model::{Model, ModelRequest};
-use crate::runtime::Timeouts;
-use crate::runtime::{Clock, Compactor, SystemClock};
-
-pub use crate::runtime::Truncate;
+use crate::runtime::{Clock, Compactor, SystemClock, Truncate};
+use agentloop_core::timeouts::Timeouts;
 
 /// The sliding-window compactor: keeps the pinned groups and the most recent `window` groups
 /// (an assistant turn with its tool results is one group) and drops everything older. If that
@@ -89,7 +87,7 @@ chatter. Answer with the summary only.";
 /// within `timeouts.first_chunk_ms`, then no gap over `timeouts.stall_ms`, and the whole call
 /// within `timeouts.request_ms` when set, measured on `clock`. When the call fails (a
 /// deadline, a model error, an empty summary), the compaction falls back
-/// to truncation ([`Truncate`]) unless `fallback_to_truncate` is off, so a slow or broken
+/// to truncation (the default compactor) unless `fallback_to_truncate` is off, so a slow or broken
 /// summary model never stalls or fails a run that truncation could continue.
 pub struct LlmSummary {
     /// The model (usually the agent's own, shared as `Arc`).
@@ -103,8 +101,9 @@ pub struct LlmSummary {
     /// The summary call's deadlines (`first_chunk_ms`, `stall_ms`, `request_ms`; the tool and
     /// run fields are not used). Default: a model step's defaults.
     pub timeouts: Timeouts,
-    /// The clock the deadlines are measured on (default: the system clock).
-    pub clock: Arc<dyn Clock>,
+    /// The clock the deadlines are measured on (the system clock; the crate's tests set a
+    /// virtual one).
+    pub(crate) clock: Arc<dyn Clock>,
     /// Truncate instead when the summary call fails (default on).
     pub fallback_to_truncate: bool,
 }
@@ -156,14 +155,15 @@ impl LlmSummary {
         }
     }
 
-    /// The summary call's deadlines (e.g. the run's own [`Timeouts`]).
+    /// The summary call's deadlines.
     pub fn with_timeouts(mut self, timeouts: Timeouts) -> Self {
         self.timeouts = timeouts;
         self
     }
 
     /// The clock the deadlines are measured on (a test's virtual clock).
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+    #[allow(dead_code)] // for the crate's own tests
+    pub(crate) fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
@@ -432,7 +432,7 @@ mod tests {
     }
 
     /// R-OUT-4: a failed summary call falls back to truncation (the same context
-    /// [`Truncate`] gives), or fails the compaction with the typed reason when the fallback
+    /// truncation gives), or fails the compaction with the typed reason when the fallback
     /// is off.
     #[tokio::test(start_paused = true)]
     async fn r_out_4_a_failed_summary_falls_back_to_truncation() {

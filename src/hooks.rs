@@ -55,6 +55,8 @@
 //! # let _ = agent;
 //! ```
 
+use std::sync::Arc;
+
 use crate::message::{Message, ToolCall, ToolStatus};
 use crate::model::ModelRequest;
 use crate::EventEnvelope;
@@ -65,25 +67,12 @@ use crate::EventEnvelope;
 /// `Modify { arguments }`, or `Ask` (a human decides, on the one approval path).
 pub use agentloop_core::GateVerdict as ToolDecision;
 
-/// A yes/no decision for prompts and steering.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Go ahead.
-    Accept,
-    /// Reject, with a reason (reported as an event).
-    Reject(String),
-}
-
-/// How an attempt's stream ended, for `after_model_call`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ModelCallOutcome {
-    /// The stream finished.
-    Done,
-    /// The stream failed (the machine decides whether to retry).
-    Failed(String),
-}
-
 /// Plugin hooks. All methods default to "do nothing / allow".
+///
+/// The yes/no gates (`before_prompt`, `before_steering`, `before_compact`) answer
+/// `Ok(())` to go ahead, or `Err(reason)` to reject (the reason is reported in an event).
+/// Several hooks are a `Vec<Arc<dyn Hooks>>`, itself hooks: called in order, the first
+/// rejection or block wins, modifications chain.
 ///
 /// An async guardrail overrides an `_async` method (and marks its impl `#[async_trait]`,
 /// re-exported as [`agentloop::async_trait`](crate::async_trait)):
@@ -110,17 +99,18 @@ pub enum ModelCallOutcome {
 #[async_trait::async_trait]
 pub trait Hooks: Send + Sync {
     /// A prompt arrived (before it starts or is queued).
-    fn before_prompt(&self, _text: &str) -> Verdict {
-        Verdict::Accept
+    fn before_prompt(&self, _text: &str) -> Result<(), String> {
+        Ok(())
     }
     /// A steering message arrived (before it is queued).
-    fn before_steering(&self, _text: &str) -> Verdict {
-        Verdict::Accept
+    fn before_steering(&self, _text: &str) -> Result<(), String> {
+        Ok(())
     }
     /// A model attempt is about to be sent; the request may be changed.
     fn before_model_call(&self, _request: &mut ModelRequest) {}
-    /// A model attempt's stream ended.
-    fn after_model_call(&self, _request: &ModelRequest, _outcome: &ModelCallOutcome) {}
+    /// A model attempt's stream ended: `Ok(())` when it finished, `Err(why)` when it failed
+    /// (the machine decides whether to retry).
+    fn after_model_call(&self, _request: &ModelRequest, _outcome: Result<(), &str>) {}
     /// A tool call is about to run. The verdict goes back to the machine as a
     /// `tool_gated` input (rows `tools_gate_*`), so the trace records it and replay needs no
     /// hook.
@@ -140,15 +130,15 @@ pub trait Hooks: Send + Sync {
     }
     /// A tool call ended; `content` may be rewritten before the model sees it.
     fn after_tool(&self, _call_id: &str, _name: &str, _status: ToolStatus, _content: &mut String) {}
-    /// A compaction is about to run over `messages`: `Reject` vetoes it (the machine's
+    /// A compaction is about to run over `messages`: `Err(reason)` vetoes it (the machine's
     /// `compaction_vetoed` input: the run goes on without it, or fails with
     /// `compaction_vetoed` when the model refused the context).
-    fn before_compact(&self, _messages: &[Message]) -> Verdict {
-        Verdict::Accept
+    fn before_compact(&self, _messages: &[Message]) -> Result<(), String> {
+        Ok(())
     }
     /// The form of [`before_compact`](Hooks::before_compact) the runtime calls: override it
     /// for a veto that awaits. Default: `before_compact`.
-    async fn before_compact_async(&self, messages: &[Message]) -> Verdict {
+    async fn before_compact_async(&self, messages: &[Message]) -> Result<(), String> {
         self.before_compact(messages)
     }
     /// Every event, after it got its index.
@@ -166,49 +156,50 @@ impl Hooks for NoHooks {
     }
 }
 
-/// Several hooks, called in order. The first veto wins; modifications chain.
-#[derive(Default)]
-pub struct HookChain(pub Vec<std::sync::Arc<dyn Hooks>>);
-
-impl std::fmt::Debug for HookChain {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HookChain({} hooks)", self.0.len())
-    }
-}
-
+/// Several hooks, called in order. The first rejection or block wins; modifications chain.
+///
+/// ```
+/// use std::sync::Arc;
+/// use agentloop::hooks::Hooks;
+///
+/// struct NoSecrets;
+/// impl Hooks for NoSecrets {
+///     fn before_prompt(&self, text: &str) -> Result<(), String> {
+///         if text.contains("password") { Err("no secrets".into()) } else { Ok(()) }
+///     }
+/// }
+/// struct Quiet;
+/// impl Hooks for Quiet {}
+///
+/// let hooks: Vec<Arc<dyn Hooks>> = vec![Arc::new(Quiet), Arc::new(NoSecrets)];
+/// assert_eq!(hooks.before_prompt("my password"), Err("no secrets".to_string()));
+/// assert_eq!(hooks.before_prompt("hello"), Ok(()));
+/// ```
 #[async_trait::async_trait]
-impl Hooks for HookChain {
-    fn before_prompt(&self, text: &str) -> Verdict {
-        self.0
-            .iter()
-            .map(|h| h.before_prompt(text))
-            .find(|v| *v != Verdict::Accept)
-            .unwrap_or(Verdict::Accept)
+impl Hooks for Vec<Arc<dyn Hooks>> {
+    fn before_prompt(&self, text: &str) -> Result<(), String> {
+        self.iter().try_for_each(|h| h.before_prompt(text))
     }
-    fn before_steering(&self, text: &str) -> Verdict {
-        self.0
-            .iter()
-            .map(|h| h.before_steering(text))
-            .find(|v| *v != Verdict::Accept)
-            .unwrap_or(Verdict::Accept)
+    fn before_steering(&self, text: &str) -> Result<(), String> {
+        self.iter().try_for_each(|h| h.before_steering(text))
     }
     fn before_model_call(&self, request: &mut ModelRequest) {
-        for h in &self.0 {
+        for h in self {
             h.before_model_call(request);
         }
     }
-    fn after_model_call(&self, request: &ModelRequest, outcome: &ModelCallOutcome) {
-        for h in &self.0 {
+    fn after_model_call(&self, request: &ModelRequest, outcome: Result<(), &str>) {
+        for h in self {
             h.after_model_call(request, outcome);
         }
     }
     fn gates_tools(&self) -> bool {
-        self.0.iter().any(|h| h.gates_tools())
+        self.iter().any(|h| h.gates_tools())
     }
     fn before_tool(&self, call: &ToolCall) -> ToolDecision {
         let mut call = call.clone();
         let mut decision = ToolDecision::Allow;
-        for h in &self.0 {
+        for h in self {
             let verdict = h.before_tool(&call);
             if let Some(end) = chain_verdict(&mut call, &mut decision, verdict) {
                 return end;
@@ -219,7 +210,7 @@ impl Hooks for HookChain {
     async fn before_tool_async(&self, call: &ToolCall) -> ToolDecision {
         let mut call = call.clone();
         let mut decision = ToolDecision::Allow;
-        for h in &self.0 {
+        for h in self {
             let verdict = h.before_tool_async(&call).await;
             if let Some(end) = chain_verdict(&mut call, &mut decision, verdict) {
                 return end;
@@ -228,28 +219,21 @@ impl Hooks for HookChain {
         decision
     }
     fn after_tool(&self, call_id: &str, name: &str, status: ToolStatus, content: &mut String) {
-        for h in &self.0 {
+        for h in self {
             h.after_tool(call_id, name, status, content);
         }
     }
-    fn before_compact(&self, messages: &[Message]) -> Verdict {
-        self.0
-            .iter()
-            .map(|h| h.before_compact(messages))
-            .find(|v| *v != Verdict::Accept)
-            .unwrap_or(Verdict::Accept)
+    fn before_compact(&self, messages: &[Message]) -> Result<(), String> {
+        self.iter().try_for_each(|h| h.before_compact(messages))
     }
-    async fn before_compact_async(&self, messages: &[Message]) -> Verdict {
-        for h in &self.0 {
-            let v = h.before_compact_async(messages).await;
-            if v != Verdict::Accept {
-                return v;
-            }
+    async fn before_compact_async(&self, messages: &[Message]) -> Result<(), String> {
+        for h in self {
+            h.before_compact_async(messages).await?;
         }
-        Verdict::Accept
+        Ok(())
     }
     fn on_event(&self, event: &EventEnvelope) {
-        for h in &self.0 {
+        for h in self {
             h.on_event(event);
         }
     }

@@ -42,24 +42,29 @@
 //! The offline demo model, the built-in tools, every event collected, and the trace replayed:
 //!
 //! ```no_run
+//! use std::sync::atomic::{AtomicUsize, Ordering};
 //! use std::sync::Arc;
 //! use agentloop::provider::scripted::ScriptedModel;
-//! use agentloop::runtime::{Agent, VecSink};
+//! use agentloop::runtime::Agent;
+//! use agentloop::EventEnvelope;
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     let events = VecSink::default();
+//!     let events = Arc::new(AtomicUsize::new(0));
+//!     let counted = events.clone();
 //!     let agent = Agent::builder()              // typestate: without .model(..) there is no .build()
 //!         .model(ScriptedModel::demo())
 //!         .builtin_tools()                      // calculator, read_file, append_line (tools are opt-in)
-//!         .sink(Arc::new(events.clone()))       // every event, indexed and timestamped
+//!         .sink(Arc::new(move |_: &EventEnvelope| { // every event, indexed and timestamped
+//!             counted.fetch_add(1, Ordering::Relaxed);
+//!         }))
 //!         .configure(|c| c.max_steps = 5)
 //!         .build();
 //!     let out = agent.run_with("session-1", vec![agentloop::Message::user("What is 6*7?")], None, true).await?;
 //!     println!("{:?}: {:?}", out.result.outcome, out.result.final_text());
 //!     let trace = out.trace.expect("recorded");
 //!     assert!(agentloop::trace::replay(&trace).is_none()); // replays identically, offline
-//!     println!("{} events", events.events().len());
+//!     println!("{} events", events.load(Ordering::Relaxed));
 //!     Ok(())
 //! }
 //! ```
@@ -138,11 +143,11 @@ pub use schemars;
 /// `#[serde(crate = "agentloop::serde")]`) on typed tool arguments and answers.
 pub use serde;
 
-pub use agent_event::{AgentEvent, EventEnvelope, LoopKind, Outcome, SteeringStatus};
+pub use agent_event::{AgentEvent, EventEnvelope, Outcome, SteeringStatus};
 pub use error::{ErrorKind, ModelError, RunError};
 pub use event::{ApprovalDecision, ApprovalStatus};
 pub use message::{
-    AssistantMessage, ContentPart, FinishReason, MediaSource, Message, MessageDelta, ToolCall,
-    ToolResult, ToolStatus, Usage,
+    AssistantMessage, ContentPart, FinishReason, Message, MessageDelta, ToolCall, ToolResult,
+    ToolStatus, Usage,
 };
 pub use react::{LoopResult, RunConfig};

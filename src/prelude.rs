@@ -1,6 +1,7 @@
 //! What a typical program imports: `use agentloop::prelude::*;`.
 //!
-//! The agent and its builder, sessions, messages and events, the tool traits, the model trait
+//! The agent and its builder, sessions, messages and events (a closure over an
+//! [`EventEnvelope`] is an event sink), the tool traits, the model trait
 //! and the offline scripted model, the run configuration and the stores.
 //!
 //! ```no_run
@@ -18,7 +19,7 @@ pub use crate::model::Model;
 #[doc(no_inline)]
 pub use crate::provider::scripted::ScriptedModel;
 #[doc(no_inline)]
-pub use crate::runtime::{Agent, AgentBuilder, AgentError, EventSink, RunOutput, VecSink};
+pub use crate::runtime::{Agent, AgentBuilder, AgentError, EventSink, RunOutput};
 #[doc(no_inline)]
 pub use crate::session::{Session, SessionConfig, SessionError};
 #[cfg(feature = "file-store")]
@@ -29,6 +30,6 @@ pub use crate::store::MemoryStore;
 #[doc(no_inline)]
 pub use crate::tools::{Tool, ToolContext, ToolError, ToolSpec, TypedTool};
 #[doc(no_inline)]
-pub use crate::{AgentEvent, LoopResult, Message, Outcome, RunConfig};
+pub use crate::{AgentEvent, EventEnvelope, LoopResult, Message, Outcome, RunConfig};
 #[doc(no_inline)]
 pub use async_trait::async_trait;

@@ -17,7 +17,7 @@
 //!         .model(agentloop::provider::scripted::ScriptedModel::demo())
 //!         .build()
 //! })
-//! .forward_to(parent.bus().clone());
+//! .forward_to(&parent);
 //! parent.attach_tool(Arc::new(tool)).await.unwrap();
 //! # }
 //! ```
@@ -71,9 +71,10 @@ impl SubagentTool {
         }
     }
 
-    /// Forwards the child's events into this (the parent's) bus.
-    pub fn forward_to(mut self, parent: Arc<EventBus>) -> Self {
-        self.parent = Some(parent);
+    /// Forwards the child's events into `parent`'s event bus (its subscribers see them as
+    /// `subagent_event`).
+    pub fn forward_to(mut self, parent: &Session) -> Self {
+        self.parent = Some(parent.bus().clone());
         self
     }
 

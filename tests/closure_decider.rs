@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, SequentialIds};
+use agentloop::runtime::Agent;
 use agentloop::store::MemoryStore;
 use agentloop::trace::{replay_with, Trace, TraceError};
 use agentloop::Message;
@@ -37,7 +37,7 @@ fn agent(decider: Option<DeciderRef>) -> Agent {
         .builtin_tools()
         .model(model)
         .store(Arc::new(MemoryStore::new()))
-        .ids(Arc::new(SequentialIds::default()))
+        .deterministic()
         .configure(|c| {
             if let Some(d) = decider {
                 c.decider = d;

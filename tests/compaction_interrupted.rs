@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::runtime::{Agent, Compactor, Controller, SequentialIds, Truncate};
+use agentloop::runtime::{Agent, Compactor, Controller};
 use agentloop::store::{Entry, FaultPoint, FaultyStore, FileStore, MemoryStore, SessionStore};
 use agentloop::tools::ToolRegistry;
 use agentloop::trace::{Trace, TraceRecord};
@@ -73,6 +73,22 @@ impl Compactor for Parked {
     }
 }
 
+/// Compaction by truncation (the agent's default compactor, named so a test can pass it).
+struct Truncate;
+
+#[async_trait::async_trait]
+impl Compactor for Truncate {
+    async fn compact(
+        &self,
+        messages: &[Message],
+        budget_tokens: Option<u64>,
+        max_messages: Option<usize>,
+    ) -> Result<(Vec<Message>, usize), String> {
+        agentloop_core::context::truncate(messages, budget_tokens, max_messages)
+            .map_err(|e| e.to_string())
+    }
+}
+
 fn agent(
     store: Arc<dyn SessionStore>,
     work: Arc<CountingTool>,
@@ -85,7 +101,7 @@ fn agent(
         .tools(tools)
         .store(store)
         .compactor(compactor)
-        .ids(Arc::new(SequentialIds::default()))
+        .deterministic()
         .configure(|c| c.compact_threshold = Some(4))
         .build()
 }

@@ -9,9 +9,7 @@ use agentloop_testkit::agent::model_requests;
 use std::sync::{Arc, Mutex};
 
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{
-    BuiltContext, ContextManager, ContextRequest, ContextUpdates, DefaultContextManager,
-};
+use agentloop::runtime::{ContextManager, ContextUpdates, RunContext};
 use agentloop::store::{Entry, MemoryStore, SessionStore};
 use agentloop::trace::{replay, Trace};
 use agentloop::Message;
@@ -33,22 +31,17 @@ struct Pinned {
 
 #[async_trait]
 impl ContextManager for Pinned {
-    async fn build_context(&self, request: &ContextRequest<'_>) -> BuiltContext {
-        let base = DefaultContextManager.build_context(request).await;
-        let mut messages = vec![Message::user(NOTE)];
-        messages.extend(base.messages);
-        BuiltContext {
-            messages,
-            system_prompt: Some(format!(
-                "ctx system (model {})",
-                request.runtime_hints["model"].as_str().unwrap_or("?")
-            )),
-            tool_specs: request.tool_specs.iter().take(1).cloned().collect(),
-            entries_to_append: vec![Entry::Metadata {
-                model: "context".into(),
-                config: json!({ "pinned": NOTE, "run": request.run_id }),
-            }],
-        }
+    async fn build_context(&self, context: &mut RunContext<'_>) {
+        context.messages.insert(0, Message::user(NOTE));
+        context.system_prompt = Some(format!(
+            "ctx system (model {})",
+            context.runtime_hints["model"].as_str().unwrap_or("?")
+        ));
+        context.tool_specs = context.tool_specs.iter().take(1).cloned().collect();
+        context.entries_to_append.push(Entry::Metadata {
+            model: "context".into(),
+            config: json!({ "pinned": NOTE, "run": context.run_id }),
+        });
     }
 
     async fn compute_context_updates(

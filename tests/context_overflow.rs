@@ -309,7 +309,7 @@ async fn fifth_prompt_is_compacted_and_retried(refusal: Refusal) {
     assert_eq!(assistant_count(&refused.body), 4);
     assert!(assistant_count(&retried.body) < 4, "{refusal:?}");
 
-    let events: Vec<AgentEvent> = s.bus().buffered().into_iter().map(|e| e.event).collect();
+    let events: Vec<AgentEvent> = s.recent_events().into_iter().map(|e| e.event).collect();
     assert!(
         events
             .iter()

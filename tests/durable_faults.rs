@@ -7,7 +7,7 @@ mod durable_support;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use agentloop::runtime::{Agent, AgentError, SequentialIds};
+use agentloop::runtime::{Agent, AgentError};
 use agentloop::store::{Entry, FaultPoint, FaultyStore, FileStore, SessionStore};
 use agentloop::tools::ToolRegistry;
 use agentloop::trace::{Trace, TraceRecord};
@@ -38,7 +38,7 @@ fn agent(store: Arc<dyn SessionStore>, work: Arc<CountingTool>) -> Agent {
         .model(model(script()))
         .tools(tools)
         .store(store)
-        .ids(Arc::new(SequentialIds::default()))
+        .deterministic()
         .build()
 }
 

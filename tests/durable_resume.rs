@@ -8,7 +8,7 @@ mod durable_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::runtime::{Agent, Controller, ManualApproval, SequentialIds, VecSink};
+use agentloop::runtime::{Agent, Controller, VecSink};
 use agentloop::store::{Entry, FileStore, SessionStore};
 use agentloop::tools::{Tool, ToolRegistry};
 use agentloop::{AgentEvent, Outcome};
@@ -37,7 +37,7 @@ fn agent(
         .tools(registry)
         .store(store)
         .sink(Arc::new(sink.clone()))
-        .ids(Arc::new(SequentialIds::default()))
+        .deterministic()
 }
 
 fn file_store(dir: &std::path::Path, entries: &[Entry]) -> Arc<FileStore> {
@@ -320,7 +320,7 @@ async fn session_waiting_for_approval_reemits_the_same_request() {
         let store = Arc::new(FileStore::open(dir.path()).unwrap());
         let tool: Arc<dyn Tool> = work.clone();
         agent(store, script.clone(), &[tool], sink)
-            .approver(Arc::new(ManualApproval))
+            .approver(Arc::new(|_: &agentloop::ToolCall| None))
             .configure(|c| {
                 c.step
                     .approval

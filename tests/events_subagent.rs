@@ -27,7 +27,7 @@ fn child_tool(child_script: &'static str, open_ms: u64) -> SubagentTool {
 #[tokio::test(start_paused = true)]
 async fn r_ext_2_subagent_runs_a_child_session_and_forwards_its_events() {
     let parent = session(builder(Slow::new(PARENT)).build());
-    let tool = child_tool(r#"{"turns": [{"text": "five"}]}"#, 100).forward_to(parent.bus().clone());
+    let tool = child_tool(r#"{"turns": [{"text": "five"}]}"#, 100).forward_to(&parent);
     parent.attach_tool(Arc::new(tool)).await.expect("attached");
     parent.prompt("ask the child").await.expect("started");
     parent.wait_idle().await;
@@ -69,8 +69,7 @@ async fn r_ext_2_subagent_runs_a_child_session_and_forwards_its_events() {
 async fn r_ext_2_aborting_the_parent_aborts_the_child() {
     let parent = session(builder(Slow::new(PARENT)).build());
     // The child's model takes a minute to answer: the child is "stuck".
-    let tool =
-        child_tool(r#"{"turns": [{"text": "too late"}]}"#, 60_000).forward_to(parent.bus().clone());
+    let tool = child_tool(r#"{"turns": [{"text": "too late"}]}"#, 60_000).forward_to(&parent);
     let handle = tool.clone();
     parent.attach_tool(Arc::new(tool)).await.expect("attached");
     let mut sub = parent.subscribe(None, None);

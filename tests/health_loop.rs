@@ -8,7 +8,7 @@ use std::sync::Arc;
 use agentloop::compaction::{sliding_window, LlmSummary, SUMMARY_PREFIX};
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::runtime::Compactor;
-use agentloop::session::{KillTools, Price, PriceTable, Session, SessionConfig, Status};
+use agentloop::session::{KillTools, Session, SessionConfig, Status};
 use agentloop::tools::ToolRegistry;
 use agentloop::ModelError;
 use agentloop::{AgentEvent, Outcome};
@@ -137,14 +137,8 @@ async fn r_obs_metrics_are_readable_from_the_handle() {
 }
 
 fn priced(config: SessionConfig) -> SessionConfig {
-    config.prices(PriceTable::default().with(
-        "scripted",
-        Price {
-            input_per_mtok: 1_000_000.0, // 1 USD per token: easy to check
-            output_per_mtok: 2_000_000.0,
-            ..Default::default()
-        },
-    ))
+    // 1 USD per input token, 2 per output token: easy to check.
+    config.price("scripted", 1_000_000.0, 2_000_000.0)
 }
 
 #[tokio::test(start_paused = true)]

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, Controller, RunOutput, SequentialIds, VecSink};
+use agentloop::runtime::{Agent, Controller, RunOutput, VecSink};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
 use agentloop::trace::{replay, TraceRecord};
 use agentloop::{AgentEvent, Outcome};
@@ -53,7 +53,7 @@ fn agent(
         .builtin_tools()
         .model(ScriptedModel::from_json_str(script, "inline").expect("script"))
         .tools(tools)
-        .ids(Arc::new(SequentialIds::default()))
+        .deterministic()
         .sink(Arc::new(sink.clone()))
         .configure(cfg)
         .build()
@@ -295,12 +295,9 @@ async fn r_in_7_whole_request_timeout_is_a_retryable_event() {
     let agent = Agent::builder()
         .builtin_tools()
         .model(ScriptedModel::from_json_str(script, "inline").expect("script"))
-        .ids(Arc::new(SequentialIds::default()))
+        .deterministic()
         .sink(Arc::new(sink.clone()))
-        .timeouts(agentloop::runtime::Timeouts {
-            request_ms: Some(1_000),
-            ..Default::default()
-        })
+        .request_timeout_ms(1_000)
         .build();
     let out = run(&agent, None).await;
     assert_eq!(out.result.final_text(), Some("second attempt"));
@@ -316,12 +313,9 @@ async fn r_in_7_run_deadline_aborts() {
     let agent = Agent::builder()
         .builtin_tools()
         .model(ScriptedModel::from_json_str(script, "inline").expect("script"))
-        .ids(Arc::new(SequentialIds::default()))
+        .deterministic()
         .sink(Arc::new(sink.clone()))
-        .timeouts(agentloop::runtime::Timeouts {
-            run_deadline_ms: Some(5_000),
-            ..Default::default()
-        })
+        .run_deadline_ms(5_000)
         .build();
     let out = run(&agent, None).await;
     assert_eq!(out.result.outcome, Outcome::Aborted);

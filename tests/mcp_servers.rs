@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use agentloop::mcp::{McpError, McpOptions, McpServer};
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, Timeouts};
+use agentloop::runtime::Agent;
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry};
 use agentloop::Message;
 use agentloop_testkit::external::{process_ended, read_pid_file, server_env, wait_process_ended};
@@ -67,14 +67,15 @@ async fn everything() -> Option<McpServer> {
     Some(server)
 }
 
-/// An agent with only `server`'s tools, a scripted model serving `script`, and `timeouts`.
-fn agent(server: &McpServer, script: Value, timeouts: Timeouts) -> Agent {
+/// An agent with only `server`'s tools, a scripted model serving `script`, and a tool timeout
+/// of `tool_ms` (default: 120 s).
+fn agent(server: &McpServer, script: Value, tool_ms: Option<u64>) -> Agent {
     let model = ScriptedModel::from_json_str(&script.to_string(), "test").expect("script");
     Agent::builder()
         .model(model)
         .tools(ToolRegistry::new())
         .mcp(server)
-        .timeouts(timeouts)
+        .tool_timeout_ms(tool_ms.unwrap_or(120_000))
         .build()
 }
 
@@ -187,7 +188,7 @@ async fn an_agent_run_calls_an_mcp_tool() {
     let script = json!({"turns": [
         {"tool_calls": [{"name": "get_current_time", "arguments": {"timezone": "Europe/Paris"}}]},
         {"text": "Time: {{last_tool_result}}"}]});
-    let agent = agent(&server, script, Timeouts::default());
+    let agent = agent(&server, script, None);
     let out = agent
         .run_with("s", vec![Message::user("what time is it?")], None, false)
         .await
@@ -205,11 +206,7 @@ async fn the_runtimes_tool_timeout_bounds_an_mcp_call() {
         {"tool_calls": [{"name": "trigger-long-running-operation",
                          "arguments": {"duration": 60, "steps": 2}}]},
         {"text": "{{last_tool_result}}"}]});
-    let timeouts = Timeouts {
-        tool_ms: 500,
-        ..Timeouts::default()
-    };
-    let agent = agent(&server, script, timeouts);
+    let agent = agent(&server, script, Some(500));
     let started = Instant::now();
     let out = agent
         .run_with("s", vec![Message::user("go")], None, false)

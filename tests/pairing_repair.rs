@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, SequentialIds, VecSink};
+use agentloop::runtime::{Agent, VecSink};
 use agentloop::store::{Entry, FileStore, MemoryStore, SessionStore};
 use agentloop::tools::{Tool, ToolRegistry};
 use agentloop::EventEnvelope;
@@ -61,7 +61,7 @@ fn agent(
         .tools(registry)
         .store(store)
         .sink(Arc::new(sink.clone()))
-        .ids(Arc::new(SequentialIds::default()))
+        .deterministic()
         .build();
     (agent, requests)
 }

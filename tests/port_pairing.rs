@@ -9,10 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{
-    Agent, BuiltContext, Compactor, ContextManager, ContextRequest, DefaultContextManager,
-    SequentialIds, VecSink,
-};
+use agentloop::runtime::{Agent, Compactor, ContextManager, RunContext, VecSink};
 use agentloop::store::MemoryStore;
 use agentloop::tools::ToolRegistry;
 use agentloop::EventEnvelope;
@@ -96,10 +93,8 @@ struct Unpaired;
 
 #[async_trait]
 impl ContextManager for Unpaired {
-    async fn build_context(&self, request: &ContextRequest<'_>) -> BuiltContext {
-        let mut built = DefaultContextManager.build_context(request).await;
-        built.messages.extend(unpaired());
-        built
+    async fn build_context(&self, context: &mut RunContext<'_>) {
+        context.messages.extend(unpaired());
     }
 }
 
@@ -170,7 +165,7 @@ fn agent(
         .tools(tools)
         .store(Arc::new(MemoryStore::new()))
         .sink(Arc::new(sink.clone()))
-        .ids(Arc::new(SequentialIds::default()));
+        .deterministic();
     if let Some(manager) = manager {
         builder = builder.context_manager(manager);
     }

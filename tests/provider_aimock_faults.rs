@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
-use agentloop::runtime::{Agent, FnSink};
+use agentloop::runtime::Agent;
 use agentloop::ErrorKind;
 use agentloop::{AgentEvent, Outcome};
 use agentloop_core::process::RetryPolicy;
@@ -123,11 +123,11 @@ async fn run(p: ProviderKind, server: &MockServer, prompt: &str) -> (LoopResult,
     let counter = retries.clone();
     let agent = Agent::builder()
         .model_arc(model)
-        .sink(Arc::new(FnSink(move |e: &agentloop::EventEnvelope| {
+        .sink(Arc::new(move |e: &agentloop::EventEnvelope| {
             if matches!(e.event, AgentEvent::Retry { .. }) {
                 *counter.lock().expect("counter") += 1;
             }
-        })))
+        }))
         .configure(|c| {
             c.step.retry = RetryPolicy {
                 max_retries: 3,

@@ -65,7 +65,7 @@ fn agent(
         pure,
     });
     let model = ScriptedModel::from_json_str(SCRIPT, "inline").expect("script");
-    let (agent, _store, sink) = agent_with_tools(model, vec![tool], Default::default());
+    let (agent, _store, sink) = agent_with_tools(model, vec![tool], |b| b);
     (agent, runs, sink)
 }
 

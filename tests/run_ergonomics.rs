@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, Ids, RunStreamItem, SequentialIds, VecSink};
+use agentloop::runtime::{Agent, RunStreamItem, VecSink};
 use agentloop::trace::{replay, TraceRecord};
 use agentloop::{AgentEvent, ErrorKind, Message, Outcome, RunError};
 use futures::StreamExt;
@@ -26,7 +26,7 @@ async fn issue12_run_stream_yields_the_sinks_events_in_order_then_the_output() {
     let agent = Agent::builder()
         .model(scripted(TOOL_SCRIPT))
         .builtin_tools()
-        .ids(Arc::new(SequentialIds::default()))
+        .deterministic()
         .sink(sink.clone())
         .build();
     let items: Vec<RunStreamItem> = agent.run_stream("s", "What is 2+3?").collect().await;
@@ -99,18 +99,26 @@ async fn issue12_a_failed_run_carries_a_typed_error() {
     assert_eq!(&back, error);
 }
 
+/// The ids port's default jitter seed of a run id: its FNV-1a hash (64 bits).
+fn fnv1a(run_id: &str) -> u64 {
+    run_id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 const RETRY_SCRIPT: &str = r#"{"turns": [
   {"errors": [{"status": 503}, {"status": 503}], "text": "ok"}
 ]}"#;
 
-/// Runs the retry script with `ids` and returns the retry delays, the recorded seed and whether
-/// the recorded trace replays.
-async fn retried_run(ids: Option<Arc<dyn Ids>>) -> (Vec<u64>, Option<u64>, bool) {
+/// Runs the retry script (with deterministic ids or not) and returns the retry delays, the
+/// recorded seed and whether the recorded trace replays.
+async fn retried_run(deterministic: bool) -> (Vec<u64>, Option<u64>, bool) {
     let builder = Agent::builder().model(scripted(RETRY_SCRIPT));
-    // `None`: the default ids (from the clock, a fresh seed per run).
-    let builder = match ids {
-        Some(ids) => builder.ids(ids),
-        None => builder,
+    // Not deterministic: the default ids (from the clock, a fresh seed per run).
+    let builder = if deterministic {
+        builder.deterministic()
+    } else {
+        builder
     };
     let agent = builder
         .configure(|c| {
@@ -145,12 +153,12 @@ async fn retried_run(ids: Option<Arc<dyn Ids>>) -> (Vec<u64>, Option<u64>, bool)
 
 #[tokio::test]
 async fn issue12_r_in_1_jitter_comes_from_the_ids_port_and_replays() {
-    let (a, seed_a, replays_a) = retried_run(Some(Arc::new(SequentialIds::default()))).await;
-    let (b, seed_b, replays_b) = retried_run(Some(Arc::new(SequentialIds::default()))).await;
+    let (a, seed_a, replays_a) = retried_run(true).await;
+    let (b, seed_b, replays_b) = retried_run(true).await;
     assert_eq!(a.len(), 2, "two retries: {a:?}");
     assert_eq!(
         seed_a,
-        Some(SequentialIds::default().jitter_seed("run-1")),
+        Some(fnv1a("run-1")),
         "the seed is the ids port's, recorded in the header"
     );
     // The backoffs are 40 and 80 ms, each cut by up to 50 %, by the draw of the recorded seed
@@ -176,8 +184,8 @@ async fn issue12_r_in_1_jitter_comes_from_the_ids_port_and_replays() {
     assert_eq!((&a, seed_a), (&b, seed_b));
     assert!(replays_a && replays_b);
     // Random ids: a fresh seed per run.
-    let (_, t1, replays_t) = retried_run(None).await;
-    let (_, t2, _) = retried_run(None).await;
+    let (_, t1, replays_t) = retried_run(false).await;
+    let (_, t2, _) = retried_run(false).await;
     assert!(t1.is_some() && t1 != t2, "{t1:?} {t2:?}");
     assert!(replays_t);
 }

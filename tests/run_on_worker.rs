@@ -9,7 +9,7 @@ use std::thread::ThreadId;
 
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, EventSink, FnSink};
+use agentloop::runtime::{Agent, EventSink};
 use agentloop::EventEnvelope;
 use agentloop::{AgentEvent, ModelError, Outcome};
 
@@ -27,11 +27,11 @@ type Threads = Arc<Mutex<Vec<ThreadId>>>;
 fn thread_recorder() -> (Threads, Arc<dyn EventSink>) {
     let threads: Threads = Arc::default();
     let seen = threads.clone();
-    let sink = Arc::new(FnSink(move |_: &EventEnvelope| {
+    let sink = Arc::new(move |_: &EventEnvelope| {
         if let Ok(mut t) = seen.lock() {
             t.push(std::thread::current().id());
         }
-    }));
+    });
     (threads, sink)
 }
 
@@ -140,11 +140,11 @@ fn issue9_dropping_the_run_cancels_its_task() {
 
 #[test]
 fn issue9_a_panic_in_the_run_reaches_the_caller() {
-    let sink = Arc::new(FnSink(|e: &EventEnvelope| {
+    let sink = Arc::new(|e: &EventEnvelope| {
         if matches!(e.event, AgentEvent::TextDelta { .. }) {
             panic!("sink refuses deltas");
         }
-    }));
+    });
     let agent = Agent::builder()
         .model(ScriptedModel::demo())
         .sink(sink)

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, RejectAll, RunOutput, SequentialIds, VecSink};
+use agentloop::runtime::{Agent, RunOutput, VecSink};
 use agentloop::store::MemoryStore;
 use agentloop::trace::{replay, Trace, TraceHeader, TraceRecord, TRACE_VERSION};
 use agentloop::{AgentEvent, Outcome};
@@ -21,7 +21,7 @@ fn agent(script: &str, configure: impl FnOnce(&mut RunConfig)) -> (Agent, VecSin
         .builtin_tools()
         .model(model)
         .store(Arc::new(MemoryStore::new()))
-        .ids(Arc::new(SequentialIds::default()))
+        .deterministic()
         .sink(Arc::new(sink.clone()))
         .configure(configure)
         .build();
@@ -198,9 +198,13 @@ async fn approval_rejected() {
     let agent = Agent::builder()
         .builtin_tools()
         .model(ScriptedModel::demo())
-        .ids(Arc::new(SequentialIds::default()))
+        .deterministic()
         .sink(Arc::new(sink.clone()))
-        .approver(Arc::new(RejectAll("not today".into())))
+        .approver(Arc::new(|_: &agentloop::ToolCall| {
+            Some(agentloop::ApprovalDecision::Rejected {
+                reason: "not today".into(),
+            })
+        }))
         .config(agent.config().clone())
         .build();
     let out = run(&agent, "What is 2+3?").await;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, AgentBuilder, RunOutput, SequentialIds, VecSink};
+use agentloop::runtime::{Agent, AgentBuilder, RunOutput, VecSink};
 use agentloop::store::MemoryStore;
 use agentloop::trace::{replay, replay_with, Trace, TraceError};
 use agentloop::{ErrorKind, ModelError};
@@ -29,7 +29,7 @@ fn builder(script: &str, sink: &VecSink) -> AgentBuilder {
         .builtin_tools()
         .model(scripted(script))
         .store(Arc::new(MemoryStore::new()))
-        .ids(Arc::new(SequentialIds::default()))
+        .deterministic()
         .sink(Arc::new(sink.clone()))
 }
 

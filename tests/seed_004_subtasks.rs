@@ -65,7 +65,7 @@ async fn seed_004_issue_13_a_prompts_subtask_runs_as_a_subagent_before_the_first
         .build(),
     );
     parent
-        .attach_tool(Arc::new(child_tool().forward_to(parent.bus().clone())))
+        .attach_tool(Arc::new(child_tool().forward_to(&parent)))
         .await
         .expect("attached");
     parent

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::hooks::{Hooks, Verdict};
+use agentloop::hooks::Hooks;
 use agentloop::session::{Ack, KillTools, Session, SessionConfig, SessionError};
 use agentloop_core::chart::SessionRow;
 use agentloop_core::process::ApprovalPolicy;
@@ -19,14 +19,14 @@ use support::*;
 struct Policy;
 
 impl Hooks for Policy {
-    fn before_prompt(&self, text: &str) -> Verdict {
+    fn before_prompt(&self, text: &str) -> Result<(), String> {
         if text.contains("forbidden") {
-            Verdict::Reject("no".into())
+            Err("no".into())
         } else {
-            Verdict::Accept
+            Ok(())
         }
     }
-    fn before_steering(&self, text: &str) -> Verdict {
+    fn before_steering(&self, text: &str) -> Result<(), String> {
         self.before_prompt(text)
     }
 }

@@ -14,7 +14,7 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use agentloop::runtime::{Agent, RunOutput, Timeouts, VecSink};
+use agentloop::runtime::{Agent, RunOutput, VecSink};
 use agentloop::store::{MemoryStore, SessionStore};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolSpec, TypedTool};
 use agentloop::trace::{Trace, TraceRecord};
@@ -104,7 +104,7 @@ fn fixture() -> Fixture {
             Arc::new(Counter(counted.clone())),
             Arc::new(Shout(shouted.clone())),
         ],
-        Timeouts::default(),
+        |b| b,
     );
     Fixture {
         agent,

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::runtime::{Agent, RunOutput, Timeouts, ToolOrder, VecSink};
+use agentloop::runtime::{Agent, AgentBuilder, RunOutput, VecSink};
 use agentloop::store::{MemoryStore, SessionStore};
 use agentloop::tools::Tool;
 use agentloop::{AgentEvent, Outcome};
@@ -33,8 +33,12 @@ struct Fixture {
     sink: VecSink,
 }
 
-fn fixture(script: Value, tools: Vec<Arc<dyn Tool>>, timeouts: Timeouts) -> Fixture {
-    let (agent, store, sink) = support::agent_with_tools(model(script), tools, timeouts);
+fn fixture(
+    script: Value,
+    tools: Vec<Arc<dyn Tool>>,
+    configure: impl FnOnce(AgentBuilder) -> AgentBuilder,
+) -> Fixture {
+    let (agent, store, sink) = support::agent_with_tools(model(script), tools, configure);
     Fixture { agent, store, sink }
 }
 
@@ -115,7 +119,7 @@ async fn r_in_3_a_panicking_tool_is_an_error_result_and_its_batch_runs_on() {
             {"text": FINAL}
         ]}),
         vec![sleepy, Arc::new(PanicTool)],
-        Timeouts::default(),
+        |b| b,
     );
     let out = run(&f).await;
     assert_completed(&f, &out).await;
@@ -163,10 +167,7 @@ async fn r_in_7_a_tool_over_its_timeout_is_an_error_result_and_is_stopped() {
             {"text": FINAL}
         ]}),
         vec![sleepy],
-        Timeouts {
-            tool_ms: 1_000,
-            ..Timeouts::default()
-        },
+        |b| b.tool_timeout_ms(1_000),
     );
     let started = tokio::time::Instant::now();
     let out = run(&f).await;
@@ -206,10 +207,7 @@ async fn r_in_7_a_tool_blocked_on_a_thread_does_not_hold_the_run() {
             {"text": FINAL}
         ]}),
         vec![stuck],
-        Timeouts {
-            tool_ms: 50,
-            ..Timeouts::default()
-        },
+        |b| b.tool_timeout_ms(50),
     );
     let out = tokio::time::timeout(Duration::from_secs(60), run(&f)).await;
     let blocked_at_return = !finished.load(Ordering::SeqCst);
@@ -247,7 +245,7 @@ fn reverse_finish_script() -> Value {
 #[tokio::test(start_paused = true)]
 async fn r_in_4_parallel_results_are_stored_and_sent_in_call_order() {
     let (sleepy, finished) = EchoSleep::new();
-    let f = fixture(reverse_finish_script(), vec![sleepy], Timeouts::default());
+    let f = fixture(reverse_finish_script(), vec![sleepy], |b| b);
     let out = run(&f).await;
     assert_completed(&f, &out).await;
     assert_eq!(
@@ -291,14 +289,7 @@ async fn r_in_4_completion_order_stores_on_finish_but_sends_in_call_order() {
         .as_array_mut()
         .expect("turns")
         .push(json!({"text": "second run"}));
-    let f = fixture(
-        script,
-        vec![sleepy],
-        Timeouts {
-            tool_order: ToolOrder::Completion,
-            ..Timeouts::default()
-        },
-    );
+    let f = fixture(script, vec![sleepy], |b| b.tool_results_as_completed());
     let out = run(&f).await;
     assert_completed(&f, &out).await;
     let stored = support::stored_results(&f.store).await;
@@ -327,7 +318,7 @@ async fn r_ctl_3_dropping_a_run_stops_its_tools() {
             {"text": FINAL}
         ]}),
         vec![sleepy],
-        Timeouts::default(),
+        |b| b,
     );
     let cut = tokio::time::timeout(Duration::from_secs(5), run(&f)).await;
     assert!(cut.is_err(), "the run was still waiting for its tool");

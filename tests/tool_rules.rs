@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Timeouts, VecSink};
+use agentloop::runtime::VecSink;
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolSpec};
 use agentloop::AgentEvent;
 use agentloop::{Message, ToolStatus};
@@ -73,10 +73,7 @@ fn agent_with(
     let agent = builder(ScriptedModel::from_json_str(SCRIPT, "inline").expect("script"))
         .tools(registry)
         .sink(Arc::new(sink.clone()))
-        .timeouts(Timeouts {
-            tool_ms,
-            ..Timeouts::default()
-        })
+        .tool_timeout_ms(tool_ms)
         .tool_rules(rules)
         .build();
     (agent, ran, sink)

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, SequentialIds, Timeouts, ToolOrder};
+use agentloop::runtime::Agent;
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
 use agentloop::trace::{replay, Trace, TraceRecord};
 use agentloop_core::event::Event;
@@ -44,18 +44,20 @@ const SCRIPT: &str = r#"{"turns": [
   {"text": "done"}
 ]}"#;
 
-async fn record(order: ToolOrder) -> Trace {
+/// Records the run; `as_completed`: tool results reach the machine as each call finishes.
+async fn record(as_completed: bool) -> Trace {
     let mut tools = ToolRegistry::new();
     tools.insert(Arc::new(Sleepy));
-    let agent = Agent::builder()
+    let builder = Agent::builder()
         .model(ScriptedModel::from_json_str(SCRIPT, "inline").expect("script"))
         .tools(tools)
-        .ids(Arc::new(SequentialIds::default()))
-        .timeouts(Timeouts {
-            tool_order: order,
-            ..Timeouts::default()
-        })
-        .build();
+        .deterministic();
+    let agent = if as_completed {
+        builder.tool_results_as_completed()
+    } else {
+        builder
+    }
+    .build();
     let out = agent
         .run_with("s", vec![agentloop::Message::user("go")], None, true)
         .await
@@ -80,18 +82,18 @@ fn finish_order(trace: &Trace) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_trace_2_parallel_tools_record_one_trace() {
-    let first = record(ToolOrder::CallOrder).await;
+    let first = record(false).await;
     assert_eq!(finish_order(&first), ["c1", "c2", "c3", "c4"]);
     assert!(replay(&first).is_none(), "the trace replays");
     for _ in 0..7 {
-        let again = record(ToolOrder::CallOrder).await;
+        let again = record(false).await;
         assert_eq!(again.to_jsonl(), first.to_jsonl(), "identical recordings");
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completion_order_feeds_results_as_they_finish() {
-    let trace = record(ToolOrder::Completion).await;
+    let trace = record(true).await;
     assert_eq!(finish_order(&trace), ["c4", "c3", "c2", "c1"]);
     assert!(replay(&trace).is_none());
 }
@@ -113,7 +115,7 @@ async fn r_trace_1_hook_rewrites_of_the_request_are_recorded() {
         .model(ScriptedModel::demo())
         .builtin_tools()
         .hooks(Arc::new(AddSystem))
-        .ids(Arc::new(SequentialIds::default()))
+        .deterministic()
         .build();
     let out = agent
         .run_with(
@@ -147,7 +149,7 @@ async fn r_trace_1_hook_rewrites_of_the_request_are_recorded() {
     // Without a hook there is nothing to record.
     let plain = Agent::builder()
         .model(ScriptedModel::demo())
-        .ids(Arc::new(SequentialIds::default()))
+        .deterministic()
         .build();
     let out = plain
         .run_with(

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, TypedRunError};
+use agentloop::runtime::{Agent, AgentError};
 use agentloop::trace::{replay, TraceRecord};
 use agentloop_core::{Event, Message, ModelError, RunError};
 use async_trait::async_trait;
@@ -93,7 +93,7 @@ async fn an_answer_still_invalid_after_the_retries_is_a_typed_error() {
         .await
         .expect_err("invalid twice");
     match &err {
-        TypedRunError::Ended { reason, error, .. } => {
+        AgentError::Ended { reason, error, .. } => {
             assert_eq!(reason, "output_invalid");
             let Some(RunError::OutputInvalid { message }) = error else {
                 panic!("a typed output_invalid error: {error:?}");

@@ -16,7 +16,6 @@ use std::time::Duration;
 use clap::Args;
 use tokio::sync::mpsc;
 
-use agentloop::runtime::{Clock, TokioClock};
 use agentloop::session::{
     Ack, KillTools, Session, SessionConfig, SessionError, Status, SubscriptionItem,
 };
@@ -254,8 +253,8 @@ async fn chat(args: &ChatArgs, session: &Session, output: &Output) -> ExitCode {
     let mut lines = stdin_lines();
     let typing = std::io::stdin().is_terminal();
     let _ticker = output.spawn_ticker();
-    let clock = TokioClock::default();
-    let now_ms = || clock.now_ms();
+    let started = tokio::time::Instant::now();
+    let now_ms = || started.elapsed().as_millis() as u64;
     let mut line = StatusLine::new();
     let mut queued = 0usize;
     let mut asked = Asked::default();

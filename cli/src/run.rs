@@ -17,10 +17,7 @@ use agentloop::mcp::McpServer;
 use agentloop::model::{Model, ToolChoice};
 use agentloop::provider::http::{model_from_flags, ProviderKind};
 use agentloop::provider::openai::ReasoningReplay;
-use agentloop::runtime::{
-    Agent, AgentBuilder, AgentError, Controller, FnSink, RunOutput, Timeouts,
-};
-use agentloop::session::Price;
+use agentloop::runtime::{Agent, AgentBuilder, AgentError, Controller, RunOutput};
 use agentloop::store::{AnyStore, Durability, Entry, SessionLock, SessionStore};
 use agentloop::tools::ToolRegistry;
 use agentloop::EventEnvelope;
@@ -377,6 +374,24 @@ impl AgentArgs {
     }
 }
 
+/// `--price IN,OUT`: a model's price in USD per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Price {
+    /// Per million input tokens.
+    pub input_per_mtok: f64,
+    /// Per million output tokens.
+    pub output_per_mtok: f64,
+}
+
+impl Price {
+    /// The cost of `usage` (cache reads and writes unpriced).
+    fn cost(&self, usage: &agentloop::Usage) -> f64 {
+        (usage.input_tokens as f64 * self.input_per_mtok
+            + usage.output_tokens as f64 * self.output_per_mtok)
+            / 1_000_000.0
+    }
+}
+
 /// `--price IN,OUT`: two non-negative numbers.
 fn parse_price(s: &str) -> Result<Price, String> {
     let parse = |v: &str| -> Result<f64, String> {
@@ -391,7 +406,6 @@ fn parse_price(s: &str) -> Result<Price, String> {
     Ok(Price {
         input_per_mtok: parse(input)?,
         output_per_mtok: parse(output)?,
-        ..Price::default()
     })
 }
 
@@ -485,14 +499,14 @@ fn agent(
         }
         None => None,
     };
-    let sink = Arc::new(FnSink(move |env: &EventEnvelope| {
+    let sink = Arc::new(move |env: &EventEnvelope| {
         if let Some(t) = &times {
             t.record(env);
         }
         if !(typed && matches!(env.event, agentloop::AgentEvent::TextDelta { .. })) {
             sink_output.print(env)
         }
-    }));
+    });
     Ok((agent_builder(args, store, mcp)?.sink(sink).build(), output))
 }
 
@@ -529,45 +543,46 @@ pub(crate) fn agent_builder(
         .model_arc(model(args)?)
         .tools(tools)
         .root(args.root.clone())
-        .timeouts(Timeouts {
-            first_chunk_ms: secs(args.first_chunk_timeout),
-            stall_ms: secs(args.stall_timeout),
-            tool_ms: secs(args.tool_timeout),
-            request_ms: args.request_timeout.map(secs),
-            run_deadline_ms: args.deadline.map(secs),
-            ..Timeouts::default()
-        })
-        .configure(|c| {
-            c.max_steps = args.max_steps;
-            c.step.retry.max_retries = args.max_retries;
-            c.step.retry.initial_backoff_ms = args.initial_backoff_ms;
-            if let Some(seed) = args.seed {
-                c.step.retry.jitter_seed = Some(seed);
-            }
-            c.step.inline_tags = args.inline_tags.into();
-            c.compact_threshold = args
-                .compact_threshold
-                .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
-            c.context_window = args.context_window;
-            // Served by the same client: registered under its provider's prefix, as the
-            // primary model is (`openai:NAME`), and sent without it.
-            c.fallbacks = args
-                .fallbacks
-                .iter()
-                .map(|m| match args.provider.kind() {
-                    Some(kind) => format!("{kind}:{m}"),
-                    None => m.clone(),
-                })
-                .collect();
-            c.title_model = args
-                .title_model
-                .as_ref()
-                .map(|m| match args.provider.kind() {
-                    Some(kind) => format!("{kind}:{m}"),
-                    None => m.clone(),
-                });
-        });
-    builder = builder.limits(args.limits.limits(args.price));
+        .stream_timeouts_ms(secs(args.first_chunk_timeout), secs(args.stall_timeout))
+        .tool_timeout_ms(secs(args.tool_timeout));
+    if let Some(s) = args.request_timeout {
+        builder = builder.request_timeout_ms(secs(s));
+    }
+    if let Some(s) = args.deadline {
+        builder = builder.run_deadline_ms(secs(s));
+    }
+    builder = builder.configure(|c| {
+        c.max_steps = args.max_steps;
+        c.step.retry.max_retries = args.max_retries;
+        c.step.retry.initial_backoff_ms = args.initial_backoff_ms;
+        if let Some(seed) = args.seed {
+            c.step.retry.jitter_seed = Some(seed);
+        }
+        c.step.inline_tags = args.inline_tags.into();
+        c.compact_threshold = args
+            .compact_threshold
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+        c.context_window = args.context_window;
+        // Served by the same client: registered under its provider's prefix, as the
+        // primary model is (`openai:NAME`), and sent without it.
+        c.fallbacks = args
+            .fallbacks
+            .iter()
+            .map(|m| match args.provider.kind() {
+                Some(kind) => format!("{kind}:{m}"),
+                None => m.clone(),
+            })
+            .collect();
+        c.title_model = args
+            .title_model
+            .as_ref()
+            .map(|m| match args.provider.kind() {
+                Some(kind) => format!("{kind}:{m}"),
+                None => m.clone(),
+            });
+    });
+    let limits = args.limits.limits(args.price);
+    builder = builder.configure(|c| c.limits = limits);
     builder = builder.tool_rules(rules);
     if let Some(path) = &args.output_schema {
         let spec = output_spec(path, args.output_retries)?;

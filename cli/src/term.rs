@@ -17,7 +17,6 @@ use std::sync::Mutex;
 
 use clap::ValueEnum;
 
-use agentloop::runtime::{Clock, TokioClock};
 use agentloop::AgentEvent;
 use agentloop::EventEnvelope;
 
@@ -91,8 +90,8 @@ struct State {
 /// The answer and a live status line, for a person at a terminal.
 pub(crate) struct Terminal {
     state: Mutex<State>,
-    /// Milliseconds since the writer was made (the clock port; monotonic).
-    clock: TokioClock,
+    /// When the writer was made (tokio's clock: monotonic, virtual in paused tests).
+    started: tokio::time::Instant,
     color: bool,
     verbose: bool,
 }
@@ -116,7 +115,7 @@ impl Terminal {
                 mid_line: false,
                 attempt_printed: false,
             }),
-            clock: TokioClock::default(),
+            started: tokio::time::Instant::now(),
             color,
             verbose,
         }
@@ -129,7 +128,7 @@ impl Terminal {
 
     /// Milliseconds since the writer was made (the status line's clock).
     pub(crate) fn now_ms(&self) -> u64 {
-        self.clock.now_ms()
+        self.started.elapsed().as_millis() as u64
     }
 
     /// A copy of the status model (pending approvals, counts for the summary).

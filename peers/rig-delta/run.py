@@ -12,7 +12,7 @@ os.wait4's rusage.
                                    # the two-turn run and the 2,000-delta marginal
     python3 run.py --smoke --profile ci   # test mode: every client once, tiny answers, checked
 
---all measures agentloop (Agent::run_stream, and Agent::run with an FnSink) and rig 0.44
+--all measures agentloop (Agent::run_stream, and Agent::run with a closure sink) and rig 0.44
 (agent.prompt(..).stream()), each on a multi-thread runtime (what #[tokio::main] builds) and on
 a current-thread one, on three workloads: the two-turn run (model `two-turn`: one call of an
 `add` tool, its result sent back, a short text answer), a 16,000-character answer in 2,000

@@ -43,7 +43,6 @@ use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use agentloop::model::{Model, ModelRequest};
-use agentloop::runtime::{Compactor, Timeouts, Truncate};
 use agentloop::store::{AnyStore, Entry, SessionStore};
 use agentloop::tools::{ToolContext, ToolRegistry};
 use agentloop::Outcome;
@@ -51,6 +50,7 @@ use agentloop::{ErrorKind, ModelError};
 use agentloop::{Message, MessageDelta, ToolStatus};
 use agentloop_core::event::{ApprovalDecision, AttemptId, GateVerdict, KillPolicy};
 use agentloop_core::output::{output_json, OutputRejected, OutputSpec};
+use agentloop_core::timeouts::Timeouts;
 use agentloop_core::tool_check::SchemaViolation;
 use agentloop_core::{Effect, Event, LoopResult, Run, RunConfig};
 
@@ -823,9 +823,12 @@ impl Session {
                 let work = ctx
                     .run(|| async move {
                         let work = async move {
-                            match Truncate
-                                .compact(&messages, budget_tokens, max_messages)
-                                .await
+                            match agentloop_core::context::truncate(
+                                &messages,
+                                budget_tokens,
+                                max_messages,
+                            )
+                            .map_err(|e| e.to_string())
                             {
                                 Ok((messages, removed)) => {
                                     Event::CompactionDone { messages, removed }

@@ -14,7 +14,6 @@ use crate::agent_event::AgentEvent;
 use crate::effect::Effect;
 use crate::error::{ErrorKind, ModelError};
 use crate::event::{AttemptId, Event};
-use crate::hooks::{ModelCallOutcome, Verdict};
 use crate::message::{FinishReason, MessageDelta, ToolCall, ToolStatus, Usage};
 use crate::model::{Model, ModelRequest};
 use crate::runtime::tool_order::CompletionOrder;
@@ -302,8 +301,7 @@ impl Driver<'_> {
                     let h = tokio::spawn(async move {
                         // A veto is the machine's `compaction_vetoed` input: in the trace,
                         // replayed without the hook.
-                        if let Verdict::Reject(reason) = hooks.before_compact_async(&messages).await
-                        {
+                        if let Err(reason) = hooks.before_compact_async(&messages).await {
                             let _ = tx.send(Event::CompactionVetoed { reason });
                             return;
                         }
@@ -372,7 +370,7 @@ impl Driver<'_> {
         let f = async move {
             let req = request.clone();
             let outcome = stream_attempt(model, request, a, schemas, tx).await;
-            hooks.after_model_call(&req, &outcome);
+            hooks.after_model_call(&req, outcome.as_ref().map_err(String::as_str).copied());
         }
         .instrument(span);
         self.attempts.push((attempt, Box::pin(f)));
@@ -575,14 +573,14 @@ async fn stream_attempt(
     attempt: AttemptId,
     schemas: ArgumentSchemas,
     tx: mpsc::UnboundedSender<Event>,
-) -> ModelCallOutcome {
+) -> Result<(), String> {
     let sent = stream_events(model, request, attempt, &schemas, &tx).await;
     let outcome = match &sent {
-        Event::Done { .. } => ModelCallOutcome::Done,
+        Event::Done { .. } => Ok(()),
         Event::TransportError { error, .. } | Event::ContextOverflow { error, .. } => {
-            ModelCallOutcome::Failed(error.message.clone())
+            Err(error.message.clone())
         }
-        other => ModelCallOutcome::Failed(other.name().to_string()),
+        other => Err(other.name().to_string()),
     };
     let _ = tx.send(sent);
     outcome

@@ -24,30 +24,31 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent_event::AgentEvent;
 use crate::error::ErrorKind;
-use crate::message::Usage;
+use crate::message::{ToolStatus, Usage};
 use crate::EventEnvelope;
 
 /// A latency's distribution: nearest-rank percentiles of its samples, in milliseconds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct LatencySummary {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LatencySummary {
     /// Samples.
-    pub count: usize,
+    pub(crate) count: usize,
     /// Median.
-    pub p50_ms: u64,
+    pub(crate) p50_ms: u64,
     /// 90th percentile.
-    pub p90_ms: u64,
+    pub(crate) p90_ms: u64,
     /// 99th percentile.
-    pub p99_ms: u64,
+    pub(crate) p99_ms: u64,
     /// Largest sample.
-    pub max_ms: u64,
+    pub(crate) max_ms: u64,
     /// Mean (rounded down).
-    pub mean_ms: u64,
+    #[allow(dead_code)] // the unit tests read it
+    pub(crate) mean_ms: u64,
 }
 
 impl LatencySummary {
     /// Count, percentiles (nearest rank) and maximum of `samples` (milliseconds); `None`
     /// without samples. Sorts a copy: O(n log n).
-    pub fn of(samples: &[u64]) -> Option<LatencySummary> {
+    pub(crate) fn of(samples: &[u64]) -> Option<LatencySummary> {
         let mut sorted = samples.to_vec();
         sorted.sort_unstable();
         let max_ms = *sorted.last()?;
@@ -79,8 +80,39 @@ impl std::fmt::Display for LatencySummary {
     }
 }
 
-/// Metrics of one run (R-OBS), or of every run of a session when aggregated: latencies from
-/// the `Clock` port's timestamps of the run's events, token totals, retries, compactions.
+/// Counters of one tool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolStats {
+    /// Calls that got a terminal result.
+    pub calls: u64,
+    /// Completed.
+    pub completed: u64,
+    /// Errors (failures, panics, timeouts, invalid arguments, unknown tool).
+    pub errors: u64,
+    /// Denied, blocked or skipped.
+    pub denied: u64,
+    /// Aborted or outcome unknown.
+    pub aborted: u64,
+    /// Total run time of the calls that ran (from `tool_metrics`).
+    pub total_ms: u64,
+}
+
+impl ToolStats {
+    /// Completed / calls (1.0 when there were none).
+    pub fn success_rate(&self) -> f64 {
+        if self.calls == 0 {
+            1.0
+        } else {
+            self.completed as f64 / self.calls as f64
+        }
+    }
+}
+
+/// Metrics of one run ([`RunOutput::metrics`](crate::runtime::RunOutput::metrics)), or of
+/// every run of a session ([`Session::metrics`](crate::session::Session::metrics)), folded
+/// from the same events (R-OBS): latencies from the `Clock` port's timestamps, token totals,
+/// retries, compactions, outcomes, transitions and time per state, per-tool counters, and the
+/// cost of the steps a session priced.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[non_exhaustive]
 pub struct RunMetrics {
@@ -92,7 +124,7 @@ pub struct RunMetrics {
     pub model_requests: u64,
     /// Milliseconds per committed step, in order: from its first request to its committed
     /// message (`request_start` of attempt 1 to `response_complete`, backoffs included).
-    /// [`LatencySummary::of`] gives the percentiles.
+    /// [`RunMetrics::percentile_ms`] gives the percentiles.
     pub step_latency: Vec<u64>,
     /// Milliseconds per attempt that streamed something: from its `request_start` to its
     /// first text, reasoning or tool-call delta.
@@ -118,8 +150,34 @@ pub struct RunMetrics {
     /// Messages compactions removed.
     pub compaction_messages_removed: u64,
     /// Tokens compactions removed, by the runtime's estimate of the context before and after
-    /// (counted by the run itself; an aggregate folded from events alone has none).
+    /// (counted by the run itself; a session's aggregate, folded from events alone, has none).
     pub compaction_tokens_removed: u64,
+    /// Runs by outcome (`completed`, `failed`, `aborted`).
+    #[serde(default)]
+    pub outcomes: BTreeMap<String, u64>,
+    /// Transitions taken, keyed `machine:From->To`.
+    #[serde(default)]
+    pub transitions: BTreeMap<String, u64>,
+    /// Time spent in each state (left at least once), keyed `machine:State`, in ms.
+    #[serde(default)]
+    pub time_in_state_ms: BTreeMap<String, u64>,
+    /// Retries by the reason their event gave.
+    #[serde(default)]
+    pub retry_reasons: BTreeMap<String, u64>,
+    /// Per tool.
+    #[serde(default)]
+    pub tools: BTreeMap<String, ToolStats>,
+    /// Loop detections.
+    #[serde(default)]
+    pub loops_detected: u64,
+    /// Cost in USD of the steps a session priced
+    /// ([`SessionConfig::price`](crate::session::SessionConfig::price); 0 without prices and
+    /// for a run outside a session).
+    #[serde(default)]
+    pub cost_usd: f64,
+    /// When each state was entered, keyed `machine:State` (for `time_in_state_ms`).
+    #[serde(skip)]
+    entered: BTreeMap<String, u64>,
     /// In flight: first `request_start` per step, per attempt, per tool call.
     #[serde(skip)]
     open: Open,
@@ -206,22 +264,64 @@ impl RunMetrics {
             }
             AgentEvent::ToolEnd {
                 tool_call_id,
+                name,
                 status,
                 ..
             } => {
                 self.tool_calls += 1;
-                if *status == crate::message::ToolStatus::Error {
+                if *status == ToolStatus::Error {
                     self.tool_errors += 1;
                 }
                 if let Some(t) = self.open.tool_started.remove(tool_call_id) {
                     self.tool_latency.push(ts.saturating_sub(t));
                 }
+                let t = self.tools.entry(name.clone()).or_default();
+                t.calls += 1;
+                match status {
+                    ToolStatus::Completed => t.completed += 1,
+                    ToolStatus::Error => t.errors += 1,
+                    ToolStatus::Denied | ToolStatus::Skipped => t.denied += 1,
+                    ToolStatus::Aborted | ToolStatus::OutcomeUnknown => t.aborted += 1,
+                }
             }
+            AgentEvent::ToolMetrics {
+                name, duration_ms, ..
+            } => self.tools.entry(name.clone()).or_default().total_ms += duration_ms,
             AgentEvent::CompactEnd { removed } => {
                 self.compactions += 1;
                 self.compaction_messages_removed += *removed as u64;
             }
+            AgentEvent::RunEnd { outcome, .. } => {
+                *self.outcomes.entry(outcome.as_str().into()).or_default() += 1
+            }
+            AgentEvent::RunError { .. } => *self.outcomes.entry("failed".into()).or_default() += 1,
+            AgentEvent::AgentAbort { .. } if !env.run_id.is_empty() => {
+                *self.outcomes.entry("aborted".into()).or_default() += 1
+            }
+            AgentEvent::StateChanged {
+                machine, from, to, ..
+            } => {
+                let m = format!("{machine:?}").to_lowercase();
+                *self
+                    .transitions
+                    .entry(format!("{m}:{from}->{to}"))
+                    .or_default() += 1;
+                let left = format!("{m}:{from}");
+                if let Some(t) = self.entered.remove(&left) {
+                    *self.time_in_state_ms.entry(left).or_default() += ts.saturating_sub(t);
+                }
+                self.entered.insert(format!("{m}:{to}"), ts);
+            }
+            AgentEvent::UsageReport {
+                model_call_index: Some(_),
+                cost_usd,
+                ..
+            } => self.cost_usd += cost_usd.unwrap_or(0.0),
+            AgentEvent::LoopDetected { .. } => self.loops_detected += 1,
             _ => {}
+        }
+        if let AgentEvent::Retry { reason, .. } = &env.event {
+            *self.retry_reasons.entry(reason.clone()).or_default() += 1;
         }
     }
 
@@ -257,6 +357,26 @@ impl RunMetrics {
         self.compactions += other.compactions;
         self.compaction_messages_removed += other.compaction_messages_removed;
         self.compaction_tokens_removed += other.compaction_tokens_removed;
+        let add = |to: &mut BTreeMap<String, u64>, from: &BTreeMap<String, u64>| {
+            for (k, n) in from {
+                *to.entry(k.clone()).or_default() += n;
+            }
+        };
+        add(&mut self.outcomes, &other.outcomes);
+        add(&mut self.transitions, &other.transitions);
+        add(&mut self.time_in_state_ms, &other.time_in_state_ms);
+        add(&mut self.retry_reasons, &other.retry_reasons);
+        for (name, t) in &other.tools {
+            let mine = self.tools.entry(name.clone()).or_default();
+            mine.calls += t.calls;
+            mine.completed += t.completed;
+            mine.errors += t.errors;
+            mine.denied += t.denied;
+            mine.aborted += t.aborted;
+            mine.total_ms += t.total_ms;
+        }
+        self.loops_detected += other.loops_detected;
+        self.cost_usd += other.cost_usd;
     }
 
     /// Emits the figures as one `tracing` event (target `agentloop::metrics`, level info),
@@ -294,6 +414,28 @@ impl RunMetrics {
             agentloop.compaction.tokens_removed = self.compaction_tokens_removed,
             "run_metrics"
         );
+    }
+
+    /// The `p`th percentile (nearest rank; `p` from 1 to 100, 100 is the largest sample) of a
+    /// latency's samples in milliseconds, such as [`step_latency`](Self::step_latency); `None`
+    /// without samples. Sorts a copy: O(n log n).
+    ///
+    /// ```
+    /// use agentloop::runtime::RunMetrics;
+    /// let samples = [30, 10, 20, 40];
+    /// assert_eq!(RunMetrics::percentile_ms(&samples, 50), Some(20));
+    /// assert_eq!(RunMetrics::percentile_ms(&samples, 100), Some(40));
+    /// assert_eq!(RunMetrics::percentile_ms(&[], 50), None);
+    /// ```
+    pub fn percentile_ms(samples: &[u64], p: u32) -> Option<u64> {
+        let mut sorted = samples.to_vec();
+        sorted.sort_unstable();
+        let n = sorted.len();
+        if n == 0 {
+            return None;
+        }
+        let r = (p as usize * n).div_ceil(100).clamp(1, n);
+        sorted.get(r - 1).copied()
     }
 
     /// Input tokens served from or written to the provider's prompt cache.

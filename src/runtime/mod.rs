@@ -1,7 +1,33 @@
 //! The tokio runtime: an [`Agent`] (model, tools, store, approver, clock, ids, event sink,
 //! compactor) that drives [`Run`]s by performing their effects and feeding results back.
 //!
-//! The builder is a typestate: an agent without a model does not compile.
+//! The builder is a typestate: an agent without a model does not compile. The ports take
+//! closures where a function is enough (an event sink, an approver); limits and deadlines are
+//! builder methods:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use agentloop::prelude::*;
+//! use agentloop::{ApprovalDecision, ToolCall};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), AgentError> {
+//! let agent = Agent::builder()
+//!     .model(ScriptedModel::demo())
+//!     .builtin_tools()
+//!     .sink(Arc::new(|e: &EventEnvelope| eprintln!("{}", e.event.type_name())))
+//!     .approver(Arc::new(|call: &ToolCall| {
+//!         (call.name == "calculator").then_some(ApprovalDecision::Approved) // else: ask a person
+//!     }))
+//!     .max_model_calls(10)
+//!     .tool_timeout_ms(30_000)
+//!     .deterministic() // run ids run-1, run-2, ...: reproducible traces
+//!     .build();
+//! let out = agent.run("session-1", "What is 6*7?").await?;
+//! assert_eq!(out.run_id, "run-1");
+//! println!("{:?} in {} steps", out.result.outcome, out.metrics.steps);
+//! # Ok(()) }
+//! ```
 //!
 //! ```compile_fail
 //! let agent = agentloop::runtime::Agent::builder().build(); // no model: compile error
@@ -37,25 +63,27 @@ use crate::tools::{Tool, ToolRegistry};
 use crate::trace::{Trace, TraceHeader, TRACE_VERSION};
 use crate::EventEnvelope;
 
-pub use ports::{
-    Approver, Clock, Compactor, EventSink, FnSink, Ids, ManualApproval, Question, RejectAll,
-    SequentialIds, TokioClock, Truncate, UserAsker, VecSink,
+#[cfg(feature = "testing")]
+pub use ports::VecSink;
+pub use ports::{Approver, Compactor, EventSink, Question};
+pub(crate) use ports::{
+    AutoApprove, Clock, Ids, NoUser, NullSink, SequentialIds, SystemClock, TimeIds, TokioClock,
+    Truncate, UserAsker,
 };
-pub(crate) use ports::{AutoApprove, NoUser, NullSink, SystemClock, TimeIds};
 
-pub use agentloop_core::process::{InlineTags, ToolRule};
-pub use agentloop_core::react::UsageLimits;
-pub use agentloop_core::timeouts::{Timeouts, ToolOrder};
-pub use context_manager::{
-    BuiltContext, ContextManager, ContextRequest, ContextUpdates, DefaultContextManager,
-};
+pub use agentloop_core::process::ToolRule;
+use agentloop_core::timeouts::{Timeouts, ToolOrder};
+pub(crate) use context_manager::DefaultContextManager;
+pub use context_manager::{ContextManager, ContextUpdates, RunContext};
 use driver::{Driver, Tasks};
-pub use metrics::{LatencySummary, RunMetrics};
+pub use metrics::{RunMetrics, ToolStats};
 pub(crate) use offload::Offload;
 pub use stream::RunStreamItem;
 use tool_order::CompletionOrder;
 
-/// Errors that prevent a run from starting. Failures during a run are a `Failed` result.
+/// Why a run call has no output: the run could not start (a store failure, nothing to resume,
+/// the runtime shut down), or, for [`Agent::run_typed`], the run ended without a value of the
+/// asked type. Failures during a run are a `Failed` result, not an error.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AgentError {
@@ -71,17 +99,8 @@ pub enum AgentError {
     /// The tokio runtime shut down while the run's task was still going.
     #[error("the runtime shut down before the run ended")]
     RuntimeShutDown,
-}
-
-/// Why [`Agent::run_typed`] has no value.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum TypedRunError {
-    /// The run could not start.
-    #[error(transparent)]
-    Agent(#[from] AgentError),
-    /// The run failed or was aborted (an answer still invalid after the output retries
-    /// fails the run with reason `output_invalid`).
+    /// [`Agent::run_typed`]: the run failed or was aborted (an answer still invalid after the
+    /// output retries fails the run with reason `output_invalid`).
     #[error("the run ended {outcome} ({reason}){}", error.as_ref().map(|e| format!(": {e}")).unwrap_or_default())]
     Ended {
         /// How it ended.
@@ -91,7 +110,8 @@ pub enum TypedRunError {
         /// Why it failed, when it failed.
         error: Option<crate::error::RunError>,
     },
-    /// The run completed, but its final answer is not a `T` (say, it ended at `max_steps`).
+    /// [`Agent::run_typed`]: the run completed, but its final answer is not a `T` (say, it
+    /// ended at `max_steps`).
     #[error("the final answer is not a {type_name}: {error}")]
     Output {
         /// `T`'s schema name.
@@ -538,25 +558,96 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Sets the run's usage limits: tokens, cost, model calls and tool calls;
-    /// reaching one asks for a final answer or stops the run, as `limits.on_limit` says, and
-    /// the run ends with reason `usage_limit:<limit>`.
-    pub fn limits(mut self, limits: UsageLimits) -> Self {
-        self.config.limits = limits;
+    /// Limits the input (prompt) tokens the run's committed steps may report. Reaching a
+    /// usage limit asks the model for a final answer without tools (or stops the run, with
+    /// [`stop_at_limit`](Self::stop_at_limit)); the run ends with reason
+    /// `usage_limit:<limit>`. No limits by default.
+    ///
+    /// ```
+    /// use agentloop::provider::scripted::ScriptedModel;
+    /// use agentloop::runtime::Agent;
+    /// let agent = Agent::builder()
+    ///     .model(ScriptedModel::demo())
+    ///     .max_total_tokens(50_000)
+    ///     .max_tool_calls(20)
+    ///     .max_cost_usd(0.50, 2.5, 10.0) // at most 50 cents at 2.5 / 10 USD per million tokens
+    ///     .build();
+    /// assert_eq!(agent.config().limits.tool_calls, Some(20));
+    /// ```
+    pub fn max_input_tokens(mut self, tokens: u64) -> Self {
+        self.config.limits.input_tokens = Some(tokens);
         self
     }
 
-    /// What each step does with inline `<status>`, `<title>` and `<plan>` tags in
-    /// the model's text: by default
-    /// ([`InlineTags::Strip`]) they become `status_update` /
-    /// `title_generated` / `plan_generated` events and leave the answer; `Keep` reports them and leaves the text
-    /// as written; `Off` looks for none.
-    pub fn inline_tags(mut self, mode: InlineTags) -> Self {
-        self.config.step.inline_tags = mode;
+    /// Limits the output tokens the run's committed steps may report (see
+    /// [`max_input_tokens`](Self::max_input_tokens)).
+    pub fn max_output_tokens(mut self, tokens: u64) -> Self {
+        self.config.limits.output_tokens = Some(tokens);
         self
     }
 
-    /// Sets the hooks (R-EXT-1); use [`crate::hooks::HookChain`] for several.
+    /// Limits the input plus output tokens the run's committed steps may report (see
+    /// [`max_input_tokens`](Self::max_input_tokens)).
+    pub fn max_total_tokens(mut self, tokens: u64) -> Self {
+        self.config.limits.total_tokens = Some(tokens);
+        self
+    }
+
+    /// Limits the model requests the run may send, retries and fallbacks included (see
+    /// [`max_input_tokens`](Self::max_input_tokens)).
+    pub fn max_model_calls(mut self, calls: u64) -> Self {
+        self.config.limits.model_calls = Some(calls);
+        self
+    }
+
+    /// Limits the tool calls of the run's committed messages (see
+    /// [`max_input_tokens`](Self::max_input_tokens)).
+    pub fn max_tool_calls(mut self, calls: u64) -> Self {
+        self.config.limits.tool_calls = Some(calls);
+        self
+    }
+
+    /// Limits what the run may cost, in US dollars, its usage priced at
+    /// `input_usd_per_mtok` and `output_usd_per_mtok` per million tokens (see
+    /// [`max_input_tokens`](Self::max_input_tokens)).
+    pub fn max_cost_usd(
+        mut self,
+        max_usd: f64,
+        input_usd_per_mtok: f64,
+        output_usd_per_mtok: f64,
+    ) -> Self {
+        self.config.limits.cost = Some(agentloop_core::react::CostLimit {
+            max_usd,
+            input_usd_per_mtok,
+            output_usd_per_mtok,
+        });
+        self
+    }
+
+    /// Ends the run at once when it reaches a usage limit, instead of asking the model for a
+    /// final answer first.
+    pub fn stop_at_limit(mut self) -> Self {
+        self.config.limits.on_limit = agentloop_core::react::LimitAction::Stop;
+        self
+    }
+
+    /// Keeps inline `<status>`, `<title>` and `<plan>` tags in the answer's text: they are
+    /// still reported (`status_update` / `title_generated` / `plan_generated` events), and the
+    /// text stays as the model wrote it. By default they are reported and removed from the
+    /// answer.
+    pub fn keep_inline_tags(mut self) -> Self {
+        self.config.step.inline_tags = agentloop_core::process::InlineTags::Keep;
+        self
+    }
+
+    /// Looks for no inline `<status>`, `<title>` or `<plan>` tags: the text is the answer,
+    /// and no tag event is emitted.
+    pub fn ignore_inline_tags(mut self) -> Self {
+        self.config.step.inline_tags = agentloop_core::process::InlineTags::Off;
+        self
+    }
+
+    /// Sets the hooks (R-EXT-1); a `Vec<Arc<dyn Hooks>>` is hooks that call several in order.
     pub fn hooks(mut self, hooks: Arc<dyn Hooks>) -> Self {
         self.hooks = hooks;
         self
@@ -622,14 +713,26 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Sets the clock.
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+    /// Makes runs reproducible for tests: run ids `run-1`, `run-2`, ... (so each run's
+    /// backoff jitter seed is fixed too), and event timestamps from tokio's clock, starting at
+    /// 0 ms when the agent is built (virtual time under a paused runtime, `start_paused`).
+    /// Two runs of the same script then record the same trace and the same events.
+    pub fn deterministic(mut self) -> Self {
+        self.ids = Arc::new(SequentialIds::default());
+        self.clock = Arc::new(TokioClock::default());
+        self
+    }
+
+    /// Sets the clock (the default reads the system time).
+    #[allow(dead_code)] // for the crate's own tests
+    pub(crate) fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
 
-    /// Sets the id generator.
-    pub fn ids(mut self, ids: Arc<dyn Ids>) -> Self {
+    /// Sets the id generator (the default: time-based ids).
+    #[allow(dead_code)] // for the crate's own tests
+    pub(crate) fn ids(mut self, ids: Arc<dyn Ids>) -> Self {
         self.ids = ids;
         self
     }
@@ -648,13 +751,14 @@ impl<M> AgentBuilder<M> {
 
     /// Sets the context manager (R-CTX-1/2): it builds each new run's history,
     /// system prompt and tools, and may keep entries before and after the run; see
-    /// [`ContextManager`]. Default: [`DefaultContextManager`].
+    /// [`ContextManager`]. Default: the history rebuilt from the session's entries, the run's
+    /// own system prompt and tools (see [`RunContext`]).
     pub fn context_manager(mut self, manager: Arc<dyn ContextManager>) -> Self {
         self.context_manager = manager;
         self
     }
 
-    /// The data every [`ContextRequest`] carries as `runtime_init_data` (default `null`).
+    /// The data every [`RunContext`] carries as `runtime_init_data` (default `null`).
     pub fn context_init_data(mut self, data: serde_json::Value) -> Self {
         self.context_init_data = data;
         self
@@ -673,7 +777,7 @@ impl<M> AgentBuilder<M> {
     }
 
     /// Fixes the seed of every run's retry backoff jitter (by default each run draws one from
-    /// the [`Ids`] port). The seed is recorded in the trace's header either way; a fixed one
+    /// the agent's id source). The seed is recorded in the trace's header either way; a fixed one
     /// makes the header and the delays the same on every run (CLI: `--seed N`).
     pub fn seed(mut self, seed: u64) -> Self {
         self.config.step.retry.jitter_seed = Some(seed);
@@ -807,14 +911,47 @@ impl<M> AgentBuilder<M> {
     }
 
     /// Sets who answers `ask_user` questions (a session installs its own).
-    pub fn asker(mut self, asker: Arc<dyn UserAsker>) -> Self {
+    #[allow(dead_code)] // a session sets the field itself
+    pub(crate) fn asker(mut self, asker: Arc<dyn UserAsker>) -> Self {
         self.asker = asker;
         self
     }
 
-    /// Sets the timeouts.
-    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
-        self.timeouts = timeouts;
+    /// How long a tool call may run before it gets a `timeout` error result (R-IN-3; default
+    /// 120 s). A [`ToolRule`]'s timeout overrides it for the calls the rule matches.
+    pub fn tool_timeout_ms(mut self, ms: u64) -> Self {
+        self.timeouts.tool_ms = ms;
+        self
+    }
+
+    /// How long a model attempt may wait for its response to start and its first delta to
+    /// arrive (default 60 s), and then at most between two deltas (default 30 s). Expiry is a
+    /// retryable `stalled` failure of the attempt.
+    pub fn stream_timeouts_ms(mut self, first_chunk_ms: u64, stall_ms: u64) -> Self {
+        self.timeouts.first_chunk_ms = first_chunk_ms;
+        self.timeouts.stall_ms = stall_ms;
+        self
+    }
+
+    /// How long one model attempt may take, from sending to its last delta (default: no
+    /// limit). Expiry is a retryable `timeout` error.
+    pub fn request_timeout_ms(mut self, ms: u64) -> Self {
+        self.timeouts.request_ms = Some(ms);
+        self
+    }
+
+    /// How long a whole run may take (default: no limit). Expiry aborts the run.
+    pub fn run_deadline_ms(mut self, ms: u64) -> Self {
+        self.timeouts.run_deadline_ms = Some(ms);
+        self
+    }
+
+    /// Feeds parallel tools' results to the machine as each call finishes, so each result is
+    /// stored as early as possible (R-IN-4). By default they reach it in the order the calls
+    /// were started, so identical runs record identical traces; with this, traces of
+    /// parallel calls may differ from run to run.
+    pub fn tool_results_as_completed(mut self) -> Self {
+        self.timeouts.tool_order = ToolOrder::Completion;
         self
     }
 
@@ -965,7 +1102,7 @@ impl Agent {
     /// `observing_output_invalid`). Returns the parsed value and the run's output.
     ///
     /// ```no_run
-    /// # async fn f(agent: agentloop::runtime::Agent) -> Result<(), agentloop::runtime::TypedRunError> {
+    /// # async fn f(agent: agentloop::runtime::Agent) -> Result<(), agentloop::runtime::AgentError> {
     /// #[derive(serde::Deserialize, schemars::JsonSchema)]
     /// struct Point { x: i64, y: i64 }
     /// let (point, _output) = agent.run_typed::<Point>("s1", "A point on the diagonal").await?;
@@ -975,13 +1112,13 @@ impl Agent {
         &self,
         session: &str,
         prompt: &str,
-    ) -> Result<(T, RunOutput), TypedRunError>
+    ) -> Result<(T, RunOutput), AgentError>
     where
         T: schemars::JsonSchema + serde::de::DeserializeOwned,
     {
         let type_name = T::schema_name().to_string();
         let schema =
-            serde_json::to_value(schemars::schema_for!(T)).map_err(|e| TypedRunError::Output {
+            serde_json::to_value(schemars::schema_for!(T)).map_err(|e| AgentError::Output {
                 type_name: type_name.clone(),
                 error: format!("the type's JSON Schema does not serialize: {e}"),
             })?;
@@ -997,7 +1134,7 @@ impl Agent {
             .await?;
         let result = &output.result;
         if result.outcome != crate::agent_event::Outcome::Completed {
-            return Err(TypedRunError::Ended {
+            return Err(AgentError::Ended {
                 outcome: result.outcome,
                 reason: result.reason.clone(),
                 error: result.error.clone(),
@@ -1005,7 +1142,7 @@ impl Agent {
         }
         let value = agentloop_core::output::output_json(result.final_text().unwrap_or_default())
             .and_then(|v| serde_json::from_value::<T>(v).map_err(|e| e.to_string()))
-            .map_err(|error| TypedRunError::Output {
+            .map_err(|error| AgentError::Output {
                 type_name: type_name.clone(),
                 error: format!("{error} (run ended: {})", result.reason),
             })?;
@@ -1088,23 +1225,30 @@ impl Agent {
             "compact_threshold": config.compact_threshold,
             "session_turns": session_turns,
         });
-        let built = self
-            .context_manager
-            .build_context(&ContextRequest {
-                session,
-                run_id: &run_id,
-                entries: &entries,
-                input: &input,
-                system_prompt_override: config.system.as_deref(),
-                runtime_init_data: &self.context_init_data,
-                runtime_hints: &hints,
-                tool_specs: &config.tools,
-            })
-            .await;
-        config.system = built.system_prompt;
-        config.tools = built.tool_specs;
+        let mut context = RunContext {
+            session,
+            run_id: &run_id,
+            entries: &entries,
+            input: &input,
+            runtime_init_data: &self.context_init_data,
+            runtime_hints: &hints,
+            messages: crate::store::history(&entries),
+            system_prompt: config.system.take(),
+            tool_specs: config.tools.clone(),
+            entries_to_append: Vec::new(),
+        };
+        self.context_manager.build_context(&mut context).await;
+        let RunContext {
+            messages: history,
+            system_prompt,
+            tool_specs,
+            entries_to_append,
+            ..
+        } = context;
+        config.system = system_prompt;
+        config.tools = tool_specs;
         let mut entries = entries;
-        for e in built.entries_to_append {
+        for e in entries_to_append {
             self.store.append(session, &e).await?;
             entries.push(e);
         }
@@ -1112,7 +1256,7 @@ impl Agent {
         let input_for_updates = if updates { input.clone() } else { Vec::new() };
         let start = Event::Start {
             run_id: run_id.clone(),
-            history: built.messages,
+            history,
             input,
             session_turns,
         };

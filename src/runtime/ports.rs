@@ -2,6 +2,7 @@
 //! default implementations.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+#[cfg(feature = "testing")]
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -12,6 +13,29 @@ use crate::message::{Message, ToolCall};
 
 /// Decides approval requests. `None` means "a human will answer through the run's
 /// [`Controller`](crate::runtime::Controller)".
+///
+/// A function `Fn(&ToolCall) -> Option<ApprovalDecision>` is an approver: `|_: &ToolCall|
+/// None` is manual approval (a person answers through the controller or a session), and the
+/// default approves everything. A session installs its own.
+///
+/// ```
+/// use std::sync::Arc;
+/// use agentloop::provider::scripted::ScriptedModel;
+/// use agentloop::runtime::Agent;
+/// use agentloop::{ApprovalDecision, ToolCall};
+///
+/// let agent = Agent::builder()
+///     .model(ScriptedModel::demo())
+///     .approver(Arc::new(|call: &ToolCall| {
+///         if call.name == "calculator" {
+///             Some(ApprovalDecision::Approved)
+///         } else {
+///             Some(ApprovalDecision::Rejected { reason: "only the calculator".into() })
+///         }
+///     }))
+///     .build();
+/// # let _ = agent;
+/// ```
 #[async_trait]
 pub trait Approver: Send + Sync {
     /// Decide on `call`, or return `None` to wait for a controller decision. The wait has no
@@ -42,7 +66,7 @@ pub struct Question {
 /// Puts `ask_user` questions to a person. The deadline is the machine's
 /// (`StepConfig::ask_user_timeout_ms`): an asker waits as long as it takes.
 #[async_trait]
-pub trait UserAsker: Send + Sync {
+pub(crate) trait UserAsker: Send + Sync {
     /// The answer to `question`, or `None` when nobody can answer.
     async fn ask(&self, question: &Question) -> Option<String>;
 }
@@ -70,33 +94,21 @@ impl Approver for AutoApprove {
     }
 }
 
-/// Rejects everything with a fixed reason.
-#[derive(Debug, Clone)]
-pub struct RejectAll(pub String);
-
+/// A function is an approver (see [`Approver`]).
 #[async_trait]
-impl Approver for RejectAll {
-    async fn decide(&self, _call: &ToolCall) -> Option<ApprovalDecision> {
-        Some(ApprovalDecision::Rejected {
-            reason: self.0.clone(),
-        })
+impl<F> Approver for F
+where
+    F: Fn(&ToolCall) -> Option<ApprovalDecision> + Send + Sync,
+{
+    async fn decide(&self, call: &ToolCall) -> Option<ApprovalDecision> {
+        self(call)
     }
 }
 
-/// Leaves every decision to the controller (a human).
-#[derive(Debug, Default, Clone, Copy)]
-pub struct ManualApproval;
-
+/// Time, for timestamps and timers. Tests use tokio's paused clock for virtual time
+/// ([`AgentBuilder::deterministic`](crate::runtime::AgentBuilder::deterministic)).
 #[async_trait]
-impl Approver for ManualApproval {
-    async fn decide(&self, _call: &ToolCall) -> Option<ApprovalDecision> {
-        None
-    }
-}
-
-/// Time, for timestamps and timers. Tests use tokio's paused clock for virtual time.
-#[async_trait]
-pub trait Clock: Send + Sync {
+pub(crate) trait Clock: Send + Sync {
     /// Milliseconds since the Unix epoch (for event timestamps only; never read by machines).
     fn now_ms(&self) -> u64;
     /// Sleeps.
@@ -124,14 +136,14 @@ impl Clock for SystemClock {
 /// A clock on tokio's time: with a paused runtime (`start_paused`), timestamps follow virtual
 /// time, so time-per-state metrics are deterministic in tests. Starts at `epoch_ms`.
 #[derive(Debug, Clone, Copy)]
-pub struct TokioClock {
+pub(crate) struct TokioClock {
     origin: tokio::time::Instant,
     epoch_ms: u64,
 }
 
 impl TokioClock {
     /// A clock reading `epoch_ms` now (call inside a tokio runtime).
-    pub fn starting_at(epoch_ms: u64) -> Self {
+    pub(crate) fn starting_at(epoch_ms: u64) -> Self {
         TokioClock {
             origin: tokio::time::Instant::now(),
             epoch_ms,
@@ -159,7 +171,7 @@ impl Clock for TokioClock {
 /// drawn from. The machines have no randomness of their own; what comes from here is an input
 /// the trace records (the run id in `start`, the seed in the header's retry policy), so a
 /// replay is exact.
-pub trait Ids: Send + Sync {
+pub(crate) trait Ids: Send + Sync {
     /// A fresh run id.
     fn run_id(&self) -> String;
 
@@ -198,7 +210,7 @@ impl Ids for TimeIds {
 
 /// Deterministic ids `run-1`, `run-2`, ... (tests, reproducible traces).
 #[derive(Debug, Default)]
-pub struct SequentialIds {
+pub(crate) struct SequentialIds {
     counter: AtomicU64,
 }
 
@@ -211,6 +223,21 @@ impl Ids for SequentialIds {
 use agentloop_core::agent_event::EventEnvelope;
 
 /// Receives events. Must not block: the loop calls it inline.
+///
+/// A function `Fn(&EventEnvelope)` is a sink:
+///
+/// ```
+/// use std::sync::Arc;
+/// use agentloop::provider::scripted::ScriptedModel;
+/// use agentloop::runtime::Agent;
+/// use agentloop::EventEnvelope;
+///
+/// let agent = Agent::builder()
+///     .model(ScriptedModel::demo())
+///     .sink(Arc::new(|e: &EventEnvelope| println!("{} {}", e.index, e.event.type_name())))
+///     .build();
+/// # let _ = agent;
+/// ```
 pub trait EventSink: Send + Sync {
     /// Delivers one event.
     fn emit(&self, event: &EventEnvelope);
@@ -224,10 +251,14 @@ impl EventSink for NullSink {
     fn emit(&self, _event: &EventEnvelope) {}
 }
 
-/// Collects events in memory (tests, examples).
+/// Collects events in memory, for a program's tests (feature `testing`; `agentloop-testkit`
+/// re-exports it). A program keeps events with a closure sink or
+/// [`Agent::run_stream`](crate::runtime::Agent::run_stream).
+#[cfg(feature = "testing")]
 #[derive(Debug, Default, Clone)]
 pub struct VecSink(pub Arc<Mutex<Vec<EventEnvelope>>>);
 
+#[cfg(feature = "testing")]
 impl VecSink {
     /// The events so far.
     pub fn events(&self) -> Vec<EventEnvelope> {
@@ -235,6 +266,7 @@ impl VecSink {
     }
 }
 
+#[cfg(feature = "testing")]
 impl EventSink for VecSink {
     fn emit(&self, event: &EventEnvelope) {
         if let Ok(mut v) = self.0.lock() {
@@ -243,12 +275,10 @@ impl EventSink for VecSink {
     }
 }
 
-/// Calls a function for every event.
-pub struct FnSink<F>(pub F);
-
-impl<F: Fn(&EventEnvelope) + Send + Sync> EventSink for FnSink<F> {
+/// A function is a sink (see [`EventSink`]).
+impl<F: Fn(&EventEnvelope) + Send + Sync> EventSink for F {
     fn emit(&self, event: &EventEnvelope) {
-        (self.0)(event)
+        self(event)
     }
 }
 
@@ -264,9 +294,10 @@ pub trait Compactor: Send + Sync {
     ) -> Result<(Vec<Message>, usize), String>;
 }
 
-/// Compaction by truncation that never splits tool pairs ([`crate::context::truncate`]).
+/// Compaction by truncation that never splits tool pairs ([`crate::context::truncate`]): the
+/// default compactor.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Truncate;
+pub(crate) struct Truncate;
 
 #[async_trait]
 impl Compactor for Truncate {

@@ -81,7 +81,7 @@ fn pending_step(entries: &[Entry], run_id: &str) -> Option<PendingStep> {
 }
 
 /// The `Resume` event for the interrupted `run_id`.
-pub fn resume_event(entries: &[Entry], run_id: &str) -> Event {
+pub(crate) fn resume_event(entries: &[Entry], run_id: &str) -> Event {
     let mut history = crate::store::history(entries);
     let pending = pending_step(entries, run_id);
     if let Some(p) = &pending {
@@ -109,7 +109,7 @@ pub fn resume_event(entries: &[Entry], run_id: &str) -> Event {
 /// For a new run on a session with an interrupted one: closes the interrupted step's calls
 /// that never started (`aborted`) and ends the interrupted run, so the pairing invariant holds
 /// (R-IDEM-7). `repaired` is what [`repair_with`](crate::store::repair_with) already appends.
-pub fn supersede(entries: &[Entry], repaired: &[Entry]) -> Repaired {
+pub(crate) fn supersede(entries: &[Entry], repaired: &[Entry]) -> Repaired {
     let mut out = Repaired::default();
     let Some(run_id) = interrupted_run(entries) else {
         return out;

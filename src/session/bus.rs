@@ -116,7 +116,7 @@ impl Channel {
 /// [`SubscriptionItem::Lagged`] with the number lost, then it continues with the oldest event
 /// still available. The same notice is returned first when `subscribe(since)` asks for events
 /// older than the ring buffer keeps.
-pub struct EventBus {
+pub(crate) struct EventBus {
     channel: Arc<Channel>,
     clock: Arc<dyn Clock>,
     hooks: Arc<dyn Hooks>,
@@ -148,7 +148,7 @@ impl EventBus {
     /// ring buffer of `ring_size` events (0 = off). Nothing is allocated for either until
     /// events arrive. Every event also goes to the `hooks`' `on_event` and to `downstream`
     /// (the agent's own sink).
-    pub fn new(
+    pub(crate) fn new(
         capacity: usize,
         ring_size: usize,
         clock: Arc<dyn Clock>,
@@ -183,7 +183,7 @@ impl EventBus {
     }
 
     /// Publishes an event (index and timestamp assigned here) and returns its index.
-    pub fn publish(&self, run_id: &str, event: AgentEvent) -> u64 {
+    pub(crate) fn publish(&self, run_id: &str, event: AgentEvent) -> u64 {
         let env = EventEnvelope {
             index: 0,
             ts_ms: self.clock.now_ms(),
@@ -194,7 +194,7 @@ impl EventBus {
     }
 
     /// Publishes an envelope, re-indexing it with the bus's index.
-    pub fn publish_envelope(&self, mut env: EventEnvelope) -> u64 {
+    pub(crate) fn publish_envelope(&self, mut env: EventEnvelope) -> u64 {
         if matches!(env.event, AgentEvent::RunStart { .. }) {
             self.set_current_run(&env.run_id);
         }
@@ -231,13 +231,13 @@ impl EventBus {
     }
 
     /// Publishes an event of the current run (empty when idle).
-    pub fn publish_current(&self, event: AgentEvent) -> u64 {
+    pub(crate) fn publish_current(&self, event: AgentEvent) -> u64 {
         let run = self.current_run();
         self.publish(&run, event)
     }
 
     /// The run in progress, empty when idle.
-    pub fn current_run(&self) -> String {
+    pub(crate) fn current_run(&self) -> String {
         self.current_run
             .lock()
             .map(|r| r.clone())
@@ -251,7 +251,7 @@ impl EventBus {
     }
 
     /// The events the ring buffer holds now, oldest first.
-    pub fn buffered(&self) -> Vec<EventEnvelope> {
+    pub(crate) fn buffered(&self) -> Vec<EventEnvelope> {
         let ring_size = self.channel.ring_size;
         self.channel
             .lock()
@@ -263,13 +263,14 @@ impl EventBus {
     }
 
     /// The index the next event will get.
-    pub fn next_index(&self) -> u64 {
+    #[cfg(test)]
+    fn next_index(&self) -> u64 {
         self.channel.lock().map(|q| q.next).unwrap_or(0)
     }
 
     /// Subscribes. With `since = Some(i)`, events with an index greater than `i` still in the
     /// ring buffer are replayed first; `types` keeps only events whose type name is listed.
-    pub fn subscribe(&self, since: Option<u64>, types: Option<Vec<String>>) -> Subscription {
+    pub(crate) fn subscribe(&self, since: Option<u64>, types: Option<Vec<String>>) -> Subscription {
         let filter = types.map(|t| t.into_iter().collect::<BTreeSet<_>>());
         let mut missed = 0;
         let id = match self.channel.lock() {

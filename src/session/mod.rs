@@ -34,6 +34,24 @@
 //!
 //! Models are switched by name through the agent's model registry
 //! ([`AgentBuilder::extra_model`](crate::runtime::AgentBuilder::extra_model)).
+//!
+//! ```
+//! use agentloop::prelude::*;
+//! use agentloop::session::{Ack, Status};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), SessionError> {
+//! let agent = Agent::builder().model(ScriptedModel::demo()).builtin_tools().build();
+//! let session = Session::spawn(agent, SessionConfig::new("s1").price("scripted", 2.5, 10.0));
+//! let mut events = session.subscribe(None, Some(vec!["run_end".into()]));
+//! assert_eq!(session.prompt("What is 6*7?").await?, Ack::Started);
+//! let end = events.recv().await; // the run's `run_end`
+//! assert!(end.is_some());
+//! session.wait_idle().await;
+//! assert_eq!(session.status(), Status::Idle);
+//! assert_eq!(session.metrics().runs, 1);
+//! # Ok(()) }
+//! ```
 
 mod approvals;
 mod bus;
@@ -52,18 +70,18 @@ use crate::agent_event::AgentEvent;
 use crate::attachment::Prompt;
 use crate::chart::{MachineKind, ProcessState, ReactState, SessionRow, SessionState};
 use crate::event::{ApprovalDecision, Event};
-use crate::hooks::Verdict;
 use crate::message::{AssistantMessage, Message};
 use crate::react::{LoopResult, RunConfig};
-use crate::runtime::{control_sharing, Agent, Controller, PartialMessage, RunOutput};
+use crate::runtime::{control_sharing, Agent, Controller, PartialMessage, RunMetrics, RunOutput};
 use crate::tools::Tool;
 use agentloop_core::session_machine::{
     Forward, RunInput, Session as SessionMachine, SessionEffect, SessionInput, SessionReply,
 };
 
 pub use approvals::{approval_scope, command_family};
-pub use bus::{EventBus, Subscription, SubscriptionItem};
-pub use metrics::{Metrics, Price, PriceTable, ToolStats};
+pub(crate) use bus::EventBus;
+pub use bus::{Subscription, SubscriptionItem};
+use metrics::PriceTable;
 
 use approvals::{Approvals, SessionApprover};
 use bus::BusSink;
@@ -187,8 +205,8 @@ pub struct SessionConfig {
     /// It becomes the agent's `StepConfig::approval_timeout_ms` (a timer of each step's
     /// machine, recorded in the trace), replacing what the agent's builder set.
     pub approval_timeout_ms: Option<u64>,
-    /// Prices for usage reports (default empty: usage without cost).
-    pub prices: PriceTable,
+    /// Prices for usage reports ([`price`](Self::price); default none: usage without cost).
+    prices: PriceTable,
     /// Record a trace of every run (R-TRACE-1); the latest is [`Session::last_trace`], the
     /// last [`RECENT_TRACES`] by run id [`Session::trace_of`]
     /// (default off).
@@ -233,9 +251,40 @@ impl SessionConfig {
         self
     }
 
-    /// Sets the price table.
-    pub fn prices(mut self, prices: PriceTable) -> Self {
-        self.prices = prices;
+    /// Prices `model`'s tokens, in USD per million: input tokens (not served from cache) and
+    /// output tokens (reasoning tokens are output tokens, as the providers count them). Each
+    /// step's `usage_report` then carries its cost, and [`RunMetrics::cost_usd`] sums them.
+    ///
+    /// ```
+    /// use agentloop::session::SessionConfig;
+    /// let config = SessionConfig::new("s1")
+    ///     .price("gpt-4o", 2.5, 10.0)
+    ///     .cache_price("gpt-4o", 1.25, 0.0);
+    /// # let _ = config;
+    /// ```
+    pub fn price(
+        mut self,
+        model: impl Into<String>,
+        input_per_mtok: f64,
+        output_per_mtok: f64,
+    ) -> Self {
+        let price = self.prices.price_mut(model.into());
+        price.input_per_mtok = input_per_mtok;
+        price.output_per_mtok = output_per_mtok;
+        self
+    }
+
+    /// Prices `model`'s prompt cache, in USD per million input tokens read from the cache and
+    /// written to it (both 0 unless set; see [`price`](Self::price)).
+    pub fn cache_price(
+        mut self,
+        model: impl Into<String>,
+        read_per_mtok: f64,
+        write_per_mtok: f64,
+    ) -> Self {
+        let price = self.prices.price_mut(model.into());
+        price.cache_read_per_mtok = read_per_mtok;
+        price.cache_write_per_mtok = write_per_mtok;
         self
     }
 }
@@ -336,7 +385,7 @@ struct Shared {
     /// The session machine's rows taken so far.
     rows: SessionRows,
     saw_abort: AtomicBool,
-    metrics: Mutex<Metrics>,
+    metrics: Mutex<RunMetrics>,
     last_result: Mutex<Option<LoopResult>>,
     /// The traces of the last [`RECENT_TRACES`] finished runs, oldest first, when recording.
     traces: Mutex<VecDeque<crate::trace::Trace>>,
@@ -413,7 +462,7 @@ impl Session {
             state: AtomicU8::new(state_index(SessionState::INITIAL)),
             rows: SessionRows::default(),
             saw_abort: AtomicBool::new(false),
-            metrics: Mutex::new(Metrics::default()),
+            metrics: Mutex::new(RunMetrics::default()),
             last_result: Mutex::new(None),
             traces: Mutex::new(VecDeque::new()),
             run_usage: Mutex::new(RunUsage::default()),
@@ -661,13 +710,22 @@ impl Session {
 
     /// Subscribes to events (R-EVT-1). `since`: replay events after this index that the ring
     /// buffer still holds (a `Lagged(n)` item first if some are gone); `types`: only these
-    /// event type names (`text_delta`, `agent_abort`, ...). See [`EventBus`] for lag behaviour.
+    /// event type names (`text_delta`, `agent_abort`, ...). Slow subscribers never block the
+    /// loop: one that falls more than [`SessionConfig::subscriber_capacity`] events behind
+    /// loses the oldest it did not read, and its next item is a
+    /// [`SubscriptionItem::Lagged`] with the number lost.
     pub fn subscribe(&self, since: Option<u64>, types: Option<Vec<String>>) -> Subscription {
         self.shared.bus.subscribe(since, types)
     }
 
-    /// The event bus (to publish custom events, or for subagents to forward into).
-    pub fn bus(&self) -> &Arc<EventBus> {
+    /// The events the ring buffer holds, oldest first: the last
+    /// [`SessionConfig::event_buffer_size`] events (none when the buffer is off, the default).
+    pub fn recent_events(&self) -> Vec<crate::EventEnvelope> {
+        self.shared.bus.buffered()
+    }
+
+    /// The event bus (for subagents to forward into).
+    pub(crate) fn bus(&self) -> &Arc<EventBus> {
         &self.shared.bus
     }
 
@@ -696,8 +754,9 @@ impl Session {
         }
     }
 
-    /// A snapshot of the metrics (R-OBS).
-    pub fn metrics(&self) -> Metrics {
+    /// A snapshot of the metrics of the session's runs (R-OBS): every run's figures folded
+    /// from the session's events, per-tool counters, and the cost of priced steps.
+    pub fn metrics(&self) -> RunMetrics {
         self.shared
             .metrics
             .lock()
@@ -929,10 +988,7 @@ impl Actor {
             Command::Prompt(prompt, reply) => {
                 let text = prompt.text.clone();
                 let verdict = self.agent.hooks.before_prompt(&text);
-                let rejected = match &verdict {
-                    Verdict::Reject(reason) => Some(reason.as_str()),
-                    _ => None,
-                };
+                let rejected = verdict.as_ref().err().map(String::as_str);
                 let input = SessionInput::Prompt {
                     text: &text,
                     rejected,
@@ -946,10 +1002,7 @@ impl Actor {
             }
             Command::Steer(text, reply) => {
                 let verdict = self.agent.hooks.before_steering(&text);
-                let rejected = match &verdict {
-                    Verdict::Reject(reason) => Some(reason.as_str()),
-                    _ => None,
-                };
+                let rejected = verdict.as_ref().err().map(String::as_str);
                 // The run's machine's steering queue: what it holds and has received.
                 let (run_pending, run_received) = self
                     .current

@@ -1,6 +1,7 @@
 //! Deterministic agents for users' own test suites (feature `runtime`): run ids `run-1`,
-//! `run-2`, … ([`SequentialIds`]), a clock on tokio's time ([`TokioClock`], virtual under
-//! `#[tokio::test(start_paused = true)]`), an in-memory store, and two models — a scripted
+//! `run-2`, … and a clock on tokio's time, virtual under `#[tokio::test(start_paused = true)]`
+//! ([`AgentBuilder::deterministic`]), an in-memory store, an event sink that keeps every
+//! event ([`VecSink`]), and two models — a scripted
 //! one ([`scripted`]) and a function from request to reply ([`FnModel`]).
 //!
 //! ```no_run
@@ -21,10 +22,13 @@ use std::sync::Arc;
 
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::{ScriptLoadError, ScriptedModel};
-use agentloop::runtime::{Agent, AgentBuilder, AgentError, RunOutput, SequentialIds, TokioClock};
+use agentloop::runtime::{Agent, AgentBuilder, AgentError, RunOutput};
 use agentloop::store::MemoryStore;
 use agentloop::trace::Trace;
 use agentloop::{Message, ModelError};
+
+/// Collects every event in memory: `.sink(Arc::new(events.clone()))`, then `events.events()`.
+pub use agentloop::runtime::VecSink;
 
 /// An agent builder for tests: sequential run ids, tokio's (virtual, when paused) clock, a
 /// fresh in-memory store, the built-in tools. Call it inside a tokio runtime; set the model
@@ -32,8 +36,7 @@ use agentloop::{Message, ModelError};
 pub fn deterministic() -> AgentBuilder<()> {
     Agent::builder()
         .builtin_tools()
-        .ids(Arc::new(SequentialIds::default()))
-        .clock(Arc::new(TokioClock::default()))
+        .deterministic()
         .store(Arc::new(MemoryStore::new()))
 }
 

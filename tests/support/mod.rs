@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agentloop::model::{DeltaStream, Model, ModelRequest};
 use agentloop::provider::scripted::ScriptedModel;
-use agentloop::runtime::{Agent, AgentBuilder, SequentialIds, TokioClock};
+use agentloop::runtime::{Agent, AgentBuilder};
 use agentloop::session::{Session, SessionConfig, Subscription, SubscriptionItem};
 use agentloop::store::MemoryStore;
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolSpec};
@@ -109,8 +109,7 @@ pub fn builder(model: impl Model + 'static) -> AgentBuilder {
         .builtin_tools()
         .model(model)
         .store(Arc::new(MemoryStore::new()))
-        .ids(Arc::new(SequentialIds::default()))
-        .clock(Arc::new(TokioClock::default()))
+        .deterministic()
 }
 
 /// A session over `agent` with a ring buffer of 1024 events.
@@ -131,7 +130,7 @@ pub async fn wait_for(sub: &mut Subscription, ty: &str) -> EventEnvelope {
 
 /// Every event so far (from the ring buffer).
 pub fn history(s: &Session) -> Vec<EventEnvelope> {
-    s.bus().buffered()
+    s.recent_events()
 }
 
 /// Type names of the events so far, without the noisy streaming and transition events.
@@ -309,12 +308,12 @@ pub async fn stored_results(store: &MemoryStore) -> Vec<agentloop::ToolResult> {
         .collect()
 }
 
-/// An agent on `model` with `tools` and `timeouts`, an in-memory store and an event sink the
-/// test keeps.
+/// An agent on `model` with `tools`, an in-memory store and an event sink the test keeps;
+/// `configure` sets the rest (timeouts, say).
 pub fn agent_with_tools(
     model: impl Model + 'static,
     tools: Vec<Arc<dyn Tool>>,
-    timeouts: agentloop::runtime::Timeouts,
+    configure: impl FnOnce(AgentBuilder) -> AgentBuilder,
 ) -> (Agent, Arc<MemoryStore>, agentloop::runtime::VecSink) {
     let mut registry = agentloop::tools::ToolRegistry::new();
     for t in tools {
@@ -325,8 +324,7 @@ pub fn agent_with_tools(
     let agent = builder(model)
         .tools(registry)
         .store(store.clone())
-        .sink(Arc::new(sink.clone()))
-        .timeouts(timeouts)
-        .build();
+        .sink(Arc::new(sink.clone()));
+    let agent = configure(agent).build();
     (agent, store, sink)
 }

@@ -6,7 +6,7 @@
 //! `agentloop_client BASE_URL MODEL [stream|sink|spawn]`
 //!
 //! - `stream` (default): [`Agent::run_stream`], the text gathered from its `TextDelta` events.
-//! - `sink`: [`Agent::run`] with an [`FnSink`] that gathers the text from the same events
+//! - `sink`: [`Agent::run`] with a closure sink that gathers the text from the same events
 //!   (no per-event clone into a channel).
 //! - `spawn`: the `stream` client as a `tokio::spawn`ed task.
 //!
@@ -21,7 +21,7 @@
 use std::sync::{Arc, Mutex};
 
 use agentloop::provider::http::{build_model, HttpConfig, ProviderKind};
-use agentloop::runtime::{Agent, FnSink, RunStreamItem};
+use agentloop::runtime::{Agent, RunStreamItem};
 use agentloop::tools::{ToolContext, ToolError, TypedTool};
 use agentloop::{AgentEvent, EventEnvelope, Outcome, ToolStatus};
 use futures::StreamExt;
@@ -106,11 +106,11 @@ async fn run() -> Result<(), Error> {
         "sink" => {
             let gathered = Arc::new(Mutex::new(Gathered::default()));
             let gather = gathered.clone();
-            let sink = FnSink(move |e: &EventEnvelope| {
+            let sink = move |e: &EventEnvelope| {
                 if let Ok(mut g) = gather.lock() {
                     g.take(&e.event);
                 }
-            });
+            };
             let agent = builder.sink(Arc::new(sink)).build();
             let out = agent.run("bench", "talk").await?;
             if out.result.outcome != Outcome::Completed {
