@@ -317,8 +317,9 @@ def main():
     ap.add_argument("--server", choices=("mock", "llmock"), default="mock",
                     help="the in-repo mock (default) or aimock's llmock (AIMOCK_BIN, else .ci/node's)")
     ap.add_argument("--llmock-bin", default=None, help="the llmock binary (default $AIMOCK_BIN, else .ci/node's)")
-    ap.add_argument("--llmock-latency-ms", type=int, default=1,
-                    help="llmock's pause between SSE chunks in ms (default 1; 0 writes them back to back)")
+    ap.add_argument("--llmock-latency-ms", type=int, default=0,
+                    help="llmock's pause between SSE chunks in ms (default 0, llmock's own: the chunks "
+                         "back to back, so a client reads several per wake-up; 1 parks it for each)")
     ap.add_argument("--sink", action="store_true", help="also measure agentloop through an event sink")
     ap.add_argument("--spawn", action="store_true", help="also measure both clients with the whole run in a spawned task")
     ap.add_argument("--floor", action="store_true", help="also measure the bare reqwest floor client")

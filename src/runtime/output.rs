@@ -12,7 +12,7 @@ use crate::react::Run;
 
 /// A run's compiled output schema.
 pub(crate) struct OutputCheck {
-    validator: Option<std::sync::Arc<jsonschema::Validator>>,
+    validator: Option<std::sync::Arc<crate::tools::Validator>>,
 }
 
 impl OutputCheck {
@@ -36,10 +36,7 @@ impl OutputCheck {
             }
         };
         let validator = self.validator.as_ref()?;
-        OutputRejected::new(validator.iter_errors(&value).map(|e| SchemaViolation {
-            path: e.instance_path().to_string(),
-            reason: e.to_string(),
-        }))
+        OutputRejected::new(crate::tools::violations(validator, &value))
     }
 
     /// `event` with the verdict on the run's current message when it is the `done` of a
@@ -79,6 +76,7 @@ mod tests {
         .expect("a spec")
     }
 
+    #[cfg(feature = "json-schema")]
     #[test]
     fn answers_are_checked_to_be_json_matching_the_schema() {
         let c = check();

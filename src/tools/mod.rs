@@ -54,7 +54,7 @@ use agentloop_core::tool_spec::ToolSpecs;
 pub(crate) use schema::ArgumentSchemas;
 
 mod schema;
-pub(crate) use schema::compile_shared;
+pub(crate) use schema::{compile_shared, violations, Validator};
 
 /// What a tool invocation knows besides its arguments.
 #[derive(Clone, Debug)]

@@ -11,8 +11,8 @@
 //! `commit_schema_invalid` of `statecharts/tool_call.toml`), so the trace records the verdicts
 //! and a replay needs no validator.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
 
 use agentloop_core::tool_check::{ArgumentsRejected, SchemaViolation};
 use serde_json::Value;
@@ -22,13 +22,14 @@ use crate::tools::{Tool, ToolSpec};
 
 /// How many compiled schemas the process-wide cache keeps before it starts afresh (a bound
 /// for a process that meets many MCP servers' tools; a miss only costs a compile).
+#[cfg(feature = "json-schema")]
 const SHARED_CAPACITY: usize = 1024;
 
 /// A tool's schema and, once a call of the tool was checked, its validator (`None`: the
 /// schema does not compile and is not checked).
 struct LazySchema {
     spec: Arc<ToolSpec>,
-    compiled: OnceLock<Option<Arc<jsonschema::Validator>>>,
+    compiled: OnceLock<Option<Arc<Validator>>>,
     /// The tool, when its own type checks its arguments ([`Tool::check_by_type`]) and its
     /// schema asserts nothing that type does not ([`asserts_only_types`]): then no validator is
     /// compiled for it.
@@ -45,16 +46,53 @@ impl std::fmt::Debug for ArgumentSchemas {
     }
 }
 
+/// A compiled JSON Schema (feature `json-schema`).
+#[cfg(feature = "json-schema")]
+pub(crate) type Validator = jsonschema::Validator;
+/// Without feature `json-schema` there is no validator: no schema is ever compiled.
+#[cfg(not(feature = "json-schema"))]
+pub(crate) enum Validator {}
+
+/// Where `value` breaks `validator`'s schema, every violation.
+pub(crate) fn violations<'a>(
+    validator: &'a Validator,
+    value: &'a Value,
+) -> impl Iterator<Item = SchemaViolation> + 'a {
+    #[cfg(feature = "json-schema")]
+    return validator.iter_errors(value).map(|e| SchemaViolation {
+        path: e.instance_path().to_string(),
+        reason: e.to_string(),
+    });
+    #[cfg(not(feature = "json-schema"))]
+    {
+        let _ = (validator, value);
+        std::iter::empty()
+    }
+}
+
 /// Compiled validators by schema JSON text, shared by every registry of the process.
-type Shared = Mutex<HashMap<String, Arc<jsonschema::Validator>>>;
+#[cfg(feature = "json-schema")]
+type Shared = std::sync::Mutex<std::collections::HashMap<String, Arc<Validator>>>;
+#[cfg(feature = "json-schema")]
 static SHARED: OnceLock<Shared> = OnceLock::new();
 
 /// The validator of `schema` (of the tool or typed answer `name`): from the process-wide
 /// cache, or compiled and cached. A schema the validator cannot compile (not a JSON Schema,
+/// an unresolvable `$ref`) is logged and gives `None`, as does every schema without feature
+/// `json-schema`.
+#[cfg(not(feature = "json-schema"))]
+pub(crate) fn compile_shared(name: &str, _schema: &Value) -> Option<Arc<Validator>> {
+    tracing::debug!(schema = %name, "built without feature json-schema; not checked");
+    None
+}
+
+/// The validator of `schema` (of the tool or typed answer `name`): from the process-wide
+/// cache, or compiled and cached. A schema the validator cannot compile (not a JSON Schema,
 /// an unresolvable `$ref`) is logged and gives `None`.
-pub(crate) fn compile_shared(name: &str, schema: &Value) -> Option<Arc<jsonschema::Validator>> {
+#[cfg(feature = "json-schema")]
+pub(crate) fn compile_shared(name: &str, schema: &Value) -> Option<Arc<Validator>> {
     let key = schema.to_string();
-    let shared = SHARED.get_or_init(Mutex::default);
+    let shared = SHARED.get_or_init(Default::default);
     if let Some(v) = shared.lock().ok().and_then(|m| m.get(&key).cloned()) {
         return Some(v);
     }
@@ -101,7 +139,7 @@ impl ArgumentSchemas {
     }
 
     /// Tool `name`'s validator, compiled on first use.
-    fn validator(&self, name: &str) -> Option<&jsonschema::Validator> {
+    fn validator(&self, name: &str) -> Option<&Validator> {
         let lazy = self.0.get(name)?;
         lazy.compiled
             .get_or_init(|| compile_shared(name, &lazy.spec.parameters))
@@ -126,15 +164,7 @@ impl ArgumentSchemas {
             return ArgumentsRejected::new(call.id.clone(), [SchemaViolation { path, reason }]);
         }
         let validator = self.validator(&call.name)?;
-        ArgumentsRejected::new(
-            call.id.clone(),
-            validator
-                .iter_errors(&call.arguments)
-                .map(|e| SchemaViolation {
-                    path: e.instance_path().to_string(),
-                    reason: e.to_string(),
-                }),
-        )
+        ArgumentsRejected::new(call.id.clone(), violations(validator, &call.arguments))
     }
 
     /// The verdicts on the tool calls among an attempt's `deltas`, for its `done` event. The
@@ -266,6 +296,7 @@ mod tests {
         ToolCall::from_raw("c1", name, raw)
     }
 
+    #[cfg(feature = "json-schema")]
     #[test]
     fn r_tool_1_a_wrong_type_is_reported_with_its_path() {
         let r = schemas()
@@ -282,6 +313,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "json-schema")]
     #[test]
     fn r_tool_1_every_violation_is_listed() {
         let r = schemas()
@@ -294,6 +326,7 @@ mod tests {
     }
 
     /// Whether `schema` has a validator in the process-wide cache.
+    #[cfg(feature = "json-schema")]
     fn shared(schema: &Value) -> bool {
         SHARED
             .get()
@@ -303,6 +336,7 @@ mod tests {
 
     /// A schema is compiled when a call of its tool is first checked, not when the tool is
     /// inserted, and two tool sets with the same schema share one validator.
+    #[cfg(feature = "json-schema")]
     #[test]
     fn r_tool_1_schemas_compile_on_first_use_and_are_shared() {
         let unique = json!({
@@ -352,6 +386,7 @@ mod tests {
         assert_eq!(s.check(&call("calculator", r#"{"expression":"2"}"#)), None);
     }
 
+    #[cfg(feature = "json-schema")]
     #[test]
     fn r_tool_1_deltas_are_checked_as_the_machine_builds_calls() {
         let deltas = [
@@ -513,6 +548,7 @@ mod tests {
 
         /// A typed tool whose schema asserts more than its type checks goes through the
         /// validator, which enforces the attribute.
+        #[cfg(feature = "json-schema")]
         #[test]
         fn r_tool_1_a_typed_tools_ranges_are_enforced_by_the_validator() {
             let s = registry::<Ranged>();
