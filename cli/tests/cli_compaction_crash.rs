@@ -26,6 +26,9 @@ use std::time::{Duration, Instant};
 use agentloop::store::{Entry, FileStore};
 use agentloop::ToolStatus;
 
+mod support;
+use support::script_calls;
+
 /// See tests/durable_crash.rs: `$AGENTLOOP_BIN` overrides the binary under test.
 fn bin() -> PathBuf {
     std::env::var_os("AGENTLOOP_BIN")
@@ -315,16 +318,4 @@ fn r_idem_5_sigkill_at_compact_start_then_resume_completes() {
         verify(&store, &root, &session);
     }
     eprintln!("{inside} of 3 kills landed before the compaction entry was written");
-}
-
-/// The ids of the tool calls of the script at `path` (every call of these scripts names one).
-fn script_calls(path: &std::path::Path) -> Vec<String> {
-    let text = std::fs::read_to_string(path).expect("script");
-    let script: serde_json::Value = serde_json::from_str(&text).expect("script JSON");
-    let turns = script["turns"].as_array().cloned().unwrap_or_default();
-    turns
-        .iter()
-        .flat_map(|t| t["tool_calls"].as_array().cloned().unwrap_or_default())
-        .map(|c| c["id"].as_str().expect("scripted call id").to_string())
-        .collect()
 }

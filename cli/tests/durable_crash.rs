@@ -20,6 +20,9 @@ use std::time::{Duration, Instant};
 use agentloop::store::{Entry, FileStore};
 use agentloop::ToolStatus;
 
+mod support;
+use support::script_calls;
+
 /// The binary under test: `$AGENTLOOP_BIN` when set (a target directory shared between
 /// worktrees can have another build's `agentloop` in it), else the one Cargo built.
 fn bin() -> PathBuf {
@@ -257,16 +260,4 @@ fn kill_and_resume_never_duplicates_a_side_effect() {
         stats.kills_mid_run >= 30,
         "too few kills landed inside a run: {stats:?}"
     );
-}
-
-/// The ids of the tool calls of the script at `path` (every call of these scripts names one).
-fn script_calls(path: &std::path::Path) -> Vec<String> {
-    let text = std::fs::read_to_string(path).expect("script");
-    let script: serde_json::Value = serde_json::from_str(&text).expect("script JSON");
-    let turns = script["turns"].as_array().cloned().unwrap_or_default();
-    turns
-        .iter()
-        .flat_map(|t| t["tool_calls"].as_array().cloned().unwrap_or_default())
-        .map(|c| c["id"].as_str().expect("scripted call id").to_string())
-        .collect()
 }
