@@ -85,8 +85,8 @@ impl StoreUrl {
 /// # async fn demo() -> Result<(), agentloop::store::StoreError> {
 /// let store = AnyStore::open("sqlite:sessions.db", Durability::Sync).await?;
 /// let _lock = store.lock("session-1").await?;
-/// let (entries, report) = store.load_report("session-1").await?;
-/// # let _ = (entries, report);
+/// let (entries, warnings) = store.load_report("session-1").await?;
+/// # let _ = (entries, warnings);
 /// # Ok(())
 /// # }
 /// ```
@@ -241,7 +241,7 @@ impl AnyStore {
         }
     }
 
-    /// Loads `session` and reports a torn last entry (cut only under this store's lock).
+    /// Loads `session`, with warnings of a torn last entry (cut only under this store's lock).
     pub async fn load_report(
         &self,
         session: &str,
