@@ -1,6 +1,7 @@
 //! Compaction strategies (R-OUT-4, R-OUT-6) as [`Compactor`]s over the core's one grouping and
 //! pinning ([`groups`], [`pinned`]): truncation (the default compactor, in
-//! `runtime::ports`), a sliding window ([`sliding_window`]) and [`LlmSummary`].
+//! `runtime::ports`), a sliding window ([`sliding_window`]) and an LLM summary
+//! ([`llm_summary`]).
 //!
 //! Every strategy works on *groups*: an assistant message together with the tool results that
 //! follow it is one unit, so a tool call is never separated from its result. Pinned groups are
@@ -19,13 +20,12 @@
 //! ```
 //! use std::sync::Arc;
 //!
-//! use agentloop::compaction::LlmSummary;
+//! use agentloop::compaction::llm_summary;
 //! use agentloop::prelude::*;
 //!
-//! let summariser = LlmSummary::new(Arc::new(ScriptedModel::demo()));
 //! let agent = Agent::builder()
 //!     .model(ScriptedModel::demo())
-//!     .compactor(Arc::new(summariser))
+//!     .compactor(llm_summary(Arc::new(ScriptedModel::demo()), 2))
 //!     .build();
 //! # let _ = agent;
 //! ```
@@ -78,6 +78,20 @@ pub const SUMMARY_PROMPT: &str = "Summarize the conversation below for your own 
 every fact, decision, file name, number and open question that the task still needs; drop \
 chatter. Answer with the summary only.";
 
+/// The LLM summary compactor over `model`: one extra model call, with [`SUMMARY_PROMPT`] as
+/// its instructions, summarizes the older, unpinned groups; the summary (one user message
+/// after the pinned goal, starting with [`SUMMARY_PREFIX`]) replaces them and the most recent
+/// `keep_recent` groups stay verbatim. The machine persists the result as a compaction
+/// marker: earlier entries stay in the store but leave the context. The call has a model
+/// step's default deadlines (first delta within 60 s, no gap over 30 s); when it fails (a
+/// deadline, a model error, an empty summary), the compaction falls
+/// back to truncation, so a slow or broken summary model never stalls or fails a run.
+pub fn llm_summary(model: Arc<dyn Model>, keep_recent: usize) -> Arc<dyn Compactor> {
+    let mut summary = LlmSummary::new(model);
+    summary.keep_recent = keep_recent;
+    Arc::new(summary)
+}
+
 /// LLM summary: one extra model call through the [`Model`] port summarizes the older,
 /// unpinned groups; the summary (one user message after the pinned goal) replaces them, the
 /// most recent `keep_recent` groups stay verbatim. The machine persists the result as a
@@ -89,23 +103,23 @@ chatter. Answer with the summary only.";
 /// deadline, a model error, an empty summary), the compaction falls back
 /// to truncation (the default compactor) unless `fallback_to_truncate` is off, so a slow or broken
 /// summary model never stalls or fails a run that truncation could continue.
-pub struct LlmSummary {
+pub(crate) struct LlmSummary {
     /// The model (usually the agent's own, shared as `Arc`).
-    pub model: Arc<dyn Model>,
+    pub(crate) model: Arc<dyn Model>,
     /// The model name put in the request (the registry key).
-    pub model_name: String,
+    pub(crate) model_name: String,
     /// Recent groups kept verbatim.
-    pub keep_recent: usize,
+    pub(crate) keep_recent: usize,
     /// The summary instructions.
-    pub prompt: String,
+    pub(crate) prompt: String,
     /// The summary call's deadlines (`first_chunk_ms`, `stall_ms`, `request_ms`; the tool and
     /// run fields are not used). Default: a model step's defaults.
-    pub timeouts: Timeouts,
+    pub(crate) timeouts: Timeouts,
     /// The clock the deadlines are measured on (the system clock; the crate's tests set a
     /// virtual one).
     pub(crate) clock: Arc<dyn Clock>,
     /// Truncate instead when the summary call fails (default on).
-    pub fallback_to_truncate: bool,
+    pub(crate) fallback_to_truncate: bool,
 }
 
 impl std::fmt::Debug for LlmSummary {
@@ -119,7 +133,7 @@ impl std::fmt::Debug for LlmSummary {
     }
 }
 
-/// Why the summary call of an [`LlmSummary`] gave no summary.
+/// Why the summary call of an `LlmSummary` gave no summary.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum SummaryFailure {
     /// No delta within the first-chunk deadline.
@@ -142,7 +156,7 @@ pub(crate) enum SummaryFailure {
 impl LlmSummary {
     /// A summary compactor over `model`, keeping the 2 most recent groups, with a model
     /// step's default deadlines on the system clock and the fallback to truncation on.
-    pub fn new(model: Arc<dyn Model>) -> Self {
+    pub(crate) fn new(model: Arc<dyn Model>) -> Self {
         let model_name = model.name();
         LlmSummary {
             model,
@@ -156,7 +170,8 @@ impl LlmSummary {
     }
 
     /// The summary call's deadlines.
-    pub fn with_timeouts(mut self, timeouts: Timeouts) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_timeouts(mut self, timeouts: Timeouts) -> Self {
         self.timeouts = timeouts;
         self
     }

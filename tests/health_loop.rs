@@ -5,9 +5,8 @@ mod support;
 
 use std::sync::Arc;
 
-use agentloop::compaction::{sliding_window, LlmSummary, SUMMARY_PREFIX};
+use agentloop::compaction::{llm_summary, sliding_window, SUMMARY_PREFIX};
 use agentloop::model::{DeltaStream, Model, ModelRequest};
-use agentloop::runtime::Compactor;
 use agentloop::session::{KillTools, Session, SessionConfig, Status};
 use agentloop::tools::ToolRegistry;
 use agentloop::ModelError;
@@ -312,7 +311,7 @@ impl Model for Summarizer {
 async fn r_out_4_llm_summary_replaces_older_entries() {
     let s = session(
         builder(Slow::new(FOUR_TOOL_STEPS))
-            .compactor(Arc::new(LlmSummary::new(Arc::new(Summarizer))))
+            .compactor(llm_summary(Arc::new(Summarizer), 2))
             .configure(|c| {
                 c.compact_threshold = Some(6);
                 c.step.doom_loop = None;
@@ -338,7 +337,7 @@ async fn r_out_4_llm_summary_replaces_older_entries() {
 
 #[tokio::test]
 async fn r_out_6_llm_summary_fails_clearly_when_nothing_can_be_summarized() {
-    let c = LlmSummary::new(Arc::new(Summarizer));
+    let c = llm_summary(Arc::new(Summarizer), 2);
     let msgs = vec![Message::user("goal"), Message::user("latest")];
     let err = c
         .compact(&msgs, Some(1), None)

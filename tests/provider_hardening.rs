@@ -187,7 +187,7 @@ async fn whole_response_limit_ends_an_endless_text_stream_unretried() {
         ProviderKind::OpenAi,
         String::new(),
         openai_event(json!({"content": text})),
-        |c| c.limits.max_response_bytes = 100_000,
+        |c| *c = c.clone().with_max_response_bytes(100_000),
         "max_response_bytes",
     )
     .await;
@@ -198,7 +198,7 @@ async fn whole_response_limit_ends_an_endless_text_stream_unretried() {
                                       "content_block": {"type": "thinking", "thinking": ""}})),
         anthropic_event(json!({"type": "content_block_delta", "index": 0,
                                "delta": {"type": "thinking_delta", "thinking": text}})),
-        |c| c.limits.max_response_bytes = 100_000,
+        |c| *c = c.clone().with_max_response_bytes(100_000),
         "max_response_bytes",
     )
     .await;
@@ -212,7 +212,7 @@ async fn tool_argument_limit_ends_endless_arguments_unretried() {
         openai_event(json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
                                              "function": {"name": "calculator", "arguments": ""}}]})),
         openai_event(json!({"tool_calls": [{"index": 0, "function": {"arguments": args}}]})),
-        |c| c.limits.max_tool_argument_bytes = 50_000,
+        |c| *c = c.clone().with_max_tool_argument_bytes(50_000),
         "max_tool_argument_bytes",
     )
     .await;
@@ -221,7 +221,7 @@ async fn tool_argument_limit_ends_endless_arguments_unretried() {
         ProviderKind::OpenAi,
         String::new(),
         openai_event(json!({"tool_calls": [{"index": 0, "function": {"arguments": args}}]})),
-        |c| c.limits.max_tool_argument_bytes = 50_000,
+        |c| *c = c.clone().with_max_tool_argument_bytes(50_000),
         "max_tool_argument_bytes",
     )
     .await;
@@ -232,7 +232,7 @@ async fn tool_argument_limit_ends_endless_arguments_unretried() {
                                       "content_block": {"type": "tool_use", "id": "t1", "name": "calculator", "input": {}}})),
         anthropic_event(json!({"type": "content_block_delta", "index": 0,
                                "delta": {"type": "input_json_delta", "partial_json": args}})),
-        |c| c.limits.max_tool_argument_bytes = 50_000,
+        |c| *c = c.clone().with_max_tool_argument_bytes(50_000),
         "max_tool_argument_bytes",
     )
     .await;
@@ -301,8 +301,7 @@ async fn anthropic_content_blocks_beyond_4096_are_fine_under_a_raised_limit() {
         gap: Duration::ZERO,
     }])
     .await;
-    let mut cfg = config(ProviderKind::Anthropic, &server);
-    cfg.limits.max_content_blocks = 5000;
+    let cfg = config(ProviderKind::Anthropic, &server).with_max_content_blocks(5000);
     let (deltas, err) = run(ProviderKind::Anthropic, cfg).await.expect("stream");
     assert_eq!(err, None);
     assert_eq!(text_of(&deltas).len(), 5000);

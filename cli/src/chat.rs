@@ -476,11 +476,7 @@ async fn command(
         Line::Answer((reference, answer)) => {
             // The event comes from the machine just before the session parks the question.
             for _ in 0..200 {
-                if session
-                    .pending_questions()
-                    .iter()
-                    .any(|q| q.reference == reference)
-                {
+                if session.pending_questions().contains(&reference) {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;

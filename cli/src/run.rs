@@ -660,7 +660,7 @@ impl Locked {
             .load_report(session)
             .await
             .map_err(|e| e.to_string())?;
-        for w in &report.warnings {
+        for w in &report {
             crate::out::errln!("[store] warning: {w}");
         }
         Ok(Locked {

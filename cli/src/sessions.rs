@@ -13,9 +13,7 @@ use std::time::UNIX_EPOCH;
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use agentloop::store::{
-    export_jsonl, export_markdown, AnyStore, Durability, Entry, LoadReport, StoreError,
-};
+use agentloop::store::{export_jsonl, export_markdown, AnyStore, Durability, Entry, StoreError};
 use agentloop::{Message, ToolStatus};
 use agentloop_core::session_log::{check, pending};
 
@@ -118,7 +116,7 @@ async fn run(args: SessionsArgs) -> ExitCode {
         Ok(loaded) => loaded,
         Err(e) => return fail(e),
     };
-    for w in &report.warnings {
+    for w in &report {
         errln!("warning: {w}");
     }
     match args.command {
@@ -150,7 +148,7 @@ async fn run(args: SessionsArgs) -> ExitCode {
 }
 
 /// Loads a session that must exist, read-only (no lock).
-async fn load(store: &AnyStore, id: &str) -> Result<(Vec<Entry>, LoadReport), String> {
+async fn load(store: &AnyStore, id: &str) -> Result<(Vec<Entry>, Vec<String>), String> {
     if !store.exists(id).await.map_err(|e| e.to_string())? {
         let file = match store.as_file_store() {
             Some(files) => files

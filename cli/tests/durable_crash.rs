@@ -159,7 +159,7 @@ fn verify_session(store: &Path, root: &Path, session: &str, stats: &mut Stats) {
         .unwrap()
         .load_blocking(session)
         .unwrap();
-    assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+    assert!(report.is_empty(), "{:?}", report);
 
     // Side effects: count each call id's lines.
     let effects = std::fs::read_to_string(root.join("side_effects.txt")).unwrap_or_default();

@@ -54,7 +54,8 @@ mod content;
 mod guard;
 mod names;
 
-pub use names::{check_tool_name, InvalidToolName, SkippedTool, MAX_TOOL_NAME_LEN};
+use names::InvalidToolName;
+pub use names::{check_tool_name, SkippedTool, MAX_TOOL_NAME_LEN};
 
 use std::collections::VecDeque;
 use std::process::Stdio;
@@ -267,8 +268,8 @@ pub enum McpError {
         server: String,
         /// The prefix (quoted, escaped, cut).
         prefix: String,
-        /// Why.
-        reason: InvalidToolName,
+        /// Why (e.g. `the name has ' ' at byte 2 (allowed: a-z A-Z 0-9 _ -)`).
+        reason: String,
     },
     /// Connecting took longer than [`McpOptions::connect_timeout`].
     #[error("MCP server {server}: no answer within {timeout:?} while connecting{}", stderr_note(.stderr))]
@@ -374,7 +375,7 @@ impl McpServer {
         let prefix = options.prefix.clone().unwrap_or_default();
         if !prefix.is_empty() {
             // The prefix alone must be a valid name with room for at least one more byte.
-            let reason = match check_tool_name(&prefix) {
+            let reason = match names::check(&prefix) {
                 Ok(()) if prefix.len() >= MAX_TOOL_NAME_LEN => Some(InvalidToolName::TooLong {
                     len: prefix.len() + 1,
                 }),
@@ -385,7 +386,7 @@ impl McpServer {
                 return Err(McpError::InvalidPrefix {
                     server,
                     prefix: names::shown(&prefix),
-                    reason,
+                    reason: reason.to_string(),
                 });
             }
         }
@@ -416,7 +417,7 @@ impl McpServer {
             } else {
                 Ok(())
             };
-            let verdict = own.and_then(|()| check_tool_name(&name)).and_then(|()| {
+            let verdict = own.and_then(|()| names::check(&name)).and_then(|()| {
                 if seen.insert(name.clone()) {
                     Ok(())
                 } else {
@@ -426,7 +427,7 @@ impl McpServer {
             if let Err(reason) = verdict {
                 let skip = SkippedTool {
                     name: names::shown(&name),
-                    reason,
+                    reason: reason.to_string(),
                 };
                 tracing::warn!(server = %server, "MCP {skip}");
                 skipped.push(skip);

@@ -9,8 +9,7 @@ pub const MAX_TOOL_NAME_LEN: usize = 64;
 
 /// Why a tool name is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum InvalidToolName {
+pub(crate) enum InvalidToolName {
     /// The name is empty.
     #[error("the name is empty")]
     Empty,
@@ -33,8 +32,14 @@ pub enum InvalidToolName {
     Duplicate,
 }
 
-/// Checks `name` against the providers' rule `^[a-zA-Z0-9_-]{1,64}$`.
-pub fn check_tool_name(name: &str) -> Result<(), InvalidToolName> {
+/// Checks `name` against the providers' rule `^[a-zA-Z0-9_-]{1,64}$`; the error says why it
+/// is refused (e.g. `the name has '.' at byte 4 (allowed: a-z A-Z 0-9 _ -)`).
+pub fn check_tool_name(name: &str) -> Result<(), String> {
+    check(name).map_err(|e| e.to_string())
+}
+
+/// [`check_tool_name`], with the reason as a value.
+pub(crate) fn check(name: &str) -> Result<(), InvalidToolName> {
     if name.is_empty() {
         return Err(InvalidToolName::Empty);
     }
@@ -68,8 +73,9 @@ pub struct SkippedTool {
     /// The tool's name as the model would have seen it (with the prefix), quoted with control
     /// characters escaped, and cut after 64 characters.
     pub name: String,
-    /// Why it was skipped.
-    pub reason: InvalidToolName,
+    /// Why it was skipped (e.g. `the name is empty`, `an earlier tool of the server has the
+    /// same name`).
+    pub reason: String,
 }
 
 impl std::fmt::Display for SkippedTool {
@@ -85,12 +91,16 @@ mod tests {
     #[test]
     fn the_providers_rule() {
         assert_eq!(check_tool_name("get_time-2"), Ok(()));
-        assert_eq!(check_tool_name(&"a".repeat(64)), Ok(()));
+        assert_eq!(check(&"a".repeat(64)), Ok(()));
         assert_eq!(
-            check_tool_name(&"a".repeat(65)),
+            check(&"a".repeat(65)),
             Err(InvalidToolName::TooLong { len: 65 })
         );
-        assert_eq!(check_tool_name(""), Err(InvalidToolName::Empty));
+        assert_eq!(check(""), Err(InvalidToolName::Empty));
+        assert_eq!(
+            check_tool_name("tool.x"),
+            Err("the name has '.' at byte 4 (allowed: a-z A-Z 0-9 _ -)".to_string())
+        );
         for (name, found, at) in [
             ("a\0b", '\0', 1),
             ("\x1b[31m", '\x1b', 0),
@@ -101,7 +111,7 @@ mod tests {
             ("é", 'é', 0),
         ] {
             assert_eq!(
-                check_tool_name(name),
+                check(name),
                 Err(InvalidToolName::Character { found, at }),
                 "{name:?}"
             );

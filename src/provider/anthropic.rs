@@ -20,8 +20,9 @@
 //! - A data event that is not JSON, or whose JSON lacks what its type needs (a delta for a
 //!   block that never started, a `text_delta` inside a `tool_use` block…), is a
 //!   `malformed_response` naming the event (not retried).
-//! - A block `index` at or beyond [`ResponseLimits::max_content_blocks`] is
-//!   `response_too_large` (not retried): the block table is indexed by it, so the bound is
+//! - A block `index` at or beyond the content-block bound
+//!   ([`HttpConfig::with_max_content_blocks`](crate::provider::http::HttpConfig::with_max_content_blocks))
+//!   is `response_too_large` (not retried): the block table is indexed by it, so the bound is
 //!   checked before anything is stored.
 //!
 //! # Example

@@ -8,7 +8,7 @@
 //! | [`HttpConfig::first_byte_timeout`] | 60 s | from sending the request until the response headers arrive |
 //! | [`HttpConfig::stall_timeout`] | off | idle time between two body reads; the runtime's stall timer (between deltas, R-IN-7) is the normal place for this, so the client leaves it off unless a library user without the runtime wants it |
 //! | [`HttpConfig::max_retry_after`] | 60 s | cap applied to `retry-after-ms` / `retry-after` hints |
-//! | [`HttpConfig::limits`] | [`ResponseLimits::default`] | bounds on one response: 32 MiB in all, 8 MiB per tool call's arguments, 1,024 content blocks ([`crate::provider::limits`]) |
+//! | [`HttpConfig::with_max_response_bytes`] and the other bounds | 32 MiB, 8 MiB per tool call's arguments, 1,024 content blocks, 262,144 deltas | bounds on one response ([`crate::provider::limits`]) |
 //!
 //! The client never retries (R-IN-6): every failure is classified and returned once; the
 //! machine decides. It follows no redirects (a 3xx is [`ErrorKind::Redirected`] naming the
@@ -169,8 +169,9 @@ pub struct HttpConfig {
     /// Extra request headers (e.g. `OpenAI-Organization`, `anthropic-beta`). Their values are
     /// treated as secrets too: they are never printed.
     pub extra_headers: Vec<(String, String)>,
-    /// Bounds on one response (size, one tool call's arguments, content blocks).
-    pub limits: ResponseLimits,
+    /// Bounds on one response (size, one tool call's arguments, content blocks, deltas): set
+    /// by [`with_max_response_bytes`](Self::with_max_response_bytes) and the like.
+    pub(crate) limits: ResponseLimits,
     /// OpenAI-compatible: the field that carries the output cap. `None` (default): by model
     /// name, `max_completion_tokens` for the reasoning models that refuse `max_tokens` (`o1`,
     /// `o3`, `o4`, `gpt-5` families) and `max_tokens` for
@@ -318,6 +319,39 @@ impl HttpConfig {
             summary: self.reasoning_summary.clone(),
             encrypted: self.encrypted_reasoning,
         }
+    }
+
+    /// Bounds the bytes of text, reasoning, refusal and tool-argument deltas (plus reasoning
+    /// signatures and redacted reasoning) of one response (default
+    /// [`DEFAULT_MAX_RESPONSE_BYTES`](crate::provider::limits::DEFAULT_MAX_RESPONSE_BYTES),
+    /// 32 MiB); beyond it the attempt ends with a `response_too_large` error.
+    pub fn with_max_response_bytes(mut self, bytes: usize) -> Self {
+        self.limits.max_response_bytes = bytes;
+        self
+    }
+
+    /// Bounds the bytes of one tool call's arguments (default
+    /// [`DEFAULT_MAX_TOOL_ARGUMENT_BYTES`](crate::provider::limits::DEFAULT_MAX_TOOL_ARGUMENT_BYTES),
+    /// 8 MiB).
+    pub fn with_max_tool_argument_bytes(mut self, bytes: usize) -> Self {
+        self.limits.max_tool_argument_bytes = bytes;
+        self
+    }
+
+    /// Bounds the content blocks of one response: Anthropic content blocks of any type;
+    /// OpenAI tool calls and text/reasoning runs, so the tool calls of one turn (default
+    /// [`DEFAULT_MAX_CONTENT_BLOCKS`](crate::provider::limits::DEFAULT_MAX_CONTENT_BLOCKS),
+    /// 1,024).
+    pub fn with_max_content_blocks(mut self, blocks: usize) -> Self {
+        self.limits.max_content_blocks = blocks;
+        self
+    }
+
+    /// Bounds the normalized deltas of one response, whatever their size (default
+    /// [`DEFAULT_MAX_DELTAS`](crate::provider::limits::DEFAULT_MAX_DELTAS), 262,144).
+    pub fn with_max_deltas(mut self, deltas: usize) -> Self {
+        self.limits.max_deltas = deltas;
+        self
     }
 
     /// Removes the API key: no auth header is sent (Ollama, llama.cpp and vLLM need none).

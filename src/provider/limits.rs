@@ -1,5 +1,8 @@
-//! Bounds on one model response ([`ResponseLimits`]) and the meter that enforces them on the
-//! normalized deltas.
+//! Bounds on one model response and the meter that enforces them on the normalized deltas.
+//! They are set on [`HttpConfig`](crate::provider::http::HttpConfig) (`with_max_response_bytes`,
+//! `with_max_tool_argument_bytes`, `with_max_content_blocks`, `with_max_deltas`); the struct
+//! that carries them, `ResponseLimits`, is public only with feature `wire` (the SSE pipeline
+//! takes it).
 //!
 //! A server that streams without end (a runaway model, a broken proxy, a hostile endpoint)
 //! must not grow the client's memory without bound. Each limit ends the attempt with a
@@ -15,21 +18,18 @@
 //!
 //! | limit | default | why |
 //! |---|---|---|
-//! | [`ResponseLimits::max_response_bytes`] | 32 MiB | text + reasoning + refusal + tool arguments (+ signatures, redacted reasoning). The largest output budgets offered today are ~128k tokens (≈ 0.5 MiB of text); even a 1M-token output (≈ 4 MiB) fits 8 times. The bound is on memory: a response is held several times over (observers' deltas, the assembled message, the trace). |
-//! | [`ResponseLimits::max_tool_argument_bytes`] | 8 MiB | one tool call's argument text; the largest legitimate case is a call that writes a whole file. |
-//! | [`ResponseLimits::max_deltas`] | 262,144 | normalized deltas of one response (every text, reasoning, tool-argument… delta). Each delta is an input event of the machines, an observer event and, with a trace, three trace records (~0.9 KB), so a server streaming a million one-character deltas (well under `max_response_bytes`) cost 1.47 GB with `--trace`. Providers send about a token per delta: 2× the largest output budget offered today (128k tokens). |
-//! | [`ResponseLimits::max_content_blocks`] | 1024 | content blocks of one response: every Anthropic content block (text, thinking, tool use, server tools…), every OpenAI tool call and text/reasoning run. Real turns carry tens of parallel tool calls; each one is run, persisted and answered, so a thousand is already far beyond use. |
+//! | `max_response_bytes` | 32 MiB | text + reasoning + refusal + tool arguments (+ signatures, redacted reasoning). The largest output budgets offered today are ~128k tokens (≈ 0.5 MiB of text); even a 1M-token output (≈ 4 MiB) fits 8 times. The bound is on memory: a response is held several times over (observers' deltas, the assembled message, the trace). |
+//! | `max_tool_argument_bytes` | 8 MiB | one tool call's argument text; the largest legitimate case is a call that writes a whole file. |
+//! | `max_deltas` | 262,144 | normalized deltas of one response (every text, reasoning, tool-argument… delta). Each delta is an input event of the machines, an observer event and, with a trace, three trace records (~0.9 KB), so a server streaming a million one-character deltas (well under `max_response_bytes`) cost 1.47 GB with `--trace`. Providers send about a token per delta: 2× the largest output budget offered today (128k tokens). |
+//! | `max_content_blocks` | 1024 | content blocks of one response: every Anthropic content block (text, thinking, tool use, server tools…), every OpenAI tool call and text/reasoning run. Real turns carry tens of parallel tool calls; each one is run, persisted and answered, so a thousand is already far beyond use. |
 //!
 //! # Example
 //!
 //! ```
-//! use agentloop::provider::ResponseLimits;
+//! use agentloop::provider::http::{HttpConfig, ProviderKind};
 //!
-//! let limits = ResponseLimits {
-//!     max_response_bytes: 4 << 20,
-//!     ..ResponseLimits::default()
-//! };
-//! assert_eq!(limits.max_content_blocks, ResponseLimits::default().max_content_blocks);
+//! let cfg = HttpConfig::new(ProviderKind::OpenAi).with_max_response_bytes(4 << 20);
+//! # let _ = cfg;
 //! ```
 
 use std::collections::HashMap;
@@ -39,15 +39,16 @@ use serde::{Deserialize, Serialize};
 use crate::error::{ErrorKind, ModelError};
 use crate::message::MessageDelta;
 
-/// Default [`ResponseLimits::max_response_bytes`]: 32 MiB.
+/// Default `max_response_bytes`: 32 MiB.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
-/// Default [`ResponseLimits::max_tool_argument_bytes`]: 8 MiB.
+/// Default `max_tool_argument_bytes`: 8 MiB.
 pub const DEFAULT_MAX_TOOL_ARGUMENT_BYTES: usize = 8 * 1024 * 1024;
-/// Default [`ResponseLimits::max_deltas`]: 262,144 (256 Ki).
+/// Default `max_deltas`: 262,144 (256 Ki).
 pub const DEFAULT_MAX_DELTAS: usize = 256 * 1024;
-/// Default [`ResponseLimits::max_content_blocks`]: 1024.
+/// Default `max_content_blocks`: 1024.
 pub const DEFAULT_MAX_CONTENT_BLOCKS: usize = 1024;
 
+wire_pub! {
 /// Bounds on one model response; see the module docs for the defaults and their reasons.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -64,6 +65,7 @@ pub struct ResponseLimits {
     /// what a flood of tiny deltas costs per delta (machine inputs, observer events, trace
     /// records), which `max_response_bytes` does not.
     pub max_deltas: usize,
+}
 }
 
 impl Default for ResponseLimits {

@@ -12,8 +12,8 @@
 //!   `OPENAI_API_KEY`/`ANTHROPIC_API_KEY`, base URL from `OPENAI_BASE_URL`/`ANTHROPIC_BASE_URL`,
 //!   connect 10 s / first-byte 60 s timeouts) and [`http::build_model`];
 //! - `decode` (feature `wire`): `agentloop decode`'s offline decoding of a captured stream;
-//! - [`limits`]: [`ResponseLimits`], the bounds on one response (size, one tool call's
-//!   arguments, content blocks), enforced on every stream;
+//! - [`limits`]: the bounds on one response (size, one tool call's arguments, content
+//!   blocks), set on [`http::HttpConfig`] and enforced on every stream;
 //! - `fuzz` (feature `fuzzing`): the harnesses shared by the fuzz targets and the corpus
 //!   replay test.
 //!
@@ -64,4 +64,5 @@ pub(crate) mod sse;
 #[cfg(any(feature = "http", feature = "mcp"))]
 pub(crate) mod tls;
 
+#[cfg(feature = "wire")]
 pub use limits::ResponseLimits;

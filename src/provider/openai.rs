@@ -30,8 +30,11 @@
 //! - Content after `finish_reason`, a data event that is not JSON, or JSON of an unexpected
 //!   shape is a `malformed_response` naming the event (not retried); EOF before `[DONE]` and
 //!   before any `finish_reason` is `incomplete_stream`.
-//! - More tool calls than [`ResponseLimits::max_content_blocks`], or arguments beyond
-//!   [`ResponseLimits::max_tool_argument_bytes`] gathered before a call's name arrives, are
+//! - More tool calls than the content-block bound
+//!   ([`HttpConfig::with_max_content_blocks`](crate::provider::http::HttpConfig::with_max_content_blocks)),
+//!   or arguments beyond the tool-argument bound
+//!   ([`HttpConfig::with_max_tool_argument_bytes`](crate::provider::http::HttpConfig::with_max_tool_argument_bytes))
+//!   gathered before a call's name arrives, are
 //!   `response_too_large` (the pipeline counts everything that was emitted).
 //!
 //! The request (`request_body_with`): a user message with content parts has an array

@@ -63,9 +63,10 @@ use crate::tools::{Tool, ToolRegistry};
 use crate::trace::{Trace, TraceHeader, TRACE_VERSION};
 use crate::EventEnvelope;
 
+pub(crate) use ports::Question;
 #[cfg(feature = "testing")]
 pub use ports::VecSink;
-pub use ports::{Approver, Compactor, EventSink, Question};
+pub use ports::{Approver, Compactor, EventSink};
 pub(crate) use ports::{
     AutoApprove, Clock, Ids, NoUser, NullSink, SequentialIds, SystemClock, TimeIds, TokioClock,
     Truncate, UserAsker,

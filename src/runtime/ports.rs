@@ -54,13 +54,13 @@ pub trait Approver: Send + Sync {
 
 /// A question the model asks the person through the built-in `ask_user` tool.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Question {
+pub(crate) struct Question {
     /// The question's ref: the id of the call that asks.
-    pub reference: String,
+    pub(crate) reference: String,
     /// The question.
-    pub question: String,
+    pub(crate) question: String,
     /// The options offered (may be empty: a free answer).
-    pub options: Vec<String>,
+    pub(crate) options: Vec<String>,
 }
 
 /// Puts `ask_user` questions to a person. The deadline is the machine's

@@ -663,8 +663,9 @@ impl Session {
         self.shared.questions.answer(reference, answer.into())
     }
 
-    /// The `ask_user` questions waiting for an answer.
-    pub fn pending_questions(&self) -> Vec<crate::runtime::Question> {
+    /// Refs of the `ask_user` questions waiting for an answer (the `ask_user` event of each
+    /// carries its question and options).
+    pub fn pending_questions(&self) -> Vec<String> {
         self.shared.questions.pending()
     }
 

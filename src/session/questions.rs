@@ -20,11 +20,11 @@ pub(crate) struct Questions {
 }
 
 impl Questions {
-    /// The questions waiting, oldest ref first.
-    pub(crate) fn pending(&self) -> Vec<Question> {
+    /// The refs of the questions waiting, in order.
+    pub(crate) fn pending(&self) -> Vec<String> {
         self.pending
             .lock()
-            .map(|p| p.values().map(|(q, _)| q.clone()).collect())
+            .map(|p| p.keys().cloned().collect())
             .unwrap_or_default()
     }
 

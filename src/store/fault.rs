@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 
-use super::{Entry, LoadReport, SessionStore, StoreError};
+use super::{Entry, SessionStore, StoreError};
 
 /// Where the injected failure happens.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -95,7 +95,7 @@ impl<S: SessionStore> SessionStore for FaultyStore<S> {
     async fn load_with_report(
         &self,
         session: &str,
-    ) -> Result<(Vec<Entry>, LoadReport), StoreError> {
+    ) -> Result<(Vec<Entry>, Vec<String>), StoreError> {
         self.inner.load_with_report(session).await
     }
 }

@@ -75,7 +75,7 @@
 //!
 //! Loading reads and validates the whole file, line by line (one line in memory at a time,
 //! besides the entries). A torn last entry is reported in
-//! [`LoadReport`]; it is cut off the file only when this store holds the session's lock
+//! [`Vec<String>`]; it is cut off the file only when this store holds the session's lock
 //! (a reader without the lock, e.g. `sessions show` beside a running session, must not cut
 //! a line another process is still writing).
 //!
@@ -97,7 +97,7 @@ use async_trait::async_trait;
 use super::lock::{io_err, open_err, LockFile};
 use super::options::{validate_session_id, Durability};
 use super::records::{encode_bounded, scan, Scan, Torn, DEFAULT_MAX_ENTRY_BYTES};
-use super::{Entry, EntryKey, LoadReport, SessionLock, SessionStore, StoreError};
+use super::{Entry, EntryKey, SessionLock, SessionStore, StoreError};
 use crate::regular_file::{open_regular, OpenError};
 
 /// Opens an existing session or lock file with `options`, refusing anything but a regular
@@ -148,7 +148,7 @@ impl Writer {
         session: &str,
         lock: Arc<LockFile>,
         limit: u64,
-    ) -> Result<(Self, Vec<Entry>, LoadReport), StoreError> {
+    ) -> Result<(Self, Vec<Entry>, Vec<String>), StoreError> {
         let file = open_existing(&path, OpenOptions::new().read(true).append(true))?;
         let mut writer = Writer {
             file: None,
@@ -162,15 +162,14 @@ impl Writer {
             _lock: lock,
         };
         let Some(file) = file else {
-            return Ok((writer, Vec::new(), LoadReport::default()));
+            return Ok((writer, Vec::new(), Vec::new()));
         };
         let path = &writer.path;
         let scan = scan(path, BufReader::new(&file), limit)?;
-        let mut report = LoadReport::default();
+        let mut report = Vec::new();
         if let Some(torn) = scan.torn {
             file.set_len(torn.offset).map_err(io_err(path))?;
             file.sync_data().map_err(io_err(path))?;
-            report.truncated_bytes = torn.len;
             let warning = format!(
                 "{}: {} at byte offset {}; cut {} bytes (an unacknowledged write)",
                 path.display(),
@@ -179,7 +178,7 @@ impl Writer {
                 torn.len
             );
             tracing::warn!(target: "agentloop::store", "{warning}");
-            report.warnings.push(warning);
+            report.push(warning);
         }
         writer.keys = scan
             .entries
@@ -421,7 +420,7 @@ impl FileStore {
     fn writer(
         &self,
         session: &str,
-    ) -> Result<(Arc<Mutex<Writer>>, Option<(Vec<Entry>, LoadReport)>), StoreError> {
+    ) -> Result<(Arc<Mutex<Writer>>, Option<(Vec<Entry>, Vec<String>)>), StoreError> {
         let path = self.session_path(session)?;
         let mut slots = self.slots()?;
         let slot = slots.entry(session.to_string()).or_default();
@@ -451,7 +450,7 @@ impl FileStore {
 
     /// Loads all complete entries of `session` (empty when it does not exist) and reports a
     /// torn last entry; cuts that entry off when this store holds the session's lock.
-    pub fn load_blocking(&self, session: &str) -> Result<(Vec<Entry>, LoadReport), StoreError> {
+    pub fn load_blocking(&self, session: &str) -> Result<(Vec<Entry>, Vec<String>), StoreError> {
         let path = self.session_path(session)?;
         if self.holds_lock(session)? {
             let (writer, opened) = self.writer(session)?;
@@ -513,8 +512,8 @@ impl FileStore {
     }
 }
 
-fn report_unlocked(path: &Path, torn: Option<Torn>) -> LoadReport {
-    let mut report = LoadReport::default();
+fn report_unlocked(path: &Path, torn: Option<Torn>) -> Vec<String> {
+    let mut report = Vec::new();
     if let Some(torn) = torn {
         tracing::warn!(
             target: "agentloop::store",
@@ -522,7 +521,7 @@ fn report_unlocked(path: &Path, torn: Option<Torn>) -> LoadReport {
             path.display(),
             torn.offset
         );
-        report.warnings.push(format!(
+        report.push(format!(
             "{}: {} at byte offset {} ({} bytes); left in place because this store does not \
              hold the session's lock (it is cut when the session is next opened for writing)",
             path.display(),
@@ -547,7 +546,7 @@ impl SessionStore for FileStore {
     async fn load_with_report(
         &self,
         session: &str,
-    ) -> Result<(Vec<Entry>, LoadReport), StoreError> {
+    ) -> Result<(Vec<Entry>, Vec<String>), StoreError> {
         self.load_blocking(session)
     }
 }

@@ -79,7 +79,7 @@ macro_rules! sql_store {
             pub(crate) async fn load_report(
                 &self,
                 session: &str,
-            ) -> Result<(Vec<crate::store::Entry>, crate::store::LoadReport), crate::store::StoreError> {
+            ) -> Result<(Vec<crate::store::Entry>, Vec<String>), crate::store::StoreError> {
                 self.0.load_report(session).await
             }
 
@@ -110,7 +110,7 @@ macro_rules! sql_store {
             async fn load_with_report(
                 &self,
                 session: &str,
-            ) -> Result<(Vec<crate::store::Entry>, crate::store::LoadReport), crate::store::StoreError> {
+            ) -> Result<(Vec<crate::store::Entry>, Vec<String>), crate::store::StoreError> {
                 crate::store::SessionStore::load_with_report(&self.0, session).await
             }
         }
@@ -278,16 +278,6 @@ impl SessionLock {
     }
 }
 
-/// What loading a session found besides its entries.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LoadReport {
-    /// Bytes of a torn last entry that were cut off the file (0 when nothing was cut, also
-    /// when a torn tail was found but the store did not hold the session's lock).
-    pub truncated_bytes: u64,
-    /// Human-readable warnings (torn tail found / truncated).
-    pub warnings: Vec<String>,
-}
-
 /// A store failure. A failed write ends the run at once (R-IDEM-4).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -439,12 +429,14 @@ pub trait SessionStore: Send + Sync {
     /// Appends one entry. An entry whose [`Entry::idempotency_key`] is already stored is
     /// not written again and the call returns `Ok` (R-IDEM-1, R-IDEM-3).
     async fn append(&self, session: &str, entry: &Entry) -> Result<(), StoreError>;
-    /// Like [`load`](Self::load), also reporting repairs and warnings (a torn last entry).
+    /// Like [`load`](Self::load), also returning human-readable warnings of what loading
+    /// found (a torn last entry: cut off the file, with how many bytes, or left in place when
+    /// the store does not hold the session's lock).
     async fn load_with_report(
         &self,
         session: &str,
-    ) -> Result<(Vec<Entry>, LoadReport), StoreError> {
-        Ok((self.load(session).await?, LoadReport::default()))
+    ) -> Result<(Vec<Entry>, Vec<String>), StoreError> {
+        Ok((self.load(session).await?, Vec::new()))
     }
 }
 

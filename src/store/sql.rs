@@ -11,7 +11,7 @@
 //!   [`StoreError::EntryTooLarge`] before anything is written, a longer stored row is
 //!   [`StoreError::RowTooLong`] (not fetched, only its length). Rows are judged by the file
 //!   store's rule ([`records`](super::records)): the row `seq`s must count 1, 2, 3, …; a last
-//!   row whose JSON does not parse is a torn write, reported in the [`LoadReport`] and deleted
+//!   row whose JSON does not parse is a torn write, reported in the [`Vec<String>`] and deleted
 //!   by the next lock holder that opens the session; anything else is
 //!   [`StoreError::CorruptRow`] naming store, session and `seq`.
 //! - **Idempotency**: `key` holds [`Entry::idempotency_key`] as text (`turn:<index>:<run>`,
@@ -33,8 +33,8 @@ use async_trait::async_trait;
 
 use super::records::{encode_bounded, judge_record, Verdict, RECORD_VERSION};
 use super::{
-    validate_session_id, Durability, Entry, EntryKey, LoadReport, SessionLock, SessionStore,
-    StoreError, DEFAULT_MAX_ENTRY_BYTES,
+    validate_session_id, Durability, Entry, EntryKey, SessionLock, SessionStore, StoreError,
+    DEFAULT_MAX_ENTRY_BYTES,
 };
 
 /// One stored row, as a backend fetched it.
@@ -371,11 +371,11 @@ impl<B: SqlBackend> SqlStore<B> {
         &self,
         session: &str,
         cut: Option<&B::Lock>,
-    ) -> Result<(RowScan, LoadReport), StoreError> {
+    ) -> Result<(RowScan, Vec<String>), StoreError> {
         let store = self.backend.location();
         let rows = self.backend.rows(session, self.max_entry_bytes).await?;
         let scan = scan_rows(&store, session, rows, self.max_entry_bytes)?;
-        let mut report = LoadReport::default();
+        let mut report = Vec::new();
         if let Some((seq, why)) = &scan.torn {
             let warning = if let Some(lock) = cut {
                 self.backend.delete_from(lock, session, *seq).await?;
@@ -391,7 +391,7 @@ impl<B: SqlBackend> SqlStore<B> {
                 )
             };
             tracing::warn!(target: "agentloop::store", "{warning}");
-            report.warnings.push(warning);
+            report.push(warning);
         }
         Ok((scan, report))
     }
@@ -401,7 +401,7 @@ impl<B: SqlBackend> SqlStore<B> {
     pub(crate) async fn load_report(
         &self,
         session: &str,
-    ) -> Result<(Vec<Entry>, LoadReport), StoreError> {
+    ) -> Result<(Vec<Entry>, Vec<String>), StoreError> {
         validate_session_id(session)?;
         if !self.holds_lock(session).await {
             let (scan, report) = self.judged(session, None).await?;
@@ -498,7 +498,7 @@ impl<B: SqlBackend> SessionStore for SqlStore<B> {
     async fn load_with_report(
         &self,
         session: &str,
-    ) -> Result<(Vec<Entry>, LoadReport), StoreError> {
+    ) -> Result<(Vec<Entry>, Vec<String>), StoreError> {
         self.load_report(session).await
     }
 }

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use super::export::{list_sessions, SessionInfo};
 #[cfg(feature = "file-store")]
 use super::FileStore;
-use super::{Durability, Entry, LoadReport, SessionLock, SessionStore, StoreError};
+use super::{Durability, Entry, SessionLock, SessionStore, StoreError};
 
 /// Where sessions live, parsed from a store URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,8 +85,8 @@ impl StoreUrl {
 /// # async fn demo() -> Result<(), agentloop::store::StoreError> {
 /// let store = AnyStore::open("sqlite:sessions.db", Durability::Sync).await?;
 /// let _lock = store.lock("session-1").await?;
-/// let (entries, report) = store.load_report("session-1").await?;
-/// # let _ = (entries, report);
+/// let (entries, warnings) = store.load_report("session-1").await?;
+/// # let _ = (entries, warnings);
 /// # Ok(())
 /// # }
 /// ```
@@ -241,8 +241,11 @@ impl AnyStore {
         }
     }
 
-    /// Loads `session` and reports a torn last entry (cut only under this store's lock).
-    pub async fn load_report(&self, session: &str) -> Result<(Vec<Entry>, LoadReport), StoreError> {
+    /// Loads `session`, with warnings of a torn last entry (cut only under this store's lock).
+    pub async fn load_report(
+        &self,
+        session: &str,
+    ) -> Result<(Vec<Entry>, Vec<String>), StoreError> {
         match &self.0 {
             #[cfg(feature = "file-store")]
             Backend::File(s) => s.load_blocking(session),
@@ -323,7 +326,7 @@ impl SessionStore for AnyStore {
     async fn load_with_report(
         &self,
         session: &str,
-    ) -> Result<(Vec<Entry>, LoadReport), StoreError> {
+    ) -> Result<(Vec<Entry>, Vec<String>), StoreError> {
         self.port().load_with_report(session).await
     }
 }
