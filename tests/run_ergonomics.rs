@@ -290,3 +290,71 @@ fn issue12_spans_carry_the_opentelemetry_gen_ai_attributes() {
     assert_eq!(tools[0]["gen_ai.tool.call.id"], "c1");
     assert!(!tools[0].contains_key("error.type"), "{:?}", tools[0]);
 }
+
+/// A tool that runs until the test lets it finish.
+struct Gate(Arc<tokio::sync::Notify>);
+
+#[agentloop::async_trait]
+impl agentloop::tools::Tool for Gate {
+    fn spec(&self) -> agentloop::tools::ToolSpec {
+        agentloop::tools::ToolSpec {
+            name: "gate".into(),
+            description: "Waits for the test.".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        }
+    }
+    async fn call(
+        &self,
+        _ctx: agentloop::tools::ToolContext,
+        _arguments: serde_json::Value,
+    ) -> Result<String, agentloop::tools::ToolError> {
+        self.0.notified().await;
+        Ok("open".into())
+    }
+}
+
+/// `run_stream` hands out the events of a running tool's step while the tool still runs
+/// (the stream batches events per poll of the run; a batch must not wait for the tool): the
+/// test lets the tool finish only once the stream has shown its `tool_start`.
+async fn tool_start_arrives_while_the_tool_runs() {
+    const GATE_SCRIPT: &str = r#"{"turns": [
+      {"text": "Opening.", "tool_calls": [{"id": "g1", "name": "gate", "arguments": {}}]},
+      {"text": "Done."}
+    ]}"#;
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let agent = Agent::builder()
+        .model(scripted(GATE_SCRIPT))
+        .tool(Arc::new(Gate(gate.clone())))
+        .build();
+    let mut stream = agent.run_stream("s", "open it");
+    let mut started = false;
+    let run = async {
+        while let Some(item) = stream.next().await {
+            match item {
+                RunStreamItem::Event(e) => {
+                    if matches!(e.event, AgentEvent::ToolStart { .. }) {
+                        started = true;
+                        gate.notify_one();
+                    }
+                }
+                RunStreamItem::End(out) => return out.map(|o| o.result.outcome),
+            }
+        }
+        panic!("the stream ended without its output");
+    };
+    let outcome = tokio::time::timeout(std::time::Duration::from_secs(20), run)
+        .await
+        .expect("the tool's start never reached the stream while the tool ran");
+    assert!(started);
+    assert_eq!(outcome.expect("run"), Outcome::Completed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_stream_delivers_a_tool_start_while_the_tool_runs_multi_thread() {
+    tool_start_arrives_while_the_tool_runs().await;
+}
+
+#[tokio::test]
+async fn run_stream_delivers_a_tool_start_while_the_tool_runs_current_thread() {
+    tool_start_arrives_while_the_tool_runs().await;
+}
