@@ -12,7 +12,7 @@ use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
 use agentloop::trace::{replay, TraceRecord};
 use agentloop::{AgentEvent, Outcome};
 use agentloop::{Message, ToolStatus};
-use agentloop_core::event::{Event, KillPolicy};
+use agentloop_core::event::KillPolicy;
 use agentloop_core::process::{DoomLoopPolicy, LoopAction};
 use async_trait::async_trait;
 
@@ -159,9 +159,7 @@ async fn r_ctl_2_steering_joins_the_next_model_call() {
     let rx = ctl.clone();
     tokio::spawn(async move {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        ctl.send(Event::Steer {
-            text: "focus on tests".into(),
-        });
+        ctl.steer("focus on tests");
     });
     let out = run(&agent, Some(&rx)).await;
     assert_eq!(out.result.outcome, Outcome::Completed);
@@ -199,9 +197,7 @@ async fn r_ctl_2_skip_remaining_skips_the_batch() {
     let rx = ctl.clone();
     tokio::spawn(async move {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        ctl.send(Event::Steer {
-            text: "stop that".into(),
-        });
+        ctl.steer("stop that");
     });
     let out = run(&agent, Some(&rx)).await;
     assert_eq!(out.result.outcome, Outcome::Completed);
@@ -229,12 +225,8 @@ async fn r_ctl_5_switch_model_applies_at_the_next_step() {
     let agent = agent(script, ToolRegistry::builtin(), &sink, |_| {});
     let ctl = Controller::new();
     let rx = ctl.clone();
-    ctl.send(Event::SwitchModel {
-        model: "scripted".into(),
-    }); // same model: no event
-    ctl.send(Event::SwitchModel {
-        model: "other".into(),
-    });
+    ctl.switch_model("scripted"); // same model: no event
+    ctl.switch_model("other");
     let out = run(&agent, Some(&rx)).await;
     let models: Vec<String> = requests(&out).iter().map(|r| r.model.clone()).collect();
     assert_eq!(models.last().map(String::as_str), Some("other"));

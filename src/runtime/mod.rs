@@ -303,8 +303,22 @@ impl Controller {
         })
     }
 
-    /// Sends any event into the run (steering, model switch, tools...).
-    pub fn send(&self, event: Event) -> bool {
+    /// Steers the run (R-CTL-2): `text` joins the conversation at the next step boundary, as
+    /// a user message. Returns false if the run is gone.
+    pub fn steer(&self, text: impl Into<String>) -> bool {
+        self.send_event(Event::Steer { text: text.into() })
+    }
+
+    /// Uses model `model` from the run's next step on (R-CTL-5); the same model again is no
+    /// change. Returns false if the run is gone.
+    pub fn switch_model(&self, model: impl Into<String>) -> bool {
+        self.send_event(Event::SwitchModel {
+            model: model.into(),
+        })
+    }
+
+    /// Sends any machine input into the run (a session's subtasks and tool sets).
+    pub(crate) fn send(&self, event: Event) -> bool {
         self.send_event(event)
     }
 
