@@ -61,6 +61,13 @@ pub fn sliding_window(window: usize) -> Arc<dyn Compactor> {
     Arc::new(SlidingWindow { window })
 }
 
+/// The agent's default compactor, truncation (the oldest turns go until the context fits the
+/// budget, pinned messages kept), as a value: to pass explicitly, or to wrap in a compactor of
+/// your own that decides when to fall back to it.
+pub fn truncation() -> Arc<dyn Compactor> {
+    Arc::new(Truncate)
+}
+
 #[async_trait]
 impl Compactor for SlidingWindow {
     async fn compact(

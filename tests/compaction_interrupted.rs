@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentloop::compaction::truncation;
 use agentloop::runtime::{Agent, Compactor, Controller};
 use agentloop::store::{Entry, FaultPoint, FaultyStore, FileStore, MemoryStore, SessionStore};
 use agentloop::tools::ToolRegistry;
@@ -67,25 +68,9 @@ impl Compactor for Parked {
             self.release.notified().await;
             self.returned.store(true, Ordering::SeqCst);
         }
-        Truncate
+        truncation()
             .compact(messages, budget_tokens, max_messages)
             .await
-    }
-}
-
-/// Compaction by truncation (the agent's default compactor, named so a test can pass it).
-struct Truncate;
-
-#[async_trait::async_trait]
-impl Compactor for Truncate {
-    async fn compact(
-        &self,
-        messages: &[Message],
-        budget_tokens: Option<u64>,
-        max_messages: Option<usize>,
-    ) -> Result<(Vec<Message>, usize), String> {
-        agentloop_core::context::truncate(messages, budget_tokens, max_messages)
-            .map_err(|e| e.to_string())
     }
 }
 
@@ -315,7 +300,7 @@ async fn r_idem_5_crash_during_compaction_then_resume_completes() {
     assert_eq!(last_run_end(&entries), None, "the run is interrupted");
     assert_eq!(invocations(&calls), ["w1", "w2"]);
 
-    let restarted = agent(store.clone(), work, Arc::new(Truncate));
+    let restarted = agent(store.clone(), work, truncation());
     let out = restarted.resume_with(S, None, true).await.expect("resume");
     assert_eq!(out.result.outcome, Outcome::Completed, "{:?}", out.result);
     assert_eq!(out.result.final_text(), Some(FINAL));
@@ -334,7 +319,7 @@ async fn r_idem_5_crash_during_compaction_then_resume_completes() {
 async fn compaction_write() -> (usize, usize) {
     let memory = Arc::new(MemoryStore::new());
     let (work, _) = CountingTool::new("work", false);
-    let out = agent(memory.clone(), work, Arc::new(Truncate))
+    let out = agent(memory.clone(), work, truncation())
         .run(S, "go")
         .await
         .expect("run");
@@ -368,7 +353,7 @@ async fn r_idem_4_failed_compaction_write_then_resume_completes() {
         let faulty = Arc::new(
             FaultyStore::new(FileStore::open(dir.path()).expect("store"), k as u64).at(point),
         );
-        let out = agent(faulty.clone(), work.clone(), Arc::new(Truncate))
+        let out = agent(faulty.clone(), work.clone(), truncation())
             .run_with(S, vec![Message::user("go")], None, true)
             .await
             .expect("run");
@@ -392,7 +377,7 @@ async fn r_idem_4_failed_compaction_write_then_resume_completes() {
         assert_eq!(compactions(&stored), expected, "{ctx}");
         assert_eq!(last_run_end(&stored), None, "{ctx}");
 
-        let out = agent(store.clone(), work, Arc::new(Truncate))
+        let out = agent(store.clone(), work, truncation())
             .resume_with(S, None, true)
             .await
             .expect("resume");
