@@ -358,3 +358,44 @@ async fn run_stream_delivers_a_tool_start_while_the_tool_runs_multi_thread() {
 async fn run_stream_delivers_a_tool_start_while_the_tool_runs_current_thread() {
     tool_start_arrives_while_the_tool_runs().await;
 }
+
+/// A reminder rule reaches the model before the steps it holds for, and only those: `Always`
+/// before both steps, `AfterToolFailure` only before the step after a failed call.
+#[tokio::test]
+async fn reminders_reach_the_model_before_the_steps_they_hold_for() {
+    use agentloop::runtime::ReminderWhen;
+    const FAILING: &str = r#"{"turns": [
+      {"tool_calls": [{"id": "c1", "name": "calculator", "arguments": {"expression": "1/"}}]},
+      {"text": "Sorry."}
+    ]}"#;
+    let agent = Agent::builder()
+        .model(scripted(FAILING))
+        .builtin_tools()
+        .reminder(ReminderWhen::Always, "Be brief.")
+        .reminder(ReminderWhen::AfterToolFailure, "Read the error first.")
+        .build();
+    let out = agent
+        .run_with("s", vec![Message::user("Compute 1/")], None, true)
+        .await
+        .expect("run");
+    let requests = agentloop_testkit::agent::model_requests(out.trace.as_ref().expect("trace"));
+    assert_eq!(requests.len(), 2);
+    let users = |i: usize| -> Vec<String> {
+        requests[i]
+            .messages
+            .iter()
+            .filter_map(|m| m.user_text())
+            .collect()
+    };
+    let (first, second) = (users(0), users(1));
+    assert!(first.iter().any(|t| t.contains("Be brief.")), "{first:?}");
+    assert!(
+        !first.iter().any(|t| t.contains("Read the error")),
+        "{first:?}"
+    );
+    assert!(second.iter().any(|t| t.contains("Be brief.")), "{second:?}");
+    assert!(
+        second.iter().any(|t| t.contains("Read the error first.")),
+        "{second:?}"
+    );
+}

@@ -73,6 +73,8 @@ pub(crate) use ports::{
 };
 
 pub use agentloop_core::process::ToolRule;
+/// When a reminder rule ([`AgentBuilder::reminder`]) speaks.
+pub use agentloop_core::react::reminders::ReminderWhen;
 use agentloop_core::timeouts::{Timeouts, ToolOrder};
 pub(crate) use context_manager::DefaultContextManager;
 pub use context_manager::{ContextManager, ContextUpdates, RunContext};
@@ -863,13 +865,21 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Adds a reminder rule: `text` goes to the model before each step
-    /// `when` holds for (see [`insert_reminders`](crate::react::reminders::insert_reminders)).
-    pub fn reminder(
-        mut self,
-        when: crate::react::reminders::ReminderWhen,
-        text: impl Into<String>,
-    ) -> Self {
+    /// Adds a reminder rule: `text` goes to the model, as a user message after the context,
+    /// before each step `when` holds for (every step, every n-th, after a failed tool call,
+    /// or from a context size on). Reminders are not stored in the session.
+    ///
+    /// ```
+    /// use agentloop::provider::scripted::ScriptedModel;
+    /// use agentloop::runtime::{Agent, ReminderWhen};
+    /// let agent = Agent::builder()
+    ///     .model(ScriptedModel::demo())
+    ///     .reminder(ReminderWhen::AfterToolFailure, "Read the tool's error before retrying.")
+    ///     .reminder(ReminderWhen::EveryNSteps(5), "Keep the plan short.")
+    ///     .build();
+    /// # let _ = agent;
+    /// ```
+    pub fn reminder(mut self, when: ReminderWhen, text: impl Into<String>) -> Self {
         self.config
             .reminders
             .push(crate::react::reminders::Reminder {
