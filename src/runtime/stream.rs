@@ -1,15 +1,13 @@
 //! [`Agent::run_stream`]: a run as a `Stream` of its events, ending with its output.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::Stream;
 use tokio::sync::mpsc;
 
-use super::worker::on_worker;
 use super::{Agent, AgentError, EventEnvelope, EventSink, RunOutput};
 use crate::message::Message;
 
@@ -31,10 +29,7 @@ pub enum RunStreamItem {
 /// the run as dropping [`Agent::run`]'s future would (its session stays resumable).
 pub(crate) struct RunStream {
     run: Option<RunFuture>,
-    /// The run's events, a batch per poll of the run (see [`Batch`]).
-    events: mpsc::UnboundedReceiver<Vec<EventEnvelope>>,
-    /// Events of a received batch not handed out yet.
-    pending: VecDeque<EventEnvelope>,
+    events: mpsc::UnboundedReceiver<EventEnvelope>,
     end: Option<Result<Box<RunOutput>, AgentError>>,
 }
 
@@ -49,74 +44,14 @@ impl std::fmt::Debug for RunStream {
 /// Delivers each event to the agent's sink and to the stream.
 struct Tee {
     sink: Arc<dyn EventSink>,
-    batch: Arc<Batch>,
+    tx: mpsc::UnboundedSender<EventEnvelope>,
 }
 
 impl EventSink for Tee {
     fn emit(&self, event: &EventEnvelope) {
         self.sink.emit(event);
-        self.batch.push(event.clone());
-    }
-}
-
-/// The events a run emits while it is polled, sent to the stream as one batch when the poll
-/// ends: on a multi-thread runtime the run is a task on a worker thread ([`on_worker`]) and
-/// the stream is read on another, so an event sent on its own wakes the reader for every
-/// delta (a futex call each, and a context switch when it has parked); a batch wakes it once
-/// per poll, however many deltas the poll handled. Events emitted between polls (a tool's
-/// task on another worker) are sent at once, in order with the batches.
-struct Batch {
-    state: Mutex<BatchState>,
-    tx: mpsc::UnboundedSender<Vec<EventEnvelope>>,
-}
-
-#[derive(Default)]
-struct BatchState {
-    /// Whether the run is being polled.
-    polling: bool,
-    /// The events of the current poll.
-    events: Vec<EventEnvelope>,
-}
-
-impl Batch {
-    fn push(&self, event: EventEnvelope) {
-        let Ok(mut state) = self.state.lock() else {
-            return;
-        };
-        if state.polling {
-            state.events.push(event);
-        } else {
-            // The receiver is gone only when the stream was dropped, and with it the run.
-            let _ = self.tx.send(vec![event]);
-        }
-    }
-
-    fn set_polling(&self, polling: bool) {
-        let Ok(mut state) = self.state.lock() else {
-            return;
-        };
-        state.polling = polling;
-        if !polling && !state.events.is_empty() {
-            let _ = self.tx.send(std::mem::take(&mut state.events));
-        }
-    }
-}
-
-/// A run whose events are batched per poll ([`Batch`]).
-struct Batched<F> {
-    run: Pin<Box<F>>,
-    batch: Arc<Batch>,
-}
-
-impl<F: Future> Future for Batched<F> {
-    type Output = F::Output;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = &mut *self;
-        this.batch.set_polling(true);
-        let out = this.run.as_mut().poll(cx);
-        this.batch.set_polling(false);
-        out
+        // The receiver is gone only when the stream was dropped, and with it the run.
+        let _ = self.tx.send(event.clone());
     }
 }
 
@@ -155,29 +90,17 @@ impl Agent {
         prompt: &str,
     ) -> impl Stream<Item = RunStreamItem> + Send + Unpin + std::fmt::Debug + 'static {
         let (tx, events) = mpsc::unbounded_channel();
-        let batch = Arc::new(Batch {
-            state: Mutex::default(),
-            tx,
-        });
         let agent = self.with_sink(Arc::new(Tee {
             sink: self.sink.clone(),
-            batch: batch.clone(),
+            tx,
         }));
         let session = session.to_string();
         let input = vec![Message::user(prompt)];
-        let config = (*self.config).clone();
-        let run = Batched {
-            run: Box::pin(async move {
-                agent
-                    .run_queued_here(&session, input, Vec::new(), config, None, false)
-                    .await
-            }),
-            batch,
-        };
         RunStream {
-            run: Some(Box::pin(on_worker(run))),
+            run: Some(Box::pin(async move {
+                agent.run_with(&session, input, None, false).await
+            })),
             events,
-            pending: VecDeque::new(),
             end: None,
         }
     }
@@ -191,51 +114,36 @@ impl Agent {
     }
 }
 
-impl RunStream {
-    /// The next event already received, taking in what the channel holds when none is.
-    fn next_event(&mut self) -> Option<EventEnvelope> {
-        if self.pending.is_empty() {
-            while let Ok(batch) = self.events.try_recv() {
-                self.pending.extend(batch);
-            }
-        }
-        self.pending.pop_front()
-    }
-}
-
 impl Stream for RunStream {
     type Item = RunStreamItem;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<RunStreamItem>> {
         let this = &mut *self;
         // Events first: the run's future is polled only when none is waiting.
-        if let Some(e) = this.pending.pop_front() {
+        if let Poll::Ready(Some(e)) = this.events.poll_recv(cx) {
             return Poll::Ready(Some(RunStreamItem::Event(e)));
-        }
-        if let Poll::Ready(Some(batch)) = this.events.poll_recv(cx) {
-            this.pending.extend(batch);
-            if let Some(e) = this.pending.pop_front() {
-                return Poll::Ready(Some(RunStreamItem::Event(e)));
-            }
         }
         if let Some(run) = this.run.as_mut() {
             match run.as_mut().poll(cx) {
                 Poll::Ready(output) => {
                     this.run = None;
                     this.end = Some(output.map(Box::new));
+                    // Events the run emitted on its way out come before the end.
+                    if let Ok(e) = this.events.try_recv() {
+                        return Poll::Ready(Some(RunStreamItem::Event(e)));
+                    }
                 }
-                // What the run emitted while it was polled is handed out now, not after a
-                // wake-up and another poll.
                 Poll::Pending => {
-                    return match this.next_event() {
-                        Some(e) => Poll::Ready(Some(RunStreamItem::Event(e))),
-                        None => Poll::Pending,
+                    // What the run emitted while it was polled is handed out now, not after a
+                    // wake-up and another poll.
+                    return match this.events.try_recv() {
+                        Ok(e) => Poll::Ready(Some(RunStreamItem::Event(e))),
+                        Err(_) => Poll::Pending,
                     };
                 }
             }
         }
-        // Events the run emitted on its way out come before the end.
-        if let Some(e) = this.next_event() {
+        if let Ok(e) = this.events.try_recv() {
             return Poll::Ready(Some(RunStreamItem::Event(e)));
         }
         Poll::Ready(this.end.take().map(RunStreamItem::End))
