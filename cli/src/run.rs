@@ -565,21 +565,12 @@ pub(crate) fn agent_builder(
         c.context_window = args.context_window;
         // Served by the same client: registered under its provider's prefix, as the
         // primary model is (`openai:NAME`), and sent without it.
-        c.fallbacks = args
-            .fallbacks
-            .iter()
-            .map(|m| match args.provider.kind() {
-                Some(kind) => format!("{kind}:{m}"),
-                None => m.clone(),
-            })
-            .collect();
-        c.title_model = args
-            .title_model
-            .as_ref()
-            .map(|m| match args.provider.kind() {
-                Some(kind) => format!("{kind}:{m}"),
-                None => m.clone(),
-            });
+        let served = |m: &String| match args.provider.kind() {
+            Some(kind) => format!("{kind}:{m}"),
+            None => m.clone(),
+        };
+        c.fallbacks = args.fallbacks.iter().map(served).collect();
+        c.title_model = args.title_model.as_ref().map(served);
     });
     let limits = args.limits.limits(args.price);
     builder = builder.configure(|c| c.limits = limits);

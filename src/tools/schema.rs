@@ -114,6 +114,15 @@ pub(crate) fn compile_shared(name: &str, schema: &Value) -> Option<Arc<Validator
     }
 }
 
+impl LazySchema {
+    /// The tool's validator, compiled on first use.
+    fn validator(&self) -> Option<&Validator> {
+        self.compiled
+            .get_or_init(|| compile_shared(&self.spec.name, &self.spec.parameters))
+            .as_deref()
+    }
+}
+
 impl ArgumentSchemas {
     /// Takes the parameters schema of `spec`'s tool (replacing an earlier one), to be compiled
     /// when a call of the tool is first checked. A schema that does not compile is not
@@ -139,11 +148,9 @@ impl ArgumentSchemas {
     }
 
     /// Tool `name`'s validator, compiled on first use.
+    #[cfg(test)]
     fn validator(&self, name: &str) -> Option<&Validator> {
-        let lazy = self.0.get(name)?;
-        lazy.compiled
-            .get_or_init(|| compile_shared(name, &lazy.spec.parameters))
-            .as_deref()
+        self.0.get(name)?.validator()
     }
 
     /// Forgets tool `name`'s schema.
@@ -158,12 +165,13 @@ impl ArgumentSchemas {
         if call.invalid_arguments.is_some() {
             return None;
         }
-        let by_type = self.0.get(&call.name)?.by_type.as_ref();
+        let lazy = self.0.get(&call.name)?;
+        let by_type = lazy.by_type.as_ref();
         if let Some(verdict) = by_type.and_then(|t| t.check_by_type(&call.arguments)) {
             let (path, reason) = verdict.err()?;
             return ArgumentsRejected::new(call.id.clone(), [SchemaViolation { path, reason }]);
         }
-        let validator = self.validator(&call.name)?;
+        let validator = lazy.validator()?;
         ArgumentsRejected::new(call.id.clone(), violations(validator, &call.arguments))
     }
 
