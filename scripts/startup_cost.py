@@ -14,6 +14,9 @@ and a child forked from Python starts as a copy of the interpreter (about 14 MiB
 would hide any figure below that. The launcher's own image is about 1 MiB; the line printed
 also gives the floor of the method (the peak RSS of `/bin/true` started the same way).
 
+Also prints how many of the names in the CLI's code order (cli/startup.order) the binary
+has; see scripts/code_order.py.
+
 Exits non-zero if a run fails or does not print the answer (so CI can run it in test mode
 with a small N against a debug build).
 """
@@ -99,6 +102,15 @@ def main() -> None:
         runs = [one(exe, binary) for _ in range(n)]
     cpu = sorted(r[0] for r in runs)
     rss = sorted(r[1] for r in runs)
+    # How much of the linker's code order (cli/startup.order, see cli/build.rs) the binary
+    # has: a stale order leaves a short run's code spread over the binary (about 12 MiB).
+    order = subprocess.run(
+        [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "code_order.py"),
+         binary, "--check"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )
+    if order.returncode == 0:
+        print("code order: " + order.stdout.decode(errors="replace").strip())
     print(
         f"agentloop run \"What is 2+3?\" ({n} runs): CPU median {statistics.median(cpu):.1f} ms "
         f"(min {cpu[0]:.1f}, max {cpu[-1]:.1f}); peak RSS median {statistics.median(rss):.1f} MiB "
