@@ -58,8 +58,12 @@ use agentloop_core::timeouts::Timeouts;
 /// # let _ = agent;
 /// ```
 pub fn sliding_window(window: usize) -> Arc<dyn Compactor> {
-    Arc::new(SlidingWindow { window })
+    Arc::new(Window(SlidingWindow { window }))
 }
+
+/// The core's pure [`SlidingWindow`] as a [`Compactor`] (a wrapper, so the core type's impl is
+/// not part of this crate's surface).
+struct Window(SlidingWindow);
 
 /// The agent's default compactor, truncation (the oldest turns go until the context fits the
 /// budget, pinned messages kept), as a value: to pass explicitly, or to wrap in a compactor of
@@ -69,14 +73,14 @@ pub fn truncation() -> Arc<dyn Compactor> {
 }
 
 #[async_trait]
-impl Compactor for SlidingWindow {
+impl Compactor for Window {
     async fn compact(
         &self,
         messages: &[Message],
         budget_tokens: Option<u64>,
         max_messages: Option<usize>,
     ) -> Result<(Vec<Message>, usize), String> {
-        self.apply(messages, budget_tokens, max_messages)
+        self.0.apply(messages, budget_tokens, max_messages)
     }
 }
 

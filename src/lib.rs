@@ -106,7 +106,7 @@ macro_rules! wire_pub {
 }
 
 // The core's vocabulary a user names (messages, events, errors) is re-exported at the root below.
-use agentloop_core::{agent_event, error, message};
+use agentloop_core::{agent_event, error, message, outcome};
 
 // The machines' internals live in `agentloop_core` (its own documented crate); a user names them
 // as `agentloop_core::react::X`. Imported here for this crate's own modules only.
@@ -143,11 +143,13 @@ pub use schemars;
 /// `#[serde(crate = "agentloop::serde")]`) on typed tool arguments and answers.
 pub use serde;
 
-pub use agent_event::{AgentEvent, EventEnvelope, Outcome, SteeringStatus};
+pub use agent_event::{AgentEvent, EventEnvelope, LoopKind, Outcome, SteeringStatus};
 pub use error::{ErrorKind, ModelError, RunError};
 pub use event::{ApprovalDecision, ApprovalStatus};
 pub use message::{
-    AssistantMessage, ContentPart, FinishReason, Message, MessageDelta, ToolCall, ToolResult,
-    ToolStatus, Usage,
+    AssistantMessage, ContentPart, FinishReason, MediaSource, Message, MessageDelta, ToolCall,
+    ToolResult, ToolStatus, Usage,
 };
+// The payloads of `AgentEvent::UsageLimitReached` (which limit, what the run does).
+pub use outcome::{LimitAction, LimitKind};
 pub use react::{LoopResult, RunConfig};

@@ -624,7 +624,7 @@ fn tool_rules(args: &AgentArgs, tools: &ToolRegistry) -> Result<Vec<ToolRule>, S
     for (i, rule) in rules.iter().enumerate() {
         if !names
             .iter()
-            .any(|n| agentloop_core::wildcard::matches(&rule.tool, n))
+            .any(|n| agentloop_core::wildcard::matches(rule.tool(), n))
         {
             crate::out::errln!(
                 "[rules] warning: rule {i} ({rule}) matches no tool (tools: {})",

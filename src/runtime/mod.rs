@@ -73,6 +73,10 @@ pub(crate) use ports::{
 };
 
 pub use agentloop_core::process::ToolRule;
+// What a `ToolRule` decides for a call (also the `action` of `AgentEvent::ToolRuleMatched`),
+// and why a rule's command-line form or patterns are refused.
+pub use agentloop_core::tool_rules::{RuleAction, RuleError};
+
 /// When a reminder rule ([`AgentBuilder::reminder`]) speaks.
 pub use agentloop_core::react::reminders::ReminderWhen;
 use agentloop_core::timeouts::{Timeouts, ToolOrder};
@@ -561,15 +565,31 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Sets the retry decision (R-EXT-3): `f` says whether an
-    /// attempt that failed with a typed error is worth retrying (the retry policy's
-    /// `max_retries` still bounds the retries). Traces record it as `name`
-    /// (`config.step.retry.decider`); replay them with a registry that has it
-    /// ([`DeciderRegistry::with_retry`](crate::react::DeciderRegistry::with_retry)).
+    /// Sets the retry decision (R-EXT-3): `f` says whether an attempt that failed with a
+    /// typed error is worth retrying, given the error and the failed attempt's number among
+    /// the step's attempts on its current model, from 1 (the retry policy's `max_retries`
+    /// still bounds the retries). `f` is a plain function (or a closure that captures
+    /// nothing): traces record it as `name` (`config.step.retry.decider`), and a replay finds
+    /// it by that name in its registry (`agentloop_core::react::DeciderRegistry::with_retry`,
+    /// passed to [`trace::replay_with`](crate::trace::replay_with)).
+    ///
+    /// ```
+    /// use agentloop::prelude::*;
+    /// use agentloop::{ErrorKind, ModelError};
+    ///
+    /// fn rate_limits_only(error: &ModelError, _attempt: u32) -> bool {
+    ///     error.kind == ErrorKind::RateLimited
+    /// }
+    /// let agent = Agent::builder()
+    ///     .model(ScriptedModel::demo())
+    ///     .retry_decider("rate-limits-only", rate_limits_only)
+    ///     .build();
+    /// # let _ = agent;
+    /// ```
     pub fn retry_decider(
         mut self,
         name: impl Into<std::borrow::Cow<'static, str>>,
-        f: crate::process::RetryDecider,
+        f: fn(&crate::ModelError, u32) -> bool,
     ) -> Self {
         self.config.step.retry.decider = crate::process::RetryDeciderRef::new(name, f);
         self

@@ -408,6 +408,7 @@ impl SessionRows {
     }
 
     /// The rows taken so far, with how often.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     fn taken(&self) -> BTreeMap<SessionRow, usize> {
         self.0.lock().map(|r| r.clone()).unwrap_or_default()
     }
@@ -732,7 +733,9 @@ impl Session {
 
     /// The rows of the session chart (`statecharts/session.toml`) the session's machine has
     /// taken, with how often: a function that reads them, and outlives the session (the close
-    /// rows are taken once every handle is gone).
+    /// rows are taken once every handle is gone). For a program's tests of its chart coverage
+    /// (feature `testing`; the rows are named by `agentloop_core::chart::SessionRow`).
+    #[cfg(feature = "testing")]
     pub fn rows(&self) -> impl Fn() -> BTreeMap<SessionRow, usize> + Send + Sync + 'static {
         let rows = self.shared.rows.clone();
         move || rows.taken()

@@ -212,7 +212,9 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 pub use agentloop_core::entry::Entry;
-use agentloop_core::entry::EntryKey;
+// Named by a store of its own: it keeps the key of each entry it appends (the SQL stores write
+// it as text, `turn:<index>:<run>`, `started:<call>`, `result:<call>`).
+pub use agentloop_core::entry::EntryKey;
 
 /// Exclusive ownership of one session of a store, across processes: the lock file
 /// `<session>.lock` of the file store, `<database>.locks/<session>.lock` of a SQLite store, an

@@ -48,8 +48,8 @@
 //! assert_eq!(decide("git push -f"), Some(2));
 //! // The command-line form of a rule.
 //! let rule: ToolRule = "deny@30s:bash:command=rm *".parse().unwrap();
-//! assert_eq!(rule.action, RuleAction::Deny);
-//! assert_eq!(rule.timeout_ms, Some(30_000));
+//! assert_eq!(rule, ToolRule::deny("bash").argument("command", "rm *").timeout_ms(30_000));
+//! assert_eq!(rule.action(), RuleAction::Deny);
 //! assert_eq!(rule.to_string(), "deny@30s:bash:command=rm *");
 //! ```
 
@@ -113,25 +113,28 @@ impl ArgumentPattern {
 /// One rule: which calls it matches (tool name pattern, optional argument pattern) and what
 /// it decides for them (action, optional deadline). See the [module](self) doc.
 ///
-/// Build one with [`ToolRule::allow`] / [`ask`](ToolRule::ask) / [`deny`](ToolRule::deny),
-/// from its command-line form ([`FromStr`]) or from JSON; it keeps its compiled patterns with
-/// it (not serialized, not compared).
+/// Build one with [`ToolRule::allow`] / [`ask`](ToolRule::ask) / [`deny`](ToolRule::deny)
+/// and the builder methods ([`argument`](ToolRule::argument),
+/// [`timeout_ms`](ToolRule::timeout_ms), [`reason`](ToolRule::reason)), from its command-line
+/// form ([`FromStr`]) or from JSON (`{"tool", "action", "argument": {"field", "pattern"},
+/// "timeout_ms", "reason"}`). Its fields are private, so its compiled patterns (kept with it,
+/// not serialized, not compared) are always those of its text.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolRule {
     /// The [`wildcard`] pattern the tool's name must match (`*` for every tool).
-    pub tool: String,
+    tool: String,
     /// The argument pattern the call must also match (`None`: every call of the tool).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub argument: Option<ArgumentPattern>,
+    pub(crate) argument: Option<ArgumentPattern>,
     /// What happens to a call this rule decides.
-    pub action: RuleAction,
+    pub(crate) action: RuleAction,
     /// The deadline of a call this rule decides, once it runs (the tool-call chart's
     /// `deadline` row); `None`: the step's `tool_timeout_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
+    pub(crate) timeout_ms: Option<u64>,
     /// For `deny`: why, in the denied result the model reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    reason: Option<String>,
     /// The patterns, compiled on the first match.
     #[serde(skip)]
     #[schemars(skip)]
@@ -163,32 +166,19 @@ impl PartialEq for Compiled {
 
 impl Eq for Compiled {}
 
-/// The compiled patterns, with the text they were compiled from (the fields are public: a rule
-/// changed after its first match compiles its new patterns afresh).
+/// The compiled patterns. A rule's patterns cannot change once it is built (its fields are
+/// private; [`ToolRule::argument`] drops the compiled ones), so they are compiled once.
 struct CompiledRule {
-    tool: (String, Glob),
-    argument: Option<(String, Glob)>,
+    tool: Glob,
+    argument: Option<Glob>,
 }
 
 impl CompiledRule {
     fn new(rule: &ToolRule) -> Self {
         CompiledRule {
-            tool: (rule.tool.clone(), Glob::new(&rule.tool)),
-            argument: rule
-                .argument
-                .as_ref()
-                .map(|a| (a.pattern.clone(), Glob::new(&a.pattern))),
+            tool: Glob::new(&rule.tool),
+            argument: rule.argument.as_ref().map(|a| Glob::new(&a.pattern)),
         }
-    }
-
-    /// Compiled from `rule`'s current patterns.
-    fn fits(&self, rule: &ToolRule) -> bool {
-        self.tool.0 == rule.tool
-            && match (&self.argument, &rule.argument) {
-                (None, None) => true,
-                (Some((p, _)), Some(a)) => *p == a.pattern,
-                _ => false,
-            }
     }
 }
 
@@ -219,7 +209,10 @@ impl ToolRule {
         Self::new(tool, RuleAction::Deny)
     }
 
-    /// Only calls whose argument `field` matches `pattern` (see [`ArgumentPattern`]).
+    /// Only calls whose argument `field` matches `pattern` (see [`ArgumentPattern`]): `field`
+    /// is a top-level name (`command`), a JSON Pointer (`/options/0`) or `""` for all the
+    /// arguments; `pattern` is a [`wildcard`] pattern, matched against a string value as it is
+    /// and any other value as compact JSON. A call without the argument does not match.
     pub fn argument(mut self, field: impl Into<String>, pattern: impl Into<String>) -> Self {
         self.argument = Some(ArgumentPattern {
             field: field.into(),
@@ -241,6 +234,16 @@ impl ToolRule {
         self
     }
 
+    /// The [`wildcard`] pattern the tool's name must match.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    /// What happens to a call this rule decides.
+    pub fn action(&self) -> RuleAction {
+        self.action
+    }
+
     /// Whether the rule matches `call`: its name, and its argument if the rule names one.
     pub fn matches(&self, call: &ToolCall) -> bool {
         self.matches_with(call, &mut Values::default())
@@ -249,19 +252,12 @@ impl ToolRule {
     /// [`ToolRule::matches`], reading argument values through `values` (shared by the rules
     /// looking at one call).
     fn matches_with<'r, 'a>(&'r self, call: &'a ToolCall, values: &mut Values<'r, 'a>) -> bool {
-        let fresh;
-        let compiled = match self.compiled.0.get_or_init(|| CompiledRule::new(self)) {
-            c if c.fits(self) => c,
-            _ => {
-                fresh = CompiledRule::new(self);
-                &fresh
-            }
-        };
-        if !compiled.tool.1.matches(&call.name) {
+        let compiled = self.compiled.0.get_or_init(|| CompiledRule::new(self));
+        if !compiled.tool.matches(&call.name) {
             return false;
         }
         match (&self.argument, &compiled.argument) {
-            (Some(a), Some((_, glob))) => {
+            (Some(a), Some(glob)) => {
                 let value = values
                     .0
                     .entry(a.field.as_str())

@@ -149,7 +149,7 @@ fn r_tool_3_ten_thousand_rules_are_refused_with_a_typed_error() {
 }
 
 #[test]
-fn r_tool_3_a_rule_changed_after_its_first_match_matches_by_its_new_pattern() {
+fn r_tool_3_a_rule_rebuilt_after_its_first_match_matches_by_its_new_pattern() {
     let call = |command: &str| ToolCall {
         id: "c1".into(),
         name: "bash".into(),
@@ -158,16 +158,13 @@ fn r_tool_3_a_rule_changed_after_its_first_match_matches_by_its_new_pattern() {
     };
     let mut rules = vec![ToolRule::deny("bash").argument("command", "rm *")];
     assert_eq!(last_match(&rules, &call("rm -rf /")), Some(0));
-    // The compiled patterns are a cache: a clone shares them, a change is seen.
+    // The compiled patterns are a cache: a clone shares them, a new argument pattern (the only
+    // way to change a built rule's patterns) is seen.
     let copy = rules.clone();
-    if let Some(a) = rules[0].argument.as_mut() {
-        a.pattern = "git *".into();
-    }
+    rules[0] = rules[0].clone().argument("command", "git *");
     assert_eq!(last_match(&rules, &call("rm -rf /")), None);
     assert_eq!(last_match(&rules, &call("git push")), Some(0));
     assert_eq!(last_match(&copy, &call("rm -rf /")), Some(0));
-    rules[0].tool = "sh".into();
-    assert_eq!(last_match(&rules, &call("git push")), None);
     // Several rules naming one argument, the last that matches decides.
     let rules = [
         ToolRule::ask("bash"),
