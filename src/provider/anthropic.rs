@@ -51,6 +51,7 @@ use crate::provider::limits::{too_many_blocks, ResponseLimits};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
 
 /// The `anthropic-version` header sent with every request.
+#[cfg(feature = "anthropic")]
 pub(crate) const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 #[derive(Deserialize)]

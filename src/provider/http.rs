@@ -134,6 +134,7 @@ impl ApiKey {
     }
 
     /// The secret itself: for the `Authorization`/`x-api-key` header and for scrubbing errors.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))] // the HTTP clients' only
     pub(crate) fn expose(&self) -> &str {
         &self.0
     }
@@ -207,6 +208,7 @@ pub struct HttpConfig {
 
 /// Whether OpenAI's `model` takes its output cap as `max_completion_tokens` (it refuses
 /// `max_tokens`): the o-series and gpt-5 families.
+#[cfg(feature = "openai")]
 pub(crate) fn uses_max_completion_tokens(model: &str) -> bool {
     let m = model.rsplit('/').next().unwrap_or(model);
     // A family name, alone or followed by a version (`gpt-5.1`) or a variant (`o3-mini`).
@@ -383,11 +385,13 @@ impl HttpConfig {
     }
 
     /// The cap for retry hints, in milliseconds.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))] // the HTTP clients' only
     pub(crate) fn max_retry_after_ms(&self) -> u64 {
         u64::try_from(self.max_retry_after.as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Secrets to scrub from any text that leaves the client (the key and extra header values).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))] // the HTTP clients' only
     pub(crate) fn secrets(&self) -> Vec<&str> {
         let mut s: Vec<&str> = self.api_key.iter().map(ApiKey::expose).collect();
         s.extend(self.extra_headers.iter().map(|(_, v)| v.as_str()));
@@ -758,6 +762,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "openai")]
     fn reasoning_models_take_max_completion_tokens() {
         for m in [
             "o1",
