@@ -4,83 +4,102 @@
 //! and on a session, `chat` from a pipe, `--help`, `sessions list`), recorded with callgrind by
 //! `scripts/code_order.py`. The linker places them first, in that order. A short run then
 //! touches a few hundred kilobytes of contiguous code instead of pages spread over the whole
-//! 18 MB text section; since the kernel maps 64 KB around each code page fault, the spread
-//! cost a short run about 6 MiB of resident memory (`python3 scripts/startup_cost.py
-//! target/release/agentloop`: 12.2 -> 5.6 MiB peak RSS, 2.1 -> 1.8 ms CPU).
+//! 18 MB text section; since the kernel maps 64 KB around each code page a process first runs,
+//! the spread cost a short run about 6 MiB of resident memory (`python3
+//! scripts/startup_cost.py target/release/agentloop`: 12.1 -> 5.8 MiB peak RSS).
 //!
-//! Applied to release builds on x86_64 Linux (GNU), which Rust (1.90 and later) links with its
-//! own lld; names the file does not find (another toolchain, changed code) are skipped, so a
-//! stale file only costs memory, never correctness. Set `AGENTLOOP_NO_CODE_ORDER=1` to leave
-//! it out (for a linker without `--symbol-ordering-file`).
+//! Applied to release builds for x86_64 Linux (GNU) when the linker takes
+//! `--symbol-ordering-file` (lld does; GNU ld does not): the script links an empty program
+//! with the option, the compiler and the flags of this build, and leaves the order out if
+//! that fails. Names the file does not find (another toolchain, changed code) are skipped, so
+//! a stale file only costs memory, never correctness. Set `AGENTLOOP_NO_CODE_ORDER` (to any
+//! value) to leave it out.
 
 use std::env;
-use std::path::Path;
-use std::process::Command;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=startup.order");
-    println!("cargo:rerun-if-env-changed=AGENTLOOP_NO_CODE_ORDER");
-    if skipped().is_some() {
-        return;
+    for var in [
+        "AGENTLOOP_NO_CODE_ORDER",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS",
+        "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER",
+        "RUSTC_LINKER",
+    ] {
+        println!("cargo:rerun-if-env-changed={var}");
     }
-    let order =
-        Path::new(&env::var("CARGO_MANIFEST_DIR").unwrap_or_default()).join("startup.order");
-    println!(
-        "cargo:rustc-link-arg-bin=agentloop=-Wl,--symbol-ordering-file={}",
-        order.display()
-    );
-    println!("cargo:rustc-link-arg-bin=agentloop=-Wl,--no-warn-symbol-ordering");
-}
-
-/// Why the order is not applied, or `None` when it is (the reason documents the case; a build
-/// that skips the order stays silent).
-fn skipped() -> Option<&'static str> {
     let var = |k: &str| env::var(k).unwrap_or_default();
-    if env::var_os("AGENTLOOP_NO_CODE_ORDER").is_some() {
-        return Some("AGENTLOOP_NO_CODE_ORDER is set");
-    }
-    if var("PROFILE") != "release" {
-        return Some("not a release build");
-    }
-    if var("CARGO_CFG_TARGET_OS") != "linux"
+    if env::var_os("AGENTLOOP_NO_CODE_ORDER").is_some()
+        || var("PROFILE") != "release"
+        || var("CARGO_CFG_TARGET_OS") != "linux"
         || var("CARGO_CFG_TARGET_ARCH") != "x86_64"
         || var("CARGO_CFG_TARGET_ENV") != "gnu"
     {
-        return Some("not x86_64 Linux (GNU)");
+        return;
     }
-    // A linker chosen by the user may not know the option.
-    let flags = var("CARGO_ENCODED_RUSTFLAGS");
-    if flags.contains("linker")
-        || flags.contains("fuse-ld")
-        || env::var_os("RUSTC_LINKER").is_some()
-    {
-        return Some("a linker chosen by the user");
+    let order = Path::new(&var("CARGO_MANIFEST_DIR")).join("startup.order");
+    let Some(order) = order.to_str().filter(|_| order.is_file()) else {
+        return; // no file, or a path the linker's arguments cannot carry
+    };
+    if links_with_order() {
+        for arg in order_args(order) {
+            println!("cargo:rustc-link-arg-bin=agentloop={arg}");
+        }
     }
-    if env::var_os("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER").is_some() {
-        return Some("a linker chosen by the user");
-    }
-    if !Path::new(&var("CARGO_MANIFEST_DIR"))
-        .join("startup.order")
-        .is_file()
-    {
-        return Some("no startup.order");
-    }
-    if rustc_minor().is_none_or(|minor| minor < 90) {
-        return Some("a Rust older than 1.90 links with the system linker");
-    }
-    None
 }
 
-/// The minor version of the compiler cargo builds with (`rustc 1.95.0 (...)` -> 95).
-fn rustc_minor() -> Option<u32> {
-    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
-    let out = Command::new(rustc).arg("--version").output().ok()?;
-    let text = String::from_utf8(out.stdout).ok()?;
-    let version = text.split_whitespace().nth(1)?;
-    let mut parts = version.split('.');
-    if parts.next()? != "1" {
-        return None;
+/// The linker arguments that apply `order` (each passed through the compiler driver with
+/// `-Xlinker`, so a comma in the path stays one argument).
+fn order_args(order: &str) -> Vec<String> {
+    vec![
+        "-Xlinker".to_string(),
+        format!("--symbol-ordering-file={order}"),
+        "-Xlinker".to_string(),
+        "--no-warn-symbol-ordering".to_string(),
+    ]
+}
+
+/// Whether an empty program links with an (empty) order, built as this crate is (same
+/// compiler, target, flags and linker).
+fn links_with_order() -> bool {
+    let Some(out) = env::var_os("OUT_DIR").map(PathBuf::from) else {
+        return false;
+    };
+    let source = out.join("order_probe.rs");
+    let empty_order = out.join("order_probe.order");
+    if fs::write(&source, "fn main() {}\n").is_err() || fs::write(&empty_order, "").is_err() {
+        return false;
     }
-    parts.next()?.parse().ok()
+    let Some(empty_order) = empty_order.to_str() else {
+        return false;
+    };
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
+    let mut probe = Command::new(rustc);
+    probe
+        .arg("--crate-type=bin")
+        .arg("--target")
+        .arg(env::var("TARGET").unwrap_or_default())
+        .arg("-o")
+        .arg(out.join("order_probe"))
+        .arg(&source);
+    // The build's own flags: a linker chosen there is the one to ask.
+    let flags = env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
+    probe.args(flags.split('\x1f').filter(|f| !f.is_empty()));
+    if let Ok(linker) = env::var("RUSTC_LINKER") {
+        probe.arg(format!("-Clinker={linker}"));
+    }
+    for arg in order_args(empty_order) {
+        probe.arg(format!("-Clink-arg={arg}"));
+    }
+    probe
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }

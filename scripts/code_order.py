@@ -5,15 +5,17 @@
     python3 scripts/code_order.py target/release/agentloop            # writes cli/startup.order
     python3 scripts/code_order.py target/release/agentloop --out F    # writes F instead
     python3 scripts/code_order.py target/release/agentloop --check    # how much of it the binary has
+                                                                      # (of --out F if given)
 
 Runs the binary under valgrind's callgrind (`apt-get install valgrind`) for: `run` one-shot,
 two prompts on a stored session, `chat` with two piped prompts, `--help` and `sessions
-list`, each on the built-in offline model in a fresh temporary directory (`AGENTLOOP_STORE`
-unset, so the session store is `./.agentloop/sessions` there). Writes the mangled names of
-the binary's functions they executed (not the C library's), in the order callgrind first met
-them, one per line.
-cli/build.rs hands the file to the linker (`--symbol-ordering-file`) for release builds, so
-the code a short command runs is contiguous (see cli/build.rs for the measured effect).
+list`, each on the built-in offline model with stdout a pipe (a terminal's status line is not
+recorded), in a fresh temporary directory (`AGENTLOOP_STORE` unset, so the session store is
+`./.agentloop/sessions` there). Writes the mangled names of the binary's functions they
+executed (not the C library's), in the order of their first mention in callgrind's output
+(roughly the order they first ran), one per line. cli/build.rs hands the file to the linker
+(`--symbol-ordering-file`) for release builds, so the code a short command runs is contiguous
+(see cli/build.rs for the measured effect).
 
 The names carry the compiler's hashes: a new Rust release, or changed code, renames some of
 them and the linker skips those. `--check` prints how many of the file's names the binary
@@ -22,6 +24,7 @@ else). The binary to record from may be built with or without the order: the nam
 same.
 """
 
+import argparse
 import os
 import re
 import subprocess
@@ -52,7 +55,7 @@ def record(binary: str) -> list[str]:
         for i, (args, stdin) in enumerate(COMMANDS):
             out = os.path.join(work, f"callgrind.{i}")
             res = subprocess.run(
-                ["valgrind", "--tool=callgrind", "--demangle=no",
+                ["valgrind", "--tool=callgrind", "--demangle=no", "--compress-strings=yes",
                  f"--callgrind-out-file={out}", binary, *args],
                 cwd=work, env=env, input=stdin or b"",
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -81,31 +84,40 @@ def defined(binary: str) -> set[str]:
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    flags = [a for a in sys.argv[1:] if a.startswith("--")]
-    if not args:
-        sys.exit(__doc__)
-    binary = os.path.abspath(args[0])
-    out = DEFAULT_OUT
-    if "--out" in flags:
-        if len(args) < 2:
-            sys.exit("--out needs a file: code_order.py BIN --out FILE")
-        out = args[1]
-    if "--check" in flags:
-        with open(DEFAULT_OUT, encoding="utf-8") as f:
-            wanted = [line.strip() for line in f if line.strip()]
+    ap = argparse.ArgumentParser(
+        description="Record the functions short commands run, as the CLI's code order.",
+        epilog="See the module docstring (scripts/code_order.py) for what is recorded.")
+    ap.add_argument("binary", help="the agentloop binary to record from (or to check)")
+    ap.add_argument("--out", default=DEFAULT_OUT,
+                    help="the order file to write or check (default cli/startup.order)")
+    ap.add_argument("--check", action="store_true",
+                    help="only print how many of the file's names the binary defines")
+    args = ap.parse_args()
+    if not os.path.isfile(args.binary):
+        sys.exit(f"no such binary: {args.binary}")
+    binary = os.path.abspath(args.binary)
+    try:
+        if args.check:
+            if not os.path.isfile(args.out):
+                sys.exit(f"no order file at {args.out}")
+            with open(args.out, encoding="utf-8") as f:
+                wanted = [line.strip() for line in f if line.strip()]
+            have = defined(binary)
+            found = sum(1 for n in wanted if n in have)
+            print(f"{found} of {len(wanted)} names in {os.path.relpath(args.out, ROOT)} "
+                  f"are functions of {args.binary}")
+            return
         have = defined(binary)
-        found = sum(1 for n in wanted if n in have)
-        print(f"{found} of {len(wanted)} names in {os.path.relpath(DEFAULT_OUT, ROOT)} "
-              f"are functions of {args[0]}")
-        return
-    have = defined(binary)
-    names = [n for n in record(binary) if n in have]  # not the C library's
+        names = [n for n in record(binary) if n in have]  # not the C library's
+    except FileNotFoundError as e:
+        sys.exit(f"{e.filename}: not found (valgrind and nm are needed: apt-get install valgrind binutils)")
+    except subprocess.CalledProcessError as e:
+        sys.exit(f"{' '.join(e.cmd)} failed with status {e.returncode}")
     if not names:
-        sys.exit("callgrind recorded no function names (a stripped binary?)")
-    with open(out, "w", encoding="utf-8") as f:
+        sys.exit("callgrind recorded none of the binary's functions (a stripped binary?)")
+    with open(args.out, "w", encoding="utf-8") as f:
         f.write("\n".join(names) + "\n")
-    print(f"{len(names)} functions -> {out}")
+    print(f"{len(names)} functions -> {args.out}")
 
 
 if __name__ == "__main__":

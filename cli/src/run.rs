@@ -675,10 +675,11 @@ impl Locked {
     }
 }
 
-/// The CLI's runtime: one thread. A command drives one run (or one session's runs in turn);
-/// the model's stream, the tools and the store all wait on IO, and the blocking work
-/// (file tools, SQLite) goes to tokio's blocking pool, so worker threads would only add
-/// cross-thread wake-ups and memory (about 0.5 MiB of a short run's peak).
+/// The CLI's runtime: one thread. A command drives one run (or one session's runs in turn):
+/// the model's stream and the tools wait on IO, the file tools and SQLite go to tokio's
+/// blocking pool, and the file store's appends (a write and, by default, an fdatasync) run
+/// inline, holding the thread for their duration as they held the run before. Worker threads
+/// would only add cross-thread wake-ups and memory (about 0.5 MiB of a short run's peak).
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

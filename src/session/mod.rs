@@ -396,7 +396,7 @@ struct Shared {
 }
 
 /// The rows of the session chart a session's machine took, with counts (R-ARCH-3, R-VER-2):
-/// a cheap shared handle ([`Session::rows`]).
+/// a cheap shared handle (`Session::rows`, with feature `testing`).
 #[derive(Clone, Debug, Default)]
 struct SessionRows(Arc<Mutex<BTreeMap<SessionRow, usize>>>);
 
