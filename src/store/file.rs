@@ -74,10 +74,10 @@
 //! # Loading
 //!
 //! Loading reads and validates the whole file, line by line (one line in memory at a time,
-//! besides the entries). A torn last entry is reported in
-//! [`Vec<String>`]; it is cut off the file only when this store holds the session's lock
-//! (a reader without the lock, e.g. `sessions show` beside a running session, must not cut
-//! a line another process is still writing).
+//! besides the entries). A torn last entry is reported among
+//! [`SessionStore::load_with_report`]'s warnings; it is cut off the file only when this store
+//! holds the session's lock (a reader without the lock, e.g. `sessions show` beside a running
+//! session, must not cut a line another process is still writing).
 //!
 //! # Blocking
 //!

@@ -11,8 +11,9 @@
 //!   [`StoreError::EntryTooLarge`] before anything is written, a longer stored row is
 //!   [`StoreError::RowTooLong`] (not fetched, only its length). Rows are judged by the file
 //!   store's rule ([`records`](super::records)): the row `seq`s must count 1, 2, 3, …; a last
-//!   row whose JSON does not parse is a torn write, reported in the [`Vec<String>`] and deleted
-//!   by the next lock holder that opens the session; anything else is
+//!   row whose JSON does not parse is a torn write, reported among
+//!   [`SessionStore::load_with_report`]'s warnings and deleted by the next lock holder that
+//!   opens the session; anything else is
 //!   [`StoreError::CorruptRow`] naming store, session and `seq`.
 //! - **Idempotency**: `key` holds [`Entry::idempotency_key`] as text (`turn:<index>:<run>`,
 //!   `started:<call>`, `result:<call>`) under a unique index on `(session, key)`; an insert
