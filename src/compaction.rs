@@ -1,7 +1,6 @@
 //! Compaction strategies (R-OUT-4, R-OUT-6) as [`Compactor`]s over the core's one grouping and
-//! pinning ([`groups`], [`pinned`]): truncation (the default compactor, in
-//! `runtime::ports`), a sliding window ([`sliding_window`]) and an LLM summary
-//! ([`llm_summary`]).
+//! pinning ([`groups`], [`pinned`]): truncation (the default compactor, [`truncation`]), a
+//! sliding window ([`sliding_window`]) and an LLM summary ([`llm_summary`]).
 //!
 //! Every strategy works on *groups*: an assistant message together with the tool results that
 //! follow it is one unit, so a tool call is never separated from its result. Pinned groups are
