@@ -13,9 +13,10 @@ use std::hint::black_box;
 
 use agentloop::model::{ModelParams, ModelRequest};
 use agentloop::tools::ToolSpec;
-use agentloop::trace::{replay, Trace, TraceHeader, TRACE_VERSION};
+use agentloop::trace::{replay, Trace};
 use agentloop::{FinishReason, MessageDelta, ToolStatus, Usage};
 use agentloop_core::process::{Process, StepConfig};
+use agentloop_core::trace::{TraceHeader, TRACE_VERSION};
 use agentloop_core::{AttemptId, Effect, Event, Message, Run, RunConfig};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 

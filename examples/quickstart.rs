@@ -14,7 +14,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let agent = Agent::builder() // typestate: without .model(..) there is no .build()
         .model(ScriptedModel::demo()) // offline: a scripted model, deterministic
         .builtin_tools() // calculator, read_file, append_line (tools are opt-in)
-        .configure(|c| c.max_steps = 5)
+        .max_steps(5)
         .build();
 
     // One prompt, recorded: `true` keeps a trace of every input, transition and effect.

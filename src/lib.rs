@@ -58,7 +58,7 @@
 //!         .sink(Arc::new(move |_: &EventEnvelope| { // every event, indexed and timestamped
 //!             counted.fetch_add(1, Ordering::Relaxed);
 //!         }))
-//!         .configure(|c| c.max_steps = 5)
+//!         .max_steps(5)
 //!         .build();
 //!     let out = agent.run_with("session-1", vec![agentloop::Message::user("What is 6*7?")], None, true).await?;
 //!     println!("{:?}: {:?}", out.result.outcome, out.result.final_text());
@@ -152,4 +152,10 @@ pub use message::{
 };
 // The payloads of `AgentEvent::UsageLimitReached` (which limit, what the run does).
 pub use outcome::{LimitAction, LimitKind};
-pub use react::{LoopResult, RunConfig};
+pub use react::LoopResult;
+/// A run's whole configuration: the machines' own, documented with them in the core. A program
+/// sets it through [`AgentBuilder`](runtime::AgentBuilder)'s methods, or in full with
+/// [`AgentBuilder::configure`](runtime::AgentBuilder::configure) and
+/// [`Agent::run_configured`](runtime::Agent::run_configured).
+#[doc(no_inline)]
+pub use react::RunConfig;

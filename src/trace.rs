@@ -1,5 +1,12 @@
-//! Traces (R-TRACE): the format, reader and replay live in [`agentloop_core::trace`]; this
-//! module adds reading and writing trace files ([`load`], [`read`], [`write`](fn@write)).
+//! Traces (R-TRACE): a recorded run, written to and read from a file, and replayed offline.
+//!
+//! A run records its trace when asked ([`Agent::run_with`](crate::runtime::Agent::run_with)'s
+//! `record`, [`RunOutput::trace`](crate::runtime::RunOutput::trace)); this module writes and
+//! reads trace files ([`write`](fn@write), [`load`], [`read`]) and replays a trace against the
+//! machines ([`replay`]). A trace's records (the events fed to the machines, the effects they
+//! answered, the transitions they took) are the machines' vocabulary: they are documented, with
+//! the file format, in [`agentloop_core::trace`], and `agentloop-trace-tools` renders, diffs,
+//! imports and replays traces under a changed configuration.
 //!
 //! # Example
 //!
@@ -24,7 +31,10 @@
 use std::io::{BufRead, Write};
 use std::path::Path;
 
-pub use agentloop_core::trace::*;
+use agentloop_core::trace::TraceRecord;
+// The machines' vocabulary, documented by the core with the file format.
+#[doc(no_inline)]
+pub use agentloop_core::trace::{replay, Divergence, Trace, TraceError};
 
 /// The lines of the trace file at `path`.
 fn lines_of(path: &Path) -> Result<std::io::Lines<std::io::BufReader<std::fs::File>>, TraceError> {

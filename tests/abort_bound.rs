@@ -224,7 +224,7 @@ async fn r_ctl_3_abort_bound_while_compacting_with_a_slow_compactor() {
     let agent = builder(Slow::new(&tool_then_text("sleepy")))
         .tool(Arc::new(SleepTool::new("sleepy", 10)))
         .compactor(Arc::new(NeverCompacts))
-        .configure(|c| c.compact_threshold = Some(2))
+        .compact_after_messages(2)
         .build();
     let s = session(agent);
     let mut sub = start_until(&s, "work", "compact_start").await;

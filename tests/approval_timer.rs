@@ -6,12 +6,13 @@
 mod support;
 
 use agentloop::session::{Session, SessionConfig};
-use agentloop::trace::{replay, Trace, TraceRecord};
+use agentloop::trace::{replay, Trace};
 use agentloop::AgentEvent;
 use agentloop::ToolStatus;
 use agentloop_core::effect::Effect;
 use agentloop_core::event::{ApprovalDecision, Event};
 use agentloop_core::process::ApprovalPolicy;
+use agentloop_core::trace::TraceRecord;
 use support::*;
 
 /// A session whose model calls `calculator`, which needs approval, under an approval timeout

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::Agent;
 use agentloop::store::MemoryStore;
-use agentloop::trace::{replay_with, Trace, TraceError};
+use agentloop::trace::{Trace, TraceError};
 use agentloop::Message;
 use agentloop::Outcome;
 use agentloop_core::react::{default_decider, DeciderRef, DeciderRegistry, Decision, Observation};
+use agentloop_core::trace::replay_with;
 
 /// Three steps: a tool call, an answer holding the completion marker that still calls a tool
 /// (the default decider would go on), and a last answer.

@@ -19,13 +19,14 @@ use agentloop::compaction::truncation;
 use agentloop::runtime::{Agent, Compactor, Controller};
 use agentloop::store::{Entry, FaultPoint, FaultyStore, FileStore, MemoryStore, SessionStore};
 use agentloop::tools::ToolRegistry;
-use agentloop::trace::{Trace, TraceRecord};
+use agentloop::trace::Trace;
 use agentloop::Outcome;
 use agentloop::{AssistantMessage, Message};
 use agentloop_core::effect::Effect;
 use agentloop_core::event::Event;
 use agentloop_core::react::{Run, RunConfig};
 use agentloop_core::session_log;
+use agentloop_core::trace::TraceRecord;
 use async_trait::async_trait;
 use durable_support::{invocations, model, CountingTool};
 use serde_json::json;
@@ -87,7 +88,7 @@ fn agent(
         .store(store)
         .compactor(compactor)
         .deterministic()
-        .configure(|c| c.compact_threshold = Some(4))
+        .compact_after_messages(4)
         .build()
 }
 

@@ -10,12 +10,13 @@ use std::sync::Arc;
 use agentloop::runtime::{Agent, AgentError};
 use agentloop::store::{Entry, FaultPoint, FaultyStore, FileStore, SessionStore};
 use agentloop::tools::ToolRegistry;
-use agentloop::trace::{Trace, TraceRecord};
+use agentloop::trace::Trace;
 use agentloop::Outcome;
 use agentloop::{Message, ToolStatus};
 use agentloop_core::effect::Effect;
 use agentloop_core::event::Event;
 use agentloop_core::session_log;
+use agentloop_core::trace::TraceRecord;
 use durable_support::*;
 use serde_json::json;
 

@@ -235,7 +235,7 @@ async fn r_ext_1_tool_hook_verdicts_are_in_the_trace_and_replay() {
         .records
         .iter()
         .filter_map(|r| match r {
-            agentloop::trace::TraceRecord::Input {
+            agentloop_core::trace::TraceRecord::Input {
                 event:
                     agentloop_core::Event::ToolGated {
                         tool_call_id,
@@ -295,7 +295,7 @@ async fn issue_13_r_ext_1_async_before_tool_and_a_before_compact_veto() {
             .expect("script");
     let agent = builder(model)
         .hooks(Arc::new(SlowReviewer))
-        .configure(|c| c.compact_threshold = Some(0))
+        .compact_after_messages(0)
         .build();
     let started = tokio::time::Instant::now();
     let out = agent

@@ -373,7 +373,7 @@ async fn r_out_5_last_step_has_no_tools_and_ends_with_text() {
         builder(Slow::new(
             r#"{"turns": [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}]}, {"text": "final words"}]}"#,
         ))
-        .configure(|c| c.max_steps = 2)
+        .max_steps(2)
         .build(),
     );
     s.prompt("go").await.expect("started");

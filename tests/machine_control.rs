@@ -9,11 +9,12 @@ use std::sync::Arc;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Agent, Controller, RunOutput, VecSink};
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
-use agentloop::trace::{replay, TraceRecord};
+use agentloop::trace::replay;
 use agentloop::{AgentEvent, Outcome};
 use agentloop::{Message, ToolStatus};
 use agentloop_core::event::KillPolicy;
 use agentloop_core::process::{DoomLoopPolicy, LoopAction};
+use agentloop_core::trace::TraceRecord;
 use async_trait::async_trait;
 
 /// A tool that sleeps (virtual time) and counts its runs; immune when `killable` is false.

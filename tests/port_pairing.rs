@@ -170,9 +170,7 @@ fn agent(
         builder = builder.context_manager(manager);
     }
     if let Some(compactor) = compactor {
-        builder = builder
-            .compactor(compactor)
-            .configure(|c| c.compact_threshold = Some(4));
+        builder = builder.compactor(compactor).compact_after_messages(4);
     }
     (builder.build(), requests)
 }

@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Agent, RunStreamItem, VecSink};
-use agentloop::trace::{replay, TraceRecord};
+use agentloop::trace::replay;
 use agentloop::{AgentEvent, ErrorKind, Message, Outcome, RunError};
+use agentloop_core::trace::TraceRecord;
 use futures::StreamExt;
 
 fn scripted(json: &str) -> ScriptedModel {

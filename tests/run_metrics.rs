@@ -81,7 +81,7 @@ async fn r_obs_compactions_count_messages_and_estimated_tokens_removed() {
         .tool(Arc::new(
             SleepTool::new("sleep", 10).returning("x".repeat(4_000)),
         ))
-        .configure(|c| c.compact_threshold = Some(4))
+        .compact_after_messages(4)
         .build();
     let out = agent
         .run_with("s", vec![Message::user("go")], None, false)

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Agent, RunOutput, VecSink};
 use agentloop::store::MemoryStore;
-use agentloop::trace::{replay, Trace, TraceHeader, TraceRecord, TRACE_VERSION};
+use agentloop::trace::{replay, Trace};
 use agentloop::{AgentEvent, Outcome};
 use agentloop::{Message, MessageDelta};
 use agentloop_core::event::{AttemptId, Event};
 use agentloop_core::process::ApprovalPolicy;
 use agentloop_core::react::{Run, RunConfig};
+use agentloop_core::trace::{TraceHeader, TraceRecord, TRACE_VERSION};
 
 fn agent(script: &str, configure: impl FnOnce(&mut RunConfig)) -> (Agent, VecSink) {
     let sink = VecSink::default();
@@ -398,8 +399,9 @@ fn stop_after_tools(o: &agentloop_core::react::Observation) -> agentloop_core::r
 
 #[tokio::test(start_paused = true)]
 async fn r_out_3_runtime_trace_names_its_decider_and_replays_only_with_it() {
-    use agentloop::trace::{replay_with, TraceError};
+    use agentloop::trace::TraceError;
     use agentloop_core::react::{DeciderRef, DeciderRegistry};
+    use agentloop_core::trace::replay_with;
     let (agent, _) = agent(
         r#"{"turns": [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "2+3"}}]}, {"text": "5"}]}"#,
         |c| c.decider = DeciderRef::new("stop_after_tools", stop_after_tools),

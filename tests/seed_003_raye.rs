@@ -7,10 +7,11 @@ use std::sync::Arc;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::{Agent, AgentBuilder, RunOutput, VecSink};
 use agentloop::store::MemoryStore;
-use agentloop::trace::{replay, replay_with, Trace, TraceError};
+use agentloop::trace::{replay, Trace, TraceError};
 use agentloop::{ErrorKind, ModelError};
 use agentloop_core::process::default_retry_decider;
 use agentloop_core::react::DeciderRegistry;
+use agentloop_core::trace::replay_with;
 use agentloop_core::{AgentEvent, Message, Outcome, StepEnd, ToolStatus};
 
 const ONCE: &str = "retry_bad_request_once";

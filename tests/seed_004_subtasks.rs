@@ -13,9 +13,10 @@ use std::sync::Arc;
 use agentloop::attachment::Prompt;
 use agentloop::session::{Ack, Session, SessionConfig};
 use agentloop::subagent::SubagentTool;
-use agentloop::trace::{replay, Trace, TraceRecord};
+use agentloop::trace::{replay, Trace};
 use agentloop::Message;
 use agentloop_core::event::Event;
+use agentloop_core::trace::TraceRecord;
 use serde_json::json;
 use support::*;
 

@@ -197,3 +197,19 @@ async fn r_tool_3_an_agent_without_rules_decides_as_before() {
         .contains("tool_rules"));
     assert_eq!(agentloop::trace::replay(&trace), None);
 }
+
+/// A rule built with the builder methods reads back what it was given (its fields are private).
+#[test]
+fn a_rule_reads_back_its_parts() {
+    let [ask, allow, deny, sleep] = rules().try_into().expect("four rules");
+    assert_eq!(ask.argument_pattern(), None);
+    assert_eq!(allow.argument_pattern(), Some(("command", "git *")));
+    assert_eq!(
+        deny.denial_reason(),
+        Some("deleting files is not allowed here")
+    );
+    assert_eq!(allow.denial_reason(), None);
+    assert_eq!(sleep.deadline_ms(), Some(200));
+    assert_eq!(ask.deadline_ms(), None);
+    assert_eq!(sleep.tool(), "sleep?");
+}

@@ -10,8 +10,9 @@ use std::time::Duration;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::runtime::Agent;
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
-use agentloop::trace::{replay, Trace, TraceRecord};
+use agentloop::trace::{replay, Trace};
 use agentloop_core::event::Event;
+use agentloop_core::trace::TraceRecord;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 

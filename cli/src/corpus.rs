@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{json, Value};
 
-use agentloop::trace::{replay_with, TraceRecord};
 use agentloop_core::react::{DeciderRegistry, RunConfig};
+use agentloop_core::trace::{replay_with, TraceRecord};
 use agentloop_trace_tools::whatif::{apply_setting, parse_assignment, what_if, Figures};
 
 use crate::out::errln;

@@ -27,8 +27,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use out::{errln, outln};
 
-use agentloop::trace::{replay_with, Trace, TraceError};
+use agentloop::trace::{Trace, TraceError};
 use agentloop_core::chart::{mermaid, MachineKind};
+use agentloop_core::trace::replay_with;
 
 /// LLM agents as verified state machines.
 #[derive(Debug, Parser)]
@@ -246,7 +247,7 @@ fn replay_main(path: &std::path::Path, what_if: &trace_cmd::WhatIfArgs) -> ExitC
             ) {
                 errln!(
                     "hint: the agentloop command has only the built-in deciders; replay this \
-                     trace from the program that recorded it, with agentloop::trace::replay_with, \
+                     trace from the program that recorded it, with agentloop_core::trace::replay_with, \
                      or map the name to a built-in with --decider NAME=default"
                 );
             }
@@ -261,7 +262,7 @@ fn replay_main(path: &std::path::Path, what_if: &trace_cmd::WhatIfArgs) -> ExitC
                 trace
                     .records
                     .iter()
-                    .filter(|r| matches!(r, agentloop::trace::TraceRecord::Input { .. }))
+                    .filter(|r| matches!(r, agentloop_core::trace::TraceRecord::Input { .. }))
                     .count()
             );
             ExitCode::SUCCESS
@@ -271,7 +272,7 @@ fn replay_main(path: &std::path::Path, what_if: &trace_cmd::WhatIfArgs) -> ExitC
                 .iter()
                 .rev()
                 .find_map(|r| match r {
-                    agentloop::trace::TraceRecord::Input { index, .. } => Some(*index),
+                    agentloop_core::trace::TraceRecord::Input { index, .. } => Some(*index),
                     _ => None,
                 });
             errln!(

@@ -11,10 +11,11 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 
 use crate::regular_file::{open_regular_file, read_regular_to_string};
-use agentloop::trace::{
-    Trace, TraceError, TraceHeader, TraceRecord, OLDEST_READABLE_TRACE_VERSION, TRACE_VERSION,
-};
+use agentloop::trace::{Trace, TraceError};
 use agentloop_core::react::DeciderRegistry;
+use agentloop_core::trace::{
+    TraceHeader, TraceRecord, OLDEST_READABLE_TRACE_VERSION, TRACE_VERSION,
+};
 use agentloop_trace_tools::trace_diff::{diff, DiffOptions, TraceDiff};
 use agentloop_trace_tools::transcript::{RenderOptions, Style, Summary, Transcript};
 use agentloop_trace_tools::whatif::{apply_setting, parse_assignment, what_if, WhatIf};

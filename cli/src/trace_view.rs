@@ -21,13 +21,13 @@ use serde_json::Value;
 use agentloop::store::Entry;
 #[cfg(test)]
 use agentloop::trace::Trace;
-use agentloop::trace::{TraceHeader, TraceRecord};
 use agentloop::Usage;
 use agentloop::{AgentEvent, Outcome};
 use agentloop_core::chart::MachineKind;
 use agentloop_core::effect::Effect;
 use agentloop_core::event::Event;
 use agentloop_core::step::Transition;
+use agentloop_core::trace::{TraceHeader, TraceRecord};
 use agentloop_trace_tools::transcript::Summary;
 
 /// The timeline of one trace, as the page's script reads it.

@@ -60,8 +60,8 @@ use crate::process::PartialMark;
 use crate::react::{LoopResult, Run, RunConfig};
 use crate::store::{MemoryStore, SessionStore, StoreError};
 use crate::tools::{Tool, ToolRegistry};
-use crate::trace::{Trace, TraceHeader, TRACE_VERSION};
 use crate::EventEnvelope;
+use agentloop_core::trace::{Trace, TraceHeader, TRACE_VERSION};
 
 pub(crate) use ports::Question;
 #[cfg(feature = "testing")]
@@ -571,7 +571,7 @@ impl<M> AgentBuilder<M> {
     /// still bounds the retries). `f` is a plain function (or a closure that captures
     /// nothing): traces record it as `name` (`config.step.retry.decider`), and a replay finds
     /// it by that name in its registry (`agentloop_core::react::DeciderRegistry::with_retry`,
-    /// passed to [`trace::replay_with`](crate::trace::replay_with)).
+    /// passed to [`agentloop_core::trace::replay_with`]).
     ///
     /// ```
     /// use agentloop::prelude::*;
@@ -801,7 +801,31 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Sets the run configuration (its `tools` are replaced by the registry's specs).
+    /// Caps a run at `steps` model steps (default 10): the last one gets a reminder that it is
+    /// the last and is offered no tools (R-OUT-5), so the run ends with an answer.
+    pub fn max_steps(mut self, steps: u32) -> Self {
+        self.config.max_steps = steps;
+        self
+    }
+
+    /// Tells the agent its model's context window in tokens (R-CTX-3). The run compacts its
+    /// context before it would overflow the window; without this the window is looked up by
+    /// model name, and an unknown model compacts only on a provider's overflow error.
+    pub fn context_window(mut self, tokens: u64) -> Self {
+        self.config.context_window = Some(tokens);
+        self
+    }
+
+    /// Compacts the context when it has more than `messages` messages, whatever its size in
+    /// tokens (off by default).
+    pub fn compact_after_messages(mut self, messages: usize) -> Self {
+        self.config.compact_threshold = Some(messages);
+        self
+    }
+
+    /// Sets the whole run configuration (its `tools` are replaced by the registry's specs). The
+    /// builder's other methods each set a part of it; this and [`configure`](Self::configure)
+    /// reach the rest ([`RunConfig`]'s fields are documented with the core's machines).
     pub fn config(mut self, config: RunConfig) -> Self {
         self.config = config;
         self

@@ -97,7 +97,7 @@ pub const RECENT_TRACES: usize = 16;
 /// The run a trace recorded: the id its `Start` input carries.
 fn trace_run_id(trace: &crate::trace::Trace) -> Option<&str> {
     trace.records.iter().find_map(|r| match r {
-        crate::trace::TraceRecord::Input {
+        agentloop_core::trace::TraceRecord::Input {
             event: Event::Start { run_id, .. },
             ..
         } => Some(run_id.as_str()),

@@ -54,8 +54,8 @@ pub async fn run_traced(agent: &Agent, prompt: &str) -> Result<(RunOutput, Trace
     let trace = out.trace.clone().unwrap_or_else(|| {
         // `run_with(.., record: true)` always records; an empty trace would fail the snapshot
         // visibly rather than panic here.
-        Trace::new(agentloop::trace::TraceHeader {
-            version: agentloop::trace::TRACE_VERSION,
+        Trace::new(agentloop_core::trace::TraceHeader {
+            version: agentloop_core::trace::TRACE_VERSION,
             agentloop: String::new(),
             session: "test".into(),
             timeouts: None,
@@ -72,7 +72,7 @@ pub fn model_requests(trace: &Trace) -> Vec<ModelRequest> {
         .records
         .iter()
         .filter_map(|r| match r {
-            agentloop::trace::TraceRecord::Effect {
+            agentloop_core::trace::TraceRecord::Effect {
                 effect: agentloop_core::effect::Effect::CallModel { request },
                 ..
             } => Some(request.clone()),

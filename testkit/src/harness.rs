@@ -1384,7 +1384,7 @@ impl Ledger {
                     && message.tool_calls.len() == 1
                     && message.tool_calls[0].id.starts_with("subtask-") =>
                 {
-                    // A subtask's synthetic step (row `planning_subtask`, issue 13): committed
+                    // A subtask's synthetic step (row `planning_subtask`): committed
                     // at a step boundary, not on a Done; its one call is new.
                     assert!(
                         !matches!(event, Event::Done { .. } | Event::Delta { .. }),

@@ -8,9 +8,10 @@ use agentloop::model::ModelRequest;
 use agentloop::provider::scripted::ScriptedModel;
 use agentloop::store::Entry;
 use agentloop::tools::{Tool, ToolContext, ToolError, ToolSpec};
-use agentloop::trace::{Trace, TraceRecord};
+use agentloop::trace::Trace;
 use agentloop::{AssistantMessage, Message, ToolCall};
 use agentloop_core::effect::Effect;
+use agentloop_core::trace::TraceRecord;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 

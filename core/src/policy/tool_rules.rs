@@ -244,6 +244,25 @@ impl ToolRule {
         self.action
     }
 
+    /// The argument the call must also match, as `(field, pattern)` (`None`: every call of the
+    /// tool).
+    pub fn argument_pattern(&self) -> Option<(&str, &str)> {
+        self.argument
+            .as_ref()
+            .map(|a| (a.field.as_str(), a.pattern.as_str()))
+    }
+
+    /// The deadline of a call this rule decides, in milliseconds (`None`: the step's tool
+    /// timeout).
+    pub fn deadline_ms(&self) -> Option<u64> {
+        self.timeout_ms
+    }
+
+    /// For a `deny` rule: why, as the denied result tells the model.
+    pub fn denial_reason(&self) -> Option<&str> {
+        self.reason.as_deref()
+    }
+
     /// Whether the rule matches `call`: its name, and its argument if the rule names one.
     pub fn matches(&self, call: &ToolCall) -> bool {
         self.matches_with(call, &mut Values::default())

@@ -21,7 +21,7 @@ pub struct Observation<'a> {
     pub has_tool_calls: bool,
     /// Steering messages wait to be merged.
     pub steering_pending: bool,
-    /// Subtasks wait to run (issue 13): like steering, they keep the run going.
+    /// Subtasks wait to run: like steering, they keep the run going.
     pub subtask_pending: bool,
     /// Something (a doom loop with action `stop`, a hook) asked to stop.
     pub stop_requested: bool,
@@ -382,7 +382,7 @@ pub struct RunConfig {
     /// runtime fills in its `Timeouts::run_deadline_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_deadline_ms: Option<u64>,
-    /// The fallback chain (issue 12, model fallback): when a step fails with a provider error
+    /// The fallback chain (model fallback): when a step fails with a provider error
     /// that is not retried, or exhausts its retries (not on a context overflow, not on an
     /// abort), the same step is requested again from the next model of this list (row
     /// `executing_fallback`, event `model_fallback`). The run stays on that model for its
@@ -398,12 +398,12 @@ pub struct RunConfig {
     /// invalid one (rows `observing_retry_output`, `observing_output_invalid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<crate::output::OutputSpec>,
-    /// Reminder rules (issue 13, seed 004): texts added to a step's request when their
+    /// Reminder rules (seed 004): texts added to a step's request when their
     /// condition holds, after the built-in max-steps / limit reminder; see
     /// [`insert_reminders`](crate::react::reminders::insert_reminders).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reminders: Vec<crate::react::reminders::Reminder>,
-    /// A small model that titles a new session (issue 13, seed 004 `ensureTitle`; off by
+    /// A small model that titles a new session (seed 004 `ensureTitle`; off by
     /// default): on a session's first run, `Start` also asks it (effect `generate_title`), in
     /// parallel with the first step; its answer is a `title_generated` event and a `title`
     /// entry (row `active_title`). A title that arrives after the run's end is dropped.
