@@ -1,34 +1,38 @@
 #!/usr/bin/env python3
-"""Print the public surface of the `agentloop` crate, one `kind path` line per item.
+"""Print the public surface of the `agentloop` crate, one line per item.
 
 Reads the rustdoc output of `cargo doc -p agentloop --no-deps --features
-sqlite-store,postgres-store` (target/doc/agentloop/all.html): every feature a program enables,
-none of the test-only ones (`wire`, `fuzzing`, `fault-injection`, `testing`), so the list is exactly what
-a user can reach from the docs. CI regenerates it and diffs it against docs/public-api.txt: a
-changed surface must be a deliberate commit.
+sqlite-store,postgres-store` (target/doc/agentloop): every feature a program enables, none of
+the test-only ones (`wire`, `fuzzing`, `fault-injection`, `testing`), so the list is exactly
+what a user can reach from the docs. CI regenerates it and diffs it against
+docs/public-api.txt: a changed surface must be a deliberate commit.
+
+The listing has a `kind path` line per item agentloop documents (its own items and the ones it
+re-exports inline: their pages are agentloop's), then a `use agentloop::path::X = kind
+crate::path::X` line per type of a workspace crate (`agentloop_core`, `agentloop_store`) it
+re-exports by name without inlining it (`#[doc(no_inline)]`: the module page lists the `pub use`,
+and X's page, with what X names, is that crate's).
+
+The type count is what a reader of agentloop's docs meets: the types agentloop documents, plus
+every type of a workspace crate its pages name, in a `pub use` line or in a signature (an
+item's declaration, a struct field, an enum variant, a method or impl header). Among the
+latter, a type is nameable from agentloop when agentloop re-exports it by name or through a
+crate it re-exports whole (`pub use agentloop_store as store;`: the store's own types and the
+core types the store re-exports inline, as `agentloop::store::Entry`); a type that is not is a
+leak: a user sees it but must depend on its crate to name it.
 
 Usage: scripts/public_api.py [DOC_DIR] [--count] [--max-types=N] [--leaks] [--max-leaks=N]
 
-The surface counts two kinds of types a user names from `agentloop`: the types it documents
-(its own, and the core types it re-exports inline: their pages are agentloop's), and the core
-types it re-exports by name without inlining them (`#[doc(no_inline)]`: the module page lists
-`pub use agentloop_core::...::X`, and X's page is the core's, with what X names). The listing
-prints the second kind as `use agentloop::path::X = agentloop_core::path::X`.
-
---count: print the number of types of each kind, their sum, and the number of items.
---max-types=N: print the sum, and fail when it is more than N.
---leaks: print each type of `agentloop_core` that a signature documented by `agentloop` names
-  (an item's declaration, a struct field, an enum variant, a method or impl header) though
-  `agentloop` does not re-export it, so a user sees it but cannot name it from `agentloop`: one
-  line per type (its kind and its defining path in the core) with the pages it appears on, then
-  the count.
+--count: print the type count with its parts, and the number of items.
+--max-types=N: print the type count, and fail when it is more than N.
+--leaks: print each leaked type (its kind and defining path) with the pages that name it, then
+  their number.
 --max-leaks=N: print the leak count, and fail when there are more than N.
 
-The leak check reads the links of agentloop's pages: a type agentloop re-exports links to
-agentloop's own page, any other core type to the core's docs, but only if rustdoc found them
-(DOC_DIR/../agentloop_core) when it documented agentloop. So document the core first, in a
-command of its own (`cargo doc -p agentloop-core --no-deps`, then the one above); the script
-fails when agentloop's pages do not link the core, rather than see no leak.
+Rustdoc links another crate's types only if it found their docs when it documented agentloop.
+So document the core and the store first, in a command of their own (`cargo doc -p
+agentloop-core -p agentloop-store --no-deps --all-features`, or the workspace's), then
+agentloop; the script fails when agentloop's pages do not link them, rather than see nothing.
 """
 import html
 import re
@@ -37,6 +41,7 @@ from collections import defaultdict
 from pathlib import Path
 
 TYPES = {"struct", "enum", "trait", "type", "union"}
+CRATES = ("agentloop_core", "agentloop_store")
 
 # The parts of a page that are signatures: an item's declaration, method and associated item
 # headers (h4), impl headers and variants (h3), variant sections and struct fields.
@@ -47,10 +52,18 @@ SIGNATURES = [
     re.compile(r'<section id="variant\.[^"]*".*?</section>', re.S),
     re.compile(r'<span id="structfield\.[^"]*".*?</span>', re.S),
 ]
-CORE_LINK = re.compile(
-    r'href="[./]*agentloop_core/[a-z_/]*(?:struct|enum|trait|type|union)\.[A-Za-z_0-9]*\.html"'
-    r'(?: title="([^"]*)")?'
+# A link to a type page of a workspace crate; the title is `kind crate::defining::path::Name`.
+CRATE_LINK = re.compile(
+    r'href="[./]*(' + "|".join(CRATES) + r')/[a-z_/]*(struct|enum|trait|type|union)\.'
+    r'([A-Za-z_0-9]*)\.html"(?: title="([^"]*)")?'
 )
+REEXPORT = re.compile(r'<dt id="reexport\.([A-Za-z_0-9]+)"><code>pub use (.*?)</code>', re.S)
+# A crate agentloop re-exports whole, as its index page shows it: `pub use agentloop_store as store;`.
+CRATE_REEXPORT = re.compile(
+    r'<code>pub use <a class="mod" href="[./]*(agentloop_[a-z_]+)/index\.html"[^>]*>[^<]*</a>'
+    r' as ([a-z_]+);</code>'
+)
+SRC_LINK = re.compile(r'class="src" href="[./]*src/(agentloop_[a-z_]+)/')
 
 
 def items(doc_dir: Path):
@@ -64,60 +77,80 @@ def items(doc_dir: Path):
     return sorted(out, key=lambda kp: (kp[1], kp[0]))
 
 
-REEXPORT = re.compile(r'<dt id="reexport\.([A-Za-z_0-9]+)"><code>pub use (.*?)</code>', re.S)
+def key(m):
+    """(crate, kind, name) of a CRATE_LINK match, and its title (`kind crate::path::Name`)."""
+    crate, kind, name, title = m.groups()
+    return (crate, kind, name), html.unescape(title or f"{kind} {crate}::{name}")
 
 
-def links(doc_dir: Path):
-    """{"agentloop::path::X": "kind agentloop_core::path::X"} for each core type a module page of
-    agentloop re-exports without inlining it."""
-    out = {}
-    for page in sorted(doc_dir.rglob("index.html")):
+def pages(doc_dir: Path):
+    for page in sorted(doc_dir.rglob("*.html")):
         rel = page.relative_to(doc_dir)
-        if rel.parts[0] == "src":
+        if rel.parts[0] != "src":
+            yield rel, page.read_text(encoding="utf-8", errors="replace")
+
+
+def by_name(doc_dir: Path):
+    """{"agentloop::path::X": ((crate, kind, name), title)} for each type of a workspace crate a
+    module page of agentloop re-exports by name without inlining it."""
+    out = {}
+    for rel, text in pages(doc_dir):
+        if rel.name != "index.html":
             continue
         module = "::".join(("agentloop",) + rel.parts[:-1])
-        text = page.read_text(encoding="utf-8", errors="replace")
         for name, code in REEXPORT.findall(text):
-            m = CORE_LINK.search(code)
-            if m and m.group(1):
-                out[f"{module}::{name}"] = html.unescape(m.group(1))
+            m = CRATE_LINK.search(code)
+            if m:
+                out[f"{module}::{name}"] = key(m)
     return out
 
 
-def leaks(doc_dir: Path):
-    """{"kind agentloop_core::path::Type": {page, ...}} for each core type the signatures of
-    agentloop's pages link to (a re-exported one links to agentloop's own page instead)."""
-    core = doc_dir.parent / "agentloop_core"
-    if not (core / "index.html").is_file():
-        sys.exit(f"{core} is missing: document agentloop-core before agentloop (see the "
-                 "docstring), or the core types in agentloop's signatures are not linked and no "
-                 "leak is seen")
-    # The crate docs link `agentloop_core`: unlinked, rustdoc did not see the core's docs when it
-    # documented agentloop (documented before them, or alongside them: `cargo doc --no-deps`
-    # does not order the two, and removes a crate's old docs before documenting it again).
+def through_crates(doc_dir: Path):
+    """{(crate, kind, name)} of the types nameable through a crate agentloop re-exports whole:
+    that crate's own types, and the core types it re-exports inline (a page whose source link
+    is another crate's file)."""
+    index = (doc_dir / "index.html").read_text(encoding="utf-8", errors="replace")
+    out = set()
+    for crate, _alias in CRATE_REEXPORT.findall(index):
+        crate_dir = doc_dir.parent / crate
+        if not (crate_dir / "all.html").is_file():
+            sys.exit(f"{crate_dir} is missing: agentloop re-exports {crate}; document it before "
+                     "agentloop (see the docstring)")
+        for page in crate_dir.rglob("*.html"):
+            kind, _, name = page.name.removesuffix(".html").partition(".")
+            if kind not in TYPES or not name:
+                continue
+            m = SRC_LINK.search(page.read_text(encoding="utf-8", errors="replace"))
+            out.add((m.group(1) if m else crate, kind, name))
+    return out
+
+
+def in_signatures(doc_dir: Path):
+    """{(crate, kind, name): (title, {page, ...})} for each type of a workspace crate the
+    signatures of agentloop's pages link to."""
+    for crate in CRATES:
+        if not ((doc_dir.parent / crate) / "index.html").is_file():
+            sys.exit(f"{doc_dir.parent / crate} is missing: document it before agentloop (see "
+                     "the docstring), or the types of it agentloop's signatures name are not seen")
+    # The crate docs link the core (`use agentloop_core` in its examples and re-exports): if
+    # not, rustdoc did not see the core's docs when it documented agentloop (documented before
+    # them, or alongside them: `cargo doc --no-deps` does not order the two, and removes a
+    # crate's old docs before documenting it again).
     if not re.search(r'href="[./]*agentloop_core/', (doc_dir / "index.html").read_text(
             encoding="utf-8", errors="replace")):
-        sys.exit(f"{doc_dir} does not link {core}: document agentloop again after the core "
-                 "(touch src/lib.rs; see the docstring)")
-    # A core type re-exported by name links to the core's page too, but a user names it from
-    # agentloop: not a leak.
-    named = set(links(doc_dir).values())
-    found = defaultdict(set)
+        sys.exit(f"{doc_dir} does not link agentloop_core's docs: document agentloop again after "
+                 "the core (touch src/lib.rs; see the docstring)")
+    found = {}
     blocks = 0
-    for page in sorted(doc_dir.rglob("*.html")):
-        rel = page.relative_to(doc_dir)
-        if rel.parts[0] == "src":
-            continue
-        text = page.read_text(encoding="utf-8", errors="replace")
+    for rel, text in pages(doc_dir):
         for pattern in SIGNATURES:
             for block in pattern.findall(text):
                 blocks += 1
-                for m in CORE_LINK.finditer(block):
-                    name = html.unescape(m.group(1) or m.group(0))
-                    if name not in named:
-                        found[name].add(str(rel))
+                for m in CRATE_LINK.finditer(block):
+                    k, title = key(m)
+                    found.setdefault(k, (title, set()))[1].add(str(rel))
     # A rustdoc whose markup the patterns no longer match would find no signature, and so no
-    # leak: that is a failure of the check, not a clean surface.
+    # type: that is a failure of the check, not a clean surface.
     if blocks < 100:
         sys.exit(f"only {blocks} signatures found in {doc_dir}: has rustdoc's markup changed? "
                  "(see SIGNATURES)")
@@ -127,50 +160,54 @@ def leaks(doc_dir: Path):
 def main():
     flags = [a for a in sys.argv[1:] if a.startswith("--")]
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    known = {"--count", "--leaks"}
     for f in flags:
-        if f not in known and not f.startswith(("--max-types=", "--max-leaks=")):
+        if f not in {"--count", "--leaks"} and not f.startswith(("--max-types=", "--max-leaks=")):
             sys.exit(f"unknown flag {f} (see the docstring)")
     doc_dir = Path(args[0]) if args else Path("target/doc/agentloop")
     found = items(doc_dir)
-    linked = links(doc_dir)
+    named = by_name(doc_dir)
+    if not flags:
+        for kind, path in found:
+            print(f"{kind} {path}")
+        for path in sorted(named):
+            print(f"use {path} = {named[path][1]}")
+        return
     documented = sum(1 for k, _ in found if k in TYPES)
-    # A type re-exported by name in two modules (at the root and in the prelude) is one type.
-    types = documented + len(set(linked.values()))
+    reexported = {k for k, _ in named.values()}
+    signed = in_signatures(doc_dir)
+    nameable = reexported | through_crates(doc_dir)
+    others = reexported | set(signed)
+    leaked = {k: signed[k] for k in signed if k not in nameable}
+    types = documented + len(others)
+    summary = (f"{types} types a reader of agentloop's docs meets: {documented} it documents, "
+               f"{len(others)} of the core and store crates it names ({len(reexported)} "
+               f"re-exported by name, {len(others) - len(reexported) - len(leaked)} nameable "
+               f"through agentloop::store, {len(leaked)} not nameable from agentloop)")
     failed = False
     max_types = [f.split("=", 1)[1] for f in flags if f.startswith("--max-types=")]
     max_leaks = [f.split("=", 1)[1] for f in flags if f.startswith("--max-leaks=")]
+    if "--count" in flags:
+        print(f"{summary}; {len(found) + len(named)} items")
     if max_types:
-        print(f"{types} types (struct/enum/trait/type: {documented} documented, "
-              f"{types - documented} core types re-exported by name), at most {max_types[0]}")
+        print(f"{summary}; at most {max_types[0]}")
         if types > int(max_types[0]):
             print("the public surface of agentloop has more types than allowed: make the new "
-                  "ones pub(crate), or re-export them from one place", file=sys.stderr)
+                  "ones pub(crate), or keep them out of agentloop's signatures", file=sys.stderr)
             failed = True
-    if "--count" in flags:
-        print(f"{types} types (struct/enum/trait/type: {documented} documented, "
-              f"{types - documented} core types re-exported by name), "
-              f"{len(found) + len(linked)} items")
+    if "--leaks" in flags:
+        for title, where in sorted(leaked.values(), key=lambda tw: tw[0].split(" ")[-1]):
+            print(f"{title}: {', '.join(sorted(where))}")
     if "--leaks" in flags or max_leaks:
-        leaked = leaks(doc_dir)
-        if "--leaks" in flags:
-            for name in sorted(leaked, key=lambda n: n.split(" ")[-1]):
-                print(f"{name}: {', '.join(sorted(leaked[name]))}")
         limit = f", at most {max_leaks[0]}" if max_leaks else ""
-        print(f"{len(leaked)} agentloop_core types in agentloop's signatures, not re-exported{limit}")
+        print(f"{len(leaked)} types of the core and store crates in agentloop's signatures, "
+              f"not nameable from agentloop{limit}")
         if max_leaks and len(leaked) > int(max_leaks[0]):
-            print("a signature of agentloop names a core type a user cannot name from agentloop "
+            print("a signature of agentloop names a type a user cannot name from agentloop "
                   "(--leaks lists them): keep it out of the signature (a builder method, a private "
                   "field, pub(crate)), or re-export it where a user looks for it", file=sys.stderr)
             failed = True
     if failed:
         sys.exit(1)
-    if not flags:
-        for kind, path in found:
-            print(f"{kind} {path}")
-        for path in sorted(linked):
-            kind, target = linked[path].split(" ", 1)
-            print(f"use {path} = {kind} {target}")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 
 use crate::message::{base64_decoded_len, ContentPart, MediaSource, Message};
-use crate::regular_file::{open_regular, OpenError};
+use agentloop_store::regular_file::{open_regular, OpenError};
 
 /// The most bytes of images and files one prompt carries: 10 MiB (see the module docs).
 pub const MAX_ATTACHMENT_BYTES: u64 = 10 * 1024 * 1024;

@@ -20,7 +20,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::regular_file::{open_regular, FileKind, OpenError};
+use agentloop_store::regular_file::{open_regular, FileKind, OpenError};
 
 /// The largest instructions file read, in bytes.
 pub const MAX_INSTRUCTIONS_BYTES: u64 = 256 * 1024;

@@ -121,14 +121,12 @@ pub mod mcp;
 pub mod model;
 pub mod prelude;
 pub mod provider;
-#[cfg_attr(
-    not(any(feature = "file-store", feature = "builtin-tools")),
-    allow(dead_code)
-)]
-mod regular_file;
 pub mod runtime;
 pub mod session;
-pub mod store;
+/// The session stores: the crate [`agentloop_store`], re-exported (`agentloop::store::FileStore`,
+/// `agentloop::store::SessionStore`, ...). Its backends are this crate's features
+/// `file-store`, `sqlite-store`, `postgres-store` and `fault-injection`.
+pub use agentloop_store as store;
 pub mod subagent;
 pub mod tools;
 pub mod trace;

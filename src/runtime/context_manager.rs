@@ -12,7 +12,7 @@ use crate::tools::ToolSpec;
 
 /// A new run's context (R-CTX-1): what [`ContextManager::build_context`] is given to read,
 /// and the context it shapes, filled in with the default before it is called (the history
-/// rebuilt from the entries, [`crate::store::history()`]; the run's configured system prompt
+/// rebuilt from the entries, [`agentloop_core::session_log::history()`]; the run's configured system prompt
 /// and tools; nothing to append).
 #[derive(Debug)]
 #[non_exhaustive]
@@ -73,7 +73,7 @@ pub struct ContextUpdates {
 /// A resumed run ([`Agent::resume_with`](super::Agent::resume_with)) continues the context it
 /// was interrupted with and calls neither.
 ///
-/// The default context is the history rebuilt from the entries ([`crate::store::history()`]),
+/// The default context is the history rebuilt from the entries ([`agentloop_core::session_log::history()`]),
 /// the run's own system prompt and tools, nothing appended, and no updates after the run; a
 /// custom manager gets it filled in and changes what differs.
 ///

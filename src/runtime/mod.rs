@@ -1285,7 +1285,7 @@ impl Agent {
         let run_id = self.ids.run_id();
         let entries = self.store.load(session).await?;
         let entries = self.settle(session, entries, &run_id, false).await?;
-        let session_turns = crate::store::committed_turns(&entries);
+        let session_turns = agentloop_core::session_log::committed_turns(&entries);
         let mut config = config;
         let hints = serde_json::json!({
             "model": config.model,
@@ -1301,7 +1301,7 @@ impl Agent {
             input: &input,
             runtime_init_data: &self.context_init_data,
             runtime_hints: &hints,
-            messages: crate::store::history(&entries),
+            messages: agentloop_core::session_log::history(&entries),
             system_prompt: config.system.take(),
             tool_specs: config.tools.clone(),
             entries_to_append: Vec::new(),
@@ -1422,7 +1422,7 @@ impl Agent {
     }
 
     /// Appends the repairs the loaded `entries` of `session` need before the next request
-    /// (R-IDEM-7): the entries [`repair_with`](crate::store::repair_with) adds, then one
+    /// (R-IDEM-7): the entries [`repair_with`](agentloop_core::session_log::repair_with) adds, then one
     /// [`Entry::Repair`](crate::store::Entry::Repair) marker of `run_id` listing every repair,
     /// and emits one `session_repaired` event per repair. For a resume, calls of the
     /// interrupted step that never started are left to run; for a new run they are closed as
@@ -1435,7 +1435,7 @@ impl Agent {
         resuming: bool,
     ) -> Result<Vec<crate::store::Entry>, AgentError> {
         let tools = &self.tools;
-        let mut repaired = crate::store::repair_with(&entries, |name| {
+        let mut repaired = agentloop_core::session_log::repair_with(&entries, |name| {
             resuming && tools.get(name).is_some_and(|t| t.retry_safe())
         });
         if !resuming {

@@ -29,7 +29,8 @@ use std::collections::HashSet;
 
 use crate::event::{Event, PendingStep};
 use crate::message::{AssistantMessage, Message, ToolResult, ToolStatus};
-use crate::store::{Entry, Repair, Repaired};
+use crate::store::Entry;
+use agentloop_core::session_log::{Repair, Repaired};
 
 /// The last run that started (user input) but has no run end, if any.
 pub fn interrupted_run(entries: &[Entry]) -> Option<String> {
@@ -82,7 +83,7 @@ fn pending_step(entries: &[Entry], run_id: &str) -> Option<PendingStep> {
 
 /// The `Resume` event for the interrupted `run_id`.
 pub(crate) fn resume_event(entries: &[Entry], run_id: &str) -> Event {
-    let mut history = crate::store::history(entries);
+    let mut history = agentloop_core::session_log::history(entries);
     let pending = pending_step(entries, run_id);
     if let Some(p) = &pending {
         // The pending step's message and results come back through the step, not the history.
@@ -100,7 +101,7 @@ pub(crate) fn resume_event(entries: &[Entry], run_id: &str) -> Event {
     Event::Resume {
         run_id: run_id.to_string(),
         history,
-        session_turns: crate::store::committed_turns(entries),
+        session_turns: agentloop_core::session_log::committed_turns(entries),
         committed_steps,
         pending,
     }
@@ -108,7 +109,7 @@ pub(crate) fn resume_event(entries: &[Entry], run_id: &str) -> Event {
 
 /// For a new run on a session with an interrupted one: closes the interrupted step's calls
 /// that never started (`aborted`) and ends the interrupted run, so the pairing invariant holds
-/// (R-IDEM-7). `repaired` is what [`repair_with`](crate::store::repair_with) already appends.
+/// (R-IDEM-7). `repaired` is what [`repair_with`](agentloop_core::session_log::repair_with) already appends.
 pub(crate) fn supersede(entries: &[Entry], repaired: &[Entry]) -> Repaired {
     let mut out = Repaired::default();
     let Some(run_id) = interrupted_run(entries) else {

@@ -28,7 +28,7 @@ use serde::Deserialize;
 
 use super::read_file::{open_error, resolve_for_write};
 use super::{ToolContext, ToolError, TypedTool};
-use crate::regular_file::open_regular;
+use agentloop_store::regular_file::open_regular;
 
 /// Longest line accepted, in bytes.
 pub(crate) const MAX_LINE_BYTES: usize = 64 * 1024;
@@ -214,7 +214,7 @@ impl Drop for IndexLock {
 fn append(root: &std::path::Path, requested: &str, record: &[u8]) -> Result<(), String> {
     let target = resolve_for_write(root, requested)?;
     // `target`'s last component is not a link (it was resolved); refuse one swapped in since.
-    // Never blocks: a FIFO or device is refused (see `crate::regular_file`).
+    // Never blocks: a FIFO or device is refused (see `agentloop_store::regular_file`).
     let mut file = open_regular(
         &target,
         std::fs::OpenOptions::new().create(true).append(true),

@@ -5,7 +5,7 @@
 //! symbolic link pointing outside — is refused with a clear error. Files larger than
 //! [`MAX_READ_BYTES`] (1 MiB) are refused rather than truncated; non-UTF-8 files are refused.
 //! Only regular files are read: a FIFO, socket, device or directory is refused without being
-//! waited on (see [`crate::regular_file`]), so no path can make the tool block forever.
+//! waited on (see [`agentloop_store::regular_file`]), so no path can make the tool block forever.
 //!
 //! A path inside a session store is refused too, whatever the root (see [`super::protected`]).
 //!
@@ -23,7 +23,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::{ToolContext, ToolError, TypedTool};
-use crate::regular_file::{open_regular, OpenError};
+use agentloop_store::regular_file::{open_regular, OpenError};
 
 /// Largest file `read_file` returns, in bytes (1 MiB).
 pub(crate) const MAX_READ_BYTES: u64 = 1024 * 1024;

@@ -319,7 +319,7 @@ impl FileStore {
         let dir = dir.into();
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         // The built-in file tools may not read or write the sessions (whatever their root).
-        crate::tools::protected::protect(&dir);
+        crate::protected::protect(&dir);
         Ok(FileStore {
             dir,
             durability: Durability::default(),

@@ -1,5 +1,5 @@
-//! Opening a session store by URL: `DIR` (the file store, feature `file-store`), `sqlite:PATH`
-//! (feature `sqlite-store`), `postgres://…` / `postgresql://…` (feature `postgres-store`).
+//! Opening a session store by URL: `DIR` (the file store, feature `file`), `sqlite:PATH`
+//! (feature `sqlite`), `postgres://…` / `postgresql://…` (feature `postgres`).
 //! [`AnyStore`] is the store so opened, with one set of operations whatever the backend; the
 //! CLI's `--store` takes these URLs.
 
@@ -7,9 +7,9 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 
-#[cfg(feature = "file-store")]
+#[cfg(feature = "file")]
 use super::export::{list_sessions, SessionInfo};
-#[cfg(feature = "file-store")]
+#[cfg(feature = "file")]
 use super::FileStore;
 use super::{Durability, Entry, SessionLock, SessionStore, StoreError};
 
@@ -69,8 +69,8 @@ impl StoreUrl {
 }
 
 /// A session store opened by URL ([`AnyStore::open`]): `DIR` (the JSON Lines file store,
-/// feature `file-store`), `sqlite:PATH` (one SQLite database, feature `sqlite-store`) or
-/// `postgres://user@host:port/db` (feature `postgres-store`), with the operations a program
+/// feature `file`), `sqlite:PATH` (one SQLite database, feature `sqlite`) or
+/// `postgres://user@host:port/db` (feature `postgres`), with the operations a program
 /// needs besides the [`SessionStore`] port: a session's lock, a load that reports (and, under
 /// the lock, cuts) a torn last entry, listing, closing.
 ///
@@ -80,9 +80,9 @@ impl StoreUrl {
 /// timeout unless the URL sets one.
 ///
 /// ```no_run
-/// use agentloop::store::{AnyStore, Durability};
+/// use agentloop_store::{AnyStore, Durability};
 ///
-/// # async fn demo() -> Result<(), agentloop::store::StoreError> {
+/// # async fn demo() -> Result<(), agentloop_store::StoreError> {
 /// let store = AnyStore::open("sqlite:sessions.db", Durability::Sync).await?;
 /// let _lock = store.lock("session-1").await?;
 /// let (entries, warnings) = store.load_report("session-1").await?;
@@ -99,21 +99,18 @@ pub struct AnyStore(Backend);
 #[derive(Debug)]
 enum Backend {
     /// The JSON Lines file store.
-    #[cfg(feature = "file-store")]
+    #[cfg(feature = "file")]
     File(FileStore),
     /// The SQLite store.
-    #[cfg(feature = "sqlite-store")]
+    #[cfg(feature = "sqlite")]
     Sqlite(super::SqliteStore),
     /// The PostgreSQL store.
-    #[cfg(feature = "postgres-store")]
+    #[cfg(feature = "postgres")]
     Postgres(super::PostgresStore),
 }
 
 /// A SQL store's sessions as [`SessionInfo`]s (`path` is the store's location).
-#[cfg(all(
-    feature = "file-store",
-    any(feature = "sqlite-store", feature = "postgres-store")
-))]
+#[cfg(all(feature = "file", any(feature = "sqlite", feature = "postgres")))]
 async fn list_sql<B: super::sql::SqlBackend>(
     store: &super::sql::SqlStore<B>,
 ) -> Result<Vec<SessionInfo>, StoreError> {
@@ -138,14 +135,11 @@ async fn list_sql<B: super::sql::SqlBackend>(
         .collect())
 }
 
-#[cfg(not(all(
-    feature = "file-store",
-    feature = "sqlite-store",
-    feature = "postgres-store"
-)))]
+#[cfg(not(all(feature = "file", feature = "sqlite", feature = "postgres")))]
 fn not_built(url: &StoreUrl, feature: &str) -> StoreError {
     StoreError::Other(format!(
-        "{url:?} needs the `{feature}` feature of agentloop, which this build does not have"
+        "{url:?} needs the `{feature}` feature of agentloop (`{store_feature}` of agentloop-store), which this build does not have",
+        store_feature = feature.trim_end_matches("-store")
     ))
 }
 
@@ -171,30 +165,30 @@ impl AnyStore {
         durability: Durability,
     ) -> Result<Self, StoreError> {
         let backend = match url {
-            #[cfg(feature = "file-store")]
+            #[cfg(feature = "file")]
             StoreUrl::Dir(dir) => Backend::File(FileStore::open(dir)?.with_durability(durability)),
-            #[cfg(not(feature = "file-store"))]
+            #[cfg(not(feature = "file"))]
             StoreUrl::Dir(_) => return Err(not_built(url, "file-store")),
-            #[cfg(feature = "sqlite-store")]
+            #[cfg(feature = "sqlite")]
             StoreUrl::Sqlite(path) => {
                 Backend::Sqlite(super::SqliteStore::open(path)?.with_durability(durability))
             }
-            #[cfg(not(feature = "sqlite-store"))]
+            #[cfg(not(feature = "sqlite"))]
             StoreUrl::Sqlite(_) => return Err(not_built(url, "sqlite-store")),
-            #[cfg(feature = "postgres-store")]
+            #[cfg(feature = "postgres")]
             StoreUrl::Postgres(conninfo) => Backend::Postgres(
                 super::PostgresStore::connect(conninfo)
                     .await?
                     .with_durability(durability),
             ),
-            #[cfg(not(feature = "postgres-store"))]
+            #[cfg(not(feature = "postgres"))]
             StoreUrl::Postgres(_) => return Err(not_built(url, "postgres-store")),
         };
         Ok(AnyStore(backend))
     }
 
     /// The file store, when this is one (its session files, its blocking operations).
-    #[cfg(feature = "file-store")]
+    #[cfg(feature = "file")]
     pub fn as_file_store(&self) -> Option<&FileStore> {
         match &self.0 {
             Backend::File(s) => Some(s),
@@ -207,11 +201,11 @@ impl AnyStore {
     /// [`DEFAULT_MAX_ENTRY_BYTES`](super::DEFAULT_MAX_ENTRY_BYTES)).
     pub fn with_max_entry_bytes(self, limit: u64) -> Self {
         AnyStore(match self.0 {
-            #[cfg(feature = "file-store")]
+            #[cfg(feature = "file")]
             Backend::File(s) => Backend::File(s.with_max_entry_bytes(limit)),
-            #[cfg(feature = "sqlite-store")]
+            #[cfg(feature = "sqlite")]
             Backend::Sqlite(s) => Backend::Sqlite(s.with_max_entry_bytes(limit)),
-            #[cfg(feature = "postgres-store")]
+            #[cfg(feature = "postgres")]
             Backend::Postgres(s) => Backend::Postgres(s.with_max_entry_bytes(limit)),
         })
     }
@@ -219,11 +213,11 @@ impl AnyStore {
     /// Names the store: its directory, `sqlite:PATH` or `postgres://host:port/db`.
     pub fn location(&self) -> String {
         match &self.0 {
-            #[cfg(feature = "file-store")]
+            #[cfg(feature = "file")]
             Backend::File(s) => s.dir().display().to_string(),
-            #[cfg(feature = "sqlite-store")]
+            #[cfg(feature = "sqlite")]
             Backend::Sqlite(s) => s.location(),
-            #[cfg(feature = "postgres-store")]
+            #[cfg(feature = "postgres")]
             Backend::Postgres(s) => s.location(),
         }
     }
@@ -232,11 +226,11 @@ impl AnyStore {
     /// a live [`SessionLock`] of this store holds it). Released when the lock is dropped.
     pub async fn lock(&self, session: &str) -> Result<SessionLock, StoreError> {
         match &self.0 {
-            #[cfg(feature = "file-store")]
+            #[cfg(feature = "file")]
             Backend::File(s) => s.lock(session),
-            #[cfg(feature = "sqlite-store")]
+            #[cfg(feature = "sqlite")]
             Backend::Sqlite(s) => s.lock(session).await,
-            #[cfg(feature = "postgres-store")]
+            #[cfg(feature = "postgres")]
             Backend::Postgres(s) => s.lock(session).await,
         }
     }
@@ -247,11 +241,11 @@ impl AnyStore {
         session: &str,
     ) -> Result<(Vec<Entry>, Vec<String>), StoreError> {
         match &self.0 {
-            #[cfg(feature = "file-store")]
+            #[cfg(feature = "file")]
             Backend::File(s) => s.load_blocking(session),
-            #[cfg(feature = "sqlite-store")]
+            #[cfg(feature = "sqlite")]
             Backend::Sqlite(s) => s.load_report(session).await,
-            #[cfg(feature = "postgres-store")]
+            #[cfg(feature = "postgres")]
             Backend::Postgres(s) => s.load_report(session).await,
         }
     }
@@ -261,13 +255,13 @@ impl AnyStore {
     pub async fn exists(&self, session: &str) -> Result<bool, StoreError> {
         match &self.0 {
             // Not `is_file`, which follows a link: a link (or FIFO) is refused by the load.
-            #[cfg(feature = "file-store")]
+            #[cfg(feature = "file")]
             Backend::File(s) => Ok(std::fs::symlink_metadata(s.session_path(session)?).is_ok()),
-            #[cfg(feature = "sqlite-store")]
+            #[cfg(feature = "sqlite")]
             Backend::Sqlite(s) => Ok(!super::sql::SqlBackend::rows(s.0.backend(), session, 0)
                 .await?
                 .is_empty()),
-            #[cfg(feature = "postgres-store")]
+            #[cfg(feature = "postgres")]
             Backend::Postgres(s) => Ok(!super::sql::SqlBackend::rows(s.0.backend(), session, 0)
                 .await?
                 .is_empty()),
@@ -278,24 +272,24 @@ impl AnyStore {
     /// (the lock itself goes once no [`SessionLock`] for it is alive).
     pub async fn close(&self, session: &str) -> Result<(), StoreError> {
         match &self.0 {
-            #[cfg(feature = "file-store")]
+            #[cfg(feature = "file")]
             Backend::File(s) => s.close(session),
-            #[cfg(feature = "sqlite-store")]
+            #[cfg(feature = "sqlite")]
             Backend::Sqlite(s) => s.close(session).await,
-            #[cfg(feature = "postgres-store")]
+            #[cfg(feature = "postgres")]
             Backend::Postgres(s) => s.close(session).await,
         }
     }
 
     /// The stored sessions, sorted by id (for a SQL store, `path` is the store's location
     /// and `torn_tail` is not computed: a load reports it).
-    #[cfg(feature = "file-store")]
+    #[cfg(feature = "file")]
     pub async fn list(&self) -> Result<Vec<SessionInfo>, StoreError> {
         match &self.0 {
             Backend::File(s) => list_sessions(s.dir()),
-            #[cfg(feature = "sqlite-store")]
+            #[cfg(feature = "sqlite")]
             Backend::Sqlite(s) => list_sql(&s.0).await,
-            #[cfg(feature = "postgres-store")]
+            #[cfg(feature = "postgres")]
             Backend::Postgres(s) => list_sql(&s.0).await,
         }
     }
@@ -303,11 +297,11 @@ impl AnyStore {
     /// The store as the port.
     fn port(&self) -> &dyn SessionStore {
         match &self.0 {
-            #[cfg(feature = "file-store")]
+            #[cfg(feature = "file")]
             Backend::File(s) => s,
-            #[cfg(feature = "sqlite-store")]
+            #[cfg(feature = "sqlite")]
             Backend::Sqlite(s) => s,
-            #[cfg(feature = "postgres-store")]
+            #[cfg(feature = "postgres")]
             Backend::Postgres(s) => s,
         }
     }

@@ -8,8 +8,8 @@ use std::time::SystemTime;
 use super::options::validate_session_id;
 use super::records::encode_record;
 use super::{Entry, FileKind, StoreError};
-use crate::message::{Message, ToolStatus};
 use crate::regular_file::{open_regular, OpenError};
+use agentloop_core::message::{Message, ToolStatus};
 
 /// Writes `entries` as a session file (`{"v":1,"seq":N,...}` per line): the output can be
 /// copied into a store directory as `<session>.jsonl`.

@@ -7,7 +7,7 @@
 //! without reading the rest of it.
 
 // The line scan is the file store's; a build with only SQL stores uses the record rule alone.
-#![cfg_attr(not(feature = "file-store"), allow(dead_code))]
+#![cfg_attr(not(feature = "file"), allow(dead_code))]
 
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -292,7 +292,7 @@ mod tests {
     fn run_end(n: u32) -> Entry {
         Entry::RunEnd {
             run_id: format!("r{n}"),
-            outcome: crate::agent_event::Outcome::Completed,
+            outcome: agentloop_core::agent_event::Outcome::Completed,
             reason: String::new(),
         }
     }

@@ -50,7 +50,7 @@ pub(crate) struct SqlRow {
 }
 
 /// One session of a SQL store, as listed.
-#[cfg_attr(not(feature = "file-store"), allow(dead_code))] // listing is `AnyStore::list`
+#[cfg_attr(not(feature = "file"), allow(dead_code))] // listing is `AnyStore::list`
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SqlSessionInfo {
     /// The session id.
@@ -105,7 +105,7 @@ pub(crate) trait SqlBackend: Send + Sync + 'static {
     async fn flush(&self) -> Result<(), StoreError>;
 
     /// Every session with at least one row, ordered by id.
-    #[cfg_attr(not(feature = "file-store"), allow(dead_code))] // listing is `AnyStore::list`
+    #[cfg_attr(not(feature = "file"), allow(dead_code))] // listing is `AnyStore::list`
     async fn sessions(&self) -> Result<Vec<SqlSessionInfo>, StoreError>;
 }
 
@@ -480,7 +480,7 @@ impl<B: SqlBackend> SqlStore<B> {
     }
 
     /// Every session with at least one row, ordered by id.
-    #[cfg_attr(not(feature = "file-store"), allow(dead_code))] // listing is `AnyStore::list`
+    #[cfg_attr(not(feature = "file"), allow(dead_code))] // listing is `AnyStore::list`
     pub(crate) async fn sessions(&self) -> Result<Vec<SqlSessionInfo>, StoreError> {
         self.backend.sessions().await
     }
@@ -519,7 +519,7 @@ mod tests {
     fn line(seq: u64) -> Vec<u8> {
         let entry = Entry::RunEnd {
             run_id: format!("r{seq}"),
-            outcome: crate::agent_event::Outcome::Completed,
+            outcome: agentloop_core::agent_event::Outcome::Completed,
             reason: String::new(),
         };
         let mut line = super::super::records::encode_record(seq, &entry).unwrap_or_default();

@@ -1,5 +1,5 @@
-//! The SQLite session store (cargo feature `sqlite-store`): many sessions in one database
-//! file, rows judged, locked and appended by [`SqlStore`] (see
+//! The SQLite session store (cargo feature `sqlite`; `sqlite-store` of agentloop): many
+//! sessions in one database file, rows judged, locked and appended by [`SqlStore`] (see
 //! [`sql`](super::sql)).
 //!
 //! # Schema (version 1, in `PRAGMA user_version`)
@@ -123,7 +123,7 @@ impl SqliteBackend {
         let path = path.into();
         let store = format!("sqlite:{}", path.display());
         // The built-in file tools may not touch the database, its journals or its locks.
-        crate::tools::protected::protect_file_family(&path);
+        crate::protected::protect_file_family(&path);
         if let Ok(meta) = std::fs::symlink_metadata(&path) {
             if let Some(kind) = FileKind::of(&meta) {
                 return Err(StoreError::NotRegularFile {

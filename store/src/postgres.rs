@@ -1,5 +1,5 @@
-//! The PostgreSQL session store (cargo feature `postgres-store`): sessions in one table,
-//! rows judged, locked and appended by [`SqlStore`] (see
+//! The PostgreSQL session store (cargo feature `postgres`; `postgres-store` of agentloop):
+//! sessions in one table, rows judged, locked and appended by [`SqlStore`] (see
 //! [`sql`](super::sql)).
 //!
 //! # Schema

@@ -1,60 +1,71 @@
-//! The session store port: append-only session entries, and the in-memory store.
+//! The session stores of [agentloop](https://docs.rs/agentloop): the [`SessionStore`] port
+//! (append-only session entries) and its backends.
 //!
 //! The stores: [`MemoryStore`], [`FileStore`] (the embedded JSON Lines store, feature
-//! `file-store`), and [`AnyStore`]: any durable store, opened by URL (a directory for the file
-//! store, `sqlite:PATH` with feature `sqlite-store`, `postgres://…` with feature
-//! `postgres-store`). [`export_jsonl`], [`export_markdown`] and [`list_sessions`] export and
-//! list a file store's sessions. The session log's invariants over any backend's entries (pairing
-//! check, repair, model context) are `agentloop_core::session_log`.
+//! `file`), and [`AnyStore`]: any durable store, opened by URL (a directory for the file
+//! store, `sqlite:PATH` with feature `sqlite`, `postgres://…` with feature `postgres`).
+//! [`export_jsonl`], [`export_markdown`] and [`list_sessions`] export and list a file store's
+//! sessions. The session log's invariants over any backend's entries (pairing check, repair,
+//! model context) are `agentloop_core::session_log`.
+//!
+//! `agentloop` re-exports this crate as `agentloop::store`, and its features `file-store`,
+//! `sqlite-store`, `postgres-store` and `fault-injection` turn on this crate's `file`,
+//! `sqlite`, `postgres` and `fault-injection`. A program that only reads or exports a session
+//! directory can depend on this crate alone.
 //!
 //! Plugging in another backend means implementing [`SessionStore`]: `load` returns the
 //! entries in append order, `append` persists one entry durably and treats an entry whose
 //! [`Entry::idempotency_key`] is already stored as a no-op. (The SQLite and PostgreSQL stores
 //! share one crate-internal implementation over a small backend each; it is not public.)
 //!
+//! Besides the stores: [`regular_file`] opens files that must be regular files (session and
+//! lock files, and the files agentloop's built-in tools read and append to) without blocking
+//! or following a link, and [`protected`] is the process-wide registry of the store locations
+//! those tools refuse (every store on disk registers itself when it opens).
+//!
 //! # Example
 //!
-//! A run's session log in the in-memory store, read back through the [`SessionStore`] port:
+//! A session's entries in the in-memory store, appended and read back through the
+//! [`SessionStore`] port:
 //!
 //! ```
-//! use std::sync::Arc;
-//!
-//! use agentloop::prelude::*;
-//! use agentloop::store::SessionStore;
+//! use agentloop_store::{Entry, MemoryStore, SessionStore};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = Arc::new(MemoryStore::new());
-//! let agent = Agent::builder()
-//!     .model(ScriptedModel::demo())
-//!     .builtin_tools()
-//!     .store(store.clone())
-//!     .build();
-//! agent.run("session-1", "What is 6*7?").await?;
+//! let store = MemoryStore::new();
+//! let entry = Entry::Title {
+//!     run_id: "run-1".into(),
+//!     title: "Six times seven".into(),
+//! };
+//! store.append("session-1", &entry).await?;
 //! let entries = store.load("session-1").await?;
-//! assert!(!entries.is_empty()); // the prompt, the steps, the tool results, the run's end
+//! assert_eq!(entries.len(), 1);
 //! # Ok(())
 //! # }
 //! ```
 
+#![warn(missing_docs)]
+#![warn(unreachable_pub)]
+
 /// Declares a SQL store: a newtype of the crate's `SqlStore` over one backend, with the
 /// store's methods and [`SessionStore`]. A program opens one through
-/// [`AnyStore::open`](crate::store::AnyStore::open).
-#[cfg(any(feature = "sqlite-store", feature = "postgres-store"))]
+/// [`AnyStore::open`](crate::AnyStore::open).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 macro_rules! sql_store {
     ($(#[$meta:meta])* $name:ident($backend:ty)) => {
         $(#[$meta])*
         #[derive(Debug)]
-        pub(crate) struct $name(pub(crate) crate::store::sql::SqlStore<$backend>);
+        pub(crate) struct $name(pub(crate) crate::sql::SqlStore<$backend>);
 
         impl $name {
-            /// Sets the durability mode (default [`Durability::Sync`](crate::store::Durability::Sync)).
-            pub(crate) fn with_durability(self, durability: crate::store::Durability) -> Self {
+            /// Sets the durability mode (default [`Durability::Sync`](crate::Durability::Sync)).
+            pub(crate) fn with_durability(self, durability: crate::Durability) -> Self {
                 $name(self.0.with_durability(durability))
             }
 
             /// Sets the entry size limit: the longest record written or read (default
-            /// [`DEFAULT_MAX_ENTRY_BYTES`](crate::store::DEFAULT_MAX_ENTRY_BYTES)).
+            /// [`DEFAULT_MAX_ENTRY_BYTES`](crate::DEFAULT_MAX_ENTRY_BYTES)).
             pub(crate) fn with_max_entry_bytes(self, limit: u64) -> Self {
                 $name(self.0.with_max_entry_bytes(limit))
             }
@@ -64,13 +75,13 @@ macro_rules! sql_store {
                 self.0.location()
             }
 
-            /// Takes the session's lock: [`StoreError::Locked`](crate::store::StoreError::Locked)
+            /// Takes the session's lock: [`StoreError::Locked`](crate::StoreError::Locked)
             /// when another process, another store or a live
-            /// [`SessionLock`](crate::store::SessionLock) of this store holds it.
+            /// [`SessionLock`](crate::SessionLock) of this store holds it.
             pub(crate) async fn lock(
                 &self,
                 session: &str,
-            ) -> Result<crate::store::SessionLock, crate::store::StoreError> {
+            ) -> Result<crate::SessionLock, crate::StoreError> {
                 self.0.lock(session).await
             }
 
@@ -79,124 +90,93 @@ macro_rules! sql_store {
             pub(crate) async fn load_report(
                 &self,
                 session: &str,
-            ) -> Result<(Vec<crate::store::Entry>, Vec<String>), crate::store::StoreError> {
+            ) -> Result<(Vec<crate::Entry>, Vec<String>), crate::StoreError> {
                 self.0.load_report(session).await
             }
 
             /// Makes batched appends of `session` durable and releases the store's share of the
             /// session's lock (the lock itself goes once no `SessionLock` for it is alive).
-            pub(crate) async fn close(&self, session: &str) -> Result<(), crate::store::StoreError> {
+            pub(crate) async fn close(&self, session: &str) -> Result<(), crate::StoreError> {
                 self.0.close(session).await
             }
         }
 
         #[async_trait::async_trait]
-        impl crate::store::SessionStore for $name {
+        impl crate::SessionStore for $name {
             async fn load(
                 &self,
                 session: &str,
-            ) -> Result<Vec<crate::store::Entry>, crate::store::StoreError> {
-                crate::store::SessionStore::load(&self.0, session).await
+            ) -> Result<Vec<crate::Entry>, crate::StoreError> {
+                crate::SessionStore::load(&self.0, session).await
             }
 
             async fn append(
                 &self,
                 session: &str,
-                entry: &crate::store::Entry,
-            ) -> Result<(), crate::store::StoreError> {
-                crate::store::SessionStore::append(&self.0, session, entry).await
+                entry: &crate::Entry,
+            ) -> Result<(), crate::StoreError> {
+                crate::SessionStore::append(&self.0, session, entry).await
             }
 
             async fn load_with_report(
                 &self,
                 session: &str,
-            ) -> Result<(Vec<crate::store::Entry>, Vec<String>), crate::store::StoreError> {
-                crate::store::SessionStore::load_with_report(&self.0, session).await
+            ) -> Result<(Vec<crate::Entry>, Vec<String>), crate::StoreError> {
+                crate::SessionStore::load_with_report(&self.0, session).await
             }
         }
     };
 }
 
-#[cfg(feature = "file-store")]
+pub mod protected;
+pub mod regular_file;
+
+#[cfg(feature = "file")]
 mod export;
 #[cfg(feature = "fault-injection")]
 mod fault;
-#[cfg(feature = "file-store")]
+#[cfg(feature = "file")]
 mod file;
-#[cfg(any(feature = "file-store", feature = "sqlite-store"))]
+#[cfg(any(feature = "file", feature = "sqlite"))]
 mod lock;
 mod options;
-#[cfg(feature = "postgres-store")]
+#[cfg(feature = "postgres")]
 mod postgres;
-#[cfg(any(
-    feature = "file-store",
-    feature = "sqlite-store",
-    feature = "postgres-store"
-))]
+#[cfg(any(feature = "file", feature = "sqlite", feature = "postgres"))]
 mod records;
-#[cfg(any(feature = "sqlite-store", feature = "postgres-store"))]
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
-#[cfg(feature = "sqlite-store")]
+#[cfg(feature = "sqlite")]
 mod sqlite;
-#[cfg(any(
-    feature = "file-store",
-    feature = "sqlite-store",
-    feature = "postgres-store"
-))]
+#[cfg(any(feature = "file", feature = "sqlite", feature = "postgres"))]
 mod url;
 
-// The session log's invariants (check, repair, pairing, history) are the core's
-// `agentloop_core::session_log`; imported for this crate's own use.
-pub(crate) use agentloop_core::session_log::{
-    committed_turns, history, repair_with, Repair, Repaired,
-};
-
-#[cfg(feature = "file-store")]
+#[cfg(feature = "file")]
 pub use export::{export_jsonl, export_markdown, list_sessions, SessionInfo};
 #[cfg(feature = "fault-injection")]
 pub use fault::{FaultPoint, FaultyStore};
-#[cfg(feature = "file-store")]
+#[cfg(feature = "file")]
 pub use file::FileStore;
 pub use options::{validate_session_id, Durability, MAX_SESSION_ID_LEN};
-#[cfg(feature = "postgres-store")]
+#[cfg(feature = "postgres")]
 pub(crate) use postgres::PostgresStore;
-#[cfg(feature = "postgres-store")]
+#[cfg(feature = "postgres")]
 pub use postgres::LOCK_SEED as POSTGRES_LOCK_SEED;
-#[cfg(any(
-    feature = "file-store",
-    feature = "sqlite-store",
-    feature = "postgres-store"
-))]
+#[cfg(any(feature = "file", feature = "sqlite", feature = "postgres"))]
 pub use records::{DEFAULT_MAX_ENTRY_BYTES, RECORD_VERSION};
-#[cfg(feature = "sqlite-store")]
+#[cfg(feature = "sqlite")]
 pub(crate) use sqlite::SqliteStore;
-#[cfg(any(
-    feature = "file-store",
-    feature = "sqlite-store",
-    feature = "postgres-store"
-))]
+#[cfg(any(feature = "file", feature = "sqlite", feature = "postgres"))]
 pub use url::AnyStore;
-#[cfg(any(
-    feature = "file-store",
-    feature = "sqlite-store",
-    feature = "postgres-store"
-))]
+#[cfg(any(feature = "file", feature = "sqlite", feature = "postgres"))]
 pub(crate) use url::StoreUrl;
 
 /// The environment variable naming the default store (a directory or a store URL).
-#[cfg(any(
-    feature = "file-store",
-    feature = "sqlite-store",
-    feature = "postgres-store"
-))]
+#[cfg(any(feature = "file", feature = "sqlite", feature = "postgres"))]
 pub(crate) const STORE_ENV: &str = "AGENTLOOP_STORE";
 
 /// The default store directory: `$AGENTLOOP_STORE` if set, else `./.agentloop/sessions`.
-#[cfg(any(
-    feature = "file-store",
-    feature = "sqlite-store",
-    feature = "postgres-store"
-))]
+#[cfg(any(feature = "file", feature = "sqlite", feature = "postgres"))]
 pub(crate) fn default_dir() -> std::path::PathBuf {
     match std::env::var_os(STORE_ENV) {
         Some(dir) if !dir.is_empty() => std::path::PathBuf::from(dir),
@@ -204,7 +184,7 @@ pub(crate) fn default_dir() -> std::path::PathBuf {
     }
 }
 
-pub use crate::regular_file::FileKind;
+pub use regular_file::FileKind;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -220,11 +200,7 @@ pub use agentloop_core::entry::EntryKey;
 /// `<session>.lock` of the file store, `<database>.locks/<session>.lock` of a SQLite store, an
 /// advisory lock of a PostgreSQL store. Released on drop (the store's own writer may keep its
 /// share of the lock until the store's `close`; see the file store's module docs).
-#[cfg(any(
-    feature = "file-store",
-    feature = "sqlite-store",
-    feature = "postgres-store"
-))]
+#[cfg(any(feature = "file", feature = "sqlite", feature = "postgres"))]
 pub struct SessionLock {
     session: String,
     location: String,
@@ -232,11 +208,7 @@ pub struct SessionLock {
     _holder: std::sync::Arc<()>,
 }
 
-#[cfg(any(
-    feature = "file-store",
-    feature = "sqlite-store",
-    feature = "postgres-store"
-))]
+#[cfg(any(feature = "file", feature = "sqlite", feature = "postgres"))]
 impl std::fmt::Debug for SessionLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SessionLock")
@@ -246,11 +218,7 @@ impl std::fmt::Debug for SessionLock {
     }
 }
 
-#[cfg(any(
-    feature = "file-store",
-    feature = "sqlite-store",
-    feature = "postgres-store"
-))]
+#[cfg(any(feature = "file", feature = "sqlite", feature = "postgres"))]
 impl SessionLock {
     /// `lock` is what the store holds (a lock file, a database lock); `holder` is alive
     /// exactly as long as this handle.

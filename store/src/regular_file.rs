@@ -15,6 +15,20 @@
 //!
 //! Elsewhere the path is checked before it is opened (a best effort; such platforms have no
 //! FIFOs that block on open in the same way).
+//!
+//! # Example
+//!
+//! ```
+//! use std::fs::OpenOptions;
+//!
+//! use agentloop_store::regular_file::{open_regular, FileKind, OpenError};
+//!
+//! let dir = std::env::temp_dir();
+//! match open_regular(&dir, OpenOptions::new().read(true)) {
+//!     Err(OpenError::NotRegular(kind)) => assert_eq!(kind, FileKind::Directory),
+//!     other => panic!("a directory opened as a regular file: {other:?}"),
+//! }
+//! ```
 
 use std::fs::{File, Metadata, OpenOptions};
 use std::path::Path;
@@ -89,7 +103,7 @@ impl FileKind {
 
 /// Why [`open_regular`] did not return a file.
 #[derive(Debug)]
-pub(crate) enum OpenError {
+pub enum OpenError {
     /// The path is not a regular file (nothing was read or written).
     NotRegular(FileKind),
     /// The open (or the `fstat` after it) failed.
@@ -98,7 +112,7 @@ pub(crate) enum OpenError {
 
 /// Opens `path` with `options`, refusing anything but a regular file — a symbolic link in
 /// the last component included — without blocking (see the module docs).
-pub(crate) fn open_regular(path: &Path, options: &mut OpenOptions) -> Result<File, OpenError> {
+pub fn open_regular(path: &Path, options: &mut OpenOptions) -> Result<File, OpenError> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
