@@ -8,10 +8,13 @@ what a user can reach from the docs. CI regenerates it and diffs it against
 docs/public-api.txt: a changed surface must be a deliberate commit.
 
 The listing has a `kind path` line per item agentloop documents (its own items and the ones it
-re-exports inline: their pages are agentloop's), then a `use agentloop::path::X = kind
-crate::path::X` line per type of a workspace crate (`agentloop_core`, `agentloop_store`) it
+re-exports inline: their pages are agentloop's); a `use agentloop::path::X = kind
+crate::path::X` line per item of a workspace crate (`agentloop_core`, `agentloop_store`) it
 re-exports by name without inlining it (`#[doc(no_inline)]`: the module page lists the `pub use`,
-and X's page, with what X names, is that crate's).
+and X's page, with what X names, is that crate's); and for a workspace crate it re-exports
+whole (`pub use agentloop_store as store;`) a `use agentloop::store = crate agentloop_store` line
+and a `kind agentloop::store::path` line per item of that crate's docs, so a change there is a
+deliberate commit too.
 
 The type count is what a reader of agentloop's docs meets: the types agentloop documents, plus
 every type of a workspace crate its pages name, in a `pub use` line or in a signature (an
@@ -30,14 +33,18 @@ Usage: scripts/public_api.py [DOC_DIR] [--count] [--max-types=N] [--leaks] [--ma
 --max-leaks=N: print the leak count, and fail when there are more than N.
 
 Rustdoc links another crate's types only if it found their docs when it documented agentloop.
-So document the core and the store first, in a command of their own (`cargo doc -p
-agentloop-core -p agentloop-store --no-deps --all-features`, or the workspace's), then
-agentloop; the script fails when agentloop's pages do not link them, rather than see nothing.
+So document the core and the store first, each in a command of its own (one command documents
+crates in parallel), then agentloop, as .ci/run does:
+
+    cargo doc -p agentloop-core --no-deps
+    cargo doc -p agentloop-store --no-deps --features file,sqlite,postgres
+    cargo doc -p agentloop --no-deps --features sqlite-store,postgres-store
+
+The script fails when agentloop's pages do not link them, rather than see nothing.
 """
 import html
 import re
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 TYPES = {"struct", "enum", "trait", "type", "union"}
@@ -57,24 +64,31 @@ CRATE_LINK = re.compile(
     r'href="[./]*(' + "|".join(CRATES) + r')/[a-z_/]*(struct|enum|trait|type|union)\.'
     r'([A-Za-z_0-9]*)\.html"(?: title="([^"]*)")?'
 )
-REEXPORT = re.compile(r'<dt id="reexport\.([A-Za-z_0-9]+)"><code>pub use (.*?)</code>', re.S)
-# A crate agentloop re-exports whole, as its index page shows it: `pub use agentloop_store as store;`.
-CRATE_REEXPORT = re.compile(
-    r'<code>pub use <a class="mod" href="[./]*(agentloop_[a-z_]+)/index\.html"[^>]*>[^<]*</a>'
-    r' as ([a-z_]+);</code>'
+# A link to any item page of a workspace crate (a type, a function, a constant, a module).
+ITEM_LINK = re.compile(
+    r'href="[./]*(' + "|".join(CRATES) + r')/[a-z_/]*(?:[a-z]+\.[A-Za-z_0-9]+|index)\.html"'
+    r' title="([a-z]+) ([^"]*)"'
 )
+REEXPORT = re.compile(r'<dt id="reexport\.([A-Za-z_0-9]+)"><code>pub use (.*?)</code>', re.S)
 SRC_LINK = re.compile(r'class="src" href="[./]*src/(agentloop_[a-z_]+)/')
 
 
-def items(doc_dir: Path):
-    text = (doc_dir / "all.html").read_text(encoding="utf-8")
+def items_of(crate_dir: Path):
+    """[(kind, path within the crate)] of the items a crate's all.html lists."""
+    if not (crate_dir / "all.html").is_file():
+        sys.exit(f"{crate_dir} is missing: document it (see the docstring)")
+    text = (crate_dir / "all.html").read_text(encoding="utf-8")
     out = set()
     for href, label in re.findall(r'<a href="([^"]+\.html)">([^<]+)</a>', text):
         kind = Path(href).name.split(".", 1)[0]
         if kind in {"index", "all"}:
             continue
-        out.add((kind, "agentloop::" + html.unescape(label)))
+        out.add((kind, html.unescape(label)))
     return sorted(out, key=lambda kp: (kp[1], kp[0]))
+
+
+def items(doc_dir: Path):
+    return [(kind, "agentloop::" + path) for kind, path in items_of(doc_dir)]
 
 
 def key(m):
@@ -91,31 +105,34 @@ def pages(doc_dir: Path):
 
 
 def by_name(doc_dir: Path):
-    """{"agentloop::path::X": ((crate, kind, name), title)} for each type of a workspace crate a
-    module page of agentloop re-exports by name without inlining it."""
-    out = {}
+    """{"agentloop::path::X": ((crate, kind, name), "kind crate::path::X")} for each item of a
+    workspace crate a module page of agentloop re-exports by name without inlining it, and
+    {"agentloop::path::m": crate} for each workspace crate it re-exports whole."""
+    out, crates = {}, {}
     for rel, text in pages(doc_dir):
         if rel.name != "index.html":
             continue
         module = "::".join(("agentloop",) + rel.parts[:-1])
         for name, code in REEXPORT.findall(text):
-            m = CRATE_LINK.search(code)
-            if m:
-                out[f"{module}::{name}"] = key(m)
-    return out
+            m = ITEM_LINK.search(code)
+            if not m:
+                continue
+            crate, kind, path = m.group(1), m.group(2), html.unescape(m.group(3))
+            if kind == "mod" and path == crate:
+                crates[f"{module}::{name}"] = crate
+            else:
+                out[f"{module}::{name}"] = ((crate, kind, path.rsplit("::", 1)[-1]),
+                                            f"{kind} {path}")
+    return out, crates
 
 
 def through_crates(doc_dir: Path):
     """{(crate, kind, name)} of the types nameable through a crate agentloop re-exports whole:
     that crate's own types, and the core types it re-exports inline (a page whose source link
     is another crate's file)."""
-    index = (doc_dir / "index.html").read_text(encoding="utf-8", errors="replace")
     out = set()
-    for crate, _alias in CRATE_REEXPORT.findall(index):
+    for crate in by_name(doc_dir)[1].values():
         crate_dir = doc_dir.parent / crate
-        if not (crate_dir / "all.html").is_file():
-            sys.exit(f"{crate_dir} is missing: agentloop re-exports {crate}; document it before "
-                     "agentloop (see the docstring)")
         for page in crate_dir.rglob("*.html"):
             kind, _, name = page.name.removesuffix(".html").partition(".")
             if kind not in TYPES or not name:
@@ -132,14 +149,15 @@ def in_signatures(doc_dir: Path):
         if not ((doc_dir.parent / crate) / "index.html").is_file():
             sys.exit(f"{doc_dir.parent / crate} is missing: document it before agentloop (see "
                      "the docstring), or the types of it agentloop's signatures name are not seen")
-    # The crate docs link the core (`use agentloop_core` in its examples and re-exports): if
-    # not, rustdoc did not see the core's docs when it documented agentloop (documented before
-    # them, or alongside them: `cargo doc --no-deps` does not order the two, and removes a
+    # The crate docs link the core and the store (its re-exports, `pub use agentloop_store as
+    # store;`): if not, rustdoc did not see their docs when it documented agentloop (documented
+    # before them, or alongside them: `cargo doc --no-deps` does not order crates, and removes a
     # crate's old docs before documenting it again).
-    if not re.search(r'href="[./]*agentloop_core/', (doc_dir / "index.html").read_text(
-            encoding="utf-8", errors="replace")):
-        sys.exit(f"{doc_dir} does not link agentloop_core's docs: document agentloop again after "
-                 "the core (touch src/lib.rs; see the docstring)")
+    index = (doc_dir / "index.html").read_text(encoding="utf-8", errors="replace")
+    for crate in CRATES:
+        if not re.search(r'href="[./]*' + crate + '/', index):
+            sys.exit(f"{doc_dir} does not link {crate}'s docs: document agentloop again after "
+                     f"{crate} (touch src/lib.rs; see the docstring)")
     found = {}
     blocks = 0
     for rel, text in pages(doc_dir):
@@ -165,15 +183,22 @@ def main():
             sys.exit(f"unknown flag {f} (see the docstring)")
     doc_dir = Path(args[0]) if args else Path("target/doc/agentloop")
     found = items(doc_dir)
-    named = by_name(doc_dir)
+    named, crates = by_name(doc_dir)
+    whole = []
+    for alias, crate in sorted(crates.items()):
+        whole.append(f"use {alias} = crate {crate}")
+        whole += [f"{kind} {alias}::{path}" for kind, path in
+                  items_of(doc_dir.parent / crate)]
     if not flags:
         for kind, path in found:
             print(f"{kind} {path}")
         for path in sorted(named):
             print(f"use {path} = {named[path][1]}")
+        for line in whole:
+            print(line)
         return
     documented = sum(1 for k, _ in found if k in TYPES)
-    reexported = {k for k, _ in named.values()}
+    reexported = {k for k, _ in named.values() if k[1] in TYPES}
     signed = in_signatures(doc_dir)
     nameable = reexported | through_crates(doc_dir)
     others = reexported | set(signed)
@@ -187,7 +212,8 @@ def main():
     max_types = [f.split("=", 1)[1] for f in flags if f.startswith("--max-types=")]
     max_leaks = [f.split("=", 1)[1] for f in flags if f.startswith("--max-leaks=")]
     if "--count" in flags:
-        print(f"{summary}; {len(found) + len(named)} items")
+        print(f"{summary}; {len(found) + len(named)} items (and {len(whole)} lines of the "
+              "crates it re-exports whole)")
     if max_types:
         print(f"{summary}; at most {max_types[0]}")
         if types > int(max_types[0]):

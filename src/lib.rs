@@ -25,8 +25,10 @@
 //!   clients, built by `provider::http::build_model`.
 //! * Tools ([`tools`]): the [`tools::Tool`] and [`tools::TypedTool`] traits, the built-ins
 //!   (feature `builtin-tools`), MCP servers (feature `mcp`), subagents ([`subagent`]).
-//! * Stores ([`store`]): [`store::MemoryStore`], and with features the JSONL file store
-//!   (`file-store`), SQLite (`sqlite-store`) and PostgreSQL (`postgres-store`).
+//! * Stores ([`store`], the crate [`agentloop_store`] re-exported whole):
+//!   [`store::MemoryStore`], and with features the JSONL file store (`file-store`), SQLite
+//!   (`sqlite-store`) and PostgreSQL (`postgres-store`), which turn on the store crate's `file`,
+//!   `sqlite` and `postgres`.
 //! * Traces ([`trace`]): the recorded run and [`trace::replay`]. The tools built on traces
 //!   (transcripts, trace diff, what-if replay, conversation import) are the
 //!   [`agentloop-trace-tools`](https://docs.rs/agentloop-trace-tools) crate.
@@ -35,7 +37,9 @@
 //!   [`agentloop_core::react`] and [`agentloop_core::process`] machines and their charts.
 //!   This crate re-exports only what a user names (messages, events, errors, [`RunConfig`],
 //!   [`LoopResult`]); the machines' internals are named by their core paths
-//!   (`agentloop_core::react::X`).
+//!   (`agentloop_core::react::X`). [`RunConfig`] is the machines' own configuration, documented
+//!   with them: a program sets it through [`runtime::AgentBuilder`]'s methods, or in full with
+//!   [`AgentBuilder::configure`](runtime::AgentBuilder::configure).
 //!
 //! # Example
 //!
@@ -123,9 +127,7 @@ pub mod prelude;
 pub mod provider;
 pub mod runtime;
 pub mod session;
-/// The session stores: the crate [`agentloop_store`], re-exported (`agentloop::store::FileStore`,
-/// `agentloop::store::SessionStore`, ...). Its backends are this crate's features
-/// `file-store`, `sqlite-store`, `postgres-store` and `fault-injection`.
+// The session stores, re-exported whole (see the crate docs' "Stores").
 pub use agentloop_store as store;
 pub mod subagent;
 pub mod tools;
@@ -151,9 +153,6 @@ pub use message::{
 // The payloads of `AgentEvent::UsageLimitReached` (which limit, what the run does).
 pub use outcome::{LimitAction, LimitKind};
 pub use react::LoopResult;
-/// A run's whole configuration: the machines' own, documented with them in the core. A program
-/// sets it through [`AgentBuilder`](runtime::AgentBuilder)'s methods, or in full with
-/// [`AgentBuilder::configure`](runtime::AgentBuilder::configure) and
-/// [`Agent::run_configured`](runtime::Agent::run_configured).
+// The machines' configuration, documented with them (see the crate docs).
 #[doc(no_inline)]
 pub use react::RunConfig;

@@ -2,9 +2,9 @@
 //! then `sessions list|show|check|export` read the session back, a `resume` of the completed
 //! session reports its last outcome, and a corrupt row is an error naming store, session and
 //! seq. Once with `sqlite:PATH`, once with a PostgreSQL server this test starts (mandatory in
-//! CI, see `tests/postgres_support`).
+//! CI, see `store/tests/postgres_support`).
 
-#[path = "../../tests/postgres_support/mod.rs"]
+#[path = "../../store/tests/postgres_support/mod.rs"]
 mod postgres_support;
 
 use std::path::Path;

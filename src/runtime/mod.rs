@@ -809,8 +809,11 @@ impl<M> AgentBuilder<M> {
     }
 
     /// Tells the agent its model's context window in tokens (R-CTX-3). The run compacts its
-    /// context before it would overflow the window; without this the window is looked up by
-    /// model name, and an unknown model compacts only on a provider's overflow error.
+    /// context before it would overflow the window (a `context_budget_tokens` set through
+    /// [`configure`](Self::configure) takes precedence). Without either, the window is looked
+    /// up by model name; for an unknown model only a message cap
+    /// ([`compact_after_messages`](Self::compact_after_messages)) or a provider's overflow
+    /// error compacts.
     pub fn context_window(mut self, tokens: u64) -> Self {
         self.config.context_window = Some(tokens);
         self

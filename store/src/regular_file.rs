@@ -101,12 +101,15 @@ impl FileKind {
     }
 }
 
-/// Why [`open_regular`] did not return a file.
-#[derive(Debug)]
+/// Why [`open_regular`] did not return a file. Its two cases are all there are (a caller maps
+/// each to an error of its own), so it is not `#[non_exhaustive]`.
+#[derive(Debug, thiserror::Error)]
 pub enum OpenError {
     /// The path is not a regular file (nothing was read or written).
+    #[error("not a regular file: {0}")]
     NotRegular(FileKind),
     /// The open (or the `fstat` after it) failed.
+    #[error(transparent)]
     Io(std::io::Error),
 }
 

@@ -391,7 +391,7 @@ fn deny_by_rule(data: &mut ProcessData, i: usize) {
 }
 
 /// A human's answer that lets the call run: the approval timer stops, the answer and the
-/// resume are announced (seed 001: before any event of the resumed run).
+/// resume are announced (before any event of the resumed run).
 fn resolved(data: &mut ProcessData, i: usize, facts: &Facts<'_>) {
     data.cancel_approval_timer(i);
     let Facts::Approval(decision) = facts else {

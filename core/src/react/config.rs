@@ -398,15 +398,15 @@ pub struct RunConfig {
     /// invalid one (rows `observing_retry_output`, `observing_output_invalid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<crate::output::OutputSpec>,
-    /// Reminder rules (seed 004): texts added to a step's request when their
-    /// condition holds, after the built-in max-steps / limit reminder; see
+    /// Reminder rules: texts added to a step's request when their condition holds, after the
+    /// built-in max-steps / limit reminder; see
     /// [`insert_reminders`](crate::react::reminders::insert_reminders).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reminders: Vec<crate::react::reminders::Reminder>,
-    /// A small model that titles a new session (seed 004 `ensureTitle`; off by
-    /// default): on a session's first run, `Start` also asks it (effect `generate_title`), in
-    /// parallel with the first step; its answer is a `title_generated` event and a `title`
-    /// entry (row `active_title`). A title that arrives after the run's end is dropped.
+    /// A small model that titles a new session (off by default): on a session's first run,
+    /// `Start` also asks it (effect `generate_title`), in parallel with the first step; its
+    /// answer is a `title_generated` event and a `title` entry (row `active_title`). A title
+    /// that arrives after the run's end is dropped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title_model: Option<String>,
     /// Report each step's end as a `step_finished` event carrying its
@@ -500,7 +500,7 @@ pub struct LoopResult {
 }
 
 impl LoopResult {
-    /// Each step's [`ExecuteResult`] (seed 003, R-IN-5): its committed message, tool calls,
+    /// Each step's [`ExecuteResult`] (R-IN-5): its committed message, tool calls,
     /// tool results, usage and error, borrowed from [`messages`](Self::messages).
     pub fn execute_results(&self) -> Vec<ExecuteResult<'_>> {
         self.steps

@@ -374,10 +374,9 @@ impl ReactData {
         self.queues.subtask_queued()
     }
 
-    /// Row `planning_subtask`: runs the oldest queued subtask as a synthetic step (seed 004's
-    /// outer loop runs a pending subtask part before the next model call). Its message, one
-    /// tool call `subtask-<run>-<n>` and no text, is persisted like a committed turn (the next
-    /// `model_call_index`), and the inner machine runs the call exactly as it runs a resumed
+    /// Row `planning_subtask`: runs the oldest queued subtask as a synthetic step (a pending
+    /// subtask runs before the next model call). Its message, one tool call `subtask-<run>-<n>`
+    /// and no text, is persisted like a committed turn (the next `model_call_index`), and the inner machine runs the call exactly as it runs a resumed
     /// step's unanswered calls (approval, rules, timeouts, abort); the result is committed and
     /// the next model step sees both.
     pub(crate) fn run_subtask(&mut self) {

@@ -385,7 +385,7 @@ pub enum AgentEvent {
         /// What the run does: `ask` (approval) or `stop`.
         action: String,
         /// What repeats: the same calls (`repeat`, the default, not serialized) or the same
-        /// file touched in a tight cycle (`file`, seed 001's file loop).
+        /// file touched in a tight cycle (`file`).
         #[serde(default, skip_serializing_if = "LoopKind::is_repeat")]
         kind: LoopKind,
         /// The file, for a `file` loop.
@@ -641,7 +641,7 @@ pub enum LoopKind {
     #[default]
     Repeat,
     /// The same file read or written again and again within a short window of calls, whatever
-    /// the other arguments (seed 001's file loop).
+    /// the other arguments.
     File,
 }
 

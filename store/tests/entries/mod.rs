@@ -1,8 +1,8 @@
 //! Entry builders shared by the store tests (`store_file`, `store_conformance`).
 #![allow(dead_code)]
 
-use agentloop::store::Entry;
-use agentloop::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
+use agentloop_core::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
+use agentloop_store::Entry;
 
 pub fn user(run: &str, text: &str) -> Entry {
     Entry::UserInput {
@@ -49,7 +49,7 @@ pub fn result(run: &str, id: &str, name: &str, status: ToolStatus) -> Entry {
 pub fn run_end(run: &str) -> Entry {
     Entry::RunEnd {
         run_id: run.into(),
-        outcome: agentloop::Outcome::Completed,
+        outcome: agentloop_core::Outcome::Completed,
         reason: String::new(),
     }
 }

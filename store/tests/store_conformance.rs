@@ -1,21 +1,21 @@
 //! One conformance suite for every session store: the same test bodies run against the file
-//! store, the SQLite store (feature `sqlite-store`) and the PostgreSQL store (feature
-//! `postgres-store`, on a server this test starts; see `postgres_support`). Each store is
+//! store, the SQLite store (feature `sqlite`) and the PostgreSQL store (feature
+//! `postgres`, on a server this test starts; see `postgres_support`). Each store is
 //! opened by URL through [`AnyStore`], as the CLI opens it; only the tampering (a torn write,
 //! a corrupt entry) reaches under the store, each in its own medium.
 //!
-//! Run all three: `cargo test -p agentloop --features sqlite-store,postgres-store --test
+//! Run all three: `cargo test -p agentloop-store --features sqlite,postgres --test
 //! store_conformance`. Append rates: add `-- --ignored --nocapture append_rate`.
-#![cfg(feature = "file-store")]
+#![cfg(feature = "file")]
 
 mod entries;
 mod postgres_support;
 
 use std::path::PathBuf;
 
-use agentloop::store::{AnyStore, Durability, Entry, SessionStore, StoreError};
-use agentloop::ToolStatus;
 use agentloop_core::session_log::{check, repair};
+use agentloop_core::ToolStatus;
+use agentloop_store::{AnyStore, Durability, Entry, SessionStore, StoreError};
 use entries::{assistant, result, run_end, sample, started, user};
 
 // ---------------------------------------------------------------------------------------
@@ -23,9 +23,9 @@ use entries::{assistant, result, run_end, sample, started, user};
 
 enum Kind {
     File(PathBuf),
-    #[cfg(feature = "sqlite-store")]
+    #[cfg(feature = "sqlite")]
     Sqlite(PathBuf),
-    #[cfg(feature = "postgres-store")]
+    #[cfg(feature = "postgres")]
     Postgres(String),
 }
 
@@ -46,7 +46,7 @@ impl Target {
         }
     }
 
-    #[cfg(feature = "sqlite-store")]
+    #[cfg(feature = "sqlite")]
     fn sqlite() -> Target {
         let dir = tempfile::tempdir().expect("temp dir");
         Target {
@@ -56,7 +56,7 @@ impl Target {
         }
     }
 
-    #[cfg(feature = "postgres-store")]
+    #[cfg(feature = "postgres")]
     fn postgres() -> Option<Target> {
         let server = postgres_support::PgServer::start()?;
         let url = server.database("conformance");
@@ -70,9 +70,9 @@ impl Target {
     fn url(&self) -> String {
         match &self.kind {
             Kind::File(dir) => dir.display().to_string(),
-            #[cfg(feature = "sqlite-store")]
+            #[cfg(feature = "sqlite")]
             Kind::Sqlite(path) => format!("sqlite:{}", path.display()),
-            #[cfg(feature = "postgres-store")]
+            #[cfg(feature = "postgres")]
             Kind::Postgres(url) => url.clone(),
         }
     }
@@ -101,7 +101,7 @@ impl Target {
                     .expect("session file");
                 f.write_all(half.as_bytes()).expect("write");
             }
-            #[cfg(feature = "sqlite-store")]
+            #[cfg(feature = "sqlite")]
             Kind::Sqlite(path) => {
                 let conn = rusqlite::Connection::open(path).expect("sqlite");
                 conn.execute(
@@ -110,7 +110,7 @@ impl Target {
                 )
                 .expect("insert torn row");
             }
-            #[cfg(feature = "postgres-store")]
+            #[cfg(feature = "postgres")]
             Kind::Postgres(url) => {
                 pg_execute(
                     url,
@@ -136,7 +136,7 @@ impl Target {
                     .collect();
                 std::fs::write(&path, lines.join("\n") + "\n").expect("write");
             }
-            #[cfg(feature = "sqlite-store")]
+            #[cfg(feature = "sqlite")]
             Kind::Sqlite(path) => {
                 let conn = rusqlite::Connection::open(path).expect("sqlite");
                 conn.execute(
@@ -145,7 +145,7 @@ impl Target {
                 )
                 .expect("update");
             }
-            #[cfg(feature = "postgres-store")]
+            #[cfg(feature = "postgres")]
             Kind::Postgres(url) => {
                 pg_execute(
                     url,
@@ -158,7 +158,7 @@ impl Target {
     }
 }
 
-#[cfg(feature = "postgres-store")]
+#[cfg(feature = "postgres")]
 async fn pg_execute(url: &str, sql: &str, params: &[&(dyn tokio_postgres::types::ToSql + Sync)]) {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
@@ -175,7 +175,7 @@ fn is_locked(r: &Result<impl std::fmt::Debug, StoreError>) -> bool {
 
 /// Locks `session`, retrying for a while: a PostgreSQL lock is released when the server sees
 /// the holder's connection end, a moment after the holder dropped it.
-async fn lock_soon(store: &AnyStore, session: &str) -> agentloop::store::SessionLock {
+async fn lock_soon(store: &AnyStore, session: &str) -> agentloop_store::SessionLock {
     for _ in 0..200 {
         match store.lock(session).await {
             Ok(lock) => return lock,
@@ -476,13 +476,13 @@ async fn file_store_conforms() {
     conformance(&Target::file()).await;
 }
 
-#[cfg(feature = "sqlite-store")]
+#[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_store_conforms() {
     conformance(&Target::sqlite()).await;
 }
 
-#[cfg(feature = "postgres-store")]
+#[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_store_conforms() {
     let Some(t) = Target::postgres() else { return };
@@ -492,7 +492,7 @@ async fn postgres_store_conforms() {
 /// PostgreSQL only: when the server ends the holder's lock connection (a worker's host
 /// vanished, a network cut), the session is free for another worker, and the old holder's
 /// appends fail instead of writing beside the new one.
-#[cfg(feature = "postgres-store")]
+#[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_dead_lock_connection_frees_the_session_and_fences_its_holder() {
     let Some(t) = Target::postgres() else { return };
@@ -540,16 +540,16 @@ async fn append_rate_of(t: &Target, durability: Durability, n: u32) -> f64 {
 }
 
 /// Appends per second of each store, `sync` and `batched:64`:
-/// `cargo test --release -p agentloop --features sqlite-store,postgres-store --test
+/// `cargo test --release -p agentloop-store --features sqlite,postgres --test
 /// store_conformance -- --ignored --nocapture append_rate`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn append_rate() {
     #[allow(unused_mut)] // without the SQL features only the file store is measured
     let mut targets = vec![("file", Target::file())];
-    #[cfg(feature = "sqlite-store")]
+    #[cfg(feature = "sqlite")]
     targets.push(("sqlite", Target::sqlite()));
-    #[cfg(feature = "postgres-store")]
+    #[cfg(feature = "postgres")]
     if let Some(t) = Target::postgres() {
         targets.push(("postgres", t));
     }

@@ -1,16 +1,17 @@
 //! The file store with real files: round trip, torn tails, corruption, versions,
 //! idempotent appends, locking across handles and processes, faults, check and repair.
+#![cfg(all(feature = "file", feature = "fault-injection"))]
 
 use std::path::Path;
 use std::process::Command;
 
-use agentloop::store::{
-    export_jsonl, export_markdown, list_sessions, Durability, Entry, FaultPoint, FaultyStore,
-    FileKind, FileStore, MemoryStore, SessionStore, StoreError, DEFAULT_MAX_ENTRY_BYTES,
-};
-use agentloop::{Message, ToolStatus};
 use agentloop_core::session_log::{
     check, committed_turns, history, next_model_call_index, pending, repair, repair_with, Violation,
+};
+use agentloop_core::{Message, ToolStatus};
+use agentloop_store::{
+    export_jsonl, export_markdown, list_sessions, Durability, Entry, FaultPoint, FaultyStore,
+    FileKind, FileStore, MemoryStore, SessionStore, StoreError, DEFAULT_MAX_ENTRY_BYTES,
 };
 
 mod entries;
