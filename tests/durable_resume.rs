@@ -337,6 +337,9 @@ async fn session_waiting_for_approval_reemits_the_same_request() {
     let (first_id, _) = wait_for_approval(&sink1).await;
     task.abort();
     assert!(task.await.unwrap_err().is_cancelled());
+    // The run itself went on a worker task, which the abort cancels on its own schedule: the
+    // first "process" is gone once its store has let go of the session's lock.
+    wait_until_unlocked(dir.path(), S).await;
     assert_eq!(first_id, "w1");
     let entries = reload(dir.path());
     assert!(
@@ -491,4 +494,19 @@ async fn final_answer_without_run_end_is_completed_not_requested_again() {
         Entry::RunEnd { run_id, outcome, .. } if run_id == "old" && *outcome == agentloop::Outcome::Completed
     ));
     assert_eq!(session_log::check(&stored), []);
+}
+
+/// Waits (up to 5 s) until no store holds `session`'s lock in `dir`.
+async fn wait_until_unlocked(dir: &std::path::Path, session: &str) {
+    let store = FileStore::open(dir).expect("store");
+    for _ in 0..500 {
+        match store.lock(session) {
+            Ok(lock) => return drop(lock),
+            Err(agentloop::store::StoreError::Locked { .. }) => {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await
+            }
+            Err(e) => panic!("locking {session}: {e}"),
+        }
+    }
+    panic!("{session} is still locked 5 s after its run was dropped");
 }
