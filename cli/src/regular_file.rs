@@ -2,14 +2,15 @@
 //! sidecar): links are followed (the path a person gave), then anything but a regular file is
 //! refused without blocking, and the size is capped.
 //!
-//! On Unix the resolved path is opened with `O_NONBLOCK | O_NOFOLLOW` and the *opened
-//! descriptor* is checked with `fstat`: an input like `/dev/zero` or a named pipe fails at once
-//! instead of blocking until a writer appears (or reading forever). Elsewhere the path is
-//! checked before it is opened.
+//! The resolved path is opened by the store's `regular_file::open_regular`: on Unix with
+//! `O_NONBLOCK | O_NOFOLLOW`, and the *opened descriptor* is checked with `fstat`, so an input
+//! like `/dev/zero` or a named pipe fails at once instead of blocking until a writer appears
+//! (or reading forever); elsewhere the path is checked before it is opened.
 
 use std::fs::{File, OpenOptions};
 use std::path::Path;
 
+use agentloop::store::regular_file::{open_regular, OpenError};
 use agentloop::store::FileKind;
 
 /// Why [`open_regular_file`] or [`read_regular_file`] did not return the file.
@@ -49,32 +50,16 @@ impl From<std::io::Error> for ReadError {
     }
 }
 
-/// Opens the file at `path` for reading when it is a regular file, following symbolic links:
-/// never blocks on a FIFO and never opens a device ([`ReadError::NotRegular`]).
+/// Opens the file at `path` for reading when it is a regular file, following symbolic links
+/// (the path is resolved first, then opened as the store opens its files,
+/// [`open_regular`]): never blocks on a FIFO and never opens a device
+/// ([`ReadError::NotRegular`]).
 pub(crate) fn open_regular_file(path: &Path) -> Result<File, ReadError> {
     let resolved = std::fs::canonicalize(path)?;
-    let mut options = OpenOptions::new();
-    options.read(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
-    }
-    #[cfg(not(unix))]
-    if let Some(kind) = kind_at(&resolved) {
-        return Err(ReadError::NotRegular(kind));
-    }
-    match options.open(&resolved) {
-        Ok(file) => match FileKind::of(&file.metadata()?) {
-            None => Ok(file),
-            Some(kind) => Err(ReadError::NotRegular(kind)),
-        },
-        // ELOOP (swapped for a link meanwhile), EISDIR: name what is there.
-        Err(e) => Err(match kind_at(&resolved) {
-            Some(kind) => ReadError::NotRegular(kind),
-            None => ReadError::Io(e),
-        }),
-    }
+    open_regular(&resolved, OpenOptions::new().read(true)).map_err(|e| match e {
+        OpenError::NotRegular(kind) => ReadError::NotRegular(kind),
+        OpenError::Io(e) => ReadError::Io(e),
+    })
 }
 
 /// The bytes of the regular file at `path` (see [`open_regular_file`]), refused with
@@ -106,13 +91,6 @@ pub(crate) fn read_regular_to_string(path: &Path, limit: u64) -> Result<String, 
             format!("not UTF-8 text: {}", e.utf8_error()),
         ))
     })
-}
-
-/// What is at `path` (not following a link) when it exists and is not a regular file.
-fn kind_at(path: &Path) -> Option<FileKind> {
-    std::fs::symlink_metadata(path)
-        .ok()
-        .and_then(|m| FileKind::of(&m))
 }
 
 #[cfg(all(test, unix))]
