@@ -97,8 +97,9 @@ def key(m):
     return (crate, kind, name), html.unescape(title or f"{kind} {crate}::{name}")
 
 
-def pages(doc_dir: Path):
-    for page in sorted(doc_dir.rglob("*.html")):
+def pages(doc_dir: Path, name: str = "*.html"):
+    """(path relative to doc_dir, text) of agentloop's pages called `name` (not the sources')."""
+    for page in sorted(doc_dir.rglob(name)):
         rel = page.relative_to(doc_dir)
         if rel.parts[0] != "src":
             yield rel, page.read_text(encoding="utf-8", errors="replace")
@@ -109,9 +110,7 @@ def by_name(doc_dir: Path):
     workspace crate a module page of agentloop re-exports by name without inlining it, and
     {"agentloop::path::m": crate} for each workspace crate it re-exports whole."""
     out, crates = {}, {}
-    for rel, text in pages(doc_dir):
-        if rel.name != "index.html":
-            continue
+    for rel, text in pages(doc_dir, "index.html"):
         module = "::".join(("agentloop",) + rel.parts[:-1])
         for name, code in REEXPORT.findall(text):
             m = ITEM_LINK.search(code)
@@ -126,12 +125,12 @@ def by_name(doc_dir: Path):
     return out, crates
 
 
-def through_crates(doc_dir: Path):
+def through_crates(doc_dir: Path, crates):
     """{(crate, kind, name)} of the types nameable through a crate agentloop re-exports whole:
     that crate's own types, and the core types it re-exports inline (a page whose source link
-    is another crate's file)."""
+    is another crate's file). `crates` is by_name's second result."""
     out = set()
-    for crate in by_name(doc_dir)[1].values():
+    for crate in crates.values():
         crate_dir = doc_dir.parent / crate
         for page in crate_dir.rglob("*.html"):
             kind, _, name = page.name.removesuffix(".html").partition(".")
@@ -200,7 +199,7 @@ def main():
     documented = sum(1 for k, _ in found if k in TYPES)
     reexported = {k for k, _ in named.values() if k[1] in TYPES}
     signed = in_signatures(doc_dir)
-    nameable = reexported | through_crates(doc_dir)
+    nameable = reexported | through_crates(doc_dir, crates)
     others = reexported | set(signed)
     leaked = {k: signed[k] for k in signed if k not in nameable}
     types = documented + len(others)
