@@ -112,10 +112,17 @@ fn serve(replies: Vec<Reply>) -> Server {
 }
 
 fn agentloop(args: &[&str]) -> Output {
+    agentloop_in(std::path::Path::new("."), args)
+}
+
+/// `agentloop` run in `dir` (its default session store is `dir/.agentloop/sessions`).
+fn agentloop_in(dir: &std::path::Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_agentloop"))
         .args(args)
+        .current_dir(dir)
         .env("OPENAI_API_KEY", KEY)
         .env_remove("OPENAI_BASE_URL")
+        .env_remove("AGENTLOOP_STORE")
         .stdin(Stdio::null())
         .output()
         .expect("run agentloop")
@@ -191,6 +198,94 @@ fn two_step_tool_conversation_with_one_retry() {
             .any(|m| m["role"] == "tool" && m["tool_call_id"] == "call_1" && m["content"] == "5"),
         "{messages:?}"
     );
+}
+
+/// Two tool calls streamed under one id (a proxy that numbers calls per chunk): both run,
+/// each under its own id and with its own record, the session passes `sessions check`, and
+/// the next request pairs each call with its result.
+fn duplicate_id_stream() -> String {
+    let mut s = String::new();
+    for (index, expression) in [(0, "2+3"), (1, "4*5")] {
+        s += &chunk(
+            serde_json::json!({"role": "assistant", "tool_calls": [{"index": index, "id": "call_1", "type": "function", "function": {"name": "calculator", "arguments": format!("{{\"expression\": \"{expression}\"}}")}}]}),
+            None,
+        );
+    }
+    s += &chunk(serde_json::json!({}), Some("tool_calls"));
+    s + "data: [DONE]\n\n"
+}
+
+#[test]
+fn two_tool_calls_with_one_id_each_run_once_with_their_own_record() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = serve(vec![
+        Reply::Sse(duplicate_id_stream()),
+        Reply::Sse(answer_stream()),
+    ]);
+    let run = |args: &[&str]| agentloop_in(dir.path(), args);
+    let out = run(&[
+        "run",
+        "--provider",
+        "openai",
+        "--model",
+        "gpt-test",
+        "--base-url",
+        &server.base,
+        "--session",
+        "dup",
+        "--events",
+        "json",
+        "What is 2+3 and 4*5?",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(r#""type":"tool_call_id_derived""#)
+            && stdout.contains(r#""tool_call_id":"call_1_2""#),
+        "the derived id is announced: {stdout}"
+    );
+    let check = run(&["sessions", "check", "dup"]);
+    assert!(
+        check.status.success(),
+        "sessions check: {}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let requests = server.requests.lock().expect("log").clone();
+    assert_eq!(requests.len(), 2, "tool calls, answer");
+    let second: serde_json::Value = serde_json::from_str(&requests[1].2).expect("json body");
+    let messages = second["messages"].as_array().expect("messages");
+    let calls: Vec<&str> = messages
+        .iter()
+        .filter_map(|m| m["tool_calls"].as_array())
+        .flatten()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert_eq!(calls, ["call_1", "call_1_2"], "{messages:?}");
+    let results: Vec<(&str, &str)> = messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| Some((m["tool_call_id"].as_str()?, m["content"].as_str()?)))
+        .collect();
+    assert_eq!(
+        results,
+        [("call_1", "5"), ("call_1_2", "20")],
+        "{messages:?}"
+    );
+    // Each call has its own start marker and result in the stored session.
+    let session = std::fs::read_to_string(dir.path().join(".agentloop/sessions/dup.jsonl"))
+        .expect("session file");
+    for id in ["call_1", "call_1_2"] {
+        let records = session
+            .lines()
+            .filter(|l| l.contains(&format!(r#""tool_call_id":"{id}""#)))
+            .count();
+        assert!(records >= 2, "start marker and result for {id}: {session}");
+    }
 }
 
 #[test]

@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
+use agentloop_core::process::call_ids::CallIds;
 use agentloop_core::tool_check::{ArgumentsRejected, SchemaViolation};
 use serde_json::Value;
 
@@ -184,6 +185,8 @@ impl ArgumentSchemas {
         if self.0.is_empty() {
             return Vec::new();
         }
+        // The ids the machine commits the calls under (a repeated id is derived).
+        let mut ids = CallIds::new();
         deltas
             .into_iter()
             .filter_map(|d| match d {
@@ -191,7 +194,7 @@ impl ArgumentSchemas {
                     id,
                     name,
                     arguments,
-                } => self.check(&ToolCall::from_raw(id, name, arguments)),
+                } => self.check(&ToolCall::from_raw(ids.assign(id), name, arguments)),
                 _ => None,
             })
             .collect()

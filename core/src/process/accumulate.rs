@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use super::call_ids::CallIds;
 use crate::error::ModelError;
 use crate::inline_tags::{InlinePiece, InlineTagFilter, InlineTags};
 use crate::message::{AssistantMessage, FinishReason, MessageDelta, ToolCall};
@@ -30,6 +31,10 @@ pub struct MessageAssembler {
     pub(crate) inline_tags: InlineTags,
     /// The inline-tag filter of the current text block.
     pub(crate) tags: InlineTagFilter,
+    /// The ids the message's tool calls got so far (unique within the message).
+    pub(crate) call_ids: CallIds,
+    /// Calls whose provider id an earlier call of the message had: (provided, derived).
+    pub(crate) derived_ids: Vec<(String, String)>,
 }
 
 impl MessageAssembler {
@@ -111,9 +116,14 @@ impl MessageAssembler {
                 id,
                 name,
                 arguments,
-            } => self
-                .raw_calls
-                .push((id.clone(), name.clone(), arguments.clone())),
+            } => {
+                let unique = self.call_ids.assign(id);
+                if unique != *id {
+                    self.derived_ids.push((id.clone(), unique.clone()));
+                }
+                self.raw_calls
+                    .push((unique, name.clone(), arguments.clone()))
+            }
             MessageDelta::FinishStep {
                 finish_reason,
                 raw_finish_reason,
@@ -161,6 +171,13 @@ impl MessageAssembler {
     /// The error delta, if one arrived.
     pub fn error(&self) -> Option<&ModelError> {
         self.error.as_ref()
+    }
+
+    /// The tool calls whose provider id an earlier call of the message already had, as
+    /// (provided id, derived id), in call order ([`CallIds`]: the message carries the derived
+    /// ids).
+    pub fn derived_ids(&self) -> &[(String, String)] {
+        &self.derived_ids
     }
 
     /// The provider's raw finish reason.

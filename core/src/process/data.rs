@@ -434,6 +434,12 @@ impl ProcessData {
                 count: message.tool_calls.len(),
             });
         }
+        for (provided, derived) in self.attempt.acc.derived_ids().to_vec() {
+            self.emit(AgentEvent::ToolCallIdDerived {
+                provided,
+                tool_call_id: derived,
+            });
+        }
         // The first verdict on each call id (ids are unique in a well-formed message).
         let mut verdicts: HashMap<&str, &ArgumentsRejected> =
             HashMap::with_capacity(rejected.len());

@@ -6,6 +6,7 @@ pub(crate) mod actions;
 pub(crate) mod call_actions;
 pub(crate) mod call_dispatch;
 pub(crate) mod call_guards;
+pub mod call_ids;
 pub mod config;
 pub(crate) mod context;
 pub(crate) mod data;

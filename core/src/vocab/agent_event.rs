@@ -218,6 +218,15 @@ pub enum AgentEvent {
         /// How many.
         count: usize,
     },
+    /// A tool call of the committed message came with an id an earlier call of the same
+    /// message already had; it runs, and is recorded, under a derived id (`<id>_<n>`) so each
+    /// call has its own start marker and result.
+    ToolCallIdDerived {
+        /// The id the provider sent.
+        provided: String,
+        /// The id the call is committed, run and recorded under.
+        tool_call_id: String,
+    },
     /// A tool started.
     ToolStart {
         /// Call id.

@@ -440,6 +440,12 @@ fn variants() -> Vec<S> {
         any::<usize>()
             .prop_map(|count| AgentEvent::ToolCalls { count })
             .boxed(),
+        (call(), call())
+            .prop_map(|(provided, tool_call_id)| AgentEvent::ToolCallIdDerived {
+                provided,
+                tool_call_id,
+            })
+            .boxed(),
         (call(), text(), json())
             .prop_map(|(tool_call_id, name, arguments)| AgentEvent::ToolStart {
                 tool_call_id,
