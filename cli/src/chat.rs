@@ -2,7 +2,8 @@
 //! from stdin is a prompt (queued while a run is going) or a slash command; Ctrl-C aborts the
 //! running run, not the chat; Ctrl-C at the idle prompt exits 0 at once, `/quit` and the end
 //! of input exit 0 once the runs still going or queued have ended and their output is shown
-//! (so `printf 'a\nb\n/quit\n' | agentloop chat` prints both answers).
+//! (so `printf 'a\nb\n/quit\n' | agentloop chat` prints both answers); a run that then waits
+//! for an answer (a question, an approval) no more input can give is aborted.
 //!
 //! A line is at most [`MAX_LINE_BYTES`] long: a longer one is read to its end without being
 //! kept, refused with an `[error]` line, and the chat goes on.
@@ -327,6 +328,12 @@ async fn chat(args: &ChatArgs, session: &Session, output: &Output) -> ExitCode {
         output.prompt("> ");
     }
     loop {
+        if input_ended && waits_for_input(session) {
+            // No more input can answer it: the run would wait for ever.
+            output.finish();
+            output.say("[quit] the run waits for an answer and the input has ended: aborting it");
+            return leave(session).await;
+        }
         tokio::select! {
             item = events.recv() => match item {
                 Some(SubscriptionItem::Event(env)) => {
@@ -371,6 +378,9 @@ async fn chat(args: &ChatArgs, session: &Session, output: &Output) -> ExitCode {
                 output.finish();
                 return ExitCode::SUCCESS;
             },
+            // After the input: look again whether the run waits for an answer (a question is
+            // parked just after its event).
+            () = tokio::time::sleep(Duration::from_millis(50)), if input_ended => {},
             signal = &mut interrupt => {
                 interrupt = Box::pin(tokio::signal::ctrl_c());
                 if signal.is_err() || session.status() == Status::Idle {
@@ -384,6 +394,11 @@ async fn chat(args: &ChatArgs, session: &Session, output: &Output) -> ExitCode {
             },
         }
     }
+}
+
+/// Whether the run waits for the person: a question or an approval is parked.
+fn waits_for_input(session: &Session) -> bool {
+    !session.pending_questions().is_empty() || !session.pending_approvals().is_empty()
 }
 
 /// Leaves the chat: aborts a run still going (its end is recorded), exit 0.
