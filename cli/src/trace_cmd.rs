@@ -913,6 +913,19 @@ fn write_imported_dir<'a>(
         .out
         .clone()
         .unwrap_or_else(|| args.file.with_extension("traces"));
+    // A directory, or nothing: a link there is not followed (the files would land where it
+    // points), nor is anything else written through.
+    if let Some(kind) = std::fs::symlink_metadata(&dir)
+        .ok()
+        .filter(|m| !m.is_dir())
+        .and_then(|m| agentloop::store::regular_file::FileKind::of(&m))
+    {
+        errln!(
+            "error: {}: {kind} is there, not a directory: refused (nothing written)",
+            dir.display()
+        );
+        return ExitCode::from(2);
+    }
     if let Err(e) = std::fs::create_dir_all(&dir) {
         errln!("error: {}: {e}", dir.display());
         return ExitCode::from(2);

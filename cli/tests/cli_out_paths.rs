@@ -186,3 +186,50 @@ fn trace_export_to_dev_null_leaves_it_a_character_device() {
         both(&out)
     );
 }
+
+/// `trace import --from inspect-eval` writes into the directory `--out`: a symbolic link
+/// there is refused, not followed (the files would land where it points), and a FIFO inside
+/// at a file's name is refused like any output path.
+#[test]
+fn an_import_directory_that_is_a_link_is_refused_and_not_followed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let log: PathBuf = [
+        env!("CARGO_MANIFEST_DIR"),
+        "..",
+        "tests",
+        "fixtures",
+        "inspect",
+        "eval.json",
+    ]
+    .iter()
+    .collect();
+    let log = log.display().to_string();
+    std::fs::create_dir(d.join("elsewhere")).expect("elsewhere");
+    std::os::unix::fs::symlink(d.join("elsewhere"), d.join("evals")).expect("symlink");
+    let args = [
+        "trace",
+        "import",
+        "--from",
+        "inspect-eval",
+        &log,
+        "--out",
+        "evals",
+    ];
+    let out = agentloop(d, &args);
+    assert_eq!(out.status.code(), Some(2), "{}", both(&out));
+    assert!(
+        both(&out).contains("evals: a symbolic link is there, not a directory"),
+        "{}",
+        both(&out)
+    );
+    let written = std::fs::read_dir(d.join("elsewhere"))
+        .expect("elsewhere")
+        .count();
+    assert_eq!(written, 0, "nothing written through the link");
+    // A real directory is written into.
+    std::fs::remove_file(d.join("evals")).expect("unlink");
+    let out = agentloop(d, &args);
+    assert_eq!(out.status.code(), Some(1), "{}", both(&out));
+    assert!(std::fs::read_dir(d.join("evals")).expect("evals").count() > 0);
+}
