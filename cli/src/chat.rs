@@ -360,6 +360,9 @@ async fn chat(args: &ChatArgs, session: &Session, output: &Output) -> ExitCode {
                     if !command(session, output, &line, &mut trace, input).await {
                         // `/quit`: as the end of input, so every answer still coming is shown.
                         input_ended = true;
+                        if session.status() != Status::Idle {
+                            output.say("[quit] leaving once the runs going or queued have ended (Ctrl-C aborts)");
+                        }
                         continue;
                     }
                     if typing && session.status() == Status::Idle {
