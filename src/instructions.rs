@@ -7,6 +7,10 @@
 //! the directory), a missing file, a symbolic link, FIFO or other non-regular file (never
 //! opened in a way that blocks), a file over [`MAX_INSTRUCTIONS_BYTES`], text that is not UTF-8.
 //!
+//! Loading from a directory makes its `*.md` files read-only to the model's file tools (see
+//! [`crate::tools::protected`]): a model that appended to its own instructions would change
+//! every later run.
+//!
 //! ```
 //! use agentloop::instructions::{agents, build_system_prompt, load};
 //! let dir = tempfile::tempdir().unwrap();
@@ -113,9 +117,12 @@ impl InstructionsDir {
         Ok(self.dir.join(format!("{agent_id}.md")))
     }
 
-    /// Loads `agent_id`'s instructions (see the module docs for what is refused).
+    /// Loads `agent_id`'s instructions (see the module docs for what is refused). The
+    /// directory's instructions become read-only to the file tools
+    /// ([`crate::tools::protected::protect_agents_dir`]).
     fn load(&self, agent_id: &str) -> Result<String, InstructionsError> {
         let path = self.path_of(agent_id)?;
+        crate::tools::protected::protect_agents_dir(&self.dir);
         let file = match open_regular(&path, std::fs::OpenOptions::new().read(true)) {
             Ok(f) => f,
             Err(OpenError::NotRegular(kind)) => {

@@ -36,6 +36,7 @@ fn ctx() -> ToolContext {
         call_id: "call_1".into(),
         root: PathBuf::from("."),
         idempotency_key: None,
+        allow_instruction_writes: false,
     }
 }
 

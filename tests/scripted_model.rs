@@ -184,6 +184,7 @@ async fn demo_calls_the_calculator_then_answers_with_its_result() {
                 call_id: id.clone(),
                 root: std::env::temp_dir(),
                 idempotency_key: None,
+                allow_instruction_writes: false,
             },
             args,
         )

@@ -1,7 +1,12 @@
 //! `agentloop chat`: an interactive session on the library's [`Session`] actor. Each line read
 //! from stdin is a prompt (queued while a run is going) or a slash command; Ctrl-C aborts the
-//! running run, not the chat; Ctrl-C at the idle prompt, `/quit` or the end of input exits 0
-//! (at the end of input, after the runs still going or queued have ended).
+//! running run, not the chat; Ctrl-C at the idle prompt exits 0 at once, `/quit` and the end
+//! of input exit 0 once the runs still going or queued have ended and their output is shown
+//! (so `printf 'a\nb\n/quit\n' | agentloop chat` prints both answers); a run that then waits
+//! for an answer (a question, an approval) no more input can give is aborted.
+//!
+//! A line is at most [`MAX_LINE_BYTES`] long: a longer one is read to its end without being
+//! kept, refused with an `[error]` line, and the chat goes on.
 //!
 //! The line grammar is pure ([`parse`]); the loop only turns commands into session calls and
 //! events into output (the same [`Output`] as `run`: a live status line on a terminal, plain
@@ -94,7 +99,8 @@ commands:
   /model NAME     switch the model (registered with --extra-model; from the next step)
   /trace FILE     record the following runs' traces (FILE, then FILE.2.EXT, ...); /trace off
   /help           this list
-  /quit           leave (also Ctrl-C at the prompt, or end of input)
+  /quit           leave once the runs going or queued have ended (also the end of input;
+                  Ctrl-C at the prompt leaves at once)
 Ctrl-C during a run aborts the run (and drops queued prompts); the chat stays.";
 
 /// Reads one input line.
@@ -219,28 +225,81 @@ fn build(
         .build())
 }
 
-/// Lines of stdin, read on a thread of their own (a blocking read); bytes that are not UTF-8
-/// become U+FFFD rather than ending the input. The channel closes at the end of input or on
-/// a read error.
-fn stdin_lines() -> mpsc::UnboundedReceiver<String> {
-    use std::io::BufRead;
-    let (tx, rx) = mpsc::unbounded_channel();
+/// The longest input line the chat takes, in bytes (1 MiB, its line break not counted).
+pub(crate) const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// One line of stdin, as the reader thread hands it over.
+#[derive(Debug, PartialEq)]
+enum Input {
+    /// A line, without its line break; bytes that are not UTF-8 became U+FFFD.
+    Line(String),
+    /// A line over [`MAX_LINE_BYTES`]: read to its end, not kept; its length in bytes.
+    TooLong(u64),
+}
+
+/// Reads the next line of `input`, keeping at most `max` bytes of it (plus its line break)
+/// in memory: a longer line is read to its end and dropped ([`Input::TooLong`]). `None` at
+/// the end of input.
+fn next_line(input: &mut impl std::io::BufRead, max: usize) -> std::io::Result<Option<Input>> {
+    let mut kept = Vec::new();
+    let mut total = 0u64;
+    let mut over = false;
+    let mut ended = false;
+    loop {
+        let chunk = match input.fill_buf() {
+            Ok(chunk) => chunk,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            if total == 0 {
+                return Ok(None);
+            }
+            break;
+        }
+        let (take, ends) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        if !over && kept.len() + take > max + 2 {
+            over = true;
+            kept = Vec::new();
+        }
+        if !over {
+            kept.extend_from_slice(&chunk[..take]);
+        }
+        total += take as u64;
+        input.consume(take);
+        if ends {
+            ended = true;
+            break;
+        }
+    }
+    let line = String::from_utf8_lossy(&kept);
+    let line = line.trim_end_matches(['\r', '\n']);
+    if over || line.len() > max {
+        // Its length without the line break (a `\r` before the `\n` of a dropped line counts).
+        let newline = if over {
+            usize::from(ended)
+        } else {
+            kept.len() - line.len()
+        };
+        return Ok(Some(Input::TooLong(total - newline as u64)));
+    }
+    Ok(Some(Input::Line(line.to_string())))
+}
+
+/// Lines of stdin, read on a thread of their own (a blocking read), each at most
+/// [`MAX_LINE_BYTES`] ([`next_line`]). The channel holds a few lines: the thread waits while
+/// the chat is behind, so input piped faster than it is handled does not pile up in memory.
+/// The channel closes at the end of input or on a read error.
+fn stdin_lines() -> mpsc::Receiver<Input> {
+    let (tx, rx) = mpsc::channel(16);
     std::thread::spawn(move || {
         let mut input = std::io::stdin().lock();
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            match input.read_until(b'\n', &mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    let line = String::from_utf8_lossy(&buf);
-                    if tx
-                        .send(line.trim_end_matches(['\r', '\n']).to_string())
-                        .is_err()
-                    {
-                        break;
-                    }
-                }
+        while let Ok(Some(line)) = next_line(&mut input, MAX_LINE_BYTES) {
+            if tx.blocking_send(line).is_err() {
+                break;
             }
         }
     });
@@ -269,6 +328,12 @@ async fn chat(args: &ChatArgs, session: &Session, output: &Output) -> ExitCode {
         output.prompt("> ");
     }
     loop {
+        if input_ended && waits_for_input(session) {
+            // No more input can answer it: the run would wait for ever.
+            output.finish();
+            output.say("[quit] the run waits for an answer and the input has ended: aborting it");
+            return leave(session).await;
+        }
         tokio::select! {
             item = events.recv() => match item {
                 Some(SubscriptionItem::Event(env)) => {
@@ -281,7 +346,10 @@ async fn chat(args: &ChatArgs, session: &Session, output: &Output) -> ExitCode {
                 None => return fail("the session ended"),
             },
             read = lines.recv(), if !input_ended => match read {
-                Some(text) => {
+                Some(Input::TooLong(bytes)) => output.say(&format!(
+                    "[error] input line too long ({bytes} bytes; the limit is {MAX_LINE_BYTES}): ignored"
+                )),
+                Some(Input::Line(text)) => {
                     if typing {
                         output.input_echoed();
                     }
@@ -290,7 +358,12 @@ async fn chat(args: &ChatArgs, session: &Session, output: &Output) -> ExitCode {
                         None => parse(&text),
                     };
                     if !command(session, output, &line, &mut trace, input).await {
-                        return leave(session).await;
+                        // `/quit`: as the end of input, so every answer still coming is shown.
+                        input_ended = true;
+                        if session.status() != Status::Idle {
+                            output.say("[quit] leaving once the runs going or queued have ended (Ctrl-C aborts)");
+                        }
+                        continue;
                     }
                     if typing && session.status() == Status::Idle {
                         output.prompt("> ");
@@ -308,6 +381,9 @@ async fn chat(args: &ChatArgs, session: &Session, output: &Output) -> ExitCode {
                 output.finish();
                 return ExitCode::SUCCESS;
             },
+            // After the input: look again whether the run waits for an answer (a question is
+            // parked just after its event).
+            () = tokio::time::sleep(Duration::from_millis(50)), if input_ended => {},
             signal = &mut interrupt => {
                 interrupt = Box::pin(tokio::signal::ctrl_c());
                 if signal.is_err() || session.status() == Status::Idle {
@@ -321,6 +397,11 @@ async fn chat(args: &ChatArgs, session: &Session, output: &Output) -> ExitCode {
             },
         }
     }
+}
+
+/// Whether the run waits for the person: a question or an approval is parked.
+fn waits_for_input(session: &Session) -> bool {
+    !session.pending_questions().is_empty() || !session.pending_approvals().is_empty()
 }
 
 /// Leaves the chat: aborts a run still going (its end is recorded), exit 0.
@@ -460,7 +541,7 @@ impl Asked {
     }
 }
 
-/// Carries out one input line; false to leave.
+/// Carries out one input line; false to leave (`/quit`).
 async fn command(
     session: &Session,
     output: &Output,
@@ -581,6 +662,32 @@ fn pending_list(line: &StatusLine) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Lines as the reader thread takes them, with `max` bytes a line.
+    fn lines_of(bytes: &[u8], max: usize) -> Vec<Input> {
+        // A small buffer, so a line spans several reads.
+        let mut input = std::io::BufReader::with_capacity(3, bytes);
+        std::iter::from_fn(|| next_line(&mut input, max).unwrap()).collect()
+    }
+
+    #[test]
+    fn a_line_over_the_limit_is_dropped_and_the_next_one_read() {
+        let line = |s: &str| Input::Line(s.into());
+        assert_eq!(
+            lines_of(b"abcd\r\nabcde\nabcdefghij\n\nok", 5),
+            [
+                line("abcd"),
+                line("abcde"),
+                Input::TooLong(10),
+                line(""),
+                line("ok")
+            ]
+        );
+        assert_eq!(lines_of(b"abcdef", 5), [Input::TooLong(6)]);
+        assert_eq!(lines_of(b"abcdef\n", 6), [line("abcdef")]);
+        assert_eq!(lines_of(b"\xff\n", 5), [line("\u{fffd}")]);
+        assert!(lines_of(b"", 5).is_empty());
+    }
 
     #[test]
     fn lines_are_prompts_or_commands() {

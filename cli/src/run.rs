@@ -204,6 +204,11 @@ pub(crate) struct AgentArgs {
     /// The directory of agent instructions, one `ID.md` per agent.
     #[arg(long, value_name = "DIR", default_value = "agents")]
     pub agents_dir: PathBuf,
+    /// Let the model's file tools write instruction, agent and rule files (`AGENTS.md`,
+    /// `--agents-dir`'s `ID.md`, the `--tool-rules` file). Off by default: what the model
+    /// appends there would steer every later run.
+    #[arg(long)]
+    pub allow_instruction_writes: bool,
     /// Offer the built-in `write_todos` tool: the model keeps a todo list, each change shown
     /// (`[todo]` lines; `todo_change` in `--events json`).
     #[arg(long)]
@@ -531,6 +536,11 @@ pub(crate) fn agent_builder(
             ));
         }
     }
+    // The model may read its instructions and rules, not rewrite them (unless allowed).
+    agentloop::tools::protected::protect_agents_dir(&args.agents_dir);
+    if let Some(path) = &args.tool_rules {
+        agentloop::tools::protected::protect_from_writes(path);
+    }
     let instructions = match &args.agent {
         Some(id) => Some(
             agentloop::instructions::load(&args.agents_dir, id)
@@ -543,6 +553,7 @@ pub(crate) fn agent_builder(
         .model_arc(model(args)?)
         .tools(tools)
         .root(args.root.clone())
+        .allow_instruction_writes(args.allow_instruction_writes)
         .stream_timeouts_ms(secs(args.first_chunk_timeout), secs(args.stall_timeout))
         .tool_timeout_ms(secs(args.tool_timeout));
     if let Some(s) = args.request_timeout {

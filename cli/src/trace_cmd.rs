@@ -366,18 +366,11 @@ pub(crate) fn view_main(args: ViewArgs) -> ExitCode {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| args.trace.display().to_string());
     // Pass 2: the page, the records streamed into it.
-    let name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "page.html".into());
-    let tmp = out.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    let written = write_page(&args.trace, &tmp, &view, &title, view.meta.end)
-        .map_err(|e| format!("{}: {e}", out.display()));
-    let written = written
-        .and_then(|()| std::fs::rename(&tmp, &out).map_err(|e| format!("{}: {e}", out.display())));
+    let written = write_replacing(&out, |w| {
+        write_page(&args.trace, w, &view, &title, view.meta.end).map_err(std::io::Error::other)
+    });
     if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return fail(&e);
+        return fail(&format!("{}: {e}", out.display()));
     }
     emit(&format!(
         "wrote {} ({} records, {} lanes, {} timers, {} marks)\n",
@@ -403,20 +396,18 @@ fn lay_out(path: &Path) -> Result<crate::trace_view::View, TraceError> {
     Ok(layout.finish(&header))
 }
 
-/// Pass 2 of `trace view`: writes the page for `view` to `tmp`, each of the trace's `count`
+/// Pass 2 of `trace view`: writes the page for `view` to `w`, each of the trace's `count`
 /// records read again and written as it is read. (An error names what went wrong, not the
 /// temporary file: the caller names the page.)
 fn write_page(
     trace: &Path,
-    tmp: &Path,
+    w: &mut std::io::BufWriter<std::fs::File>,
     view: &crate::trace_view::View,
     title: &str,
     count: u64,
 ) -> Result<(), String> {
     use crate::trace_view::{page_data_head, page_end, page_start, script_json};
     let io = |e: std::io::Error| e.to_string();
-    let file = std::fs::File::create(tmp).map_err(io)?;
-    let mut w = std::io::BufWriter::new(file);
     let head = page_data_head(view).ok_or("the page data could not be laid out")?;
     w.write_all(page_start(title).as_bytes()).map_err(io)?;
     w.write_all(head.as_bytes()).map_err(io)?;
@@ -437,9 +428,7 @@ fn write_page(
         ));
     }
     w.write_all(b"]}").map_err(io)?;
-    w.write_all(page_end().as_bytes()).map_err(io)?;
-    let file = w.into_inner().map_err(|e| io(e.into_error()))?;
-    file.sync_all().map_err(io)
+    w.write_all(page_end().as_bytes()).map_err(io)
 }
 
 fn side(name: &str, s: &Summary) -> String {
@@ -697,20 +686,36 @@ fn script_of(replies: &[agentloop_trace_tools::import::Reply]) -> serde_json::Va
 /// Writes `path` through a temporary file next to it (`.NAME.PID.tmp`), synced and renamed
 /// over `path` once `write` succeeded; on failure the temporary file is removed and `path`
 /// is left as it was.
+///
+/// Only a regular file (or nothing) at `path` is replaced: a symbolic link, FIFO, socket,
+/// device node or directory there is refused before anything is written (error kind
+/// `InvalidInput`, naming what is there), and checked again just before the rename. So
+/// `-o /dev/null` never replaces the system's device with a file.
 pub(crate) fn write_replacing<T>(
     path: &Path,
     write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<T>,
 ) -> std::io::Result<T> {
+    replaceable(path)?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "out".into());
     let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    let result = std::fs::File::create(&tmp).and_then(|file| {
+    // A leftover of this process id is ours to remove; `create_new` never follows a link
+    // planted at the temporary name.
+    if std::fs::symlink_metadata(&tmp).is_ok_and(|m| m.is_file() || m.is_symlink()) {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp);
+    let result = created.and_then(|file| {
         let mut w = std::io::BufWriter::new(file);
         let value = write(&mut w)?;
         let file = w.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
+        replaceable(path)?;
         std::fs::rename(&tmp, path)?;
         Ok(value)
     });
@@ -718,6 +723,23 @@ pub(crate) fn write_replacing<T>(
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// Ok when `path` is missing or a regular file (not a link to one): what
+/// [`write_replacing`] may rename a new file over.
+fn replaceable(path: &Path) -> std::io::Result<()> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    match agentloop::store::regular_file::FileKind::of(&meta) {
+        None => Ok(()),
+        Some(kind) => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{kind} is there, not a regular file: refused (nothing written)"),
+        )),
+    }
 }
 
 /// `trace import`: 0 imported as recorded, 1 imported with findings (printed), 2 bad input.
@@ -891,6 +913,19 @@ fn write_imported_dir<'a>(
         .out
         .clone()
         .unwrap_or_else(|| args.file.with_extension("traces"));
+    // A directory, or nothing: a link there is not followed (the files would land where it
+    // points), nor is anything else written through.
+    if let Some(kind) = std::fs::symlink_metadata(&dir)
+        .ok()
+        .filter(|m| !m.is_dir())
+        .and_then(|m| agentloop::store::regular_file::FileKind::of(&m))
+    {
+        errln!(
+            "error: {}: {kind} is there, not a directory: refused (nothing written)",
+            dir.display()
+        );
+        return ExitCode::from(2);
+    }
     if let Err(e) = std::fs::create_dir_all(&dir) {
         errln!("error: {}: {e}", dir.display());
         return ExitCode::from(2);

@@ -773,6 +773,7 @@ impl Session {
                     call_id: call.id.clone(),
                     root: w.root.clone(),
                     idempotency_key: Some(format!("{}/{}", ctx.key(), call.id)),
+                    allow_instruction_writes: false,
                 };
                 let id = call.id.clone();
                 let work = ctx

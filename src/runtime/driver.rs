@@ -395,6 +395,7 @@ impl Driver<'_> {
             call_id: call.id.clone(),
             root: self.agent.root.clone(),
             idempotency_key: None,
+            allow_instruction_writes: self.agent.allow_instruction_writes,
         };
         let hooks = self.agent.hooks.clone();
         let offload = self.agent.offload.clone();

@@ -451,6 +451,8 @@ pub struct Agent {
     pub(crate) config: Arc<RunConfig>,
     pub(crate) timeouts: Timeouts,
     pub(crate) root: PathBuf,
+    /// Whether the file tools may write instruction, agent and rule files.
+    pub(crate) allow_instruction_writes: bool,
     pub(crate) event_index: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -485,6 +487,7 @@ pub struct AgentBuilder<M = Arc<dyn Model>> {
     config: RunConfig,
     timeouts: Timeouts,
     root: PathBuf,
+    allow_instruction_writes: bool,
 }
 
 impl Agent {
@@ -511,6 +514,7 @@ impl Agent {
             config: RunConfig::default(),
             timeouts: Timeouts::default(),
             root: PathBuf::from("."),
+            allow_instruction_writes: false,
         }
     }
 }
@@ -542,6 +546,7 @@ impl<M> AgentBuilder<M> {
             config: self.config,
             timeouts: self.timeouts,
             root: self.root,
+            allow_instruction_writes: self.allow_instruction_writes,
         }
     }
 
@@ -1032,6 +1037,23 @@ impl<M> AgentBuilder<M> {
         self.root = root.into();
         self
     }
+
+    /// Lets the built-in file tools write instruction, agent and rule files (`AGENTS.md`,
+    /// `agents/ID.md`, a tool rules file; see [`crate::tools::protected`]). Off by default:
+    /// a model that appends to its own instructions or rules changes every later run.
+    ///
+    /// ```
+    /// use agentloop::prelude::*;
+    /// let agent = Agent::builder()
+    ///     .model(ScriptedModel::demo())
+    ///     .allow_instruction_writes(true)
+    ///     .build();
+    /// # let _ = agent;
+    /// ```
+    pub fn allow_instruction_writes(mut self, allow: bool) -> Self {
+        self.allow_instruction_writes = allow;
+        self
+    }
 }
 
 impl AgentBuilder<Arc<dyn Model>> {
@@ -1085,6 +1107,7 @@ impl AgentBuilder<Arc<dyn Model>> {
             config: Arc::new(config),
             timeouts: self.timeouts,
             root: self.root,
+            allow_instruction_writes: self.allow_instruction_writes,
             event_index: Default::default(),
         }
     }

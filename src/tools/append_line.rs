@@ -80,14 +80,15 @@ impl TypedTool for AppendLine {
         let mut record = args.line;
         record.push('\n');
         let key = ctx.idempotency_key.clone();
+        let allowed = ctx.allow_instruction_writes;
         if key.as_deref().is_some_and(|k| k.contains(['\n', '\r'])) {
             return Err(ToolError::Failed(
                 "the idempotency key contains a line break".into(),
             ));
         }
         let appended = tokio::task::spawn_blocking(move || match key {
-            Some(key) => append_keyed(&root, &path, record.as_bytes(), &key),
-            None => append(&root, &path, record.as_bytes()).map(|()| true),
+            Some(key) => append_keyed(&root, &path, allowed, record.as_bytes(), &key),
+            None => append(&root, &path, allowed, record.as_bytes()).map(|()| true),
         })
         .await
         .map_err(|e| ToolError::Failed(format!("append_line did not finish: {e}")))?
@@ -111,11 +112,12 @@ pub(crate) const KEYS_SUFFIX: &str = ".agentloop-keys";
 fn append_keyed(
     root: &std::path::Path,
     requested: &str,
+    allowed: bool,
     record: &[u8],
     key: &str,
 ) -> Result<bool, String> {
     use std::io::{Read, Seek, SeekFrom};
-    let target = resolve_for_write(root, requested)?;
+    let target = resolve_writable(root, requested, allowed)?;
     let mut index_name = target
         .file_name()
         .map(|n| n.to_os_string())
@@ -211,8 +213,26 @@ impl Drop for IndexLock {
     }
 }
 
-fn append(root: &std::path::Path, requested: &str, record: &[u8]) -> Result<(), String> {
+/// The file `requested` resolves to under `root` ([`resolve_for_write`]), when the tools may
+/// write it: not an instruction, agent or rule file unless `allowed`
+/// ([`super::protected::check_write`]).
+fn resolve_writable(
+    root: &std::path::Path,
+    requested: &str,
+    allowed: bool,
+) -> Result<std::path::PathBuf, String> {
     let target = resolve_for_write(root, requested)?;
+    super::protected::check_write(requested, &target, allowed)?;
+    Ok(target)
+}
+
+fn append(
+    root: &std::path::Path,
+    requested: &str,
+    allowed: bool,
+    record: &[u8],
+) -> Result<(), String> {
+    let target = resolve_writable(root, requested, allowed)?;
     // `target`'s last component is not a link (it was resolved); refuse one swapped in since.
     // Never blocks: a FIFO or device is refused (see `agentloop_store::regular_file`).
     let mut file = open_regular(
@@ -239,6 +259,7 @@ mod tests {
             call_id: id.into(),
             root: root.to_path_buf(),
             idempotency_key: None,
+            allow_instruction_writes: false,
         }
     }
 

@@ -190,6 +190,7 @@ mod tests {
             call_id: "call_0_0".into(),
             root: std::env::temp_dir(),
             idempotency_key: None,
+            allow_instruction_writes: false,
         }
     }
 

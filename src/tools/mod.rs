@@ -69,6 +69,10 @@ pub struct ToolContext {
     /// reports `outcome_unknown` instead of re-running): the tool behaves as before.
     /// The built-in [`append_line`](fn@append_line) honours it.
     pub idempotency_key: Option<String>,
+    /// Whether the file tools may write instruction, agent and rule files (see
+    /// [`protected`]): false unless the agent allows it
+    /// ([`AgentBuilder::allow_instruction_writes`](crate::runtime::AgentBuilder::allow_instruction_writes)).
+    pub allow_instruction_writes: bool,
 }
 
 /// A tool failure; it becomes an error result the model sees, never a machine error (R-IN-3).

@@ -209,6 +209,7 @@ mod tests {
             call_id: "call_0_0".into(),
             root: root.to_path_buf(),
             idempotency_key: None,
+            allow_instruction_writes: false,
         }
     }
 

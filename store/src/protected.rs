@@ -16,6 +16,22 @@
 //! files stay off limits after the store is dropped, which is what a later run in the same
 //! process wants anyway.
 //!
+//! A store this process never opened is off limits too (a run with `--store sqlite:work.db`
+//! must not reach the sessions another run keeps in `.agentloop/sessions`), recognized
+//! whatever the run's store by where it lies and by what it holds:
+//!
+//! - the default store: `$AGENTLOOP_STORE` as it is set when the tool runs, and a
+//!   `.agentloop/sessions` directory anywhere;
+//! - a session file anywhere (a file whose first line is a session record,
+//!   `{"v":1,"seq":1,"entry":...`), its lock `<session>.lock` and its `<session>.jsonl.new`,
+//!   and every file of a directory holding a session file beside its lock (a file store's
+//!   directory: no session can be forged there by creating a file);
+//! - a SQLite database anywhere (a file that starts with SQLite's header; agentloop's are not
+//!   told apart from others), its `-wal`, `-shm` and `-journal` files and its `.locks/`
+//!   directory, and any file named `sessions.db…` (the name agentloop's examples give one).
+//!
+//! A PostgreSQL store keeps nothing on disk.
+//!
 //! # Example
 //!
 //! ```
@@ -130,21 +146,134 @@ fn covers(guard: &Guard, target: &Path) -> bool {
 }
 
 /// Refuses `target` (a resolved, canonical path the tool is about to open) when it is a
-/// protected location; `requested` is the path as the model wrote it. The built-in file tools
-/// call it; a custom tool that opens files for the model should too.
+/// protected location: registered, or recognized as a store by location or content (see the
+/// module docs); `requested` is the path as the model wrote it. The built-in file tools call
+/// it; a custom tool that opens files for the model should too.
 pub fn check(requested: &str, target: &Path) -> Result<(), String> {
-    let guards: Vec<Guard> = match PROTECTED.lock() {
+    let mut guards: Vec<Guard> = match PROTECTED.lock() {
         Ok(set) => set.iter().cloned().collect(),
         // A poisoned registry still holds every location registered before the panic.
         Err(poisoned) => poisoned.into_inner().iter().cloned().collect(),
     };
-    match guards.iter().find(|g| covers(g, target)) {
-        Some(Guard::Dir(dir)) | Some(Guard::FileFamily(dir)) => Err(format!(
+    guards.push(Guard::Dir(absolute(&default_store_dir())));
+    let store = match guards.iter().find(|g| covers(g, target)) {
+        Some(Guard::Dir(dir)) | Some(Guard::FileFamily(dir)) => Some(dir.clone()),
+        None => recognized_store(target),
+    };
+    match store {
+        Some(dir) => Err(format!(
             "`{requested}` is in the session store `{}`: the file tools may not touch it",
             dir.display()
         )),
         None => Ok(()),
     }
+}
+
+/// The default store directory as it is now: `$AGENTLOOP_STORE` if set, else
+/// `.agentloop/sessions` (only a directory counts here: a store URL in the variable is
+/// registered by whoever opens it).
+fn default_store_dir() -> PathBuf {
+    match std::env::var_os("AGENTLOOP_STORE") {
+        Some(dir) if !dir.is_empty() && !dir.as_encoded_bytes().contains(&b':') => {
+            PathBuf::from(dir)
+        }
+        _ => PathBuf::from(".agentloop").join("sessions"),
+    }
+}
+
+/// The most directory entries [`recognized_store`] looks at to tell a store directory.
+const MAX_SCANNED_ENTRIES: usize = 4096;
+
+/// The store `target` (canonical) lies in when it is recognized by location or content,
+/// though never registered: the location of that store.
+fn recognized_store(target: &Path) -> Option<PathBuf> {
+    let names: Vec<&std::ffi::OsStr> = target.iter().collect();
+    if let Some(i) = names
+        .windows(2)
+        .position(|w| w[0] == ".agentloop" && w[1] == "sessions")
+    {
+        return Some(names[..i + 2].iter().collect());
+    }
+    let parent = target.parent()?;
+    let name = target.file_name()?.to_str().unwrap_or_default();
+    if name.starts_with("sessions.db") || is_sqlite(target) {
+        return Some(target.to_path_buf());
+    }
+    for suffix in ["-wal", "-shm", "-journal"] {
+        if let Some(db) = name.strip_suffix(suffix) {
+            if is_sqlite(&parent.join(db)) {
+                return Some(parent.join(db));
+            }
+        }
+    }
+    let dir_name = parent
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    if let (Some(db), Some(grandparent)) = (dir_name.strip_suffix(".locks"), parent.parent()) {
+        if dir_name.starts_with("sessions.db") || is_sqlite(&grandparent.join(db)) {
+            return Some(grandparent.join(db));
+        }
+    }
+    let session = name
+        .strip_suffix(".jsonl.new")
+        .or_else(|| name.strip_suffix(".jsonl"))
+        .or_else(|| name.strip_suffix(".lock"));
+    let own = session.is_some_and(|s| is_session_file(&parent.join(format!("{s}.jsonl"))));
+    if own || is_session_file(target) || is_store_dir(parent) {
+        return Some(parent.to_path_buf());
+    }
+    None
+}
+
+/// Whether `dir` holds a session file beside its lock (a file store's directory).
+fn is_store_dir(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries
+        .take(MAX_SCANNED_ENTRIES)
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name();
+            let stem = name.to_str()?.strip_suffix(".lock")?;
+            Some(dir.join(format!("{stem}.jsonl")))
+        })
+        .any(|session| is_session_file(&session))
+}
+
+/// The first bytes of the regular file at `path` (none for anything else: never opened in a
+/// way that blocks).
+fn head(path: &Path, n: usize) -> Vec<u8> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    if let Ok(file) =
+        crate::regular_file::open_regular(path, std::fs::OpenOptions::new().read(true))
+    {
+        let _ = file.take(n as u64).read_to_end(&mut bytes);
+    }
+    bytes
+}
+
+/// Whether `path` is a SQLite database (its header).
+fn is_sqlite(path: &Path) -> bool {
+    head(path, 16) == b"SQLite format 3\0"
+}
+
+/// Whether `path` is an agentloop session file: its first line a session record
+/// (`{"v":N,"seq":N,"entry":...`).
+fn is_session_file(path: &Path) -> bool {
+    let bytes = head(path, 64);
+    let Some(rest) = bytes.strip_prefix(b"{\"v\":") else {
+        return false;
+    };
+    let digits = |b: &[u8]| b.iter().take_while(|c| c.is_ascii_digit()).count();
+    let n = digits(rest);
+    let Some(rest) = rest[n..].strip_prefix(b",\"seq\":") else {
+        return false;
+    };
+    let m = digits(rest);
+    n > 0 && m > 0 && rest[m..].starts_with(b",\"entry\":\"")
 }
 
 #[cfg(test)]
@@ -181,6 +310,56 @@ mod tests {
         for free in ["sessions.d", "notes.txt", "sub/sessions.db"] {
             assert!(!covers(&guard, &root.join(free)), "{free}");
         }
+    }
+
+    /// Stores this process never registered are recognized by where they lie and what they
+    /// hold; files beside them are not.
+    #[test]
+    fn unregistered_stores_are_recognized_by_location_and_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let write = |name: &str, bytes: &[u8]| {
+            let path = root.join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, bytes).unwrap();
+        };
+        let session = br#"{"v":1,"seq":1,"entry":"user","content":"hi"}
+"#;
+        write("store/s.jsonl", session);
+        write("store/s.lock", b"");
+        write("copied.jsonl", session);
+        write("db/work.sqlite", b"SQLite format 3\0rest");
+        write("notes.jsonl", br#"{"v":1,"seq":"x"}"#);
+        write("plain.txt", b"text");
+        for covered in [
+            ".agentloop/sessions/new.jsonl",
+            "a/.agentloop/sessions/x/y",
+            "store/s.jsonl",
+            "store/s.lock",
+            "store/s.jsonl.new",
+            "store/forged.jsonl",
+            "copied.jsonl",
+            "db/work.sqlite",
+            "db/work.sqlite-wal",
+            "db/work.sqlite-journal",
+            "db/work.sqlite.locks/s.lock",
+            "sessions.db",
+            "sub/sessions.db-shm",
+        ] {
+            assert!(recognized_store(&root.join(covered)).is_some(), "{covered}");
+        }
+        for free in [
+            "notes.jsonl",
+            "plain.txt",
+            "new.txt",
+            "db/other.txt",
+            ".agentloop/notes",
+            "sessions/x.jsonl",
+        ] {
+            assert!(recognized_store(&root.join(free)).is_none(), "{free}");
+        }
+        let e = check("store/forged.jsonl", &root.join("store/forged.jsonl")).unwrap_err();
+        assert!(e.contains("session store"), "{e}");
     }
 
     #[test]
