@@ -199,7 +199,10 @@ fn r_trace_1_a_2_megabyte_conversation_imports_linearly_and_a_corpus_replays_pas
         corpus.join("chat.jsonl"),
     )
     .expect("move");
-    let out = agentloop(dir.path(), &["run", "What is 2+3?", "--trace", "corpus/run.jsonl"]);
+    let out = agentloop(
+        dir.path(),
+        &["run", "What is 2+3?", "--trace", "corpus/run.jsonl"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", both(&out));
     let header = std::fs::read_to_string(corpus.join("run.jsonl"))
         .expect("run trace")
@@ -207,7 +210,10 @@ fn r_trace_1_a_2_megabyte_conversation_imports_linearly_and_a_corpus_replays_pas
         .next()
         .expect("header")
         .to_string();
-    let huge = format!("{header}\n{{\"kind\":\"input\",\"pad\":\"{}\"}}\n", "x".repeat(300_000));
+    let huge = format!(
+        "{header}\n{{\"kind\":\"input\",\"pad\":\"{}\"}}\n",
+        "x".repeat(300_000)
+    );
     std::fs::write(corpus.join("huge.jsonl"), huge).expect("write");
     let out = Command::new("sh")
         .arg("-c")
@@ -227,5 +233,46 @@ fn r_trace_1_a_2_megabyte_conversation_imports_linearly_and_a_corpus_replays_pas
     assert!(
         all.contains("huge.jsonl:2: the trace is over its line limit of 200000 bytes"),
         "{all}"
+    );
+}
+
+#[test]
+fn r_trace_1_export_writes_the_rows_of_each_trace_as_it_reads_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 1,500 names of one recorded trace: their 106,500 rows collected need more than 48 MiB
+    // of data segment (about 70 MiB); written as each trace is read, they need about 27.
+    let corpus = dir.path().join("corpus");
+    std::fs::create_dir(&corpus).expect("mkdir");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/traces/v6-retry-after.jsonl");
+    for i in 0..1_500 {
+        std::fs::hard_link(&fixture, corpus.join(format!("t{i:04}.jsonl"))).expect("link");
+    }
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -d 49152 && exec \"$0\" \"$@\"")
+        .arg(bin())
+        .args([
+            "trace",
+            "export",
+            "corpus",
+            "--table",
+            "events",
+            "-o",
+            "events.csv",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .expect("run agentloop");
+    assert_eq!(out.status.code(), Some(0), "{}", both(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("wrote events.csv (106500 rows from 1500 traces)"),
+        "{stdout}"
+    );
+    let csv = std::fs::File::open(dir.path().join("events.csv")).expect("csv");
+    assert_eq!(
+        std::io::BufRead::lines(std::io::BufReader::new(csv)).count(),
+        106_501
     );
 }
