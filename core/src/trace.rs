@@ -354,14 +354,18 @@ fn push_step(records: &mut impl Extend<TraceRecord>, start: u64, event: &Event, 
         index: start,
         event: event.clone(),
     };
-    let transitions = (after..).zip(&step.transitions).map(|(index, t)| TraceRecord::Transition {
-        index,
-        transition: t.clone(),
-    });
-    let effects = (effects_from..).zip(&step.effects).map(|(index, e)| TraceRecord::Effect {
-        index,
-        effect: e.clone(),
-    });
+    let transitions = (after..)
+        .zip(&step.transitions)
+        .map(|(index, t)| TraceRecord::Transition {
+            index,
+            transition: t.clone(),
+        });
+    let effects = (effects_from..)
+        .zip(&step.effects)
+        .map(|(index, e)| TraceRecord::Effect {
+            index,
+            effect: e.clone(),
+        });
     records.extend(std::iter::once(input).chain(transitions).chain(effects));
 }
 
@@ -434,9 +438,10 @@ impl TraceLimits {
             (Limit::Loaded, &mut limits.loaded_bytes),
         ] {
             if let Some(v) = var(limit.env()) {
-                *slot = v.trim().parse().map_err(|_| {
-                    format!("{}={v}: not a number of bytes", limit.env())
-                })?;
+                *slot = v
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("{}={v}: not a number of bytes", limit.env()))?;
             }
         }
         Ok(limits)
@@ -521,7 +526,11 @@ impl TraceEncoder {
                 let shared = match &self.previous {
                     _ if self.version < PREFIX_VERSION => 0,
                     Some(p) if crate::model::SharedMessages::ptr_eq(p, messages) => p.len(),
-                    Some(p) => p.iter().zip(messages.iter()).take_while(|(a, b)| a == b).count(),
+                    Some(p) => p
+                        .iter()
+                        .zip(messages.iter())
+                        .take_while(|(a, b)| a == b)
+                        .count(),
                     None => 0,
                 };
                 self.previous = Some(messages.clone());
@@ -603,8 +612,7 @@ where
                 Some(l) => break l,
             }
         };
-        let v: serde_json::Value =
-            serde_json::from_str(line.as_ref()).map_err(|e| d.parse(&e))?;
+        let v: serde_json::Value = serde_json::from_str(line.as_ref()).map_err(|e| d.parse(&e))?;
         if v.get("kind").and_then(|k| k.as_str()) != Some("header") {
             return Err(d.no_header());
         }
@@ -738,9 +746,7 @@ impl Decoder {
             }
             Line::Effect {
                 prefix: Some(_), ..
-            } => {
-                return Err(self.parse_at(1, "a prefix on an effect other than call_model".into()))
-            }
+            } => return Err(self.parse_at(1, "a prefix on an effect other than call_model".into())),
             Line::Effect { index, effect, .. } => TraceRecord::Effect { index, effect },
         };
         let found = record.index().unwrap_or(self.expected);
@@ -991,7 +997,9 @@ fn replay_records(
         }
         match pending.pop_front() {
             Some(replayed) if replayed == recorded => {}
-            Some(replayed) => return Ok(diverged(index, Some(recorded), Some(replayed), read, input)),
+            Some(replayed) => {
+                return Ok(diverged(index, Some(recorded), Some(replayed), read, input))
+            }
             None => {
                 // The recording has more: replayed there is the next input's record.
                 let mut replayed = None;

@@ -179,9 +179,11 @@ pub fn capped_lines<R: std::io::BufRead>(
                 done = true;
                 Some(Ok(String::from_utf8_lossy(&line).into_owned()))
             }
-            Ok(_) => Some(String::from_utf8(line).map_err(|e| {
-                std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error())
-            })),
+            Ok(_) => {
+                Some(String::from_utf8(line).map_err(|e| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error())
+                }))
+            }
         }
     })
 }
