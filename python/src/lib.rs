@@ -22,8 +22,8 @@ use serde_json::{json, Value};
 
 use agentloop_core::react::{DeciderRef, DeciderRegistry};
 use agentloop_core::trace::{
-    replay_with, Trace as CoreTrace, TraceError as CoreError, TraceLimits, TraceRecord,
-    OLDEST_READABLE_TRACE_VERSION, OLDEST_TRACE_VERSION,
+    replay_reader, replay_with, RecordReader, Trace as CoreTrace, TraceError as CoreError,
+    TraceLimits, TraceRecord, OLDEST_READABLE_TRACE_VERSION, OLDEST_TRACE_VERSION,
 };
 use agentloop_store::regular_file::{capped_lines, open_regular, OpenError};
 use agentloop_trace_tools::export::{columns, rows, sidecar_path, Table, Timing, TIMES_SUFFIX};
@@ -127,10 +127,22 @@ fn open_input(path: &Path) -> std::io::Result<std::fs::File> {
     })
 }
 
-/// Reads the trace file at `path` (any version this crate ever wrote) within its
-/// [`TraceLimits`] (over them: `TraceError::TooLarge`). Text that is not UTF-8 is a corrupt
-/// trace, not an unreadable file.
-fn read_trace(path: &Path) -> Result<CoreTrace, CoreError> {
+/// Where the lines of a trace file stopped being UTF-8 (set by [`trace_records`]'s lines).
+type BadText = std::rc::Rc<Cell<Option<usize>>>;
+
+/// The records of the trace file at `path` one at a time (of a version from `oldest` on),
+/// within its [`TraceLimits`] (over them: `TraceError::TooLarge`); pass the reader's errors
+/// through [`text_error`] with the returned [`BadText`].
+fn trace_records(
+    path: &Path,
+    oldest: u32,
+) -> Result<
+    (
+        RecordReader<impl Iterator<Item = std::io::Result<String>>>,
+        BadText,
+    ),
+    CoreError,
+> {
     use std::io::Read as _;
     let origin = path.display().to_string();
     let limits = trace_limits(&origin)?;
@@ -139,26 +151,48 @@ fn read_trace(path: &Path) -> Result<CoreTrace, CoreError> {
         message: e.to_string(),
     })?;
     let file = std::io::BufReader::new(file.take(limits.file_bytes.saturating_add(2)));
-    let bad_text = Cell::new(None);
+    let bad_text = BadText::default();
+    let seen = bad_text.clone();
     let lines = capped_lines(file, limits.line_bytes)
         .enumerate()
-        .map(|(i, line)| {
+        .map(move |(i, line)| {
             line.inspect_err(|e| {
                 if e.kind() == std::io::ErrorKind::InvalidData {
-                    bad_text.set(Some(i + 1));
+                    seen.set(Some(i + 1));
                 }
             })
         });
-    CoreTrace::read_limited(lines, &origin, OLDEST_READABLE_TRACE_VERSION, limits).map_err(|e| {
-        match (e, bad_text.get()) {
-            (CoreError::Io { path, message }, Some(line)) => CoreError::Parse {
-                path,
-                line,
-                column: 1,
-                message,
-            },
-            (e, _) => e,
-        }
+    let reader = RecordReader::open(lines, &origin, oldest, limits);
+    let reader = reader.map_err(|e| text_error(e, &bad_text))?;
+    Ok((reader, bad_text))
+}
+
+/// `e`, a corrupt trace rather than an unreadable file when its cause was text that is not
+/// UTF-8.
+fn text_error(e: CoreError, bad_text: &BadText) -> CoreError {
+    match (e, bad_text.get()) {
+        (CoreError::Io { path, message }, Some(line)) => CoreError::Parse {
+            path,
+            line,
+            column: 1,
+            message,
+        },
+        (e, _) => e,
+    }
+}
+
+/// Reads the whole trace file at `path` (any version this crate ever wrote) within its
+/// limits ([`trace_records`]), the loaded-bytes limit included.
+fn read_trace(path: &Path) -> Result<CoreTrace, CoreError> {
+    let (reader, bad_text) = trace_records(path, OLDEST_READABLE_TRACE_VERSION)?;
+    let mut reader = reader.holding();
+    let mut records = Vec::new();
+    for r in &mut reader {
+        records.push(r.map_err(|e| text_error(e, &bad_text))?);
+    }
+    Ok(CoreTrace {
+        header: reader.header().clone(),
+        records,
     })
 }
 
@@ -805,13 +839,21 @@ fn _replay_corpus(py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<PyObject> {
         return Err(TraceReadError::new_err("no *.jsonl traces found"));
     }
     let results = py.allow_threads(|| {
+        // A record at a time (`agentloop replay DIR`): a trace of any length within the file
+        // and line limits replays holding one step of it.
         par_map(&files, |p| {
-            let trace = read_trace(p).map_err(|e| e.to_string())?;
-            if let Some(e) = too_old_to_replay(&trace, &p.display().to_string()) {
-                return Err(e);
-            }
-            let d = replay_json(&trace).map_err(|e| format!("{}: {e}", p.display()))?;
-            Ok::<_, String>((trace.records.len(), d))
+            let (reader, bad_text) =
+                trace_records(p, OLDEST_TRACE_VERSION).map_err(|e| e.to_string())?;
+            let r = replay_reader(reader, &DeciderRegistry::new()).map_err(|e| match e {
+                CoreError::UnknownDecider { .. } | CoreError::UnknownRetryDecider { .. } => {
+                    format!("{}: {e}", p.display())
+                }
+                e => text_error(e, &bad_text).to_string(),
+            })?;
+            let d = r
+                .divergence
+                .map(|d| json!({"index": d.index, "input": r.input}));
+            Ok::<_, String>((r.records, d))
         })
     });
     let mut entries: Vec<Value> = errors
