@@ -136,7 +136,7 @@ pub(crate) fn export_main(args: ExportArgs) -> ExitCode {
                 traces += 1;
                 for row in rows {
                     count += 1;
-                    write_row(w, args.format, &cols, &row)?;
+                    write_row(w, args.format, cols, &row)?;
                 }
             }
         }
