@@ -420,11 +420,12 @@ pub struct TraceLimits {
 }
 
 impl TraceLimits {
-    /// 256 MiB of file, 64 MiB a line, 1 GiB held.
+    /// 256 MiB of file, 64 MiB a line, 512 MiB held (about 800 MiB of memory: records in memory
+    /// take about one and a half times their JSON).
     pub const DEFAULT: TraceLimits = TraceLimits {
         file_bytes: 256 << 20,
         line_bytes: 64 << 20,
-        loaded_bytes: 1 << 30,
+        loaded_bytes: 512 << 20,
     };
 
     /// The defaults, each replaced by its variable ([`Limit::env`]) when `var` has it: a
@@ -935,6 +936,8 @@ pub struct Replayed {
     pub records: u64,
     /// The first divergence, if any.
     pub divergence: Option<Divergence>,
+    /// The input records read.
+    pub inputs: u64,
     /// The index of the input whose step holds the divergence.
     pub input: Option<u64>,
 }
@@ -975,8 +978,10 @@ fn replay_records(
     let mut records = records.into_iter();
     let mut read = 0u64;
     let mut input = None;
-    let diverged = |index, recorded, replayed, read, input| Replayed {
+    let mut inputs = 0u64;
+    let diverged = |index, recorded, replayed, read, inputs, input| Replayed {
         records: read,
+        inputs,
         divergence: Some(Divergence {
             index,
             recorded,
@@ -990,15 +995,30 @@ fn replay_records(
         let index = recorded.index().unwrap_or(0);
         if let TraceRecord::Input { event, .. } = &recorded {
             if let Some(extra) = pending.pop_front() {
-                return Ok(diverged(index, Some(recorded), Some(extra), read, input));
+                return Ok(diverged(
+                    index,
+                    Some(recorded),
+                    Some(extra),
+                    read,
+                    inputs,
+                    input,
+                ));
             }
             input = Some(index);
+            inputs += 1;
             step_of(event, index, &mut pending);
         }
         match pending.pop_front() {
             Some(replayed) if replayed == recorded => {}
             Some(replayed) => {
-                return Ok(diverged(index, Some(recorded), Some(replayed), read, input))
+                return Ok(diverged(
+                    index,
+                    Some(recorded),
+                    Some(replayed),
+                    read,
+                    inputs,
+                    input,
+                ))
             }
             None => {
                 // The recording has more: replayed there is the next input's record.
@@ -1010,17 +1030,25 @@ fn replay_records(
                         break;
                     }
                 }
-                return Ok(diverged(index, Some(recorded), replayed, read, input));
+                return Ok(diverged(
+                    index,
+                    Some(recorded),
+                    replayed,
+                    read,
+                    inputs,
+                    input,
+                ));
             }
         }
     }
     Ok(match pending.pop_front() {
         Some(extra) => {
             let index = extra.index().unwrap_or(0);
-            diverged(index, None, Some(extra), read, input)
+            diverged(index, None, Some(extra), read, inputs, input)
         }
         None => Replayed {
             records: read,
+            inputs,
             divergence: None,
             input: None,
         },
