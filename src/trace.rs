@@ -51,9 +51,8 @@ fn lines_of(path: &Path) -> Result<impl Iterator<Item = std::io::Result<String>>
     ))
 }
 
-/// Reads a trace file of a version this build replays, within the default
-/// [`TraceLimits`](agentloop_core::trace::TraceLimits) (a larger one is
-/// `TraceError::TooLarge`).
+/// Reads a trace file of a version this build replays, within the default [`TraceLimits`] (a
+/// larger one is `TraceError::TooLarge`).
 pub fn load(path: &Path) -> Result<Trace, TraceError> {
     Trace::from_lines(lines_of(path)?, &path.display().to_string())
 }
