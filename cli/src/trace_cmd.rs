@@ -354,13 +354,24 @@ fn write_page(
     w.write_all(page_start(title).as_bytes()).map_err(io)?;
     w.write_all(head.as_bytes()).map_err(io)?;
     let records = trace_records(trace, true).map_err(|e| e.to_string())?;
+    // Each record as the trace file has it (a request with its new messages and `prefix`), so
+    // the page grows with the trace, not with the square of its requests.
+    let mut encoder = agentloop_core::trace::TraceEncoder::new();
+    let mut line = Vec::new();
+    let header = agentloop_core::trace::TraceRecord::Header(Box::new(records.header().clone()));
+    encoder
+        .encode(&header, &mut line)
+        .map_err(|e| e.to_string())?;
     let mut n = 0u64;
     for r in records {
         let r = r.map_err(|e| e.to_string())?;
         if n > 0 {
             w.write_all(b",").map_err(io)?;
         }
-        let value = serde_json::to_value(&r).unwrap_or(serde_json::Value::Null);
+        line.clear();
+        encoder.encode(&r, &mut line).map_err(|e| e.to_string())?;
+        let value: serde_json::Value =
+            serde_json::from_slice(&line).unwrap_or(serde_json::Value::Null);
         w.write_all(script_json(&value).as_bytes()).map_err(io)?;
         n += 1;
     }

@@ -234,6 +234,16 @@ fn r_trace_1_a_2_megabyte_conversation_imports_linearly_and_a_corpus_replays_pas
         all.contains("huge.jsonl:2: the trace is over its line limit of 200000 bytes"),
         "{all}"
     );
+    // The HTML view holds each record as the file does: it grows with the trace too.
+    let out = agentloop(
+        dir.path(),
+        &["trace", "view", "corpus/chat.jsonl", "-o", "chat.html"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", both(&out));
+    let page = std::fs::metadata(dir.path().join("chat.html"))
+        .expect("page")
+        .len();
+    assert!(page < 2 * trace, "a {trace} byte trace, a {page} byte page");
 }
 
 #[test]
