@@ -9,10 +9,11 @@
 //!
 //! [`openai_chat_to`] hands each record to a sink as the machines produce it and keeps none
 //! of the requests, so the memory it needs is linear in the recording (a caller writing the
-//! records to a file holds one at a time). The trace itself is not linear: each `call_model`
-//! record carries the whole conversation so far, so a recording of n turns makes a trace of
-//! O(n²) bytes, written in time proportional to it. [`openai_chat`] collects the records into
-//! a [`Trace`] in memory, which is quadratic in the turns.
+//! records to a file holds one at a time). Written with
+//! [`TraceEncoder`](agentloop_core::trace::TraceEncoder), the file is linear too: each
+//! `call_model` record holds only the messages added since the previous request. In memory a
+//! request holds the whole conversation so far, so [`openai_chat`], which collects the records
+//! into a [`Trace`], is quadratic in the turns.
 
 use std::collections::{BTreeMap, VecDeque};
 
