@@ -578,7 +578,8 @@ struct Decoder {
     file_bytes: u64,
     /// Bytes held so far, when the caller keeps every record.
     loaded_bytes: Option<u64>,
-    /// The previous request's messages, and the bytes of its first `i` messages at `i`.
+    /// The previous request's messages, and (when the caller keeps every record) the bytes of
+    /// its first `i` messages at `i`.
     previous: Option<(crate::model::SharedMessages, Vec<u64>)>,
 }
 
@@ -788,19 +789,27 @@ impl Decoder {
             ));
         }
         let shared = shared as usize;
-        // Appended in place when the caller dropped the previous request; copied when it
-        // still holds it.
-        full.truncate(shared);
+        // The bytes of the referenced messages count before any is copied (when the caller
+        // keeps the records); `sizes[i]` is the bytes of the first `i` messages.
         sizes.truncate(shared + 1);
         if sizes.is_empty() {
             sizes.push(0);
         }
         self.hold(sizes.last().copied().unwrap_or(0))?;
-        for m in messages.iter() {
-            let size = serde_json::to_vec(m).map_or(0, |v| v.len() as u64);
-            sizes.push(sizes.last().copied().unwrap_or(0).saturating_add(size));
+        if self.loaded_bytes.is_some() {
+            for m in messages.iter() {
+                let size = serde_json::to_vec(m).map_or(0, |v| v.len() as u64);
+                sizes.push(sizes.last().copied().unwrap_or(0).saturating_add(size));
+            }
         }
-        full.extend(messages.iter().cloned());
+        // Changed in place when the caller dropped the previous request; copied when it
+        // still holds it (`SharedMessages` copies on write).
+        if shared < full.len() {
+            full.truncate(shared);
+        }
+        if !messages.is_empty() {
+            full.extend(messages.iter().cloned());
+        }
         *messages = full.clone();
         self.previous = Some((full, sizes));
         Ok(())
