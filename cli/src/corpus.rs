@@ -16,11 +16,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::{json, Value};
 
 use agentloop_core::react::{DeciderRegistry, RunConfig};
-use agentloop_core::trace::{replay_with, TraceRecord};
+use agentloop_core::trace::replay_reader;
 use agentloop_trace_tools::whatif::{apply_setting, parse_assignment, what_if, Figures};
 
 use crate::out::errln;
-use crate::trace_cmd::{read_trace, WhatIfArgs};
+use crate::trace_cmd::{read_trace, trace_records, WhatIfArgs};
 
 pub(crate) use agentloop_trace_tools::export::TIMES_SUFFIX;
 
@@ -139,32 +139,34 @@ enum Replayed {
     Unreadable { error: String },
 }
 
+/// Replays the trace at `path` a record at a time ([`replay_reader`]): a trace of any length
+/// within the file and line limits replays holding one step of it, and a trace over them is
+/// this file's error, not the corpus's.
 fn replay_one(path: &Path) -> Replayed {
-    let trace = match read_trace(path, false) {
-        Ok(t) => t,
-        Err(e) => {
-            return Replayed::Unreadable {
-                error: e.to_string(),
+    let unreadable = |e: agentloop_core::trace::TraceError| Replayed::Unreadable {
+        error: e.to_string(),
+    };
+    let records = match trace_records(path, false) {
+        Ok(r) => r,
+        Err(e) => return unreadable(e),
+    };
+    match replay_reader(records, &DeciderRegistry::new()) {
+        Ok(r) => match r.divergence {
+            None => Replayed::Identical {
+                records: r.records as usize,
+            },
+            Some(d) => Replayed::Diverged {
+                index: d.index,
+                input: r.input,
+            },
+        },
+        Err(e @ agentloop_core::trace::TraceError::UnknownDecider { .. })
+        | Err(e @ agentloop_core::trace::TraceError::UnknownRetryDecider { .. }) => {
+            Replayed::Unreadable {
+                error: format!("{}: {e}", path.display()),
             }
         }
-    };
-    match replay_with(&trace, &DeciderRegistry::new()) {
-        Ok(None) => Replayed::Identical {
-            records: trace.records.len(),
-        },
-        Ok(Some(d)) => Replayed::Diverged {
-            index: d.index,
-            input: trace.records[..(d.index as usize).min(trace.records.len())]
-                .iter()
-                .rev()
-                .find_map(|r| match r {
-                    TraceRecord::Input { index, .. } => Some(*index),
-                    _ => None,
-                }),
-        },
-        Err(e) => Replayed::Unreadable {
-            error: format!("{}: {e}", path.display()),
-        },
+        Err(e) => unreadable(e),
     }
 }
 

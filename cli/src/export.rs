@@ -97,22 +97,6 @@ pub(crate) fn export_main(args: ExportArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     let table = agentloop_trace_tools::export::Table::from(args.table);
-    let results = crate::corpus::par_map(&files, |p| {
-        crate::trace_cmd::read_trace(p, true)
-            .map(|t| rows(&t, &p.display().to_string(), table, &load_times(p)))
-            .map_err(|e| e.to_string())
-    })
-    .into_iter()
-    .zip(&files)
-    .map(|(r, p)| {
-        r.unwrap_or_else(|| {
-            Err(format!(
-                "{}: reading the trace panicked (a bug)",
-                p.display()
-            ))
-        })
-    })
-    .collect::<Vec<_>>();
     let mut unreadable = errors.len();
     for (p, e) in &errors {
         errln!("error: {}: {e}", p.display());
@@ -120,40 +104,45 @@ pub(crate) fn export_main(args: ExportArgs) -> ExitCode {
     let cols = columns(table);
     let mut count = 0usize;
     let mut traces = 0usize;
+    let mut failed = Vec::new();
+    // Rows are written as the traces are read: a batch of traces (one per core) is read in
+    // parallel, its rows written in path order and dropped before the next batch is read.
+    let batch = std::thread::available_parallelism().map_or(1, |n| n.get());
     let written = crate::trace_cmd::write_replacing(&args.out, |w| {
         if args.format == Format::Csv {
             writeln!(w, "{}", cols.join(","))?;
         }
-        for r in &results {
-            let rows = match r {
-                Ok(rows) => rows,
-                Err(_) => continue,
-            };
-            traces += 1;
-            for row in rows {
-                count += 1;
-                match args.format {
-                    Format::Csv => {
-                        let line: Vec<String> = row.iter().map(csv_field).collect();
-                        // RFC 4180 ends records with CRLF; a bare LF is what pandas and
-                        // most tools write and read, and a quoted field keeps its own.
-                        writeln!(w, "{}", line.join(","))?;
+        for chunk in files.chunks(batch) {
+            let results = crate::corpus::par_map(chunk, |p| {
+                crate::trace_cmd::read_trace(p, true)
+                    .map(|t| rows(&t, &p.display().to_string(), table, &load_times(p)))
+                    .map_err(|e| e.to_string())
+            });
+            for (r, p) in results.into_iter().zip(chunk) {
+                let rows = match r {
+                    Some(Ok(rows)) => rows,
+                    Some(Err(e)) => {
+                        failed.push(e);
+                        continue;
                     }
-                    Format::Jsonl => {
-                        let object: serde_json::Map<String, Value> = cols
-                            .iter()
-                            .map(|c| c.to_string())
-                            .zip(row.iter().cloned())
-                            .collect();
-                        serde_json::to_writer(&mut *w, &object)?;
-                        w.write_all(b"\n")?;
+                    None => {
+                        failed.push(format!(
+                            "{}: reading the trace panicked (a bug)",
+                            p.display()
+                        ));
+                        continue;
                     }
+                };
+                traces += 1;
+                for row in rows {
+                    count += 1;
+                    write_row(w, args.format, cols, &row)?;
                 }
             }
         }
         Ok(())
     });
-    for e in results.iter().filter_map(|r| r.as_ref().err()) {
+    for e in &failed {
         unreadable += 1;
         errln!("error: {e}");
     }
@@ -178,5 +167,31 @@ pub(crate) fn export_main(args: ExportArgs) -> ExitCode {
         ExitCode::from(2)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// Writes one row of the table in `format`.
+fn write_row(
+    w: &mut dyn std::io::Write,
+    format: Format,
+    cols: &[&str],
+    row: &[Value],
+) -> std::io::Result<()> {
+    match format {
+        Format::Csv => {
+            let line: Vec<String> = row.iter().map(csv_field).collect();
+            // RFC 4180 ends records with CRLF; a bare LF is what pandas and most tools write
+            // and read, and a quoted field keeps its own.
+            writeln!(w, "{}", line.join(","))
+        }
+        Format::Jsonl => {
+            let object: serde_json::Map<String, Value> = cols
+                .iter()
+                .map(|c| c.to_string())
+                .zip(row.iter().cloned())
+                .collect();
+            serde_json::to_writer(&mut *w, &object)?;
+            w.write_all(b"\n")
+        }
     }
 }

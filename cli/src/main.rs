@@ -29,7 +29,7 @@ use out::{errln, outln};
 
 use agentloop::trace::{Trace, TraceError};
 use agentloop_core::chart::{mermaid, MachineKind};
-use agentloop_core::trace::replay_with;
+use agentloop_core::trace::replay_reader;
 
 /// LLM agents as verified state machines.
 #[derive(Debug, Parser)]
@@ -227,8 +227,9 @@ fn replay_main(path: &std::path::Path, what_if: &trace_cmd::WhatIfArgs) -> ExitC
             return ExitCode::from(2);
         }
     };
-    let trace = match trace_cmd::read_trace(path, false) {
-        Ok(t) => t,
+    // A record at a time: a trace within the file and line limits replays however long.
+    let records = match trace_cmd::trace_records(path, false) {
+        Ok(r) => r,
         Err(e) => {
             errln!("error: {e}");
             return ExitCode::from(2);
@@ -237,14 +238,20 @@ fn replay_main(path: &std::path::Path, what_if: &trace_cmd::WhatIfArgs) -> ExitC
     // The CLI has only the built-in deciders: a trace recorded with another decision (or retry
     // decision) function is refused (exit 2, naming it) rather than replayed with the default,
     // unless `--decider RECORDED=BUILTIN` maps its name to a built-in.
-    let divergence = match replay_with(&trace, &registry) {
-        Ok(d) => d,
+    let replayed = match replay_reader(records, &registry) {
+        Ok(r) => r,
         Err(e) => {
-            errln!("error: {}: {e}", path.display());
-            if matches!(
+            let decider = matches!(
                 e,
                 TraceError::UnknownDecider { .. } | TraceError::UnknownRetryDecider { .. }
-            ) {
+            );
+            if decider {
+                errln!("error: {}: {e}", path.display());
+            } else {
+                // A record the reader refused: its error names the file and line.
+                errln!("error: {e}");
+            }
+            if decider {
                 errln!(
                     "hint: the agentloop command has only the built-in deciders; replay this \
                      trace from the program that recorded it, with agentloop_core::trace::replay_with, \
@@ -254,27 +261,17 @@ fn replay_main(path: &std::path::Path, what_if: &trace_cmd::WhatIfArgs) -> ExitC
             return ExitCode::from(2);
         }
     };
-    match divergence {
+    match replayed.divergence {
         None => {
             outln!(
                 "replay identical: {} records ({} inputs)",
-                trace.records.len(),
-                trace
-                    .records
-                    .iter()
-                    .filter(|r| matches!(r, agentloop_core::trace::TraceRecord::Input { .. }))
-                    .count()
+                replayed.records,
+                replayed.inputs
             );
             ExitCode::SUCCESS
         }
         Some(d) => {
-            let cause = trace.records[..(d.index as usize).min(trace.records.len())]
-                .iter()
-                .rev()
-                .find_map(|r| match r {
-                    agentloop_core::trace::TraceRecord::Input { index, .. } => Some(*index),
-                    _ => None,
-                });
+            let cause = replayed.input;
             errln!(
                 "replay diverged at index {}{}",
                 d.index,

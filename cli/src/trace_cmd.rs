@@ -14,7 +14,7 @@ use crate::regular_file::{open_regular_file, read_regular_to_string};
 use agentloop::trace::{Trace, TraceError};
 use agentloop_core::react::DeciderRegistry;
 use agentloop_core::trace::{
-    TraceHeader, TraceRecord, OLDEST_READABLE_TRACE_VERSION, TRACE_VERSION,
+    RecordReader, TraceLimits, OLDEST_READABLE_TRACE_VERSION, OLDEST_TRACE_VERSION,
 };
 use agentloop_trace_tools::trace_diff::{diff, DiffOptions, TraceDiff};
 use agentloop_trace_tools::transcript::{RenderOptions, Style, Summary, Transcript};
@@ -127,29 +127,68 @@ fn emit(text: &str) {
     crate::out::stdout_raw(&crate::out::text(text));
 }
 
+/// The trace reader's memory bound: [`TraceLimits::DEFAULT`], each limit replaced by its
+/// environment variable (`AGENTLOOP_TRACE_MAX_BYTES`, `AGENTLOOP_TRACE_MAX_LINE_BYTES`,
+/// `AGENTLOOP_TRACE_MAX_LOADED_BYTES`) when set.
+pub(crate) fn trace_limits(path: &Path) -> Result<TraceLimits, TraceError> {
+    TraceLimits::from_vars(|k| std::env::var(k).ok()).map_err(|message| TraceError::Io {
+        path: path.display().to_string(),
+        message,
+    })
+}
+
 /// Opens a trace file: a regular file (a FIFO or a device is refused at once, not read
-/// forever), read a line at a time.
+/// forever), read a line at a time within `limits` (the reader reports a file or line over
+/// them as `TraceError::TooLarge`; at most a byte past them is read).
 pub(crate) fn open_trace(
     path: &Path,
-) -> Result<std::io::Lines<std::io::BufReader<std::fs::File>>, TraceError> {
-    use std::io::BufRead as _;
+    limits: &TraceLimits,
+) -> Result<impl Iterator<Item = std::io::Result<String>>, TraceError> {
+    use std::io::Read as _;
     let file = open_regular_file(path).map_err(|e| TraceError::Io {
         path: path.display().to_string(),
         message: e.to_string(),
     })?;
-    Ok(std::io::BufReader::new(file).lines())
+    let file = std::io::BufReader::new(file.take(limits.file_bytes.saturating_add(2)));
+    Ok(agentloop::store::regular_file::capped_lines(
+        file,
+        limits.line_bytes,
+    ))
 }
 
-/// Reads the trace at `path` ([`open_trace`]): of a version this build replays, or of any
-/// version this crate ever wrote when `any_version` (to show, diff or view it).
-pub(crate) fn read_trace(path: &Path, any_version: bool) -> Result<Trace, TraceError> {
-    let lines = open_trace(path)?;
-    let origin = path.display().to_string();
-    if any_version {
-        Trace::read_lines(lines, &origin)
+/// The records of the trace at `path` one at a time ([`open_trace`]): of a version this build
+/// replays, or of any version this crate ever wrote when `any_version` (to show, diff or view
+/// it).
+pub(crate) fn trace_records(
+    path: &Path,
+    any_version: bool,
+) -> Result<RecordReader<impl Iterator<Item = std::io::Result<String>>>, TraceError> {
+    let limits = trace_limits(path)?;
+    let oldest = if any_version {
+        OLDEST_READABLE_TRACE_VERSION
     } else {
-        Trace::from_lines(lines, &origin)
+        OLDEST_TRACE_VERSION
+    };
+    RecordReader::open(
+        open_trace(path, &limits)?,
+        &path.display().to_string(),
+        oldest,
+        limits,
+    )
+}
+
+/// Reads the whole trace at `path` ([`trace_records`]) within its limits, the loaded-bytes
+/// limit included.
+pub(crate) fn read_trace(path: &Path, any_version: bool) -> Result<Trace, TraceError> {
+    let mut records = trace_records(path, any_version)?.holding();
+    let mut all = Vec::new();
+    for r in &mut records {
+        all.push(r?);
     }
+    Ok(Trace {
+        header: records.header().clone(),
+        records: all,
+    })
 }
 
 /// At most `max` lines of `diff`, then how many were left out.
@@ -209,109 +248,6 @@ pub(crate) fn show_main(args: ShowArgs) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
-}
-
-/// The records of a trace file one at a time, checked as [`Trace::read_lines`] checks a
-/// whole file (a header of a readable version first, then the indexes in order): `trace
-/// view` reads a trace of any size without holding it.
-struct Records {
-    lines: std::io::Lines<std::io::BufReader<std::fs::File>>,
-    origin: String,
-    lineno: usize,
-    header: Option<TraceHeader>,
-    expected: u64,
-}
-
-impl Records {
-    /// Opens `path` and reads up to its header.
-    fn open(path: &Path) -> Result<Records, TraceError> {
-        let mut records = Records {
-            lines: open_trace(path)?,
-            origin: path.display().to_string(),
-            lineno: 0,
-            header: None,
-            expected: 0,
-        };
-        let Some(line) = records.next_line()? else {
-            return Err(TraceError::NoHeader {
-                path: records.origin,
-            });
-        };
-        let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| records.parse(&e))?;
-        if v.get("kind").and_then(|k| k.as_str()) != Some("header") {
-            return Err(TraceError::NoHeader {
-                path: records.origin,
-            });
-        }
-        let found = v.get("version").and_then(|x| x.as_u64()).unwrap_or(0);
-        let readable = u64::from(OLDEST_READABLE_TRACE_VERSION)..=u64::from(TRACE_VERSION);
-        if !readable.contains(&found) {
-            return Err(TraceError::Version {
-                path: records.origin,
-                found,
-            });
-        }
-        match serde_json::from_str::<TraceRecord>(&line).map_err(|e| records.parse(&e))? {
-            TraceRecord::Header(h) => records.header = Some(*h),
-            _ => {
-                return Err(TraceError::NoHeader {
-                    path: records.origin,
-                })
-            }
-        }
-        Ok(records)
-    }
-
-    /// The next line that is not blank.
-    fn next_line(&mut self) -> Result<Option<String>, TraceError> {
-        for line in self.lines.by_ref() {
-            self.lineno += 1;
-            let line = line.map_err(|e| TraceError::Io {
-                path: self.origin.clone(),
-                message: e.to_string(),
-            })?;
-            if !line.trim().is_empty() {
-                return Ok(Some(line));
-            }
-        }
-        Ok(None)
-    }
-
-    fn parse(&self, e: &serde_json::Error) -> TraceError {
-        TraceError::Parse {
-            path: self.origin.clone(),
-            line: self.lineno,
-            column: e.column(),
-            message: e.to_string(),
-        }
-    }
-
-    /// The next record after the header (`None` at the end of the file).
-    fn next_record(&mut self) -> Result<Option<TraceRecord>, TraceError> {
-        let Some(line) = self.next_line()? else {
-            return Ok(None);
-        };
-        let record: TraceRecord = serde_json::from_str(&line).map_err(|e| self.parse(&e))?;
-        if let TraceRecord::Header(_) = record {
-            return Err(TraceError::Parse {
-                path: self.origin.clone(),
-                line: self.lineno,
-                column: 1,
-                message: "a second header record".into(),
-            });
-        }
-        let found = record.index().unwrap_or(self.expected);
-        if found != self.expected {
-            return Err(TraceError::Index {
-                path: self.origin.clone(),
-                line: self.lineno,
-                found,
-                expected: self.expected,
-            });
-        }
-        self.expected += 1;
-        Ok(Some(record))
-    }
 }
 
 /// Whether `a` and `b` name the same existing file (links followed).
@@ -385,15 +321,12 @@ pub(crate) fn view_main(args: ViewArgs) -> ExitCode {
 
 /// Pass 1 of `trace view`: the page's layout, the trace read a record at a time.
 fn lay_out(path: &Path) -> Result<crate::trace_view::View, TraceError> {
-    let mut records = Records::open(path)?;
+    let mut records = trace_records(path, true)?;
     let mut layout = crate::trace_view::Layout::default();
-    while let Some(r) = records.next_record()? {
-        layout.record(&r);
+    for r in &mut records {
+        layout.record(&r?);
     }
-    let header = records.header.take().ok_or_else(|| TraceError::NoHeader {
-        path: path.display().to_string(),
-    })?;
-    Ok(layout.finish(&header))
+    Ok(layout.finish(records.header()))
 }
 
 /// Pass 2 of `trace view`: writes the page for `view` to `w`, each of the trace's `count`
@@ -411,13 +344,25 @@ fn write_page(
     let head = page_data_head(view).ok_or("the page data could not be laid out")?;
     w.write_all(page_start(title).as_bytes()).map_err(io)?;
     w.write_all(head.as_bytes()).map_err(io)?;
-    let mut records = Records::open(trace).map_err(|e| e.to_string())?;
+    let records = trace_records(trace, true).map_err(|e| e.to_string())?;
+    // Each record as the trace file has it (a request with its new messages and `prefix`), so
+    // the page grows with the trace, not with the square of its requests.
+    let mut encoder = agentloop_core::trace::TraceEncoder::new();
+    let mut line = Vec::new();
+    let header = agentloop_core::trace::TraceRecord::Header(Box::new(records.header().clone()));
+    encoder
+        .encode(&header, &mut line)
+        .map_err(|e| e.to_string())?;
     let mut n = 0u64;
-    while let Some(r) = records.next_record().map_err(|e| e.to_string())? {
+    for r in records {
+        let r = r.map_err(|e| e.to_string())?;
         if n > 0 {
             w.write_all(b",").map_err(io)?;
         }
-        let value = serde_json::to_value(&r).unwrap_or(serde_json::Value::Null);
+        line.clear();
+        encoder.encode(&r, &mut line).map_err(|e| e.to_string())?;
+        let value: serde_json::Value =
+            serde_json::from_slice(&line).unwrap_or(serde_json::Value::Null);
         w.write_all(script_json(&value).as_bytes()).map_err(io)?;
         n += 1;
     }
@@ -779,9 +724,15 @@ pub(crate) fn import_main(args: ImportArgs) -> ExitCode {
     // empty or partial trace.
     let mut bad_input = None;
     let written = write_replacing(&out, |w| {
+        // Each request's messages once: the trace grows with the conversation.
+        let mut encoder = agentloop_core::trace::TraceEncoder::new();
+        let mut line = Vec::new();
         let streamed = agentloop_trace_tools::import::openai_chat_to(&value, &options, |record| {
-            serde_json::to_writer(&mut *w, record).map_err(std::io::Error::from)?;
-            w.write_all(b"\n")
+            line.clear();
+            encoder
+                .encode(record, &mut line)
+                .map_err(std::io::Error::from)?;
+            w.write_all(&line)
         });
         streamed.map_err(|e| match e {
             agentloop_trace_tools::import::StreamError::Import(e) => {

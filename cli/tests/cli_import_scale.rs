@@ -166,3 +166,123 @@ fn r_trace_1_a_failed_import_leaves_no_trace_and_an_existing_one_as_it_was() {
     );
     assert!(names(&dir.path().join("taken")).is_empty());
 }
+
+#[test]
+fn r_trace_1_a_2_megabyte_conversation_imports_linearly_and_a_corpus_replays_past_an_oversized_trace(
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 1,000 turns of 2 KB results (every turn also costs about 9 KB of fixed records:
+    // transitions, events, and the result recorded as input, event and session entry).
+    let text = recording(1_000, 2_000);
+    assert!(text.len() > 2_000_000, "{}", text.len());
+    std::fs::write(dir.path().join("chat.json"), &text).expect("write");
+    let out = agentloop(
+        dir.path(),
+        &["trace", "import", "--from", "openai-chat", "chat.json"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", both(&out));
+    // Each request records only the messages added since the previous one.
+    let trace = std::fs::metadata(dir.path().join("chat.trace.jsonl"))
+        .expect("trace")
+        .len();
+    assert!(
+        trace < 10 * text.len() as u64,
+        "a {} byte conversation wrote a {trace} byte trace",
+        text.len()
+    );
+    // A corpus: the imported trace (replayed a record at a time, in bounded memory), a
+    // recorded one, and one whose line is over the line limit.
+    let corpus = dir.path().join("corpus");
+    std::fs::create_dir(&corpus).expect("mkdir");
+    std::fs::rename(
+        dir.path().join("chat.trace.jsonl"),
+        corpus.join("chat.jsonl"),
+    )
+    .expect("move");
+    let out = agentloop(
+        dir.path(),
+        &["run", "What is 2+3?", "--trace", "corpus/run.jsonl"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", both(&out));
+    let header = std::fs::read_to_string(corpus.join("run.jsonl"))
+        .expect("run trace")
+        .lines()
+        .next()
+        .expect("header")
+        .to_string();
+    let huge = format!(
+        "{header}\n{{\"kind\":\"input\",\"pad\":\"{}\"}}\n",
+        "x".repeat(300_000)
+    );
+    std::fs::write(corpus.join("huge.jsonl"), huge).expect("write");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 1048576 && exec \"$0\" \"$@\"")
+        .arg(bin())
+        .args(["replay", "corpus"])
+        .current_dir(dir.path())
+        .env("AGENTLOOP_TRACE_MAX_LINE_BYTES", "200000")
+        .output()
+        .expect("run agentloop");
+    let all = both(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(
+        all.contains("replayed 3 traces: 2 identical, 0 diverged, 1 unreadable"),
+        "{all}"
+    );
+    assert!(
+        all.contains("huge.jsonl:2: the trace is over its line limit of 200000 bytes"),
+        "{all}"
+    );
+    // The HTML view holds each record as the file does: it grows with the trace too.
+    let out = agentloop(
+        dir.path(),
+        &["trace", "view", "corpus/chat.jsonl", "-o", "chat.html"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", both(&out));
+    let page = std::fs::metadata(dir.path().join("chat.html"))
+        .expect("page")
+        .len();
+    assert!(page < 2 * trace, "a {trace} byte trace, a {page} byte page");
+}
+
+#[test]
+fn r_trace_1_export_writes_the_rows_of_each_trace_as_it_reads_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 1,500 names of one recorded trace: their 106,500 rows collected need more than 48 MiB
+    // of data segment (about 70 MiB); written as each trace is read, they need about 27.
+    let corpus = dir.path().join("corpus");
+    std::fs::create_dir(&corpus).expect("mkdir");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/traces/v6-retry-after.jsonl");
+    for i in 0..1_500 {
+        std::fs::hard_link(&fixture, corpus.join(format!("t{i:04}.jsonl"))).expect("link");
+    }
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -d 49152 && exec \"$0\" \"$@\"")
+        .arg(bin())
+        .args([
+            "trace",
+            "export",
+            "corpus",
+            "--table",
+            "events",
+            "-o",
+            "events.csv",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .expect("run agentloop");
+    assert_eq!(out.status.code(), Some(0), "{}", both(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("wrote events.csv (106500 rows from 1500 traces)"),
+        "{stdout}"
+    );
+    let csv = std::fs::File::open(dir.path().join("events.csv")).expect("csv");
+    assert_eq!(
+        std::io::BufRead::lines(std::io::BufReader::new(csv)).count(),
+        106_501
+    );
+}

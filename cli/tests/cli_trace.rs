@@ -397,6 +397,54 @@ fn import_of_an_inspect_eval_log_writes_a_trace_and_a_script_per_sample() {
 }
 
 #[test]
+fn an_overlong_sample_id_is_shortened_with_a_hash_not_a_half_finished_import() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/inspect/eval.json");
+    let mut log: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture).expect("fixture")).expect("json");
+    // Longer than any file name a file system takes.
+    log["samples"][0]["id"] = serde_json::json!("sample-".repeat(1_000));
+    std::fs::write(dir.path().join("long.json"), log.to_string()).expect("write");
+    let import = agentloop(
+        dir.path(),
+        &[
+            "trace",
+            "import",
+            "--from",
+            "inspect-eval",
+            "long.json",
+            "--out",
+            "evals",
+        ],
+    );
+    // The second sample differs (as in the fixture): exit 1, both imported.
+    assert_eq!(import.status.code(), Some(1), "{}", stderr(&import));
+    assert!(
+        stdout(&import).contains("imported 2 samples into evals"),
+        "{}",
+        stdout(&import)
+    );
+    let mut names: Vec<String> = std::fs::read_dir(dir.path().join("evals"))
+        .expect("evals")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 4, "{names:?}");
+    let long = names
+        .iter()
+        .find(|n| n.starts_with("sample-") && n.ends_with("_epoch1.jsonl"))
+        .expect("the long sample's trace");
+    assert!(long.len() < 160, "{long}");
+    let replay = agentloop(dir.path(), &["replay", "evals"]);
+    assert!(
+        stdout(&replay).contains("2 identical"),
+        "{}",
+        stdout(&replay)
+    );
+}
+
+#[test]
 fn import_of_otel_genai_spans_writes_a_trace_and_a_script_per_trace_id() {
     let dir = tempfile::tempdir().expect("tempdir");
     let spans: PathBuf = [

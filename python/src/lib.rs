@@ -9,7 +9,6 @@
 //! panic becomes `agentloop.InternalError`. Bad input is one of the typed exceptions below.
 
 use std::cell::Cell;
-use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -23,8 +22,10 @@ use serde_json::{json, Value};
 
 use agentloop_core::react::{DeciderRef, DeciderRegistry};
 use agentloop_core::trace::{
-    replay_with, Trace as CoreTrace, TraceError as CoreError, TraceRecord, OLDEST_TRACE_VERSION,
+    replay_reader, replay_with, RecordReader, Trace as CoreTrace, TraceError as CoreError,
+    TraceLimits, TraceRecord, OLDEST_READABLE_TRACE_VERSION, OLDEST_TRACE_VERSION,
 };
+use agentloop_store::regular_file::{capped_lines, open_regular, OpenError};
 use agentloop_trace_tools::export::{columns, rows, sidecar_path, Table, Timing, TIMES_SUFFIX};
 use agentloop_trace_tools::trace_diff::input_before;
 use agentloop_trace_tools::transcript::{RenderOptions, Style, Transcript};
@@ -47,6 +48,13 @@ create_exception!(
     TraceCorruptError,
     TraceError,
     "The file is not a valid trace: a line that is not a record, no header, records out of order."
+);
+create_exception!(
+    agentloop,
+    TraceTooLargeError,
+    TraceReadError,
+    "The trace is over the reader's memory bound (its file, a line, or what it holds loaded; \
+     AGENTLOOP_TRACE_MAX_BYTES, AGENTLOOP_TRACE_MAX_LINE_BYTES, AGENTLOOP_TRACE_MAX_LOADED_BYTES)."
 );
 create_exception!(
     agentloop,
@@ -82,6 +90,7 @@ fn trace_err(e: CoreError) -> PyErr {
         | CoreError::NoHeader { .. }
         | CoreError::Index { .. }
         | CoreError::ToolRules { .. } => TraceCorruptError::new_err(text),
+        CoreError::TooLarge { .. } => TraceTooLargeError::new_err(text),
         CoreError::Version { .. } => TraceVersionError::new_err(text),
         CoreError::UnknownDecider { .. } | CoreError::UnknownRetryDecider { .. } => {
             UnknownDeciderError::new_err(text)
@@ -99,31 +108,69 @@ fn guarded<R>(what: &str, f: impl FnOnce() -> PyResult<R>) -> PyResult<R> {
     })
 }
 
-/// Reads the trace file at `path` (any version this crate ever wrote). Text that is not
-/// UTF-8 is a corrupt trace, not an unreadable file.
-fn read_trace(path: &Path) -> Result<CoreTrace, CoreError> {
-    let origin = path.display().to_string();
-    let io = |message: String| CoreError::Io {
-        path: origin.clone(),
+/// The trace reader's memory bound: the defaults, or the `AGENTLOOP_TRACE_MAX_*` variables
+/// as the `agentloop` command reads them.
+fn trace_limits(origin: &str) -> Result<TraceLimits, CoreError> {
+    TraceLimits::from_vars(|k| std::env::var(k).ok()).map_err(|message| CoreError::Io {
+        path: origin.to_string(),
         message,
-    };
-    let meta = std::fs::metadata(path).map_err(|e| io(e.to_string()))?;
-    if !meta.is_file() {
-        return Err(io("not a regular file".into()));
-    }
-    let file = std::fs::File::open(path).map_err(|e| io(e.to_string()))?;
-    let bad_text = Cell::new(None);
-    let lines = std::io::BufReader::new(file)
-        .lines()
+    })
+}
+
+/// Opens `path` as the `agentloop` command opens its inputs (links followed, then anything
+/// but a regular file refused without blocking: a FIFO, `/dev/zero`, a directory).
+fn open_input(path: &Path) -> std::io::Result<std::fs::File> {
+    let resolved = std::fs::canonicalize(path)?;
+    open_regular(&resolved, std::fs::OpenOptions::new().read(true)).map_err(|e| match e {
+        OpenError::NotRegular(kind) => std::io::Error::other(format!("{kind}, not a regular file")),
+        OpenError::Io(e) => e,
+    })
+}
+
+/// Where the lines of a trace file stopped being UTF-8 (set by [`trace_records`]'s lines).
+type BadText = std::rc::Rc<Cell<Option<usize>>>;
+
+/// The records of the trace file at `path` one at a time (of a version from `oldest` on),
+/// within its [`TraceLimits`] (over them: `TraceError::TooLarge`); pass the reader's errors
+/// through [`text_error`] with the returned [`BadText`].
+fn trace_records(
+    path: &Path,
+    oldest: u32,
+) -> Result<
+    (
+        RecordReader<impl Iterator<Item = std::io::Result<String>>>,
+        BadText,
+    ),
+    CoreError,
+> {
+    use std::io::Read as _;
+    let origin = path.display().to_string();
+    let limits = trace_limits(&origin)?;
+    let file = open_input(path).map_err(|e| CoreError::Io {
+        path: origin.clone(),
+        message: e.to_string(),
+    })?;
+    let file = std::io::BufReader::new(file.take(limits.file_bytes.saturating_add(2)));
+    let bad_text = BadText::default();
+    let seen = bad_text.clone();
+    let lines = capped_lines(file, limits.line_bytes)
         .enumerate()
-        .map(|(i, line)| {
+        .map(move |(i, line)| {
             line.inspect_err(|e| {
                 if e.kind() == std::io::ErrorKind::InvalidData {
-                    bad_text.set(Some(i + 1));
+                    seen.set(Some(i + 1));
                 }
             })
         });
-    CoreTrace::read_lines(lines, &origin).map_err(|e| match (e, bad_text.get()) {
+    let reader = RecordReader::open(lines, &origin, oldest, limits);
+    let reader = reader.map_err(|e| text_error(e, &bad_text))?;
+    Ok((reader, bad_text))
+}
+
+/// `e`, a corrupt trace rather than an unreadable file when its cause was text that is not
+/// UTF-8.
+fn text_error(e: CoreError, bad_text: &BadText) -> CoreError {
+    match (e, bad_text.get()) {
         (CoreError::Io { path, message }, Some(line)) => CoreError::Parse {
             path,
             line,
@@ -131,6 +178,21 @@ fn read_trace(path: &Path) -> Result<CoreTrace, CoreError> {
             message,
         },
         (e, _) => e,
+    }
+}
+
+/// Reads the whole trace file at `path` (any version this crate ever wrote) within its
+/// limits ([`trace_records`]), the loaded-bytes limit included.
+fn read_trace(path: &Path) -> Result<CoreTrace, CoreError> {
+    let (reader, bad_text) = trace_records(path, OLDEST_READABLE_TRACE_VERSION)?;
+    let mut reader = reader.holding();
+    let mut records = Vec::new();
+    for r in &mut reader {
+        records.push(r.map_err(|e| text_error(e, &bad_text))?);
+    }
+    Ok(CoreTrace {
+        header: reader.header().clone(),
+        records,
     })
 }
 
@@ -777,13 +839,21 @@ fn _replay_corpus(py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<PyObject> {
         return Err(TraceReadError::new_err("no *.jsonl traces found"));
     }
     let results = py.allow_threads(|| {
+        // A record at a time (`agentloop replay DIR`): a trace of any length within the file
+        // and line limits replays holding one step of it.
         par_map(&files, |p| {
-            let trace = read_trace(p).map_err(|e| e.to_string())?;
-            if let Some(e) = too_old_to_replay(&trace, &p.display().to_string()) {
-                return Err(e);
-            }
-            let d = replay_json(&trace).map_err(|e| format!("{}: {e}", p.display()))?;
-            Ok::<_, String>((trace.records.len(), d))
+            let (reader, bad_text) =
+                trace_records(p, OLDEST_TRACE_VERSION).map_err(|e| e.to_string())?;
+            let r = replay_reader(reader, &DeciderRegistry::new()).map_err(|e| match e {
+                CoreError::UnknownDecider { .. } | CoreError::UnknownRetryDecider { .. } => {
+                    format!("{}: {e}", p.display())
+                }
+                e => text_error(e, &bad_text).to_string(),
+            })?;
+            let d = r
+                .divergence
+                .map(|d| json!({"index": d.index, "input": r.input}));
+            Ok::<_, String>((r.records, d))
         })
     });
     let mut entries: Vec<Value> = errors
@@ -928,6 +998,28 @@ fn _import_otel(py: Python<'_>, path: PathBuf) -> PyResult<Vec<PyTrace>> {
     })
 }
 
+/// The text of the file an import reads: a regular file ([`open_input`]) of at most the
+/// trace file limit (`AGENTLOOP_TRACE_MAX_BYTES`), UTF-8.
+fn read_import(path: &Path) -> PyResult<String> {
+    use std::io::Read as _;
+    let name = path.display().to_string();
+    let limits = trace_limits(&name).map_err(trace_err)?;
+    let unreadable = |e: std::io::Error| TraceReadError::new_err(format!("{name}: {e}"));
+    let file = open_input(path).map_err(unreadable)?;
+    let mut bytes = Vec::new();
+    file.take(limits.file_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > limits.file_bytes {
+        return Err(TraceTooLargeError::new_err(format!(
+            "{name}: over the file limit of {} bytes (raise it with AGENTLOOP_TRACE_MAX_BYTES)",
+            limits.file_bytes
+        )));
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| TraceCorruptError::new_err(format!("{name}: not UTF-8: {e}")))
+}
+
 /// The results of one import (each named by its file stem) of the JSON file at `path`, as
 /// traces named `PATH#STEM` with their findings: an unreadable file is a `TraceReadError`, one
 /// the import refuses a `TraceCorruptError`.
@@ -945,8 +1037,7 @@ fn imported_traces(
     py.allow_threads(|| {
         guarded(&format!("importing {what}"), || {
             let name = path.display().to_string();
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| TraceReadError::new_err(format!("{name}: {e}")))?;
+            let text = read_import(&path)?;
             let value: Value = serde_json::from_str(&text)
                 .map_err(|e| TraceCorruptError::new_err(format!("{name}: not JSON: {e}")))?;
             let options = ImportOptions {
@@ -983,6 +1074,7 @@ fn _agentloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TraceReadError", py.get_type::<TraceReadError>())?;
     m.add("TraceCorruptError", py.get_type::<TraceCorruptError>())?;
     m.add("TraceVersionError", py.get_type::<TraceVersionError>())?;
+    m.add("TraceTooLargeError", py.get_type::<TraceTooLargeError>())?;
     m.add("UnknownDeciderError", py.get_type::<UnknownDeciderError>())?;
     m.add("SettingError", py.get_type::<SettingError>())?;
     m.add("InternalError", py.get_type::<InternalError>())?;

@@ -143,6 +143,51 @@ pub fn open_regular(path: &Path, options: &mut OpenOptions) -> Result<File, Open
     }
 }
 
+/// The lines of `reader` (without their line ends, as [`BufRead::lines`] gives them), each
+/// read up to `cap` bytes: a longer line is returned cut after `cap + 1` bytes, so the caller
+/// sees it is over its cap, and nothing after it is read. A line that is not UTF-8 is an
+/// [`std::io::ErrorKind::InvalidData`] error (a cut one is returned with replacement
+/// characters instead).
+pub fn capped_lines<R: std::io::BufRead>(
+    mut reader: R,
+    cap: u64,
+) -> impl Iterator<Item = std::io::Result<String>> {
+    use std::io::{BufRead as _, Read as _};
+    let mut done = false;
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        let limit = cap.saturating_add(1);
+        let mut line = Vec::new();
+        match (&mut reader).take(limit).read_until(b'\n', &mut line) {
+            Err(e) => {
+                done = true;
+                Some(Err(e))
+            }
+            Ok(0) => None,
+            Ok(_) if line.last() == Some(&b'\n') => {
+                line.pop();
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                Some(String::from_utf8(line).map_err(|e| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error())
+                }))
+            }
+            Ok(_) if line.len() as u64 >= limit => {
+                done = true;
+                Some(Ok(String::from_utf8_lossy(&line).into_owned()))
+            }
+            Ok(_) => {
+                Some(String::from_utf8(line).map_err(|e| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error())
+                }))
+            }
+        }
+    })
+}
+
 /// What is at `path` (not following a link) when it exists and is not a regular file.
 fn kind_at(path: &Path) -> Option<FileKind> {
     std::fs::symlink_metadata(path)
@@ -153,6 +198,21 @@ fn kind_at(path: &Path) -> Option<FileKind> {
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn capped_lines_cut_an_overlong_line_and_stop() {
+        let text = "ab\r\ncdef\nghijklmnop\nafter\n";
+        let lines: Vec<String> = capped_lines(text.as_bytes(), 4)
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(lines, ["ab", "cdef", "ghijk"]);
+        let last: Vec<String> = capped_lines("x\nlast".as_bytes(), 4)
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(last, ["x", "last"]);
+        let bad: Vec<_> = capped_lines(&b"\xff\n"[..], 4).collect();
+        assert!(matches!(&bad[..], [Err(e)] if e.kind() == std::io::ErrorKind::InvalidData));
+    }
 
     fn mkfifo(path: &Path) {
         let status = std::process::Command::new("mkfifo")

@@ -1,16 +1,17 @@
 //! `trace import` at scale: a chat-completions recording of N
 //! turns (an assistant tool call and its result each) imported with
-//! [`openai_chat_to`](agentloop_trace_tools::import::openai_chat_to), each record serialized as a
-//! JSON line and dropped, as `agentloop trace import` writes them to its file.
+//! [`openai_chat_to`](agentloop_trace_tools::import::openai_chat_to), each record encoded as a
+//! JSON line ([`TraceEncoder`]) and dropped, as `agentloop trace import` writes them to its file.
 //!
 //! `/usr/bin/time -v cargo run --release -p agentloop-trace-tools --example import_scale -- [N]`
 //! (default 1000). Prints the input and output sizes and the time; the maximum resident set
-//! size comes from `time -v`. Memory stays linear in N; the output (and so the time) grows as
-//! N², since each `call_model` record carries the whole conversation so far.
+//! size comes from `time -v`. Memory and the output stay linear in N: each `call_model` record
+//! carries only the messages added since the previous request.
 #![allow(clippy::disallowed_methods)] // a benchmark reads the wall clock
 
 use std::time::Instant;
 
+use agentloop_core::trace::TraceEncoder;
 use agentloop_trace_tools::import::{openai_chat_to, ImportOptions};
 use serde_json::{json, Value};
 
@@ -40,10 +41,11 @@ fn main() {
     let t = Instant::now();
     let mut line = Vec::new();
     let mut bytes = 0usize;
+    let mut encoder = TraceEncoder::new();
     let streamed = openai_chat_to(&input, &ImportOptions::default(), |record| {
         line.clear();
-        serde_json::to_writer(&mut line, record)?;
-        bytes += line.len() + 1;
+        encoder.encode(record, &mut line)?;
+        bytes += line.len();
         Ok::<(), serde_json::Error>(())
     });
     let elapsed = t.elapsed();

@@ -9,10 +9,11 @@
 //!
 //! [`openai_chat_to`] hands each record to a sink as the machines produce it and keeps none
 //! of the requests, so the memory it needs is linear in the recording (a caller writing the
-//! records to a file holds one at a time). The trace itself is not linear: each `call_model`
-//! record carries the whole conversation so far, so a recording of n turns makes a trace of
-//! O(n²) bytes, written in time proportional to it. [`openai_chat`] collects the records into
-//! a [`Trace`] in memory, which is quadratic in the turns.
+//! records to a file holds one at a time). Written with
+//! [`TraceEncoder`](agentloop_core::trace::TraceEncoder), the file is linear too: each
+//! `call_model` record holds only the messages added since the previous request. In memory a
+//! request holds the whole conversation so far, so [`openai_chat`], which collects the records
+//! into a [`Trace`], is quadratic in the turns.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -540,11 +541,18 @@ where
     })
 }
 
+/// The longest stem [`safe_stem`] returns, in bytes: with the suffixes the importers add
+/// (`_epochN`, `-N`, `.script.json`) a file name stays well under the 255 bytes file systems
+/// take.
+pub(crate) const MAX_STEM_BYTES: usize = 120;
+
 /// `id` as a file name: characters other than ASCII letters, digits, `-`, `_` and `.` replaced
-/// by `_`, leading dots dropped; `fallback` when nothing is left. Names the per-sample and
+/// by `_`, leading dots dropped; `fallback` when nothing is left. A longer stem than
+/// [`MAX_STEM_BYTES`] is cut and ends in `-` and 16 hex digits of a hash of the whole `id`, so
+/// two long ids that share their start still get two names. Names the per-sample and
 /// per-trace files of the multi-trace imports.
 pub(crate) fn safe_stem(id: &str, fallback: &str) -> String {
-    let id: String = id
+    let safe: String = id
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
@@ -554,10 +562,38 @@ pub(crate) fn safe_stem(id: &str, fallback: &str) -> String {
             }
         })
         .collect();
-    let id = id.trim_start_matches('.');
-    if id.is_empty() {
-        fallback.into()
-    } else {
-        id.into()
+    let safe = safe.trim_start_matches('.');
+    if safe.is_empty() {
+        return fallback.into();
+    }
+    if safe.len() <= MAX_STEM_BYTES {
+        return safe.into();
+    }
+    // FNV-1a: stable across builds and platforms (the name must not change between imports).
+    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    // Every character of `safe` is ASCII, so any byte offset is a character boundary.
+    format!("{}-{hash:016x}", &safe[..MAX_STEM_BYTES - 17])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_id_is_shortened_with_a_hash_of_the_whole_id() {
+        assert_eq!(safe_stem("a b/c", "x"), "a_b_c");
+        assert_eq!(safe_stem("...", "x"), "x");
+        let long = "é".repeat(3_000);
+        let a = safe_stem(&long, "x");
+        let b = safe_stem(&format!("{long}!"), "x");
+        assert_eq!(a.len(), MAX_STEM_BYTES);
+        assert_eq!(b.len(), MAX_STEM_BYTES);
+        assert_ne!(a, b, "two ids sharing their start get two names");
+        assert_eq!(a, safe_stem(&long, "x"), "the same id gets the same name");
+        assert!(a.starts_with("___"), "{a}");
+        let exact = "y".repeat(MAX_STEM_BYTES);
+        assert_eq!(safe_stem(&exact, "x"), exact);
     }
 }

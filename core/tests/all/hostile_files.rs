@@ -186,12 +186,14 @@ fn r_trace_1_a_streamed_import_hands_the_sink_the_records_of_the_collected_one()
     let recording = conversation(5, 10);
     let collected = openai_chat(&recording, &ImportOptions::default()).expect("import");
     let mut lines = Vec::new();
+    let mut encoder = agentloop_core::trace::TraceEncoder::new();
     let streamed = openai_chat_to(&recording, &ImportOptions::default(), |r| {
-        lines.push(serde_json::to_string(r).expect("json"));
+        encoder.encode(r, &mut lines).expect("json");
         Ok::<(), ()>(())
     })
     .expect("import");
-    assert_eq!(lines.join("\n") + "\n", collected.trace.to_jsonl());
+    let text = String::from_utf8(lines).expect("utf-8");
+    assert_eq!(text, collected.trace.to_jsonl());
     assert_eq!(streamed.records, collected.trace.records.len() as u64);
     assert_eq!(
         streamed.summary,
@@ -209,7 +211,7 @@ fn r_trace_1_a_streamed_import_hands_the_sink_the_records_of_the_collected_one()
         }
     });
     assert_eq!(stopped, Err(StreamError::Sink("disk full")));
-    assert!(seen < lines.len(), "{seen}");
+    assert!(seen < text.lines().count(), "{seen}");
     // Bad input reaches no sink.
     let bad = openai_chat_to(
         &json!({"not": "an array"}),

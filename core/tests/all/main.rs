@@ -52,6 +52,7 @@ mod tool_call_dispatch;
 mod tool_rules;
 mod trace_diff_rules;
 mod trace_io;
+mod trace_prefix;
 mod trace_tools;
 mod transcript_text;
 mod verdict_rules;

@@ -33,6 +33,7 @@ fn transcript_of_both_versions_joins_text_and_pairs_tool_calls_with_results() {
         ("v3-calc.jsonl", 3),
         ("v4-calc.jsonl", 4),
         ("v5-calc.jsonl", 5),
+        ("v7-calc.jsonl", 7),
     ] {
         let t = Transcript::from_trace(&fixture(name));
         assert_eq!(t.version, version);
@@ -189,6 +190,7 @@ fn what_if_unchanged_config_is_identical() {
         "v4-calc.jsonl",
         "v4-retry-tool.jsonl",
         "v5-calc.jsonl",
+        "v7-calc.jsonl",
     ] {
         let t = fixture(name);
         let w = what_if(&t, t.header.config.clone(), &DeciderRegistry::new()).expect("replay");

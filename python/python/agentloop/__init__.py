@@ -31,6 +31,7 @@ from ._agentloop import (
     TraceCorruptError,
     TraceError,
     TraceReadError,
+    TraceTooLargeError,
     TraceVersionError,
     UnknownDeciderError,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "Trace",
     "TraceError",
     "TraceReadError",
+    "TraceTooLargeError",
     "TraceCorruptError",
     "TraceVersionError",
     "UnknownDeciderError",
