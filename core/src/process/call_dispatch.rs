@@ -12,4 +12,4 @@ use crate::process::call_actions;
 use crate::process::call_guards::{self, Facts};
 use crate::process::data::ProcessData;
 
-include!(concat!(env!("OUT_DIR"), "/tool_call_dispatch.rs"));
+include!("../generated/tool_call_dispatch.rs");

@@ -17,7 +17,7 @@ use crate::process::data::ProcessData;
 use crate::process::machine::{Input, State};
 use crate::process::{actions, guards};
 
-include!(concat!(env!("OUT_DIR"), "/process_dispatch.rs"));
+include!("../generated/process_dispatch.rs");
 
 /// The chart event an input stands for (`None`: no row of the inner chart can take it). An
 /// approval and a gate verdict are classified by their decision.
@@ -54,10 +54,7 @@ mod tests {
 
     /// The rows each generated function records, in source order, with their guards.
     fn generated_order() -> Vec<(String, Vec<Tried>)> {
-        crate::chart::generated_order(
-            include_str!(concat!(env!("OUT_DIR"), "/process_dispatch.rs")),
-            "Process",
-        )
+        crate::chart::generated_order(include_str!("../generated/process_dispatch.rs"), "Process")
     }
 
     /// The generated dispatch of the inner machine tries each scope's rows in the order the

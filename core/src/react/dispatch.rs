@@ -16,7 +16,7 @@ use crate::react::data::ReactData;
 use crate::react::machine::{Input, State};
 use crate::react::{actions, guards};
 
-include!(concat!(env!("OUT_DIR"), "/react_dispatch.rs"));
+include!("../generated/react_dispatch.rs");
 
 /// The chart event an input stands for (`None`: no row of the outer chart can take it).
 pub(crate) fn chart_event(data: &ReactData, input: &Input<'_>) -> Option<ReactEventKind> {
@@ -41,10 +41,7 @@ mod tests {
 
     /// The rows each generated function records, in source order, with their guards.
     fn generated_order() -> Vec<(String, Vec<Tried>)> {
-        crate::chart::generated_order(
-            include_str!(concat!(env!("OUT_DIR"), "/react_dispatch.rs")),
-            "React",
-        )
+        crate::chart::generated_order(include_str!("../generated/react_dispatch.rs"), "React")
     }
 
     /// The generated dispatch tries each scope's rows for an event in the order the TOML

@@ -11,7 +11,7 @@ use crate::agent_event::Outcome;
 use crate::chart::ProcessState;
 use crate::event::Event;
 use crate::react::config::Decision;
-use crate::react::context::{Compaction, Ended};
+use crate::react::context::{Compaction, Drain, Ended};
 use crate::react::data::ReactData;
 use crate::react::machine::Input;
 
@@ -28,8 +28,9 @@ fn decided(input: &Input<'_>, d: Decision) -> bool {
     matches!(input, Input::Decide(x) if *x == d)
 }
 
-/// `tools_draining`: after the abort's kill policy, some immune tools still run.
-pub(crate) fn tools_draining(data: &ReactData, _input: &Input<'_>) -> bool {
+/// `tools_draining`: after the abort's kill policy, some immune tools still run. (Its rows are
+/// all in `Executing`, so it is handed that state's `Drain`, which it does not need.)
+pub(crate) fn tools_draining(data: &ReactData, _drain: &Drain, _input: &Input<'_>) -> bool {
     draining(data)
 }
 
@@ -121,7 +122,7 @@ pub(crate) fn ended_aborted(_data: &ReactData, ended: &Ended, _input: &Input<'_>
 }
 
 /// `fallback_available`: the step failed and the fallback chain has a model left.
-pub(crate) fn fallback_available(data: &ReactData, _input: &Input<'_>) -> bool {
+pub(crate) fn fallback_available(data: &ReactData, _drain: &Drain, _input: &Input<'_>) -> bool {
     data.fallback_available()
 }
 

@@ -9,7 +9,7 @@ use super::SessionInput as Input;
 use super::{actions, guards};
 use crate::chart::{SessionEventKind, SessionGuard, SessionRow, SessionState};
 
-include!(concat!(env!("OUT_DIR"), "/session_dispatch.rs"));
+include!("../generated/session_dispatch.rs");
 
 /// The chart event an input stands for.
 pub(crate) fn event_kind(input: &Input<'_>) -> SessionEventKind {
@@ -41,7 +41,7 @@ mod tests {
     fn r_arch_3_generated_session_dispatch_tries_rows_in_chart_order() {
         let chart = Chart::parse(SESSION_TOML).expect("chart");
         let order = crate::chart::generated_order(
-            include_str!(concat!(env!("OUT_DIR"), "/session_dispatch.rs")),
+            include_str!("../generated/session_dispatch.rs"),
             "Session",
         );
         let mut tried = 0;
