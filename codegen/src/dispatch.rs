@@ -16,7 +16,7 @@ use crate::names::{camel_ident, doc, ident, one_line, snake_ident};
 use crate::{fail, Error};
 
 /// A machine whose dispatch is generated: its chart, the generated enums' prefix and its data
-/// (statig context) type. The module that includes the file brings `guards`, `actions`,
+/// (statig context) type. The module that includes the file brings `Guards`, `Actions`,
 /// `chart_event`, the machine's `Input` and statig's `State` into scope.
 pub(crate) struct Dispatched {
     /// The chart's file stem (`statecharts/<file>.toml`).
@@ -223,7 +223,7 @@ fn hook_wrappers(chart: &Chart, data: &syn::Ident) -> TokenStream {
         let name = format_ident!("{prefix}_{}", snake_ident(&scope));
         let action = ident(&f);
         let d = doc(&format!(
-            "The {kind} action of `{scope}` (generated): `actions::{f}`."
+            "The {kind} action of `{scope}` (generated): `Actions::{f}`."
         ));
         match locals.get(scope.as_str()) {
             Some((t, _)) => {
@@ -231,14 +231,14 @@ fn hook_wrappers(chart: &Chart, data: &syn::Ident) -> TokenStream {
                 quote! {
                     #d
                     pub(crate) fn #name(data: &mut #data, local: &mut #t) {
-                        actions::#action(data, local);
+                        Actions::#action(data, local);
                     }
                 }
             }
             None => quote! {
                 #d
                 pub(crate) fn #name(data: &mut #data) {
-                    actions::#action(data);
+                    Actions::#action(data);
                 }
             },
         }
@@ -284,8 +284,8 @@ fn event_arm(
             .flatten();
         let call = match (r.kind, target) {
             (RowKindDef::Ignored, _) => quote!(),
-            (_, Some((_, false))) => quote!(let next = actions::#action(#args);),
-            _ => quote!(actions::#action(#args);),
+            (_, Some((_, false))) => quote!(let next = Actions::#action(#args);),
+            _ => quote!(Actions::#action(#args);),
         };
         let to = ident(&r.to);
         let outcome = match (r.kind, target) {
@@ -307,7 +307,7 @@ fn event_arm(
                 };
                 let g = ident(g);
                 stmts.push(quote! {
-                    if guards::#g(#gargs) {
+                    if Guards::#g(#gargs) {
                         data.take(#row::#v);
                         #call
                         return #outcome;
@@ -390,6 +390,134 @@ fn scope_fn(
     })
 }
 
+/// A trait method's signature, for telling two uses of one action name apart.
+type Method = (String, TokenStream);
+
+/// Adds `name` with `sig` to `methods`, once; fails when the name comes back with another
+/// signature (an entry action of two states holding different data).
+fn add_method(
+    methods: &mut Vec<Method>,
+    file: &str,
+    name: &str,
+    sig: TokenStream,
+) -> Result<(), Error> {
+    match methods.iter().find(|(n, _)| n == name) {
+        Some((_, s)) if s.to_string() == sig.to_string() => Ok(()),
+        Some(_) => fail(
+            file,
+            format!("action {name} is named by states holding different data"),
+        ),
+        None => {
+            methods.push((name.to_string(), sig));
+            Ok(())
+        }
+    }
+}
+
+/// The doc of a row's action: the row as the chart writes it, and its note.
+pub(crate) fn row_doc(r: &RowDef) -> TokenStream {
+    let g = r
+        .guard
+        .as_ref()
+        .map(|g| format!(" [{g}]"))
+        .unwrap_or_default();
+    let mut text = format!("`{}`: `{} --{}{g}--> {}`.", r.id, r.from, r.event, r.to);
+    if let Some(n) = &r.note {
+        text.push_str(&format!(" {}", one_line(n)));
+    }
+    doc(&text)
+}
+
+/// The guards and actions traits of machine `m` (`<prefix>Guards`, `<prefix>Actions`): one
+/// method per guard a row names and per action a row or a state's entry/exit names, with the
+/// signature the dispatch calls it with. The hand-written `guards::Guards` and
+/// `actions::Actions` implement them, so the compiler ties each name and signature to the chart.
+fn traits(
+    chart: &Chart,
+    m: &Dispatched,
+    used: &BTreeSet<String>,
+    local_guards: &BTreeMap<String, Vec<String>>,
+) -> Result<TokenStream, Error> {
+    let data = ident(m.data);
+    let locals = locals(chart);
+    let local_type = |scope: &str| locals.get(scope).map(|(t, _)| ident(t));
+    let guards = chart
+        .guard
+        .iter()
+        .filter(|g| used.contains(&g.name))
+        .map(|g| {
+            let d = doc(&format!("`{}`: {}", g.name, one_line(&g.doc)));
+            let f = ident(&g.name);
+            let local = local_guards
+                .get(&g.name)
+                .and_then(|scopes| scopes.first())
+                .and_then(|s| local_type(s))
+                .map(|t| quote!(local: &#t,));
+            quote! {
+                #d
+                fn #f(data: &#data, #local input: &Input<'_>) -> bool;
+            }
+        });
+    let mut actions: Vec<Method> = Vec::new();
+    let mut docs: BTreeMap<String, TokenStream> = BTreeMap::new();
+    for r in chart.row.iter().filter(|r| r.kind != RowKindDef::Ignored) {
+        let local = local_type(&r.from).map(|t| quote!(local: &mut #t,));
+        let ret = match (r.kind, locals.get(r.to.as_str())) {
+            (RowKindDef::Transition, Some((t, false))) => {
+                let t = ident(t);
+                quote!(-> #t)
+            }
+            _ => quote!(),
+        };
+        let f = ident(&r.id);
+        docs.insert(r.id.clone(), row_doc(r));
+        add_method(
+            &mut actions,
+            m.file,
+            &r.id,
+            quote!(fn #f(data: &mut #data, #local input: &Input<'_>) #ret;),
+        )?;
+    }
+    for (scope, kind, action) in state_hooks(chart) {
+        let local = local_type(&scope).map(|t| quote!(local: &mut #t));
+        let f = ident(&action);
+        docs.entry(action.clone())
+            .or_insert_with(|| doc(&format!("`{action}`: the {kind} action of `{scope}`.")));
+        add_method(
+            &mut actions,
+            m.file,
+            &action,
+            quote!(fn #f(data: &mut #data, #local);),
+        )?;
+    }
+    let actions = actions.iter().map(|(name, sig)| {
+        let d = docs.get(name).cloned().unwrap_or_default();
+        quote!(#d #sig)
+    });
+    let gt = format_ident!("{}Guards", m.prefix);
+    let at = format_ident!("{}Actions", m.prefix);
+    let gdoc = doc(&format!(
+        "The guards of `statecharts/{}.toml` (generated): one pure predicate per guard a row \
+         names (`otherwise` needs none), implemented by the hand-written `guards::Guards`. A \
+         guard whose rows are all in one state holding data is handed that data.",
+        m.file
+    ));
+    let adoc = doc(&format!(
+        "The actions of `statecharts/{}.toml` (generated): one per row that acts (every row but \
+         an ignored one), named after the row, and one per entry/exit action a state names, \
+         implemented by the hand-written `actions::Actions`. A row's action gets its state's \
+         data, and returns the data of the state it enters (unless that starts at `Default`).",
+        m.file
+    ));
+    Ok(quote! {
+        #gdoc
+        pub(crate) trait #gt { #(#guards)* }
+
+        #adoc
+        pub(crate) trait #at { #(#actions)* }
+    })
+}
+
 /// The whole dispatch file of machine `m`.
 pub(crate) fn dispatch(chart: &Chart, m: &Dispatched) -> Result<TokenStream, Error> {
     let used = used_guards(chart, m.file)?;
@@ -411,8 +539,9 @@ pub(crate) fn dispatch(chart: &Chart, m: &Dispatched) -> Result<TokenStream, Err
             local_guards: &local_guards,
         }
     };
-    let oracle = oracle_fns(chart, m.prefix, m.data, "guards", &args);
+    let oracle = oracle_fns(chart, m.prefix, m.data, "Guards", &args);
     let hooks = hook_wrappers(chart, &ident(m.data));
+    let traits = traits(chart, m, &used, &local_guards)?;
     let mut scopes = Vec::new();
     let all = chart
         .superstate
@@ -427,5 +556,5 @@ pub(crate) fn dispatch(chart: &Chart, m: &Dispatched) -> Result<TokenStream, Err
     for (scope, scope_doc) in all {
         scopes.push(scope_fn(chart, m, scope, scope_doc, &local_guards)?);
     }
-    Ok(quote!(#oracle #hooks #(#scopes)*))
+    Ok(quote!(#traits #oracle #hooks #(#scopes)*))
 }

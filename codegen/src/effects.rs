@@ -111,22 +111,28 @@ impl Names {
             /// name that is no `Effect` variant, `persist:<Entry variant>` or
             /// `emit:<AgentEvent variant>` does not compile.
             // A variant's pattern is written `{ .. }` whatever its kind (the chart does not say).
-            #[allow(clippy::unneeded_struct_pattern)]
+            #[allow(clippy::unneeded_struct_pattern, clippy::match_like_matches_macro)]
             const _: fn(&crate::effect::Effect) -> bool = |effect| {
                 use crate::agent_event::AgentEvent;
                 use crate::effect::Effect;
                 use crate::entry::Entry;
-                matches!(effect, #(#run)|*)
+                match effect {
+                    #(#run)|* => true,
+                    _ => false,
+                }
             };
 
             /// Each name the session chart declares, as the `SessionEffect` it stands for
             /// (generated): a name that is no `SessionEffect` variant or
             /// `publish:<AgentEvent variant>` does not compile.
-            #[allow(clippy::unneeded_struct_pattern)]
+            #[allow(clippy::unneeded_struct_pattern, clippy::match_like_matches_macro)]
             const _: fn(&crate::session_machine::SessionEffect) -> bool = |effect| {
                 use crate::agent_event::AgentEvent;
                 use crate::session_machine::SessionEffect;
-                matches!(effect, #(#session)|*)
+                match effect {
+                    #(#session)|* => true,
+                    _ => false,
+                }
             };
         }
     }

@@ -237,9 +237,9 @@ mod tests {
         );
         let order = |t: &str| {
             (
-                t.find("if guards::limit_stop(data, input)")
+                t.find("if Guards::limit_stop(data, input)")
                     .expect("limit_stop"),
-                t.find("if guards::limit_final_answer(data, input)")
+                t.find("if Guards::limit_final_answer(data, input)")
                     .expect("final"),
             )
         };
@@ -248,7 +248,7 @@ mod tests {
         let (stop, fin) = order(&after);
         assert!(fin < stop, "swapped, limit_final_answer is tried first");
         assert!(after.contains(
-            "if guards::limit_final_answer(data, input) {\n                data.take(ReactRow::PlanningLimitStop);"
+            "if Guards::limit_final_answer(data, input) {\n                data.take(ReactRow::PlanningLimitStop);"
         ));
     }
 
@@ -258,10 +258,20 @@ mod tests {
     fn guards_of_a_state_with_data_are_handed_it() {
         let files = generate_from(&charts_with("", str::to_string)).expect("charts");
         let react = text(&files, "react_dispatch.rs");
-        assert!(react.contains("if guards::compaction_required(data, local, input) {"));
+        assert!(react.contains("if Guards::compaction_required(data, local, input) {"));
         assert!(react
-            .contains("State::Finishing { local } => guards::ended_completed(data, local, input)"));
-        assert!(react.contains("if guards::nothing_to_drain(data, input) {"));
+            .contains("State::Finishing { local } => Guards::ended_completed(data, local, input)"));
+        assert!(react.contains("if Guards::nothing_to_drain(data, input) {"));
+        // The traits the hand-written code implements say the same.
+        assert!(react.contains(
+            "fn ended_completed(data: &ReactData, local: &Ended, input: &Input<'_>) -> bool;"
+        ));
+        assert!(react.contains(
+            "fn planning_compact(data: &mut ReactData, input: &Input<'_>) -> Compaction;"
+        ));
+        assert!(
+            react.contains("fn start_compaction(data: &mut ReactData, local: &mut Compaction);")
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
-use crate::dispatch::{oracle_fns, used_guards, OracleArgs};
+use crate::dispatch::{oracle_fns, row_doc, used_guards, OracleArgs};
 use crate::enums::events_in;
 use crate::model::{Chart, RowDef, RowKindDef};
 use crate::names::{camel_ident, doc, ident, snake};
@@ -53,7 +53,7 @@ fn scope_fn(chart: &Chart, scope: &str) -> Result<TokenStream, Error> {
                 Some(g) => {
                     let g = ident(g);
                     stmts.push(quote! {
-                        if call_guards::#g(data, i, facts) { return Some(ToolCallRow::#v); }
+                        if Guards::#g(data, i, facts) { return Some(ToolCallRow::#v); }
                     });
                 }
                 None => {
@@ -82,12 +82,36 @@ fn scope_fn(chart: &Chart, scope: &str) -> Result<TokenStream, Error> {
 
 /// The whole `tool_call_dispatch.rs`.
 pub(crate) fn call_dispatch(chart: &Chart) -> Result<TokenStream, Error> {
-    used_guards(chart, FILE)?;
+    let used = used_guards(chart, FILE)?;
+    let guards = chart
+        .guard
+        .iter()
+        .filter(|g| used.contains(&g.name))
+        .map(|g| {
+            let d = doc(&format!("`{}`: {}", g.name, crate::names::one_line(&g.doc)));
+            let f = ident(&g.name);
+            quote! {
+                #d
+                fn #f(data: &ProcessData, i: usize, facts: &Facts<'_>) -> bool;
+            }
+        });
+    let actions = chart
+        .row
+        .iter()
+        .filter(|r| r.kind != RowKindDef::Ignored)
+        .map(|r| {
+            let d = row_doc(r);
+            let f = ident(&r.id);
+            quote! {
+                #d
+                fn #f(data: &mut ProcessData, i: usize, from: ToolCallState, facts: &Facts<'_>);
+            }
+        });
     let oracle = oracle_fns(
         chart,
         "ToolCall",
         "ProcessData",
-        "call_guards",
+        "Guards",
         &OracleArgs {
             params: quote!(i: usize, facts: &Facts<'_>),
             pass: quote!(i, facts),
@@ -122,10 +146,20 @@ pub(crate) fn call_dispatch(chart: &Chart) -> Result<TokenStream, Error> {
             quote!(ToolCallRow::#v => { let _ = (data, i, from, facts); })
         } else {
             let f = ident(&r.id);
-            quote!(ToolCallRow::#v => call_actions::#f(data, i, from, facts))
+            quote!(ToolCallRow::#v => Actions::#f(data, i, from, facts))
         }
     });
     Ok(quote! {
+        /// The guards of `statecharts/tool_call.toml` (generated): one pure predicate per guard a
+        /// row names, over the inner machine's data, the call's slot and the event's facts;
+        /// implemented by the hand-written `call_guards::Guards`.
+        pub(crate) trait ToolCallGuards { #(#guards)* }
+
+        /// The actions of `statecharts/tool_call.toml` (generated): one per row that acts (every
+        /// row but an ignored one), named after the row; implemented by the hand-written
+        /// `call_actions::Actions`.
+        pub(crate) trait ToolCallActions { #(#actions)* }
+
         #oracle
         #(#scopes)*
 

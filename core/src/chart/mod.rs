@@ -1,8 +1,8 @@
 //! The statecharts: generated state/event/row enums, the embedded chart files, and Mermaid
 //! rendering (R-ARCH-3).
 //!
-//! `statecharts/react.toml` and `statecharts/process.toml` are the source of truth. `build.rs`
-//! turns them into [`ReactState`], [`ReactEventKind`], [`ReactRow`] (and the `Process*` twins);
+//! `statecharts/*.toml` are the source of truth. `agentloop-codegen` (committed output in
+//! `core/src/generated/`) turns them into [`ReactState`], [`ReactEventKind`], [`ReactRow`] (and the `Process*` twins);
 //! the machines record which [`ReactRow`]/[`ProcessRow`] every step took, and the conformance
 //! tests check each recorded transition against [`RowSpec`].
 
@@ -146,6 +146,45 @@ fn candidates_in<R: Copy, E: PartialEq + Copy>(
         })
         .collect()
 }
+
+/// A machine's test that statig's hierarchy (each handler's `superstate = "…"`) is the chart's:
+/// every leaf state's superstates, innermost first, are its `parent`s, under `root`. Invoked in
+/// each machine's module with the statig machine, the chart's state enum, the function mapping
+/// a statig state to it, and one statig state per leaf state.
+#[cfg(test)]
+macro_rules! superstates_are_the_charts_parents {
+    ($machine:ty, $chart_state:ty, $kind:path, [$($state:expr),* $(,)?]) => {
+        /// The names of superstate `s` and of those above it, innermost first.
+        fn walk(s: &mut Superstate, out: &mut Vec<String>) {
+            let debug = format!("{s:?}");
+            out.push(debug.chars().take_while(|c| c.is_alphanumeric()).collect());
+            if let Some(mut up) = statig::blocking::Superstate::<$machine>::superstate(s) {
+                walk(&mut up, out);
+            }
+        }
+
+        /// The statig hierarchy is the chart's `parent`s (see the macro).
+        #[test]
+        fn statig_superstates_are_the_charts_parents() {
+            let mut seen = Vec::new();
+            for mut s in [$($state),*] {
+                let kind = $kind(&s);
+                let mut got = Vec::new();
+                if let Some(mut up) = statig::blocking::State::<$machine>::superstate(&mut s) {
+                    walk(&mut up, &mut got);
+                }
+                let mut want: Vec<String> =
+                    kind.ancestors().iter().map(|a| a.to_string()).collect();
+                want.push("Root".into());
+                assert_eq!(got, want, "{kind:?}");
+                seen.push(kind);
+            }
+            assert_eq!(seen, <$chart_state>::ALL, "every leaf state of the chart is checked");
+        }
+    };
+}
+#[cfg(test)]
+pub(crate) use superstates_are_the_charts_parents;
 
 /// The chart oracle's verdict on one transition: the row the machine took, and the row the
 /// chart prescribes — the first candidate whose guard held, evaluated before the machine ran.
@@ -343,7 +382,7 @@ pub(crate) fn generated_order(src: &str, prefix: &str) -> Vec<(String, Vec<Tried
             let mut rows = Vec::new();
             let mut last_guard: Option<String> = None;
             for line in f.lines().map(str::trim) {
-                if let Some(g) = line.strip_prefix("if guards::") {
+                if let Some(g) = line.strip_prefix("if Guards::") {
                     last_guard = g.split('(').next().map(str::to_string);
                 } else if let Some(r) = line.strip_prefix(take.as_str()) {
                     let row = r.split(')').next().unwrap_or_default().to_string();

@@ -353,83 +353,103 @@ impl EffectName {
 /// Each name the run's charts declare, as the `Effect` it stands for (generated): a
 /// name that is no `Effect` variant, `persist:<Entry variant>` or
 /// `emit:<AgentEvent variant>` does not compile.
-#[allow(clippy::unneeded_struct_pattern)]
+#[allow(clippy::unneeded_struct_pattern, clippy::match_like_matches_macro)]
 const _: fn(&crate::effect::Effect) -> bool = |effect| {
     use crate::agent_event::AgentEvent;
     use crate::effect::Effect;
     use crate::entry::Entry;
-    matches!(
-        effect, Effect::AskUser { .. } | Effect::CallModel { .. } | Effect::CancelModel {
-        .. } | Effect::CancelTimer { .. } | Effect::CommitRunEnd { .. } | Effect::Compact
-        { .. } | Effect::Emit { event : AgentEvent::AgentAbort { .. } } | Effect::Emit {
-        event : AgentEvent::AgentResumed { .. } } | Effect::Emit { event :
-        AgentEvent::ApprovalRequired { .. } } | Effect::Emit { event :
-        AgentEvent::ApprovalResolved { .. } } | Effect::Emit { event :
-        AgentEvent::AskUser { .. } } | Effect::Emit { event : AgentEvent::CompactEnd { ..
-        } } | Effect::Emit { event : AgentEvent::CompactStart { .. } } | Effect::Emit {
-        event : AgentEvent::CompactVetoed { .. } } | Effect::Emit { event :
-        AgentEvent::ContextOverflow { .. } } | Effect::Emit { event :
-        AgentEvent::LoopDetected { .. } } | Effect::Emit { event :
-        AgentEvent::MessageStart { .. } } | Effect::Emit { event :
-        AgentEvent::ModelFallback { .. } } | Effect::Emit { event :
-        AgentEvent::ModelSwitched { .. } } | Effect::Emit { event :
-        AgentEvent::ModelTurnRetried { .. } } | Effect::Emit { event :
-        AgentEvent::OutputInvalid { .. } } | Effect::Emit { event :
-        AgentEvent::PlanGenerated { .. } } | Effect::Emit { event :
-        AgentEvent::ReasoningDelta { .. } } | Effect::Emit { event :
-        AgentEvent::RequestStart { .. } } | Effect::Emit { event :
-        AgentEvent::ResponseComplete { .. } } | Effect::Emit { event : AgentEvent::Retry
-        { .. } } | Effect::Emit { event : AgentEvent::RunEnd { .. } } | Effect::Emit {
-        event : AgentEvent::RunError { .. } } | Effect::Emit { event :
-        AgentEvent::RunStart { .. } } | Effect::Emit { event :
-        AgentEvent::SessionRepaired { .. } } | Effect::Emit { event :
-        AgentEvent::StatusUpdate { .. } } | Effect::Emit { event :
-        AgentEvent::SteeringApplied { .. } } | Effect::Emit { event :
-        AgentEvent::StepFinished { .. } } | Effect::Emit { event :
-        AgentEvent::StreamError { .. } } | Effect::Emit { event :
-        AgentEvent::StreamStalled { .. } } | Effect::Emit { event : AgentEvent::TextDelta
-        { .. } } | Effect::Emit { event : AgentEvent::TitleGenerated { .. } } |
-        Effect::Emit { event : AgentEvent::TodoChange { .. } } | Effect::Emit { event :
-        AgentEvent::ToolBlocked { .. } } | Effect::Emit { event :
-        AgentEvent::ToolCacheHit { .. } } | Effect::Emit { event :
-        AgentEvent::ToolCallUnknown { .. } } | Effect::Emit { event :
-        AgentEvent::ToolCalls { .. } } | Effect::Emit { event : AgentEvent::ToolEnd { ..
-        } } | Effect::Emit { event : AgentEvent::ToolInputDelta { .. } } | Effect::Emit {
-        event : AgentEvent::ToolInputStart { .. } } | Effect::Emit { event :
-        AgentEvent::ToolKilled { .. } } | Effect::Emit { event :
-        AgentEvent::ToolRuleMatched { .. } } | Effect::Emit { event :
-        AgentEvent::ToolSkippedForSteering { .. } } | Effect::Emit { event :
-        AgentEvent::ToolStart { .. } } | Effect::Emit { event :
-        AgentEvent::UsageLimitReached { .. } } | Effect::Emit { event :
-        AgentEvent::UserResponded { .. } } | Effect::GateTool { .. } |
-        Effect::GenerateTitle { .. } | Effect::KillTool { .. } | Effect::Persist { entry
-        : Entry::Assistant { .. } } | Effect::Persist { entry : Entry::Compaction { .. }
-        } | Effect::Persist { entry : Entry::Title { .. } } | Effect::Persist { entry :
-        Entry::ToolResult { .. } } | Effect::Persist { entry : Entry::ToolStarted { .. }
-        } | Effect::Persist { entry : Entry::UserInput { .. } } | Effect::RequestApproval
-        { .. } | Effect::RunTool { .. } | Effect::StartTimer { .. } |
-        Effect::WithdrawApproval { .. }
-    )
+    match effect {
+        Effect::AskUser { .. }
+        | Effect::CallModel { .. }
+        | Effect::CancelModel { .. }
+        | Effect::CancelTimer { .. }
+        | Effect::CommitRunEnd { .. }
+        | Effect::Compact { .. }
+        | Effect::Emit { event: AgentEvent::AgentAbort { .. } }
+        | Effect::Emit { event: AgentEvent::AgentResumed { .. } }
+        | Effect::Emit { event: AgentEvent::ApprovalRequired { .. } }
+        | Effect::Emit { event: AgentEvent::ApprovalResolved { .. } }
+        | Effect::Emit { event: AgentEvent::AskUser { .. } }
+        | Effect::Emit { event: AgentEvent::CompactEnd { .. } }
+        | Effect::Emit { event: AgentEvent::CompactStart { .. } }
+        | Effect::Emit { event: AgentEvent::CompactVetoed { .. } }
+        | Effect::Emit { event: AgentEvent::ContextOverflow { .. } }
+        | Effect::Emit { event: AgentEvent::LoopDetected { .. } }
+        | Effect::Emit { event: AgentEvent::MessageStart { .. } }
+        | Effect::Emit { event: AgentEvent::ModelFallback { .. } }
+        | Effect::Emit { event: AgentEvent::ModelSwitched { .. } }
+        | Effect::Emit { event: AgentEvent::ModelTurnRetried { .. } }
+        | Effect::Emit { event: AgentEvent::OutputInvalid { .. } }
+        | Effect::Emit { event: AgentEvent::PlanGenerated { .. } }
+        | Effect::Emit { event: AgentEvent::ReasoningDelta { .. } }
+        | Effect::Emit { event: AgentEvent::RequestStart { .. } }
+        | Effect::Emit { event: AgentEvent::ResponseComplete { .. } }
+        | Effect::Emit { event: AgentEvent::Retry { .. } }
+        | Effect::Emit { event: AgentEvent::RunEnd { .. } }
+        | Effect::Emit { event: AgentEvent::RunError { .. } }
+        | Effect::Emit { event: AgentEvent::RunStart { .. } }
+        | Effect::Emit { event: AgentEvent::SessionRepaired { .. } }
+        | Effect::Emit { event: AgentEvent::StatusUpdate { .. } }
+        | Effect::Emit { event: AgentEvent::SteeringApplied { .. } }
+        | Effect::Emit { event: AgentEvent::StepFinished { .. } }
+        | Effect::Emit { event: AgentEvent::StreamError { .. } }
+        | Effect::Emit { event: AgentEvent::StreamStalled { .. } }
+        | Effect::Emit { event: AgentEvent::TextDelta { .. } }
+        | Effect::Emit { event: AgentEvent::TitleGenerated { .. } }
+        | Effect::Emit { event: AgentEvent::TodoChange { .. } }
+        | Effect::Emit { event: AgentEvent::ToolBlocked { .. } }
+        | Effect::Emit { event: AgentEvent::ToolCacheHit { .. } }
+        | Effect::Emit { event: AgentEvent::ToolCallUnknown { .. } }
+        | Effect::Emit { event: AgentEvent::ToolCalls { .. } }
+        | Effect::Emit { event: AgentEvent::ToolEnd { .. } }
+        | Effect::Emit { event: AgentEvent::ToolInputDelta { .. } }
+        | Effect::Emit { event: AgentEvent::ToolInputStart { .. } }
+        | Effect::Emit { event: AgentEvent::ToolKilled { .. } }
+        | Effect::Emit { event: AgentEvent::ToolRuleMatched { .. } }
+        | Effect::Emit { event: AgentEvent::ToolSkippedForSteering { .. } }
+        | Effect::Emit { event: AgentEvent::ToolStart { .. } }
+        | Effect::Emit { event: AgentEvent::UsageLimitReached { .. } }
+        | Effect::Emit { event: AgentEvent::UserResponded { .. } }
+        | Effect::GateTool { .. }
+        | Effect::GenerateTitle { .. }
+        | Effect::KillTool { .. }
+        | Effect::Persist { entry: Entry::Assistant { .. } }
+        | Effect::Persist { entry: Entry::Compaction { .. } }
+        | Effect::Persist { entry: Entry::Title { .. } }
+        | Effect::Persist { entry: Entry::ToolResult { .. } }
+        | Effect::Persist { entry: Entry::ToolStarted { .. } }
+        | Effect::Persist { entry: Entry::UserInput { .. } }
+        | Effect::RequestApproval { .. }
+        | Effect::RunTool { .. }
+        | Effect::StartTimer { .. }
+        | Effect::WithdrawApproval { .. } => true,
+        _ => false,
+    }
 };
 /// Each name the session chart declares, as the `SessionEffect` it stands for
 /// (generated): a name that is no `SessionEffect` variant or
 /// `publish:<AgentEvent variant>` does not compile.
-#[allow(clippy::unneeded_struct_pattern)]
+#[allow(clippy::unneeded_struct_pattern, clippy::match_like_matches_macro)]
 const _: fn(&crate::session_machine::SessionEffect) -> bool = |effect| {
     use crate::agent_event::AgentEvent;
     use crate::session_machine::SessionEffect;
-    matches!(
-        effect, SessionEffect::CloseRun { .. } | SessionEffect::DropQueued { .. } |
-        SessionEffect::Forward { .. } | SessionEffect::Idle { .. } |
-        SessionEffect::Publish(AgentEvent::AgentAbort { .. }) |
-        SessionEffect::Publish(AgentEvent::AgentResumed { .. }) |
-        SessionEffect::Publish(AgentEvent::ModelSwitched { .. }) |
-        SessionEffect::Publish(AgentEvent::PromptDropped { .. }) |
-        SessionEffect::Publish(AgentEvent::PromptQueued { .. }) |
-        SessionEffect::Publish(AgentEvent::PromptReceived { .. }) |
-        SessionEffect::Publish(AgentEvent::PromptRejected { .. }) |
-        SessionEffect::Publish(AgentEvent::SteeringReceived { .. }) |
-        SessionEffect::QueuePrompt { .. } | SessionEffect::Reply { .. } |
-        SessionEffect::StartRun { .. } | SessionEffect::UseModel { .. }
-    )
+    match effect {
+        SessionEffect::CloseRun { .. }
+        | SessionEffect::DropQueued { .. }
+        | SessionEffect::Forward { .. }
+        | SessionEffect::Idle { .. }
+        | SessionEffect::Publish(AgentEvent::AgentAbort { .. })
+        | SessionEffect::Publish(AgentEvent::AgentResumed { .. })
+        | SessionEffect::Publish(AgentEvent::ModelSwitched { .. })
+        | SessionEffect::Publish(AgentEvent::PromptDropped { .. })
+        | SessionEffect::Publish(AgentEvent::PromptQueued { .. })
+        | SessionEffect::Publish(AgentEvent::PromptReceived { .. })
+        | SessionEffect::Publish(AgentEvent::PromptRejected { .. })
+        | SessionEffect::Publish(AgentEvent::SteeringReceived { .. })
+        | SessionEffect::QueuePrompt { .. }
+        | SessionEffect::Reply { .. }
+        | SessionEffect::StartRun { .. }
+        | SessionEffect::UseModel { .. } => true,
+        _ => false,
+    }
 };
