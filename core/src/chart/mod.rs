@@ -29,6 +29,12 @@ pub const TOOL_CALL_TOML: &str = include_str!("../../statecharts/tool_call.toml"
 /// The text of `statecharts/session.toml`.
 pub const SESSION_TOML: &str = include_str!("../../statecharts/session.toml");
 
+/// Whether the chart oracle runs: in debug builds, and in release builds with the `conformance`
+/// feature (the test kit turns it on). Without it a step evaluates no guard beyond the ones its
+/// row's dispatch tries and checks no effect: a [`GuardCheck`] then names the row taken as the
+/// expected one, and no [`EffectCheck`] is recorded.
+pub(crate) const ORACLE: bool = cfg!(any(debug_assertions, feature = "conformance"));
+
 /// How a row treats the current state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -399,6 +405,13 @@ pub(crate) fn generated_order(src: &str, prefix: &str) -> Vec<(String, Vec<Tried
 #[cfg(test)]
 mod oracle_tests {
     use super::*;
+
+    /// The tests run the oracle (in debug builds, or with the `conformance` feature the test
+    /// kit turns on): without it every guard check would hold by construction.
+    #[test]
+    fn the_tests_run_the_oracle() {
+        const { assert!(ORACLE) };
+    }
 
     /// Each chart's generated `candidates` table lists, for every leaf state and event, the
     /// rows the chart gives in the order it decides (leaf first, then each superstate).

@@ -2,9 +2,9 @@
 //! named after it, that does what the row means for slot `i` after the generated dispatch
 //! ([`crate::process::call_dispatch`]) chose the row and moved the call (`from` is the state
 //! the call left). An action never names a row or a target; what it produces is checked
-//! against the row's declared `effects` in debug builds. They are methods of [`Actions`],
-//! which implements the generated trait [`ToolCallActions`]: the compiler ties their names and
-//! signatures to the chart.
+//! against the row's declared `effects` in debug builds (and with the `conformance` feature).
+//! They are methods of [`Actions`], which implements the generated trait [`ToolCallActions`]:
+//! the compiler ties their names and signatures to the chart.
 
 use std::collections::BTreeSet;
 
