@@ -246,6 +246,42 @@ fn hook_wrappers(chart: &Chart, data: &syn::Ident) -> TokenStream {
     quote!(#(#wrappers)*)
 }
 
+/// What taking row `r` does after recording it: the call of its action (none for an ignored
+/// row; `next` is the data it returns for the state it enters) and the outcome statig gets.
+fn take_row(
+    r: &RowDef,
+    has_local: bool,
+    locals: &BTreeMap<&str, (&str, bool)>,
+) -> (TokenStream, TokenStream) {
+    let action = ident(&r.id);
+    let args = if has_local {
+        quote!(data, local, input)
+    } else {
+        quote!(data, input)
+    };
+    // The target's data: returned by the row's action, or its default.
+    let target = (r.kind == RowKindDef::Transition)
+        .then(|| locals.get(r.to.as_str()))
+        .flatten();
+    let call = match (r.kind, target) {
+        (RowKindDef::Ignored, _) => quote!(),
+        (_, Some((_, false))) => quote!(let next = Actions::#action(#args);),
+        _ => quote!(Actions::#action(#args);),
+    };
+    let to = ident(&r.to);
+    let outcome = match (r.kind, target) {
+        (RowKindDef::Transition, None) => quote!(Transition(State::#to {})),
+        (RowKindDef::Transition, Some((_, false))) => {
+            quote!(Transition(State::#to { local: next }))
+        }
+        (RowKindDef::Transition, Some((_, true))) => {
+            quote!(Transition(State::#to { local: Default::default() }))
+        }
+        (RowKindDef::Internal | RowKindDef::Ignored, _) => quote!(Handled),
+    };
+    (call, outcome)
+}
+
 /// One scope's rows for one event, in chart order: the statements and the tail (`Super` when
 /// every row is guarded). Fails on a row after an unconditional one.
 fn event_arm(
@@ -272,32 +308,7 @@ fn event_arm(
             );
         }
         let v = camel_ident(&r.id);
-        let action = ident(&r.id);
-        let args = if has_local {
-            quote!(data, local, input)
-        } else {
-            quote!(data, input)
-        };
-        // The target's data: returned by the row's action, or its default.
-        let target = (r.kind == RowKindDef::Transition)
-            .then(|| locals.get(r.to.as_str()))
-            .flatten();
-        let call = match (r.kind, target) {
-            (RowKindDef::Ignored, _) => quote!(),
-            (_, Some((_, false))) => quote!(let next = Actions::#action(#args);),
-            _ => quote!(Actions::#action(#args);),
-        };
-        let to = ident(&r.to);
-        let outcome = match (r.kind, target) {
-            (RowKindDef::Transition, None) => quote!(Transition(State::#to {})),
-            (RowKindDef::Transition, Some((_, false))) => {
-                quote!(Transition(State::#to { local: next }))
-            }
-            (RowKindDef::Transition, Some((_, true))) => {
-                quote!(Transition(State::#to { local: Default::default() }))
-            }
-            (RowKindDef::Internal | RowKindDef::Ignored, _) => quote!(Handled),
-        };
+        let (call, outcome) = take_row(r, has_local, &locals);
         match r.guard.as_deref().filter(|g| *g != "otherwise") {
             Some(g) => {
                 let gargs = if local_guards.contains_key(g) {
@@ -428,36 +439,12 @@ pub(crate) fn row_doc(r: &RowDef) -> TokenStream {
     doc(&text)
 }
 
-/// The guards and actions traits of machine `m` (`<prefix>Guards`, `<prefix>Actions`): one
-/// method per guard a row names and per action a row or a state's entry/exit names, with the
-/// signature the dispatch calls it with. The hand-written `guards::Guards` and
-/// `actions::Actions` implement them, so the compiler ties each name and signature to the chart.
-fn traits(
-    chart: &Chart,
-    m: &Dispatched,
-    used: &BTreeSet<String>,
-    local_guards: &BTreeMap<String, Vec<String>>,
-) -> Result<TokenStream, Error> {
+/// The methods of the actions trait: one per row that acts (with its state's data, returning
+/// the data of the state it enters), then one per entry/exit action a state names.
+fn action_methods(chart: &Chart, m: &Dispatched) -> Result<Vec<TokenStream>, Error> {
     let data = ident(m.data);
     let locals = locals(chart);
     let local_type = |scope: &str| locals.get(scope).map(|(t, _)| ident(t));
-    let guards = chart
-        .guard
-        .iter()
-        .filter(|g| used.contains(&g.name))
-        .map(|g| {
-            let d = doc(&format!("`{}`: {}", g.name, one_line(&g.doc)));
-            let f = ident(&g.name);
-            let local = local_guards
-                .get(&g.name)
-                .and_then(|scopes| scopes.first())
-                .and_then(|s| local_type(s))
-                .map(|t| quote!(local: &#t,));
-            quote! {
-                #d
-                fn #f(data: &#data, #local input: &Input<'_>) -> bool;
-            }
-        });
     let mut actions: Vec<Method> = Vec::new();
     let mut docs: BTreeMap<String, TokenStream> = BTreeMap::new();
     for r in chart.row.iter().filter(|r| r.kind != RowKindDef::Ignored) {
@@ -490,10 +477,46 @@ fn traits(
             quote!(fn #f(data: &mut #data, #local);),
         )?;
     }
-    let actions = actions.iter().map(|(name, sig)| {
-        let d = docs.get(name).cloned().unwrap_or_default();
-        quote!(#d #sig)
-    });
+    Ok(actions
+        .iter()
+        .map(|(name, sig)| {
+            let d = docs.get(name).cloned().unwrap_or_default();
+            quote!(#d #sig)
+        })
+        .collect())
+}
+
+/// The guards and actions traits of machine `m` (`<prefix>Guards`, `<prefix>Actions`): one
+/// method per guard a row names and per action a row or a state's entry/exit names, with the
+/// signature the dispatch calls it with. The hand-written `guards::Guards` and
+/// `actions::Actions` implement them, so the compiler ties each name and signature to the chart.
+fn traits(
+    chart: &Chart,
+    m: &Dispatched,
+    used: &BTreeSet<String>,
+    local_guards: &BTreeMap<String, Vec<String>>,
+) -> Result<TokenStream, Error> {
+    let data = ident(m.data);
+    let locals = locals(chart);
+    let local_type = |scope: &str| locals.get(scope).map(|(t, _)| ident(t));
+    let guards = chart
+        .guard
+        .iter()
+        .filter(|g| used.contains(&g.name))
+        .map(|g| {
+            let d = doc(&format!("`{}`: {}", g.name, one_line(&g.doc)));
+            let f = ident(&g.name);
+            let local = local_guards
+                .get(&g.name)
+                .and_then(|scopes| scopes.first())
+                .and_then(|s| local_type(s))
+                .map(|t| quote!(local: &#t,));
+            quote! {
+                #d
+                fn #f(data: &#data, #local input: &Input<'_>) -> bool;
+            }
+        });
+    let actions = action_methods(chart, m)?;
     let gt = format_ident!("{}Guards", m.prefix);
     let at = format_ident!("{}Actions", m.prefix);
     let gdoc = doc(&format!(

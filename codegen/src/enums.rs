@@ -78,44 +78,101 @@ pub(crate) fn events_in<'a>(
     events
 }
 
+/// The state enum's variants, each with its doc and the rows it may take.
+fn state_variants(chart: &Chart) -> Vec<TokenStream> {
+    chart
+        .state
+        .iter()
+        .map(|s| {
+            let scopes = scopes_of(chart, &s.name);
+            let transitions: Vec<String> = chart
+                .row
+                .iter()
+                .filter(|r| scopes.contains(&r.from))
+                .map(|r| {
+                    let g = r
+                        .guard
+                        .as_ref()
+                        .map(|g| format!(" [{g}]"))
+                        .unwrap_or_default();
+                    let to = if r.kind == RowKindDef::Transition {
+                        r.to.clone()
+                    } else {
+                        format!("({:?})", r.kind).to_lowercase()
+                    };
+                    format!("`{}{g} → {to}`", r.event)
+                })
+                .collect();
+            let mut text = one_line(&s.doc);
+            if !transitions.is_empty() {
+                text.push_str(&format!("\n\nRows: {}.", transitions.join(", ")));
+            }
+            let d = doc(&text);
+            let v = ident(&s.name);
+            quote!(#d #v,)
+        })
+        .collect()
+}
+
+/// The arms of `candidates`: the rows of each (state, event), listed from the chart rather
+/// than searched for at run time (the oracle asks for them on every event, every streamed
+/// delta).
+fn candidate_arms(chart: &Chart, c: &ChartFile) -> Vec<TokenStream> {
+    let st = format_ident!("{}State", c.prefix);
+    let ev = format_ident!("{}EventKind", c.prefix);
+    let row = format_ident!("{}Row", c.prefix);
+    let mut arms = Vec::new();
+    for s in &chart.state {
+        let scopes = scopes_of(chart, &s.name);
+        let v = ident(&s.name);
+        for e in events_in(chart.row.iter().filter(|r| scopes.contains(&r.from))) {
+            let rows = scopes.iter().flat_map(|scope| {
+                chart
+                    .row
+                    .iter()
+                    .filter(move |r| &r.from == scope && r.event == e)
+                    .map(|r| camel_ident(&r.id))
+            });
+            let e = ident(e);
+            arms.push(quote!((#st::#v, #ev::#e) => &[#(#row::#rows),*]));
+        }
+    }
+    arms
+}
+
+/// `in_<superstate>` for every superstate.
+fn superstate_flags(chart: &Chart, st: &syn::Ident) -> Vec<TokenStream> {
+    chart
+        .superstate
+        .iter()
+        .map(|sup| {
+            let yes: Vec<syn::Ident> = chart
+                .state
+                .iter()
+                .filter(|s| chart.ancestors(&s.name).contains(&sup.name))
+                .map(|s| ident(&s.name))
+                .collect();
+            flag_fn(
+                &format!("in_{}", snake(&sup.name)),
+                &format!("Whether the state lies inside superstate `{}`.", sup.name),
+                st,
+                &yes,
+            )
+        })
+        .collect()
+}
+
 /// The state enum and its `impl`.
 fn states(chart: &Chart, c: &ChartFile) -> TokenStream {
     let st = format_ident!("{}State", c.prefix);
     let ev = format_ident!("{}EventKind", c.prefix);
-    let row = format_ident!("{}Row", c.prefix);
     let derive = derives();
     let head = doc(&format!(
         "Leaf states of the {} (generated from `statecharts/{}.toml`).",
         chart.title, chart.machine
     ));
-    let variants = chart.state.iter().map(|s| {
-        let scopes = scopes_of(chart, &s.name);
-        let transitions: Vec<String> = chart
-            .row
-            .iter()
-            .filter(|r| scopes.contains(&r.from))
-            .map(|r| {
-                let g = r
-                    .guard
-                    .as_ref()
-                    .map(|g| format!(" [{g}]"))
-                    .unwrap_or_default();
-                let to = if r.kind == RowKindDef::Transition {
-                    r.to.clone()
-                } else {
-                    format!("({:?})", r.kind).to_lowercase()
-                };
-                format!("`{}{g} → {to}`", r.event)
-            })
-            .collect();
-        let mut text = one_line(&s.doc);
-        if !transitions.is_empty() {
-            text.push_str(&format!("\n\nRows: {}.", transitions.join(", ")));
-        }
-        let d = doc(&text);
-        let v = ident(&s.name);
-        quote!(#d #v,)
-    });
+    let row = format_ident!("{}Row", c.prefix);
+    let variants = state_variants(chart);
     let names: Vec<String> = chart.state.iter().map(|s| s.name.clone()).collect();
     let idents: Vec<syn::Ident> = names.iter().map(|n| ident(n)).collect();
     let terminal: Vec<syn::Ident> = chart
@@ -138,38 +195,8 @@ fn states(chart: &Chart, c: &ChartFile) -> TokenStream {
         let a = chart.ancestors(&s.name);
         quote!(#st::#v => &[#(#a),*])
     });
-    // The candidate rows of each (state, event), listed from the chart rather than searched for
-    // at run time: the oracle asks for them on every event (every streamed delta).
-    let mut arms = Vec::new();
-    for s in &chart.state {
-        let scopes = scopes_of(chart, &s.name);
-        let v = ident(&s.name);
-        for e in events_in(chart.row.iter().filter(|r| scopes.contains(&r.from))) {
-            let rows = scopes.iter().flat_map(|scope| {
-                chart
-                    .row
-                    .iter()
-                    .filter(move |r| &r.from == scope && r.event == e)
-                    .map(|r| camel_ident(&r.id))
-            });
-            let e = ident(e);
-            arms.push(quote!((#st::#v, #ev::#e) => &[#(#row::#rows),*]));
-        }
-    }
-    let inside = chart.superstate.iter().map(|sup| {
-        let yes: Vec<syn::Ident> = chart
-            .state
-            .iter()
-            .filter(|s| chart.ancestors(&s.name).contains(&sup.name))
-            .map(|s| ident(&s.name))
-            .collect();
-        flag_fn(
-            &format!("in_{}", snake(&sup.name)),
-            &format!("Whether the state lies inside superstate `{}`.", sup.name),
-            &st,
-            &yes,
-        )
-    });
+    let arms = candidate_arms(chart, c);
+    let inside = superstate_flags(chart, &st);
     quote! {
         #head
         #derive
@@ -269,6 +296,53 @@ fn guards(chart: &Chart, c: &ChartFile) -> TokenStream {
     }
 }
 
+/// The row enum's variants, each documented with the row as the chart writes it.
+fn row_variants(chart: &Chart) -> Vec<TokenStream> {
+    chart
+        .row
+        .iter()
+        .map(|r| {
+            let g = r
+                .guard
+                .as_ref()
+                .map(|g| format!(" [{g}]"))
+                .unwrap_or_default();
+            let d = doc(&format!(
+                "`{} --{}{g}--> {}` ({:?})",
+                r.from, r.event, r.to, r.kind
+            ));
+            let v = camel_ident(&r.id);
+            quote!(#d #v,)
+        })
+        .collect()
+}
+
+/// The arms of `spec`: each row as a `RowSpec`.
+fn spec_arms(chart: &Chart, c: &ChartFile, idents: &[syn::Ident]) -> Vec<TokenStream> {
+    let ev = format_ident!("{}EventKind", c.prefix);
+    let row = format_ident!("{}Row", c.prefix);
+    chart
+        .row
+        .iter()
+        .zip(idents)
+        .map(|(r, v)| {
+            let kind = match r.kind {
+                RowKindDef::Transition => quote!(RowKind::Transition),
+                RowKindDef::Internal => quote!(RowKind::Internal),
+                RowKindDef::Ignored => quote!(RowKind::Ignored),
+            };
+            let g = match &r.guard {
+                Some(g) => quote!(Some(#g)),
+                None => quote!(None),
+            };
+            let (id, from, to, e) = (&r.id, &r.from, &r.to, ident(&r.event));
+            quote! {
+                #row::#v => RowSpec { id: #id, from: #from, event: #ev::#e, guard: #g, to: #to, kind: #kind }
+            }
+        })
+        .collect()
+}
+
 /// The row enum and its `impl`.
 fn rows(chart: &Chart, c: &ChartFile) -> Result<TokenStream, Error> {
     let st = format_ident!("{}State", c.prefix);
@@ -280,36 +354,10 @@ fn rows(chart: &Chart, c: &ChartFile) -> Result<TokenStream, Error> {
         "Rows of the {} (generated): the allowed transitions.",
         chart.title
     ));
-    let variants = chart.row.iter().map(|r| {
-        let g = r
-            .guard
-            .as_ref()
-            .map(|g| format!(" [{g}]"))
-            .unwrap_or_default();
-        let d = doc(&format!(
-            "`{} --{}{g}--> {}` ({:?})",
-            r.from, r.event, r.to, r.kind
-        ));
-        let v = camel_ident(&r.id);
-        quote!(#d #v,)
-    });
+    let variants = row_variants(chart);
     let idents: Vec<syn::Ident> = chart.row.iter().map(|r| camel_ident(&r.id)).collect();
     let all = all_const(&row, "row", &idents);
-    let specs = chart.row.iter().zip(&idents).map(|(r, v)| {
-        let kind = match r.kind {
-            RowKindDef::Transition => quote!(RowKind::Transition),
-            RowKindDef::Internal => quote!(RowKind::Internal),
-            RowKindDef::Ignored => quote!(RowKind::Ignored),
-        };
-        let g = match &r.guard {
-            Some(g) => quote!(Some(#g)),
-            None => quote!(None),
-        };
-        let (id, from, to, e) = (&r.id, &r.from, &r.to, ident(&r.event));
-        quote! {
-            #row::#v => RowSpec { id: #id, from: #from, event: #ev::#e, guard: #g, to: #to, kind: #kind }
-        }
-    });
+    let specs = spec_arms(chart, c, &idents);
     let guard_arms = chart.row.iter().zip(&idents).map(|(r, v)| match &r.guard {
         Some(g) => {
             let g = camel_ident(g);

@@ -5,6 +5,8 @@
 //! first whose guard holds; `act` runs the row's action in `call_actions`; `holds` and
 //! `expected` are the oracle's.
 
+use std::collections::BTreeSet;
+
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
@@ -80,9 +82,9 @@ fn scope_fn(chart: &Chart, scope: &str) -> Result<TokenStream, Error> {
     })
 }
 
-/// The whole `tool_call_dispatch.rs`.
-pub(crate) fn call_dispatch(chart: &Chart) -> Result<TokenStream, Error> {
-    let used = used_guards(chart, FILE)?;
+/// The traits the hand-written `call_guards::Guards` and `call_actions::Actions` implement:
+/// one method per guard a row names and per row that acts.
+fn traits(chart: &Chart, used: &BTreeSet<String>) -> TokenStream {
     let guards = chart
         .guard
         .iter()
@@ -107,6 +109,22 @@ pub(crate) fn call_dispatch(chart: &Chart) -> Result<TokenStream, Error> {
                 fn #f(data: &mut ProcessData, i: usize, from: ToolCallState, facts: &Facts<'_>);
             }
         });
+    quote! {
+        /// The guards of `statecharts/tool_call.toml` (generated): one pure predicate per guard a
+        /// row names, over the inner machine's data, the call's slot and the event's facts;
+        /// implemented by the hand-written `call_guards::Guards`.
+        pub(crate) trait ToolCallGuards { #(#guards)* }
+
+        /// The actions of `statecharts/tool_call.toml` (generated): one per row that acts (every
+        /// row but an ignored one), named after the row; implemented by the hand-written
+        /// `call_actions::Actions`.
+        pub(crate) trait ToolCallActions { #(#actions)* }
+    }
+}
+
+/// The whole `tool_call_dispatch.rs`.
+pub(crate) fn call_dispatch(chart: &Chart) -> Result<TokenStream, Error> {
+    let traits = traits(chart, &used_guards(chart, FILE)?);
     let oracle = oracle_fns(
         chart,
         "ToolCall",
@@ -150,16 +168,7 @@ pub(crate) fn call_dispatch(chart: &Chart) -> Result<TokenStream, Error> {
         }
     });
     Ok(quote! {
-        /// The guards of `statecharts/tool_call.toml` (generated): one pure predicate per guard a
-        /// row names, over the inner machine's data, the call's slot and the event's facts;
-        /// implemented by the hand-written `call_guards::Guards`.
-        pub(crate) trait ToolCallGuards { #(#guards)* }
-
-        /// The actions of `statecharts/tool_call.toml` (generated): one per row that acts (every
-        /// row but an ignored one), named after the row; implemented by the hand-written
-        /// `call_actions::Actions`.
-        pub(crate) trait ToolCallActions { #(#actions)* }
-
+        #traits
         #oracle
         #(#scopes)*
 
