@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
-use crate::enums::events_in;
+use crate::enums::{events_in, guard_label};
 use crate::model::{Chart, RowDef, RowKindDef};
 use crate::names::{camel_ident, doc, ident, one_line, snake_ident};
 use crate::{fail, Error};
@@ -427,11 +427,7 @@ fn add_method(
 
 /// The doc of a row's action: the row as the chart writes it, and its note.
 pub(crate) fn row_doc(r: &RowDef) -> TokenStream {
-    let g = r
-        .guard
-        .as_ref()
-        .map(|g| format!(" [{g}]"))
-        .unwrap_or_default();
+    let g = guard_label(r);
     let mut text = format!("`{}`: `{} --{}{g}--> {}`.", r.id, r.from, r.event, r.to);
     if let Some(n) = &r.note {
         text.push_str(&format!(" {}", one_line(n)));

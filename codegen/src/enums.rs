@@ -58,6 +58,14 @@ fn flag_fn(name: &str, text: &str, ty: &syn::Ident, yes: &[syn::Ident]) -> Token
     }
 }
 
+/// ` [guard]` for a guarded row, empty for another (the rows' docs).
+pub(crate) fn guard_label(r: &crate::model::RowDef) -> String {
+    r.guard
+        .as_ref()
+        .map(|g| format!(" [{g}]"))
+        .unwrap_or_default()
+}
+
 /// The scopes a leaf state tries rows in: itself, then its superstates, innermost first.
 pub(crate) fn scopes_of(chart: &Chart, state: &str) -> Vec<String> {
     let mut scopes = vec![state.to_string()];
@@ -90,11 +98,7 @@ fn state_variants(chart: &Chart) -> Vec<TokenStream> {
                 .iter()
                 .filter(|r| scopes.contains(&r.from))
                 .map(|r| {
-                    let g = r
-                        .guard
-                        .as_ref()
-                        .map(|g| format!(" [{g}]"))
-                        .unwrap_or_default();
+                    let g = guard_label(r);
                     let to = if r.kind == RowKindDef::Transition {
                         r.to.clone()
                     } else {
@@ -302,11 +306,7 @@ fn row_variants(chart: &Chart) -> Vec<TokenStream> {
         .row
         .iter()
         .map(|r| {
-            let g = r
-                .guard
-                .as_ref()
-                .map(|g| format!(" [{g}]"))
-                .unwrap_or_default();
+            let g = guard_label(r);
             let d = doc(&format!(
                 "`{} --{}{g}--> {}` ({:?})",
                 r.from, r.event, r.to, r.kind
