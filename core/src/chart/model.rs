@@ -1,6 +1,7 @@
-//! The statechart file format (`statecharts/*.toml`), shared by `build.rs` and the library.
+//! The statechart file format (`statecharts/*.toml`), shared by the generator
+//! (`agentloop-codegen`) and the library.
 //!
-//! This file is compiled twice: by the build script (to generate the state/event/row enums)
+//! This file is compiled twice: by `codegen/` (to generate `core/src/generated/`)
 //! and by the crate (to render diagrams). It must only use `serde` and `std`.
 
 use serde::Deserialize;

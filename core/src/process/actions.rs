@@ -3,13 +3,15 @@
 //! ([`crate::process::dispatch`]) once the row is taken. An action does the row's effects on
 //! the data; it never chooses a row or a target state: the chart does.
 //!
-//! `build.rs` checks that the `pub(crate) fn`s here are exactly the rows that act: a missing
-//! action or one that no row names fails the build.
+//! Each is a method of [`Actions`], which implements the generated trait [`ProcessActions`] (one method
+//! per row that acts, with the signature the dispatch calls): a missing action, one the chart does not
+//! name or a wrong signature is a compile error.
 
 use crate::chart::ProcessState;
 use crate::error::{ErrorKind, ModelError};
 use crate::event::{ApprovalDecision, Event};
 use crate::process::data::{ProcessData, StepOutcome};
+use crate::process::dispatch::ProcessActions;
 use crate::process::machine::Input;
 
 /// The external event of `input`, if any.
@@ -45,104 +47,6 @@ fn approval<'a>(data: &ProcessData, input: &Input<'a>) -> Option<(usize, &'a App
     }
 }
 
-/// `idle_begin`: call the model.
-pub(crate) fn idle_begin(data: &mut ProcessData, _input: &Input<'_>) {
-    data.call_model();
-}
-
-/// `idle_resume`: restore the committed message and its results, run the calls left.
-pub(crate) fn idle_resume(data: &mut ProcessData, input: &Input<'_>) {
-    if let Input::Resume(message, results) = input {
-        data.resume((*message).clone(), results.to_vec());
-        data.start_queued();
-    }
-}
-
-/// `requesting_rewritten`: the request as the runtime sent it.
-pub(crate) fn requesting_rewritten(data: &mut ProcessData, input: &Input<'_>) {
-    if let Some(Event::RequestRewritten { request, .. }) = ext(input) {
-        data.attempt.sent = Some(request.clone());
-    }
-}
-
-/// `calling_opened`: the stream opened.
-pub(crate) fn calling_opened(data: &mut ProcessData, _input: &Input<'_>) {
-    data.opened();
-}
-
-/// `requesting_retry`: note the error, schedule the retry.
-pub(crate) fn requesting_retry(data: &mut ProcessData, input: &Input<'_>) {
-    if let Some(Event::TransportError { error, .. }) = ext(input) {
-        data.retrying_after(error);
-        data.schedule_retry(error.to_string(), error.retry_after_ms);
-    }
-}
-
-/// `requesting_deadline_retry`: the deadline passed; schedule the retry.
-pub(crate) fn requesting_deadline_retry(data: &mut ProcessData, input: &Input<'_>) {
-    if let Some(timer_id) = timer(input) {
-        let (reason, _) = data.deadline_passed(timer_id);
-        data.schedule_retry(reason, None);
-    }
-}
-
-/// `requesting_deadline_fail`: the deadline passed; the step fails.
-pub(crate) fn requesting_deadline_fail(data: &mut ProcessData, input: &Input<'_>) {
-    if let Some(timer_id) = timer(input) {
-        let (_, error) = data.deadline_passed(timer_id);
-        data.fail(error);
-    }
-}
-
-/// `requesting_fail`: the step fails with the transport error.
-pub(crate) fn requesting_fail(data: &mut ProcessData, input: &Input<'_>) {
-    if let Some(Event::TransportError { error, .. }) = ext(input) {
-        let error = data.unretried(error);
-        data.fail(error);
-    }
-}
-
-/// `requesting_overflow`: the step ends with a context overflow.
-pub(crate) fn requesting_overflow(data: &mut ProcessData, input: &Input<'_>) {
-    if let Some(Event::ContextOverflow { error, .. }) = ext(input) {
-        data.overflow(error.clone());
-    }
-}
-
-/// `requesting_stall_retry`: cancel the stalled stream, schedule the retry.
-pub(crate) fn requesting_stall_retry(data: &mut ProcessData, input: &Input<'_>) {
-    if let Some(after_ms) = stall(input) {
-        data.stalled(after_ms);
-        data.schedule_retry(format!("stream stalled for {after_ms} ms"), None);
-    }
-}
-
-/// `requesting_stall_fail`: cancel the stalled stream; the step fails.
-pub(crate) fn requesting_stall_fail(data: &mut ProcessData, input: &Input<'_>) {
-    if let Some(after_ms) = stall(input) {
-        data.stalled(after_ms);
-        let note = data.not_retried_note();
-        data.fail(ModelError::new(
-            ErrorKind::Timeout,
-            format!("stream stalled for {after_ms} ms; {note}"),
-        ));
-    }
-}
-
-/// `streaming_delta`: accumulate the delta.
-pub(crate) fn streaming_delta(data: &mut ProcessData, input: &Input<'_>) {
-    if let Some(Event::Delta { seq, delta, .. }) = ext(input) {
-        data.delta(*seq, delta);
-    }
-}
-
-/// `streaming_watch`: the stream moved; re-arm the stall watchdog.
-pub(crate) fn streaming_watch(data: &mut ProcessData, input: &Input<'_>) {
-    if let Some(timer_id) = timer(input) {
-        data.rewatch(timer_id);
-    }
-}
-
 /// The part both done rows share: keep the runtime's verdict, commit the message.
 fn done(data: &mut ProcessData, input: &Input<'_>) {
     if let Some(Event::Done {
@@ -156,102 +60,10 @@ fn done(data: &mut ProcessData, input: &Input<'_>) {
     }
 }
 
-/// `streaming_done_tools`: commit the message and schedule its calls.
-pub(crate) fn streaming_done_tools(data: &mut ProcessData, input: &Input<'_>) {
-    done(data, input);
-}
-
-/// `streaming_done`: commit the message; the step succeeds.
-pub(crate) fn streaming_done(data: &mut ProcessData, input: &Input<'_>) {
-    done(data, input);
-    data.ending.end(StepOutcome::Success);
-}
-
-/// `retrying_timer`: the backoff passed; call the model again.
-pub(crate) fn retrying_timer(data: &mut ProcessData, _input: &Input<'_>) {
-    data.retried();
-}
-
-/// `running_settle_approval`: ask for the next approval.
-pub(crate) fn running_settle_approval(data: &mut ProcessData, _input: &Input<'_>) {
-    data.ask_approval();
-}
-
-/// `running_settle_done`: every call has its result; the step succeeds.
-pub(crate) fn running_settle_done(data: &mut ProcessData, _input: &Input<'_>) {
-    data.ending.end(StepOutcome::Success);
-}
-
-/// `running_settle_wait`: start the queued calls that may run.
-pub(crate) fn running_settle_wait(data: &mut ProcessData, _input: &Input<'_>) {
-    data.start_queued();
-}
-
-/// `tools_deadline`: a running call's deadline passed.
-pub(crate) fn tools_deadline(data: &mut ProcessData, input: &Input<'_>) {
-    if let Some(i) = timer(input).and_then(|t| data.deadline_of(t)) {
-        data.tool_deadline(i);
-    }
-}
-
-/// `tools_finished`: record the running call's result (its slot found before dispatch).
-pub(crate) fn tools_finished(data: &mut ProcessData, input: &Input<'_>) {
-    if let (
-        Some(Event::ToolFinished {
-            status, content, ..
-        }),
-        Some(i),
-    ) = (ext(input), data.tools.answered)
-    {
-        data.tool_finished(i, *status, content.clone());
-    }
-}
-
-/// `tools_user_answered`: the user answered the call's question.
-pub(crate) fn tools_user_answered(data: &mut ProcessData, input: &Input<'_>) {
-    if let (Some(Event::UserAnswered { answer, .. }), Some(i)) = (ext(input), data.tools.answered) {
-        data.user_answered(i, answer.as_deref());
-    }
-}
-
 /// The part the four gate rows share: apply the hooks' verdict to the call being gated.
 fn gated(data: &mut ProcessData, input: &Input<'_>) {
     if let (Some(Event::ToolGated { verdict, .. }), Some(i)) = (ext(input), data.tools.answered) {
         data.gated(i, verdict);
-    }
-}
-
-/// `tools_gate_allowed`: the hooks allow the call; run it.
-pub(crate) fn tools_gate_allowed(data: &mut ProcessData, input: &Input<'_>) {
-    gated(data, input);
-}
-
-/// `tools_gate_modified`: the hooks rewrote the call's arguments; run it.
-pub(crate) fn tools_gate_modified(data: &mut ProcessData, input: &Input<'_>) {
-    gated(data, input);
-}
-
-/// `tools_gate_blocked`: the hooks blocked the call.
-pub(crate) fn tools_gate_blocked(data: &mut ProcessData, input: &Input<'_>) {
-    gated(data, input);
-}
-
-/// `tools_gate_asked`: the hooks send the call to approval.
-pub(crate) fn tools_gate_asked(data: &mut ProcessData, input: &Input<'_>) {
-    gated(data, input);
-}
-
-/// `awaiting_approved`: run the approved call.
-pub(crate) fn awaiting_approved(data: &mut ProcessData, input: &Input<'_>) {
-    if let Some((i, decision)) = approval(data, input) {
-        data.approved(i, decision, false);
-    }
-}
-
-/// `awaiting_approved_always`: run the call and remember its scope.
-pub(crate) fn awaiting_approved_always(data: &mut ProcessData, input: &Input<'_>) {
-    if let Some((i, decision)) = approval(data, input) {
-        data.approved(i, decision, true);
     }
 }
 
@@ -263,16 +75,6 @@ fn rejected(data: &mut ProcessData, input: &Input<'_>) {
     }
 }
 
-/// `awaiting_rejected`: a denied result; the run goes on.
-pub(crate) fn awaiting_rejected(data: &mut ProcessData, input: &Input<'_>) {
-    rejected(data, input);
-}
-
-/// `awaiting_rejected_stop`: a denied result; the run stops after this step.
-pub(crate) fn awaiting_rejected_stop(data: &mut ProcessData, input: &Input<'_>) {
-    rejected(data, input);
-}
-
 /// The part both approval-timeout rows share: the approval timer of the call being asked
 /// about fired (its slot found before dispatch).
 fn timed_out(data: &mut ProcessData, input: &Input<'_>) {
@@ -281,44 +83,251 @@ fn timed_out(data: &mut ProcessData, input: &Input<'_>) {
     }
 }
 
-/// `awaiting_timed_out`: a denied result (timed out); the run goes on.
-pub(crate) fn awaiting_timed_out(data: &mut ProcessData, input: &Input<'_>) {
-    timed_out(data, input);
-}
+/// The inner chart's actions, one method of [`ProcessActions`] each.
+pub(crate) struct Actions;
 
-/// `awaiting_timed_out_stop`: a denied result (timed out); the run stops after this step.
-pub(crate) fn awaiting_timed_out_stop(data: &mut ProcessData, input: &Input<'_>) {
-    timed_out(data, input);
-}
-
-/// `awaiting_modified`: run the call with the human's arguments.
-pub(crate) fn awaiting_modified(data: &mut ProcessData, input: &Input<'_>) {
-    if let Some((i, decision)) = approval(data, input) {
-        data.modified(i, decision);
+impl ProcessActions for Actions {
+    /// `idle_begin`: call the model.
+    fn idle_begin(data: &mut ProcessData, _input: &Input<'_>) {
+        data.call_model();
     }
-}
 
-/// `tools_abort_drain`: apply the kill policy; the immune tools keep running.
-pub(crate) fn tools_abort_drain(data: &mut ProcessData, input: &Input<'_>) {
-    if let Some(Event::Abort { kill, .. }) = ext(input) {
-        data.abort_draining(*kill);
+    /// `idle_resume`: restore the committed message and its results, run the calls left.
+    fn idle_resume(data: &mut ProcessData, input: &Input<'_>) {
+        if let Input::Resume(message, results) = input {
+            data.resume((*message).clone(), results.to_vec());
+            data.start_queued();
+        }
     }
-}
 
-/// `draining_settle_done`: the immune tools finished (the abort decided the outcome).
-pub(crate) fn draining_settle_done(_data: &mut ProcessData, _input: &Input<'_>) {}
+    /// `requesting_rewritten`: the request as the runtime sent it.
+    fn requesting_rewritten(data: &mut ProcessData, input: &Input<'_>) {
+        if let Some(Event::RequestRewritten { request, .. }) = ext(input) {
+            data.attempt.sent = Some(request.clone());
+        }
+    }
 
-/// `draining_settle_wait`: immune tools still run.
-pub(crate) fn draining_settle_wait(_data: &mut ProcessData, _input: &Input<'_>) {}
+    /// `calling_opened`: the stream opened.
+    fn calling_opened(data: &mut ProcessData, _input: &Input<'_>) {
+        data.opened();
+    }
 
-/// `tools_steer_skip`: skip the calls not yet started for the steering message.
-pub(crate) fn tools_steer_skip(data: &mut ProcessData, _input: &Input<'_>) {
-    data.skip_for_steering();
-}
+    /// `requesting_retry`: note the error, schedule the retry.
+    fn requesting_retry(data: &mut ProcessData, input: &Input<'_>) {
+        if let Some(Event::TransportError { error, .. }) = ext(input) {
+            data.retrying_after(error);
+            data.schedule_retry(error.to_string(), error.retry_after_ms);
+        }
+    }
 
-/// `live_abort`: abort the step (cancel the request or the backoff, kill the tools).
-pub(crate) fn live_abort(data: &mut ProcessData, _input: &Input<'_>) {
-    let in_request = data.outbox.state.in_requesting();
-    let in_retry = data.outbox.state == ProcessState::Retrying;
-    data.abort(in_request, in_retry);
+    /// `requesting_deadline_retry`: the deadline passed; schedule the retry.
+    fn requesting_deadline_retry(data: &mut ProcessData, input: &Input<'_>) {
+        if let Some(timer_id) = timer(input) {
+            let (reason, _) = data.deadline_passed(timer_id);
+            data.schedule_retry(reason, None);
+        }
+    }
+
+    /// `requesting_deadline_fail`: the deadline passed; the step fails.
+    fn requesting_deadline_fail(data: &mut ProcessData, input: &Input<'_>) {
+        if let Some(timer_id) = timer(input) {
+            let (_, error) = data.deadline_passed(timer_id);
+            data.fail(error);
+        }
+    }
+
+    /// `requesting_fail`: the step fails with the transport error.
+    fn requesting_fail(data: &mut ProcessData, input: &Input<'_>) {
+        if let Some(Event::TransportError { error, .. }) = ext(input) {
+            let error = data.unretried(error);
+            data.fail(error);
+        }
+    }
+
+    /// `requesting_overflow`: the step ends with a context overflow.
+    fn requesting_overflow(data: &mut ProcessData, input: &Input<'_>) {
+        if let Some(Event::ContextOverflow { error, .. }) = ext(input) {
+            data.overflow(error.clone());
+        }
+    }
+
+    /// `requesting_stall_retry`: cancel the stalled stream, schedule the retry.
+    fn requesting_stall_retry(data: &mut ProcessData, input: &Input<'_>) {
+        if let Some(after_ms) = stall(input) {
+            data.stalled(after_ms);
+            data.schedule_retry(format!("stream stalled for {after_ms} ms"), None);
+        }
+    }
+
+    /// `requesting_stall_fail`: cancel the stalled stream; the step fails.
+    fn requesting_stall_fail(data: &mut ProcessData, input: &Input<'_>) {
+        if let Some(after_ms) = stall(input) {
+            data.stalled(after_ms);
+            let note = data.not_retried_note();
+            data.fail(ModelError::new(
+                ErrorKind::Timeout,
+                format!("stream stalled for {after_ms} ms; {note}"),
+            ));
+        }
+    }
+
+    /// `streaming_delta`: accumulate the delta.
+    fn streaming_delta(data: &mut ProcessData, input: &Input<'_>) {
+        if let Some(Event::Delta { seq, delta, .. }) = ext(input) {
+            data.delta(*seq, delta);
+        }
+    }
+
+    /// `streaming_watch`: the stream moved; re-arm the stall watchdog.
+    fn streaming_watch(data: &mut ProcessData, input: &Input<'_>) {
+        if let Some(timer_id) = timer(input) {
+            data.rewatch(timer_id);
+        }
+    }
+
+    /// `streaming_done_tools`: commit the message and schedule its calls.
+    fn streaming_done_tools(data: &mut ProcessData, input: &Input<'_>) {
+        done(data, input);
+    }
+
+    /// `streaming_done`: commit the message; the step succeeds.
+    fn streaming_done(data: &mut ProcessData, input: &Input<'_>) {
+        done(data, input);
+        data.ending.end(StepOutcome::Success);
+    }
+
+    /// `retrying_timer`: the backoff passed; call the model again.
+    fn retrying_timer(data: &mut ProcessData, _input: &Input<'_>) {
+        data.retried();
+    }
+
+    /// `running_settle_approval`: ask for the next approval.
+    fn running_settle_approval(data: &mut ProcessData, _input: &Input<'_>) {
+        data.ask_approval();
+    }
+
+    /// `running_settle_done`: every call has its result; the step succeeds.
+    fn running_settle_done(data: &mut ProcessData, _input: &Input<'_>) {
+        data.ending.end(StepOutcome::Success);
+    }
+
+    /// `running_settle_wait`: start the queued calls that may run.
+    fn running_settle_wait(data: &mut ProcessData, _input: &Input<'_>) {
+        data.start_queued();
+    }
+
+    /// `tools_deadline`: a running call's deadline passed.
+    fn tools_deadline(data: &mut ProcessData, input: &Input<'_>) {
+        if let Some(i) = timer(input).and_then(|t| data.deadline_of(t)) {
+            data.tool_deadline(i);
+        }
+    }
+
+    /// `tools_finished`: record the running call's result (its slot found before dispatch).
+    fn tools_finished(data: &mut ProcessData, input: &Input<'_>) {
+        if let (
+            Some(Event::ToolFinished {
+                status, content, ..
+            }),
+            Some(i),
+        ) = (ext(input), data.tools.answered)
+        {
+            data.tool_finished(i, *status, content.clone());
+        }
+    }
+
+    /// `tools_user_answered`: the user answered the call's question.
+    fn tools_user_answered(data: &mut ProcessData, input: &Input<'_>) {
+        if let (Some(Event::UserAnswered { answer, .. }), Some(i)) =
+            (ext(input), data.tools.answered)
+        {
+            data.user_answered(i, answer.as_deref());
+        }
+    }
+
+    /// `tools_gate_allowed`: the hooks allow the call; run it.
+    fn tools_gate_allowed(data: &mut ProcessData, input: &Input<'_>) {
+        gated(data, input);
+    }
+
+    /// `tools_gate_modified`: the hooks rewrote the call's arguments; run it.
+    fn tools_gate_modified(data: &mut ProcessData, input: &Input<'_>) {
+        gated(data, input);
+    }
+
+    /// `tools_gate_blocked`: the hooks blocked the call.
+    fn tools_gate_blocked(data: &mut ProcessData, input: &Input<'_>) {
+        gated(data, input);
+    }
+
+    /// `tools_gate_asked`: the hooks send the call to approval.
+    fn tools_gate_asked(data: &mut ProcessData, input: &Input<'_>) {
+        gated(data, input);
+    }
+
+    /// `awaiting_approved`: run the approved call.
+    fn awaiting_approved(data: &mut ProcessData, input: &Input<'_>) {
+        if let Some((i, decision)) = approval(data, input) {
+            data.approved(i, decision, false);
+        }
+    }
+
+    /// `awaiting_approved_always`: run the call and remember its scope.
+    fn awaiting_approved_always(data: &mut ProcessData, input: &Input<'_>) {
+        if let Some((i, decision)) = approval(data, input) {
+            data.approved(i, decision, true);
+        }
+    }
+
+    /// `awaiting_rejected`: a denied result; the run goes on.
+    fn awaiting_rejected(data: &mut ProcessData, input: &Input<'_>) {
+        rejected(data, input);
+    }
+
+    /// `awaiting_rejected_stop`: a denied result; the run stops after this step.
+    fn awaiting_rejected_stop(data: &mut ProcessData, input: &Input<'_>) {
+        rejected(data, input);
+    }
+
+    /// `awaiting_timed_out`: a denied result (timed out); the run goes on.
+    fn awaiting_timed_out(data: &mut ProcessData, input: &Input<'_>) {
+        timed_out(data, input);
+    }
+
+    /// `awaiting_timed_out_stop`: a denied result (timed out); the run stops after this step.
+    fn awaiting_timed_out_stop(data: &mut ProcessData, input: &Input<'_>) {
+        timed_out(data, input);
+    }
+
+    /// `awaiting_modified`: run the call with the human's arguments.
+    fn awaiting_modified(data: &mut ProcessData, input: &Input<'_>) {
+        if let Some((i, decision)) = approval(data, input) {
+            data.modified(i, decision);
+        }
+    }
+
+    /// `tools_abort_drain`: apply the kill policy; the immune tools keep running.
+    fn tools_abort_drain(data: &mut ProcessData, input: &Input<'_>) {
+        if let Some(Event::Abort { kill, .. }) = ext(input) {
+            data.abort_draining(*kill);
+        }
+    }
+
+    /// `draining_settle_done`: the immune tools finished (the abort decided the outcome).
+    fn draining_settle_done(_data: &mut ProcessData, _input: &Input<'_>) {}
+
+    /// `draining_settle_wait`: immune tools still run.
+    fn draining_settle_wait(_data: &mut ProcessData, _input: &Input<'_>) {}
+
+    /// `tools_steer_skip`: skip the calls not yet started for the steering message.
+    fn tools_steer_skip(data: &mut ProcessData, _input: &Input<'_>) {
+        data.skip_for_steering();
+    }
+
+    /// `live_abort`: abort the step (cancel the request or the backoff, kill the tools).
+    fn live_abort(data: &mut ProcessData, _input: &Input<'_>) {
+        let in_request = data.outbox.state.in_requesting();
+        let in_retry = data.outbox.state == ProcessState::Retrying;
+        data.abort(in_request, in_retry);
+    }
 }

@@ -2,7 +2,9 @@
 //! named after it, that does what the row means for slot `i` after the generated dispatch
 //! ([`crate::process::call_dispatch`]) chose the row and moved the call (`from` is the state
 //! the call left). An action never names a row or a target; what it produces is checked
-//! against the row's declared `effects` in debug builds.
+//! against the row's declared `effects` in debug builds (and with the `conformance` feature).
+//! They are methods of [`Actions`], which implements the generated trait [`ToolCallActions`]:
+//! the compiler ties their names and signatures to the chart.
 
 use std::collections::BTreeSet;
 
@@ -10,375 +12,10 @@ use crate::agent_event::AgentEvent;
 use crate::effect::Effect;
 use crate::event::{ApprovalDecision, GateVerdict};
 use crate::message::{ToolResult, ToolStatus};
+use crate::process::call_dispatch::ToolCallActions;
 use crate::process::call_guards::Facts;
 use crate::process::data::{error_result, ProcessData, ToolCallState};
 use crate::tool_check::unknown_tool_message;
-
-/// The arguments were not a JSON object: an error result saying what is wrong.
-pub(crate) fn commit_invalid(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
-    let call = &data.tools.slots.get(i).call;
-    let why = call.invalid_arguments.clone().unwrap_or_default();
-    let r = error_result(call, ToolStatus::Error, why);
-    data.record_result(i, r);
-}
-
-/// An unknown tool: `tool_call_unknown`, and an error result naming the nearest offered tool.
-pub(crate) fn commit_unknown(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
-    let call = data.tools.slots.get(i).call.clone();
-    data.emit(AgentEvent::ToolCallUnknown {
-        tool_call_id: call.id.clone(),
-        name: call.name.clone(),
-    });
-    let offered: BTreeSet<&str> = data
-        .attempt
-        .request
-        .tools
-        .iter()
-        .map(|t| t.name.as_str())
-        .collect();
-    let why = unknown_tool_message(&call.name, offered.iter().copied());
-    data.record_result(i, error_result(&call, ToolStatus::Error, why));
-}
-
-/// Arguments against the tool's schema: an error result listing the violations (R-TOOL-1).
-pub(crate) fn commit_schema_invalid(
-    data: &mut ProcessData,
-    i: usize,
-    _: ToolCallState,
-    _: &Facts<'_>,
-) {
-    let slot = data.tools.slots.get(i);
-    let why = slot
-        .rejected
-        .as_ref()
-        .map(|v| v.message(&slot.call.name))
-        .unwrap_or_default();
-    let r = error_result(&slot.call, ToolStatus::Error, why);
-    data.record_result(i, r);
-}
-
-/// A refused doom loop: an error result, and the run stops after the step.
-pub(crate) fn commit_loop_refused(
-    data: &mut ProcessData,
-    i: usize,
-    _: ToolCallState,
-    facts: &Facts<'_>,
-) {
-    let repeats = match facts {
-        Facts::Commit { repeats, .. } => *repeats,
-        _ => 0,
-    };
-    data.ending.stop("stopped");
-    let call = &data.tools.slots.get(i).call;
-    let why = format!(
-        "refused: `{}` was called {repeats} times in a row with identical arguments (doom loop)",
-        call.name
-    );
-    let r = error_result(call, ToolStatus::Error, why);
-    data.record_result(i, r);
-}
-
-/// A tool rule denies the call (R-TOOL-3): the rule is announced and the call gets a denied
-/// result naming it.
-pub(crate) fn commit_denied_by_rule(
-    data: &mut ProcessData,
-    i: usize,
-    _: ToolCallState,
-    _: &Facts<'_>,
-) {
-    deny_by_rule(data, i);
-}
-
-/// A doom loop whose policy asks: the call waits for a human.
-pub(crate) fn commit_loop_ask(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
-    data.announce_rule(i);
-}
-
-/// A pure tool's identical call is answered from the session's cache (R-TOOL-6).
-pub(crate) fn commit_cached(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
-    let call = data.tools.slots.get(i).call.clone();
-    let Some(hit) = data.cached(&call).cloned() else {
-        return;
-    };
-    data.emit(AgentEvent::ToolCacheHit {
-        tool_call_id: call.id.clone(),
-        name: call.name.clone(),
-        cached_from: hit.tool_call_id.clone(),
-    });
-    let result = ToolResult {
-        tool_call_id: call.id.clone(),
-        name: call.name.clone(),
-        content: hit.content,
-        status: ToolStatus::Completed,
-    };
-    data.record_result(i, result);
-}
-
-/// The call waits to be put to a human.
-pub(crate) fn commit_approval(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
-    data.announce_rule(i);
-}
-
-/// The call waits for its turn to run.
-pub(crate) fn commit_queued(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
-    data.announce_rule(i);
-}
-
-/// The session log holds the call's result: it is kept, nothing runs (R-IDEM-5).
-pub(crate) fn restore_result(
-    data: &mut ProcessData,
-    i: usize,
-    _: ToolCallState,
-    facts: &Facts<'_>,
-) {
-    if let Facts::Restore { stored } = facts {
-        data.tools.slots.get_mut(i).result = stored.cloned();
-    }
-}
-
-/// A resumed call the rules now deny: denied, never run.
-pub(crate) fn restore_denied_by_rule(
-    data: &mut ProcessData,
-    i: usize,
-    _: ToolCallState,
-    _: &Facts<'_>,
-) {
-    deny_by_rule(data, i);
-}
-
-/// A resumed call waits to be put to a human.
-pub(crate) fn restore_approval(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
-    data.announce_rule(i);
-}
-
-/// A resumed call waits for its turn to run.
-pub(crate) fn restore_queued(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
-    data.announce_rule(i);
-}
-
-/// The built-in `ask_user` call puts its question to the person.
-pub(crate) fn start_ask_user(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
-    data.ask_user(i);
-}
-
-/// The person answered: the answer is the call's result.
-pub(crate) fn user_answered(
-    data: &mut ProcessData,
-    i: usize,
-    from: ToolCallState,
-    facts: &Facts<'_>,
-) {
-    data.cancel_deadline(i, from);
-    let answer = match facts {
-        Facts::Answered(Some(a)) => (*a).to_string(),
-        _ => String::new(),
-    };
-    let call = data.tools.slots.get(i).call.clone();
-    data.emit(AgentEvent::UserResponded {
-        reference: call.id.clone(),
-        answer: answer.clone(),
-    });
-    let r = ToolResult {
-        tool_call_id: call.id.clone(),
-        name: call.name.clone(),
-        content: answer,
-        status: ToolStatus::Completed,
-    };
-    data.record_result(i, r);
-}
-
-/// Nobody can answer (no person attached): an error result.
-pub(crate) fn user_unavailable(
-    data: &mut ProcessData,
-    i: usize,
-    from: ToolCallState,
-    _: &Facts<'_>,
-) {
-    data.cancel_deadline(i, from);
-    let why = "nobody can answer: no person is attached to this run (run it in a session or in `agentloop chat`)";
-    let r = error_result(&data.tools.slots.get(i).call, ToolStatus::Error, why.into());
-    data.record_result(i, r);
-}
-
-/// Nobody answered in time: an error result.
-pub(crate) fn user_deadline(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
-    let ms = data.cfg.ask_user_timeout_ms.unwrap_or_default();
-    let r = error_result(
-        &data.tools.slots.get(i).call,
-        ToolStatus::Error,
-        format!("the person did not answer within {ms} ms"),
-    );
-    data.record_result(i, r);
-}
-
-/// The `before_tool` hooks are asked (R-EXT-1).
-pub(crate) fn start_gate(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
-    data.tools.slots.get_mut(i).gated = true;
-    let call = data.tools.slots.get(i).call.clone();
-    data.outbox.push(Effect::GateTool { call });
-}
-
-/// The call runs.
-pub(crate) fn start_run(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
-    data.run(i);
-}
-
-/// The hooks let the call run as it is.
-pub(crate) fn gate_allowed(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
-    data.run(i);
-}
-
-/// The hooks replaced the arguments: the call runs with theirs.
-pub(crate) fn gate_modified(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
-    if let Facts::Gate(GateVerdict::Modify { arguments }) = facts {
-        data.tools.slots.get_mut(i).call.arguments = arguments.clone();
-    }
-    data.run(i);
-}
-
-/// The hooks blocked the call: a denied result.
-pub(crate) fn gate_blocked(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
-    let reason = match facts {
-        Facts::Gate(GateVerdict::Block { reason }) => reason.clone(),
-        _ => String::new(),
-    };
-    let call = data.tools.slots.get(i).call.clone();
-    data.emit(AgentEvent::ToolBlocked {
-        tool_call_id: call.id.clone(),
-        name: call.name.clone(),
-        reason: reason.clone(),
-    });
-    let r = error_result(&call, ToolStatus::Denied, format!("blocked: {reason}"));
-    data.record_result(i, r);
-}
-
-/// The hooks want a human to decide: the call waits for its turn.
-pub(crate) fn gate_asked(_: &mut ProcessData, _: usize, _: ToolCallState, _: &Facts<'_>) {}
-
-/// The call is put to a human (R-CTL-4), with the approval timer if one is set.
-pub(crate) fn ask(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
-    let call = data.tools.slots.get(i).call.clone();
-    data.emit(AgentEvent::ApprovalRequired {
-        tool_call_id: call.id.clone(),
-        name: call.name.clone(),
-        arguments: call.arguments.clone(),
-    });
-    data.outbox.push(Effect::RequestApproval { call });
-    data.start_approval_timer(i);
-}
-
-/// A human approved the call: it waits for its turn to run.
-pub(crate) fn approved(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
-    resolved(data, i, facts);
-}
-
-/// A human approved the call with new arguments.
-pub(crate) fn modified(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
-    if let Facts::Approval(ApprovalDecision::Modified { arguments }) = facts {
-        data.tools.slots.get_mut(i).call.arguments = arguments.clone();
-    }
-    resolved(data, i, facts);
-}
-
-/// A human rejected the call, or nobody answered in time (the approver's wait is withdrawn):
-/// a denied result; the run stops after the step unless it resumes on its own.
-pub(crate) fn rejected(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
-    match facts {
-        Facts::ApprovalTimer(decision) => {
-            let tool_call_id = data.tools.slots.get(i).call.id.clone();
-            data.outbox.push(Effect::WithdrawApproval { tool_call_id });
-            data.denied(i, decision);
-        }
-        Facts::Approval(decision) => {
-            data.cancel_approval_timer(i);
-            data.denied(i, decision);
-        }
-        _ => {}
-    }
-}
-
-/// Another call of the same scope was approved "always": this one needs no question.
-pub(crate) fn whitelisted(_: &mut ProcessData, _: usize, _: ToolCallState, _: &Facts<'_>) {}
-
-/// The tool succeeded: its result.
-pub(crate) fn finished_ok(
-    data: &mut ProcessData,
-    i: usize,
-    from: ToolCallState,
-    facts: &Facts<'_>,
-) {
-    finish(data, i, from, facts);
-}
-
-/// The tool failed: its result.
-pub(crate) fn finished_error(
-    data: &mut ProcessData,
-    i: usize,
-    from: ToolCallState,
-    facts: &Facts<'_>,
-) {
-    finish(data, i, from, facts);
-}
-
-/// The call's deadline passed: the tool is killed and the call fails.
-pub(crate) fn deadline(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
-    let call = data.tools.slots.get(i).call.clone();
-    data.outbox.push(Effect::KillTool {
-        tool_call_id: call.id.clone(),
-    });
-    let ms = data
-        .tools
-        .slots
-        .get(i)
-        .policy
-        .timeout_ms
-        .unwrap_or_default();
-    let r = error_result(
-        &call,
-        ToolStatus::Error,
-        format!("tool timed out after {ms} ms"),
-    );
-    data.record_result(i, r);
-}
-
-/// An abort kills the running call.
-pub(crate) fn abort_killed(data: &mut ProcessData, i: usize, from: ToolCallState, _: &Facts<'_>) {
-    kill(data, i, from);
-    let tool_call_id = data.tools.slots.get(i).call.id.clone();
-    data.emit(AgentEvent::ToolKilled { tool_call_id });
-    close(data, i, ToolStatus::Aborted);
-}
-
-/// An abort spares the running call: it runs to its end (Draining).
-pub(crate) fn abort_immune(_: &mut ProcessData, _: usize, _: ToolCallState, _: &Facts<'_>) {}
-
-/// An abort closes a call that has not started.
-pub(crate) fn abort_unstarted(
-    data: &mut ProcessData,
-    i: usize,
-    from: ToolCallState,
-    _: &Facts<'_>,
-) {
-    stop_waiting(data, i, from);
-    close(data, i, ToolStatus::Aborted);
-}
-
-/// Steering with `skip_remaining` kills the running call.
-pub(crate) fn skip_killed(data: &mut ProcessData, i: usize, from: ToolCallState, _: &Facts<'_>) {
-    kill(data, i, from);
-    announce_skip(data, i);
-    close(data, i, ToolStatus::Skipped);
-}
-
-/// Steering with `skip_remaining` spares the running call: it runs to its end.
-pub(crate) fn skip_immune(_: &mut ProcessData, _: usize, _: ToolCallState, _: &Facts<'_>) {}
-
-/// Steering with `skip_remaining` skips a call that has not started.
-pub(crate) fn skip_unstarted(data: &mut ProcessData, i: usize, from: ToolCallState, _: &Facts<'_>) {
-    stop_waiting(data, i, from);
-    announce_skip(data, i);
-    close(data, i, ToolStatus::Skipped);
-}
 
 /// The deciding rule is announced and the call gets the rule's denied result.
 fn deny_by_rule(data: &mut ProcessData, i: usize) {
@@ -455,4 +92,325 @@ fn close(data: &mut ProcessData, i: usize, status: ToolStatus) {
     };
     let r = error_result(&data.tools.slots.get(i).call, status, content.into());
     data.record_result(i, r);
+}
+
+/// The tool-call chart's actions, one method of [`ToolCallActions`] each.
+pub(crate) struct Actions;
+
+impl ToolCallActions for Actions {
+    /// The arguments were not a JSON object: an error result saying what is wrong.
+    fn commit_invalid(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        let call = &data.tools.slots.get(i).call;
+        let why = call.invalid_arguments.clone().unwrap_or_default();
+        let r = error_result(call, ToolStatus::Error, why);
+        data.record_result(i, r);
+    }
+
+    /// An unknown tool: `tool_call_unknown`, and an error result naming the nearest offered tool.
+    fn commit_unknown(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        let call = data.tools.slots.get(i).call.clone();
+        data.emit(AgentEvent::ToolCallUnknown {
+            tool_call_id: call.id.clone(),
+            name: call.name.clone(),
+        });
+        let offered: BTreeSet<&str> = data
+            .attempt
+            .request
+            .tools
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect();
+        let why = unknown_tool_message(&call.name, offered.iter().copied());
+        data.record_result(i, error_result(&call, ToolStatus::Error, why));
+    }
+
+    /// Arguments against the tool's schema: an error result listing the violations (R-TOOL-1).
+    fn commit_schema_invalid(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        let slot = data.tools.slots.get(i);
+        let why = slot
+            .rejected
+            .as_ref()
+            .map(|v| v.message(&slot.call.name))
+            .unwrap_or_default();
+        let r = error_result(&slot.call, ToolStatus::Error, why);
+        data.record_result(i, r);
+    }
+
+    /// A refused doom loop: an error result, and the run stops after the step.
+    fn commit_loop_refused(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
+        let repeats = match facts {
+            Facts::Commit { repeats, .. } => *repeats,
+            _ => 0,
+        };
+        data.ending.stop("stopped");
+        let call = &data.tools.slots.get(i).call;
+        let why = format!(
+            "refused: `{}` was called {repeats} times in a row with identical arguments (doom loop)",
+            call.name
+        );
+        let r = error_result(call, ToolStatus::Error, why);
+        data.record_result(i, r);
+    }
+
+    /// A tool rule denies the call (R-TOOL-3): the rule is announced and the call gets a denied
+    /// result naming it.
+    fn commit_denied_by_rule(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        deny_by_rule(data, i);
+    }
+
+    /// A doom loop whose policy asks: the call waits for a human.
+    fn commit_loop_ask(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        data.announce_rule(i);
+    }
+
+    /// A pure tool's identical call is answered from the session's cache (R-TOOL-6).
+    fn commit_cached(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        let call = data.tools.slots.get(i).call.clone();
+        let Some(hit) = data.cached(&call).cloned() else {
+            return;
+        };
+        data.emit(AgentEvent::ToolCacheHit {
+            tool_call_id: call.id.clone(),
+            name: call.name.clone(),
+            cached_from: hit.tool_call_id.clone(),
+        });
+        let result = ToolResult {
+            tool_call_id: call.id.clone(),
+            name: call.name.clone(),
+            content: hit.content,
+            status: ToolStatus::Completed,
+        };
+        data.record_result(i, result);
+    }
+
+    /// The call waits to be put to a human.
+    fn commit_approval(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        data.announce_rule(i);
+    }
+
+    /// The call waits for its turn to run.
+    fn commit_queued(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        data.announce_rule(i);
+    }
+
+    /// The session log holds the call's result: it is kept, nothing runs (R-IDEM-5).
+    fn restore_result(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
+        if let Facts::Restore { stored } = facts {
+            data.tools.slots.get_mut(i).result = stored.cloned();
+        }
+    }
+
+    /// A resumed call the rules now deny: denied, never run.
+    fn restore_denied_by_rule(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        deny_by_rule(data, i);
+    }
+
+    /// A resumed call waits to be put to a human.
+    fn restore_approval(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        data.announce_rule(i);
+    }
+
+    /// A resumed call waits for its turn to run.
+    fn restore_queued(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        data.announce_rule(i);
+    }
+
+    /// The built-in `ask_user` call puts its question to the person.
+    fn start_ask_user(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        data.ask_user(i);
+    }
+
+    /// The person answered: the answer is the call's result.
+    fn user_answered(data: &mut ProcessData, i: usize, from: ToolCallState, facts: &Facts<'_>) {
+        data.cancel_deadline(i, from);
+        let answer = match facts {
+            Facts::Answered(Some(a)) => (*a).to_string(),
+            _ => String::new(),
+        };
+        let call = data.tools.slots.get(i).call.clone();
+        data.emit(AgentEvent::UserResponded {
+            reference: call.id.clone(),
+            answer: answer.clone(),
+        });
+        let r = ToolResult {
+            tool_call_id: call.id.clone(),
+            name: call.name.clone(),
+            content: answer,
+            status: ToolStatus::Completed,
+        };
+        data.record_result(i, r);
+    }
+
+    /// Nobody can answer (no person attached): an error result.
+    fn user_unavailable(data: &mut ProcessData, i: usize, from: ToolCallState, _: &Facts<'_>) {
+        data.cancel_deadline(i, from);
+        let why = "nobody can answer: no person is attached to this run (run it in a session or in `agentloop chat`)";
+        let r = error_result(&data.tools.slots.get(i).call, ToolStatus::Error, why.into());
+        data.record_result(i, r);
+    }
+
+    /// Nobody answered in time: an error result.
+    fn user_deadline(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        let ms = data.cfg.ask_user_timeout_ms.unwrap_or_default();
+        let r = error_result(
+            &data.tools.slots.get(i).call,
+            ToolStatus::Error,
+            format!("the person did not answer within {ms} ms"),
+        );
+        data.record_result(i, r);
+    }
+
+    /// The `before_tool` hooks are asked (R-EXT-1).
+    fn start_gate(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        data.tools.slots.get_mut(i).gated = true;
+        let call = data.tools.slots.get(i).call.clone();
+        data.outbox.push(Effect::GateTool { call });
+    }
+
+    /// The call runs.
+    fn start_run(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        data.run(i);
+    }
+
+    /// The hooks let the call run as it is.
+    fn gate_allowed(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        data.run(i);
+    }
+
+    /// The hooks replaced the arguments: the call runs with theirs.
+    fn gate_modified(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
+        if let Facts::Gate(GateVerdict::Modify { arguments }) = facts {
+            data.tools.slots.get_mut(i).call.arguments = arguments.clone();
+        }
+        data.run(i);
+    }
+
+    /// The hooks blocked the call: a denied result.
+    fn gate_blocked(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
+        let reason = match facts {
+            Facts::Gate(GateVerdict::Block { reason }) => reason.clone(),
+            _ => String::new(),
+        };
+        let call = data.tools.slots.get(i).call.clone();
+        data.emit(AgentEvent::ToolBlocked {
+            tool_call_id: call.id.clone(),
+            name: call.name.clone(),
+            reason: reason.clone(),
+        });
+        let r = error_result(&call, ToolStatus::Denied, format!("blocked: {reason}"));
+        data.record_result(i, r);
+    }
+
+    /// The hooks want a human to decide: the call waits for its turn.
+    fn gate_asked(_: &mut ProcessData, _: usize, _: ToolCallState, _: &Facts<'_>) {}
+
+    /// The call is put to a human (R-CTL-4), with the approval timer if one is set.
+    fn ask(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        let call = data.tools.slots.get(i).call.clone();
+        data.emit(AgentEvent::ApprovalRequired {
+            tool_call_id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+        });
+        data.outbox.push(Effect::RequestApproval { call });
+        data.start_approval_timer(i);
+    }
+
+    /// A human approved the call: it waits for its turn to run.
+    fn approved(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
+        resolved(data, i, facts);
+    }
+
+    /// A human approved the call with new arguments.
+    fn modified(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
+        if let Facts::Approval(ApprovalDecision::Modified { arguments }) = facts {
+            data.tools.slots.get_mut(i).call.arguments = arguments.clone();
+        }
+        resolved(data, i, facts);
+    }
+
+    /// A human rejected the call, or nobody answered in time (the approver's wait is withdrawn):
+    /// a denied result; the run stops after the step unless it resumes on its own.
+    fn rejected(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
+        match facts {
+            Facts::ApprovalTimer(decision) => {
+                let tool_call_id = data.tools.slots.get(i).call.id.clone();
+                data.outbox.push(Effect::WithdrawApproval { tool_call_id });
+                data.denied(i, decision);
+            }
+            Facts::Approval(decision) => {
+                data.cancel_approval_timer(i);
+                data.denied(i, decision);
+            }
+            _ => {}
+        }
+    }
+
+    /// Another call of the same scope was approved "always": this one needs no question.
+    fn whitelisted(_: &mut ProcessData, _: usize, _: ToolCallState, _: &Facts<'_>) {}
+
+    /// The tool succeeded: its result.
+    fn finished_ok(data: &mut ProcessData, i: usize, from: ToolCallState, facts: &Facts<'_>) {
+        finish(data, i, from, facts);
+    }
+
+    /// The tool failed: its result.
+    fn finished_error(data: &mut ProcessData, i: usize, from: ToolCallState, facts: &Facts<'_>) {
+        finish(data, i, from, facts);
+    }
+
+    /// The call's deadline passed: the tool is killed and the call fails.
+    fn deadline(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        let call = data.tools.slots.get(i).call.clone();
+        data.outbox.push(Effect::KillTool {
+            tool_call_id: call.id.clone(),
+        });
+        let ms = data
+            .tools
+            .slots
+            .get(i)
+            .policy
+            .timeout_ms
+            .unwrap_or_default();
+        let r = error_result(
+            &call,
+            ToolStatus::Error,
+            format!("tool timed out after {ms} ms"),
+        );
+        data.record_result(i, r);
+    }
+
+    /// An abort kills the running call.
+    fn abort_killed(data: &mut ProcessData, i: usize, from: ToolCallState, _: &Facts<'_>) {
+        kill(data, i, from);
+        let tool_call_id = data.tools.slots.get(i).call.id.clone();
+        data.emit(AgentEvent::ToolKilled { tool_call_id });
+        close(data, i, ToolStatus::Aborted);
+    }
+
+    /// An abort spares the running call: it runs to its end (Draining).
+    fn abort_immune(_: &mut ProcessData, _: usize, _: ToolCallState, _: &Facts<'_>) {}
+
+    /// An abort closes a call that has not started.
+    fn abort_unstarted(data: &mut ProcessData, i: usize, from: ToolCallState, _: &Facts<'_>) {
+        stop_waiting(data, i, from);
+        close(data, i, ToolStatus::Aborted);
+    }
+
+    /// Steering with `skip_remaining` kills the running call.
+    fn skip_killed(data: &mut ProcessData, i: usize, from: ToolCallState, _: &Facts<'_>) {
+        kill(data, i, from);
+        announce_skip(data, i);
+        close(data, i, ToolStatus::Skipped);
+    }
+
+    /// Steering with `skip_remaining` spares the running call: it runs to its end.
+    fn skip_immune(_: &mut ProcessData, _: usize, _: ToolCallState, _: &Facts<'_>) {}
+
+    /// Steering with `skip_remaining` skips a call that has not started.
+    fn skip_unstarted(data: &mut ProcessData, i: usize, from: ToolCallState, _: &Facts<'_>) {
+        stop_waiting(data, i, from);
+        announce_skip(data, i);
+        close(data, i, ToolStatus::Skipped);
+    }
 }

@@ -1,10 +1,13 @@
 //! The tool-call chart's guards (`statecharts/tool_call.toml`) as pure predicates, one per
 //! guard and named after it: the generated dispatch ([`crate::process::call_dispatch`]) calls
 //! them to pick a call's row, the chart oracle to check that choice. Each reads slot `i` of the
-//! inner machine's data and what the event carries ([`Facts`]), and changes nothing.
+//! inner machine's data and what the event carries ([`Facts`]), and changes nothing. They are
+//! methods of [`Guards`], which implements the generated trait [`ToolCallGuards`]: the
+//! compiler ties their names and signatures to the chart.
 
 use crate::event::{ApprovalDecision, GateVerdict, KillPolicy};
 use crate::message::{ToolResult, ToolStatus};
+use crate::process::call_dispatch::ToolCallGuards;
 use crate::process::config::LoopAction;
 use crate::process::data::ProcessData;
 use crate::tool_rules::RuleAction;
@@ -55,91 +58,96 @@ impl Facts<'_> {
     }
 }
 
-/// The call's arguments are not a JSON object (not JSON, or cut off).
-pub(crate) fn invalid_arguments(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
-    data.tools.slots.get(i).call.invalid_arguments.is_some()
-}
+/// The tool-call chart's guards, one method of [`ToolCallGuards`] each.
+pub(crate) struct Guards;
 
-/// The step does not offer the called tool.
-pub(crate) fn unknown_tool(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
-    !data.offers(&data.tools.slots.get(i).call.name)
-}
-
-/// The runtime's schema check rejected the call's arguments.
-pub(crate) fn schema_violated(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
-    data.tools.slots.get(i).rejected.is_some()
-}
-
-/// The call completes a doom loop whose policy stops the run.
-pub(crate) fn loop_refused(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
-    facts.looped() == Some(LoopAction::Stop)
-}
-
-/// The call completes a doom loop whose policy asks a human.
-pub(crate) fn loop_asks(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
-    facts.looped() == Some(LoopAction::Ask)
-}
-
-/// The call is to the built-in `ask_user` tool, which the step offers.
-pub(crate) fn asks_user(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
-    data.asks_user(&data.tools.slots.get(i).call)
-}
-
-/// The person answered with text.
-pub(crate) fn answered(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
-    matches!(facts, Facts::Answered(Some(_)))
-}
-
-/// The call's deciding tool rule denies it.
-pub(crate) fn denied_by_rule(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
-    let policy = &data.tools.slots.get(i).policy;
-    policy.action == RuleAction::Deny && policy.rule.is_some()
-}
-
-/// A pure tool's identical earlier call has a cached result.
-pub(crate) fn cached(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
-    data.cached(&data.tools.slots.get(i).call).is_some()
-}
-
-/// The call must be put to a human (a doom-loop question, or its rule asks and no "approve
-/// always" covers it).
-pub(crate) fn needs_approval(data: &ProcessData, i: usize, facts: &Facts<'_>) -> bool {
-    facts.looped() == Some(LoopAction::Ask) || data.needs_approval(i)
-}
-
-/// The session log holds the resumed call's result.
-pub(crate) fn has_result(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
-    matches!(facts, Facts::Restore { stored: Some(_) })
-}
-
-/// The step gates tools through `before_tool` hooks and this call has not been gated yet.
-pub(crate) fn ungated(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
-    data.cfg.gate_tools && !data.tools.slots.get(i).gated
-}
-
-/// The tool reported success.
-pub(crate) fn succeeded(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
-    matches!(
-        facts,
-        Facts::Finished {
-            status: ToolStatus::Completed,
-            ..
-        }
-    )
-}
-
-/// The kill policy in force kills this running call.
-pub(crate) fn killed(data: &ProcessData, i: usize, facts: &Facts<'_>) -> bool {
-    match facts {
-        Facts::Kill(kill) => data.killed_by(*kill, &data.tools.slots.get(i).call.name),
-        _ => false,
+impl ToolCallGuards for Guards {
+    /// The call's arguments are not a JSON object (not JSON, or cut off).
+    fn invalid_arguments(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+        data.tools.slots.get(i).call.invalid_arguments.is_some()
     }
-}
 
-/// The kill policy in force spares this running call.
-pub(crate) fn immune(data: &ProcessData, i: usize, facts: &Facts<'_>) -> bool {
-    match facts {
-        Facts::Kill(kill) => !data.killed_by(*kill, &data.tools.slots.get(i).call.name),
-        _ => false,
+    /// The step does not offer the called tool.
+    fn unknown_tool(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+        !data.offers(&data.tools.slots.get(i).call.name)
+    }
+
+    /// The runtime's schema check rejected the call's arguments.
+    fn schema_violated(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+        data.tools.slots.get(i).rejected.is_some()
+    }
+
+    /// The call completes a doom loop whose policy stops the run.
+    fn loop_refused(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
+        facts.looped() == Some(LoopAction::Stop)
+    }
+
+    /// The call completes a doom loop whose policy asks a human.
+    fn loop_asks(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
+        facts.looped() == Some(LoopAction::Ask)
+    }
+
+    /// The call is to the built-in `ask_user` tool, which the step offers.
+    fn asks_user(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+        data.asks_user(&data.tools.slots.get(i).call)
+    }
+
+    /// The person answered with text.
+    fn answered(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
+        matches!(facts, Facts::Answered(Some(_)))
+    }
+
+    /// The call's deciding tool rule denies it.
+    fn denied_by_rule(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+        let policy = &data.tools.slots.get(i).policy;
+        policy.action == RuleAction::Deny && policy.rule.is_some()
+    }
+
+    /// A pure tool's identical earlier call has a cached result.
+    fn cached(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+        data.cached(&data.tools.slots.get(i).call).is_some()
+    }
+
+    /// The call must be put to a human (a doom-loop question, or its rule asks and no "approve
+    /// always" covers it).
+    fn needs_approval(data: &ProcessData, i: usize, facts: &Facts<'_>) -> bool {
+        facts.looped() == Some(LoopAction::Ask) || data.needs_approval(i)
+    }
+
+    /// The session log holds the resumed call's result.
+    fn has_result(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
+        matches!(facts, Facts::Restore { stored: Some(_) })
+    }
+
+    /// The step gates tools through `before_tool` hooks and this call has not been gated yet.
+    fn ungated(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+        data.cfg.gate_tools && !data.tools.slots.get(i).gated
+    }
+
+    /// The tool reported success.
+    fn succeeded(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
+        matches!(
+            facts,
+            Facts::Finished {
+                status: ToolStatus::Completed,
+                ..
+            }
+        )
+    }
+
+    /// The kill policy in force kills this running call.
+    fn killed(data: &ProcessData, i: usize, facts: &Facts<'_>) -> bool {
+        match facts {
+            Facts::Kill(kill) => data.killed_by(*kill, &data.tools.slots.get(i).call.name),
+            _ => false,
+        }
+    }
+
+    /// The kill policy in force spares this running call.
+    fn immune(data: &ProcessData, i: usize, facts: &Facts<'_>) -> bool {
+        match facts {
+            Facts::Kill(kill) => !data.killed_by(*kill, &data.tools.slots.get(i).call.name),
+            _ => false,
+        }
     }
 }

@@ -4,12 +4,14 @@
 //! runs and reports the verdict as a [`GuardCheck`](crate::chart::GuardCheck). Each reads the
 //! data (the leaf state the facade set in `data.outbox.state`) and the input, and changes nothing.
 //!
-//! `build.rs` checks that the `pub(crate) fn`s here are exactly the guards the chart's rows
-//! name: a missing predicate or one that no row names fails the build.
+//! Each is a method of [`Guards`], which implements the generated trait [`ProcessGuards`] (one method
+//! per guard the chart's rows name, with the signature the dispatch calls): a missing
+//! predicate, one no row names or a wrong signature is a compile error.
 
 use crate::chart::ProcessState;
 use crate::event::Event;
 use crate::process::data::ProcessData;
+use crate::process::dispatch::ProcessGuards;
 use crate::process::machine::Input;
 
 /// Whether the input's ids name what the step is waiting for: the current attempt (and an
@@ -66,16 +68,6 @@ fn draining(data: &ProcessData) -> bool {
     data.outbox.state == ProcessState::Draining
 }
 
-/// `current`: the event belongs to this attempt, timer or call.
-pub(crate) fn current(data: &ProcessData, input: &Input<'_>) -> bool {
-    is_current(data, input)
-}
-
-/// `stale`: the event is a duplicate or belongs to another attempt, timer or call.
-pub(crate) fn stale(data: &ProcessData, input: &Input<'_>) -> bool {
-    !is_current(data, input)
-}
-
 /// Whether the input is an answer to the call being asked about, or its approval timer
 /// (the slot `dispatch::prepare` found).
 fn answers_asked(data: &ProcessData, input: &Input<'_>) -> bool {
@@ -85,98 +77,114 @@ fn answers_asked(data: &ProcessData, input: &Input<'_>) -> bool {
     }
 }
 
-/// `resume_after_reject`: the answer (or the approval timer) is current and the run continues
-/// after a rejection or a timeout.
-pub(crate) fn resume_after_reject(data: &ProcessData, input: &Input<'_>) -> bool {
-    answers_asked(data, input) && data.auto_resume()
-}
+/// The inner chart's guards, one method of [`ProcessGuards`] each.
+pub(crate) struct Guards;
 
-/// `stop_after_reject`: the answer (or the approval timer) is current and a rejection or a
-/// timeout stops the run.
-pub(crate) fn stop_after_reject(data: &ProcessData, input: &Input<'_>) -> bool {
-    answers_asked(data, input) && !data.auto_resume()
-}
+impl ProcessGuards for Guards {
+    /// `current`: the event belongs to this attempt, timer or call.
+    fn current(data: &ProcessData, input: &Input<'_>) -> bool {
+        is_current(data, input)
+    }
 
-/// `stale_approval_timer`: an approval timer of no call being asked about now.
-pub(crate) fn stale_approval_timer(data: &ProcessData, input: &Input<'_>) -> bool {
-    match input {
-        Input::Ext(Event::TimerElapsed { timer_id }) => {
-            crate::process::deadlines::is_approval_timer(*timer_id) && data.tools.answered.is_none()
+    /// `stale`: the event is a duplicate or belongs to another attempt, timer or call.
+    fn stale(data: &ProcessData, input: &Input<'_>) -> bool {
+        !is_current(data, input)
+    }
+
+    /// `resume_after_reject`: the answer (or the approval timer) is current and the run continues
+    /// after a rejection or a timeout.
+    fn resume_after_reject(data: &ProcessData, input: &Input<'_>) -> bool {
+        answers_asked(data, input) && data.auto_resume()
+    }
+
+    /// `stop_after_reject`: the answer (or the approval timer) is current and a rejection or a
+    /// timeout stops the run.
+    fn stop_after_reject(data: &ProcessData, input: &Input<'_>) -> bool {
+        answers_asked(data, input) && !data.auto_resume()
+    }
+
+    /// `stale_approval_timer`: an approval timer of no call being asked about now.
+    fn stale_approval_timer(data: &ProcessData, input: &Input<'_>) -> bool {
+        match input {
+            Input::Ext(Event::TimerElapsed { timer_id }) => {
+                crate::process::deadlines::is_approval_timer(*timer_id)
+                    && data.tools.answered.is_none()
+            }
+            _ => false,
         }
-        _ => false,
     }
-}
 
-/// `retry_budget_left`: the current attempt failed and is retried.
-pub(crate) fn retry_budget_left(data: &ProcessData, input: &Input<'_>) -> bool {
-    is_current(data, input) && retryable(data, input)
-}
-
-/// `no_retry`: the current attempt failed and is not retried.
-pub(crate) fn no_retry(data: &ProcessData, input: &Input<'_>) -> bool {
-    is_current(data, input) && !retryable(data, input)
-}
-
-/// `has_tool_calls`: the current attempt is done and its message has tool calls.
-pub(crate) fn has_tool_calls(data: &ProcessData, input: &Input<'_>) -> bool {
-    is_current(data, input) && data.has_tool_calls()
-}
-
-/// `no_tool_calls`: the current attempt is done and its message has no tool calls.
-pub(crate) fn no_tool_calls(data: &ProcessData, input: &Input<'_>) -> bool {
-    is_current(data, input) && !data.has_tool_calls()
-}
-
-/// `approval_needed`: a call waits for approval and none is being asked.
-pub(crate) fn approval_needed(data: &ProcessData, _input: &Input<'_>) -> bool {
-    data.tools.approval_needed()
-}
-
-/// `all_results`: every tool call has its result.
-pub(crate) fn all_results(data: &ProcessData, _input: &Input<'_>) -> bool {
-    data.tools.all_results()
-}
-
-/// `tools_pending`: some calls are still running or queued.
-pub(crate) fn tools_pending(data: &ProcessData, _input: &Input<'_>) -> bool {
-    !data.tools.all_results()
-}
-
-/// `not_draining`: the step is not draining after an abort.
-pub(crate) fn not_draining(data: &ProcessData, _input: &Input<'_>) -> bool {
-    !draining(data)
-}
-
-/// `stream_moved`: the timer is the stall watchdog and a delta arrived since it was armed.
-pub(crate) fn stream_moved(data: &ProcessData, input: &Input<'_>) -> bool {
-    match input {
-        Input::Ext(Event::TimerElapsed { timer_id }) => data.stream_moved(*timer_id),
-        _ => false,
+    /// `retry_budget_left`: the current attempt failed and is retried.
+    fn retry_budget_left(data: &ProcessData, input: &Input<'_>) -> bool {
+        is_current(data, input) && retryable(data, input)
     }
-}
 
-/// `deadline_retry`: a deadline of the current attempt passed and the timeout is retried.
-pub(crate) fn deadline_retry(data: &ProcessData, input: &Input<'_>) -> bool {
-    deadline_retried(data, input) == Some(true)
-}
-
-/// `deadline_no_retry`: a deadline of the current attempt passed and is not retried.
-pub(crate) fn deadline_no_retry(data: &ProcessData, input: &Input<'_>) -> bool {
-    deadline_retried(data, input) == Some(false)
-}
-
-/// `tool_deadline`: the timer is the deadline of a running call.
-pub(crate) fn tool_deadline(data: &ProcessData, input: &Input<'_>) -> bool {
-    match input {
-        Input::Ext(Event::TimerElapsed { timer_id }) => data.deadline_of(*timer_id).is_some(),
-        _ => false,
+    /// `no_retry`: the current attempt failed and is not retried.
+    fn no_retry(data: &ProcessData, input: &Input<'_>) -> bool {
+        is_current(data, input) && !retryable(data, input)
     }
-}
 
-/// `tools_to_drain`: not yet draining, and after the abort's kill policy some tools still run.
-pub(crate) fn tools_to_drain(data: &ProcessData, input: &Input<'_>) -> bool {
-    match input {
-        Input::Ext(Event::Abort { kill, .. }) => !draining(data) && data.would_drain(*kill),
-        _ => false,
+    /// `has_tool_calls`: the current attempt is done and its message has tool calls.
+    fn has_tool_calls(data: &ProcessData, input: &Input<'_>) -> bool {
+        is_current(data, input) && data.has_tool_calls()
+    }
+
+    /// `no_tool_calls`: the current attempt is done and its message has no tool calls.
+    fn no_tool_calls(data: &ProcessData, input: &Input<'_>) -> bool {
+        is_current(data, input) && !data.has_tool_calls()
+    }
+
+    /// `approval_needed`: a call waits for approval and none is being asked.
+    fn approval_needed(data: &ProcessData, _input: &Input<'_>) -> bool {
+        data.tools.approval_needed()
+    }
+
+    /// `all_results`: every tool call has its result.
+    fn all_results(data: &ProcessData, _input: &Input<'_>) -> bool {
+        data.tools.all_results()
+    }
+
+    /// `tools_pending`: some calls are still running or queued.
+    fn tools_pending(data: &ProcessData, _input: &Input<'_>) -> bool {
+        !data.tools.all_results()
+    }
+
+    /// `not_draining`: the step is not draining after an abort.
+    fn not_draining(data: &ProcessData, _input: &Input<'_>) -> bool {
+        !draining(data)
+    }
+
+    /// `stream_moved`: the timer is the stall watchdog and a delta arrived since it was armed.
+    fn stream_moved(data: &ProcessData, input: &Input<'_>) -> bool {
+        match input {
+            Input::Ext(Event::TimerElapsed { timer_id }) => data.stream_moved(*timer_id),
+            _ => false,
+        }
+    }
+
+    /// `deadline_retry`: a deadline of the current attempt passed and the timeout is retried.
+    fn deadline_retry(data: &ProcessData, input: &Input<'_>) -> bool {
+        deadline_retried(data, input) == Some(true)
+    }
+
+    /// `deadline_no_retry`: a deadline of the current attempt passed and is not retried.
+    fn deadline_no_retry(data: &ProcessData, input: &Input<'_>) -> bool {
+        deadline_retried(data, input) == Some(false)
+    }
+
+    /// `tool_deadline`: the timer is the deadline of a running call.
+    fn tool_deadline(data: &ProcessData, input: &Input<'_>) -> bool {
+        match input {
+            Input::Ext(Event::TimerElapsed { timer_id }) => data.deadline_of(*timer_id).is_some(),
+            _ => false,
+        }
+    }
+
+    /// `tools_to_drain`: not yet draining, and after the abort's kill policy some tools still run.
+    fn tools_to_drain(data: &ProcessData, input: &Input<'_>) -> bool {
+        match input {
+            Input::Ext(Event::Abort { kill, .. }) => !draining(data) && data.would_drain(*kill),
+            _ => false,
+        }
     }
 }

@@ -115,3 +115,26 @@ impl ProcessMachine {
         dispatch::error(context, event)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chart::ProcessState;
+
+    crate::chart::superstates_are_the_charts_parents!(
+        ProcessMachine,
+        ProcessState,
+        crate::process::kind,
+        [
+            State::idle(),
+            State::calling(),
+            State::streaming(),
+            State::retrying(),
+            State::running_tools(),
+            State::awaiting_approval(),
+            State::draining(),
+            State::success(),
+            State::error()
+        ]
+    );
+}

@@ -4,15 +4,17 @@
 //! changes nothing; work a guard needs done first (forwarding an abort to the inner step,
 //! running the decision function) is done before dispatch, in [`ReactData::prepare`].
 //!
-//! `build.rs` checks that the `pub(crate) fn`s here are exactly the guards the chart's rows
-//! name: a missing predicate or one that no row names fails the build.
+//! Each is a method of [`Guards`], which implements the generated trait [`ReactGuards`] (one method
+//! per guard the chart's rows name, with the signature the dispatch calls): a missing
+//! predicate, one no row names or a wrong signature is a compile error.
 
 use crate::agent_event::Outcome;
 use crate::chart::ProcessState;
 use crate::event::Event;
 use crate::react::config::Decision;
-use crate::react::context::{Compaction, Ended};
+use crate::react::context::{Compaction, Drain, Ended};
 use crate::react::data::ReactData;
+use crate::react::dispatch::ReactGuards;
 use crate::react::machine::Input;
 
 /// Whether the inner step drains tools (after the abort was forwarded to it).
@@ -28,109 +30,111 @@ fn decided(input: &Input<'_>, d: Decision) -> bool {
     matches!(input, Input::Decide(x) if *x == d)
 }
 
-/// `tools_draining`: after the abort's kill policy, some immune tools still run.
-pub(crate) fn tools_draining(data: &ReactData, _input: &Input<'_>) -> bool {
-    draining(data)
-}
+/// The outer chart's guards, one method of [`ReactGuards`] each.
+pub(crate) struct Guards;
 
-/// `nothing_to_drain`: no tool of the step is left running after the abort.
-pub(crate) fn nothing_to_drain(data: &ReactData, _input: &Input<'_>) -> bool {
-    !draining(data)
-}
+impl ReactGuards for Guards {
+    /// `tools_draining`: after the abort's kill policy, some immune tools still run. (Its rows are
+    /// all in `Executing`, so it is handed that state's `Drain`, which it does not need.)
+    fn tools_draining(data: &ReactData, _drain: &Drain, _input: &Input<'_>) -> bool {
+        draining(data)
+    }
 
-/// `max_steps_reached`: the final step ran.
-pub(crate) fn max_steps_reached(data: &ReactData, _input: &Input<'_>) -> bool {
-    data.max_steps_reached()
-}
+    /// `nothing_to_drain`: no tool of the step is left running after the abort.
+    fn nothing_to_drain(data: &ReactData, _input: &Input<'_>) -> bool {
+        !draining(data)
+    }
 
-/// `over_threshold`: the context is over its compaction threshold.
-pub(crate) fn over_threshold(data: &ReactData, _input: &Input<'_>) -> bool {
-    data.over_threshold()
-}
+    /// `max_steps_reached`: the final step ran.
+    fn max_steps_reached(data: &ReactData, _input: &Input<'_>) -> bool {
+        data.max_steps_reached()
+    }
 
-/// `compaction_required` (Compacting): the compaction under way answers the model's refusal
-/// of the context (overflow); the step cannot be re-requested without it.
-pub(crate) fn compaction_required(
-    _data: &ReactData,
-    compaction: &Compaction,
-    _input: &Input<'_>,
-) -> bool {
-    compaction.reason == "overflow"
-}
+    /// `over_threshold`: the context is over its compaction threshold.
+    fn over_threshold(data: &ReactData, _input: &Input<'_>) -> bool {
+        data.over_threshold()
+    }
 
-/// `pending_tools`: the resumed run's last committed message has calls without results.
-pub(crate) fn pending_tools(_data: &ReactData, input: &Input<'_>) -> bool {
-    matches!(
-        input,
-        Input::Ext(Event::Resume {
-            pending: Some(_),
-            ..
-        })
-    )
-}
+    /// `compaction_required` (Compacting): the compaction under way answers the model's refusal
+    /// of the context (overflow); the step cannot be re-requested without it.
+    fn compaction_required(_data: &ReactData, compaction: &Compaction, _input: &Input<'_>) -> bool {
+        compaction.reason == "overflow"
+    }
 
-/// `subtask_queued`: a subtask waits to run before the next model step.
-pub(crate) fn subtask_queued(data: &ReactData, _input: &Input<'_>) -> bool {
-    data.subtask_queued()
-}
+    /// `pending_tools`: the resumed run's last committed message has calls without results.
+    fn pending_tools(_data: &ReactData, input: &Input<'_>) -> bool {
+        matches!(
+            input,
+            Input::Ext(Event::Resume {
+                pending: Some(_),
+                ..
+            })
+        )
+    }
 
-/// `stop_requested`: the decision function asked to stop.
-pub(crate) fn stop_requested(_data: &ReactData, input: &Input<'_>) -> bool {
-    decided(input, Decision::Stop)
-}
+    /// `subtask_queued`: a subtask waits to run before the next model step.
+    fn subtask_queued(data: &ReactData, _input: &Input<'_>) -> bool {
+        data.subtask_queued()
+    }
 
-/// `continue_over_budget`: the decision function asked to compact first.
-pub(crate) fn continue_over_budget(_data: &ReactData, input: &Input<'_>) -> bool {
-    decided(input, Decision::Compact)
-}
+    /// `stop_requested`: the decision function asked to stop.
+    fn stop_requested(_data: &ReactData, input: &Input<'_>) -> bool {
+        decided(input, Decision::Stop)
+    }
 
-/// `has_tool_calls`: the decision function asked to go on.
-pub(crate) fn has_tool_calls(_data: &ReactData, input: &Input<'_>) -> bool {
-    decided(input, Decision::Continue)
-}
+    /// `continue_over_budget`: the decision function asked to compact first.
+    fn continue_over_budget(_data: &ReactData, input: &Input<'_>) -> bool {
+        decided(input, Decision::Compact)
+    }
 
-/// `output_retry`: the typed final answer was rejected and retries are left.
-pub(crate) fn output_retry(data: &ReactData, input: &Input<'_>) -> bool {
-    data.output_retry(decided(input, Decision::Complete))
-}
+    /// `has_tool_calls`: the decision function asked to go on.
+    fn has_tool_calls(_data: &ReactData, input: &Input<'_>) -> bool {
+        decided(input, Decision::Continue)
+    }
 
-/// `output_invalid`: the typed final answer was rejected and the retries are used up.
-pub(crate) fn output_invalid(data: &ReactData, input: &Input<'_>) -> bool {
-    data.output_invalid(decided(input, Decision::Complete))
-}
+    /// `output_retry`: the typed final answer was rejected and retries are left.
+    fn output_retry(data: &ReactData, input: &Input<'_>) -> bool {
+        data.output_retry(decided(input, Decision::Complete))
+    }
 
-/// `no_tool_calls`: the message is the final answer (and, if typed, accepted).
-pub(crate) fn no_tool_calls(data: &ReactData, input: &Input<'_>) -> bool {
-    let complete = decided(input, Decision::Complete);
-    complete && !data.output_retry(complete) && !data.output_invalid(complete)
-}
+    /// `output_invalid`: the typed final answer was rejected and the retries are used up.
+    fn output_invalid(data: &ReactData, input: &Input<'_>) -> bool {
+        data.output_invalid(decided(input, Decision::Complete))
+    }
 
-/// `ended_completed`: the end being committed is a completion.
-pub(crate) fn ended_completed(_data: &ReactData, ended: &Ended, _input: &Input<'_>) -> bool {
-    ended.outcome() == Some(Outcome::Completed)
-}
+    /// `no_tool_calls`: the message is the final answer (and, if typed, accepted).
+    fn no_tool_calls(data: &ReactData, input: &Input<'_>) -> bool {
+        let complete = decided(input, Decision::Complete);
+        complete && !data.output_retry(complete) && !data.output_invalid(complete)
+    }
 
-/// `ended_failed`: the end being committed is a failure.
-pub(crate) fn ended_failed(_data: &ReactData, ended: &Ended, _input: &Input<'_>) -> bool {
-    ended.outcome() == Some(Outcome::Failed)
-}
+    /// `ended_completed`: the end being committed is a completion.
+    fn ended_completed(_data: &ReactData, ended: &Ended, _input: &Input<'_>) -> bool {
+        ended.outcome() == Some(Outcome::Completed)
+    }
 
-/// `ended_aborted`: the end being committed is an abort.
-pub(crate) fn ended_aborted(_data: &ReactData, ended: &Ended, _input: &Input<'_>) -> bool {
-    ended.outcome() == Some(Outcome::Aborted)
-}
+    /// `ended_failed`: the end being committed is a failure.
+    fn ended_failed(_data: &ReactData, ended: &Ended, _input: &Input<'_>) -> bool {
+        ended.outcome() == Some(Outcome::Failed)
+    }
 
-/// `fallback_available`: the step failed and the fallback chain has a model left.
-pub(crate) fn fallback_available(data: &ReactData, _input: &Input<'_>) -> bool {
-    data.fallback_available()
-}
+    /// `ended_aborted`: the end being committed is an abort.
+    fn ended_aborted(_data: &ReactData, ended: &Ended, _input: &Input<'_>) -> bool {
+        ended.outcome() == Some(Outcome::Aborted)
+    }
 
-/// `limit_stop`: a usage limit is reached and the run stops now.
-pub(crate) fn limit_stop(data: &ReactData, _input: &Input<'_>) -> bool {
-    data.limit_stops()
-}
+    /// `fallback_available`: the step failed and the fallback chain has a model left.
+    fn fallback_available(data: &ReactData, _drain: &Drain, _input: &Input<'_>) -> bool {
+        data.fallback_available()
+    }
 
-/// `limit_final_answer`: a usage limit is reached and asks for one final-answer step.
-pub(crate) fn limit_final_answer(data: &ReactData, _input: &Input<'_>) -> bool {
-    data.limit_asks_final_answer()
+    /// `limit_stop`: a usage limit is reached and the run stops now.
+    fn limit_stop(data: &ReactData, _input: &Input<'_>) -> bool {
+        data.limit_stops()
+    }
+
+    /// `limit_final_answer`: a usage limit is reached and asks for one final-answer step.
+    fn limit_final_answer(data: &ReactData, _input: &Input<'_>) -> bool {
+        data.limit_asks_final_answer()
+    }
 }

@@ -148,3 +148,29 @@ impl ReactMachine {
         dispatch::aborted(context, local, event)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chart::ReactState;
+
+    crate::chart::superstates_are_the_charts_parents!(
+        ReactMachine,
+        ReactState,
+        crate::react::kind,
+        [
+            State::init(),
+            State::planning(),
+            State::executing(Drain::default()),
+            State::observing(),
+            State::compacting(Compaction {
+                reason: "threshold",
+                budget_tokens: None,
+            }),
+            State::finishing(Ended { result: None }),
+            State::completed(Ended { result: None }),
+            State::failed(Ended { result: None }),
+            State::aborted(Ended { result: None })
+        ]
+    );
+}

@@ -1,16 +1,10 @@
 //! The session chart's guards (`statecharts/session.toml`): pure predicates over the machine's
-//! data and the input. `build.rs` fails when this file and the chart's guard names differ.
+//! data and the input, methods of [`Guards`], which implements the generated trait
+//! [`SessionGuards`]: the compiler ties their names and signatures to the chart.
 
 use super::data::SessionData;
+use super::dispatch::SessionGuards;
 use super::SessionInput as Input;
-
-/// The hook did not reject the prompt or steering message.
-pub(crate) fn hook_allows(_: &SessionData, input: &Input<'_>) -> bool {
-    match input {
-        Input::Prompt { rejected, .. } | Input::Steer { rejected, .. } => rejected.is_none(),
-        _ => false,
-    }
-}
 
 /// What the run's steering queue holds: what its machine holds plus what was forwarded and
 /// has not reached it yet (`None` for another input).
@@ -28,35 +22,48 @@ fn steering_queue(data: &SessionData, input: &Input<'_>) -> Option<usize> {
     }
 }
 
-/// The hook allows the steering message and the queue is below the capacity.
-pub(crate) fn steering_room(data: &SessionData, input: &Input<'_>) -> bool {
-    hook_allows(data, input)
-        && steering_queue(data, input).is_some_and(|n| n < data.steering_capacity)
-}
+/// The session chart's guards, one method of [`SessionGuards`] each.
+pub(crate) struct Guards;
 
-/// The hook allows the steering message and the queue is at the capacity.
-pub(crate) fn steering_full(data: &SessionData, input: &Input<'_>) -> bool {
-    hook_allows(data, input)
-        && steering_queue(data, input).is_some_and(|n| n >= data.steering_capacity)
-}
+impl SessionGuards for Guards {
+    /// The hook did not reject the prompt or steering message.
+    fn hook_allows(_: &SessionData, input: &Input<'_>) -> bool {
+        match input {
+            Input::Prompt { rejected, .. } | Input::Steer { rejected, .. } => rejected.is_none(),
+            _ => false,
+        }
+    }
 
-/// The registry knows the model and it is not the session's.
-pub(crate) fn model_switchable(data: &SessionData, input: &Input<'_>) -> bool {
-    matches!(input, Input::SwitchModel { model, known: true } if *model != data.model)
-}
+    /// The hook allows the steering message and the queue is below the capacity.
+    fn steering_room(data: &SessionData, input: &Input<'_>) -> bool {
+        Self::hook_allows(data, input)
+            && steering_queue(data, input).is_some_and(|n| n < data.steering_capacity)
+    }
 
-/// The registry does not know the model.
-pub(crate) fn unknown_model(_: &SessionData, input: &Input<'_>) -> bool {
-    matches!(input, Input::SwitchModel { known: false, .. })
-}
+    /// The hook allows the steering message and the queue is at the capacity.
+    fn steering_full(data: &SessionData, input: &Input<'_>) -> bool {
+        Self::hook_allows(data, input)
+            && steering_queue(data, input).is_some_and(|n| n >= data.steering_capacity)
+    }
 
-/// Leftover steering or a queued prompt starts the next run.
-pub(crate) fn has_next(data: &SessionData, input: &Input<'_>) -> bool {
-    matches!(input, Input::RunEnded { leftover, .. } if !leftover.is_empty())
-        || !data.queued.is_empty()
-}
+    /// The registry knows the model and it is not the session's.
+    fn model_switchable(data: &SessionData, input: &Input<'_>) -> bool {
+        matches!(input, Input::SwitchModel { model, known: true } if *model != data.model)
+    }
 
-/// The answer was "approve always".
-pub(crate) fn always(_: &SessionData, input: &Input<'_>) -> bool {
-    matches!(input, Input::ApprovalAnswered { always: true, .. })
+    /// The registry does not know the model.
+    fn unknown_model(_: &SessionData, input: &Input<'_>) -> bool {
+        matches!(input, Input::SwitchModel { known: false, .. })
+    }
+
+    /// Leftover steering or a queued prompt starts the next run.
+    fn has_next(data: &SessionData, input: &Input<'_>) -> bool {
+        matches!(input, Input::RunEnded { leftover, .. } if !leftover.is_empty())
+            || !data.queued.is_empty()
+    }
+
+    /// The answer was "approve always".
+    fn always(_: &SessionData, input: &Input<'_>) -> bool {
+        matches!(input, Input::ApprovalAnswered { always: true, .. })
+    }
 }

@@ -73,3 +73,21 @@ pub(crate) fn leaf(state: &State) -> SessionState {
         State::Closed {} => SessionState::Closed,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chart::SessionState;
+
+    crate::chart::superstates_are_the_charts_parents!(
+        SessionMachine,
+        SessionState,
+        leaf,
+        [
+            State::idle(),
+            State::running(),
+            State::aborting(),
+            State::closed()
+        ]
+    );
+}

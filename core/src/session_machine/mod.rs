@@ -260,12 +260,16 @@ impl Session {
     pub fn handle(&mut self, input: SessionInput<'_>) -> SessionStep {
         let from = self.state();
         let kind = dispatch::event_kind(&input);
-        let (expected, overlap) = dispatch::expected(from, kind, &self.data, &input);
+        let (expected, overlap) = if crate::chart::ORACLE {
+            dispatch::expected(from, kind, &self.data, &input)
+        } else {
+            (None, None)
+        };
         self.data.begin();
         self.sm.handle_with_context(&input, &mut self.data);
         let (row, effects) = self.data.finish();
         let effect_check = row
-            .filter(|_| cfg!(debug_assertions))
+            .filter(|_| crate::chart::ORACLE)
             .and_then(|r| Some((r, r.effects()?)))
             .map(|(r, declared)| {
                 let produced: Vec<String> = effects.iter().map(SessionEffect::name).collect();
@@ -280,7 +284,7 @@ impl Session {
                 from: from.name(),
                 event: kind.name(),
                 taken: row.map(|r| r.spec().id),
-                expected: expected.map(|r| r.spec().id),
+                expected: if crate::chart::ORACLE { expected } else { row }.map(|r| r.spec().id),
                 overlap,
             },
             effects,
