@@ -12,7 +12,8 @@ Operators (each a mistake a person editing a chart makes):
   add-effect   an effect another row declares is added to a row, as always produced
   drop-row   a row is removed
 
-A mutant the generator or the compiler refuses is "not built" (the chart's own validation
+Each mutant is regenerated (`cargo run -p agentloop-codegen`) and built; one the generator
+or the compiler refuses is "not built" (the chart's own validation
 caught it). A built mutant is "caught" when the check command fails, else it "survives".
 The report: caught / built / total, every survivor named (file, row, edit).
 
@@ -280,6 +281,7 @@ def main() -> int:
     env.setdefault("CARGO_TARGET_DIR", str(ROOT / "target" / "chart-mutants" / "target"))
     checks = args.check or default_checks(work)
     charts = {c: (CHART_DIR / f"{c}.toml").read_text() for c in CHARTS}
+    generated = {f: f.read_text() for f in (work / "core" / "src" / "generated").glob("*.rs")}
     # The unmutated project must pass every check, or nothing below means anything.
     for check in checks:
         print(f"check: {check}", flush=True)
@@ -294,7 +296,9 @@ def main() -> int:
         target = work / "core" / "statecharts" / f"{m.chart}.toml"
         target.write_text(m.text)
         started = time.monotonic()
-        built, _ = run("cargo build -q -p agentloop-core", work, env, args.timeout)
+        # The dispatch is generated from the charts and committed: regenerate, then build.
+        built, _ = run("cargo run -q -p agentloop-codegen && cargo build -q -p agentloop-core",
+                       work, env, args.timeout)
         verdict, by = "survived", None
         if built != "ok":
             verdict = "not built"
@@ -305,6 +309,8 @@ def main() -> int:
                     verdict, by = "caught", check
                     break
         target.write_text(charts[m.chart])
+        for f, text in generated.items():
+            f.write_text(text)
         secs = time.monotonic() - started
         print(f"{k:4} {verdict:9} {secs:6.0f} s  {m.name()}" + (f"  [by {by}]" if by else ""),
               flush=True)
