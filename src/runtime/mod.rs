@@ -63,13 +63,11 @@ use crate::tools::{Tool, ToolRegistry};
 use crate::EventEnvelope;
 use agentloop_core::trace::{Trace, TraceHeader, TRACE_VERSION};
 
-pub(crate) use ports::Question;
 #[cfg(feature = "testing")]
 pub use ports::VecSink;
-pub use ports::{Approver, Compactor, EventSink};
+pub use ports::{Approver, Clock, Compactor, EventSink, Ids, Question, UserAsker};
 pub(crate) use ports::{
-    AutoApprove, Clock, Ids, NoUser, NullSink, SequentialIds, SystemClock, TimeIds, TokioClock,
-    Truncate, UserAsker,
+    AutoApprove, NoUser, NullSink, SequentialIds, SystemClock, TimeIds, TokioClock, Truncate,
 };
 
 pub use agentloop_core::process::ToolRule;
@@ -760,16 +758,16 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Sets the clock (the default reads the system time).
-    #[allow(dead_code)] // for the crate's own tests
-    pub(crate) fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+    /// Sets the clock: event timestamps and the machines' timers (the default reads the
+    /// system time and sleeps on tokio's timers). See [`Clock`] for an example.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
 
-    /// Sets the id generator (the default: time-based ids).
-    #[allow(dead_code)] // for the crate's own tests
-    pub(crate) fn ids(mut self, ids: Arc<dyn Ids>) -> Self {
+    /// Sets the id generator: run ids and each run's backoff jitter seed (the default:
+    /// time-based ids and a random seed). See [`Ids`] for an example.
+    pub fn ids(mut self, ids: Arc<dyn Ids>) -> Self {
         self.ids = ids;
         self
     }
@@ -982,9 +980,9 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Sets who answers `ask_user` questions (a session installs its own).
-    #[allow(dead_code)] // a session sets the field itself
-    pub(crate) fn asker(mut self, asker: Arc<dyn UserAsker>) -> Self {
+    /// Sets who answers `ask_user` questions (the default: nobody, so a question fails at
+    /// once; a session installs its own). See [`UserAsker`] for an example.
+    pub fn asker(mut self, asker: Arc<dyn UserAsker>) -> Self {
         self.asker = asker;
         self
     }
