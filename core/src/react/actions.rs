@@ -251,6 +251,16 @@ pub(crate) fn compacting_done(
     }
 }
 
+/// `compacting_failed_fits`: nothing could go, but the context fits: report the compaction
+/// as removing nothing and plan the step as it is.
+pub(crate) fn compacting_failed_fits(
+    data: &mut ReactData,
+    _compaction: &mut Compaction,
+    _input: &Input<'_>,
+) {
+    data.compaction_skipped();
+}
+
 /// `compacting_failed`: the run fails (compaction_failed).
 pub(crate) fn compacting_failed(
     data: &mut ReactData,
