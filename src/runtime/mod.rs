@@ -34,6 +34,7 @@
 //! ```
 
 mod context_manager;
+mod custom;
 pub(crate) mod driver;
 mod metrics;
 mod offload;
@@ -80,6 +81,8 @@ pub use agentloop_core::react::reminders::ReminderWhen;
 use agentloop_core::timeouts::{Timeouts, ToolOrder};
 pub(crate) use context_manager::DefaultContextManager;
 pub use context_manager::{ContextManager, ContextUpdates, RunContext};
+pub use custom::emit_custom;
+pub(crate) use custom::scoped as with_custom_events;
 use driver::{Driver, Tasks};
 pub use metrics::{RunMetrics, ToolStats};
 pub(crate) use offload::Offload;
@@ -1484,9 +1487,14 @@ impl Agent {
             run_id = %run_id,
             model = %config.model
         );
-        self.drive_inner(session, run_id, first, config, control, record)
-            .instrument(span)
-            .await
+        // The run's tools and hooks may emit events of their own (`emit_custom`).
+        let emitter = self.emitter(&run_id);
+        with_custom_events(
+            emitter,
+            self.drive_inner(session, run_id, first, config, control, record),
+        )
+        .instrument(span)
+        .await
     }
 
     async fn drive_inner(

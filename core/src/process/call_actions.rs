@@ -178,6 +178,11 @@ pub(crate) fn user_answered(
         reference: call.id.clone(),
         answer: answer.clone(),
     });
+    if data.cfg.detailed_events {
+        data.emit(AgentEvent::AgentResumed {
+            trigger: "user_respond".into(),
+        });
+    }
     let r = ToolResult {
         tool_call_id: call.id.clone(),
         name: call.name.clone(),
