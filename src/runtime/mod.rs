@@ -68,7 +68,8 @@ use agentloop_core::trace::{Trace, TraceHeader, TRACE_VERSION};
 pub use ports::VecSink;
 pub use ports::{Approver, Clock, Compactor, EventSink, Ids, Question, UserAsker};
 pub(crate) use ports::{
-    AutoApprove, NoUser, NullSink, SequentialIds, SystemClock, TimeIds, TokioClock, Truncate,
+    AutoApprove, CompactionDeadline, NoUser, NullSink, SequentialIds, SystemClock, TimeIds,
+    TokioClock, Truncate,
 };
 
 pub use agentloop_core::process::ToolRule;
@@ -481,12 +482,16 @@ pub struct AgentBuilder<M = Arc<dyn Model>> {
     ids: Arc<dyn Ids>,
     sink: Arc<dyn EventSink>,
     compactor: Arc<dyn Compactor>,
+    compaction_timeout_ms: Option<u64>,
     context_manager: Arc<dyn ContextManager>,
     context_init_data: serde_json::Value,
     config: RunConfig,
     timeouts: Timeouts,
     root: PathBuf,
 }
+
+/// The default deadline of one compaction (`AgentBuilder::compaction_timeout_ms`): 2 min.
+const DEFAULT_COMPACTION_TIMEOUT_MS: u64 = 120_000;
 
 impl Agent {
     /// A builder with defaults: no tools (the built-ins are opt-in:
@@ -507,6 +512,7 @@ impl Agent {
             ids: Arc::new(TimeIds::default()),
             sink: Arc::new(NullSink),
             compactor: Arc::new(Truncate),
+            compaction_timeout_ms: Some(DEFAULT_COMPACTION_TIMEOUT_MS),
             context_manager: Arc::new(DefaultContextManager),
             context_init_data: serde_json::Value::Null,
             config: RunConfig::default(),
@@ -538,6 +544,7 @@ impl<M> AgentBuilder<M> {
             ids: self.ids,
             sink: self.sink,
             compactor: self.compactor,
+            compaction_timeout_ms: self.compaction_timeout_ms,
             context_manager: self.context_manager,
             context_init_data: self.context_init_data,
             config: self.config,
@@ -784,6 +791,16 @@ impl<M> AgentBuilder<M> {
     /// Sets the compaction strategy.
     pub fn compactor(mut self, compactor: Arc<dyn Compactor>) -> Self {
         self.compactor = compactor;
+        self
+    }
+
+    /// How long one compaction may take, on the agent's clock (default 2 minutes; `None`: as
+    /// long as it takes). Past it the compaction fails like a compactor's error:
+    /// a context that still fits is sent as it is, one that does not fails the run
+    /// (`compaction_failed`). An LLM summary whose model hangs no longer waits until the
+    /// run's deadline.
+    pub fn compaction_timeout_ms(mut self, ms: Option<u64>) -> Self {
+        self.compaction_timeout_ms = ms;
         self
     }
 
@@ -1063,6 +1080,14 @@ impl AgentBuilder<Arc<dyn Model>> {
         models
             .entry(config.model.clone())
             .or_insert_with(|| self.model.clone());
+        let compactor: Arc<dyn Compactor> = match self.compaction_timeout_ms {
+            Some(ms) => Arc::new(CompactionDeadline {
+                inner: self.compactor,
+                clock: self.clock.clone(),
+                ms,
+            }),
+            None => self.compactor,
+        };
         Agent {
             model: self.model,
             models,
@@ -1080,7 +1105,7 @@ impl AgentBuilder<Arc<dyn Model>> {
             clock: self.clock,
             ids: self.ids,
             sink: self.sink,
-            compactor: self.compactor,
+            compactor,
             context_manager: self.context_manager,
             context_init_data: Arc::new(self.context_init_data),
             config: Arc::new(config),

@@ -415,3 +415,32 @@ impl Compactor for Truncate {
         truncate(messages, budget_tokens, max_messages).map_err(|e| e.to_string())
     }
 }
+
+/// A compactor with a deadline (the builder's
+/// [`compaction_timeout_ms`](crate::runtime::AgentBuilder::compaction_timeout_ms)): past
+/// `ms` on the clock port the compaction fails, as a compactor's own error does, instead of
+/// waiting (an LLM summary whose model hangs would otherwise wait until the run's deadline).
+/// The machine then decides as for any failed compaction.
+pub(crate) struct CompactionDeadline {
+    pub(crate) inner: std::sync::Arc<dyn Compactor>,
+    pub(crate) clock: std::sync::Arc<dyn Clock>,
+    pub(crate) ms: u64,
+}
+
+#[async_trait]
+impl Compactor for CompactionDeadline {
+    async fn compact(
+        &self,
+        messages: &[Message],
+        budget_tokens: Option<u64>,
+        max_messages: Option<usize>,
+    ) -> Result<(Vec<Message>, usize), String> {
+        tokio::select! {
+            result = self.inner.compact(messages, budget_tokens, max_messages) => result,
+            () = self.clock.sleep(self.ms) => Err(format!(
+                "the compaction did not finish within its deadline ({} ms)",
+                self.ms
+            )),
+        }
+    }
+}
