@@ -76,6 +76,11 @@ async fn seed_001_ask_user_pauses_the_session_until_respond() {
         matches!(&e.event, AgentEvent::UserResponded { reference, answer } if reference == "q1" && answer == "blue")
     });
     assert!(asked < responded && responded.is_some(), "{ev:?}");
+    // The answer resumed the run, as an approval does.
+    let resumed = ev.iter().position(
+        |e| matches!(&e.event, AgentEvent::AgentResumed { trigger } if trigger == "user_respond"),
+    );
+    assert!(responded < resumed && resumed.is_some(), "{ev:?}");
     assert!(s.pending_questions().is_empty());
     assert!(matches!(
         s.respond("q1", "again"),

@@ -401,3 +401,60 @@ async fn r_idem_4_failed_compaction_write_then_resume_completes() {
         );
     }
 }
+
+/// A compactor that never answers (an LLM summary whose model hangs).
+struct Hangs;
+
+#[agentloop::async_trait]
+impl agentloop::runtime::Compactor for Hangs {
+    async fn compact(
+        &self,
+        _messages: &[agentloop::Message],
+        _budget_tokens: Option<u64>,
+        _max_messages: Option<usize>,
+    ) -> Result<(Vec<agentloop::Message>, usize), String> {
+        std::future::pending().await
+    }
+}
+
+/// The compaction call has a deadline of its own: a compactor that hangs fails at
+/// `compaction_timeout_ms` (on the agent's clock), and a context that still fits goes out as
+/// it is; the run does not wait for its own deadline.
+#[tokio::test(start_paused = true)]
+async fn a_hanging_compaction_fails_at_its_deadline_and_the_run_goes_on() {
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = events.clone();
+    let agent = agentloop::runtime::Agent::builder()
+        .model(agentloop::provider::scripted::ScriptedModel::demo())
+        .compactor(std::sync::Arc::new(Hangs))
+        .compaction_timeout_ms(Some(5_000))
+        .compact_after_messages(0)
+        .sink(std::sync::Arc::new(move |e: &agentloop::EventEnvelope| {
+            seen.lock().unwrap().push(e.event.clone())
+        }))
+        .build();
+    let started = tokio::time::Instant::now();
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(3_600),
+        agent.run("s", "hello"),
+    )
+    .await
+    .expect("the run ends before an hour")
+    .expect("ran");
+    assert_eq!(
+        out.result.outcome,
+        agentloop::Outcome::Completed,
+        "{:?}",
+        out.result
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_secs(5) && waited < std::time::Duration::from_secs(60),
+        "{waited:?}"
+    );
+    assert!(events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, agentloop::AgentEvent::CompactEnd { removed: 0 })));
+}

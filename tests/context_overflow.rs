@@ -392,3 +392,59 @@ async fn r_out_6_an_overflow_that_persists_fails_once_nothing_more_can_go() {
         );
     }
 }
+
+/// Runs one prompt of `prompt_bytes` through the OpenAI client named `gpt-4` (8,192-token
+/// window, compaction point 80 % of it) against a loopback server; returns the result, the
+/// requests the server read and the run's events.
+async fn gpt4_run(prompt_bytes: usize) -> (LoopResult, Vec<Value>, Vec<AgentEvent>) {
+    use support::server::{Reply, Server};
+    let p = ProviderKind::OpenAi;
+    let server = Server::start(vec![Reply::Sse {
+        pieces: vec![answer(p).into_bytes()],
+        gap: Duration::ZERO,
+    }])
+    .await;
+    let client = agentloop::provider::http::build_model("gpt-4", config_for(p, &server.url))
+        .expect("client");
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let seen = events.clone();
+    let agent = Agent::builder()
+        .model(client)
+        .sink(Arc::new(move |e: &agentloop::EventEnvelope| {
+            seen.lock().unwrap().push(e.event.clone())
+        }))
+        .build();
+    let prompt = "word ".repeat(prompt_bytes / 5);
+    let out = agent.run("s", &prompt).await.expect("ran");
+    let bodies = server.requests().into_iter().map(|r| r.body).collect();
+    let events = events.lock().unwrap().clone();
+    (out.result, bodies, events)
+}
+
+/// The compaction point (80 % of the window) is where compacting starts, not a limit: a
+/// 28 KB prompt (about 7,000 tokens) to `gpt-4` cannot be compacted (it is all pinned) but
+/// fits the 8,192-token window, so it is sent.
+#[tokio::test]
+async fn a_prompt_between_the_compaction_point_and_the_window_is_sent() {
+    let (result, bodies, events) = gpt4_run(28_000).await;
+    assert_eq!(result.outcome, Outcome::Completed, "{result:?}");
+    assert_eq!(bodies.len(), 1, "one request reached the server");
+    assert_eq!(bodies[0]["model"], "gpt-4");
+    assert!(user_texts(&bodies[0]).iter().any(|t| t.len() >= 27_000));
+    // The compaction was tried, removed nothing, and the run went on.
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, AgentEvent::CompactStart { .. })));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, AgentEvent::CompactEnd { removed: 0 })));
+}
+
+/// A prompt over the whole window still fails before any request: it cannot fit.
+#[tokio::test]
+async fn a_prompt_over_the_window_fails_before_any_request() {
+    let (result, bodies, _) = gpt4_run(40_000).await;
+    assert_eq!(result.outcome, Outcome::Failed, "{result:?}");
+    assert_eq!(result.reason, "compaction_failed");
+    assert!(bodies.is_empty(), "{} requests", bodies.len());
+}

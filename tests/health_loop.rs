@@ -353,6 +353,9 @@ async fn r_out_6_compaction_that_cannot_fit_fails_the_run() {
             .compactor(sliding_window(1))
             .configure(|c| {
                 c.compact_threshold = Some(1);
+                // A window the tool steps outgrow: a context that still fit it would be sent
+                // uncompacted (the message cap is where compacting starts, not a limit).
+                c.context_window = Some(10);
                 c.step.doom_loop = None;
             })
             .build(),

@@ -180,13 +180,10 @@ async fn tools_with_names_the_providers_refuse_are_skipped_with_a_reason() {
     }
 }
 
-/// A server that answers a call only after 20,000 `sampling/createMessage` requests it never
-/// reads the answers of: past `max_pending_requests` the connection is dropped and the call
-/// fails naming the bound (before, the client kept every answer, ~1.85 KB each); the next call
-/// starts the server again.
-#[tokio::test]
-async fn a_sampling_flood_during_a_call_drops_the_connection() {
-    let server = connect(&["flood", "20000"], McpOptions::default())
+/// Calls the hostile server's tool in `mode` (20,000 requests it never reads the answers of)
+/// and checks that the connection is dropped at the default bound of 64, in seconds.
+async fn flood_drops_the_connection(mode: &str) {
+    let server = connect(&[mode, "20000"], McpOptions::default())
         .await
         .expect("connects");
     let echo = server.tools().pop().expect("a tool");
@@ -199,12 +196,35 @@ async fn a_sampling_flood_during_a_call_drops_the_connection() {
             assert!(
                 message.contains("more than 64 requests")
                     && message.contains("max_pending_requests"),
-                "{message}"
+                "{mode}: {message}"
             );
         }
-        other => panic!("{other:?}"),
+        other => panic!("{mode}: {other:?}"),
     }
-    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(started.elapsed() < Duration::from_secs(10), "{mode}");
+}
+
+/// The bound counts requests, not ids: a server that sends every request with one id is cut
+/// off at the same bound (the client kept an answer task per request: 2.3 GB before).
+#[tokio::test]
+async fn a_flood_reusing_one_request_id_drops_the_connection() {
+    flood_drops_the_connection("flood-same-id").await;
+}
+
+/// A cancel does not free the slot of an answer already being written: a server that pairs
+/// each request with a cancel and never reads is cut off at the same bound (1.2 GB before).
+#[tokio::test]
+async fn a_flood_pairing_each_request_with_a_cancel_drops_the_connection() {
+    flood_drops_the_connection("flood-cancel").await;
+}
+
+/// A server that answers a call only after 20,000 `sampling/createMessage` requests it never
+/// reads the answers of: past `max_pending_requests` the connection is dropped and the call
+/// fails naming the bound (before, the client kept every answer, ~1.85 KB each); the next call
+/// starts the server again.
+#[tokio::test]
+async fn a_sampling_flood_during_a_call_drops_the_connection() {
+    flood_drops_the_connection("flood").await;
     // Under the bound the same flood is answered: the bound is on requests left unanswered.
     let patient = connect(
         &["flood", "2000"],

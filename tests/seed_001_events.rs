@@ -280,3 +280,110 @@ async fn seed_004_a_title_model_titles_a_new_session_once() {
     assert_eq!(again.result.final_text(), Some("again"));
     assert!(titles(&sink.events()[before..]).is_empty());
 }
+
+/// A tool that reports its progress as a custom event.
+struct Progress;
+
+#[agentloop::async_trait]
+impl agentloop::tools::Tool for Progress {
+    fn spec(&self) -> agentloop::tools::ToolSpec {
+        agentloop::tools::ToolSpec {
+            name: "progress".into(),
+            description: "reports progress".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        }
+    }
+    async fn call(
+        &self,
+        ctx: agentloop::tools::ToolContext,
+        _args: serde_json::Value,
+    ) -> Result<String, agentloop::tools::ToolError> {
+        let sent = agentloop::runtime::emit_custom(
+            "progress",
+            serde_json::json!({"call": ctx.call_id, "percent": 50}),
+        );
+        Ok(format!("emitted: {sent}"))
+    }
+}
+
+/// A hook that counts the tool results it sees as a custom event.
+struct Audit;
+
+impl agentloop::hooks::Hooks for Audit {
+    fn after_tool(
+        &self,
+        call_id: &str,
+        name: &str,
+        _status: agentloop::ToolStatus,
+        _content: &mut String,
+    ) {
+        agentloop::runtime::emit_custom(
+            "audit",
+            serde_json::json!({"call": call_id, "tool": name}),
+        );
+    }
+}
+
+#[tokio::test]
+async fn seed_001_tools_and_hooks_emit_custom_events_with_a_name_and_payload() {
+    let sink = Arc::new(VecSink::default());
+    let agent = Agent::builder()
+        .model(scripted(
+            r#"{"turns": [
+            {"tool_calls": [{"id": "c1", "name": "progress"}]},
+            {"text": "done"}
+        ]}"#,
+        ))
+        .tool(Arc::new(Progress))
+        .hooks(Arc::new(Audit))
+        .deterministic()
+        .sink(sink.clone())
+        .build();
+    let out = agent
+        .run_with("s", vec![Message::user("go")], None, true)
+        .await
+        .expect("ran");
+    assert_eq!(out.result.outcome, Outcome::Completed);
+    let events = sink.events();
+    let custom: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            AgentEvent::Custom { name, payload } => {
+                Some((e.run_id.clone(), name.clone(), payload.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        custom,
+        vec![
+            (
+                "run-1".to_string(),
+                "progress".to_string(),
+                serde_json::json!({"call": "c1", "percent": 50})
+            ),
+            (
+                "run-1".to_string(),
+                "audit".to_string(),
+                serde_json::json!({"call": "c1", "tool": "progress"})
+            ),
+        ]
+    );
+    // The tool saw its event delivered.
+    assert!(out
+        .result
+        .messages
+        .iter()
+        .any(|m| matches!(m, Message::Tool(r) if r.content == "emitted: true")));
+    // No decision of the machines: not in the trace, which still replays.
+    let trace = out.trace.expect("trace");
+    assert!(!serde_json::to_string(&trace.records)
+        .expect("json")
+        .contains("\"custom\""));
+    assert!(replay(&trace).is_none());
+    // Outside a run nothing is emitted.
+    assert!(!agentloop::runtime::emit_custom(
+        "late",
+        serde_json::Value::Null
+    ));
+}

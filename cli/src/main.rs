@@ -135,7 +135,7 @@ enum ChartFormat {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    init_logging(log_color(&cli.command));
     match cli.command {
         Command::Run(args) => run::main(args),
         Command::Resume(args) => run::resume_main(args),
@@ -209,13 +209,34 @@ fn main() -> ExitCode {
 }
 
 /// `RUST_LOG=agentloop=info` (any `tracing` filter) prints the runtime's spans and state
-/// changes to stderr; without `RUST_LOG` nothing is logged.
-fn init_logging() {
+/// changes to stderr, colored as the command's other output is (`color`); without `RUST_LOG`
+/// nothing is logged.
+fn init_logging(color: bool) {
     if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG") {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
+            .with_ansi(color)
             .try_init();
+    }
+}
+
+/// Whether log lines are colored: as `--color` says for the commands that take it, else on a
+/// terminal unless `NO_COLOR` is set (the same rule).
+fn log_color(command: &Command) -> bool {
+    match command {
+        Command::Run(args) => args.agent.color_enabled(),
+        Command::Resume(args) => args.agent.color_enabled(),
+        Command::Chat(args) => args.agent.color_enabled(),
+        _ => {
+            use std::io::IsTerminal;
+            let no_color = std::env::var("NO_COLOR").ok();
+            term::color_enabled(
+                term::ColorChoice::Auto,
+                std::io::stderr().is_terminal(),
+                no_color.as_deref(),
+            )
+        }
     }
 }
 

@@ -187,11 +187,11 @@ async fn list(store: &AnyStore) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     outln!(
-        "{:<32} {:>8} {:>10} {:>12}  status",
+        "{:<32} {:>8} {:>10} {:>20}  status",
         "session",
         "entries",
         "bytes",
-        "modified"
+        "modified (UTC)"
     );
     for s in sessions {
         let state = match s.not_regular {
@@ -213,10 +213,10 @@ async fn list(store: &AnyStore) -> ExitCode {
         let modified = s
             .modified
             .and_then(|m| m.duration_since(UNIX_EPOCH).ok())
-            .map(|d| d.as_secs().to_string())
+            .map(|d| rfc3339_utc(d.as_secs()))
             .unwrap_or_else(|| "-".into());
         outln!(
-            "{:<32} {:>8} {:>10} {:>12}  {state}{}",
+            "{:<32} {:>8} {:>10} {:>20}  {state}{}",
             s.id,
             s.entries,
             s.bytes,
@@ -225,6 +225,25 @@ async fn list(store: &AnyStore) -> ExitCode {
         );
     }
     ExitCode::SUCCESS
+}
+
+/// `secs` since the Unix epoch as an RFC 3339 UTC time, `2026-12-01T22:09:29Z` (the proleptic
+/// Gregorian calendar, days to civil date as in Howard Hinnant's `civil_from_days`).
+fn rfc3339_utc(secs: u64) -> String {
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    let (hour, minute, second) = (rem / 3_600, rem % 3_600 / 60, rem % 60);
+    // Days from 0000-03-01, so that a leap day ends its 400-year era's years.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
 }
 
 fn one_line(text: &str, max: usize) -> String {
@@ -339,4 +358,18 @@ fn check_main(id: &str, entries: &[Entry]) -> ExitCode {
         violations.len()
     );
     ExitCode::from(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339_utc;
+
+    #[test]
+    fn modification_times_read_as_rfc_3339_utc() {
+        assert_eq!(rfc3339_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339_utc(951_782_400), "2000-02-29T00:00:00Z"); // a leap day
+        assert_eq!(rfc3339_utc(1_709_251_199), "2024-02-29T23:59:59Z");
+        assert_eq!(rfc3339_utc(1_796_162_969), "2026-12-01T22:09:29Z");
+        assert_eq!(rfc3339_utc(4_102_444_800), "2100-01-01T00:00:00Z"); // not a leap year
+    }
 }

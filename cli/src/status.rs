@@ -507,6 +507,7 @@ mod tests {
                 model_call_index: 1,
                 attempt: 1,
                 model: "m".into(),
+                messages: None,
             },
             1_100,
         );

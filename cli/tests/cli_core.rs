@@ -391,12 +391,12 @@ fn malformed_inputs_get_clear_errors() {
 
     std::fs::write(
         dir.path().join("t.jsonl"),
-        "{\"kind\":\"header\",\"version\":7}\n",
+        "{\"kind\":\"header\",\"version\":99}\n",
     )
     .expect("write");
     let out = agentloop(dir.path(), &["replay", "t.jsonl"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unsupported trace version 7"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unsupported trace version 99"));
 
     let out = agentloop(dir.path(), &["run", "--max-steps", "zero", "hi"]);
     assert_eq!(out.status.code(), Some(2));

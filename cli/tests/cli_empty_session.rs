@@ -46,6 +46,23 @@ fn r_idem_5_resume_of_an_empty_or_missing_session_exits_3_and_says_so() {
     std::fs::write(store.join("empty.jsonl"), "").expect("empty session");
     let out = agentloop(&["sessions", "list"], &store);
     assert!(text(&out).contains("empty"), "{}", text(&out));
+    // Its modification time reads as an RFC 3339 UTC time, not epoch seconds.
+    let line = text(&out)
+        .lines()
+        .find(|l| l.starts_with("empty"))
+        .map(str::to_string)
+        .expect("a line for the session");
+    let rfc3339 = |w: &str| {
+        w.len() == 20
+            && w.char_indices().all(|(i, c)| match i {
+                4 | 7 => c == '-',
+                10 => c == 'T',
+                13 | 16 => c == ':',
+                19 => c == 'Z',
+                _ => c.is_ascii_digit(),
+            })
+    };
+    assert!(line.split_whitespace().any(rfc3339), "{line}");
     for session in ["empty", "missing"] {
         let out = agentloop(&["resume", session], &store);
         let msg = text(&out);

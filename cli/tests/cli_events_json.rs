@@ -141,3 +141,59 @@ fn r_evt_a_failed_run_s_json_events_have_each_key_once() {
         "{bad}"
     );
 }
+
+/// The streamed parts' boundaries are events too: `agentloop run --script
+/// examples/scripts/reasoning.json --events json` shows each reasoning block as
+/// `reasoning_start`, its deltas, `reasoning_end`, and each tool call's arguments ending with
+/// `tool_input_end`; every `request_start` carries the request's messages.
+#[test]
+fn reasoning_and_tool_input_blocks_have_start_and_end_events_and_requests_their_messages() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/scripts/reasoning.json"
+    );
+    let out = agentloop(
+        dir.path(),
+        &[
+            "run",
+            "--script",
+            script,
+            "--events",
+            "json",
+            "What is 6*7?",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let events = events(&out);
+    let types: Vec<&str> = events
+        .iter()
+        .map(|(v, _)| v["type"].as_str().unwrap_or_default())
+        .collect();
+    let at = |ty: &str, step: u64| {
+        events
+            .iter()
+            .position(|(v, _)| v["type"] == ty && v["model_call_index"] == step)
+            .unwrap_or_else(|| panic!("no {ty} in step {step}: {types:?}"))
+    };
+    for step in [1, 2] {
+        let (start, end) = (at("reasoning_start", step), at("reasoning_end", step));
+        let deltas: Vec<usize> = (0..events.len())
+            .filter(|&i| types[i] == "reasoning_delta" && events[i].0["model_call_index"] == step)
+            .collect();
+        assert!(!deltas.is_empty());
+        assert!(
+            deltas.iter().all(|&d| start < d && d < end),
+            "step {step}: {types:?}"
+        );
+        let request = &events[at("request_start", step)].0;
+        let messages = request["messages"].as_array().expect("messages");
+        assert_eq!(messages[0]["content"], "What is 6*7?");
+        // The second request holds the first answer and the tool's result too.
+        assert_eq!(messages.len(), if step == 1 { 1 } else { 3 }, "{request}");
+    }
+    let last_input = types.iter().rposition(|t| *t == "tool_input_delta");
+    let input_end = types.iter().position(|t| *t == "tool_input_end");
+    assert!(last_input.is_some() && input_end > last_input, "{types:?}");
+    assert!(input_end < types.iter().position(|t| *t == "tool_start"));
+}

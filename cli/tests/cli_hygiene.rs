@@ -434,3 +434,34 @@ fn mcp_tool_descriptions_are_listed_escaped() {
         "{all}"
     );
 }
+
+/// Log lines (`RUST_LOG`) follow `--color` and `NO_COLOR` like the rest of the output: no
+/// escape sequence with `--color never` or `NO_COLOR`, colors with `--color always`.
+#[test]
+fn log_output_follows_color_never_and_no_color() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let logged = |args: &[&str], no_color: bool| {
+        let mut cmd = Command::new(bin());
+        cmd.args(args)
+            .current_dir(dir.path())
+            .env("RUST_LOG", "agentloop=info")
+            .env("AGENTLOOP_STORE", dir.path().join("store"))
+            .stdin(Stdio::null());
+        if no_color {
+            cmd.env("NO_COLOR", "1");
+        } else {
+            cmd.env_remove("NO_COLOR");
+        }
+        let out = cmd.output().expect("run agentloop");
+        assert!(out.status.success(), "{}", both(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(stderr.contains("state_changed"), "logged: {stderr}");
+        stderr
+    };
+    let never = logged(&["run", "--color", "never", "What is 2+3?"], false);
+    assert!(!never.contains('\u{1b}'), "{never:?}");
+    let no_color = logged(&["run", "What is 2+3?"], true);
+    assert!(!no_color.contains('\u{1b}'), "{no_color:?}");
+    let always = logged(&["run", "--color", "always", "What is 2+3?"], false);
+    assert!(always.contains('\u{1b}'), "{always:?}");
+}

@@ -18,9 +18,10 @@ use crate::message::{FinishReason, MessageDelta, ToolCall, ToolStatus, Usage};
 use crate::model::{Model, ModelRequest};
 use crate::runtime::tool_order::CompletionOrder;
 use crate::runtime::worker::AbortOnDrop;
-use crate::runtime::{title, Agent};
+use crate::runtime::{title, with_custom_events, Agent};
 use crate::tools::{ArgumentSchemas, ToolContext};
 use crate::EventEnvelope;
+use agentloop_core::model::SharedMessages;
 
 /// Background work of one run, keyed so effects can cancel it. Dropping it cancels what is
 /// still running (see [`Tasks::shutdown`]): a run whose future is dropped mid-way (a caller's
@@ -161,6 +162,18 @@ impl Driver<'_> {
     /// a stored run-end entry returns `RunEndCommitted`.
     pub(crate) async fn perform(&mut self, effects: Vec<Effect>) -> Option<Event> {
         let mut answer = None;
+        // A `request_start` carries the context of the request it announces (shared).
+        let requests: Vec<(u32, u32, SharedMessages)> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::CallModel { request } => Some((
+                    request.model_call_index,
+                    request.attempt,
+                    request.messages.clone(),
+                )),
+                _ => None,
+            })
+            .collect();
         for effect in effects {
             let commit = matches!(effect, Effect::CommitRunEnd { .. });
             match effect {
@@ -173,6 +186,26 @@ impl Driver<'_> {
                     if commit {
                         answer = Some(Event::RunEndCommitted);
                     }
+                }
+                Effect::Emit {
+                    event:
+                        AgentEvent::RequestStart {
+                            model_call_index,
+                            attempt,
+                            model,
+                            messages: None,
+                        },
+                } => {
+                    let messages = requests
+                        .iter()
+                        .find(|(i, a, _)| (*i, *a) == (model_call_index, attempt))
+                        .map(|(_, _, m)| m.clone());
+                    self.emit(AgentEvent::RequestStart {
+                        model_call_index,
+                        attempt,
+                        model,
+                        messages,
+                    })
                 }
                 Effect::Emit { event } => self.emit(event),
                 Effect::CallModel { request } => self.call_model(request),
@@ -225,13 +258,14 @@ impl Driver<'_> {
                     // A verdict ready at once (every synchronous hook) is fed in order, as
                     // before; an async hook's arrives when it is ready, the loop going on.
                     let hooks = self.agent.hooks.clone();
-                    let mut gate = Box::pin(async move {
+                    let emitter = self.agent.emitter(&self.run_id);
+                    let mut gate = Box::pin(with_custom_events(emitter, async move {
                         let verdict = hooks.before_tool_async(&call).await;
                         Event::ToolGated {
                             tool_call_id: call.id,
                             verdict,
                         }
-                    });
+                    }));
                     match (&mut gate).now_or_never() {
                         Some(answer) => self.answers.push(answer),
                         None => {
@@ -298,7 +332,8 @@ impl Driver<'_> {
                     let hooks = self.agent.hooks.clone();
                     let compactor = self.agent.compactor.clone();
                     let tx = self.tx.clone();
-                    let h = tokio::spawn(async move {
+                    let emitter = self.agent.emitter(&self.run_id);
+                    let h = tokio::spawn(with_custom_events(emitter, async move {
                         // A veto is the machine's `compaction_vetoed` input: in the trace,
                         // replayed without the hook.
                         if let Err(reason) = hooks.before_compact_async(&messages).await {
@@ -313,7 +348,7 @@ impl Driver<'_> {
                             Err(error) => Event::CompactionFailed { error },
                         };
                         let _ = tx.send(ev);
-                    });
+                    }));
                     self.tasks.other.push(h);
                 }
             }
@@ -413,11 +448,16 @@ impl Driver<'_> {
             name = %call.name,
             tool_call_id = %call.id
         );
-        let h = tokio::spawn(
+        let scope = emitter.clone();
+        let h = tokio::spawn(with_custom_events(
+            scope,
             async move {
                 let started = emitter.clock.now_ms();
                 let args = call.arguments.clone();
-                let inner = AbortOnDrop(tokio::spawn(async move { tool.call(ctx, args).await }));
+                let custom = emitter.clone();
+                let inner = AbortOnDrop(tokio::spawn(with_custom_events(custom, async move {
+                    tool.call(ctx, args).await
+                })));
                 // The call's deadline is the machine's timer (`StartTimer` with `RunTool`):
                 // when it fires first, the machine kills the call (`KillTool`).
                 let (status, mut content) = match inner.await {
@@ -461,7 +501,7 @@ impl Driver<'_> {
                 });
             }
             .instrument(span),
-        );
+        ));
         self.tasks.tools.insert(id, (h, killable));
     }
 }

@@ -538,6 +538,7 @@ mod tests {
             model_call_index: step,
             attempt,
             model: "m".into(),
+            messages: None,
         }
     }
 

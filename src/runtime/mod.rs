@@ -34,6 +34,7 @@
 //! ```
 
 mod context_manager;
+mod custom;
 pub(crate) mod driver;
 mod metrics;
 mod offload;
@@ -63,13 +64,12 @@ use crate::tools::{Tool, ToolRegistry};
 use crate::EventEnvelope;
 use agentloop_core::trace::{Trace, TraceHeader, TRACE_VERSION};
 
-pub(crate) use ports::Question;
 #[cfg(feature = "testing")]
 pub use ports::VecSink;
-pub use ports::{Approver, Compactor, EventSink};
+pub use ports::{Approver, Clock, Compactor, EventSink, Ids, Question, UserAsker};
 pub(crate) use ports::{
-    AutoApprove, Clock, Ids, NoUser, NullSink, SequentialIds, SystemClock, TimeIds, TokioClock,
-    Truncate, UserAsker,
+    AutoApprove, CompactionDeadline, NoUser, NullSink, SequentialIds, SystemClock, TimeIds,
+    TokioClock, Truncate,
 };
 
 pub use agentloop_core::process::ToolRule;
@@ -82,6 +82,8 @@ pub use agentloop_core::react::reminders::ReminderWhen;
 use agentloop_core::timeouts::{Timeouts, ToolOrder};
 pub(crate) use context_manager::DefaultContextManager;
 pub use context_manager::{ContextManager, ContextUpdates, RunContext};
+pub use custom::emit_custom;
+pub(crate) use custom::scoped as with_custom_events;
 use driver::{Driver, Tasks};
 pub use metrics::{RunMetrics, ToolStats};
 pub(crate) use offload::Offload;
@@ -482,6 +484,7 @@ pub struct AgentBuilder<M = Arc<dyn Model>> {
     ids: Arc<dyn Ids>,
     sink: Arc<dyn EventSink>,
     compactor: Arc<dyn Compactor>,
+    compaction_timeout_ms: Option<u64>,
     context_manager: Arc<dyn ContextManager>,
     context_init_data: serde_json::Value,
     config: RunConfig,
@@ -489,6 +492,9 @@ pub struct AgentBuilder<M = Arc<dyn Model>> {
     root: PathBuf,
     allow_instruction_writes: bool,
 }
+
+/// The default deadline of one compaction (`AgentBuilder::compaction_timeout_ms`): 2 min.
+const DEFAULT_COMPACTION_TIMEOUT_MS: u64 = 120_000;
 
 impl Agent {
     /// A builder with defaults: no tools (the built-ins are opt-in:
@@ -509,6 +515,7 @@ impl Agent {
             ids: Arc::new(TimeIds::default()),
             sink: Arc::new(NullSink),
             compactor: Arc::new(Truncate),
+            compaction_timeout_ms: Some(DEFAULT_COMPACTION_TIMEOUT_MS),
             context_manager: Arc::new(DefaultContextManager),
             context_init_data: serde_json::Value::Null,
             config: RunConfig::default(),
@@ -541,6 +548,7 @@ impl<M> AgentBuilder<M> {
             ids: self.ids,
             sink: self.sink,
             compactor: self.compactor,
+            compaction_timeout_ms: self.compaction_timeout_ms,
             context_manager: self.context_manager,
             context_init_data: self.context_init_data,
             config: self.config,
@@ -765,16 +773,16 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Sets the clock (the default reads the system time).
-    #[allow(dead_code)] // for the crate's own tests
-    pub(crate) fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+    /// Sets the clock: event timestamps and the machines' timers (the default reads the
+    /// system time and sleeps on tokio's timers). See [`Clock`] for an example.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
 
-    /// Sets the id generator (the default: time-based ids).
-    #[allow(dead_code)] // for the crate's own tests
-    pub(crate) fn ids(mut self, ids: Arc<dyn Ids>) -> Self {
+    /// Sets the id generator: run ids and each run's backoff jitter seed (the default:
+    /// time-based ids and a random seed). See [`Ids`] for an example.
+    pub fn ids(mut self, ids: Arc<dyn Ids>) -> Self {
         self.ids = ids;
         self
     }
@@ -788,6 +796,16 @@ impl<M> AgentBuilder<M> {
     /// Sets the compaction strategy.
     pub fn compactor(mut self, compactor: Arc<dyn Compactor>) -> Self {
         self.compactor = compactor;
+        self
+    }
+
+    /// How long one compaction may take, on the agent's clock (default 2 minutes; `None`: as
+    /// long as it takes). Past it the compaction fails like a compactor's error:
+    /// a context that still fits is sent as it is, one that does not fails the run
+    /// (`compaction_failed`). An LLM summary whose model hangs no longer waits until the
+    /// run's deadline.
+    pub fn compaction_timeout_ms(mut self, ms: Option<u64>) -> Self {
+        self.compaction_timeout_ms = ms;
         self
     }
 
@@ -987,9 +1005,9 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Sets who answers `ask_user` questions (a session installs its own).
-    #[allow(dead_code)] // a session sets the field itself
-    pub(crate) fn asker(mut self, asker: Arc<dyn UserAsker>) -> Self {
+    /// Sets who answers `ask_user` questions (the default: nobody, so a question fails at
+    /// once; a session installs its own). See [`UserAsker`] for an example.
+    pub fn asker(mut self, asker: Arc<dyn UserAsker>) -> Self {
         self.asker = asker;
         self
     }
@@ -1084,6 +1102,14 @@ impl AgentBuilder<Arc<dyn Model>> {
         models
             .entry(config.model.clone())
             .or_insert_with(|| self.model.clone());
+        let compactor: Arc<dyn Compactor> = match self.compaction_timeout_ms {
+            Some(ms) => Arc::new(CompactionDeadline {
+                inner: self.compactor,
+                clock: self.clock.clone(),
+                ms,
+            }),
+            None => self.compactor,
+        };
         Agent {
             model: self.model,
             models,
@@ -1101,7 +1127,7 @@ impl AgentBuilder<Arc<dyn Model>> {
             clock: self.clock,
             ids: self.ids,
             sink: self.sink,
-            compactor: self.compactor,
+            compactor,
             context_manager: self.context_manager,
             context_init_data: Arc::new(self.context_init_data),
             config: Arc::new(config),
@@ -1509,9 +1535,14 @@ impl Agent {
             run_id = %run_id,
             model = %config.model
         );
-        self.drive_inner(session, run_id, first, config, control, record)
-            .instrument(span)
-            .await
+        // The run's tools and hooks may emit events of their own (`emit_custom`).
+        let emitter = self.emitter(&run_id);
+        with_custom_events(
+            emitter,
+            self.drive_inner(session, run_id, first, config, control, record),
+        )
+        .instrument(span)
+        .await
     }
 
     async fn drive_inner(

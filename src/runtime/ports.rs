@@ -52,21 +52,51 @@ pub trait Approver: Send + Sync {
     }
 }
 
-/// A question the model asks the person through the built-in `ask_user` tool.
+/// A question the model asks the person through the built-in `ask_user` tool (see
+/// [`UserAsker`]).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub(crate) struct Question {
+#[non_exhaustive]
+pub struct Question {
     /// The question's ref: the id of the call that asks.
-    pub(crate) reference: String,
+    pub reference: String,
     /// The question.
-    pub(crate) question: String,
+    pub question: String,
     /// The options offered (may be empty: a free answer).
-    pub(crate) options: Vec<String>,
+    pub options: Vec<String>,
 }
 
-/// Puts `ask_user` questions to a person. The deadline is the machine's
-/// (`StepConfig::ask_user_timeout_ms`): an asker waits as long as it takes.
+/// Puts `ask_user` questions to a person (the port behind
+/// [`AgentBuilder::ask_user`](crate::runtime::AgentBuilder::ask_user)). The deadline is the
+/// machine's (`StepConfig::ask_user_timeout_ms`): an asker waits as long as it takes, and the
+/// runtime drops the `ask` future when the deadline passes first. The default asks nobody
+/// (every question fails at once); a [`Session`](crate::session::Session) installs its own,
+/// answered through `Session::respond`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use agentloop::async_trait;
+/// use agentloop::provider::scripted::ScriptedModel;
+/// use agentloop::runtime::{Agent, Question, UserAsker};
+///
+/// /// Answers every question with its first option (or "yes").
+/// struct FirstOption;
+///
+/// #[async_trait]
+/// impl UserAsker for FirstOption {
+///     async fn ask(&self, question: &Question) -> Option<String> {
+///         Some(question.options.first().cloned().unwrap_or_else(|| "yes".into()))
+///     }
+/// }
+///
+/// let agent = Agent::builder()
+///     .model(ScriptedModel::demo())
+///     .ask_user(None)
+///     .asker(Arc::new(FirstOption))
+///     .build();
+/// # let _ = agent;
+/// ```
 #[async_trait]
-pub(crate) trait UserAsker: Send + Sync {
+pub trait UserAsker: Send + Sync {
     /// The answer to `question`, or `None` when nobody can answer.
     async fn ask(&self, question: &Question) -> Option<String>;
 }
@@ -105,13 +135,57 @@ where
     }
 }
 
-/// Time, for timestamps and timers. Tests use tokio's paused clock for virtual time
-/// ([`AgentBuilder::deterministic`](crate::runtime::AgentBuilder::deterministic)).
+/// Time, for timestamps and timers: the only place the runtime reads the time. The machines
+/// never read it (their timers are effects the runtime performs by sleeping on this clock);
+/// event timestamps, and so the metrics computed from them, come from
+/// [`now_ms`](Self::now_ms).
+///
+/// The default reads the system time and sleeps on tokio's timers;
+/// [`AgentBuilder::deterministic`](crate::runtime::AgentBuilder::deterministic) uses tokio's
+/// clock from 0 ms (virtual time under a paused runtime). A program injects its own with
+/// [`AgentBuilder::clock`](crate::runtime::AgentBuilder::clock):
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use agentloop::async_trait;
+/// use agentloop::provider::scripted::ScriptedModel;
+/// use agentloop::runtime::{Agent, Clock};
+/// use agentloop::EventEnvelope;
+///
+/// /// Timestamps frozen at one instant (golden files compare equal); timers are tokio's.
+/// struct FrozenClock(u64);
+///
+/// #[async_trait]
+/// impl Clock for FrozenClock {
+///     fn now_ms(&self) -> u64 {
+///         self.0
+///     }
+///     async fn sleep(&self, ms: u64) {
+///         tokio::time::sleep(std::time::Duration::from_millis(ms)).await
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), agentloop::runtime::AgentError> {
+/// let stamps = Arc::new(Mutex::new(Vec::new()));
+/// let seen = stamps.clone();
+/// let agent = Agent::builder()
+///     .model(ScriptedModel::demo())
+///     .clock(Arc::new(FrozenClock(1_700_000_000_000)))
+///     .sink(Arc::new(move |e: &EventEnvelope| seen.lock().unwrap().push(e.ts_ms)))
+///     .build();
+/// agent.run("s", "hi").await?;
+/// let stamps = stamps.lock().unwrap();
+/// assert!(!stamps.is_empty());
+/// assert!(stamps.iter().all(|&t| t == 1_700_000_000_000));
+/// # Ok(()) }
+/// ```
 #[async_trait]
-pub(crate) trait Clock: Send + Sync {
+pub trait Clock: Send + Sync {
     /// Milliseconds since the Unix epoch (for event timestamps only; never read by machines).
     fn now_ms(&self) -> u64;
-    /// Sleeps.
+    /// Sleeps `ms` milliseconds (the machines' timers: backoff, deadlines, approval and
+    /// question timeouts). The runtime drops the future when something else happens first.
     async fn sleep(&self, ms: u64);
 }
 
@@ -171,7 +245,38 @@ impl Clock for TokioClock {
 /// drawn from. The machines have no randomness of their own; what comes from here is an input
 /// the trace records (the run id in `start`, the seed in the header's retry policy), so a
 /// replay is exact.
-pub(crate) trait Ids: Send + Sync {
+///
+/// The default makes ids from the system time, a counter and the process id, and draws a
+/// random jitter seed; [`AgentBuilder::deterministic`](crate::runtime::AgentBuilder::deterministic)
+/// numbers runs `run-1`, `run-2`, .... A program injects its own (ids from its database, a
+/// UUID crate, a request id) with [`AgentBuilder::ids`](crate::runtime::AgentBuilder::ids):
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use agentloop::provider::scripted::ScriptedModel;
+/// use agentloop::runtime::{Agent, Ids};
+///
+/// /// Run ids under a program's own prefix.
+/// struct Prefixed(&'static str, AtomicU64);
+///
+/// impl Ids for Prefixed {
+///     fn run_id(&self) -> String {
+///         format!("{}-{}", self.0, self.1.fetch_add(1, Ordering::SeqCst))
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), agentloop::runtime::AgentError> {
+/// let agent = Agent::builder()
+///     .model(ScriptedModel::demo())
+///     .ids(Arc::new(Prefixed("job-7", AtomicU64::new(0))))
+///     .build();
+/// assert_eq!(agent.run("s", "hi").await?.run_id, "job-7-0");
+/// assert_eq!(agent.run("s", "again").await?.run_id, "job-7-1");
+/// # Ok(()) }
+/// ```
+pub trait Ids: Send + Sync {
     /// A fresh run id.
     fn run_id(&self) -> String;
 
@@ -308,5 +413,34 @@ impl Compactor for Truncate {
         max_messages: Option<usize>,
     ) -> Result<(Vec<Message>, usize), String> {
         truncate(messages, budget_tokens, max_messages).map_err(|e| e.to_string())
+    }
+}
+
+/// A compactor with a deadline (the builder's
+/// [`compaction_timeout_ms`](crate::runtime::AgentBuilder::compaction_timeout_ms)): past
+/// `ms` on the clock port the compaction fails, as a compactor's own error does, instead of
+/// waiting (an LLM summary whose model hangs would otherwise wait until the run's deadline).
+/// The machine then decides as for any failed compaction.
+pub(crate) struct CompactionDeadline {
+    pub(crate) inner: std::sync::Arc<dyn Compactor>,
+    pub(crate) clock: std::sync::Arc<dyn Clock>,
+    pub(crate) ms: u64,
+}
+
+#[async_trait]
+impl Compactor for CompactionDeadline {
+    async fn compact(
+        &self,
+        messages: &[Message],
+        budget_tokens: Option<u64>,
+        max_messages: Option<usize>,
+    ) -> Result<(Vec<Message>, usize), String> {
+        tokio::select! {
+            result = self.inner.compact(messages, budget_tokens, max_messages) => result,
+            () = self.clock.sleep(self.ms) => Err(format!(
+                "the compaction did not finish within its deadline ({} ms)",
+                self.ms
+            )),
+        }
     }
 }

@@ -266,6 +266,7 @@ impl Setup {
                 Vec::new()
             },
             inline_tags: Default::default(),
+            detailed_events: true,
             ask_user: self.ask_user,
             ask_user_timeout_ms: self.ask_user.then_some(700),
             // Every approval runs under a timer (R-CTL-4): a live timer that fires while a
@@ -1259,9 +1260,12 @@ fn is_delta_emit(e: &Effect) -> bool {
         e,
         Effect::Emit {
             event: AgentEvent::TextDelta { .. }
+                | AgentEvent::ReasoningStart { .. }
                 | AgentEvent::ReasoningDelta { .. }
+                | AgentEvent::ReasoningEnd { .. }
                 | AgentEvent::ToolInputStart { .. }
                 | AgentEvent::ToolInputDelta { .. }
+                | AgentEvent::ToolInputEnd { .. }
         }
     )
 }

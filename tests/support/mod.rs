@@ -169,6 +169,8 @@ pub fn transcript(events: &[EventEnvelope]) -> String {
                 o.remove("type");
                 o.remove("usage");
                 o.remove("arguments");
+                // request_start's context: the messages are snapshotted where they are made.
+                o.remove("messages");
             }
             format!("{} {} {}", e.run_id, e.event.type_name(), v)
         })

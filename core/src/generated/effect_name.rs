@@ -67,6 +67,10 @@ pub enum EffectName {
     EmitPlanGenerated,
     /// `emit:reasoning_delta`.
     EmitReasoningDelta,
+    /// `emit:reasoning_end`.
+    EmitReasoningEnd,
+    /// `emit:reasoning_start`.
+    EmitReasoningStart,
     /// `emit:request_start`.
     EmitRequestStart,
     /// `emit:response_complete`.
@@ -111,6 +115,8 @@ pub enum EffectName {
     EmitToolEnd,
     /// `emit:tool_input_delta`.
     EmitToolInputDelta,
+    /// `emit:tool_input_end`.
+    EmitToolInputEnd,
     /// `emit:tool_input_start`.
     EmitToolInputStart,
     /// `emit:tool_killed`.
@@ -209,6 +215,8 @@ impl EffectName {
         EffectName::EmitOutputInvalid,
         EffectName::EmitPlanGenerated,
         EffectName::EmitReasoningDelta,
+        EffectName::EmitReasoningEnd,
+        EffectName::EmitReasoningStart,
         EffectName::EmitRequestStart,
         EffectName::EmitResponseComplete,
         EffectName::EmitRetry,
@@ -231,6 +239,7 @@ impl EffectName {
         EffectName::EmitToolCalls,
         EffectName::EmitToolEnd,
         EffectName::EmitToolInputDelta,
+        EffectName::EmitToolInputEnd,
         EffectName::EmitToolInputStart,
         EffectName::EmitToolKilled,
         EffectName::EmitToolRuleMatched,
@@ -294,6 +303,8 @@ impl EffectName {
             EffectName::EmitOutputInvalid => "emit:output_invalid",
             EffectName::EmitPlanGenerated => "emit:plan_generated",
             EffectName::EmitReasoningDelta => "emit:reasoning_delta",
+            EffectName::EmitReasoningEnd => "emit:reasoning_end",
+            EffectName::EmitReasoningStart => "emit:reasoning_start",
             EffectName::EmitRequestStart => "emit:request_start",
             EffectName::EmitResponseComplete => "emit:response_complete",
             EffectName::EmitRetry => "emit:retry",
@@ -316,6 +327,7 @@ impl EffectName {
             EffectName::EmitToolCalls => "emit:tool_calls",
             EffectName::EmitToolEnd => "emit:tool_end",
             EffectName::EmitToolInputDelta => "emit:tool_input_delta",
+            EffectName::EmitToolInputEnd => "emit:tool_input_end",
             EffectName::EmitToolInputStart => "emit:tool_input_start",
             EffectName::EmitToolKilled => "emit:tool_killed",
             EffectName::EmitToolRuleMatched => "emit:tool_rule_matched",
@@ -386,6 +398,8 @@ const _: fn(&crate::effect::Effect) -> bool = |effect| {
         | Effect::Emit { event: AgentEvent::OutputInvalid { .. } }
         | Effect::Emit { event: AgentEvent::PlanGenerated { .. } }
         | Effect::Emit { event: AgentEvent::ReasoningDelta { .. } }
+        | Effect::Emit { event: AgentEvent::ReasoningEnd { .. } }
+        | Effect::Emit { event: AgentEvent::ReasoningStart { .. } }
         | Effect::Emit { event: AgentEvent::RequestStart { .. } }
         | Effect::Emit { event: AgentEvent::ResponseComplete { .. } }
         | Effect::Emit { event: AgentEvent::Retry { .. } }
@@ -408,6 +422,7 @@ const _: fn(&crate::effect::Effect) -> bool = |effect| {
         | Effect::Emit { event: AgentEvent::ToolCalls { .. } }
         | Effect::Emit { event: AgentEvent::ToolEnd { .. } }
         | Effect::Emit { event: AgentEvent::ToolInputDelta { .. } }
+        | Effect::Emit { event: AgentEvent::ToolInputEnd { .. } }
         | Effect::Emit { event: AgentEvent::ToolInputStart { .. } }
         | Effect::Emit { event: AgentEvent::ToolKilled { .. } }
         | Effect::Emit { event: AgentEvent::ToolRuleMatched { .. } }

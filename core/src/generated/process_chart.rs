@@ -1862,6 +1862,18 @@ impl ProcessRow {
                             name: EffectName::EmitTitleGenerated,
                             optional: true,
                         },
+                        DeclaredEffect {
+                            name: EffectName::EmitReasoningStart,
+                            optional: true,
+                        },
+                        DeclaredEffect {
+                            name: EffectName::EmitReasoningEnd,
+                            optional: true,
+                        },
+                        DeclaredEffect {
+                            name: EffectName::EmitToolInputEnd,
+                            optional: true,
+                        },
                     ],
                 )
             }
@@ -2102,6 +2114,10 @@ impl ProcessRow {
                         },
                         DeclaredEffect {
                             name: EffectName::EmitUserResponded,
+                            optional: true,
+                        },
+                        DeclaredEffect {
+                            name: EffectName::EmitAgentResumed,
                             optional: true,
                         },
                     ],

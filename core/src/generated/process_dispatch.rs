@@ -96,10 +96,11 @@ pub(crate) trait ProcessActions {
     /// `requesting_stall_fail`: `Requesting --StreamStalled [no_retry]--> Error`. cancel model;
     /// emit stream_stalled
     fn requesting_stall_fail(data: &mut ProcessData, input: &Input<'_>);
-    /// `streaming_delta`: `Streaming --Delta [current]--> Streaming`. accumulate; emit delta; emit
-    /// status_update / title_generated when an inline tag closes (stripped from the text unless
-    /// inline_tags keeps it); the first delta trades the first-chunk deadline for the stall
-    /// watchdog
+    /// `streaming_delta`: `Streaming --Delta [current]--> Streaming`. accumulate; emit delta (a
+    /// block's start and end as reasoning_start / reasoning_end / tool_input_end, with
+    /// detailed_events); emit status_update / title_generated when an inline tag closes (stripped
+    /// from the text unless inline_tags keeps it); the first delta trades the first-chunk deadline
+    /// for the stall watchdog
     fn streaming_delta(data: &mut ProcessData, input: &Input<'_>);
     /// `streaming_watch`: `Streaming --TimerElapsed [stream_moved]--> Streaming`. start the stall
     /// watchdog again (one period)
@@ -134,8 +135,9 @@ pub(crate) trait ProcessActions {
     /// tool result; emit tool_end
     fn tools_finished(data: &mut ProcessData, input: &Input<'_>);
     /// `tools_user_answered`: `ToolExecuting --UserAnswered [current]--> ToolExecuting`. the call's
-    /// lifecycle takes row user_answered (emit user_responded, persist the answer as its result) or
-    /// user_unavailable (an error result); emit tool_end
+    /// lifecycle takes row user_answered (emit user_responded, and agent_resumed (user_respond)
+    /// with detailed_events; persist the answer as its result) or user_unavailable (an error
+    /// result); emit tool_end
     fn tools_user_answered(data: &mut ProcessData, input: &Input<'_>);
     /// `tools_gate_allowed`: `ToolExecuting --GateAllowed [current]--> ToolExecuting`. persist
     /// tool_started; emit tool_start; run the tool

@@ -51,11 +51,12 @@ pub enum ReactState {
     Observing,
     /// Shrink the context (R-OUT-4, R-OUT-6).
     ///
-    /// Rows: `CompactionDone → Planning`, `CompactionFailed → Finishing`, `CompactionVetoed
-    /// [compaction_required] → Finishing`, `CompactionVetoed [otherwise] → Planning`, `Steer →
-    /// (internal)`, `Subtask → (internal)`, `TitleReady → (internal)`, `SwitchModel → (internal)`,
-    /// `SetTools → (internal)`, `RunDeadline → (internal)`, `Abort [nothing_to_drain] → Finishing`,
-    /// `StoreWriteFailed → Failed`.
+    /// Rows: `CompactionDone → Planning`, `CompactionFailed [context_fits] → Planning`,
+    /// `CompactionFailed [otherwise] → Finishing`, `CompactionVetoed [compaction_required] →
+    /// Finishing`, `CompactionVetoed [otherwise] → Planning`, `Steer → (internal)`, `Subtask →
+    /// (internal)`, `TitleReady → (internal)`, `SwitchModel → (internal)`, `SetTools → (internal)`,
+    /// `RunDeadline → (internal)`, `Abort [nothing_to_drain] → Finishing`, `StoreWriteFailed →
+    /// Failed`.
     Compacting,
     /// The run's end is decided; its run-end entry is being committed (R-IDEM-4). The end event
     /// goes out once the store answers.
@@ -242,7 +243,7 @@ impl ReactState {
                 &[ReactRow::CompactingDone]
             }
             (ReactState::Compacting, ReactEventKind::CompactionFailed) => {
-                &[ReactRow::CompactingFailed]
+                &[ReactRow::CompactingFailedFits, ReactRow::CompactingFailed]
             }
             (ReactState::Compacting, ReactEventKind::CompactionVetoed) => {
                 &[ReactRow::CompactingVetoedRequired, ReactRow::CompactingVetoed]
@@ -442,6 +443,11 @@ pub enum ReactGuard {
     /// The compaction was started because the model refused the context (overflow): without it the
     /// step cannot be re-requested.
     CompactionRequired,
+    /// The compaction was started at the compaction point (threshold or budget, not a provider's
+    /// overflow) and the context still fits the whole budget (context_budget_tokens, else
+    /// context_window, else the current model's known window; none known: fits): the step can be
+    /// sent uncompacted.
+    ContextFits,
     /// The interrupted run's last committed message has tool calls without results.
     PendingTools,
     /// A subtask is queued (row active_subtask): it runs before the next model step.
@@ -490,6 +496,7 @@ impl ReactGuard {
         ReactGuard::MaxStepsReached,
         ReactGuard::OverThreshold,
         ReactGuard::CompactionRequired,
+        ReactGuard::ContextFits,
         ReactGuard::PendingTools,
         ReactGuard::SubtaskQueued,
         ReactGuard::Otherwise,
@@ -514,6 +521,7 @@ impl ReactGuard {
             ReactGuard::MaxStepsReached => "max_steps_reached",
             ReactGuard::OverThreshold => "over_threshold",
             ReactGuard::CompactionRequired => "compaction_required",
+            ReactGuard::ContextFits => "context_fits",
             ReactGuard::PendingTools => "pending_tools",
             ReactGuard::SubtaskQueued => "subtask_queued",
             ReactGuard::Otherwise => "otherwise",
@@ -588,7 +596,9 @@ pub enum ReactRow {
     ObservingComplete,
     /// `Compacting --CompactionDone--> Planning` (Transition)
     CompactingDone,
-    /// `Compacting --CompactionFailed--> Finishing` (Transition)
+    /// `Compacting --CompactionFailed [context_fits]--> Planning` (Transition)
+    CompactingFailedFits,
+    /// `Compacting --CompactionFailed [otherwise]--> Finishing` (Transition)
     CompactingFailed,
     /// `Compacting --CompactionVetoed [compaction_required]--> Finishing` (Transition)
     CompactingVetoedRequired,
@@ -653,6 +663,7 @@ impl ReactRow {
         ReactRow::ObservingOutputInvalid,
         ReactRow::ObservingComplete,
         ReactRow::CompactingDone,
+        ReactRow::CompactingFailedFits,
         ReactRow::CompactingFailed,
         ReactRow::CompactingVetoedRequired,
         ReactRow::CompactingVetoed,
@@ -877,12 +888,22 @@ impl ReactRow {
                     kind: RowKind::Transition,
                 }
             }
+            ReactRow::CompactingFailedFits => {
+                RowSpec {
+                    id: "compacting_failed_fits",
+                    from: "Compacting",
+                    event: ReactEventKind::CompactionFailed,
+                    guard: Some("context_fits"),
+                    to: "Planning",
+                    kind: RowKind::Transition,
+                }
+            }
             ReactRow::CompactingFailed => {
                 RowSpec {
                     id: "compacting_failed",
                     from: "Compacting",
                     event: ReactEventKind::CompactionFailed,
-                    guard: None,
+                    guard: Some("otherwise"),
                     to: "Finishing",
                     kind: RowKind::Transition,
                 }
@@ -1102,7 +1123,8 @@ impl ReactRow {
             ReactRow::ObservingOutputInvalid => Some(ReactGuard::OutputInvalid),
             ReactRow::ObservingComplete => Some(ReactGuard::NoToolCalls),
             ReactRow::CompactingDone => None,
-            ReactRow::CompactingFailed => None,
+            ReactRow::CompactingFailedFits => Some(ReactGuard::ContextFits),
+            ReactRow::CompactingFailed => Some(ReactGuard::Otherwise),
             ReactRow::CompactingVetoedRequired => Some(ReactGuard::CompactionRequired),
             ReactRow::CompactingVetoed => Some(ReactGuard::Otherwise),
             ReactRow::ExecutingAbortDrain => Some(ReactGuard::ToolsDraining),
@@ -1147,6 +1169,7 @@ impl ReactRow {
             ReactRow::ObservingOutputInvalid => Some(ReactState::Finishing),
             ReactRow::ObservingComplete => Some(ReactState::Finishing),
             ReactRow::CompactingDone => Some(ReactState::Planning),
+            ReactRow::CompactingFailedFits => Some(ReactState::Planning),
             ReactRow::CompactingFailed => Some(ReactState::Finishing),
             ReactRow::CompactingVetoedRequired => Some(ReactState::Finishing),
             ReactRow::CompactingVetoed => Some(ReactState::Planning),
@@ -1501,6 +1524,16 @@ impl ReactRow {
                             name: EffectName::PersistCompaction,
                             optional: false,
                         },
+                        DeclaredEffect {
+                            name: EffectName::EmitCompactEnd,
+                            optional: false,
+                        },
+                    ],
+                )
+            }
+            ReactRow::CompactingFailedFits => {
+                Some(
+                    &[
                         DeclaredEffect {
                             name: EffectName::EmitCompactEnd,
                             optional: false,

@@ -21,6 +21,11 @@ pub(crate) trait ReactGuards {
         local: &Compaction,
         input: &Input<'_>,
     ) -> bool;
+    /// `context_fits`: The compaction was started at the compaction point (threshold or budget, not
+    /// a provider's overflow) and the context still fits the whole budget (context_budget_tokens,
+    /// else context_window, else the current model's known window; none known: fits): the step can
+    /// be sent uncompacted.
+    fn context_fits(data: &ReactData, local: &Compaction, input: &Input<'_>) -> bool;
     /// `pending_tools`: The interrupted run's last committed message has tool calls without
     /// results.
     fn pending_tools(data: &ReactData, input: &Input<'_>) -> bool;
@@ -140,8 +145,17 @@ pub(crate) trait ReactActions {
     /// `compacting_done`: `Compacting --CompactionDone--> Planning`. repair the new context's
     /// pairing (R-IDEM-7); persist compaction entry; emit compact_end
     fn compacting_done(data: &mut ReactData, local: &mut Compaction, input: &Input<'_>);
-    /// `compacting_failed`: `Compacting --CompactionFailed--> Finishing`. commit run end
-    /// (compaction_failed)
+    /// `compacting_failed_fits`: `Compacting --CompactionFailed [context_fits]--> Planning`. emit
+    /// compact_end (removed 0); the compaction point is where compacting starts, not a limit: a
+    /// context that still fits is sent as it is, and no compaction is tried again before the next
+    /// committed step
+    fn compacting_failed_fits(
+        data: &mut ReactData,
+        local: &mut Compaction,
+        input: &Input<'_>,
+    );
+    /// `compacting_failed`: `Compacting --CompactionFailed [otherwise]--> Finishing`. commit run
+    /// end (compaction_failed)
     fn compacting_failed(
         data: &mut ReactData,
         local: &mut Compaction,
@@ -257,6 +271,12 @@ pub(crate) fn holds(
                 State::Compacting { local } => {
                     Guards::compaction_required(data, local, input)
                 }
+                _ => false,
+            }
+        }
+        ReactGuard::ContextFits => {
+            match sm {
+                State::Compacting { local } => Guards::context_fits(data, local, input),
                 _ => false,
             }
         }
@@ -604,6 +624,11 @@ pub(crate) fn compacting(
             Transition(State::Planning {})
         }
         ReactEventKind::CompactionFailed => {
+            if Guards::context_fits(data, local, input) {
+                data.take(ReactRow::CompactingFailedFits);
+                Actions::compacting_failed_fits(data, local, input);
+                return Transition(State::Planning {});
+            }
             data.take(ReactRow::CompactingFailed);
             let next = Actions::compacting_failed(data, local, input);
             Transition(State::Finishing { local: next })

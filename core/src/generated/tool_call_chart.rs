@@ -1262,6 +1262,10 @@ impl ToolCallRow {
                             optional: false,
                         },
                         DeclaredEffect {
+                            name: EffectName::EmitAgentResumed,
+                            optional: true,
+                        },
+                        DeclaredEffect {
                             name: EffectName::PersistToolResult,
                             optional: false,
                         },

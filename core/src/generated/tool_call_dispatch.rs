@@ -163,7 +163,8 @@ pub(crate) trait ToolCallActions {
         facts: &Facts<'_>,
     );
     /// `user_answered`: `AwaitingUser --Answered [answered]--> Completed`. cancel the timer; emit
-    /// user_responded; persist the answer as the result; emit tool_end
+    /// user_responded, then agent_resumed (user_respond) with detailed_events; persist the answer
+    /// as the result; emit tool_end
     fn user_answered(
         data: &mut ProcessData,
         i: usize,

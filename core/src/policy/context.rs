@@ -101,24 +101,49 @@ pub fn truncate(
 }
 
 /// Context windows (input plus output tokens) of well-known models, by name prefix: the
-/// longest prefix that starts the model's name wins ([`known_context_window`]). A run whose
-/// [`RunConfig`](crate::react::RunConfig) names no `context_window` (and no
-/// `context_budget_tokens`) takes its budget from here, so it compacts before the provider
-/// refuses the context (R-CTX-3). Names not listed (local models, proxies' aliases) have no
-/// budget unless configured; a provider's overflow still shrinks the context.
+/// longest prefix that starts the model's name wins ([`known_context_window`]), so a more
+/// specific name (`gpt-4.5-preview`, `o1-preview`) overrides its family's (`gpt-4`, `o1`). A
+/// run whose [`RunConfig`](crate::react::RunConfig) names no `context_window` (and no
+/// `context_budget_tokens`) takes its budget from here: it starts compacting at
+/// `compact_ratio` of it (R-CTX-3), and a context that cannot be compacted but still fits is
+/// sent. Names not listed (local models, proxies' aliases) have no budget unless configured; a
+/// provider's overflow still shrinks the context.
+///
+/// Where the figures come from: each provider's model reference, as it lists the model's
+/// context window — OpenAI's model pages (`platform.openai.com/docs/models/<name>`),
+/// Anthropic's models overview (`docs.anthropic.com/en/docs/about-claude/models`) and
+/// Google's Gemini model list (`ai.google.dev/gemini-api/docs/models`). A dated snapshot of a
+/// name (`gpt-4-0613`, `claude-3-5-haiku-20241022`) has its family's window unless listed.
+/// A provider that raises a window (or a beta header that does) is not seen here: configure
+/// `context_window` for it.
 pub const KNOWN_CONTEXT_WINDOWS: &[(&str, u64)] = &[
+    // OpenAI
     ("gpt-3.5-turbo", 16_385),
+    ("gpt-3.5-turbo-instruct", 4_096),
     ("gpt-4", 8_192),
     ("gpt-4-32k", 32_768),
     ("gpt-4-turbo", 128_000),
+    ("gpt-4-1106", 128_000),
+    ("gpt-4-0125", 128_000),
+    ("gpt-4-vision", 128_000),
     ("gpt-4o", 128_000),
+    ("chatgpt-4o", 128_000),
     ("gpt-4.1", 1_047_576),
+    ("gpt-4.5", 128_000),
     ("gpt-5", 400_000),
+    ("gpt-5-chat", 128_000),
+    ("gpt-oss", 131_072),
     ("o1", 200_000),
+    ("o1-preview", 128_000),
     ("o1-mini", 128_000),
     ("o3", 200_000),
     ("o4-mini", 200_000),
+    ("codex-mini", 200_000),
+    // Anthropic
     ("claude-", 200_000),
+    ("claude-2.0", 100_000),
+    ("claude-instant", 100_000),
+    // Google
     ("gemini-1.5-pro", 2_097_152),
     ("gemini-1.5-flash", 1_048_576),
     ("gemini-2", 1_048_576),

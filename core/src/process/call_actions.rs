@@ -232,6 +232,11 @@ impl ToolCallActions for Actions {
             reference: call.id.clone(),
             answer: answer.clone(),
         });
+        if data.cfg.detailed_events {
+            data.emit(AgentEvent::AgentResumed {
+                trigger: "user_respond".into(),
+            });
+        }
         let r = ToolResult {
             tool_call_id: call.id.clone(),
             name: call.name.clone(),

@@ -300,6 +300,13 @@ pub struct StepConfig {
         skip_serializing_if = "InlineTags::is_off"
     )]
     pub inline_tags: InlineTags,
+    /// Report the boundaries of the streamed parts (`reasoning_start`, `reasoning_end`,
+    /// `tool_input_end`, from the provider's block starts and ends) and an `ask_user` answer's
+    /// `agent_resumed` (trigger `user_respond`). On by default; a configuration serialized
+    /// without the field (a trace recorded before these events existed) reads as off, the
+    /// behaviour it was recorded with.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub detailed_events: bool,
 }
 
 /// The name of the built-in tool that asks the person a question.
@@ -373,6 +380,7 @@ impl Default for StepConfig {
             ask_user_timeout_ms: None,
             approval_timeout_ms: None,
             inline_tags: InlineTags::default(),
+            detailed_events: true,
         }
     }
 }

@@ -205,6 +205,7 @@ impl ProcessData {
             model_call_index: request.model_call_index,
             attempt: request.attempt,
             model: request.model.clone(),
+            messages: None,
         });
         self.outbox.push(Effect::CallModel { request });
         if let Some(d) = self.cfg.stream {
@@ -361,6 +362,23 @@ impl ProcessData {
                 tool_call_id: id.clone(),
                 delta: delta.clone(),
             }),
+            MessageDelta::ReasoningStart if self.cfg.detailed_events => {
+                Some(AgentEvent::ReasoningStart {
+                    model_call_index: idx,
+                    attempt,
+                })
+            }
+            MessageDelta::ReasoningEnd if self.cfg.detailed_events => {
+                Some(AgentEvent::ReasoningEnd {
+                    model_call_index: idx,
+                    attempt,
+                })
+            }
+            MessageDelta::ToolInputEnd { id } if self.cfg.detailed_events => {
+                Some(AgentEvent::ToolInputEnd {
+                    tool_call_id: id.clone(),
+                })
+            }
             _ => None,
         };
         if let Some(event) = event {

@@ -244,6 +244,16 @@ impl ReactActions for Actions {
         }
     }
 
+    /// `compacting_failed_fits`: nothing could go, but the context fits: report the compaction
+    /// as removing nothing and plan the step as it is.
+    fn compacting_failed_fits(
+        data: &mut ReactData,
+        _compaction: &mut Compaction,
+        _input: &Input<'_>,
+    ) {
+        data.compaction_skipped();
+    }
+
     /// `compacting_failed`: the run fails (compaction_failed).
     fn compacting_failed(
         data: &mut ReactData,

@@ -365,7 +365,10 @@ pub struct RunConfig {
     /// (`compact_threshold`) or a provider's overflow compacts (R-OUT-6).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u64>,
-    /// Compact when tokens reach `budget * compact_ratio`.
+    /// Compact when tokens reach `budget * compact_ratio` (default 0.8). This is where
+    /// compacting starts, not a limit: a context that cannot be compacted below it but still
+    /// fits the budget is sent as it is (the compaction reports `compact_end` with nothing
+    /// removed); only a context over the whole budget fails the run (`compaction_failed`).
     pub compact_ratio: f64,
     /// Text of the final-step reminder.
     pub final_reminder: String,

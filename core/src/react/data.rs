@@ -154,6 +154,13 @@ impl ReactData {
             .or_else(|| crate::context::known_context_window(&self.cfg.model))
     }
 
+    /// The context fits the whole budget (not only the compaction point below it): tokens
+    /// under [`budget_tokens`](Self::budget_tokens), or no budget known.
+    pub(crate) fn context_fits(&self) -> bool {
+        self.budget_tokens()
+            .is_none_or(|b| self.context_tokens() < b)
+    }
+
     pub(crate) fn over_budget(&self) -> bool {
         let by_tokens = self
             .budget_tokens()
@@ -232,6 +239,13 @@ impl ReactData {
         self.emit(AgentEvent::CompactVetoed {
             reason: reason.to_string(),
         });
+    }
+
+    /// A compaction removed nothing but the context fits: the step goes out as it is, with
+    /// no further compaction tried before the next committed step.
+    pub(crate) fn compaction_skipped(&mut self) {
+        self.transcript.compacted_since_step = true;
+        self.emit(AgentEvent::CompactEnd { removed: 0 });
     }
 
     pub(crate) fn compacted(&mut self, messages: &[Message], removed: usize) {

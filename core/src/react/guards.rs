@@ -61,6 +61,13 @@ impl ReactGuards for Guards {
         compaction.reason == "overflow"
     }
 
+    /// `context_fits` (Compacting): the compaction started at the compaction point (not on a
+    /// provider's overflow) and the context still fits the whole budget, so the step may go out
+    /// uncompacted.
+    fn context_fits(data: &ReactData, compaction: &Compaction, _input: &Input<'_>) -> bool {
+        compaction.reason != "overflow" && data.context_fits()
+    }
+
     /// `pending_tools`: the resumed run's last committed message has calls without results.
     fn pending_tools(_data: &ReactData, input: &Input<'_>) -> bool {
         matches!(

@@ -76,6 +76,11 @@ pub enum AgentEvent {
         attempt: u32,
         /// Model name.
         model: String,
+        /// The request's context, oldest first (shared with the request, not copied). The
+        /// runtime fills it from the request it sends; the machine's effect (and so a trace,
+        /// whose `call_model` effect holds the request) leaves it out.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        messages: Option<crate::model::SharedMessages>,
     },
     /// The response of an attempt started.
     MessageStart {
@@ -124,6 +129,20 @@ pub enum AgentEvent {
         /// The plan's steps: its non-empty lines without list markers.
         steps: Vec<String>,
     },
+    /// A reasoning block started (before its `reasoning_delta` events).
+    ReasoningStart {
+        /// Step.
+        model_call_index: u32,
+        /// Attempt.
+        attempt: u32,
+    },
+    /// The reasoning block ended.
+    ReasoningEnd {
+        /// Step.
+        model_call_index: u32,
+        /// Attempt.
+        attempt: u32,
+    },
     /// Reasoning text.
     ReasoningDelta {
         /// Step.
@@ -146,6 +165,11 @@ pub enum AgentEvent {
         tool_call_id: String,
         /// Fragment.
         delta: String,
+    },
+    /// A tool call's arguments are complete (after its `tool_input_delta` events).
+    ToolInputEnd {
+        /// Call id.
+        tool_call_id: String,
     },
     /// The assistant message was committed (R-STR-4). It carries the whole committed message,
     /// so consumers never re-assemble the deltas.
@@ -449,8 +473,9 @@ pub enum AgentEvent {
     },
     /// A run resumed because of an outside signal.
     AgentResumed {
-        /// `tool_approved`, `tool_rejected`, `tool_approval_timeout`, `queued_prompt`,
-        /// `steering` (steering kept a run going that its last answer would have ended).
+        /// `tool_approved`, `tool_rejected`, `tool_approval_timeout`, `user_respond` (the
+        /// person answered an `ask_user` question), `queued_prompt`, `steering` (steering
+        /// kept a run going that its last answer would have ended).
         trigger: String,
     },
     /// `approve(call_id, always: true)` whitelisted a tool and command family for the session.
@@ -546,6 +571,16 @@ pub enum AgentEvent {
         /// Cost in USD, when the price table knows the model.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cost_usd: Option<f64>,
+    },
+    // ---- a program's own events ----
+    /// An event of the program's own kind, emitted by one of its tools or hooks during a run
+    /// (`agentloop::runtime::emit_custom`). Not recorded in traces: it is no decision of the
+    /// machines.
+    Custom {
+        /// The program's name for the kind of event.
+        name: String,
+        /// Its data.
+        payload: Value,
     },
     // ---- subagents (R-EXT-2) ----
     /// A subagent tool started a child session.

@@ -378,6 +378,14 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
             ],
         ),
         (
+            "a compaction that removes nothing while the context fits: compacting_failed_fits",
+            Setup {
+                compact_threshold: Some(0),
+                ..Setup::default()
+            },
+            vec![START, Action::CompactionFailed, OPEN, text(0), DONE],
+        ),
+        (
             "compaction vetoed: compacting_vetoed (threshold), compacting_vetoed_required (overflow)",
             Setup {
                 compact_threshold: Some(0),

@@ -318,6 +318,7 @@ fn variants() -> Vec<S> {
                     model_call_index,
                     attempt,
                     model,
+                    messages: None,
                 },
             )
             .boxed(),
@@ -377,6 +378,27 @@ fn variants() -> Vec<S> {
             .prop_map(|(tool_call_id, delta)| AgentEvent::ToolInputDelta {
                 tool_call_id,
                 delta,
+            })
+            .boxed(),
+        call()
+            .prop_map(|tool_call_id| AgentEvent::ToolInputEnd { tool_call_id })
+            .boxed(),
+        (any::<u32>(), any::<u32>())
+            .prop_map(|(model_call_index, attempt)| AgentEvent::ReasoningStart {
+                model_call_index,
+                attempt,
+            })
+            .boxed(),
+        (any::<u32>(), any::<u32>())
+            .prop_map(|(model_call_index, attempt)| AgentEvent::ReasoningEnd {
+                model_call_index,
+                attempt,
+            })
+            .boxed(),
+        (text(), text())
+            .prop_map(|(name, payload)| AgentEvent::Custom {
+                name,
+                payload: serde_json::json!({ "note": payload }),
             })
             .boxed(),
         (

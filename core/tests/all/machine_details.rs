@@ -1060,11 +1060,12 @@ fn r_ctl_5_r_ctl_6_model_and_tools_switch_from_the_next_step_on() {
     assert_eq!(switched, [("scripted".to_string(), "bigger".to_string())]);
 }
 
-#[test]
-fn r_out_6_a_failed_compaction_fails_the_run() {
-    // Over the message threshold already before the first step: Planning compacts first.
+/// A run with a message cap of 0 and a context window of `window` tokens, started with one
+/// short prompt (5 estimated tokens): it compacts before its first step.
+fn compacting_before_the_first_step(window: u64) -> (Run, agentloop_core::Step) {
     let mut run = Run::new(RunConfig {
         compact_threshold: Some(0),
+        context_window: Some(window),
         ..config()
     });
     let start = run.handle(Event::Start {
@@ -1074,9 +1075,17 @@ fn r_out_6_a_failed_compaction_fails_the_run() {
         session_turns: 0,
     });
     assert_eq!(start.to.to_string(), "Compacting");
+    (run, start)
+}
+
+#[test]
+fn r_out_6_a_failed_compaction_fails_the_run() {
+    // Over the message threshold already before the first step: Planning compacts first. The
+    // prompt (5 estimated tokens) is over the 4-token window too, so it cannot be sent.
+    let (mut run, start) = compacting_before_the_first_step(4);
     assert!(start.effects.iter().any(|e| matches!(
         e,
-        Effect::Compact { messages, budget_tokens: None, max_messages: Some(0) } if messages.len() == 1
+        Effect::Compact { messages, budget_tokens: Some(3), max_messages: Some(0) } if messages.len() == 1
     )));
     assert!(!start
         .effects
@@ -1112,6 +1121,30 @@ fn r_out_6_a_failed_compaction_fails_the_run() {
         Effect::Emit { event: AgentEvent::RunError { error, .. } } if error == "compaction failed: no room"
     )));
     assert!(run.is_terminal());
+}
+
+#[test]
+fn r_out_6_a_failed_compaction_of_a_context_that_fits_sends_the_step() {
+    // Over the compaction point (a message cap of 0; 80 % of a 6-token window) but inside the
+    // window (5 tokens): the compaction point is where compacting starts, not a limit.
+    let (mut run, _) = compacting_before_the_first_step(6);
+    let s = run.handle(Event::CompactionFailed {
+        error: "only pinned messages".into(),
+    });
+    assert!(
+        s.effects
+            .iter()
+            .any(|e| matches!(e, Effect::CallModel { request } if request.messages.len() == 1)),
+        "{:?}",
+        s.effects
+    );
+    assert!(s.effects.iter().any(|e| matches!(
+        e,
+        Effect::Emit {
+            event: AgentEvent::CompactEnd { removed: 0 }
+        }
+    )));
+    assert!(run.result().is_none());
 }
 
 #[test]

@@ -194,6 +194,15 @@ fn r_ctx_3_the_built_in_windows_and_the_overflow_figures() {
         Some(200_000)
     );
     assert_eq!(known_context_window("o1-mini"), Some(128_000));
+    // A more specific name overrides its family's window.
+    assert_eq!(known_context_window("gpt-4.5-preview"), Some(128_000));
+    assert_eq!(known_context_window("o1-preview-2024-09-12"), Some(128_000));
+    assert_eq!(known_context_window("o1"), Some(200_000));
+    assert_eq!(known_context_window("gpt-4-1106-preview"), Some(128_000));
+    assert_eq!(known_context_window("gpt-4-0613"), Some(8_192));
+    assert_eq!(known_context_window("gpt-3.5-turbo-instruct"), Some(4_096));
+    assert_eq!(known_context_window("gpt-5-mini"), Some(400_000));
+    assert_eq!(known_context_window("claude-2.0"), Some(100_000));
     assert_eq!(known_context_window("scripted"), None);
     assert_eq!(known_context_window("qwen2.5:7b"), None);
     assert_eq!(

@@ -809,9 +809,9 @@ fn describe(effects: &[Effect]) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn r_str_2_a_tool_step_emits_its_observable_events_in_order() {
-    let mut p = Process::new(StepConfig::default(), request(), BTreeSet::new());
+/// A step begun with `config` whose first attempt's stream opened, and the effects so far.
+fn streaming(config: StepConfig) -> (Process, Vec<Effect>) {
+    let mut p = Process::new(config, request(), BTreeSet::new());
     let mut effects = p.begin().effects;
     effects.extend(
         p.handle(&Event::StreamOpened {
@@ -819,8 +819,16 @@ fn r_str_2_a_tool_step_emits_its_observable_events_in_order() {
         })
         .effects,
     );
+    (p, effects)
+}
+
+#[test]
+fn r_str_2_a_tool_step_emits_its_observable_events_in_order() {
+    let (mut p, mut effects) = streaming(StepConfig::default());
     for (seq, d) in [
+        MessageDelta::ReasoningStart,
         MessageDelta::ReasoningDelta { text: "hm".into() },
+        MessageDelta::ReasoningEnd,
         MessageDelta::TextDelta { text: "ok".into() },
         MessageDelta::ToolInputStart {
             id: "c1".into(),
@@ -857,10 +865,13 @@ fn r_str_2_a_tool_step_emits_its_observable_events_in_order() {
         "call_model 2#1",
         r#"emit state_changed event="StreamOpened" from="Calling" machine="process" to="Streaming""#,
         "emit message_start attempt=1 model_call_index=2",
+        "emit reasoning_start attempt=1 model_call_index=2",
         r#"emit reasoning_delta attempt=1 model_call_index=2 text="hm""#,
+        "emit reasoning_end attempt=1 model_call_index=2",
         r#"emit text_delta attempt=1 model_call_index=2 text="ok""#,
         r#"emit tool_input_start name="calc" tool_call_id="c1""#,
         r#"emit tool_input_delta delta="{}" tool_call_id="c1""#,
+        r#"emit tool_input_end tool_call_id="c1""#,
         r#"emit state_changed event="Done" from="Streaming" machine="process" to="RunningTools""#,
         "persist assistant",
         "emit response_complete message={\"finish_reason\":\"tool_calls\",\"reasoning\":\"hm\",\"text\":\"ok\",\"tool_calls\":[{\"arguments\":{},\"id\":\"c1\",\"name\":\"calc\"}]} model_call_index=2 tool_calls=1",
@@ -874,6 +885,46 @@ fn r_str_2_a_tool_step_emits_its_observable_events_in_order() {
         r#"emit state_changed event="Settle" from="RunningTools" machine="process" to="Success""#,
     ];
     assert_eq!(got, expected, "{got:#?}");
+}
+
+/// A configuration without `detailed_events` (a trace recorded before the block boundaries
+/// were events) emits none of them, so such a trace still replays as recorded.
+#[test]
+fn block_boundaries_are_events_only_with_detailed_events() {
+    let config = StepConfig {
+        detailed_events: false,
+        ..StepConfig::default()
+    };
+    let (mut p, mut effects) = streaming(config);
+    for (seq, d) in [
+        MessageDelta::ReasoningStart,
+        MessageDelta::ReasoningEnd,
+        MessageDelta::ToolInputStart {
+            id: "c1".into(),
+            name: "calc".into(),
+        },
+        MessageDelta::ToolInputEnd { id: "c1".into() },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        effects.extend(p.handle(&delta(1, seq as u64, d)).effects);
+    }
+    let got = describe(&effects);
+    assert!(got.iter().any(|e| e.starts_with("emit tool_input_start")));
+    assert!(
+        !got.iter()
+            .any(|e| e.starts_with("emit reasoning_") || e.starts_with("emit tool_input_end")),
+        "{got:#?}"
+    );
+    // A configuration serialized without the field reads as off.
+    let mut json = serde_json::to_value(StepConfig::default()).expect("json");
+    assert_eq!(json["detailed_events"], true);
+    json.as_object_mut()
+        .expect("object")
+        .remove("detailed_events");
+    let old: StepConfig = serde_json::from_value(json).expect("config");
+    assert!(!old.detailed_events);
 }
 
 /// R-TRACE-1: what a `before_model_call` hook sent is kept for the current attempt only: a
