@@ -96,7 +96,7 @@ fn a_directory_replays_in_parallel_with_counts_exit_codes_and_json() {
         "{s}"
     );
     assert!(
-        s.contains("diverged: corpus/sub/tampered.jsonl: at index 94 (in the step of input "),
+        s.contains("diverged: corpus/sub/tampered.jsonl: at index 95 (in the step of input "),
         "{s}"
     );
 
@@ -123,7 +123,7 @@ fn a_directory_replays_in_parallel_with_counts_exit_codes_and_json() {
         .iter()
         .find(|f| f["status"] == "diverged")
         .expect("diverged entry");
-    assert_eq!(tampered["index"], 94);
+    assert_eq!(tampered["index"], 95);
     assert!(tampered["input"].is_u64(), "{tampered}");
     assert!(files
         .iter()

@@ -89,7 +89,7 @@ fn r_trace_1_a_2000_turn_half_megabyte_recording_imports_fully_in_bounded_memory
     assert_eq!(out.status.code(), Some(0), "{}", both(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stdout.contains("imported 2001 assistant messages as chat.trace.jsonl (96041 records;"),
+        stdout.contains("imported 2001 assistant messages as chat.trace.jsonl (98041 records;"),
         "{stdout}"
     );
     assert!(stdout.contains("2001 steps, 2000 tool calls"), "{stdout}");
