@@ -44,6 +44,14 @@ pub mod run {
     /// step re-requested after compaction starts its budget again), and the last allowed step
     /// offers no tools (R-OUT-2, R-OUT-5, R-IN-6).
     pub const MODEL_CALLS_BOUNDED: &str = "model requests within max_steps and max_retries";
+    /// No model request carries more context messages than `compact_threshold`: a context
+    /// over it is compacted first (R-OUT). Two allowances: steering merged at that step
+    /// boundary and the last step's reminder (R-OUT-5) go on top of the checked context, and a
+    /// request after a compaction carries
+    /// what the compactor returned (the compactor answers for its size, R-OUT-6); a retry
+    /// re-sends its step's request.
+    pub const CONTEXT_WITHIN_THRESHOLD: &str =
+        "a request's context is within the compaction threshold";
     /// An input the machine did not take changes nothing (typed unexpected input).
     pub const UNHANDLED_IS_INERT: &str = "an unhandled input does nothing";
     /// From any state, an abort (then the results of tools that finish regardless) ends the
@@ -55,7 +63,7 @@ pub mod run {
     pub const FAIR_RUNS_END: &str = "under fair delivery every run ends";
 
     /// Every run property, in report order.
-    pub const ALL: [&str; 11] = [
+    pub const ALL: [&str; 12] = [
         NO_DOUBLE_EXECUTION,
         PAIRED_BEFORE_REQUEST,
         CONTEXT_PAIRED,
@@ -64,6 +72,7 @@ pub mod run {
         TERMINAL_ABSORBS,
         ONE_OUTCOME,
         MODEL_CALLS_BOUNDED,
+        CONTEXT_WITHIN_THRESHOLD,
         UNHANDLED_IS_INERT,
         ABORT_ENDS,
         FAIR_RUNS_END,
@@ -141,6 +150,8 @@ pub struct RunLimits {
     pub tools: BTreeSet<String>,
     /// The tools whose calls always need a human's approval.
     pub approval: BTreeSet<String>,
+    /// `compact_threshold`, in messages.
+    pub compact_threshold: Option<usize>,
 }
 
 /// One committed tool call, as the observer saw it.
@@ -172,6 +183,7 @@ pub struct RunSpec {
     emitted: String,
     attempt_calls: Vec<String>,
     compacted_since_call: bool,
+    steers_since_request: usize,
     retries: BTreeMap<u32, u32>,
     calls: BTreeMap<String, CallRecord>,
     always_approved: BTreeSet<String>,
@@ -314,6 +326,7 @@ impl RunSpec {
                 self.compact_outstanding = false
             }
             Event::CompactionVetoed { .. } => self.compact_outstanding = false,
+            Event::Steer { .. } if !unhandled => self.steers_since_request += 1,
             Event::RunEndCommitted | Event::StoreWriteFailed { .. } if !unhandled => {
                 self.run_end_outstanding = false
             }
@@ -335,6 +348,21 @@ impl RunSpec {
                     .current
                     .as_ref()
                     .is_some_and(|p| p.model_call_index == id.model_call_index);
+                let len = request.messages.iter().count();
+                // The last step's "answer now" reminder joins after the check (R-OUT-5).
+                let last_step = request.model_call_index == self.limits.max_steps;
+                let allowed = self
+                    .limits
+                    .compact_threshold
+                    .map(|t| t + self.steers_since_request + usize::from(last_step));
+                if !same_step && !self.compacted_since_call && allowed.is_some_and(|t| len > t) {
+                    self.violations.record(run::CONTEXT_WITHIN_THRESHOLD, || {
+                        format!(
+                            "request {} carries {len} messages",
+                            request.model_call_index
+                        )
+                    });
+                }
                 if same_step && self.compacted_since_call {
                     // Re-requested with a compacted context: the retry budget starts again
                     // (compaction itself cannot loop: it fails when it cannot shrink, R-OUT-6).
@@ -367,6 +395,7 @@ impl RunSpec {
                 self.emitted.clear();
                 self.attempt_calls.clear();
                 self.compacted_since_call = false;
+                self.steers_since_request = 0;
             }
             Effect::Compact { .. } => {
                 self.compacted_since_call = true;

@@ -219,6 +219,7 @@ impl Replayed {
             max_retries: config.step.retry.max_retries,
             tools: config.tools.iter().map(|t| t.name.clone()).collect(),
             approval: [APPROVAL_TOOL.to_string()].into(),
+            compact_threshold: config.compact_threshold,
         };
         Replayed {
             run: Run::new(config),
@@ -588,6 +589,7 @@ always!(
     p_absorb => run::TERMINAL_ABSORBS,
     p_outcome => run::ONE_OUTCOME,
     p_bounded => run::MODEL_CALLS_BOUNDED,
+    p_threshold => run::CONTEXT_WITHIN_THRESHOLD,
     p_inert => run::UNHANDLED_IS_INERT,
 );
 
@@ -667,6 +669,7 @@ impl Model for RunModel {
             Property::always(run::TERMINAL_ABSORBS, p_absorb),
             Property::always(run::ONE_OUTCOME, p_outcome),
             Property::always(run::MODEL_CALLS_BOUNDED, p_bounded),
+            Property::always(run::CONTEXT_WITHIN_THRESHOLD, p_threshold),
             Property::always(run::UNHANDLED_IS_INERT, p_inert),
             Property::always(run::ABORT_ENDS, p_abort),
             Property::always(run::FAIR_RUNS_END, p_fair),
