@@ -153,9 +153,9 @@ pub fn run_cases() -> Vec<RunConfigCase> {
 /// The depths, in inputs from the initial state, of (the run models, the session model).
 pub fn depths(bound: Bound) -> (usize, usize) {
     match bound {
-        Bound::Quick => (10, 8),
-        Bound::Ci => (12, 10),
-        Bound::Deep => (15, 13),
+        Bound::Quick => (11, 10),
+        Bound::Ci => (14, 14),
+        Bound::Deep => (17, 18),
     }
 }
 

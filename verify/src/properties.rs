@@ -45,13 +45,17 @@ pub mod run {
     /// offers no tools (R-OUT-2, R-OUT-5, R-IN-6).
     pub const MODEL_CALLS_BOUNDED: &str = "model requests within max_steps and max_retries";
     /// No model request carries more context messages than `compact_threshold`: a context
-    /// over it is compacted first (R-OUT). Two allowances: steering merged at that step
-    /// boundary and the last step's reminder (R-OUT-5) go on top of the checked context, and a
-    /// request after a compaction carries
-    /// what the compactor returned (the compactor answers for its size, R-OUT-6); a retry
-    /// re-sends its step's request.
+    /// over it is compacted first (R-OUT). Allowances: steering merged at that step boundary
+    /// and the last step's reminder (R-OUT-5) go on top of the checked context; a request
+    /// after a compaction carries what the compactor returned (the compactor answers for its
+    /// size, R-OUT-6); a retry re-sends its step's request.
     pub const CONTEXT_WITHIN_THRESHOLD: &str =
         "a request's context is within the compaction threshold";
+    /// What the run's own effects await is never refused: the current attempt's stream
+    /// opening, fresh deltas, end and failure; a running call's result; the answer to an
+    /// approval it asked for; the compaction and the run-end commit it requested (R-IN-2:
+    /// every model error is retried or fails the step; R-IN-3; R-CTL-4).
+    pub const AWAITED_TAKEN: &str = "an awaited result is never refused";
     /// An input the machine did not take changes nothing (typed unexpected input).
     pub const UNHANDLED_IS_INERT: &str = "an unhandled input does nothing";
     /// From any state, an abort (then the results of tools that finish regardless) ends the
@@ -63,7 +67,7 @@ pub mod run {
     pub const FAIR_RUNS_END: &str = "under fair delivery every run ends";
 
     /// Every run property, in report order.
-    pub const ALL: [&str; 12] = [
+    pub const ALL: [&str; 13] = [
         NO_DOUBLE_EXECUTION,
         PAIRED_BEFORE_REQUEST,
         CONTEXT_PAIRED,
@@ -73,6 +77,7 @@ pub mod run {
         ONE_OUTCOME,
         MODEL_CALLS_BOUNDED,
         CONTEXT_WITHIN_THRESHOLD,
+        AWAITED_TAKEN,
         UNHANDLED_IS_INERT,
         ABORT_ENDS,
         FAIR_RUNS_END,
@@ -187,6 +192,7 @@ pub struct RunSpec {
     retries: BTreeMap<u32, u32>,
     calls: BTreeMap<String, CallRecord>,
     always_approved: BTreeSet<String>,
+    asked: BTreeSet<String>,
     /// A `Compact` awaits its answer.
     pub compact_outstanding: bool,
     /// A `CommitRunEnd` awaits its acknowledgement.
@@ -267,11 +273,66 @@ impl RunSpec {
                 )
             });
         }
+        if !was_terminal && step.unhandled {
+            if let Some(what) = self.awaited(event) {
+                self.violations.record(run::AWAITED_TAKEN, || {
+                    format!("{what} was refused in {}", step.from)
+                });
+            }
+        }
         self.observe_input(event, step.unhandled);
         for e in effects {
             self.observe_effect(event, e);
         }
         self.observe_end(terminal, result);
+    }
+
+    /// What `event` answers that the run's effects await, if anything.
+    fn awaited(&self, event: &Event) -> Option<String> {
+        let current = |a: &AttemptId| is_current(&self.current, a);
+        match event {
+            Event::StreamOpened { attempt } if current(attempt) && self.model_call_outstanding => {
+                Some("the current request's stream opening".into())
+            }
+            Event::Delta { attempt, seq, .. }
+                if current(attempt) && self.opened && !self.seqs.contains(seq) =>
+            {
+                Some("a fresh delta of the open stream".into())
+            }
+            Event::Done { attempt, .. } if current(attempt) && self.opened => {
+                Some("the open stream's end".into())
+            }
+            Event::TransportError { attempt, .. }
+            | Event::ContextOverflow { attempt, .. }
+            | Event::StreamStalled { attempt, .. }
+                if current(attempt) && (self.opened || self.model_call_outstanding) =>
+            {
+                Some(format!("the current request's failure ({})", event.name()))
+            }
+            Event::ToolFinished { tool_call_id, .. }
+                if self
+                    .calls
+                    .get(tool_call_id)
+                    .is_some_and(|c| c.ran && c.results == 0) =>
+            {
+                Some(format!("the result of running call {tool_call_id}"))
+            }
+            Event::Approval { tool_call_id, .. } if self.asked.contains(tool_call_id) => {
+                Some(format!("the answer on {tool_call_id}"))
+            }
+            Event::CompactionDone { .. } | Event::CompactionFailed { .. }
+                if self.compact_outstanding =>
+            {
+                Some("the compaction's answer".into())
+            }
+            Event::RunEndCommitted if self.run_end_outstanding => {
+                Some("the run-end commit's acknowledgement".into())
+            }
+            Event::Start { .. } if self.current.is_none() && self.calls.is_empty() => {
+                Some("the start".into())
+            }
+            _ => None,
+        }
     }
 
     fn observe_input(&mut self, event: &Event, unhandled: bool) {
@@ -309,6 +370,7 @@ impl RunSpec {
                 tool_call_id,
                 decision,
             } if !unhandled => {
+                self.asked.remove(tool_call_id);
                 if let Some(c) = self.calls.get_mut(tool_call_id) {
                     match decision {
                         ApprovalDecision::Approved | ApprovalDecision::Modified { .. } => {
@@ -326,6 +388,14 @@ impl RunSpec {
                 self.compact_outstanding = false
             }
             Event::CompactionVetoed { .. } => self.compact_outstanding = false,
+            Event::Abort { .. } if !unhandled => {
+                // An abort cancels the work in flight (R-CTL-3): the stream, a compaction,
+                // the questions asked; only running tools may still report.
+                self.opened = false;
+                self.model_call_outstanding = false;
+                self.compact_outstanding = false;
+                self.asked.clear();
+            }
             Event::Steer { .. } if !unhandled => self.steers_since_request += 1,
             Event::RunEndCommitted | Event::StoreWriteFailed { .. } if !unhandled => {
                 self.run_end_outstanding = false
@@ -401,7 +471,24 @@ impl RunSpec {
                 self.compacted_since_call = true;
                 self.compact_outstanding = true;
             }
-            Effect::CommitRunEnd { .. } => self.run_end_outstanding = true,
+            Effect::CommitRunEnd { .. } => {
+                // The end is decided: only its commit is awaited now.
+                self.run_end_outstanding = true;
+                self.opened = false;
+                self.model_call_outstanding = false;
+                self.compact_outstanding = false;
+                self.asked.clear();
+            }
+            Effect::CancelModel { attempt } if is_current(&self.current, attempt) => {
+                self.opened = false;
+                self.model_call_outstanding = false;
+            }
+            Effect::RequestApproval { call } => {
+                self.asked.insert(call.id.clone());
+            }
+            Effect::WithdrawApproval { tool_call_id } => {
+                self.asked.remove(tool_call_id);
+            }
             Effect::Emit {
                 event:
                     AgentEvent::TextDelta {
@@ -484,6 +571,7 @@ impl RunSpec {
                 entry: Entry::ToolResult { result, .. },
             } => match self.calls.get_mut(&result.tool_call_id) {
                 Some(c) => {
+                    self.asked.remove(&result.tool_call_id);
                     c.results += 1;
                     if c.results > 1 {
                         let id = result.tool_call_id.clone();

@@ -590,6 +590,7 @@ always!(
     p_outcome => run::ONE_OUTCOME,
     p_bounded => run::MODEL_CALLS_BOUNDED,
     p_threshold => run::CONTEXT_WITHIN_THRESHOLD,
+    p_awaited => run::AWAITED_TAKEN,
     p_inert => run::UNHANDLED_IS_INERT,
 );
 
@@ -670,6 +671,7 @@ impl Model for RunModel {
             Property::always(run::ONE_OUTCOME, p_outcome),
             Property::always(run::MODEL_CALLS_BOUNDED, p_bounded),
             Property::always(run::CONTEXT_WITHIN_THRESHOLD, p_threshold),
+            Property::always(run::AWAITED_TAKEN, p_awaited),
             Property::always(run::UNHANDLED_IS_INERT, p_inert),
             Property::always(run::ABORT_ENDS, p_abort),
             Property::always(run::FAIR_RUNS_END, p_fair),
