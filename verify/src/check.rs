@@ -2,11 +2,13 @@
 //! the states explored, the depth reached and the time taken.
 
 use std::fmt::Write as _;
+use std::hash::Hash;
 use std::time::{Duration, Instant};
 
 use agentloop_testkit::harness::Setup;
 use stateright::{Checker, Expectation, Model};
 
+use crate::explored::Explored;
 use crate::run_model::RunModel;
 use crate::session_model::SessionModel;
 
@@ -169,95 +171,97 @@ fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-fn verdicts<M, C>(
-    model: &M,
-    checker: &C,
-    probe: impl Fn(&'static str, &M::State) -> Result<(), String>,
-    inputs: impl Fn(&M::State) -> Vec<String>,
-) -> Vec<(&'static str, Expectation, Verdict)>
+/// A model whose states are [`Explored`] input sequences and that can say why a property
+/// fails in a state.
+pub trait Explains: Model<State = Explored<Self::Input, Self::Key>, Action = Self::Input> {
+    /// The input.
+    type Input: Clone + PartialEq + std::fmt::Debug;
+    /// The fingerprint.
+    type Key: Clone + PartialEq + Hash + std::fmt::Debug;
+    /// Why `property` fails in `state` (`Ok` if it holds there).
+    fn explain(&self, property: &'static str, state: &Self::State) -> Result<(), String>;
+}
+
+impl Explains for RunModel {
+    type Input = crate::run_model::Input;
+    type Key = crate::run_model::Key;
+    fn explain(&self, property: &'static str, state: &Self::State) -> Result<(), String> {
+        self.probe(property, state)
+    }
+}
+
+impl Explains for SessionModel {
+    type Input = crate::session_model::Command;
+    type Key = crate::session_model::Key;
+    fn explain(&self, property: &'static str, state: &Self::State) -> Result<(), String> {
+        self.probe(property, state)
+    }
+}
+
+/// Checks `model` breadth-first to `depth` inputs.
+pub fn check<M>(name: &str, model: M, depth: usize) -> Report
 where
-    M: Model,
-    M::State: Clone + PartialEq + std::fmt::Debug,
-    M::Action: Clone + PartialEq + std::fmt::Debug,
-    C: Checker<M>,
+    M: Explains + Clone + Send + Sync + 'static,
+    M::Input: Send + Sync + 'static,
+    M::Key: Send + Sync + 'static,
 {
+    let started = Instant::now();
+    let checker = model
+        .clone()
+        .checker()
+        .threads(threads())
+        .target_max_depth(target(depth))
+        .spawn_bfs()
+        .join();
     let discoveries = checker.discoveries();
-    model
+    let properties = model
         .properties()
         .into_iter()
         .map(|p| {
-            let found = discoveries.get(p.name);
-            let verdict = match (&p.expectation, found) {
+            let verdict = match (&p.expectation, discoveries.get(p.name)) {
                 (Expectation::Sometimes, Some(_)) => Verdict::Holds,
                 (Expectation::Sometimes, None) => Verdict::Unreached,
                 (_, None) => Verdict::Holds,
                 (_, Some(path)) => {
                     let last = path.last_state();
-                    let detail = match probe(p.name, last) {
-                        Err(why) => why,
-                        Ok(()) => "the path ends here without the property".to_string(),
-                    };
                     Verdict::Violated {
-                        inputs: inputs(last),
-                        detail,
+                        inputs: last
+                            .inputs_to(p.name)
+                            .iter()
+                            .map(|i| format!("{i:?}"))
+                            .collect(),
+                        detail: match model.explain(p.name, last) {
+                            Err(why) => why,
+                            Ok(()) => "the path ends here without the property".to_string(),
+                        },
                     }
                 }
             };
             (p.name, p.expectation.clone(), verdict)
         })
-        .collect()
+        .collect();
+    Report {
+        name: name.to_string(),
+        properties,
+        unique_states: checker.unique_state_count(),
+        generated: checker.state_count(),
+        depth: checker.max_depth().saturating_sub(1).min(depth),
+        elapsed: started.elapsed(),
+    }
 }
 
 /// Checks one run configuration to `depth` inputs.
 pub fn check_run(name: &str, setup: Setup, depth: usize) -> Report {
-    let started = Instant::now();
-    let model = RunModel::new(setup);
-    let checker = model
-        .clone()
-        .checker()
-        .threads(threads())
-        .target_max_depth(target(depth))
-        .spawn_bfs()
-        .join();
-    Report {
-        name: name.to_string(),
-        properties: verdicts(
-            &model,
-            &checker,
-            |p, s| model.probe(p, s),
-            |s| s.inputs.iter().map(|i| format!("{i:?}")).collect(),
-        ),
-        unique_states: checker.unique_state_count(),
-        generated: checker.state_count(),
-        depth: checker.max_depth().saturating_sub(1).min(depth),
-        elapsed: started.elapsed(),
-    }
+    check(name, RunModel::new(setup), depth)
 }
 
 /// Checks the session machine to `depth` commands.
 pub fn check_session(depth: usize) -> Report {
-    let started = Instant::now();
-    let model = SessionModel { max_queue: 3 };
-    let checker = model
-        .clone()
-        .checker()
-        .threads(threads())
-        .target_max_depth(target(depth))
-        .spawn_bfs()
-        .join();
-    Report {
-        name: "session (steering capacity 2, up to 3 queued prompts)".to_string(),
-        properties: verdicts(
-            &model,
-            &checker,
-            |p, s| model.probe(p, s),
-            |s| s.commands.iter().map(|c| format!("{c:?}")).collect(),
-        ),
-        unique_states: checker.unique_state_count(),
-        generated: checker.state_count(),
-        depth: checker.max_depth().saturating_sub(1).min(depth),
-        elapsed: started.elapsed(),
-    }
+    check(
+        "session (steering capacity 2, up to 3 queued prompts)",
+        SessionModel { max_queue: 3 },
+        depth,
+    )
 }
 
 /// Checks every model at `bound`; `each` sees each report as it is made.

@@ -19,6 +19,7 @@
 #![warn(unreachable_pub)]
 
 pub mod check;
+pub mod explored;
 pub mod properties;
 pub mod run_model;
 pub mod session_model;

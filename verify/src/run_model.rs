@@ -17,8 +17,6 @@
 //! paths is explored once; what a fingerprint leaves out could in principle hide a state,
 //! which is why it keeps every count the specification's decisions read.
 
-use std::hash::{Hash, Hasher};
-
 use agentloop_core::{Event, Run, Step};
 use agentloop_testkit::harness::{
     Action, ArgsPick, AttemptPick, DecisionPick, DeltaPick, ErrPick, Feeder, IdPick, SeqPick,
@@ -26,6 +24,7 @@ use agentloop_testkit::harness::{
 };
 use stateright::{Model, Property};
 
+use crate::explored::Explored;
 use crate::properties::{run, RunLimits, RunSpec};
 
 /// The kinds of tool call a model reply may carry.
@@ -35,6 +34,8 @@ pub enum CallKind {
     Calculator,
     /// `shell`, which needs approval.
     Shell,
+    /// `read_file`, immune to abort when the setup says so (an abort then drains it).
+    ReadFile,
     /// A tool that is not offered.
     Unknown,
     /// `calculator` with arguments that are not JSON.
@@ -113,7 +114,7 @@ pub enum Answer {
 }
 
 /// Every input, in the order the checker tries them.
-pub const ALPHABET: [Input; 27] = [
+pub const ALPHABET: [Input; 28] = [
     Input::Start,
     Input::Opened,
     Input::Text,
@@ -121,6 +122,7 @@ pub const ALPHABET: [Input; 27] = [
     Input::StaleText,
     Input::Call(CallKind::Calculator),
     Input::Call(CallKind::Shell),
+    Input::Call(CallKind::ReadFile),
     Input::Call(CallKind::Unknown),
     Input::Call(CallKind::Malformed),
     Input::Done,
@@ -161,6 +163,7 @@ impl Input {
                 let (tool, args) = match kind {
                     CallKind::Calculator => (ToolPick::Known(0), ArgsPick::Valid),
                     CallKind::Shell => (ToolPick::Known(2), ArgsPick::Valid),
+                    CallKind::ReadFile => (ToolPick::Known(1), ArgsPick::Valid),
                     CallKind::Unknown => (ToolPick::Unknown, ArgsPick::Valid),
                     CallKind::Malformed => (ToolPick::Known(0), ArgsPick::Invalid),
                 };
@@ -291,6 +294,7 @@ impl Replayed {
                 v.extend([
                     Input::Call(CallKind::Calculator),
                     Input::Call(CallKind::Shell),
+                    Input::Call(CallKind::ReadFile),
                     Input::Call(CallKind::Unknown),
                     Input::Call(CallKind::Malformed),
                 ]);
@@ -442,49 +446,11 @@ pub struct Key {
     violated: Vec<&'static str>,
 }
 
-/// A model state: the inputs that reach it and its fingerprint.
-#[derive(Clone, Debug)]
-pub struct RunState {
-    /// The inputs from a fresh run.
-    pub inputs: Vec<Input>,
-    /// The fingerprint.
-    pub key: Key,
-    /// The violations seen on the way, by property (with what happened).
-    pub violations: Vec<(&'static str, String)>,
-    /// The inputs enabled here.
-    enabled: Vec<Input>,
-}
+/// A run model's state: the inputs that reach it and its fingerprint.
+pub type RunState = Explored<Input, Key>;
 
-impl Hash for RunState {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.key.hash(state);
-    }
-}
-
-impl PartialEq for RunState {
-    fn eq(&self, other: &Self) -> bool {
-        self.key == other.key
-    }
-}
-
-impl RunState {
-    fn of(inputs: Vec<Input>, r: &Replayed) -> Self {
-        RunState {
-            inputs,
-            key: r.key(),
-            violations: r
-                .spec
-                .violations
-                .iter()
-                .map(|(k, v)| (*k, v.clone()))
-                .collect(),
-            enabled: r.enabled(),
-        }
-    }
-
-    fn violated(&self, property: &str) -> bool {
-        self.violations.iter().any(|(p, _)| *p == property)
-    }
+fn state_of(parent: Option<&RunState>, inputs: Vec<Input>, r: &Replayed) -> RunState {
+    Explored::new(parent, inputs, r.key(), &r.spec.violations, r.enabled())
 }
 
 /// The run as a `stateright` model: a [`Setup`] of the test kit and the bounds of the
@@ -566,10 +532,7 @@ impl RunModel {
         match property {
             run::ABORT_ENDS => self.abort_ends(state),
             run::FAIR_RUNS_END => self.fair_ends(state),
-            _ => match state.violations.iter().find(|(p, _)| *p == property) {
-                Some((_, why)) => Err(why.clone()),
-                None => Ok(()),
-            },
+            _ => state.why(property),
         }
     }
 }
@@ -638,7 +601,7 @@ impl Model for RunModel {
     type Action = Input;
 
     fn init_states(&self) -> Vec<RunState> {
-        vec![RunState::of(Vec::new(), &Replayed::new(&self.setup))]
+        vec![state_of(None, Vec::new(), &Replayed::new(&self.setup))]
     }
 
     fn actions(&self, state: &RunState, actions: &mut Vec<Input>) {
@@ -657,7 +620,7 @@ impl Model for RunModel {
         }
         let mut inputs = state.inputs.clone();
         inputs.push(input);
-        Some(RunState::of(inputs, &r))
+        Some(state_of(Some(state), inputs, &r))
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

@@ -7,12 +7,11 @@
 //! observer's ledger (a run in progress, prompts queued, steering forwarded, closed,
 //! violated properties).
 
-use std::hash::{Hash, Hasher};
-
 use agentloop_core::event::KillPolicy;
 use agentloop_core::session_machine::{Session, SessionInput};
 use stateright::{Model, Property};
 
+use crate::explored::Explored;
 use crate::properties::{session, SessionCommand, SessionSpec};
 
 /// One abstract input to the session.
@@ -196,47 +195,11 @@ pub struct Key {
     violated: Vec<&'static str>,
 }
 
-/// A model state: the commands that reach it and its fingerprint.
-#[derive(Clone, Debug)]
-pub struct SessionState {
-    /// The commands from a fresh session.
-    pub commands: Vec<Command>,
-    key: Key,
-    /// The violations seen on the way.
-    pub violations: Vec<(&'static str, String)>,
-    enabled: Vec<Command>,
-}
+/// A session model's state: the commands that reach it and its fingerprint.
+pub type SessionState = Explored<Command, Key>;
 
-impl Hash for SessionState {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.key.hash(state);
-    }
-}
-
-impl PartialEq for SessionState {
-    fn eq(&self, other: &Self) -> bool {
-        self.key == other.key
-    }
-}
-
-impl SessionState {
-    fn of(commands: Vec<Command>, r: &Replayed) -> Self {
-        SessionState {
-            commands,
-            key: r.key(),
-            violations: r
-                .spec
-                .violations
-                .iter()
-                .map(|(k, v)| (*k, v.clone()))
-                .collect(),
-            enabled: r.enabled(),
-        }
-    }
-
-    fn violated(&self, property: &str) -> bool {
-        self.violations.iter().any(|(p, _)| *p == property)
-    }
+fn state_of(parent: Option<&SessionState>, commands: Vec<Command>, r: &Replayed) -> SessionState {
+    Explored::new(parent, commands, r.key(), &r.spec.violations, r.enabled())
 }
 
 /// The session as a `stateright` model; `max_queue` bounds the prompts queued (the state
@@ -251,7 +214,7 @@ impl SessionModel {
     /// Why a property fails in `state`.
     pub fn probe(&self, property: &str, state: &SessionState) -> Result<(), String> {
         if property == session::DRAINS_TO_IDLE {
-            let mut r = Replayed::replay(&state.commands);
+            let mut r = Replayed::replay(&state.inputs);
             if r.spec.closed {
                 // Every handle is gone: nobody is left to serve.
                 return Ok(());
@@ -267,10 +230,7 @@ impl SessionModel {
                 ))
             };
         }
-        match state.violations.iter().find(|(p, _)| *p == property) {
-            Some((_, why)) => Err(why.clone()),
-            None => Ok(()),
-        }
+        state.why(property)
     }
 }
 
@@ -309,7 +269,7 @@ impl Model for SessionModel {
     type Action = Command;
 
     fn init_states(&self) -> Vec<SessionState> {
-        vec![SessionState::of(Vec::new(), &Replayed::new())]
+        vec![state_of(None, Vec::new(), &Replayed::new())]
     }
 
     fn actions(&self, state: &SessionState, actions: &mut Vec<Command>) {
@@ -325,11 +285,11 @@ impl Model for SessionModel {
         {
             return None;
         }
-        let mut r = Replayed::replay(&state.commands);
+        let mut r = Replayed::replay(&state.inputs);
         r.feed(command);
-        let mut commands = state.commands.clone();
+        let mut commands = state.inputs.clone();
         commands.push(command);
-        Some(SessionState::of(commands, &r))
+        Some(state_of(Some(state), commands, &r))
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
