@@ -155,9 +155,9 @@ pub fn run_cases() -> Vec<RunConfigCase> {
 /// The depths, in inputs from the initial state, of (the run models, the session model).
 pub fn depths(bound: Bound) -> (usize, usize) {
     match bound {
-        Bound::Quick => (11, 10),
-        Bound::Ci => (14, 14),
-        Bound::Deep => (17, 18),
+        Bound::Quick => (8, 10),
+        Bound::Ci => (10, 14),
+        Bound::Deep => (12, 18),
     }
 }
 

@@ -187,6 +187,7 @@ pub struct RunSpec {
     pub texts: u32,
     emitted: String,
     attempt_calls: Vec<String>,
+    attempt_kinds: Vec<String>,
     compacted_since_call: bool,
     steers_since_request: usize,
     retries: BTreeMap<u32, u32>,
@@ -227,16 +228,38 @@ impl RunSpec {
 
     /// Committed calls in commit order with a summary of each (for fingerprints):
     /// (results, started, ran, approved, denied).
-    pub fn call_summary(&self) -> Vec<(u32, bool, bool, bool, bool)> {
+    pub fn call_summary(&self) -> Vec<(String, bool, u32, bool, bool, bool, bool)> {
         self.calls
             .values()
-            .map(|c| (c.results, c.started, c.ran, c.approved, c.denied))
+            .map(|c| {
+                let (results, started, ran) = (c.results, c.started, c.ran);
+                (
+                    c.name.clone(),
+                    c.malformed,
+                    results,
+                    started,
+                    ran,
+                    c.approved,
+                    c.denied,
+                )
+            })
             .collect()
+    }
+
+    /// The tools (and whether their arguments are JSON: a `!` when not) the current
+    /// attempt's tool calls name, in order (for fingerprints).
+    pub fn attempt_kinds(&self) -> &[String] {
+        &self.attempt_kinds
     }
 
     /// Tool calls sent in the current attempt.
     pub fn attempt_calls(&self) -> usize {
         self.attempt_calls.len()
+    }
+
+    /// Approvals asked and not yet answered.
+    pub fn asked(&self) -> usize {
+        self.asked.len()
     }
 
     /// End events seen.
@@ -352,7 +375,17 @@ impl RunSpec {
                     self.seqs.insert(*seq);
                     match delta {
                         MessageDelta::TextDelta { .. } => self.texts += 1,
-                        MessageDelta::ToolCall { id, .. } => self.attempt_calls.push(id.clone()),
+                        MessageDelta::ToolCall {
+                            id,
+                            name,
+                            arguments,
+                        } => {
+                            self.attempt_calls.push(id.clone());
+                            let json = arguments.trim().is_empty()
+                                || serde_json::from_str::<serde_json::Value>(arguments).is_ok();
+                            self.attempt_kinds
+                                .push(format!("{name}{}", if json { "" } else { "!" }));
+                        }
                         _ => {}
                     }
                 }
@@ -464,6 +497,7 @@ impl RunSpec {
                 self.texts = 0;
                 self.emitted.clear();
                 self.attempt_calls.clear();
+                self.attempt_kinds.clear();
                 self.compacted_since_call = false;
                 self.steers_since_request = 0;
             }

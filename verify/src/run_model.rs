@@ -10,8 +10,8 @@
 //! input sequences are the same state for the checker when their *fingerprints* agree
 //! ([`Key`]): the run's state kind as it displays it, the counts a run's future depends on
 //! (messages in the context, steps ended, steering queued), and the observer's abstract
-//! ledger (current step and attempt, stream open, deltas and calls of the attempt, each
-//! committed call's result/start/run/approval marks, outstanding model call, compaction and
+//! ledger (current step and attempt, stream open, deltas of the attempt and the tools its
+//! calls name, each committed call's tool and result/start/run/approval marks, outstanding model call, compaction and
 //! run-end commit, live timers, pending tools and approvals, end events, violated
 //! properties). Ids and texts are left out, so the same situation reached by different
 //! paths is explored once; what a fingerprint leaves out could in principle hide a state,
@@ -321,7 +321,7 @@ impl Replayed {
             v.push(Input::Tool(true, i as u8));
             v.push(Input::Tool(false, i as u8));
         }
-        if !f.asking.is_empty() {
+        if s.asked() > 0 {
             v.extend([
                 Input::Approval(Answer::Approve),
                 Input::Approval(Answer::Always),
@@ -354,7 +354,7 @@ impl Replayed {
             Input::Compacted
         } else if s.run_end_outstanding {
             Input::StoreAck
-        } else if !f.asking.is_empty() {
+        } else if s.asked() > 0 {
             Input::Approval(Answer::Approve)
         } else if !f.running.is_empty() {
             Input::Tool(true, 0)
@@ -412,7 +412,7 @@ impl Replayed {
                 s.run_end_outstanding,
             ),
             texts: s.texts,
-            attempt_calls: s.attempt_calls(),
+            attempt_calls: s.attempt_kinds().to_vec(),
             calls: s.call_summary(),
             pending: (
                 f.running.len(),
@@ -438,8 +438,8 @@ pub struct Key {
     opened: bool,
     outstanding: (bool, bool, bool),
     texts: u32,
-    attempt_calls: usize,
-    calls: Vec<(u32, bool, bool, bool, bool)>,
+    attempt_calls: Vec<String>,
+    calls: Vec<(String, bool, u32, bool, bool, bool, bool)>,
     pending: (usize, usize, usize, usize),
     ends: u32,
     outcome: Option<String>,
@@ -577,7 +577,7 @@ fn p_completes(_: &RunModel, s: &RunState) -> bool {
 
 /// `sometimes`: a tool runs and the run then completes.
 fn p_tool_then_done(_: &RunModel, s: &RunState) -> bool {
-    s.key.outcome.as_deref() == Some("completed") && s.key.calls.iter().any(|c| c.2)
+    s.key.outcome.as_deref() == Some("completed") && s.key.calls.iter().any(|c| c.4)
 }
 
 /// `sometimes`: a retried step commits.
