@@ -824,6 +824,9 @@ impl SessionSpec {
     }
 
     /// Observes one input and its effects.
+    // Each arm's guard picks the situation and the `if` inside is the verdict: folded into
+    // the guard, a passing case would fall through to the next arm.
+    #[allow(clippy::collapsible_match)]
     pub fn observe(&mut self, command: SessionCommand, effects: &[SessionEffect]) {
         let was_running = self.running;
         let queued_before = self.queued;
