@@ -21,9 +21,10 @@ The report: caught / built / total, every survivor named (file, row, edit).
   python3 scripts/chart_mutants.py --sample 6              # a fixed, evenly spread sample
   python3 scripts/chart_mutants.py                         # all of them (hours)
   python3 scripts/chart_mutants.py --only 12,40 --check 'cargo test -q -p agentloop-core'
+  python3 scripts/chart_mutants.py --match 'retarget calling_opened' --min-score 1
 
 The default checks are the project's documented ones, in this order: the model checker
-(`cargo run --release -p agentloop-verify -- --quick`: properties written from the
+(`cargo run --profile verify -p agentloop-verify -- --quick`: properties written from the
 specification, never from the chart), then the core suite (`cargo test -p agentloop-core`,
 scenario tests, proptest invariants and the conformance oracle). Each result names the first
 check that caught the mutant, so a mutant only the chart-derived oracle notices shows as such
@@ -210,7 +211,7 @@ def sample(ms: list[Mutant], n: int) -> list[int]:
 def default_checks(workdir: Path) -> list[str]:
     checks = []
     if (workdir / "verify" / "Cargo.toml").is_file():
-        checks.append("cargo run -q --release -p agentloop-verify -- --quick")
+        checks.append("cargo run -q --profile verify -p agentloop-verify -- --quick")
     checks.append("cargo test -q -p agentloop-core")
     return checks
 
@@ -245,6 +246,8 @@ def main() -> int:
     ap.add_argument("--list", action="store_true", help="print the mutants and exit")
     ap.add_argument("--sample", type=int, help="run a fixed sample of N mutants")
     ap.add_argument("--only", help="comma-separated mutant numbers (from --list)")
+    ap.add_argument("--match", action="append",
+                    help="the mutants whose name contains this text (repeat for several)")
     ap.add_argument("--check", action="append",
                     help="a check command; repeat for several (default: model checker, core suite)")
     ap.add_argument("--workdir", default=str(ROOT / "target" / "chart-mutants" / "project"),
@@ -268,6 +271,11 @@ def main() -> int:
             return 2
         if any(not 0 <= k < len(ms) for k in picked):
             print(f"--only: numbers run from 0 to {len(ms) - 1}", file=sys.stderr)
+            return 2
+    elif args.match:
+        picked = [k for k, m in enumerate(ms) if any(t in m.name() for t in args.match)]
+        if not picked:
+            print(f"--match: no mutant's name contains {args.match}", file=sys.stderr)
             return 2
     elif args.sample is not None:
         picked = sample(ms, args.sample)
