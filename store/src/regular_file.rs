@@ -143,7 +143,7 @@ pub fn open_regular(path: &Path, options: &mut OpenOptions) -> Result<File, Open
     }
 }
 
-/// The lines of `reader` (without their line ends, as [`BufRead::lines`] gives them), each
+/// The lines of `reader` (without their line ends, as [`BufRead::lines`](std::io::BufRead::lines) gives them), each
 /// read up to `cap` bytes: a longer line is returned cut after `cap + 1` bytes, so the caller
 /// sees it is over its cap, and nothing after it is read. A line that is not UTF-8 is an
 /// [`std::io::ErrorKind::InvalidData`] error (a cut one is returned with replacement
