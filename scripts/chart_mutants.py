@@ -286,7 +286,9 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     copy_project(work)
     env = dict(os.environ)
-    env.setdefault("CARGO_TARGET_DIR", str(ROOT / "target" / "chart-mutants" / "target"))
+    # A target directory of the copy's own: `cargo run` runs the binary uplifted to the target
+    # directory's root, which a shared directory would hand over from the other checkout.
+    env["CARGO_TARGET_DIR"] = str(work.parent / "target")
     checks = args.check or default_checks(work)
     charts = {c: (CHART_DIR / f"{c}.toml").read_text() for c in CHARTS}
     generated = {f: f.read_text() for f in (work / "core" / "src" / "generated").glob("*.rs")}
