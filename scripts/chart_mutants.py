@@ -227,7 +227,12 @@ def copy_project(dest: Path) -> None:
             if not dst.is_symlink():
                 os.symlink(os.readlink(src), dst)
         elif src.is_file():
-            shutil.copy2(src, dst)
+            # Only what differs, with a fresh modification time: cargo judges freshness by
+            # mtime, and a copy that kept the source's older time would let a build of a
+            # mutant from an earlier run pass for a build of this file.
+            if not dst.is_file() or dst.read_bytes() != src.read_bytes():
+                shutil.copyfile(src, dst)
+                shutil.copymode(src, dst)
 
 
 def run(cmd: str, cwd: Path, env: dict[str, str], timeout: int) -> tuple[str, str]:
