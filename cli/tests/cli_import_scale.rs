@@ -102,9 +102,9 @@ fn r_trace_1_a_2000_turn_half_megabyte_recording_imports_fully_in_bounded_memory
         last = line.expect("line");
         lines += 1;
     }
-    assert_eq!(lines, 96_042);
+    assert_eq!(lines, 98_042);
     let last: serde_json::Value = serde_json::from_str(&last).expect("json");
-    assert_eq!(last["index"], 96_040);
+    assert_eq!(last["index"], 98_040);
     assert_eq!(
         names(dir.path()),
         ["chat.json", "chat.script.json", "chat.trace.jsonl"]
