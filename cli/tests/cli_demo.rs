@@ -98,3 +98,26 @@ fn seed_fixes_the_jitter_seed_in_the_trace_header() {
     assert!(seed_of(&c).is_u64(), "{c}");
     assert_ne!(seed_of(&c), seed_of(&d), "a fresh seed per run");
 }
+
+/// The step limit's reminder is not the prompt: with one step (no tools offered) the demo says
+/// it cannot use the calculator; with two, the second step (no tools, the tool's result in the
+/// context) answers with the result. Neither answers with the demo's introduction.
+#[test]
+fn max_steps_one_and_two_answer_the_prompt_not_the_reminder() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases = [
+        ("1", "This step offers no tools, so I cannot work out 2+3"),
+        ("2", "The answer is 5."),
+    ];
+    for (steps, expected) in cases {
+        let out = agentloop(
+            dir.path(),
+            &["run", "--max-steps", steps, "What is 2+3?"],
+            "",
+        );
+        assert!(out.status.success(), "{steps}: {}", show(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains(expected), "{steps}: {}", show(&out));
+        assert!(!stdout.contains("offline demo model"), "{steps}: {}", show(&out));
+    }
+}

@@ -20,11 +20,17 @@
 //!
 //! Each turn may have:
 //! - `text`, `reasoning`: streamed in deltas of `chunk_chars` characters (default 8).
-//! - `when`: `"prompt_has_expression"` or `"prompt_has_no_expression"`: the turn exists only
-//!   for requests whose last user message has (or has no) arithmetic expression (the longest
-//!   run of `0-9 . + - * / % ^ ( )` and spaces that holds a digit, a run with an operator
-//!   winning over a bare number: `"What is 2+3?"` → `2+3`); turns are numbered among those
-//!   whose condition holds.
+//! - `when`: a condition, or a list of conditions that must all hold, for the turn to exist
+//!   for a request; turns are numbered among those whose conditions hold.
+//!   `"prompt_has_expression"` / `"prompt_has_no_expression"`: the prompt (the request's last
+//!   user message) has (or has no) arithmetic expression (the longest run of
+//!   `0-9 . + - * / % ^ ( )` and spaces that holds a digit, a run with an operator winning over
+//!   a bare number: `"What is 2+3?"` → `2+3`). `"tools_offered"` / `"no_tools_offered"`: the
+//!   request offers tools (or none, as on a run's last allowed step).
+//!
+//! The built-in reminders the run appends as user messages on its last step (the max-steps and
+//! the usage-limit reminder) are not prompts: the prompt, and the steps since it, are read as if
+//! they were not there. (A reminder configured with other text counts as a prompt.)
 //! - `tool_calls`: `[{"id"?, "name", "arguments"?}]`; ids default to `call_<session_turn>_<i>`,
 //!   arguments to `{}`. A JSON *string* as `arguments` is sent verbatim as the raw argument text,
 //!   so a script can exercise invalid or truncated arguments (R-STR-6).
@@ -83,10 +89,34 @@ pub(crate) struct Script {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum TurnCondition {
-    /// The request's last user message holds an arithmetic expression.
+    /// The request's prompt holds an arithmetic expression.
     PromptHasExpression,
-    /// The request's last user message holds no arithmetic expression.
+    /// The request's prompt holds no arithmetic expression.
     PromptHasNoExpression,
+    /// The request offers tools.
+    ToolsOffered,
+    /// The request offers no tools (a run's last allowed step).
+    NoToolsOffered,
+}
+
+/// A turn's `when`: one condition, or a list that must all hold.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub(crate) enum TurnWhen {
+    /// One condition.
+    One(TurnCondition),
+    /// Every condition of the list.
+    All(Vec<TurnCondition>),
+}
+
+impl TurnWhen {
+    /// The conditions, as a slice.
+    fn conditions(&self) -> &[TurnCondition] {
+        match self {
+            TurnWhen::One(c) => std::slice::from_ref(c),
+            TurnWhen::All(cs) => cs,
+        }
+    }
 }
 
 /// The reply to one model step, and the failures served before it.
@@ -95,7 +125,7 @@ pub(crate) enum TurnCondition {
 pub(crate) struct Turn {
     /// The turn exists only for requests where this holds (default: always).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) when: Option<TurnCondition>,
+    pub(crate) when: Option<TurnWhen>,
     /// Visible text (templates allowed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) text: Option<String>,
@@ -305,7 +335,10 @@ impl Script {
             per_prompt: true,
             turns: vec![
                 Turn {
-                    when: Some(TurnCondition::PromptHasExpression),
+                    when: Some(TurnWhen::All(vec![
+                        TurnCondition::PromptHasExpression,
+                        TurnCondition::ToolsOffered,
+                    ])),
                     text: Some("Let me calculate that.".into()),
                     tool_calls: vec![ScriptToolCall {
                         id: None,
@@ -315,12 +348,23 @@ impl Script {
                     ..Turn::default()
                 },
                 Turn {
-                    when: Some(TurnCondition::PromptHasExpression),
+                    when: Some(TurnWhen::All(vec![
+                        TurnCondition::PromptHasExpression,
+                        TurnCondition::NoToolsOffered,
+                    ])),
+                    text: Some(format!(
+                        "This step offers no tools, so I cannot work out {PROMPT_EXPRESSION} \
+                         with the calculator."
+                    )),
+                    ..Turn::default()
+                },
+                Turn {
+                    when: Some(TurnWhen::One(TurnCondition::PromptHasExpression)),
                     text: Some(format!("The answer is {LAST_TOOL_RESULT}.")),
                     ..Turn::default()
                 },
                 Turn {
-                    when: Some(TurnCondition::PromptHasNoExpression),
+                    when: Some(TurnWhen::One(TurnCondition::PromptHasNoExpression)),
                     text: Some(DEMO_NO_EXPRESSION.into()),
                     ..Turn::default()
                 },
@@ -406,10 +450,17 @@ impl ScriptedModel {
     pub fn plan(&self, request: &ModelRequest) -> Result<Served, ModelError> {
         let has_expression =
             last_user_text(request).is_some_and(|p| !prompt_expression(p).is_empty());
-        let applies = |turn: &&Turn| match turn.when {
-            None => true,
-            Some(TurnCondition::PromptHasExpression) => has_expression,
-            Some(TurnCondition::PromptHasNoExpression) => !has_expression,
+        let tools_offered = !request.tools.is_empty();
+        let holds = |c: &TurnCondition| match c {
+            TurnCondition::PromptHasExpression => has_expression,
+            TurnCondition::PromptHasNoExpression => !has_expression,
+            TurnCondition::ToolsOffered => tools_offered,
+            TurnCondition::NoToolsOffered => !tools_offered,
+        };
+        let applies = |turn: &&Turn| {
+            turn.when
+                .as_ref()
+                .is_none_or(|w| w.conditions().iter().all(holds))
         };
         let index = if self.script.per_prompt {
             steps_since_last_prompt(request)
@@ -599,21 +650,33 @@ fn chunks(s: &str, n: usize) -> impl Iterator<Item = String> + '_ {
     })
 }
 
-/// The text of the request's last user message, if it has one.
+/// Whether `m` is a built-in reminder the run appended (not a prompt; module docs).
+fn is_builtin_reminder(m: &Message) -> bool {
+    matches!(m, Message::User { content, parts } if parts.is_empty()
+        && (content == agentloop_core::react::FINAL_REMINDER
+            || content == agentloop_core::react::LIMIT_REMINDER))
+}
+
+/// The request's messages without the built-in reminders, newest first.
+fn conversation_rev(request: &ModelRequest) -> impl Iterator<Item = &Message> {
+    request
+        .messages
+        .iter()
+        .rev()
+        .filter(|m| !is_builtin_reminder(m))
+}
+
+/// The text of the request's prompt (its last user message), if it has one.
 fn last_user_text(request: &ModelRequest) -> Option<&str> {
-    request.messages.iter().rev().find_map(|m| match m {
+    conversation_rev(request).find_map(|m| match m {
         Message::User { content, .. } => Some(content.as_str()),
         _ => None,
     })
 }
 
-/// The model steps already taken for the request's last user message: its assistant messages
-/// after that message.
+/// The model steps already taken for the request's prompt: its assistant messages after it.
 fn steps_since_last_prompt(request: &ModelRequest) -> usize {
-    request
-        .messages
-        .iter()
-        .rev()
+    conversation_rev(request)
         .take_while(|m| !matches!(m, Message::User { .. }))
         .filter(|m| matches!(m, Message::Assistant(_)))
         .count()
@@ -662,14 +725,8 @@ impl Templates {
                 _ => None,
             })
             .unwrap_or_default();
-        let prompt_expression = request
-            .messages
-            .iter()
-            .rev()
-            .find_map(|m| match m {
-                Message::User { content, .. } => Some(prompt_expression(content)),
-                _ => None,
-            })
+        let prompt_expression = last_user_text(request)
+            .map(prompt_expression)
             .unwrap_or_default();
         Templates {
             last_tool_result,
