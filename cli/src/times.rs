@@ -4,10 +4,12 @@
 //! joins into its `latency_ms` and `ttft_ms` columns.
 //!
 //! A line: `{"ts_ms", "run_id", "type", "step"?, "attempt"?, "tool_call_id"?}` for the types
-//! `run_start`, `request_start`, `message_start` (the response's first chunk),
-//! `response_complete`, `tool_start`, `tool_end` and `run_end`. Timing is best effort: a
+//! `run_start`, `request_start`, `first_token` (the attempt's first text, reasoning or tool-call
+//! delta: the time to first token `--metrics` reports too), `response_complete`, `tool_start`,
+//! `tool_end` and `run_end`. Timing is best effort: a
 //! sidecar that cannot be written leaves the columns empty, never fails the run.
 
+use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::Path;
 use std::sync::Mutex;
@@ -21,7 +23,13 @@ pub(crate) use agentloop_trace_tools::export::{sidecar_path, Timing};
 
 /// The sidecar being written during a run.
 pub(crate) struct Recorder {
-    file: Mutex<std::fs::File>,
+    file: Mutex<Sidecar>,
+}
+
+/// The open sidecar, and per run the attempt whose first token is still to come.
+struct Sidecar {
+    file: std::fs::File,
+    awaiting_token: HashMap<String, (u32, u32)>,
 }
 
 impl Recorder {
@@ -29,35 +37,50 @@ impl Recorder {
     pub(crate) fn create(trace: &Path) -> std::io::Result<Recorder> {
         let file = std::fs::File::create(sidecar_path(trace))?;
         Ok(Recorder {
-            file: Mutex::new(file),
+            file: Mutex::new(Sidecar {
+                file,
+                awaiting_token: HashMap::new(),
+            }),
         })
     }
 
     /// Writes a line for `env` when it is a timed event (a write error is ignored: timing is
     /// best effort).
     pub(crate) fn record(&self, env: &EventEnvelope) {
+        let Ok(mut sidecar) = self.file.lock() else {
+            return;
+        };
         let (kind, step, attempt, call) = match &env.event {
             AgentEvent::RunStart {} => ("run_start", None, None, None),
-            AgentEvent::RunEnd { .. } => ("run_end", None, None, None),
+            AgentEvent::RunEnd { .. } => {
+                sidecar.awaiting_token.remove(&env.run_id);
+                ("run_end", None, None, None)
+            }
             AgentEvent::RequestStart {
                 model_call_index,
                 attempt,
                 ..
-            } => (
-                "request_start",
-                Some(*model_call_index),
-                Some(*attempt),
-                None,
-            ),
-            AgentEvent::MessageStart {
-                model_call_index,
-                attempt,
-            } => (
-                "message_start",
-                Some(*model_call_index),
-                Some(*attempt),
-                None,
-            ),
+            } => {
+                sidecar
+                    .awaiting_token
+                    .insert(env.run_id.clone(), (*model_call_index, *attempt));
+                (
+                    "request_start",
+                    Some(*model_call_index),
+                    Some(*attempt),
+                    None,
+                )
+            }
+            // The first content delta of the attempt in flight (tool-call deltas name no
+            // attempt: they belong to the latest request, as in `RunMetrics`).
+            AgentEvent::TextDelta { .. }
+            | AgentEvent::ReasoningDelta { .. }
+            | AgentEvent::ToolInputStart { .. } => {
+                match sidecar.awaiting_token.remove(&env.run_id) {
+                    Some((s, a)) => ("first_token", Some(s), Some(a), None),
+                    None => return,
+                }
+            }
             AgentEvent::ResponseComplete {
                 model_call_index, ..
             } => ("response_complete", Some(*model_call_index), None, None),
@@ -80,9 +103,7 @@ impl Recorder {
             line["tool_call_id"] = json!(c);
         }
         let text = format!("{line}\n");
-        if let Ok(mut f) = self.file.lock() {
-            let _ = f.write_all(text.as_bytes());
-        }
+        let _ = sidecar.file.write_all(text.as_bytes());
     }
 }
 

@@ -118,6 +118,10 @@ fn max_steps_one_and_two_answer_the_prompt_not_the_reminder() {
         assert!(out.status.success(), "{steps}: {}", show(&out));
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(stdout.contains(expected), "{steps}: {}", show(&out));
-        assert!(!stdout.contains("offline demo model"), "{steps}: {}", show(&out));
+        assert!(
+            !stdout.contains("offline demo model"),
+            "{steps}: {}",
+            show(&out)
+        );
     }
 }

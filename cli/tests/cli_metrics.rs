@@ -74,3 +74,62 @@ fn r_obs_run_with_metrics_counts_retries_by_kind() {
     );
     assert!(stderr.contains("steps: 1 (3 model requests)"), "{stderr}");
 }
+
+/// "Time to first token" has one meaning: an attempt's request to its first token. The step's
+/// first attempt fails (a 429 that asks for 400 ms); the second streams at once. `trace
+/// export`'s step `ttft_ms` is the committed attempt's figure (well under the 400 ms back-off,
+/// which the step's `latency_ms` includes), as `--metrics` reports it per attempt.
+#[test]
+fn ttft_is_the_committed_attempts_request_to_first_token_in_export_and_metrics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("s.json"),
+        r#"{"turns": [{"errors": [{"status": 429, "retry_after_ms": 400}], "text": "ok"}]}"#,
+    )
+    .expect("script");
+    let out = agentloop(
+        dir.path(),
+        &[
+            "run",
+            "--script",
+            "s.json",
+            "--metrics",
+            "--trace",
+            "t.jsonl",
+            "hi",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let sidecar = std::fs::read_to_string(dir.path().join("t.times.jsonl")).expect("sidecar");
+    let firsts: Vec<&str> = sidecar
+        .lines()
+        .filter(|l| l.contains(r#""type":"first_token""#))
+        .collect();
+    assert_eq!(firsts.len(), 1, "{sidecar}");
+    assert!(firsts[0].contains(r#""attempt":2"#), "{sidecar}");
+
+    let out = agentloop(
+        dir.path(),
+        &[
+            "trace", "export", "t.jsonl", "--table", "steps", "--format", "jsonl", "-o", "s.jsonl",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(dir.path().join("s.jsonl"))
+            .expect("export")
+            .lines()
+            .next()
+            .expect("a step row"),
+    )
+    .expect("json row");
+    let ttft = row["ttft_ms"].as_u64().expect("ttft_ms");
+    let latency = row["latency_ms"].as_u64().expect("latency_ms");
+    assert!(latency >= 400, "{row}");
+    assert!(ttft < 400, "the back-off is not time to first token: {row}");
+}

@@ -73,7 +73,10 @@ pub struct Timing {
     pub runs: HashMap<String, u64>,
     /// Per (run id, step): the step's first request to its committed response.
     pub steps: HashMap<(String, u64), u64>,
-    /// Per (run id, step): the step's first request to the first chunk of a response.
+    /// Per (run id, step): the time to first token of the step's last attempt that streamed
+    /// (the committed one): its request to its first text, reasoning or tool-call delta (the
+    /// sidecar's `first_token` line; `--metrics`' `time_to_first_token` is the same figure per
+    /// attempt).
     pub ttft: HashMap<(String, u64), u64>,
     /// Per (run id, call id): tool start to tool end.
     pub tools: HashMap<(String, String), u64>,
@@ -86,6 +89,7 @@ impl Timing {
         let mut t = Timing::default();
         let mut run_start: HashMap<String, u64> = HashMap::new();
         let mut request: HashMap<(String, u64), u64> = HashMap::new();
+        let mut attempt_start: HashMap<(String, u64, u64), u64> = HashMap::new();
         let mut tool_start: HashMap<(String, String), u64> = HashMap::new();
         for line in text.lines() {
             let Ok(v) = serde_json::from_str::<Value>(line) else {
@@ -111,13 +115,18 @@ impl Timing {
                     }
                 }
                 ("request_start", Some(step), _) => {
+                    if let Some(a) = v["attempt"].as_u64() {
+                        attempt_start.insert((run.clone(), step, a), ts);
+                    }
                     request.entry((run, step)).or_insert(ts);
                 }
-                ("message_start", Some(step), _) => {
-                    let key = (run, step);
-                    if let Some(s) = request.get(&key) {
-                        let d = ts.saturating_sub(*s);
-                        t.ttft.entry(key).or_insert(d);
+                ("first_token", Some(step), _) => {
+                    let Some(a) = v["attempt"].as_u64() else {
+                        continue;
+                    };
+                    if let Some(s) = attempt_start.remove(&(run.clone(), step, a)) {
+                        // A later attempt's figure replaces an earlier one's.
+                        t.ttft.insert((run, step), ts.saturating_sub(s));
                     }
                 }
                 ("response_complete", Some(step), _) => {
@@ -438,7 +447,11 @@ mod tests {
             "\n",
             r#"{"ts_ms":110,"run_id":"r","type":"request_start","step":1,"attempt":1}"#,
             "\n",
-            r#"{"ts_ms":130,"run_id":"r","type":"message_start","step":1,"attempt":1}"#,
+            r#"{"ts_ms":112,"run_id":"r","type":"first_token","step":1,"attempt":1}"#,
+            "\n",
+            r#"{"ts_ms":125,"run_id":"r","type":"request_start","step":1,"attempt":2}"#,
+            "\n",
+            r#"{"ts_ms":130,"run_id":"r","type":"first_token","step":1,"attempt":2}"#,
             "\n",
             r#"{"ts_ms":150,"run_id":"r","type":"response_complete","step":1}"#,
             "\n",
@@ -449,6 +462,7 @@ mod tests {
         let t = Timing::from_sidecar(text);
         assert_eq!(t.runs.get("r"), Some(&90));
         assert_eq!(t.steps.get(&("r".to_string(), 1)), Some(&40));
-        assert_eq!(t.ttft.get(&("r".to_string(), 1)), Some(&20));
+        // The committed (last) attempt's time to first token, not the first request's.
+        assert_eq!(t.ttft.get(&("r".to_string(), 1)), Some(&5));
     }
 }
