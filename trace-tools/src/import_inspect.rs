@@ -13,7 +13,9 @@
 //! Each sample's messages are rewritten as an OpenAI chat-completions message array and
 //! imported by [`crate::import::openai_chat`], so the machines, the findings and the trace are
 //! those of the chat import. What the trace cannot hold is named in a finding: content parts
-//! other than text (reasoning, images, audio), which are left out. Pure: the caller reads the
+//! other than text (reasoning, images, audio), which are left out, and a sample that Inspect
+//! recorded as ended by an `error` or a `limit` (the trace holds the conversation up to there).
+//! Pure: the caller reads the
 //! log and writes the traces.
 
 use serde_json::{json, Value};
@@ -164,6 +166,37 @@ fn chat_messages(messages: &[Value]) -> Result<(Value, Vec<Finding>), ImportErro
     Ok((Value::Array(out), findings))
 }
 
+/// What ended the sample early, as Inspect recorded it: an `error` (`{message, traceback}`)
+/// or a `limit` it hit (`{type, limit}`: messages, tokens, time, …); the trace holds the
+/// conversation up to there, so each is a finding.
+fn sample_end(sample: &Value) -> Vec<Finding> {
+    let mut out = Vec::new();
+    if let Some(error) = sample.get("error").filter(|e| !e.is_null()) {
+        let message = error
+            .get("message")
+            .and_then(Value::as_str)
+            .map_or_else(|| error.to_string(), str::to_string);
+        out.push(Finding {
+            message: None,
+            step: None,
+            text: format!("the sample ended in an error in Inspect: {message}"),
+        });
+    }
+    if let Some(limit) = sample.get("limit").filter(|l| !l.is_null()) {
+        let kind = limit.get("type").and_then(Value::as_str).unwrap_or("a");
+        let bound = limit
+            .get("limit")
+            .map(|l| format!(" ({l})"))
+            .unwrap_or_default();
+        out.push(Finding {
+            message: None,
+            step: None,
+            text: format!("the sample stopped at its {kind} limit{bound} in Inspect"),
+        });
+    }
+    out
+}
+
 /// Imports every sample of the eval log `log` (see the module docs), in the log's order.
 /// Each trace records the log's model (`eval.model`; `options.model` when the log has none)
 /// and task (`eval.task` as the session; else `options.session`), and the run id
@@ -216,6 +249,7 @@ pub fn inspect_eval(log: &Value, options: &ImportOptions) -> Result<Vec<Sample>,
         };
         let mut imported = openai_chat(&chat, &sample_options).map_err(failed)?;
         findings.append(&mut imported.findings);
+        findings.extend(sample_end(s));
         imported.findings = findings;
         out.push(Sample {
             id,
@@ -234,6 +268,39 @@ mod tests {
     fn log() -> Value {
         serde_json::from_str(include_str!("../../tests/fixtures/inspect/eval.json"))
             .expect("the fixture is JSON")
+    }
+
+    #[test]
+    fn an_errored_or_limited_sample_names_why_it_ended() {
+        let mut log = log();
+        log["samples"][0]["error"] = json!({
+            "message": "RuntimeError('sandbox died')",
+            "traceback": "Traceback ...",
+        });
+        log["samples"][1]["limit"] = json!({"type": "token", "limit": 1000});
+        let samples = inspect_eval(&log, &ImportOptions::default()).expect("import");
+        let texts = |i: usize| -> Vec<String> {
+            samples[i]
+                .imported
+                .findings
+                .iter()
+                .map(|f| f.to_string())
+                .collect()
+        };
+        assert_eq!(
+            texts(0),
+            ["the sample ended in an error in Inspect: RuntimeError('sandbox died')"]
+        );
+        assert!(
+            texts(1).contains(&"the sample stopped at its token limit (1000) in Inspect".into()),
+            "{:?}",
+            texts(1)
+        );
+        // The conversation up to there is still imported and replays.
+        assert_eq!(
+            agentloop_core::trace::replay(&samples[0].imported.trace),
+            None
+        );
     }
 
     #[test]
