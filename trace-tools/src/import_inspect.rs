@@ -15,8 +15,7 @@
 //! those of the chat import. What the trace cannot hold is named in a finding: content parts
 //! other than text (reasoning, images, audio), which are left out, and a sample that Inspect
 //! recorded as ended by an `error` or a `limit` (the trace holds the conversation up to there).
-//! Pure: the caller reads the
-//! log and writes the traces.
+//! Pure: the caller reads the log and writes the traces.
 
 use serde_json::{json, Value};
 
