@@ -232,9 +232,9 @@ fn script_appending(dir: &Path, calls: &[(&str, &str, &str)], line: &str) {
 
 /// With `--store sqlite:work.db`, the sessions of the default store, of another file store
 /// and of `$AGENTLOOP_STORE` are off limits to `read_file` and `append_line`; agent
-/// instructions, `AGENTS.md` and the `--tool-rules` file are read-only; every one of them is
-/// byte-identical afterwards. `--allow-instruction-writes` lets the instructions be written,
-/// never the stores.
+/// instructions and the `--tool-rules` file are off limits too, `AGENTS.md` is read-only
+/// (readable: coding agents read it); every one of them is byte-identical afterwards.
+/// `--allow-instruction-writes` lets the instructions be read and written, never the stores.
 #[test]
 fn every_store_is_off_limits_and_instructions_and_rules_are_read_only() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -294,14 +294,18 @@ fn every_store_is_off_limits_and_instructions_and_rules_are_read_only() {
         ("i3", "append_line", "AGENTS.md"),
         ("i4", "append_line", "rules.json"),
     ];
+    let unreadable = [
+        ("u1", "read_file", "agents/a.md"),
+        ("u2", "read_file", "rules.json"),
+    ];
     let allowed = [
-        ("k1", "read_file", "agents/a.md"),
-        ("k2", "read_file", "rules.json"),
+        ("k1", "read_file", "AGENTS.md"),
         ("k3", "append_line", "notes.txt"),
     ];
     let calls: Vec<_> = refused
         .iter()
         .chain(&read_only)
+        .chain(&unreadable)
         .chain(&allowed)
         .copied()
         .collect();
@@ -349,11 +353,19 @@ fn every_store_is_off_limits_and_instructions_and_rules_are_read_only() {
             "{id} {path}: {result}"
         );
     }
+    for (id, _, path) in unreadable {
+        let (status, result) = &ends[id];
+        assert_eq!(status, "error", "{id} {path}: {result}");
+        assert!(
+            result.contains("off-limits to the file tools"),
+            "{id} {path}: {result}"
+        );
+    }
     for (id, _, path) in allowed {
         let (status, result) = &ends[id];
         assert_eq!(status, "completed", "{id} {path}: {result}");
     }
-    assert_eq!(ends["k1"].1, "You are agent a.\n");
+    assert_eq!(ends["k1"].1, "Be careful.\n");
     let after: Vec<Vec<u8>> = kept
         .iter()
         .map(|f| std::fs::read(dir.join(f)).expect(f))
@@ -372,7 +384,13 @@ fn every_store_is_off_limits_and_instructions_and_rules_are_read_only() {
 
     // The opt-in: instructions and rules may be written, the stores still may not.
     let ends = run("me2", &["--allow-instruction-writes"]);
-    for (id, _, path) in read_only {
+    // (read after the append `i1` made in this run)
+    assert!(
+        ends["u1"].1.starts_with("You are agent a.\n"),
+        "{:?}",
+        ends["u1"]
+    );
+    for &(id, _, path) in read_only.iter().chain(&unreadable) {
         let (status, result) = &ends[id];
         assert_eq!(status, "completed", "{id} {path}: {result}");
     }

@@ -19,8 +19,13 @@
 //!   instructions ([`crate::instructions::load`]) registers its directory; the command line
 //!   registers `--agents-dir` and the `--tool-rules` file.
 //!
+//! `read_file` refuses the last two as well ([`check_read`]): an agent's instructions and the
+//! rules are the run's configuration, which the model has in its prompt already or must not
+//! read to evade (a `--tool-rules` policy); instruction files found by name stay readable.
+//!
 //! A program opts out with [`AgentBuilder::allow_instruction_writes`]
-//! (`--allow-instruction-writes` on the command line); [`check_write`] is the check.
+//! (`--allow-instruction-writes` on the command line); [`check_write`] and [`check_read`] are
+//! the checks.
 //!
 //! [`AgentBuilder::allow_instruction_writes`]: crate::runtime::AgentBuilder::allow_instruction_writes
 //!
@@ -113,48 +118,70 @@ fn markdown_in(target: &Path, dir: &Path) -> bool {
 /// [`allow_instruction_writes`](crate::runtime::AgentBuilder::allow_instruction_writes)
 /// ([`ToolContext::allow_instruction_writes`](super::ToolContext::allow_instruction_writes)).
 pub fn check_write(requested: &str, target: &Path, allowed: bool) -> Result<(), String> {
+    refuse_if(requested, target, allowed, true, "read-only")
+}
+
+/// Refuses a read of `target` (canonical) when it is an agent's instructions or a registered
+/// rule or instructions file (the run's own configuration, which the model already has in its
+/// prompt or must not learn to evade: a `--tool-rules` policy). Instruction files found by
+/// name (`AGENTS.md`, ...) stay readable: coding agents are meant to read them. `allowed` as
+/// for [`check_write`] lifts it.
+pub fn check_read(requested: &str, target: &Path, allowed: bool) -> Result<(), String> {
+    refuse_if(requested, target, allowed, false, "off-limits")
+}
+
+fn refuse_if(
+    requested: &str,
+    target: &Path,
+    allowed: bool,
+    by_name: bool,
+    verdict: &str,
+) -> Result<(), String> {
     if allowed {
         return Ok(());
     }
-    let refuse = |what: &str| {
-        Err(format!(
-            "`{requested}` is {what}: read-only to the file tools (the agent does not allow \
+    match protected_kind(target, by_name) {
+        Some(what) => Err(format!(
+            "`{requested}` is {what}: {verdict} to the file tools (the agent does not allow \
              instruction writes)"
-        ))
-    };
+        )),
+        None => Ok(()),
+    }
+}
+
+/// What `target` is among the protected instruction, agent and rule files, if one;
+/// instruction files recognized by name only when `by_name`.
+fn protected_kind(target: &Path, by_name: bool) -> Option<&'static str> {
     let name = target
         .file_name()
         .map(|n| n.to_string_lossy().to_lowercase())
         .unwrap_or_default();
-    if INSTRUCTION_FILE_NAMES.contains(&name.as_str()) {
-        return refuse("an instruction file");
+    if by_name && INSTRUCTION_FILE_NAMES.contains(&name.as_str()) {
+        return Some("an instruction file");
     }
     if target.parent().is_some_and(|dir| {
         dir.file_name().is_some_and(|n| n == "agents") && markdown_in(target, dir)
     }) {
-        return refuse("an agent's instructions");
+        return Some("an agent's instructions");
     }
     let entries: Vec<ReadOnly> = match READ_ONLY.lock() {
         Ok(set) => set.iter().cloned().collect(),
         Err(poisoned) => poisoned.into_inner().iter().cloned().collect(),
     };
-    for entry in entries {
-        match entry {
-            ReadOnly::Path(path) if spellings(&path).iter().any(|p| target.starts_with(p)) => {
-                return refuse("a rule or instructions file");
-            }
-            ReadOnly::AgentsDir(dir) if spellings(&dir).iter().any(|d| markdown_in(target, d)) => {
-                return refuse("an agent's instructions");
-            }
-            _ => {}
+    entries.into_iter().find_map(|entry| match entry {
+        ReadOnly::Path(path) if spellings(&path).iter().any(|p| target.starts_with(p)) => {
+            Some("a rule or instructions file")
         }
-    }
-    Ok(())
+        ReadOnly::AgentsDir(dir) if spellings(&dir).iter().any(|d| markdown_in(target, d)) => {
+            Some("an agent's instructions")
+        }
+        _ => None,
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{check_write, protect_agents_dir, protect_from_writes};
+    use super::{check_read, check_write, protect_agents_dir, protect_from_writes};
 
     /// Instruction files are refused by name, agent instructions and rule files by where they
     /// are registered; the opt-in lifts it; other files are writable.
@@ -185,6 +212,17 @@ mod tests {
             "rules.json.bak",
         ] {
             assert!(check_write(free, &root.join(free), false).is_ok(), "{free}");
+            assert!(check_read(free, &root.join(free), false).is_ok(), "{free}");
+        }
+        // Reads: the agents' instructions and the registered rules are refused, instruction
+        // files found by name are not (coding agents read them).
+        for refused in ["agents/a.md", "prompts/new.md", "rules.json"] {
+            let e = check_read(refused, &root.join(refused), false).unwrap_err();
+            assert!(e.contains("off-limits to the file tools"), "{refused}: {e}");
+            assert!(check_read(refused, &root.join(refused), true).is_ok());
+        }
+        for readable in ["AGENTS.md", "sub/claude.md", ".cursorrules"] {
+            assert!(check_read(readable, &root.join(readable), false).is_ok());
         }
     }
 

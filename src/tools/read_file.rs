@@ -52,24 +52,25 @@ impl TypedTool for ReadFile {
     }
 
     async fn run(&self, ctx: ToolContext, args: ReadFileArgs) -> Result<String, ToolError> {
-        read_confined(&ctx.root, &args.path)
+        read_confined(&ctx.root, &args.path, ctx.allow_instruction_writes)
             .await
             .map_err(ToolError::Failed)
     }
 }
 
-async fn read_confined(root: &Path, requested: &str) -> Result<String, String> {
+async fn read_confined(root: &Path, requested: &str, allowed: bool) -> Result<String, String> {
     // Blocking IO on a blocking thread: a timed-out call abandons it (the process does not wait
     // for it at exit), and `open_regular` never blocks on a FIFO or device anyway.
     let root = root.to_path_buf();
     let requested = requested.to_string();
-    tokio::task::spawn_blocking(move || read_blocking(&root, &requested))
+    tokio::task::spawn_blocking(move || read_blocking(&root, &requested, allowed))
         .await
         .map_err(|e| format!("read_file did not finish: {e}"))?
 }
 
-fn read_blocking(root: &Path, requested: &str) -> Result<String, String> {
+fn read_blocking(root: &Path, requested: &str, allowed: bool) -> Result<String, String> {
     let target = resolve_existing(root, requested)?;
+    super::protected::check_read(requested, &target, allowed)?;
     // `target` is canonical: a link in its last component now means it was swapped since.
     let file = open_regular(&target, OpenOptions::new().read(true))
         .map_err(|e| open_error(requested, e, "read"))?;
