@@ -689,3 +689,94 @@ fn seed_002_agent_instructions_by_id_become_the_system_prompt() {
         assert!(err.contains(needle), "{err}");
     }
 }
+
+/// A server that reuses `call_1` in every response: each later call gets a derived id
+/// (`call_1_2`, then across runs `call_1_3`), every call runs once with its own record, the
+/// session passes `sessions check` after each run, and the trace replays. The arguments check
+/// reaches a call under its derived id: invalid arguments are that call's error result.
+#[test]
+fn a_call_id_repeated_across_steps_and_runs_is_derived_and_every_call_is_recorded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    std::fs::write(
+        d.join("s.json"),
+        r#"{"turns": [
+          {"tool_calls": [{"id": "call_1", "name": "calculator", "arguments": {"expression": "2+3"}}]},
+          {"tool_calls": [{"id": "call_1", "name": "calculator", "arguments": {"expression": "4*5"}}]},
+          {"text": "first {{last_tool_result}}"},
+          {"tool_calls": [{"id": "call_1", "name": "calculator", "arguments": {"expression": "3+4"}},
+                          {"id": "call_1", "name": "calculator", "arguments": {"nope": 1}}]},
+          {"text": "second {{last_tool_result}}"}
+        ]}"#,
+    )
+    .expect("script");
+    let mut ends = Vec::new();
+    let mut started = Vec::new();
+    for (prompt, trace) in [("go", "t1.jsonl"), ("again", "t2.jsonl")] {
+        let out = agentloop(
+            d,
+            &[
+                "run",
+                "--script",
+                "s.json",
+                "--session",
+                "r",
+                "--events",
+                "json",
+                "--trace",
+                trace,
+                prompt,
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for e in json_events(&out) {
+            if e["type"] == "tool_start" {
+                started.push(e["tool_call_id"].as_str().unwrap_or_default().to_string());
+            }
+            if e["type"] == "tool_end" {
+                ends.push((
+                    e["tool_call_id"].as_str().unwrap_or_default().to_string(),
+                    e["status"].as_str().unwrap_or_default().to_string(),
+                    e["result"].as_str().unwrap_or_default().to_string(),
+                ));
+            }
+        }
+        let check = agentloop(d, &["sessions", "check", "r"]);
+        assert!(
+            check.status.success(),
+            "{prompt}: {}",
+            String::from_utf8_lossy(&check.stdout)
+        );
+        let replay = agentloop(d, &["replay", trace]);
+        assert!(
+            replay.status.success(),
+            "{}",
+            String::from_utf8_lossy(&replay.stderr)
+        );
+    }
+    // (an invalid call's error result comes before the other calls of its message run)
+    ends.sort();
+    let got: Vec<(&str, &str)> = ends
+        .iter()
+        .map(|(id, status, _)| (id.as_str(), status.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("call_1", "completed"),
+            ("call_1_2", "completed"),
+            ("call_1_3", "completed"),
+            ("call_1_4", "error"),
+        ]
+    );
+    let results: Vec<&str> = ends.iter().map(|(_, _, r)| r.as_str()).collect();
+    assert_eq!(results[..3], ["5", "20", "7"]);
+    // Refused before it ran, by the check that names calls by their id in the message alone.
+    assert!(results[3].contains("The tool did not run"), "{}", results[3]);
+    assert!(results[3].contains("nope"), "{}", results[3]);
+    assert_eq!(started, ["call_1", "call_1_2", "call_1_3"]);
+}

@@ -107,9 +107,10 @@ pub(crate) trait ProcessActions {
     fn streaming_watch(data: &mut ProcessData, input: &Input<'_>);
     /// `streaming_done_tools`: `Streaming --Done [has_tool_calls]--> RunningTools`. release text
     /// held back by the inline-tag filter (emit text_delta); commit (persist) the assistant
-    /// message, a call whose id an earlier call of the message had under a derived id <id>_<n>
-    /// (emit tool_call_id_derived), so every call that runs has its own record; persist tool start
-    /// + run tool, or an error result for invalid/unknown calls; emit response_complete
+    /// message, a call whose id an earlier call of the message or of the run's context had under a
+    /// derived id <id>_<n> (emit tool_call_id_derived), so every call that runs has its own record;
+    /// persist tool start + run tool, or an error result for invalid/unknown calls; emit
+    /// response_complete
     fn streaming_done_tools(data: &mut ProcessData, input: &Input<'_>);
     /// `streaming_done`: `Streaming --Done [no_tool_calls]--> Success`. release text held back by
     /// the inline-tag filter (emit text_delta); commit (persist) the assistant message; emit

@@ -33,8 +33,10 @@ pub struct MessageAssembler {
     pub(crate) tags: InlineTagFilter,
     /// The ids the message's tool calls got so far (unique within the message).
     pub(crate) call_ids: CallIds,
-    /// Calls whose provider id an earlier call of the message had: (provided, derived).
+    /// Calls whose provider id an earlier call had: (provided, derived).
     pub(crate) derived_ids: Vec<(String, String)>,
+    /// The provider's id of each call, in order.
+    pub(crate) provided_ids: Vec<String>,
 }
 
 impl MessageAssembler {
@@ -47,6 +49,19 @@ impl MessageAssembler {
     pub fn with_inline_tags(mode: InlineTags) -> Self {
         MessageAssembler {
             inline_tags: mode,
+            ..Self::default()
+        }
+    }
+
+    /// An empty assembler that handles inline tags as `mode` says and takes the call ids
+    /// `earlier` (the run's context) as used ([`CallIds::after`]).
+    pub fn with_earlier_call_ids(
+        mode: InlineTags,
+        earlier: std::sync::Arc<std::collections::HashSet<String>>,
+    ) -> Self {
+        MessageAssembler {
+            inline_tags: mode,
+            call_ids: CallIds::after(earlier),
             ..Self::default()
         }
     }
@@ -121,6 +136,7 @@ impl MessageAssembler {
                 if unique != *id {
                     self.derived_ids.push((id.clone(), unique.clone()));
                 }
+                self.provided_ids.push(id.clone());
                 self.raw_calls
                     .push((unique, name.clone(), arguments.clone()))
             }
@@ -178,6 +194,17 @@ impl MessageAssembler {
     /// ids).
     pub fn derived_ids(&self) -> &[(String, String)] {
         &self.derived_ids
+    }
+
+    /// Each call's id as a reader of this message alone derives it ([`CallIds::new`]: the
+    /// runtime's argument checks, `agentloop decode`), in call order; the message's calls
+    /// have the ids this assembler derived, which also avoid the run's earlier ones.
+    pub fn message_local_ids(&self) -> Vec<String> {
+        let mut local = CallIds::new();
+        self.provided_ids
+            .iter()
+            .map(|id| local.assign(id))
+            .collect()
     }
 
     /// The provider's raw finish reason.

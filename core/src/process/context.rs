@@ -46,6 +46,8 @@ pub(crate) struct Attempt {
     pub(crate) malformed_retried: bool,
     /// The current attempt's deadline timers.
     pub(crate) timers: AttemptTimers,
+    /// The call ids of the run's context: a call that repeats one gets a derived id.
+    pub(crate) earlier_call_ids: std::sync::Arc<HashSet<String>>,
 }
 
 impl Attempt {
@@ -61,6 +63,7 @@ impl Attempt {
             retries: 0,
             malformed_retried: false,
             timers: AttemptTimers::default(),
+            earlier_call_ids: Default::default(),
         }
     }
 
@@ -103,7 +106,8 @@ impl Attempt {
 
     /// Starts the message afresh (a new attempt discards the partial output).
     fn new_assembler(&mut self, inline_tags: InlineTags) {
-        self.acc = MessageAssembler::with_inline_tags(inline_tags);
+        self.acc =
+            MessageAssembler::with_earlier_call_ids(inline_tags, self.earlier_call_ids.clone());
         self.acc_epoch += 1;
     }
 

@@ -458,18 +458,26 @@ impl ProcessData {
                 tool_call_id: derived,
             });
         }
-        // The first verdict on each call id (ids are unique in a well-formed message).
+        // The first verdict on each call id (ids are unique in a well-formed message). The
+        // runtime names a call by its id within the message alone: a call whose id was also
+        // derived from the run's context has another id here.
         let mut verdicts: HashMap<&str, &ArgumentsRejected> =
             HashMap::with_capacity(rejected.len());
         for r in rejected {
             verdicts.entry(r.tool_call_id.as_str()).or_insert(r);
         }
+        let local_ids = self.attempt.acc.message_local_ids();
         let slots = message
             .tool_calls
             .iter()
-            .map(|call| {
+            .zip(&local_ids)
+            .map(|(call, local)| {
                 let mut slot = Slot::new(call.clone());
-                slot.rejected = verdicts.get(call.id.as_str()).map(|v| (*v).clone());
+                slot.rejected = verdicts.get(local.as_str()).map(|v| {
+                    let mut v = (*v).clone();
+                    v.tool_call_id.clone_from(&call.id);
+                    v
+                });
                 slot.policy = self.cfg.policy(call);
                 slot
             })

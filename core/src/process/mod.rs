@@ -386,6 +386,16 @@ impl Process {
         self
     }
 
+    /// The call ids of the run's context (the calls it started from and committed since): a
+    /// call that repeats one gets a derived id ([`call_ids`]).
+    pub fn with_earlier_call_ids(
+        mut self,
+        ids: std::sync::Arc<std::collections::HashSet<String>>,
+    ) -> Self {
+        self.data.attempt.earlier_call_ids = ids;
+        self
+    }
+
     /// The results of the session's earlier pure-tool calls (R-TOOL-6): an
     /// identical call of a pure tool is answered from them.
     pub fn with_tool_cache(mut self, cache: std::sync::Arc<crate::tool_cache::ToolCache>) -> Self {

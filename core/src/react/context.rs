@@ -186,6 +186,9 @@ pub(crate) struct CurrentStep {
     pub(crate) recent_files: std::collections::VecDeque<(String, String)>,
     /// Results of the session's pure-tool calls (R-TOOL-6), shared with each step.
     pub(crate) tool_cache: Arc<ToolCache>,
+    /// The call ids of the run's context (its history's and its own commits'), shared with
+    /// each step: a repeated id is derived (`process::call_ids`).
+    pub(crate) call_ids: Arc<std::collections::HashSet<String>>,
 }
 
 impl CurrentStep {

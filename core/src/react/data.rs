@@ -100,6 +100,16 @@ impl ReactData {
             cache.fill_from(|tool| self.cfg.step.is_pure(tool), &history);
             self.current.tool_cache = cache.into();
         }
+        self.current.call_ids = std::sync::Arc::new(
+            history
+                .iter()
+                .filter_map(|m| match m {
+                    Message::Assistant(a) => Some(a.tool_calls.iter().map(|c| c.id.clone())),
+                    _ => None,
+                })
+                .flatten()
+                .collect(),
+        );
         self.transcript.messages = history.into();
         self.counters.session_turns = session_turns;
         for m in input {
@@ -332,7 +342,8 @@ impl ReactData {
             self.current.whitelist.clone(),
         )
         .with_recent_calls(self.current.recent_calls.clone())
-        .with_tool_cache(self.current.tool_cache.clone());
+        .with_tool_cache(self.current.tool_cache.clone())
+        .with_earlier_call_ids(self.current.call_ids.clone());
         let s = step.begin();
         self.counters.steps_created += 1;
         self.take_inner(s);
@@ -464,6 +475,10 @@ impl ReactData {
             // The step's request shares the messages (and the cache): drop it first, so the
             // appends are in place rather than copies.
             drop(step);
+            if !m.tool_calls.is_empty() {
+                let ids = std::sync::Arc::make_mut(&mut self.current.call_ids);
+                ids.extend(m.tool_calls.iter().map(|c| c.id.clone()));
+            }
             let step_cfg = &self.cfg.step;
             if !step_cfg.pure_tools.is_empty() {
                 let cache = std::sync::Arc::make_mut(&mut self.current.tool_cache);
