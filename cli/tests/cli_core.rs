@@ -776,7 +776,11 @@ fn a_call_id_repeated_across_steps_and_runs_is_derived_and_every_call_is_recorde
     let results: Vec<&str> = ends.iter().map(|(_, _, r)| r.as_str()).collect();
     assert_eq!(results[..3], ["5", "20", "7"]);
     // Refused before it ran, by the check that names calls by their id in the message alone.
-    assert!(results[3].contains("The tool did not run"), "{}", results[3]);
+    assert!(
+        results[3].contains("The tool did not run"),
+        "{}",
+        results[3]
+    );
     assert!(results[3].contains("nope"), "{}", results[3]);
     assert_eq!(started, ["call_1", "call_1_2", "call_1_3"]);
 }

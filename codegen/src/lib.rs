@@ -6,7 +6,8 @@
 //! and, for the statig machines, `<x>_dispatch.rs` (one function per state and superstate that
 //! tries the scope's rows in chart order, and the oracle's `holds`/`expected`); the tool-call
 //! lifecycle's `tool_call_dispatch.rs` (`select`/`act`); `effect_name.rs` (the effect names the
-//! rows declare). Nothing here reads Rust source: what the generated code calls is checked by
+//! rows declare); `route.rs` (the one classification of runtime inputs, from the outer and
+//! inner charts' `input` patterns). Nothing here reads Rust source: what the generated code calls is checked by
 //! the compiler when the core builds.
 
 #[path = "../../core/src/chart/model.rs"]
@@ -17,6 +18,7 @@ mod dispatch;
 mod effects;
 mod enums;
 mod names;
+mod route;
 mod tool_call;
 
 use std::path::Path;
@@ -110,6 +112,7 @@ pub fn generate(dir: &Path) -> Result<Vec<Generated>, Error> {
 pub fn generate_from(charts: &[(ChartFile, String)]) -> Result<Vec<Generated>, Error> {
     let mut out = Vec::new();
     let mut effect_names = effects::Names::default();
+    let mut parsed: Vec<(Chart, ChartFile)> = Vec::new();
     for (c, text) in charts {
         let chart = Chart::parse(text).or_else(|e| fail(c.file, format!("invalid chart: {e}")))?;
         out.push(file(
@@ -131,8 +134,17 @@ pub fn generate_from(charts: &[(ChartFile, String)]) -> Result<Vec<Generated>, E
                 dispatch::dispatch(&chart, m)?,
             )?);
         }
+        parsed.push((chart, *c));
     }
     out.push(file("*", "effect_name.rs", effect_names.tokens())?);
+    let of = |name: &str| parsed.iter().find(|(_, c)| c.file == name);
+    if let (Some((react, rc)), Some((process, pc))) = (of("react"), of("process")) {
+        out.push(file(
+            "{react,process}",
+            "route.rs",
+            route::route((react, rc), (process, pc))?,
+        )?);
+    }
     Ok(out)
 }
 
@@ -211,7 +223,8 @@ mod tests {
                 "tool_call_dispatch.rs",
                 "session_chart.rs",
                 "session_dispatch.rs",
-                "effect_name.rs"
+                "effect_name.rs",
+                "route.rs"
             ]
         );
         assert!(text(&files, "react_dispatch.rs").starts_with(

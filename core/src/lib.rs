@@ -71,6 +71,7 @@ mod vocab;
 pub mod chart;
 pub mod process;
 pub mod react;
+pub mod route;
 pub mod session_log;
 pub mod session_machine;
 pub mod trace;

@@ -94,6 +94,11 @@ pub struct EventDef {
     /// Internal events are fed by the facade (run to completion), never by the runtime.
     #[serde(default)]
     pub internal: bool,
+    /// The runtime input it stands for: a pattern on `Event` (`Event::Abort { .. }`), from
+    /// which the generated `route()` classifies inputs. Absent for an event the machine feeds
+    /// itself (an internal event, a step's `Begin`).
+    #[serde(default)]
+    pub input: Option<String>,
     /// What it means.
     pub doc: String,
 }

@@ -26,7 +26,7 @@ pub(crate) fn chart_event(_data: &ProcessData, input: &Input<'_>) -> Option<Proc
     match input {
         Input::Begin => Some(ProcessEventKind::Begin),
         Input::Resume(..) => Some(ProcessEventKind::Resume),
-        Input::Ext(e) => crate::process::event_kind(e),
+        Input::Ext(e) => crate::route::route(e).process,
         Input::Settle => Some(ProcessEventKind::Settle),
     }
 }

@@ -26,7 +26,7 @@ use statig::blocking::{InitializedStateMachine, IntoStateMachineExt};
 
 use crate::chart::{GuardCheck, MachineKind, ProcessEventKind, ProcessState};
 use crate::effect::Effect;
-use crate::event::{ApprovalDecision, Event, GateVerdict};
+use crate::event::Event;
 use crate::message::{AssistantMessage, ToolResult};
 use crate::model::ModelRequest;
 use crate::step::Transition;
@@ -128,50 +128,6 @@ fn kind(state: &State) -> ProcessState {
     }
 }
 
-/// The chart event kind of an input, if it is an inner-machine event at all.
-pub fn event_kind(event: &Event) -> Option<ProcessEventKind> {
-    Some(match event {
-        Event::StreamOpened { .. } => ProcessEventKind::StreamOpened,
-        Event::RequestRewritten { .. } => ProcessEventKind::RequestRewritten,
-        Event::Delta { .. } => ProcessEventKind::Delta,
-        Event::Done { .. } => ProcessEventKind::Done,
-        Event::TransportError { .. } => ProcessEventKind::TransportError,
-        Event::ContextOverflow { .. } => ProcessEventKind::ContextOverflow,
-        Event::StreamStalled { .. } => ProcessEventKind::StreamStalled,
-        Event::TimerElapsed { .. } => ProcessEventKind::TimerElapsed,
-        Event::ToolFinished { .. } => ProcessEventKind::ToolFinished,
-        Event::UserAnswered { .. } => ProcessEventKind::UserAnswered,
-        Event::Approval { decision, .. } => match decision {
-            ApprovalDecision::Approved => ProcessEventKind::Approved,
-            ApprovalDecision::ApprovedAlways => ProcessEventKind::ApprovedAlways,
-            ApprovalDecision::Rejected { .. } => ProcessEventKind::Rejected,
-            ApprovalDecision::Modified { .. } => ProcessEventKind::Modified,
-            // An approver's own timeout is a rejection with status timeout (the step's
-            // approval timer is a `TimerElapsed`).
-            ApprovalDecision::TimedOut { .. } => ProcessEventKind::Rejected,
-        },
-        Event::ToolGated { verdict, .. } => match verdict {
-            GateVerdict::Allow => ProcessEventKind::GateAllowed,
-            GateVerdict::Modify { .. } => ProcessEventKind::GateModified,
-            GateVerdict::Block { .. } => ProcessEventKind::GateBlocked,
-            GateVerdict::Ask => ProcessEventKind::GateAsked,
-        },
-        Event::Abort { .. } => ProcessEventKind::Abort,
-        Event::Steer { .. } => ProcessEventKind::Steer,
-        Event::Start { .. }
-        | Event::Resume { .. }
-        | Event::CompactionDone { .. }
-        | Event::CompactionFailed { .. }
-        | Event::CompactionVetoed { .. }
-        | Event::TitleReady { .. }
-        | Event::StoreWriteFailed { .. }
-        | Event::RunEndCommitted
-        | Event::SwitchModel { .. }
-        | Event::Subtask { .. }
-        | Event::SetTools { .. } => return None,
-    })
-}
-
 impl Process {
     /// A new step in `Idle`. `whitelist` holds what a human approved "always" earlier in the
     /// run: [`approval_scope`](crate::tool_rules::approval_scope)s (a tool, or a shell-like
@@ -201,7 +157,7 @@ impl Process {
     /// Feeds one event. An event no state accepts is reported (`unhandled`), never dropped
     /// silently; internal events (`Settle`) run to completion inside this call.
     pub fn handle(&mut self, event: &Event) -> ProcessStep {
-        match event_kind(event) {
+        match crate::route::route(event).process {
             Some(k) => self.run(Input::Ext(event), k),
             None => {
                 let s = self.state();

@@ -23,7 +23,7 @@ include!("../generated/react_dispatch.rs");
 /// The chart event an input stands for (`None`: no row of the outer chart can take it).
 pub(crate) fn chart_event(data: &ReactData, input: &Input<'_>) -> Option<ReactEventKind> {
     match input {
-        Input::Ext(e) => crate::react::event_kind(e),
+        Input::Ext(e) => crate::route::route(e).react,
         Input::Plan => Some(ReactEventKind::Plan),
         Input::Decide(_) => Some(ReactEventKind::Decide),
         Input::InnerEnded => match data.current.step.as_ref()?.outcome()? {

@@ -74,29 +74,6 @@ fn kind(state: &State) -> ReactState {
 /// `process::deadlines`).
 pub const RUN_DEADLINE_TIMER: u64 = u64::MAX;
 
-/// The outer chart's event kind of an input, if the outer machine handles it itself.
-pub fn event_kind(event: &Event) -> Option<ReactEventKind> {
-    Some(match event {
-        Event::Start { .. } => ReactEventKind::Start,
-        Event::Resume { .. } => ReactEventKind::Resume,
-        Event::CompactionDone { .. } => ReactEventKind::CompactionDone,
-        Event::CompactionFailed { .. } => ReactEventKind::CompactionFailed,
-        Event::CompactionVetoed { .. } => ReactEventKind::CompactionVetoed,
-        Event::TitleReady { .. } => ReactEventKind::TitleReady,
-        Event::Abort { .. } => ReactEventKind::Abort,
-        Event::StoreWriteFailed { .. } => ReactEventKind::StoreWriteFailed,
-        Event::RunEndCommitted => ReactEventKind::RunEndCommitted,
-        Event::Steer { .. } => ReactEventKind::Steer,
-        Event::Subtask { .. } => ReactEventKind::Subtask,
-        Event::SwitchModel { .. } => ReactEventKind::SwitchModel,
-        Event::SetTools { .. } => ReactEventKind::SetTools,
-        Event::TimerElapsed {
-            timer_id: RUN_DEADLINE_TIMER,
-        } => ReactEventKind::RunDeadline,
-        _ => return None,
-    })
-}
-
 impl Run {
     /// A new run in `Init`.
     pub fn new(config: RunConfig) -> Self {
@@ -122,27 +99,28 @@ impl Run {
         let mut checks = Vec::new();
         let name = std::borrow::Cow::Borrowed(event.name());
         let unhandled;
-        if let Event::TimerElapsed {
-            timer_id: RUN_DEADLINE_TIMER,
-        } = event
-        {
-            unhandled = self.run_deadline(&mut transitions, &mut effects, &mut checks);
-        } else if event.is_process_event() {
-            unhandled = if self.react_state() == ReactState::Executing {
-                self.data.forward(&event)
-            } else {
-                true
-            };
-            self.drain(&mut transitions, &mut effects, &mut checks);
-        } else {
-            let k = event_kind(&event).unwrap_or(ReactEventKind::Start);
-            unhandled = self.feed(
-                Input::Ext(&event),
-                k,
-                &mut transitions,
-                &mut effects,
-                &mut checks,
-            );
+        match crate::route::route(&event).react {
+            Some(ReactEventKind::RunDeadline) => {
+                unhandled = self.run_deadline(&mut transitions, &mut effects, &mut checks);
+            }
+            Some(k) => {
+                unhandled = self.feed(
+                    Input::Ext(&event),
+                    k,
+                    &mut transitions,
+                    &mut effects,
+                    &mut checks,
+                );
+            }
+            // The inner machine's input: the current step takes it.
+            None => {
+                unhandled = if self.react_state() == ReactState::Executing {
+                    self.data.forward(&event)
+                } else {
+                    true
+                };
+                self.drain(&mut transitions, &mut effects, &mut checks);
+            }
         }
         self.run_to_completion(&mut transitions, &mut effects, &mut checks);
         Step {

@@ -348,23 +348,4 @@ impl Event {
             Event::SetTools { .. } => "set_tools",
         }
     }
-
-    /// Whether the event is meant for the inner process machine.
-    pub fn is_process_event(&self) -> bool {
-        matches!(
-            self,
-            Event::StreamOpened { .. }
-                | Event::RequestRewritten { .. }
-                | Event::Delta { .. }
-                | Event::Done { .. }
-                | Event::TransportError { .. }
-                | Event::ContextOverflow { .. }
-                | Event::StreamStalled { .. }
-                | Event::TimerElapsed { .. }
-                | Event::ToolFinished { .. }
-                | Event::Approval { .. }
-                | Event::ToolGated { .. }
-                | Event::UserAnswered { .. }
-        )
-    }
 }

@@ -228,11 +228,11 @@ fn r_in_7_the_run_deadline_is_a_timer_of_the_run_that_aborts_it() {
         timer_id: RUN_DEADLINE_TIMER,
     };
     assert_eq!(
-        agentloop_core::react::event_kind(&deadline),
+        agentloop_core::route::route(&deadline).react,
         Some(agentloop_core::chart::ReactEventKind::RunDeadline)
     );
     assert_eq!(
-        agentloop_core::react::event_kind(&Event::TimerElapsed { timer_id: 7 }),
+        agentloop_core::route::route(&Event::TimerElapsed { timer_id: 7 }).react,
         None
     );
     let s = run.handle(Event::TimerElapsed {

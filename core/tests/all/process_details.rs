@@ -9,7 +9,6 @@ use agentloop_core::chart::{ProcessEventKind, ProcessRow, ProcessState, ReactEve
 use agentloop_core::event::KillPolicy;
 use agentloop_core::message::FinishReason;
 use agentloop_core::process::{self, Process, StepConfig, StepOutcome};
-use agentloop_core::react;
 use agentloop_core::{
     ApprovalDecision, AttemptId, Effect, ErrorKind, Event, MessageDelta, ModelError, ModelRequest,
     ToolSpec, ToolStatus,
@@ -492,8 +491,9 @@ fn events_map_to_their_chart_kinds() {
         ),
     ];
     for (e, p, r) in cases {
-        assert_eq!(process::event_kind(&e), p, "{}", e.name());
-        assert_eq!(react::event_kind(&e), r, "{}", e.name());
+        let route = agentloop_core::route::route(&e);
+        assert_eq!(route.process, p, "{}", e.name());
+        assert_eq!(route.react, r, "{}", e.name());
     }
 }
 
