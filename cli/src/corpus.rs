@@ -37,55 +37,7 @@ pub(crate) fn is_corpus(paths: &[PathBuf]) -> bool {
 /// directory walked for `*.jsonl` (links not followed). A path that cannot be listed is
 /// returned with its error.
 pub(crate) fn collect(paths: &[PathBuf]) -> Found {
-    let mut files = Vec::new();
-    let mut errors = Vec::new();
-    for p in paths {
-        if p.is_dir() {
-            walk(p, &mut files, &mut errors);
-        } else {
-            files.push(p.clone());
-        }
-    }
-    files.sort();
-    files.dedup();
-    (files, errors)
-}
-
-/// Adds the `*.jsonl` files under `dir` (recursively, links not followed) to `files`.
-fn walk(dir: &Path, files: &mut Vec<PathBuf>, errors: &mut Vec<(PathBuf, String)>) {
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let entries = match std::fs::read_dir(&d) {
-            Ok(e) => e,
-            Err(e) => {
-                errors.push((d, e.to_string()));
-                continue;
-            }
-        };
-        for entry in entries {
-            let entry = match entry {
-                Ok(e) => e,
-                Err(e) => {
-                    errors.push((d.clone(), e.to_string()));
-                    continue;
-                }
-            };
-            // `file_type` of a directory entry does not follow a link.
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            let path = entry.path();
-            if kind.is_dir() {
-                stack.push(path);
-            } else if kind.is_file() {
-                let name = entry.file_name();
-                let name = name.to_string_lossy();
-                if name.ends_with(".jsonl") && !name.ends_with(TIMES_SUFFIX) {
-                    files.push(path);
-                }
-            }
-        }
-    }
+    agentloop::store::corpus::trace_files(paths, TIMES_SUFFIX)
 }
 
 /// Runs `work` on every item of `items` on all cores; the results in the items' order. An

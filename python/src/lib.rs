@@ -327,49 +327,7 @@ fn par_map<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<
 /// directory walked for `*.jsonl` without following links, timing sidecars skipped — the
 /// corpus walk of `agentloop replay DIR`), and the paths that could not be listed.
 fn collect(paths: &[PathBuf]) -> (Vec<PathBuf>, Vec<(PathBuf, String)>) {
-    let mut files = Vec::new();
-    let mut errors = Vec::new();
-    for p in paths {
-        if !p.is_dir() {
-            files.push(p.clone());
-            continue;
-        }
-        let mut stack = vec![p.clone()];
-        while let Some(d) = stack.pop() {
-            let entries = match std::fs::read_dir(&d) {
-                Ok(e) => e,
-                Err(e) => {
-                    errors.push((d, e.to_string()));
-                    continue;
-                }
-            };
-            for entry in entries {
-                let entry = match entry {
-                    Ok(e) => e,
-                    Err(e) => {
-                        errors.push((d.clone(), e.to_string()));
-                        continue;
-                    }
-                };
-                let Ok(kind) = entry.file_type() else {
-                    continue;
-                };
-                let name = entry.file_name();
-                let name = name.to_string_lossy();
-                if kind.is_dir() {
-                    stack.push(entry.path());
-                } else if kind.is_file()
-                    && name.ends_with(".jsonl")
-                    && !name.ends_with(TIMES_SUFFIX)
-                {
-                    files.push(entry.path());
-                }
-            }
-        }
-    }
-    files.sort();
-    files.dedup();
-    (files, errors)
+    agentloop_store::corpus::trace_files(paths, TIMES_SUFFIX)
 }
 
 /// A what-if setting's value as the text `--set KEY=VALUE` takes.

@@ -128,6 +128,7 @@ macro_rules! sql_store {
     };
 }
 
+pub mod corpus;
 pub mod protected;
 pub mod regular_file;
 
