@@ -38,20 +38,18 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use futures::StreamExt;
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use agentloop::model::{Model, ModelRequest};
+use agentloop::runtime::kit;
 use agentloop::store::{AnyStore, Entry, SessionStore};
 use agentloop::tools::{ToolContext, ToolRegistry};
 use agentloop::Outcome;
-use agentloop::{ErrorKind, ModelError};
-use agentloop::{Message, MessageDelta, ToolStatus};
-use agentloop_core::event::{ApprovalDecision, AttemptId, GateVerdict, KillPolicy};
-use agentloop_core::output::{output_json, OutputRejected, OutputSpec};
+use agentloop::{Message, ToolStatus};
+use agentloop_core::event::{ApprovalDecision, GateVerdict, KillPolicy};
+use agentloop_core::output::OutputSpec;
 use agentloop_core::timeouts::Timeouts;
-use agentloop_core::tool_check::SchemaViolation;
 use agentloop_core::{Effect, Event, LoopResult, Run, RunConfig};
 
 /// State key of the session's entries (the same entries a `SessionStore` holds).
@@ -89,35 +87,13 @@ impl Worker {
         root: std::path::PathBuf,
         max_steps: u32,
     ) -> Self {
-        let t = Timeouts::default();
         let mut config = RunConfig {
             max_steps,
             ..RunConfig::default()
         };
-        config.tools = tools.specs();
+        kit::configure_tools(&mut config, &tools);
         config.model = model.name();
-        config.step.immune = config
-            .tools
-            .iter()
-            .filter(|s| tools.get(&s.name).is_some_and(|t| !t.killable()))
-            .map(|s| s.name.clone())
-            .collect();
-        config.step.pure_tools = config
-            .tools
-            .iter()
-            .filter(|s| tools.get(&s.name).is_some_and(|t| t.pure()))
-            .map(|s| s.name.clone())
-            .collect();
-        config.step.tool_timeout_ms.get_or_insert(t.tool_ms);
-        config.run_deadline_ms = t.run_deadline_ms;
-        config
-            .step
-            .stream
-            .get_or_insert(agentloop_core::process::StreamDeadlines {
-                first_chunk_ms: t.first_chunk_ms,
-                stall_ms: t.stall_ms,
-                request_ms: t.request_ms,
-            });
+        kit::apply_timeouts(&mut config, &Timeouts::default());
         Worker {
             model,
             tools,
@@ -257,63 +233,6 @@ pub(crate) struct StatusOutput {
     pub running: Option<String>,
     /// The last completed run, if any.
     pub last: Option<PromptOutput>,
-}
-
-/// The check of a typed final answer (the library runtime's, which is not public): the
-/// answer's text read as JSON (`output_json`) and validated against the schema.
-struct OutputCheck {
-    /// `None`: the schema did not compile; only JSON is checked.
-    validator: Option<jsonschema::Validator>,
-}
-
-impl OutputCheck {
-    fn new(spec: &OutputSpec) -> Self {
-        let validator = jsonschema::validator_for(&spec.schema)
-            .map_err(|e| tracing::warn!(schema = %spec.name, error = %e, "schema not compiled"))
-            .ok();
-        OutputCheck { validator }
-    }
-
-    /// The verdict on `text`: `None` when it is JSON matching the schema.
-    fn verdict(&self, text: &str) -> Option<OutputRejected> {
-        let value = match output_json(text) {
-            Ok(v) => v,
-            Err(reason) => {
-                return OutputRejected::new([SchemaViolation {
-                    path: String::new(),
-                    reason,
-                }])
-            }
-        };
-        let validator = self.validator.as_ref()?;
-        OutputRejected::new(validator.iter_errors(&value).map(|e| SchemaViolation {
-            path: e.instance_path().to_string(),
-            reason: e.to_string(),
-        }))
-    }
-
-    /// `event` with the verdict on the run's current message when it is the `done` of a
-    /// message without tool calls (a final answer); any other event unchanged.
-    fn annotate(&self, event: Event, run: &Run) -> Event {
-        match event {
-            Event::Done {
-                attempt,
-                rejected_arguments,
-                output_rejected: None,
-            } => {
-                let output_rejected = run
-                    .partial()
-                    .filter(|m| m.tool_calls.is_empty())
-                    .and_then(|m| self.verdict(&m.text));
-                Event::Done {
-                    attempt,
-                    rejected_arguments,
-                    output_rejected,
-                }
-            }
-            other => other,
-        }
-    }
 }
 
 /// What a journaled model attempt produced: its events, and the deadline that cut it, if one
@@ -505,7 +424,7 @@ impl Session {
         let mut config = w.config.clone();
         config.output = output;
         // The typed answer's check: pure, on the journaled attempt, so a replay checks alike.
-        let check = config.output.as_ref().map(OutputCheck::new);
+        let check = kit::OutputCheck::new(config.output.as_ref());
         let start = Event::Start {
             run_id: run_id.clone(),
             history: agentloop_core::session_log::history(&entries),
@@ -976,97 +895,27 @@ fn shortest(timers: &BTreeMap<u64, u64>) -> Option<(u64, u64)> {
         .map(|(id, d)| (*id, *d))
 }
 
-/// Streams one attempt into its events (`StreamOpened`, `Delta`s, then `Done` or an error),
-/// as the tokio driver does. `bound` is the machine's shortest deadline: a wait for the next
-/// chunk longer than it ends the attempt, and the deadline's timer is reported to fire.
-/// `Done` carries the verdicts of the `tools`' schemas on the attempt's tool calls (R-TOOL-1),
-/// journaled with the attempt.
+/// One model attempt, journaled: the driver kit's ([`kit::model_attempt`]: `StreamOpened`,
+/// `Delta`s, then `Done` with the `tools`' verdicts on its calls, or an error). `bound` is the
+/// machine's shortest deadline (the worker runs no timers while an attempt streams): a wait
+/// for the next chunk longer than it ends the attempt, and that timer is reported to fire.
 async fn call_model(
     model: Arc<dyn Model>,
     request: ModelRequest,
     bound: Option<(u64, u64)>,
     tools: ToolRegistry,
 ) -> Attempt {
-    let attempt = AttemptId {
-        run_id: request.run_id.clone(),
-        model_call_index: request.model_call_index,
-        attempt: request.attempt,
-    };
-    let failure = |attempt: AttemptId, error: ModelError| {
-        if error.context_overflow() {
-            Event::ContextOverflow { attempt, error }
-        } else {
-            Event::TransportError { attempt, error }
-        }
-    };
     let mut events = Vec::new();
-    let wait = |f| async move {
-        match bound {
-            Some((_, ms)) => tokio::time::timeout(Duration::from_millis(ms), f)
-                .await
-                .ok(),
-            None => Some(f.await),
+    let end = kit::model_attempt(model, request, &tools, bound.map(|(_, ms)| ms), |e| {
+        events.push(e)
+    })
+    .await;
+    let deadline = match end {
+        Some(terminal) => {
+            events.push(terminal);
+            None
         }
+        None => bound.map(|(id, _)| id),
     };
-    let deadline = bound.map(|(id, _)| id);
-    let mut stream = match wait(model.stream(request)).await {
-        None => return Attempt { events, deadline },
-        Some(Err(e)) => {
-            events.push(failure(attempt, e));
-            return Attempt {
-                events,
-                deadline: None,
-            };
-        }
-        Some(Ok(s)) => s,
-    };
-    events.push(Event::StreamOpened {
-        attempt: attempt.clone(),
-    });
-    let mut seq = 0u64;
-    loop {
-        let next = match bound {
-            Some((_, ms)) => {
-                match tokio::time::timeout(Duration::from_millis(ms), stream.next()).await {
-                    Ok(n) => n,
-                    Err(_) => return Attempt { events, deadline },
-                }
-            }
-            None => stream.next().await,
-        };
-        let terminal = match next {
-            None => Event::TransportError {
-                attempt,
-                error: ModelError::new(
-                    ErrorKind::IncompleteStream,
-                    "stream ended without a finish",
-                ),
-            },
-            Some(Err(e)) => failure(attempt, e),
-            Some(Ok(MessageDelta::Finish)) => Event::Done {
-                rejected_arguments: tools.check_arguments(events.iter().filter_map(|e| match e {
-                    Event::Delta { delta, .. } => Some(delta),
-                    _ => None,
-                })),
-                // The typed answer is checked when the drive loop feeds `Done` (`OutputCheck`).
-                output_rejected: None,
-                attempt,
-            },
-            Some(Ok(MessageDelta::Error { error })) => failure(attempt, error),
-            Some(Ok(delta)) => {
-                events.push(Event::Delta {
-                    attempt: attempt.clone(),
-                    seq,
-                    delta,
-                });
-                seq += 1;
-                continue;
-            }
-        };
-        events.push(terminal);
-        return Attempt {
-            events,
-            deadline: None,
-        };
-    }
+    Attempt { events, deadline }
 }

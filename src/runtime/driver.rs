@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -12,9 +12,8 @@ use tracing::Instrument;
 
 use crate::agent_event::AgentEvent;
 use crate::effect::Effect;
-use crate::error::{ErrorKind, ModelError};
 use crate::event::{AttemptId, Event};
-use crate::message::{FinishReason, MessageDelta, ToolCall, ToolStatus, Usage};
+use crate::message::{ToolCall, ToolStatus};
 use crate::model::{Model, ModelRequest};
 use crate::runtime::tool_order::CompletionOrder;
 use crate::runtime::worker::AbortOnDrop;
@@ -539,22 +538,9 @@ fn panic_message(join: tokio::task::JoinError) -> String {
     }
 }
 
-fn failure(attempt: AttemptId, error: ModelError) -> Event {
-    if error.context_overflow() {
-        Event::ContextOverflow { attempt, error }
-    } else {
-        Event::TransportError { attempt, error }
-    }
-}
-
-/// Streams one attempt: `StreamOpened`, `Delta`s with seq, then `Done` or an error. Its
-/// deadlines (first chunk, stall, whole request) are the machine's timers (R-IN-7): when one
-/// passes, the machine cancels the attempt (`CancelModel`) and this future is dropped. A
-/// stream that ends without `Finish` is an `incomplete_stream` error. `Done` carries the
-/// verdicts of `schemas` on the attempt's tool calls (R-TOOL-1).
 /// The span of one model attempt: our fields and the OpenTelemetry GenAI semantic
 /// conventions (`chat` operation; usage, finish reasons and `error.type` recorded when the
-/// attempt ends, by [`record_finish`] and [`record_error`]).
+/// attempt ends, by the driver kit's `attempt_events`).
 fn step_span(session: &str, model_name: &str, request: &ModelRequest) -> tracing::Span {
     // `Model::name` is `provider:model` for the HTTP clients (`openai:gpt-4o`).
     let provider = model_name.split_once(':').map_or(model_name, |(p, _)| p);
@@ -584,30 +570,12 @@ fn step_span(session: &str, model_name: &str, request: &ModelRequest) -> tracing
     span
 }
 
-/// Records a step's finish on the current (step) span.
-fn record_finish(finish_reason: Option<FinishReason>, usage: Option<&Usage>) {
-    let span = tracing::Span::current();
-    if let Some(reason) = finish_reason {
-        let name = serde_json::to_value(reason)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        span.record(
-            "gen_ai.response.finish_reasons",
-            tracing::field::display(format_args!("[\"{name}\"]")),
-        );
-    }
-    if let Some(u) = usage {
-        span.record("gen_ai.usage.input_tokens", u.input_tokens);
-        span.record("gen_ai.usage.output_tokens", u.output_tokens);
-    }
-}
-
-/// Records a failed attempt's error kind on the current (step) span.
-fn record_error(error: &ModelError) {
-    tracing::Span::current().record("error.type", error.kind.as_str());
-}
-
+/// Streams one attempt: `StreamOpened`, `Delta`s with seq, then `Done` or an error. Its
+/// deadlines (first chunk, stall, whole request) are the machine's timers (R-IN-7): when one
+/// passes, the machine cancels the attempt (`CancelModel`) and this future is dropped. A
+/// stream that ends without `Finish` is an `incomplete_stream` error. `Done` carries the
+/// verdicts of `schemas` on the attempt's tool calls (R-TOOL-1).
+/// (The kit's [`attempt_events`](super::kit::attempt_events), into the run loop's channel.)
 async fn stream_attempt(
     model: Arc<dyn Model>,
     request: ModelRequest,
@@ -615,7 +583,14 @@ async fn stream_attempt(
     schemas: ArgumentSchemas,
     tx: mpsc::UnboundedSender<Event>,
 ) -> Result<(), String> {
-    let sent = stream_events(model, request, attempt, &schemas, &tx).await;
+    let sent = super::kit::attempt_events(model, request, attempt, &schemas, None, |e| {
+        let _ = tx.send(e);
+    })
+    .await;
+    // Without an idle bound the attempt always ends with its terminal event.
+    let Some(sent) = sent else {
+        return Err("the attempt stopped without an end".into());
+    };
     let outcome = match &sent {
         Event::Done { .. } => Ok(()),
         Event::TransportError { error, .. } | Event::ContextOverflow { error, .. } => {
@@ -625,76 +600,4 @@ async fn stream_attempt(
     };
     let _ = tx.send(sent);
     outcome
-}
-
-/// Streams the attempt's deltas into `tx` and returns its terminal event (not yet sent).
-async fn stream_events(
-    model: Arc<dyn Model>,
-    request: ModelRequest,
-    attempt: AttemptId,
-    schemas: &ArgumentSchemas,
-    tx: &mpsc::UnboundedSender<Event>,
-) -> Event {
-    let mut stream = match model.stream(request).await {
-        Err(e) => {
-            record_error(&e);
-            return failure(attempt, e);
-        }
-        Ok(s) => s,
-    };
-    let _ = tx.send(Event::StreamOpened {
-        attempt: attempt.clone(),
-    });
-    let mut seq = 0u64;
-    // The attempt's completed tool calls, checked when the stream ends.
-    let mut calls = Vec::new();
-    loop {
-        match stream.next().await {
-            None => {
-                return Event::TransportError {
-                    attempt,
-                    error: ModelError::new(
-                        ErrorKind::IncompleteStream,
-                        "stream ended without a finish",
-                    ),
-                };
-            }
-            Some(Err(e)) => {
-                record_error(&e);
-                return failure(attempt, e);
-            }
-            Some(Ok(MessageDelta::Finish)) => {
-                return Event::Done {
-                    attempt,
-                    rejected_arguments: schemas.check_deltas(&calls),
-                    // Checked by the run loop, which sees the message as the machine
-                    // assembled it (`runtime::output`).
-                    output_rejected: None,
-                };
-            }
-            Some(Ok(MessageDelta::Error { error })) => {
-                record_error(&error);
-                return failure(attempt, error);
-            }
-            Some(Ok(delta)) => {
-                if let MessageDelta::FinishStep {
-                    finish_reason,
-                    usage,
-                    ..
-                } = &delta
-                {
-                    record_finish(*finish_reason, usage.as_ref());
-                }
-                if matches!(delta, MessageDelta::ToolCall { .. }) {
-                    calls.push(delta.clone());
-                }
-                let _ = tx.send(Event::Delta {
-                    attempt: attempt.clone(),
-                    seq,
-                    delta,
-                });
-                seq += 1;
-            }
-        }
-    }
 }

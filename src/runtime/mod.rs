@@ -36,9 +36,13 @@
 mod context_manager;
 mod custom;
 pub(crate) mod driver;
+#[cfg(feature = "driver-kit")]
+pub mod kit;
+#[cfg(not(feature = "driver-kit"))]
+mod kit;
 mod metrics;
 mod offload;
-pub(crate) mod output;
+mod output;
 mod ports;
 pub mod resume;
 mod stream;
@@ -1078,19 +1082,7 @@ impl AgentBuilder<Arc<dyn Model>> {
     /// Builds the agent.
     pub fn build(self) -> Agent {
         let mut config = self.config;
-        config.tools = self.tools.specs();
-        config.step.immune = config
-            .tools
-            .iter()
-            .filter(|s| self.tools.get(&s.name).is_some_and(|t| !t.killable()))
-            .map(|s| s.name.clone())
-            .collect();
-        config.step.pure_tools = config
-            .tools
-            .iter()
-            .filter(|s| self.tools.get(&s.name).is_some_and(|t| t.pure()))
-            .map(|s| s.name.clone())
-            .collect();
+        kit::configure_tools(&mut config, &self.tools);
         config.step.gate_tools = self.hooks.gates_tools();
         if config.model.is_empty() || config.model == "scripted" {
             config.model = self.model.name();
@@ -1555,26 +1547,12 @@ impl Agent {
         record: bool,
     ) -> Result<RunOutput, AgentError> {
         let mut config = config;
-        // The per-tool and per-attempt deadlines are timers of the machine (R-IN-7): they
-        // take the runtime's settings unless the configuration names its own.
-        let t = self.timeouts;
-        config.step.tool_timeout_ms.get_or_insert(t.tool_ms);
-        if config.run_deadline_ms.is_none() {
-            config.run_deadline_ms = t.run_deadline_ms;
-        }
-        config
-            .step
-            .stream
-            .get_or_insert(agentloop_core::process::StreamDeadlines {
-                first_chunk_ms: t.first_chunk_ms,
-                stall_ms: t.stall_ms,
-                request_ms: t.request_ms,
-            });
+        kit::apply_timeouts(&mut config, &self.timeouts);
         // Backoff jitter is drawn from the injected ids port, and recorded with the config.
         if config.step.retry.jitter_percent > 0 && config.step.retry.jitter_seed.is_none() {
             config.step.retry.jitter_seed = Some(self.ids.jitter_seed(&run_id));
         }
-        let output_check = output::OutputCheck::new(config.output.as_ref());
+        let output_check = kit::OutputCheck::new(config.output.as_ref());
         let mut run = Run::new(config.clone());
         let mut trace = record.then(|| {
             Trace::new(TraceHeader {

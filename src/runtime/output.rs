@@ -4,28 +4,31 @@
 //! machine assembled it is read as JSON ([`output_json`]) and validated, and the verdict rides
 //! on the `done` event into the machine (and the trace), where Observing decides on it.
 
+// Public only with the feature `driver-kit` (the module is private without it).
+#![cfg_attr(not(feature = "driver-kit"), allow(unreachable_pub))]
+
 use agentloop_core::output::{output_json, OutputRejected, OutputSpec};
 use agentloop_core::tool_check::SchemaViolation;
 
 use crate::event::Event;
 use crate::react::Run;
 
-/// A run's compiled output schema.
-pub(crate) struct OutputCheck {
+/// A run's compiled output schema: the check of a typed final answer.
+pub struct OutputCheck {
     validator: Option<std::sync::Arc<crate::tools::Validator>>,
 }
 
 impl OutputCheck {
     /// The check for `spec` (`None`: the run asks for no typed answer). A schema the validator
     /// cannot compile only checks that the answer is JSON (logged).
-    pub(crate) fn new(spec: Option<&OutputSpec>) -> Option<Self> {
+    pub fn new(spec: Option<&OutputSpec>) -> Option<Self> {
         let spec = spec?;
         let validator = crate::tools::compile_shared(&spec.name, &spec.schema);
         Some(OutputCheck { validator })
     }
 
     /// The verdict on answer `text`: `None` when it is JSON that matches the schema.
-    pub(crate) fn verdict(&self, text: &str) -> Option<OutputRejected> {
+    pub fn verdict(&self, text: &str) -> Option<OutputRejected> {
         let value = match output_json(text) {
             Ok(v) => v,
             Err(e) => {
@@ -41,7 +44,7 @@ impl OutputCheck {
 
     /// `event` with the verdict on the run's current message when it is the `done` of a
     /// message without tool calls (a final answer); any other event unchanged.
-    pub(crate) fn annotate(&self, event: Event, run: &Run) -> Event {
+    pub fn annotate(&self, event: Event, run: &Run) -> Event {
         match event {
             Event::Done {
                 attempt,
