@@ -662,6 +662,7 @@ impl PyTrace {
                 },
                 states,
                 indexes,
+                schemas: false,
             }))
         })
     }

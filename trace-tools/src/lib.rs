@@ -13,8 +13,8 @@
 //!   (`agentloop trace export`, the Python package's DataFrames);
 //! * [`import`]: an OpenAI chat-completions conversation recorded elsewhere, turned into a
 //!   trace by feeding it to fresh machines (`agentloop trace import`);
-//! * [`import_inspect`]: an Inspect AI eval log, one trace per sample, through the same
-//!   import;
+//! * [`import_inspect`]: an Inspect AI eval log (`.eval` or `.json`), one trace per sample,
+//!   through the same import;
 //! * [`import_otel`]: OpenTelemetry GenAI spans (OTLP JSON), one trace per OpenTelemetry trace
 //!   id, through the same import.
 //!

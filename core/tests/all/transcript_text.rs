@@ -140,10 +140,15 @@ fn header_lists_required_arguments_first_and_optional_ones_marked() {
             ToolSummary {
                 name: "search".into(),
                 arguments: vec!["query".into(), "after?".into(), "limit?".into()],
+                description: String::new(),
+                parameters: json!({"type": "object", "required": ["query"],
+                       "properties": {"limit": {}, "query": {}, "after": {}}}),
             },
             ToolSummary {
                 name: "bare".into(),
                 arguments: vec![],
+                description: String::new(),
+                parameters: json!({"type": "object"}),
             },
         ]
     );
