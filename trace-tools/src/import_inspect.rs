@@ -2,7 +2,8 @@
 //! (`agentloop trace import --from inspect-eval`).
 //!
 //! Inspect writes a log in one of two forms, both read here ([`read_log`]): its default
-//! `.eval`, a zip (entries compressed with zstd, or deflate in older logs) holding `header.json` (the task, the model, the results) and one
+//! `.eval`, a zip (entries compressed with zstd, or deflate in older logs; read by a small
+//! reader of our own over `ruzstd` and `miniz_oxide`) holding `header.json` (the task, the model, the results) and one
 //! `samples/ID_epoch_N.json` per sample (a log still being written has `_journal/start.json`
 //! instead of the header), and the `.json` log, one JSON object with `eval`, `plan`,
 //! `results`, `stats` and `samples`. Each sample has an `id`, an `epoch` and the whole
@@ -33,7 +34,6 @@
 //! Pure: the caller reads the log's bytes and writes the traces.
 
 use std::collections::BTreeMap;
-use std::io::Read as _;
 
 use serde_json::{json, Map, Value};
 
@@ -131,32 +131,29 @@ pub fn read_log(bytes: &[u8], max_bytes: u64) -> Result<Value, InspectError> {
 }
 
 /// The entries of a `.eval` zip that [`read_log`] reads: the header (or the journal's start
-/// when there is no header) and the samples.
+/// when there is no header) and the samples, each inflated within what is left of
+/// `max_bytes` ([`crate::zip_read`]).
 fn read_eval_zip(bytes: &[u8], max_bytes: u64) -> Result<Value, InspectError> {
-    let zip_err = |e: zip::result::ZipError| InspectError::Zip(e.to_string());
-    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes)).map_err(zip_err)?;
-    let mut left = max_bytes;
-    let mut read_entry = |archive: &mut zip::ZipArchive<std::io::Cursor<&[u8]>>,
-                          index: usize|
-     -> Result<Value, InspectError> {
-        let text = inflate(archive, index, left, max_bytes)?;
-        left -= text.len() as u64;
-        serde_json::from_slice(&text).map_err(|e| {
-            let name = archive.name_for_index(index).and_then(Result::ok);
-            InspectError::Log(format!("{}: not JSON: {e}", name.unwrap_or_default()))
-        })
+    use crate::zip_read::{entries, inflate, ZipError};
+    let zip_err = |e: ZipError| match e {
+        ZipError::Bad(e) => InspectError::Zip(e),
+        ZipError::TooLarge => InspectError::TooLarge {
+            limit: max_bytes,
+            uncompressed: true,
+        },
     };
-    let names = (0..archive.len())
-        .filter_map(|i| {
-            let name = archive.name_for_index(i)?;
-            Some(name.map(|n| (i, n.into_owned())))
-        })
-        .collect::<Result<Vec<(usize, String)>, _>>()
-        .map_err(zip_err)?;
-    let index_of = |wanted: &str| names.iter().find(|(_, n)| n == wanted).map(|(i, _)| *i);
-    let header = match (index_of("header.json"), index_of("_journal/start.json")) {
-        (Some(i), _) | (None, Some(i)) => read_entry(&mut archive, i)?,
-        (None, None) => {
+    let entries = entries(bytes).map_err(zip_err)?;
+    let mut left = max_bytes;
+    let mut read_entry = |entry: &crate::zip_read::Entry<'_>| -> Result<Value, InspectError> {
+        let text = inflate(entry, left).map_err(zip_err)?;
+        left -= text.len() as u64;
+        serde_json::from_slice(&text)
+            .map_err(|e| InspectError::Log(format!("{}: not JSON: {e}", entry.name)))
+    };
+    let named = |wanted: &str| entries.iter().find(|e| e.name == wanted);
+    let header = match named("header.json").or_else(|| named("_journal/start.json")) {
+        Some(entry) => read_entry(entry)?,
+        None => {
             return Err(InspectError::Log(
                 "a zip without header.json or _journal/start.json".into(),
             ))
@@ -167,75 +164,14 @@ fn read_eval_zip(bytes: &[u8], max_bytes: u64) -> Result<Value, InspectError> {
         _ => return Err(InspectError::Log("header.json is not an object".into())),
     };
     let mut samples = Vec::new();
-    for (i, name) in &names {
-        if name.starts_with("samples/") && name.ends_with(".json") {
-            samples.push(read_entry(&mut archive, *i)?);
+    for entry in &entries {
+        if entry.name.starts_with("samples/") && entry.name.ends_with(".json") {
+            samples.push(read_entry(entry)?);
         }
     }
     samples.sort_by_cached_key(sample_order);
     log.insert("samples".into(), Value::Array(samples));
     Ok(Value::Object(log))
-}
-
-/// The inflated bytes of entry `index`, at most `left` of them (else [`InspectError::TooLarge`]
-/// with `limit`). Inspect compresses with zstd (zip method 93; decoded here, frame after frame,
-/// into a buffer of the size the zip declares, which a lying size overflows into an error);
-/// older logs with deflate, which the zip reader inflates (read up to one byte past `left`, so
-/// a lying size is caught too).
-fn inflate(
-    archive: &mut zip::ZipArchive<std::io::Cursor<&[u8]>>,
-    index: usize,
-    left: u64,
-    limit: u64,
-) -> Result<Vec<u8>, InspectError> {
-    let too_large = InspectError::TooLarge {
-        limit,
-        uncompressed: true,
-    };
-    let raw = archive
-        .by_index_raw(index)
-        .map_err(|e| InspectError::Zip(e.to_string()))?;
-    let name = raw.name().map(|n| n.into_owned()).unwrap_or_default();
-    let failed = |e: String| InspectError::Zip(format!("{name}: {e}"));
-    let size = raw.size();
-    if size > left {
-        return Err(too_large);
-    }
-    if raw.compression() == zip::CompressionMethod::ZSTD {
-        let mut compressed = Vec::new();
-        // The raw entry is part of `bytes`: bounded by the file.
-        raw.take(u64::MAX)
-            .read_to_end(&mut compressed)
-            .map_err(|e| failed(e.to_string()))?;
-        let mut decoder = ruzstd::decoding::FrameDecoder::new();
-        // The window (history) a frame asks for is allocated: no more than the limit, but
-        // zstd's usual windows (2 MiB at Inspect's level, 8 MiB at high levels) always.
-        decoder
-            .set_max_window_size(limit.clamp(8 << 20, ruzstd::decoding::DEFAULT_MAX_WINDOW_SIZE));
-        // `size` fits in `left`, which fits in memory the caller allowed.
-        let mut text = Vec::with_capacity(usize::try_from(size).map_err(|_| too_large.clone())?);
-        return match decoder.decode_all_to_vec(&compressed, &mut text) {
-            Ok(()) => Ok(text),
-            Err(ruzstd::decoding::errors::FrameDecoderError::TargetTooSmall) => Err(failed(
-                format!("it inflates to more than the {size} bytes the zip declares"),
-            )),
-            Err(e) => Err(failed(format!("zstd: {e}"))),
-        };
-    }
-    drop(raw);
-    let entry = archive
-        .by_index(index)
-        .map_err(|e| InspectError::Zip(e.to_string()))?;
-    let mut text = Vec::new();
-    // One byte more than is left: a declared size that lies is caught here.
-    entry
-        .take(left + 1)
-        .read_to_end(&mut text)
-        .map_err(|e| failed(e.to_string()))?;
-    if text.len() as u64 > left {
-        return Err(too_large);
-    }
-    Ok(text)
 }
 
 /// Inspect's order of a log's samples: by epoch, then by id (a number as 20 zero-padded
@@ -731,15 +667,56 @@ mod tests {
 
     /// A zip of `entries` (name, text), deflated.
     fn zip_of(entries: &[(&str, &str)]) -> Vec<u8> {
+        zip_with(entries, false)
+    }
+
+    /// A zip of `entries`, deflated, with ZIP64 fields when `zip64`.
+    fn zip_with(entries: &[(&str, &str)], zip64: bool) -> Vec<u8> {
         use std::io::Write as _;
         let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
         let options = zip::write::SimpleFileOptions::default()
-            .compression_method(zip::CompressionMethod::Deflated);
+            .compression_method(zip::CompressionMethod::Deflated)
+            .large_file(zip64);
         for (name, text) in entries {
             w.start_file(*name, options).expect("entry");
             w.write_all(text.as_bytes()).expect("write");
         }
         w.finish().expect("zip").into_inner()
+    }
+
+    #[test]
+    fn a_deflated_or_zip64_eval_reads_like_inspects_own() {
+        // Older Inspect versions deflate; a large log has ZIP64 fields.
+        let log = read_log(REAL_JSON, 64 << 20).expect("json");
+        let header = json!({"version": 2, "eval": log["eval"].clone()}).to_string();
+        let samples: Vec<String> = log["samples"]
+            .as_array()
+            .expect("samples")
+            .iter()
+            .map(Value::to_string)
+            .collect();
+        for zip64 in [false, true] {
+            // The samples in reverse: read back in Inspect's order all the same.
+            let mut entries = vec![("header.json", header.as_str())];
+            let names = [
+                "samples/loop_epoch_1.json",
+                "samples/divide_epoch_1.json",
+                "samples/add_epoch_1.json",
+            ];
+            for (name, text) in names.iter().zip(samples.iter().rev()) {
+                entries.push((name, text.as_str()));
+            }
+            let bytes = zip_with(&entries, zip64);
+            let from_zip = inspect_eval(
+                &read_log(&bytes, 64 << 20).expect("zip"),
+                &ImportOptions::default(),
+            )
+            .expect("import");
+            let from_json = real(REAL_JSON);
+            for (a, b) in from_zip.iter().zip(&from_json) {
+                assert_eq!(a.imported, b.imported, "sample {} (zip64 {zip64})", a.id);
+            }
+        }
     }
 
     #[test]

@@ -49,3 +49,4 @@ pub mod import_otel;
 pub mod trace_diff;
 pub mod transcript;
 pub mod whatif;
+mod zip_read;
