@@ -4,9 +4,9 @@
 //! in parallel (the corpus walk of `replay DIR`); rows come out in path order, then trace
 //! order.
 //!
-//! `--format inspect -o LOG.json` writes the corpus as an Inspect AI eval log instead, one
-//! sample per trace (`agentloop_trace_tools::export_inspect`), which Inspect's
-//! `read_eval_log` and log viewer read.
+//! `--format inspect -o LOG.json|LOG.eval` writes the corpus as an Inspect AI eval log
+//! instead, one sample per trace (`agentloop_trace_tools::export_inspect`), which Inspect's
+//! `read_eval_log` and log viewer read: its JSON, or its `.eval` zip when `-o` ends in `.eval`.
 //!
 //! The tables themselves are built by `agentloop_trace_tools::export` (which the Python
 //! package's DataFrames use too); this module reads the files and writes the table.
@@ -50,7 +50,8 @@ pub(crate) enum Format {
     Csv,
     /// JSON Lines: one object per row.
     Jsonl,
-    /// An Inspect AI eval log (JSON), one sample per trace (no `--table`).
+    /// An Inspect AI eval log, one sample per trace (no `--table`): its `.eval` zip when `-o`
+    /// ends in `.eval`, else its JSON.
     Inspect,
 }
 
@@ -224,14 +225,22 @@ fn write_row(
 /// are written as the traces are read (a batch per core, in path order), the log's other
 /// fields after them, so the corpus is never held whole.
 fn export_inspect(args: &ExportArgs, files: &[PathBuf], mut unreadable: usize) -> ExitCode {
-    use agentloop_trace_tools::export_inspect::{inspect_log_fields, inspect_sample};
+    use agentloop_trace_tools::export_inspect::{inspect_log_fields, inspect_sample, EvalZip};
+    // `-o LOG.eval`: Inspect's zip form; anything else its JSON.
+    let mut zip = args
+        .out
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("eval"))
+        .then(EvalZip::new);
     let mut totals = Vec::new();
     let mut failed = Vec::new();
     let mut ids = std::collections::HashSet::new();
     let mut newest = 0u64;
     let batch = std::thread::available_parallelism().map_or(1, |n| n.get());
     let written = crate::trace_cmd::write_replacing(&args.out, |w| {
-        w.write_all(b"{\"samples\": [")?;
+        if zip.is_none() {
+            w.write_all(b"{\"samples\": [")?;
+        }
         for chunk in files.chunks(batch) {
             let results = crate::corpus::par_map(chunk, |p| {
                 crate::trace_cmd::read_trace(p, true).map_err(|e| e.to_string())
@@ -269,18 +278,25 @@ fn export_inspect(args: &ExportArgs, files: &[PathBuf], mut unreadable: usize) -
                     newest = newest.max(secs.as_secs());
                 }
                 let (sample, t) = inspect_sample(&id, &trace);
-                if !totals.is_empty() {
-                    w.write_all(b",")?;
+                if let Some(zip) = zip.as_mut() {
+                    w.write_all(&zip.sample(&sample).map_err(std::io::Error::other)?)?;
+                } else {
+                    if !totals.is_empty() {
+                        w.write_all(b",")?;
+                    }
+                    w.write_all(b"\n")?;
+                    serde_json::to_writer(&mut *w, &sample)?;
                 }
-                w.write_all(b"\n")?;
-                serde_json::to_writer(&mut *w, &sample)?;
                 totals.push(t);
             }
         }
-        w.write_all(b"\n]")?;
         // The log's time: when the newest of its traces was last written (no clock read).
         let created = crate::sessions::rfc3339_utc(newest);
         let fields = inspect_log_fields(&totals, &created, env!("CARGO_PKG_VERSION"));
+        if let Some(zip) = zip.take() {
+            return w.write_all(&zip.finish(&fields).map_err(std::io::Error::other)?);
+        }
+        w.write_all(b"\n]")?;
         if let Value::Object(fields) = fields {
             for (k, v) in fields {
                 write!(w, ",\n{}: ", Value::String(k))?;

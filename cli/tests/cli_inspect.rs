@@ -223,6 +223,27 @@ fn an_exported_inspect_log_holds_the_runs_and_imports_back_as_recorded() {
     assert_eq!(usage_lines(&show), usage_lines(&original));
     let replay = agentloop(dir.path(), &["replay", "back"]);
     assert!(replay.status.success(), "{}", stdout(&replay));
+
+    // `-o LOG.eval`: Inspect's zip form, which imports to the same files.
+    let zipped = agentloop(
+        dir.path(),
+        &[
+            "trace", "export", "--format", "inspect", "runs", "-o", "log.eval",
+        ],
+    );
+    assert!(zipped.status.success(), "{}", stderr(&zipped));
+    let bytes = std::fs::read(dir.path().join("log.eval")).expect("log.eval");
+    assert!(bytes.starts_with(b"PK\x03\x04"), "a zip");
+    let back_zip = import(dir.path(), "log.eval", "back_zip");
+    assert!(back_zip.status.success(), "{}", stderr(&back_zip));
+    for name in ["a_epoch1.jsonl", "b_epoch1.jsonl", "a_epoch1.inspect.json"] {
+        let a = std::fs::read(dir.path().join("back").join(name)).expect("from json");
+        let b = std::fs::read(dir.path().join("back_zip").join(name)).expect("from eval");
+        assert!(
+            a == b,
+            "{name} differs between the .json and the .eval export"
+        );
+    }
 }
 
 #[test]

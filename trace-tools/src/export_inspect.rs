@@ -19,8 +19,9 @@
 //!
 //! The log around the samples ([`inspect_log_fields`]) names the task (the traces' session),
 //! the model, the sample ids and the usage per model. The caller writes the JSON: the samples
-//! first, one at a time, then these fields, so a corpus is never held whole. Pure: the time of
-//! creation comes from the caller.
+//! first, one at a time, then these fields, so a corpus is never held whole; or the `.eval`
+//! form, a zip, whose bytes [`EvalZip`] gives entry by entry. Pure: the time of creation comes
+//! from the caller, and so does the writing.
 
 use std::collections::BTreeMap;
 
@@ -400,6 +401,74 @@ pub fn inspect_log_fields(samples: &[SampleTotals], created: &str, agentloop: &s
     })
 }
 
+/// An Inspect `.eval` log (a zip) written sample by sample: [`EvalZip::sample`] gives the
+/// bytes of one sample's entry (`samples/ID_epoch_1.json`), [`EvalZip::finish`] the log's last
+/// bytes (`header.json` with the log's fields, `summaries.json`, the zip's central directory).
+/// The caller writes them in order; the entries are deflated (Inspect reads deflate and zstd).
+#[derive(Default)]
+pub struct EvalZip {
+    zip: crate::zip_read::ZipBuilder,
+    summaries: Vec<Value>,
+}
+
+/// The `.eval` would pass what a zip without ZIP64 holds (4 GiB, 65,535 entries): export fewer
+/// traces, or as JSON.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the .eval log would pass 4 GiB or 65,535 samples, more than this writer's zip holds: export fewer traces, or as .json")]
+pub struct EvalZipTooLarge;
+
+impl EvalZip {
+    /// A log with no sample yet.
+    pub fn new() -> EvalZip {
+        EvalZip::default()
+    }
+
+    /// The bytes of the entry of `sample` ([`inspect_sample`]'s).
+    pub fn sample(&mut self, sample: &Value) -> Result<Vec<u8>, EvalZipTooLarge> {
+        let id = match &sample["id"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let epoch = sample["epoch"].as_u64().unwrap_or(1);
+        let mut summary = json!({
+            "id": sample["id"],
+            "epoch": epoch,
+            "input": sample["input"],
+            "target": sample["target"],
+            "metadata": sample["metadata"],
+            "model_usage": sample["model_usage"],
+            "message_count": sample["messages"].as_array().map_or(0, Vec::len),
+            "completed": true,
+        });
+        if let Some(message) = sample.pointer("/error/message") {
+            summary["error"] = message.clone();
+        }
+        self.summaries.push(summary);
+        let text = serde_json::to_vec(sample).unwrap_or_default();
+        self.zip
+            .entry(&format!("samples/{id}_epoch_{epoch}.json"), &text)
+            .map_err(|_| EvalZipTooLarge)
+    }
+
+    /// The log's last bytes: `header.json` (`fields`: [`inspect_log_fields`]'s),
+    /// `summaries.json` and the central directory.
+    pub fn finish(mut self, fields: &Value) -> Result<Vec<u8>, EvalZipTooLarge> {
+        let header = serde_json::to_vec(fields).unwrap_or_default();
+        let summaries = serde_json::to_vec(&self.summaries).unwrap_or_default();
+        let mut out = self
+            .zip
+            .entry("summaries.json", &summaries)
+            .map_err(|_| EvalZipTooLarge)?;
+        out.extend(
+            self.zip
+                .entry("header.json", &header)
+                .map_err(|_| EvalZipTooLarge)?,
+        );
+        out.extend(self.zip.finish().map_err(|_| EvalZipTooLarge)?);
+        Ok(out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -470,6 +539,23 @@ mod tests {
         let (divide, t) = inspect_sample("divide", &samples[1].imported.trace);
         assert!(t.error);
         assert!(divide["error"]["message"].is_string());
+    }
+
+    #[test]
+    fn an_exported_eval_zip_reads_back_like_the_json_log() {
+        let samples = imported();
+        let mut zip = EvalZip::new();
+        let mut bytes = Vec::new();
+        let mut totals = Vec::new();
+        for s in &samples {
+            let (sample, t) = inspect_sample(&s.id, &s.imported.trace);
+            bytes.extend(zip.sample(&sample).expect("entry"));
+            totals.push(t);
+        }
+        let fields = inspect_log_fields(&totals, "2026-01-01T00:00:00Z", "0.1.0");
+        bytes.extend(zip.finish(&fields).expect("finish"));
+        let from_zip = read_log(&bytes, 64 << 20).expect("the zip reads");
+        assert_eq!(from_zip, log_of(&samples));
     }
 
     #[test]

@@ -1,7 +1,8 @@
-//! Reading a zip archive held in memory, as far as Inspect's `.eval` logs need: the central
+//! Zip archives as far as Inspect's `.eval` logs need. Reading one held in memory: the central
 //! directory (ZIP64 too), and entries stored, deflated or compressed with zstd (method 93),
-//! each inflated up to a cap and checked against its CRC-32. No file, clock or randomness:
-//! the bytes come from the caller.
+//! each inflated up to a cap and checked against its CRC-32. Building one entry by entry
+//! ([`ZipBuilder`]: deflated, no ZIP64). No file, clock or randomness: the caller reads and
+//! writes the bytes.
 
 /// One entry of the central directory.
 pub(crate) struct Entry<'a> {
@@ -227,8 +228,104 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_built_archive_reads_back() {
+        let mut b = ZipBuilder::default();
+        let mut bytes = b.entry("a.json", b"{\"x\": 1}").expect("a");
+        let big = "y".repeat(100_000);
+        bytes.extend(b.entry("dir/b.txt", big.as_bytes()).expect("b"));
+        bytes.extend(b.finish().expect("finish"));
+        let e = entries(&bytes).expect("entries");
+        let names: Vec<&str> = e.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["a.json", "dir/b.txt"]);
+        assert_eq!(inflate(&e[0], 1 << 20).expect("a"), b"{\"x\": 1}");
+        assert_eq!(inflate(&e[1], 1 << 20).expect("b"), big.as_bytes());
+        assert!(bytes.len() < 2_000, "deflated: {}", bytes.len());
+        assert!(matches!(inflate(&e[1], 1_000), Err(ZipError::TooLarge)));
+    }
+
+    #[test]
     fn crc32_is_the_ieee_one() {
         assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
         assert_eq!(crc32(b""), 0);
+    }
+}
+
+/// A zip archive built entry by entry, each deflated, for the caller to write as it goes:
+/// [`ZipBuilder::entry`] returns an entry's bytes (its local header and data),
+/// [`ZipBuilder::finish`] the central directory that ends the archive. No ZIP64: an archive
+/// whose offsets or sizes pass 4 GiB, or with more than 65,535 entries, is refused.
+#[derive(Default)]
+pub(crate) struct ZipBuilder {
+    central: Vec<u8>,
+    entries: u16,
+    offset: u64,
+}
+
+/// The archive would need ZIP64 (4 GiB, or 65,535 entries).
+#[derive(Debug)]
+pub(crate) struct NeedsZip64;
+
+impl ZipBuilder {
+    /// The bytes of entry `name` holding `data`, deflated.
+    pub(crate) fn entry(&mut self, name: &str, data: &[u8]) -> Result<Vec<u8>, NeedsZip64> {
+        let compressed = miniz_oxide::deflate::compress_to_vec(data, 6);
+        let small = |n: u64| u32::try_from(n).map_err(|_| NeedsZip64);
+        let size = small(data.len() as u64)?;
+        let csize = small(compressed.len() as u64)?;
+        let offset = small(self.offset)?;
+        let name_len = u16::try_from(name.len()).map_err(|_| NeedsZip64)?;
+        self.entries = self.entries.checked_add(1).ok_or(NeedsZip64)?;
+        let crc = crc32(data);
+        // Version 2.0, flag bit 11 (UTF-8 names), deflate, a fixed time (1980-01-01).
+        let common = |out: &mut Vec<u8>| {
+            out.extend_from_slice(&0x0800u16.to_le_bytes());
+            out.extend_from_slice(&8u16.to_le_bytes());
+            out.extend_from_slice(&0u16.to_le_bytes());
+            out.extend_from_slice(&0x0021u16.to_le_bytes());
+            out.extend_from_slice(&crc.to_le_bytes());
+            out.extend_from_slice(&csize.to_le_bytes());
+            out.extend_from_slice(&size.to_le_bytes());
+            out.extend_from_slice(&name_len.to_le_bytes());
+            out.extend_from_slice(&0u16.to_le_bytes());
+        };
+        let mut local = Vec::with_capacity(30 + name.len() + compressed.len());
+        local.extend_from_slice(&LOCAL.to_le_bytes());
+        local.extend_from_slice(&20u16.to_le_bytes());
+        common(&mut local);
+        local.extend_from_slice(name.as_bytes());
+        local.extend_from_slice(&compressed);
+        let c = &mut self.central;
+        c.extend_from_slice(&CENTRAL.to_le_bytes());
+        c.extend_from_slice(&20u16.to_le_bytes());
+        c.extend_from_slice(&20u16.to_le_bytes());
+        common(c);
+        // Comment length, disk, internal and external attributes, the local header's offset.
+        c.extend_from_slice(&0u16.to_le_bytes());
+        c.extend_from_slice(&0u16.to_le_bytes());
+        c.extend_from_slice(&0u16.to_le_bytes());
+        c.extend_from_slice(&0u32.to_le_bytes());
+        c.extend_from_slice(&offset.to_le_bytes());
+        c.extend_from_slice(name.as_bytes());
+        self.offset += local.len() as u64;
+        small(self.offset)?;
+        Ok(local)
+    }
+
+    /// The central directory and its end record: the archive's last bytes.
+    pub(crate) fn finish(self) -> Result<Vec<u8>, NeedsZip64> {
+        let small = |n: u64| u32::try_from(n).map_err(|_| NeedsZip64);
+        let mut out = self.central;
+        let size = small(out.len() as u64)?;
+        let start = small(self.offset)?;
+        small(self.offset + out.len() as u64)?;
+        out.extend_from_slice(&EOCD.to_le_bytes());
+        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&self.entries.to_le_bytes());
+        out.extend_from_slice(&self.entries.to_le_bytes());
+        out.extend_from_slice(&size.to_le_bytes());
+        out.extend_from_slice(&start.to_le_bytes());
+        out.extend_from_slice(&0u16.to_le_bytes());
+        Ok(out)
     }
 }
