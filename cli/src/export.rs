@@ -4,6 +4,10 @@
 //! in parallel (the corpus walk of `replay DIR`); rows come out in path order, then trace
 //! order.
 //!
+//! `--format inspect -o LOG.json|LOG.eval` writes the corpus as an Inspect AI eval log
+//! instead, one sample per trace (`agentloop_trace_tools::export_inspect`), which Inspect's
+//! `read_eval_log` and log viewer read: its JSON, or its `.eval` zip when `-o` ends in `.eval`.
+//!
 //! The tables themselves are built by `agentloop_trace_tools::export` (which the Python
 //! package's DataFrames use too); this module reads the files and writes the table.
 //!
@@ -46,6 +50,9 @@ pub(crate) enum Format {
     Csv,
     /// JSON Lines: one object per row.
     Jsonl,
+    /// An Inspect AI eval log, one sample per trace (no `--table`): its `.eval` zip when `-o`
+    /// ends in `.eval`, else its JSON.
+    Inspect,
 }
 
 /// `agentloop trace export`.
@@ -55,9 +62,9 @@ pub(crate) struct ExportArgs {
     /// followed).
     #[arg(required = true, value_name = "TRACE|DIR")]
     pub traces: Vec<PathBuf>,
-    /// Which table.
+    /// Which table (for `csv` and `jsonl`).
     #[arg(long, value_enum)]
-    pub table: Table,
+    pub table: Option<Table>,
     /// The file format.
     #[arg(long, value_enum, default_value_t = Format::Csv)]
     pub format: Format,
@@ -81,6 +88,18 @@ impl From<Table> for agentloop_trace_tools::export::Table {
 /// `trace export`: 0 written, 2 when a trace could not be read (the others are written) or
 /// the table cannot be written.
 pub(crate) fn export_main(args: ExportArgs) -> ExitCode {
+    let table = match (args.format, args.table) {
+        (Format::Inspect, None) => None,
+        (Format::Inspect, Some(_)) => {
+            errln!("error: --format inspect writes whole traces: leave out --table");
+            return ExitCode::from(2);
+        }
+        (_, Some(t)) => Some(t),
+        (_, None) => {
+            errln!("error: --format csv and jsonl need --table runs|steps|tool_calls|events");
+            return ExitCode::from(2);
+        }
+    };
     let (files, errors) = crate::corpus::collect(&args.traces);
     if files.is_empty() && errors.is_empty() {
         errln!("error: no *.jsonl traces found");
@@ -96,11 +115,14 @@ pub(crate) fn export_main(args: ExportArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let table = agentloop_trace_tools::export::Table::from(args.table);
     let mut unreadable = errors.len();
     for (p, e) in &errors {
         errln!("error: {}: {e}", p.display());
     }
+    let Some(table) = table else {
+        return export_inspect(&args, &files, unreadable);
+    };
+    let table = agentloop_trace_tools::export::Table::from(table);
     let cols = columns(table);
     let mut count = 0usize;
     let mut traces = 0usize;
@@ -193,5 +215,119 @@ fn write_row(
             serde_json::to_writer(&mut *w, &object)?;
             w.write_all(b"\n")
         }
+        // Not a table: `export_inspect` writes it.
+        Format::Inspect => Ok(()),
+    }
+}
+
+/// `trace export --format inspect`: the traces as one Inspect eval log, one sample per trace
+/// (id: the trace's file name without `.jsonl`, made unique with `-2`, `-3`, …). The samples
+/// are written as the traces are read (a batch per core, in path order), the log's other
+/// fields after them, so the corpus is never held whole.
+fn export_inspect(args: &ExportArgs, files: &[PathBuf], mut unreadable: usize) -> ExitCode {
+    use agentloop_trace_tools::export_inspect::{inspect_log_fields, inspect_sample, EvalZip};
+    // `-o LOG.eval`: Inspect's zip form; anything else its JSON.
+    let mut zip = args
+        .out
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("eval"))
+        .then(EvalZip::new);
+    let mut totals = Vec::new();
+    let mut failed = Vec::new();
+    let mut ids = std::collections::HashSet::new();
+    let mut newest = 0u64;
+    let batch = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let written = crate::trace_cmd::write_replacing(&args.out, |w| {
+        if zip.is_none() {
+            w.write_all(b"{\"samples\": [")?;
+        }
+        for chunk in files.chunks(batch) {
+            let results = crate::corpus::par_map(chunk, |p| {
+                crate::trace_cmd::read_trace(p, true).map_err(|e| e.to_string())
+            });
+            for (r, p) in results.into_iter().zip(chunk) {
+                let trace = match r {
+                    Some(Ok(t)) => t,
+                    Some(Err(e)) => {
+                        failed.push(e);
+                        continue;
+                    }
+                    None => {
+                        failed.push(format!(
+                            "{}: reading the trace panicked (a bug)",
+                            p.display()
+                        ));
+                        continue;
+                    }
+                };
+                let stem = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy().trim_end_matches(".jsonl").to_string())
+                    .unwrap_or_else(|| "trace".into());
+                let mut id = stem.clone();
+                let mut n = 1;
+                while !ids.insert(id.clone()) {
+                    n += 1;
+                    id = format!("{stem}-{n}");
+                }
+                if let Some(secs) = std::fs::metadata(p)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                {
+                    newest = newest.max(secs.as_secs());
+                }
+                let (sample, t) = inspect_sample(&id, &trace);
+                if let Some(zip) = zip.as_mut() {
+                    w.write_all(&zip.sample(&sample).map_err(std::io::Error::other)?)?;
+                } else {
+                    if !totals.is_empty() {
+                        w.write_all(b",")?;
+                    }
+                    w.write_all(b"\n")?;
+                    serde_json::to_writer(&mut *w, &sample)?;
+                }
+                totals.push(t);
+            }
+        }
+        // The log's time: when the newest of its traces was last written (no clock read).
+        let created = crate::sessions::rfc3339_utc(newest);
+        let fields = inspect_log_fields(&totals, &created, env!("CARGO_PKG_VERSION"));
+        if let Some(zip) = zip.take() {
+            return w.write_all(&zip.finish(&fields).map_err(std::io::Error::other)?);
+        }
+        w.write_all(b"\n]")?;
+        if let Value::Object(fields) = fields {
+            for (k, v) in fields {
+                write!(w, ",\n{}: ", Value::String(k))?;
+                serde_json::to_writer(&mut *w, &v)?;
+            }
+        }
+        w.write_all(b"}\n")
+    });
+    for e in &failed {
+        unreadable += 1;
+        errln!("error: {e}");
+    }
+    if let Err(e) = written {
+        errln!("error: {}: {e}", args.out.display());
+        return ExitCode::from(2);
+    }
+    let n = totals.len();
+    crate::out::outln!(
+        "wrote {} (an Inspect eval log: {n} sample{} from {n} trace{}{})",
+        args.out.display(),
+        if n == 1 { "" } else { "s" },
+        if n == 1 { "" } else { "s" },
+        if unreadable > 0 {
+            format!("; {unreadable} unreadable")
+        } else {
+            String::new()
+        }
+    );
+    if unreadable > 0 {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
     }
 }

@@ -229,7 +229,7 @@ async fn list(store: &AnyStore) -> ExitCode {
 
 /// `secs` since the Unix epoch as an RFC 3339 UTC time, `2026-12-01T22:09:29Z` (the proleptic
 /// Gregorian calendar, days to civil date as in Howard Hinnant's `civil_from_days`).
-fn rfc3339_utc(secs: u64) -> String {
+pub(crate) fn rfc3339_utc(secs: u64) -> String {
     let days = secs / 86_400;
     let rem = secs % 86_400;
     let (hour, minute, second) = (rem / 3_600, rem % 3_600 / 60, rem % 60);

@@ -238,6 +238,7 @@ pub(crate) fn show_main(args: ShowArgs) -> ExitCode {
         style,
         states: !args.no_states,
         indexes: !args.no_indexes,
+        schemas: true,
     };
     match args.format {
         ShowFormat::Text => emit(&transcript.render(options(Style::Text))),
@@ -561,8 +562,10 @@ pub(crate) fn what_if_main(path: &Path, args: &WhatIfArgs) -> ExitCode {
 pub(crate) enum ImportFormat {
     /// A JSON array of OpenAI chat-completions messages (`tool_calls` and `tool` results).
     OpenaiChat,
-    /// An Inspect AI eval log (JSON, with its samples): one trace and one script per sample,
-    /// written into the directory `--out` (default: FILE with extension `.traces`).
+    /// An Inspect AI eval log (its default `.eval`, a zip, or its `.json`, with the samples):
+    /// one trace, one script and one `.inspect.json` (the sample's id, target, scores, usage
+    /// per model) per sample, written into the directory `--out` (default: FILE with extension
+    /// `.traces`).
     InspectEval,
     /// OpenTelemetry GenAI spans in OTLP JSON (`resourceSpans`, chat spans with
     /// `gen_ai.input.messages` / `gen_ai.output.messages` or the older message events): one
@@ -777,14 +780,35 @@ pub(crate) fn import_main(args: ImportArgs) -> ExitCode {
     }
 }
 
-/// `trace import --from inspect-eval`: each sample of the log as `DIR/ID_epochN.jsonl` and
-/// `DIR/ID_epochN.script.json`. 0 imported as recorded, 1 with findings (printed), 2 bad input.
+/// The most bytes an Inspect `.eval` log may hold once inflated (256 MiB): a zip that
+/// inflates to more (a zip bomb) is refused after at most this much was read.
+const INSPECT_UNCOMPRESSED_LIMIT: u64 = 256 << 20;
+
+/// `trace import --from inspect-eval`: each sample of the log (`.eval` or `.json`) as
+/// `DIR/ID_epochN.jsonl`, `DIR/ID_epochN.script.json` and `DIR/ID_epochN.inspect.json` (what
+/// Inspect recorded about the sample beyond the conversation). 0 imported as recorded, 1 with
+/// findings (printed), 2 bad input.
 fn import_inspect_main(args: ImportArgs) -> ExitCode {
-    use agentloop_trace_tools::import_inspect::inspect_eval;
-    let value = match read_import_json(&args) {
-        Ok(v) => v,
-        Err(code) => return code,
+    use agentloop_trace_tools::import_inspect::{inspect_eval, read_log};
+    let fail = |e: String| {
+        errln!("error: {}: {e}", args.file.display());
+        ExitCode::from(2)
     };
+    if args.script.is_some() {
+        return fail(
+            "--script is for openai-chat; the scripts of this format go beside its traces".into(),
+        );
+    }
+    let bytes = match crate::regular_file::read_regular_file(&args.file, crate::out::INPUT_LIMIT) {
+        Ok(b) => b,
+        Err(e) => return fail(e.to_string()),
+    };
+    // The JSON log's text is capped like the file; a `.eval`'s inflated entries together.
+    let value = match read_log(&bytes, INSPECT_UNCOMPRESSED_LIMIT) {
+        Ok(v) => v,
+        Err(e) => return fail(e.to_string()),
+    };
+    drop(bytes);
     let options = agentloop_trace_tools::import::ImportOptions {
         agentloop: env!("CARGO_PKG_VERSION").into(),
         model: args.model.clone(),
@@ -802,6 +826,7 @@ fn import_inspect_main(args: ImportArgs) -> ExitCode {
             s.file_stem(),
             format!("sample {} (epoch {})", s.id, s.epoch),
             &s.imported,
+            Some(("inspect.json", &s.metadata)),
         )
     });
     write_imported_dir(&args, items, ("sample", "samples"))
@@ -828,9 +853,14 @@ fn import_otel_main(args: ImportArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let items = traces
-        .iter()
-        .map(|t| (t.file_stem(), format!("trace {}", t.trace_id), &t.imported));
+    let items = traces.iter().map(|t| {
+        (
+            t.file_stem(),
+            format!("trace {}", t.trace_id),
+            &t.imported,
+            None,
+        )
+    });
     write_imported_dir(&args, items, ("trace", "traces"))
 }
 
@@ -851,12 +881,21 @@ fn read_import_json(args: &ImportArgs) -> Result<serde_json::Value, ExitCode> {
     serde_json::from_str(&text).map_err(|e| fail(format!("not JSON: {e}")))
 }
 
-/// Writes each imported item (file stem, label, import) as `DIR/STEM.jsonl` and
-/// `DIR/STEM.script.json` and prints the summary and the differences. 0 as recorded, 1 with
-/// findings, 2 when a file cannot be written.
+/// One imported item for [`write_imported_dir`]: its file stem, its label in messages, the
+/// import, and a sidecar (`STEM.SUFFIX`, JSON) when the format records more than a trace holds.
+type ImportedItem<'a> = (
+    String,
+    String,
+    &'a agentloop_trace_tools::import::Imported,
+    Option<(&'static str, &'a serde_json::Value)>,
+);
+
+/// Writes each imported item as `DIR/STEM.jsonl`, `DIR/STEM.script.json` and its sidecar, and
+/// prints the summary and the differences. 0 as recorded, 1 with findings, 2 when a file
+/// cannot be written.
 fn write_imported_dir<'a>(
     args: &ImportArgs,
-    items: impl ExactSizeIterator<Item = (String, String, &'a agentloop_trace_tools::import::Imported)>,
+    items: impl ExactSizeIterator<Item = ImportedItem<'a>>,
     (one, many): (&str, &str),
 ) -> ExitCode {
     let count = items.len();
@@ -884,7 +923,7 @@ fn write_imported_dir<'a>(
     let mut o = String::new();
     let mut with_findings = 0usize;
     let mut stems = std::collections::HashSet::new();
-    for (file_stem, label, imported) in items {
+    for (file_stem, label, imported, sidecar) in items {
         // Two items whose ids differ only in replaced characters still get two files.
         let mut stem = file_stem.clone();
         let mut n = 1;
@@ -897,7 +936,12 @@ fn write_imported_dir<'a>(
         let trace = imported.trace.to_jsonl();
         let script =
             serde_json::to_string_pretty(&script_of(&imported.replies)).unwrap_or_default();
-        for (path, text) in [(&trace_path, trace), (&script_path, script + "\n")] {
+        let mut files = vec![(trace_path, trace), (script_path, script + "\n")];
+        if let Some((suffix, value)) = sidecar {
+            let text = serde_json::to_string_pretty(value).unwrap_or_default();
+            files.push((dir.join(format!("{stem}.{suffix}")), text + "\n"));
+        }
+        for (path, text) in &files {
             if let Err(e) = write_replacing(path, |w| w.write_all(text.as_bytes())) {
                 errln!("error: {}: {e}", path.display());
                 return ExitCode::from(2);

@@ -620,6 +620,7 @@ impl PyTrace {
                 },
                 states,
                 indexes,
+                schemas: false,
             }))
         })
     }
@@ -920,13 +921,18 @@ fn _what_if_corpus(
     to_py(py, &summary)
 }
 
-/// Every sample of the Inspect AI eval log at `path` (JSON, with its samples) imported as a
-/// trace (`agentloop trace import --from inspect-eval`), named `PATH#ID_epochN`, with the
-/// import's findings.
+/// The most bytes an Inspect `.eval` log may hold once inflated (256 MiB, as the command's).
+const INSPECT_UNCOMPRESSED_LIMIT: u64 = 256 << 20;
+
+/// Every sample of the Inspect AI eval log at `path` (its `.eval` zip or its JSON, with the
+/// samples) imported as a trace (`agentloop trace import --from inspect-eval`), named
+/// `PATH#ID_epochN`, with the import's findings.
 #[pyfunction]
 fn _import_inspect(py: Python<'_>, path: PathBuf) -> PyResult<Vec<PyTrace>> {
-    use agentloop_trace_tools::import_inspect::inspect_eval;
-    imported_traces(py, path, "the eval log", |log, options| {
+    use agentloop_trace_tools::import_inspect::{inspect_eval, read_log};
+    let parse =
+        |bytes: Vec<u8>| read_log(&bytes, INSPECT_UNCOMPRESSED_LIMIT).map_err(|e| e.to_string());
+    imported_traces(py, path, "the eval log", parse, |log, options| {
         inspect_eval(log, options)
             .map(|samples| {
                 samples
@@ -944,7 +950,11 @@ fn _import_inspect(py: Python<'_>, path: PathBuf) -> PyResult<Vec<PyTrace>> {
 #[pyfunction]
 fn _import_otel(py: Python<'_>, path: PathBuf) -> PyResult<Vec<PyTrace>> {
     use agentloop_trace_tools::import_otel::otel_genai;
-    imported_traces(py, path, "the spans", |export, options| {
+    let parse = |bytes: Vec<u8>| {
+        let text = String::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
+        serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}"))
+    };
+    imported_traces(py, path, "the spans", parse, |export, options| {
         otel_genai(export, options)
             .map(|traces| {
                 traces
@@ -956,9 +966,9 @@ fn _import_otel(py: Python<'_>, path: PathBuf) -> PyResult<Vec<PyTrace>> {
     })
 }
 
-/// The text of the file an import reads: a regular file ([`open_input`]) of at most the
-/// trace file limit (`AGENTLOOP_TRACE_MAX_BYTES`), UTF-8.
-fn read_import(path: &Path) -> PyResult<String> {
+/// The bytes of the file an import reads: a regular file ([`open_input`]) of at most the
+/// trace file limit (`AGENTLOOP_TRACE_MAX_BYTES`).
+fn read_import(path: &Path) -> PyResult<Vec<u8>> {
     use std::io::Read as _;
     let name = path.display().to_string();
     let limits = trace_limits(&name).map_err(trace_err)?;
@@ -974,17 +984,17 @@ fn read_import(path: &Path) -> PyResult<String> {
             limits.file_bytes
         )));
     }
-    String::from_utf8(bytes)
-        .map_err(|e| TraceCorruptError::new_err(format!("{name}: not UTF-8: {e}")))
+    Ok(bytes)
 }
 
-/// The results of one import (each named by its file stem) of the JSON file at `path`, as
-/// traces named `PATH#STEM` with their findings: an unreadable file is a `TraceReadError`, one
-/// the import refuses a `TraceCorruptError`.
+/// The results of one import (each named by its file stem) of the file at `path` (its bytes
+/// read as JSON by `parse`), as traces named `PATH#STEM` with their findings: an unreadable
+/// file is a `TraceReadError`, one `parse` or the import refuses a `TraceCorruptError`.
 fn imported_traces(
     py: Python<'_>,
     path: PathBuf,
     what: &str,
+    parse: impl FnOnce(Vec<u8>) -> Result<Value, String> + Send,
     import: impl FnOnce(
             &Value,
             &agentloop_trace_tools::import::ImportOptions,
@@ -995,9 +1005,9 @@ fn imported_traces(
     py.allow_threads(|| {
         guarded(&format!("importing {what}"), || {
             let name = path.display().to_string();
-            let text = read_import(&path)?;
-            let value: Value = serde_json::from_str(&text)
-                .map_err(|e| TraceCorruptError::new_err(format!("{name}: not JSON: {e}")))?;
+            let bytes = read_import(&path)?;
+            let value: Value =
+                parse(bytes).map_err(|e| TraceCorruptError::new_err(format!("{name}: {e}")))?;
             let options = ImportOptions {
                 agentloop: env!("CARGO_PKG_VERSION").into(),
                 ..ImportOptions::default()

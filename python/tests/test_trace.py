@@ -210,6 +210,29 @@ class TraceTest(unittest.TestCase):
         with self.assertRaises(agentloop.TraceCorruptError):
             agentloop.import_inspect(self.demo)
 
+    def test_inspects_own_eval_log_imports_with_usage_per_step(self):
+        fixtures = ROOT / "tests" / "fixtures" / "inspect"
+        zipped = agentloop.import_inspect(fixtures / "arithmetic.eval")
+        plain = agentloop.import_inspect(fixtures / "arithmetic.json")
+        names = [t.path.rsplit("#", 1)[1] for t in zipped]
+        self.assertEqual(names, ["add_epoch1", "divide_epoch1", "loop_epoch1"])
+        add = zipped[0]
+        self.assertEqual(add.findings, [])
+        self.assertIsNone(add.replay())
+        steps = add.steps()
+        self.assertEqual(list(steps["tokens_in"]), [52, 87])
+        self.assertEqual(list(steps["tokens_out"]), [18, 7])
+        self.assertEqual(list(steps["tokens_cache_read"]), [10, 0])
+        self.assertEqual(list(steps["tokens_reasoning"]), [0, 3])
+        self.assertEqual(list(plain[0].steps()["tokens_in"]), [52, 87])
+        self.assertIn("ZeroDivisionError", " ".join(zipped[1].findings))
+        with tempfile.TemporaryDirectory() as tmp:
+            half = pathlib.Path(tmp) / "half.eval"
+            data = (fixtures / "arithmetic.eval").read_bytes()
+            half.write_bytes(data[: len(data) // 2])
+            with self.assertRaises(agentloop.TraceCorruptError):
+                agentloop.import_inspect(half)
+
     def test_an_otel_genai_export_imports_as_traces(self):
         spans = ROOT / "tests" / "fixtures" / "otel" / "genai.json"
         traces = agentloop.import_otel(spans)

@@ -211,3 +211,22 @@ pub fn trace_reader(data: &[u8]) -> Option<bool> {
         .ok()
         .map(|d| d.is_none())
 }
+
+/// The `inspect_log` target: reads arbitrary bytes as an Inspect eval log (a `.eval` zip or its
+/// JSON, at most 1 MiB inflated) and imports its samples; every imported trace must replay
+/// identically. Returns how many samples were imported (`None`: the bytes were refused, as a
+/// typed error).
+pub fn inspect_log(data: &[u8]) -> Option<usize> {
+    use agentloop_trace_tools::import::ImportOptions;
+    use agentloop_trace_tools::import_inspect::{inspect_eval, read_log};
+    let log = read_log(data, 1 << 20).ok()?;
+    let samples = inspect_eval(&log, &ImportOptions::default()).ok()?;
+    for s in &samples {
+        assert_eq!(
+            agentloop_core::trace::replay(&s.imported.trace),
+            None,
+            "an imported sample must replay identically"
+        );
+    }
+    Some(samples.len())
+}

@@ -29,6 +29,7 @@ pub fn render(trace: &Trace) -> String {
         style: Style::Text,
         states: true,
         indexes: false,
+        schemas: false,
     })
 }
 

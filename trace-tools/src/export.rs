@@ -183,6 +183,8 @@ pub fn columns(table: Table) -> &'static [&'static str] {
             "text",
             "latency_ms",
             "ttft_ms",
+            "tokens_cache_read",
+            "tokens_reasoning",
         ],
         Table::ToolCalls => &[
             "trace",
@@ -270,6 +272,9 @@ pub fn rows(trace: &Trace, name: &str, table: Table, timing: &Timing) -> Vec<Row
                 let (tin, tout) = usage.as_ref().map_or((None, None), |u| {
                     (Some(u.input_tokens), Some(u.output_tokens))
                 });
+                let (cached, reasoning) = usage.as_ref().map_or((None, None), |u| {
+                    (Some(u.cache_read_input_tokens), Some(u.reasoning_tokens))
+                });
                 run[3] += tin.unwrap_or(0);
                 run[4] += tout.unwrap_or(0);
                 if table == Table::Steps {
@@ -286,6 +291,8 @@ pub fn rows(trace: &Trace, name: &str, table: Table, timing: &Timing) -> Vec<Row
                         json!(text),
                         json!(timing.steps.get(&(run_id.clone(), u64::from(*s)))),
                         json!(timing.ttft.get(&(run_id.clone(), u64::from(*s)))),
+                        json!(cached),
+                        json!(reasoning),
                     ]);
                 }
             }

@@ -3,7 +3,15 @@
 //! An OpenAI chat-completions message array (`system`, `user`, `assistant` with `tool_calls`,
 //! `tool` results) is turned into the inputs the machines would have received — each assistant
 //! message streamed as one model reply, each `tool` message as the result of its call — and fed
-//! to fresh machines, which record the trace. Where the machines act differently from the
+//! to fresh machines, which record the trace. An assistant message may carry the `usage` of the
+//! response it came from (not part of a chat message, but where a recorder has it): OpenAI's
+//! `prompt_tokens`, `completion_tokens`, `prompt_tokens_details.cached_tokens` and
+//! `completion_tokens_details.reasoning_tokens`, or agentloop's own [`Usage`] fields; the
+//! step's `finish_step` carries it, so the trace reports each step's tokens. The tools' schemas
+//! come from [`ImportOptions::tools`] when the recorder kept them, and a `tool` message may
+//! carry the call's `status` (agentloop's [`ToolStatus`] names; `completed` when absent) (a tool called but not
+//! listed there is offered with a permissive `{"type": "object"}`). Where the machines act
+//! differently from the
 //! recording (a call without a result, a reply after the run would have ended, a result nobody
 //! asked for), the import says so in a [`Finding`]. Pure: the caller reads and writes files.
 //!
@@ -21,7 +29,7 @@ use serde_json::Value;
 
 use agentloop_core::effect::Effect;
 use agentloop_core::event::{ApprovalDecision, AttemptId, Event};
-use agentloop_core::message::{FinishReason, Message, MessageDelta, ToolStatus};
+use agentloop_core::message::{FinishReason, Message, MessageDelta, ToolStatus, Usage};
 use agentloop_core::react::{Run, RunConfig};
 use agentloop_core::tool_spec::ToolSpec;
 use agentloop_core::trace::{Trace, TraceHeader, TraceRecord, TRACE_VERSION};
@@ -38,6 +46,8 @@ pub struct Reply {
     pub text: String,
     /// Tool calls: id, name, raw argument text.
     pub tool_calls: Vec<(String, String, String)>,
+    /// The tokens the response used, when the recording has them.
+    pub usage: Option<Usage>,
 }
 
 /// Where the machines acted differently from the recording, or what was not imported.
@@ -119,6 +129,10 @@ pub struct ImportOptions {
     pub session: String,
     /// The run id recorded.
     pub run_id: String,
+    /// The tools the recording offered, with their schemas, in order (empty: the recording
+    /// kept none). A tool the recording calls that is not here is offered with a permissive
+    /// schema after them.
+    pub tools: Vec<ToolSpec>,
 }
 
 impl Default for ImportOptions {
@@ -128,6 +142,7 @@ impl Default for ImportOptions {
             model: "imported".into(),
             session: "imported".into(),
             run_id: "run-imported".into(),
+            tools: Vec::new(),
         }
     }
 }
@@ -145,12 +160,34 @@ fn content_text(v: Option<&Value>) -> String {
     }
 }
 
+/// The `usage` of an assistant message: OpenAI's fields (`prompt_tokens`, …) or agentloop's
+/// [`Usage`] fields; `None` when absent or neither.
+fn usage_of(v: Option<&Value>) -> Option<Usage> {
+    let v = v.filter(|v| v.is_object())?;
+    let n = |v: Option<&Value>| v.and_then(Value::as_u64);
+    if v.get("prompt_tokens").is_some() || v.get("completion_tokens").is_some() {
+        return Some(Usage {
+            input_tokens: n(v.get("prompt_tokens")).unwrap_or(0),
+            output_tokens: n(v.get("completion_tokens")).unwrap_or(0),
+            cache_read_input_tokens: n(v.pointer("/prompt_tokens_details/cached_tokens"))
+                .unwrap_or(0),
+            cache_creation_input_tokens: 0,
+            reasoning_tokens: n(v.pointer("/completion_tokens_details/reasoning_tokens"))
+                .unwrap_or(0),
+        });
+    }
+    if v.get("input_tokens").is_some() || v.get("output_tokens").is_some() {
+        return serde_json::from_value(v.clone()).ok();
+    }
+    None
+}
+
 struct Recording {
     system: Option<String>,
     input: Vec<Message>,
     replies: Vec<Reply>,
-    /// Tool results by call id: (message index, content).
-    results: BTreeMap<String, (usize, String)>,
+    /// Tool results by call id: (message index, content, status).
+    results: BTreeMap<String, (usize, String, ToolStatus)>,
     findings: Vec<Finding>,
 }
 
@@ -233,6 +270,7 @@ fn read(messages: &Value) -> Result<Recording, ImportError> {
                     message: index,
                     text: content,
                     tool_calls,
+                    usage: usage_of(m.get("usage")),
                 });
             }
             "tool" => {
@@ -240,7 +278,14 @@ fn read(messages: &Value) -> Result<Recording, ImportError> {
                     .get("tool_call_id")
                     .and_then(Value::as_str)
                     .ok_or_else(|| err("a tool message without `tool_call_id`".into()))?;
-                r.results.insert(id.to_string(), (index, content));
+                // Not a chat-completions field: where a recorder knows the call failed, its
+                // `status` (agentloop's names: `error`, `denied`, …); completed otherwise.
+                let status = m
+                    .get("status")
+                    .cloned()
+                    .and_then(|s| serde_json::from_value(s).ok())
+                    .unwrap_or(ToolStatus::Completed);
+                r.results.insert(id.to_string(), (index, content, status));
             }
             other => return Err(err(format!("unknown role `{other}`"))),
         }
@@ -287,7 +332,7 @@ fn deltas(reply: &Reply) -> Vec<MessageDelta> {
             FinishReason::ToolCalls
         }),
         raw_finish_reason: None,
-        usage: None,
+        usage: reply.usage,
     });
     out
 }
@@ -388,27 +433,30 @@ where
         mut results,
         mut findings,
     } = read(messages)?;
-    // The tools the recording calls, with permissive schemas (the recording has none).
+    // The tools the recording offered (with their schemas), then the ones it calls without
+    // having listed them, with permissive schemas.
+    let mut tools: Vec<ToolSpec> = options.tools.clone();
     let mut names: Vec<String> = replies
         .iter()
         .flat_map(|r| r.tool_calls.iter().map(|(_, n, _)| n.clone()))
+        .filter(|n| !options.tools.iter().any(|t| &t.name == n))
         .collect();
     names.sort();
     names.dedup();
-    let tools: Vec<ToolSpec> = names
-        .into_iter()
-        .map(|name| ToolSpec {
-            name,
-            description: String::new(),
-            parameters: serde_json::json!({"type": "object"}),
-        })
-        .collect();
+    tools.extend(names.into_iter().map(|name| ToolSpec {
+        name,
+        description: String::new(),
+        parameters: serde_json::json!({"type": "object"}),
+    }));
     let config = RunConfig {
         model: options.model.clone(),
         system,
         tools: tools.clone().into(),
         // One step more than recorded: the last recorded step is not the final-reminder step.
         max_steps: replies.len() as u32 + 1,
+        // The recorder compacted nothing: recorded usage near the model's window must not
+        // make the machines compact (no budget is exceeded).
+        context_budget_tokens: Some(u64::MAX),
         ..RunConfig::default()
     };
     let header = TraceHeader {
@@ -473,9 +521,9 @@ where
                     queue.push_back(Event::done(attempt));
                 }
                 Effect::RunTool { call } => match results.remove(&call.id) {
-                    Some((_, content)) => queue.push_back(Event::ToolFinished {
+                    Some((_, content, status)) => queue.push_back(Event::ToolFinished {
                         tool_call_id: call.id.clone(),
-                        status: ToolStatus::Completed,
+                        status,
                         content,
                     }),
                     None => {
@@ -526,7 +574,7 @@ where
                 .into(),
         });
     }
-    for (id, (index, _)) in results {
+    for (id, (index, _, _)) in results {
         findings.push(Finding {
             message: Some(index),
             step: None,

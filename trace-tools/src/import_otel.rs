@@ -485,6 +485,7 @@ pub fn otel_genai(export: &Value, options: &ImportOptions) -> Result<Vec<OtelTra
             model: last.model.unwrap_or_else(|| options.model.clone()),
             session: options.session.clone(),
             run_id: format!("{}-{trace_id}", options.run_id),
+            tools: options.tools.clone(),
         };
         let mut imported =
             openai_chat(&Value::Array(conversation), &trace_options).map_err(failed)?;

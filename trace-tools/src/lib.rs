@@ -11,10 +11,12 @@
 //!   (`agentloop replay T --set max_steps=2`), reporting where behaviour first differs;
 //! * [`export`]: traces as tables — one row per run, step, tool call or record
 //!   (`agentloop trace export`, the Python package's DataFrames);
+//! * [`export_inspect`]: traces as an Inspect AI eval log, one sample per trace
+//!   (`agentloop trace export --format inspect`);
 //! * [`import`]: an OpenAI chat-completions conversation recorded elsewhere, turned into a
 //!   trace by feeding it to fresh machines (`agentloop trace import`);
-//! * [`import_inspect`]: an Inspect AI eval log, one trace per sample, through the same
-//!   import;
+//! * [`import_inspect`]: an Inspect AI eval log (`.eval` or `.json`), one trace per sample,
+//!   through the same import;
 //! * [`import_otel`]: OpenTelemetry GenAI spans (OTLP JSON), one trace per OpenTelemetry trace
 //!   id, through the same import.
 //!
@@ -40,9 +42,11 @@
 #![forbid(unsafe_code)]
 
 pub mod export;
+pub mod export_inspect;
 pub mod import;
 pub mod import_inspect;
 pub mod import_otel;
 pub mod trace_diff;
 pub mod transcript;
 pub mod whatif;
+mod zip_read;

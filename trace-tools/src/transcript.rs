@@ -42,6 +42,12 @@ pub struct ToolSummary {
     pub name: String,
     /// The argument names of its JSON Schema (`properties`), required ones first.
     pub arguments: Vec<String>,
+    /// What the model is told it does.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// The JSON Schema of its arguments, as offered.
+    #[serde(default)]
+    pub parameters: Value,
 }
 
 /// One state change of one machine.
@@ -326,6 +332,9 @@ pub struct RenderOptions {
     pub states: bool,
     /// Include record indexes (`#12`), handy for finding a line in the trace.
     pub indexes: bool,
+    /// Include each tool's description and JSON Schema (a line per tool), not only its
+    /// argument names.
+    pub schemas: bool,
 }
 
 impl Default for RenderOptions {
@@ -334,6 +343,7 @@ impl Default for RenderOptions {
             style: Style::Text,
             states: true,
             indexes: true,
+            schemas: false,
         }
     }
 }
@@ -381,6 +391,8 @@ impl Transcript {
             .map(|t| ToolSummary {
                 name: t.name.clone(),
                 arguments: argument_names(&t.parameters),
+                description: t.description.clone(),
+                parameters: t.parameters.clone(),
             })
             .collect();
         Transcript {
@@ -902,6 +914,21 @@ fn render(t: &Transcript, o: RenderOptions) -> String {
             .map(|x| code(&format!("{}({})", x.name, x.arguments.join(", "))))
             .collect();
         out.push_str(&format!("tools: {}\n", tools.join(", ")));
+        if o.schemas {
+            for x in &t.tools {
+                let schema = serde_json::to_string(&x.parameters).unwrap_or_default();
+                let about = if x.description.is_empty() {
+                    String::new()
+                } else {
+                    format!("{} ", one_line(&x.description, 300))
+                };
+                out.push_str(&format!(
+                    "{bullet}{}: {about}schema {}\n",
+                    code(&x.name),
+                    code(&one_line(&schema, 1_000))
+                ));
+            }
+        }
     }
     if md {
         out.push('\n');

@@ -85,3 +85,21 @@ fn trace_reader_corpus() {
         }
     }
 }
+
+#[test]
+fn inspect_log_corpus() {
+    for path in corpus("inspect_log") {
+        let data = std::fs::read(&path).expect("read corpus file");
+        let outcome = fuzz_decode::inspect_log(&data);
+        let n = name(&path);
+        if n.starts_with("seed-ok-") {
+            assert!(
+                outcome.is_some_and(|n| n > 0),
+                "{}: imported",
+                path.display()
+            );
+        } else if n.starts_with("seed-bad-") {
+            assert_eq!(outcome, None, "{}: refused", path.display());
+        }
+    }
+}

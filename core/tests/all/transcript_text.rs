@@ -140,10 +140,15 @@ fn header_lists_required_arguments_first_and_optional_ones_marked() {
             ToolSummary {
                 name: "search".into(),
                 arguments: vec!["query".into(), "after?".into(), "limit?".into()],
+                description: String::new(),
+                parameters: json!({"type": "object", "required": ["query"],
+                       "properties": {"limit": {}, "query": {}, "after": {}}}),
             },
             ToolSummary {
                 name: "bare".into(),
                 arguments: vec![],
+                description: String::new(),
+                parameters: json!({"type": "object"}),
             },
         ]
     );
@@ -528,6 +533,7 @@ fn long_text_is_shown_on_one_line_and_cut_at_its_limit() {
             style: Style::Text,
             states: false,
             indexes: false,
+            schemas: false,
         });
         text.lines().nth(1).expect("the run line").to_string()
     };
@@ -666,6 +672,7 @@ fn r_trace_2_render_names_history_steps_and_reasoning() {
         style: Style::Text,
         states: false,
         indexes: false,
+        schemas: false,
     });
     assert!(text.contains(" after 2 history messages"), "{text}");
     assert!(
@@ -677,6 +684,7 @@ fn r_trace_2_render_names_history_steps_and_reasoning() {
         style: Style::Markdown,
         states: false,
         indexes: false,
+        schemas: false,
     });
     assert!(
         md.contains("\n### Step 1\n\n- request: m, 3 messages, 1 tool"),
@@ -689,4 +697,34 @@ fn r_trace_2_render_names_history_steps_and_reasoning() {
     }
     let fresh = fresh.render(RenderOptions::default());
     assert!(!fresh.contains("history"), "{fresh}");
+}
+
+#[test]
+fn schemas_are_rendered_a_line_per_tool_when_asked() {
+    let t = Transcript {
+        version: 7,
+        session: "s".into(),
+        model: "m".into(),
+        tools: vec![ToolSummary {
+            name: "add".into(),
+            arguments: vec!["a".into()],
+            description: "Adds.".into(),
+            parameters: json!({"type": "object", "properties": {"a": {"type": "integer"}}}),
+        }],
+        items: vec![],
+        summary: Summary::default(),
+    };
+    let options = |schemas| RenderOptions {
+        schemas,
+        ..RenderOptions::default()
+    };
+    let with = t.render(options(true));
+    assert!(with.contains("tools: add(a)\n"), "{with}");
+    assert!(
+        with.contains(
+            r#"  add: Adds. schema {"properties":{"a":{"type":"integer"}},"type":"object"}"#
+        ),
+        "{with}"
+    );
+    assert!(!t.render(options(false)).contains("schema"));
 }

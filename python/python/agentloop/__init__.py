@@ -99,10 +99,12 @@ def columns(paths, table, *, skip_unreadable=False):
 
 
 def import_inspect(path):
-    """Every sample of an Inspect AI eval log (its JSON format, with samples) as a Trace, in
-    the log's order (``agentloop trace import --from inspect-eval``): each named
-    ``PATH#ID_epochN``, with what the import could not carry over in ``.findings``. Raises
-    TraceReadError (unreadable file) or TraceCorruptError (not an eval log with samples)."""
+    """Every sample of an Inspect AI eval log (its default ``.eval`` zip or its JSON, with
+    samples) as a Trace, in the log's order (``agentloop trace import --from inspect-eval``):
+    each named ``PATH#ID_epochN``, with each step's token usage and the tools' schemas as the
+    log recorded them, and what the import could not carry over in ``.findings``. Raises
+    TraceReadError (unreadable file) or TraceCorruptError (not an eval log with samples, a
+    damaged zip, or one inflating past 256 MiB)."""
     return _native._import_inspect(_os.fsdecode(path))
 
 
