@@ -578,17 +578,17 @@ mod tests {
         let call = json!({"id": "call_w1", "type": "function",
             "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}});
         let export = json!({"resourceSpans": [{"scopeSpans": [{"spans": [{
-            "traceId": "aa", "spanId": "01", "name": "chat gpt-4o-mini",
-            "attributes": [
-                {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
-                {"key": "gen_ai.request.model", "value": {"stringValue": "gpt-4o-mini"}}],
-            "events": [
-                event("gen_ai.user.message", json!({"content": "Weather in Paris?"})),
-                event("gen_ai.assistant.message", json!({"content": null, "tool_calls": [call]})),
-                event("gen_ai.tool.message", json!({"content": "18°C, sunny", "id": "call_w1"})),
-                event("gen_ai.choice", json!({"index": 0, "finish_reason": "stop",
-                    "message": {"content": "It is 18°C in Paris."}})),
-            ]}]}]}]});
+        "traceId": "aa", "spanId": "01", "name": "chat gpt-4o-mini",
+        "attributes": [
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+            {"key": "gen_ai.request.model", "value": {"stringValue": "gpt-4o-mini"}}],
+        "events": [
+            event("gen_ai.user.message", json!({"content": "Weather in Paris?"})),
+            event("gen_ai.assistant.message", json!({"content": null, "tool_calls": [call]})),
+            event("gen_ai.tool.message", json!({"content": "18°C, sunny", "id": "call_w1"})),
+            event("gen_ai.choice", json!({"index": 0, "finish_reason": "stop",
+                "message": {"content": "It is 18°C in Paris."}})),
+        ]}]}]}]});
         let traces = otel_genai(&export, &ImportOptions::default()).expect("import");
         assert_eq!(traces.len(), 1);
         let imported = &traces[0].imported;

@@ -552,3 +552,46 @@ fn an_unnamed_file_part_is_named_by_its_media_type() {
         ])
     );
 }
+
+/// The normalizer bounds the output items it tracks itself (as it bounds arguments): with
+/// `max_content_blocks` = 2, a message and a reasoning item pass and a third item (a call)
+/// fails the response, though none of the first two produced a delta the pipeline counts.
+#[test]
+fn output_items_may_reach_the_block_limit_but_not_pass_it() {
+    let limits = ResponseLimits {
+        max_content_blocks: 2,
+        ..ResponseLimits::default()
+    };
+    let items = [
+        json!({"type": "message", "id": "msg_1", "role": "assistant", "content": []}),
+        json!({"type": "reasoning", "id": "rs_1", "summary": []}),
+        json!({"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "t",
+               "arguments": ""}),
+    ];
+    let feed = |n: usize| {
+        let mut normalizer = ResponsesNormalizer::new();
+        normalizer.set_limits(&limits);
+        let mut out = Vec::new();
+        for (i, item) in items.iter().take(n).enumerate() {
+            let e = json!({"type": "response.output_item.added", "output_index": i, "item": item});
+            let ev = SseEvent {
+                data: e.to_string(),
+                ..SseEvent::default()
+            };
+            normalizer.feed_into(&ev, &mut out);
+        }
+        out
+    };
+    let d = feed(2);
+    assert!(
+        !d.iter().any(|x| matches!(x, MessageDelta::Error { .. })),
+        "{d:?}"
+    );
+    let d = feed(3);
+    assert_eq!(error_of(&d).kind, ErrorKind::ResponseTooLarge, "{d:?}");
+    assert!(
+        !d.iter()
+            .any(|x| matches!(x, MessageDelta::ToolInputStart { .. })),
+        "the third item is refused before its call starts: {d:?}"
+    );
+}
