@@ -568,6 +568,58 @@ mod tests {
         assert!(json.contains("You are friendly.") && json.contains("Hi there"));
     }
 
+    /// An older span-event export of a tool round: the tool message names its call by `id`,
+    /// and the import pairs the result with that call.
+    #[test]
+    fn older_span_events_carry_a_tool_round() {
+        let event = |name: &str, content: Value| {
+            json!({"name": name, "attributes": [
+                {"key": "gen_ai.event.content", "value": {"stringValue": content.to_string()}}]})
+        };
+        let call = json!({"id": "call_w1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}});
+        let export = json!({"resourceSpans": [{"scopeSpans": [{"spans": [{
+        "traceId": "aa", "spanId": "01", "name": "chat gpt-4o-mini",
+        "attributes": [
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+            {"key": "gen_ai.request.model", "value": {"stringValue": "gpt-4o-mini"}}],
+        "events": [
+            event("gen_ai.user.message", json!({"content": "Weather in Paris?"})),
+            event("gen_ai.assistant.message", json!({"content": null, "tool_calls": [call]})),
+            event("gen_ai.tool.message", json!({"content": "18°C, sunny", "id": "call_w1"})),
+            event("gen_ai.choice", json!({"index": 0, "finish_reason": "stop",
+                "message": {"content": "It is 18°C in Paris."}})),
+        ]}]}]}]});
+        let traces = otel_genai(&export, &ImportOptions::default()).expect("import");
+        assert_eq!(traces.len(), 1);
+        let imported = &traces[0].imported;
+        assert_eq!(agentloop_core::trace::replay(&imported.trace), None);
+        assert_eq!(imported.findings, []);
+        let t = Transcript::from_trace(&imported.trace);
+        let tools: Vec<(String, String, Option<String>)> = t
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                crate::transcript::Item::Tool {
+                    id, name, result, ..
+                } => Some((id.clone(), name.clone(), result.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            tools,
+            [(
+                "call_w1".to_string(),
+                "get_weather".to_string(),
+                Some("18°C, sunny".to_string())
+            )]
+        );
+        assert_eq!(
+            t.summary.final_text.as_deref(),
+            Some("It is 18°C in Paris.")
+        );
+    }
+
     #[test]
     fn an_earlier_input_that_is_not_a_prefix_and_extra_choices_are_findings() {
         let span = |start: &str, input: &str, output: &str| {

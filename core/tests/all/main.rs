@@ -14,6 +14,7 @@ mod decider_refs;
 mod decider_replay;
 mod event_json;
 mod execute_result;
+mod export_tables;
 mod fallback;
 mod fuzz_corpus_core;
 mod hostile_files;

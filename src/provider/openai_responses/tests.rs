@@ -426,3 +426,172 @@ fn typed_answers_ask_for_a_json_schema_text_format_and_named_tools_are_forced() 
     );
     assert!(body.get("response_format").is_none());
 }
+
+/// `data:` lines for `events`, one SSE event each.
+fn sse(events: &[serde_json::Value]) -> String {
+    events.iter().map(|e| format!("data: {e}\n\n")).collect()
+}
+
+fn tool_calls_of(deltas: &[MessageDelta]) -> Vec<(String, String)> {
+    deltas
+        .iter()
+        .filter_map(|d| match d {
+            MessageDelta::ToolCall { id, arguments, .. } => Some((id.clone(), arguments.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A server that sends a call's arguments only on the finished item (no argument deltas, no
+/// `function_call_arguments.done`) still has them called with; the call is complete when its
+/// item is done, before the text that follows it.
+#[test]
+fn a_function_call_item_done_completes_the_call_with_the_items_arguments() {
+    let call = json!({"type": "function_call", "id": "fc_1", "call_id": "call_1",
+        "name": "calculator", "arguments": ""});
+    let mut done = call.clone();
+    done["arguments"] = json!(r#"{"expression":"2+3"}"#);
+    let d = decode(&sse(&[
+        json!({"type": "response.created", "response": {"id": "r"}}),
+        json!({"type": "response.output_item.added", "output_index": 0, "item": call}),
+        json!({"type": "response.output_item.done", "output_index": 0, "item": done}),
+        json!({"type": "response.output_text.delta", "item_id": "msg_1", "delta": "Calling."}),
+        json!({"type": "response.completed", "response": {"id": "r"}}),
+    ]));
+    assert_eq!(
+        tool_calls_of(&d),
+        vec![("call_1".to_string(), r#"{"expression":"2+3"}"#.to_string())]
+    );
+    let called = d
+        .iter()
+        .position(|x| matches!(x, MessageDelta::ToolCall { .. }));
+    let text = d.iter().position(|x| *x == MessageDelta::TextStart);
+    assert!(called.is_some() && called < text, "{d:?}");
+    assert_eq!(finish_of(&d).0, Some(FinishReason::ToolCalls));
+}
+
+/// The normalizer bounds the arguments it accumulates itself (the pipeline's meter counts the
+/// same deltas; a normalizer used alone must not buffer past the bound): arguments of exactly
+/// `max_tool_argument_bytes` pass, one delta that carries them past it fails the response.
+#[test]
+fn a_calls_arguments_may_reach_the_argument_limit_but_not_pass_it() {
+    let limits = ResponseLimits {
+        max_tool_argument_bytes: 8,
+        ..ResponseLimits::default()
+    };
+    let stream = |deltas: &[&str]| {
+        let mut n = ResponsesNormalizer::new();
+        n.set_limits(&limits);
+        let mut events = vec![
+            json!({"type": "response.output_item.added", "output_index": 0,
+            "item": {"type": "function_call", "id": "fc_1", "call_id": "call_1",
+                     "name": "t", "arguments": ""}}),
+        ];
+        for delta in deltas {
+            events.push(json!({"type": "response.function_call_arguments.delta",
+                "item_id": "fc_1", "delta": delta}));
+        }
+        events.push(json!({"type": "response.completed", "response": {"id": "r"}}));
+        let mut out = Vec::new();
+        for e in &events {
+            let ev = SseEvent {
+                data: e.to_string(),
+                ..SseEvent::default()
+            };
+            n.feed_into(&ev, &mut out);
+        }
+        out
+    };
+    let d = stream(&[r#"{"a":"#, "12}"]);
+    assert_eq!(
+        tool_calls_of(&d),
+        vec![("call_1".into(), r#"{"a":12}"#.into())],
+        "{d:?}"
+    );
+    let d = stream(&[r#"{"a":"#, "12345}"]);
+    assert_eq!(error_of(&d).kind, ErrorKind::ResponseTooLarge, "{d:?}");
+    assert!(tool_calls_of(&d).is_empty());
+}
+
+/// A base64 file without a name is sent as `document.pdf` when it is a PDF, as `document`
+/// otherwise; a name given is kept, and a URL file is sent by URL.
+#[test]
+fn an_unnamed_file_part_is_named_by_its_media_type() {
+    let file = |media_type: &str, filename: Option<&str>| UserPart::File {
+        source: MediaSource::Base64 {
+            media_type: media_type.into(),
+            data: "JVBERi0xLjQ=".into(),
+        },
+        filename: filename.map(Into::into),
+    };
+    let content = user_content(
+        "Summarize these.",
+        &[
+            file("application/pdf", None),
+            file("text/plain", None),
+            file("application/pdf", Some("report.pdf")),
+            UserPart::File {
+                source: MediaSource::Url {
+                    url: "https://x/a.pdf".into(),
+                },
+                filename: None,
+            },
+        ],
+    );
+    assert_eq!(
+        content,
+        json!([
+            {"type": "input_text", "text": "Summarize these."},
+            {"type": "input_file", "filename": "document.pdf",
+             "file_data": "data:application/pdf;base64,JVBERi0xLjQ="},
+            {"type": "input_file", "filename": "document",
+             "file_data": "data:text/plain;base64,JVBERi0xLjQ="},
+            {"type": "input_file", "filename": "report.pdf",
+             "file_data": "data:application/pdf;base64,JVBERi0xLjQ="},
+            {"type": "input_file", "file_url": "https://x/a.pdf"},
+        ])
+    );
+}
+
+/// The normalizer bounds the output items it tracks itself (as it bounds arguments): with
+/// `max_content_blocks` = 2, a message and a reasoning item pass and a third item (a call)
+/// fails the response, though none of the first two produced a delta the pipeline counts.
+#[test]
+fn output_items_may_reach_the_block_limit_but_not_pass_it() {
+    let limits = ResponseLimits {
+        max_content_blocks: 2,
+        ..ResponseLimits::default()
+    };
+    let items = [
+        json!({"type": "message", "id": "msg_1", "role": "assistant", "content": []}),
+        json!({"type": "reasoning", "id": "rs_1", "summary": []}),
+        json!({"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "t",
+               "arguments": ""}),
+    ];
+    let feed = |n: usize| {
+        let mut normalizer = ResponsesNormalizer::new();
+        normalizer.set_limits(&limits);
+        let mut out = Vec::new();
+        for (i, item) in items.iter().take(n).enumerate() {
+            let e = json!({"type": "response.output_item.added", "output_index": i, "item": item});
+            let ev = SseEvent {
+                data: e.to_string(),
+                ..SseEvent::default()
+            };
+            normalizer.feed_into(&ev, &mut out);
+        }
+        out
+    };
+    let d = feed(2);
+    assert!(
+        !d.iter().any(|x| matches!(x, MessageDelta::Error { .. })),
+        "{d:?}"
+    );
+    let d = feed(3);
+    assert_eq!(error_of(&d).kind, ErrorKind::ResponseTooLarge, "{d:?}");
+    assert!(
+        !d.iter()
+            .any(|x| matches!(x, MessageDelta::ToolInputStart { .. })),
+        "the third item is refused before its call starts: {d:?}"
+    );
+}
