@@ -5,7 +5,7 @@ Runs the binary N times (default 21) on the embedded demo model, each in a fresh
 directory (so every run starts a new session store), and prints the median user+system CPU
 and the median peak RSS, both from wait4(2) (the kernel's accounting of the child alone).
 
-    cargo build --release -p agentloop-cli
+    cargo build --release            # README's build command, at the repository's root
     python3 scripts/startup_cost.py target/release/agentloop [N]
 
 The runs are started by a small C launcher (compiled with `cc` on first use), not by Python
@@ -13,9 +13,6 @@ itself: a child's ru_maxrss also counts the memory of the process image it repla
 and a child forked from Python starts as a copy of the interpreter (about 14 MiB), which
 would hide any figure below that. The launcher's own image is about 1 MiB; the line printed
 also gives the floor of the method (the peak RSS of `/bin/true` started the same way).
-
-Also prints how many of the names in the CLI's code order (cli/startup.order) the binary
-has; see scripts/code_order.py.
 
 Exits non-zero if a run fails or does not print the answer (so CI can run it in test mode
 with a small N against a debug build).
@@ -102,15 +99,6 @@ def main() -> None:
         runs = [one(exe, binary) for _ in range(n)]
     cpu = sorted(r[0] for r in runs)
     rss = sorted(r[1] for r in runs)
-    # How much of the linker's code order (cli/startup.order, see cli/build.rs) the binary
-    # has: a stale order leaves a short run's code spread over the binary (about 12 MiB).
-    order = subprocess.run(
-        [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "code_order.py"),
-         binary, "--check"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-    )
-    if order.returncode == 0:
-        print("code order: " + order.stdout.decode(errors="replace").strip())
     print(
         f"agentloop run \"What is 2+3?\" ({n} runs): CPU median {statistics.median(cpu):.1f} ms "
         f"(min {cpu[0]:.1f}, max {cpu[-1]:.1f}); peak RSS median {statistics.median(rss):.1f} MiB "

@@ -12,23 +12,26 @@ os.wait4's rusage.
                                    # the two-turn run and the 2,000-delta marginal
     python3 run.py --smoke --profile ci   # test mode: every client once, tiny answers, checked
 
---all measures agentloop (Agent::run_stream, and Agent::run with a closure sink) and rig 0.44
-(agent.prompt(..).stream()), each on a multi-thread runtime (what #[tokio::main] builds) and on
-a current-thread one, on three workloads: the two-turn run (model `two-turn`: one call of an
-`add` tool, its result sent back, a short text answer), a 16,000-character answer in 2,000
-deltas, and the same answer in 1 delta. It prints, per client, the two-turn run's median CPU
-and median peak RSS, the 2,000-delta marginal (median 2,000-delta minus median 1-delta CPU),
-and every figure's ratio to rig's cheapest configuration (the rig client and runtime with the
-lowest median of that figure).
+--all measures agentloop and rig 0.44 (agent.prompt(..).stream()), each on a multi-thread
+runtime (what #[tokio::main] builds) and on a current-thread one, on three workloads: the
+two-turn run (model `two-turn`: one call of an `add` tool, its result sent back, a short text
+answer), a 16,000-character answer in 2,000 deltas, and the same answer in 1 delta.
+agentloop's headline row is README's program (quickstart_client: build_model, a ToolRegistry
+with one typed tool, Agent::builder()...build(), agent.run); Agent::run_stream and Agent::run
+with a closure sink are extra rows. It prints, per client, the two-turn run's median CPU and
+median peak RSS, the 2,000-delta marginal (median 2,000-delta minus median 1-delta CPU), every
+figure's ratio to rig on the same runtime, and a headline line per runtime.
+--baseline-dir DIR adds an earlier build's quickstart_client to the same rounds.
 
-Without --all, the older per-delta comparison on one runtime: agentloop (run_stream) vs rig,
+Without --all, the older per-delta comparison on one runtime: README's program and agentloop
+(run_stream) vs rig,
 with --sink, --spawn, --floor (bare reqwest), --tcp (bare TcpStream) adding clients and
 --runtime choosing the runtime.
 
---smoke builds nothing: it runs every client binary (all modes, both runtimes, the floors)
-once on the two-turn run and on a 16-delta answer, checks each answer (the two-turn answer
-names the tool's result; the long answer has all 16,000 characters) and exits non-zero on
-any failure.
+--smoke builds nothing: it runs every client binary (README's program, all modes, both
+runtimes, the floors) once on the two-turn run and on a 16-delta answer, checks each answer
+(the two-turn answer names the tool's result; the long answer has all 16,000 characters) and
+exits non-zero on any failure.
 """
 
 import argparse
@@ -50,7 +53,8 @@ RT_SHORT = {"multi-thread": "mt", "current-thread": "ct"}
 # agentloop's client: a package and workspace of its own, so cargo's feature unification does not
 # hand it what rig asks of the reqwest both use (aws-lc, HTTP/2, charset decoding).
 AGENTLOOP_PACKAGE = "agentloop-client"
-BINARIES = ("measure", "mock", "agentloop_client", "rig_client", "floor_client", "tcp_client")
+BINARIES = ("measure", "mock", "quickstart_client", "agentloop_client", "rig_client", "floor_client", "tcp_client")
+AGENTLOOP_BINARIES = ("quickstart_client", "agentloop_client")
 
 
 class Client:
@@ -61,7 +65,8 @@ class Client:
         self.mode, self.runtime, self.tools = mode, runtime, tools
 
     def argv(self, exe, base, model):
-        return [exe(self.binary), base, model] + ([self.mode] if self.mode else [])
+        binary = self.binary if os.path.isabs(self.binary) else exe(self.binary)
+        return [binary, base, model] + ([self.mode] if self.mode else [])
 
 
 def measure(launcher, argv, env):
@@ -174,6 +179,7 @@ def smoke(exe, args):
     deltas = 16
     clients = []
     for rt in RUNTIMES:
+        clients.append(Client(f"agentloop README program {RT_SHORT[rt]}", "agentloop", "quickstart_client", None, rt))
         for mode in ("stream", "sink", "spawn"):
             clients.append(Client(f"agentloop {mode} {RT_SHORT[rt]}", "agentloop", "agentloop_client", mode, rt))
         for mode in ("stream", "spawn"):
@@ -193,12 +199,22 @@ def smoke(exe, args):
           f"(two-turn answer {TWO_TURN_ANSWER!r}; {ANSWER_CHARS} chars in {deltas} deltas and in 1)")
 
 
+def headline_clients(rt, args):
+    """The clients of one runtime in --all's order: README's program (the headline), the extra
+    agentloop rows, an earlier build of README's program (--baseline-dir), rig."""
+    r = RT_SHORT[rt]
+    clients = [Client(f"README program {r}", "agentloop", "quickstart_client", None, rt)]
+    if args.baseline_dir:
+        clients.append(Client(f"README prog. (base) {r}", "agentloop",
+                              os.path.abspath(os.path.join(args.baseline_dir, "quickstart_client")), None, rt))
+    clients.append(Client(f"run_stream {r}", "agentloop", "agentloop_client", "stream", rt))
+    clients.append(Client(f"run + sink {r}", "agentloop", "agentloop_client", "sink", rt))
+    clients.append(Client(f"rig 0.44 {r}", "rig", "rig_client", None, rt))
+    return clients
+
+
 def compare_all(exe, args):
-    clients = []
-    for rt in RUNTIMES:
-        clients.append(Client(f"agentloop stream {RT_SHORT[rt]}", "agentloop", "agentloop_client", "stream", rt))
-        clients.append(Client(f"agentloop sink {RT_SHORT[rt]}", "agentloop", "agentloop_client", "sink", rt))
-        clients.append(Client(f"rig 0.44 {RT_SHORT[rt]}", "rig", "rig_client", None, rt))
+    clients = [c for rt in RUNTIMES for c in headline_clients(rt, args)]
     long = f"deltas-{args.deltas}"
     models = (TWO_TURN, long, "deltas-1")
     started = time.time()
@@ -209,33 +225,33 @@ def compare_all(exe, args):
         mock.kill()
         mock.wait()
     elapsed = time.time() - started
-    rigs = [c for c in clients if c.library == "rig"]
+    rig_of = {rt: next(c for c in clients if c.library == "rig" and c.runtime == rt) for rt in RUNTIMES}
 
     print(
         f"R = {args.runs} rounds (+{args.warmup} warm-up), every client in turn within a round; "
         f"{os.cpu_count()} CPUs; {server_desc(args)}; child CPU = user + sys and peak RSS from wait4; "
         f"load average before: {args.load}; {elapsed:.0f} s"
     )
+    print("Ratios are to rig 0.44 on the same tokio runtime (mt: what #[tokio::main] builds; "
+          "ct: flavor = \"current_thread\").")
     print()
     print("Two-turn run (one `add` tool call, its result sent back, a 13-character answer):")
     cpu = {c.name: med(runs[(c.name, TWO_TURN)], total) for c in clients}
     rss = {c.name: med(runs[(c.name, TWO_TURN)], lambda r: r[3]) / 1024 for c in clients}
-    rig_cpu = min(rigs, key=lambda c: cpu[c.name]).name
-    rig_rss = min(rigs, key=lambda c: rss[c.name]).name
-    print(f"{'client':<22}{'median CPU':>12}{'p25-p75':>16}{'median RSS':>12}{'CPU ratio':>11}{'RSS ratio':>11}")
+    print(f"{'client':<26}{'median CPU':>12}{'p25-p75':>16}{'median RSS':>12}{'CPU / rig':>11}{'RSS / rig':>11}")
     for c in clients:
         q = quartiles([total(r) for r in runs[(c.name, TWO_TURN)]])
+        rig = rig_of[c.runtime].name
         print(
-            f"{c.name:<22}{cpu[c.name]:>9.1f} ms{q[0]:>8.1f}-{q[1]:<5.1f}ms{rss[c.name]:>9.1f} MB"
-            f"{cpu[c.name] / cpu[rig_cpu]:>11.2f}{rss[c.name] / rss[rig_rss]:>11.2f}"
+            f"{c.name:<26}{cpu[c.name]:>9.1f} ms{q[0]:>8.1f}-{q[1]:<5.1f}ms{rss[c.name]:>9.1f} MB"
+            f"{cpu[c.name] / cpu[rig]:>11.2f}{rss[c.name] / rss[rig]:>11.2f}"
         )
-    print(f"(ratios to rig's cheapest: CPU {rig_cpu} {cpu[rig_cpu]:.1f} ms, RSS {rig_rss} {rss[rig_rss]:.1f} MB)")
     print()
     print(f"{args.deltas}-delta marginal ({ANSWER_CHARS} chars in {args.deltas} deltas minus the same in 1 delta):")
     marginal = {}
     print(
-        f"{'client':<22}{'median ' + str(args.deltas):>13}{'median 1':>11}{'marginal':>11}{'per delta':>11}"
-        f"{'p25-p75 ' + str(args.deltas):>18}{'csw/delta':>11}{'RSS ' + str(args.deltas):>10}{'ratio':>8}"
+        f"{'client':<26}{'median ' + str(args.deltas):>13}{'median 1':>11}{'marginal':>11}{'per delta':>11}"
+        f"{'p25-p75 ' + str(args.deltas):>18}{'csw/delta':>11}{'RSS ' + str(args.deltas):>10}{'/ rig':>8}"
     )
     rows = []
     for c in clients:
@@ -245,20 +261,29 @@ def compare_all(exe, args):
         q = quartiles([total(r) for r in lr])
         csw = (med(lr, lambda r: r[2]) - med(sr, lambda r: r[2])) / (args.deltas - 1)
         rows.append((c, ml, ms, q, csw, med(lr, lambda r: r[3]) / 1024))
-    rig_m = min(rigs, key=lambda c: marginal[c.name]).name
     for c, ml, ms, q, csw, rss_long in rows:
         m = marginal[c.name]
         print(
-            f"{c.name:<22}{ml:>10.1f} ms{ms:>8.1f} ms{m:>8.1f} ms{m * 1000 / (args.deltas - 1):>8.1f} us"
-            f"{q[0]:>9.1f}-{q[1]:<5.1f}ms{csw:>11.2f}{rss_long:>7.1f} MB{m / marginal[rig_m]:>8.2f}"
+            f"{c.name:<26}{ml:>10.1f} ms{ms:>8.1f} ms{m:>8.1f} ms{m * 1000 / (args.deltas - 1):>8.1f} us"
+            f"{q[0]:>9.1f}-{q[1]:<5.1f}ms{csw:>11.2f}{rss_long:>7.1f} MB{m / marginal[rig_of[c.runtime].name]:>8.2f}"
         )
-    print(f"(ratio to rig's cheapest marginal: {rig_m} {marginal[rig_m]:.1f} ms)")
+    print()
+    print("Headline: README's program (build_model, one typed tool, agent.run) against rig 0.44, same runtime:")
+    for rt in RUNTIMES:
+        q, rig = f"README program {RT_SHORT[rt]}", rig_of[rt].name
+        print(
+            f"  {rt:<15} agentloop {rt} vs rig {rt}: two-turn CPU {cpu[q] / cpu[rig]:.2f} x "
+            f"({cpu[q]:.1f} vs {cpu[rig]:.1f} ms), peak RSS {rss[q] / rss[rig]:.2f} x "
+            f"({rss[q]:.1f} vs {rss[rig]:.1f} MB), per-delta CPU {marginal[q] / marginal[rig]:.2f} x "
+            f"({marginal[q] * 1000 / (args.deltas - 1):.1f} vs {marginal[rig] * 1000 / (args.deltas - 1):.1f} us)"
+        )
 
 
 def compare_one_runtime(exe, args):
     """The per-delta comparison on one runtime (the harness's original mode)."""
     rt = args.runtime
-    clients = [Client("agentloop", "agentloop", "agentloop_client", "stream", rt)]
+    clients = [Client("README program", "agentloop", "quickstart_client", None, rt),
+               Client("agentloop", "agentloop", "agentloop_client", "stream", rt)]
     if args.sink:
         clients.append(Client("agentloop-sink", "agentloop", "agentloop_client", "sink", rt))
     if args.spawn:
@@ -324,6 +349,9 @@ def main():
     ap.add_argument("--spawn", action="store_true", help="also measure both clients with the whole run in a spawned task")
     ap.add_argument("--floor", action="store_true", help="also measure the bare reqwest floor client")
     ap.add_argument("--tcp", action="store_true", help="also measure the bare tokio TcpStream client")
+    ap.add_argument("--baseline-dir", default=None,
+                    help="with --all: also measure the quickstart_client in this directory (an earlier build "
+                         "of the library, for a before/after of a library change in the same rounds)")
     ap.add_argument("--runtime", choices=RUNTIMES, default="multi-thread")
     ap.add_argument("--profile", default="release", help="cargo profile whose binaries to run (default release)")
     ap.add_argument("--bin-dir", default=None, help="directory of the rig-side binaries (default target/<profile>)")
@@ -343,11 +371,11 @@ def main():
     bin_dir = args.bin_dir or os.path.join(HERE, "target", profile_dir)
     # agentloop's client is built in its own workspace (agentloop-client/), apart from rig's.
     agentloop_dir = args.agentloop_bin_dir or os.path.join(HERE, AGENTLOOP_PACKAGE, "target", profile_dir)
-    exe = lambda name: os.path.join(agentloop_dir if name == "agentloop_client" else bin_dir, name)
+    exe = lambda name: os.path.join(agentloop_dir if name in AGENTLOOP_BINARIES else bin_dir, name)
     for name in BINARIES:
         if not os.access(exe(name), os.X_OK):
             flag = "--release" if args.profile == "release" else f"--profile {args.profile}"
-            where = os.path.join(HERE, AGENTLOOP_PACKAGE) if name == "agentloop_client" else HERE
+            where = os.path.join(HERE, AGENTLOOP_PACKAGE) if name in AGENTLOOP_BINARIES else HERE
             raise SystemExit(f"{exe(name)} missing: run `cargo build {flag}` in {where}")
     args.load = " ".join(f"{x:.2f}" for x in os.getloadavg())
 

@@ -687,7 +687,7 @@ impl Connection {
 /// JSON-RPC body).
 fn http_client(connect_timeout: Duration) -> Result<reqwest::Client, String> {
     reqwest::Client::builder()
-        .tls_backend_preconfigured(crate::provider::tls::client_config()?)
+        .tls_backend_preconfigured(crate::provider::tls::client_config(true)?)
         .connect_timeout(connect_timeout)
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -410,9 +410,13 @@ impl HttpConfig {
     /// the new host. An API endpoint has no reason to redirect a POST, so the client follows
     /// none: a 3xx is a [`ErrorKind::Redirected`] error naming the status and the `Location`
     /// host (not retried; the base URL needs fixing).
+    ///
+    /// A plain `http://` base URL (a local server) gets no root certificates: the client never
+    /// speaks TLS to it (redirects are not followed), so the webpki roots are not loaded —
+    /// unless a proxy variable is set, which could name an `https://` proxy for that traffic.
     #[cfg(feature = "http")]
     pub(crate) fn build_client(&self) -> Result<reqwest::Client, ModelError> {
-        let tls = crate::provider::tls::client_config().map_err(|e| {
+        let tls = crate::provider::tls::client_config(self.needs_roots()).map_err(|e| {
             ModelError::new(ErrorKind::Connection, format!("cannot configure TLS: {e}"))
         })?;
         reqwest::Client::builder()
@@ -428,6 +432,22 @@ impl HttpConfig {
                     format!("cannot build HTTP client: {e}"),
                 )
             })
+    }
+}
+
+#[cfg(feature = "http")]
+impl HttpConfig {
+    /// Whether the client may speak TLS: an `https://` (or any non-`http://`) base URL, or a
+    /// proxy variable reqwest would read for plain HTTP traffic.
+    fn needs_roots(&self) -> bool {
+        let plain = self
+            .base_url
+            .get(..7)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"));
+        !plain
+            || ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]
+                .iter()
+                .any(|v| std::env::var_os(v).is_some())
     }
 }
 

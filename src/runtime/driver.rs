@@ -146,6 +146,15 @@ impl Driver<'_> {
                 "state_changed"
             );
         }
+        if crate::runtime::ports::is_null_sink(&self.agent.sink) {
+            // Nobody takes the envelope (no sink was set): none is built, so no copy of the
+            // run id and no clock reading per event; the metrics read the clock only for the
+            // events they time.
+            let clock = &self.agent.clock;
+            self.metrics
+                .observe_at(&event, !self.run_id.is_empty(), || clock.now_ms());
+            return;
+        }
         let env = EventEnvelope {
             index: self.agent.next_event_index(),
             ts_ms: self.agent.clock.now_ms(),

@@ -194,8 +194,15 @@ struct Open {
 impl RunMetrics {
     /// Folds one event of the run (its envelope's `ts_ms` is the clock port's reading).
     pub fn observe(&mut self, env: &EventEnvelope) {
-        let ts = env.ts_ms;
-        match &env.event {
+        self.observe_at(&env.event, !env.run_id.is_empty(), || env.ts_ms);
+    }
+
+    /// Folds one event of a run (`in_run`: it carries a run id) and reads the time from `now`
+    /// only for the events the metrics time: a text delta after an attempt's first costs no
+    /// clock reading (the driver's path when no sink takes envelopes).
+    pub(crate) fn observe_at(&mut self, event: &AgentEvent, in_run: bool, now: impl Fn() -> u64) {
+        let ts = &now;
+        match event {
             AgentEvent::RunStart {} => {
                 // What an earlier run left open (an abort mid-step) is not this run's.
                 self.open = Open::default();
@@ -210,10 +217,10 @@ impl RunMetrics {
                 self.open
                     .step_started
                     .entry(*model_call_index)
-                    .or_insert(ts);
+                    .or_insert_with(ts);
                 self.open
                     .attempt_started
-                    .insert((*model_call_index, *attempt), ts);
+                    .insert((*model_call_index, *attempt), ts());
                 self.open.latest = Some((*model_call_index, *attempt));
             }
             AgentEvent::TextDelta {
@@ -242,7 +249,7 @@ impl RunMetrics {
                     self.usage.add(usage);
                 }
                 if let Some(t) = self.open.step_started.remove(model_call_index) {
-                    self.step_latency.push(ts.saturating_sub(t));
+                    self.step_latency.push(ts().saturating_sub(t));
                 }
                 self.open
                     .attempt_started
@@ -260,7 +267,7 @@ impl RunMetrics {
                 }
             }
             AgentEvent::ToolStart { tool_call_id, .. } => {
-                self.open.tool_started.insert(tool_call_id.clone(), ts);
+                self.open.tool_started.insert(tool_call_id.clone(), ts());
             }
             AgentEvent::ToolEnd {
                 tool_call_id,
@@ -273,7 +280,7 @@ impl RunMetrics {
                     self.tool_errors += 1;
                 }
                 if let Some(t) = self.open.tool_started.remove(tool_call_id) {
-                    self.tool_latency.push(ts.saturating_sub(t));
+                    self.tool_latency.push(ts().saturating_sub(t));
                 }
                 let t = self.tools.entry(name.clone()).or_default();
                 t.calls += 1;
@@ -295,7 +302,7 @@ impl RunMetrics {
                 *self.outcomes.entry(outcome.as_str().into()).or_default() += 1
             }
             AgentEvent::RunError { .. } => *self.outcomes.entry("failed".into()).or_default() += 1,
-            AgentEvent::AgentAbort { .. } if !env.run_id.is_empty() => {
+            AgentEvent::AgentAbort { .. } if in_run => {
                 *self.outcomes.entry("aborted".into()).or_default() += 1
             }
             AgentEvent::StateChanged {
@@ -307,10 +314,11 @@ impl RunMetrics {
                     .entry(format!("{m}:{from}->{to}"))
                     .or_default() += 1;
                 let left = format!("{m}:{from}");
+                let now = ts();
                 if let Some(t) = self.entered.remove(&left) {
-                    *self.time_in_state_ms.entry(left).or_default() += ts.saturating_sub(t);
+                    *self.time_in_state_ms.entry(left).or_default() += now.saturating_sub(t);
                 }
-                self.entered.insert(format!("{m}:{to}"), ts);
+                self.entered.insert(format!("{m}:{to}"), now);
             }
             AgentEvent::UsageReport {
                 model_call_index: Some(_),
@@ -320,15 +328,15 @@ impl RunMetrics {
             AgentEvent::LoopDetected { .. } => self.loops_detected += 1,
             _ => {}
         }
-        if let AgentEvent::Retry { reason, .. } = &env.event {
+        if let AgentEvent::Retry { reason, .. } = event {
             *self.retry_reasons.entry(reason.clone()).or_default() += 1;
         }
     }
 
-    fn first_token(&mut self, step: u32, attempt: u32, ts: u64) {
+    fn first_token(&mut self, step: u32, attempt: u32, ts: impl Fn() -> u64) {
         // Only the first delta of the attempt counts: the start is taken out then.
         if let Some(t) = self.open.attempt_started.remove(&(step, attempt)) {
-            self.time_to_first_token.push(ts.saturating_sub(t));
+            self.time_to_first_token.push(ts().saturating_sub(t));
         }
     }
 

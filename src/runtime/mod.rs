@@ -68,12 +68,14 @@ use crate::tools::{Tool, ToolRegistry};
 use crate::EventEnvelope;
 use agentloop_core::trace::{Trace, TraceHeader, TRACE_VERSION};
 
+#[cfg(test)]
+pub(crate) use ports::NullSink;
 #[cfg(feature = "testing")]
 pub use ports::VecSink;
 pub use ports::{Approver, Clock, Compactor, EventSink, Ids, Question, UserAsker};
 pub(crate) use ports::{
-    AutoApprove, CompactionDeadline, NoUser, NullSink, SequentialIds, SystemClock, TimeIds,
-    TokioClock, Truncate,
+    AutoApprove, CompactionDeadline, NoUser, SequentialIds, SystemClock, TimeIds, TokioClock,
+    Truncate,
 };
 
 pub use agentloop_core::process::ToolRule;
@@ -517,7 +519,7 @@ impl Agent {
             asker: Arc::new(NoUser),
             clock: Arc::new(SystemClock),
             ids: Arc::new(TimeIds::default()),
-            sink: Arc::new(NullSink),
+            sink: ports::null_sink(),
             compactor: Arc::new(Truncate),
             compaction_timeout_ms: Some(DEFAULT_COMPACTION_TIMEOUT_MS),
             context_manager: Arc::new(DefaultContextManager),

@@ -2,8 +2,9 @@
 //! default implementations.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 #[cfg(feature = "testing")]
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use async_trait::async_trait;
 
@@ -354,6 +355,19 @@ pub(crate) struct NullSink;
 
 impl EventSink for NullSink {
     fn emit(&self, _event: &EventEnvelope) {}
+}
+
+/// The builder's default sink: one shared [`NullSink`], so the driver can tell an agent whose
+/// events nobody takes ([`is_null_sink`]) and skip building their envelopes.
+pub(crate) fn null_sink() -> Arc<dyn EventSink> {
+    NULL_SINK.get_or_init(|| Arc::new(NullSink)).clone()
+}
+
+static NULL_SINK: std::sync::OnceLock<Arc<dyn EventSink>> = std::sync::OnceLock::new();
+
+/// Whether `sink` is the builder's default sink (no sink was set).
+pub(crate) fn is_null_sink(sink: &Arc<dyn EventSink>) -> bool {
+    NULL_SINK.get().is_some_and(|null| Arc::ptr_eq(null, sink))
 }
 
 /// Collects events in memory, for a program's tests (feature `testing`; `agentloop-testkit`
