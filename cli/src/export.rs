@@ -127,42 +127,27 @@ pub(crate) fn export_main(args: ExportArgs) -> ExitCode {
     let mut count = 0usize;
     let mut traces = 0usize;
     let mut failed = Vec::new();
-    // Rows are written as the traces are read: a batch of traces (one per core) is read in
-    // parallel, its rows written in path order and dropped before the next batch is read.
-    let batch = std::thread::available_parallelism().map_or(1, |n| n.get());
     let written = crate::trace_cmd::write_replacing(&args.out, |w| {
         if args.format == Format::Csv {
             writeln!(w, "{}", cols.join(","))?;
         }
-        for chunk in files.chunks(batch) {
-            let results = crate::corpus::par_map(chunk, |p| {
+        in_batches(
+            &files,
+            |p| {
                 crate::trace_cmd::read_trace(p, true)
                     .map(|t| rows(&t, &p.display().to_string(), table, &load_times(p)))
                     .map_err(|e| e.to_string())
-            });
-            for (r, p) in results.into_iter().zip(chunk) {
-                let rows = match r {
-                    Some(Ok(rows)) => rows,
-                    Some(Err(e)) => {
-                        failed.push(e);
-                        continue;
-                    }
-                    None => {
-                        failed.push(format!(
-                            "{}: reading the trace panicked (a bug)",
-                            p.display()
-                        ));
-                        continue;
-                    }
-                };
+            },
+            &mut failed,
+            |_, rows| {
                 traces += 1;
                 for row in rows {
                     count += 1;
                     write_row(w, args.format, cols, &row)?;
                 }
-            }
-        }
-        Ok(())
+                Ok(())
+            },
+        )
     });
     for e in &failed {
         unreadable += 1;
@@ -190,6 +175,33 @@ pub(crate) fn export_main(args: ExportArgs) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Reads `files` with `read`, a batch (one file per core) in parallel, and hands each result
+/// to `each` in path order, so a corpus is never held whole: a batch's results are dropped
+/// before the next batch is read. A file that could not be read (or whose reading panicked)
+/// adds its error to `failed`; an error of `each` stops the walk.
+fn in_batches<T: Send>(
+    files: &[PathBuf],
+    read: impl Fn(&PathBuf) -> Result<T, String> + Sync,
+    failed: &mut Vec<String>,
+    mut each: impl FnMut(&PathBuf, T) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let batch = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for chunk in files.chunks(batch) {
+        let results = crate::corpus::par_map(chunk, &read);
+        for (r, p) in results.into_iter().zip(chunk) {
+            match r {
+                Some(Ok(v)) => each(p, v)?,
+                Some(Err(e)) => failed.push(e),
+                None => failed.push(format!(
+                    "{}: reading the trace panicked (a bug)",
+                    p.display()
+                )),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Writes one row of the table in `format`.
@@ -236,30 +248,15 @@ fn export_inspect(args: &ExportArgs, files: &[PathBuf], mut unreadable: usize) -
     let mut failed = Vec::new();
     let mut ids = std::collections::HashSet::new();
     let mut newest = 0u64;
-    let batch = std::thread::available_parallelism().map_or(1, |n| n.get());
     let written = crate::trace_cmd::write_replacing(&args.out, |w| {
         if zip.is_none() {
             w.write_all(b"{\"samples\": [")?;
         }
-        for chunk in files.chunks(batch) {
-            let results = crate::corpus::par_map(chunk, |p| {
-                crate::trace_cmd::read_trace(p, true).map_err(|e| e.to_string())
-            });
-            for (r, p) in results.into_iter().zip(chunk) {
-                let trace = match r {
-                    Some(Ok(t)) => t,
-                    Some(Err(e)) => {
-                        failed.push(e);
-                        continue;
-                    }
-                    None => {
-                        failed.push(format!(
-                            "{}: reading the trace panicked (a bug)",
-                            p.display()
-                        ));
-                        continue;
-                    }
-                };
+        in_batches(
+            files,
+            |p| crate::trace_cmd::read_trace(p, true).map_err(|e| e.to_string()),
+            &mut failed,
+            |p, trace| {
                 let stem = p
                     .file_name()
                     .map(|n| n.to_string_lossy().trim_end_matches(".jsonl").to_string())
@@ -288,8 +285,9 @@ fn export_inspect(args: &ExportArgs, files: &[PathBuf], mut unreadable: usize) -
                     serde_json::to_writer(&mut *w, &sample)?;
                 }
                 totals.push(t);
-            }
-        }
+                Ok(())
+            },
+        )?;
         // The log's time: when the newest of its traces was last written (no clock read).
         let created = crate::sessions::rfc3339_utc(newest);
         let fields = inspect_log_fields(&totals, &created, env!("CARGO_PKG_VERSION"));
