@@ -3,10 +3,10 @@
 # docs/architecture.md from statecharts/*.toml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo run -q -- chart react > statecharts/react.mmd
-cargo run -q -- chart process > statecharts/process.mmd
-cargo run -q -- chart tool-call > statecharts/tool_call.mmd
-cargo run -q -- chart session > statecharts/session.mmd
+cargo run -q --bin agentloop -- chart react > statecharts/react.mmd
+cargo run -q --bin agentloop -- chart process > statecharts/process.mmd
+cargo run -q --bin agentloop -- chart tool-call > statecharts/tool_call.mmd
+cargo run -q --bin agentloop -- chart session > statecharts/session.mmd
 python3 - <<'PY'
 import re
 readme = open("README.md").read()

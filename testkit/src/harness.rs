@@ -624,7 +624,11 @@ impl Feeder {
                     self.gating.retain(|id| id != &call.id);
                     self.running.push(call.id.clone());
                 }
-                Effect::GateTool { call } => self.gating.push(call.id.clone()),
+                Effect::GateTool { call } => {
+                    // A call sent to its gate no longer waits on an approval asked before.
+                    self.asking.retain(|id| id != &call.id);
+                    self.gating.push(call.id.clone());
+                }
                 Effect::AskUser { tool_call_id, .. } => {
                     self.asking_user.push(tool_call_id.clone());
                 }

@@ -117,7 +117,8 @@ pub struct RunConfigCase {
 }
 
 /// The run configurations every bound checks: sequential and parallel tools, retries,
-/// compaction, steering that skips the rest of a batch, immune tools.
+/// compaction, steering that skips the rest of a batch, immune tools, typed answers,
+/// questions to the person and `before_tool` gates.
 pub fn run_cases() -> Vec<RunConfigCase> {
     let base = Setup {
         max_steps: 2,
@@ -146,6 +147,16 @@ pub fn run_cases() -> Vec<RunConfigCase> {
                 max_steps: 3,
                 max_retries: 0,
                 auto_resume: true,
+                ..base
+            },
+        },
+        RunConfigCase {
+            name: "run (typed answer rejected twice, ask_user, before_tool gates, no retries)",
+            setup: Setup {
+                max_retries: 0,
+                typed_output: Some(2),
+                ask_user: true,
+                gate_tools: true,
                 ..base
             },
         },

@@ -8,6 +8,8 @@
 //!
 //! - [`properties`]: what must always hold, as predicates over the inputs a machine was fed
 //!   and the effects it returned (no chart row, guard, chart state or oracle is named).
+//! - [`events`]: what the event stream must say about the work (R-EVT) and the typed-answer
+//!   contract.
 //! - [`run_model`]: a run ([`agentloop_core::Run`]: outer machine, inner machine, tool-call
 //!   lifecycles) as a `stateright::Model` over a small abstract alphabet.
 //! - [`session_model`]: the session machine the same way.
@@ -19,6 +21,7 @@
 #![warn(unreachable_pub)]
 
 pub mod check;
+pub mod events;
 pub mod explored;
 pub mod properties;
 pub mod run_model;

@@ -18,6 +18,8 @@ use agentloop_core::outcome::Outcome;
 use agentloop_core::session_machine::{RunInput, SessionEffect, SessionReply};
 use agentloop_core::{LoopResult, Step};
 
+use crate::events::EventLedger;
+
 /// A named property of the run: what must always hold (SPEC.md's requirement in brackets).
 pub mod run {
     /// A tool call id is run at most once (R-IDEM-3).
@@ -65,9 +67,19 @@ pub mod run {
     /// From any state, a driver that delivers every awaited result ends the run within a
     /// bound (liveness: some input always moves the run forward, and fair runs end).
     pub const FAIR_RUNS_END: &str = "under fair delivery every run ends";
+    /// Each model request, compaction and approval request is announced once in the step
+    /// that starts it (`request_start`, `compact_start`, `approval_required`); a tool's
+    /// `tool_start`/`tool_end` come once, with its run and its recorded result; a compaction
+    /// announces its end before the next request; an
+    /// approval is resolved once per time it was asked; `session_repaired` only when a
+    /// run starts from a history that breaks pairing (R-EVT, R-IDEM-7).
+    pub const EVENTS_MATCH_WORK: &str = "events announce the work, once each";
+    /// A run that asks for a typed answer never completes with an answer its check rejected
+    /// (it asks again or fails).
+    pub const TYPED_ANSWER_CHECKED: &str = "no completion with a rejected typed answer";
 
     /// Every run property, in report order.
-    pub const ALL: [&str; 13] = [
+    pub const ALL: [&str; 15] = [
         NO_DOUBLE_EXECUTION,
         PAIRED_BEFORE_REQUEST,
         CONTEXT_PAIRED,
@@ -81,6 +93,8 @@ pub mod run {
         UNHANDLED_IS_INERT,
         ABORT_ENDS,
         FAIR_RUNS_END,
+        EVENTS_MATCH_WORK,
+        TYPED_ANSWER_CHECKED,
     ];
 }
 
@@ -201,6 +215,7 @@ pub struct RunSpec {
     ends: u32,
     end_is_abort: bool,
     result: Option<(Outcome, String)>,
+    events: EventLedger,
     /// The violations seen.
     pub violations: Violations,
 }
@@ -308,6 +323,9 @@ impl RunSpec {
             self.observe_effect(event, e);
         }
         self.observe_end(terminal, result);
+        let outcome = self.outcome();
+        self.events
+            .observe(event, step, outcome, &mut self.violations);
     }
 
     /// What `event` answers that the run's effects await, if anything.
@@ -403,8 +421,9 @@ impl RunSpec {
                 tool_call_id,
                 decision,
             } if !unhandled => {
-                self.asked.remove(tool_call_id);
-                if let Some(c) = self.calls.get_mut(tool_call_id) {
+                // Only the answer to a question asked counts (a second answer is late).
+                let asked = self.asked.remove(tool_call_id);
+                if let Some(c) = self.calls.get_mut(tool_call_id).filter(|_| asked) {
                     match decision {
                         ApprovalDecision::Approved | ApprovalDecision::Modified { .. } => {
                             c.approved = true

@@ -19,8 +19,8 @@
 
 use agentloop_core::{Event, Run, Step};
 use agentloop_testkit::harness::{
-    Action, ArgsPick, AttemptPick, DecisionPick, DeltaPick, ErrPick, Feeder, IdPick, SeqPick,
-    Setup, ToolPick, APPROVAL_TOOL,
+    Action, ArgsPick, AttemptPick, DecisionPick, DeltaPick, ErrPick, Feeder, GatePick, IdPick,
+    SeqPick, Setup, ToolPick, APPROVAL_TOOL,
 };
 use stateright::{Model, Property};
 
@@ -40,6 +40,19 @@ pub enum CallKind {
     Unknown,
     /// `calculator` with arguments that are not JSON.
     Malformed,
+    /// The built-in `ask_user` (a question to the person), when the run offers it.
+    AskUser,
+}
+
+/// A `before_tool` hook's verdict on a gated call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Verdict {
+    /// The call may run.
+    Allow,
+    /// The call is blocked.
+    Block,
+    /// A human is asked (the approval path).
+    Ask,
 }
 
 /// The error classes of a model request.
@@ -86,6 +99,10 @@ pub enum Input {
     Tool(bool, u8),
     /// A human answered the first pending approval.
     Approval(Answer),
+    /// The person answered the first pending `ask_user` question (`true`), or nobody could.
+    User(bool),
+    /// The `before_tool` hook's verdict on the first gated call.
+    Gate(Verdict),
     /// A steering message.
     Steer,
     /// The user aborts (default kill policy).
@@ -114,7 +131,7 @@ pub enum Answer {
 }
 
 /// Every input, in the order the checker tries them.
-pub const ALPHABET: [Input; 28] = [
+pub const ALPHABET: [Input; 34] = [
     Input::Start,
     Input::Opened,
     Input::Text,
@@ -125,6 +142,7 @@ pub const ALPHABET: [Input; 28] = [
     Input::Call(CallKind::ReadFile),
     Input::Call(CallKind::Unknown),
     Input::Call(CallKind::Malformed),
+    Input::Call(CallKind::AskUser),
     Input::Done,
     Input::StaleDone,
     Input::Error(ErrorClass::RateLimited),
@@ -139,6 +157,11 @@ pub const ALPHABET: [Input; 28] = [
     Input::Approval(Answer::Always),
     Input::Approval(Answer::Reject),
     Input::Approval(Answer::TimedOut),
+    Input::User(true),
+    Input::User(false),
+    Input::Gate(Verdict::Allow),
+    Input::Gate(Verdict::Block),
+    Input::Gate(Verdict::Ask),
     Input::Steer,
     Input::Abort,
     Input::Compacted,
@@ -166,6 +189,7 @@ impl Input {
                     CallKind::ReadFile => (ToolPick::Known(1), ArgsPick::Valid),
                     CallKind::Unknown => (ToolPick::Unknown, ArgsPick::Valid),
                     CallKind::Malformed => (ToolPick::Known(0), ArgsPick::Invalid),
+                    CallKind::AskUser => (ToolPick::AskUser, ArgsPick::Valid),
                 };
                 Action::Delta(current, SeqPick::Next, DeltaPick::ToolCall(tool, args))
             }
@@ -190,6 +214,15 @@ impl Input {
                     Answer::TimedOut => DecisionPick::TimedOut,
                 },
             ),
+            Input::User(answered) => Action::UserAnswered(IdPick::Tracked(0), answered),
+            Input::Gate(v) => Action::Gate(
+                IdPick::Tracked(0),
+                match v {
+                    Verdict::Allow => GatePick::Allow,
+                    Verdict::Block => GatePick::Block,
+                    Verdict::Ask => GatePick::Ask,
+                },
+            ),
             Input::Steer => Action::Steer,
             Input::Abort => Action::Abort,
             Input::Compacted => Action::CompactionDone,
@@ -211,6 +244,8 @@ pub struct Replayed {
     pub spec: RunSpec,
     /// The last step (none before the first input).
     pub last: Option<Step>,
+    /// The run offers `ask_user`.
+    offers_ask_user: bool,
 }
 
 impl Replayed {
@@ -232,6 +267,7 @@ impl Replayed {
             },
             spec: RunSpec::new(limits),
             last: None,
+            offers_ask_user: setup.ask_user,
         }
     }
 
@@ -298,6 +334,9 @@ impl Replayed {
                     Input::Call(CallKind::Unknown),
                     Input::Call(CallKind::Malformed),
                 ]);
+                if self.offers_ask_user {
+                    v.push(Input::Call(CallKind::AskUser));
+                }
             }
             v.push(Input::Done);
         }
@@ -329,6 +368,16 @@ impl Replayed {
                 Input::Approval(Answer::TimedOut),
             ]);
         }
+        if !f.asking_user.is_empty() {
+            v.extend([Input::User(true), Input::User(false)]);
+        }
+        if !f.gating.is_empty() {
+            v.extend([
+                Input::Gate(Verdict::Allow),
+                Input::Gate(Verdict::Block),
+                Input::Gate(Verdict::Ask),
+            ]);
+        }
         if s.compact_outstanding {
             v.extend([Input::Compacted, Input::CompactionFailed]);
         }
@@ -356,6 +405,10 @@ impl Replayed {
             Input::StoreAck
         } else if s.asked() > 0 {
             Input::Approval(Answer::Approve)
+        } else if !f.gating.is_empty() {
+            Input::Gate(Verdict::Allow)
+        } else if !f.asking_user.is_empty() {
+            Input::User(true)
         } else if !f.running.is_empty() {
             Input::Tool(true, 0)
         } else if s.model_call_outstanding {
@@ -419,6 +472,7 @@ impl Replayed {
                 f.asking.len(),
                 f.live_timers.len(),
                 f.gating.len(),
+                f.asking_user.len(),
             ),
             ends: s.ends(),
             outcome: s.outcome().map(|o| o.to_string()),
@@ -440,7 +494,7 @@ pub struct Key {
     texts: u32,
     attempt_calls: Vec<String>,
     calls: Vec<(String, bool, u32, bool, bool, bool, bool)>,
-    pending: (usize, usize, usize, usize),
+    pending: (usize, usize, usize, usize, usize),
     ends: u32,
     outcome: Option<String>,
     violated: Vec<&'static str>,
@@ -555,6 +609,8 @@ always!(
     p_threshold => run::CONTEXT_WITHIN_THRESHOLD,
     p_awaited => run::AWAITED_TAKEN,
     p_inert => run::UNHANDLED_IS_INERT,
+    p_events => run::EVENTS_MATCH_WORK,
+    p_typed => run::TYPED_ANSWER_CHECKED,
 );
 
 fn p_abort(m: &RunModel, s: &RunState) -> bool {
@@ -636,6 +692,8 @@ impl Model for RunModel {
             Property::always(run::CONTEXT_WITHIN_THRESHOLD, p_threshold),
             Property::always(run::AWAITED_TAKEN, p_awaited),
             Property::always(run::UNHANDLED_IS_INERT, p_inert),
+            Property::always(run::EVENTS_MATCH_WORK, p_events),
+            Property::always(run::TYPED_ANSWER_CHECKED, p_typed),
             Property::always(run::ABORT_ENDS, p_abort),
             Property::always(run::FAIR_RUNS_END, p_fair),
             Property::eventually(EVENTUALLY, p_ends),

@@ -82,3 +82,37 @@ fn steering_merged_after_the_threshold_check() {
     assert!(r.run.messages().len() > 3, "{:?}", r.run.messages());
     no_violations(&r);
 }
+
+/// A counterexample that was a real defect (property "no completion with a rejected typed
+/// answer"): steering queued during the last step made Observing continue instead of acting
+/// on the typed answer its check had rejected, and Planning then ended the run at
+/// `max_steps` as *completed* with that answer. The run now fails with `output_invalid`
+/// (chart row `planning_max_steps_rejected`).
+#[test]
+fn a_rejected_typed_answer_on_the_last_step_fails_even_with_steering_queued() {
+    use Input::*;
+    let setup = Setup {
+        max_retries: 0,
+        typed_output: Some(2),
+        ask_user: true,
+        gate_tools: true,
+        ..setup()
+    };
+    let r = Replayed::replay(
+        &setup,
+        &[
+            Start,
+            Opened,
+            Call(CallKind::Malformed),
+            Done,
+            Opened,
+            Steer,
+            Done,
+            StoreAck,
+        ],
+    );
+    let result = r.run.result().expect("ended");
+    assert_eq!(result.outcome, Outcome::Failed, "{result:?}");
+    assert_eq!(result.reason, "output_invalid");
+    no_violations(&r);
+}

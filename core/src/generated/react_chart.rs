@@ -24,12 +24,12 @@ pub enum ReactState {
     Init,
     /// Decide the next step: finish at max steps, compact, or call the model.
     ///
-    /// Rows: `Plan [max_steps_reached] → Finishing`, `Plan [limit_stop] → Finishing`, `Plan
-    /// [limit_final_answer] → Executing`, `Plan [subtask_queued] → Executing`, `Plan
-    /// [over_threshold] → Compacting`, `Plan [otherwise] → Executing`, `Steer → (internal)`,
-    /// `Subtask → (internal)`, `TitleReady → (internal)`, `SwitchModel → (internal)`, `SetTools →
-    /// (internal)`, `RunDeadline → (internal)`, `Abort [nothing_to_drain] → Finishing`,
-    /// `StoreWriteFailed → Failed`.
+    /// Rows: `Plan [max_steps_answer_rejected] → Finishing`, `Plan [max_steps_reached] →
+    /// Finishing`, `Plan [limit_stop] → Finishing`, `Plan [limit_final_answer] → Executing`, `Plan
+    /// [subtask_queued] → Executing`, `Plan [over_threshold] → Compacting`, `Plan [otherwise] →
+    /// Executing`, `Steer → (internal)`, `Subtask → (internal)`, `TitleReady → (internal)`,
+    /// `SwitchModel → (internal)`, `SetTools → (internal)`, `RunDeadline → (internal)`, `Abort
+    /// [nothing_to_drain] → Finishing`, `StoreWriteFailed → Failed`.
     Planning,
     /// The inner process machine runs one step (model call + tools).
     ///
@@ -149,6 +149,7 @@ impl ReactState {
             }
             (ReactState::Planning, ReactEventKind::Plan) => {
                 &[
+                    ReactRow::PlanningMaxStepsRejected,
                     ReactRow::PlanningMaxSteps,
                     ReactRow::PlanningLimitStop,
                     ReactRow::PlanningLimitFinal,
@@ -437,6 +438,10 @@ pub enum ReactGuard {
     NothingToDrain,
     /// model_call_index already reached max_steps (the final step ran).
     MaxStepsReached,
+    /// max_steps reached, the run asks for a typed answer, and the final step's answer was rejected
+    /// by its check (done's output_rejected), e.g. because steering made Observing continue instead
+    /// of retrying it.
+    MaxStepsAnswerRejected,
     /// Context tokens >= budget * ratio (budget: context_budget_tokens, else context_window, else
     /// the current model's known window), or messages > compact_threshold.
     OverThreshold,
@@ -478,10 +483,11 @@ pub enum ReactGuard {
     /// overflow, not an abort) and the run's fallback chain has a model after the current one.
     FallbackAvailable,
     /// The message is the final answer, the run asks for a typed one (output schema), the runtime
-    /// rejected it (done's output_rejected), and output retries are left.
+    /// rejected it (done's output_rejected), output retries are left, and a step is left to ask
+    /// again (max_steps not reached).
     OutputRetry,
     /// The message is the final answer, the run asks for a typed one, the runtime rejected it, and
-    /// the output retries are used up.
+    /// the output retries are used up or no step is left to ask again.
     OutputInvalid,
     /// The committed message had no tool calls: it is the final answer (and, when the run asks for
     /// a typed answer, the runtime accepted it).
@@ -494,6 +500,7 @@ impl ReactGuard {
         ReactGuard::ToolsDraining,
         ReactGuard::NothingToDrain,
         ReactGuard::MaxStepsReached,
+        ReactGuard::MaxStepsAnswerRejected,
         ReactGuard::OverThreshold,
         ReactGuard::CompactionRequired,
         ReactGuard::ContextFits,
@@ -519,6 +526,7 @@ impl ReactGuard {
             ReactGuard::ToolsDraining => "tools_draining",
             ReactGuard::NothingToDrain => "nothing_to_drain",
             ReactGuard::MaxStepsReached => "max_steps_reached",
+            ReactGuard::MaxStepsAnswerRejected => "max_steps_answer_rejected",
             ReactGuard::OverThreshold => "over_threshold",
             ReactGuard::CompactionRequired => "compaction_required",
             ReactGuard::ContextFits => "context_fits",
@@ -562,6 +570,8 @@ pub enum ReactRow {
     InitResumeTools,
     /// `Init --Resume [otherwise]--> Planning` (Transition)
     InitResume,
+    /// `Planning --Plan [max_steps_answer_rejected]--> Finishing` (Transition)
+    PlanningMaxStepsRejected,
     /// `Planning --Plan [max_steps_reached]--> Finishing` (Transition)
     PlanningMaxSteps,
     /// `Planning --Plan [limit_stop]--> Finishing` (Transition)
@@ -646,6 +656,7 @@ impl ReactRow {
         ReactRow::InitStart,
         ReactRow::InitResumeTools,
         ReactRow::InitResume,
+        ReactRow::PlanningMaxStepsRejected,
         ReactRow::PlanningMaxSteps,
         ReactRow::PlanningLimitStop,
         ReactRow::PlanningLimitFinal,
@@ -715,6 +726,16 @@ impl ReactRow {
                     event: ReactEventKind::Resume,
                     guard: Some("otherwise"),
                     to: "Planning",
+                    kind: RowKind::Transition,
+                }
+            }
+            ReactRow::PlanningMaxStepsRejected => {
+                RowSpec {
+                    id: "planning_max_steps_rejected",
+                    from: "Planning",
+                    event: ReactEventKind::Plan,
+                    guard: Some("max_steps_answer_rejected"),
+                    to: "Finishing",
                     kind: RowKind::Transition,
                 }
             }
@@ -1106,6 +1127,9 @@ impl ReactRow {
             ReactRow::InitStart => None,
             ReactRow::InitResumeTools => Some(ReactGuard::PendingTools),
             ReactRow::InitResume => Some(ReactGuard::Otherwise),
+            ReactRow::PlanningMaxStepsRejected => {
+                Some(ReactGuard::MaxStepsAnswerRejected)
+            }
             ReactRow::PlanningMaxSteps => Some(ReactGuard::MaxStepsReached),
             ReactRow::PlanningLimitStop => Some(ReactGuard::LimitStop),
             ReactRow::PlanningLimitFinal => Some(ReactGuard::LimitFinalAnswer),
@@ -1152,6 +1176,7 @@ impl ReactRow {
             ReactRow::InitStart => Some(ReactState::Planning),
             ReactRow::InitResumeTools => Some(ReactState::Executing),
             ReactRow::InitResume => Some(ReactState::Planning),
+            ReactRow::PlanningMaxStepsRejected => Some(ReactState::Finishing),
             ReactRow::PlanningMaxSteps => Some(ReactState::Finishing),
             ReactRow::PlanningLimitStop => Some(ReactState::Finishing),
             ReactRow::PlanningLimitFinal => Some(ReactState::Executing),
@@ -1262,6 +1287,24 @@ impl ReactRow {
                         DeclaredEffect {
                             name: EffectName::StartTimer,
                             optional: true,
+                        },
+                    ],
+                )
+            }
+            ReactRow::PlanningMaxStepsRejected => {
+                Some(
+                    &[
+                        DeclaredEffect {
+                            name: EffectName::EmitOutputInvalid,
+                            optional: false,
+                        },
+                        DeclaredEffect {
+                            name: EffectName::CancelTimer,
+                            optional: true,
+                        },
+                        DeclaredEffect {
+                            name: EffectName::CommitRunEnd,
+                            optional: false,
                         },
                     ],
                 )

@@ -11,6 +11,10 @@ pub(crate) trait ReactGuards {
     fn nothing_to_drain(data: &ReactData, input: &Input<'_>) -> bool;
     /// `max_steps_reached`: model_call_index already reached max_steps (the final step ran).
     fn max_steps_reached(data: &ReactData, input: &Input<'_>) -> bool;
+    /// `max_steps_answer_rejected`: max_steps reached, the run asks for a typed answer, and the
+    /// final step's answer was rejected by its check (done's output_rejected), e.g. because
+    /// steering made Observing continue instead of retrying it.
+    fn max_steps_answer_rejected(data: &ReactData, input: &Input<'_>) -> bool;
     /// `over_threshold`: Context tokens >= budget * ratio (budget: context_budget_tokens, else
     /// context_window, else the current model's known window), or messages > compact_threshold.
     fn over_threshold(data: &ReactData, input: &Input<'_>) -> bool;
@@ -58,10 +62,11 @@ pub(crate) trait ReactGuards {
     /// current one.
     fn fallback_available(data: &ReactData, local: &Drain, input: &Input<'_>) -> bool;
     /// `output_retry`: The message is the final answer, the run asks for a typed one (output
-    /// schema), the runtime rejected it (done's output_rejected), and output retries are left.
+    /// schema), the runtime rejected it (done's output_rejected), output retries are left, and a
+    /// step is left to ask again (max_steps not reached).
     fn output_retry(data: &ReactData, input: &Input<'_>) -> bool;
     /// `output_invalid`: The message is the final answer, the run asks for a typed one, the runtime
-    /// rejected it, and the output retries are used up.
+    /// rejected it, and the output retries are used up or no step is left to ask again.
     fn output_invalid(data: &ReactData, input: &Input<'_>) -> bool;
     /// `no_tool_calls`: The committed message had no tool calls: it is the final answer (and, when
     /// the run asks for a typed answer, the runtime accepted it).
@@ -82,6 +87,9 @@ pub(crate) trait ReactActions {
     /// `init_resume`: `Init --Resume [otherwise]--> Planning`. emit run_start (the uncommitted step
     /// is re-requested with the same model_call_index)
     fn init_resume(data: &mut ReactData, input: &Input<'_>);
+    /// `planning_max_steps_rejected`: `Planning --Plan [max_steps_answer_rejected]--> Finishing`.
+    /// emit output_invalid; commit run end (failed: output_invalid)
+    fn planning_max_steps_rejected(data: &mut ReactData, input: &Input<'_>) -> Ended;
     /// `planning_max_steps`: `Planning --Plan [max_steps_reached]--> Finishing`. commit run end
     /// (max_steps)
     fn planning_max_steps(data: &mut ReactData, input: &Input<'_>) -> Ended;
@@ -265,6 +273,9 @@ pub(crate) fn holds(
         }
         ReactGuard::NothingToDrain => Guards::nothing_to_drain(data, input),
         ReactGuard::MaxStepsReached => Guards::max_steps_reached(data, input),
+        ReactGuard::MaxStepsAnswerRejected => {
+            Guards::max_steps_answer_rejected(data, input)
+        }
         ReactGuard::OverThreshold => Guards::over_threshold(data, input),
         ReactGuard::CompactionRequired => {
             match sm {
@@ -468,6 +479,11 @@ pub(crate) fn planning(data: &mut ReactData, input: &Input<'_>) -> Outcome<State
     };
     match event {
         ReactEventKind::Plan => {
+            if Guards::max_steps_answer_rejected(data, input) {
+                data.take(ReactRow::PlanningMaxStepsRejected);
+                let next = Actions::planning_max_steps_rejected(data, input);
+                return Transition(State::Finishing { local: next });
+            }
             if Guards::max_steps_reached(data, input) {
                 data.take(ReactRow::PlanningMaxSteps);
                 let next = Actions::planning_max_steps(data, input);

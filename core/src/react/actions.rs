@@ -109,6 +109,12 @@ impl ReactActions for Actions {
         data.disarm_deadline();
     }
 
+    /// `planning_max_steps_rejected`: the run fails (output_invalid): no step is left to ask
+    /// again.
+    fn planning_max_steps_rejected(data: &mut ReactData, _input: &Input<'_>) -> Ended {
+        data.fail_output()
+    }
+
     /// `planning_max_steps`: the run ends (max_steps).
     fn planning_max_steps(data: &mut ReactData, _input: &Input<'_>) -> Ended {
         data.decide_end(Outcome::Completed, "max_steps".into(), None)

@@ -678,13 +678,20 @@ impl ReactData {
     /// The final answer breaks the run's output schema (`complete`: the decider answered
     /// `Complete`, and the typed answer was rejected).
     fn output_rejected_now(&self, complete: bool) -> bool {
-        complete && self.cfg.output.is_some() && self.observed.output_rejected.is_some()
+        complete && self.answer_rejected()
     }
 
-    /// Guard `output_retry`: the typed answer was rejected and retries are left (`complete`:
-    /// the decider answered `Complete`).
+    /// The run asks for a typed answer and the last step's answer was rejected.
+    pub(crate) fn answer_rejected(&self) -> bool {
+        self.cfg.output.is_some() && self.observed.output_rejected.is_some()
+    }
+
+    /// Guard `output_retry`: the typed answer was rejected, retries are left and so is a step
+    /// to ask again in (`complete`: the decider answered `Complete`). Without a step left, a
+    /// retry would end the run at `max_steps` as completed with the rejected answer.
     pub(crate) fn output_retry(&self, complete: bool) -> bool {
         self.output_rejected_now(complete)
+            && !self.max_steps_reached()
             && self
                 .cfg
                 .output
@@ -692,7 +699,8 @@ impl ReactData {
                 .is_some_and(|o| self.counters.output_retries < o.retries)
     }
 
-    /// Guard `output_invalid`: the typed answer was rejected and the retries are used up.
+    /// Guard `output_invalid`: the typed answer was rejected and the retries (or the steps)
+    /// are used up.
     pub(crate) fn output_invalid(&self, complete: bool) -> bool {
         self.output_rejected_now(complete) && !self.output_retry(complete)
     }

@@ -111,6 +111,10 @@ mod tests {
         assert_eq!(
             planning,
             [
+                (
+                    "PlanningMaxStepsRejected",
+                    Some("max_steps_answer_rejected")
+                ),
                 ("PlanningMaxSteps", Some("max_steps_reached")),
                 ("PlanningLimitStop", Some("limit_stop")),
                 ("PlanningLimitFinal", Some("limit_final_answer")),

@@ -50,6 +50,11 @@ impl ReactGuards for Guards {
         data.max_steps_reached()
     }
 
+    /// `max_steps_answer_rejected`: the final step ran and its typed answer was rejected.
+    fn max_steps_answer_rejected(data: &ReactData, _input: &Input<'_>) -> bool {
+        data.max_steps_reached() && data.answer_rejected()
+    }
+
     /// `over_threshold`: the context is over its compaction threshold.
     fn over_threshold(data: &ReactData, _input: &Input<'_>) -> bool {
         data.over_threshold()
@@ -99,12 +104,13 @@ impl ReactGuards for Guards {
         decided(input, Decision::Continue)
     }
 
-    /// `output_retry`: the typed final answer was rejected and retries are left.
+    /// `output_retry`: the typed final answer was rejected and retries and a step are left.
     fn output_retry(data: &ReactData, input: &Input<'_>) -> bool {
         data.output_retry(decided(input, Decision::Complete))
     }
 
-    /// `output_invalid`: the typed final answer was rejected and the retries are used up.
+    /// `output_invalid`: the typed final answer was rejected and the retries or steps are
+    /// used up.
     fn output_invalid(data: &ReactData, input: &Input<'_>) -> bool {
         data.output_invalid(decided(input, Decision::Complete))
     }

@@ -603,6 +603,30 @@ fn scenarios() -> Vec<(&'static str, Setup, Vec<Action>)> {
             ],
         ),
         (
+            "a typed answer rejected on the last step while steering waits: planning_max_steps_rejected",
+            Setup {
+                max_steps: 2,
+                typed_output: Some(2),
+                ..Setup::default()
+            },
+            vec![
+                Action::Start {
+                    long_history: false,
+                },
+                Action::StreamOpened(AttemptPick::Current),
+                Action::Delta(
+                    AttemptPick::Current,
+                    SeqPick::Next,
+                    DeltaPick::ToolCall(ToolPick::Known(0), ArgsPick::Invalid),
+                ),
+                Action::Done(AttemptPick::Current),
+                Action::StreamOpened(AttemptPick::Current),
+                Action::Steer,
+                Action::Done(AttemptPick::Current),
+                Action::RunEndCommitted,
+            ],
+        ),
+        (
             "resume with a call already answered: tool_call restore_result",
             Setup::default(),
             vec![Action::Resume {

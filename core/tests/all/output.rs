@@ -117,6 +117,35 @@ fn with_the_retries_used_up_the_run_fails_with_output_invalid() {
     ));
 }
 
+/// Found by the model checker (`agentloop-verify`, property "no completion with a rejected
+/// typed answer"): a rejection on the last allowed step, with output retries left, asked
+/// again although no step was left, so the run ended at `max_steps` as *completed* with the
+/// answer its check had rejected. With no step left the run fails with `output_invalid`.
+#[test]
+fn a_rejected_answer_on_the_last_step_fails_the_run_even_with_retries_left() {
+    let mut run = Run::new(RunConfig {
+        max_steps: 1,
+        ..config(3)
+    });
+    let r1 = start(&mut run);
+    let s = answer(
+        &mut run,
+        &r1,
+        "{}",
+        Some(rejected("\"x\" is a required property")),
+    );
+    assert!(
+        request_of(&s).is_none(),
+        "no step is left to ask again: {s:?}"
+    );
+    assert_eq!(output_events(&s).len(), 1);
+    assert!(!output_events(&s)[0].1, "not retrying");
+    let _ = run.handle(Event::RunEndCommitted);
+    let result = run.result().expect("ended");
+    assert_eq!(result.outcome, Outcome::Failed);
+    assert_eq!(result.reason, "output_invalid");
+}
+
 #[test]
 fn without_an_output_spec_a_verdict_changes_nothing() {
     let mut run = Run::new(RunConfig::default());
