@@ -95,7 +95,6 @@ macro_rules! providers {
     ($( $(#[$doc:meta])* $variant:ident => $ty:ty, )*) => {
         /// Which wire format a provider speaks: the registry of the providers by name.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        #[non_exhaustive]
         pub enum ProviderKind {
             $( $(#[$doc])* $variant, )*
         }
