@@ -109,7 +109,7 @@ async fn http_errors_are_classified_like_every_provider() {
             body,
         }])
         .await;
-        let e = run(P, config(P, &server)).await.err().expect("an error");
+        let e = run(P, config(P, &server)).await.expect_err("an error");
         assert_eq!(e.kind, kind, "{status}: {}", e.message);
         assert_eq!(e.http_status, Some(status));
         assert!(!e.message.contains(KEY));
