@@ -1,5 +1,5 @@
 //! Google Gemini (the Gemini API's `streamGenerateContent`): the request body
-//! (`request_body`) and the [`Provider`] the generic HTTP client drives; the stream normalizer
+//! (`request_body`) and the `Provider` the generic HTTP client drives; the stream normalizer
 //! is in `normalize` (`GeminiNormalizer`, public with feature `wire`).
 //!
 //! The request: `POST {base}/models/{model}:streamGenerateContent?alt=sse` (base
