@@ -206,6 +206,7 @@ fn bench(c: &mut Criterion<CpuTime>) {
                     ),
                     &pieces,
                 ),
+                other => unreachable!("no {other} stream in this benchmark"),
             })
         });
     }

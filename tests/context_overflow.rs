@@ -204,6 +204,11 @@ fn answer(p: ProviderKind) -> String {
             let done = json!({"type": "response.completed", "response": {"id": "r", "status": "completed"}});
             format!("data: {delta}\n\ndata: {done}\n\n")
         }
+        ProviderKind::Gemini => {
+            let chunk = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": text}]},
+                "finishReason": "STOP", "index": 0}]});
+            format!("data: {chunk}\n\n")
+        }
     }
 }
 

@@ -112,9 +112,13 @@ async fn run(p: ProviderKind, server: &MockServer, prompt: &str) -> (LoopResult,
         ProviderKind::Anthropic => HttpConfig::new(p)
             .with_base_url(server.base.clone())
             .with_api_key("sk-ant-test-not-a-real-key-000000"),
+        ProviderKind::Gemini => HttpConfig::new(p)
+            .with_base_url(format!("{}/v1beta", server.base))
+            .with_api_key("gemini-test-not-a-real-key-000000"),
     };
     let name = match p {
         ProviderKind::Anthropic => "claude-sonnet-4-5",
+        ProviderKind::Gemini => "gemini-2.0-flash",
         _ => "gpt-4o",
     };
     let model: Arc<dyn agentloop::model::Model> =

@@ -300,7 +300,13 @@ fn http_config_from_env_and_debug_hides_the_key() {
         "anthropic".parse::<ProviderKind>(),
         Ok(ProviderKind::Anthropic)
     );
-    assert!("gemini".parse::<ProviderKind>().is_err());
+    assert_eq!("gemini".parse::<ProviderKind>(), Ok(ProviderKind::Gemini));
+    assert!("mistral".parse::<ProviderKind>().is_err());
+    let gemini = HttpConfig::new(ProviderKind::Gemini);
+    assert_eq!(
+        gemini.endpoint(),
+        "https://generativelanguage.googleapis.com/v1beta/models/%7Bmodel%7D:streamGenerateContent?alt=sse"
+    );
 }
 
 fn http_fixture(name: &str) -> Vec<u8> {

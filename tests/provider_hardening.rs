@@ -21,7 +21,11 @@ use serde_json::json;
 use support::server::*;
 use support::*;
 
-const PROVIDERS: [ProviderKind; 2] = [ProviderKind::OpenAi, ProviderKind::Anthropic];
+const PROVIDERS: [ProviderKind; 3] = [
+    ProviderKind::OpenAi,
+    ProviderKind::Anthropic,
+    ProviderKind::Gemini,
+];
 
 /// Runs one agent turn against `server` with a retry budget of 3 (1 ms backoff), so a
 /// retryable error shows up as several requests. Fails the test after 20 s: an attempt that
@@ -103,6 +107,7 @@ async fn redirect_to_another_host_never_carries_a_credential_and_is_a_typed_erro
                 ProviderKind::OpenAi => "openai_text.sse",
                 ProviderKind::Anthropic => "anthropic_text.sse",
                 ProviderKind::OpenAiResponses => "responses_text.sse",
+                ProviderKind::Gemini => "gemini_text.sse",
             })],
             gap: Duration::ZERO,
         }])
@@ -115,6 +120,7 @@ async fn redirect_to_another_host_never_carries_a_credential_and_is_a_typed_erro
                 ProviderKind::OpenAi => "/v1/chat/completions",
                 ProviderKind::Anthropic => "/v1/messages",
                 ProviderKind::OpenAiResponses => "/v1/responses",
+                ProviderKind::Gemini => "/v1beta/models/gemini-test:streamGenerateContent?alt=sse",
             }
         );
         let redirect = Reply::Status {
@@ -342,6 +348,7 @@ fn good_answer(p: ProviderKind) -> Reply {
         ProviderKind::OpenAi => "openai_text.sse",
         ProviderKind::Anthropic => "anthropic_text.sse",
         ProviderKind::OpenAiResponses => "responses_text.sse",
+        ProviderKind::Gemini => "gemini_text.sse",
     };
     Reply::Sse {
         pieces: vec![fixture(name)],

@@ -1,6 +1,7 @@
 //! End-to-end against a third-party mock LLM server — someone else's reading of the wire
 //! formats: `@copilotkit/aimock` (npm, MIT, no dependencies, works offline). Its `llmock` CLI
-//! serves fixture-scripted OpenAI Chat Completions and Anthropic Messages streams.
+//! serves fixture-scripted OpenAI Chat Completions, Anthropic Messages and Gemini
+//! `streamGenerateContent` streams.
 //!
 //! Install and start (what CI does):
 //!
@@ -27,6 +28,8 @@ use futures::StreamExt;
 use serde_json::json;
 
 const FIXTURES: &str = r#"{"fixtures": [
+  {"match": {"userMessage": "Say hello."},
+   "response": {"content": "Hello from the mock.", "usage": {"promptTokenCount": 11, "candidatesTokenCount": 4}}},
   {"match": {"userMessage": "What is 6 times 7?", "hasToolResult": true},
    "response": {"content": "The answer is 42."}},
   {"match": {"userMessage": "What is 6 times 7?"},
@@ -186,4 +189,24 @@ async fn anthropic_client_against_aimock() {
         .with_api_key("sk-ant-test-not-a-real-key-000000");
     let model = build_model("claude-sonnet-4-5", cfg).unwrap();
     tool_call_turn_then_answer(&model).await;
+}
+
+/// Gemini through its own path (`/v1beta/models/{model}:streamGenerateContent?alt=sse`): the
+/// calls come as `functionCall` parts (no id: the client derives one), the result goes back as
+/// a `functionResponse`, which the mock must read for the answer's fixture to match.
+#[tokio::test]
+async fn gemini_client_against_aimock() {
+    let Some(server) = start() else { return };
+    let cfg = HttpConfig::new(ProviderKind::Gemini)
+        .with_base_url(format!("{}/v1beta", server.base))
+        .with_api_key("gemini-test-not-a-real-key-000000");
+    let model = build_model("gemini-2.0-flash", cfg).unwrap();
+    assert_eq!(model.name(), "gemini:gemini-2.0-flash");
+    tool_call_turn_then_answer(&model).await;
+
+    let hello = turn(&model, vec![Message::user("Say hello.")]).await;
+    assert_eq!(hello.text, "Hello from the mock.");
+    assert_eq!(hello.finish_reason, Some(FinishReason::Stop));
+    let usage = hello.usage.expect("usage");
+    assert_eq!((usage.input_tokens, usage.output_tokens), (11, 4));
 }

@@ -16,13 +16,18 @@ use agentloop::{AgentEvent, Outcome};
 use support::server::*;
 use support::*;
 
-const PROVIDERS: [ProviderKind; 2] = [ProviderKind::OpenAi, ProviderKind::Anthropic];
+const PROVIDERS: [ProviderKind; 3] = [
+    ProviderKind::OpenAi,
+    ProviderKind::Anthropic,
+    ProviderKind::Gemini,
+];
 
 fn text_fixture(p: ProviderKind) -> &'static str {
     match p {
         ProviderKind::OpenAi => "openai_text.sse",
         ProviderKind::Anthropic => "anthropic_text.sse",
         ProviderKind::OpenAiResponses => "responses_text.sse",
+        ProviderKind::Gemini => "gemini_text.sse",
     }
 }
 

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 
 use crate::regular_file::read_regular_file;
 use agentloop::provider::decode::decode;
@@ -11,33 +11,12 @@ use agentloop::provider::http::ProviderKind;
 
 use crate::out::errln;
 
-/// Which wire format.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum Provider {
-    /// OpenAI-compatible Chat Completions.
-    Openai,
-    /// Anthropic Messages.
-    Anthropic,
-    /// OpenAI Responses API.
-    OpenaiResponses,
-}
-
-impl From<Provider> for ProviderKind {
-    fn from(p: Provider) -> Self {
-        match p {
-            Provider::Openai => ProviderKind::OpenAi,
-            Provider::Anthropic => ProviderKind::Anthropic,
-            Provider::OpenaiResponses => ProviderKind::OpenAiResponses,
-        }
-    }
-}
-
 /// Arguments of `agentloop decode`.
 #[derive(Debug, Args)]
 pub(crate) struct DecodeArgs {
     /// The wire format of the capture.
-    #[arg(long, value_enum)]
-    pub provider: Provider,
+    #[arg(long, value_parser = provider_parser())]
+    pub provider: ProviderKind,
     /// The file is a raw HTTP response (status line, headers, blank line, body).
     #[arg(long)]
     pub http: bool,
@@ -46,6 +25,13 @@ pub(crate) struct DecodeArgs {
     pub deltas: bool,
     /// A captured raw SSE response body (or HTTP response with `--http`).
     pub file: PathBuf,
+}
+
+/// The `--provider` parser: the names of the library's registry.
+fn provider_parser() -> impl clap::builder::TypedValueParser<Value = ProviderKind> {
+    use clap::builder::TypedValueParser;
+    let names = ProviderKind::ALL.iter().map(|k| k.as_str());
+    clap::builder::PossibleValuesParser::new(names).try_map(|s| s.parse::<ProviderKind>())
 }
 
 /// Runs the command: prints one JSON object; exit 0 when it decoded (even to an error outcome).
@@ -57,7 +43,7 @@ pub(crate) fn main(args: DecodeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let report = decode(args.provider.into(), &bytes, args.http);
+    let report = decode(args.provider, &bytes, args.http);
     if args.deltas {
         for d in &report.deltas {
             let line = serde_json::to_string(d).unwrap_or_default();

@@ -107,13 +107,16 @@ pub(crate) fn sqlite_path(url: &str) -> Option<std::path::PathBuf> {
 /// Options shared by `run` and `resume`: the model, the tools and the runtime.
 #[derive(Debug, Args)]
 pub(crate) struct AgentArgs {
-    /// Which model client: the offline scripted model (default), or a real provider.
-    #[arg(long, value_enum, default_value_t = ProviderArg::Scripted)]
+    /// Which model client: the offline scripted model (default), or a registered provider
+    /// (OpenAI-compatible Chat Completions, Anthropic Messages, the OpenAI Responses API,
+    /// Google Gemini; key from OPENAI_API_KEY / ANTHROPIC_API_KEY / GEMINI_API_KEY).
+    #[arg(long, default_value = "scripted", value_parser = ProviderArg::parser())]
     pub provider: ProviderArg,
-    /// Model name sent to the provider (required with --provider openai|anthropic|openai-responses).
+    /// Model name sent to the provider (required with a real provider).
     #[arg(long)]
     pub model: Option<String>,
-    /// Provider base URL (default: $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL, else the public API).
+    /// Provider base URL (default: $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL / $GEMINI_BASE_URL,
+    /// else the public API).
     #[arg(long)]
     pub base_url: Option<String>,
     /// TCP connect timeout for real providers, in seconds.
@@ -418,29 +421,22 @@ fn secs(s: f64) -> u64 {
     (s.max(0.0) * 1000.0) as u64
 }
 
-/// The model the agent talks to.
-/// Model clients the CLI can build.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum ProviderArg {
-    /// The offline scripted model (no key, no network).
-    Scripted,
-    /// OpenAI-compatible Chat Completions (OpenAI, Azure, OpenRouter, Ollama, vLLM, llama.cpp, DeepSeek).
-    Openai,
-    /// Anthropic Messages.
-    Anthropic,
-    /// OpenAI Responses API (`POST /responses`; key from OPENAI_API_KEY).
-    OpenaiResponses,
-}
+/// `--provider`: `scripted` (the offline model) or a provider of the library's registry
+/// ([`ProviderKind::ALL`]), so a provider registered there needs no CLI change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProviderArg(Option<ProviderKind>);
 
 impl ProviderArg {
     /// The provider's wire format (`None`: the scripted model).
-    fn kind(self) -> Option<ProviderKind> {
-        match self {
-            ProviderArg::Scripted => None,
-            ProviderArg::Openai => Some(ProviderKind::OpenAi),
-            ProviderArg::Anthropic => Some(ProviderKind::Anthropic),
-            ProviderArg::OpenaiResponses => Some(ProviderKind::OpenAiResponses),
-        }
+    pub(crate) fn kind(self) -> Option<ProviderKind> {
+        self.0
+    }
+
+    /// The flag's parser: `scripted` and the registered names, listed in `--help`.
+    pub(crate) fn parser() -> impl clap::builder::TypedValueParser<Value = ProviderArg> {
+        use clap::builder::TypedValueParser;
+        let names = std::iter::once("scripted").chain(ProviderKind::ALL.iter().map(|k| k.as_str()));
+        clap::builder::PossibleValuesParser::new(names).map(|s| ProviderArg(s.parse().ok()))
     }
 }
 

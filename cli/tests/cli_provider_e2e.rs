@@ -399,9 +399,10 @@ fn missing_model_is_a_clear_cli_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--model is required"));
 }
 
-/// The third-party mock server (npm `@copilotkit/aimock`), installed by `.ci/run`.
-#[test]
-fn cli_against_third_party_mock_server() {
+/// `llmock` (npm `@copilotkit/aimock`, installed by `.ci/run`) serving the calculator round
+/// for "What is 6 times 7?": its address and the process (killed by the caller), or `None`
+/// (with a notice) when `AIMOCK_BIN` is not set.
+fn calculator_mock() -> Option<(String, std::process::Child, tempfile::TempDir)> {
     let bin = std::env::var("AIMOCK_BIN").ok().filter(|b| !b.is_empty());
     let Some(bin) = bin else {
         assert!(
@@ -409,7 +410,7 @@ fn cli_against_third_party_mock_server() {
             "AGENTLOOP_REQUIRE_AIMOCK is set but AIMOCK_BIN is not"
         );
         println!("NOTICE: skipping: AIMOCK_BIN (npm @copilotkit/aimock) not set");
-        return;
+        return None;
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let fixtures = dir.path().join("fixtures.json");
@@ -448,6 +449,15 @@ fn cli_against_third_party_mock_server() {
     let base = rx
         .recv_timeout(Duration::from_secs(30))
         .expect("llmock reports its address");
+    Some((base, child, dir))
+}
+
+/// The third-party mock server (npm `@copilotkit/aimock`), installed by `.ci/run`.
+#[test]
+fn cli_against_third_party_mock_server() {
+    let Some((base, mut child, _dir)) = calculator_mock() else {
+        return;
+    };
     let out = agentloop(&[
         "run",
         "--provider",
@@ -467,6 +477,53 @@ fn cli_against_third_party_mock_server() {
     assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
     assert!(stderr.contains("[tool] calculator"), "{stderr}");
     assert!(stdout.contains("The answer is 42."), "{stdout}");
+}
+
+/// `--provider gemini` against the same mock's `/v1beta/models/{model}:streamGenerateContent`:
+/// the calculator runs through Gemini function calling (a `functionCall` part, its result
+/// back as a `functionResponse`, which the answer's fixture needs) and the answer streams.
+/// The key comes from `GEMINI_API_KEY`, as the CLI reads it.
+#[test]
+fn cli_gemini_against_third_party_mock_server() {
+    let Some((base, mut child, dir)) = calculator_mock() else {
+        return;
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_agentloop"))
+        .args([
+            "run",
+            "--provider",
+            "gemini",
+            "--base-url",
+            &format!("{base}/v1beta"),
+            "--model",
+            "gemini-2.0-flash",
+            "What is 6 times 7?",
+        ])
+        .current_dir(dir.path())
+        .env("GEMINI_API_KEY", KEY)
+        .env_remove("GOOGLE_API_KEY")
+        .env_remove("GEMINI_BASE_URL")
+        .env_remove("AGENTLOOP_STORE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run agentloop");
+    let _ = child.kill();
+    let _ = child.wait();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stderr.contains("[tool] calculator {\"expression\":\"6*7\"}"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("[tool] calculator -> Completed"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("The answer is 42."), "{stdout}");
+    assert!(!stdout.contains(KEY) && !stderr.contains(KEY));
 }
 
 /// `--provider openai-responses` against the same third-party mock server's `/v1/responses`

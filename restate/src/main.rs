@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use restate_sdk::prelude::*;
 use restate_sdk::service::IntoServiceDefinition;
 
@@ -45,9 +45,9 @@ struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:9080")]
     listen: SocketAddr,
     /// Which model client: the offline scripted model (default), or a real provider.
-    #[arg(long, value_enum, default_value_t = ProviderArg::Scripted)]
-    provider: ProviderArg,
-    /// Model name sent to the provider (required with --provider openai|anthropic|openai-responses).
+    #[arg(long, default_value = "scripted", value_parser = provider_parser())]
+    provider: ProviderFlag,
+    /// Model name sent to the provider (required with a real provider).
     #[arg(long)]
     model: Option<String>,
     /// Provider base URL (default: $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL, else the public API).
@@ -73,26 +73,19 @@ struct ServeArgs {
     admin_url: String,
 }
 
-/// Model clients (as `agentloop run --provider`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum ProviderArg {
-    /// The offline scripted model (no key, no network).
-    Scripted,
-    /// OpenAI-compatible Chat Completions.
-    Openai,
-    /// Anthropic Messages.
-    Anthropic,
-    /// OpenAI Responses API.
-    OpenaiResponses,
+/// `--provider` (as `agentloop run --provider`): `scripted` (`None`, the offline model) or a
+/// name of the library's provider registry.
+#[derive(Debug, Clone, Copy)]
+struct ProviderFlag(Option<ProviderKind>);
+
+fn provider_parser() -> impl clap::builder::TypedValueParser<Value = ProviderFlag> {
+    use clap::builder::TypedValueParser;
+    let names = std::iter::once("scripted").chain(ProviderKind::ALL.iter().map(|k| k.as_str()));
+    clap::builder::PossibleValuesParser::new(names).map(|s| ProviderFlag(s.parse().ok()))
 }
 
 fn model(args: &ServeArgs) -> Result<Arc<dyn Model>, String> {
-    let kind = match args.provider {
-        ProviderArg::Scripted => None,
-        ProviderArg::Openai => Some(ProviderKind::OpenAi),
-        ProviderArg::Anthropic => Some(ProviderKind::Anthropic),
-        ProviderArg::OpenaiResponses => Some(ProviderKind::OpenAiResponses),
-    };
+    let kind = args.provider.0;
     model_from_flags(
         kind,
         args.model.as_deref(),

@@ -47,11 +47,11 @@ use crate::error::ModelError;
 use crate::message::{ContentPart, FinishReason, Message, MessageDelta, Usage};
 use crate::model::{ModelRequest, ToolChoice};
 use crate::provider::classify::{classify_stream_error, incomplete_stream, malformed_event};
+use crate::provider::http::{HttpConfig, Provider};
 use crate::provider::limits::{too_many_blocks, ResponseLimits};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
 
 /// The `anthropic-version` header sent with every request.
-#[cfg(feature = "anthropic")]
 pub(crate) const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 #[derive(Deserialize)]
@@ -643,7 +643,57 @@ fn tool_choice(choice: &ToolChoice) -> Value {
     }
 }
 
-#[cfg(feature = "anthropic")]
-mod client;
-#[cfg(feature = "anthropic")]
-pub(crate) use client::AnthropicModel;
+/// The Messages API as a [`Provider`]: `POST {base}/v1/messages` with `x-api-key` and
+/// `anthropic-version`; its own settings are the default `max_tokens` and the thinking budget.
+#[derive(Clone, Debug)]
+pub(crate) struct Messages {
+    default_max_tokens: u32,
+    thinking_budget: Option<u32>,
+}
+
+impl Provider for Messages {
+    const NAME: &'static str = "anthropic";
+    const KEY_ENV: &'static [&'static str] = &["ANTHROPIC_API_KEY"];
+    const BASE_URL_ENV: &'static str = "ANTHROPIC_BASE_URL";
+    const DEFAULT_BASE_URL: &'static str = "https://api.anthropic.com";
+    const ENABLED: bool = cfg!(feature = "anthropic");
+    type Normalizer = AnthropicNormalizer;
+
+    fn from_config(config: &HttpConfig) -> Self {
+        Messages {
+            default_max_tokens: config.default_max_tokens,
+            thinking_budget: config.thinking_budget,
+        }
+    }
+
+    fn endpoint(&self, base_url: &str, _model: &str) -> String {
+        if base_url.ends_with("/v1") {
+            format!("{base_url}/messages")
+        } else {
+            format!("{base_url}/v1/messages")
+        }
+    }
+
+    fn headers(&self, api_key: Option<&str>) -> Vec<(String, String)> {
+        let mut headers = vec![(
+            "anthropic-version".to_string(),
+            ANTHROPIC_VERSION.to_string(),
+        )];
+        if let Some(key) = api_key {
+            headers.push(("x-api-key".to_string(), key.to_string()));
+        }
+        headers
+    }
+
+    fn body(&self, request: &ModelRequest, model: &str) -> Result<Value, ModelError> {
+        let mut body = request_body(request, model, self.default_max_tokens);
+        if let Some(budget) = self.thinking_budget {
+            body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
+        }
+        Ok(body)
+    }
+
+    fn normalizer(&self) -> AnthropicNormalizer {
+        AnthropicNormalizer::new()
+    }
+}

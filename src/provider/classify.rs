@@ -46,6 +46,8 @@ pub const CONTEXT_OVERFLOW_PHRASES: &[&str] = &[
     "input is too long",
     "reduce the length of the messages",
     "input token count exceeds",
+    // Gemini: "The input token count (N) exceeds the maximum number of tokens allowed (M)."
+    "exceeds the maximum number of tokens allowed",
     "too many tokens in the prompt",
 ];
 

@@ -28,14 +28,11 @@ use serde_json::Value;
 
 use crate::error::{ErrorKind, ModelError};
 use crate::message::{FinishReason, MessageDelta, Usage};
-use crate::provider::anthropic::AnthropicNormalizer;
 use crate::provider::classify::{
     classify_http, classify_non_stream_body, non_stream_media_type, unsupported_encoding,
 };
 use crate::provider::http::{ProviderKind, DEFAULT_MAX_RETRY_AFTER};
-use crate::provider::openai::OpenAiNormalizer;
-use crate::provider::openai_responses::ResponsesNormalizer;
-use crate::provider::sse::{SseNormalizer, SsePipeline};
+use crate::provider::sse::SsePipeline;
 
 /// How the decoded response ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -165,25 +162,16 @@ pub fn normalize_chunks<'a>(
     provider: ProviderKind,
     chunks: impl IntoIterator<Item = &'a [u8]>,
 ) -> Vec<MessageDelta> {
-    fn run<'a, N: SseNormalizer>(
-        mut pipe: SsePipeline<N>,
-        chunks: impl IntoIterator<Item = &'a [u8]>,
-    ) -> Vec<MessageDelta> {
-        let mut out = Vec::new();
-        for c in chunks {
-            pipe.feed_into(c, &mut out);
-            if pipe.ended() {
-                return out;
-            }
+    let mut pipe = SsePipeline::new(provider.normalizer());
+    let mut out = Vec::new();
+    for c in chunks {
+        pipe.feed_into(c, &mut out);
+        if pipe.ended() {
+            return out;
         }
-        out.extend(pipe.finish());
-        out
     }
-    match provider {
-        ProviderKind::OpenAi => run(SsePipeline::new(OpenAiNormalizer::new()), chunks),
-        ProviderKind::Anthropic => run(SsePipeline::new(AnthropicNormalizer::new()), chunks),
-        ProviderKind::OpenAiResponses => run(SsePipeline::new(ResponsesNormalizer::new()), chunks),
-    }
+    out.extend(pipe.finish());
+    out
 }
 
 /// Decodes a captured response: a raw SSE body, or with `http` a raw HTTP response (status

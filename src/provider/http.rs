@@ -48,57 +48,129 @@ use serde::{Deserialize, Serialize};
 
 #[cfg_attr(not(feature = "http"), allow(unused_imports))]
 use crate::error::{ErrorKind, ModelError};
+use crate::model::ModelRequest;
 use crate::provider::limits::ResponseLimits;
+use crate::provider::sse::SseNormalizer;
+use serde_json::Value;
 
-/// Which wire format a provider speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderKind {
+/// A provider's wire format, as the one generic HTTP client drives it (rig's `Provider`
+/// shape): its own settings (read from [`HttpConfig`] once, when the client is built), its
+/// request (URL, headers and body from the core's [`ModelRequest`](crate::model::ModelRequest))
+/// and its stream normalizer. Pure: no IO, no clock. A provider is registered by one line in
+/// the `providers!` list below; see `docs/providers.md`, "Add a provider".
+pub(crate) trait Provider: Clone + fmt::Debug + Send + Sync + 'static {
+    /// The registry name (`--provider`, the prefix of [`Model::name`](crate::model::Model::name)).
+    const NAME: &'static str;
+    /// The environment variables holding the API key, the first one set wins.
+    const KEY_ENV: &'static [&'static str];
+    /// The environment variable holding the base URL.
+    const BASE_URL_ENV: &'static str;
+    /// The public endpoint's base URL.
+    const DEFAULT_BASE_URL: &'static str;
+    /// Whether this build has the provider's Cargo feature ([`build_model`] refuses it if not).
+    const ENABLED: bool;
+    /// The normalizer of one response.
+    type Normalizer: SseNormalizer + Send + 'static;
+    /// This provider's settings, from the shared configuration.
+    fn from_config(config: &HttpConfig) -> Self;
+    /// The URL to POST to; `model` is the wire model name.
+    fn endpoint(&self, base_url: &str, model: &str) -> String;
+    /// The request's headers: the provider's own and, with a key, its auth header. The
+    /// transport adds `accept`, `accept-encoding` and the configuration's extra headers.
+    fn headers(&self, api_key: Option<&str>) -> Vec<(String, String)>;
+    /// The request body; `model` is the client's model, sent when the request names none.
+    fn body(&self, request: &ModelRequest, model: &str) -> Result<Value, ModelError>;
+    /// A fresh normalizer with this provider's settings (what `agentloop decode` reads with).
+    fn normalizer(&self) -> Self::Normalizer;
+    /// A fresh normalizer for the response to `request` (default: [`Self::normalizer`]).
+    fn normalizer_for(&self, request: &ModelRequest) -> Self::Normalizer {
+        let _ = request;
+        self.normalizer()
+    }
+}
+
+/// The registry: `ProviderKind` (a name → a [`Provider`]) and its dispatch, from one line per
+/// provider.
+macro_rules! providers {
+    ($( $(#[$doc:meta])* $variant:ident => $ty:ty, )*) => {
+        /// Which wire format a provider speaks: the registry of the providers by name.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum ProviderKind {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        impl ProviderKind {
+            /// Every registered provider, in registration order.
+            pub const ALL: &'static [ProviderKind] = &[$(ProviderKind::$variant),*];
+
+            /// The registry name: `openai`, `anthropic`, `openai-responses`, `gemini`.
+            pub fn as_str(self) -> &'static str {
+                match self { $(ProviderKind::$variant => <$ty as Provider>::NAME,)* }
+            }
+
+            /// The environment variables holding the API key, the first one set wins.
+            fn key_envs(self) -> &'static [&'static str] {
+                match self { $(ProviderKind::$variant => <$ty as Provider>::KEY_ENV,)* }
+            }
+
+            /// The environment variable holding the base URL.
+            pub fn base_url_env(self) -> &'static str {
+                match self { $(ProviderKind::$variant => <$ty as Provider>::BASE_URL_ENV,)* }
+            }
+
+            /// The public endpoint's base URL. OpenAI's includes `/v1` (as `OPENAI_BASE_URL`
+            /// does by convention, for both of its wire formats); Anthropic's does not (the
+            /// client appends `/v1/messages`); Gemini's includes `/v1beta`.
+            pub fn default_base_url(self) -> &'static str {
+                match self { $(ProviderKind::$variant => <$ty as Provider>::DEFAULT_BASE_URL,)* }
+            }
+
+            /// The endpoint URL for `model` under `config`.
+            fn endpoint(self, config: &HttpConfig, model: &str) -> String {
+                match self {
+                    $(ProviderKind::$variant => {
+                        <$ty as Provider>::from_config(config).endpoint(&config.base_url, model)
+                    })*
+                }
+            }
+
+            /// A fresh normalizer of this wire format, with default settings (for `decode`).
+            #[cfg_attr(not(feature = "wire"), allow(dead_code))]
+            pub(crate) fn normalizer(self) -> Box<dyn SseNormalizer + Send> {
+                let config = HttpConfig::new(self);
+                match self {
+                    $(ProviderKind::$variant => {
+                        Box::new(<$ty as Provider>::from_config(&config).normalizer())
+                    })*
+                }
+            }
+
+            /// The generic HTTP client over this provider.
+            #[cfg(feature = "http")]
+            fn build(self, model: &str, config: HttpConfig) -> Result<HttpClient, ModelError> {
+                match self { $(ProviderKind::$variant => HttpModel::<$ty>::build(model, config),)* }
+            }
+        }
+    };
+}
+
+providers! {
     /// OpenAI-compatible Chat Completions (OpenAI, Azure, OpenRouter, Ollama, vLLM, llama.cpp, DeepSeek…).
-    #[serde(rename = "openai")]
-    OpenAi,
+    OpenAi => crate::provider::openai::ChatCompletions,
     /// Anthropic Messages.
-    Anthropic,
+    Anthropic => crate::provider::anthropic::Messages,
     /// OpenAI Responses API (`POST {base}/responses`; OpenAI's reasoning models, gateways that
     /// speak it).
-    #[serde(rename = "openai-responses")]
-    OpenAiResponses,
+    OpenAiResponses => crate::provider::openai_responses::Responses,
+    /// Google Gemini `streamGenerateContent` (the Gemini API; `GEMINI_API_KEY`).
+    Gemini => crate::provider::gemini::Gemini,
 }
 
 impl ProviderKind {
-    /// `openai`, `anthropic` or `openai-responses`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::OpenAi => "openai",
-            ProviderKind::Anthropic => "anthropic",
-            ProviderKind::OpenAiResponses => "openai-responses",
-        }
-    }
-
-    /// The environment variable holding the API key.
+    /// The environment variable holding the API key (the first of the provider's: Gemini also
+    /// reads `GOOGLE_API_KEY`).
     pub fn key_env(self) -> &'static str {
-        match self {
-            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "OPENAI_API_KEY",
-            ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
-        }
-    }
-
-    /// The environment variable holding the base URL.
-    pub fn base_url_env(self) -> &'static str {
-        match self {
-            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "OPENAI_BASE_URL",
-            ProviderKind::Anthropic => "ANTHROPIC_BASE_URL",
-        }
-    }
-
-    /// The public endpoint's base URL. OpenAI's includes `/v1` (as `OPENAI_BASE_URL` does by
-    /// convention, for both of its wire formats); Anthropic's does not (the client appends
-    /// `/v1/messages`).
-    pub fn default_base_url(self) -> &'static str {
-        match self {
-            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "https://api.openai.com/v1",
-            ProviderKind::Anthropic => "https://api.anthropic.com",
-        }
+        self.key_envs().first().copied().unwrap_or_default()
     }
 }
 
@@ -111,14 +183,27 @@ impl fmt::Display for ProviderKind {
 impl std::str::FromStr for ProviderKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "openai" => Ok(ProviderKind::OpenAi),
-            "anthropic" => Ok(ProviderKind::Anthropic),
-            "openai-responses" => Ok(ProviderKind::OpenAiResponses),
-            other => Err(format!(
-                "unknown provider {other:?} (expected openai, anthropic or openai-responses)"
-            )),
-        }
+        ProviderKind::ALL
+            .iter()
+            .copied()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = ProviderKind::ALL.iter().map(|k| k.as_str()).collect();
+                format!("unknown provider {s:?} (expected {})", names.join(", "))
+            })
+    }
+}
+
+impl Serialize for ProviderKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ProviderKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -208,7 +293,6 @@ pub struct HttpConfig {
 
 /// Whether OpenAI's `model` takes its output cap as `max_completion_tokens` (it refuses
 /// `max_tokens`): the o-series and gpt-5 families.
-#[cfg(feature = "openai")]
 pub(crate) fn uses_max_completion_tokens(model: &str) -> bool {
     let m = model.rsplit('/').next().unwrap_or(model);
     // A family name, alone or followed by a version (`gpt-5.1`) or a variant (`o3-mini`).
@@ -278,8 +362,9 @@ impl HttpConfig {
         }
     }
 
-    /// Defaults, then `OPENAI_API_KEY`/`ANTHROPIC_API_KEY` and `OPENAI_BASE_URL`/
-    /// `ANTHROPIC_BASE_URL` from the environment (empty variables are ignored).
+    /// Defaults, then the provider's key and base URL variables from the environment
+    /// (`OPENAI_API_KEY`/`ANTHROPIC_API_KEY`/`GEMINI_API_KEY`, then `GOOGLE_API_KEY`, and
+    /// `OPENAI_BASE_URL`/`ANTHROPIC_BASE_URL`/`GEMINI_BASE_URL`; empty variables are ignored).
     pub fn from_env(provider: ProviderKind) -> Self {
         Self::from_lookup(provider, |name| std::env::var(name).ok())
     }
@@ -288,7 +373,11 @@ impl HttpConfig {
     /// the process environment).
     pub fn from_lookup(provider: ProviderKind, lookup: impl Fn(&str) -> Option<String>) -> Self {
         let mut cfg = Self::new(provider);
-        if let Some(key) = lookup(provider.key_env()).filter(|k| !k.trim().is_empty()) {
+        let key = provider
+            .key_envs()
+            .iter()
+            .find_map(|name| lookup(name).filter(|k| !k.trim().is_empty()));
+        if let Some(key) = key {
             cfg.api_key = Some(ApiKey::new(key.trim()));
         }
         if let Some(url) = lookup(provider.base_url_env()).filter(|u| !u.trim().is_empty()) {
@@ -312,7 +401,6 @@ impl HttpConfig {
 
     /// The OpenAI Responses reasoning settings (`reasoning_effort`, `reasoning_summary`,
     /// `encrypted_reasoning`) as the request body takes them.
-    #[cfg_attr(not(feature = "openai-responses"), allow(dead_code))]
     pub(crate) fn responses_reasoning(
         &self,
     ) -> crate::provider::openai_responses::ResponsesReasoning {
@@ -368,20 +456,11 @@ impl HttpConfig {
     }
 
     /// The endpoint URL: `{base}/chat/completions` (OpenAI), `{base}/responses` (OpenAI
-    /// Responses) or `{base}/v1/messages` (Anthropic; a base that already ends in `/v1` is not
-    /// doubled).
+    /// Responses), `{base}/v1/messages` (Anthropic; a base that already ends in `/v1` is not
+    /// doubled) or `{base}/models/{model}:streamGenerateContent?alt=sse` (Gemini, whose URL
+    /// names the model: shown here with `{model}` as written).
     pub fn endpoint(&self) -> String {
-        match self.provider {
-            ProviderKind::OpenAi => format!("{}/chat/completions", self.base_url),
-            ProviderKind::OpenAiResponses => format!("{}/responses", self.base_url),
-            ProviderKind::Anthropic => {
-                if self.base_url.ends_with("/v1") {
-                    format!("{}/messages", self.base_url)
-                } else {
-                    format!("{}/v1/messages", self.base_url)
-                }
-            }
-        }
+        self.provider.endpoint(self, "{model}")
     }
 
     /// The cap for retry hints, in milliseconds.
@@ -455,8 +534,8 @@ impl HttpConfig {
 #[cfg(feature = "http")]
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-/// Sends one streaming POST and returns the normalized delta stream. Shared by both
-/// providers. Never retries. Failures before the body (connect, no headers within
+/// Sends one streaming POST to `url` and returns the normalized delta stream. Shared by every
+/// provider. Never retries. Failures before the body (connect, no headers within
 /// `first_byte_timeout`, an HTTP error status) are the `Err`; failures inside the body are an
 /// `Err` item that ends the stream. The key and the extra header values are scrubbed from
 /// every error message. `now` is only read to resolve `retry-after` HTTP-dates.
@@ -464,6 +543,7 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 pub(crate) async fn post_stream<N>(
     client: &reqwest::Client,
     config: &HttpConfig,
+    url: String,
     headers: Vec<(String, String)>,
     body: serde_json::Value,
     normalizer: N,
@@ -483,7 +563,7 @@ where
     };
 
     let mut req = client
-        .post(config.endpoint())
+        .post(url)
         .header("accept", "text/event-stream")
         .header("accept-encoding", "identity")
         .json(&body);
@@ -645,8 +725,14 @@ wire_pub! {
 /// client is known by ([`Model::name`](crate::model::Model::name), e.g. `openai:gpt-4o` →
 /// `gpt-4o`), or `default` when the request names none.
 pub fn wire_model<'a>(kind: ProviderKind, requested: &'a str, default: &'a str) -> &'a str {
+    strip_model_prefix(kind.as_str(), requested, default)
+}
+}
+
+/// [`wire_model`] by the provider's registry name.
+pub(crate) fn strip_model_prefix<'a>(name: &str, requested: &'a str, default: &'a str) -> &'a str {
     let requested = requested
-        .strip_prefix(kind.as_str())
+        .strip_prefix(name)
         .and_then(|rest| rest.strip_prefix(':'))
         .unwrap_or(requested);
     if requested.is_empty() {
@@ -654,7 +740,6 @@ pub fn wire_model<'a>(kind: ProviderKind, requested: &'a str, default: &'a str) 
     } else {
         requested
     }
-}
 }
 
 /// The model the command-line tools' flags name (`--provider`, `--model`, `--base-url`,
@@ -694,77 +779,96 @@ pub fn model_from_flags(
 }
 
 /// The client for `config.provider`, with `model` as the default model name (used when a
-/// request names none): an OpenAI-compatible Chat Completions client (feature `openai`), an
-/// Anthropic Messages client (`anthropic`) or an OpenAI Responses API client
-/// (`openai-responses`). Nothing is sent before a run asks the model. The clients never retry
-/// (R-IN-6): every failure is classified and returned once, and the machine decides. A
-/// provider whose feature this build lacks is a [`ErrorKind::BadRequest`] error.
+/// request names none): the one generic HTTP client over the provider's wire format
+/// (OpenAI-compatible Chat Completions, Anthropic Messages, the OpenAI Responses API or Google
+/// Gemini, each behind its feature). Nothing is sent before a run asks the model. The client
+/// never retries (R-IN-6): every failure is classified and returned once, and the machine
+/// decides. A provider whose feature this build lacks is a [`ErrorKind::BadRequest`] error.
 #[cfg(feature = "http")]
 pub fn build_model(
     model: &str,
     config: HttpConfig,
 ) -> Result<impl crate::model::Model + Clone + fmt::Debug, ModelError> {
-    Ok(match config.provider {
-        #[cfg(feature = "openai")]
-        ProviderKind::OpenAi => {
-            HttpModel::OpenAi(crate::provider::openai::OpenAiModel::new(model, config)?)
-        }
-        #[cfg(feature = "anthropic")]
-        ProviderKind::Anthropic => HttpModel::Anthropic(
-            crate::provider::anthropic::AnthropicModel::new(model, config)?,
-        ),
-        #[cfg(feature = "openai-responses")]
-        ProviderKind::OpenAiResponses => HttpModel::Responses(
-            crate::provider::openai_responses::OpenAiResponsesModel::new(model, config)?,
-        ),
-        #[allow(unreachable_patterns)]
-        other => {
+    config.provider.build(model, config)
+}
+
+/// The generic streaming client over a [`Provider`] (R-STR-5). Never retries (R-IN-6).
+#[cfg(feature = "http")]
+#[derive(Debug, Clone)]
+struct HttpModel<P> {
+    provider: P,
+    model: String,
+    config: HttpConfig,
+    client: reqwest::Client,
+}
+
+#[cfg(feature = "http")]
+impl<P: Provider> HttpModel<P> {
+    fn build(model: &str, config: HttpConfig) -> Result<HttpClient, ModelError> {
+        if !P::ENABLED {
             return Err(ModelError::new(
                 ErrorKind::BadRequest,
-                format!("agentloop was built without the `{other}` feature"),
-            ))
+                format!("agentloop was built without the `{}` feature", P::NAME),
+            ));
         }
-    })
-}
-
-/// The HTTP clients, one type for [`build_model`].
-#[cfg(feature = "http")]
-#[derive(Clone, Debug)]
-enum HttpModel {
-    #[cfg(feature = "openai")]
-    OpenAi(crate::provider::openai::OpenAiModel),
-    #[cfg(feature = "anthropic")]
-    Anthropic(crate::provider::anthropic::AnthropicModel),
-    #[cfg(feature = "openai-responses")]
-    Responses(crate::provider::openai_responses::OpenAiResponsesModel),
-}
-
-#[cfg(feature = "http")]
-impl HttpModel {
-    fn client(&self) -> &dyn crate::model::Model {
-        match self {
-            #[cfg(feature = "openai")]
-            HttpModel::OpenAi(m) => m,
-            #[cfg(feature = "anthropic")]
-            HttpModel::Anthropic(m) => m,
-            #[cfg(feature = "openai-responses")]
-            HttpModel::Responses(m) => m,
-        }
+        let client = config.build_client()?;
+        let model = HttpModel {
+            provider: P::from_config(&config),
+            model: model.to_string(),
+            config,
+            client,
+        };
+        Ok(HttpClient(std::sync::Arc::new(model)))
     }
 }
 
 #[cfg(feature = "http")]
 #[async_trait::async_trait]
-impl crate::model::Model for HttpModel {
+impl<P: Provider> crate::model::Model for HttpModel<P> {
     fn name(&self) -> String {
-        self.client().name()
+        format!("{}:{}", P::NAME, self.model)
     }
 
-    async fn stream(
-        &self,
-        request: crate::model::ModelRequest,
-    ) -> Result<crate::model::DeltaStream, ModelError> {
-        self.client().stream(request).await
+    // The wall clock resolves `retry-after` HTTP-dates at the network edge (not in a machine).
+    #[allow(clippy::disallowed_methods)]
+    async fn stream(&self, request: ModelRequest) -> Result<crate::model::DeltaStream, ModelError> {
+        let body = self.provider.body(&request, &self.model)?;
+        let wire = strip_model_prefix(P::NAME, &request.model, &self.model);
+        let url = self.provider.endpoint(&self.config.base_url, wire);
+        let key = self.config.api_key.as_ref().map(ApiKey::expose);
+        post_stream(
+            &self.client,
+            &self.config,
+            url,
+            self.provider.headers(key),
+            body,
+            self.provider.normalizer_for(&request),
+            std::time::SystemTime::now,
+        )
+        .await
+    }
+}
+
+/// A [`crate::model::Model`] that prints with `Debug` (what [`HttpClient`] holds).
+#[cfg(feature = "http")]
+trait DebugModel: crate::model::Model + fmt::Debug {}
+#[cfg(feature = "http")]
+impl<T: crate::model::Model + fmt::Debug> DebugModel for T {}
+
+/// The client [`build_model`] returns: one type over every provider's [`HttpModel`].
+#[cfg(feature = "http")]
+#[derive(Clone, Debug)]
+struct HttpClient(std::sync::Arc<dyn DebugModel>);
+
+#[cfg(feature = "http")]
+#[async_trait::async_trait]
+impl crate::model::Model for HttpClient {
+    fn name(&self) -> String {
+        self.0.name()
+    }
+
+    async fn stream(&self, request: ModelRequest) -> Result<crate::model::DeltaStream, ModelError> {
+        self.0.stream(request).await
     }
 }
 

@@ -51,6 +51,7 @@ pub(crate) mod classify;
 pub mod decode;
 #[cfg(all(feature = "fuzzing", feature = "openai", feature = "anthropic"))]
 pub mod fuzz;
+pub mod gemini;
 pub mod http;
 pub mod limits;
 pub mod openai;

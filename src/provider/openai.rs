@@ -67,6 +67,7 @@ use crate::message::{
 };
 use crate::model::{ModelRequest, ToolChoice};
 use crate::provider::classify::{classify_stream_error, incomplete_stream, malformed_event};
+use crate::provider::http::{HttpConfig, Provider};
 use crate::provider::limits::{too_many_blocks, tool_arguments_too_large, ResponseLimits};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
 
@@ -956,7 +957,66 @@ fn tool_choice(choice: &ToolChoice) -> Value {
     }
 }
 
-#[cfg(feature = "openai")]
-mod client;
-#[cfg(feature = "openai")]
-pub(crate) use client::OpenAiModel;
+/// Chat Completions as a [`Provider`]: `POST {base}/chat/completions` with a bearer key; its
+/// own settings are the reasoning replay and the output-cap field.
+#[derive(Clone, Debug)]
+pub(crate) struct ChatCompletions {
+    reasoning_replay: ReasoningReplay,
+    max_completion_tokens: Option<bool>,
+}
+
+impl Provider for ChatCompletions {
+    const NAME: &'static str = "openai";
+    const KEY_ENV: &'static [&'static str] = &["OPENAI_API_KEY"];
+    const BASE_URL_ENV: &'static str = "OPENAI_BASE_URL";
+    const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
+    const ENABLED: bool = cfg!(feature = "openai");
+    type Normalizer = OpenAiNormalizer;
+
+    fn from_config(config: &HttpConfig) -> Self {
+        ChatCompletions {
+            reasoning_replay: config.reasoning_replay,
+            max_completion_tokens: config.max_completion_tokens,
+        }
+    }
+
+    fn endpoint(&self, base_url: &str, _model: &str) -> String {
+        format!("{base_url}/chat/completions")
+    }
+
+    fn headers(&self, api_key: Option<&str>) -> Vec<(String, String)> {
+        bearer(api_key)
+    }
+
+    fn body(&self, request: &ModelRequest, model: &str) -> Result<Value, ModelError> {
+        check_request(request)?;
+        let mut body = request_body_with(request, model, self.reasoning_replay);
+        let wire = body["model"].as_str().unwrap_or_default();
+        let completion = self
+            .max_completion_tokens
+            .unwrap_or_else(|| crate::provider::http::uses_max_completion_tokens(wire));
+        if completion {
+            if let Some(m) = body.as_object_mut().and_then(|b| b.remove("max_tokens")) {
+                body["max_completion_tokens"] = m;
+            }
+        }
+        Ok(body)
+    }
+
+    fn normalizer(&self) -> OpenAiNormalizer {
+        OpenAiNormalizer::new()
+    }
+
+    fn normalizer_for(&self, request: &ModelRequest) -> OpenAiNormalizer {
+        let prefix = format!("call_{}_{}_", request.run_id, request.model_call_index);
+        OpenAiNormalizer::new().with_id_prefix(prefix)
+    }
+}
+
+/// The `authorization: Bearer` header for a key (both OpenAI wire formats).
+pub(crate) fn bearer(api_key: Option<&str>) -> Vec<(String, String)> {
+    api_key
+        .map(|key| ("authorization".to_string(), format!("Bearer {key}")))
+        .into_iter()
+        .collect()
+}

@@ -68,6 +68,7 @@ use crate::message::{
 };
 use crate::model::{ModelRequest, ToolChoice};
 use crate::provider::classify::{classify_stream_error, incomplete_stream, malformed_event};
+use crate::provider::http::{HttpConfig, Provider};
 use crate::provider::limits::{too_many_blocks, tool_arguments_too_large, ResponseLimits};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
 
@@ -740,10 +741,43 @@ fn tool_choice(choice: &ToolChoice) -> Value {
     }
 }
 
-#[cfg(feature = "openai-responses")]
-mod client;
-#[cfg(feature = "openai-responses")]
-pub(crate) use client::OpenAiResponsesModel;
+/// The Responses API as a [`Provider`]: `POST {base}/responses` with a bearer key; its own
+/// settings are the reasoning ones.
+#[derive(Clone, Debug)]
+pub(crate) struct Responses {
+    reasoning: ResponsesReasoning,
+}
+
+impl Provider for Responses {
+    const NAME: &'static str = "openai-responses";
+    const KEY_ENV: &'static [&'static str] = &["OPENAI_API_KEY"];
+    const BASE_URL_ENV: &'static str = "OPENAI_BASE_URL";
+    const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
+    const ENABLED: bool = cfg!(feature = "openai-responses");
+    type Normalizer = ResponsesNormalizer;
+
+    fn from_config(config: &HttpConfig) -> Self {
+        Responses {
+            reasoning: config.responses_reasoning(),
+        }
+    }
+
+    fn endpoint(&self, base_url: &str, _model: &str) -> String {
+        format!("{base_url}/responses")
+    }
+
+    fn headers(&self, api_key: Option<&str>) -> Vec<(String, String)> {
+        crate::provider::openai::bearer(api_key)
+    }
+
+    fn body(&self, request: &ModelRequest, model: &str) -> Result<Value, ModelError> {
+        Ok(request_body_with(request, model, &self.reasoning))
+    }
+
+    fn normalizer(&self) -> ResponsesNormalizer {
+        ResponsesNormalizer::new()
+    }
+}
 
 #[cfg(test)]
 mod tests;

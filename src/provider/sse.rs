@@ -380,6 +380,19 @@ pub trait SseNormalizer {
     }
 }
 
+/// A boxed normalizer (the registry's, for `decode`) is one.
+impl<N: SseNormalizer + ?Sized> SseNormalizer for Box<N> {
+    fn feed_into(&mut self, event: &SseEvent, out: &mut Vec<MessageDelta>) {
+        (**self).feed_into(event, out);
+    }
+    fn finish(&mut self, eof: SseEof) -> Vec<MessageDelta> {
+        (**self).finish(eof)
+    }
+    fn set_limits(&mut self, limits: &ResponseLimits) {
+        (**self).set_limits(limits);
+    }
+}
+
 /// Bytes → events → deltas: an [`SseDecoder`] feeding a normalizer, stopping after the first
 /// error or `Finish`. This is the one code path shared by the HTTP clients, `decode`, the
 /// tests, the fuzz targets and the benchmark. The deltas are counted against

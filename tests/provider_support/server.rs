@@ -284,6 +284,7 @@ pub fn config_for(p: ProviderKind, url: &str) -> HttpConfig {
     let base = match p {
         ProviderKind::OpenAi | ProviderKind::OpenAiResponses => format!("{url}/v1"),
         ProviderKind::Anthropic => url.to_string(),
+        ProviderKind::Gemini => format!("{url}/v1beta"),
     };
     let mut c = HttpConfig::new(p).with_base_url(base).with_api_key(KEY);
     c.connect_timeout = Duration::from_secs(2);
@@ -295,6 +296,7 @@ pub fn config_for(p: ProviderKind, url: &str) -> HttpConfig {
 pub fn model(p: ProviderKind, cfg: HttpConfig) -> Box<dyn Model> {
     let name = match p {
         ProviderKind::Anthropic => "claude-test",
+        ProviderKind::Gemini => "gemini-test",
         _ => "gpt-test",
     };
     assert_eq!(cfg.provider, p);
