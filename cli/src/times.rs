@@ -73,14 +73,10 @@ impl Recorder {
             }
             // The first content delta of the attempt in flight (tool-call deltas name no
             // attempt: they belong to the latest request, as in `RunMetrics`).
-            AgentEvent::TextDelta { .. }
-            | AgentEvent::ReasoningDelta { .. }
-            | AgentEvent::ToolInputStart { .. } => {
-                match sidecar.awaiting_token.remove(&env.run_id) {
-                    Some((s, a)) => ("first_token", Some(s), Some(a), None),
-                    None => return,
-                }
-            }
+            token if token.is_token() => match sidecar.awaiting_token.remove(&env.run_id) {
+                Some((s, a)) => ("first_token", Some(s), Some(a), None),
+                None => return,
+            },
             AgentEvent::ResponseComplete {
                 model_call_index, ..
             } => ("response_complete", Some(*model_call_index), None, None),

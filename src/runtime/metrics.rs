@@ -223,19 +223,22 @@ impl RunMetrics {
                     .insert((*model_call_index, *attempt), ts());
                 self.open.latest = Some((*model_call_index, *attempt));
             }
-            AgentEvent::TextDelta {
-                model_call_index,
-                attempt,
-                ..
-            }
-            | AgentEvent::ReasoningDelta {
-                model_call_index,
-                attempt,
-                ..
-            } => self.first_token(*model_call_index, *attempt, ts),
-            // Tool-call deltas name no attempt: they belong to the latest request.
-            AgentEvent::ToolInputStart { .. } => {
-                if let Some((step, attempt)) = self.open.latest {
+            token if token.is_token() => {
+                // Tool-call deltas name no attempt: they belong to the latest request.
+                let at = match token {
+                    AgentEvent::TextDelta {
+                        model_call_index,
+                        attempt,
+                        ..
+                    }
+                    | AgentEvent::ReasoningDelta {
+                        model_call_index,
+                        attempt,
+                        ..
+                    } => Some((*model_call_index, *attempt)),
+                    _ => self.open.latest,
+                };
+                if let Some((step, attempt)) = at {
                     self.first_token(step, attempt, ts);
                 }
             }

@@ -652,6 +652,17 @@ impl AgentEvent {
         }
     }
 
+    /// Whether the event is a token of a model's answer: a text or reasoning delta, or the start
+    /// of a tool call's input. Time to first token is a request's time to the first of these.
+    pub fn is_token(&self) -> bool {
+        matches!(
+            self,
+            AgentEvent::TextDelta { .. }
+                | AgentEvent::ReasoningDelta { .. }
+                | AgentEvent::ToolInputStart { .. }
+        )
+    }
+
     /// The event's type name (its serialized `type`).
     pub fn type_name(&self) -> String {
         serde_json::to_value(self)
