@@ -373,7 +373,11 @@ fn export_otlp(args: &ExportArgs, files: &[PathBuf], mut unreadable: usize) -> E
                 include_content: args.include_content,
                 base_ms,
             };
-            Ok(otlp_spans(&trace, &crate::times::load_span_times(p), &options))
+            Ok(otlp_spans(
+                &trace,
+                &crate::times::load_span_times(p),
+                &options,
+            ))
         },
         &mut failed,
         |_, mut s| {

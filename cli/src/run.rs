@@ -14,8 +14,8 @@ use crate::term::ColorChoice;
 
 use agentloop::attachment::{AttachmentError, Prompt};
 use agentloop::mcp::McpServer;
-use agentloop::otlp::OtlpExporter;
 use agentloop::model::{Model, ToolChoice};
+use agentloop::otlp::OtlpExporter;
 use agentloop::provider::http::{model_from_flags, ProviderKind};
 use agentloop::provider::openai::ReasoningReplay;
 use agentloop::runtime::{Agent, AgentBuilder, AgentError, Controller, RunOutput};
@@ -532,7 +532,11 @@ fn agent(
             sink_output.print(env)
         }
     });
-    Ok((agent_builder(args, store, mcp)?.sink(sink).build(), output, otlp))
+    Ok((
+        agent_builder(args, store, mcp)?.sink(sink).build(),
+        output,
+        otlp,
+    ))
 }
 
 /// The agent's builder from the flags (model, tools with the MCP servers' ones, timeouts,
@@ -738,7 +742,13 @@ pub(crate) fn block_on_bounded<F: std::future::Future>(
 /// With `--otlp-endpoint`: sends the spans of the run that ended (a warning when they could
 /// not be sent).
 async fn send_spans<E>(otlp: Option<&OtlpExporter>, ran: &Result<RunOutput, E>, output: &Output) {
-    if let (Some(otlp), Ok(RunOutput { trace: Some(trace), .. })) = (otlp, ran) {
+    if let (
+        Some(otlp),
+        Ok(RunOutput {
+            trace: Some(trace), ..
+        }),
+    ) = (otlp, ran)
+    {
         let said = crate::otlp::send(otlp, trace).await;
         output.say(&said);
     }
