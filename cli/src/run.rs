@@ -493,13 +493,16 @@ pub(crate) fn model_named(args: &AgentArgs, name: Option<&str>) -> Result<Arc<dy
     )
 }
 
+/// What [`agent`] builds: the agent, its output, and the `--otlp-endpoint` exporter.
+type Built = (Agent, Arc<Output>, Option<Arc<OtlpExporter>>);
+
 /// The agent (model, tools with the MCP servers' ones, timeouts, event printing, session
-/// store) and its output.
+/// store), its output and the `--otlp-endpoint` exporter (fed the run's events by the sink).
 fn agent(
     args: &AgentArgs,
     store: Option<Arc<dyn SessionStore>>,
     mcp: &[McpServer],
-) -> Result<(Agent, Arc<Output>, Option<Arc<OtlpExporter>>), String> {
+) -> Result<Built, String> {
     let otlp = crate::otlp::exporter(args)?;
     let observer = otlp.clone();
     let output = Arc::new(Output::for_args(
