@@ -123,6 +123,8 @@ pub mod instructions;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod model;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 pub mod prelude;
 pub mod provider;
 pub mod runtime;

@@ -160,6 +160,8 @@ struct TraceTarget {
     written: u32,
     /// The current run started while recording.
     recording: bool,
+    /// `--otlp-endpoint`: where each run's spans go when it ends.
+    otlp: Option<Arc<agentloop::otlp::OtlpExporter>>,
 }
 
 /// Runs the `chat` command.
@@ -317,8 +319,13 @@ async fn chat(args: &ChatArgs, session: &Session, output: &Output) -> ExitCode {
     let mut line = StatusLine::new();
     let mut queued = 0usize;
     let mut asked = Asked::default();
+    let otlp = match crate::otlp::exporter(&args.agent) {
+        Ok(o) => o,
+        Err(e) => return fail(e),
+    };
     let mut trace = TraceTarget {
         path: args.agent.trace.clone(),
+        otlp,
         ..TraceTarget::default()
     };
     let mut input_ended = false;
@@ -429,6 +436,9 @@ async fn show(
     env: &EventEnvelope,
     now_ms: u64,
 ) -> bool {
+    if let Some(o) = &trace.otlp {
+        o.observe(env);
+    }
     let ended = line.handle(&env.event, now_ms);
     output.print(env);
     if let Some(end) = &ended {
@@ -449,6 +459,11 @@ async fn show(
         ));
         if std::mem::take(&mut trace.recording) {
             write_trace(session, output, trace, &env.run_id).await;
+        }
+        if let Some(o) = trace.otlp.clone() {
+            if let Some(t) = trace_of(session, &env.run_id).await {
+                output.say(&crate::otlp::send(&o, &t).await);
+            }
         }
     }
     match &env.event {
@@ -486,24 +501,28 @@ async fn show(
     ended.is_some()
 }
 
+/// The trace of run `run_id`, which just ended: the session keeps it right after the run's
+/// last event, so this waits for it (up to 5 s, in 10 ms polls).
+async fn trace_of(session: &Session, run_id: &str) -> Option<agentloop::trace::Trace> {
+    for _ in 0..500 {
+        if run_id.is_empty() {
+            return None;
+        }
+        if let Some(t) = session.trace_of(run_id) {
+            return Some(t);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
 /// Writes the trace of run `run_id`, which just ended: the session keeps it right after the
 /// run's last event, so this waits for it (up to 5 s, in 10 ms polls).
 async fn write_trace(session: &Session, output: &Output, target: &mut TraceTarget, run_id: &str) {
     let Some(path) = target.path.clone() else {
         return;
     };
-    let mut trace = None;
-    for _ in 0..500 {
-        if run_id.is_empty() {
-            break;
-        }
-        trace = session.trace_of(run_id);
-        if trace.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let Some(trace) = trace else {
+    let Some(trace) = trace_of(session, run_id).await else {
         output.say("[trace] this run left no trace (it failed before it started)");
         return;
     };
@@ -618,6 +637,7 @@ async fn command(
             }
             *trace = TraceTarget {
                 path,
+                otlp: trace.otlp.take(),
                 ..TraceTarget::default()
             };
         }

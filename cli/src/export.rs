@@ -8,6 +8,14 @@
 //! instead, one sample per trace (`agentloop_trace_tools::export_inspect`), which Inspect's
 //! `read_eval_log` and log viewer read: its JSON, or its `.eval` zip when `-o` ends in `.eval`.
 //!
+//! `--format otlp -o SPANS.json` writes the traces as OpenTelemetry GenAI spans in OTLP/JSON
+//! (`agentloop_trace_tools::export_otlp`): one OpenTelemetry trace per trace, an
+//! `invoke_agent` span per run with a `chat` span per model step and an `execute_tool` span
+//! per tool call. The messages, tool arguments and results only with `--include-content`; so
+//! exported, the file imports back with `trace import --from otel-genai`. Span times come
+//! from the trace's timing sidecar; without one, from the trace's record order after the
+//! file's modification time.
+//!
 //! The tables themselves are built by `agentloop_trace_tools::export` (which the Python
 //! package's DataFrames use too); this module reads the files and writes the table.
 //!
@@ -53,6 +61,8 @@ pub(crate) enum Format {
     /// An Inspect AI eval log, one sample per trace (no `--table`): its `.eval` zip when `-o`
     /// ends in `.eval`, else its JSON.
     Inspect,
+    /// OpenTelemetry GenAI spans in OTLP/JSON (`resourceSpans`; no `--table`).
+    Otlp,
 }
 
 /// `agentloop trace export`.
@@ -71,6 +81,11 @@ pub(crate) struct ExportArgs {
     /// Where to write the table (written through a temporary file, renamed when complete).
     #[arg(short = 'o', long = "out", value_name = "FILE")]
     pub out: PathBuf,
+    /// `--format otlp`: put the messages, the tools' definitions, tool arguments and results in
+    /// the spans (`gen_ai.input.messages`, …; off by default: they may hold personal or secret
+    /// data). Needed for `trace import --from otel-genai` to read the export back.
+    #[arg(long)]
+    pub include_content: bool,
 }
 
 impl From<Table> for agentloop_trace_tools::export::Table {
@@ -89,9 +104,9 @@ impl From<Table> for agentloop_trace_tools::export::Table {
 /// the table cannot be written.
 pub(crate) fn export_main(args: ExportArgs) -> ExitCode {
     let table = match (args.format, args.table) {
-        (Format::Inspect, None) => None,
-        (Format::Inspect, Some(_)) => {
-            errln!("error: --format inspect writes whole traces: leave out --table");
+        (Format::Inspect | Format::Otlp, None) => None,
+        (Format::Inspect | Format::Otlp, Some(_)) => {
+            errln!("error: --format inspect and otlp write whole traces: leave out --table");
             return ExitCode::from(2);
         }
         (_, Some(t)) => Some(t),
@@ -119,7 +134,14 @@ pub(crate) fn export_main(args: ExportArgs) -> ExitCode {
     for (p, e) in &errors {
         errln!("error: {}: {e}", p.display());
     }
+    if args.include_content && args.format != Format::Otlp {
+        errln!("error: --include-content is for --format otlp");
+        return ExitCode::from(2);
+    }
     let Some(table) = table else {
+        if args.format == Format::Otlp {
+            return export_otlp(&args, &files, unreadable);
+        }
         return export_inspect(&args, &files, unreadable);
     };
     let table = agentloop_trace_tools::export::Table::from(table);
@@ -227,8 +249,8 @@ fn write_row(
             serde_json::to_writer(&mut *w, &object)?;
             w.write_all(b"\n")
         }
-        // Not a table: `export_inspect` writes it.
-        Format::Inspect => Ok(()),
+        // Not tables: `export_inspect` and `export_otlp` write them.
+        Format::Inspect | Format::Otlp => Ok(()),
     }
 }
 
@@ -317,6 +339,74 @@ fn export_inspect(args: &ExportArgs, files: &[PathBuf], mut unreadable: usize) -
         args.out.display(),
         if n == 1 { "" } else { "s" },
         if n == 1 { "" } else { "s" },
+        if unreadable > 0 {
+            format!("; {unreadable} unreadable")
+        } else {
+            String::new()
+        }
+    );
+    if unreadable > 0 {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// `trace export --format otlp`: the traces' spans as one OTLP/JSON export request. Span
+/// times come from each trace's timing sidecar; without one, from its record order after the
+/// file's modification time (see `agentloop_trace_tools::export_otlp`).
+fn export_otlp(args: &ExportArgs, files: &[PathBuf], mut unreadable: usize) -> ExitCode {
+    use agentloop_trace_tools::export_otlp::{otlp_export, otlp_spans, OtlpOptions};
+    let mut spans = Vec::new();
+    let mut traces = 0usize;
+    let mut failed = Vec::new();
+    let read = in_batches(
+        files,
+        |p| {
+            let trace = crate::trace_cmd::read_trace(p, true).map_err(|e| e.to_string())?;
+            let base_ms = std::fs::metadata(p)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            let options = OtlpOptions {
+                include_content: args.include_content,
+                base_ms,
+            };
+            Ok(otlp_spans(
+                &trace,
+                &crate::times::load_span_times(p),
+                &options,
+            ))
+        },
+        &mut failed,
+        |_, mut s| {
+            traces += 1;
+            spans.append(&mut s);
+            Ok(())
+        },
+    );
+    for e in &failed {
+        unreadable += 1;
+        errln!("error: {e}");
+    }
+    let n = spans.len();
+    let export = otlp_export(spans, env!("CARGO_PKG_VERSION"));
+    let written = read.and_then(|()| {
+        crate::trace_cmd::write_replacing(&args.out, |w| {
+            serde_json::to_writer(&mut *w, &export)?;
+            w.write_all(b"\n")
+        })
+    });
+    if let Err(e) = written {
+        errln!("error: {}: {e}", args.out.display());
+        return ExitCode::from(2);
+    }
+    crate::out::outln!(
+        "wrote {} (OTLP JSON: {n} span{} from {traces} trace{}{})",
+        args.out.display(),
+        if n == 1 { "" } else { "s" },
+        if traces == 1 { "" } else { "s" },
         if unreadable > 0 {
             format!("; {unreadable} unreadable")
         } else {

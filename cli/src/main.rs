@@ -9,6 +9,7 @@ mod corpus;
 mod decode;
 mod export;
 mod mcp;
+mod otlp;
 mod out;
 mod print;
 mod regular_file;

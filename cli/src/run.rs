@@ -15,6 +15,7 @@ use crate::term::ColorChoice;
 use agentloop::attachment::{AttachmentError, Prompt};
 use agentloop::mcp::McpServer;
 use agentloop::model::{Model, ToolChoice};
+use agentloop::otlp::OtlpExporter;
 use agentloop::provider::http::{model_from_flags, ProviderKind};
 use agentloop::provider::openai::ReasoningReplay;
 use agentloop::runtime::{Agent, AgentBuilder, AgentError, Controller, RunOutput};
@@ -151,6 +152,18 @@ pub(crate) struct AgentArgs {
     /// percentiles, time to first token, token totals, retries by kind, compactions.
     #[arg(long)]
     pub metrics: bool,
+    /// Send each run's spans (OpenTelemetry GenAI conventions: `invoke_agent`, `chat`,
+    /// `execute_tool`, with token usage) to this OTLP/HTTP traces endpoint when the run ends,
+    /// e.g. `http://127.0.0.1:4318/v1/traces`. A collector that is down costs a warning.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// A header for the OTLP requests (`NAME=VALUE`, e.g. an API key); repeatable.
+    #[arg(long, value_name = "NAME=VALUE")]
+    pub otlp_header: Vec<String>,
+    /// Put the messages, tool definitions, arguments and results in the spans sent to
+    /// `--otlp-endpoint` (off by default: they may hold personal or secret data).
+    #[arg(long)]
+    pub otlp_content: bool,
     /// Maximum model steps.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_steps: u32,
@@ -365,6 +378,12 @@ impl LimitArgs {
 }
 
 impl AgentArgs {
+    /// Whether runs record their trace: for `--trace` and for `--otlp-endpoint` (whose spans
+    /// are built from it).
+    pub(crate) fn records(&self) -> bool {
+        self.trace.is_some() || self.otlp_endpoint.is_some()
+    }
+
     /// Whether to color (`--color`, `NO_COLOR`, stderr a terminal).
     pub(crate) fn color_enabled(&self) -> bool {
         use std::io::IsTerminal;
@@ -474,13 +493,18 @@ pub(crate) fn model_named(args: &AgentArgs, name: Option<&str>) -> Result<Arc<dy
     )
 }
 
+/// What [`agent`] builds: the agent, its output, and the `--otlp-endpoint` exporter.
+type Built = (Agent, Arc<Output>, Option<Arc<OtlpExporter>>);
+
 /// The agent (model, tools with the MCP servers' ones, timeouts, event printing, session
-/// store) and its output.
+/// store), its output and the `--otlp-endpoint` exporter (fed the run's events by the sink).
 fn agent(
     args: &AgentArgs,
     store: Option<Arc<dyn SessionStore>>,
     mcp: &[McpServer],
-) -> Result<(Agent, Arc<Output>), String> {
+) -> Result<Built, String> {
+    let otlp = crate::otlp::exporter(args)?;
+    let observer = otlp.clone();
     let output = Arc::new(Output::for_args(
         args.events,
         args.verbose,
@@ -504,11 +528,18 @@ fn agent(
         if let Some(t) = &times {
             t.record(env);
         }
+        if let Some(o) = &observer {
+            o.observe(env);
+        }
         if !(typed && matches!(env.event, agentloop::AgentEvent::TextDelta { .. })) {
             sink_output.print(env)
         }
     });
-    Ok((agent_builder(args, store, mcp)?.sink(sink).build(), output))
+    Ok((
+        agent_builder(args, store, mcp)?.sink(sink).build(),
+        output,
+        otlp,
+    ))
 }
 
 /// The agent's builder from the flags (model, tools with the MCP servers' ones, timeouts,
@@ -711,6 +742,21 @@ pub(crate) fn block_on_bounded<F: std::future::Future>(
     out
 }
 
+/// With `--otlp-endpoint`: sends the spans of the run that ended (a warning when they could
+/// not be sent).
+async fn send_spans<E>(otlp: Option<&OtlpExporter>, ran: &Result<RunOutput, E>, output: &Output) {
+    if let (
+        Some(otlp),
+        Ok(RunOutput {
+            trace: Some(trace), ..
+        }),
+    ) = (otlp, ran)
+    {
+        let said = crate::otlp::send(otlp, trace).await;
+        output.say(&said);
+    }
+}
+
 pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
     crate::out::errln!("error: {message}");
     ExitCode::from(2)
@@ -877,7 +923,7 @@ pub(crate) fn main(args: RunArgs) -> ExitCode {
         Ok(servers) => servers,
         Err(e) => return fail(e),
     };
-    let (agent, output) = match agent(&args.agent, store, &mcp) {
+    let (agent, output, otlp) = match agent(&args.agent, store, &mcp) {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
@@ -893,8 +939,9 @@ pub(crate) fn main(args: RunArgs) -> ExitCode {
         let input = vec![prompt.into_message()];
         let ticker = output.spawn_ticker();
         let ran = agent
-            .run_with(&session, input, Some(&rx), args.agent.trace.is_some())
+            .run_with(&session, input, Some(&rx), args.agent.records())
             .await;
+        send_spans(otlp.as_deref(), &ran, &output).await;
         drop(ticker);
         let code = match ran {
             Ok(out) => finish(&args.agent, &output, &out),
@@ -974,7 +1021,7 @@ pub(crate) fn resume_main(args: ResumeArgs) -> ExitCode {
         Ok(servers) => servers,
         Err(e) => return fail(e),
     };
-    let (agent, output) = match agent(&args.agent, Some(locked.store.clone()), &mcp) {
+    let (agent, output, otlp) = match agent(&args.agent, Some(locked.store.clone()), &mcp) {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
@@ -988,8 +1035,9 @@ pub(crate) fn resume_main(args: ResumeArgs) -> ExitCode {
         });
         let ticker = output.spawn_ticker();
         let resumed = agent
-            .resume_with(&args.session, Some(&rx), args.agent.trace.is_some())
+            .resume_with(&args.session, Some(&rx), args.agent.records())
             .await;
+        send_spans(otlp.as_deref(), &resumed, &output).await;
         drop(ticker);
         output.finish();
         let code = match resumed {

@@ -110,3 +110,11 @@ pub(crate) fn load(trace: &Path) -> Timing {
         .map(|text| Timing::from_sidecar(&text))
         .unwrap_or_default()
 }
+
+/// The span times of the sidecar of `trace` for an OTLP export; none when it is absent or
+/// unreadable.
+pub(crate) fn load_span_times(trace: &Path) -> agentloop_trace_tools::export_otlp::SpanTimes {
+    crate::regular_file::read_regular_to_string(&sidecar_path(trace), crate::out::INPUT_LIMIT)
+        .map(|text| agentloop_trace_tools::export_otlp::SpanTimes::from_sidecar(&text))
+        .unwrap_or_default()
+}

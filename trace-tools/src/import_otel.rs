@@ -13,6 +13,13 @@
 //! attribute `body`, `gen_ai.event.content` as JSON text, or the event's attributes
 //! themselves) is `{content, tool_calls, id}` (a choice: `{message: {...}}`).
 //!
+//! A chat span's tokens (`gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`, and the
+//! cache and reasoning counts `gen_ai.usage.cache_read.input_tokens`,
+//! `gen_ai.usage.cache_creation.input_tokens`, `gen_ai.usage.reasoning.output_tokens`) become
+//! its step's usage, and the tools it offered (`gen_ai.tool.definitions`) the trace's tools with
+//! their schemas (the last span's that has them). A `tool_call_response` part's `status`
+//! (agentloop's export writes it for a call that did not complete) is the result's status.
+//!
 //! Spans are grouped by `traceId`, in the order the ids first appear. Within a trace the chat
 //! spans are taken in start-time order (`startTimeUnixNano`); the last one's input followed by
 //! its output is the conversation, each earlier span's input being a prefix of it. That
@@ -25,6 +32,8 @@
 //! and writes the traces.
 
 use serde_json::{json, Map, Value};
+
+use agentloop_core::tool_spec::ToolSpec;
 
 use crate::import::{openai_chat, Finding, ImportError, ImportOptions, Imported};
 
@@ -133,6 +142,10 @@ struct ChatSpan {
     start: u128,
     order: usize,
     model: Option<String>,
+    /// The span's tokens (`gen_ai.usage.*`), as agentloop's `Usage` fields.
+    usage: Option<Value>,
+    /// The tools offered (`gen_ai.tool.definitions`).
+    tools: Option<Vec<ToolSpec>>,
     input: Vec<Value>,
     output: Vec<Value>,
     findings: Vec<String>,
@@ -197,6 +210,10 @@ fn semconv_messages(
                     let mut msg = json!({"role": "tool", "content": content});
                     if let Some(id) = p.get("id").and_then(Value::as_str) {
                         msg["tool_call_id"] = json!(id);
+                    }
+                    // agentloop's export names a call that did not complete.
+                    if let Some(status) = p.get("status").and_then(Value::as_str) {
+                        msg["status"] = json!(status);
                     }
                     responses.push(msg);
                 }
@@ -293,6 +310,69 @@ fn event_message(role: &str, body: &Value) -> Value {
     chat
 }
 
+/// A chat span's tokens (`gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`,
+/// `gen_ai.usage.cache_read.input_tokens`, `gen_ai.usage.cache_creation.input_tokens`,
+/// `gen_ai.usage.reasoning.output_tokens`) as agentloop's `Usage` fields; `None` without the
+/// first two.
+fn span_usage(attributes: &Map<String, Value>) -> Option<Value> {
+    let n = |k: &str| attributes.get(k).and_then(Value::as_u64);
+    let (input, output) = (
+        n("gen_ai.usage.input_tokens"),
+        n("gen_ai.usage.output_tokens"),
+    );
+    if input.is_none() && output.is_none() {
+        return None;
+    }
+    Some(json!({
+        "input_tokens": input.unwrap_or(0),
+        "output_tokens": output.unwrap_or(0),
+        "cache_read_input_tokens": n("gen_ai.usage.cache_read.input_tokens").unwrap_or(0),
+        "cache_creation_input_tokens": n("gen_ai.usage.cache_creation.input_tokens").unwrap_or(0),
+        "reasoning_tokens": n("gen_ai.usage.reasoning.output_tokens").unwrap_or(0),
+    }))
+}
+
+/// The tools a chat span offered (`gen_ai.tool.definitions`: `{type, name, description,
+/// parameters}` each, JSON text or an OTLP array); `None` without the attribute. A definition
+/// without a name is a finding.
+fn tool_definitions(
+    attributes: &Map<String, Value>,
+    findings: &mut Vec<String>,
+) -> Result<Option<Vec<ToolSpec>>, String> {
+    let Some(v) = attributes.get("gen_ai.tool.definitions") else {
+        return Ok(None);
+    };
+    let list = structured(v, "gen_ai.tool.definitions")?;
+    let list = list
+        .as_array()
+        .ok_or("`gen_ai.tool.definitions` is not a list")?;
+    let mut tools = Vec::new();
+    for (i, t) in list.iter().enumerate() {
+        // The conventions' flat form, or the chat-completions one (`{type, function: {...}}`).
+        let t = t.get("function").unwrap_or(t);
+        let Some(name) = t.get("name").and_then(Value::as_str) else {
+            findings.push(format!(
+                "`gen_ai.tool.definitions` entry {i} has no name; not imported"
+            ));
+            continue;
+        };
+        tools.push(ToolSpec {
+            name: name.to_string(),
+            description: t
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            parameters: t
+                .get("parameters")
+                .cloned()
+                .filter(Value::is_object)
+                .unwrap_or_else(|| json!({"type": "object"})),
+        });
+    }
+    Ok(Some(tools))
+}
+
 /// One chat span's model and conversation (see the module docs).
 fn chat_span(
     span: &Value,
@@ -366,6 +446,8 @@ fn chat_span(
         start,
         order,
         model,
+        usage: span_usage(attributes),
+        tools: tool_definitions(attributes, &mut findings)?,
         input,
         output,
         findings,
@@ -444,11 +526,30 @@ pub fn otel_genai(export: &Value, options: &ImportOptions) -> Result<Vec<OtelTra
             error,
         };
         let chat_spans = spans.len();
+        // Each span's tokens go to its output: the n-th assistant message of the conversation
+        // when there are as many as spans, else only the last span's to the last message.
+        let usages: Vec<Option<Value>> = spans.iter().map(|s| s.usage.clone()).collect();
+        let tools = spans.iter().rev().find_map(|s| s.tools.clone());
         let Some(last) = spans.pop() else {
             continue;
         };
         let mut conversation = last.input;
         conversation.extend(last.output);
+        let assistants: Vec<usize> = conversation
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m["role"] == "assistant")
+            .map(|(i, _)| i)
+            .collect();
+        if assistants.len() == usages.len() {
+            for (i, u) in assistants.iter().zip(&usages) {
+                if let Some(u) = u {
+                    conversation[*i]["usage"] = u.clone();
+                }
+            }
+        } else if let (Some(i), Some(Some(u))) = (assistants.last(), usages.last()) {
+            conversation[*i]["usage"] = u.clone();
+        }
         if conversation.is_empty() {
             return Err(failed(ImportError {
                 index: 0,
@@ -485,7 +586,7 @@ pub fn otel_genai(export: &Value, options: &ImportOptions) -> Result<Vec<OtelTra
             model: last.model.unwrap_or_else(|| options.model.clone()),
             session: options.session.clone(),
             run_id: format!("{}-{trace_id}", options.run_id),
-            tools: options.tools.clone(),
+            tools: tools.unwrap_or_else(|| options.tools.clone()),
         };
         let mut imported =
             openai_chat(&Value::Array(conversation), &trace_options).map_err(failed)?;

@@ -13,6 +13,8 @@
 //!   (`agentloop trace export`, the Python package's DataFrames);
 //! * [`export_inspect`]: traces as an Inspect AI eval log, one sample per trace
 //!   (`agentloop trace export --format inspect`);
+//! * [`export_otlp`]: traces as OpenTelemetry GenAI spans in OTLP/JSON
+//!   (`agentloop trace export --format otlp`, `agentloop run --otlp-endpoint URL`);
 //! * [`import`]: an OpenAI chat-completions conversation recorded elsewhere, turned into a
 //!   trace by feeding it to fresh machines (`agentloop trace import`);
 //! * [`import_inspect`]: an Inspect AI eval log (`.eval` or `.json`), one trace per sample,
@@ -43,6 +45,7 @@
 
 pub mod export;
 pub mod export_inspect;
+pub mod export_otlp;
 pub mod import;
 pub mod import_inspect;
 pub mod import_otel;
