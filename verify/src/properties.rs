@@ -67,6 +67,9 @@ pub mod run {
     /// From any state, a driver that delivers every awaited result ends the run within a
     /// bound (liveness: some input always moves the run forward, and fair runs end).
     pub const FAIR_RUNS_END: &str = "under fair delivery every run ends";
+    /// A run ends only once the store acknowledged its run-end entry (or failed, so that
+    /// nothing more can be stored): a crash before that resumes the run (R-IDEM-5).
+    pub const END_COMMITTED: &str = "the end is committed before the run ends";
     /// Each model request, compaction and approval request is announced once in the step
     /// that starts it (`request_start`, `compact_start`, `approval_required`); a tool's
     /// `tool_start`/`tool_end` come once, with its run and its recorded result; a compaction
@@ -79,7 +82,7 @@ pub mod run {
     pub const TYPED_ANSWER_CHECKED: &str = "no completion with a rejected typed answer";
 
     /// Every run property, in report order.
-    pub const ALL: [&str; 15] = [
+    pub const ALL: [&str; 16] = [
         NO_DOUBLE_EXECUTION,
         PAIRED_BEFORE_REQUEST,
         CONTEXT_PAIRED,
@@ -93,6 +96,7 @@ pub mod run {
         UNHANDLED_IS_INERT,
         ABORT_ENDS,
         FAIR_RUNS_END,
+        END_COMMITTED,
         EVENTS_MATCH_WORK,
         TYPED_ANSWER_CHECKED,
     ];
@@ -215,6 +219,8 @@ pub struct RunSpec {
     ends: u32,
     end_is_abort: bool,
     result: Option<(Outcome, String)>,
+    /// The run-end entry the run asked to commit was acknowledged, or the store failed.
+    end_durable: bool,
     events: EventLedger,
     /// The violations seen.
     pub violations: Violations,
@@ -449,7 +455,13 @@ impl RunSpec {
                 self.asked.clear();
             }
             Event::Steer { .. } if !unhandled => self.steers_since_request += 1,
-            Event::RunEndCommitted | Event::StoreWriteFailed { .. } if !unhandled => {
+            Event::RunEndCommitted if !unhandled => {
+                self.end_durable |= self.run_end_outstanding;
+                self.run_end_outstanding = false
+            }
+            Event::StoreWriteFailed { .. } if !unhandled => {
+                // Nothing more can be stored: the run ends without its run-end entry.
+                self.end_durable = true;
                 self.run_end_outstanding = false
             }
             _ => {}
@@ -705,6 +717,12 @@ impl RunSpec {
                 .violations
                 .record(run::ONE_OUTCOME, || "a result before the end".into()),
             (None, Some((outcome, reason))) => {
+                if !self.end_durable {
+                    let reason = reason.clone();
+                    self.violations.record(run::END_COMMITTED, || {
+                        format!("ended ({reason}) before its run-end entry was committed")
+                    });
+                }
                 if self.ends != 1 {
                     let ends = self.ends;
                     self.violations.record(run::ONE_OUTCOME, || {

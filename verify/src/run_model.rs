@@ -613,6 +613,7 @@ always!(
     p_threshold => run::CONTEXT_WITHIN_THRESHOLD,
     p_awaited => run::AWAITED_TAKEN,
     p_inert => run::UNHANDLED_IS_INERT,
+    p_committed => run::END_COMMITTED,
     p_events => run::EVENTS_MATCH_WORK,
     p_typed => run::TYPED_ANSWER_CHECKED,
 );
@@ -696,6 +697,7 @@ impl Model for RunModel {
             Property::always(run::CONTEXT_WITHIN_THRESHOLD, p_threshold),
             Property::always(run::AWAITED_TAKEN, p_awaited),
             Property::always(run::UNHANDLED_IS_INERT, p_inert),
+            Property::always(run::END_COMMITTED, p_committed),
             Property::always(run::EVENTS_MATCH_WORK, p_events),
             Property::always(run::TYPED_ANSWER_CHECKED, p_typed),
             Property::always(run::ABORT_ENDS, p_abort),
