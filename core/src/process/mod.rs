@@ -119,7 +119,7 @@ fn kind(state: &State) -> ProcessState {
         State::Idle {} => ProcessState::Idle,
         State::Calling {} => ProcessState::Calling,
         State::Streaming {} => ProcessState::Streaming,
-        State::Retrying {} => ProcessState::Retrying,
+        State::Retrying { .. } => ProcessState::Retrying,
         State::RunningTools {} => ProcessState::RunningTools,
         State::AwaitingApproval {} => ProcessState::AwaitingApproval,
         State::Draining {} => ProcessState::Draining,
@@ -182,8 +182,6 @@ impl Process {
         checks: &mut Vec<GuardCheck>,
     ) -> bool {
         let from = self.state();
-        // The guards (the oracle's and the dispatch's) read the leaf state from the data.
-        self.data.outbox.state = from;
         dispatch::prepare(&mut self.data, &input);
         let (expected, overlap) = if crate::chart::ORACLE {
             dispatch::expected(from, k, &self.data, &input)
