@@ -541,9 +541,9 @@ fn traits(
 pub(crate) fn dispatch(chart: &Chart, m: &Dispatched) -> Result<TokenStream, Error> {
     let used = used_guards(chart, m.file)?;
     let local_guards = local_guards(chart, &used);
-    // With state-local data, the oracle's `holds` also takes the statig state (whose data the
-    // guards that read it need).
-    let args = if locals(chart).is_empty() {
+    // When a guard reads a state's own data, the oracle's `holds` also takes the statig state
+    // (which holds that data); a chart whose states hold data no guard reads needs none.
+    let args = if local_guards.is_empty() {
         OracleArgs {
             params: quote!(input: &Input<'_>),
             pass: quote!(input),

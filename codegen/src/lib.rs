@@ -287,6 +287,26 @@ mod tests {
         );
     }
 
+    /// The oracle's `holds` takes the statig state only when a guard reads a state's data:
+    /// the process chart's `Retrying` holds data its guards do not read, so the state is not
+    /// passed (an unused parameter would be); its rows and entry/exit actions get the data.
+    #[test]
+    fn the_oracle_takes_the_state_only_for_guards_that_read_its_data() {
+        let files = generate_from(&charts_with("", str::to_string)).expect("charts");
+        let react = text(&files, "react_dispatch.rs");
+        assert!(react.contains("sm: &State"));
+        let process = text(&files, "process_dispatch.rs");
+        assert!(
+            !process.contains("sm: &State"),
+            "no process guard reads a state's data"
+        );
+        assert!(process.contains(
+            "fn retrying_timer(data: &mut ProcessData, local: &mut Backoff, input: &Input<'_>);"
+        ));
+        assert!(process.contains("fn start_backoff(data: &mut ProcessData, local: &mut Backoff);"));
+        assert!(process.contains("fn send_request(data: &mut ProcessData);"));
+    }
+
     #[test]
     fn a_row_after_an_unconditional_one_is_an_error() {
         // The live call's answer taken unconditionally: the stale row after it is unreachable.

@@ -61,8 +61,7 @@ pub enum ProcessState {
     /// `GateAllowed [stale] → (ignored)`, `GateModified [current] → (internal)`, `GateModified
     /// [stale] → (ignored)`, `GateBlocked [current] → (internal)`, `GateBlocked [stale] →
     /// (ignored)`, `GateAsked [current] → (internal)`, `GateAsked [stale] → (ignored)`, `Abort
-    /// [tools_to_drain] → Draining`, `Steer [not_draining] → RunningTools`, `Abort [otherwise] →
-    /// Error`.
+    /// [tools_to_drain] → Draining`, `Steer → RunningTools`, `Abort [otherwise] → Error`.
     RunningTools,
     /// A call waits for a human decision (R-CTL-4), under the approval timer when the step has an
     /// approval timeout.
@@ -81,8 +80,8 @@ pub enum ProcessState {
     /// RunningTools`, `TimerElapsed [stop_after_reject] → RunningTools`, `Modified [current] →
     /// RunningTools`, `Approved [stale] → (ignored)`, `ApprovedAlways [stale] → (ignored)`,
     /// `Rejected [stale] → (ignored)`, `TimerElapsed [stale_approval_timer] → (ignored)`, `Modified
-    /// [stale] → (ignored)`, `Abort [tools_to_drain] → Draining`, `Steer [not_draining] →
-    /// RunningTools`, `Abort [otherwise] → Error`.
+    /// [stale] → (ignored)`, `Abort [tools_to_drain] → Draining`, `Steer → RunningTools`, `Abort
+    /// [otherwise] → Error`.
     AwaitingApproval,
     /// Aborted: waiting for immune tools to finish so their results are kept (R-CTL-3).
     ///
@@ -94,9 +93,8 @@ pub enum ProcessState {
     /// (ignored)`, `GateAllowed [current] → (internal)`, `GateAllowed [stale] → (ignored)`,
     /// `GateModified [current] → (internal)`, `GateModified [stale] → (ignored)`, `GateBlocked
     /// [current] → (internal)`, `GateBlocked [stale] → (ignored)`, `GateAsked [current] →
-    /// (internal)`, `GateAsked [stale] → (ignored)`, `Abort [tools_to_drain] → Draining`, `Settle
-    /// [all_results] → Error`, `Settle [tools_pending] → (internal)`, `Steer [not_draining] →
-    /// RunningTools`, `Abort [otherwise] → Error`.
+    /// (internal)`, `GateAsked [stale] → (ignored)`, `Settle [all_results] → Error`, `Settle
+    /// [tools_pending] → (internal)`, `Abort [otherwise] → Error`.
     Draining,
     /// The step committed its message and every tool call has a result.
     Success,
@@ -144,8 +142,8 @@ impl ProcessState {
             ProcessState::Calling => &["Requesting", "Live"],
             ProcessState::Streaming => &["Requesting", "Live"],
             ProcessState::Retrying => &["Live"],
-            ProcessState::RunningTools => &["ToolExecuting", "Live"],
-            ProcessState::AwaitingApproval => &["ToolExecuting", "Live"],
+            ProcessState::RunningTools => &["Proceeding", "ToolExecuting", "Live"],
+            ProcessState::AwaitingApproval => &["Proceeding", "ToolExecuting", "Live"],
             ProcessState::Draining => &["ToolExecuting", "Live"],
             ProcessState::Success => &[],
             ProcessState::Error => &[],
@@ -435,15 +433,10 @@ impl ProcessState {
             (ProcessState::Draining, ProcessEventKind::GateAsked) => {
                 &[ProcessRow::ToolsGateAsked, ProcessRow::ToolsGateAskedStale]
             }
-            (ProcessState::Draining, ProcessEventKind::Abort) => {
-                &[ProcessRow::ToolsAbortDrain, ProcessRow::LiveAbort]
-            }
             (ProcessState::Draining, ProcessEventKind::Settle) => {
                 &[ProcessRow::DrainingSettleDone, ProcessRow::DrainingSettleWait]
             }
-            (ProcessState::Draining, ProcessEventKind::Steer) => {
-                &[ProcessRow::ToolsSteerSkip]
-            }
+            (ProcessState::Draining, ProcessEventKind::Abort) => &[ProcessRow::LiveAbort],
             _ => &[],
         }
     }
@@ -465,6 +458,10 @@ impl ProcessState {
             self, ProcessState::RunningTools | ProcessState::AwaitingApproval |
             ProcessState::Draining
         )
+    }
+    /// Whether the state lies inside superstate `Proceeding`.
+    pub fn in_proceeding(self) -> bool {
+        matches!(self, ProcessState::RunningTools | ProcessState::AwaitingApproval)
     }
 }
 
@@ -616,7 +613,7 @@ impl ProcessEventKind {
     schemars::JsonSchema
 )]
 pub enum ProcessGuard {
-    /// After the abort's kill policy, some tools still run (immune, or kill policy none).
+    /// After the abort's kill policy, some tools would still run (immune, or kill policy none).
     ToolsToDrain,
     /// No other guard of this event matched.
     Otherwise,
@@ -663,8 +660,6 @@ pub enum ProcessGuard {
     ApprovalNeeded,
     /// Every tool call has exactly one result.
     AllResults,
-    /// The step is not draining after an abort (a draining step ignores steering).
-    NotDraining,
     /// Some calls are still running (or queued when tools run sequentially).
     ToolsPending,
 }
@@ -689,7 +684,6 @@ impl ProcessGuard {
         ProcessGuard::NoToolCalls,
         ProcessGuard::ApprovalNeeded,
         ProcessGuard::AllResults,
-        ProcessGuard::NotDraining,
         ProcessGuard::ToolsPending,
     ];
     /// The chart name of the guard.
@@ -712,7 +706,6 @@ impl ProcessGuard {
             ProcessGuard::NoToolCalls => "no_tool_calls",
             ProcessGuard::ApprovalNeeded => "approval_needed",
             ProcessGuard::AllResults => "all_results",
-            ProcessGuard::NotDraining => "not_draining",
             ProcessGuard::ToolsPending => "tools_pending",
         }
     }
@@ -837,13 +830,13 @@ pub enum ProcessRow {
     AwaitingTimedOutStale,
     /// `AwaitingApproval --Modified [stale]--> AwaitingApproval` (Ignored)
     AwaitingModifiedStale,
-    /// `ToolExecuting --Abort [tools_to_drain]--> Draining` (Transition)
+    /// `Proceeding --Abort [tools_to_drain]--> Draining` (Transition)
     ToolsAbortDrain,
     /// `Draining --Settle [all_results]--> Error` (Transition)
     DrainingSettleDone,
     /// `Draining --Settle [tools_pending]--> Draining` (Internal)
     DrainingSettleWait,
-    /// `ToolExecuting --Steer [not_draining]--> RunningTools` (Transition)
+    /// `Proceeding --Steer--> RunningTools` (Transition)
     ToolsSteerSkip,
     /// `Live --Abort [otherwise]--> Error` (Transition)
     LiveAbort,
@@ -1436,7 +1429,7 @@ impl ProcessRow {
             ProcessRow::ToolsAbortDrain => {
                 RowSpec {
                     id: "tools_abort_drain",
-                    from: "ToolExecuting",
+                    from: "Proceeding",
                     event: ProcessEventKind::Abort,
                     guard: Some("tools_to_drain"),
                     to: "Draining",
@@ -1466,9 +1459,9 @@ impl ProcessRow {
             ProcessRow::ToolsSteerSkip => {
                 RowSpec {
                     id: "tools_steer_skip",
-                    from: "ToolExecuting",
+                    from: "Proceeding",
                     event: ProcessEventKind::Steer,
-                    guard: Some("not_draining"),
+                    guard: None,
                     to: "RunningTools",
                     kind: RowKind::Transition,
                 }
@@ -1543,7 +1536,7 @@ impl ProcessRow {
             ProcessRow::ToolsAbortDrain => Some(ProcessGuard::ToolsToDrain),
             ProcessRow::DrainingSettleDone => Some(ProcessGuard::AllResults),
             ProcessRow::DrainingSettleWait => Some(ProcessGuard::ToolsPending),
-            ProcessRow::ToolsSteerSkip => Some(ProcessGuard::NotDraining),
+            ProcessRow::ToolsSteerSkip => None,
             ProcessRow::LiveAbort => Some(ProcessGuard::Otherwise),
         }
     }

@@ -4,7 +4,7 @@
 /// names (`otherwise` needs none), implemented by the hand-written `guards::Guards`. A guard
 /// whose rows are all in one state holding data is handed that data.
 pub(crate) trait ProcessGuards {
-    /// `tools_to_drain`: After the abort's kill policy, some tools still run (immune, or kill
+    /// `tools_to_drain`: After the abort's kill policy, some tools would still run (immune, or kill
     /// policy none).
     fn tools_to_drain(data: &ProcessData, input: &Input<'_>) -> bool;
     /// `retry_budget_left`: Fewer than max_retries retries were scheduled in this step and the
@@ -52,8 +52,6 @@ pub(crate) trait ProcessGuards {
     fn approval_needed(data: &ProcessData, input: &Input<'_>) -> bool;
     /// `all_results`: Every tool call has exactly one result.
     fn all_results(data: &ProcessData, input: &Input<'_>) -> bool;
-    /// `not_draining`: The step is not draining after an abort (a draining step ignores steering).
-    fn not_draining(data: &ProcessData, input: &Input<'_>) -> bool;
     /// `tools_pending`: Some calls are still running (or queued when tools run sequentially).
     fn tools_pending(data: &ProcessData, input: &Input<'_>) -> bool;
 }
@@ -76,11 +74,11 @@ pub(crate) trait ProcessActions {
     fn calling_opened(data: &mut ProcessData, input: &Input<'_>);
     /// `requesting_retry`: `Requesting --TransportError [retry_budget_left]--> Retrying`. start
     /// timer(backoff or retry-after); emit retry
-    fn requesting_retry(data: &mut ProcessData, input: &Input<'_>);
+    fn requesting_retry(data: &mut ProcessData, input: &Input<'_>) -> Backoff;
     /// `requesting_deadline_retry`: `Requesting --TimerElapsed [deadline_retry]--> Retrying`.
     /// cancel the attempt's other deadline timers; cancel model; emit stream_stalled (first chunk,
     /// stall); start timer(backoff); emit retry
-    fn requesting_deadline_retry(data: &mut ProcessData, input: &Input<'_>);
+    fn requesting_deadline_retry(data: &mut ProcessData, input: &Input<'_>) -> Backoff;
     /// `requesting_deadline_fail`: `Requesting --TimerElapsed [deadline_no_retry]--> Error`. cancel
     /// the attempt's other deadline timers; cancel model; emit stream_stalled (first chunk, stall);
     /// emit stream_error (timeout)
@@ -92,7 +90,7 @@ pub(crate) trait ProcessActions {
     fn requesting_overflow(data: &mut ProcessData, input: &Input<'_>);
     /// `requesting_stall_retry`: `Requesting --StreamStalled [retry_budget_left]--> Retrying`.
     /// cancel model; start timer(backoff); emit stream_stalled; emit retry
-    fn requesting_stall_retry(data: &mut ProcessData, input: &Input<'_>);
+    fn requesting_stall_retry(data: &mut ProcessData, input: &Input<'_>) -> Backoff;
     /// `requesting_stall_fail`: `Requesting --StreamStalled [no_retry]--> Error`. cancel model;
     /// emit stream_stalled
     fn requesting_stall_fail(data: &mut ProcessData, input: &Input<'_>);
@@ -118,7 +116,7 @@ pub(crate) trait ProcessActions {
     fn streaming_done(data: &mut ProcessData, input: &Input<'_>);
     /// `retrying_timer`: `Retrying --TimerElapsed [current]--> Calling`. call model again: same
     /// model_call_index, attempt + 1; partial deltas discarded; emit model_turn_retried
-    fn retrying_timer(data: &mut ProcessData, input: &Input<'_>);
+    fn retrying_timer(data: &mut ProcessData, local: &mut Backoff, input: &Input<'_>);
     /// `running_settle_approval`: `RunningTools --Settle [approval_needed]--> AwaitingApproval`.
     /// ask human; emit approval_required
     fn running_settle_approval(data: &mut ProcessData, input: &Input<'_>);
@@ -180,7 +178,7 @@ pub(crate) trait ProcessActions {
     /// start; run the tool with the modified arguments; emit approval_resolved (approved); emit
     /// agent_resumed (tool_approved)
     fn awaiting_modified(data: &mut ProcessData, input: &Input<'_>);
-    /// `tools_abort_drain`: `ToolExecuting --Abort [tools_to_drain]--> Draining`. kill tools per
+    /// `tools_abort_drain`: `Proceeding --Abort [tools_to_drain]--> Draining`. kill tools per
     /// policy; aborted results for calls not started or killed; emit tool_killed
     fn tools_abort_drain(data: &mut ProcessData, input: &Input<'_>);
     /// `draining_settle_done`: `Draining --Settle [all_results]--> Error`. the immune tools'
@@ -188,13 +186,20 @@ pub(crate) trait ProcessActions {
     fn draining_settle_done(data: &mut ProcessData, input: &Input<'_>);
     /// `draining_settle_wait`: `Draining --Settle [tools_pending]--> Draining`.
     fn draining_settle_wait(data: &mut ProcessData, input: &Input<'_>);
-    /// `tools_steer_skip`: `ToolExecuting --Steer [not_draining]--> RunningTools`. skipped results
-    /// for calls not started; kill killable running calls (skipped results); emit
-    /// tool_skipped_for_steering
+    /// `tools_steer_skip`: `Proceeding --Steer--> RunningTools`. skipped results for calls not
+    /// started; kill killable running calls (skipped results); emit tool_skipped_for_steering
     fn tools_steer_skip(data: &mut ProcessData, input: &Input<'_>);
     /// `live_abort`: `Live --Abort [otherwise]--> Error`. cancel stream and timers; kill killable
     /// tools; persist aborted results for calls without one; emit tool_killed
     fn live_abort(data: &mut ProcessData, input: &Input<'_>);
+    /// `send_request`: the entry action of `Requesting`.
+    fn send_request(data: &mut ProcessData);
+    /// `end_request`: the exit action of `Requesting`.
+    fn end_request(data: &mut ProcessData);
+    /// `start_backoff`: the entry action of `Retrying`.
+    fn start_backoff(data: &mut ProcessData, local: &mut Backoff);
+    /// `cancel_backoff`: the exit action of `Retrying`.
+    fn cancel_backoff(data: &mut ProcessData, local: &mut Backoff);
 }
 
 /// Evaluates guard `g` by calling its predicate in `Guards` (generated): the same predicates
@@ -218,7 +223,6 @@ pub(crate) fn holds(g: ProcessGuard, data: &ProcessData, input: &Input<'_>) -> b
         ProcessGuard::NoToolCalls => Guards::no_tool_calls(data, input),
         ProcessGuard::ApprovalNeeded => Guards::approval_needed(data, input),
         ProcessGuard::AllResults => Guards::all_results(data, input),
-        ProcessGuard::NotDraining => Guards::not_draining(data, input),
         ProcessGuard::ToolsPending => Guards::tools_pending(data, input),
     }
 }
@@ -240,6 +244,26 @@ pub(crate) fn expected(
         ProcessRow::guard,
         |g| holds(g, data, input),
     )
+}
+
+/// The entry action of `Requesting` (generated): `Actions::send_request`.
+pub(crate) fn enter_requesting(data: &mut ProcessData) {
+    Actions::send_request(data);
+}
+
+/// The exit action of `Requesting` (generated): `Actions::end_request`.
+pub(crate) fn exit_requesting(data: &mut ProcessData) {
+    Actions::end_request(data);
+}
+
+/// The entry action of `Retrying` (generated): `Actions::start_backoff`.
+pub(crate) fn enter_retrying(data: &mut ProcessData, local: &mut Backoff) {
+    Actions::start_backoff(data, local);
+}
+
+/// The exit action of `Retrying` (generated): `Actions::cancel_backoff`.
+pub(crate) fn exit_retrying(data: &mut ProcessData, local: &mut Backoff) {
+    Actions::cancel_backoff(data, local);
 }
 
 /// `Live` (generated): A step in progress: Abort is accepted from every state inside.
@@ -329,8 +353,8 @@ pub(crate) fn requesting(data: &mut ProcessData, input: &Input<'_>) -> Outcome<S
         ProcessEventKind::TransportError => {
             if Guards::retry_budget_left(data, input) {
                 data.take(ProcessRow::RequestingRetry);
-                Actions::requesting_retry(data, input);
-                return Transition(State::Retrying {});
+                let next = Actions::requesting_retry(data, input);
+                return Transition(State::Retrying { local: next });
             }
             if Guards::no_retry(data, input) {
                 data.take(ProcessRow::RequestingFail);
@@ -342,8 +366,8 @@ pub(crate) fn requesting(data: &mut ProcessData, input: &Input<'_>) -> Outcome<S
         ProcessEventKind::TimerElapsed => {
             if Guards::deadline_retry(data, input) {
                 data.take(ProcessRow::RequestingDeadlineRetry);
-                Actions::requesting_deadline_retry(data, input);
-                return Transition(State::Retrying {});
+                let next = Actions::requesting_deadline_retry(data, input);
+                return Transition(State::Retrying { local: next });
             }
             if Guards::deadline_no_retry(data, input) {
                 data.take(ProcessRow::RequestingDeadlineFail);
@@ -363,8 +387,8 @@ pub(crate) fn requesting(data: &mut ProcessData, input: &Input<'_>) -> Outcome<S
         ProcessEventKind::StreamStalled => {
             if Guards::retry_budget_left(data, input) {
                 data.take(ProcessRow::RequestingStallRetry);
-                Actions::requesting_stall_retry(data, input);
-                return Transition(State::Retrying {});
+                let next = Actions::requesting_stall_retry(data, input);
+                return Transition(State::Retrying { local: next });
             }
             if Guards::no_retry(data, input) {
                 data.take(ProcessRow::RequestingStallFail);
@@ -470,6 +494,20 @@ pub(crate) fn tool_executing(
             }
             Super
         }
+        _ => Super,
+    }
+}
+
+/// `Proceeding` (generated): The calls run or wait for approval, not draining after an abort:
+/// steering skips calls here, and an abort may drain.
+///
+/// Tries this scope's rows for the input's chart event, in chart order; `Super` when none
+/// holds.
+pub(crate) fn proceeding(data: &mut ProcessData, input: &Input<'_>) -> Outcome<State> {
+    let Some(event) = chart_event(data, input) else {
+        return Super;
+    };
+    match event {
         ProcessEventKind::Abort => {
             if Guards::tools_to_drain(data, input) {
                 data.take(ProcessRow::ToolsAbortDrain);
@@ -479,12 +517,9 @@ pub(crate) fn tool_executing(
             Super
         }
         ProcessEventKind::Steer => {
-            if Guards::not_draining(data, input) {
-                data.take(ProcessRow::ToolsSteerSkip);
-                Actions::tools_steer_skip(data, input);
-                return Transition(State::RunningTools {});
-            }
-            Super
+            data.take(ProcessRow::ToolsSteerSkip);
+            Actions::tools_steer_skip(data, input);
+            Transition(State::RunningTools {})
         }
         _ => Super,
     }
@@ -580,7 +615,11 @@ pub(crate) fn streaming(data: &mut ProcessData, input: &Input<'_>) -> Outcome<St
 ///
 /// Tries this scope's rows for the input's chart event, in chart order; `Super` when none
 /// holds.
-pub(crate) fn retrying(data: &mut ProcessData, input: &Input<'_>) -> Outcome<State> {
+pub(crate) fn retrying(
+    data: &mut ProcessData,
+    local: &mut Backoff,
+    input: &Input<'_>,
+) -> Outcome<State> {
     let Some(event) = chart_event(data, input) else {
         return Super;
     };
@@ -588,7 +627,7 @@ pub(crate) fn retrying(data: &mut ProcessData, input: &Input<'_>) -> Outcome<Sta
         ProcessEventKind::TimerElapsed => {
             if Guards::current(data, input) {
                 data.take(ProcessRow::RetryingTimer);
-                Actions::retrying_timer(data, input);
+                Actions::retrying_timer(data, local, input);
                 return Transition(State::Calling {});
             }
             if Guards::stale(data, input) {

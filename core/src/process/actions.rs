@@ -7,9 +7,9 @@
 //! per row that acts, with the signature the dispatch calls): a missing action, one the chart does not
 //! name or a wrong signature is a compile error.
 
-use crate::chart::ProcessState;
 use crate::error::{ErrorKind, ModelError};
 use crate::event::{ApprovalDecision, Event};
+use crate::process::context::Backoff;
 use crate::process::data::{ProcessData, StepOutcome};
 use crate::process::dispatch::ProcessActions;
 use crate::process::machine::Input;
@@ -87,10 +87,8 @@ fn timed_out(data: &mut ProcessData, input: &Input<'_>) {
 pub(crate) struct Actions;
 
 impl ProcessActions for Actions {
-    /// `idle_begin`: call the model.
-    fn idle_begin(data: &mut ProcessData, _input: &Input<'_>) {
-        data.call_model();
-    }
+    /// `idle_begin`: nothing to do here: entering Requesting calls the model.
+    fn idle_begin(_data: &mut ProcessData, _input: &Input<'_>) {}
 
     /// `idle_resume`: restore the committed message and its results, run the calls left.
     fn idle_resume(data: &mut ProcessData, input: &Input<'_>) {
@@ -112,19 +110,24 @@ impl ProcessActions for Actions {
         data.opened();
     }
 
-    /// `requesting_retry`: note the error, schedule the retry.
-    fn requesting_retry(data: &mut ProcessData, input: &Input<'_>) {
-        if let Some(Event::TransportError { error, .. }) = ext(input) {
-            data.retrying_after(error);
-            data.schedule_retry(error.to_string(), error.retry_after_ms);
+    /// `requesting_retry`: the attempt failed; note the error, retry (entering Retrying
+    /// starts the backoff).
+    fn requesting_retry(data: &mut ProcessData, input: &Input<'_>) -> Backoff {
+        data.end_attempt();
+        match ext(input) {
+            Some(Event::TransportError { error, .. }) => {
+                data.retrying_after(error);
+                Backoff::new(error.to_string(), error.retry_after_ms)
+            }
+            _ => Backoff::default(),
         }
     }
 
-    /// `requesting_deadline_retry`: the deadline passed; schedule the retry.
-    fn requesting_deadline_retry(data: &mut ProcessData, input: &Input<'_>) {
-        if let Some(timer_id) = timer(input) {
-            let (reason, _) = data.deadline_passed(timer_id);
-            data.schedule_retry(reason, None);
+    /// `requesting_deadline_retry`: the deadline passed; retry.
+    fn requesting_deadline_retry(data: &mut ProcessData, input: &Input<'_>) -> Backoff {
+        match timer(input) {
+            Some(timer_id) => Backoff::new(data.deadline_passed(timer_id).0, None),
+            None => Backoff::default(),
         }
     }
 
@@ -151,12 +154,14 @@ impl ProcessActions for Actions {
         }
     }
 
-    /// `requesting_stall_retry`: cancel the stalled stream, schedule the retry.
-    fn requesting_stall_retry(data: &mut ProcessData, input: &Input<'_>) {
-        if let Some(after_ms) = stall(input) {
-            data.stalled(after_ms);
-            data.schedule_retry(format!("stream stalled for {after_ms} ms"), None);
-        }
+    /// `requesting_stall_retry`: cancel the stalled stream; retry.
+    fn requesting_stall_retry(data: &mut ProcessData, input: &Input<'_>) -> Backoff {
+        let Some(after_ms) = stall(input) else {
+            return Backoff::default();
+        };
+        data.stalled(after_ms);
+        data.end_attempt();
+        Backoff::new(format!("stream stalled for {after_ms} ms"), None)
     }
 
     /// `requesting_stall_fail`: cancel the stalled stream; the step fails.
@@ -197,7 +202,9 @@ impl ProcessActions for Actions {
     }
 
     /// `retrying_timer`: the backoff passed; call the model again.
-    fn retrying_timer(data: &mut ProcessData, _input: &Input<'_>) {
+    fn retrying_timer(data: &mut ProcessData, local: &mut Backoff, _input: &Input<'_>) {
+        // The timer fired: leaving Retrying has nothing to cancel.
+        local.timer = None;
         data.retried();
     }
 
@@ -326,8 +333,28 @@ impl ProcessActions for Actions {
 
     /// `live_abort`: abort the step (cancel the request or the backoff, kill the tools).
     fn live_abort(data: &mut ProcessData, _input: &Input<'_>) {
-        let in_request = data.outbox.state.in_requesting();
-        let in_retry = data.outbox.state == ProcessState::Retrying;
-        data.abort(in_request, in_retry);
+        data.abort();
+    }
+
+    /// Entering Requesting: send the attempt's request (call the model, start its deadline
+    /// timers).
+    fn send_request(data: &mut ProcessData) {
+        data.call_model();
+    }
+
+    /// Leaving Requesting: end an attempt still in flight (an abort): cancel its timers and
+    /// its model call.
+    fn end_request(data: &mut ProcessData) {
+        data.end_request();
+    }
+
+    /// Entering Retrying: start the backoff timer, announce the retry.
+    fn start_backoff(data: &mut ProcessData, local: &mut Backoff) {
+        data.start_backoff(local);
+    }
+
+    /// Leaving Retrying: cancel the backoff timer unless it fired (an abort).
+    fn cancel_backoff(data: &mut ProcessData, local: &mut Backoff) {
+        data.cancel_backoff(local);
     }
 }

@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use crate::agent_event::AgentEvent;
-use crate::chart::{GuardCheck, ProcessRow, ProcessState, ToolCallState};
+use crate::chart::{GuardCheck, ProcessRow, ToolCallState};
 use crate::effect::Effect;
 use crate::entry::Entry;
 use crate::event::{AttemptId, Event};
@@ -46,6 +46,9 @@ pub(crate) struct Attempt {
     pub(crate) malformed_retried: bool,
     /// The current attempt's deadline timers.
     pub(crate) timers: AttemptTimers,
+    /// The current attempt's model call is out: sent, and not yet answered, failed or
+    /// cancelled (leaving Requesting with it open cancels it).
+    pub(crate) open: bool,
     /// The call ids of the run's context: a call that repeats one gets a derived id.
     pub(crate) earlier_call_ids: std::sync::Arc<HashSet<String>>,
 }
@@ -63,6 +66,7 @@ impl Attempt {
             retries: 0,
             malformed_retried: false,
             timers: AttemptTimers::default(),
+            open: false,
             earlier_call_ids: Default::default(),
         }
     }
@@ -118,6 +122,7 @@ impl Attempt {
         self.sent = None;
         self.new_assembler(inline_tags);
         self.attempts += 1;
+        self.open = true;
     }
 
     /// A retry is scheduled: the next attempt's ids, one more retry, the partial output
@@ -144,6 +149,30 @@ impl Attempt {
                 .timers
                 .get(timer_id)
                 .is_some_and(|(kind, _)| kind == AttemptTimer::Stall)
+    }
+}
+
+/// `Retrying`'s own data (its state-local storage): why the attempt is retried, and the
+/// backoff timer once entering the state started it (`None` again once it fired, so leaving
+/// the state cancels only a timer still armed).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Backoff {
+    /// The failed attempt's error, for the `retry` event.
+    pub(crate) reason: String,
+    /// The delay the provider asked for (`Retry-After`), if any.
+    pub(crate) retry_after_ms: Option<u64>,
+    /// The armed backoff timer.
+    pub(crate) timer: Option<u64>,
+}
+
+impl Backoff {
+    /// A retry for `reason`, after at least `retry_after_ms` when the provider asked.
+    pub(crate) fn new(reason: String, retry_after_ms: Option<u64>) -> Self {
+        Backoff {
+            reason,
+            retry_after_ms,
+            timer: None,
+        }
     }
 }
 
@@ -250,14 +279,11 @@ impl Ending {
     }
 }
 
-/// One `handle` of the inner machine: the leaf state it started in (set by the facade, read by
-/// the guards) and what it produced, drained by the facade — the effects in order, the row the
-/// handler took, whether no state accepted the input, the tool-call transitions with the chart
-/// oracle's verdicts.
-#[derive(Clone, Debug)]
+/// What one `handle` of the inner machine produced, drained by the facade: the effects in
+/// order, the row the handler took, whether no state accepted the input, the tool-call
+/// transitions with the chart oracle's verdicts.
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Outbox {
-    /// The leaf state before the current handle.
-    pub(crate) state: ProcessState,
     pub(crate) out: Vec<Effect>,
     pub(crate) row: Option<ProcessRow>,
     pub(crate) unhandled: bool,
@@ -265,19 +291,6 @@ pub(crate) struct Outbox {
     pub(crate) calls: Vec<(Transition, GuardCheck)>,
     /// The tool-call rows' effect checks this handle made (debug builds).
     pub(crate) call_effects: Vec<crate::chart::EffectCheck>,
-}
-
-impl Default for Outbox {
-    fn default() -> Self {
-        Outbox {
-            state: ProcessState::INITIAL,
-            out: Vec::new(),
-            row: None,
-            unhandled: false,
-            calls: Vec::new(),
-            call_effects: Vec::new(),
-        }
-    }
 }
 
 impl Outbox {

@@ -15,7 +15,7 @@ use crate::model::ModelRequest;
 use crate::process::call_dispatch;
 use crate::process::call_guards::Facts;
 use crate::process::config::{LoopAction, StepConfig};
-use crate::process::context::{Attempt, Ending, Outbox, ToolCalls};
+use crate::process::context::{Attempt, Backoff, Ending, Outbox, ToolCalls};
 use crate::process::deadlines::{
     approval_slot, approval_timer, tool_slot, tool_timer, AttemptTimer,
 };
@@ -53,7 +53,7 @@ pub(crate) struct ProcessData {
     pub(crate) tools: ToolCalls,
     /// The committed message, the outcome, a stop request, the typed-answer verdict.
     pub(crate) ending: Ending,
-    /// The leaf state the handle started in and what it produced (drained by the facade).
+    /// What the current handle produced (drained by the facade).
     pub(crate) outbox: Outbox,
 }
 
@@ -195,6 +195,16 @@ impl ProcessData {
     /// The attempt ended (committed, failed, retried, aborted): its deadline timers stop.
     pub(crate) fn end_attempt(&mut self) {
         self.attempt.timers.clear(&mut self.outbox.out);
+        self.attempt.open = false;
+    }
+
+    /// Leaving Requesting (its exit action): an attempt still in flight — nothing answered
+    /// it, as when the step is aborted — ends, and its model call is cancelled.
+    pub(crate) fn end_request(&mut self) {
+        if self.attempt.open {
+            self.end_attempt();
+            self.cancel_model();
+        }
     }
 
     /// Sends the current attempt's request.
@@ -258,11 +268,12 @@ impl ProcessData {
         error
     }
 
-    /// Schedules the next attempt: discards partial output, starts the backoff timer.
-    pub(crate) fn schedule_retry(&mut self, reason: String, retry_after_ms: Option<u64>) {
-        self.end_attempt();
+    /// Entering Retrying (its entry action): the next attempt's ids, the partial output
+    /// discarded, the backoff timer started (recorded in `backoff`), the retry announced.
+    pub(crate) fn start_backoff(&mut self, backoff: &mut Backoff) {
         let draw = u64::from(self.attempt.request.model_call_index) << 32
             | u64::from(self.attempt.request.attempt);
+        let retry_after_ms = backoff.retry_after_ms;
         let delay_ms =
             self.cfg
                 .retry
@@ -270,13 +281,22 @@ impl ProcessData {
         self.attempt.retry(self.cfg.inline_tags);
         let timer_id = self.timer_id();
         self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
+        backoff.timer = Some(timer_id);
         self.emit(AgentEvent::Retry {
             model_call_index: self.attempt.request.model_call_index,
             attempt: self.attempt.request.attempt,
             delay_ms,
-            reason,
+            reason: std::mem::take(&mut backoff.reason),
             retry_after_ms,
         });
+    }
+
+    /// Leaving Retrying (its exit action): a backoff timer that has not fired is cancelled
+    /// (an abort).
+    pub(crate) fn cancel_backoff(&mut self, backoff: &mut Backoff) {
+        if let Some(timer_id) = backoff.timer.take() {
+            self.outbox.push(Effect::CancelTimer { timer_id });
+        }
     }
 
     pub(crate) fn retried(&mut self) {
@@ -284,11 +304,11 @@ impl ProcessData {
             model_call_index: self.attempt.request.model_call_index,
             attempt: self.attempt.request.attempt,
         });
-        self.call_model();
     }
 
     pub(crate) fn cancel_model(&mut self) {
         let attempt = self.attempt.id();
+        self.attempt.open = false;
         self.outbox.push(Effect::CancelModel { attempt });
     }
 
@@ -996,17 +1016,10 @@ impl ProcessData {
         self.close_open_calls(ToolCallEventKind::Skip, KillPolicy::Killable);
     }
 
-    /// Abort: cancel the stream or timer, kill running tools, give every call without a
-    /// result an `aborted` result (R-CTL-3, R-IDEM-7).
-    pub(crate) fn abort(&mut self, in_request: bool, in_retry: bool) {
-        if in_request {
-            self.end_attempt();
-            self.cancel_model();
-        }
-        if in_retry {
-            let timer_id = self.timer_id();
-            self.outbox.push(Effect::CancelTimer { timer_id });
-        }
+    /// Abort: kill running tools, give every call without a result an `aborted` result
+    /// (R-CTL-3, R-IDEM-7). The model call or the backoff timer in flight is cancelled by
+    /// the exit action of the state the abort leaves (Requesting, Retrying).
+    pub(crate) fn abort(&mut self) {
         self.close_open_calls(ToolCallEventKind::Abort, KillPolicy::All);
         self.ending.end(StepOutcome::Aborted);
     }

@@ -14,6 +14,7 @@ use statig::blocking::*;
 use crate::chart::{ProcessEventKind, ProcessGuard, ProcessRow, ProcessState};
 use crate::event::Event;
 use crate::process::actions::Actions;
+use crate::process::context::Backoff;
 use crate::process::data::ProcessData;
 use crate::process::guards::Guards;
 use crate::process::machine::{Input, State};

@@ -2,13 +2,13 @@
 //! names (`otherwise` needs none), called by the generated dispatch
 //! ([`crate::process::dispatch`]) and by the oracle, which evaluates them before every handler
 //! runs and reports the verdict as a [`GuardCheck`](crate::chart::GuardCheck). Each reads the
-//! data (the leaf state the facade set in `data.outbox.state`) and the input, and changes nothing.
+//! data and the input, and changes nothing; where the state matters, the chart says so by the
+//! state a row is in (the steering and draining rows are `Proceeding`'s, not `Draining`'s).
 //!
 //! Each is a method of [`Guards`], which implements the generated trait [`ProcessGuards`] (one method
 //! per guard the chart's rows name, with the signature the dispatch calls): a missing
 //! predicate, one no row names or a wrong signature is a compile error.
 
-use crate::chart::ProcessState;
 use crate::event::Event;
 use crate::process::data::ProcessData;
 use crate::process::dispatch::ProcessGuards;
@@ -61,11 +61,6 @@ fn deadline_retried(data: &ProcessData, input: &Input<'_>) -> Option<bool> {
         }
         _ => None,
     }
-}
-
-/// Whether the step drains tools after an abort.
-fn draining(data: &ProcessData) -> bool {
-    data.outbox.state == ProcessState::Draining
 }
 
 /// Whether the input is an answer to the call being asked about, or its approval timer
@@ -149,11 +144,6 @@ impl ProcessGuards for Guards {
         !data.tools.all_results()
     }
 
-    /// `not_draining`: the step is not draining after an abort.
-    fn not_draining(data: &ProcessData, _input: &Input<'_>) -> bool {
-        !draining(data)
-    }
-
     /// `stream_moved`: the timer is the stall watchdog and a delta arrived since it was armed.
     fn stream_moved(data: &ProcessData, input: &Input<'_>) -> bool {
         match input {
@@ -180,10 +170,10 @@ impl ProcessGuards for Guards {
         }
     }
 
-    /// `tools_to_drain`: not yet draining, and after the abort's kill policy some tools still run.
+    /// `tools_to_drain`: after the abort's kill policy some tools would still run.
     fn tools_to_drain(data: &ProcessData, input: &Input<'_>) -> bool {
         match input {
-            Input::Ext(Event::Abort { kill, .. }) => !draining(data) && data.would_drain(*kill),
+            Input::Ext(Event::Abort { kill, .. }) => data.would_drain(*kill),
             _ => false,
         }
     }

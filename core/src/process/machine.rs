@@ -8,6 +8,7 @@ use statig::blocking::*;
 
 use crate::event::Event;
 use crate::message::{AssistantMessage, ToolResult};
+use crate::process::context::Backoff;
 use crate::process::data::ProcessData;
 use crate::process::dispatch;
 
@@ -24,7 +25,11 @@ pub(crate) enum Input<'a> {
     Settle,
 }
 
-/// The statig machine; all data lives in the context ([`ProcessData`]).
+/// The statig machine. What spans states lives in the context ([`ProcessData`]); a state's own
+/// data lives in the state (statig state-local storage, the chart's `local`): `Retrying`'s
+/// [`Backoff`]. Entering `Requesting` sends the attempt's request and leaving it ends an
+/// attempt still in flight; entering `Retrying` starts the backoff timer and leaving it cancels
+/// one that has not fired (the chart's entry and exit actions).
 #[derive(Debug, Default)]
 pub(crate) struct ProcessMachine;
 
@@ -56,7 +61,11 @@ impl ProcessMachine {
     }
 
     /// Requesting (a model call in progress): its rows, generated from the chart.
-    #[superstate(superstate = "live")]
+    #[superstate(
+        superstate = "live",
+        entry_action = "enter_requesting",
+        exit_action = "exit_requesting"
+    )]
     fn requesting(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
         dispatch::requesting(context, event)
     }
@@ -74,9 +83,41 @@ impl ProcessMachine {
     }
 
     /// Retrying: its rows, generated from the chart.
-    #[state(superstate = "live")]
-    fn retrying(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
-        dispatch::retrying(context, event)
+    #[state(
+        superstate = "live",
+        entry_action = "enter_retrying",
+        exit_action = "exit_retrying"
+    )]
+    fn retrying(
+        context: &mut ProcessData,
+        local: &mut Backoff,
+        event: &Input<'_>,
+    ) -> Outcome<State> {
+        dispatch::retrying(context, local, event)
+    }
+
+    /// Entering `Requesting`: the chart's entry action (sends the attempt's request).
+    #[action]
+    fn enter_requesting(context: &mut ProcessData) {
+        dispatch::enter_requesting(context);
+    }
+
+    /// Leaving `Requesting`: the chart's exit action (ends an attempt still in flight).
+    #[action]
+    fn exit_requesting(context: &mut ProcessData) {
+        dispatch::exit_requesting(context);
+    }
+
+    /// Entering `Retrying`: the chart's entry action (starts the backoff timer).
+    #[action]
+    fn enter_retrying(context: &mut ProcessData, local: &mut Backoff) {
+        dispatch::enter_retrying(context, local);
+    }
+
+    /// Leaving `Retrying`: the chart's exit action (cancels a backoff timer still armed).
+    #[action]
+    fn exit_retrying(context: &mut ProcessData, local: &mut Backoff) {
+        dispatch::exit_retrying(context, local);
     }
 
     /// ToolExecuting (the committed message's calls): its rows, generated from the chart.
@@ -85,14 +126,20 @@ impl ProcessMachine {
         dispatch::tool_executing(context, event)
     }
 
+    /// Proceeding (the calls go on, not draining): its rows, generated from the chart.
+    #[superstate(superstate = "tool_executing")]
+    fn proceeding(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
+        dispatch::proceeding(context, event)
+    }
+
     /// RunningTools: its rows, generated from the chart.
-    #[state(superstate = "tool_executing")]
+    #[state(superstate = "proceeding")]
     fn running_tools(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
         dispatch::running_tools(context, event)
     }
 
     /// AwaitingApproval: its rows, generated from the chart.
-    #[state(superstate = "tool_executing")]
+    #[state(superstate = "proceeding")]
     fn awaiting_approval(context: &mut ProcessData, event: &Input<'_>) -> Outcome<State> {
         dispatch::awaiting_approval(context, event)
     }
@@ -129,7 +176,7 @@ mod tests {
             State::idle(),
             State::calling(),
             State::streaming(),
-            State::retrying(),
+            State::retrying(Backoff::default()),
             State::running_tools(),
             State::awaiting_approval(),
             State::draining(),

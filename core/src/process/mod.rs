@@ -119,7 +119,7 @@ fn kind(state: &State) -> ProcessState {
         State::Idle {} => ProcessState::Idle,
         State::Calling {} => ProcessState::Calling,
         State::Streaming {} => ProcessState::Streaming,
-        State::Retrying {} => ProcessState::Retrying,
+        State::Retrying { .. } => ProcessState::Retrying,
         State::RunningTools {} => ProcessState::RunningTools,
         State::AwaitingApproval {} => ProcessState::AwaitingApproval,
         State::Draining {} => ProcessState::Draining,
@@ -182,8 +182,6 @@ impl Process {
         checks: &mut Vec<GuardCheck>,
     ) -> bool {
         let from = self.state();
-        // The guards (the oracle's and the dispatch's) read the leaf state from the data.
-        self.data.outbox.state = from;
         dispatch::prepare(&mut self.data, &input);
         let (expected, overlap) = if crate::chart::ORACLE {
             dispatch::expected(from, k, &self.data, &input)
@@ -248,14 +246,17 @@ impl Process {
         let mut transitions = Vec::new();
         let mut checks = Vec::new();
         let unhandled = self.feed(input, k, &mut transitions, &mut checks);
-        // Run to completion: landing in RunningTools asks the machine what comes next.
-        let mut guard = 0;
+        // Run to completion: while the machine is in RunningTools or Draining, Settle asks it
+        // what comes next, until it is at rest (a Settle that neither moves it nor requests an
+        // effect: a fixpoint). This terminates by construction: a Settle that moves the machine
+        // leaves both states (to AwaitingApproval, Success or Error); one that stays is
+        // `running_settle_wait` / `draining_settle_wait`, whose action starts every queued call
+        // that may start now (`ProcessData::start_queued`, itself a pass over the queue), so
+        // the Settle after it finds nothing left to start and requests nothing.
         while matches!(
             self.state(),
             ProcessState::RunningTools | ProcessState::Draining
-        ) && guard < 4
-        {
-            guard += 1;
+        ) {
             let (before, state) = (self.data.outbox.out.len(), self.state());
             self.feed(
                 Input::Settle,

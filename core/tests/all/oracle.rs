@@ -194,7 +194,7 @@ fn the_validator_rejects_broken_charts() {
         ),
         (
             "unused guard",
-            PROCESS_TOML.replace("guard = \"not_draining\"\n", ""),
+            PROCESS_TOML.replace("guard = \"tools_to_drain\"\n", ""),
         ),
         (
             "duplicate row id",
