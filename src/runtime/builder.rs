@@ -1,0 +1,662 @@
+//! [`AgentBuilder`]: an [`Agent`]'s ports, limits and policies, set one method at a time.
+
+use super::*;
+
+/// Builds an [`Agent`]. `build` exists only once a model was given: [`Agent::builder`] returns
+/// an `AgentBuilder<()>`, [`model`](AgentBuilder::model) an `AgentBuilder<Arc<dyn Model>>`.
+pub struct AgentBuilder<M = Arc<dyn Model>> {
+    model: M,
+    models: BTreeMap<String, Arc<dyn Model>>,
+    hooks: Arc<dyn Hooks>,
+    offload: Option<Offload>,
+    offload_preview: Option<usize>,
+    tools: ToolRegistry,
+    store: Arc<dyn SessionStore>,
+    approver: Arc<dyn Approver>,
+    asker: Arc<dyn UserAsker>,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn Ids>,
+    sink: Arc<dyn EventSink>,
+    compactor: Arc<dyn Compactor>,
+    compaction_timeout_ms: Option<u64>,
+    context_manager: Arc<dyn ContextManager>,
+    context_init_data: serde_json::Value,
+    config: RunConfig,
+    timeouts: Timeouts,
+    root: PathBuf,
+    allow_instruction_writes: bool,
+}
+
+/// The default deadline of one compaction (`AgentBuilder::compaction_timeout_ms`): 2 min.
+const DEFAULT_COMPACTION_TIMEOUT_MS: u64 = 120_000;
+
+impl Agent {
+    /// A builder with defaults: no tools (the built-ins are opt-in:
+    /// [`builtin_tools`](AgentBuilder::builtin_tools)), in-memory store, auto-approve, system
+    /// clock, time-based ids, no event sink, truncation compaction, root `.`.
+    pub fn builder() -> AgentBuilder<()> {
+        AgentBuilder {
+            model: (),
+            models: BTreeMap::new(),
+            hooks: Arc::new(NoHooks),
+            offload: None,
+            offload_preview: None,
+            tools: ToolRegistry::new(),
+            store: Arc::new(MemoryStore::new()),
+            approver: Arc::new(AutoApprove),
+            asker: Arc::new(NoUser),
+            clock: Arc::new(SystemClock),
+            ids: Arc::new(TimeIds::default()),
+            sink: ports::null_sink(),
+            compactor: Arc::new(Truncate),
+            compaction_timeout_ms: Some(DEFAULT_COMPACTION_TIMEOUT_MS),
+            context_manager: Arc::new(DefaultContextManager),
+            context_init_data: serde_json::Value::Null,
+            config: RunConfig::default(),
+            timeouts: Timeouts::default(),
+            root: PathBuf::from("."),
+            allow_instruction_writes: false,
+        }
+    }
+}
+
+impl<M> AgentBuilder<M> {
+    /// Sets the model.
+    pub fn model(self, model: impl Model + 'static) -> AgentBuilder<Arc<dyn Model>> {
+        self.model_arc(Arc::new(model))
+    }
+
+    /// Sets a shared model.
+    pub fn model_arc(self, model: Arc<dyn Model>) -> AgentBuilder<Arc<dyn Model>> {
+        AgentBuilder {
+            model,
+            models: self.models,
+            hooks: self.hooks,
+            offload: self.offload,
+            offload_preview: self.offload_preview,
+            tools: self.tools,
+            store: self.store,
+            approver: self.approver,
+            asker: self.asker,
+            clock: self.clock,
+            ids: self.ids,
+            sink: self.sink,
+            compactor: self.compactor,
+            compaction_timeout_ms: self.compaction_timeout_ms,
+            context_manager: self.context_manager,
+            context_init_data: self.context_init_data,
+            config: self.config,
+            timeouts: self.timeouts,
+            root: self.root,
+            allow_instruction_writes: self.allow_instruction_writes,
+        }
+    }
+
+    /// Registers another model under `name`; a run whose configured model is `name` (e.g.
+    /// after `switch_model(name)`) is served by it.
+    pub fn extra_model(mut self, name: impl Into<String>, model: Arc<dyn Model>) -> Self {
+        self.models.insert(name.into(), model);
+        self
+    }
+
+    /// Adds a model to the run's fallback chain: when a step fails with a provider
+    /// error that is not retried, or exhausts its retries (not on a context overflow, not on
+    /// an abort), the step is requested again from the next model of the chain, in the order
+    /// they were added (row `executing_fallback`, event `model_fallback`). `name` is what the
+    /// requests carry; `model` serves it. To fall back to another model name of the same
+    /// client, put the name in [`RunConfig::fallbacks`] instead.
+    pub fn fallback_model(mut self, name: impl Into<String>, model: Arc<dyn Model>) -> Self {
+        let name = name.into();
+        self.models.insert(name.clone(), model);
+        self.config.fallbacks.push(name);
+        self
+    }
+
+    /// Sets the retry decision (R-EXT-3): `f` says whether an attempt that failed with a
+    /// typed error is worth retrying, given the error and the failed attempt's number among
+    /// the step's attempts on its current model, from 1 (the retry policy's `max_retries`
+    /// still bounds the retries). `f` is a plain function (or a closure that captures
+    /// nothing): traces record it as `name` (`config.step.retry.decider`), and a replay finds
+    /// it by that name in its registry (`agentloop_core::react::DeciderRegistry::with_retry`,
+    /// passed to [`agentloop_core::trace::replay_with`]).
+    ///
+    /// ```
+    /// use agentloop::prelude::*;
+    /// use agentloop::{ErrorKind, ModelError};
+    ///
+    /// fn rate_limits_only(error: &ModelError, _attempt: u32) -> bool {
+    ///     error.kind == ErrorKind::RateLimited
+    /// }
+    /// let agent = Agent::builder()
+    ///     .model(ScriptedModel::demo())
+    ///     .retry_decider("rate-limits-only", rate_limits_only)
+    ///     .build();
+    /// # let _ = agent;
+    /// ```
+    pub fn retry_decider(
+        mut self,
+        name: impl Into<std::borrow::Cow<'static, str>>,
+        f: fn(&crate::ModelError, u32) -> bool,
+    ) -> Self {
+        self.config.step.retry.decider = crate::process::RetryDeciderRef::new(name, f);
+        self
+    }
+
+    /// Limits the input (prompt) tokens the run's committed steps may report. Reaching a
+    /// usage limit asks the model for a final answer without tools (or stops the run, with
+    /// [`stop_at_limit`](Self::stop_at_limit)); the run ends with reason
+    /// `usage_limit:<limit>`. No limits by default.
+    ///
+    /// ```
+    /// use agentloop::provider::scripted::ScriptedModel;
+    /// use agentloop::runtime::Agent;
+    /// let agent = Agent::builder()
+    ///     .model(ScriptedModel::demo())
+    ///     .max_total_tokens(50_000)
+    ///     .max_tool_calls(20)
+    ///     .max_cost_usd(0.50, 2.5, 10.0) // at most 50 cents at 2.5 / 10 USD per million tokens
+    ///     .build();
+    /// assert_eq!(agent.config().limits.tool_calls, Some(20));
+    /// ```
+    pub fn max_input_tokens(mut self, tokens: u64) -> Self {
+        self.config.limits.input_tokens = Some(tokens);
+        self
+    }
+
+    /// Limits the output tokens the run's committed steps may report (see
+    /// [`max_input_tokens`](Self::max_input_tokens)).
+    pub fn max_output_tokens(mut self, tokens: u64) -> Self {
+        self.config.limits.output_tokens = Some(tokens);
+        self
+    }
+
+    /// Limits the input plus output tokens the run's committed steps may report (see
+    /// [`max_input_tokens`](Self::max_input_tokens)).
+    pub fn max_total_tokens(mut self, tokens: u64) -> Self {
+        self.config.limits.total_tokens = Some(tokens);
+        self
+    }
+
+    /// Limits the model requests the run may send, retries and fallbacks included (see
+    /// [`max_input_tokens`](Self::max_input_tokens)).
+    pub fn max_model_calls(mut self, calls: u64) -> Self {
+        self.config.limits.model_calls = Some(calls);
+        self
+    }
+
+    /// Limits the tool calls of the run's committed messages (see
+    /// [`max_input_tokens`](Self::max_input_tokens)).
+    pub fn max_tool_calls(mut self, calls: u64) -> Self {
+        self.config.limits.tool_calls = Some(calls);
+        self
+    }
+
+    /// Limits what the run may cost, in US dollars, its usage priced at
+    /// `input_usd_per_mtok` and `output_usd_per_mtok` per million tokens (see
+    /// [`max_input_tokens`](Self::max_input_tokens)).
+    pub fn max_cost_usd(
+        mut self,
+        max_usd: f64,
+        input_usd_per_mtok: f64,
+        output_usd_per_mtok: f64,
+    ) -> Self {
+        self.config.limits.cost = Some(agentloop_core::react::CostLimit {
+            max_usd,
+            input_usd_per_mtok,
+            output_usd_per_mtok,
+        });
+        self
+    }
+
+    /// Ends the run at once when it reaches a usage limit, instead of asking the model for a
+    /// final answer first.
+    pub fn stop_at_limit(mut self) -> Self {
+        self.config.limits.on_limit = agentloop_core::react::LimitAction::Stop;
+        self
+    }
+
+    /// Keeps inline `<status>`, `<title>` and `<plan>` tags in the answer's text: they are
+    /// still reported (`status_update` / `title_generated` / `plan_generated` events), and the
+    /// text stays as the model wrote it. By default they are reported and removed from the
+    /// answer.
+    pub fn keep_inline_tags(mut self) -> Self {
+        self.config.step.inline_tags = agentloop_core::process::InlineTags::Keep;
+        self
+    }
+
+    /// Looks for no inline `<status>`, `<title>` or `<plan>` tags: the text is the answer,
+    /// and no tag event is emitted.
+    pub fn ignore_inline_tags(mut self) -> Self {
+        self.config.step.inline_tags = agentloop_core::process::InlineTags::Off;
+        self
+    }
+
+    /// Sets the hooks (R-EXT-1); a `Vec<Arc<dyn Hooks>>` is hooks that call several in order.
+    pub fn hooks(mut self, hooks: Arc<dyn Hooks>) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    /// Offloads tool results longer than `limit_bytes` to files under `dir`
+    /// (`<dir>/<session>/<tool_call_id>.txt`, R-TOOL-5): the model sees a preview (1 KiB, see
+    /// [`offload_preview`](Self::offload_preview)) and the file's path instead
+    /// (`large_result_offloaded`).
+    pub fn offload(mut self, dir: impl Into<PathBuf>, limit_bytes: usize) -> Self {
+        self.offload = Some(Offload::new(dir, limit_bytes));
+        self
+    }
+
+    /// Bytes of an offloaded result kept inline as its preview (cut at a char boundary;
+    /// default 1024). Only with [`offload`](Self::offload).
+    pub fn offload_preview(mut self, bytes: usize) -> Self {
+        self.offload_preview = Some(bytes);
+        self
+    }
+
+    /// Sets the tools.
+    pub fn tools(mut self, tools: ToolRegistry) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Adds one tool to the agent's tools.
+    pub fn tool(mut self, tool: Arc<dyn crate::tools::Tool>) -> Self {
+        self.tools.insert(tool);
+        self
+    }
+
+    /// Adds the built-in tools: `calculator`, `read_file` and `append_line` (which writes
+    /// files under [`root`](Self::root); mind the approver, which auto-approves by default).
+    #[cfg(feature = "builtin-tools")]
+    pub fn builtin_tools(mut self) -> Self {
+        self.tools.extend(ToolRegistry::builtin());
+        self
+    }
+
+    /// Adds the tools of a connected MCP server (feature `mcp`; see [`crate::mcp`]). The
+    /// builder stays synchronous: connecting is IO, done before by
+    /// [`McpServer::connect_stdio`](crate::mcp::McpServer::connect_stdio) and its siblings. A
+    /// tool named like one already registered replaces it.
+    #[cfg(feature = "mcp")]
+    pub fn mcp(mut self, server: &crate::mcp::McpServer) -> Self {
+        for tool in server.tools() {
+            self.tools.insert(tool);
+        }
+        self
+    }
+
+    /// Sets the session store.
+    pub fn store(mut self, store: Arc<dyn SessionStore>) -> Self {
+        self.store = store;
+        self
+    }
+
+    /// Sets the approver.
+    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.approver = approver;
+        self
+    }
+
+    /// Makes runs reproducible for tests: run ids `run-1`, `run-2`, ... (so each run's
+    /// backoff jitter seed is fixed too), and event timestamps from tokio's clock, starting at
+    /// 0 ms when the agent is built (virtual time under a paused runtime, `start_paused`).
+    /// Two runs of the same script then record the same trace and the same events.
+    pub fn deterministic(mut self) -> Self {
+        self.ids = Arc::new(SequentialIds::default());
+        self.clock = Arc::new(TokioClock::default());
+        self
+    }
+
+    /// Sets the clock: event timestamps and the machines' timers (the default reads the
+    /// system time and sleeps on tokio's timers). See [`Clock`] for an example.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Sets the id generator: run ids and each run's backoff jitter seed (the default:
+    /// time-based ids and a random seed). See [`Ids`] for an example.
+    pub fn ids(mut self, ids: Arc<dyn Ids>) -> Self {
+        self.ids = ids;
+        self
+    }
+
+    /// Sets the event sink.
+    pub fn sink(mut self, sink: Arc<dyn EventSink>) -> Self {
+        self.sink = sink;
+        self
+    }
+
+    /// Sets the compaction strategy.
+    pub fn compactor(mut self, compactor: Arc<dyn Compactor>) -> Self {
+        self.compactor = compactor;
+        self
+    }
+
+    /// How long one compaction may take, on the agent's clock (default 2 minutes; `None`: as
+    /// long as it takes). Past it the compaction fails like a compactor's error:
+    /// a context that still fits is sent as it is, one that does not fails the run
+    /// (`compaction_failed`). An LLM summary whose model hangs no longer waits until the
+    /// run's deadline.
+    pub fn compaction_timeout_ms(mut self, ms: Option<u64>) -> Self {
+        self.compaction_timeout_ms = ms;
+        self
+    }
+
+    /// Sets the context manager (R-CTX-1/2): it builds each new run's history,
+    /// system prompt and tools, and may keep entries before and after the run; see
+    /// [`ContextManager`]. Default: the history rebuilt from the session's entries, the run's
+    /// own system prompt and tools (see [`RunContext`]).
+    pub fn context_manager(mut self, manager: Arc<dyn ContextManager>) -> Self {
+        self.context_manager = manager;
+        self
+    }
+
+    /// The data every [`RunContext`] carries as `runtime_init_data` (default `null`).
+    pub fn context_init_data(mut self, data: serde_json::Value) -> Self {
+        self.context_init_data = data;
+        self
+    }
+
+    /// Caps a run at `steps` model steps (default 10): the last one gets a reminder that it is
+    /// the last and is offered no tools (R-OUT-5), so the run ends with an answer.
+    pub fn max_steps(mut self, steps: u32) -> Self {
+        self.config.max_steps = steps;
+        self
+    }
+
+    /// Tells the agent its model's context window in tokens (R-CTX-3). The run compacts its
+    /// context before it would overflow the window (a `context_budget_tokens` set through
+    /// [`configure`](Self::configure) takes precedence). Without either, the window is looked
+    /// up by model name; for an unknown model only a message cap
+    /// ([`compact_after_messages`](Self::compact_after_messages)) or a provider's overflow
+    /// error compacts.
+    pub fn context_window(mut self, tokens: u64) -> Self {
+        self.config.context_window = Some(tokens);
+        self
+    }
+
+    /// Compacts the context when it has more than `messages` messages, whatever its size in
+    /// tokens (off by default).
+    pub fn compact_after_messages(mut self, messages: usize) -> Self {
+        self.config.compact_threshold = Some(messages);
+        self
+    }
+
+    /// Sets the whole run configuration (its `tools` are replaced by the registry's specs). The
+    /// builder's other methods each set a part of it; this and [`configure`](Self::configure)
+    /// reach the rest ([`RunConfig`]'s fields are documented with the core's machines).
+    pub fn config(mut self, config: RunConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Changes the run configuration in place.
+    pub fn configure(mut self, f: impl FnOnce(&mut RunConfig)) -> Self {
+        f(&mut self.config);
+        self
+    }
+
+    /// Fixes the seed of every run's retry backoff jitter (by default each run draws one from
+    /// the agent's id source). The seed is recorded in the trace's header either way; a fixed one
+    /// makes the header and the delays the same on every run (CLI: `--seed N`).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.config.step.retry.jitter_seed = Some(seed);
+        self
+    }
+
+    /// Caps each model step's output at `max_tokens` tokens (the request's `max_tokens`;
+    /// without it OpenAI-compatible servers use their own default, which for a local server
+    /// can be the whole context, and Anthropic uses `HttpConfig::default_max_tokens`).
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.config.params.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// Sets whether and which tool the model must call on the steps that offer tools (the
+    /// final step offers none, R-OUT-5, so a forced tool cannot loop past `max_steps`).
+    /// A [`ToolChoice::Tool`](crate::model::ToolChoice::Tool) naming no registered tool is
+    /// not checked here: the provider refuses it.
+    pub fn tool_choice(mut self, choice: crate::model::ToolChoice) -> Self {
+        self.config.params.tool_choice = Some(choice);
+        self
+    }
+
+    /// Sets what a rejected or timed-out approval does: `false`
+    /// (the default) stops the run after the step with reason `tool_rejected`; `true`
+    /// continues, the model seeing the denied result. An approval always resumes.
+    pub fn auto_resume(mut self, on: bool) -> Self {
+        self.config.step.auto_resume = on;
+        self
+    }
+
+    /// Sets how long a call waits for its approval (R-CTL-4; default `None`: as long as the
+    /// approver takes). The step's machine starts it as a timer with each approval request;
+    /// when it fires first the call is denied with status `timeout` (a rejection, so
+    /// [`auto_resume`](Self::auto_resume) decides whether the run goes on) and the approver's
+    /// wait is withdrawn. A session replaces it with its own
+    /// [`SessionConfig::approval_timeout_ms`](crate::session::SessionConfig::approval_timeout_ms).
+    pub fn approval_timeout(mut self, timeout_ms: Option<u64>) -> Self {
+        self.config.step.approval_timeout_ms = timeout_ms;
+        self
+    }
+
+    /// Titles each new session with `model`, registered as `name` (off by
+    /// default): on a session's first run the title model is asked in parallel with the
+    /// first step, and its answer is a `title_generated` event and a `title` session entry.
+    pub fn title_model(mut self, name: impl Into<String>, model: Arc<dyn Model>) -> Self {
+        let name = name.into();
+        self.models.insert(name.clone(), model);
+        self.config.title_model = Some(name);
+        self
+    }
+
+    /// Sets the system prompt (replacing any).
+    pub fn system(mut self, text: impl Into<String>) -> Self {
+        self.config.system = Some(text.into());
+        self
+    }
+
+    /// Composes an agent's instructions into the system prompt with
+    /// [`build_system_prompt`](crate::instructions::build_system_prompt), after any system
+    /// prompt already set. Load them by agent id with
+    /// [`instructions::load`](crate::instructions::load).
+    pub fn instructions(mut self, text: &str) -> Self {
+        self.config.system = Some(crate::instructions::build_system_prompt(
+            self.config.system.as_deref(),
+            text,
+        ));
+        self
+    }
+
+    /// Adds a reminder rule: `text` goes to the model, as a user message after the context,
+    /// before each step `when` holds for (every step, every n-th, after a failed tool call,
+    /// or from a context size on). Reminders are not stored in the session.
+    ///
+    /// ```
+    /// use agentloop::provider::scripted::ScriptedModel;
+    /// use agentloop::runtime::{Agent, ReminderWhen};
+    /// let agent = Agent::builder()
+    ///     .model(ScriptedModel::demo())
+    ///     .reminder(ReminderWhen::AfterToolFailure, "Read the tool's error before retrying.")
+    ///     .reminder(ReminderWhen::EveryNSteps(5), "Keep the plan short.")
+    ///     .build();
+    /// # let _ = agent;
+    /// ```
+    pub fn reminder(mut self, when: ReminderWhen, text: impl Into<String>) -> Self {
+        self.config
+            .reminders
+            .push(crate::react::reminders::Reminder {
+                when,
+                text: text.into(),
+            });
+        self
+    }
+
+    /// Adds a tool rule after those already set (R-TOOL-3): per call, by tool name
+    /// and an argument pattern, whether it runs, waits for the approver or gets a denied
+    /// result without running, and its deadline. The last matching rule decides, so add the
+    /// general rules first and their exceptions after; calls no rule matches keep the
+    /// per-tool approval map and timeout. See `agentloop_core::tool_rules`.
+    ///
+    /// ```
+    /// use agentloop::provider::scripted::ScriptedModel;
+    /// use agentloop::runtime::{Agent, ToolRule};
+    /// let agent = Agent::builder()
+    ///     .model(ScriptedModel::demo())
+    ///     .tool_rule(ToolRule::ask("*"))
+    ///     .tool_rule(ToolRule::allow("calculator").timeout_ms(5_000))
+    ///     .tool_rule(ToolRule::deny("append_line").argument("line", "*password*"))
+    ///     .build();
+    /// assert_eq!(agent.config().step.tool_rules.len(), 3);
+    /// ```
+    pub fn tool_rule(mut self, rule: ToolRule) -> Self {
+        self.config.step.tool_rules.push(rule);
+        self
+    }
+
+    /// Adds tool rules in order after those already set (see [`tool_rule`](Self::tool_rule)).
+    pub fn tool_rules(mut self, rules: impl IntoIterator<Item = ToolRule>) -> Self {
+        self.config.step.tool_rules.extend(rules);
+        self
+    }
+
+    /// Offers the built-in `write_todos` tool: the model keeps a todo
+    /// list, each completed call reported as a `todo_change{todos}` event.
+    pub fn write_todos(mut self) -> Self {
+        self.tools.insert(Arc::new(crate::tools::WriteTodos));
+        self
+    }
+
+    /// Offers the built-in `ask_user` tool: the model asks the person a
+    /// question, with options; the call waits for the answer (a session's
+    /// [`respond`](crate::session::Session::respond), the CLI's `chat`), at most
+    /// `timeout_ms` when given. Outside a session nobody can answer and the call fails.
+    pub fn ask_user(mut self, timeout_ms: Option<u64>) -> Self {
+        self.tools.insert(Arc::new(crate::tools::AskUser));
+        self.config.step.ask_user = true;
+        self.config.step.ask_user_timeout_ms = timeout_ms;
+        self
+    }
+
+    /// Sets who answers `ask_user` questions (the default: nobody, so a question fails at
+    /// once; a session installs its own). See [`UserAsker`] for an example.
+    pub fn asker(mut self, asker: Arc<dyn UserAsker>) -> Self {
+        self.asker = asker;
+        self
+    }
+
+    /// How long a tool call may run before it gets a `timeout` error result (R-IN-3; default
+    /// 120 s). A [`ToolRule`]'s timeout overrides it for the calls the rule matches.
+    pub fn tool_timeout_ms(mut self, ms: u64) -> Self {
+        self.timeouts.tool_ms = ms;
+        self
+    }
+
+    /// How long a model attempt may wait for its response to start and its first delta to
+    /// arrive (default 60 s), and then at most between two deltas (default 30 s). Expiry is a
+    /// retryable `stalled` failure of the attempt.
+    pub fn stream_timeouts_ms(mut self, first_chunk_ms: u64, stall_ms: u64) -> Self {
+        self.timeouts.first_chunk_ms = first_chunk_ms;
+        self.timeouts.stall_ms = stall_ms;
+        self
+    }
+
+    /// How long one model attempt may take, from sending to its last delta (default: no
+    /// limit). Expiry is a retryable `timeout` error.
+    pub fn request_timeout_ms(mut self, ms: u64) -> Self {
+        self.timeouts.request_ms = Some(ms);
+        self
+    }
+
+    /// How long a whole run may take (default: no limit). Expiry aborts the run.
+    pub fn run_deadline_ms(mut self, ms: u64) -> Self {
+        self.timeouts.run_deadline_ms = Some(ms);
+        self
+    }
+
+    /// Feeds parallel tools' results to the machine as each call finishes, so each result is
+    /// stored as early as possible (R-IN-4). By default they reach it in the order the calls
+    /// were started, so identical runs record identical traces; with this, traces of
+    /// parallel calls may differ from run to run.
+    pub fn tool_results_as_completed(mut self) -> Self {
+        self.timeouts.tool_order = ToolOrder::Completion;
+        self
+    }
+
+    /// Sets the directory file tools are confined to.
+    pub fn root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.root = root.into();
+        self
+    }
+
+    /// Lets the built-in file tools write instruction, agent and rule files (`AGENTS.md`,
+    /// `agents/ID.md`, a tool rules file; see [`crate::tools::protected`]). Off by default:
+    /// a model that appends to its own instructions or rules changes every later run.
+    ///
+    /// ```
+    /// use agentloop::prelude::*;
+    /// let agent = Agent::builder()
+    ///     .model(ScriptedModel::demo())
+    ///     .allow_instruction_writes(true)
+    ///     .build();
+    /// # let _ = agent;
+    /// ```
+    pub fn allow_instruction_writes(mut self, allow: bool) -> Self {
+        self.allow_instruction_writes = allow;
+        self
+    }
+}
+
+impl AgentBuilder<Arc<dyn Model>> {
+    /// Builds the agent.
+    pub fn build(self) -> Agent {
+        let mut config = self.config;
+        kit::configure_tools(&mut config, &self.tools);
+        config.step.gate_tools = self.hooks.gates_tools();
+        if config.model.is_empty() || config.model == "scripted" {
+            config.model = self.model.name();
+        }
+        let mut models = self.models;
+        models
+            .entry(self.model.name())
+            .or_insert_with(|| self.model.clone());
+        models
+            .entry(config.model.clone())
+            .or_insert_with(|| self.model.clone());
+        let compactor: Arc<dyn Compactor> = match self.compaction_timeout_ms {
+            Some(ms) => Arc::new(CompactionDeadline {
+                inner: self.compactor,
+                clock: self.clock.clone(),
+                ms,
+            }),
+            None => self.compactor,
+        };
+        Agent {
+            model: self.model,
+            models,
+            hooks: self.hooks,
+            offload: self.offload.map(|mut o| {
+                if let Some(bytes) = self.offload_preview {
+                    o.preview_bytes = bytes;
+                }
+                o
+            }),
+            tools: SharedTools::new(self.tools),
+            store: self.store,
+            approver: self.approver,
+            asker: self.asker,
+            clock: self.clock,
+            ids: self.ids,
+            sink: self.sink,
+            compactor,
+            context_manager: self.context_manager,
+            context_init_data: Arc::new(self.context_init_data),
+            config: Arc::new(config),
+            timeouts: self.timeouts,
+            root: self.root,
+            allow_instruction_writes: self.allow_instruction_writes,
+            event_index: Default::default(),
+        }
+    }
+}
