@@ -35,12 +35,12 @@ fn resolved(data: &mut ProcessData, i: usize, facts: &Facts<'_>) {
         return;
     };
     let tool_call_id = data.tools.slots.get(i).call.id.clone();
-    data.emit(AgentEvent::ApprovalResolved {
+    data.outbox.emit(AgentEvent::ApprovalResolved {
         tool_call_id,
         decision: (*decision).clone(),
         status: decision.status(),
     });
-    data.emit(AgentEvent::AgentResumed {
+    data.outbox.emit(AgentEvent::AgentResumed {
         trigger: "tool_approved".into(),
     });
 }
@@ -80,7 +80,8 @@ fn stop_waiting(data: &mut ProcessData, i: usize, from: ToolCallState) {
 /// `tool_skipped_for_steering` for slot `i`.
 fn announce_skip(data: &mut ProcessData, i: usize) {
     let tool_call_id = data.tools.slots.get(i).call.id.clone();
-    data.emit(AgentEvent::ToolSkippedForSteering { tool_call_id });
+    data.outbox
+        .emit(AgentEvent::ToolSkippedForSteering { tool_call_id });
 }
 
 /// Closes slot `i` with an `aborted` or `skipped` result.
@@ -109,7 +110,7 @@ impl ToolCallActions for Actions {
     /// An unknown tool: `tool_call_unknown`, and an error result naming the nearest offered tool.
     fn commit_unknown(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
         let call = data.tools.slots.get(i).call.clone();
-        data.emit(AgentEvent::ToolCallUnknown {
+        data.outbox.emit(AgentEvent::ToolCallUnknown {
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
         });
@@ -169,7 +170,7 @@ impl ToolCallActions for Actions {
         let Some(hit) = data.cached(&call).cloned() else {
             return;
         };
-        data.emit(AgentEvent::ToolCacheHit {
+        data.outbox.emit(AgentEvent::ToolCacheHit {
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
             cached_from: hit.tool_call_id.clone(),
@@ -228,12 +229,12 @@ impl ToolCallActions for Actions {
             _ => String::new(),
         };
         let call = data.tools.slots.get(i).call.clone();
-        data.emit(AgentEvent::UserResponded {
+        data.outbox.emit(AgentEvent::UserResponded {
             reference: call.id.clone(),
             answer: answer.clone(),
         });
         if data.cfg.detailed_events {
-            data.emit(AgentEvent::AgentResumed {
+            data.outbox.emit(AgentEvent::AgentResumed {
                 trigger: "user_respond".into(),
             });
         }
@@ -297,7 +298,7 @@ impl ToolCallActions for Actions {
             _ => String::new(),
         };
         let call = data.tools.slots.get(i).call.clone();
-        data.emit(AgentEvent::ToolBlocked {
+        data.outbox.emit(AgentEvent::ToolBlocked {
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
             reason: reason.clone(),
@@ -312,7 +313,7 @@ impl ToolCallActions for Actions {
     /// The call is put to a human (R-CTL-4), with the approval timer if one is set.
     fn ask(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
         let call = data.tools.slots.get(i).call.clone();
-        data.emit(AgentEvent::ApprovalRequired {
+        data.outbox.emit(AgentEvent::ApprovalRequired {
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
             arguments: call.arguments.clone(),
@@ -389,7 +390,7 @@ impl ToolCallActions for Actions {
     fn abort_killed(data: &mut ProcessData, i: usize, from: ToolCallState, _: &Facts<'_>) {
         kill(data, i, from);
         let tool_call_id = data.tools.slots.get(i).call.id.clone();
-        data.emit(AgentEvent::ToolKilled { tool_call_id });
+        data.outbox.emit(AgentEvent::ToolKilled { tool_call_id });
         close(data, i, ToolStatus::Aborted);
     }
 

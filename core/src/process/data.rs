@@ -12,10 +12,11 @@ use crate::event::KillPolicy;
 use crate::inline_tags::{InlinePiece, TagKind};
 use crate::message::{AssistantMessage, MessageDelta, ToolCall, ToolResult, ToolStatus};
 use crate::model::ModelRequest;
+use crate::outbox::Outbox;
 use crate::process::call_dispatch;
 use crate::process::call_guards::Facts;
 use crate::process::config::{LoopAction, StepConfig};
-use crate::process::context::{Attempt, Backoff, Ending, Outbox, ToolCalls};
+use crate::process::context::{Attempt, Backoff, Ending, ToolCalls};
 use crate::process::deadlines::{
     approval_slot, approval_timer, tool_slot, tool_timer, AttemptTimer,
 };
@@ -54,7 +55,7 @@ pub(crate) struct ProcessData {
     /// The committed message, the outcome, a stop request, the typed-answer verdict.
     pub(crate) ending: Ending,
     /// What the current handle produced (drained by the facade).
-    pub(crate) outbox: Outbox,
+    pub(crate) outbox: Outbox<ProcessRow>,
 }
 
 impl ProcessData {
@@ -72,14 +73,6 @@ impl ProcessData {
     /// Records the chart row a handler took (the generated dispatch calls it).
     pub(crate) fn take(&mut self, row: ProcessRow) {
         self.outbox.take(row);
-    }
-
-    pub(crate) fn emit(&mut self, event: AgentEvent) {
-        self.outbox.emit(event);
-    }
-
-    pub(crate) fn persist(&mut self, entry: Entry) {
-        self.outbox.persist(entry);
     }
 
     /// The current attempt's backoff timer.
@@ -120,7 +113,7 @@ impl ProcessData {
             self.attempt.timers.moved = false;
             self.attempt
                 .timers
-                .arm(kind, timer_id, delay_ms, &mut self.outbox.out);
+                .arm(kind, timer_id, delay_ms, &mut self.outbox);
         }
     }
 
@@ -194,7 +187,7 @@ impl ProcessData {
 
     /// The attempt ended (committed, failed, retried, aborted): its deadline timers stop.
     pub(crate) fn end_attempt(&mut self) {
-        self.attempt.timers.clear(&mut self.outbox.out);
+        self.attempt.timers.clear(&mut self.outbox);
         self.attempt.open = false;
     }
 
@@ -211,7 +204,7 @@ impl ProcessData {
     pub(crate) fn call_model(&mut self) {
         self.attempt.send(self.cfg.inline_tags);
         let request = self.attempt.request.clone();
-        self.emit(AgentEvent::RequestStart {
+        self.outbox.emit(AgentEvent::RequestStart {
             model_call_index: request.model_call_index,
             attempt: request.attempt,
             model: request.model.clone(),
@@ -221,17 +214,14 @@ impl ProcessData {
         if let Some(d) = self.cfg.stream {
             let base = self.timer_id();
             let first = AttemptTimer::FirstChunk;
-            self.attempt.timers.arm(
-                first,
-                first.id(base),
-                d.first_chunk_ms,
-                &mut self.outbox.out,
-            );
+            self.attempt
+                .timers
+                .arm(first, first.id(base), d.first_chunk_ms, &mut self.outbox);
             if let Some(ms) = d.request_ms {
                 let request = AttemptTimer::Request;
                 self.attempt
                     .timers
-                    .arm(request, request.id(base), ms, &mut self.outbox.out);
+                    .arm(request, request.id(base), ms, &mut self.outbox);
             }
         }
     }
@@ -282,7 +272,7 @@ impl ProcessData {
         let timer_id = self.timer_id();
         self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
         backoff.timer = Some(timer_id);
-        self.emit(AgentEvent::Retry {
+        self.outbox.emit(AgentEvent::Retry {
             model_call_index: self.attempt.request.model_call_index,
             attempt: self.attempt.request.attempt,
             delay_ms,
@@ -300,7 +290,7 @@ impl ProcessData {
     }
 
     pub(crate) fn retried(&mut self) {
-        self.emit(AgentEvent::ModelTurnRetried {
+        self.outbox.emit(AgentEvent::ModelTurnRetried {
             model_call_index: self.attempt.request.model_call_index,
             attempt: self.attempt.request.attempt,
         });
@@ -314,7 +304,7 @@ impl ProcessData {
 
     pub(crate) fn fail(&mut self, error: ModelError) {
         self.end_attempt();
-        self.emit(AgentEvent::StreamError {
+        self.outbox.emit(AgentEvent::StreamError {
             error: error.clone(),
         });
         self.ending.end(StepOutcome::Failed(error));
@@ -322,7 +312,7 @@ impl ProcessData {
 
     pub(crate) fn overflow(&mut self, error: ModelError) {
         self.end_attempt();
-        self.emit(AgentEvent::ContextOverflow {
+        self.outbox.emit(AgentEvent::ContextOverflow {
             message: error.message.clone(),
         });
         self.ending.end(StepOutcome::ContextOverflow(error));
@@ -330,7 +320,7 @@ impl ProcessData {
 
     pub(crate) fn stalled(&mut self, after_ms: u64) {
         self.cancel_model();
-        self.emit(AgentEvent::StreamStalled {
+        self.outbox.emit(AgentEvent::StreamStalled {
             model_call_index: self.attempt.request.model_call_index,
             attempt: self.attempt.request.attempt,
             after_ms,
@@ -338,7 +328,7 @@ impl ProcessData {
     }
 
     pub(crate) fn opened(&mut self) {
-        self.emit(AgentEvent::MessageStart {
+        self.outbox.emit(AgentEvent::MessageStart {
             model_call_index: self.attempt.request.model_call_index,
             attempt: self.attempt.request.attempt,
         });
@@ -352,13 +342,13 @@ impl ProcessData {
             // Deltas flow: the first-chunk deadline gives way to the stall watchdog.
             self.attempt
                 .timers
-                .disarm(AttemptTimer::FirstChunk, &mut self.outbox.out);
+                .disarm(AttemptTimer::FirstChunk, &mut self.outbox);
             if let Some(d) = self.cfg.stream {
                 let stall = AttemptTimer::Stall;
                 let id = stall.id(self.timer_id());
                 self.attempt
                     .timers
-                    .arm(stall, id, d.stall_ms, &mut self.outbox.out);
+                    .arm(stall, id, d.stall_ms, &mut self.outbox);
                 self.attempt.timers.moved = false;
             }
         }
@@ -402,7 +392,7 @@ impl ProcessData {
             _ => None,
         };
         if let Some(event) = event {
-            self.emit(event);
+            self.outbox.emit(event);
         }
     }
 
@@ -414,7 +404,7 @@ impl ProcessData {
             self.attempt.request.attempt,
         );
         for piece in observed {
-            self.emit(match piece {
+            self.outbox.emit(match piece {
                 InlinePiece::Text(text) => AgentEvent::TextDelta {
                     model_call_index,
                     attempt,
@@ -456,24 +446,24 @@ impl ProcessData {
             self.emit_text(vec![InlinePiece::Text(rest)]);
         }
         let message = self.attempt.acc.message();
-        self.persist(Entry::Assistant {
+        self.outbox.persist(Entry::Assistant {
             run_id: self.attempt.request.run_id.clone(),
             model_call_index: self.attempt.request.model_call_index,
             message: message.clone(),
         });
-        self.emit(AgentEvent::ResponseComplete {
+        self.outbox.emit(AgentEvent::ResponseComplete {
             model_call_index: self.attempt.request.model_call_index,
             usage: message.usage,
             tool_calls: message.tool_calls.len(),
             message: Box::new(message.clone()),
         });
         if !message.tool_calls.is_empty() {
-            self.emit(AgentEvent::ToolCalls {
+            self.outbox.emit(AgentEvent::ToolCalls {
                 count: message.tool_calls.len(),
             });
         }
         for (provided, derived) in self.attempt.acc.derived_ids().to_vec() {
-            self.emit(AgentEvent::ToolCallIdDerived {
+            self.outbox.emit(AgentEvent::ToolCallIdDerived {
                 provided,
                 tool_call_id: derived,
             });
@@ -525,7 +515,7 @@ impl ProcessData {
             run = repeats;
             let looped = self.cfg.doom_loop.filter(|p| repeats >= p.threshold);
             if let Some(policy) = looped {
-                self.emit(AgentEvent::LoopDetected {
+                self.outbox.emit(AgentEvent::LoopDetected {
                     tool_call_id: Some(call.id.clone()),
                     pattern: vec![call.name.clone()],
                     repeats,
@@ -597,7 +587,7 @@ impl ProcessData {
                 .collect();
             let check =
                 crate::chart::check_effects(MachineKind::ToolCall, row.spec().id, declared, &own);
-            self.outbox.call_effects.push(check);
+            self.outbox.effect_checks.push(check);
         }
         Some(row)
     }
@@ -634,7 +624,8 @@ impl ProcessData {
             to,
             row,
         };
-        self.outbox.calls.push((transition, check));
+        self.outbox.transitions.push(transition);
+        self.outbox.checks.push(check);
     }
 
     /// Whether the step offers a tool named `name`.
@@ -695,19 +686,19 @@ impl ProcessData {
                 .timeout_ms
                 .filter(|_| policy.action != RuleAction::Deny),
         };
-        self.emit(event);
+        self.outbox.emit(event);
     }
 
     /// Persists and announces the result of slot `i`, which a chart row has just ended.
     pub(crate) fn record_result(&mut self, i: usize, result: ToolResult) {
-        self.persist(Entry::ToolResult {
+        self.outbox.persist(Entry::ToolResult {
             run_id: self.attempt.request.run_id.clone(),
             result: result.clone(),
         });
-        self.emit(AgentEvent::tool_end(&result));
+        self.outbox.emit(AgentEvent::tool_end(&result));
         if result.status == ToolStatus::Completed && result.name == crate::todo::WRITE_TODOS_TOOL {
             if let Some(todos) = crate::todo::todos_of(&self.tools.slots.get(i).call.arguments) {
-                self.emit(AgentEvent::TodoChange {
+                self.outbox.emit(AgentEvent::TodoChange {
                     tool_call_id: result.tool_call_id.clone(),
                     todos,
                 });
@@ -719,12 +710,12 @@ impl ProcessData {
     /// Runs slot `i`: its start marker first (R-IDEM-6), then the tool, then its deadline.
     pub(crate) fn run(&mut self, i: usize) {
         let call = self.tools.slots.get(i).call.clone();
-        self.persist(Entry::ToolStarted {
+        self.outbox.persist(Entry::ToolStarted {
             run_id: self.attempt.request.run_id.clone(),
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
         });
-        self.emit(AgentEvent::ToolStart {
+        self.outbox.emit(AgentEvent::ToolStart {
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
             arguments: call.arguments.clone(),
@@ -764,7 +755,7 @@ impl ProcessData {
             })
             .unwrap_or_default();
         let tool_call_id = call.id.clone();
-        self.emit(AgentEvent::AskUser {
+        self.outbox.emit(AgentEvent::AskUser {
             reference: tool_call_id.clone(),
             question: question.clone(),
             options: options.clone(),
@@ -960,7 +951,7 @@ impl ProcessData {
     pub(crate) fn denied(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
         use crate::event::ApprovalDecision;
         let call = self.tools.slots.get(i).call.clone();
-        self.emit(AgentEvent::ApprovalResolved {
+        self.outbox.emit(AgentEvent::ApprovalResolved {
             tool_call_id: call.id.clone(),
             decision: decision.clone(),
             status: decision.status(),
@@ -976,7 +967,7 @@ impl ProcessData {
             _ => (String::from("denied"), "tool_rejected"),
         };
         if self.cfg.auto_resume {
-            self.emit(AgentEvent::AgentResumed {
+            self.outbox.emit(AgentEvent::AgentResumed {
                 trigger: trigger.into(),
             });
         } else {

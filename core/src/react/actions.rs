@@ -335,7 +335,7 @@ impl ReactActions for Actions {
     /// `active_run_deadline`: the timer is spent; the facade feeds the abort it stands for.
     fn active_run_deadline(data: &mut ReactData, _input: &Input<'_>) {
         data.end.deadline_armed = false;
-        data.outbox.deadline_abort = true;
+        data.end.deadline_abort = true;
     }
 
     /// `active_abort`: the abort reached the step (before dispatch); keep what it committed, the
