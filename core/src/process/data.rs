@@ -16,7 +16,7 @@ use crate::outbox::Outbox;
 use crate::process::call_dispatch;
 use crate::process::call_guards::Facts;
 use crate::process::config::{LoopAction, StepConfig};
-use crate::process::context::{Attempt, Backoff, Ending, ToolCalls};
+use crate::process::context::{Attempt, Ending, ToolCalls};
 use crate::process::deadlines::{
     approval_slot, approval_timer, tool_slot, tool_timer, AttemptTimer,
 };
@@ -75,11 +75,6 @@ impl ProcessData {
         self.outbox.take(row);
     }
 
-    /// The current attempt's backoff timer.
-    pub(crate) fn timer_id(&self) -> u64 {
-        self.attempt.timer_id()
-    }
-
     /// The deadline timer of slot `i` (see [`deadlines`](crate::process::deadlines)).
     pub(crate) fn deadline_timer(&self, i: usize) -> u64 {
         tool_timer(self.attempt.request.model_call_index, i)
@@ -96,80 +91,36 @@ impl ProcessData {
         .then_some(i)
     }
 
-    /// The current attempt's deadline that `timer_id` names, if it passed (see
-    /// [`Attempt::deadline`]).
-    pub(crate) fn attempt_deadline(&self, timer_id: u64) -> Option<(AttemptTimer, u64)> {
-        self.attempt.deadline(timer_id)
-    }
-
-    /// Whether `timer_id` is the stall watchdog and deltas arrived since it was armed.
-    pub(crate) fn stream_moved(&self, timer_id: u64) -> bool {
-        self.attempt.stream_moved(timer_id)
-    }
-
-    /// The stall watchdog looked and saw deltas: it looks again one period later.
-    pub(crate) fn rewatch(&mut self, timer_id: u64) {
-        if let Some((kind, delay_ms)) = self.attempt.timers.get(timer_id) {
-            self.attempt.timers.moved = false;
-            self.attempt
-                .timers
-                .arm(kind, timer_id, delay_ms, &mut self.outbox);
-        }
-    }
-
     /// An attempt deadline passed: the stream is cancelled; a first-chunk or stall deadline is
     /// announced as a stall. Returns the retry reason and the error if the step cannot retry.
     pub(crate) fn deadline_passed(&mut self, timer_id: u64) -> (String, ModelError) {
-        let (kind, ms) = self
-            .attempt
-            .timers
-            .get(timer_id)
-            .unwrap_or((AttemptTimer::Request, 0));
+        let mut error = self.deadline_error(timer_id);
+        let why = error.message.clone();
         let note = self.not_retried_note();
+        let kind = self.attempt.timers.get(timer_id);
         self.attempt.timers.fired(timer_id);
         self.end_attempt();
         match kind {
-            AttemptTimer::Request => {
-                self.cancel_model();
-                let why = format!("request exceeded {ms} ms");
-                (why.clone(), ModelError::new(ErrorKind::Timeout, why))
-            }
-            AttemptTimer::FirstChunk | AttemptTimer::Stall => {
+            Some((AttemptTimer::FirstChunk | AttemptTimer::Stall, ms)) => {
                 self.stalled(ms);
-                (
-                    format!("stream stalled for {ms} ms"),
-                    ModelError::new(
-                        ErrorKind::Timeout,
-                        format!("stream stalled for {ms} ms; {note}"),
-                    ),
-                )
+                error.message = format!("{why}; {note}");
             }
+            _ => self.cancel_model(),
         }
+        (why, error)
     }
 
     /// The `timeout` error an attempt deadline that passed stands for, as the retry decider
     /// sees it (pure: the guards ask before the handler runs).
     pub(crate) fn deadline_error(&self, timer_id: u64) -> ModelError {
-        let (kind, ms) = self
-            .attempt
-            .timers
-            .get(timer_id)
-            .unwrap_or((AttemptTimer::Request, 0));
-        let why = match kind {
-            AttemptTimer::Request => format!("request exceeded {ms} ms"),
-            AttemptTimer::FirstChunk | AttemptTimer::Stall => {
+        let why = match self.attempt.timers.get(timer_id) {
+            Some((AttemptTimer::FirstChunk | AttemptTimer::Stall, ms)) => {
                 format!("stream stalled for {ms} ms")
             }
+            Some((AttemptTimer::Request, ms)) => format!("request exceeded {ms} ms"),
+            None => "request exceeded 0 ms".into(),
         };
         ModelError::new(ErrorKind::Timeout, why)
-    }
-
-    /// The `timeout` error a stalled stream stands for, as the retry decider sees it.
-    pub(crate) fn stall_error(after_ms: u64) -> ModelError {
-        ModelError::new(
-            ErrorKind::Timeout,
-            format!("stream stalled for {after_ms} ms"),
-        )
     }
 
     /// Why a failed attempt is not retried, for the step's error: the retries are used up,
@@ -191,41 +142,6 @@ impl ProcessData {
         self.attempt.open = false;
     }
 
-    /// Leaving Requesting (its exit action): an attempt still in flight — nothing answered
-    /// it, as when the step is aborted — ends, and its model call is cancelled.
-    pub(crate) fn end_request(&mut self) {
-        if self.attempt.open {
-            self.end_attempt();
-            self.cancel_model();
-        }
-    }
-
-    /// Sends the current attempt's request.
-    pub(crate) fn call_model(&mut self) {
-        self.attempt.send(self.cfg.inline_tags);
-        let request = self.attempt.request.clone();
-        self.outbox.emit(AgentEvent::RequestStart {
-            model_call_index: request.model_call_index,
-            attempt: request.attempt,
-            model: request.model.clone(),
-            messages: None,
-        });
-        self.outbox.push(Effect::CallModel { request });
-        if let Some(d) = self.cfg.stream {
-            let base = self.timer_id();
-            let first = AttemptTimer::FirstChunk;
-            self.attempt
-                .timers
-                .arm(first, first.id(base), d.first_chunk_ms, &mut self.outbox);
-            if let Some(ms) = d.request_ms {
-                let request = AttemptTimer::Request;
-                self.attempt
-                    .timers
-                    .arm(request, request.id(base), ms, &mut self.outbox);
-            }
-        }
-    }
-
     /// Whether the attempt that failed with `error` is retried: retries are left and the
     /// retry decider says so (R-EXT-3; see [`RetryPolicy::retries_after`]).
     ///
@@ -237,63 +153,6 @@ impl ProcessData {
     pub(crate) fn may_retry(&self, error: &ModelError) -> bool {
         self.cfg.retry.retries_after(error, self.attempt.retries)
             && !(error.kind == ErrorKind::MalformedResponse && self.attempt.malformed_retried)
-    }
-
-    /// Notes the error a retry is scheduled after (row `requesting_retry`).
-    pub(crate) fn retrying_after(&mut self, error: &ModelError) {
-        if error.kind == ErrorKind::MalformedResponse {
-            self.attempt.malformed_retried = true;
-        }
-    }
-
-    /// The step's error for a transport error that is not retried: a second malformed
-    /// answer says so.
-    pub(crate) fn unretried(&self, error: &ModelError) -> ModelError {
-        let mut error = error.clone();
-        if error.kind == ErrorKind::MalformedResponse && self.attempt.malformed_retried {
-            error
-                .message
-                .push_str(" (the retry got a malformed answer too: not retried again)");
-        }
-        error
-    }
-
-    /// Entering Retrying (its entry action): the next attempt's ids, the partial output
-    /// discarded, the backoff timer started (recorded in `backoff`), the retry announced.
-    pub(crate) fn start_backoff(&mut self, backoff: &mut Backoff) {
-        let draw = u64::from(self.attempt.request.model_call_index) << 32
-            | u64::from(self.attempt.request.attempt);
-        let retry_after_ms = backoff.retry_after_ms;
-        let delay_ms =
-            self.cfg
-                .retry
-                .jittered_delay_ms(self.attempt.retries + 1, retry_after_ms, draw);
-        self.attempt.retry(self.cfg.inline_tags);
-        let timer_id = self.timer_id();
-        self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
-        backoff.timer = Some(timer_id);
-        self.outbox.emit(AgentEvent::Retry {
-            model_call_index: self.attempt.request.model_call_index,
-            attempt: self.attempt.request.attempt,
-            delay_ms,
-            reason: std::mem::take(&mut backoff.reason),
-            retry_after_ms,
-        });
-    }
-
-    /// Leaving Retrying (its exit action): a backoff timer that has not fired is cancelled
-    /// (an abort).
-    pub(crate) fn cancel_backoff(&mut self, backoff: &mut Backoff) {
-        if let Some(timer_id) = backoff.timer.take() {
-            self.outbox.push(Effect::CancelTimer { timer_id });
-        }
-    }
-
-    pub(crate) fn retried(&mut self) {
-        self.outbox.emit(AgentEvent::ModelTurnRetried {
-            model_call_index: self.attempt.request.model_call_index,
-            attempt: self.attempt.request.attempt,
-        });
     }
 
     pub(crate) fn cancel_model(&mut self) {
@@ -310,27 +169,12 @@ impl ProcessData {
         self.ending.end(StepOutcome::Failed(error));
     }
 
-    pub(crate) fn overflow(&mut self, error: ModelError) {
-        self.end_attempt();
-        self.outbox.emit(AgentEvent::ContextOverflow {
-            message: error.message.clone(),
-        });
-        self.ending.end(StepOutcome::ContextOverflow(error));
-    }
-
     pub(crate) fn stalled(&mut self, after_ms: u64) {
         self.cancel_model();
         self.outbox.emit(AgentEvent::StreamStalled {
             model_call_index: self.attempt.request.model_call_index,
             attempt: self.attempt.request.attempt,
             after_ms,
-        });
-    }
-
-    pub(crate) fn opened(&mut self) {
-        self.outbox.emit(AgentEvent::MessageStart {
-            model_call_index: self.attempt.request.model_call_index,
-            attempt: self.attempt.request.attempt,
         });
     }
 
@@ -345,7 +189,7 @@ impl ProcessData {
                 .disarm(AttemptTimer::FirstChunk, &mut self.outbox);
             if let Some(d) = self.cfg.stream {
                 let stall = AttemptTimer::Stall;
-                let id = stall.id(self.timer_id());
+                let id = stall.id(self.attempt.timer_id());
                 self.attempt
                     .timers
                     .arm(stall, id, d.stall_ms, &mut self.outbox);
@@ -427,11 +271,6 @@ impl ProcessData {
                 },
             });
         }
-    }
-
-    /// Whether the accumulated message has tool calls.
-    pub(crate) fn has_tool_calls(&self) -> bool {
-        self.attempt.acc.has_tool_calls()
     }
 
     /// Commits the accumulated message (R-STR-4) and, when it has tool calls, feeds each its
@@ -771,11 +610,6 @@ impl ProcessData {
         }
     }
 
-    /// The person answered slot `i`'s question (`None`: nobody can).
-    pub(crate) fn user_answered(&mut self, i: usize, answer: Option<&str>) {
-        self.call_event(i, ToolCallEventKind::Answered, Facts::Answered(answer));
-    }
-
     /// Ends the deadline timer of slot `i`, which left `from` (running, or waiting for an
     /// answer).
     pub(crate) fn cancel_deadline(&mut self, i: usize, from: ToolCallState) {
@@ -789,11 +623,6 @@ impl ProcessData {
             let timer_id = self.deadline_timer(i);
             self.outbox.push(Effect::CancelTimer { timer_id });
         }
-    }
-
-    /// Slot `i`'s deadline passed (while it ran, or while the person was asked).
-    pub(crate) fn tool_deadline(&mut self, i: usize) {
-        self.call_event(i, ToolCallEventKind::Deadline, Facts::None);
     }
 
     /// Starts queued calls: all of them in parallel mode, else one when none runs.
@@ -883,15 +712,6 @@ impl ProcessData {
         !slot.policy.by_argument && self.tools.whitelisted(&slot.call)
     }
 
-    /// The runtime's result for running slot `i`.
-    pub(crate) fn tool_finished(&mut self, i: usize, status: ToolStatus, content: String) {
-        let facts = Facts::Finished {
-            status,
-            content: &content,
-        };
-        self.call_event(i, ToolCallEventKind::Finished, facts);
-    }
-
     /// A human approved slot `i` (with new arguments, for `Modified`); "always" also answers
     /// every call of the same scope waiting for approval (R-CTL-4), and the approved call
     /// starts if the parallelism policy lets it.
@@ -928,21 +748,6 @@ impl ProcessData {
             self.call_event(i, ToolCallEventKind::Start, Facts::None);
         }
         self.start_queued();
-    }
-
-    /// A human approved slot `i` with new arguments.
-    pub(crate) fn modified(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
-        self.approved(i, decision, false);
-    }
-
-    /// Whether the run continues after a rejected or timed-out approval.
-    pub(crate) fn auto_resume(&self) -> bool {
-        self.cfg.auto_resume
-    }
-
-    /// A human's rejection (or an approver's own timeout).
-    pub(crate) fn rejected(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
-        self.call_event(i, ToolCallEventKind::Rejected, Facts::Approval(decision));
     }
 
     /// A rejection or approval timeout (row `rejected`): the call gets a denied result; the
@@ -994,31 +799,10 @@ impl ProcessData {
             .any(|i| !self.killed_by(kill, &self.tools.slots.get(i).call.name))
     }
 
-    /// Abort in ToolExecuting when some calls keep running: kill per policy, close every call
-    /// that did not start or was killed; the survivors' results will be kept (R-CTL-3).
-    pub(crate) fn abort_draining(&mut self, kill: KillPolicy) {
-        self.close_open_calls(ToolCallEventKind::Abort, kill);
-        self.ending.end(StepOutcome::Aborted);
-    }
-
-    /// Steering with `skip_remaining`: calls not started are skipped, killable running calls
-    /// are killed and skipped; immune running calls finish (R-CTL-2).
-    pub(crate) fn skip_for_steering(&mut self) {
-        self.close_open_calls(ToolCallEventKind::Skip, KillPolicy::Killable);
-    }
-
-    /// Abort: kill running tools, give every call without a result an `aborted` result
-    /// (R-CTL-3, R-IDEM-7). The model call or the backoff timer in flight is cancelled by
-    /// the exit action of the state the abort leaves (Requesting, Retrying).
-    pub(crate) fn abort(&mut self) {
-        self.close_open_calls(ToolCallEventKind::Abort, KillPolicy::All);
-        self.ending.end(StepOutcome::Aborted);
-    }
-
     /// Feeds every call without a result, in call order, `event` (`Abort` or `Skip`) under
     /// the kill policy `kill`: the chart kills or spares a running call and closes one that
     /// has not started.
-    fn close_open_calls(&mut self, event: ToolCallEventKind, kill: KillPolicy) {
+    pub(crate) fn close_open_calls(&mut self, event: ToolCallEventKind, kill: KillPolicy) {
         for i in 0..self.tools.slots.len() {
             if !self.tools.slots.get(i).state().is_terminal() {
                 self.call_event(i, event, Facts::Kill(kill));
