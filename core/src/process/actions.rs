@@ -8,7 +8,7 @@
 //! name or a wrong signature is a compile error.
 
 use crate::agent_event::AgentEvent;
-use crate::chart::ToolCallEventKind;
+use crate::chart::{ToolCallEventKind, ToolCallState};
 use crate::effect::Effect;
 use crate::error::{ErrorKind, ModelError};
 use crate::event::{ApprovalDecision, Event, KillPolicy};
@@ -84,7 +84,10 @@ fn rejected(data: &mut ProcessData, input: &Input<'_>) {
 /// about fired (its slot found before dispatch).
 fn timed_out(data: &mut ProcessData, input: &Input<'_>) {
     if let (Some(_), Some(i)) = (timer(input), data.tools.answered) {
-        data.approval_timed_out(i);
+        let after_ms = data.cfg.approval_timeout_ms.unwrap_or_default();
+        let decision = ApprovalDecision::TimedOut { after_ms };
+        let facts = Facts::ApprovalTimer(&decision);
+        data.call_event(i, ToolCallEventKind::Rejected, facts);
     }
 }
 
@@ -238,7 +241,9 @@ impl ProcessActions for Actions {
 
     /// `running_settle_approval`: ask for the next approval.
     fn running_settle_approval(data: &mut ProcessData, _input: &Input<'_>) {
-        data.ask_approval();
+        if let Some(i) = data.tools.slots.first(ToolCallState::NeedsApproval) {
+            data.call_event(i, ToolCallEventKind::Ask, Facts::None);
+        }
     }
 
     /// `running_settle_done`: every call has its result; the step succeeds.

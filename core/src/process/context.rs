@@ -9,13 +9,13 @@ use std::sync::Arc;
 use crate::chart::ToolCallState;
 use crate::event::{AttemptId, Event};
 use crate::inline_tags::InlineTags;
-use crate::message::{AssistantMessage, ToolCall, ToolResult};
+use crate::message::{AssistantMessage, ToolResult};
 use crate::model::ModelRequest;
 use crate::output::OutputRejected;
 use crate::process::accumulate::MessageAssembler;
 use crate::process::data::StepOutcome;
 use crate::process::deadlines::{AttemptTimer, AttemptTimers};
-use crate::process::slots::Slots;
+use crate::process::slots::{Slot, Slots};
 use crate::tool_cache::ToolCache;
 
 /// The model attempt in flight and the step's attempts so far: the request (its ids name the
@@ -233,11 +233,14 @@ impl ToolCalls {
         self.slots.all_done()
     }
 
-    /// Whether an "approve always" of this run covers `call`'s
-    /// [`approval_scope`](crate::tool_rules::approval_scope).
-    pub(crate) fn whitelisted(&self, call: &ToolCall) -> bool {
-        self.whitelist
-            .contains(&crate::tool_rules::approval_scope(call))
+    /// Whether an "approve always" of this run covers `slot`'s call: its
+    /// [`approval_scope`](crate::tool_rules::approval_scope) (a tool, or a shell-like tool's
+    /// command family), so never a call a rule singled out by its arguments.
+    pub(crate) fn covers(&self, slot: &Slot) -> bool {
+        !slot.policy.by_argument
+            && self
+                .whitelist
+                .contains(&crate::tool_rules::approval_scope(&slot.call))
     }
 
     /// Tool results in the model's call order (R-IN-4).

@@ -467,34 +467,12 @@ impl ProcessData {
         self.outbox.checks.push(check);
     }
 
-    /// Whether the step offers a tool named `name`.
-    pub(crate) fn offers(&self, name: &str) -> bool {
-        self.attempt.request.tools.iter().any(|t| t.name == name)
-    }
-
     /// The cached result for an identical earlier call of a pure tool (R-TOOL-6).
     pub(crate) fn cached(&self, call: &ToolCall) -> Option<&crate::tool_cache::Cached> {
         if !self.cfg.is_pure(&call.name) {
             return None;
         }
         self.tools.cache.get(call)
-    }
-
-    /// Whether slot `i` must be put to a human (the guard `needs_approval`, without the
-    /// doom-loop question).
-    pub(crate) fn needs_approval(&self, i: usize) -> bool {
-        let slot = self.tools.slots.get(i);
-        self.asks(&slot.call, &slot.policy)
-    }
-
-    /// Whether `call`, decided by `policy`, must be put to a human: its rule (or the approval
-    /// map) says ask, and no "approve always" in this run covers it — which covers a tool, or
-    /// a shell-like tool's command family ([`approval_scope`]), so not a call that a rule
-    /// singled out by its arguments.
-    ///
-    /// [`approval_scope`]: crate::tool_rules::approval_scope
-    fn asks(&self, call: &ToolCall, policy: &CallPolicy) -> bool {
-        policy.action == RuleAction::Ask && (policy.by_argument || !self.tools.whitelisted(call))
     }
 
     /// The denied result of `call` if its deciding rule denies it.
@@ -566,11 +544,6 @@ impl ProcessData {
         }
     }
 
-    /// Whether `call` is to the built-in `ask_user` tool and the step offers it.
-    pub(crate) fn asks_user(&self, call: &ToolCall) -> bool {
-        self.cfg.ask_user && call.name == crate::process::config::ASK_USER_TOOL
-    }
-
     /// Puts slot `i`'s question to the person: the question and the options are the call's
     /// `question` and `options` arguments (a call without a string `question` asks its whole
     /// arguments).
@@ -639,13 +612,6 @@ impl ProcessData {
         }
     }
 
-    /// Puts the first call waiting for approval to a human.
-    pub(crate) fn ask_approval(&mut self) {
-        if let Some(i) = self.tools.slots.first(ToolCallState::NeedsApproval) {
-            self.call_event(i, ToolCallEventKind::Ask, Facts::None);
-        }
-    }
-
     /// Starts slot `i`'s approval timer, if the step has an approval timeout.
     pub(crate) fn start_approval_timer(&mut self, i: usize) {
         if let Some(delay_ms) = self.cfg.approval_timeout_ms {
@@ -671,18 +637,6 @@ impl ProcessData {
         }
     }
 
-    /// Slot `i`'s approval timer fired before anyone answered (rows `awaiting_timed_out*`):
-    /// the call is rejected with status timeout.
-    pub(crate) fn approval_timed_out(&mut self, i: usize) {
-        let after_ms = self.cfg.approval_timeout_ms.unwrap_or_default();
-        let decision = crate::event::ApprovalDecision::TimedOut { after_ms };
-        self.call_event(
-            i,
-            ToolCallEventKind::Rejected,
-            Facts::ApprovalTimer(&decision),
-        );
-    }
-
     /// The hooks' verdict on gated slot `i` (R-EXT-1), as the chart event it stands for; a
     /// blocked call lets the next queued one start, and an asked call that an "approve always"
     /// covers (this run's, or the session's handed to the run) is answered by it at once.
@@ -697,19 +651,12 @@ impl ProcessData {
         self.call_event(i, event, Facts::Gate(verdict));
         match verdict {
             GateVerdict::Block { .. } => self.start_queued(),
-            GateVerdict::Ask if self.covered(i) => {
+            GateVerdict::Ask if self.tools.covers(self.tools.slots.get(i)) => {
                 self.call_event(i, ToolCallEventKind::Whitelisted, Facts::None);
                 self.start_queued_from(i);
             }
             _ => {}
         }
-    }
-
-    /// Whether an "approve always" covers slot `i` (a call a rule singled out by its
-    /// arguments never is).
-    fn covered(&self, i: usize) -> bool {
-        let slot = self.tools.slots.get(i);
-        !slot.policy.by_argument && self.tools.whitelisted(&slot.call)
     }
 
     /// A human approved slot `i` (with new arguments, for `Modified`); "always" also answers
