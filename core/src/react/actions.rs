@@ -159,7 +159,7 @@ impl ReactActions for Actions {
         _drain: &mut Drain,
         _input: &Input<'_>,
     ) -> Compaction {
-        let error = match data.step_outcome() {
+        let error = match data.current.outcome() {
             Some(StepOutcome::ContextOverflow(e)) => e,
             // The guard-less row is taken on an overflow only (chart_event); never reached.
             _ => crate::error::ModelError::new(crate::error::ErrorKind::ContextOverflow, ""),
@@ -176,7 +176,7 @@ impl ReactActions for Actions {
 
     /// `executing_error`: end the step, the run fails with the model's error.
     fn executing_error(data: &mut ReactData, _drain: &mut Drain, _input: &Input<'_>) -> Ended {
-        let error = match data.step_outcome() {
+        let error = match data.current.outcome() {
             Some(StepOutcome::Failed(e)) => Some(e),
             _ => None,
         };

@@ -143,11 +143,6 @@ impl ReactData {
         }
     }
 
-    /// Tokens of the context: the last reported usage, else an estimate.
-    pub(crate) fn context_tokens(&self) -> u64 {
-        self.transcript.tokens()
-    }
-
     /// The context budget in tokens (R-CTX-3): the configured budget, else the configured
     /// window, else the known window of the current model.
     pub(crate) fn budget_tokens(&self) -> Option<u64> {
@@ -161,13 +156,13 @@ impl ReactData {
     /// under [`budget_tokens`](Self::budget_tokens), or no budget known.
     pub(crate) fn context_fits(&self) -> bool {
         self.budget_tokens()
-            .is_none_or(|b| self.context_tokens() < b)
+            .is_none_or(|b| self.transcript.tokens() < b)
     }
 
     pub(crate) fn over_budget(&self) -> bool {
         let by_tokens = self
             .budget_tokens()
-            .is_some_and(|b| self.context_tokens() as f64 >= b as f64 * self.cfg.compact_ratio);
+            .is_some_and(|b| self.transcript.tokens() as f64 >= b as f64 * self.cfg.compact_ratio);
         let by_count = self
             .cfg
             .compact_threshold
@@ -301,7 +296,7 @@ impl ReactData {
                     crate::react::reminders::ReminderWhen::ContextTokensAtLeast(_)
                 )
             }) {
-                self.context_tokens()
+                self.transcript.tokens()
             } else {
                 0
             },
@@ -385,11 +380,6 @@ impl ReactData {
         self.counters.steps_created += 1;
         self.take_inner(s);
         self.current.step = Some(step);
-    }
-
-    /// Guard `subtask_queued`: a subtask waits to run before the next model step.
-    pub(crate) fn subtask_queued(&self) -> bool {
-        self.queues.subtask_queued()
     }
 
     /// Row `planning_subtask`: runs the oldest queued subtask as a synthetic step (a pending
@@ -531,10 +521,6 @@ impl ReactData {
             max_steps: self.cfg.max_steps,
         };
         self.cfg.decider.decide(&o)
-    }
-
-    pub(crate) fn step_outcome(&self) -> Option<StepOutcome> {
-        self.current.outcome()
     }
 
     /// The run's end a row decided, as the result the state it leads to holds: `Finishing`,
@@ -737,7 +723,7 @@ impl ReactData {
     /// Whether the failed step can be requested from a fallback model (guard
     /// `fallback_available`): the step failed and the chain has a model left.
     pub(crate) fn fallback_available(&self) -> bool {
-        matches!(self.step_outcome(), Some(StepOutcome::Failed(_)))
+        matches!(self.current.outcome(), Some(StepOutcome::Failed(_)))
             && self.counters.fallbacks_used < self.cfg.fallbacks.len()
     }
 
@@ -785,15 +771,10 @@ impl ReactData {
     pub(crate) fn prepare(&mut self, state: ReactState, input: &crate::react::machine::Input<'_>) {
         use crate::react::machine::Input;
         if let Input::Ext(e @ crate::event::Event::Abort { .. }) = input {
-            if state.in_active() && !self.step_ended() && self.current.step.is_some() {
+            if state.in_active() && !self.current.ended() && self.current.step.is_some() {
                 self.forward(e);
             }
         }
-    }
-
-    /// Whether the current step ended (terminal inner state).
-    pub(crate) fn step_ended(&self) -> bool {
-        self.current.ended()
     }
 
     /// Forwards an event to the inner machine, collecting its transitions and effects.

@@ -269,7 +269,7 @@ impl Run {
                         checks,
                     );
                 }
-                ReactState::Executing if self.data.step_ended() => {
+                ReactState::Executing if self.data.current.ended() => {
                     let Some(k) = dispatch::chart_event(&self.data, &Input::InnerEnded) else {
                         break;
                     };
