@@ -7,6 +7,7 @@ pub(crate) mod call_actions;
 pub(crate) mod call_dispatch;
 pub(crate) mod call_guards;
 pub mod call_ids;
+mod calls;
 pub mod config;
 pub(crate) mod context;
 pub(crate) mod data;
