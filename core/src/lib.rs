@@ -65,6 +65,7 @@
 #![warn(unreachable_pub)]
 #![forbid(unsafe_code)]
 
+mod outbox;
 mod policy;
 mod vocab;
 

@@ -7,10 +7,15 @@
 //! per row that acts, with the signature the dispatch calls): a missing action, one the chart does not
 //! name or a wrong signature is a compile error.
 
+use crate::agent_event::AgentEvent;
+use crate::chart::{ToolCallEventKind, ToolCallState};
+use crate::effect::Effect;
 use crate::error::{ErrorKind, ModelError};
-use crate::event::{ApprovalDecision, Event};
+use crate::event::{ApprovalDecision, Event, KillPolicy};
+use crate::process::call_guards::Facts;
 use crate::process::context::Backoff;
 use crate::process::data::{ProcessData, StepOutcome};
+use crate::process::deadlines::AttemptTimer;
 use crate::process::dispatch::ProcessActions;
 use crate::process::machine::Input;
 
@@ -71,7 +76,7 @@ fn gated(data: &mut ProcessData, input: &Input<'_>) {
 /// auto_resume, the stop request).
 fn rejected(data: &mut ProcessData, input: &Input<'_>) {
     if let Some((i, decision)) = approval(data, input) {
-        data.rejected(i, decision);
+        data.call_event(i, ToolCallEventKind::Rejected, Facts::Approval(decision));
     }
 }
 
@@ -79,7 +84,10 @@ fn rejected(data: &mut ProcessData, input: &Input<'_>) {
 /// about fired (its slot found before dispatch).
 fn timed_out(data: &mut ProcessData, input: &Input<'_>) {
     if let (Some(_), Some(i)) = (timer(input), data.tools.answered) {
-        data.approval_timed_out(i);
+        let after_ms = data.cfg.approval_timeout_ms.unwrap_or_default();
+        let decision = ApprovalDecision::TimedOut { after_ms };
+        let facts = Facts::ApprovalTimer(&decision);
+        data.call_event(i, ToolCallEventKind::Rejected, facts);
     }
 }
 
@@ -107,7 +115,12 @@ impl ProcessActions for Actions {
 
     /// `calling_opened`: the stream opened.
     fn calling_opened(data: &mut ProcessData, _input: &Input<'_>) {
-        data.opened();
+        let r = &data.attempt.request;
+        let (model_call_index, attempt) = (r.model_call_index, r.attempt);
+        data.outbox.emit(AgentEvent::MessageStart {
+            model_call_index,
+            attempt,
+        });
     }
 
     /// `requesting_retry`: the attempt failed; note the error, retry (entering Retrying
@@ -116,7 +129,8 @@ impl ProcessActions for Actions {
         data.end_attempt();
         match ext(input) {
             Some(Event::TransportError { error, .. }) => {
-                data.retrying_after(error);
+                // A malformed response is retried once per step (see `ProcessData::may_retry`).
+                data.attempt.malformed_retried |= error.kind == ErrorKind::MalformedResponse;
                 Backoff::new(error.to_string(), error.retry_after_ms)
             }
             _ => Backoff::default(),
@@ -139,10 +153,15 @@ impl ProcessActions for Actions {
         }
     }
 
-    /// `requesting_fail`: the step fails with the transport error.
+    /// `requesting_fail`: the step fails with the transport error (a second malformed answer
+    /// says so).
     fn requesting_fail(data: &mut ProcessData, input: &Input<'_>) {
         if let Some(Event::TransportError { error, .. }) = ext(input) {
-            let error = data.unretried(error);
+            let mut error = error.clone();
+            if error.kind == ErrorKind::MalformedResponse && data.attempt.malformed_retried {
+                let note = " (the retry got a malformed answer too: not retried again)";
+                error.message.push_str(note);
+            }
             data.fail(error);
         }
     }
@@ -150,7 +169,10 @@ impl ProcessActions for Actions {
     /// `requesting_overflow`: the step ends with a context overflow.
     fn requesting_overflow(data: &mut ProcessData, input: &Input<'_>) {
         if let Some(Event::ContextOverflow { error, .. }) = ext(input) {
-            data.overflow(error.clone());
+            data.end_attempt();
+            let message = error.message.clone();
+            data.outbox.emit(AgentEvent::ContextOverflow { message });
+            data.ending.end(StepOutcome::ContextOverflow(error.clone()));
         }
     }
 
@@ -183,10 +205,14 @@ impl ProcessActions for Actions {
         }
     }
 
-    /// `streaming_watch`: the stream moved; re-arm the stall watchdog.
+    /// `streaming_watch`: the stream moved; the stall watchdog looks again one period later.
     fn streaming_watch(data: &mut ProcessData, input: &Input<'_>) {
-        if let Some(timer_id) = timer(input) {
-            data.rewatch(timer_id);
+        let timers = &mut data.attempt.timers;
+        if let Some((timer_id, (kind, delay_ms))) =
+            timer(input).and_then(|t| Some((t, timers.get(t)?)))
+        {
+            timers.moved = false;
+            timers.arm(kind, timer_id, delay_ms, &mut data.outbox);
         }
     }
 
@@ -205,12 +231,19 @@ impl ProcessActions for Actions {
     fn retrying_timer(data: &mut ProcessData, local: &mut Backoff, _input: &Input<'_>) {
         // The timer fired: leaving Retrying has nothing to cancel.
         local.timer = None;
-        data.retried();
+        let r = &data.attempt.request;
+        let (model_call_index, attempt) = (r.model_call_index, r.attempt);
+        data.outbox.emit(AgentEvent::ModelTurnRetried {
+            model_call_index,
+            attempt,
+        });
     }
 
     /// `running_settle_approval`: ask for the next approval.
     fn running_settle_approval(data: &mut ProcessData, _input: &Input<'_>) {
-        data.ask_approval();
+        if let Some(i) = data.tools.slots.first(ToolCallState::NeedsApproval) {
+            data.call_event(i, ToolCallEventKind::Ask, Facts::None);
+        }
     }
 
     /// `running_settle_done`: every call has its result; the step succeeds.
@@ -226,7 +259,7 @@ impl ProcessActions for Actions {
     /// `tools_deadline`: a running call's deadline passed.
     fn tools_deadline(data: &mut ProcessData, input: &Input<'_>) {
         if let Some(i) = timer(input).and_then(|t| data.deadline_of(t)) {
-            data.tool_deadline(i);
+            data.call_event(i, ToolCallEventKind::Deadline, Facts::None);
         }
     }
 
@@ -239,7 +272,9 @@ impl ProcessActions for Actions {
             Some(i),
         ) = (ext(input), data.tools.answered)
         {
-            data.tool_finished(i, *status, content.clone());
+            let (status, content) = (*status, content.as_str());
+            let facts = Facts::Finished { status, content };
+            data.call_event(i, ToolCallEventKind::Finished, facts);
         }
     }
 
@@ -248,7 +283,8 @@ impl ProcessActions for Actions {
         if let (Some(Event::UserAnswered { answer, .. }), Some(i)) =
             (ext(input), data.tools.answered)
         {
-            data.user_answered(i, answer.as_deref());
+            let facts = Facts::Answered(answer.as_deref());
+            data.call_event(i, ToolCallEventKind::Answered, facts);
         }
     }
 
@@ -309,14 +345,16 @@ impl ProcessActions for Actions {
     /// `awaiting_modified`: run the call with the human's arguments.
     fn awaiting_modified(data: &mut ProcessData, input: &Input<'_>) {
         if let Some((i, decision)) = approval(data, input) {
-            data.modified(i, decision);
+            data.approved(i, decision, false);
         }
     }
 
-    /// `tools_abort_drain`: apply the kill policy; the immune tools keep running.
+    /// `tools_abort_drain`: apply the kill policy, close every call that did not start or was
+    /// killed; the immune tools keep running and their results will be kept (R-CTL-3).
     fn tools_abort_drain(data: &mut ProcessData, input: &Input<'_>) {
         if let Some(Event::Abort { kill, .. }) = ext(input) {
-            data.abort_draining(*kill);
+            data.close_open_calls(ToolCallEventKind::Abort, *kill);
+            data.ending.end(StepOutcome::Aborted);
         }
     }
 
@@ -326,35 +364,75 @@ impl ProcessActions for Actions {
     /// `draining_settle_wait`: immune tools still run.
     fn draining_settle_wait(_data: &mut ProcessData, _input: &Input<'_>) {}
 
-    /// `tools_steer_skip`: skip the calls not yet started for the steering message.
+    /// `tools_steer_skip`: calls not started are skipped for the steering message, killable
+    /// running calls are killed and skipped; immune running calls finish (R-CTL-2).
     fn tools_steer_skip(data: &mut ProcessData, _input: &Input<'_>) {
-        data.skip_for_steering();
+        data.close_open_calls(ToolCallEventKind::Skip, KillPolicy::Killable);
     }
 
-    /// `live_abort`: abort the step (cancel the request or the backoff, kill the tools).
+    /// `live_abort`: abort the step: kill running tools, give every call without a result an
+    /// `aborted` result (R-CTL-3, R-IDEM-7). The model call or the backoff timer in flight is
+    /// cancelled by the exit action of the state the abort leaves (Requesting, Retrying).
     fn live_abort(data: &mut ProcessData, _input: &Input<'_>) {
-        data.abort();
+        data.close_open_calls(ToolCallEventKind::Abort, KillPolicy::All);
+        data.ending.end(StepOutcome::Aborted);
     }
 
     /// Entering Requesting: send the attempt's request (call the model, start its deadline
     /// timers).
     fn send_request(data: &mut ProcessData) {
-        data.call_model();
+        data.attempt.send(data.cfg.inline_tags);
+        let request = data.attempt.request.clone();
+        data.outbox.emit(AgentEvent::RequestStart {
+            model_call_index: request.model_call_index,
+            attempt: request.attempt,
+            model: request.model.clone(),
+            messages: None,
+        });
+        data.outbox.push(Effect::CallModel { request });
+        if let Some(d) = data.cfg.stream {
+            let (base, timers) = (data.attempt.timer_id(), &mut data.attempt.timers);
+            let (first, request) = (AttemptTimer::FirstChunk, AttemptTimer::Request);
+            timers.arm(first, first.id(base), d.first_chunk_ms, &mut data.outbox);
+            if let Some(ms) = d.request_ms {
+                timers.arm(request, request.id(base), ms, &mut data.outbox);
+            }
+        }
     }
 
     /// Leaving Requesting: end an attempt still in flight (an abort): cancel its timers and
     /// its model call.
     fn end_request(data: &mut ProcessData) {
-        data.end_request();
+        if data.attempt.open {
+            data.end_attempt();
+            data.cancel_model();
+        }
     }
 
     /// Entering Retrying: start the backoff timer, announce the retry.
     fn start_backoff(data: &mut ProcessData, local: &mut Backoff) {
-        data.start_backoff(local);
+        let r = &data.attempt.request;
+        let draw = u64::from(r.model_call_index) << 32 | u64::from(r.attempt);
+        let retry_after_ms = local.retry_after_ms;
+        let retry = &data.cfg.retry;
+        let delay_ms = retry.jittered_delay_ms(data.attempt.retries + 1, retry_after_ms, draw);
+        data.attempt.retry(data.cfg.inline_tags);
+        let timer_id = data.attempt.timer_id();
+        data.outbox.push(Effect::StartTimer { timer_id, delay_ms });
+        local.timer = Some(timer_id);
+        data.outbox.emit(AgentEvent::Retry {
+            model_call_index: data.attempt.request.model_call_index,
+            attempt: data.attempt.request.attempt,
+            delay_ms,
+            reason: std::mem::take(&mut local.reason),
+            retry_after_ms,
+        });
     }
 
     /// Leaving Retrying: cancel the backoff timer unless it fired (an abort).
     fn cancel_backoff(data: &mut ProcessData, local: &mut Backoff) {
-        data.cancel_backoff(local);
+        if let Some(timer_id) = local.timer.take() {
+            data.outbox.push(Effect::CancelTimer { timer_id });
+        }
     }
 }

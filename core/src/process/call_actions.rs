@@ -11,10 +11,11 @@ use std::collections::BTreeSet;
 use crate::agent_event::AgentEvent;
 use crate::effect::Effect;
 use crate::event::{ApprovalDecision, GateVerdict};
-use crate::message::{ToolResult, ToolStatus};
+use crate::message::ToolStatus;
 use crate::process::call_dispatch::ToolCallActions;
 use crate::process::call_guards::Facts;
-use crate::process::data::{error_result, ProcessData, ToolCallState};
+use crate::process::calls::tool_result;
+use crate::process::data::{ProcessData, ToolCallState};
 use crate::tool_check::unknown_tool_message;
 
 /// The deciding rule is announced and the call gets the rule's denied result.
@@ -23,7 +24,7 @@ fn deny_by_rule(data: &mut ProcessData, i: usize) {
     let slot = data.tools.slots.get(i);
     let r = data
         .denial(&slot.call, &slot.policy)
-        .unwrap_or_else(|| error_result(&slot.call, ToolStatus::Denied, "denied".into()));
+        .unwrap_or_else(|| tool_result(&slot.call, ToolStatus::Denied, "denied".into()));
     data.record_result(i, r);
 }
 
@@ -35,12 +36,12 @@ fn resolved(data: &mut ProcessData, i: usize, facts: &Facts<'_>) {
         return;
     };
     let tool_call_id = data.tools.slots.get(i).call.id.clone();
-    data.emit(AgentEvent::ApprovalResolved {
+    data.outbox.emit(AgentEvent::ApprovalResolved {
         tool_call_id,
         decision: (*decision).clone(),
         status: decision.status(),
     });
-    data.emit(AgentEvent::AgentResumed {
+    data.outbox.emit(AgentEvent::AgentResumed {
         trigger: "tool_approved".into(),
     });
 }
@@ -52,12 +53,7 @@ fn finish(data: &mut ProcessData, i: usize, from: ToolCallState, facts: &Facts<'
     };
     data.cancel_deadline(i, from);
     let call = &data.tools.slots.get(i).call;
-    let result = ToolResult {
-        tool_call_id: call.id.clone(),
-        name: call.name.clone(),
-        content: (*content).to_string(),
-        status: *status,
-    };
+    let result = tool_result(call, *status, (*content).to_string());
     data.record_result(i, result);
 }
 
@@ -80,7 +76,8 @@ fn stop_waiting(data: &mut ProcessData, i: usize, from: ToolCallState) {
 /// `tool_skipped_for_steering` for slot `i`.
 fn announce_skip(data: &mut ProcessData, i: usize) {
     let tool_call_id = data.tools.slots.get(i).call.id.clone();
-    data.emit(AgentEvent::ToolSkippedForSteering { tool_call_id });
+    data.outbox
+        .emit(AgentEvent::ToolSkippedForSteering { tool_call_id });
 }
 
 /// Closes slot `i` with an `aborted` or `skipped` result.
@@ -90,7 +87,7 @@ fn close(data: &mut ProcessData, i: usize, status: ToolStatus) {
     } else {
         "aborted"
     };
-    let r = error_result(&data.tools.slots.get(i).call, status, content.into());
+    let r = tool_result(&data.tools.slots.get(i).call, status, content.into());
     data.record_result(i, r);
 }
 
@@ -102,14 +99,14 @@ impl ToolCallActions for Actions {
     fn commit_invalid(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
         let call = &data.tools.slots.get(i).call;
         let why = call.invalid_arguments.clone().unwrap_or_default();
-        let r = error_result(call, ToolStatus::Error, why);
+        let r = tool_result(call, ToolStatus::Error, why);
         data.record_result(i, r);
     }
 
     /// An unknown tool: `tool_call_unknown`, and an error result naming the nearest offered tool.
     fn commit_unknown(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
         let call = data.tools.slots.get(i).call.clone();
-        data.emit(AgentEvent::ToolCallUnknown {
+        data.outbox.emit(AgentEvent::ToolCallUnknown {
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
         });
@@ -121,7 +118,7 @@ impl ToolCallActions for Actions {
             .map(|t| t.name.as_str())
             .collect();
         let why = unknown_tool_message(&call.name, offered.iter().copied());
-        data.record_result(i, error_result(&call, ToolStatus::Error, why));
+        data.record_result(i, tool_result(&call, ToolStatus::Error, why));
     }
 
     /// Arguments against the tool's schema: an error result listing the violations (R-TOOL-1).
@@ -132,7 +129,7 @@ impl ToolCallActions for Actions {
             .as_ref()
             .map(|v| v.message(&slot.call.name))
             .unwrap_or_default();
-        let r = error_result(&slot.call, ToolStatus::Error, why);
+        let r = tool_result(&slot.call, ToolStatus::Error, why);
         data.record_result(i, r);
     }
 
@@ -148,7 +145,7 @@ impl ToolCallActions for Actions {
             "refused: `{}` was called {repeats} times in a row with identical arguments (doom loop)",
             call.name
         );
-        let r = error_result(call, ToolStatus::Error, why);
+        let r = tool_result(call, ToolStatus::Error, why);
         data.record_result(i, r);
     }
 
@@ -169,17 +166,12 @@ impl ToolCallActions for Actions {
         let Some(hit) = data.cached(&call).cloned() else {
             return;
         };
-        data.emit(AgentEvent::ToolCacheHit {
+        data.outbox.emit(AgentEvent::ToolCacheHit {
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
             cached_from: hit.tool_call_id.clone(),
         });
-        let result = ToolResult {
-            tool_call_id: call.id.clone(),
-            name: call.name.clone(),
-            content: hit.content,
-            status: ToolStatus::Completed,
-        };
+        let result = tool_result(&call, ToolStatus::Completed, hit.content);
         data.record_result(i, result);
     }
 
@@ -228,21 +220,16 @@ impl ToolCallActions for Actions {
             _ => String::new(),
         };
         let call = data.tools.slots.get(i).call.clone();
-        data.emit(AgentEvent::UserResponded {
+        data.outbox.emit(AgentEvent::UserResponded {
             reference: call.id.clone(),
             answer: answer.clone(),
         });
         if data.cfg.detailed_events {
-            data.emit(AgentEvent::AgentResumed {
+            data.outbox.emit(AgentEvent::AgentResumed {
                 trigger: "user_respond".into(),
             });
         }
-        let r = ToolResult {
-            tool_call_id: call.id.clone(),
-            name: call.name.clone(),
-            content: answer,
-            status: ToolStatus::Completed,
-        };
+        let r = tool_result(&call, ToolStatus::Completed, answer);
         data.record_result(i, r);
     }
 
@@ -250,14 +237,14 @@ impl ToolCallActions for Actions {
     fn user_unavailable(data: &mut ProcessData, i: usize, from: ToolCallState, _: &Facts<'_>) {
         data.cancel_deadline(i, from);
         let why = "nobody can answer: no person is attached to this run (run it in a session or in `agentloop chat`)";
-        let r = error_result(&data.tools.slots.get(i).call, ToolStatus::Error, why.into());
+        let r = tool_result(&data.tools.slots.get(i).call, ToolStatus::Error, why.into());
         data.record_result(i, r);
     }
 
     /// Nobody answered in time: an error result.
     fn user_deadline(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
         let ms = data.cfg.ask_user_timeout_ms.unwrap_or_default();
-        let r = error_result(
+        let r = tool_result(
             &data.tools.slots.get(i).call,
             ToolStatus::Error,
             format!("the person did not answer within {ms} ms"),
@@ -297,12 +284,12 @@ impl ToolCallActions for Actions {
             _ => String::new(),
         };
         let call = data.tools.slots.get(i).call.clone();
-        data.emit(AgentEvent::ToolBlocked {
+        data.outbox.emit(AgentEvent::ToolBlocked {
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
             reason: reason.clone(),
         });
-        let r = error_result(&call, ToolStatus::Denied, format!("blocked: {reason}"));
+        let r = tool_result(&call, ToolStatus::Denied, format!("blocked: {reason}"));
         data.record_result(i, r);
     }
 
@@ -312,7 +299,7 @@ impl ToolCallActions for Actions {
     /// The call is put to a human (R-CTL-4), with the approval timer if one is set.
     fn ask(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
         let call = data.tools.slots.get(i).call.clone();
-        data.emit(AgentEvent::ApprovalRequired {
+        data.outbox.emit(AgentEvent::ApprovalRequired {
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
             arguments: call.arguments.clone(),
@@ -377,7 +364,7 @@ impl ToolCallActions for Actions {
             .policy
             .timeout_ms
             .unwrap_or_default();
-        let r = error_result(
+        let r = tool_result(
             &call,
             ToolStatus::Error,
             format!("tool timed out after {ms} ms"),
@@ -389,7 +376,7 @@ impl ToolCallActions for Actions {
     fn abort_killed(data: &mut ProcessData, i: usize, from: ToolCallState, _: &Facts<'_>) {
         kill(data, i, from);
         let tool_call_id = data.tools.slots.get(i).call.id.clone();
-        data.emit(AgentEvent::ToolKilled { tool_call_id });
+        data.outbox.emit(AgentEvent::ToolKilled { tool_call_id });
         close(data, i, ToolStatus::Aborted);
     }
 

@@ -3,7 +3,7 @@
 //! superstates (innermost first) for an event in chart order, calling each row's guard in
 //! [`Guards`], and returns the first whose guard holds; `act` runs that row's action in
 //! [`Actions`]; `holds` and `expected` are the chart oracle's. The inner machine feeds a
-//! call its events through [`ProcessData::call_event`](crate::process::data::ProcessData), which
+//! call its events through `ProcessData::call_event` (`process/calls.rs`), which
 //! moves the call along the chosen row, records the transition and checks the row's effects:
 //! no hand-written function picks a tool call's row.
 

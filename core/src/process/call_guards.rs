@@ -8,7 +8,7 @@
 use crate::event::{ApprovalDecision, GateVerdict, KillPolicy};
 use crate::message::{ToolResult, ToolStatus};
 use crate::process::call_dispatch::ToolCallGuards;
-use crate::process::config::LoopAction;
+use crate::process::config::{LoopAction, ASK_USER_TOOL};
 use crate::process::data::ProcessData;
 use crate::tool_rules::RuleAction;
 
@@ -69,7 +69,8 @@ impl ToolCallGuards for Guards {
 
     /// The step does not offer the called tool.
     fn unknown_tool(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
-        !data.offers(&data.tools.slots.get(i).call.name)
+        let name = &data.tools.slots.get(i).call.name;
+        !data.attempt.request.tools.iter().any(|t| t.name == *name)
     }
 
     /// The runtime's schema check rejected the call's arguments.
@@ -89,7 +90,7 @@ impl ToolCallGuards for Guards {
 
     /// The call is to the built-in `ask_user` tool, which the step offers.
     fn asks_user(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
-        data.asks_user(&data.tools.slots.get(i).call)
+        data.cfg.ask_user && data.tools.slots.get(i).call.name == ASK_USER_TOOL
     }
 
     /// The person answered with text.
@@ -108,10 +109,12 @@ impl ToolCallGuards for Guards {
         data.cached(&data.tools.slots.get(i).call).is_some()
     }
 
-    /// The call must be put to a human (a doom-loop question, or its rule asks and no "approve
-    /// always" covers it).
+    /// The call must be put to a human (a doom-loop question, or its rule (or the approval
+    /// map) asks and no "approve always" covers it).
     fn needs_approval(data: &ProcessData, i: usize, facts: &Facts<'_>) -> bool {
-        facts.looped() == Some(LoopAction::Ask) || data.needs_approval(i)
+        let slot = data.tools.slots.get(i);
+        facts.looped() == Some(LoopAction::Ask)
+            || slot.policy.action == RuleAction::Ask && !data.tools.covers(slot)
     }
 
     /// The session log holds the resumed call's result.

@@ -1,25 +1,21 @@
 //! The inner machine's context in parts: each part is one concept that spans states, with the
 //! methods that keep it consistent. [`ProcessData`](crate::process::data::ProcessData) holds
 //! the step's configuration and one field per part: the current model [`Attempt`], the
-//! committed message's [`ToolCalls`], the step's [`Ending`] and the per-handle [`Outbox`].
+//! committed message's [`ToolCalls`], the step's [`Ending`] and the per-handle [`Outbox`](crate::outbox::Outbox).
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
-use crate::agent_event::AgentEvent;
-use crate::chart::{GuardCheck, ProcessRow, ToolCallState};
-use crate::effect::Effect;
-use crate::entry::Entry;
+use crate::chart::ToolCallState;
 use crate::event::{AttemptId, Event};
 use crate::inline_tags::InlineTags;
-use crate::message::{AssistantMessage, ToolCall, ToolResult};
+use crate::message::{AssistantMessage, ToolResult};
 use crate::model::ModelRequest;
 use crate::output::OutputRejected;
 use crate::process::accumulate::MessageAssembler;
 use crate::process::data::StepOutcome;
 use crate::process::deadlines::{AttemptTimer, AttemptTimers};
-use crate::process::slots::Slots;
-use crate::step::Transition;
+use crate::process::slots::{Slot, Slots};
 use crate::tool_cache::ToolCache;
 
 /// The model attempt in flight and the step's attempts so far: the request (its ids name the
@@ -237,11 +233,14 @@ impl ToolCalls {
         self.slots.all_done()
     }
 
-    /// Whether an "approve always" of this run covers `call`'s
-    /// [`approval_scope`](crate::tool_rules::approval_scope).
-    pub(crate) fn whitelisted(&self, call: &ToolCall) -> bool {
-        self.whitelist
-            .contains(&crate::tool_rules::approval_scope(call))
+    /// Whether an "approve always" of this run covers `slot`'s call: its
+    /// [`approval_scope`](crate::tool_rules::approval_scope) (a tool, or a shell-like tool's
+    /// command family), so never a call a rule singled out by its arguments.
+    pub(crate) fn covers(&self, slot: &Slot) -> bool {
+        !slot.policy.by_argument
+            && self
+                .whitelist
+                .contains(&crate::tool_rules::approval_scope(&slot.call))
     }
 
     /// Tool results in the model's call order (R-IN-4).
@@ -276,46 +275,5 @@ impl Ending {
     /// The step ends with `outcome`.
     pub(crate) fn end(&mut self, outcome: StepOutcome) {
         self.outcome = Some(outcome);
-    }
-}
-
-/// What one `handle` of the inner machine produced, drained by the facade: the effects in
-/// order, the row the handler took, whether no state accepted the input, the tool-call
-/// transitions with the chart oracle's verdicts.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Outbox {
-    pub(crate) out: Vec<Effect>,
-    pub(crate) row: Option<ProcessRow>,
-    pub(crate) unhandled: bool,
-    /// The tool-call transitions this handle took, with the chart oracle's verdicts.
-    pub(crate) calls: Vec<(Transition, GuardCheck)>,
-    /// The tool-call rows' effect checks this handle made (debug builds).
-    pub(crate) call_effects: Vec<crate::chart::EffectCheck>,
-}
-
-impl Outbox {
-    /// Records the chart row a handler took (one per handle).
-    pub(crate) fn take(&mut self, row: ProcessRow) {
-        debug_assert!(
-            self.row.is_none(),
-            "two rows in one handle: {:?} then {row:?}",
-            self.row
-        );
-        self.row = Some(row);
-    }
-
-    /// Requests `effect`.
-    pub(crate) fn push(&mut self, effect: Effect) {
-        self.out.push(effect);
-    }
-
-    /// Delivers `event` to observers.
-    pub(crate) fn emit(&mut self, event: AgentEvent) {
-        self.out.push(Effect::Emit { event });
-    }
-
-    /// Appends `entry` to the session store.
-    pub(crate) fn persist(&mut self, entry: Entry) {
-        self.out.push(Effect::Persist { entry });
     }
 }

@@ -1,28 +1,19 @@
-//! The inner machine's data and the pure helpers its handlers use to request effects.
+//! The inner machine's data and the pure helpers its handlers use to request effects (the
+//! tool calls' in `process/calls.rs`).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use crate::agent_event::AgentEvent;
-use crate::chart::{GuardCheck, MachineKind, ProcessRow, ToolCallEventKind, ToolCallRow};
+use crate::chart::ProcessRow;
 use crate::effect::Effect;
-use crate::entry::Entry;
-use crate::error::ErrorKind;
-use crate::error::ModelError;
-use crate::event::KillPolicy;
+use crate::error::{ErrorKind, ModelError};
 use crate::inline_tags::{InlinePiece, TagKind};
-use crate::message::{AssistantMessage, MessageDelta, ToolCall, ToolResult, ToolStatus};
+use crate::message::MessageDelta;
 use crate::model::ModelRequest;
-use crate::process::call_dispatch;
-use crate::process::call_guards::Facts;
-use crate::process::config::{LoopAction, StepConfig};
-use crate::process::context::{Attempt, Backoff, Ending, Outbox, ToolCalls};
-use crate::process::deadlines::{
-    approval_slot, approval_timer, tool_slot, tool_timer, AttemptTimer,
-};
-pub(crate) use crate::process::slots::{Slot, Slots};
-use crate::step::Transition;
-use crate::tool_check::ArgumentsRejected;
-use crate::tool_rules::{CallPolicy, RuleAction};
+use crate::outbox::Outbox;
+use crate::process::config::StepConfig;
+use crate::process::context::{Attempt, Ending, ToolCalls};
+use crate::process::deadlines::{tool_slot, tool_timer, AttemptTimer};
 
 pub(crate) use crate::chart::ToolCallState;
 
@@ -54,7 +45,7 @@ pub(crate) struct ProcessData {
     /// The committed message, the outcome, a stop request, the typed-answer verdict.
     pub(crate) ending: Ending,
     /// What the current handle produced (drained by the facade).
-    pub(crate) outbox: Outbox,
+    pub(crate) outbox: Outbox<ProcessRow>,
 }
 
 impl ProcessData {
@@ -74,19 +65,6 @@ impl ProcessData {
         self.outbox.take(row);
     }
 
-    pub(crate) fn emit(&mut self, event: AgentEvent) {
-        self.outbox.emit(event);
-    }
-
-    pub(crate) fn persist(&mut self, entry: Entry) {
-        self.outbox.persist(entry);
-    }
-
-    /// The current attempt's backoff timer.
-    pub(crate) fn timer_id(&self) -> u64 {
-        self.attempt.timer_id()
-    }
-
     /// The deadline timer of slot `i` (see [`deadlines`](crate::process::deadlines)).
     pub(crate) fn deadline_timer(&self, i: usize) -> u64 {
         tool_timer(self.attempt.request.model_call_index, i)
@@ -103,80 +81,36 @@ impl ProcessData {
         .then_some(i)
     }
 
-    /// The current attempt's deadline that `timer_id` names, if it passed (see
-    /// [`Attempt::deadline`]).
-    pub(crate) fn attempt_deadline(&self, timer_id: u64) -> Option<(AttemptTimer, u64)> {
-        self.attempt.deadline(timer_id)
-    }
-
-    /// Whether `timer_id` is the stall watchdog and deltas arrived since it was armed.
-    pub(crate) fn stream_moved(&self, timer_id: u64) -> bool {
-        self.attempt.stream_moved(timer_id)
-    }
-
-    /// The stall watchdog looked and saw deltas: it looks again one period later.
-    pub(crate) fn rewatch(&mut self, timer_id: u64) {
-        if let Some((kind, delay_ms)) = self.attempt.timers.get(timer_id) {
-            self.attempt.timers.moved = false;
-            self.attempt
-                .timers
-                .arm(kind, timer_id, delay_ms, &mut self.outbox.out);
-        }
-    }
-
     /// An attempt deadline passed: the stream is cancelled; a first-chunk or stall deadline is
     /// announced as a stall. Returns the retry reason and the error if the step cannot retry.
     pub(crate) fn deadline_passed(&mut self, timer_id: u64) -> (String, ModelError) {
-        let (kind, ms) = self
-            .attempt
-            .timers
-            .get(timer_id)
-            .unwrap_or((AttemptTimer::Request, 0));
+        let mut error = self.deadline_error(timer_id);
+        let why = error.message.clone();
         let note = self.not_retried_note();
+        let kind = self.attempt.timers.get(timer_id);
         self.attempt.timers.fired(timer_id);
         self.end_attempt();
         match kind {
-            AttemptTimer::Request => {
-                self.cancel_model();
-                let why = format!("request exceeded {ms} ms");
-                (why.clone(), ModelError::new(ErrorKind::Timeout, why))
-            }
-            AttemptTimer::FirstChunk | AttemptTimer::Stall => {
+            Some((AttemptTimer::FirstChunk | AttemptTimer::Stall, ms)) => {
                 self.stalled(ms);
-                (
-                    format!("stream stalled for {ms} ms"),
-                    ModelError::new(
-                        ErrorKind::Timeout,
-                        format!("stream stalled for {ms} ms; {note}"),
-                    ),
-                )
+                error.message = format!("{why}; {note}");
             }
+            _ => self.cancel_model(),
         }
+        (why, error)
     }
 
     /// The `timeout` error an attempt deadline that passed stands for, as the retry decider
     /// sees it (pure: the guards ask before the handler runs).
     pub(crate) fn deadline_error(&self, timer_id: u64) -> ModelError {
-        let (kind, ms) = self
-            .attempt
-            .timers
-            .get(timer_id)
-            .unwrap_or((AttemptTimer::Request, 0));
-        let why = match kind {
-            AttemptTimer::Request => format!("request exceeded {ms} ms"),
-            AttemptTimer::FirstChunk | AttemptTimer::Stall => {
+        let why = match self.attempt.timers.get(timer_id) {
+            Some((AttemptTimer::FirstChunk | AttemptTimer::Stall, ms)) => {
                 format!("stream stalled for {ms} ms")
             }
+            Some((AttemptTimer::Request, ms)) => format!("request exceeded {ms} ms"),
+            None => "request exceeded 0 ms".into(),
         };
         ModelError::new(ErrorKind::Timeout, why)
-    }
-
-    /// The `timeout` error a stalled stream stands for, as the retry decider sees it.
-    pub(crate) fn stall_error(after_ms: u64) -> ModelError {
-        ModelError::new(
-            ErrorKind::Timeout,
-            format!("stream stalled for {after_ms} ms"),
-        )
     }
 
     /// Why a failed attempt is not retried, for the step's error: the retries are used up,
@@ -194,46 +128,8 @@ impl ProcessData {
 
     /// The attempt ended (committed, failed, retried, aborted): its deadline timers stop.
     pub(crate) fn end_attempt(&mut self) {
-        self.attempt.timers.clear(&mut self.outbox.out);
+        self.attempt.timers.clear(&mut self.outbox);
         self.attempt.open = false;
-    }
-
-    /// Leaving Requesting (its exit action): an attempt still in flight — nothing answered
-    /// it, as when the step is aborted — ends, and its model call is cancelled.
-    pub(crate) fn end_request(&mut self) {
-        if self.attempt.open {
-            self.end_attempt();
-            self.cancel_model();
-        }
-    }
-
-    /// Sends the current attempt's request.
-    pub(crate) fn call_model(&mut self) {
-        self.attempt.send(self.cfg.inline_tags);
-        let request = self.attempt.request.clone();
-        self.emit(AgentEvent::RequestStart {
-            model_call_index: request.model_call_index,
-            attempt: request.attempt,
-            model: request.model.clone(),
-            messages: None,
-        });
-        self.outbox.push(Effect::CallModel { request });
-        if let Some(d) = self.cfg.stream {
-            let base = self.timer_id();
-            let first = AttemptTimer::FirstChunk;
-            self.attempt.timers.arm(
-                first,
-                first.id(base),
-                d.first_chunk_ms,
-                &mut self.outbox.out,
-            );
-            if let Some(ms) = d.request_ms {
-                let request = AttemptTimer::Request;
-                self.attempt
-                    .timers
-                    .arm(request, request.id(base), ms, &mut self.outbox.out);
-            }
-        }
     }
 
     /// Whether the attempt that failed with `error` is retried: retries are left and the
@@ -249,63 +145,6 @@ impl ProcessData {
             && !(error.kind == ErrorKind::MalformedResponse && self.attempt.malformed_retried)
     }
 
-    /// Notes the error a retry is scheduled after (row `requesting_retry`).
-    pub(crate) fn retrying_after(&mut self, error: &ModelError) {
-        if error.kind == ErrorKind::MalformedResponse {
-            self.attempt.malformed_retried = true;
-        }
-    }
-
-    /// The step's error for a transport error that is not retried: a second malformed
-    /// answer says so.
-    pub(crate) fn unretried(&self, error: &ModelError) -> ModelError {
-        let mut error = error.clone();
-        if error.kind == ErrorKind::MalformedResponse && self.attempt.malformed_retried {
-            error
-                .message
-                .push_str(" (the retry got a malformed answer too: not retried again)");
-        }
-        error
-    }
-
-    /// Entering Retrying (its entry action): the next attempt's ids, the partial output
-    /// discarded, the backoff timer started (recorded in `backoff`), the retry announced.
-    pub(crate) fn start_backoff(&mut self, backoff: &mut Backoff) {
-        let draw = u64::from(self.attempt.request.model_call_index) << 32
-            | u64::from(self.attempt.request.attempt);
-        let retry_after_ms = backoff.retry_after_ms;
-        let delay_ms =
-            self.cfg
-                .retry
-                .jittered_delay_ms(self.attempt.retries + 1, retry_after_ms, draw);
-        self.attempt.retry(self.cfg.inline_tags);
-        let timer_id = self.timer_id();
-        self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
-        backoff.timer = Some(timer_id);
-        self.emit(AgentEvent::Retry {
-            model_call_index: self.attempt.request.model_call_index,
-            attempt: self.attempt.request.attempt,
-            delay_ms,
-            reason: std::mem::take(&mut backoff.reason),
-            retry_after_ms,
-        });
-    }
-
-    /// Leaving Retrying (its exit action): a backoff timer that has not fired is cancelled
-    /// (an abort).
-    pub(crate) fn cancel_backoff(&mut self, backoff: &mut Backoff) {
-        if let Some(timer_id) = backoff.timer.take() {
-            self.outbox.push(Effect::CancelTimer { timer_id });
-        }
-    }
-
-    pub(crate) fn retried(&mut self) {
-        self.emit(AgentEvent::ModelTurnRetried {
-            model_call_index: self.attempt.request.model_call_index,
-            attempt: self.attempt.request.attempt,
-        });
-    }
-
     pub(crate) fn cancel_model(&mut self) {
         let attempt = self.attempt.id();
         self.attempt.open = false;
@@ -314,33 +153,18 @@ impl ProcessData {
 
     pub(crate) fn fail(&mut self, error: ModelError) {
         self.end_attempt();
-        self.emit(AgentEvent::StreamError {
+        self.outbox.emit(AgentEvent::StreamError {
             error: error.clone(),
         });
         self.ending.end(StepOutcome::Failed(error));
     }
 
-    pub(crate) fn overflow(&mut self, error: ModelError) {
-        self.end_attempt();
-        self.emit(AgentEvent::ContextOverflow {
-            message: error.message.clone(),
-        });
-        self.ending.end(StepOutcome::ContextOverflow(error));
-    }
-
     pub(crate) fn stalled(&mut self, after_ms: u64) {
         self.cancel_model();
-        self.emit(AgentEvent::StreamStalled {
+        self.outbox.emit(AgentEvent::StreamStalled {
             model_call_index: self.attempt.request.model_call_index,
             attempt: self.attempt.request.attempt,
             after_ms,
-        });
-    }
-
-    pub(crate) fn opened(&mut self) {
-        self.emit(AgentEvent::MessageStart {
-            model_call_index: self.attempt.request.model_call_index,
-            attempt: self.attempt.request.attempt,
         });
     }
 
@@ -352,13 +176,13 @@ impl ProcessData {
             // Deltas flow: the first-chunk deadline gives way to the stall watchdog.
             self.attempt
                 .timers
-                .disarm(AttemptTimer::FirstChunk, &mut self.outbox.out);
+                .disarm(AttemptTimer::FirstChunk, &mut self.outbox);
             if let Some(d) = self.cfg.stream {
                 let stall = AttemptTimer::Stall;
-                let id = stall.id(self.timer_id());
+                let id = stall.id(self.attempt.timer_id());
                 self.attempt
                     .timers
-                    .arm(stall, id, d.stall_ms, &mut self.outbox.out);
+                    .arm(stall, id, d.stall_ms, &mut self.outbox);
                 self.attempt.timers.moved = false;
             }
         }
@@ -402,19 +226,19 @@ impl ProcessData {
             _ => None,
         };
         if let Some(event) = event {
-            self.emit(event);
+            self.outbox.emit(event);
         }
     }
 
     /// Emits what observers see of the text: visible text as `text_delta`, closed inline tags
     /// as `status_update` / `title_generated` / `plan_generated`, in stream order.
-    fn emit_text(&mut self, observed: Vec<InlinePiece>) {
+    pub(crate) fn emit_text(&mut self, observed: Vec<InlinePiece>) {
         let (model_call_index, attempt) = (
             self.attempt.request.model_call_index,
             self.attempt.request.attempt,
         );
         for piece in observed {
-            self.emit(match piece {
+            self.outbox.emit(match piece {
                 InlinePiece::Text(text) => AgentEvent::TextDelta {
                     model_call_index,
                     attempt,
@@ -437,611 +261,5 @@ impl ProcessData {
                 },
             });
         }
-    }
-
-    /// Whether the accumulated message has tool calls.
-    pub(crate) fn has_tool_calls(&self) -> bool {
-        self.attempt.acc.has_tool_calls()
-    }
-
-    /// Commits the accumulated message (R-STR-4) and, when it has tool calls, feeds each its
-    /// `Commit` event (the tool-call chart picks its row). `rejected` holds the runtime's
-    /// schema verdicts on the calls (R-TOOL-1, from `done`); doom-loop detection runs here, in
-    /// call order, and announces each looped call before its row is chosen.
-    pub(crate) fn commit(&mut self, rejected: &[ArgumentsRejected]) {
-        self.end_attempt();
-        // The text ends: what the inline-tag filter still held back is text after all.
-        let rest = self.attempt.acc.end_text();
-        if !rest.is_empty() {
-            self.emit_text(vec![InlinePiece::Text(rest)]);
-        }
-        let message = self.attempt.acc.message();
-        self.persist(Entry::Assistant {
-            run_id: self.attempt.request.run_id.clone(),
-            model_call_index: self.attempt.request.model_call_index,
-            message: message.clone(),
-        });
-        self.emit(AgentEvent::ResponseComplete {
-            model_call_index: self.attempt.request.model_call_index,
-            usage: message.usage,
-            tool_calls: message.tool_calls.len(),
-            message: Box::new(message.clone()),
-        });
-        if !message.tool_calls.is_empty() {
-            self.emit(AgentEvent::ToolCalls {
-                count: message.tool_calls.len(),
-            });
-        }
-        for (provided, derived) in self.attempt.acc.derived_ids().to_vec() {
-            self.emit(AgentEvent::ToolCallIdDerived {
-                provided,
-                tool_call_id: derived,
-            });
-        }
-        // The first verdict on each call id (ids are unique in a well-formed message). The
-        // runtime names a call by its id within the message alone: a call whose id was also
-        // derived from the run's context has another id here.
-        let mut verdicts: HashMap<&str, &ArgumentsRejected> =
-            HashMap::with_capacity(rejected.len());
-        for r in rejected {
-            verdicts.entry(r.tool_call_id.as_str()).or_insert(r);
-        }
-        let local_ids = self.attempt.acc.message_local_ids();
-        let slots = message
-            .tool_calls
-            .iter()
-            .zip(&local_ids)
-            .map(|(call, local)| {
-                let mut slot = Slot::new(call.clone());
-                slot.rejected = verdicts.get(local.as_str()).map(|v| {
-                    let mut v = (*v).clone();
-                    v.tool_call_id.clone_from(&call.id);
-                    v
-                });
-                slot.policy = self.cfg.policy(call);
-                slot
-            })
-            .collect();
-        self.tools.slots = Slots::new(slots);
-        // The run of identical signatures at the end of the history: its signature and length
-        // (the history is the run's earlier calls, then this message's calls so far).
-        let mut last: Option<(String, String)> = self.tools.recent.last().cloned();
-        let mut run = last.as_ref().map_or(0, |l| {
-            self.tools
-                .recent
-                .iter()
-                .rev()
-                .take_while(|s| *s == l)
-                .count() as u32
-        });
-        for (i, call) in message.tool_calls.iter().enumerate() {
-            let signature = (call.name.clone(), call.arguments.to_string());
-            let repeats = if last.as_ref() == Some(&signature) {
-                run + 1
-            } else {
-                1
-            };
-            last = Some(signature);
-            run = repeats;
-            let looped = self.cfg.doom_loop.filter(|p| repeats >= p.threshold);
-            if let Some(policy) = looped {
-                self.emit(AgentEvent::LoopDetected {
-                    tool_call_id: Some(call.id.clone()),
-                    pattern: vec![call.name.clone()],
-                    repeats,
-                    action: match policy.action {
-                        LoopAction::Ask => "ask".into(),
-                        LoopAction::Stop => "stop".into(),
-                    },
-                    kind: Default::default(),
-                    path: None,
-                });
-            }
-            let looped = looped.map(|p| p.action);
-            self.call_event(
-                i,
-                ToolCallEventKind::Commit,
-                Facts::Commit { looped, repeats },
-            );
-        }
-        self.ending.committed = Some(message);
-        self.start_queued();
-    }
-
-    /// Loads a committed message and its known results and feeds each call its `Restore`
-    /// event: a call with a result keeps it, the others are decided again by the rules the run
-    /// resumes with. Nothing is persisted for the known results.
-    pub(crate) fn resume(&mut self, message: AssistantMessage, results: Vec<ToolResult>) {
-        // The first known result of each call id (as a linear search would find it).
-        let mut known: HashMap<&str, &ToolResult> = HashMap::with_capacity(results.len());
-        for r in &results {
-            known.entry(r.tool_call_id.as_str()).or_insert(r);
-        }
-        let slots = message
-            .tool_calls
-            .iter()
-            .map(|call| {
-                let mut slot = Slot::new(call.clone());
-                slot.policy = self.cfg.policy(call);
-                slot
-            })
-            .collect();
-        self.tools.slots = Slots::new(slots);
-        for (i, call) in message.tool_calls.iter().enumerate() {
-            let stored = known.get(call.id.as_str()).copied();
-            self.call_event(i, ToolCallEventKind::Restore, Facts::Restore { stored });
-        }
-        self.ending.committed = Some(message);
-    }
-
-    /// Feeds slot `i` a tool-call chart event: the generated dispatch picks the row (the first
-    /// of the call's state and superstates whose guard holds), the call moves along it, the
-    /// transition is recorded with the oracle's verdict, and the row's action runs; in debug
-    /// builds what the action produced is checked against the row's declared effects. `None`
-    /// when no row of the call's state takes the event (nothing happens).
-    pub(crate) fn call_event(
-        &mut self,
-        i: usize,
-        event: ToolCallEventKind,
-        facts: Facts<'_>,
-    ) -> Option<ToolCallRow> {
-        let row = call_dispatch::select(event, self, i, &facts)?;
-        let from = self.tools.slots.get(i).state();
-        self.move_call(i, row, event, &facts);
-        let mark = self.outbox.out.len();
-        call_dispatch::act(row, self, i, from, &facts);
-        if let Some(declared) = row.effects().filter(|_| crate::chart::ORACLE) {
-            let own: Vec<String> = self.outbox.out[mark..]
-                .iter()
-                .map(crate::chart::effect_name)
-                .collect();
-            let check =
-                crate::chart::check_effects(MachineKind::ToolCall, row.spec().id, declared, &own);
-            self.outbox.call_effects.push(check);
-        }
-        Some(row)
-    }
-
-    /// Moves slot `i` along tool-call chart row `row` and records the transition with the
-    /// chart oracle's verdict (the row the guards select, evaluated before the move).
-    fn move_call(
-        &mut self,
-        i: usize,
-        row: ToolCallRow,
-        event: ToolCallEventKind,
-        facts: &Facts<'_>,
-    ) {
-        let before = self.tools.slots.get(i).state();
-        let (expected, overlap) = if crate::chart::ORACLE {
-            call_dispatch::expected(before, event, self, i, facts)
-        } else {
-            (Some(row), None)
-        };
-        let (from, to) = self.tools.slots.apply(i, row);
-        let check = GuardCheck {
-            machine: MachineKind::ToolCall,
-            from: from.name(),
-            event: event.name(),
-            taken: Some(row.spec().id),
-            expected: expected.map(|r| r.spec().id),
-            overlap,
-        };
-        let transition = Transition::ToolCall {
-            index: i,
-            call: self.tools.slots.get(i).call.id.clone(),
-            from,
-            event,
-            to,
-            row,
-        };
-        self.outbox.calls.push((transition, check));
-    }
-
-    /// Whether the step offers a tool named `name`.
-    pub(crate) fn offers(&self, name: &str) -> bool {
-        self.attempt.request.tools.iter().any(|t| t.name == name)
-    }
-
-    /// The cached result for an identical earlier call of a pure tool (R-TOOL-6).
-    pub(crate) fn cached(&self, call: &ToolCall) -> Option<&crate::tool_cache::Cached> {
-        if !self.cfg.is_pure(&call.name) {
-            return None;
-        }
-        self.tools.cache.get(call)
-    }
-
-    /// Whether slot `i` must be put to a human (the guard `needs_approval`, without the
-    /// doom-loop question).
-    pub(crate) fn needs_approval(&self, i: usize) -> bool {
-        let slot = self.tools.slots.get(i);
-        self.asks(&slot.call, &slot.policy)
-    }
-
-    /// Whether `call`, decided by `policy`, must be put to a human: its rule (or the approval
-    /// map) says ask, and no "approve always" in this run covers it — which covers a tool, or
-    /// a shell-like tool's command family ([`approval_scope`]), so not a call that a rule
-    /// singled out by its arguments.
-    ///
-    /// [`approval_scope`]: crate::tool_rules::approval_scope
-    fn asks(&self, call: &ToolCall, policy: &CallPolicy) -> bool {
-        policy.action == RuleAction::Ask && (policy.by_argument || !self.tools.whitelisted(call))
-    }
-
-    /// The denied result of `call` if its deciding rule denies it.
-    pub(crate) fn denial(&self, call: &ToolCall, policy: &CallPolicy) -> Option<ToolResult> {
-        if policy.action != RuleAction::Deny {
-            return None;
-        }
-        let i = policy.rule?;
-        let why = self.cfg.tool_rules.get(i)?.denial(i);
-        Some(error_result(call, ToolStatus::Denied, why))
-    }
-
-    /// `tool_rule_matched` for slot `i` if a rule decided it (rows that act on the rules'
-    /// decision call this).
-    pub(crate) fn announce_rule(&mut self, i: usize) {
-        let slot = self.tools.slots.get(i);
-        let policy = &slot.policy;
-        let Some(rule) = policy.rule else {
-            return;
-        };
-        let event = AgentEvent::ToolRuleMatched {
-            tool_call_id: slot.call.id.clone(),
-            name: slot.call.name.clone(),
-            rule,
-            action: policy.action,
-            // A denied call never runs: it has no deadline.
-            timeout_ms: policy
-                .timeout_ms
-                .filter(|_| policy.action != RuleAction::Deny),
-        };
-        self.emit(event);
-    }
-
-    /// Persists and announces the result of slot `i`, which a chart row has just ended.
-    pub(crate) fn record_result(&mut self, i: usize, result: ToolResult) {
-        self.persist(Entry::ToolResult {
-            run_id: self.attempt.request.run_id.clone(),
-            result: result.clone(),
-        });
-        self.emit(AgentEvent::tool_end(&result));
-        if result.status == ToolStatus::Completed && result.name == crate::todo::WRITE_TODOS_TOOL {
-            if let Some(todos) = crate::todo::todos_of(&self.tools.slots.get(i).call.arguments) {
-                self.emit(AgentEvent::TodoChange {
-                    tool_call_id: result.tool_call_id.clone(),
-                    todos,
-                });
-            }
-        }
-        self.tools.slots.get_mut(i).result = Some(result);
-    }
-
-    /// Runs slot `i`: its start marker first (R-IDEM-6), then the tool, then its deadline.
-    pub(crate) fn run(&mut self, i: usize) {
-        let call = self.tools.slots.get(i).call.clone();
-        self.persist(Entry::ToolStarted {
-            run_id: self.attempt.request.run_id.clone(),
-            tool_call_id: call.id.clone(),
-            name: call.name.clone(),
-        });
-        self.emit(AgentEvent::ToolStart {
-            tool_call_id: call.id.clone(),
-            name: call.name.clone(),
-            arguments: call.arguments.clone(),
-        });
-        self.outbox.push(Effect::RunTool { call });
-        if let Some(delay_ms) = self.tools.slots.get(i).policy.timeout_ms {
-            let timer_id = self.deadline_timer(i);
-            self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
-        }
-    }
-
-    /// Whether `call` is to the built-in `ask_user` tool and the step offers it.
-    pub(crate) fn asks_user(&self, call: &ToolCall) -> bool {
-        self.cfg.ask_user && call.name == crate::process::config::ASK_USER_TOOL
-    }
-
-    /// Puts slot `i`'s question to the person: the question and the options are the call's
-    /// `question` and `options` arguments (a call without a string `question` asks its whole
-    /// arguments).
-    pub(crate) fn ask_user(&mut self, i: usize) {
-        let call = &self.tools.slots.get(i).call;
-        let question = match call.arguments.get("question").and_then(|q| q.as_str()) {
-            Some(q) => q.to_string(),
-            None => call.arguments.to_string(),
-        };
-        let options: Vec<String> = call
-            .arguments
-            .get("options")
-            .and_then(|o| o.as_array())
-            .map(|a| {
-                a.iter()
-                    .map(|v| match v.as_str() {
-                        Some(s) => s.to_string(),
-                        None => v.to_string(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let tool_call_id = call.id.clone();
-        self.emit(AgentEvent::AskUser {
-            reference: tool_call_id.clone(),
-            question: question.clone(),
-            options: options.clone(),
-        });
-        self.outbox.push(Effect::AskUser {
-            tool_call_id,
-            question,
-            options,
-        });
-        if let Some(delay_ms) = self.cfg.ask_user_timeout_ms {
-            let timer_id = self.deadline_timer(i);
-            self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
-        }
-    }
-
-    /// The person answered slot `i`'s question (`None`: nobody can).
-    pub(crate) fn user_answered(&mut self, i: usize, answer: Option<&str>) {
-        self.call_event(i, ToolCallEventKind::Answered, Facts::Answered(answer));
-    }
-
-    /// Ends the deadline timer of slot `i`, which left `from` (running, or waiting for an
-    /// answer).
-    pub(crate) fn cancel_deadline(&mut self, i: usize, from: ToolCallState) {
-        let asks = from == ToolCallState::AwaitingUser;
-        let set = if asks {
-            self.cfg.ask_user_timeout_ms.is_some()
-        } else {
-            self.tools.slots.get(i).policy.timeout_ms.is_some()
-        };
-        if set {
-            let timer_id = self.deadline_timer(i);
-            self.outbox.push(Effect::CancelTimer { timer_id });
-        }
-    }
-
-    /// Slot `i`'s deadline passed (while it ran, or while the person was asked).
-    pub(crate) fn tool_deadline(&mut self, i: usize) {
-        self.call_event(i, ToolCallEventKind::Deadline, Facts::None);
-    }
-
-    /// Starts queued calls: all of them in parallel mode, else one when none runs.
-    /// In call order; starting a call never queues another, so each queued call is looked at
-    /// once.
-    pub(crate) fn start_queued(&mut self) {
-        let mut after = None;
-        while let Some(i) = self.tools.slots.next(ToolCallState::Queued, after) {
-            if !self.cfg.parallel_tools && self.tools.slots.busy() {
-                return;
-            }
-            self.call_event(i, ToolCallEventKind::Start, Facts::None);
-            after = Some(i);
-        }
-    }
-
-    /// Puts the first call waiting for approval to a human.
-    pub(crate) fn ask_approval(&mut self) {
-        if let Some(i) = self.tools.slots.first(ToolCallState::NeedsApproval) {
-            self.call_event(i, ToolCallEventKind::Ask, Facts::None);
-        }
-    }
-
-    /// Starts slot `i`'s approval timer, if the step has an approval timeout.
-    pub(crate) fn start_approval_timer(&mut self, i: usize) {
-        if let Some(delay_ms) = self.cfg.approval_timeout_ms {
-            let timer_id = approval_timer(self.attempt.request.model_call_index, i);
-            self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
-        }
-    }
-
-    /// The call being asked about whose approval timer is `timer_id`, if any.
-    pub(crate) fn approval_timer_of(&self, timer_id: u64) -> Option<usize> {
-        let i = approval_slot(timer_id, self.attempt.request.model_call_index)?;
-        let asked =
-            i < self.tools.slots.len() && self.tools.slots.get(i).state() == ToolCallState::Asking;
-        asked.then_some(i)
-    }
-
-    /// Ends the approval timer of slot `i`, which is no longer asked about (answered or
-    /// closed).
-    pub(crate) fn cancel_approval_timer(&mut self, i: usize) {
-        if self.cfg.approval_timeout_ms.is_some() {
-            let timer_id = approval_timer(self.attempt.request.model_call_index, i);
-            self.outbox.push(Effect::CancelTimer { timer_id });
-        }
-    }
-
-    /// Slot `i`'s approval timer fired before anyone answered (rows `awaiting_timed_out*`):
-    /// the call is rejected with status timeout.
-    pub(crate) fn approval_timed_out(&mut self, i: usize) {
-        let after_ms = self.cfg.approval_timeout_ms.unwrap_or_default();
-        let decision = crate::event::ApprovalDecision::TimedOut { after_ms };
-        self.call_event(
-            i,
-            ToolCallEventKind::Rejected,
-            Facts::ApprovalTimer(&decision),
-        );
-    }
-
-    /// The hooks' verdict on gated slot `i` (R-EXT-1), as the chart event it stands for; a
-    /// blocked call lets the next queued one start, and an asked call that an "approve always"
-    /// covers (this run's, or the session's handed to the run) is answered by it at once.
-    pub(crate) fn gated(&mut self, i: usize, verdict: &crate::event::GateVerdict) {
-        use crate::event::GateVerdict;
-        let event = match verdict {
-            GateVerdict::Allow => ToolCallEventKind::GateAllowed,
-            GateVerdict::Modify { .. } => ToolCallEventKind::GateModified,
-            GateVerdict::Block { .. } => ToolCallEventKind::GateBlocked,
-            GateVerdict::Ask => ToolCallEventKind::GateAsked,
-        };
-        self.call_event(i, event, Facts::Gate(verdict));
-        match verdict {
-            GateVerdict::Block { .. } => self.start_queued(),
-            GateVerdict::Ask if self.covered(i) => {
-                self.call_event(i, ToolCallEventKind::Whitelisted, Facts::None);
-                self.start_queued_from(i);
-            }
-            _ => {}
-        }
-    }
-
-    /// Whether an "approve always" covers slot `i` (a call a rule singled out by its
-    /// arguments never is).
-    fn covered(&self, i: usize) -> bool {
-        let slot = self.tools.slots.get(i);
-        !slot.policy.by_argument && self.tools.whitelisted(&slot.call)
-    }
-
-    /// The runtime's result for running slot `i`.
-    pub(crate) fn tool_finished(&mut self, i: usize, status: ToolStatus, content: String) {
-        let facts = Facts::Finished {
-            status,
-            content: &content,
-        };
-        self.call_event(i, ToolCallEventKind::Finished, facts);
-    }
-
-    /// A human approved slot `i` (with new arguments, for `Modified`); "always" also answers
-    /// every call of the same scope waiting for approval (R-CTL-4), and the approved call
-    /// starts if the parallelism policy lets it.
-    pub(crate) fn approved(
-        &mut self,
-        i: usize,
-        decision: &crate::event::ApprovalDecision,
-        always: bool,
-    ) {
-        let event = match decision {
-            crate::event::ApprovalDecision::Modified { .. } => ToolCallEventKind::Modified,
-            _ => ToolCallEventKind::Approved,
-        };
-        self.call_event(i, event, Facts::Approval(decision));
-        if always {
-            // "Always" covers the call's command family, not the whole tool (R-CTL-4).
-            let scope = crate::tool_rules::approval_scope(&self.tools.slots.get(i).call);
-            for j in self.tools.slots.in_state(ToolCallState::NeedsApproval) {
-                let other = self.tools.slots.get(j);
-                if crate::tool_rules::approval_scope(&other.call) == scope
-                    && !other.policy.by_argument
-                {
-                    self.call_event(j, ToolCallEventKind::Whitelisted, Facts::None);
-                }
-            }
-            self.tools.whitelist.insert(scope);
-        }
-        self.start_queued_from(i);
-    }
-
-    /// Starts slot `i` now if the parallelism policy allows, else leaves it queued.
-    fn start_queued_from(&mut self, i: usize) {
-        if self.cfg.parallel_tools || !self.tools.slots.busy() {
-            self.call_event(i, ToolCallEventKind::Start, Facts::None);
-        }
-        self.start_queued();
-    }
-
-    /// A human approved slot `i` with new arguments.
-    pub(crate) fn modified(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
-        self.approved(i, decision, false);
-    }
-
-    /// Whether the run continues after a rejected or timed-out approval.
-    pub(crate) fn auto_resume(&self) -> bool {
-        self.cfg.auto_resume
-    }
-
-    /// A human's rejection (or an approver's own timeout).
-    pub(crate) fn rejected(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
-        self.call_event(i, ToolCallEventKind::Rejected, Facts::Approval(decision));
-    }
-
-    /// A rejection or approval timeout (row `rejected`): the call gets a denied result; the
-    /// run stops after the step (`tool_rejected`) unless auto_resume, which announces the
-    /// resume instead.
-    pub(crate) fn denied(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
-        use crate::event::ApprovalDecision;
-        let call = self.tools.slots.get(i).call.clone();
-        self.emit(AgentEvent::ApprovalResolved {
-            tool_call_id: call.id.clone(),
-            decision: decision.clone(),
-            status: decision.status(),
-        });
-        let (why, trigger) = match decision {
-            ApprovalDecision::TimedOut { after_ms } => (
-                format!("denied: nobody approved the call within {after_ms} ms"),
-                "tool_approval_timeout",
-            ),
-            ApprovalDecision::Rejected { reason } => {
-                (format!("denied by user: {reason}"), "tool_rejected")
-            }
-            _ => (String::from("denied"), "tool_rejected"),
-        };
-        if self.cfg.auto_resume {
-            self.emit(AgentEvent::AgentResumed {
-                trigger: trigger.into(),
-            });
-        } else {
-            self.ending.stop("tool_rejected");
-        }
-        let r = error_result(&call, ToolStatus::Denied, why);
-        self.record_result(i, r);
-    }
-
-    pub(crate) fn killed_by(&self, kill: KillPolicy, name: &str) -> bool {
-        match kill {
-            KillPolicy::All => true,
-            KillPolicy::None => false,
-            KillPolicy::Killable => !self.cfg.immune.contains(name),
-        }
-    }
-
-    /// Whether, under `kill`, some running call would keep running.
-    pub(crate) fn would_drain(&self, kill: KillPolicy) -> bool {
-        self.tools
-            .slots
-            .in_state(ToolCallState::Running)
-            .into_iter()
-            .any(|i| !self.killed_by(kill, &self.tools.slots.get(i).call.name))
-    }
-
-    /// Abort in ToolExecuting when some calls keep running: kill per policy, close every call
-    /// that did not start or was killed; the survivors' results will be kept (R-CTL-3).
-    pub(crate) fn abort_draining(&mut self, kill: KillPolicy) {
-        self.close_open_calls(ToolCallEventKind::Abort, kill);
-        self.ending.end(StepOutcome::Aborted);
-    }
-
-    /// Steering with `skip_remaining`: calls not started are skipped, killable running calls
-    /// are killed and skipped; immune running calls finish (R-CTL-2).
-    pub(crate) fn skip_for_steering(&mut self) {
-        self.close_open_calls(ToolCallEventKind::Skip, KillPolicy::Killable);
-    }
-
-    /// Abort: kill running tools, give every call without a result an `aborted` result
-    /// (R-CTL-3, R-IDEM-7). The model call or the backoff timer in flight is cancelled by
-    /// the exit action of the state the abort leaves (Requesting, Retrying).
-    pub(crate) fn abort(&mut self) {
-        self.close_open_calls(ToolCallEventKind::Abort, KillPolicy::All);
-        self.ending.end(StepOutcome::Aborted);
-    }
-
-    /// Feeds every call without a result, in call order, `event` (`Abort` or `Skip`) under
-    /// the kill policy `kill`: the chart kills or spares a running call and closes one that
-    /// has not started.
-    fn close_open_calls(&mut self, event: ToolCallEventKind, kill: KillPolicy) {
-        for i in 0..self.tools.slots.len() {
-            if !self.tools.slots.get(i).state().is_terminal() {
-                self.call_event(i, event, Facts::Kill(kill));
-            }
-        }
-    }
-}
-
-/// An error (or denied, aborted, skipped) result for `call` with `content`.
-pub(crate) fn error_result(call: &ToolCall, status: ToolStatus, content: String) -> ToolResult {
-    ToolResult {
-        tool_call_id: call.id.clone(),
-        name: call.name.clone(),
-        content,
-        status,
     }
 }

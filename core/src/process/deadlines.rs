@@ -9,6 +9,7 @@
 //! timeout (R-CTL-4) sets bit 62 the same way.
 
 use crate::effect::Effect;
+use crate::outbox::Outbox;
 
 /// An attempt deadline's kind, in bits 60–61 of its id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,12 +95,12 @@ pub(crate) struct AttemptTimers {
 
 impl AttemptTimers {
     /// Starts timer `kind` (id `id`) for `delay_ms`.
-    pub(crate) fn arm(
+    pub(crate) fn arm<R: std::fmt::Debug>(
         &mut self,
         kind: AttemptTimer,
         id: u64,
         delay_ms: u64,
-        out: &mut Vec<Effect>,
+        out: &mut Outbox<R>,
     ) {
         self.armed.retain(|(k, _, _)| *k != kind);
         self.armed.push((kind, id, delay_ms));
@@ -110,7 +111,7 @@ impl AttemptTimers {
     }
 
     /// Cancels timer `kind` if it is armed.
-    pub(crate) fn disarm(&mut self, kind: AttemptTimer, out: &mut Vec<Effect>) {
+    pub(crate) fn disarm<R: std::fmt::Debug>(&mut self, kind: AttemptTimer, out: &mut Outbox<R>) {
         if let Some(p) = self.armed.iter().position(|(k, _, _)| *k == kind) {
             let (_, timer_id, _) = self.armed.remove(p);
             out.push(Effect::CancelTimer { timer_id });
@@ -118,7 +119,7 @@ impl AttemptTimers {
     }
 
     /// Cancels every armed timer (the attempt ended).
-    pub(crate) fn clear(&mut self, out: &mut Vec<Effect>) {
+    pub(crate) fn clear<R: std::fmt::Debug>(&mut self, out: &mut Outbox<R>) {
         for (_, timer_id, _) in self.armed.drain(..) {
             out.push(Effect::CancelTimer { timer_id });
         }

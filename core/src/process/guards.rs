@@ -9,6 +9,7 @@
 //! per guard the chart's rows name, with the signature the dispatch calls): a missing
 //! predicate, one no row names or a wrong signature is a compile error.
 
+use crate::error::{ErrorKind, ModelError};
 use crate::event::Event;
 use crate::process::data::ProcessData;
 use crate::process::dispatch::ProcessGuards;
@@ -29,7 +30,7 @@ fn is_current(data: &ProcessData, input: &Input<'_>) -> bool {
         | Event::TransportError { .. }
         | Event::ContextOverflow { .. }
         | Event::StreamStalled { .. } => !data.attempt.is_stale(event),
-        Event::TimerElapsed { timer_id } => *timer_id == data.timer_id(),
+        Event::TimerElapsed { timer_id } => *timer_id == data.attempt.timer_id(),
         // The call's slot, looked up before dispatch (`dispatch::prepare`).
         Event::ToolFinished { .. }
         | Event::Approval { .. }
@@ -45,7 +46,8 @@ fn retryable(data: &ProcessData, input: &Input<'_>) -> bool {
     match input {
         Input::Ext(Event::TransportError { error, .. }) => data.may_retry(error),
         Input::Ext(Event::StreamStalled { after_ms, .. }) => {
-            data.may_retry(&ProcessData::stall_error(*after_ms))
+            let why = format!("stream stalled for {after_ms} ms");
+            data.may_retry(&ModelError::new(ErrorKind::Timeout, why))
         }
         _ => false,
     }
@@ -56,7 +58,7 @@ fn retryable(data: &ProcessData, input: &Input<'_>) -> bool {
 fn deadline_retried(data: &ProcessData, input: &Input<'_>) -> Option<bool> {
     match input {
         Input::Ext(Event::TimerElapsed { timer_id }) => {
-            data.attempt_deadline(*timer_id)?;
+            data.attempt.deadline(*timer_id)?;
             Some(data.may_retry(&data.deadline_error(*timer_id)))
         }
         _ => None,
@@ -89,13 +91,13 @@ impl ProcessGuards for Guards {
     /// `resume_after_reject`: the answer (or the approval timer) is current and the run continues
     /// after a rejection or a timeout.
     fn resume_after_reject(data: &ProcessData, input: &Input<'_>) -> bool {
-        answers_asked(data, input) && data.auto_resume()
+        answers_asked(data, input) && data.cfg.auto_resume
     }
 
     /// `stop_after_reject`: the answer (or the approval timer) is current and a rejection or a
     /// timeout stops the run.
     fn stop_after_reject(data: &ProcessData, input: &Input<'_>) -> bool {
-        answers_asked(data, input) && !data.auto_resume()
+        answers_asked(data, input) && !data.cfg.auto_resume
     }
 
     /// `stale_approval_timer`: an approval timer of no call being asked about now.
@@ -121,12 +123,12 @@ impl ProcessGuards for Guards {
 
     /// `has_tool_calls`: the current attempt is done and its message has tool calls.
     fn has_tool_calls(data: &ProcessData, input: &Input<'_>) -> bool {
-        is_current(data, input) && data.has_tool_calls()
+        is_current(data, input) && data.attempt.acc.has_tool_calls()
     }
 
     /// `no_tool_calls`: the current attempt is done and its message has no tool calls.
     fn no_tool_calls(data: &ProcessData, input: &Input<'_>) -> bool {
-        is_current(data, input) && !data.has_tool_calls()
+        is_current(data, input) && !data.attempt.acc.has_tool_calls()
     }
 
     /// `approval_needed`: a call waits for approval and none is being asked.
@@ -147,7 +149,7 @@ impl ProcessGuards for Guards {
     /// `stream_moved`: the timer is the stall watchdog and a delta arrived since it was armed.
     fn stream_moved(data: &ProcessData, input: &Input<'_>) -> bool {
         match input {
-            Input::Ext(Event::TimerElapsed { timer_id }) => data.stream_moved(*timer_id),
+            Input::Ext(Event::TimerElapsed { timer_id }) => data.attempt.stream_moved(*timer_id),
             _ => false,
         }
     }

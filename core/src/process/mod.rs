@@ -7,6 +7,7 @@ pub(crate) mod call_actions;
 pub(crate) mod call_dispatch;
 pub(crate) mod call_guards;
 pub mod call_ids;
+mod calls;
 pub mod config;
 pub(crate) mod context;
 pub(crate) mod data;
@@ -182,41 +183,36 @@ impl Process {
         checks: &mut Vec<GuardCheck>,
     ) -> bool {
         let from = self.state();
+        let mark = self.data.outbox.open();
         dispatch::prepare(&mut self.data, &input);
         let (expected, overlap) = if crate::chart::ORACLE {
             dispatch::expected(from, k, &self.data, &input)
         } else {
             (None, None)
         };
-        self.data.outbox.row = None;
-        self.data.outbox.unhandled = false;
-        let mark = self.data.outbox.out.len();
         self.sm.handle_with_context(&input, &mut self.data);
         let to = self.state();
-        if let Some(r) = self.data.outbox.row.filter(|_| crate::chart::ORACLE) {
+        let outbox = &mut self.data.outbox;
+        if let Some(r) = outbox.row.filter(|_| crate::chart::ORACLE) {
             if let Some(declared) = r.effects() {
                 // Everything the row's action pushed, the tool-call lifecycle's effects it
-                // drove included (the tool-call chart's effects are still prose).
-                let own: Vec<String> = self.data.outbox.out[mark..]
-                    .iter()
-                    .map(crate::chart::effect_name)
-                    .collect();
+                // drove included.
                 self.effect_checks.push(crate::chart::check_effects(
                     MachineKind::Process,
                     r.spec().id,
                     declared,
-                    &own,
+                    &outbox.own,
                 ));
             }
         }
         if from != to {
-            self.data.outbox.out.insert(
+            outbox.out.insert(
                 mark,
                 state_changed(MachineKind::Process, from.name(), k.name(), to.name()),
             );
         }
-        let unhandled = self.data.outbox.unhandled;
-        let row = self.data.outbox.row.take();
+        let unhandled = outbox.unhandled;
+        let row = outbox.row.take();
         checks.push(GuardCheck {
             machine: MachineKind::Process,
             from: from.name(),
@@ -232,12 +228,9 @@ impl Process {
             row,
             unhandled,
         });
-        self.effect_checks
-            .append(&mut self.data.outbox.call_effects);
-        for (t, c) in self.data.outbox.calls.drain(..) {
-            transitions.push(t);
-            checks.push(c);
-        }
+        self.effect_checks.append(&mut outbox.effect_checks);
+        transitions.append(&mut outbox.transitions);
+        checks.append(&mut outbox.checks);
         unhandled
     }
 

@@ -159,7 +159,7 @@ impl ReactActions for Actions {
         _drain: &mut Drain,
         _input: &Input<'_>,
     ) -> Compaction {
-        let error = match data.step_outcome() {
+        let error = match data.current.outcome() {
             Some(StepOutcome::ContextOverflow(e)) => e,
             // The guard-less row is taken on an overflow only (chart_event); never reached.
             _ => crate::error::ModelError::new(crate::error::ErrorKind::ContextOverflow, ""),
@@ -176,7 +176,7 @@ impl ReactActions for Actions {
 
     /// `executing_error`: end the step, the run fails with the model's error.
     fn executing_error(data: &mut ReactData, _drain: &mut Drain, _input: &Input<'_>) -> Ended {
-        let error = match data.step_outcome() {
+        let error = match data.current.outcome() {
             Some(StepOutcome::Failed(e)) => Some(e),
             _ => None,
         };
@@ -335,7 +335,7 @@ impl ReactActions for Actions {
     /// `active_run_deadline`: the timer is spent; the facade feeds the abort it stands for.
     fn active_run_deadline(data: &mut ReactData, _input: &Input<'_>) {
         data.end.deadline_armed = false;
-        data.outbox.deadline_abort = true;
+        data.end.deadline_abort = true;
     }
 
     /// `active_abort`: the abort reached the step (before dispatch); keep what it committed, the

@@ -5,64 +5,19 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use crate::agent_event::AgentEvent;
-use crate::chart::{GuardCheck, ReactRow};
+use crate::chart::ReactRow;
 use crate::effect::Effect;
-use crate::entry::Entry;
 use crate::execute_result::StepRecord;
 use crate::message::{Message, ToolCall, Usage};
 use crate::model::SharedMessages;
+use crate::outbox::Outbox;
 use crate::process::{Process, ProcessStep, StepOutcome};
 use crate::react::config::LoopResult;
 use crate::react::limits::{LimitKind, Spent};
-use crate::step::Transition;
 use crate::tool_cache::ToolCache;
 
-/// What one `handle` produced, drained by the facade: the effects in order, the inner
-/// machine's transitions and guard checks, the row the outer handler took and whether no
-/// state accepted the input.
-#[derive(Debug, Default)]
-pub(crate) struct Outbox {
-    pub(crate) out: Vec<Effect>,
-    pub(crate) inner: Vec<Transition>,
-    pub(crate) checks: Vec<GuardCheck>,
-    pub(crate) row: Option<ReactRow>,
-    pub(crate) unhandled: bool,
-    /// Row `active_run_deadline` was taken: the facade feeds the abort it stands for.
-    pub(crate) deadline_abort: bool,
-    /// The names of the effects this machine's own actions pushed during one handle (debug
-    /// builds only; not the inner machine's): checked against the row's declared effects.
-    pub(crate) own: Vec<String>,
-    /// The inner machine's effect verdicts taken with its steps (debug builds).
-    pub(crate) inner_effects: Vec<crate::chart::EffectCheck>,
-}
-
-impl Outbox {
-    /// Records the chart row a handler took (one per handle).
-    pub(crate) fn take(&mut self, row: ReactRow) {
-        debug_assert!(
-            self.row.is_none(),
-            "two rows in one handle: {:?} then {row:?}",
-            self.row
-        );
-        self.row = Some(row);
-    }
-
-    pub(crate) fn push(&mut self, effect: Effect) {
-        if crate::chart::ORACLE {
-            self.own.push(crate::chart::effect_name(&effect));
-        }
-        self.out.push(effect);
-    }
-
-    pub(crate) fn emit(&mut self, event: AgentEvent) {
-        self.push(Effect::Emit { event });
-    }
-
-    pub(crate) fn persist(&mut self, entry: Entry) {
-        self.push(Effect::Persist { entry });
-    }
-
+/// The outer machine's outbox: the inner machine's steps go in whole.
+impl Outbox<ReactRow> {
     /// Takes what the inner machine did (transitions, guard checks, effects); returns the
     /// number of model requests among the effects and whether the event was unhandled.
     pub(crate) fn take_inner(&mut self, s: ProcessStep) -> (u64, bool) {
@@ -71,9 +26,9 @@ impl Outbox {
             .iter()
             .filter(|e| matches!(e, Effect::CallModel { .. }))
             .count() as u64;
-        self.inner.extend(s.transitions);
+        self.transitions.extend(s.transitions);
         self.checks.extend(s.guard_checks);
-        self.inner_effects.extend(s.effect_checks);
+        self.effect_checks.extend(s.effect_checks);
         self.out.extend(s.effects);
         (model_calls, s.unhandled)
     }
@@ -340,6 +295,8 @@ pub(crate) struct Ending {
     pub(crate) abort_emitted: bool,
     /// The run's deadline timer runs.
     pub(crate) deadline_armed: bool,
+    /// Row `active_run_deadline` was taken: the facade feeds the abort it stands for.
+    pub(crate) deadline_abort: bool,
 }
 
 impl Ending {

@@ -9,10 +9,11 @@ use crate::error::RunError;
 use crate::execute_result::{StepEnd, StepRecord};
 use crate::message::{AssistantMessage, Message, ToolResult};
 use crate::model::{ModelRequest, SharedMessages};
+use crate::outbox::Outbox;
 use crate::process::{Process, StepOutcome};
 use crate::react::config::{Decision, LoopResult, Observation, RunConfig, SteeringPolicy};
 use crate::react::context::{
-    Compaction, Counters, CurrentStep, Ended, Ending, Observed, Outbox, Queues, Transcript,
+    Compaction, Counters, CurrentStep, Ended, Ending, Observed, Queues, Transcript,
 };
 
 /// Everything the outer machine knows. Passed to the statig handlers as their context: the
@@ -28,7 +29,7 @@ pub(crate) struct ReactData {
     pub(crate) queues: Queues,
     pub(crate) observed: Observed,
     pub(crate) end: Ending,
-    pub(crate) outbox: Outbox,
+    pub(crate) outbox: Outbox<ReactRow>,
 }
 
 impl ReactData {
@@ -51,17 +52,9 @@ impl ReactData {
         }
     }
 
-    /// Records the chart row a handler took (called by the generated dispatch).
+    /// Records the chart row a handler took (the generated dispatch calls it).
     pub(crate) fn take(&mut self, row: ReactRow) {
         self.outbox.take(row);
-    }
-
-    fn emit(&mut self, event: AgentEvent) {
-        self.outbox.emit(event);
-    }
-
-    fn persist(&mut self, entry: Entry) {
-        self.outbox.persist(entry);
     }
 
     /// `messages` made well paired (R-IDEM-7), with one `session_repaired` event per repair.
@@ -72,7 +65,7 @@ impl ReactData {
     ) -> Vec<Message> {
         let (messages, repairs) = crate::session_log::pair_messages(messages, source);
         for repair in repairs {
-            self.emit(AgentEvent::SessionRepaired { repair });
+            self.outbox.emit(AgentEvent::SessionRepaired { repair });
         }
         messages
     }
@@ -114,12 +107,12 @@ impl ReactData {
         self.counters.session_turns = session_turns;
         for m in input {
             self.transcript.messages.push(m.clone());
-            self.persist(Entry::UserInput {
+            self.outbox.persist(Entry::UserInput {
                 run_id: run_id.to_string(),
                 message: m.clone(),
             });
         }
-        self.emit(AgentEvent::RunStart {});
+        self.outbox.emit(AgentEvent::RunStart {});
         if let (Some(model), 0) = (&self.cfg.title_model, session_turns) {
             let text = input
                 .iter()
@@ -138,21 +131,16 @@ impl ReactData {
     /// Row `active_title`: reports the title model's answer and keeps it in the session.
     pub(crate) fn titled(&mut self, title: Option<&str>) {
         if let Some(title) = title {
-            self.persist(Entry::Title {
+            self.outbox.persist(Entry::Title {
                 run_id: self.run_id.clone(),
                 title: title.to_string(),
             });
-            self.emit(AgentEvent::TitleGenerated {
+            self.outbox.emit(AgentEvent::TitleGenerated {
                 model_call_index: 0,
                 attempt: 0,
                 title: title.to_string(),
             });
         }
-    }
-
-    /// Tokens of the context: the last reported usage, else an estimate.
-    pub(crate) fn context_tokens(&self) -> u64 {
-        self.transcript.tokens()
     }
 
     /// The context budget in tokens (R-CTX-3): the configured budget, else the configured
@@ -168,13 +156,13 @@ impl ReactData {
     /// under [`budget_tokens`](Self::budget_tokens), or no budget known.
     pub(crate) fn context_fits(&self) -> bool {
         self.budget_tokens()
-            .is_none_or(|b| self.context_tokens() < b)
+            .is_none_or(|b| self.transcript.tokens() < b)
     }
 
     pub(crate) fn over_budget(&self) -> bool {
         let by_tokens = self
             .budget_tokens()
-            .is_some_and(|b| self.context_tokens() as f64 >= b as f64 * self.cfg.compact_ratio);
+            .is_some_and(|b| self.transcript.tokens() as f64 >= b as f64 * self.cfg.compact_ratio);
         let by_count = self
             .cfg
             .compact_threshold
@@ -231,7 +219,7 @@ impl ReactData {
 
     /// Entry action of `Compacting`: requests the compaction the row that led here decided.
     pub(crate) fn start_compaction(&mut self, compaction: &Compaction) {
-        self.emit(AgentEvent::CompactStart {
+        self.outbox.emit(AgentEvent::CompactStart {
             reason: compaction.reason.to_string(),
             messages: self.transcript.messages.len(),
         });
@@ -246,7 +234,7 @@ impl ReactData {
     /// next committed step (else Planning would ask the hook again at once, forever).
     pub(crate) fn compaction_vetoed(&mut self, reason: &str) {
         self.transcript.compacted_since_step = true;
-        self.emit(AgentEvent::CompactVetoed {
+        self.outbox.emit(AgentEvent::CompactVetoed {
             reason: reason.to_string(),
         });
     }
@@ -255,7 +243,7 @@ impl ReactData {
     /// no further compaction tried before the next committed step.
     pub(crate) fn compaction_skipped(&mut self) {
         self.transcript.compacted_since_step = true;
-        self.emit(AgentEvent::CompactEnd { removed: 0 });
+        self.outbox.emit(AgentEvent::CompactEnd { removed: 0 });
     }
 
     pub(crate) fn compacted(&mut self, messages: &[Message], removed: usize) {
@@ -263,12 +251,12 @@ impl ReactData {
         // it returned (R-IDEM-7); the stored compaction holds the repaired context.
         let messages = self.paired(messages, crate::entry::ContextSource::Compaction);
         self.transcript.compacted(&messages);
-        self.persist(Entry::Compaction {
+        self.outbox.persist(Entry::Compaction {
             run_id: self.run_id.clone(),
             removed,
             messages,
         });
-        self.emit(AgentEvent::CompactEnd { removed });
+        self.outbox.emit(AgentEvent::CompactEnd { removed });
     }
 
     /// Builds the next step's request and starts the inner machine.
@@ -280,18 +268,18 @@ impl ReactData {
             && self.counters.committed_steps > 0
             && !self.observed.last_had_tools
         {
-            self.emit(AgentEvent::AgentResumed {
+            self.outbox.emit(AgentEvent::AgentResumed {
                 trigger: "steering".into(),
             });
         }
         for text in steering {
             let m = Message::user(text.clone());
             self.transcript.messages.push(m.clone());
-            self.persist(Entry::UserInput {
+            self.outbox.persist(Entry::UserInput {
                 run_id: self.run_id.clone(),
                 message: m,
             });
-            self.emit(AgentEvent::SteeringApplied { text });
+            self.outbox.emit(AgentEvent::SteeringApplied { text });
         }
         let index = self.counters.committed_steps + 1;
         let last = index >= self.cfg.max_steps || self.counters.limit_final_ran;
@@ -308,7 +296,7 @@ impl ReactData {
                     crate::react::reminders::ReminderWhen::ContextTokensAtLeast(_)
                 )
             }) {
-                self.context_tokens()
+                self.transcript.tokens()
             } else {
                 0
             },
@@ -394,11 +382,6 @@ impl ReactData {
         self.current.step = Some(step);
     }
 
-    /// Guard `subtask_queued`: a subtask waits to run before the next model step.
-    pub(crate) fn subtask_queued(&self) -> bool {
-        self.queues.subtask_queued()
-    }
-
     /// Row `planning_subtask`: runs the oldest queued subtask as a synthetic step (a pending
     /// subtask runs before the next model call). Its message, one tool call `subtask-<run>-<n>`
     /// and no text, is persisted like a committed turn (the next `model_call_index`), and the inner machine runs the call exactly as it runs a resumed
@@ -418,7 +401,7 @@ impl ReactData {
             }],
             ..AssistantMessage::default()
         };
-        self.persist(Entry::Assistant {
+        self.outbox.persist(Entry::Assistant {
             run_id: self.run_id.clone(),
             model_call_index: index,
             message: message.clone(),
@@ -451,7 +434,7 @@ impl ReactData {
                 .step_committed(&step, !m.tool_calls.is_empty());
             let pattern = self.current.remember_calls(&m.tool_calls);
             if let Some((pattern, repeats)) = pattern {
-                self.emit(AgentEvent::LoopDetected {
+                self.outbox.emit(AgentEvent::LoopDetected {
                     tool_call_id: None,
                     pattern,
                     repeats,
@@ -461,7 +444,7 @@ impl ReactData {
                 });
             }
             for (path, tools, touches) in self.current.remember_files(&m.tool_calls) {
-                self.emit(AgentEvent::LoopDetected {
+                self.outbox.emit(AgentEvent::LoopDetected {
                     tool_call_id: None,
                     pattern: tools,
                     repeats: touches,
@@ -510,7 +493,7 @@ impl ReactData {
     /// it as `step_finished` (R-IN-5).
     fn record_step(&mut self, record: StepRecord) {
         if self.cfg.report_steps {
-            self.emit(AgentEvent::StepFinished {
+            self.outbox.emit(AgentEvent::StepFinished {
                 step: Box::new(record.clone()),
             });
         }
@@ -538,10 +521,6 @@ impl ReactData {
             max_steps: self.cfg.max_steps,
         };
         self.cfg.decider.decide(&o)
-    }
-
-    pub(crate) fn step_outcome(&self) -> Option<StepOutcome> {
-        self.current.outcome()
     }
 
     /// The run's end a row decided, as the result the state it leads to holds: `Finishing`,
@@ -635,7 +614,7 @@ impl ReactData {
             },
         };
         if !self.end.abort_emitted {
-            self.emit(event);
+            self.outbox.emit(event);
         }
         self.end.result = Some(result);
     }
@@ -643,7 +622,7 @@ impl ReactData {
     /// Emits `agent_abort` now (the run may still drain immune tools before it ends).
     pub(crate) fn emit_abort(&mut self, reason: &str) {
         self.end.abort_emitted = true;
-        self.emit(AgentEvent::AgentAbort {
+        self.outbox.emit(AgentEvent::AgentAbort {
             reason: reason.to_string(),
         });
     }
@@ -661,7 +640,7 @@ impl ReactData {
     pub(crate) fn switch_model(&mut self, model: &str) {
         if model != self.cfg.model {
             let from = std::mem::replace(&mut self.cfg.model, model.to_string());
-            self.emit(AgentEvent::ModelSwitched {
+            self.outbox.emit(AgentEvent::ModelSwitched {
                 from,
                 to: model.to_string(),
             });
@@ -718,13 +697,13 @@ impl ReactData {
     pub(crate) fn retry_output(&mut self) {
         self.counters.output_retries += 1;
         let error = self.output_error();
-        self.emit(AgentEvent::OutputInvalid {
+        self.outbox.emit(AgentEvent::OutputInvalid {
             error: error.clone(),
             retrying: true,
         });
         let m = Message::user(error);
         self.transcript.messages.push(m.clone());
-        self.persist(Entry::UserInput {
+        self.outbox.persist(Entry::UserInput {
             run_id: self.run_id.clone(),
             message: m,
         });
@@ -734,7 +713,7 @@ impl ReactData {
     /// Row `observing_output_invalid`: the run fails, naming what is wrong.
     pub(crate) fn fail_output(&mut self) -> Ended {
         let error = self.output_error();
-        self.emit(AgentEvent::OutputInvalid {
+        self.outbox.emit(AgentEvent::OutputInvalid {
             error: error.clone(),
             retrying: false,
         });
@@ -744,7 +723,7 @@ impl ReactData {
     /// Whether the failed step can be requested from a fallback model (guard
     /// `fallback_available`): the step failed and the chain has a model left.
     pub(crate) fn fallback_available(&self) -> bool {
-        matches!(self.step_outcome(), Some(StepOutcome::Failed(_)))
+        matches!(self.current.outcome(), Some(StepOutcome::Failed(_)))
             && self.counters.fallbacks_used < self.cfg.fallbacks.len()
     }
 
@@ -775,7 +754,7 @@ impl ReactData {
         drop(step);
         self.record_step(record);
         let from = std::mem::replace(&mut self.cfg.model, to.clone());
-        self.emit(AgentEvent::ModelFallback {
+        self.outbox.emit(AgentEvent::ModelFallback {
             from,
             to,
             model_call_index,
@@ -792,15 +771,10 @@ impl ReactData {
     pub(crate) fn prepare(&mut self, state: ReactState, input: &crate::react::machine::Input<'_>) {
         use crate::react::machine::Input;
         if let Input::Ext(e @ crate::event::Event::Abort { .. }) = input {
-            if state.in_active() && !self.step_ended() && self.current.step.is_some() {
+            if state.in_active() && !self.current.ended() && self.current.step.is_some() {
                 self.forward(e);
             }
         }
-    }
-
-    /// Whether the current step ended (terminal inner state).
-    pub(crate) fn step_ended(&self) -> bool {
-        self.current.ended()
     }
 
     /// Forwards an event to the inner machine, collecting its transitions and effects.
@@ -848,7 +822,7 @@ impl ReactData {
         };
         if self.counters.limit_hit.is_none() {
             self.counters.limit_hit = Some(limit);
-            self.emit(AgentEvent::UsageLimitReached {
+            self.outbox.emit(AgentEvent::UsageLimitReached {
                 limit,
                 used,
                 max,

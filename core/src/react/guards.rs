@@ -86,7 +86,7 @@ impl ReactGuards for Guards {
 
     /// `subtask_queued`: a subtask waits to run before the next model step.
     fn subtask_queued(data: &ReactData, _input: &Input<'_>) -> bool {
-        data.subtask_queued()
+        data.queues.subtask_queued()
     }
 
     /// `stop_requested`: the decision function asked to stop.

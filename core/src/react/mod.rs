@@ -147,7 +147,7 @@ impl Run {
         };
         let k = ReactEventKind::RunDeadline;
         let unhandled = self.feed(Input::Ext(&timer), k, transitions, effects, checks);
-        if std::mem::take(&mut self.data.outbox.deadline_abort) {
+        if std::mem::take(&mut self.data.end.deadline_abort) {
             let abort = Event::Abort {
                 reason: "run deadline exceeded".into(),
                 kill: crate::event::KillPolicy::default(),
@@ -169,13 +169,13 @@ impl Run {
         effects: &mut Vec<crate::effect::Effect>,
         checks: &mut Vec<GuardCheck>,
     ) {
-        transitions.append(&mut self.data.outbox.inner);
+        transitions.append(&mut self.data.outbox.transitions);
         effects.append(&mut self.data.outbox.out);
         checks.append(&mut self.data.outbox.checks);
         // The inner machine's rows (and the tool-call rows they drove) checked their effects
         // even when the outer machine did not move.
         self.effect_checks
-            .append(&mut self.data.outbox.inner_effects);
+            .append(&mut self.data.outbox.effect_checks);
     }
 
     fn feed(
@@ -187,16 +187,13 @@ impl Run {
         checks: &mut Vec<GuardCheck>,
     ) -> bool {
         let from = self.react_state();
-        let mark = self.data.outbox.out.len();
-        self.data.outbox.own.clear();
+        let mark = self.data.outbox.open();
         self.data.prepare(from, &input);
         let (expected, overlap) = if crate::chart::ORACLE {
             dispatch::expected(from, k, &self.data, self.sm.state(), &input)
         } else {
             (None, None)
         };
-        self.data.outbox.row = None;
-        self.data.outbox.unhandled = false;
         self.sm.handle_with_context(&input, &mut self.data);
         let to = self.react_state();
         if from != to {
@@ -212,7 +209,7 @@ impl Run {
         let row = self.data.outbox.row.take();
         let own = std::mem::take(&mut self.data.outbox.own);
         self.effect_checks
-            .append(&mut self.data.outbox.inner_effects);
+            .append(&mut self.data.outbox.effect_checks);
         if let Some(r) = row.filter(|_| crate::chart::ORACLE) {
             if let Some(declared) = r.effects() {
                 self.effect_checks.push(crate::chart::check_effects(
@@ -272,7 +269,7 @@ impl Run {
                         checks,
                     );
                 }
-                ReactState::Executing if self.data.step_ended() => {
+                ReactState::Executing if self.data.current.ended() => {
                     let Some(k) = dispatch::chart_event(&self.data, &Input::InnerEnded) else {
                         break;
                     };

@@ -1,0 +1,519 @@
+//! The tool-call lifecycle's driver: the committed (or resumed) message's calls become slots,
+//! each fed its tool-call chart events ([`ProcessData::call_event`]: the generated dispatch
+//! picks the row, the slot moves along it, the row's action runs), and what those rows and the
+//! inner machine's tool rows ask of the calls: start, gate, approve, deny, answer, kill, close.
+
+use std::collections::HashMap;
+
+use crate::agent_event::AgentEvent;
+use crate::chart::{GuardCheck, MachineKind, ToolCallEventKind, ToolCallRow, ToolCallState};
+use crate::effect::Effect;
+use crate::entry::Entry;
+use crate::event::KillPolicy;
+use crate::inline_tags::InlinePiece;
+use crate::message::{AssistantMessage, ToolCall, ToolResult, ToolStatus};
+use crate::process::call_dispatch;
+use crate::process::call_guards::Facts;
+use crate::process::config::LoopAction;
+use crate::process::data::ProcessData;
+use crate::process::deadlines::{approval_slot, approval_timer};
+use crate::process::slots::{Slot, Slots};
+use crate::step::Transition;
+use crate::tool_check::ArgumentsRejected;
+use crate::tool_rules::{CallPolicy, RuleAction};
+
+impl ProcessData {
+    /// Commits the accumulated message (R-STR-4) and, when it has tool calls, feeds each its
+    /// `Commit` event (the tool-call chart picks its row). `rejected` holds the runtime's
+    /// schema verdicts on the calls (R-TOOL-1, from `done`); doom-loop detection runs here, in
+    /// call order, and announces each looped call before its row is chosen.
+    pub(crate) fn commit(&mut self, rejected: &[ArgumentsRejected]) {
+        self.end_attempt();
+        // The text ends: what the inline-tag filter still held back is text after all.
+        let rest = self.attempt.acc.end_text();
+        if !rest.is_empty() {
+            self.emit_text(vec![InlinePiece::Text(rest)]);
+        }
+        let message = self.attempt.acc.message();
+        self.outbox.persist(Entry::Assistant {
+            run_id: self.attempt.request.run_id.clone(),
+            model_call_index: self.attempt.request.model_call_index,
+            message: message.clone(),
+        });
+        self.outbox.emit(AgentEvent::ResponseComplete {
+            model_call_index: self.attempt.request.model_call_index,
+            usage: message.usage,
+            tool_calls: message.tool_calls.len(),
+            message: Box::new(message.clone()),
+        });
+        if !message.tool_calls.is_empty() {
+            self.outbox.emit(AgentEvent::ToolCalls {
+                count: message.tool_calls.len(),
+            });
+        }
+        for (provided, derived) in self.attempt.acc.derived_ids().to_vec() {
+            self.outbox.emit(AgentEvent::ToolCallIdDerived {
+                provided,
+                tool_call_id: derived,
+            });
+        }
+        // The first verdict on each call id (ids are unique in a well-formed message). The
+        // runtime names a call by its id within the message alone: a call whose id was also
+        // derived from the run's context has another id here.
+        let mut verdicts: HashMap<&str, &ArgumentsRejected> =
+            HashMap::with_capacity(rejected.len());
+        for r in rejected {
+            verdicts.entry(r.tool_call_id.as_str()).or_insert(r);
+        }
+        let local_ids = self.attempt.acc.message_local_ids();
+        let slots = message
+            .tool_calls
+            .iter()
+            .zip(&local_ids)
+            .map(|(call, local)| {
+                let mut slot = Slot::new(call.clone());
+                slot.rejected = verdicts.get(local.as_str()).map(|v| {
+                    let mut v = (*v).clone();
+                    v.tool_call_id.clone_from(&call.id);
+                    v
+                });
+                slot.policy = self.cfg.policy(call);
+                slot
+            })
+            .collect();
+        self.tools.slots = Slots::new(slots);
+        // The run of identical signatures at the end of the history: its signature and length
+        // (the history is the run's earlier calls, then this message's calls so far).
+        let mut last: Option<(String, String)> = self.tools.recent.last().cloned();
+        let mut run = last.as_ref().map_or(0, |l| {
+            self.tools
+                .recent
+                .iter()
+                .rev()
+                .take_while(|s| *s == l)
+                .count() as u32
+        });
+        for (i, call) in message.tool_calls.iter().enumerate() {
+            let signature = (call.name.clone(), call.arguments.to_string());
+            let repeats = if last.as_ref() == Some(&signature) {
+                run + 1
+            } else {
+                1
+            };
+            last = Some(signature);
+            run = repeats;
+            let looped = self.cfg.doom_loop.filter(|p| repeats >= p.threshold);
+            if let Some(policy) = looped {
+                self.outbox.emit(AgentEvent::LoopDetected {
+                    tool_call_id: Some(call.id.clone()),
+                    pattern: vec![call.name.clone()],
+                    repeats,
+                    action: match policy.action {
+                        LoopAction::Ask => "ask".into(),
+                        LoopAction::Stop => "stop".into(),
+                    },
+                    kind: Default::default(),
+                    path: None,
+                });
+            }
+            let looped = looped.map(|p| p.action);
+            self.call_event(
+                i,
+                ToolCallEventKind::Commit,
+                Facts::Commit { looped, repeats },
+            );
+        }
+        self.ending.committed = Some(message);
+        self.start_queued();
+    }
+
+    /// Loads a committed message and its known results and feeds each call its `Restore`
+    /// event: a call with a result keeps it, the others are decided again by the rules the run
+    /// resumes with. Nothing is persisted for the known results.
+    pub(crate) fn resume(&mut self, message: AssistantMessage, results: Vec<ToolResult>) {
+        // The first known result of each call id (as a linear search would find it).
+        let mut known: HashMap<&str, &ToolResult> = HashMap::with_capacity(results.len());
+        for r in &results {
+            known.entry(r.tool_call_id.as_str()).or_insert(r);
+        }
+        let slots = message
+            .tool_calls
+            .iter()
+            .map(|call| {
+                let mut slot = Slot::new(call.clone());
+                slot.policy = self.cfg.policy(call);
+                slot
+            })
+            .collect();
+        self.tools.slots = Slots::new(slots);
+        for (i, call) in message.tool_calls.iter().enumerate() {
+            let stored = known.get(call.id.as_str()).copied();
+            self.call_event(i, ToolCallEventKind::Restore, Facts::Restore { stored });
+        }
+        self.ending.committed = Some(message);
+    }
+
+    /// Feeds slot `i` a tool-call chart event: the generated dispatch picks the row (the first
+    /// of the call's state and superstates whose guard holds), the call moves along it, the
+    /// transition is recorded with the oracle's verdict, and the row's action runs; in debug
+    /// builds what the action produced is checked against the row's declared effects. `None`
+    /// when no row of the call's state takes the event (nothing happens).
+    pub(crate) fn call_event(
+        &mut self,
+        i: usize,
+        event: ToolCallEventKind,
+        facts: Facts<'_>,
+    ) -> Option<ToolCallRow> {
+        let row = call_dispatch::select(event, self, i, &facts)?;
+        let from = self.tools.slots.get(i).state();
+        self.move_call(i, row, event, &facts);
+        let mark = self.outbox.out.len();
+        call_dispatch::act(row, self, i, from, &facts);
+        if let Some(declared) = row.effects().filter(|_| crate::chart::ORACLE) {
+            let own: Vec<String> = self.outbox.out[mark..]
+                .iter()
+                .map(crate::chart::effect_name)
+                .collect();
+            let check =
+                crate::chart::check_effects(MachineKind::ToolCall, row.spec().id, declared, &own);
+            self.outbox.effect_checks.push(check);
+        }
+        Some(row)
+    }
+
+    /// Moves slot `i` along tool-call chart row `row` and records the transition with the
+    /// chart oracle's verdict (the row the guards select, evaluated before the move).
+    fn move_call(
+        &mut self,
+        i: usize,
+        row: ToolCallRow,
+        event: ToolCallEventKind,
+        facts: &Facts<'_>,
+    ) {
+        let before = self.tools.slots.get(i).state();
+        let (expected, overlap) = if crate::chart::ORACLE {
+            call_dispatch::expected(before, event, self, i, facts)
+        } else {
+            (Some(row), None)
+        };
+        let (from, to) = self.tools.slots.apply(i, row);
+        let check = GuardCheck {
+            machine: MachineKind::ToolCall,
+            from: from.name(),
+            event: event.name(),
+            taken: Some(row.spec().id),
+            expected: expected.map(|r| r.spec().id),
+            overlap,
+        };
+        let transition = Transition::ToolCall {
+            index: i,
+            call: self.tools.slots.get(i).call.id.clone(),
+            from,
+            event,
+            to,
+            row,
+        };
+        self.outbox.transitions.push(transition);
+        self.outbox.checks.push(check);
+    }
+
+    /// The cached result for an identical earlier call of a pure tool (R-TOOL-6).
+    pub(crate) fn cached(&self, call: &ToolCall) -> Option<&crate::tool_cache::Cached> {
+        if !self.cfg.is_pure(&call.name) {
+            return None;
+        }
+        self.tools.cache.get(call)
+    }
+
+    /// The denied result of `call` if its deciding rule denies it.
+    pub(crate) fn denial(&self, call: &ToolCall, policy: &CallPolicy) -> Option<ToolResult> {
+        if policy.action != RuleAction::Deny {
+            return None;
+        }
+        let i = policy.rule?;
+        let why = self.cfg.tool_rules.get(i)?.denial(i);
+        Some(tool_result(call, ToolStatus::Denied, why))
+    }
+
+    /// `tool_rule_matched` for slot `i` if a rule decided it (rows that act on the rules'
+    /// decision call this).
+    pub(crate) fn announce_rule(&mut self, i: usize) {
+        let slot = self.tools.slots.get(i);
+        let policy = &slot.policy;
+        let Some(rule) = policy.rule else {
+            return;
+        };
+        let event = AgentEvent::ToolRuleMatched {
+            tool_call_id: slot.call.id.clone(),
+            name: slot.call.name.clone(),
+            rule,
+            action: policy.action,
+            // A denied call never runs: it has no deadline.
+            timeout_ms: policy
+                .timeout_ms
+                .filter(|_| policy.action != RuleAction::Deny),
+        };
+        self.outbox.emit(event);
+    }
+
+    /// Persists and announces the result of slot `i`, which a chart row has just ended.
+    pub(crate) fn record_result(&mut self, i: usize, result: ToolResult) {
+        self.outbox.persist(Entry::ToolResult {
+            run_id: self.attempt.request.run_id.clone(),
+            result: result.clone(),
+        });
+        self.outbox.emit(AgentEvent::tool_end(&result));
+        if result.status == ToolStatus::Completed && result.name == crate::todo::WRITE_TODOS_TOOL {
+            if let Some(todos) = crate::todo::todos_of(&self.tools.slots.get(i).call.arguments) {
+                self.outbox.emit(AgentEvent::TodoChange {
+                    tool_call_id: result.tool_call_id.clone(),
+                    todos,
+                });
+            }
+        }
+        self.tools.slots.get_mut(i).result = Some(result);
+    }
+
+    /// Runs slot `i`: its start marker first (R-IDEM-6), then the tool, then its deadline.
+    pub(crate) fn run(&mut self, i: usize) {
+        let call = self.tools.slots.get(i).call.clone();
+        self.outbox.persist(Entry::ToolStarted {
+            run_id: self.attempt.request.run_id.clone(),
+            tool_call_id: call.id.clone(),
+            name: call.name.clone(),
+        });
+        self.outbox.emit(AgentEvent::ToolStart {
+            tool_call_id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+        });
+        self.outbox.push(Effect::RunTool { call });
+        if let Some(delay_ms) = self.tools.slots.get(i).policy.timeout_ms {
+            let timer_id = self.deadline_timer(i);
+            self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
+        }
+    }
+
+    /// Puts slot `i`'s question to the person: the question and the options are the call's
+    /// `question` and `options` arguments (a call without a string `question` asks its whole
+    /// arguments).
+    pub(crate) fn ask_user(&mut self, i: usize) {
+        let call = &self.tools.slots.get(i).call;
+        let question = match call.arguments.get("question").and_then(|q| q.as_str()) {
+            Some(q) => q.to_string(),
+            None => call.arguments.to_string(),
+        };
+        let options: Vec<String> = call
+            .arguments
+            .get("options")
+            .and_then(|o| o.as_array())
+            .map(|a| {
+                a.iter()
+                    .map(|v| match v.as_str() {
+                        Some(s) => s.to_string(),
+                        None => v.to_string(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let tool_call_id = call.id.clone();
+        self.outbox.emit(AgentEvent::AskUser {
+            reference: tool_call_id.clone(),
+            question: question.clone(),
+            options: options.clone(),
+        });
+        self.outbox.push(Effect::AskUser {
+            tool_call_id,
+            question,
+            options,
+        });
+        if let Some(delay_ms) = self.cfg.ask_user_timeout_ms {
+            let timer_id = self.deadline_timer(i);
+            self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
+        }
+    }
+
+    /// Ends the deadline timer of slot `i`, which left `from` (running, or waiting for an
+    /// answer).
+    pub(crate) fn cancel_deadline(&mut self, i: usize, from: ToolCallState) {
+        let asks = from == ToolCallState::AwaitingUser;
+        let set = if asks {
+            self.cfg.ask_user_timeout_ms.is_some()
+        } else {
+            self.tools.slots.get(i).policy.timeout_ms.is_some()
+        };
+        if set {
+            let timer_id = self.deadline_timer(i);
+            self.outbox.push(Effect::CancelTimer { timer_id });
+        }
+    }
+
+    /// Starts queued calls: all of them in parallel mode, else one when none runs.
+    /// In call order; starting a call never queues another, so each queued call is looked at
+    /// once.
+    pub(crate) fn start_queued(&mut self) {
+        let mut after = None;
+        while let Some(i) = self.tools.slots.next(ToolCallState::Queued, after) {
+            if !self.cfg.parallel_tools && self.tools.slots.busy() {
+                return;
+            }
+            self.call_event(i, ToolCallEventKind::Start, Facts::None);
+            after = Some(i);
+        }
+    }
+
+    /// Starts slot `i`'s approval timer, if the step has an approval timeout.
+    pub(crate) fn start_approval_timer(&mut self, i: usize) {
+        if let Some(delay_ms) = self.cfg.approval_timeout_ms {
+            let timer_id = approval_timer(self.attempt.request.model_call_index, i);
+            self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
+        }
+    }
+
+    /// The call being asked about whose approval timer is `timer_id`, if any.
+    pub(crate) fn approval_timer_of(&self, timer_id: u64) -> Option<usize> {
+        let i = approval_slot(timer_id, self.attempt.request.model_call_index)?;
+        let asked =
+            i < self.tools.slots.len() && self.tools.slots.get(i).state() == ToolCallState::Asking;
+        asked.then_some(i)
+    }
+
+    /// Ends the approval timer of slot `i`, which is no longer asked about (answered or
+    /// closed).
+    pub(crate) fn cancel_approval_timer(&mut self, i: usize) {
+        if self.cfg.approval_timeout_ms.is_some() {
+            let timer_id = approval_timer(self.attempt.request.model_call_index, i);
+            self.outbox.push(Effect::CancelTimer { timer_id });
+        }
+    }
+
+    /// The hooks' verdict on gated slot `i` (R-EXT-1), as the chart event it stands for; a
+    /// blocked call lets the next queued one start, and an asked call that an "approve always"
+    /// covers (this run's, or the session's handed to the run) is answered by it at once.
+    pub(crate) fn gated(&mut self, i: usize, verdict: &crate::event::GateVerdict) {
+        use crate::event::GateVerdict;
+        let event = match verdict {
+            GateVerdict::Allow => ToolCallEventKind::GateAllowed,
+            GateVerdict::Modify { .. } => ToolCallEventKind::GateModified,
+            GateVerdict::Block { .. } => ToolCallEventKind::GateBlocked,
+            GateVerdict::Ask => ToolCallEventKind::GateAsked,
+        };
+        self.call_event(i, event, Facts::Gate(verdict));
+        match verdict {
+            GateVerdict::Block { .. } => self.start_queued(),
+            GateVerdict::Ask if self.tools.covers(self.tools.slots.get(i)) => {
+                self.call_event(i, ToolCallEventKind::Whitelisted, Facts::None);
+                self.start_queued_from(i);
+            }
+            _ => {}
+        }
+    }
+
+    /// A human approved slot `i` (with new arguments, for `Modified`); "always" also answers
+    /// every call of the same scope waiting for approval (R-CTL-4), and the approved call
+    /// starts if the parallelism policy lets it.
+    pub(crate) fn approved(
+        &mut self,
+        i: usize,
+        decision: &crate::event::ApprovalDecision,
+        always: bool,
+    ) {
+        let event = match decision {
+            crate::event::ApprovalDecision::Modified { .. } => ToolCallEventKind::Modified,
+            _ => ToolCallEventKind::Approved,
+        };
+        self.call_event(i, event, Facts::Approval(decision));
+        if always {
+            // "Always" covers the call's command family, not the whole tool (R-CTL-4).
+            let scope = crate::tool_rules::approval_scope(&self.tools.slots.get(i).call);
+            for j in self.tools.slots.in_state(ToolCallState::NeedsApproval) {
+                let other = self.tools.slots.get(j);
+                if crate::tool_rules::approval_scope(&other.call) == scope
+                    && !other.policy.by_argument
+                {
+                    self.call_event(j, ToolCallEventKind::Whitelisted, Facts::None);
+                }
+            }
+            self.tools.whitelist.insert(scope);
+        }
+        self.start_queued_from(i);
+    }
+
+    /// Starts slot `i` now if the parallelism policy allows, else leaves it queued.
+    fn start_queued_from(&mut self, i: usize) {
+        if self.cfg.parallel_tools || !self.tools.slots.busy() {
+            self.call_event(i, ToolCallEventKind::Start, Facts::None);
+        }
+        self.start_queued();
+    }
+
+    /// A rejection or approval timeout (row `rejected`): the call gets a denied result; the
+    /// run stops after the step (`tool_rejected`) unless auto_resume, which announces the
+    /// resume instead.
+    pub(crate) fn denied(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
+        use crate::event::ApprovalDecision;
+        let call = self.tools.slots.get(i).call.clone();
+        self.outbox.emit(AgentEvent::ApprovalResolved {
+            tool_call_id: call.id.clone(),
+            decision: decision.clone(),
+            status: decision.status(),
+        });
+        let (why, trigger) = match decision {
+            ApprovalDecision::TimedOut { after_ms } => (
+                format!("denied: nobody approved the call within {after_ms} ms"),
+                "tool_approval_timeout",
+            ),
+            ApprovalDecision::Rejected { reason } => {
+                (format!("denied by user: {reason}"), "tool_rejected")
+            }
+            _ => (String::from("denied"), "tool_rejected"),
+        };
+        if self.cfg.auto_resume {
+            self.outbox.emit(AgentEvent::AgentResumed {
+                trigger: trigger.into(),
+            });
+        } else {
+            self.ending.stop("tool_rejected");
+        }
+        let r = tool_result(&call, ToolStatus::Denied, why);
+        self.record_result(i, r);
+    }
+
+    pub(crate) fn killed_by(&self, kill: KillPolicy, name: &str) -> bool {
+        match kill {
+            KillPolicy::All => true,
+            KillPolicy::None => false,
+            KillPolicy::Killable => !self.cfg.immune.contains(name),
+        }
+    }
+
+    /// Whether, under `kill`, some running call would keep running.
+    pub(crate) fn would_drain(&self, kill: KillPolicy) -> bool {
+        self.tools
+            .slots
+            .in_state(ToolCallState::Running)
+            .into_iter()
+            .any(|i| !self.killed_by(kill, &self.tools.slots.get(i).call.name))
+    }
+
+    /// Feeds every call without a result, in call order, `event` (`Abort` or `Skip`) under
+    /// the kill policy `kill`: the chart kills or spares a running call and closes one that
+    /// has not started.
+    pub(crate) fn close_open_calls(&mut self, event: ToolCallEventKind, kill: KillPolicy) {
+        for i in 0..self.tools.slots.len() {
+            if !self.tools.slots.get(i).state().is_terminal() {
+                self.call_event(i, event, Facts::Kill(kill));
+            }
+        }
+    }
+}
+
+/// A result for `call` with `status` and `content`.
+pub(crate) fn tool_result(call: &ToolCall, status: ToolStatus, content: String) -> ToolResult {
+    ToolResult {
+        tool_call_id: call.id.clone(),
+        name: call.name.clone(),
+        content,
+        status,
+    }
+}
