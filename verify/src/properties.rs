@@ -13,8 +13,9 @@ use agentloop_core::agent_event::AgentEvent;
 use agentloop_core::effect::Effect;
 use agentloop_core::entry::Entry;
 use agentloop_core::event::{ApprovalDecision, AttemptId, Event};
-use agentloop_core::message::{Message, MessageDelta};
+use agentloop_core::message::{Message, MessageDelta, ToolStatus};
 use agentloop_core::outcome::Outcome;
+use agentloop_core::react::RUN_DEADLINE_TIMER;
 use agentloop_core::session_machine::{RunInput, SessionEffect, SessionReply};
 use agentloop_core::{LoopResult, Step};
 
@@ -67,6 +68,10 @@ pub mod run {
     /// From any state, a driver that delivers every awaited result ends the run within a
     /// bound (liveness: some input always moves the run forward, and fair runs end).
     pub const FAIR_RUNS_END: &str = "under fair delivery every run ends";
+    /// A call's result says it was aborted only after the user aborted the run or the run's
+    /// deadline passed (R-CTL-3, R-IN-7): a stop after this step, a rejection or a timeout
+    /// does not abort the calls that are still allowed to run.
+    pub const ABORTED_ONLY_BY_ABORT: &str = "a call is aborted only by an abort";
     /// A run ends only once the store acknowledged its run-end entry (or failed, so that
     /// nothing more can be stored): a crash before that resumes the run (R-IDEM-5).
     pub const END_COMMITTED: &str = "the end is committed before the run ends";
@@ -82,7 +87,7 @@ pub mod run {
     pub const TYPED_ANSWER_CHECKED: &str = "no completion with a rejected typed answer";
 
     /// Every run property, in report order.
-    pub const ALL: [&str; 16] = [
+    pub const ALL: [&str; 17] = [
         NO_DOUBLE_EXECUTION,
         PAIRED_BEFORE_REQUEST,
         CONTEXT_PAIRED,
@@ -96,6 +101,7 @@ pub mod run {
         UNHANDLED_IS_INERT,
         ABORT_ENDS,
         FAIR_RUNS_END,
+        ABORTED_ONLY_BY_ABORT,
         END_COMMITTED,
         EVENTS_MATCH_WORK,
         TYPED_ANSWER_CHECKED,
@@ -221,6 +227,8 @@ pub struct RunSpec {
     result: Option<(Outcome, String)>,
     /// The run-end entry the run asked to commit was acknowledged, or the store failed.
     end_durable: bool,
+    /// The user aborted the run or its deadline passed.
+    aborting: bool,
     events: EventLedger,
     /// The violations seen.
     pub violations: Violations,
@@ -446,7 +454,11 @@ impl RunSpec {
                 self.compact_outstanding = false
             }
             Event::CompactionVetoed { .. } => self.compact_outstanding = false,
+            Event::TimerElapsed { timer_id } if !unhandled && *timer_id == RUN_DEADLINE_TIMER => {
+                self.aborting = true
+            }
             Event::Abort { .. } if !unhandled => {
+                self.aborting = true;
                 // An abort cancels the work in flight (R-CTL-3): the stream, a compaction,
                 // the questions asked; only running tools may still report.
                 self.opened = false;
@@ -636,6 +648,12 @@ impl RunSpec {
                 entry: Entry::ToolResult { result, .. },
             } => match self.calls.get_mut(&result.tool_call_id) {
                 Some(c) => {
+                    if result.status == ToolStatus::Aborted && !self.aborting {
+                        let id = result.tool_call_id.clone();
+                        self.violations.record(run::ABORTED_ONLY_BY_ABORT, || {
+                            format!("{id} aborted on {} without an abort", event.name())
+                        });
+                    }
                     self.asked.remove(&result.tool_call_id);
                     c.results += 1;
                     if c.results > 1 {
