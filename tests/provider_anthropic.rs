@@ -540,3 +540,84 @@ proptest! {
         prop_assert_eq!(deltas_bytewise(P, bytes), deltas);
     }
 }
+
+/// Redacted thinking counts against the response limits like any other block: its data
+/// toward `max_response_bytes`, the block toward `max_content_blocks`.
+#[test]
+fn redacted_thinking_counts_against_the_response_limits() {
+    use agentloop::provider::anthropic::AnthropicNormalizer;
+    use agentloop::provider::sse::SsePipeline;
+    use agentloop::provider::ResponseLimits;
+
+    let data = "R".repeat(100);
+    let body = stream(&[
+        start(),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+                   "content_block": {"type": "redacted_thinking", "data": data}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 1,
+                   "content_block": {"type": "text", "text": ""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1,
+                   "delta": {"type": "text_delta", "text": "ok"}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 1}),
+        ),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}),
+        ),
+        stop(),
+    ]);
+    let run = |limits: ResponseLimits| {
+        let mut pipe = SsePipeline::with_limits(AnthropicNormalizer::new(), limits);
+        let mut deltas = pipe.feed(&body);
+        deltas.extend(pipe.finish());
+        deltas
+    };
+    let error_of = |deltas: &[MessageDelta]| match deltas.last() {
+        Some(MessageDelta::Error { error }) => error.clone(),
+        other => panic!("expected an error, got {other:?}"),
+    };
+
+    // Within the bounds: the whole response.
+    let fits = ResponseLimits {
+        max_response_bytes: 102,
+        max_content_blocks: 2,
+        ..ResponseLimits::default()
+    };
+    let deltas = run(fits);
+    assert_eq!(deltas.last(), Some(&MessageDelta::Finish), "{deltas:?}");
+    assert!(deltas.contains(&MessageDelta::RedactedReasoning { data: data.clone() }));
+
+    // The 100 bytes of redacted data and the 2 of text cross 101 at the text.
+    let deltas = run(ResponseLimits {
+        max_response_bytes: 101,
+        ..fits
+    });
+    let e = error_of(&deltas);
+    assert_eq!(e.kind, ErrorKind::ResponseTooLarge);
+    assert!(e.message.contains("max_response_bytes = 101"), "{e}");
+    assert!(deltas.contains(&MessageDelta::RedactedReasoning { data }));
+    assert_eq!(text_of(&deltas), "", "{deltas:?}");
+
+    // Two blocks where one is allowed: the text block is the one too many.
+    let deltas = run(ResponseLimits {
+        max_content_blocks: 1,
+        ..fits
+    });
+    let e = error_of(&deltas);
+    assert!(e.message.contains("max_content_blocks = 1"), "{e}");
+}

@@ -595,3 +595,21 @@ fn output_items_may_reach_the_block_limit_but_not_pass_it() {
         "the third item is refused before its call starts: {d:?}"
     );
 }
+
+/// Events whose data is empty (keep-alives) or the Chat Completions `[DONE]` sentinel that some
+/// proxies add carry nothing and are skipped, wherever they come.
+#[test]
+fn keep_alives_and_a_done_sentinel_are_skipped() {
+    let recorded = include_str!("../../../tests/fixtures/sse/responses_text.sse");
+    let plain = decode(recorded);
+    assert_eq!(plain.last(), Some(&MessageDelta::Finish));
+    let (head, tail) = recorded.split_at(recorded.find("\n\n").unwrap() + 2);
+    for extra in [
+        "data:\n\n",
+        "event: keepalive\ndata: \n\n",
+        "data: [DONE]\n\n",
+    ] {
+        let body = format!("{extra}{head}{extra}{tail}");
+        assert_eq!(decode(&body), plain, "with {extra:?}");
+    }
+}
