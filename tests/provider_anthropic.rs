@@ -621,3 +621,60 @@ fn redacted_thinking_counts_against_the_response_limits() {
     let e = error_of(&deltas);
     assert!(e.message.contains("max_content_blocks = 1"), "{e}");
 }
+
+/// One call's arguments may reach `max_tool_argument_bytes` over several deltas, not pass it.
+#[test]
+fn tool_arguments_may_reach_the_argument_limit_over_several_deltas() {
+    use agentloop::provider::anthropic::AnthropicNormalizer;
+    use agentloop::provider::sse::SsePipeline;
+    use agentloop::provider::ResponseLimits;
+
+    let piece = |s: &str| {
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "input_json_delta", "partial_json": s}}),
+        )
+    };
+    let body = stream(&[
+        start(),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+                   "content_block": {"type": "tool_use", "id": "t1", "name": "calc", "input": {}}}),
+        ),
+        piece("{\"a\":"),
+        piece("12}"),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}}),
+        ),
+        stop(),
+    ]);
+    let run = |max_tool_argument_bytes: usize| {
+        let limits = ResponseLimits {
+            max_tool_argument_bytes,
+            ..ResponseLimits::default()
+        };
+        let mut pipe = SsePipeline::with_limits(AnthropicNormalizer::new(), limits);
+        let mut deltas = pipe.feed(&body);
+        deltas.extend(pipe.finish());
+        deltas
+    };
+    // `{"a":12}` is 8 bytes.
+    let deltas = run(8);
+    assert_eq!(deltas.last(), Some(&MessageDelta::Finish), "{deltas:?}");
+    let deltas = run(7);
+    let Some(MessageDelta::Error { error }) = deltas.last() else {
+        panic!("{deltas:?}")
+    };
+    assert_eq!(error.kind, ErrorKind::ResponseTooLarge);
+    assert!(
+        error.message.contains("max_tool_argument_bytes = 7"),
+        "{error}"
+    );
+}

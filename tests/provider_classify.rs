@@ -525,3 +525,18 @@ fn ollama_string_errors_and_plain_text_bodies_are_the_message() {
     );
     assert_eq!(e.message, "HTTP 502 Bad Gateway: upstream connect error");
 }
+
+/// A capture cut inside a chunk (`curl` stopped, a disk filled) keeps the part that is there:
+/// the text so far, and an incomplete stream rather than a parse failure.
+#[test]
+fn decode_http_chunked_body_cut_inside_a_chunk_keeps_what_is_there() {
+    let sse = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n";
+    let raw = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{sse}",
+        sse.len() + 100
+    );
+    let r = decode(ProviderKind::OpenAi, raw.as_bytes(), true);
+    assert_eq!(r.outcome, DecodeOutcome::Error);
+    assert_eq!(r.error.unwrap().kind, ErrorKind::IncompleteStream);
+    assert_eq!(r.message.unwrap().text, "hi");
+}

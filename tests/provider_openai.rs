@@ -942,3 +942,32 @@ fn reasoning_replay_parses_its_three_settings_and_names_a_wrong_one() {
     assert!(e.contains("\"sometimes\""), "{e}");
     assert!(e.contains("off, current-turn or all"), "{e}");
 }
+
+#[test]
+fn empty_content_after_finish_reason_is_not_content() {
+    // vLLM-style servers send a last chunk with `"content": ""` (and the usage) after the
+    // finish reason; empty parts, reasoning or refusal fields carry nothing either.
+    for empty in [
+        json!({"content": ""}),
+        json!({"content": []}),
+        json!({"content": [{"type": "text", "text": ""}]}),
+        json!({"reasoning_content": "", "reasoning": "", "refusal": ""}),
+    ] {
+        let body = stream(
+            &[
+                delta(json!({"content": "hi"})),
+                finish("stop"),
+                delta(empty.clone()),
+            ],
+            true,
+        );
+        let r = decode(P, &body, false);
+        assert_eq!(
+            r.outcome,
+            DecodeOutcome::Completed,
+            "{empty}: {:?}",
+            r.error
+        );
+        assert_eq!(r.message.unwrap().text, "hi");
+    }
+}

@@ -919,4 +919,16 @@ mod tests {
             "claude-x"
         );
     }
+
+    #[test]
+    fn tls_roots_are_loaded_for_https_and_for_plain_http_only_behind_a_proxy() {
+        let cfg = |url: &str| HttpConfig::new(ProviderKind::OpenAi).with_base_url(url.to_string());
+        assert!(cfg("https://api.openai.com/v1").needs_roots());
+        assert!(cfg("HTTPS://example.com").needs_roots());
+        let proxied = ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]
+            .iter()
+            .any(|v| std::env::var_os(v).is_some());
+        assert_eq!(cfg("http://127.0.0.1:8080/v1").needs_roots(), proxied);
+        assert_eq!(cfg("HTTP://localhost").needs_roots(), proxied);
+    }
 }
