@@ -931,4 +931,13 @@ mod tests {
         assert_eq!(cfg("http://127.0.0.1:8080/v1").needs_roots(), proxied);
         assert_eq!(cfg("HTTP://localhost").needs_roots(), proxied);
     }
+
+    #[test]
+    fn with_base_url_sets_only_the_base_url_without_a_trailing_slash() {
+        let before = HttpConfig::new(ProviderKind::Anthropic).with_max_deltas(7);
+        let after = before.clone().with_base_url("http://127.0.0.1:9/v1/");
+        assert_eq!(after.base_url, "http://127.0.0.1:9/v1");
+        assert_eq!(after.provider, ProviderKind::Anthropic);
+        assert_eq!(after.limits.max_deltas, 7);
+    }
 }

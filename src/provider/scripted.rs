@@ -922,4 +922,25 @@ mod tests {
         let model = ScriptedModel::from_json(script.clone()).unwrap();
         assert_eq!(model.to_json(), script);
     }
+
+    #[test]
+    fn a_failure_is_exactly_one_kind_and_status_fields_go_only_with_a_status() {
+        for bad in [
+            r#"{"stall": true, "message": "m"}"#,
+            r#"{"stall": true, "retry_after_ms": 5}"#,
+            r#"{"disconnect_after_chars": 3, "kind": "timeout"}"#,
+        ] {
+            let script = format!(r#"{{"turns": [{{"text": "x", "errors": [{bad}]}}]}}"#);
+            let e = ScriptedModel::from_json_str(&script, "inline").unwrap_err();
+            assert!(e.to_string().contains("exactly one of"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_demo_file_is_the_built_in_demo() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/scripts/demo.json");
+        let from_file = ScriptedModel::from_file(path).unwrap();
+        assert_eq!(from_file.to_json(), ScriptedModel::demo().to_json());
+        assert!(from_file.turns() > 0);
+    }
 }

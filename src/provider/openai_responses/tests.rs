@@ -613,3 +613,29 @@ fn keep_alives_and_a_done_sentinel_are_skipped() {
         assert_eq!(decode(&body), plain, "with {extra:?}");
     }
 }
+
+/// A call is complete at `function_call_arguments.done`: a stray argument delta after it is
+/// dropped, not streamed after the call.
+#[test]
+fn an_argument_delta_after_the_calls_done_is_dropped() {
+    let body = sse(&[
+        json!({"type": "response.output_item.added", "output_index": 0,
+               "item": {"type": "function_call", "id": "fc_1", "call_id": "call_1",
+                        "name": "t", "arguments": ""}}),
+        json!({"type": "response.function_call_arguments.delta", "item_id": "fc_1", "delta": "{}"}),
+        json!({"type": "response.function_call_arguments.done", "item_id": "fc_1", "arguments": "{}"}),
+        json!({"type": "response.function_call_arguments.delta", "item_id": "fc_1", "delta": "x"}),
+        json!({"type": "response.completed", "response": {"id": "r", "status": "completed"}}),
+    ]);
+    let d = decode(&body);
+    assert_eq!(d.last(), Some(&MessageDelta::Finish), "{d:?}");
+    assert_eq!(tool_calls_of(&d), vec![("call_1".into(), "{}".into())]);
+    let deltas: Vec<&str> = d
+        .iter()
+        .filter_map(|x| match x {
+            MessageDelta::ToolInputDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, ["{}"], "{d:?}");
+}
