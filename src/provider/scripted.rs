@@ -910,6 +910,13 @@ mod tests {
                 "tool_calls": [{{"name": "calculator", "arguments": {{"expression": "2+3"}}}}]}}]}}"#
         );
         assert_eq!(output_tokens(&served(&script, "hi")), 19);
+        // The input estimate is a quarter of the prompt's characters too.
+        let d = served(r#"{"turns": [{"text": "ok"}]}"#, &"p".repeat(44));
+        let input = d.iter().find_map(|d| match d {
+            MessageDelta::FinishStep { usage, .. } => usage.map(|u| u.input_tokens),
+            _ => None,
+        });
+        assert_eq!(input, Some(11));
     }
 
     #[test]
@@ -942,5 +949,33 @@ mod tests {
         let from_file = ScriptedModel::from_file(path).unwrap();
         assert_eq!(from_file.to_json(), ScriptedModel::demo().to_json());
         assert!(from_file.turns() > 0);
+    }
+
+    #[test]
+    fn a_per_prompt_script_counts_the_steps_since_the_prompt() {
+        let script = r#"{"per_prompt": true, "turns": [{"text": "first"}, {"text": "second"}]}"#;
+        let model = ScriptedModel::from_json_str(script, "inline").unwrap();
+        let text = |req: &ModelRequest| {
+            let served: Vec<MessageDelta> = model
+                .plan(req)
+                .unwrap()
+                .items
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+            text_of(&served)
+        };
+        // A prompt's first step: the first turn, whatever the session's turn.
+        let mut req = request("q0");
+        req.session_turn = 3;
+        assert_eq!(text(&req), "first");
+        // One step of this prompt done (and one of an earlier prompt): the second turn.
+        let user = |q: &str| Message::User {
+            content: q.into(),
+            parts: Vec::new(),
+        };
+        let step = || Message::Assistant(crate::message::AssistantMessage::default());
+        req.messages = vec![user("q0"), step(), user("q1"), step()].into();
+        assert_eq!(text(&req), "second");
     }
 }
