@@ -540,3 +540,141 @@ proptest! {
         prop_assert_eq!(deltas_bytewise(P, bytes), deltas);
     }
 }
+
+/// Redacted thinking counts against the response limits like any other block: its data
+/// toward `max_response_bytes`, the block toward `max_content_blocks`.
+#[test]
+fn redacted_thinking_counts_against_the_response_limits() {
+    use agentloop::provider::anthropic::AnthropicNormalizer;
+    use agentloop::provider::sse::SsePipeline;
+    use agentloop::provider::ResponseLimits;
+
+    let data = "R".repeat(100);
+    let body = stream(&[
+        start(),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+                   "content_block": {"type": "redacted_thinking", "data": data}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 1,
+                   "content_block": {"type": "text", "text": ""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1,
+                   "delta": {"type": "text_delta", "text": "ok"}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 1}),
+        ),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}),
+        ),
+        stop(),
+    ]);
+    let run = |limits: ResponseLimits| {
+        let mut pipe = SsePipeline::with_limits(AnthropicNormalizer::new(), limits);
+        let mut deltas = pipe.feed(&body);
+        deltas.extend(pipe.finish());
+        deltas
+    };
+    let error_of = |deltas: &[MessageDelta]| match deltas.last() {
+        Some(MessageDelta::Error { error }) => error.clone(),
+        other => panic!("expected an error, got {other:?}"),
+    };
+
+    // Within the bounds: the whole response.
+    let fits = ResponseLimits {
+        max_response_bytes: 102,
+        max_content_blocks: 2,
+        ..ResponseLimits::default()
+    };
+    let deltas = run(fits);
+    assert_eq!(deltas.last(), Some(&MessageDelta::Finish), "{deltas:?}");
+    assert!(deltas.contains(&MessageDelta::RedactedReasoning { data: data.clone() }));
+
+    // The 100 bytes of redacted data and the 2 of text cross 101 at the text.
+    let deltas = run(ResponseLimits {
+        max_response_bytes: 101,
+        ..fits
+    });
+    let e = error_of(&deltas);
+    assert_eq!(e.kind, ErrorKind::ResponseTooLarge);
+    assert!(e.message.contains("max_response_bytes = 101"), "{e}");
+    assert!(deltas.contains(&MessageDelta::RedactedReasoning { data }));
+    assert_eq!(text_of(&deltas), "", "{deltas:?}");
+
+    // Two blocks where one is allowed: the text block is the one too many.
+    let deltas = run(ResponseLimits {
+        max_content_blocks: 1,
+        ..fits
+    });
+    let e = error_of(&deltas);
+    assert!(e.message.contains("max_content_blocks = 1"), "{e}");
+}
+
+/// One call's arguments may reach `max_tool_argument_bytes` over several deltas, not pass it.
+#[test]
+fn tool_arguments_may_reach_the_argument_limit_over_several_deltas() {
+    use agentloop::provider::anthropic::AnthropicNormalizer;
+    use agentloop::provider::sse::SsePipeline;
+    use agentloop::provider::ResponseLimits;
+
+    let piece = |s: &str| {
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "input_json_delta", "partial_json": s}}),
+        )
+    };
+    let body = stream(&[
+        start(),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+                   "content_block": {"type": "tool_use", "id": "t1", "name": "calc", "input": {}}}),
+        ),
+        piece("{\"a\":"),
+        piece("12}"),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}}),
+        ),
+        stop(),
+    ]);
+    let run = |max_tool_argument_bytes: usize| {
+        let limits = ResponseLimits {
+            max_tool_argument_bytes,
+            ..ResponseLimits::default()
+        };
+        let mut pipe = SsePipeline::with_limits(AnthropicNormalizer::new(), limits);
+        let mut deltas = pipe.feed(&body);
+        deltas.extend(pipe.finish());
+        deltas
+    };
+    // `{"a":12}` is 8 bytes.
+    let deltas = run(8);
+    assert_eq!(deltas.last(), Some(&MessageDelta::Finish), "{deltas:?}");
+    let deltas = run(7);
+    let Some(MessageDelta::Error { error }) = deltas.last() else {
+        panic!("{deltas:?}")
+    };
+    assert_eq!(error.kind, ErrorKind::ResponseTooLarge);
+    assert!(
+        error.message.contains("max_tool_argument_bytes = 7"),
+        "{error}"
+    );
+}

@@ -485,3 +485,58 @@ fn redirects_are_typed_errors_naming_the_location_host() {
     let e = classify_http(302, &HeaderMap::new(), b"", now(), CAP);
     assert!(e.message.contains("without a Location"), "{e}");
 }
+
+#[test]
+fn a_numeric_error_code_is_read_as_text() {
+    use agentloop::provider::classify::ErrorInfo;
+    // Gemini's OpenAI-compatible endpoint and some proxies send `code` as a number.
+    let body = br#"{"error": {"code": 400, "message": "Invalid JSON payload", "status": "INVALID_ARGUMENT"}}"#;
+    let info = ErrorInfo::from_body(body);
+    assert_eq!(info.code.as_deref(), Some("400"));
+    assert_eq!(info.message.as_deref(), Some("Invalid JSON payload"));
+    let e = classify_http(400, &HeaderMap::new(), body, now(), CAP);
+    assert_eq!(e.kind, ErrorKind::BadRequest);
+    assert_eq!(e.message, "HTTP 400 Bad Request: 400: Invalid JSON payload");
+    // A numeric message is kept as its digits too.
+    let info = ErrorInfo::from_json(&serde_json::json!({"error": {"message": 42}}));
+    assert_eq!(info.message.as_deref(), Some("42"));
+}
+
+#[test]
+fn ollama_string_errors_and_plain_text_bodies_are_the_message() {
+    use agentloop::provider::classify::ErrorInfo;
+    let body = br#"{"error": "model 'llama9' not found"}"#;
+    assert_eq!(
+        ErrorInfo::from_body(body),
+        ErrorInfo {
+            message: Some("model 'llama9' not found".into()),
+            ..ErrorInfo::default()
+        }
+    );
+    let e = classify_http(404, &HeaderMap::new(), body, now(), CAP);
+    assert_eq!(e.kind, ErrorKind::NotFound);
+    assert_eq!(e.message, "HTTP 404 Not Found: model 'llama9' not found");
+    let e = classify_http(
+        502,
+        &HeaderMap::new(),
+        b" upstream connect error \n",
+        now(),
+        CAP,
+    );
+    assert_eq!(e.message, "HTTP 502 Bad Gateway: upstream connect error");
+}
+
+/// A capture cut inside a chunk (`curl` stopped, a disk filled) keeps the part that is there:
+/// the text so far, and an incomplete stream rather than a parse failure.
+#[test]
+fn decode_http_chunked_body_cut_inside_a_chunk_keeps_what_is_there() {
+    let sse = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n";
+    let raw = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{sse}",
+        sse.len() + 100
+    );
+    let r = decode(ProviderKind::OpenAi, raw.as_bytes(), true);
+    assert_eq!(r.outcome, DecodeOutcome::Error);
+    assert_eq!(r.error.unwrap().kind, ErrorKind::IncompleteStream);
+    assert_eq!(r.message.unwrap().text, "hi");
+}

@@ -120,3 +120,35 @@ async fn http_errors_are_classified_like_every_provider() {
         assert_eq!(server.requests().len(), 1, "never retried by the client");
     }
 }
+
+/// A tool choice becomes `toolConfig.functionCallingConfig`, sent only with tools.
+#[test]
+fn request_body_sends_each_tool_choice_only_with_tools() {
+    use agentloop::model::ToolChoice;
+    use agentloop::provider::gemini::request_body;
+    use serde_json::json;
+
+    let cases = [
+        (ToolChoice::Auto, json!({"mode": "AUTO"})),
+        (ToolChoice::None, json!({"mode": "NONE"})),
+        (ToolChoice::Required, json!({"mode": "ANY"})),
+        (
+            ToolChoice::Tool("calc".into()),
+            json!({"mode": "ANY", "allowedFunctionNames": ["calc"]}),
+        ),
+    ];
+    for (choice, wire) in cases {
+        let b = request_body(&tool_choice_request(
+            true,
+            with_choice(Some(choice.clone())),
+        ));
+        assert_eq!(b["toolConfig"]["functionCallingConfig"], wire, "{choice}");
+        let b = request_body(&tool_choice_request(false, with_choice(Some(choice))));
+        assert!(b.get("toolConfig").is_none(), "{b}");
+    }
+    let b = request_body(&tool_choice_request(true, with_choice(None)));
+    assert!(
+        b.get("toolConfig").is_none(),
+        "no choice: the API's default"
+    );
+}

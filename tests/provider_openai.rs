@@ -897,3 +897,77 @@ fn generated_ids_carry_the_clients_prefix() {
     assert_eq!(ids("call_run-1_1_"), vec!["call_run-1_1_0".to_string()]);
     assert_ne!(ids("call_run-1_1_"), ids("call_run-1_2_"));
 }
+
+#[test]
+fn parallel_tool_calls_complete_in_one_chunk_are_all_kept() {
+    // llama.cpp-style servers may send every call of a turn, whole, in one delta.
+    let call = |i: u32, id: &str, name: &str, args: &str| json!({"index": i, "id": id, "type": "function", "function": {"name": name, "arguments": args}});
+    let body = stream(
+        &[
+            delta(json!({"tool_calls": [
+                call(0, "call_1", "calculator", r#"{"expression":"1+1"}"#),
+                call(1, "call_2", "read_file", r#"{"path":"a.txt"}"#),
+                call(2, "call_3", "calculator", r#"{"expression":"2*3"}"#),
+            ]})),
+            finish("tool_calls"),
+        ],
+        true,
+    );
+    let r = decode(P, &body, false);
+    assert_eq!(r.outcome, DecodeOutcome::Completed);
+    assert_eq!(r.finish_reason, Some(FinishReason::ToolCalls));
+    let m = r.message.unwrap();
+    let calls: Vec<(&str, &str, serde_json::Value)> = m
+        .tool_calls
+        .iter()
+        .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.clone()))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            ("call_1", "calculator", json!({"expression": "1+1"})),
+            ("call_2", "read_file", json!({"path": "a.txt"})),
+            ("call_3", "calculator", json!({"expression": "2*3"})),
+        ]
+    );
+}
+
+#[test]
+fn reasoning_replay_parses_its_three_settings_and_names_a_wrong_one() {
+    use agentloop::provider::openai::ReasoningReplay;
+    assert_eq!("off".parse(), Ok(ReasoningReplay::Off));
+    assert_eq!("current-turn".parse(), Ok(ReasoningReplay::CurrentTurn));
+    assert_eq!("all".parse(), Ok(ReasoningReplay::All));
+    let e = "sometimes".parse::<ReasoningReplay>().unwrap_err();
+    assert!(e.contains("\"sometimes\""), "{e}");
+    assert!(e.contains("off, current-turn or all"), "{e}");
+}
+
+#[test]
+fn empty_content_after_finish_reason_is_not_content() {
+    // vLLM-style servers send a last chunk with `"content": ""` (and the usage) after the
+    // finish reason; empty parts, reasoning or refusal fields carry nothing either.
+    for empty in [
+        json!({"content": ""}),
+        json!({"content": []}),
+        json!({"content": [{"type": "text", "text": ""}]}),
+        json!({"reasoning_content": "", "reasoning": "", "refusal": ""}),
+    ] {
+        let body = stream(
+            &[
+                delta(json!({"content": "hi"})),
+                finish("stop"),
+                delta(empty.clone()),
+            ],
+            true,
+        );
+        let r = decode(P, &body, false);
+        assert_eq!(
+            r.outcome,
+            DecodeOutcome::Completed,
+            "{empty}: {:?}",
+            r.error
+        );
+        assert_eq!(r.message.unwrap().text, "hi");
+    }
+}

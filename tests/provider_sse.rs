@@ -373,3 +373,31 @@ fn pipeline_stops_at_the_first_delta_beyond_a_response_limit() {
     assert!(error.message.contains("max_response_bytes = 95"), "{error}");
     assert!(pipe.ended());
 }
+
+/// The pipeline ends at the normalizer's `Finish` (or in-band error): `ended()` says so, and
+/// nothing fed after it produces anything.
+#[test]
+fn pipeline_ends_at_finish_or_an_in_band_error() {
+    use agentloop::provider::openai::OpenAiNormalizer;
+    use agentloop::provider::sse::SsePipeline;
+    use agentloop::MessageDelta;
+
+    let text = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n";
+    let stop = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+    let mut pipe = SsePipeline::new(OpenAiNormalizer::new());
+    let deltas = pipe.feed(format!("{text}{stop}").as_bytes());
+    assert!(!pipe.ended(), "the finish reason alone waits for [DONE]");
+    assert!(!deltas.contains(&MessageDelta::Finish));
+    let deltas = pipe.feed(b"data: [DONE]\n\n");
+    assert_eq!(deltas.last(), Some(&MessageDelta::Finish));
+    assert!(pipe.ended());
+    assert!(pipe.feed(text.as_bytes()).is_empty());
+    assert!(pipe.finish().is_empty());
+
+    let mut pipe = SsePipeline::new(OpenAiNormalizer::new());
+    let error = "data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\n";
+    let deltas = pipe.feed(format!("{text}{error}").as_bytes());
+    assert!(matches!(deltas.last(), Some(MessageDelta::Error { .. })));
+    assert!(pipe.ended());
+    assert!(pipe.finish().is_empty());
+}

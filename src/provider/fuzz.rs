@@ -90,3 +90,32 @@ pub fn normalizer_target(provider: ProviderKind, data: &[u8]) {
     // The HTTP form must not panic either.
     let _ = decode(provider, body, true);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_input_reads_the_cut_count_the_gaps_and_the_body() {
+        // No input: an empty body read in one piece.
+        assert_eq!(split_input(&[]), (&b""[..], vec![&b""[..]]));
+        // Two cuts, gaps 1 and 3, body "abcde".
+        let cut: Vec<&[u8]> = vec![b"a", b"bcd", b"e"];
+        assert_eq!(
+            split_input(b"\x02\x01\x03abcde"),
+            (&b"abcde"[..], cut.clone())
+        );
+        // The count is taken modulo 16.
+        assert_eq!(split_input(b"\x12\x01\x03abcde"), (&b"abcde"[..], cut));
+        // No cut: the body whole.
+        assert_eq!(split_input(b"\x00xyz"), (&b"xyz"[..], vec![&b"xyz"[..]]));
+        // Gaps past the body's end stop at it.
+        let (body, pieces) = split_input(b"\x02\x09\x09xy");
+        assert_eq!(body, b"xy");
+        assert_eq!(pieces, vec![&b"xy"[..], b"", b""]);
+        // More cuts than bytes: every byte is a gap, the body is empty.
+        let (body, pieces) = split_input(b"\x05\x01\x02");
+        assert_eq!(body, b"");
+        assert_eq!(pieces, vec![&b""[..], b"", b""]);
+    }
+}

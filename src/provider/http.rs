@@ -919,4 +919,25 @@ mod tests {
             "claude-x"
         );
     }
+
+    #[test]
+    fn tls_roots_are_loaded_for_https_and_for_plain_http_only_behind_a_proxy() {
+        let cfg = |url: &str| HttpConfig::new(ProviderKind::OpenAi).with_base_url(url.to_string());
+        assert!(cfg("https://api.openai.com/v1").needs_roots());
+        assert!(cfg("HTTPS://example.com").needs_roots());
+        let proxied = ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]
+            .iter()
+            .any(|v| std::env::var_os(v).is_some());
+        assert_eq!(cfg("http://127.0.0.1:8080/v1").needs_roots(), proxied);
+        assert_eq!(cfg("HTTP://localhost").needs_roots(), proxied);
+    }
+
+    #[test]
+    fn with_base_url_sets_only_the_base_url_without_a_trailing_slash() {
+        let before = HttpConfig::new(ProviderKind::Anthropic).with_max_deltas(7);
+        let after = before.clone().with_base_url("http://127.0.0.1:9/v1/");
+        assert_eq!(after.base_url, "http://127.0.0.1:9/v1");
+        assert_eq!(after.provider, ProviderKind::Anthropic);
+        assert_eq!(after.limits.max_deltas, 7);
+    }
 }

@@ -212,3 +212,28 @@ impl ResponseMeter {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Argument bytes of a call the meter saw no start of are bounded on their own: a delta may
+    /// reach `max_tool_argument_bytes`, not pass it.
+    #[test]
+    fn an_argument_delta_without_its_start_is_bounded_too() {
+        let limits = ResponseLimits {
+            max_tool_argument_bytes: 4,
+            ..ResponseLimits::default()
+        };
+        let delta = |d: &str| MessageDelta::ToolInputDelta {
+            id: "x".into(),
+            delta: d.into(),
+        };
+        assert!(ResponseMeter::new(limits).count(&delta("abcd")).is_ok());
+        let e = ResponseMeter::new(limits)
+            .count(&delta("abcde"))
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::ResponseTooLarge);
+        assert!(e.message.contains("max_tool_argument_bytes = 4"), "{e}");
+    }
+}

@@ -812,4 +812,170 @@ mod tests {
         assert_eq!(kind_for_status(402), ErrorKind::QuotaExhausted);
         assert_eq!(kind_for_status(408), ErrorKind::Timeout);
     }
+
+    fn request(prompt: &str) -> ModelRequest {
+        ModelRequest {
+            run_id: "run-1".into(),
+            model_call_index: 1,
+            attempt: 1,
+            session_turn: 0,
+            model: "scripted".into(),
+            system: None,
+            messages: vec![Message::User {
+                content: prompt.into(),
+                parts: Vec::new(),
+            }]
+            .into(),
+            tools: Default::default(),
+            params: Default::default(),
+        }
+    }
+
+    fn served(script: &str, prompt: &str) -> Vec<MessageDelta> {
+        let model = ScriptedModel::from_json_str(script, "inline").unwrap();
+        let served = model.plan(&request(prompt)).unwrap();
+        served.items.into_iter().map(Result::unwrap).collect()
+    }
+
+    fn text_of(deltas: &[MessageDelta]) -> String {
+        deltas
+            .iter()
+            .filter_map(|d| match d {
+                MessageDelta::TextDelta { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn calls_of(deltas: &[MessageDelta]) -> Vec<(&str, Value)> {
+        deltas
+            .iter()
+            .filter_map(|d| match d {
+                MessageDelta::ToolCall {
+                    name, arguments, ..
+                } => Some((name.as_str(), serde_json::from_str(arguments).unwrap())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn output_tokens(deltas: &[MessageDelta]) -> u64 {
+        deltas
+            .iter()
+            .find_map(|d| match d {
+                MessageDelta::FinishStep { usage, .. } => usage.map(|u| u.output_tokens),
+                _ => None,
+            })
+            .expect("a finish-step with usage")
+    }
+
+    #[test]
+    fn a_call_without_arguments_gets_an_empty_object() {
+        let d = served(r#"{"turns": [{"tool_calls": [{"name": "now"}]}]}"#, "time?");
+        assert_eq!(calls_of(&d), [("now", serde_json::json!({}))]);
+    }
+
+    #[test]
+    fn templates_fill_argument_values_at_any_depth() {
+        let script = r#"{"turns": [{"tool_calls": [{"name": "calculator", "arguments":
+            {"expression": "{{prompt_expression}}", "also": ["{{prompt_expression}}", 7, true]}}]}]}"#;
+        let d = served(script, "What is 2+3?");
+        assert_eq!(
+            calls_of(&d),
+            [(
+                "calculator",
+                serde_json::json!({"expression": "2+3", "also": ["2+3", 7, true]})
+            )]
+        );
+    }
+
+    #[test]
+    fn turns_are_chosen_by_whether_the_prompt_has_an_expression() {
+        let script = r#"{"turns": [
+            {"when": "prompt_has_expression", "text": "calculating"},
+            {"when": "prompt_has_no_expression", "text": "chatting"}]}"#;
+        assert_eq!(text_of(&served(script, "What is 6*7?")), "calculating");
+        assert_eq!(text_of(&served(script, "Hello there")), "chatting");
+    }
+
+    #[test]
+    fn the_usage_estimate_counts_every_output_character() {
+        // A quarter of the characters: 40 of text alone is 10 tokens.
+        let text = "t".repeat(40);
+        let d = served(&format!(r#"{{"turns": [{{"text": "{text}"}}]}}"#), "hi");
+        assert_eq!(output_tokens(&d), 10);
+        // 8 of reasoning + 40 of text + "calculator" (10) + `{"expression":"2+3"}` (20) = 78.
+        let script = format!(
+            r#"{{"turns": [{{"reasoning": "rrrrrrrr", "text": "{text}",
+                "tool_calls": [{{"name": "calculator", "arguments": {{"expression": "2+3"}}}}]}}]}}"#
+        );
+        assert_eq!(output_tokens(&served(&script, "hi")), 19);
+        // The input estimate is a quarter of the prompt's characters too.
+        let d = served(r#"{"turns": [{"text": "ok"}]}"#, &"p".repeat(44));
+        let input = d.iter().find_map(|d| match d {
+            MessageDelta::FinishStep { usage, .. } => usage.map(|u| u.input_tokens),
+            _ => None,
+        });
+        assert_eq!(input, Some(11));
+    }
+
+    #[test]
+    fn failures_round_trip_through_the_script_json() {
+        let script = serde_json::json!({"turns": [{"text": "ok", "errors": [
+            {"status": 429, "retry_after_ms": 1500, "kind": "rate_limited", "message": "slow down"},
+            {"stall": true},
+            {"disconnect_after_chars": 3}
+        ]}]});
+        let model = ScriptedModel::from_json(script.clone()).unwrap();
+        assert_eq!(model.to_json(), script);
+    }
+
+    #[test]
+    fn a_failure_is_exactly_one_kind_and_status_fields_go_only_with_a_status() {
+        for bad in [
+            r#"{"stall": true, "message": "m"}"#,
+            r#"{"stall": true, "retry_after_ms": 5}"#,
+            r#"{"disconnect_after_chars": 3, "kind": "timeout"}"#,
+        ] {
+            let script = format!(r#"{{"turns": [{{"text": "x", "errors": [{bad}]}}]}}"#);
+            let e = ScriptedModel::from_json_str(&script, "inline").unwrap_err();
+            assert!(e.to_string().contains("exactly one of"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_demo_file_is_the_built_in_demo() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/scripts/demo.json");
+        let from_file = ScriptedModel::from_file(path).unwrap();
+        assert_eq!(from_file.to_json(), ScriptedModel::demo().to_json());
+        assert!(from_file.turns() > 0);
+    }
+
+    #[test]
+    fn a_per_prompt_script_counts_the_steps_since_the_prompt() {
+        let script = r#"{"per_prompt": true, "turns": [{"text": "first"}, {"text": "second"}]}"#;
+        let model = ScriptedModel::from_json_str(script, "inline").unwrap();
+        let text = |req: &ModelRequest| {
+            let served: Vec<MessageDelta> = model
+                .plan(req)
+                .unwrap()
+                .items
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+            text_of(&served)
+        };
+        // A prompt's first step: the first turn, whatever the session's turn.
+        let mut req = request("q0");
+        req.session_turn = 3;
+        assert_eq!(text(&req), "first");
+        // One step of this prompt done (and one of an earlier prompt): the second turn.
+        let user = |q: &str| Message::User {
+            content: q.into(),
+            parts: Vec::new(),
+        };
+        let step = || Message::Assistant(crate::message::AssistantMessage::default());
+        req.messages = vec![user("q0"), step(), user("q1"), step()].into();
+        assert_eq!(text(&req), "second");
+    }
 }

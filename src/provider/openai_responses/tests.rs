@@ -595,3 +595,47 @@ fn output_items_may_reach_the_block_limit_but_not_pass_it() {
         "the third item is refused before its call starts: {d:?}"
     );
 }
+
+/// Events whose data is empty (keep-alives) or the Chat Completions `[DONE]` sentinel that some
+/// proxies add carry nothing and are skipped, wherever they come.
+#[test]
+fn keep_alives_and_a_done_sentinel_are_skipped() {
+    let recorded = include_str!("../../../tests/fixtures/sse/responses_text.sse");
+    let plain = decode(recorded);
+    assert_eq!(plain.last(), Some(&MessageDelta::Finish));
+    let (head, tail) = recorded.split_at(recorded.find("\n\n").unwrap() + 2);
+    for extra in [
+        "data:\n\n",
+        "event: keepalive\ndata: \n\n",
+        "data: [DONE]\n\n",
+    ] {
+        let body = format!("{extra}{head}{extra}{tail}");
+        assert_eq!(decode(&body), plain, "with {extra:?}");
+    }
+}
+
+/// A call is complete at `function_call_arguments.done`: a stray argument delta after it is
+/// dropped, not streamed after the call.
+#[test]
+fn an_argument_delta_after_the_calls_done_is_dropped() {
+    let body = sse(&[
+        json!({"type": "response.output_item.added", "output_index": 0,
+               "item": {"type": "function_call", "id": "fc_1", "call_id": "call_1",
+                        "name": "t", "arguments": ""}}),
+        json!({"type": "response.function_call_arguments.delta", "item_id": "fc_1", "delta": "{}"}),
+        json!({"type": "response.function_call_arguments.done", "item_id": "fc_1", "arguments": "{}"}),
+        json!({"type": "response.function_call_arguments.delta", "item_id": "fc_1", "delta": "x"}),
+        json!({"type": "response.completed", "response": {"id": "r", "status": "completed"}}),
+    ]);
+    let d = decode(&body);
+    assert_eq!(d.last(), Some(&MessageDelta::Finish), "{d:?}");
+    assert_eq!(tool_calls_of(&d), vec![("call_1".into(), "{}".into())]);
+    let deltas: Vec<&str> = d
+        .iter()
+        .filter_map(|x| match x {
+            MessageDelta::ToolInputDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, ["{}"], "{d:?}");
+}
