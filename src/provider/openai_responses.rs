@@ -532,7 +532,7 @@ impl SseNormalizer for ResponsesNormalizer {
 }
 
 wire_pub! {
-/// The reasoning settings of a Responses request: [`HttpConfig`](crate::provider::http::HttpConfig)'s
+/// The reasoning settings of a Responses request: [`HttpConfig`]'s
 /// `reasoning_effort`, `reasoning_summary` and `encrypted_reasoning` (CLI
 /// `--reasoning-effort`, `--reasoning-summary`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
