@@ -52,6 +52,7 @@ use crate::provider::limits::{too_many_blocks, ResponseLimits};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
 
 /// The `anthropic-version` header sent with every request.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 #[derive(Deserialize)]
@@ -646,6 +647,7 @@ fn tool_choice(choice: &ToolChoice) -> Value {
 /// The Messages API as a [`Provider`]: `POST {base}/v1/messages` with `x-api-key` and
 /// `anthropic-version`; its own settings are the default `max_tokens` and the thinking budget.
 #[derive(Clone, Debug)]
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) struct Messages {
     default_max_tokens: u32,
     thinking_budget: Option<u32>,

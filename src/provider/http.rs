@@ -58,6 +58,7 @@ use serde_json::Value;
 /// request (URL, headers and body from the core's [`ModelRequest`](crate::model::ModelRequest))
 /// and its stream normalizer. Pure: no IO, no clock. A provider is registered by one line in
 /// the `providers!` list below; see `docs/providers.md`, "Add a provider".
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) trait Provider: Clone + fmt::Debug + Send + Sync + 'static {
     /// The registry name (`--provider`, the prefix of [`Model::name`](crate::model::Model::name)).
     const NAME: &'static str;
@@ -135,7 +136,7 @@ macro_rules! providers {
             }
 
             /// A fresh normalizer of this wire format, with default settings (for `decode`).
-            #[cfg_attr(not(feature = "wire"), allow(dead_code))]
+            #[cfg_attr(not(all(feature = "wire", feature = "http")), allow(dead_code))]
             pub(crate) fn normalizer(self) -> Box<dyn SseNormalizer + Send> {
                 let config = HttpConfig::new(self);
                 match self {
@@ -293,6 +294,7 @@ pub struct HttpConfig {
 
 /// Whether OpenAI's `model` takes its output cap as `max_completion_tokens` (it refuses
 /// `max_tokens`): the o-series and gpt-5 families.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) fn uses_max_completion_tokens(model: &str) -> bool {
     let m = model.rsplit('/').next().unwrap_or(model);
     // A family name, alone or followed by a version (`gpt-5.1`) or a variant (`o3-mini`).

@@ -960,6 +960,7 @@ fn tool_choice(choice: &ToolChoice) -> Value {
 /// Chat Completions as a [`Provider`]: `POST {base}/chat/completions` with a bearer key; its
 /// own settings are the reasoning replay and the output-cap field.
 #[derive(Clone, Debug)]
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) struct ChatCompletions {
     reasoning_replay: ReasoningReplay,
     max_completion_tokens: Option<bool>,
@@ -1014,6 +1015,7 @@ impl Provider for ChatCompletions {
 }
 
 /// The `authorization: Bearer` header for a key (both OpenAI wire formats).
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) fn bearer(api_key: Option<&str>) -> Vec<(String, String)> {
     api_key
         .map(|key| ("authorization".to_string(), format!("Bearer {key}")))

@@ -744,6 +744,7 @@ fn tool_choice(choice: &ToolChoice) -> Value {
 /// The Responses API as a [`Provider`]: `POST {base}/responses` with a bearer key; its own
 /// settings are the reasoning ones.
 #[derive(Clone, Debug)]
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) struct Responses {
     reasoning: ResponsesReasoning,
 }
