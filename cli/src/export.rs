@@ -179,24 +179,15 @@ pub(crate) fn export_main(args: ExportArgs) -> ExitCode {
         errln!("error: {}: {e}", args.out.display());
         return ExitCode::from(2);
     }
-    crate::out::outln!(
-        "wrote {} ({} row{} from {} trace{}{})",
-        args.out.display(),
-        count,
-        if count == 1 { "" } else { "s" },
-        traces,
-        if traces == 1 { "" } else { "s" },
-        if unreadable > 0 {
-            format!("; {unreadable} unreadable")
-        } else {
-            String::new()
-        }
-    );
-    if unreadable > 0 {
-        ExitCode::from(2)
-    } else {
-        ExitCode::SUCCESS
-    }
+    wrote(
+        &args.out,
+        format!(
+            "{count} row{} from {traces} trace{}",
+            if count == 1 { "" } else { "s" },
+            if traces == 1 { "" } else { "s" }
+        ),
+        unreadable,
+    )
 }
 
 /// Reads `files` with `read`, a batch (one file per core) in parallel, and hands each result
@@ -334,22 +325,15 @@ fn export_inspect(args: &ExportArgs, files: &[PathBuf], mut unreadable: usize) -
         return ExitCode::from(2);
     }
     let n = totals.len();
-    crate::out::outln!(
-        "wrote {} (an Inspect eval log: {n} sample{} from {n} trace{}{})",
-        args.out.display(),
-        if n == 1 { "" } else { "s" },
-        if n == 1 { "" } else { "s" },
-        if unreadable > 0 {
-            format!("; {unreadable} unreadable")
-        } else {
-            String::new()
-        }
-    );
-    if unreadable > 0 {
-        ExitCode::from(2)
-    } else {
-        ExitCode::SUCCESS
-    }
+    wrote(
+        &args.out,
+        format!(
+            "an Inspect eval log: {n} sample{} from {n} trace{}",
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "" } else { "s" }
+        ),
+        unreadable,
+    )
 }
 
 /// `trace export --format otlp`: the traces' spans as one OTLP/JSON export request. Span
@@ -402,11 +386,23 @@ fn export_otlp(args: &ExportArgs, files: &[PathBuf], mut unreadable: usize) -> E
         errln!("error: {}: {e}", args.out.display());
         return ExitCode::from(2);
     }
+    wrote(
+        &args.out,
+        format!(
+            "OTLP JSON: {n} span{} from {traces} trace{}",
+            if n == 1 { "" } else { "s" },
+            if traces == 1 { "" } else { "s" }
+        ),
+        unreadable,
+    )
+}
+
+/// Reports an export written to `out` (`what` it holds, and how many traces could not be
+/// read); exit 2 when some could not.
+fn wrote(out: &std::path::Path, what: String, unreadable: usize) -> ExitCode {
     crate::out::outln!(
-        "wrote {} (OTLP JSON: {n} span{} from {traces} trace{}{})",
-        args.out.display(),
-        if n == 1 { "" } else { "s" },
-        if traces == 1 { "" } else { "s" },
+        "wrote {} ({what}{})",
+        out.display(),
         if unreadable > 0 {
             format!("; {unreadable} unreadable")
         } else {
