@@ -66,12 +66,14 @@ pub mod run {
     /// (R-CTL-3).
     pub const ABORT_ENDS: &str = "an abort reaches Aborted within a bound";
     /// From any state, a driver that delivers every awaited result ends the run within a
-    /// bound (liveness: some input always moves the run forward, and fair runs end).
+    /// bound, without the run's deadline firing (liveness: some input always moves the run
+    /// forward, and fair runs end; the deadline only bounds a run that is stuck, R-IN-7).
     pub const FAIR_RUNS_END: &str = "under fair delivery every run ends";
-    /// A call's result says it was aborted only after the user aborted the run or the run's
-    /// deadline passed (R-CTL-3, R-IN-7): a stop after this step, a rejection or a timeout
-    /// does not abort the calls that are still allowed to run.
-    pub const ABORTED_ONLY_BY_ABORT: &str = "a call is aborted only by an abort";
+    /// A call's result says it was aborted, or the run ends `Aborted`, only after the user
+    /// aborted the run or the run's deadline passed (R-CTL-3, R-IN-7): a stop after this
+    /// step, a rejection or an approval timeout (a rejection, R-CTL-4) aborts neither the run
+    /// nor the calls that are still allowed to run.
+    pub const ABORTED_ONLY_BY_ABORT: &str = "a call or run is aborted only by an abort";
     /// A run ends only once the store acknowledged its run-end entry (or failed, so that
     /// nothing more can be stored): a crash before that resumes the run (R-IDEM-5).
     pub const END_COMMITTED: &str = "the end is committed before the run ends";
@@ -735,6 +737,12 @@ impl RunSpec {
                 .violations
                 .record(run::ONE_OUTCOME, || "a result before the end".into()),
             (None, Some((outcome, reason))) => {
+                if *outcome == Outcome::Aborted && !self.aborting {
+                    let reason = reason.clone();
+                    self.violations.record(run::ABORTED_ONLY_BY_ABORT, || {
+                        format!("the run ended aborted ({reason}) without an abort")
+                    });
+                }
                 if !self.end_durable {
                     let reason = reason.clone();
                     self.violations.record(run::END_COMMITTED, || {

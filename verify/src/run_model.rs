@@ -392,7 +392,8 @@ impl Replayed {
 
     /// The input a fair environment delivers next: whatever is awaited, answered the way
     /// that ends the run soonest (a compaction succeeds, the store acknowledges, approvals
-    /// are granted, tools succeed, the model answers in text), else a live timer.
+    /// are granted, tools succeed, the model answers in text), else a live step timer; never
+    /// the run's deadline.
     pub fn fair(&self) -> Option<Input> {
         let s = &self.spec;
         let f = &self.feeder;
@@ -417,16 +418,15 @@ impl Replayed {
             Input::Text
         } else if s.opened {
             Input::Done
-        } else if !f.live_timers.is_empty() {
-            if f.live_timers
-                .iter()
-                .any(|t| *t != agentloop_core::react::RUN_DEADLINE_TIMER)
-            {
-                Input::Timer
-            } else {
-                Input::Deadline
-            }
+        } else if f
+            .live_timers
+            .iter()
+            .any(|t| *t != agentloop_core::react::RUN_DEADLINE_TIMER)
+        {
+            Input::Timer
         } else {
+            // The run's deadline is never fair delivery: it bounds a run that is stuck, so a
+            // run that needs it to end was stuck.
             return None;
         })
     }

@@ -116,3 +116,27 @@ fn a_rejected_typed_answer_on_the_last_step_fails_even_with_steering_queued() {
     assert_eq!(result.reason, "output_invalid");
     no_violations(&r);
 }
+
+/// An approval that nobody answers before its timer counts as a rejection (R-CTL-4): the call
+/// gets a denied result and the run stops after the step, *completed* with `tool_rejected`,
+/// under fair delivery and without its deadline. A chart that sent the timed-out call to
+/// `Draining` (the abort path) left the run stuck in `Executing.Error` until the run's
+/// deadline aborted it; the fair-delivery property no longer counts the deadline as progress,
+/// so the model checker now reports that chart.
+#[test]
+fn an_approval_timeout_stops_the_run_without_its_deadline() {
+    use Input::*;
+    let mut r = Replayed::replay(
+        &setup(),
+        &[Start, Opened, Call(CallKind::Shell), Done, Timer],
+    );
+    assert!(r.drive_fair(20), "stuck in {}", r.run.state());
+    let result = r.run.result().expect("ended");
+    assert_eq!(result.outcome, Outcome::Completed, "{result:?}");
+    assert_eq!(result.reason, "tool_rejected");
+    assert!(matches!(
+        &result.messages[2],
+        agentloop_core::Message::Tool(t) if t.status == agentloop_core::ToolStatus::Denied
+    ));
+    no_violations(&r);
+}
