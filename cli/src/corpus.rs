@@ -11,7 +11,6 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{json, Value};
 
@@ -38,50 +37,6 @@ pub(crate) fn is_corpus(paths: &[PathBuf]) -> bool {
 /// returned with its error.
 pub(crate) fn collect(paths: &[PathBuf]) -> Found {
     agentloop::store::corpus::trace_files(paths, TIMES_SUFFIX)
-}
-
-/// Runs `work` on every item of `items` on all cores; the results in the items' order. An
-/// item whose work panicked (a bug, not a bad input: those are typed errors) is `None`, and
-/// the others still run.
-pub(crate) fn par_map<T: Sync, R: Send>(
-    items: &[T],
-    work: impl Fn(&T) -> R + Sync,
-) -> Vec<Option<R>> {
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(items.len().max(1));
-    let next = AtomicUsize::new(0);
-    let done: Vec<(usize, R)> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(item) = items.get(i) else { break };
-                        let r =
-                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(item)));
-                        if let Ok(r) = r {
-                            mine.push((i, r));
-                        }
-                    }
-                    mine
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap_or_default())
-            .collect()
-    });
-    let mut out: Vec<Option<R>> = std::iter::repeat_with(|| None).take(items.len()).collect();
-    for (i, r) in done {
-        if let Some(slot) = out.get_mut(i) {
-            *slot = Some(r);
-        }
-    }
-    out
 }
 
 /// What replaying one trace found.
@@ -160,7 +115,7 @@ fn over_corpus<R: Send>(
     unreadable: impl Fn(String) -> R,
 ) -> Result<Vec<(String, R)>, ExitCode> {
     let (files, errors) = files_of(paths)?;
-    let results = par_map(&files, |p| work(p));
+    let results = agentloop::store::corpus::par_map(&files, |p| work(p));
     let mut entries: Vec<(String, R)> = errors
         .into_iter()
         .map(|(p, e)| {

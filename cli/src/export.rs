@@ -202,7 +202,7 @@ fn in_batches<T: Send>(
 ) -> std::io::Result<()> {
     let batch = std::thread::available_parallelism().map_or(1, |n| n.get());
     for chunk in files.chunks(batch) {
-        let results = crate::corpus::par_map(chunk, &read);
+        let results = agentloop::store::corpus::par_map(chunk, &read);
         for (r, p) in results.into_iter().zip(chunk) {
             match r {
                 Some(Ok(v)) => each(p, v)?,

@@ -10,7 +10,6 @@
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use pyo3::create_exception;
@@ -25,6 +24,7 @@ use agentloop_core::trace::{
     replay_reader, replay_with, RecordReader, Trace as CoreTrace, TraceError as CoreError,
     TraceLimits, TraceRecord, OLDEST_READABLE_TRACE_VERSION, OLDEST_TRACE_VERSION,
 };
+use agentloop_store::corpus::par_map;
 use agentloop_store::regular_file::{capped_lines, open_regular, OpenError};
 use agentloop_trace_tools::export::{columns, rows, sidecar_path, Table, Timing, TIMES_SUFFIX};
 use agentloop_trace_tools::trace_diff::input_before;
@@ -283,45 +283,6 @@ fn data_frame(py: Python<'_>, columns: PyObject) -> PyResult<PyObject> {
         .into_py_any(py)
 }
 
-/// Runs `work` on every item on all cores; the results in the items' order. An item whose
-/// work panicked is `None`, and the others still run.
-fn par_map<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<Option<R>> {
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(items.len().max(1));
-    let next = AtomicUsize::new(0);
-    let mut out: Vec<Option<R>> = std::iter::repeat_with(|| None).take(items.len()).collect();
-    let done: Vec<(usize, R)> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(item) = items.get(i) else { break };
-                        let r =
-                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(item)));
-                        if let Ok(r) = r {
-                            mine.push((i, r));
-                        }
-                    }
-                    mine
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap_or_default())
-            .collect()
-    });
-    for (i, r) in done {
-        if let Some(slot) = out.get_mut(i) {
-            *slot = Some(r);
-        }
-    }
-    out
-}
 
 /// The trace files `paths` name, sorted and without duplicates (each file as given, each
 /// directory walked for `*.jsonl` without following links, timing sidecars skipped — the

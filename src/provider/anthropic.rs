@@ -46,9 +46,12 @@ use serde_json::{json, Value};
 use crate::error::ModelError;
 use crate::message::{ContentPart, FinishReason, Message, MessageDelta, Usage};
 use crate::model::{ModelRequest, ToolChoice};
-use crate::provider::classify::{classify_stream_error, incomplete_stream, malformed_event};
+use crate::provider::classify::classify_stream_error;
 use crate::provider::http::{HttpConfig, Provider};
 use crate::provider::limits::{too_many_blocks, ResponseLimits};
+use crate::provider::normalize::{
+    complete_tool_call, error_event_body, start_tool_input, typed_error_event, Stream,
+};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
 
 /// The `anthropic-version` header sent with every request.
@@ -185,12 +188,10 @@ wire_pub! {
 /// The Messages stream normalizer. Pure; see the module docs.
 #[derive(Debug, Clone, Default)]
 pub struct AnthropicNormalizer {
-    events: usize,
-    started: bool,
+    stream: Stream,
     blocks: Vec<Option<BlockState>>,
     raw_stop_reason: Option<String>,
     usage: Option<Usage>,
-    ended: bool,
     limits: ResponseLimits,
 }
 }
@@ -203,23 +204,6 @@ impl AnthropicNormalizer {
     }
     }
 
-    fn fail(&mut self, error: ModelError, out: &mut Vec<MessageDelta>) {
-        self.ended = true;
-        out.push(MessageDelta::Error { error });
-    }
-
-    fn malformed(&mut self, ev: &SseEvent, reason: &str, out: &mut Vec<MessageDelta>) {
-        let e = malformed_event(self.events, ev.event_type(), reason, &ev.data);
-        self.fail(e, out);
-    }
-
-    fn start_step(&mut self, out: &mut Vec<MessageDelta>) {
-        if !self.started {
-            self.started = true;
-            out.push(MessageDelta::StartStep);
-        }
-    }
-
     fn close(block: &mut BlockState, out: &mut Vec<MessageDelta>) {
         if !block.open {
             return;
@@ -229,12 +213,7 @@ impl AnthropicNormalizer {
             BlockKind::Text => out.push(MessageDelta::TextEnd),
             BlockKind::Thinking => out.push(MessageDelta::ReasoningEnd),
             BlockKind::Tool { id, name, args } => {
-                out.push(MessageDelta::ToolInputEnd { id: id.clone() });
-                out.push(MessageDelta::ToolCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    arguments: std::mem::take(args),
-                });
+                complete_tool_call(id.clone(), name.clone(), std::mem::take(args), out);
             }
             BlockKind::Redacted | BlockKind::Other => {}
         }
@@ -242,7 +221,7 @@ impl AnthropicNormalizer {
 
     fn block_start(&mut self, ev: &SseEvent, e: Event<'_>, out: &mut Vec<MessageDelta>) {
         let (Some(index), Some(cb)) = (e.index, e.content_block) else {
-            return self.malformed(
+            return self.stream.malformed(
                 ev,
                 "content_block_start without index or content_block",
                 out,
@@ -250,12 +229,16 @@ impl AnthropicNormalizer {
         };
         let cb = *cb;
         if index >= self.limits.max_content_blocks {
-            return self.fail(too_many_blocks(self.limits.max_content_blocks), out);
+            return self
+                .stream
+                .fail(too_many_blocks(self.limits.max_content_blocks), out);
         }
         if self.blocks.get(index).is_some_and(Option::is_some) {
-            return self.malformed(ev, "content_block_start for an index already used", out);
+            return self
+                .stream
+                .malformed(ev, "content_block_start for an index already used", out);
         }
-        self.start_step(out);
+        self.stream.start_step(out);
         let kind = match cb.ty.as_ref() {
             "text" => {
                 out.push(MessageDelta::TextStart);
@@ -288,26 +271,18 @@ impl AnthropicNormalizer {
             }
             "tool_use" => {
                 let (Some(id), Some(name)) = (cb.id, cb.name) else {
-                    return self.malformed(ev, "tool_use block without id or name", out);
+                    return self
+                        .stream
+                        .malformed(ev, "tool_use block without id or name", out);
                 };
                 let (id, name) = (id.into_owned(), name.into_owned());
-                out.push(MessageDelta::ToolInputStart {
-                    id: id.clone(),
-                    name: name.clone(),
-                });
                 // Streaming sends `input: {}` and the arguments as deltas; a non-empty input
                 // in the start event is the complete arguments.
                 let args = match cb.input {
-                    Some(Value::Object(m)) if !m.is_empty() => {
-                        let s = Value::Object(m).to_string();
-                        out.push(MessageDelta::ToolInputDelta {
-                            id: id.clone(),
-                            delta: s.clone(),
-                        });
-                        s
-                    }
+                    Some(Value::Object(m)) if !m.is_empty() => Value::Object(m).to_string(),
                     _ => String::new(),
                 };
+                start_tool_input(&id, &name, &args, out);
                 BlockKind::Tool { id, name, args }
             }
             _ => BlockKind::Other,
@@ -320,17 +295,21 @@ impl AnthropicNormalizer {
 
     fn block_delta(&mut self, ev: &SseEvent, e: Event<'_>, out: &mut Vec<MessageDelta>) {
         let (Some(index), Some(delta)) = (e.index, e.delta) else {
-            return self.malformed(ev, "content_block_delta without index or delta", out);
+            return self
+                .stream
+                .malformed(ev, "content_block_delta without index or delta", out);
         };
         let Some(Some(block)) = self.blocks.get_mut(index) else {
-            return self.malformed(
+            return self.stream.malformed(
                 ev,
                 "content_block_delta for a block that never started",
                 out,
             );
         };
         if !block.open {
-            return self.malformed(ev, "content_block_delta after content_block_stop", out);
+            return self
+                .stream
+                .malformed(ev, "content_block_delta after content_block_stop", out);
         }
         let ty = delta.ty.as_deref().unwrap_or("");
         let mismatch = match (ty, &mut block.kind) {
@@ -388,56 +367,38 @@ impl AnthropicNormalizer {
         };
         if mismatch {
             let reason = format!("{ty} does not fit content block {index}");
-            self.malformed(ev, &reason, out);
+            self.stream.malformed(ev, &reason, out);
         }
     }
 
     fn finish_message(&mut self, out: &mut Vec<MessageDelta>) {
-        self.start_step(out);
+        self.stream.start_step(out);
         for block in self.blocks.iter_mut().flatten() {
             Self::close(block, out);
         }
-        out.push(MessageDelta::FinishStep {
-            finish_reason: self.raw_stop_reason.as_deref().map(map_stop_reason),
-            raw_finish_reason: self.raw_stop_reason.clone(),
-            usage: self.usage,
-        });
-        out.push(MessageDelta::Finish);
-        self.ended = true;
+        let reason = self.raw_stop_reason.as_deref().map(map_stop_reason);
+        let raw = self.raw_stop_reason.clone();
+        self.stream.finish_step(reason, raw, self.usage, out);
     }
 }
 
 impl SseNormalizer for AnthropicNormalizer {
     fn feed_into(&mut self, ev: &SseEvent, out: &mut Vec<MessageDelta>) {
-        if self.ended {
-            return;
-        }
-        self.events += 1;
-        if ev.data.trim().is_empty() {
+        if !self.stream.next_event() || ev.data.trim().is_empty() {
             return;
         }
         if ev.event.as_deref() == Some("error") {
-            let v = serde_json::from_str::<Value>(&ev.data)
-                .unwrap_or_else(|_| json!({ "error": { "message": ev.data } }));
-            self.fail(classify_stream_error(&v), out);
-            return;
+            let e = classify_stream_error(&error_event_body(&ev.data));
+            return self.stream.fail(e, out);
         }
-        let mut e = match serde_json::from_str::<Event<'_>>(&ev.data) {
-            Ok(e) => e,
-            Err(err) => {
-                let reason = if err.is_data() {
-                    format!("unexpected JSON shape for a Messages stream event: {err}")
-                } else {
-                    format!("not valid JSON: {err}")
-                };
-                self.malformed(ev, &reason, out);
-                return;
-            }
+        let shape = "a Messages stream event";
+        let Some(mut e) = self.stream.parse::<Event<'_>>(ev, &ev.data, shape, out) else {
+            return;
         };
         let ty = e.ty.take().unwrap_or(Cow::Borrowed(ev.event_type()));
         match ty.as_ref() {
             "message_start" => {
-                self.start_step(out);
+                self.stream.start_step(out);
                 if let Some(u) = e.message.and_then(|m| m.usage) {
                     u.apply(self.usage.get_or_insert_with(Usage::default));
                 }
@@ -446,19 +407,23 @@ impl SseNormalizer for AnthropicNormalizer {
             "content_block_delta" => self.block_delta(ev, e, out),
             "content_block_stop" => {
                 let Some(index) = e.index else {
-                    self.malformed(ev, "content_block_stop without index", out);
+                    self.stream
+                        .malformed(ev, "content_block_stop without index", out);
                     return;
                 };
                 match self.blocks.get_mut(index) {
                     Some(Some(block)) => Self::close(block, out),
-                    _ => {
-                        self.malformed(ev, "content_block_stop for a block that never started", out)
-                    }
+                    _ => self.stream.malformed(
+                        ev,
+                        "content_block_stop for a block that never started",
+                        out,
+                    ),
                 }
             }
             "message_delta" => {
                 let Some(delta) = e.delta else {
-                    self.malformed(ev, "message_delta without delta", out);
+                    self.stream
+                        .malformed(ev, "message_delta without delta", out);
                     return;
                 };
                 if let Some(r) = delta.stop_reason {
@@ -469,10 +434,7 @@ impl SseNormalizer for AnthropicNormalizer {
                 }
             }
             "message_stop" => self.finish_message(out),
-            "error" => {
-                let v: Value = serde_json::from_str(&ev.data).unwrap_or(Value::Null);
-                self.fail(classify_stream_error(&v), out);
-            }
+            "error" => self.stream.fail(typed_error_event(&ev.data), out),
             // ping and anything new
             _ => {}
         }
@@ -480,14 +442,8 @@ impl SseNormalizer for AnthropicNormalizer {
 
     fn finish(&mut self, eof: SseEof) -> Vec<MessageDelta> {
         let mut out = Vec::new();
-        if !self.ended {
-            let mid = if eof == SseEof::MidEvent {
-                " (it ended inside an event)"
-            } else {
-                ""
-            };
-            let e = incomplete_stream(&format!("the stream ended before message_stop{mid}"));
-            self.fail(e, &mut out);
+        if !self.stream.ended {
+            self.stream.cut_short(eof, "message_stop", &mut out);
         }
         out
     }

@@ -12,6 +12,8 @@
 //!   `OPENAI_API_KEY`/`ANTHROPIC_API_KEY`, base URL from `OPENAI_BASE_URL`/`ANTHROPIC_BASE_URL`,
 //!   connect 10 s / first-byte 60 s timeouts) and [`http::build_model`];
 //! - `decode` (feature `wire`): `agentloop decode`'s offline decoding of a captured stream;
+//! - `normalize`: what the stream normalizers share (progress, typed errors, text runs, tool
+//!   call deltas);
 //! - [`limits`]: the bounds on one response (size, one tool call's arguments, content
 //!   blocks), set on [`http::HttpConfig`] and enforced on every stream;
 //! - `fuzz` (feature `fuzzing`): the harnesses shared by the fuzz targets and the corpus
@@ -54,6 +56,7 @@ pub mod fuzz;
 pub mod gemini;
 pub mod http;
 pub mod limits;
+pub(crate) mod normalize;
 pub mod openai;
 pub mod openai_responses;
 pub mod scripted;
@@ -62,6 +65,8 @@ pub mod sse;
 #[cfg(not(feature = "wire"))]
 #[allow(unreachable_pub, dead_code)] // parts only `decode` and the tests use
 pub(crate) mod sse;
+#[cfg(test)]
+mod test_support;
 #[cfg(any(feature = "http", feature = "mcp"))]
 pub(crate) mod tls;
 

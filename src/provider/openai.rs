@@ -66,9 +66,12 @@ use crate::message::{
     ContentPart as UserPart, FinishReason, MediaSource, Message, MessageDelta, Usage,
 };
 use crate::model::{ModelRequest, ToolChoice};
-use crate::provider::classify::{classify_stream_error, incomplete_stream, malformed_event};
+use crate::provider::classify::classify_stream_error;
 use crate::provider::http::{HttpConfig, Provider};
 use crate::provider::limits::{too_many_blocks, tool_arguments_too_large, ResponseLimits};
+use crate::provider::normalize::{
+    complete_tool_call, error_event_body, start_tool_input, Block, Stream,
+};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
 
 #[derive(Deserialize)]
@@ -296,30 +299,12 @@ struct CallAcc {
     started: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Block {
-    None,
-    Text,
-    Reasoning,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Reading choices.
-    Open,
-    /// `finish_reason` seen: waiting for usage and `[DONE]`.
-    Finishing,
-    /// `Finish` or an error was emitted.
-    Ended,
-}
-
 wire_pub! {
 /// The Chat Completions stream normalizer: SSE events in, [`MessageDelta`]s out. Pure; see
 /// the module docs for the quirks it handles.
 #[derive(Debug, Clone)]
 pub struct OpenAiNormalizer {
-    events: usize,
-    started: bool,
+    stream: Stream,
     block: Block,
     calls: Vec<CallAcc>,
     /// The last call with each wire `index` (a call's index never changes), so a fragment
@@ -327,7 +312,8 @@ pub struct OpenAiNormalizer {
     by_index: HashMap<u32, usize>,
     raw_finish_reason: Option<String>,
     usage: Option<Usage>,
-    phase: Phase,
+    /// `finish_reason` seen: waiting for usage and `[DONE]`.
+    finishing: bool,
     id_prefix: String,
     limits: ResponseLimits,
 }
@@ -367,59 +353,22 @@ impl OpenAiNormalizer {
     /// A fresh normalizer for one response.
     pub fn new() -> Self {
         OpenAiNormalizer {
-            events: 0,
-            started: false,
+            stream: Stream::default(),
             block: Block::None,
             calls: Vec::new(),
             by_index: HashMap::new(),
             raw_finish_reason: None,
             usage: None,
-            phase: Phase::Open,
+            finishing: false,
             id_prefix: "call_".into(),
             limits: ResponseLimits::default(),
         }
     }
     }
 
-    fn fail(&mut self, error: ModelError, out: &mut Vec<MessageDelta>) {
-        self.phase = Phase::Ended;
-        out.push(MessageDelta::Error { error });
-    }
-
-    fn open_block(&mut self, want: Block, out: &mut Vec<MessageDelta>) {
-        if self.block == want {
-            return;
-        }
-        self.close_block(out);
-        self.block = want;
-        out.push(match want {
-            Block::Text => MessageDelta::TextStart,
-            Block::Reasoning => MessageDelta::ReasoningStart,
-            Block::None => return,
-        });
-    }
-
-    fn close_block(&mut self, out: &mut Vec<MessageDelta>) {
-        match self.block {
-            Block::Text => out.push(MessageDelta::TextEnd),
-            Block::Reasoning => out.push(MessageDelta::ReasoningEnd),
-            Block::None => {}
-        }
-        self.block = Block::None;
-    }
-
     fn start_call(call: &mut CallAcc, out: &mut Vec<MessageDelta>) {
         call.started = true;
-        out.push(MessageDelta::ToolInputStart {
-            id: call.id.clone(),
-            name: call.name.clone(),
-        });
-        if !call.args.is_empty() {
-            out.push(MessageDelta::ToolInputDelta {
-                id: call.id.clone(),
-                delta: call.args.clone(),
-            });
-        }
+        start_tool_input(&call.id, &call.name, &call.args, out);
     }
 
     fn tool_fragment(&mut self, f: ToolFragment<'_>, out: &mut Vec<MessageDelta>) {
@@ -449,7 +398,9 @@ impl OpenAiNormalizer {
             _ => {
                 let ordinal = self.calls.len();
                 if ordinal >= self.limits.max_content_blocks {
-                    return self.fail(too_many_blocks(self.limits.max_content_blocks), out);
+                    return self
+                        .stream
+                        .fail(too_many_blocks(self.limits.max_content_blocks), out);
                 }
                 if let Some(i) = f.index {
                     self.by_index.insert(i, ordinal);
@@ -464,9 +415,7 @@ impl OpenAiNormalizer {
                 ordinal
             }
         };
-        if matches!(self.block, Block::Text | Block::Reasoning) {
-            self.close_block(out);
-        }
+        self.block.close(out);
         let call = &mut self.calls[pos];
         if let Some(id) = id {
             // A call created without an id adopts the first real one, unless already announced.
@@ -492,7 +441,7 @@ impl OpenAiNormalizer {
             call.args.push_str(args);
             if call.args.len() > self.limits.max_tool_argument_bytes {
                 let e = tool_arguments_too_large(&call.id, self.limits.max_tool_argument_bytes);
-                return self.fail(e, out);
+                return self.stream.fail(e, out);
             }
             if !call.name.is_empty() {
                 Self::start_call(call, out);
@@ -502,53 +451,33 @@ impl OpenAiNormalizer {
 
     /// Closes blocks and completes every tool call (at `finish_reason` or `[DONE]`).
     fn complete_content(&mut self, out: &mut Vec<MessageDelta>) {
-        self.close_block(out);
-        for call in &mut self.calls {
+        self.block.close(out);
+        for mut call in self.calls.drain(..) {
             if !call.started {
-                Self::start_call(call, out);
+                Self::start_call(&mut call, out);
             }
-            out.push(MessageDelta::ToolInputEnd {
-                id: call.id.clone(),
-            });
-            out.push(MessageDelta::ToolCall {
-                id: call.id.clone(),
-                name: call.name.clone(),
-                arguments: std::mem::take(&mut call.args),
-            });
+            complete_tool_call(call.id, call.name, call.args, out);
         }
-        self.calls.clear();
         self.by_index.clear();
     }
 
     fn end(&mut self, out: &mut Vec<MessageDelta>) {
-        if self.phase == Phase::Open {
+        if !self.finishing {
             self.complete_content(out);
         }
-        if !self.started {
-            out.push(MessageDelta::StartStep);
-            self.started = true;
-        }
-        out.push(MessageDelta::FinishStep {
-            finish_reason: self.raw_finish_reason.as_deref().map(map_finish_reason),
-            raw_finish_reason: self.raw_finish_reason.clone(),
-            usage: self.usage,
-        });
-        out.push(MessageDelta::Finish);
-        self.phase = Phase::Ended;
+        let reason = self.raw_finish_reason.as_deref().map(map_finish_reason);
+        let raw = self.raw_finish_reason.clone();
+        self.stream.finish_step(reason, raw, self.usage, out);
     }
 
     fn chunk(&mut self, ev: &SseEvent, chunk: Chunk<'_>, out: &mut Vec<MessageDelta>) {
         if let Some(err) = chunk.error {
             if !err.is_null() {
                 let error = classify_stream_error(&json!({ "error": err }));
-                self.fail(error, out);
-                return;
+                return self.stream.fail(error, out);
             }
         }
-        if !self.started {
-            self.started = true;
-            out.push(MessageDelta::StartStep);
-        }
+        self.stream.start_step(out);
         if let Some(u) = &chunk.usage {
             self.usage = Some(u.normalize());
         }
@@ -559,15 +488,10 @@ impl OpenAiNormalizer {
                     .any(|c| c.as_deref().is_some_and(|s| !s.is_empty()))
                     || delta.content.as_ref().is_some_and(Content::has_text)
                     || delta.tool_calls.as_ref().is_some_and(|t| !t.is_empty());
-                if has_content && self.phase != Phase::Open {
-                    let error = malformed_event(
-                        self.events,
-                        ev.event_type(),
-                        "content after finish_reason",
-                        &ev.data,
-                    );
-                    self.fail(error, out);
-                    return;
+                if has_content && self.finishing {
+                    return self
+                        .stream
+                        .malformed(ev, "content after finish_reason", out);
                 }
                 // Servers that send both names send the same text twice: take one.
                 let reasoning = delta
@@ -575,28 +499,15 @@ impl OpenAiNormalizer {
                     .filter(|r| !r.is_empty())
                     .or(delta.reasoning.filter(|r| !r.is_empty()));
                 if let Some(reasoning) = reasoning {
-                    self.open_block(Block::Reasoning, out);
-                    out.push(MessageDelta::ReasoningDelta {
-                        text: reasoning.into_owned(),
-                    });
+                    self.block.push(true, reasoning.into_owned(), out);
                 }
                 match delta.content {
                     Some(Content::Text(text)) if !text.is_empty() => {
-                        self.open_block(Block::Text, out);
-                        out.push(MessageDelta::TextDelta {
-                            text: text.into_owned(),
-                        });
+                        self.block.push(false, text.into_owned(), out);
                     }
                     Some(parts @ Content::Parts(_)) => parts.walk(false, &mut |reasoning, text| {
-                        if text.is_empty() {
-                            return;
-                        }
-                        if reasoning {
-                            self.open_block(Block::Reasoning, out);
-                            out.push(MessageDelta::ReasoningDelta { text: text.into() });
-                        } else {
-                            self.open_block(Block::Text, out);
-                            out.push(MessageDelta::TextDelta { text: text.into() });
+                        if !text.is_empty() {
+                            self.block.push(reasoning, text.into(), out);
                         }
                     }),
                     _ => {}
@@ -608,16 +519,16 @@ impl OpenAiNormalizer {
                 }
                 for frag in delta.tool_calls.into_iter().flatten() {
                     self.tool_fragment(frag, out);
-                    if self.phase == Phase::Ended {
+                    if self.stream.ended {
                         return;
                     }
                 }
             }
             if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
-                if self.phase == Phase::Open {
+                if !self.finishing {
                     self.raw_finish_reason = Some(reason.into_owned());
                     self.complete_content(out);
-                    self.phase = Phase::Finishing;
+                    self.finishing = true;
                 }
             }
         }
@@ -639,60 +550,43 @@ fn starts_new_call(call: &CallAcc, id: Option<&str>, name: Option<&str>) -> bool
 
 impl SseNormalizer for OpenAiNormalizer {
     fn feed_into(&mut self, ev: &SseEvent, out: &mut Vec<MessageDelta>) {
-        if self.phase == Phase::Ended {
+        if !self.stream.next_event() {
             return;
         }
-        self.events += 1;
         let data = ev.data.trim();
         if data == "[DONE]" {
             self.end(out);
             return;
         }
         if ev.event.as_deref() == Some("error") {
-            let v = serde_json::from_str::<Value>(data)
-                .unwrap_or_else(|_| json!({ "error": { "message": data } }));
+            let v = error_event_body(data);
             let v = if v.get("error").is_some() {
                 v
             } else {
                 json!({ "error": v })
             };
-            self.fail(classify_stream_error(&v), out);
-            return;
+            return self.stream.fail(classify_stream_error(&v), out);
         }
         if data.is_empty() {
             // `data:` with nothing: no content, but no evidence of a broken stream either.
             return;
         }
-        match serde_json::from_str::<Chunk<'_>>(data) {
-            Ok(chunk) => self.chunk(ev, chunk, out),
-            Err(e) => {
-                let reason = if e.is_data() {
-                    format!("unexpected JSON shape for a chat.completion.chunk: {e}")
-                } else {
-                    format!("not valid JSON: {e}")
-                };
-                let error = malformed_event(self.events, ev.event_type(), &reason, &ev.data);
-                self.fail(error, out);
-            }
+        let shape = "a chat.completion.chunk";
+        if let Some(chunk) = self.stream.parse::<Chunk<'_>>(ev, data, shape, out) {
+            self.chunk(ev, chunk, out);
         }
     }
 
     fn finish(&mut self, eof: SseEof) -> Vec<MessageDelta> {
         let mut out = Vec::new();
-        match self.phase {
-            Phase::Ended => {}
-            Phase::Finishing => self.end(&mut out),
-            Phase::Open => {
-                let mid = if eof == SseEof::MidEvent {
-                    " (it ended inside an event)"
-                } else {
-                    ""
-                };
-                let error = incomplete_stream(&format!(
-                    "the stream ended before [DONE] and before any finish_reason{mid}"
-                ));
-                self.fail(error, &mut out);
-            }
+        if self.stream.ended {
+            return out;
+        }
+        if self.finishing {
+            self.end(&mut out);
+        } else {
+            let what = "[DONE] and before any finish_reason";
+            self.stream.cut_short(eof, what, &mut out);
         }
         out
     }

@@ -67,9 +67,12 @@ use crate::message::{
     ContentPart as UserPart, FinishReason, MediaSource, Message, MessageDelta, Usage,
 };
 use crate::model::{ModelRequest, ToolChoice};
-use crate::provider::classify::{classify_stream_error, incomplete_stream, malformed_event};
+use crate::provider::classify::classify_stream_error;
 use crate::provider::http::{HttpConfig, Provider};
 use crate::provider::limits::{too_many_blocks, tool_arguments_too_large, ResponseLimits};
+use crate::provider::normalize::{
+    complete_tool_call, error_event_body, start_tool_input, typed_error_event, Block, Stream,
+};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
 
 /// One `response.*` event, the fields the normalizer reads. The per-token events (`delta`)
@@ -144,14 +147,6 @@ struct CallAcc {
     done: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-enum Block {
-    #[default]
-    None,
-    Text,
-    Reasoning,
-}
-
 wire_pub! {
 /// Maps a Responses end (`completed`, or `response.incomplete`'s `incomplete_details.reason`)
 /// to the normalized reason; `called_tools` says whether the response has function calls.
@@ -171,9 +166,7 @@ wire_pub! {
 /// module docs.
 #[derive(Debug, Clone, Default)]
 pub struct ResponsesNormalizer {
-    events: usize,
-    started: bool,
-    ended: bool,
+    stream: Stream,
     block: Block,
     /// The reasoning item whose summary is being streamed, and its last summary part.
     reasoning_part: Option<(String, u64)>,
@@ -194,50 +187,23 @@ impl ResponsesNormalizer {
     }
     }
 
-    fn fail(&mut self, error: ModelError, out: &mut Vec<MessageDelta>) {
-        self.ended = true;
-        out.push(MessageDelta::Error { error });
-    }
-
-    fn malformed(&mut self, ev: &SseEvent, reason: &str, out: &mut Vec<MessageDelta>) {
-        let e = malformed_event(self.events, ev.event_type(), reason, &ev.data);
-        self.fail(e, out);
-    }
-
-    fn start_step(&mut self, out: &mut Vec<MessageDelta>) {
-        if !self.started {
-            self.started = true;
-            out.push(MessageDelta::StartStep);
-        }
-    }
-
+    /// Makes `want` the open run; the summary part is forgotten when the reasoning run ends.
     fn open_block(&mut self, want: Block, out: &mut Vec<MessageDelta>) {
-        if self.block == want {
-            return;
+        if self.block != want {
+            self.reasoning_part = None;
         }
-        self.close_block(out);
-        self.block = want;
-        match want {
-            Block::Text => out.push(MessageDelta::TextStart),
-            Block::Reasoning => out.push(MessageDelta::ReasoningStart),
-            Block::None => {}
-        }
+        self.block.open(want, out);
     }
 
     fn close_block(&mut self, out: &mut Vec<MessageDelta>) {
-        match self.block {
-            Block::Text => out.push(MessageDelta::TextEnd),
-            Block::Reasoning => out.push(MessageDelta::ReasoningEnd),
-            Block::None => {}
-        }
-        self.block = Block::None;
-        self.reasoning_part = None;
+        self.open_block(Block::None, out);
     }
 
     fn count_item(&mut self, out: &mut Vec<MessageDelta>) -> bool {
         self.items += 1;
         if self.items > self.limits.max_content_blocks {
-            self.fail(too_many_blocks(self.limits.max_content_blocks), out);
+            self.stream
+                .fail(too_many_blocks(self.limits.max_content_blocks), out);
             return false;
         }
         true
@@ -255,7 +221,11 @@ impl ResponsesNormalizer {
             item.get("call_id").and_then(Value::as_str),
             item.get("name").and_then(Value::as_str),
         ) else {
-            return self.malformed(ev, "function_call item without id, call_id or name", out);
+            return self.stream.malformed(
+                ev,
+                "function_call item without id, call_id or name",
+                out,
+            );
         };
         self.close_block(out);
         let args = item
@@ -263,16 +233,7 @@ impl ResponsesNormalizer {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        out.push(MessageDelta::ToolInputStart {
-            id: call_id.to_string(),
-            name: name.to_string(),
-        });
-        if !args.is_empty() {
-            out.push(MessageDelta::ToolInputDelta {
-                id: call_id.to_string(),
-                delta: args.clone(),
-            });
-        }
+        start_tool_input(call_id, name, &args, out);
         self.by_item.insert(item_id.to_string(), self.calls.len());
         self.calls.push(CallAcc {
             call_id: call_id.to_string(),
@@ -296,14 +257,8 @@ impl ResponsesNormalizer {
                 });
             }
         }
-        out.push(MessageDelta::ToolInputEnd {
-            id: call.call_id.clone(),
-        });
-        out.push(MessageDelta::ToolCall {
-            id: call.call_id.clone(),
-            name: call.name.clone(),
-            arguments: std::mem::take(&mut call.args),
-        });
+        let args = std::mem::take(&mut call.args);
+        complete_tool_call(call.call_id.clone(), call.name.clone(), args, out);
     }
 
     fn item_done(&mut self, item: &Value, out: &mut Vec<MessageDelta>) {
@@ -344,7 +299,7 @@ impl ResponsesNormalizer {
     }
 
     fn end(&mut self, response: Option<&Value>, raw: String, out: &mut Vec<MessageDelta>) {
-        self.start_step(out);
+        self.stream.start_step(out);
         self.close_block(out);
         for call in &mut self.calls {
             Self::complete_call(call, None, out);
@@ -355,20 +310,15 @@ impl ResponsesNormalizer {
             .filter(|u| u.is_object())
             .and_then(|u| WireUsage::deserialize(u).ok())
             .map(|u| u.normalize());
-        out.push(MessageDelta::FinishStep {
-            finish_reason: Some(map_finish_reason(&raw, called)),
-            raw_finish_reason: Some(raw),
-            usage,
-        });
-        out.push(MessageDelta::Finish);
-        self.ended = true;
+        let reason = Some(map_finish_reason(&raw, called));
+        self.stream.finish_step(reason, Some(raw), usage, out);
     }
 
     fn event(&mut self, ev: &SseEvent, e: Event<'_>, ty: &str, out: &mut Vec<MessageDelta>) {
         match ty {
             "response.output_text.delta" | "response.refusal.delta" => {
                 let Some(delta) = e.delta else {
-                    return self.malformed(ev, "delta event without delta", out);
+                    return self.stream.malformed(ev, "delta event without delta", out);
                 };
                 if delta.is_empty() {
                     return;
@@ -386,7 +336,7 @@ impl ResponsesNormalizer {
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
                 let Some(delta) = e.delta else {
-                    return self.malformed(ev, "delta event without delta", out);
+                    return self.stream.malformed(ev, "delta event without delta", out);
                 };
                 let item = e.item_id.as_deref().unwrap_or_default().to_string();
                 let part = e.summary_index.unwrap_or(0);
@@ -407,10 +357,14 @@ impl ResponsesNormalizer {
             }
             "response.function_call_arguments.delta" => {
                 let (Some(item), Some(delta)) = (e.item_id, e.delta) else {
-                    return self.malformed(ev, "arguments delta without item_id or delta", out);
+                    return self.stream.malformed(
+                        ev,
+                        "arguments delta without item_id or delta",
+                        out,
+                    );
                 };
                 let Some(&pos) = self.by_item.get(item.as_ref()) else {
-                    return self.malformed(
+                    return self.stream.malformed(
                         ev,
                         "arguments delta for an item that never started",
                         out,
@@ -426,7 +380,7 @@ impl ResponsesNormalizer {
                         &call.call_id,
                         self.limits.max_tool_argument_bytes,
                     );
-                    return self.fail(err, out);
+                    return self.stream.fail(err, out);
                 }
                 out.push(MessageDelta::ToolInputDelta {
                     id: call.call_id.clone(),
@@ -444,11 +398,15 @@ impl ResponsesNormalizer {
             }
             "response.output_item.added" => match e.item {
                 Some(item) => self.item_added(ev, &item, out),
-                None => self.malformed(ev, "output_item.added without item", out),
+                None => self
+                    .stream
+                    .malformed(ev, "output_item.added without item", out),
             },
             "response.output_item.done" => match e.item {
                 Some(item) => self.item_done(&item, out),
-                None => self.malformed(ev, "output_item.done without item", out),
+                None => self
+                    .stream
+                    .malformed(ev, "output_item.done without item", out),
             },
             "response.completed" => self.end(e.response.as_deref(), "completed".into(), out),
             "response.incomplete" => {
@@ -469,7 +427,8 @@ impl ResponsesNormalizer {
                     .filter(|e| e.is_object())
                     .cloned()
                     .unwrap_or_else(|| json!({"message": "response.failed without an error"}));
-                self.fail(classify_stream_error(&json!({ "error": err })), out);
+                self.stream
+                    .fail(classify_stream_error(&json!({ "error": err })), out);
             }
             // response.created, in_progress, content parts, *.done, annotations, others.
             _ => {}
@@ -479,49 +438,30 @@ impl ResponsesNormalizer {
 
 impl SseNormalizer for ResponsesNormalizer {
     fn feed_into(&mut self, ev: &SseEvent, out: &mut Vec<MessageDelta>) {
-        if self.ended {
-            return;
-        }
-        self.events += 1;
         let data = ev.data.trim();
-        if data.is_empty() || data == "[DONE]" {
+        if !self.stream.next_event() || data.is_empty() || data == "[DONE]" {
             return;
         }
         if ev.event.as_deref() == Some("error") {
-            let v = serde_json::from_str::<Value>(data)
-                .unwrap_or_else(|_| json!({ "error": { "message": data } }));
-            return self.fail(classify_stream_error(&v), out);
+            let e = classify_stream_error(&error_event_body(data));
+            return self.stream.fail(e, out);
         }
-        let mut e = match serde_json::from_str::<Event<'_>>(data) {
-            Ok(e) => e,
-            Err(err) => {
-                let reason = if err.is_data() {
-                    format!("unexpected JSON shape for a Responses stream event: {err}")
-                } else {
-                    format!("not valid JSON: {err}")
-                };
-                return self.malformed(ev, &reason, out);
-            }
+        let shape = "a Responses stream event";
+        let Some(mut e) = self.stream.parse::<Event<'_>>(ev, data, shape, out) else {
+            return;
         };
-        self.start_step(out);
+        self.stream.start_step(out);
         let ty = e.ty.take().unwrap_or(Cow::Borrowed(ev.event_type()));
         if ty == "error" {
-            let v: Value = serde_json::from_str(data).unwrap_or(Value::Null);
-            return self.fail(classify_stream_error(&v), out);
+            return self.stream.fail(typed_error_event(data), out);
         }
         self.event(ev, e, &ty, out);
     }
 
     fn finish(&mut self, eof: SseEof) -> Vec<MessageDelta> {
         let mut out = Vec::new();
-        if !self.ended {
-            let mid = if eof == SseEof::MidEvent {
-                " (it ended inside an event)"
-            } else {
-                ""
-            };
-            let e = incomplete_stream(&format!("the stream ended before response.completed{mid}"));
-            self.fail(e, &mut out);
+        if !self.stream.ended {
+            self.stream.cut_short(eof, "response.completed", &mut out);
         }
         out
     }

@@ -782,6 +782,7 @@ pub(crate) fn prompt_expression(prompt: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::test_support::text_of;
 
     #[test]
     fn chunks_split_by_chars_not_bytes() {
@@ -835,16 +836,6 @@ mod tests {
         let model = ScriptedModel::from_json_str(script, "inline").unwrap();
         let served = model.plan(&request(prompt)).unwrap();
         served.items.into_iter().map(Result::unwrap).collect()
-    }
-
-    fn text_of(deltas: &[MessageDelta]) -> String {
-        deltas
-            .iter()
-            .filter_map(|d| match d {
-                MessageDelta::TextDelta { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect()
     }
 
     fn calls_of(deltas: &[MessageDelta]) -> Vec<(&str, Value)> {

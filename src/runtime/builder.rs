@@ -60,7 +60,260 @@ impl Agent {
     }
 }
 
+/// Builder methods that set fields, each with its rustdoc: `name(arg: Type, ...) =>
+/// field.path = value, ...;` is `pub fn name(mut self, arg: Type, ...) -> Self`, which assigns
+/// each value and returns the builder.
+macro_rules! setters {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident($($arg:ident: $ty:ty),*) => $($($field:ident).+ = $value:expr),+;
+    )*) => {$(
+        $(#[$doc])*
+        pub fn $name(mut self, $($arg: $ty),*) -> Self {
+            $(self.$($field).+ = $value;)+
+            self
+        }
+    )*};
+}
+
 impl<M> AgentBuilder<M> {
+    setters! {
+        /// Sets the retry decision (R-EXT-3): `f` says whether an attempt that failed with a
+        /// typed error is worth retrying, given the error and the failed attempt's number among
+        /// the step's attempts on its current model, from 1 (the retry policy's `max_retries`
+        /// still bounds the retries). `f` is a plain function (or a closure that captures
+        /// nothing): traces record it as `name` (`config.step.retry.decider`), and a replay finds
+        /// it by that name in its registry (`agentloop_core::react::DeciderRegistry::with_retry`,
+        /// passed to [`agentloop_core::trace::replay_with`]).
+        ///
+        /// ```
+        /// use agentloop::prelude::*;
+        /// use agentloop::{ErrorKind, ModelError};
+        ///
+        /// fn rate_limits_only(error: &ModelError, _attempt: u32) -> bool {
+        ///     error.kind == ErrorKind::RateLimited
+        /// }
+        /// let agent = Agent::builder()
+        ///     .model(ScriptedModel::demo())
+        ///     .retry_decider("rate-limits-only", rate_limits_only)
+        ///     .build();
+        /// # let _ = agent;
+        /// ```
+        retry_decider(
+            name: impl Into<std::borrow::Cow<'static, str>>,
+            f: fn(&crate::ModelError, u32) -> bool
+        ) =>
+            config.step.retry.decider = crate::process::RetryDeciderRef::new(name, f);
+
+        /// Limits the input (prompt) tokens the run's committed steps may report. Reaching a
+        /// usage limit asks the model for a final answer without tools (or stops the run, with
+        /// [`stop_at_limit`](Self::stop_at_limit)); the run ends with reason
+        /// `usage_limit:<limit>`. No limits by default.
+        ///
+        /// ```
+        /// use agentloop::provider::scripted::ScriptedModel;
+        /// use agentloop::runtime::Agent;
+        /// let agent = Agent::builder()
+        ///     .model(ScriptedModel::demo())
+        ///     .max_total_tokens(50_000)
+        ///     .max_tool_calls(20)
+        ///     // at most 50 cents at 2.5 / 10 USD per million tokens
+        ///     .max_cost_usd(0.50, 2.5, 10.0)
+        ///     .build();
+        /// assert_eq!(agent.config().limits.tool_calls, Some(20));
+        /// ```
+        max_input_tokens(tokens: u64) => config.limits.input_tokens = Some(tokens);
+
+        /// Limits the output tokens the run's committed steps may report (see
+        /// [`max_input_tokens`](Self::max_input_tokens)).
+        max_output_tokens(tokens: u64) => config.limits.output_tokens = Some(tokens);
+
+        /// Limits the input plus output tokens the run's committed steps may report (see
+        /// [`max_input_tokens`](Self::max_input_tokens)).
+        max_total_tokens(tokens: u64) => config.limits.total_tokens = Some(tokens);
+
+        /// Limits the model requests the run may send, retries and fallbacks included (see
+        /// [`max_input_tokens`](Self::max_input_tokens)).
+        max_model_calls(calls: u64) => config.limits.model_calls = Some(calls);
+
+        /// Limits the tool calls of the run's committed messages (see
+        /// [`max_input_tokens`](Self::max_input_tokens)).
+        max_tool_calls(calls: u64) => config.limits.tool_calls = Some(calls);
+
+        /// Ends the run at once when it reaches a usage limit, instead of asking the model for a
+        /// final answer first.
+        stop_at_limit() => config.limits.on_limit = agentloop_core::react::LimitAction::Stop;
+
+        /// Keeps inline `<status>`, `<title>` and `<plan>` tags in the answer's text: they are
+        /// still reported (`status_update` / `title_generated` / `plan_generated` events), and the
+        /// text stays as the model wrote it. By default they are reported and removed from the
+        /// answer.
+        keep_inline_tags() => config.step.inline_tags = agentloop_core::process::InlineTags::Keep;
+
+        /// Looks for no inline `<status>`, `<title>` or `<plan>` tags: the text is the answer,
+        /// and no tag event is emitted.
+        ignore_inline_tags() => config.step.inline_tags = agentloop_core::process::InlineTags::Off;
+
+        /// Sets the hooks (R-EXT-1); a `Vec<Arc<dyn Hooks>>` is hooks that call several in order.
+        hooks(hooks: Arc<dyn Hooks>) => hooks = hooks;
+
+        /// Offloads tool results longer than `limit_bytes` to files under `dir`
+        /// (`<dir>/<session>/<tool_call_id>.txt`, R-TOOL-5): the model sees a preview (1 KiB, see
+        /// [`offload_preview`](Self::offload_preview)) and the file's path instead
+        /// (`large_result_offloaded`).
+        offload(dir: impl Into<PathBuf>, limit_bytes: usize) =>
+            offload = Some(Offload::new(dir, limit_bytes));
+
+        /// Bytes of an offloaded result kept inline as its preview (cut at a char boundary;
+        /// default 1024). Only with [`offload`](Self::offload).
+        offload_preview(bytes: usize) => offload_preview = Some(bytes);
+
+        /// Sets the tools.
+        tools(tools: ToolRegistry) => tools = tools;
+
+        /// Sets the session store.
+        store(store: Arc<dyn SessionStore>) => store = store;
+
+        /// Sets the approver.
+        approver(approver: Arc<dyn Approver>) => approver = approver;
+
+        /// Makes runs reproducible for tests: run ids `run-1`, `run-2`, ... (so each run's
+        /// backoff jitter seed is fixed too), and event timestamps from tokio's clock, starting at
+        /// 0 ms when the agent is built (virtual time under a paused runtime, `start_paused`).
+        /// Two runs of the same script then record the same trace and the same events.
+        deterministic() =>
+            ids = Arc::new(SequentialIds::default()),
+            clock = Arc::new(TokioClock::default());
+
+        /// Sets the clock: event timestamps and the machines' timers (the default reads the
+        /// system time and sleeps on tokio's timers). See [`Clock`] for an example.
+        clock(clock: Arc<dyn Clock>) => clock = clock;
+
+        /// Sets the id generator: run ids and each run's backoff jitter seed (the default:
+        /// time-based ids and a random seed). See [`Ids`] for an example.
+        ids(ids: Arc<dyn Ids>) => ids = ids;
+
+        /// Sets the event sink.
+        sink(sink: Arc<dyn EventSink>) => sink = sink;
+
+        /// Sets the compaction strategy.
+        compactor(compactor: Arc<dyn Compactor>) => compactor = compactor;
+
+        /// How long one compaction may take, on the agent's clock (default 2 minutes; `None`: as
+        /// long as it takes). Past it the compaction fails like a compactor's error:
+        /// a context that still fits is sent as it is, one that does not fails the run
+        /// (`compaction_failed`). An LLM summary whose model hangs no longer waits until the
+        /// run's deadline.
+        compaction_timeout_ms(ms: Option<u64>) => compaction_timeout_ms = ms;
+
+        /// Sets the context manager (R-CTX-1/2): it builds each new run's history,
+        /// system prompt and tools, and may keep entries before and after the run; see
+        /// [`ContextManager`]. Default: the history rebuilt from the session's entries, the run's
+        /// own system prompt and tools (see [`RunContext`]).
+        context_manager(manager: Arc<dyn ContextManager>) => context_manager = manager;
+
+        /// The data every [`RunContext`] carries as `runtime_init_data` (default `null`).
+        context_init_data(data: serde_json::Value) => context_init_data = data;
+
+        /// Caps a run at `steps` model steps (default 10): the last one gets a reminder that it is
+        /// the last and is offered no tools (R-OUT-5), so the run ends with an answer.
+        max_steps(steps: u32) => config.max_steps = steps;
+
+        /// Tells the agent its model's context window in tokens (R-CTX-3). The run compacts its
+        /// context before it would overflow the window (a `context_budget_tokens` set through
+        /// [`configure`](Self::configure) takes precedence). Without either, the window is looked
+        /// up by model name; for an unknown model only a message cap
+        /// ([`compact_after_messages`](Self::compact_after_messages)) or a provider's overflow
+        /// error compacts.
+        context_window(tokens: u64) => config.context_window = Some(tokens);
+
+        /// Compacts the context when it has more than `messages` messages, whatever its size in
+        /// tokens (off by default).
+        compact_after_messages(messages: usize) => config.compact_threshold = Some(messages);
+
+        /// Sets the whole run configuration (its `tools` are replaced by the registry's specs). The
+        /// builder's other methods each set a part of it; this and [`configure`](Self::configure)
+        /// reach the rest ([`RunConfig`]'s fields are documented with the core's machines).
+        config(config: RunConfig) => config = config;
+
+        /// Fixes the seed of every run's retry backoff jitter (by default each run draws one
+        /// from the agent's id source). The seed is recorded in the trace's header either way; a
+        /// fixed one makes the header and the delays the same on every run (CLI: `--seed N`).
+        seed(seed: u64) => config.step.retry.jitter_seed = Some(seed);
+
+        /// Caps each model step's output at `max_tokens` tokens (the request's `max_tokens`;
+        /// without it OpenAI-compatible servers use their own default, which for a local server
+        /// can be the whole context, and Anthropic uses `HttpConfig::default_max_tokens`).
+        max_tokens(max_tokens: u32) => config.params.max_tokens = Some(max_tokens);
+
+        /// Sets whether and which tool the model must call on the steps that offer tools (the
+        /// final step offers none, R-OUT-5, so a forced tool cannot loop past `max_steps`).
+        /// A [`ToolChoice::Tool`](crate::model::ToolChoice::Tool) naming no registered tool is
+        /// not checked here: the provider refuses it.
+        tool_choice(choice: crate::model::ToolChoice) => config.params.tool_choice = Some(choice);
+
+        /// Sets what a rejected or timed-out approval does: `false`
+        /// (the default) stops the run after the step with reason `tool_rejected`; `true`
+        /// continues, the model seeing the denied result. An approval always resumes.
+        auto_resume(on: bool) => config.step.auto_resume = on;
+
+        /// Sets how long a call waits for its approval (R-CTL-4; default `None`: as long as the
+        /// approver takes). The step's machine starts it as a timer with each approval request;
+        /// when it fires first the call is denied with status `timeout` (a rejection, so
+        /// [`auto_resume`](Self::auto_resume) decides whether the run goes on) and the approver's
+        /// wait is withdrawn. A session replaces it with its own
+        /// [`SessionConfig::approval_timeout_ms`](crate::session::SessionConfig::approval_timeout_ms).
+        approval_timeout(timeout_ms: Option<u64>) => config.step.approval_timeout_ms = timeout_ms;
+
+        /// Sets the system prompt (replacing any).
+        system(text: impl Into<String>) => config.system = Some(text.into());
+
+        /// Sets who answers `ask_user` questions (the default: nobody, so a question fails at
+        /// once; a session installs its own). See [`UserAsker`] for an example.
+        asker(asker: Arc<dyn UserAsker>) => asker = asker;
+
+        /// How long a tool call may run before it gets a `timeout` error result (R-IN-3; default
+        /// 120 s). A [`ToolRule`]'s timeout overrides it for the calls the rule matches.
+        tool_timeout_ms(ms: u64) => timeouts.tool_ms = ms;
+
+        /// How long a model attempt may wait for its response to start and its first delta to
+        /// arrive (default 60 s), and then at most between two deltas (default 30 s). Expiry is a
+        /// retryable `stalled` failure of the attempt.
+        stream_timeouts_ms(first_chunk_ms: u64, stall_ms: u64) =>
+            timeouts.first_chunk_ms = first_chunk_ms,
+            timeouts.stall_ms = stall_ms;
+
+        /// How long one model attempt may take, from sending to its last delta (default: no
+        /// limit). Expiry is a retryable `timeout` error.
+        request_timeout_ms(ms: u64) => timeouts.request_ms = Some(ms);
+
+        /// How long a whole run may take (default: no limit). Expiry aborts the run.
+        run_deadline_ms(ms: u64) => timeouts.run_deadline_ms = Some(ms);
+
+        /// Feeds parallel tools' results to the machine as each call finishes, so each result is
+        /// stored as early as possible (R-IN-4). By default they reach it in the order the calls
+        /// were started, so identical runs record identical traces; with this, traces of
+        /// parallel calls may differ from run to run.
+        tool_results_as_completed() => timeouts.tool_order = ToolOrder::Completion;
+
+        /// Sets the directory file tools are confined to.
+        root(root: impl Into<PathBuf>) => root = root.into();
+
+        /// Lets the built-in file tools write instruction, agent and rule files (`AGENTS.md`,
+        /// `agents/ID.md`, a tool rules file; see [`crate::tools::protected`]). Off by default:
+        /// a model that appends to its own instructions or rules changes every later run.
+        ///
+        /// ```
+        /// use agentloop::prelude::*;
+        /// let agent = Agent::builder()
+        ///     .model(ScriptedModel::demo())
+        ///     .allow_instruction_writes(true)
+        ///     .build();
+        /// # let _ = agent;
+        /// ```
+        allow_instruction_writes(allow: bool) => allow_instruction_writes = allow;
+    }
+
     /// Sets the model.
     pub fn model(self, model: impl Model + 'static) -> AgentBuilder<Arc<dyn Model>> {
         self.model_arc(Arc::new(model))
@@ -112,85 +365,6 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Sets the retry decision (R-EXT-3): `f` says whether an attempt that failed with a
-    /// typed error is worth retrying, given the error and the failed attempt's number among
-    /// the step's attempts on its current model, from 1 (the retry policy's `max_retries`
-    /// still bounds the retries). `f` is a plain function (or a closure that captures
-    /// nothing): traces record it as `name` (`config.step.retry.decider`), and a replay finds
-    /// it by that name in its registry (`agentloop_core::react::DeciderRegistry::with_retry`,
-    /// passed to [`agentloop_core::trace::replay_with`]).
-    ///
-    /// ```
-    /// use agentloop::prelude::*;
-    /// use agentloop::{ErrorKind, ModelError};
-    ///
-    /// fn rate_limits_only(error: &ModelError, _attempt: u32) -> bool {
-    ///     error.kind == ErrorKind::RateLimited
-    /// }
-    /// let agent = Agent::builder()
-    ///     .model(ScriptedModel::demo())
-    ///     .retry_decider("rate-limits-only", rate_limits_only)
-    ///     .build();
-    /// # let _ = agent;
-    /// ```
-    pub fn retry_decider(
-        mut self,
-        name: impl Into<std::borrow::Cow<'static, str>>,
-        f: fn(&crate::ModelError, u32) -> bool,
-    ) -> Self {
-        self.config.step.retry.decider = crate::process::RetryDeciderRef::new(name, f);
-        self
-    }
-
-    /// Limits the input (prompt) tokens the run's committed steps may report. Reaching a
-    /// usage limit asks the model for a final answer without tools (or stops the run, with
-    /// [`stop_at_limit`](Self::stop_at_limit)); the run ends with reason
-    /// `usage_limit:<limit>`. No limits by default.
-    ///
-    /// ```
-    /// use agentloop::provider::scripted::ScriptedModel;
-    /// use agentloop::runtime::Agent;
-    /// let agent = Agent::builder()
-    ///     .model(ScriptedModel::demo())
-    ///     .max_total_tokens(50_000)
-    ///     .max_tool_calls(20)
-    ///     .max_cost_usd(0.50, 2.5, 10.0) // at most 50 cents at 2.5 / 10 USD per million tokens
-    ///     .build();
-    /// assert_eq!(agent.config().limits.tool_calls, Some(20));
-    /// ```
-    pub fn max_input_tokens(mut self, tokens: u64) -> Self {
-        self.config.limits.input_tokens = Some(tokens);
-        self
-    }
-
-    /// Limits the output tokens the run's committed steps may report (see
-    /// [`max_input_tokens`](Self::max_input_tokens)).
-    pub fn max_output_tokens(mut self, tokens: u64) -> Self {
-        self.config.limits.output_tokens = Some(tokens);
-        self
-    }
-
-    /// Limits the input plus output tokens the run's committed steps may report (see
-    /// [`max_input_tokens`](Self::max_input_tokens)).
-    pub fn max_total_tokens(mut self, tokens: u64) -> Self {
-        self.config.limits.total_tokens = Some(tokens);
-        self
-    }
-
-    /// Limits the model requests the run may send, retries and fallbacks included (see
-    /// [`max_input_tokens`](Self::max_input_tokens)).
-    pub fn max_model_calls(mut self, calls: u64) -> Self {
-        self.config.limits.model_calls = Some(calls);
-        self
-    }
-
-    /// Limits the tool calls of the run's committed messages (see
-    /// [`max_input_tokens`](Self::max_input_tokens)).
-    pub fn max_tool_calls(mut self, calls: u64) -> Self {
-        self.config.limits.tool_calls = Some(calls);
-        self
-    }
-
     /// Limits what the run may cost, in US dollars, its usage priced at
     /// `input_usd_per_mtok` and `output_usd_per_mtok` per million tokens (see
     /// [`max_input_tokens`](Self::max_input_tokens)).
@@ -205,57 +379,6 @@ impl<M> AgentBuilder<M> {
             input_usd_per_mtok,
             output_usd_per_mtok,
         });
-        self
-    }
-
-    /// Ends the run at once when it reaches a usage limit, instead of asking the model for a
-    /// final answer first.
-    pub fn stop_at_limit(mut self) -> Self {
-        self.config.limits.on_limit = agentloop_core::react::LimitAction::Stop;
-        self
-    }
-
-    /// Keeps inline `<status>`, `<title>` and `<plan>` tags in the answer's text: they are
-    /// still reported (`status_update` / `title_generated` / `plan_generated` events), and the
-    /// text stays as the model wrote it. By default they are reported and removed from the
-    /// answer.
-    pub fn keep_inline_tags(mut self) -> Self {
-        self.config.step.inline_tags = agentloop_core::process::InlineTags::Keep;
-        self
-    }
-
-    /// Looks for no inline `<status>`, `<title>` or `<plan>` tags: the text is the answer,
-    /// and no tag event is emitted.
-    pub fn ignore_inline_tags(mut self) -> Self {
-        self.config.step.inline_tags = agentloop_core::process::InlineTags::Off;
-        self
-    }
-
-    /// Sets the hooks (R-EXT-1); a `Vec<Arc<dyn Hooks>>` is hooks that call several in order.
-    pub fn hooks(mut self, hooks: Arc<dyn Hooks>) -> Self {
-        self.hooks = hooks;
-        self
-    }
-
-    /// Offloads tool results longer than `limit_bytes` to files under `dir`
-    /// (`<dir>/<session>/<tool_call_id>.txt`, R-TOOL-5): the model sees a preview (1 KiB, see
-    /// [`offload_preview`](Self::offload_preview)) and the file's path instead
-    /// (`large_result_offloaded`).
-    pub fn offload(mut self, dir: impl Into<PathBuf>, limit_bytes: usize) -> Self {
-        self.offload = Some(Offload::new(dir, limit_bytes));
-        self
-    }
-
-    /// Bytes of an offloaded result kept inline as its preview (cut at a char boundary;
-    /// default 1024). Only with [`offload`](Self::offload).
-    pub fn offload_preview(mut self, bytes: usize) -> Self {
-        self.offload_preview = Some(bytes);
-        self
-    }
-
-    /// Sets the tools.
-    pub fn tools(mut self, tools: ToolRegistry) -> Self {
-        self.tools = tools;
         self
     }
 
@@ -285,159 +408,9 @@ impl<M> AgentBuilder<M> {
         self
     }
 
-    /// Sets the session store.
-    pub fn store(mut self, store: Arc<dyn SessionStore>) -> Self {
-        self.store = store;
-        self
-    }
-
-    /// Sets the approver.
-    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
-        self.approver = approver;
-        self
-    }
-
-    /// Makes runs reproducible for tests: run ids `run-1`, `run-2`, ... (so each run's
-    /// backoff jitter seed is fixed too), and event timestamps from tokio's clock, starting at
-    /// 0 ms when the agent is built (virtual time under a paused runtime, `start_paused`).
-    /// Two runs of the same script then record the same trace and the same events.
-    pub fn deterministic(mut self) -> Self {
-        self.ids = Arc::new(SequentialIds::default());
-        self.clock = Arc::new(TokioClock::default());
-        self
-    }
-
-    /// Sets the clock: event timestamps and the machines' timers (the default reads the
-    /// system time and sleeps on tokio's timers). See [`Clock`] for an example.
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    /// Sets the id generator: run ids and each run's backoff jitter seed (the default:
-    /// time-based ids and a random seed). See [`Ids`] for an example.
-    pub fn ids(mut self, ids: Arc<dyn Ids>) -> Self {
-        self.ids = ids;
-        self
-    }
-
-    /// Sets the event sink.
-    pub fn sink(mut self, sink: Arc<dyn EventSink>) -> Self {
-        self.sink = sink;
-        self
-    }
-
-    /// Sets the compaction strategy.
-    pub fn compactor(mut self, compactor: Arc<dyn Compactor>) -> Self {
-        self.compactor = compactor;
-        self
-    }
-
-    /// How long one compaction may take, on the agent's clock (default 2 minutes; `None`: as
-    /// long as it takes). Past it the compaction fails like a compactor's error:
-    /// a context that still fits is sent as it is, one that does not fails the run
-    /// (`compaction_failed`). An LLM summary whose model hangs no longer waits until the
-    /// run's deadline.
-    pub fn compaction_timeout_ms(mut self, ms: Option<u64>) -> Self {
-        self.compaction_timeout_ms = ms;
-        self
-    }
-
-    /// Sets the context manager (R-CTX-1/2): it builds each new run's history,
-    /// system prompt and tools, and may keep entries before and after the run; see
-    /// [`ContextManager`]. Default: the history rebuilt from the session's entries, the run's
-    /// own system prompt and tools (see [`RunContext`]).
-    pub fn context_manager(mut self, manager: Arc<dyn ContextManager>) -> Self {
-        self.context_manager = manager;
-        self
-    }
-
-    /// The data every [`RunContext`] carries as `runtime_init_data` (default `null`).
-    pub fn context_init_data(mut self, data: serde_json::Value) -> Self {
-        self.context_init_data = data;
-        self
-    }
-
-    /// Caps a run at `steps` model steps (default 10): the last one gets a reminder that it is
-    /// the last and is offered no tools (R-OUT-5), so the run ends with an answer.
-    pub fn max_steps(mut self, steps: u32) -> Self {
-        self.config.max_steps = steps;
-        self
-    }
-
-    /// Tells the agent its model's context window in tokens (R-CTX-3). The run compacts its
-    /// context before it would overflow the window (a `context_budget_tokens` set through
-    /// [`configure`](Self::configure) takes precedence). Without either, the window is looked
-    /// up by model name; for an unknown model only a message cap
-    /// ([`compact_after_messages`](Self::compact_after_messages)) or a provider's overflow
-    /// error compacts.
-    pub fn context_window(mut self, tokens: u64) -> Self {
-        self.config.context_window = Some(tokens);
-        self
-    }
-
-    /// Compacts the context when it has more than `messages` messages, whatever its size in
-    /// tokens (off by default).
-    pub fn compact_after_messages(mut self, messages: usize) -> Self {
-        self.config.compact_threshold = Some(messages);
-        self
-    }
-
-    /// Sets the whole run configuration (its `tools` are replaced by the registry's specs). The
-    /// builder's other methods each set a part of it; this and [`configure`](Self::configure)
-    /// reach the rest ([`RunConfig`]'s fields are documented with the core's machines).
-    pub fn config(mut self, config: RunConfig) -> Self {
-        self.config = config;
-        self
-    }
-
     /// Changes the run configuration in place.
     pub fn configure(mut self, f: impl FnOnce(&mut RunConfig)) -> Self {
         f(&mut self.config);
-        self
-    }
-
-    /// Fixes the seed of every run's retry backoff jitter (by default each run draws one from
-    /// the agent's id source). The seed is recorded in the trace's header either way; a fixed one
-    /// makes the header and the delays the same on every run (CLI: `--seed N`).
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.config.step.retry.jitter_seed = Some(seed);
-        self
-    }
-
-    /// Caps each model step's output at `max_tokens` tokens (the request's `max_tokens`;
-    /// without it OpenAI-compatible servers use their own default, which for a local server
-    /// can be the whole context, and Anthropic uses `HttpConfig::default_max_tokens`).
-    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
-        self.config.params.max_tokens = Some(max_tokens);
-        self
-    }
-
-    /// Sets whether and which tool the model must call on the steps that offer tools (the
-    /// final step offers none, R-OUT-5, so a forced tool cannot loop past `max_steps`).
-    /// A [`ToolChoice::Tool`](crate::model::ToolChoice::Tool) naming no registered tool is
-    /// not checked here: the provider refuses it.
-    pub fn tool_choice(mut self, choice: crate::model::ToolChoice) -> Self {
-        self.config.params.tool_choice = Some(choice);
-        self
-    }
-
-    /// Sets what a rejected or timed-out approval does: `false`
-    /// (the default) stops the run after the step with reason `tool_rejected`; `true`
-    /// continues, the model seeing the denied result. An approval always resumes.
-    pub fn auto_resume(mut self, on: bool) -> Self {
-        self.config.step.auto_resume = on;
-        self
-    }
-
-    /// Sets how long a call waits for its approval (R-CTL-4; default `None`: as long as the
-    /// approver takes). The step's machine starts it as a timer with each approval request;
-    /// when it fires first the call is denied with status `timeout` (a rejection, so
-    /// [`auto_resume`](Self::auto_resume) decides whether the run goes on) and the approver's
-    /// wait is withdrawn. A session replaces it with its own
-    /// [`SessionConfig::approval_timeout_ms`](crate::session::SessionConfig::approval_timeout_ms).
-    pub fn approval_timeout(mut self, timeout_ms: Option<u64>) -> Self {
-        self.config.step.approval_timeout_ms = timeout_ms;
         self
     }
 
@@ -448,12 +421,6 @@ impl<M> AgentBuilder<M> {
         let name = name.into();
         self.models.insert(name.clone(), model);
         self.config.title_model = Some(name);
-        self
-    }
-
-    /// Sets the system prompt (replacing any).
-    pub fn system(mut self, text: impl Into<String>) -> Self {
-        self.config.system = Some(text.into());
         self
     }
 
@@ -536,74 +503,6 @@ impl<M> AgentBuilder<M> {
         self.tools.insert(Arc::new(crate::tools::AskUser));
         self.config.step.ask_user = true;
         self.config.step.ask_user_timeout_ms = timeout_ms;
-        self
-    }
-
-    /// Sets who answers `ask_user` questions (the default: nobody, so a question fails at
-    /// once; a session installs its own). See [`UserAsker`] for an example.
-    pub fn asker(mut self, asker: Arc<dyn UserAsker>) -> Self {
-        self.asker = asker;
-        self
-    }
-
-    /// How long a tool call may run before it gets a `timeout` error result (R-IN-3; default
-    /// 120 s). A [`ToolRule`]'s timeout overrides it for the calls the rule matches.
-    pub fn tool_timeout_ms(mut self, ms: u64) -> Self {
-        self.timeouts.tool_ms = ms;
-        self
-    }
-
-    /// How long a model attempt may wait for its response to start and its first delta to
-    /// arrive (default 60 s), and then at most between two deltas (default 30 s). Expiry is a
-    /// retryable `stalled` failure of the attempt.
-    pub fn stream_timeouts_ms(mut self, first_chunk_ms: u64, stall_ms: u64) -> Self {
-        self.timeouts.first_chunk_ms = first_chunk_ms;
-        self.timeouts.stall_ms = stall_ms;
-        self
-    }
-
-    /// How long one model attempt may take, from sending to its last delta (default: no
-    /// limit). Expiry is a retryable `timeout` error.
-    pub fn request_timeout_ms(mut self, ms: u64) -> Self {
-        self.timeouts.request_ms = Some(ms);
-        self
-    }
-
-    /// How long a whole run may take (default: no limit). Expiry aborts the run.
-    pub fn run_deadline_ms(mut self, ms: u64) -> Self {
-        self.timeouts.run_deadline_ms = Some(ms);
-        self
-    }
-
-    /// Feeds parallel tools' results to the machine as each call finishes, so each result is
-    /// stored as early as possible (R-IN-4). By default they reach it in the order the calls
-    /// were started, so identical runs record identical traces; with this, traces of
-    /// parallel calls may differ from run to run.
-    pub fn tool_results_as_completed(mut self) -> Self {
-        self.timeouts.tool_order = ToolOrder::Completion;
-        self
-    }
-
-    /// Sets the directory file tools are confined to.
-    pub fn root(mut self, root: impl Into<PathBuf>) -> Self {
-        self.root = root.into();
-        self
-    }
-
-    /// Lets the built-in file tools write instruction, agent and rule files (`AGENTS.md`,
-    /// `agents/ID.md`, a tool rules file; see [`crate::tools::protected`]). Off by default:
-    /// a model that appends to its own instructions or rules changes every later run.
-    ///
-    /// ```
-    /// use agentloop::prelude::*;
-    /// let agent = Agent::builder()
-    ///     .model(ScriptedModel::demo())
-    ///     .allow_instruction_writes(true)
-    ///     .build();
-    /// # let _ = agent;
-    /// ```
-    pub fn allow_instruction_writes(mut self, allow: bool) -> Self {
-        self.allow_instruction_writes = allow;
         self
     }
 }

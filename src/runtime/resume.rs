@@ -122,16 +122,8 @@ pub(crate) fn supersede(entries: &[Entry], repaired: &[Entry]) -> Repaired {
         .is_some_and(|p| p.message.tool_calls.is_empty())
     {
         // The final answer was committed, only the run end is missing.
-        out.entries.push(Entry::RunEnd {
-            run_id: run_id.clone(),
-            outcome: crate::agent_event::Outcome::Completed,
-            reason: "final_answer (run end recorded on repair)".into(),
-        });
-        out.repairs.push(Repair::InterruptedRunEnded {
-            run_id,
-            outcome: crate::agent_event::Outcome::Completed,
-        });
-        return out;
+        let reason = "final_answer (run end recorded on repair)";
+        return run_ended(out, run_id, crate::agent_event::Outcome::Completed, reason);
     }
     if let Some(p) = pending {
         // The assistant entry's position, for the repair record.
@@ -166,14 +158,24 @@ pub(crate) fn supersede(entries: &[Entry], repaired: &[Entry]) -> Repaired {
             });
         }
     }
+    let reason = "interrupted; superseded by a new prompt";
+    run_ended(out, run_id, crate::agent_event::Outcome::Aborted, reason)
+}
+
+/// `out` with the interrupted run `run_id` ended (`outcome`, `reason`): its run end, and the
+/// repair that says so.
+fn run_ended(
+    mut out: Repaired,
+    run_id: String,
+    outcome: crate::agent_event::Outcome,
+    reason: &str,
+) -> Repaired {
     out.entries.push(Entry::RunEnd {
         run_id: run_id.clone(),
-        outcome: crate::agent_event::Outcome::Aborted,
-        reason: "interrupted; superseded by a new prompt".into(),
+        outcome,
+        reason: reason.into(),
     });
-    out.repairs.push(Repair::InterruptedRunEnded {
-        run_id,
-        outcome: crate::agent_event::Outcome::Aborted,
-    });
+    out.repairs
+        .push(Repair::InterruptedRunEnded { run_id, outcome });
     out
 }

@@ -1,9 +1,11 @@
 //! The trace files of a corpus, as `agentloop replay DIR` and the Python package's
 //! `replay_dir` find them: each path named as given, each directory walked recursively for
 //! `*.jsonl` files without following symbolic links, the files whose name ends with `skip`
-//! (the timing sidecars, `*.times.jsonl`) left out; sorted, without duplicates.
+//! (the timing sidecars, `*.times.jsonl`) left out; sorted, without duplicates. And
+//! [`par_map`], which both use to read them on all cores.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The trace files `paths` name (see the module docs), and the directories that could not be
 /// listed, each with why.
@@ -57,6 +59,47 @@ fn walk(dir: &Path, skip: &str, files: &mut Vec<PathBuf>, errors: &mut Vec<(Path
             }
         }
     }
+}
+
+/// Runs `work` on every item of `items` on all cores; the results in the items' order. An
+/// item whose work panicked (a bug, not a bad input: those are typed errors) is `None`, and
+/// the others still run.
+pub fn par_map<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<Option<R>> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(items.len().max(1));
+    let next = AtomicUsize::new(0);
+    let done: Vec<(usize, R)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break };
+                        let r =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(item)));
+                        if let Ok(r) = r {
+                            mine.push((i, r));
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_default())
+            .collect()
+    });
+    let mut out: Vec<Option<R>> = std::iter::repeat_with(|| None).take(items.len()).collect();
+    for (i, r) in done {
+        if let Some(slot) = out.get_mut(i) {
+            *slot = Some(r);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

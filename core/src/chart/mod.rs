@@ -374,6 +374,15 @@ pub fn mermaid(chart: &Chart) -> String {
 #[cfg(test)]
 pub(crate) type Tried = (String, Option<String>);
 
+/// The state or superstate of `chart` whose generated dispatch function is `func` (its name
+/// in snake case). Test support for the machines' dispatch tests.
+#[cfg(test)]
+pub(crate) fn scope_of<'c>(chart: &'c Chart, func: &str) -> Option<&'c String> {
+    let states = chart.state.iter().map(|s| &s.name);
+    let mut scopes = states.chain(chart.superstate.iter().map(|s| &s.name));
+    scopes.find(|n| n.to_lowercase() == func.replace('_', ""))
+}
+
 /// The rows each function of a generated dispatch source records, in the order the source
 /// tries them (`prefix`: the machine's enum prefix, e.g. `React`). Test support: the machines'
 /// tests compare it with the chart's row order.

@@ -48,13 +48,7 @@ mod tests {
         );
         let mut tried = 0;
         for (func, rows) in &order {
-            let Some(scope) = chart
-                .state
-                .iter()
-                .map(|s| &s.name)
-                .chain(chart.superstate.iter().map(|s| &s.name))
-                .find(|n| n.to_lowercase() == func.replace('_', ""))
-            else {
+            let Some(scope) = crate::chart::scope_of(&chart, func) else {
                 continue;
             };
             let want: Vec<Tried> = chart

@@ -26,9 +26,9 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::error::ModelError;
 use crate::message::{FinishReason, MessageDelta, Usage};
-use crate::provider::classify::{classify_stream_error, incomplete_stream, malformed_event};
+use crate::provider::classify::classify_stream_error;
+use crate::provider::normalize::{complete_tool_call, start_tool_input, Block, Stream};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
 
 #[derive(Deserialize)]
@@ -101,15 +101,6 @@ struct PromptFeedback {
     block_reason: Option<String>,
 }
 
-/// The run of parts open at the moment.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum Run {
-    #[default]
-    None,
-    Text,
-    Reasoning,
-}
-
 wire_pub! {
 /// Gemini's finish reason as a [`FinishReason`] (`called_tools`: whether the turn called any).
 pub fn map_finish_reason(raw: &str, called_tools: bool) -> FinishReason {
@@ -129,16 +120,15 @@ wire_pub! {
 /// The `streamGenerateContent` stream normalizer. Pure; see the module docs.
 #[derive(Debug, Clone, Default)]
 pub struct GeminiNormalizer {
-    events: usize,
-    started: bool,
-    run: Run,
+    stream: Stream,
+    /// The run of parts open at the moment.
+    run: Block,
     calls: usize,
     id_prefix: String,
     signed: bool,
     raw_finish_reason: Option<String>,
     prompt_blocked: bool,
     usage: Option<Usage>,
-    ended: bool,
 }
 }
 
@@ -161,28 +151,6 @@ impl GeminiNormalizer {
     }
     }
 
-    fn fail(&mut self, error: ModelError, out: &mut Vec<MessageDelta>) {
-        self.ended = true;
-        out.push(MessageDelta::Error { error });
-    }
-
-    fn open(&mut self, want: Run, out: &mut Vec<MessageDelta>) {
-        if self.run == want {
-            return;
-        }
-        match self.run {
-            Run::Text => out.push(MessageDelta::TextEnd),
-            Run::Reasoning => out.push(MessageDelta::ReasoningEnd),
-            Run::None => {}
-        }
-        match want {
-            Run::Text => out.push(MessageDelta::TextStart),
-            Run::Reasoning => out.push(MessageDelta::ReasoningStart),
-            Run::None => {}
-        }
-        self.run = want;
-    }
-
     /// One part of the first candidate; `Err` is why it is malformed.
     fn part(&mut self, part: Part, out: &mut Vec<MessageDelta>) -> Result<(), &'static str> {
         if let Some(call) = part.function_call {
@@ -190,93 +158,52 @@ impl GeminiNormalizer {
                 .name
                 .filter(|n| !n.is_empty())
                 .ok_or("functionCall without a name")?;
-            self.open(Run::None, out);
+            self.run.close(out);
             let id = match call.id.filter(|id| !id.is_empty()) {
                 Some(id) => id,
                 None => format!("{}{}", self.id_prefix, self.calls),
             };
             self.calls += 1;
             let arguments = Value::Object(call.args.unwrap_or_default()).to_string();
-            out.push(MessageDelta::ToolInputStart {
-                id: id.clone(),
-                name: name.clone(),
-            });
-            out.push(MessageDelta::ToolInputDelta {
-                id: id.clone(),
-                delta: arguments.clone(),
-            });
-            out.push(MessageDelta::ToolInputEnd { id: id.clone() });
-            out.push(MessageDelta::ToolCall {
-                id,
-                name,
-                arguments,
-            });
+            start_tool_input(&id, &name, &arguments, out);
+            complete_tool_call(id, name, arguments, out);
             if let Some(signature) = part.thought_signature.filter(|_| !self.signed) {
                 self.signed = true;
                 out.push(MessageDelta::ReasoningSignature { signature });
             }
         } else if let Some(text) = part.text.filter(|t| !t.is_empty()) {
-            let (run, delta) = if part.thought {
-                (Run::Reasoning, MessageDelta::ReasoningDelta { text })
-            } else {
-                (Run::Text, MessageDelta::TextDelta { text })
-            };
-            self.open(run, out);
-            out.push(delta);
+            self.run.push(part.thought, text, out);
         }
         Ok(())
     }
 
     fn finish_step(&mut self, out: &mut Vec<MessageDelta>) {
-        self.open(Run::None, out);
+        self.run.close(out);
         let raw = self.raw_finish_reason.clone();
         let finish_reason = match &raw {
             Some(_) if self.prompt_blocked => Some(FinishReason::ContentFilter),
             Some(r) => Some(map_finish_reason(r, self.calls > 0)),
             None => None,
         };
-        out.push(MessageDelta::FinishStep {
-            finish_reason,
-            raw_finish_reason: raw,
-            usage: self.usage,
-        });
-        out.push(MessageDelta::Finish);
-        self.ended = true;
+        self.stream.finish_step(finish_reason, raw, self.usage, out);
     }
 }
 
 impl SseNormalizer for GeminiNormalizer {
     fn feed_into(&mut self, ev: &SseEvent, out: &mut Vec<MessageDelta>) {
-        if self.ended {
-            return;
-        }
-        self.events += 1;
         let data = ev.data.trim();
-        if data.is_empty() {
+        if !self.stream.next_event() || data.is_empty() {
             return;
         }
-        let chunk = match serde_json::from_str::<Chunk>(data) {
-            Ok(c) => c,
-            Err(e) => {
-                let reason = if e.is_data() {
-                    format!("unexpected JSON shape for a GenerateContentResponse: {e}")
-                } else {
-                    format!("not valid JSON: {e}")
-                };
-                let error = malformed_event(self.events, ev.event_type(), &reason, &ev.data);
-                return self.fail(error, out);
-            }
+        let shape = "a GenerateContentResponse";
+        let Some(chunk) = self.stream.parse::<Chunk>(ev, data, shape, out) else {
+            return;
         };
         if let Some(error) = chunk.error {
-            return self.fail(
-                classify_stream_error(&serde_json::json!({ "error": error })),
-                out,
-            );
+            let error = classify_stream_error(&serde_json::json!({ "error": error }));
+            return self.stream.fail(error, out);
         }
-        if !self.started {
-            self.started = true;
-            out.push(MessageDelta::StartStep);
-        }
+        self.stream.start_step(out);
         if let Some(u) = chunk.usage_metadata {
             self.usage = Some(u.into());
         }
@@ -285,8 +212,7 @@ impl SseNormalizer for GeminiNormalizer {
             let parts = candidate.content.map(|c| c.parts).unwrap_or_default();
             for part in parts {
                 if let Err(reason) = self.part(part, out) {
-                    let error = malformed_event(self.events, ev.event_type(), reason, &ev.data);
-                    return self.fail(error, out);
+                    return self.stream.malformed(ev, reason, out);
                 }
             }
             if let Some(r) = candidate.finish_reason {
@@ -302,19 +228,13 @@ impl SseNormalizer for GeminiNormalizer {
 
     fn finish(&mut self, eof: SseEof) -> Vec<MessageDelta> {
         let mut out = Vec::new();
-        if self.ended {
+        if self.stream.ended {
             return out;
         }
         if self.raw_finish_reason.is_some() {
             self.finish_step(&mut out);
         } else {
-            let mid = if eof == SseEof::MidEvent {
-                " (it ended inside an event)"
-            } else {
-                ""
-            };
-            let error = incomplete_stream(&format!("the stream ended before a finishReason{mid}"));
-            self.fail(error, &mut out);
+            self.stream.cut_short(eof, "a finishReason", &mut out);
         }
         out
     }
@@ -324,47 +244,11 @@ impl SseNormalizer for GeminiNormalizer {
 mod tests {
     use super::*;
     use crate::error::ErrorKind;
-    use crate::provider::sse::SsePipeline;
+    use crate::provider::test_support::{decode, error_of, finish_of, text_of};
 
     /// The deltas of a whole SSE body.
     fn deltas(body: &str) -> Vec<MessageDelta> {
-        let mut pipe = SsePipeline::new(GeminiNormalizer::new().with_id_prefix("c"));
-        let mut out = pipe.feed(body.as_bytes());
-        out.extend(pipe.finish());
-        out
-    }
-
-    fn text(deltas: &[MessageDelta]) -> String {
-        deltas
-            .iter()
-            .filter_map(|d| match d {
-                MessageDelta::TextDelta { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn finish_step(
-        deltas: &[MessageDelta],
-    ) -> (Option<FinishReason>, Option<String>, Option<Usage>) {
-        deltas
-            .iter()
-            .find_map(|d| match d {
-                MessageDelta::FinishStep {
-                    finish_reason,
-                    raw_finish_reason,
-                    usage,
-                } => Some((*finish_reason, raw_finish_reason.clone(), *usage)),
-                _ => None,
-            })
-            .expect("a finish-step")
-    }
-
-    fn error(deltas: &[MessageDelta]) -> &ModelError {
-        match deltas.last() {
-            Some(MessageDelta::Error { error }) => error,
-            other => panic!("expected an error last, got {other:?}"),
-        }
+        decode(GeminiNormalizer::new().with_id_prefix("c"), body)
     }
 
     // Recorded from `streamGenerateContent?alt=sse` (gemini-2.5-flash), ids and counts kept.
@@ -375,10 +259,10 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \" = 5\"}],\"role\
     fn text_chunks_become_one_text_block_with_the_last_usage() {
         let d = deltas(TEXT);
         assert_eq!(d.first(), Some(&MessageDelta::StartStep));
-        assert_eq!(text(&d), "2 + 3 = 5");
+        assert_eq!(text_of(&d), "2 + 3 = 5");
         let starts = d.iter().filter(|d| **d == MessageDelta::TextStart).count();
         assert_eq!(starts, 1);
-        let (reason, raw, usage) = finish_step(&d);
+        let (reason, raw, usage) = finish_of(&d);
         assert_eq!(reason, Some(FinishReason::Stop));
         assert_eq!(raw.as_deref(), Some("STOP"));
         let usage = usage.expect("usage");
@@ -425,7 +309,7 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"functionCall\": {\"name\":
             .iter()
             .position(|d| matches!(d, MessageDelta::ToolInputStart { .. }));
         assert!(end < start);
-        let (reason, raw, usage) = finish_step(&d);
+        let (reason, raw, usage) = finish_of(&d);
         assert_eq!(reason, Some(FinishReason::ToolCalls));
         assert_eq!(raw.as_deref(), Some("STOP"));
         assert_eq!(usage.map(|u| u.output_tokens), Some(20));
@@ -436,15 +320,15 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"functionCall\": {\"name\":
         let safety = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Sure, \"}]}, \"index\": 0}]}\n\n\
 data: {\"candidates\": [{\"finishReason\": \"SAFETY\", \"index\": 0, \"safetyRatings\": [{\"category\": \"HARM_CATEGORY_DANGEROUS_CONTENT\", \"probability\": \"HIGH\", \"blocked\": true}]}]}\n\n";
         let d = deltas(safety);
-        assert_eq!(text(&d), "Sure, ");
-        let (reason, raw, _) = finish_step(&d);
+        assert_eq!(text_of(&d), "Sure, ");
+        let (reason, raw, _) = finish_of(&d);
         assert_eq!(reason, Some(FinishReason::ContentFilter));
         assert_eq!(raw.as_deref(), Some("SAFETY"));
         assert_eq!(d.last(), Some(&MessageDelta::Finish));
 
         let blocked = "data: {\"promptFeedback\": {\"blockReason\": \"PROHIBITED_CONTENT\"}, \"usageMetadata\": {\"promptTokenCount\": 7, \"totalTokenCount\": 7}}\n\n";
         let d = deltas(blocked);
-        let (reason, raw, usage) = finish_step(&d);
+        let (reason, raw, usage) = finish_of(&d);
         assert_eq!(reason, Some(FinishReason::ContentFilter));
         assert_eq!(raw.as_deref(), Some("PROHIBITED_CONTENT"));
         assert_eq!(usage.map(|u| u.input_tokens), Some(7));
@@ -462,30 +346,30 @@ data: {\"candidates\": [{\"finishReason\": \"SAFETY\", \"index\": 0, \"safetyRat
     #[test]
     fn malformed_chunks_errors_and_cut_streams_are_typed() {
         let d = deltas("data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"hi\"}]}}]}\n\ndata: {not json\n\n");
-        assert_eq!(text(&d), "hi");
-        let e = error(&d);
+        assert_eq!(text_of(&d), "hi");
+        let e = error_of(&d);
         assert_eq!(e.kind, ErrorKind::MalformedResponse);
         assert!(e.message.contains("event #2"), "{}", e.message);
 
         let d = deltas("data: {\"candidates\": {\"content\": 1}}\n\n");
-        assert_eq!(error(&d).kind, ErrorKind::MalformedResponse);
+        assert_eq!(error_of(&d).kind, ErrorKind::MalformedResponse);
 
         let d = deltas("data: {\"candidates\": [{\"content\": {\"parts\": [{\"functionCall\": {\"args\": {}}}]}}]}\n\n");
-        let e = error(&d);
+        let e = error_of(&d);
         assert_eq!(e.kind, ErrorKind::MalformedResponse);
         assert!(e.message.contains("without a name"), "{}", e.message);
 
         let d = deltas("data: {\"error\": {\"code\": 429, \"message\": \"Resource has been exhausted\", \"status\": \"RESOURCE_EXHAUSTED\"}}\n\n");
-        assert_eq!(error(&d).kind, ErrorKind::RateLimited);
+        assert_eq!(error_of(&d).kind, ErrorKind::RateLimited);
         let d = deltas("data: {\"error\": {\"code\": 503, \"message\": \"The model is overloaded.\", \"status\": \"UNAVAILABLE\"}}\n\n");
         assert!(matches!(
-            error(&d).kind,
+            error_of(&d).kind,
             ErrorKind::ServerError | ErrorKind::Overloaded
         ));
 
         let d = deltas(
             "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"cut\"}]}}]}\n\n",
         );
-        assert_eq!(error(&d).kind, ErrorKind::IncompleteStream);
+        assert_eq!(error_of(&d).kind, ErrorKind::IncompleteStream);
     }
 }

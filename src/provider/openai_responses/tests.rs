@@ -9,55 +9,12 @@ use crate::error::ErrorKind;
 use crate::message::{AssistantMessage, ToolCall, ToolResult, ToolStatus};
 use crate::model::ModelParams;
 use crate::provider::sse::SsePipeline;
+use crate::provider::test_support::{error_of, finish_of, reasoning_of, text_of};
 use crate::tools::ToolSpec;
 use agentloop_core::output::OutputSpec;
 
 fn decode(body: &str) -> Vec<MessageDelta> {
-    let mut p = SsePipeline::new(ResponsesNormalizer::new());
-    let mut out = p.feed(body.as_bytes());
-    out.extend(p.finish());
-    out
-}
-
-fn text_of(deltas: &[MessageDelta]) -> String {
-    deltas
-        .iter()
-        .filter_map(|d| match d {
-            MessageDelta::TextDelta { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn reasoning_of(deltas: &[MessageDelta]) -> String {
-    deltas
-        .iter()
-        .filter_map(|d| match d {
-            MessageDelta::ReasoningDelta { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn finish_of(deltas: &[MessageDelta]) -> (Option<FinishReason>, Option<String>, Option<Usage>) {
-    deltas
-        .iter()
-        .find_map(|d| match d {
-            MessageDelta::FinishStep {
-                finish_reason,
-                raw_finish_reason,
-                usage,
-            } => Some((*finish_reason, raw_finish_reason.clone(), *usage)),
-            _ => None,
-        })
-        .expect("a finish-step")
-}
-
-fn error_of(deltas: &[MessageDelta]) -> &ModelError {
-    match deltas.last() {
-        Some(MessageDelta::Error { error }) => error,
-        other => panic!("expected an error last, got {other:?}"),
-    }
+    crate::provider::test_support::decode(ResponsesNormalizer::new(), body)
 }
 
 #[test]
