@@ -175,6 +175,23 @@ struct ChatSpan {
     findings: Vec<String>,
 }
 
+/// A chat-completions tool call: its arguments as JSON text (`{}` when absent).
+fn chat_tool_call(name: Value, arguments: Option<&Value>, id: Option<&str>) -> Value {
+    let arguments = match arguments {
+        Some(Value::String(s)) => s.clone(),
+        None | Some(Value::Null) => "{}".into(),
+        Some(v) => v.to_string(),
+    };
+    let mut call = json!({
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    });
+    if let Some(id) = id {
+        call["id"] = json!(id);
+    }
+    call
+}
+
 /// Rewrites semantic-convention messages (`{role, parts}`) as chat-completions messages,
 /// noting what was left out.
 fn semconv_messages(
@@ -211,19 +228,11 @@ fn semconv_messages(
                     let name = p.get("name").and_then(Value::as_str).ok_or_else(|| {
                         format!("`{what}` message {i}: a tool call has no `name`")
                     })?;
-                    let arguments = match p.get("arguments") {
-                        Some(Value::String(s)) => s.clone(),
-                        None | Some(Value::Null) => "{}".into(),
-                        Some(v) => v.to_string(),
-                    };
-                    let mut call = json!({
-                        "type": "function",
-                        "function": {"name": name, "arguments": arguments},
-                    });
-                    if let Some(id) = p.get("id").and_then(Value::as_str) {
-                        call["id"] = json!(id);
-                    }
-                    calls.push(call);
+                    calls.push(chat_tool_call(
+                        json!(name),
+                        p.get("arguments"),
+                        p.get("id").and_then(Value::as_str),
+                    ));
                 }
                 Some("tool_call_response") => {
                     // `response` in the conventions; pydantic-ai writes `result`.
@@ -305,20 +314,11 @@ fn event_message(role: &str, body: &Value) -> Value {
                 .flatten()
                 .map(|c| {
                     let f = c.get("function").unwrap_or(c);
-                    let arguments = match f.get("arguments") {
-                        Some(Value::String(s)) => s.clone(),
-                        None | Some(Value::Null) => "{}".into(),
-                        Some(v) => v.to_string(),
-                    };
-                    let mut call = json!({
-                        "type": "function",
-                        "function": {"name": f.get("name").cloned().unwrap_or(Value::Null),
-                                     "arguments": arguments},
-                    });
-                    if let Some(id) = c.get("id").and_then(Value::as_str) {
-                        call["id"] = json!(id);
-                    }
-                    call
+                    chat_tool_call(
+                        f.get("name").cloned().unwrap_or(Value::Null),
+                        f.get("arguments"),
+                        c.get("id").and_then(Value::as_str),
+                    )
                 })
                 .collect();
             if !calls.is_empty() {
@@ -532,19 +532,11 @@ fn flattened_messages(
                 .get("tool_call.function.name")
                 .and_then(Value::as_str)
                 .ok_or_else(|| format!("`{prefix}.{n}` tool call {m} has no name"))?;
-            let arguments = match call.get("tool_call.function.arguments") {
-                Some(Value::String(s)) => s.clone(),
-                None | Some(Value::Null) => "{}".into(),
-                Some(v) => v.to_string(),
-            };
-            let mut c = json!({
-                "type": "function",
-                "function": {"name": name, "arguments": arguments},
-            });
-            if let Some(id) = call.get("tool_call.id").and_then(Value::as_str) {
-                c["id"] = json!(id);
-            }
-            calls.push(c);
+            calls.push(chat_tool_call(
+                json!(name),
+                call.get("tool_call.function.arguments"),
+                call.get("tool_call.id").and_then(Value::as_str),
+            ));
         }
         for field in fields.keys() {
             let known = matches!(
