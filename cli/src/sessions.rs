@@ -227,24 +227,7 @@ async fn list(store: &AnyStore) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `secs` since the Unix epoch as an RFC 3339 UTC time, `2026-12-01T22:09:29Z` (the proleptic
-/// Gregorian calendar, days to civil date as in Howard Hinnant's `civil_from_days`).
-pub(crate) fn rfc3339_utc(secs: u64) -> String {
-    let days = secs / 86_400;
-    let rem = secs % 86_400;
-    let (hour, minute, second) = (rem / 3_600, rem % 3_600 / 60, rem % 60);
-    // Days from 0000-03-01, so that a leap day ends its 400-year era's years.
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
-}
+pub(crate) use agentloop_trace_tools::export_inspect::rfc3339_utc;
 
 fn one_line(text: &str, max: usize) -> String {
     let flat: String = text

@@ -252,3 +252,65 @@ fn a_collector_that_is_down_costs_a_warning_not_the_run() {
     assert_eq!(mixed.status.code(), Some(2));
     assert!(stderr(&mixed).contains("--include-content is for --format otlp"));
 }
+
+/// The span exports the instrumentations themselves wrote (`scripts/fixtures/otel_fixtures.py`:
+/// OpenTelemetry's openai-v2, pydantic-ai, OpenInference) import as one trace each, with the
+/// usage of both steps and the request settings, and replay identically.
+#[test]
+fn real_instrumentations_spans_import_and_replay_identically() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/otel");
+    for name in ["openai_v2", "pydantic_ai", "openinference"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = fixtures.join(format!("{name}.json"));
+        let import = agentloop(
+            dir.path(),
+            &[
+                "trace",
+                "import",
+                "--from",
+                "otel-genai",
+                &file.display().to_string(),
+                "--out",
+                "back",
+            ],
+        );
+        // 1: imported, with findings (the seed has no place in a trace).
+        assert_eq!(import.status.code(), Some(1), "{name}: {}", stderr(&import));
+        let out = stdout(&import);
+        assert!(
+            out.contains("imported 1 trace into back (1 with differences)"),
+            "{name}: {out}"
+        );
+        assert!(out.contains("seed = 7"), "{name}: {out}");
+        let trace = std::fs::read_dir(dir.path().join("back"))
+            .expect("back")
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .expect("a trace");
+        let show = agentloop(dir.path(), &["trace", "show", &trace.display().to_string()]);
+        let lines = assistant_lines(&show);
+        assert_eq!(lines.len(), 2, "{name}: {}", stdout(&show));
+        assert!(
+            lines[0].contains("61") && lines[0].contains("17"),
+            "{name}: {lines:?}"
+        );
+        assert!(
+            lines[1].contains("98") && lines[1].contains("12"),
+            "{name}: {lines:?}"
+        );
+        let header = std::fs::read_to_string(&trace).expect("trace");
+        let header: serde_json::Value =
+            serde_json::from_str(header.lines().next().expect("a header")).expect("JSON");
+        let params = &header["config"]["params"];
+        assert_eq!(params["temperature"], 0.2, "{name}: {header}");
+        assert_eq!(params["max_tokens"], 200, "{name}: {header}");
+        let replay = agentloop(dir.path(), &["replay", "back"]);
+        assert!(replay.status.success(), "{name}: {}", stdout(&replay));
+        assert!(
+            stdout(&replay).contains("1 identical"),
+            "{name}: {}",
+            stdout(&replay)
+        );
+    }
+}

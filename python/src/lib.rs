@@ -669,6 +669,71 @@ impl PyTrace {
         let c = self.table(py, "events")?;
         data_frame(py, c)
     }
+
+    /// The trace's OpenTelemetry GenAI spans as an OTLP/JSON export request (a dict:
+    /// `{"resourceSpans": [...]}`), as `agentloop trace export --format otlp` writes them. With
+    /// `include_content`, the spans carry the messages, tool arguments and results and the
+    /// tools' definitions (off by default: they may hold personal or secret data); the export
+    /// then imports back with `agentloop.import_otel`. Span times come from the timing sidecar;
+    /// without one, from the record order after the file's modification time.
+    #[pyo3(signature = (include_content = false))]
+    fn to_otlp(&self, py: Python<'_>, include_content: bool) -> PyResult<PyObject> {
+        use agentloop_trace_tools::export_otlp::{otlp_export, otlp_spans, OtlpOptions, SpanTimes};
+        let export = py.allow_threads(|| {
+            guarded("exporting the spans", || {
+                let path = Path::new(&self.path);
+                let times = std::fs::read_to_string(sidecar_path(path))
+                    .map(|t| SpanTimes::from_sidecar(&t))
+                    .unwrap_or_default();
+                let options = OtlpOptions {
+                    include_content,
+                    base_ms: modified_ms(path),
+                };
+                let spans = otlp_spans(&self.trace, &times, &options);
+                Ok(otlp_export(spans, env!("CARGO_PKG_VERSION")))
+            })
+        })?;
+        to_py(py, &export)
+    }
+
+    /// The trace as an Inspect AI eval log of one sample (a dict, the log's JSON form), as
+    /// `agentloop trace export --format inspect` writes it: the sample is named by the file's
+    /// stem, the log's time is the file's modification time.
+    fn to_inspect(&self, py: Python<'_>) -> PyResult<PyObject> {
+        use agentloop_trace_tools::export_inspect::{
+            inspect_log_fields, inspect_sample, rfc3339_utc,
+        };
+        let log = py.allow_threads(|| {
+            guarded("exporting the eval log", || {
+                let path = Path::new(&self.path);
+                let id = path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().trim_end_matches(".jsonl").to_string())
+                    .unwrap_or_else(|| "trace".into());
+                let (sample, totals) = inspect_sample(&id, &self.trace);
+                let created = rfc3339_utc(modified_ms(path) / 1000);
+                let mut log = json!({"samples": [sample]});
+                if let (Value::Object(log), Value::Object(fields)) = (
+                    &mut log,
+                    inspect_log_fields(&[totals], &created, env!("CARGO_PKG_VERSION")),
+                ) {
+                    log.extend(fields);
+                }
+                Ok(log)
+            })
+        })?;
+        to_py(py, &log)
+    }
+}
+
+/// When the file at `path` was last modified, in milliseconds since the Unix epoch (0 when it
+/// cannot be told: an imported or parsed trace has no file).
+fn modified_ms(path: &Path) -> u64 {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Every trace of `paths` read in parallel (the GIL released): per file, the trace or why it

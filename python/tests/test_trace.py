@@ -247,6 +247,43 @@ class TraceTest(unittest.TestCase):
         with self.assertRaises(agentloop.TraceCorruptError):
             agentloop.import_otel(self.demo)
 
+    def test_the_instrumentations_own_spans_import_with_usage_and_settings(self):
+        # Written by openai-v2, pydantic-ai and OpenInference (scripts/fixtures/otel_fixtures.py).
+        for name in ("openai_v2", "pydantic_ai", "openinference"):
+            [t] = agentloop.import_otel(ROOT / "tests" / "fixtures" / "otel" / f"{name}.json")
+            self.assertIsNone(t.replay(), name)
+            steps = t.steps()
+            self.assertEqual(list(steps["tokens_in"]), [61, 98], name)
+            self.assertEqual(list(steps["tokens_out"]), [17, 12], name)
+            self.assertEqual(list(t.tool_calls()["tool"]), ["get_weather"], name)
+            self.assertEqual(t.header["config"]["params"], {"temperature": 0.2, "max_tokens": 200})
+            self.assertIn("seed = 7", " ".join(t.findings), name)
+
+    def test_to_otlp_and_to_inspect_are_the_cli_exports(self):
+        t = agentloop.Trace.load(self.scripted)
+        spans = t.to_otlp(include_content=True)
+        cli = pathlib.Path(self.dir) / "spans.json"
+        agentloop_cli("trace", "export", "--format", "otlp", "--include-content", self.scripted,
+                      "-o", str(cli), cwd=self.dir)
+        self.assertEqual(spans, json.loads(cli.read_text()))
+        names = [s["name"] for s in spans["resourceSpans"][0]["scopeSpans"][0]["spans"]]
+        self.assertEqual(names.count("execute_tool calculator"), 3, names)
+        bare = json.dumps(t.to_otlp())
+        self.assertNotIn("gen_ai.input.messages", bare)
+        # The spans with content import back as the same steps.
+        with tempfile.TemporaryDirectory() as tmp:
+            path = pathlib.Path(tmp) / "spans.json"
+            path.write_text(json.dumps(spans))
+            [back] = agentloop.import_otel(path)
+            self.assertEqual(list(back.steps()["tokens_in"]), list(t.steps()["tokens_in"]))
+            self.assertEqual(list(back.steps()["text"]), list(t.steps()["text"]))
+        log = t.to_inspect()
+        cli = pathlib.Path(self.dir) / "log.json"
+        agentloop_cli("trace", "export", "--format", "inspect", self.scripted, "-o", str(cli),
+                      cwd=self.dir)
+        self.assertEqual(log, json.loads(cli.read_text()))
+        self.assertEqual([s["id"] for s in log["samples"]], ["scripted"])
+
     def test_the_package_imports_without_pandas(self):
         code = (
             "import sys; sys.modules['pandas'] = None\n"

@@ -33,6 +33,7 @@ use agentloop_core::message::{FinishReason, Message, MessageDelta, ToolStatus, U
 use agentloop_core::react::{Run, RunConfig};
 use agentloop_core::tool_spec::ToolSpec;
 use agentloop_core::trace::{Trace, TraceHeader, TraceRecord, TRACE_VERSION};
+use agentloop_core::ModelParams;
 use agentloop_core::Step;
 
 use crate::transcript::{Summary, Transcript};
@@ -133,6 +134,9 @@ pub struct ImportOptions {
     /// kept none). A tool the recording calls that is not here is offered with a permissive
     /// schema after them.
     pub tools: Vec<ToolSpec>,
+    /// The sampling parameters the recording asked for (temperature, max tokens), recorded in
+    /// the header's configuration and so in every model request of the trace.
+    pub params: ModelParams,
 }
 
 impl Default for ImportOptions {
@@ -143,6 +147,7 @@ impl Default for ImportOptions {
             session: "imported".into(),
             run_id: "run-imported".into(),
             tools: Vec::new(),
+            params: ModelParams::default(),
         }
     }
 }
@@ -454,6 +459,7 @@ where
         tools: tools.clone().into(),
         // One step more than recorded: the last recorded step is not the final-reminder step.
         max_steps: replies.len() as u32 + 1,
+        params: options.params.clone(),
         // The recorder compacted nothing: recorded usage near the model's window must not
         // make the machines compact (no budget is exceeded).
         context_budget_tokens: Some(u64::MAX),

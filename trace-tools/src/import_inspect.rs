@@ -510,6 +510,7 @@ pub fn inspect_eval(log: &Value, options: &ImportOptions) -> Result<Vec<Sample>,
             session: task.unwrap_or(&options.session).to_string(),
             run_id: format!("{}-{id}-epoch{epoch}", options.run_id),
             tools: calls.tools,
+            params: options.params.clone(),
         };
         let mut imported = openai_chat(&chat, &sample_options).map_err(failed)?;
         findings.append(&mut imported.findings);

@@ -18,7 +18,26 @@
 //! `gen_ai.usage.cache_creation.input_tokens`, `gen_ai.usage.reasoning.output_tokens`) become
 //! its step's usage, and the tools it offered (`gen_ai.tool.definitions`) the trace's tools with
 //! their schemas (the last span's that has them). A `tool_call_response` part's `status`
-//! (agentloop's export writes it for a call that did not complete) is the result's status.
+//! (agentloop's export writes it for a call that did not complete) is the result's status; its
+//! text is `response` (pydantic-ai writes `result`). pydantic-ai's
+//! `gen_ai.usage.details.{cache_read,cache_write,reasoning}_tokens` stand in for the
+//! conventions' cache and reasoning counts.
+//!
+//! An OpenInference LLM span (`openinference.span.kind` = `LLM`, as
+//! `openinference-instrumentation-openai` writes) is a chat span too: its conversation is read
+//! from the flattened `llm.input_messages.N.message.*` and `llm.output_messages.N.message.*`
+//! (`role`, `content`, `contents.K.message_content.{type,text}`,
+//! `tool_calls.M.tool_call.{id,function.name,function.arguments}`, `tool_call_id`), its tokens
+//! from `llm.token_count.{prompt,completion,prompt_details.cache_read,prompt_details.cache_write,
+//! completion_details.reasoning}`, its tools from `llm.tools.N.tool.json_schema`, its model from
+//! `llm.model_name`.
+//!
+//! The request settings (`gen_ai.request.*` but the model; OpenInference's
+//! `llm.invocation_parameters`) of the last chat span become the trace's model parameters
+//! (`temperature`; `max_tokens` or `max_completion_tokens`), so every model request of the
+//! trace carries them; any other setting (`seed`, `top_p`, …) is named in a finding, as are
+//! settings that differ between the chat spans and tool calls made without any tool
+//! definition on the spans (the tools are then offered with permissive schemas).
 //!
 //! Spans are grouped by `traceId`, in the order the ids first appear. Within a trace the chat
 //! spans are taken in start-time order (`startTimeUnixNano`); the last one's input followed by
@@ -26,14 +45,17 @@
 //! conversation is rewritten as an OpenAI chat-completions message array and imported by
 //! [`crate::import::openai_chat`], so the machines, the findings and the trace are those of
 //! the chat import. What the trace cannot hold is named in a finding: parts other than text
-//! and tool calls (reasoning, blobs, files), an earlier call's input that is not a prefix of
+//! and tool calls (reasoning, blobs, files, images), an earlier call's input that is not a prefix of
 //! the conversation, more than one output choice. Spans of other operations
 //! (`execute_tool`, `embeddings`, agents) are not imported. Pure: the caller reads the file
 //! and writes the traces.
 
+use std::collections::BTreeMap;
+
 use serde_json::{json, Map, Value};
 
 use agentloop_core::tool_spec::ToolSpec;
+use agentloop_core::ModelParams;
 
 use crate::import::{openai_chat, Finding, ImportError, ImportOptions, Imported};
 
@@ -144,11 +166,30 @@ struct ChatSpan {
     model: Option<String>,
     /// The span's tokens (`gen_ai.usage.*`), as agentloop's `Usage` fields.
     usage: Option<Value>,
-    /// The tools offered (`gen_ai.tool.definitions`).
+    /// The tools offered (`gen_ai.tool.definitions`, `llm.tools`).
     tools: Option<Vec<ToolSpec>>,
+    /// The request settings (`gen_ai.request.*`, `llm.invocation_parameters`), by short name.
+    settings: Map<String, Value>,
     input: Vec<Value>,
     output: Vec<Value>,
     findings: Vec<String>,
+}
+
+/// A chat-completions tool call: its arguments as JSON text (`{}` when absent).
+fn chat_tool_call(name: Value, arguments: Option<&Value>, id: Option<&str>) -> Value {
+    let arguments = match arguments {
+        Some(Value::String(s)) => s.clone(),
+        None | Some(Value::Null) => "{}".into(),
+        Some(v) => v.to_string(),
+    };
+    let mut call = json!({
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    });
+    if let Some(id) = id {
+        call["id"] = json!(id);
+    }
+    call
 }
 
 /// Rewrites semantic-convention messages (`{role, parts}`) as chat-completions messages,
@@ -187,22 +228,15 @@ fn semconv_messages(
                     let name = p.get("name").and_then(Value::as_str).ok_or_else(|| {
                         format!("`{what}` message {i}: a tool call has no `name`")
                     })?;
-                    let arguments = match p.get("arguments") {
-                        Some(Value::String(s)) => s.clone(),
-                        None | Some(Value::Null) => "{}".into(),
-                        Some(v) => v.to_string(),
-                    };
-                    let mut call = json!({
-                        "type": "function",
-                        "function": {"name": name, "arguments": arguments},
-                    });
-                    if let Some(id) = p.get("id").and_then(Value::as_str) {
-                        call["id"] = json!(id);
-                    }
-                    calls.push(call);
+                    calls.push(chat_tool_call(
+                        json!(name),
+                        p.get("arguments"),
+                        p.get("id").and_then(Value::as_str),
+                    ));
                 }
                 Some("tool_call_response") => {
-                    let content = match p.get("response") {
+                    // `response` in the conventions; pydantic-ai writes `result`.
+                    let content = match p.get("response").or_else(|| p.get("result")) {
                         Some(Value::String(s)) => s.clone(),
                         None | Some(Value::Null) => String::new(),
                         Some(v) => v.to_string(),
@@ -280,20 +314,11 @@ fn event_message(role: &str, body: &Value) -> Value {
                 .flatten()
                 .map(|c| {
                     let f = c.get("function").unwrap_or(c);
-                    let arguments = match f.get("arguments") {
-                        Some(Value::String(s)) => s.clone(),
-                        None | Some(Value::Null) => "{}".into(),
-                        Some(v) => v.to_string(),
-                    };
-                    let mut call = json!({
-                        "type": "function",
-                        "function": {"name": f.get("name").cloned().unwrap_or(Value::Null),
-                                     "arguments": arguments},
-                    });
-                    if let Some(id) = c.get("id").and_then(Value::as_str) {
-                        call["id"] = json!(id);
-                    }
-                    call
+                    chat_tool_call(
+                        f.get("name").cloned().unwrap_or(Value::Null),
+                        f.get("arguments"),
+                        c.get("id").and_then(Value::as_str),
+                    )
                 })
                 .collect();
             if !calls.is_empty() {
@@ -316,6 +341,8 @@ fn event_message(role: &str, body: &Value) -> Value {
 /// first two.
 fn span_usage(attributes: &Map<String, Value>) -> Option<Value> {
     let n = |k: &str| attributes.get(k).and_then(Value::as_u64);
+    // pydantic-ai's names for the cache and reasoning counts.
+    let either = |a: &str, b: &str| n(a).or_else(|| n(b));
     let (input, output) = (
         n("gen_ai.usage.input_tokens"),
         n("gen_ai.usage.output_tokens"),
@@ -326,9 +353,12 @@ fn span_usage(attributes: &Map<String, Value>) -> Option<Value> {
     Some(json!({
         "input_tokens": input.unwrap_or(0),
         "output_tokens": output.unwrap_or(0),
-        "cache_read_input_tokens": n("gen_ai.usage.cache_read.input_tokens").unwrap_or(0),
-        "cache_creation_input_tokens": n("gen_ai.usage.cache_creation.input_tokens").unwrap_or(0),
-        "reasoning_tokens": n("gen_ai.usage.reasoning.output_tokens").unwrap_or(0),
+        "cache_read_input_tokens": either("gen_ai.usage.cache_read.input_tokens",
+            "gen_ai.usage.details.cache_read_tokens").unwrap_or(0),
+        "cache_creation_input_tokens": either("gen_ai.usage.cache_creation.input_tokens",
+            "gen_ai.usage.details.cache_write_tokens").unwrap_or(0),
+        "reasoning_tokens": either("gen_ai.usage.reasoning.output_tokens",
+            "gen_ai.usage.details.reasoning_tokens").unwrap_or(0),
     }))
 }
 
@@ -346,14 +376,19 @@ fn tool_definitions(
     let list = list
         .as_array()
         .ok_or("`gen_ai.tool.definitions` is not a list")?;
+    Ok(Some(tool_specs(list, "gen_ai.tool.definitions", findings)))
+}
+
+/// Tool definitions, in the conventions' flat form (`{type, name, description, parameters}`)
+/// or the chat-completions one (`{type, function: {...}}`), as tool specs; one without a name
+/// is a finding.
+fn tool_specs(list: &[Value], what: &str, findings: &mut Vec<String>) -> Vec<ToolSpec> {
     let mut tools = Vec::new();
     for (i, t) in list.iter().enumerate() {
         // The conventions' flat form, or the chat-completions one (`{type, function: {...}}`).
         let t = t.get("function").unwrap_or(t);
         let Some(name) = t.get("name").and_then(Value::as_str) else {
-            findings.push(format!(
-                "`gen_ai.tool.definitions` entry {i} has no name; not imported"
-            ));
+            findings.push(format!("`{what}` entry {i} has no name; not imported"));
             continue;
         };
         tools.push(ToolSpec {
@@ -370,7 +405,209 @@ fn tool_definitions(
                 .unwrap_or_else(|| json!({"type": "object"})),
         });
     }
-    Ok(Some(tools))
+    tools
+}
+
+/// A chat span's request settings by their short names (`temperature`, `max_tokens`, `seed`,
+/// …): the attributes `gen_ai.request.*` but the model, and the keys of OpenInference's
+/// `llm.invocation_parameters` (JSON text) but the model and what a request carries anyway
+/// (`messages`, `tools`, `stream`, `stream_options`).
+fn request_settings(
+    attributes: &Map<String, Value>,
+    findings: &mut Vec<String>,
+) -> Map<String, Value> {
+    let mut out = Map::new();
+    for (k, v) in attributes {
+        if let Some(name) = k.strip_prefix("gen_ai.request.") {
+            if name != "model" {
+                out.insert(name.to_string(), v.clone());
+            }
+        }
+    }
+    if let Some(v) = attributes.get("llm.invocation_parameters") {
+        match structured(v, "llm.invocation_parameters") {
+            Ok(Value::Object(o)) => out.extend(o.into_iter().filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "model" | "messages" | "tools" | "stream" | "stream_options"
+                )
+            })),
+            _ => findings
+                .push("`llm.invocation_parameters` is not a JSON object; not imported".into()),
+        }
+    }
+    out
+}
+
+/// The request settings a trace has a place for (its model parameters: `temperature`, and
+/// `max_tokens` or `max_completion_tokens`), and the others as `name = value`.
+fn model_params(settings: &Map<String, Value>) -> (ModelParams, Vec<String>) {
+    let mut params = ModelParams::default();
+    let mut rest = Vec::new();
+    for (k, v) in settings {
+        let tokens = v.as_u64().and_then(|n| u32::try_from(n).ok());
+        match k.as_str() {
+            "temperature" if v.as_f64().is_some() => params.temperature = v.as_f64(),
+            "max_tokens" | "max_completion_tokens" if tokens.is_some() => {
+                params.max_tokens = tokens
+            }
+            _ => rest.push(format!("{k} = {v}")),
+        }
+    }
+    (params, rest)
+}
+
+/// The text of an OpenInference `content`: a string as it is, anything else as JSON.
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// The attributes under `PREFIX.N.` grouped by `N` (in index order), each group keyed by the
+/// rest of the name; a name whose `N` is not a number is a finding.
+fn indexed(
+    attributes: &Map<String, Value>,
+    prefix: &str,
+    findings: &mut Vec<String>,
+) -> BTreeMap<usize, Map<String, Value>> {
+    let mut out: BTreeMap<usize, Map<String, Value>> = BTreeMap::new();
+    let lead = format!("{prefix}.");
+    for (k, v) in attributes {
+        let Some(rest) = k.strip_prefix(&lead) else {
+            continue;
+        };
+        match rest
+            .split_once('.')
+            .and_then(|(n, f)| Some((n.parse().ok()?, f)))
+        {
+            Some((n, field)) => {
+                out.entry(n)
+                    .or_default()
+                    .insert(field.to_string(), v.clone());
+            }
+            None => findings.push(format!("`{k}` is not `{prefix}.N.…`; not imported")),
+        }
+    }
+    out
+}
+
+/// OpenInference's flattened messages under `prefix` (`llm.input_messages` or
+/// `llm.output_messages`: `N.message.role`, `.content`, `.contents.K.message_content.{type,
+/// text}`, `.tool_calls.M.tool_call.{id, function.name, function.arguments}`,
+/// `.tool_call_id`) as chat-completions messages, noting what was left out.
+fn flattened_messages(
+    attributes: &Map<String, Value>,
+    prefix: &str,
+    out: &mut Vec<Value>,
+    notes: &mut Vec<String>,
+) -> Result<(), String> {
+    for (n, fields) in indexed(attributes, prefix, notes) {
+        let role = fields
+            .get("message.role")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("`{prefix}.{n}` has no `message.role`"))?;
+        let mut text = fields
+            .get("message.content")
+            .map(text_of)
+            .unwrap_or_default();
+        let mut dropped = Vec::new();
+        let parts = indexed(&fields, "message.contents", notes);
+        for (k, part) in &parts {
+            match part.get("message_content.type").and_then(Value::as_str) {
+                None | Some("text") => text.push_str(
+                    &part
+                        .get("message_content.text")
+                        .map(text_of)
+                        .unwrap_or_default(),
+                ),
+                Some(kind) => dropped.push(format!("contents {k} ({kind})")),
+            }
+        }
+        let mut calls = Vec::new();
+        for (m, call) in indexed(&fields, "message.tool_calls", notes) {
+            let name = call
+                .get("tool_call.function.name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("`{prefix}.{n}` tool call {m} has no name"))?;
+            calls.push(chat_tool_call(
+                json!(name),
+                call.get("tool_call.function.arguments"),
+                call.get("tool_call.id").and_then(Value::as_str),
+            ));
+        }
+        for field in fields.keys() {
+            let known = matches!(
+                field.as_str(),
+                "message.role" | "message.content" | "message.tool_call_id" | "message.name"
+            ) || field.starts_with("message.contents.")
+                || field.starts_with("message.tool_calls.");
+            if !known {
+                dropped.push(field.clone());
+            }
+        }
+        if !dropped.is_empty() {
+            notes.push(format!(
+                "`{prefix}.{n}` ({role}): not imported (a trace holds text and tool calls): {}",
+                dropped.join(", ")
+            ));
+        }
+        let mut chat = json!({"role": role, "content": text});
+        if !calls.is_empty() {
+            chat["tool_calls"] = Value::Array(calls);
+        }
+        if let Some(id) = fields.get("message.tool_call_id").and_then(Value::as_str) {
+            chat["tool_call_id"] = json!(id);
+        }
+        out.push(chat);
+    }
+    Ok(())
+}
+
+/// An OpenInference span's tokens (`llm.token_count.prompt`, `.completion`,
+/// `.prompt_details.cache_read`, `.prompt_details.cache_write`,
+/// `.completion_details.reasoning`) as agentloop's `Usage` fields; `None` without the first two.
+fn openinference_usage(attributes: &Map<String, Value>) -> Option<Value> {
+    let n = |k: &str| {
+        attributes
+            .get(&format!("llm.token_count.{k}"))
+            .and_then(Value::as_u64)
+    };
+    let (input, output) = (n("prompt"), n("completion"));
+    if input.is_none() && output.is_none() {
+        return None;
+    }
+    Some(json!({
+        "input_tokens": input.unwrap_or(0),
+        "output_tokens": output.unwrap_or(0),
+        "cache_read_input_tokens": n("prompt_details.cache_read").unwrap_or(0),
+        "cache_creation_input_tokens": n("prompt_details.cache_write").unwrap_or(0),
+        "reasoning_tokens": n("completion_details.reasoning").unwrap_or(0),
+    }))
+}
+
+/// The tools an OpenInference span offered (`llm.tools.N.tool.json_schema`, JSON text in the
+/// chat-completions form); `None` without them.
+fn openinference_tools(
+    attributes: &Map<String, Value>,
+    findings: &mut Vec<String>,
+) -> Result<Option<Vec<ToolSpec>>, String> {
+    let tools = indexed(attributes, "llm.tools", findings);
+    if tools.is_empty() {
+        return Ok(None);
+    }
+    let mut list = Vec::new();
+    for (i, t) in tools {
+        match t.get("tool.json_schema") {
+            Some(v) => list.push(structured(v, "llm.tools")?),
+            None => findings.push(format!(
+                "`llm.tools.{i}` has no `tool.json_schema`; not imported"
+            )),
+        }
+    }
+    Ok(Some(tool_specs(&list, "llm.tools", findings)))
 }
 
 /// One chat span's model and conversation (see the module docs).
@@ -384,15 +621,28 @@ fn chat_span(
         Some(Value::Number(n)) => n.as_u64().map(u128::from).unwrap_or(0),
         _ => 0,
     };
-    let model = ["gen_ai.response.model", "gen_ai.request.model"]
-        .iter()
-        .find_map(|k| attributes.get(*k)?.as_str().map(str::to_string));
+    let model = [
+        "gen_ai.response.model",
+        "gen_ai.request.model",
+        "llm.model_name",
+    ]
+    .iter()
+    .find_map(|k| attributes.get(*k)?.as_str().map(str::to_string));
     let mut input = Vec::new();
     let mut output = Vec::new();
     let mut findings = Vec::new();
     let has_attributes = attributes.contains_key("gen_ai.input.messages")
         || attributes.contains_key("gen_ai.output.messages");
-    if has_attributes {
+    let openinference = is_openinference_llm(attributes);
+    if openinference && !has_attributes {
+        flattened_messages(attributes, "llm.input_messages", &mut input, &mut findings)?;
+        flattened_messages(
+            attributes,
+            "llm.output_messages",
+            &mut output,
+            &mut findings,
+        )?;
+    } else if has_attributes {
         if let Some(v) = attributes.get("gen_ai.system_instructions") {
             let parts = structured(v, "gen_ai.system_instructions")?;
             let system = json!([{"role": "system", "parts": parts}]);
@@ -442,16 +692,36 @@ fn chat_span(
         ));
         output.truncate(1);
     }
+    let (usage, tools) = if openinference && !has_attributes {
+        (
+            openinference_usage(attributes),
+            openinference_tools(attributes, &mut findings)?,
+        )
+    } else {
+        (
+            span_usage(attributes),
+            tool_definitions(attributes, &mut findings)?,
+        )
+    };
     Ok(ChatSpan {
         start,
         order,
         model,
-        usage: span_usage(attributes),
-        tools: tool_definitions(attributes, &mut findings)?,
+        usage,
+        tools,
+        settings: request_settings(attributes, &mut findings),
         input,
         output,
         findings,
     })
+}
+
+/// Whether a span is an OpenInference LLM span (`openinference.span.kind` = `LLM`).
+fn is_openinference_llm(attributes: &Map<String, Value>) -> bool {
+    attributes
+        .get("openinference.span.kind")
+        .and_then(Value::as_str)
+        == Some("LLM")
 }
 
 /// Imports every OpenTelemetry trace of the OTLP JSON export `export` that has GenAI chat
@@ -486,11 +756,11 @@ pub fn otel_genai(export: &Value, options: &ImportOptions) -> Result<Vec<OtelTra
             for span in spans {
                 order += 1;
                 let attributes = key_values(span.get("attributes"));
-                if attributes
+                let chat = attributes
                     .get("gen_ai.operation.name")
                     .and_then(Value::as_str)
-                    != Some("chat")
-                {
+                    == Some("chat");
+                if !chat && !is_openinference_llm(&attributes) {
                     continue;
                 }
                 let trace_id = span
@@ -515,7 +785,8 @@ pub fn otel_genai(export: &Value, options: &ImportOptions) -> Result<Vec<OtelTra
     }
     if traces.is_empty() {
         return Err(bad(
-            "no span with `gen_ai.operation.name` = `chat` (an export of other spans only)",
+            "no span with `gen_ai.operation.name` = `chat` or `openinference.span.kind` = `LLM` \
+             (an export of other spans only)",
         ));
     }
     let mut out = Vec::with_capacity(traces.len());
@@ -533,6 +804,7 @@ pub fn otel_genai(export: &Value, options: &ImportOptions) -> Result<Vec<OtelTra
         let Some(last) = spans.pop() else {
             continue;
         };
+        let (params, unkept) = model_params(&last.settings);
         let mut conversation = last.input;
         conversation.extend(last.output);
         let assistants: Vec<usize> = conversation
@@ -581,12 +853,34 @@ pub fn otel_genai(export: &Value, options: &ImportOptions) -> Result<Vec<OtelTra
         for f in &last.findings {
             note(format!("chat span {chat_spans}: {f}"));
         }
+        if spans.iter().any(|s| s.settings != last.settings) {
+            note("the chat spans' request settings differ; the last span's are kept".to_string());
+        }
+        if !unkept.is_empty() {
+            note(format!(
+                "request settings not kept (a trace's model parameters are the temperature and \
+                 max tokens): {}",
+                unkept.join(", ")
+            ));
+        }
+        let calls_tools = conversation.iter().any(|m| {
+            m.get("tool_calls")
+                .is_some_and(|c| c.as_array().is_some_and(|c| !c.is_empty()))
+        });
+        if tools.is_none() && options.tools.is_empty() && calls_tools {
+            note(
+                "the spans carry no tool definitions: the tools called are offered with \
+                 permissive schemas"
+                    .to_string(),
+            );
+        }
         let trace_options = ImportOptions {
             agentloop: options.agentloop.clone(),
             model: last.model.unwrap_or_else(|| options.model.clone()),
             session: options.session.clone(),
             run_id: format!("{}-{trace_id}", options.run_id),
             tools: tools.unwrap_or_else(|| options.tools.clone()),
+            params,
         };
         let mut imported =
             openai_chat(&Value::Array(conversation), &trace_options).map_err(failed)?;
@@ -611,6 +905,208 @@ mod tests {
             .expect("the fixture is JSON")
     }
 
+    /// A fixture the instrumentation itself wrote (scripts/fixtures/otel_fixtures.py).
+    fn fixture(name: &str) -> Value {
+        let path = format!(
+            "{}/../tests/fixtures/otel/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).expect("the fixture is there");
+        serde_json::from_str(&text).expect("the fixture is JSON")
+    }
+
+    /// Imports a real fixture: one trace of two model calls, the tool round, and the answer,
+    /// replaying identically; returns it with its findings' texts.
+    fn import_fixture(name: &str) -> (OtelTrace, Vec<String>) {
+        let mut traces = otel_genai(&fixture(name), &ImportOptions::default()).expect("import");
+        assert_eq!(traces.len(), 1, "{name}");
+        let t = traces.remove(0);
+        assert_eq!(
+            agentloop_core::trace::replay(&t.imported.trace),
+            None,
+            "{name}"
+        );
+        assert_eq!(t.chat_spans, 2, "{name}");
+        let transcript = Transcript::from_trace(&t.imported.trace);
+        assert_eq!(transcript.summary.steps, 2, "{name}");
+        assert_eq!(transcript.summary.tool_calls, 1, "{name}");
+        assert_eq!(
+            transcript.summary.final_text.as_deref(),
+            Some("It is 18°C and sunny in Paris."),
+            "{name}"
+        );
+        let call = &t.imported.replies[0].tool_calls[0];
+        assert_eq!(
+            (call.0.as_str(), call.1.as_str()),
+            ("call_weather_1", "get_weather")
+        );
+        assert_eq!(call.2, r#"{"city":"Paris"}"#, "{name}");
+        let records = serde_json::to_string(&t.imported.trace.records).expect("json");
+        assert!(
+            records.contains("18°C and sunny in Paris."),
+            "{name}: the tool result"
+        );
+        assert!(
+            records.contains("You are a weather assistant."),
+            "{name}: the system prompt"
+        );
+        // Usage per step, as the mock server reported it.
+        let usage: Vec<(u64, u64)> = t
+            .imported
+            .replies
+            .iter()
+            .map(|r| {
+                let u = r.usage.as_ref().expect("usage on every step");
+                (u.input_tokens, u.output_tokens)
+            })
+            .collect();
+        assert_eq!(usage, [(61, 17), (98, 12)], "{name}");
+        let header = &t.imported.trace.header;
+        assert_eq!(header.config.model, "gpt-4o-mini-2024-07-18", "{name}");
+        assert_eq!(header.config.params.temperature, Some(0.2), "{name}");
+        assert_eq!(header.config.params.max_tokens, Some(200), "{name}");
+        let findings = t.imported.findings.iter().map(|f| f.text.clone()).collect();
+        (t, findings)
+    }
+
+    const SEED: &str = "request settings not kept (a trace's model parameters are the temperature \
+                        and max tokens): seed = 7";
+
+    fn tool_schema(t: &OtelTrace) -> Value {
+        let tools = &t.imported.trace.header.config.tools;
+        assert_eq!(tools.len(), 1);
+        let tool = tools.iter().next().expect("one tool");
+        assert_eq!(tool.name, "get_weather");
+        tool.parameters.clone()
+    }
+
+    #[test]
+    fn pydantic_ai_spans_import_with_usage_tool_schemas_and_settings() {
+        let (t, findings) = import_fixture("pydantic_ai");
+        assert_eq!(findings, [SEED]);
+        assert_eq!(tool_schema(&t)["required"], json!(["city"]));
+        assert_eq!(
+            t.imported
+                .trace
+                .header
+                .config
+                .tools
+                .iter()
+                .next()
+                .map(|t| t.description.as_str()),
+            Some("The current weather in a city.")
+        );
+    }
+
+    #[test]
+    fn openinference_spans_import_with_usage_tool_schemas_and_settings() {
+        let (t, findings) = import_fixture("openinference");
+        assert_eq!(findings, [SEED]);
+        assert_eq!(tool_schema(&t)["properties"]["city"]["type"], "string");
+    }
+
+    #[test]
+    fn openai_v2_spans_carry_no_tool_definitions_a_finding() {
+        let (t, findings) = import_fixture("openai_v2");
+        assert_eq!(
+            findings,
+            [
+                SEED,
+                "the spans carry no tool definitions: the tools called are offered with \
+                 permissive schemas"
+            ]
+        );
+        assert_eq!(tool_schema(&t), json!({"type": "object"}));
+    }
+
+    /// An OpenInference LLM span from its flattened attributes.
+    fn openinference_span(attributes: &[(&str, Value)]) -> Value {
+        let mut list = vec![json!({"key": "openinference.span.kind",
+                                   "value": {"stringValue": "LLM"}})];
+        list.extend(
+            attributes
+                .iter()
+                .map(|(k, v)| json!({"key": k, "value": v})),
+        );
+        json!({"resourceSpans": [{"scopeSpans": [{"spans": [
+            {"traceId": "oi", "attributes": list}]}]}]})
+    }
+
+    #[test]
+    fn openinference_parts_and_settings_it_cannot_hold_are_findings() {
+        let s = |t: &str| json!({"stringValue": t});
+        let export = openinference_span(&[
+            ("llm.input_messages.0.message.role", s("user")),
+            (
+                "llm.input_messages.0.message.contents.0.message_content.type",
+                s("text"),
+            ),
+            (
+                "llm.input_messages.0.message.contents.0.message_content.text",
+                s("What is this?"),
+            ),
+            (
+                "llm.input_messages.0.message.contents.1.message_content.type",
+                s("image"),
+            ),
+            ("llm.output_messages.0.message.role", s("assistant")),
+            ("llm.output_messages.0.message.content", s("A cat.")),
+            (
+                "llm.invocation_parameters",
+                s(r#"{"model":"m","top_p":0.5,"temperature":1}"#),
+            ),
+        ]);
+        let traces = otel_genai(&export, &ImportOptions::default()).expect("import");
+        let t = &traces[0].imported;
+        assert_eq!(agentloop_core::trace::replay(&t.trace), None);
+        assert_eq!(t.trace.header.config.params.temperature, Some(1.0));
+        let findings: Vec<&str> = t.findings.iter().map(|f| f.text.as_str()).collect();
+        assert_eq!(
+            findings,
+            [
+                "chat span 1: `llm.input_messages.0` (user): not imported (a trace holds text \
+                 and tool calls): contents 1 (image)",
+                "request settings not kept (a trace's model parameters are the temperature and \
+                 max tokens): top_p = 0.5"
+            ]
+        );
+        assert_eq!(
+            Transcript::from_trace(&t.trace)
+                .summary
+                .final_text
+                .as_deref(),
+            Some("A cat.")
+        );
+    }
+
+    #[test]
+    fn a_malformed_openinference_span_is_a_typed_error() {
+        let s = |t: &str| json!({"stringValue": t});
+        for attributes in [
+            vec![("llm.input_messages.0.message.content", s("no role"))],
+            vec![
+                ("llm.input_messages.0.message.role", s("assistant")),
+                (
+                    "llm.input_messages.0.message.tool_calls.0.tool_call.id",
+                    s("c1"),
+                ),
+            ],
+            vec![
+                ("llm.input_messages.0.message.role", s("user")),
+                ("llm.tools.0.tool.json_schema", s("{not json")),
+            ],
+        ] {
+            let export = openinference_span(&attributes);
+            assert!(
+                matches!(
+                    otel_genai(&export, &ImportOptions::default()),
+                    Err(OtelError::Trace { .. })
+                ),
+                "{attributes:?}"
+            );
+        }
+    }
+
     #[test]
     fn every_trace_id_becomes_a_trace_that_replays() {
         let traces = otel_genai(&export(), &ImportOptions::default()).expect("import");
@@ -623,14 +1119,18 @@ mod tests {
         assert_eq!(first.trace_id, "5b8efff798038103d269b633813fc60c");
         assert_eq!(first.file_stem(), "5b8efff798038103d269b633813fc60c");
         assert_eq!(first.chat_spans, 2);
-        // The final answer's reasoning part is not imported: a finding.
+        // The final answer's reasoning part is not imported, and the spans name no tool
+        // definitions: two findings.
         assert_eq!(
             first.imported.findings.len(),
-            1,
+            2,
             "{:?}",
             first.imported.findings
         );
         assert!(first.imported.findings[0].text.contains("reasoning"));
+        assert!(first.imported.findings[1]
+            .text
+            .contains("no tool definitions"));
         let t = Transcript::from_trace(&first.imported.trace);
         assert_eq!(t.summary.steps, 2);
         assert_eq!(t.summary.tool_calls, 1);
@@ -695,7 +1195,14 @@ mod tests {
         assert_eq!(traces.len(), 1);
         let imported = &traces[0].imported;
         assert_eq!(agentloop_core::trace::replay(&imported.trace), None);
-        assert_eq!(imported.findings, []);
+        let findings: Vec<&str> = imported.findings.iter().map(|f| f.text.as_str()).collect();
+        assert_eq!(
+            findings,
+            [
+                "the spans carry no tool definitions: the tools called are offered with \
+              permissive schemas"
+            ]
+        );
         let t = Transcript::from_trace(&imported.trace);
         let tools: Vec<(String, String, Option<String>)> = t
             .items

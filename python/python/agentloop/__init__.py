@@ -10,6 +10,7 @@ every transition and every effect. This package reads traces with the same Rust 
     assert t.replay() is None          # replays identically
     t.what_if(max_steps=1)["changes"]  # ['outcome completed (final_answer) → ...', ...]
     t.steps()                          # a pandas DataFrame, one row per model step
+    t.to_otlp(include_content=True)    # its OpenTelemetry GenAI spans (OTLP JSON, a dict)
 
     agentloop.replay_dir("traces/")    # a corpus: counts and one entry per trace
     agentloop.steps("traces/")         # every trace's steps in one DataFrame
@@ -111,7 +112,9 @@ def import_inspect(path):
 def import_otel(path):
     """Every trace id of an OpenTelemetry GenAI export (OTLP JSON) as a Trace, in the order the
     ids first appear (``agentloop trace import --from otel-genai``): each named
-    ``PATH#TRACE_ID``, with what the import could not carry over in ``.findings``. Raises
+    ``PATH#TRACE_ID``, with each step's token usage (``gen_ai.usage.*`` or OpenInference's
+    ``llm.token_count.*``), the tools' schemas, the temperature and max tokens the spans asked
+    for, and what the import could not carry over in ``.findings``. Raises
     TraceReadError (unreadable file) or TraceCorruptError (not an export with chat spans)."""
     return _native._import_otel(_os.fsdecode(path))
 
