@@ -6,11 +6,14 @@ binary once per workload and round, interleaved (every client in turn within a r
 takes each child's CPU time (user + system, every thread) and peak RSS (ru_maxrss) from
 os.wait4's rusage.
 
-    cargo build --release          # in peers/rig-delta (CARGO_BUILD_JOBS=2 on a small machine)
-    (cd agentloop-client && cargo build --release)   # agentloop's client, its own workspace
-    python3 run.py --all           # THE comparison: both libraries, both tokio runtimes,
-                                   # the two-turn run and the 2,000-delta marginal
+    cargo build --release && python3 run.py --all   # in peers/rig-delta: THE comparison, both
+                                   # libraries, both tokio runtimes, the two-turn run and the
+                                   # 2,000-delta marginal
     python3 run.py --smoke --profile ci   # test mode: every client once, tiny answers, checked
+
+Before measuring, run.py runs `cargo build --locked` (with the profile's flag) in both
+workspaces: the rig side here and agentloop's client in agentloop-client/ (its own workspace);
+cargo does nothing where nothing changed. --no-build skips that.
 
 --all measures agentloop and rig 0.44 (agent.prompt(..).stream()), each on a multi-thread
 runtime (what #[tokio::main] builds) and on a current-thread one, on three workloads: the
@@ -28,7 +31,7 @@ Without --all, the older per-delta comparison on one runtime: README's program a
 with --sink, --spawn, --floor (bare reqwest), --tcp (bare TcpStream) adding clients and
 --runtime choosing the runtime.
 
---smoke builds nothing: it runs every client binary (README's program, all modes, both
+--smoke runs every client binary (README's program, all modes, both
 runtimes, the floors) once on the two-turn run and on a 16-delta answer, checks each answer
 (the two-turn answer names the tool's result; the long answer has all 16,000 characters) and
 exits non-zero on any failure.
@@ -331,6 +334,17 @@ def compare_one_runtime(exe, args):
         print(f"ratio {c.name} / rig 0.44 (marginal): {marginal[c.name] / rig:.2f}" if rig > 0 else "rig marginal <= 0")
 
 
+def build(where, flag):
+    """`cargo build --locked FLAG` in one of the two workspaces (each has its own target/; a
+    CARGO_TARGET_DIR set for another project is not inherited)."""
+    env = {k: v for k, v in os.environ.items() if k != "CARGO_TARGET_DIR"}
+    print(f"building {os.path.relpath(where, HERE) if where != HERE else 'the rig side'}: "
+          f"cargo build --locked {' '.join(flag)}", file=sys.stderr, flush=True)
+    p = subprocess.run(["cargo", "build", "--locked"] + flag, cwd=where, env=env)
+    if p.returncode != 0:
+        raise SystemExit(f"cargo build failed in {where} (status {p.returncode})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--all", action="store_true", help="the full comparison (both runtimes, two-turn run, marginal)")
@@ -355,6 +369,8 @@ def main():
     ap.add_argument("--runtime", choices=RUNTIMES, default="multi-thread")
     ap.add_argument("--profile", default="release", help="cargo profile whose binaries to run (default release)")
     ap.add_argument("--bin-dir", default=None, help="directory of the rig-side binaries (default target/<profile>)")
+    ap.add_argument("--no-build", action="store_true",
+                    help="run the binaries as they are (by default both workspaces are built first)")
     ap.add_argument("--agentloop-bin-dir", default=None,
                     help=f"directory of agentloop_client (default {AGENTLOOP_PACKAGE}/target/<profile>)")
     args = ap.parse_args()
@@ -372,11 +388,18 @@ def main():
     # agentloop's client is built in its own workspace (agentloop-client/), apart from rig's.
     agentloop_dir = args.agentloop_bin_dir or os.path.join(HERE, AGENTLOOP_PACKAGE, "target", profile_dir)
     exe = lambda name: os.path.join(agentloop_dir if name in AGENTLOOP_BINARIES else bin_dir, name)
+    flag = ["--release"] if args.profile == "release" else ["--profile", args.profile]
+    if not args.no_build:
+        # Both workspaces, so that `cargo build --release && python3 run.py --all` (or run.py
+        # alone) measures what the tree holds now; cargo does nothing where nothing changed.
+        # A directory given with --bin-dir / --agentloop-bin-dir is taken as built.
+        for where, given in ((HERE, args.bin_dir), (os.path.join(HERE, AGENTLOOP_PACKAGE), args.agentloop_bin_dir)):
+            if not given:
+                build(where, flag)
     for name in BINARIES:
         if not os.access(exe(name), os.X_OK):
-            flag = "--release" if args.profile == "release" else f"--profile {args.profile}"
             where = os.path.join(HERE, AGENTLOOP_PACKAGE) if name in AGENTLOOP_BINARIES else HERE
-            raise SystemExit(f"{exe(name)} missing: run `cargo build {flag}` in {where}")
+            raise SystemExit(f"{exe(name)} missing: run `cargo build {' '.join(flag)}` in {where}")
     args.load = " ".join(f"{x:.2f}" for x in os.getloadavg())
 
     if args.smoke:

@@ -603,65 +603,105 @@ where
         Ok(resp) => resp,
         Err(err) => return Err(scrub(err, &secrets)),
     };
-    struct State<N> {
-        body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
-        pipe: crate::provider::sse::SsePipeline<N>,
-        queue: std::collections::VecDeque<crate::message::MessageDelta>,
-        done: bool,
-        stall: Option<Duration>,
-        secrets: Vec<String>,
-    }
-    let state = State {
+    let stream = SseBody {
         body: resp.bytes_stream().boxed(),
         pipe: crate::provider::sse::SsePipeline::with_limits(normalizer, config.limits),
         queue: Default::default(),
+        scratch: Vec::new(),
         done: false,
         stall: config.stall_timeout,
+        stall_timer: None,
         secrets,
     };
-    let stream = futures::stream::unfold(state, move |mut st| async move {
+    Ok(Box::pin(stream))
+}
+
+/// The normalized delta stream of a 2xx body: each read fed to the SSE pipeline, its deltas
+/// handed out one by one; an error delta ends it (and hangs up). A `Stream` of its own rather
+/// than `futures::stream::unfold`, whose state moves into and out of a new future for every
+/// item: this one stays in place, and one buffer takes every read's deltas.
+#[cfg(feature = "http")]
+struct SseBody<N> {
+    body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    pipe: crate::provider::sse::SsePipeline<N>,
+    queue: std::collections::VecDeque<crate::message::MessageDelta>,
+    /// The deltas of one read, before they join `queue` (kept for its capacity).
+    scratch: Vec<crate::message::MessageDelta>,
+    done: bool,
+    /// `HttpConfig::stall_timeout`: the longest wait for one body read.
+    stall: Option<Duration>,
+    /// The running wait's deadline (with `stall`), from the first read that had to wait.
+    stall_timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    secrets: Vec<String>,
+}
+
+// Nothing in it is pinned structurally: `poll_next` takes it by `&mut`.
+#[cfg(feature = "http")]
+impl<N> Unpin for SseBody<N> {}
+
+#[cfg(feature = "http")]
+impl<N: crate::provider::sse::SseNormalizer> futures::Stream for SseBody<N> {
+    type Item = Result<crate::message::MessageDelta, ModelError>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
         use crate::message::MessageDelta;
+        use crate::provider::classify::{classify_transport, redact};
+        use futures::StreamExt;
+        use std::future::Future;
+        use std::task::Poll;
+        let st = self.get_mut();
         loop {
             if let Some(d) = st.queue.pop_front() {
-                return match d {
-                    MessageDelta::Error { error } => {
+                return Poll::Ready(Some(match d {
+                    MessageDelta::Error { mut error } => {
                         st.done = true;
                         st.queue.clear();
                         // Hang up now: nothing more is read after an error.
                         st.body = futures::stream::empty().boxed();
-                        let e = scrub(error, &st.secrets);
-                        Some((Err(e), st))
+                        let refs: Vec<&str> = st.secrets.iter().map(String::as_str).collect();
+                        error.message = redact(&error.message, &refs);
+                        Err(error)
                     }
-                    d => Some((Ok(d), st)),
-                };
+                    d => Ok(d),
+                }));
             }
             if st.done {
-                return None;
+                return Poll::Ready(None);
             }
-            let next = match st.stall {
-                Some(limit) => match tokio::time::timeout(limit, st.body.next()).await {
-                    Ok(n) => n,
-                    Err(_) => {
-                        st.done = true;
-                        let e = ModelError::new(
-                            ErrorKind::Timeout,
-                            format!("stream stalled: no data for {} ms", limit.as_millis()),
-                        );
-                        return Some((Err(e), st));
+            let next = match st.body.poll_next_unpin(cx) {
+                Poll::Ready(next) => {
+                    st.stall_timer = None;
+                    next
+                }
+                Poll::Pending => {
+                    if let Some(limit) = st.stall {
+                        let timer = st
+                            .stall_timer
+                            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                        if timer.as_mut().poll(cx).is_ready() {
+                            st.stall_timer = None;
+                            st.done = true;
+                            return Poll::Ready(Some(Err(ModelError::new(
+                                ErrorKind::Timeout,
+                                format!("stream stalled: no data for {} ms", limit.as_millis()),
+                            ))));
+                        }
                     }
-                },
-                None => st.body.next().await,
+                    return Poll::Pending;
+                }
             };
             match next {
                 Some(Ok(bytes)) => {
-                    let deltas = st.pipe.feed(&bytes);
-                    st.queue.extend(deltas);
+                    st.pipe.feed_into(&bytes, &mut st.scratch);
+                    st.queue.extend(st.scratch.drain(..));
                 }
                 Some(Err(e)) => {
                     st.done = true;
                     let refs: Vec<&str> = st.secrets.iter().map(String::as_str).collect();
-                    let e = classify_transport(e, &refs);
-                    return Some((Err(e), st));
+                    return Poll::Ready(Some(Err(classify_transport(e, &refs))));
                 }
                 None => {
                     let deltas = st.pipe.finish();
@@ -673,8 +713,7 @@ where
                 st.done = true;
             }
         }
-    });
-    Ok(Box::pin(stream))
+    }
 }
 
 /// A 2xx response handed back when the SSE pipeline can read it, else the typed error of

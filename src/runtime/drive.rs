@@ -469,11 +469,11 @@ impl Agent {
                 None => {
                     tokio::select! {
                         e = std::future::poll_fn(|cx| driver.poll_model(cx)) => {
-                            pending.extend(driver.arrived(e));
+                            driver.arrived(e, &mut pending);
                             continue;
                         }
                         Some(e) = rx.recv() => {
-                            pending.extend(driver.arrived(e));
+                            driver.arrived(e, &mut pending);
                             continue;
                         }
                         Some(e) = async { match ctl.as_mut() { Some(c) => c.recv().await, None => None } } => e,

@@ -365,8 +365,12 @@ impl Driver<'_> {
     }
 
     /// An event from the run's background tasks: a tool completion goes through the
-    /// completion-order buffer; returns what may be fed to the machine now.
-    pub(crate) fn arrived(&mut self, event: Event) -> Vec<Event> {
+    /// completion-order buffer; appends to `pending` what may be fed to the machine now.
+    pub(crate) fn arrived(
+        &mut self,
+        event: Event,
+        pending: &mut std::collections::VecDeque<Event>,
+    ) {
         if let Event::CompactionDone { messages, .. } = &event {
             if let Some(before) = self.compact_before.take() {
                 let after = crate::context::estimate_tokens(messages);
@@ -376,12 +380,12 @@ impl Driver<'_> {
         if let Event::TimerElapsed { timer_id } = &event {
             // A timer the machine cancelled after it fired is not an input.
             if self.tasks.timers.remove(timer_id).is_none() {
-                return Vec::new();
+                return;
             }
         }
         match self.order.as_mut() {
-            Some(order) => order.arrived(event),
-            None => vec![event],
+            Some(order) => order.arrived(event, pending),
+            None => pending.push_back(event),
         }
     }
 

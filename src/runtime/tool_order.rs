@@ -40,17 +40,20 @@ impl CompletionOrder {
         self.release()
     }
 
-    /// A completion arrived; returns the completions that may go to the machine now, in
-    /// call order. Completions of calls this buffer does not await pass straight through.
-    pub(crate) fn arrived(&mut self, event: Event) -> Vec<Event> {
+    /// A completion arrived; appends to `out` the completions that may go to the machine now,
+    /// in call order. Completions of calls this buffer does not await, and every other input
+    /// (a streamed delta), pass straight through.
+    pub(crate) fn arrived(&mut self, event: Event, out: &mut VecDeque<Event>) {
         let Event::ToolFinished { tool_call_id, .. } = &event else {
-            return vec![event];
+            out.push_back(event);
+            return;
         };
         if !self.awaited.contains(tool_call_id) {
-            return vec![event];
+            out.push_back(event);
+            return;
         }
         self.held.insert(tool_call_id.clone(), event);
-        self.release()
+        out.extend(self.release());
     }
 
     fn release(&mut self) -> Vec<Event> {
@@ -87,6 +90,12 @@ mod tests {
         }
     }
 
+    fn arrive(o: &mut CompletionOrder, event: Event) -> Vec<Event> {
+        let mut out = VecDeque::new();
+        o.arrived(event, &mut out);
+        out.into()
+    }
+
     fn ids(events: &[Event]) -> Vec<String> {
         events
             .iter()
@@ -103,10 +112,10 @@ mod tests {
         for id in ["a", "b", "c", "d"] {
             o.started(id);
         }
-        assert!(o.arrived(done("c")).is_empty());
-        assert!(o.arrived(done("b")).is_empty());
-        assert_eq!(ids(&o.arrived(done("a"))), ["a", "b", "c"]);
-        assert_eq!(ids(&o.arrived(done("d"))), ["d"]);
+        assert!(arrive(&mut o, done("c")).is_empty());
+        assert!(arrive(&mut o, done("b")).is_empty());
+        assert_eq!(ids(&arrive(&mut o, done("a"))), ["a", "b", "c"]);
+        assert_eq!(ids(&arrive(&mut o, done("d"))), ["d"]);
     }
 
     #[test]
@@ -115,21 +124,21 @@ mod tests {
         for id in ["a", "b", "c"] {
             o.started(id);
         }
-        assert!(o.arrived(done("b")).is_empty());
+        assert!(arrive(&mut o, done("b")).is_empty());
         assert_eq!(ids(&o.killed("a")), ["b"]);
         // A late completion of the killed call is dropped by the machine as stale; here it
         // passes through (the buffer forgot the call), it does not block anything.
-        assert_eq!(ids(&o.arrived(done("a"))), ["a"]);
-        assert_eq!(ids(&o.arrived(done("c"))), ["c"]);
+        assert_eq!(ids(&arrive(&mut o, done("a"))), ["a"]);
+        assert_eq!(ids(&arrive(&mut o, done("c"))), ["c"]);
     }
 
     #[test]
     fn unknown_completions_and_other_events_pass_through() {
         let mut o = CompletionOrder::default();
         o.started("a");
-        assert_eq!(ids(&o.arrived(done("zz"))), ["zz"]);
+        assert_eq!(ids(&arrive(&mut o, done("zz"))), ["zz"]);
         assert_eq!(
-            ids(&o.arrived(Event::TimerElapsed { timer_id: 1 })),
+            ids(&arrive(&mut o, Event::TimerElapsed { timer_id: 1 })),
             ["timer_elapsed"]
         );
     }

@@ -33,7 +33,7 @@ pub(crate) struct Attempt {
     /// assembler's revision it identifies the partial message (see `Process::partial_mark`).
     pub(crate) acc_epoch: u64,
     /// The delta seqs the current attempt delivered (a repeat is stale).
-    pub(crate) seen: HashSet<u64>,
+    pub(crate) seen: crate::process::seen::SeenSeqs,
     /// Model attempts this step sent (`CallModel` effects).
     pub(crate) attempts: u32,
     /// Retries scheduled in this step.
@@ -57,7 +57,7 @@ impl Attempt {
             sent: None,
             acc: MessageAssembler::with_inline_tags(inline_tags),
             acc_epoch: 0,
-            seen: HashSet::new(),
+            seen: Default::default(),
             attempts: 0,
             retries: 0,
             malformed_retried: false,
@@ -87,7 +87,7 @@ impl Attempt {
     pub(crate) fn is_stale(&self, event: &Event) -> bool {
         match event {
             Event::Delta { attempt, seq, .. } => {
-                !self.is_current(attempt) || self.seen.contains(seq)
+                !self.is_current(attempt) || self.seen.contains(*seq)
             }
             Event::StreamOpened { attempt }
             | Event::RequestRewritten { attempt, .. }

@@ -16,6 +16,7 @@ pub(crate) mod dispatch;
 pub(crate) mod guards;
 pub(crate) mod machine;
 pub mod retry;
+mod seen;
 pub(crate) mod slots;
 
 #[cfg(test)]
