@@ -283,7 +283,6 @@ fn data_frame(py: Python<'_>, columns: PyObject) -> PyResult<PyObject> {
         .into_py_any(py)
 }
 
-
 /// The trace files `paths` name, sorted and without duplicates (each file as given, each
 /// directory walked for `*.jsonl` without following links, timing sidecars skipped — the
 /// corpus walk of `agentloop replay DIR`), and the paths that could not be listed.
