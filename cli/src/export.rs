@@ -130,7 +130,7 @@ pub(crate) fn export_main(args: ExportArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let mut unreadable = errors.len();
+    let unreadable = errors.len();
     for (p, e) in &errors {
         errln!("error: {}: {e}", p.display());
     }
@@ -171,23 +171,13 @@ pub(crate) fn export_main(args: ExportArgs) -> ExitCode {
             },
         )
     });
-    for e in &failed {
-        unreadable += 1;
-        errln!("error: {e}");
-    }
-    if let Err(e) = written {
-        errln!("error: {}: {e}", args.out.display());
-        return ExitCode::from(2);
-    }
-    wrote(
-        &args.out,
+    wrote(&args.out, &failed, unreadable, written, || {
         format!(
             "{count} row{} from {traces} trace{}",
             if count == 1 { "" } else { "s" },
             if traces == 1 { "" } else { "s" }
-        ),
-        unreadable,
-    )
+        )
+    })
 }
 
 /// Reads `files` with `read`, a batch (one file per core) in parallel, and hands each result
@@ -249,7 +239,7 @@ fn write_row(
 /// (id: the trace's file name without `.jsonl`, made unique with `-2`, `-3`, …). The samples
 /// are written as the traces are read (a batch per core, in path order), the log's other
 /// fields after them, so the corpus is never held whole.
-fn export_inspect(args: &ExportArgs, files: &[PathBuf], mut unreadable: usize) -> ExitCode {
+fn export_inspect(args: &ExportArgs, files: &[PathBuf], unreadable: usize) -> ExitCode {
     use agentloop_trace_tools::export_inspect::{inspect_log_fields, inspect_sample, EvalZip};
     // `-o LOG.eval`: Inspect's zip form; anything else its JSON.
     let mut zip = args
@@ -316,30 +306,20 @@ fn export_inspect(args: &ExportArgs, files: &[PathBuf], mut unreadable: usize) -
         }
         w.write_all(b"}\n")
     });
-    for e in &failed {
-        unreadable += 1;
-        errln!("error: {e}");
-    }
-    if let Err(e) = written {
-        errln!("error: {}: {e}", args.out.display());
-        return ExitCode::from(2);
-    }
     let n = totals.len();
-    wrote(
-        &args.out,
+    wrote(&args.out, &failed, unreadable, written, || {
         format!(
             "an Inspect eval log: {n} sample{} from {n} trace{}",
             if n == 1 { "" } else { "s" },
             if n == 1 { "" } else { "s" }
-        ),
-        unreadable,
-    )
+        )
+    })
 }
 
 /// `trace export --format otlp`: the traces' spans as one OTLP/JSON export request. Span
 /// times come from each trace's timing sidecar; without one, from its record order after the
 /// file's modification time (see `agentloop_trace_tools::export_otlp`).
-fn export_otlp(args: &ExportArgs, files: &[PathBuf], mut unreadable: usize) -> ExitCode {
+fn export_otlp(args: &ExportArgs, files: &[PathBuf], unreadable: usize) -> ExitCode {
     use agentloop_trace_tools::export_otlp::{otlp_export, otlp_spans, OtlpOptions};
     let mut spans = Vec::new();
     let mut traces = 0usize;
@@ -370,10 +350,6 @@ fn export_otlp(args: &ExportArgs, files: &[PathBuf], mut unreadable: usize) -> E
             Ok(())
         },
     );
-    for e in &failed {
-        unreadable += 1;
-        errln!("error: {e}");
-    }
     let n = spans.len();
     let export = otlp_export(spans, env!("CARGO_PKG_VERSION"));
     let written = read.and_then(|()| {
@@ -382,27 +358,37 @@ fn export_otlp(args: &ExportArgs, files: &[PathBuf], mut unreadable: usize) -> E
             w.write_all(b"\n")
         })
     });
-    if let Err(e) = written {
-        errln!("error: {}: {e}", args.out.display());
-        return ExitCode::from(2);
-    }
-    wrote(
-        &args.out,
+    wrote(&args.out, &failed, unreadable, written, || {
         format!(
             "OTLP JSON: {n} span{} from {traces} trace{}",
             if n == 1 { "" } else { "s" },
             if traces == 1 { "" } else { "s" }
-        ),
-        unreadable,
-    )
+        )
+    })
 }
 
-/// Reports an export written to `out` (`what` it holds, and how many traces could not be
-/// read); exit 2 when some could not.
-fn wrote(out: &std::path::Path, what: String, unreadable: usize) -> ExitCode {
+/// Ends an export to `out`: reports the traces in `failed` (each one unreadable more), then
+/// the write's error (exit 2), else what the file holds (`what`) and how many traces could
+/// not be read (exit 2 when any could not, the others are written).
+fn wrote(
+    out: &std::path::Path,
+    failed: &[String],
+    mut unreadable: usize,
+    written: std::io::Result<()>,
+    what: impl FnOnce() -> String,
+) -> ExitCode {
+    for e in failed {
+        unreadable += 1;
+        errln!("error: {e}");
+    }
+    if let Err(e) = written {
+        errln!("error: {}: {e}", out.display());
+        return ExitCode::from(2);
+    }
     crate::out::outln!(
-        "wrote {} ({what}{})",
+        "wrote {} ({}{})",
         out.display(),
+        what(),
         if unreadable > 0 {
             format!("; {unreadable} unreadable")
         } else {
