@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use proc_macro2::TokenStream;
-use quote::{format_ident, quote};
+use quote::{format_ident, quote, ToTokens};
 
 use crate::enums::{events_in, guard_label};
 use crate::model::{Chart, RowDef, RowKindDef};
@@ -129,7 +129,7 @@ pub(crate) struct OracleArgs<'a> {
 pub(crate) fn oracle_fns(
     chart: &Chart,
     prefix: &str,
-    data: &str,
+    data: TokenStream,
     guards: &str,
     args: &OracleArgs,
 ) -> TokenStream {
@@ -144,7 +144,6 @@ pub(crate) fn oracle_fns(
     let ev = format_ident!("{prefix}EventKind");
     let row = format_ident!("{prefix}Row");
     let machine = ident(prefix);
-    let data = ident(data);
     let module = ident(guards);
     let arms = chart.guard.iter().map(|g| {
         let v = camel_ident(&g.name);
@@ -558,7 +557,13 @@ pub(crate) fn dispatch(chart: &Chart, m: &Dispatched) -> Result<TokenStream, Err
             local_guards: &local_guards,
         }
     };
-    let oracle = oracle_fns(chart, m.prefix, m.data, "Guards", &args);
+    let oracle = oracle_fns(
+        chart,
+        m.prefix,
+        ident(m.data).into_token_stream(),
+        "Guards",
+        &args,
+    );
     let hooks = hook_wrappers(chart, &ident(m.data));
     let traits = traits(chart, m, &used, &local_guards)?;
     let mut scopes = Vec::new();

@@ -1,9 +1,9 @@
 //! The tool-call lifecycle's dispatch (`tool_call_dispatch.rs`). A call is a slot of the inner
-//! machine's data, not a statig machine, so the dispatch is three functions: `select` tries the
-//! rows of the slot's state and its superstates (innermost first) for the event, in chart
-//! order, calling each row's guard in `call_guards` (`(data, slot, facts)`), and returns the
-//! first whose guard holds; `act` runs the row's action in `call_actions`; `holds` and
-//! `expected` are the oracle's.
+//! machine's data, not a statig machine, so the dispatch is three functions over the calls'
+//! view of that data (`Calls`): `select` tries the rows of the slot's state and its
+//! superstates (innermost first) for the event, in chart order, calling each row's guard in
+//! `call_guards` (`(calls, slot, facts)`), and returns the first whose guard holds; `act` runs
+//! the row's action in `call_actions`; `holds` and `expected` are the oracle's.
 
 use std::collections::BTreeSet;
 
@@ -29,7 +29,7 @@ fn scope_fn(chart: &Chart, scope: &str) -> Result<TokenStream, Error> {
     if rows.is_empty() {
         return Ok(quote! {
             #d
-            fn #f(event: ToolCallEventKind, data: &ProcessData, i: usize, facts: &Facts<'_>) -> Option<ToolCallRow> {
+            fn #f(event: ToolCallEventKind, data: &Calls<'_>, i: usize, facts: &Facts<'_>) -> Option<ToolCallRow> {
                 let _ = (event, data, i, facts);
                 None
             }
@@ -72,7 +72,7 @@ fn scope_fn(chart: &Chart, scope: &str) -> Result<TokenStream, Error> {
     }
     Ok(quote! {
         #d
-        fn #f(event: ToolCallEventKind, data: &ProcessData, i: usize, facts: &Facts<'_>) -> Option<ToolCallRow> {
+        fn #f(event: ToolCallEventKind, data: &Calls<'_>, i: usize, facts: &Facts<'_>) -> Option<ToolCallRow> {
             let _ = (data, i, facts);
             match event {
                 #(#arms)*
@@ -94,7 +94,7 @@ fn traits(chart: &Chart, used: &BTreeSet<String>) -> TokenStream {
             let f = ident(&g.name);
             quote! {
                 #d
-                fn #f(data: &ProcessData, i: usize, facts: &Facts<'_>) -> bool;
+                fn #f(data: &Calls<'_>, i: usize, facts: &Facts<'_>) -> bool;
             }
         });
     let actions = chart
@@ -106,13 +106,13 @@ fn traits(chart: &Chart, used: &BTreeSet<String>) -> TokenStream {
             let f = ident(&r.id);
             quote! {
                 #d
-                fn #f(data: &mut ProcessData, i: usize, from: ToolCallState, facts: &Facts<'_>);
+                fn #f(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>);
             }
         });
     quote! {
         /// The guards of `statecharts/tool_call.toml` (generated): one pure predicate per guard a
-        /// row names, over the inner machine's data, the call's slot and the event's facts;
-        /// implemented by the hand-written `call_guards::Guards`.
+        /// row names, over the calls' view of the inner machine's data (`Calls`), the call's
+        /// slot and the event's facts; implemented by the hand-written `call_guards::Guards`.
         pub(crate) trait ToolCallGuards { #(#guards)* }
 
         /// The actions of `statecharts/tool_call.toml` (generated): one per row that acts (every
@@ -128,7 +128,7 @@ pub(crate) fn call_dispatch(chart: &Chart) -> Result<TokenStream, Error> {
     let oracle = oracle_fns(
         chart,
         "ToolCall",
-        "ProcessData",
+        quote!(Calls<'_>),
         "Guards",
         &OracleArgs {
             params: quote!(i: usize, facts: &Facts<'_>),
@@ -174,14 +174,14 @@ pub(crate) fn call_dispatch(chart: &Chart) -> Result<TokenStream, Error> {
 
         /// The row slot `i` takes for `event` (generated): its state's rows, then each enclosing
         /// superstate's, innermost first; `None` when no row holds.
-        pub(crate) fn select(event: ToolCallEventKind, data: &ProcessData, i: usize, facts: &Facts<'_>) -> Option<ToolCallRow> {
+        pub(crate) fn select(event: ToolCallEventKind, data: &Calls<'_>, i: usize, facts: &Facts<'_>) -> Option<ToolCallRow> {
             match data.tools.slots.get(i).state() {
                 #(#select,)*
             }
         }
 
         /// Runs row `row`'s action for slot `i`, which was in `from` (generated).
-        pub(crate) fn act(row: ToolCallRow, data: &mut ProcessData, i: usize, from: ToolCallState, facts: &Facts<'_>) {
+        pub(crate) fn act(row: ToolCallRow, data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>) {
             match row {
                 #(#act,)*
             }

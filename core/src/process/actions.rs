@@ -68,7 +68,7 @@ fn done(data: &mut ProcessData, input: &Input<'_>) {
 /// The part the four gate rows share: apply the hooks' verdict to the call being gated.
 fn gated(data: &mut ProcessData, input: &Input<'_>) {
     if let (Some(Event::ToolGated { verdict, .. }), Some(i)) = (ext(input), data.tools.answered) {
-        data.gated(i, verdict);
+        data.calls().gated(i, verdict);
     }
 }
 
@@ -76,7 +76,8 @@ fn gated(data: &mut ProcessData, input: &Input<'_>) {
 /// auto_resume, the stop request).
 fn rejected(data: &mut ProcessData, input: &Input<'_>) {
     if let Some((i, decision)) = approval(data, input) {
-        data.call_event(i, ToolCallEventKind::Rejected, Facts::Approval(decision));
+        data.calls()
+            .call_event(i, ToolCallEventKind::Rejected, Facts::Approval(decision));
     }
 }
 
@@ -87,7 +88,8 @@ fn timed_out(data: &mut ProcessData, input: &Input<'_>) {
         let after_ms = data.cfg.approval_timeout_ms.unwrap_or_default();
         let decision = ApprovalDecision::TimedOut { after_ms };
         let facts = Facts::ApprovalTimer(&decision);
-        data.call_event(i, ToolCallEventKind::Rejected, facts);
+        data.calls()
+            .call_event(i, ToolCallEventKind::Rejected, facts);
     }
 }
 
@@ -101,8 +103,8 @@ impl ProcessActions for Actions {
     /// `idle_resume`: restore the committed message and its results, run the calls left.
     fn idle_resume(data: &mut ProcessData, input: &Input<'_>) {
         if let Input::Resume(message, results) = input {
-            data.resume((*message).clone(), results.to_vec());
-            data.start_queued();
+            data.calls().resume((*message).clone(), results.to_vec());
+            data.calls().start_queued();
         }
     }
 
@@ -242,7 +244,8 @@ impl ProcessActions for Actions {
     /// `running_settle_approval`: ask for the next approval.
     fn running_settle_approval(data: &mut ProcessData, _input: &Input<'_>) {
         if let Some(i) = data.tools.slots.first(ToolCallState::NeedsApproval) {
-            data.call_event(i, ToolCallEventKind::Ask, Facts::None);
+            data.calls()
+                .call_event(i, ToolCallEventKind::Ask, Facts::None);
         }
     }
 
@@ -253,13 +256,17 @@ impl ProcessActions for Actions {
 
     /// `running_settle_wait`: start the queued calls that may run.
     fn running_settle_wait(data: &mut ProcessData, _input: &Input<'_>) {
-        data.start_queued();
+        data.calls().start_queued();
     }
 
     /// `tools_deadline`: a running call's deadline passed.
     fn tools_deadline(data: &mut ProcessData, input: &Input<'_>) {
-        if let Some(i) = timer(input).and_then(|t| data.deadline_of(t)) {
-            data.call_event(i, ToolCallEventKind::Deadline, Facts::None);
+        if let Some(i) = timer(input).and_then(|t| {
+            data.tools
+                .deadline_of(t, data.attempt.request.model_call_index)
+        }) {
+            data.calls()
+                .call_event(i, ToolCallEventKind::Deadline, Facts::None);
         }
     }
 
@@ -274,7 +281,8 @@ impl ProcessActions for Actions {
         {
             let (status, content) = (*status, content.as_str());
             let facts = Facts::Finished { status, content };
-            data.call_event(i, ToolCallEventKind::Finished, facts);
+            data.calls()
+                .call_event(i, ToolCallEventKind::Finished, facts);
         }
     }
 
@@ -284,7 +292,8 @@ impl ProcessActions for Actions {
             (ext(input), data.tools.answered)
         {
             let facts = Facts::Answered(answer.as_deref());
-            data.call_event(i, ToolCallEventKind::Answered, facts);
+            data.calls()
+                .call_event(i, ToolCallEventKind::Answered, facts);
         }
     }
 
@@ -311,14 +320,14 @@ impl ProcessActions for Actions {
     /// `awaiting_approved`: run the approved call.
     fn awaiting_approved(data: &mut ProcessData, input: &Input<'_>) {
         if let Some((i, decision)) = approval(data, input) {
-            data.approved(i, decision, false);
+            data.calls().approved(i, decision, false);
         }
     }
 
     /// `awaiting_approved_always`: run the call and remember its scope.
     fn awaiting_approved_always(data: &mut ProcessData, input: &Input<'_>) {
         if let Some((i, decision)) = approval(data, input) {
-            data.approved(i, decision, true);
+            data.calls().approved(i, decision, true);
         }
     }
 
@@ -345,7 +354,7 @@ impl ProcessActions for Actions {
     /// `awaiting_modified`: run the call with the human's arguments.
     fn awaiting_modified(data: &mut ProcessData, input: &Input<'_>) {
         if let Some((i, decision)) = approval(data, input) {
-            data.approved(i, decision, false);
+            data.calls().approved(i, decision, false);
         }
     }
 
@@ -353,7 +362,8 @@ impl ProcessActions for Actions {
     /// killed; the immune tools keep running and their results will be kept (R-CTL-3).
     fn tools_abort_drain(data: &mut ProcessData, input: &Input<'_>) {
         if let Some(Event::Abort { kill, .. }) = ext(input) {
-            data.close_open_calls(ToolCallEventKind::Abort, *kill);
+            data.calls()
+                .close_open_calls(ToolCallEventKind::Abort, *kill);
             data.ending.end(StepOutcome::Aborted);
         }
     }
@@ -367,14 +377,16 @@ impl ProcessActions for Actions {
     /// `tools_steer_skip`: calls not started are skipped for the steering message, killable
     /// running calls are killed and skipped; immune running calls finish (R-CTL-2).
     fn tools_steer_skip(data: &mut ProcessData, _input: &Input<'_>) {
-        data.close_open_calls(ToolCallEventKind::Skip, KillPolicy::Killable);
+        data.calls()
+            .close_open_calls(ToolCallEventKind::Skip, KillPolicy::Killable);
     }
 
     /// `live_abort`: abort the step: kill running tools, give every call without a result an
     /// `aborted` result (R-CTL-3, R-IDEM-7). The model call or the backoff timer in flight is
     /// cancelled by the exit action of the state the abort leaves (Requesting, Retrying).
     fn live_abort(data: &mut ProcessData, _input: &Input<'_>) {
-        data.close_open_calls(ToolCallEventKind::Abort, KillPolicy::All);
+        data.calls()
+            .close_open_calls(ToolCallEventKind::Abort, KillPolicy::All);
         data.ending.end(StepOutcome::Aborted);
     }
 

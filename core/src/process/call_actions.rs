@@ -14,12 +14,12 @@ use crate::event::{ApprovalDecision, GateVerdict};
 use crate::message::ToolStatus;
 use crate::process::call_dispatch::ToolCallActions;
 use crate::process::call_guards::Facts;
-use crate::process::calls::tool_result;
-use crate::process::data::{ProcessData, ToolCallState};
+use crate::process::calls::{tool_result, Calls};
+use crate::process::data::ToolCallState;
 use crate::tool_check::unknown_tool_message;
 
 /// The deciding rule is announced and the call gets the rule's denied result.
-fn deny_by_rule(data: &mut ProcessData, i: usize) {
+fn deny_by_rule(data: &mut Calls<'_>, i: usize) {
     data.announce_rule(i);
     let slot = data.tools.slots.get(i);
     let r = data
@@ -30,7 +30,7 @@ fn deny_by_rule(data: &mut ProcessData, i: usize) {
 
 /// A human's answer that lets the call run: the approval timer stops, the answer and the
 /// resume are announced (before any event of the resumed run).
-fn resolved(data: &mut ProcessData, i: usize, facts: &Facts<'_>) {
+fn resolved(data: &mut Calls<'_>, i: usize, facts: &Facts<'_>) {
     data.cancel_approval_timer(i);
     let Facts::Approval(decision) = facts else {
         return;
@@ -47,7 +47,7 @@ fn resolved(data: &mut ProcessData, i: usize, facts: &Facts<'_>) {
 }
 
 /// The runtime's result ends the call: its deadline stops and the result is recorded.
-fn finish(data: &mut ProcessData, i: usize, from: ToolCallState, facts: &Facts<'_>) {
+fn finish(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>) {
     let Facts::Finished { status, content } = facts else {
         return;
     };
@@ -58,14 +58,14 @@ fn finish(data: &mut ProcessData, i: usize, from: ToolCallState, facts: &Facts<'
 }
 
 /// Kills a running call and stops its deadline.
-fn kill(data: &mut ProcessData, i: usize, from: ToolCallState) {
+fn kill(data: &mut Calls<'_>, i: usize, from: ToolCallState) {
     let tool_call_id = data.tools.slots.get(i).call.id.clone();
     data.outbox.push(Effect::KillTool { tool_call_id });
     data.cancel_deadline(i, from);
 }
 
 /// Stops what a call that has not started waits on: a question's deadline, an approval timer.
-fn stop_waiting(data: &mut ProcessData, i: usize, from: ToolCallState) {
+fn stop_waiting(data: &mut Calls<'_>, i: usize, from: ToolCallState) {
     match from {
         ToolCallState::AwaitingUser => data.cancel_deadline(i, from),
         ToolCallState::Asking => data.cancel_approval_timer(i),
@@ -74,14 +74,14 @@ fn stop_waiting(data: &mut ProcessData, i: usize, from: ToolCallState) {
 }
 
 /// `tool_skipped_for_steering` for slot `i`.
-fn announce_skip(data: &mut ProcessData, i: usize) {
+fn announce_skip(data: &mut Calls<'_>, i: usize) {
     let tool_call_id = data.tools.slots.get(i).call.id.clone();
     data.outbox
         .emit(AgentEvent::ToolSkippedForSteering { tool_call_id });
 }
 
 /// Closes slot `i` with an `aborted` or `skipped` result.
-fn close(data: &mut ProcessData, i: usize, status: ToolStatus) {
+fn close(data: &mut Calls<'_>, i: usize, status: ToolStatus) {
     let content = if status == ToolStatus::Skipped {
         "skipped: the user sent a steering message"
     } else {
@@ -96,7 +96,7 @@ pub(crate) struct Actions;
 
 impl ToolCallActions for Actions {
     /// The arguments were not a JSON object: an error result saying what is wrong.
-    fn commit_invalid(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    fn commit_invalid(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         let call = &data.tools.slots.get(i).call;
         let why = call.invalid_arguments.clone().unwrap_or_default();
         let r = tool_result(call, ToolStatus::Error, why);
@@ -104,25 +104,19 @@ impl ToolCallActions for Actions {
     }
 
     /// An unknown tool: `tool_call_unknown`, and an error result naming the nearest offered tool.
-    fn commit_unknown(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    fn commit_unknown(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         let call = data.tools.slots.get(i).call.clone();
         data.outbox.emit(AgentEvent::ToolCallUnknown {
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
         });
-        let offered: BTreeSet<&str> = data
-            .attempt
-            .request
-            .tools
-            .iter()
-            .map(|t| t.name.as_str())
-            .collect();
+        let offered: BTreeSet<&str> = data.request.tools.iter().map(|t| t.name.as_str()).collect();
         let why = unknown_tool_message(&call.name, offered.iter().copied());
         data.record_result(i, tool_result(&call, ToolStatus::Error, why));
     }
 
     /// Arguments against the tool's schema: an error result listing the violations (R-TOOL-1).
-    fn commit_schema_invalid(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    fn commit_schema_invalid(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         let slot = data.tools.slots.get(i);
         let why = slot
             .rejected
@@ -134,7 +128,7 @@ impl ToolCallActions for Actions {
     }
 
     /// A refused doom loop: an error result, and the run stops after the step.
-    fn commit_loop_refused(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
+    fn commit_loop_refused(data: &mut Calls<'_>, i: usize, _: ToolCallState, facts: &Facts<'_>) {
         let repeats = match facts {
             Facts::Commit { repeats, .. } => *repeats,
             _ => 0,
@@ -151,17 +145,17 @@ impl ToolCallActions for Actions {
 
     /// A tool rule denies the call (R-TOOL-3): the rule is announced and the call gets a denied
     /// result naming it.
-    fn commit_denied_by_rule(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    fn commit_denied_by_rule(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         deny_by_rule(data, i);
     }
 
     /// A doom loop whose policy asks: the call waits for a human.
-    fn commit_loop_ask(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    fn commit_loop_ask(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         data.announce_rule(i);
     }
 
     /// A pure tool's identical call is answered from the session's cache (R-TOOL-6).
-    fn commit_cached(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    fn commit_cached(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         let call = data.tools.slots.get(i).call.clone();
         let Some(hit) = data.cached(&call).cloned() else {
             return;
@@ -176,44 +170,44 @@ impl ToolCallActions for Actions {
     }
 
     /// The call waits to be put to a human.
-    fn commit_approval(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    fn commit_approval(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         data.announce_rule(i);
     }
 
     /// The call waits for its turn to run.
-    fn commit_queued(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    fn commit_queued(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         data.announce_rule(i);
     }
 
     /// The session log holds the call's result: it is kept, nothing runs (R-IDEM-5).
-    fn restore_result(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
+    fn restore_result(data: &mut Calls<'_>, i: usize, _: ToolCallState, facts: &Facts<'_>) {
         if let Facts::Restore { stored } = facts {
             data.tools.slots.get_mut(i).result = stored.cloned();
         }
     }
 
     /// A resumed call the rules now deny: denied, never run.
-    fn restore_denied_by_rule(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    fn restore_denied_by_rule(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         deny_by_rule(data, i);
     }
 
     /// A resumed call waits to be put to a human.
-    fn restore_approval(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    fn restore_approval(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         data.announce_rule(i);
     }
 
     /// A resumed call waits for its turn to run.
-    fn restore_queued(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    fn restore_queued(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         data.announce_rule(i);
     }
 
     /// The built-in `ask_user` call puts its question to the person.
-    fn start_ask_user(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    fn start_ask_user(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         data.ask_user(i);
     }
 
     /// The person answered: the answer is the call's result.
-    fn user_answered(data: &mut ProcessData, i: usize, from: ToolCallState, facts: &Facts<'_>) {
+    fn user_answered(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>) {
         data.cancel_deadline(i, from);
         let answer = match facts {
             Facts::Answered(Some(a)) => (*a).to_string(),
@@ -234,7 +228,7 @@ impl ToolCallActions for Actions {
     }
 
     /// Nobody can answer (no person attached): an error result.
-    fn user_unavailable(data: &mut ProcessData, i: usize, from: ToolCallState, _: &Facts<'_>) {
+    fn user_unavailable(data: &mut Calls<'_>, i: usize, from: ToolCallState, _: &Facts<'_>) {
         data.cancel_deadline(i, from);
         let why = "nobody can answer: no person is attached to this run (run it in a session or in `agentloop chat`)";
         let r = tool_result(&data.tools.slots.get(i).call, ToolStatus::Error, why.into());
@@ -242,7 +236,7 @@ impl ToolCallActions for Actions {
     }
 
     /// Nobody answered in time: an error result.
-    fn user_deadline(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    fn user_deadline(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         let ms = data.cfg.ask_user_timeout_ms.unwrap_or_default();
         let r = tool_result(
             &data.tools.slots.get(i).call,
@@ -253,24 +247,24 @@ impl ToolCallActions for Actions {
     }
 
     /// The `before_tool` hooks are asked (R-EXT-1).
-    fn start_gate(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    fn start_gate(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         data.tools.slots.get_mut(i).gated = true;
         let call = data.tools.slots.get(i).call.clone();
         data.outbox.push(Effect::GateTool { call });
     }
 
     /// The call runs.
-    fn start_run(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    fn start_run(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         data.run(i);
     }
 
     /// The hooks let the call run as it is.
-    fn gate_allowed(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    fn gate_allowed(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         data.run(i);
     }
 
     /// The hooks replaced the arguments: the call runs with theirs.
-    fn gate_modified(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
+    fn gate_modified(data: &mut Calls<'_>, i: usize, _: ToolCallState, facts: &Facts<'_>) {
         if let Facts::Gate(GateVerdict::Modify { arguments }) = facts {
             data.tools.slots.get_mut(i).call.arguments = arguments.clone();
         }
@@ -278,7 +272,7 @@ impl ToolCallActions for Actions {
     }
 
     /// The hooks blocked the call: a denied result.
-    fn gate_blocked(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
+    fn gate_blocked(data: &mut Calls<'_>, i: usize, _: ToolCallState, facts: &Facts<'_>) {
         let reason = match facts {
             Facts::Gate(GateVerdict::Block { reason }) => reason.clone(),
             _ => String::new(),
@@ -294,10 +288,10 @@ impl ToolCallActions for Actions {
     }
 
     /// The hooks want a human to decide: the call waits for its turn.
-    fn gate_asked(_: &mut ProcessData, _: usize, _: ToolCallState, _: &Facts<'_>) {}
+    fn gate_asked(_: &mut Calls<'_>, _: usize, _: ToolCallState, _: &Facts<'_>) {}
 
     /// The call is put to a human (R-CTL-4), with the approval timer if one is set.
-    fn ask(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    fn ask(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         let call = data.tools.slots.get(i).call.clone();
         data.outbox.emit(AgentEvent::ApprovalRequired {
             tool_call_id: call.id.clone(),
@@ -309,12 +303,12 @@ impl ToolCallActions for Actions {
     }
 
     /// A human approved the call: it waits for its turn to run.
-    fn approved(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
+    fn approved(data: &mut Calls<'_>, i: usize, _: ToolCallState, facts: &Facts<'_>) {
         resolved(data, i, facts);
     }
 
     /// A human approved the call with new arguments.
-    fn modified(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
+    fn modified(data: &mut Calls<'_>, i: usize, _: ToolCallState, facts: &Facts<'_>) {
         if let Facts::Approval(ApprovalDecision::Modified { arguments }) = facts {
             data.tools.slots.get_mut(i).call.arguments = arguments.clone();
         }
@@ -323,7 +317,7 @@ impl ToolCallActions for Actions {
 
     /// A human rejected the call, or nobody answered in time (the approver's wait is withdrawn):
     /// a denied result; the run stops after the step unless it resumes on its own.
-    fn rejected(data: &mut ProcessData, i: usize, _: ToolCallState, facts: &Facts<'_>) {
+    fn rejected(data: &mut Calls<'_>, i: usize, _: ToolCallState, facts: &Facts<'_>) {
         match facts {
             Facts::ApprovalTimer(decision) => {
                 let tool_call_id = data.tools.slots.get(i).call.id.clone();
@@ -339,20 +333,20 @@ impl ToolCallActions for Actions {
     }
 
     /// Another call of the same scope was approved "always": this one needs no question.
-    fn whitelisted(_: &mut ProcessData, _: usize, _: ToolCallState, _: &Facts<'_>) {}
+    fn whitelisted(_: &mut Calls<'_>, _: usize, _: ToolCallState, _: &Facts<'_>) {}
 
     /// The tool succeeded: its result.
-    fn finished_ok(data: &mut ProcessData, i: usize, from: ToolCallState, facts: &Facts<'_>) {
+    fn finished_ok(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>) {
         finish(data, i, from, facts);
     }
 
     /// The tool failed: its result.
-    fn finished_error(data: &mut ProcessData, i: usize, from: ToolCallState, facts: &Facts<'_>) {
+    fn finished_error(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>) {
         finish(data, i, from, facts);
     }
 
     /// The call's deadline passed: the tool is killed and the call fails.
-    fn deadline(data: &mut ProcessData, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    fn deadline(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         let call = data.tools.slots.get(i).call.clone();
         data.outbox.push(Effect::KillTool {
             tool_call_id: call.id.clone(),
@@ -373,7 +367,7 @@ impl ToolCallActions for Actions {
     }
 
     /// An abort kills the running call.
-    fn abort_killed(data: &mut ProcessData, i: usize, from: ToolCallState, _: &Facts<'_>) {
+    fn abort_killed(data: &mut Calls<'_>, i: usize, from: ToolCallState, _: &Facts<'_>) {
         kill(data, i, from);
         let tool_call_id = data.tools.slots.get(i).call.id.clone();
         data.outbox.emit(AgentEvent::ToolKilled { tool_call_id });
@@ -381,26 +375,26 @@ impl ToolCallActions for Actions {
     }
 
     /// An abort spares the running call: it runs to its end (Draining).
-    fn abort_immune(_: &mut ProcessData, _: usize, _: ToolCallState, _: &Facts<'_>) {}
+    fn abort_immune(_: &mut Calls<'_>, _: usize, _: ToolCallState, _: &Facts<'_>) {}
 
     /// An abort closes a call that has not started.
-    fn abort_unstarted(data: &mut ProcessData, i: usize, from: ToolCallState, _: &Facts<'_>) {
+    fn abort_unstarted(data: &mut Calls<'_>, i: usize, from: ToolCallState, _: &Facts<'_>) {
         stop_waiting(data, i, from);
         close(data, i, ToolStatus::Aborted);
     }
 
     /// Steering with `skip_remaining` kills the running call.
-    fn skip_killed(data: &mut ProcessData, i: usize, from: ToolCallState, _: &Facts<'_>) {
+    fn skip_killed(data: &mut Calls<'_>, i: usize, from: ToolCallState, _: &Facts<'_>) {
         kill(data, i, from);
         announce_skip(data, i);
         close(data, i, ToolStatus::Skipped);
     }
 
     /// Steering with `skip_remaining` spares the running call: it runs to its end.
-    fn skip_immune(_: &mut ProcessData, _: usize, _: ToolCallState, _: &Facts<'_>) {}
+    fn skip_immune(_: &mut Calls<'_>, _: usize, _: ToolCallState, _: &Facts<'_>) {}
 
     /// Steering with `skip_remaining` skips a call that has not started.
-    fn skip_unstarted(data: &mut ProcessData, i: usize, from: ToolCallState, _: &Facts<'_>) {
+    fn skip_unstarted(data: &mut Calls<'_>, i: usize, from: ToolCallState, _: &Facts<'_>) {
         stop_waiting(data, i, from);
         announce_skip(data, i);
         close(data, i, ToolStatus::Skipped);

@@ -8,8 +8,8 @@
 use crate::event::{ApprovalDecision, GateVerdict, KillPolicy};
 use crate::message::{ToolResult, ToolStatus};
 use crate::process::call_dispatch::ToolCallGuards;
+use crate::process::calls::Calls;
 use crate::process::config::{LoopAction, ASK_USER_TOOL};
-use crate::process::data::ProcessData;
 use crate::tool_rules::RuleAction;
 
 /// What a tool-call event carries beyond the call and the step's data.
@@ -63,72 +63,72 @@ pub(crate) struct Guards;
 
 impl ToolCallGuards for Guards {
     /// The call's arguments are not a JSON object (not JSON, or cut off).
-    fn invalid_arguments(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+    fn invalid_arguments(data: &Calls<'_>, i: usize, _: &Facts<'_>) -> bool {
         data.tools.slots.get(i).call.invalid_arguments.is_some()
     }
 
     /// The step does not offer the called tool.
-    fn unknown_tool(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+    fn unknown_tool(data: &Calls<'_>, i: usize, _: &Facts<'_>) -> bool {
         let name = &data.tools.slots.get(i).call.name;
-        !data.attempt.request.tools.iter().any(|t| t.name == *name)
+        !data.request.tools.iter().any(|t| t.name == *name)
     }
 
     /// The runtime's schema check rejected the call's arguments.
-    fn schema_violated(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+    fn schema_violated(data: &Calls<'_>, i: usize, _: &Facts<'_>) -> bool {
         data.tools.slots.get(i).rejected.is_some()
     }
 
     /// The call completes a doom loop whose policy stops the run.
-    fn loop_refused(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
+    fn loop_refused(_: &Calls<'_>, _: usize, facts: &Facts<'_>) -> bool {
         facts.looped() == Some(LoopAction::Stop)
     }
 
     /// The call completes a doom loop whose policy asks a human.
-    fn loop_asks(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
+    fn loop_asks(_: &Calls<'_>, _: usize, facts: &Facts<'_>) -> bool {
         facts.looped() == Some(LoopAction::Ask)
     }
 
     /// The call is to the built-in `ask_user` tool, which the step offers.
-    fn asks_user(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+    fn asks_user(data: &Calls<'_>, i: usize, _: &Facts<'_>) -> bool {
         data.cfg.ask_user && data.tools.slots.get(i).call.name == ASK_USER_TOOL
     }
 
     /// The person answered with text.
-    fn answered(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
+    fn answered(_: &Calls<'_>, _: usize, facts: &Facts<'_>) -> bool {
         matches!(facts, Facts::Answered(Some(_)))
     }
 
     /// The call's deciding tool rule denies it.
-    fn denied_by_rule(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+    fn denied_by_rule(data: &Calls<'_>, i: usize, _: &Facts<'_>) -> bool {
         let policy = &data.tools.slots.get(i).policy;
         policy.action == RuleAction::Deny && policy.rule.is_some()
     }
 
     /// A pure tool's identical earlier call has a cached result.
-    fn cached(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+    fn cached(data: &Calls<'_>, i: usize, _: &Facts<'_>) -> bool {
         data.cached(&data.tools.slots.get(i).call).is_some()
     }
 
     /// The call must be put to a human (a doom-loop question, or its rule (or the approval
     /// map) asks and no "approve always" covers it).
-    fn needs_approval(data: &ProcessData, i: usize, facts: &Facts<'_>) -> bool {
+    fn needs_approval(data: &Calls<'_>, i: usize, facts: &Facts<'_>) -> bool {
         let slot = data.tools.slots.get(i);
         facts.looped() == Some(LoopAction::Ask)
             || slot.policy.action == RuleAction::Ask && !data.tools.covers(slot)
     }
 
     /// The session log holds the resumed call's result.
-    fn has_result(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
+    fn has_result(_: &Calls<'_>, _: usize, facts: &Facts<'_>) -> bool {
         matches!(facts, Facts::Restore { stored: Some(_) })
     }
 
     /// The step gates tools through `before_tool` hooks and this call has not been gated yet.
-    fn ungated(data: &ProcessData, i: usize, _: &Facts<'_>) -> bool {
+    fn ungated(data: &Calls<'_>, i: usize, _: &Facts<'_>) -> bool {
         data.cfg.gate_tools && !data.tools.slots.get(i).gated
     }
 
     /// The tool reported success.
-    fn succeeded(_: &ProcessData, _: usize, facts: &Facts<'_>) -> bool {
+    fn succeeded(_: &Calls<'_>, _: usize, facts: &Facts<'_>) -> bool {
         matches!(
             facts,
             Facts::Finished {
@@ -139,17 +139,17 @@ impl ToolCallGuards for Guards {
     }
 
     /// The kill policy in force kills this running call.
-    fn killed(data: &ProcessData, i: usize, facts: &Facts<'_>) -> bool {
+    fn killed(data: &Calls<'_>, i: usize, facts: &Facts<'_>) -> bool {
         match facts {
-            Facts::Kill(kill) => data.killed_by(*kill, &data.tools.slots.get(i).call.name),
+            Facts::Kill(kill) => data.cfg.kills(*kill, &data.tools.slots.get(i).call.name),
             _ => false,
         }
     }
 
     /// The kill policy in force spares this running call.
-    fn immune(data: &ProcessData, i: usize, facts: &Facts<'_>) -> bool {
+    fn immune(data: &Calls<'_>, i: usize, facts: &Facts<'_>) -> bool {
         match facts {
-            Facts::Kill(kill) => !data.killed_by(*kill, &data.tools.slots.get(i).call.name),
+            Facts::Kill(kill) => !data.cfg.kills(*kill, &data.tools.slots.get(i).call.name),
             _ => false,
         }
     }

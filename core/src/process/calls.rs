@@ -1,62 +1,73 @@
-//! The tool-call lifecycle's driver: the committed (or resumed) message's calls become slots,
-//! each fed its tool-call chart events ([`ProcessData::call_event`]: the generated dispatch
-//! picks the row, the slot moves along it, the row's action runs), and what those rows and the
-//! inner machine's tool rows ask of the calls: start, gate, approve, deny, answer, kill, close.
+//! The tool-call lifecycle: [`Calls`], the part of the inner machine's data a tool call's rows
+//! read and write (the committed message's calls, the outbox, the step's configuration, request
+//! and ending), borrowed from it by [`ProcessData::calls`]. The committed (or resumed) message's
+//! calls become slots, each fed its tool-call chart events ([`Calls::call_event`]: the generated
+//! dispatch picks the row, the slot moves along it, the row's action runs), and the inner
+//! machine's tool rows ask the calls to start, gate, approve, deny, answer, kill or close.
 
 use std::collections::HashMap;
 
 use crate::agent_event::AgentEvent;
-use crate::chart::{GuardCheck, MachineKind, ToolCallEventKind, ToolCallRow, ToolCallState};
+use crate::chart::{
+    GuardCheck, MachineKind, ProcessRow, ToolCallEventKind, ToolCallRow, ToolCallState,
+};
 use crate::effect::Effect;
 use crate::entry::Entry;
 use crate::event::KillPolicy;
-use crate::inline_tags::InlinePiece;
 use crate::message::{AssistantMessage, ToolCall, ToolResult, ToolStatus};
+use crate::model::ModelRequest;
+use crate::outbox::Outbox;
 use crate::process::call_dispatch;
 use crate::process::call_guards::Facts;
-use crate::process::config::LoopAction;
+use crate::process::config::{LoopAction, StepConfig};
+use crate::process::context::{Ending, ToolCalls};
 use crate::process::data::ProcessData;
-use crate::process::deadlines::{approval_slot, approval_timer};
+use crate::process::deadlines::{approval_timer, tool_timer};
 use crate::process::slots::{Slot, Slots};
 use crate::step::Transition;
 use crate::tool_check::ArgumentsRejected;
 use crate::tool_rules::{CallPolicy, RuleAction};
 
+/// What the tool-call lifecycle works on: the inner machine's data without the model attempt
+/// (only its request, read). The tool-call chart's guards, actions and generated dispatch take
+/// this, never the whole [`ProcessData`].
+pub(crate) struct Calls<'a> {
+    /// The committed message's calls and what decides them beyond the configuration.
+    pub(crate) tools: &'a mut ToolCalls,
+    /// What the current handle produces.
+    pub(crate) outbox: &'a mut Outbox<ProcessRow>,
+    /// How the step ends: a refused loop or a rejection asks the run to stop after it.
+    pub(crate) ending: &'a mut Ending,
+    /// The step's configuration.
+    pub(crate) cfg: &'a StepConfig,
+    /// The step's request: the offered tools, and the run and model-call ids the calls'
+    /// entries and timers carry.
+    pub(crate) request: &'a ModelRequest,
+}
+
 impl ProcessData {
-    /// Commits the accumulated message (R-STR-4) and, when it has tool calls, feeds each its
-    /// `Commit` event (the tool-call chart picks its row). `rejected` holds the runtime's
-    /// schema verdicts on the calls (R-TOOL-1, from `done`); doom-loop detection runs here, in
-    /// call order, and announces each looped call before its row is chosen.
-    pub(crate) fn commit(&mut self, rejected: &[ArgumentsRejected]) {
-        self.end_attempt();
-        // The text ends: what the inline-tag filter still held back is text after all.
-        let rest = self.attempt.acc.end_text();
-        if !rest.is_empty() {
-            self.emit_text(vec![InlinePiece::Text(rest)]);
+    /// The tool-call lifecycle's view of the data.
+    pub(crate) fn calls(&mut self) -> Calls<'_> {
+        Calls {
+            tools: &mut self.tools,
+            outbox: &mut self.outbox,
+            ending: &mut self.ending,
+            cfg: &self.cfg,
+            request: &self.attempt.request,
         }
-        let message = self.attempt.acc.message();
-        self.outbox.persist(Entry::Assistant {
-            run_id: self.attempt.request.run_id.clone(),
-            model_call_index: self.attempt.request.model_call_index,
-            message: message.clone(),
-        });
-        self.outbox.emit(AgentEvent::ResponseComplete {
-            model_call_index: self.attempt.request.model_call_index,
-            usage: message.usage,
-            tool_calls: message.tool_calls.len(),
-            message: Box::new(message.clone()),
-        });
-        if !message.tool_calls.is_empty() {
-            self.outbox.emit(AgentEvent::ToolCalls {
-                count: message.tool_calls.len(),
-            });
-        }
-        for (provided, derived) in self.attempt.acc.derived_ids().to_vec() {
-            self.outbox.emit(AgentEvent::ToolCallIdDerived {
-                provided,
-                tool_call_id: derived,
-            });
-        }
+    }
+}
+
+impl Calls<'_> {
+    /// Makes the committed message's calls slots (with the runtime's schema verdicts, named by
+    /// the calls' message-local ids `local_ids`) and feeds each its `Commit` event, announcing
+    /// a doom loop first; then starts the queued calls.
+    pub(crate) fn commit(
+        &mut self,
+        message: AssistantMessage,
+        local_ids: &[String],
+        rejected: &[ArgumentsRejected],
+    ) {
         // The first verdict on each call id (ids are unique in a well-formed message). The
         // runtime names a call by its id within the message alone: a call whose id was also
         // derived from the run's context has another id here.
@@ -65,11 +76,10 @@ impl ProcessData {
         for r in rejected {
             verdicts.entry(r.tool_call_id.as_str()).or_insert(r);
         }
-        let local_ids = self.attempt.acc.message_local_ids();
         let slots = message
             .tool_calls
             .iter()
-            .zip(&local_ids)
+            .zip(local_ids)
             .map(|(call, local)| {
                 let mut slot = Slot::new(call.clone());
                 slot.rejected = verdicts.get(local.as_str()).map(|v| {
@@ -259,7 +269,7 @@ impl ProcessData {
     /// Persists and announces the result of slot `i`, which a chart row has just ended.
     pub(crate) fn record_result(&mut self, i: usize, result: ToolResult) {
         self.outbox.persist(Entry::ToolResult {
-            run_id: self.attempt.request.run_id.clone(),
+            run_id: self.request.run_id.clone(),
             result: result.clone(),
         });
         self.outbox.emit(AgentEvent::tool_end(&result));
@@ -278,7 +288,7 @@ impl ProcessData {
     pub(crate) fn run(&mut self, i: usize) {
         let call = self.tools.slots.get(i).call.clone();
         self.outbox.persist(Entry::ToolStarted {
-            run_id: self.attempt.request.run_id.clone(),
+            run_id: self.request.run_id.clone(),
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
         });
@@ -289,7 +299,7 @@ impl ProcessData {
         });
         self.outbox.push(Effect::RunTool { call });
         if let Some(delay_ms) = self.tools.slots.get(i).policy.timeout_ms {
-            let timer_id = self.deadline_timer(i);
+            let timer_id = tool_timer(self.request.model_call_index, i);
             self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
         }
     }
@@ -328,7 +338,7 @@ impl ProcessData {
             options,
         });
         if let Some(delay_ms) = self.cfg.ask_user_timeout_ms {
-            let timer_id = self.deadline_timer(i);
+            let timer_id = tool_timer(self.request.model_call_index, i);
             self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
         }
     }
@@ -343,7 +353,7 @@ impl ProcessData {
             self.tools.slots.get(i).policy.timeout_ms.is_some()
         };
         if set {
-            let timer_id = self.deadline_timer(i);
+            let timer_id = tool_timer(self.request.model_call_index, i);
             self.outbox.push(Effect::CancelTimer { timer_id });
         }
     }
@@ -365,24 +375,16 @@ impl ProcessData {
     /// Starts slot `i`'s approval timer, if the step has an approval timeout.
     pub(crate) fn start_approval_timer(&mut self, i: usize) {
         if let Some(delay_ms) = self.cfg.approval_timeout_ms {
-            let timer_id = approval_timer(self.attempt.request.model_call_index, i);
+            let timer_id = approval_timer(self.request.model_call_index, i);
             self.outbox.push(Effect::StartTimer { timer_id, delay_ms });
         }
-    }
-
-    /// The call being asked about whose approval timer is `timer_id`, if any.
-    pub(crate) fn approval_timer_of(&self, timer_id: u64) -> Option<usize> {
-        let i = approval_slot(timer_id, self.attempt.request.model_call_index)?;
-        let asked =
-            i < self.tools.slots.len() && self.tools.slots.get(i).state() == ToolCallState::Asking;
-        asked.then_some(i)
     }
 
     /// Ends the approval timer of slot `i`, which is no longer asked about (answered or
     /// closed).
     pub(crate) fn cancel_approval_timer(&mut self, i: usize) {
         if self.cfg.approval_timeout_ms.is_some() {
-            let timer_id = approval_timer(self.attempt.request.model_call_index, i);
+            let timer_id = approval_timer(self.request.model_call_index, i);
             self.outbox.push(Effect::CancelTimer { timer_id });
         }
     }
@@ -477,23 +479,6 @@ impl ProcessData {
         }
         let r = tool_result(&call, ToolStatus::Denied, why);
         self.record_result(i, r);
-    }
-
-    pub(crate) fn killed_by(&self, kill: KillPolicy, name: &str) -> bool {
-        match kill {
-            KillPolicy::All => true,
-            KillPolicy::None => false,
-            KillPolicy::Killable => !self.cfg.immune.contains(name),
-        }
-    }
-
-    /// Whether, under `kill`, some running call would keep running.
-    pub(crate) fn would_drain(&self, kill: KillPolicy) -> bool {
-        self.tools
-            .slots
-            .in_state(ToolCallState::Running)
-            .into_iter()
-            .any(|i| !self.killed_by(kill, &self.tools.slots.get(i).call.name))
     }
 
     /// Feeds every call without a result, in call order, `event` (`Abort` or `Skip`) under

@@ -340,6 +340,16 @@ impl StepConfig {
         }
     }
 
+    /// Whether the kill policy `kill` kills a running call of `tool` (an abort's or a
+    /// steering skip's).
+    pub(crate) fn kills(&self, kill: crate::event::KillPolicy, tool: &str) -> bool {
+        match kill {
+            crate::event::KillPolicy::All => true,
+            crate::event::KillPolicy::None => false,
+            crate::event::KillPolicy::Killable => !self.immune.contains(tool),
+        }
+    }
+
     /// Whether `tool` declared itself pure (see [`StepConfig::pure_tools`]).
     pub fn is_pure(&self, tool: &str) -> bool {
         self.pure_tools

@@ -7,14 +7,15 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use crate::chart::ToolCallState;
-use crate::event::{AttemptId, Event};
+use crate::event::{AttemptId, Event, KillPolicy};
 use crate::inline_tags::InlineTags;
 use crate::message::{AssistantMessage, ToolResult};
 use crate::model::ModelRequest;
 use crate::output::OutputRejected;
 use crate::process::accumulate::MessageAssembler;
+use crate::process::config::StepConfig;
 use crate::process::data::StepOutcome;
-use crate::process::deadlines::{AttemptTimer, AttemptTimers};
+use crate::process::deadlines::{approval_slot, tool_slot, AttemptTimer, AttemptTimers};
 use crate::process::slots::{Slot, Slots};
 use crate::tool_cache::ToolCache;
 
@@ -241,6 +242,34 @@ impl ToolCalls {
             && self
                 .whitelist
                 .contains(&crate::tool_rules::approval_scope(&slot.call))
+    }
+
+    /// The running (or answer-awaiting) call whose deadline timer is `timer_id`, if it is one
+    /// of step `model_call_index` (see [`deadlines`](crate::process::deadlines)).
+    pub(crate) fn deadline_of(&self, timer_id: u64, model_call_index: u32) -> Option<usize> {
+        let i = tool_slot(timer_id, model_call_index)?;
+        let state = (i < self.slots.len()).then(|| self.slots.get(i).state());
+        matches!(
+            state,
+            Some(ToolCallState::Running | ToolCallState::AwaitingUser)
+        )
+        .then_some(i)
+    }
+
+    /// The call being asked about whose approval timer is `timer_id`, if it is one of step
+    /// `model_call_index`.
+    pub(crate) fn approval_timer_of(&self, timer_id: u64, model_call_index: u32) -> Option<usize> {
+        let i = approval_slot(timer_id, model_call_index)?;
+        let asked = i < self.slots.len() && self.slots.get(i).state() == ToolCallState::Asking;
+        asked.then_some(i)
+    }
+
+    /// Whether, under `kill`, some running call would keep running.
+    pub(crate) fn would_drain(&self, kill: KillPolicy, cfg: &StepConfig) -> bool {
+        self.slots
+            .in_state(ToolCallState::Running)
+            .into_iter()
+            .any(|i| !cfg.kills(kill, &self.slots.get(i).call.name))
     }
 
     /// Tool results in the model's call order (R-IN-4).

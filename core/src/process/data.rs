@@ -1,11 +1,12 @@
 //! The inner machine's data and the pure helpers its handlers use to request effects (the
-//! tool calls' in `process/calls.rs`).
+//! tool calls' in `process/calls.rs`, on the [`Calls`](crate::process::calls::Calls) view).
 
 use std::collections::BTreeSet;
 
 use crate::agent_event::AgentEvent;
 use crate::chart::ProcessRow;
 use crate::effect::Effect;
+use crate::entry::Entry;
 use crate::error::{ErrorKind, ModelError};
 use crate::inline_tags::{InlinePiece, TagKind};
 use crate::message::MessageDelta;
@@ -13,7 +14,8 @@ use crate::model::ModelRequest;
 use crate::outbox::Outbox;
 use crate::process::config::StepConfig;
 use crate::process::context::{Attempt, Ending, ToolCalls};
-use crate::process::deadlines::{tool_slot, tool_timer, AttemptTimer};
+use crate::process::deadlines::AttemptTimer;
+use crate::tool_check::ArgumentsRejected;
 
 pub(crate) use crate::chart::ToolCallState;
 
@@ -65,20 +67,42 @@ impl ProcessData {
         self.outbox.take(row);
     }
 
-    /// The deadline timer of slot `i` (see [`deadlines`](crate::process::deadlines)).
-    pub(crate) fn deadline_timer(&self, i: usize) -> u64 {
-        tool_timer(self.attempt.request.model_call_index, i)
-    }
-
-    /// The running slot whose deadline timer is `timer_id`, if any.
-    pub(crate) fn deadline_of(&self, timer_id: u64) -> Option<usize> {
-        let i = tool_slot(timer_id, self.attempt.request.model_call_index)?;
-        let state = (i < self.tools.slots.len()).then(|| self.tools.slots.get(i).state());
-        matches!(
-            state,
-            Some(ToolCallState::Running | ToolCallState::AwaitingUser)
-        )
-        .then_some(i)
+    /// Commits the accumulated message (R-STR-4) and, when it has tool calls, feeds each its
+    /// `Commit` event (the tool-call chart picks its row). `rejected` holds the runtime's
+    /// schema verdicts on the calls (R-TOOL-1, from `done`); doom-loop detection runs here, in
+    /// call order, and announces each looped call before its row is chosen.
+    pub(crate) fn commit(&mut self, rejected: &[ArgumentsRejected]) {
+        self.end_attempt();
+        // The text ends: what the inline-tag filter still held back is text after all.
+        let rest = self.attempt.acc.end_text();
+        if !rest.is_empty() {
+            self.emit_text(vec![InlinePiece::Text(rest)]);
+        }
+        let message = self.attempt.acc.message();
+        self.outbox.persist(Entry::Assistant {
+            run_id: self.attempt.request.run_id.clone(),
+            model_call_index: self.attempt.request.model_call_index,
+            message: message.clone(),
+        });
+        self.outbox.emit(AgentEvent::ResponseComplete {
+            model_call_index: self.attempt.request.model_call_index,
+            usage: message.usage,
+            tool_calls: message.tool_calls.len(),
+            message: Box::new(message.clone()),
+        });
+        if !message.tool_calls.is_empty() {
+            self.outbox.emit(AgentEvent::ToolCalls {
+                count: message.tool_calls.len(),
+            });
+        }
+        for (provided, derived) in self.attempt.acc.derived_ids().to_vec() {
+            self.outbox.emit(AgentEvent::ToolCallIdDerived {
+                provided,
+                tool_call_id: derived,
+            });
+        }
+        let local_ids = self.attempt.acc.message_local_ids();
+        self.calls().commit(message, &local_ids, rejected);
     }
 
     /// An attempt deadline passed: the stream is cancelled; a first-chunk or stall deadline is

@@ -43,7 +43,9 @@ pub(crate) fn prepare(data: &mut ProcessData, input: &Input<'_>) {
         Input::Ext(Event::Approval { tool_call_id, .. }) => data.tools.asking(tool_call_id),
         Input::Ext(Event::ToolGated { tool_call_id, .. }) => data.tools.gating(tool_call_id),
         Input::Ext(Event::UserAnswered { tool_call_id, .. }) => data.tools.asked_user(tool_call_id),
-        Input::Ext(Event::TimerElapsed { timer_id }) => data.approval_timer_of(*timer_id),
+        Input::Ext(Event::TimerElapsed { timer_id }) => data
+            .tools
+            .approval_timer_of(*timer_id, data.attempt.request.model_call_index),
         _ => None,
     };
 }

@@ -167,7 +167,10 @@ impl ProcessGuards for Guards {
     /// `tool_deadline`: the timer is the deadline of a running call.
     fn tool_deadline(data: &ProcessData, input: &Input<'_>) -> bool {
         match input {
-            Input::Ext(Event::TimerElapsed { timer_id }) => data.deadline_of(*timer_id).is_some(),
+            Input::Ext(Event::TimerElapsed { timer_id }) => data
+                .tools
+                .deadline_of(*timer_id, data.attempt.request.model_call_index)
+                .is_some(),
             _ => false,
         }
     }
@@ -175,7 +178,7 @@ impl ProcessGuards for Guards {
     /// `tools_to_drain`: after the abort's kill policy some tools would still run.
     fn tools_to_drain(data: &ProcessData, input: &Input<'_>) -> bool {
         match input {
-            Input::Ext(Event::Abort { kill, .. }) => data.would_drain(*kill),
+            Input::Ext(Event::Abort { kill, .. }) => data.tools.would_drain(*kill, &data.cfg),
             _ => false,
         }
     }

@@ -245,7 +245,7 @@ impl Process {
         // effect: a fixpoint). This terminates by construction: a Settle that moves the machine
         // leaves both states (to AwaitingApproval, Success or Error); one that stays is
         // `running_settle_wait` / `draining_settle_wait`, whose action starts every queued call
-        // that may start now (`ProcessData::start_queued`, itself a pass over the queue), so
+        // that may start now (`Calls::start_queued`, itself a pass over the queue), so
         // the Settle after it finds nothing left to start and requests nothing.
         while matches!(
             self.state(),
@@ -387,7 +387,7 @@ impl Process {
     /// Whether an abort with `kill` would leave some running call running (immune tools, or
     /// kill policy `none`), so the step would drain instead of ending at once.
     pub fn abort_would_drain(&self, kill: crate::event::KillPolicy) -> bool {
-        self.data.would_drain(kill)
+        self.data.tools.would_drain(kill, &self.data.cfg)
     }
 
     /// Ids of tool calls currently running.
