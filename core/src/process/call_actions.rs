@@ -14,18 +14,15 @@ use crate::event::{ApprovalDecision, GateVerdict};
 use crate::message::ToolStatus;
 use crate::process::call_dispatch::ToolCallActions;
 use crate::process::call_guards::Facts;
-use crate::process::calls::{tool_result, Calls};
+use crate::process::calls::Calls;
 use crate::process::data::ToolCallState;
 use crate::tool_check::unknown_tool_message;
 
 /// The deciding rule is announced and the call gets the rule's denied result.
 fn deny_by_rule(data: &mut Calls<'_>, i: usize) {
     data.announce_rule(i);
-    let slot = data.tools.slots.get(i);
-    let r = data
-        .denial(&slot.call, &slot.policy)
-        .unwrap_or_else(|| tool_result(&slot.call, ToolStatus::Denied, "denied".into()));
-    data.record_result(i, r);
+    let why = data.denial(i);
+    data.record_result(i, ToolStatus::Denied, why);
 }
 
 /// A human's answer that lets the call run: the approval timer stops, the answer and the
@@ -52,9 +49,7 @@ fn finish(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>
         return;
     };
     data.cancel_deadline(i, from);
-    let call = &data.tools.slots.get(i).call;
-    let result = tool_result(call, *status, (*content).to_string());
-    data.record_result(i, result);
+    data.record_result(i, *status, (*content).to_string());
 }
 
 /// Kills a running call and stops its deadline.
@@ -87,8 +82,7 @@ fn close(data: &mut Calls<'_>, i: usize, status: ToolStatus) {
     } else {
         "aborted"
     };
-    let r = tool_result(&data.tools.slots.get(i).call, status, content.into());
-    data.record_result(i, r);
+    data.record_result(i, status, content.into());
 }
 
 /// The tool-call chart's actions, one method of [`ToolCallActions`] each.
@@ -97,10 +91,8 @@ pub(crate) struct Actions;
 impl ToolCallActions for Actions {
     /// The arguments were not a JSON object: an error result saying what is wrong.
     fn commit_invalid(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
-        let call = &data.tools.slots.get(i).call;
-        let why = call.invalid_arguments.clone().unwrap_or_default();
-        let r = tool_result(call, ToolStatus::Error, why);
-        data.record_result(i, r);
+        let why = data.tools.slots.get(i).call.invalid_arguments.clone();
+        data.record_result(i, ToolStatus::Error, why.unwrap_or_default());
     }
 
     /// An unknown tool: `tool_call_unknown`, and an error result naming the nearest offered tool.
@@ -112,7 +104,7 @@ impl ToolCallActions for Actions {
         });
         let offered: BTreeSet<&str> = data.request.tools.iter().map(|t| t.name.as_str()).collect();
         let why = unknown_tool_message(&call.name, offered.iter().copied());
-        data.record_result(i, tool_result(&call, ToolStatus::Error, why));
+        data.record_result(i, ToolStatus::Error, why);
     }
 
     /// Arguments against the tool's schema: an error result listing the violations (R-TOOL-1).
@@ -123,8 +115,7 @@ impl ToolCallActions for Actions {
             .as_ref()
             .map(|v| v.message(&slot.call.name))
             .unwrap_or_default();
-        let r = tool_result(&slot.call, ToolStatus::Error, why);
-        data.record_result(i, r);
+        data.record_result(i, ToolStatus::Error, why);
     }
 
     /// A refused doom loop: an error result, and the run stops after the step.
@@ -134,13 +125,11 @@ impl ToolCallActions for Actions {
             _ => 0,
         };
         data.ending.stop("stopped");
-        let call = &data.tools.slots.get(i).call;
         let why = format!(
             "refused: `{}` was called {repeats} times in a row with identical arguments (doom loop)",
-            call.name
+            data.tools.slots.get(i).call.name
         );
-        let r = tool_result(call, ToolStatus::Error, why);
-        data.record_result(i, r);
+        data.record_result(i, ToolStatus::Error, why);
     }
 
     /// A tool rule denies the call (R-TOOL-3): the rule is announced and the call gets a denied
@@ -165,8 +154,7 @@ impl ToolCallActions for Actions {
             name: call.name.clone(),
             cached_from: hit.tool_call_id.clone(),
         });
-        let result = tool_result(&call, ToolStatus::Completed, hit.content);
-        data.record_result(i, result);
+        data.record_result(i, ToolStatus::Completed, hit.content);
     }
 
     /// The call waits to be put to a human.
@@ -223,27 +211,21 @@ impl ToolCallActions for Actions {
                 trigger: "user_respond".into(),
             });
         }
-        let r = tool_result(&call, ToolStatus::Completed, answer);
-        data.record_result(i, r);
+        data.record_result(i, ToolStatus::Completed, answer);
     }
 
     /// Nobody can answer (no person attached): an error result.
     fn user_unavailable(data: &mut Calls<'_>, i: usize, from: ToolCallState, _: &Facts<'_>) {
         data.cancel_deadline(i, from);
         let why = "nobody can answer: no person is attached to this run (run it in a session or in `agentloop chat`)";
-        let r = tool_result(&data.tools.slots.get(i).call, ToolStatus::Error, why.into());
-        data.record_result(i, r);
+        data.record_result(i, ToolStatus::Error, why.into());
     }
 
     /// Nobody answered in time: an error result.
     fn user_deadline(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         let ms = data.cfg.ask_user_timeout_ms.unwrap_or_default();
-        let r = tool_result(
-            &data.tools.slots.get(i).call,
-            ToolStatus::Error,
-            format!("the person did not answer within {ms} ms"),
-        );
-        data.record_result(i, r);
+        let why = format!("the person did not answer within {ms} ms");
+        data.record_result(i, ToolStatus::Error, why);
     }
 
     /// The `before_tool` hooks are asked (R-EXT-1).
@@ -283,8 +265,7 @@ impl ToolCallActions for Actions {
             name: call.name.clone(),
             reason: reason.clone(),
         });
-        let r = tool_result(&call, ToolStatus::Denied, format!("blocked: {reason}"));
-        data.record_result(i, r);
+        data.record_result(i, ToolStatus::Denied, format!("blocked: {reason}"));
     }
 
     /// The hooks want a human to decide: the call waits for its turn.
@@ -347,23 +328,11 @@ impl ToolCallActions for Actions {
 
     /// The call's deadline passed: the tool is killed and the call fails.
     fn deadline(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
-        let call = data.tools.slots.get(i).call.clone();
-        data.outbox.push(Effect::KillTool {
-            tool_call_id: call.id.clone(),
-        });
-        let ms = data
-            .tools
-            .slots
-            .get(i)
-            .policy
-            .timeout_ms
-            .unwrap_or_default();
-        let r = tool_result(
-            &call,
-            ToolStatus::Error,
-            format!("tool timed out after {ms} ms"),
-        );
-        data.record_result(i, r);
+        let slot = data.tools.slots.get(i);
+        let (tool_call_id, ms) = (slot.call.id.clone(), slot.policy.timeout_ms);
+        data.outbox.push(Effect::KillTool { tool_call_id });
+        let why = format!("tool timed out after {} ms", ms.unwrap_or_default());
+        data.record_result(i, ToolStatus::Error, why);
     }
 
     /// An abort kills the running call.

@@ -26,7 +26,7 @@ use crate::process::deadlines::{approval_timer, tool_timer};
 use crate::process::slots::{Slot, Slots};
 use crate::step::Transition;
 use crate::tool_check::ArgumentsRejected;
-use crate::tool_rules::{CallPolicy, RuleAction};
+use crate::tool_rules::RuleAction;
 
 /// What the tool-call lifecycle works on: the inner machine's data without the model attempt
 /// (only its request, read). The tool-call chart's guards, actions and generated dispatch take
@@ -94,24 +94,14 @@ impl Calls<'_> {
         self.tools.slots = Slots::new(slots);
         // The run of identical signatures at the end of the history: its signature and length
         // (the history is the run's earlier calls, then this message's calls so far).
-        let mut last: Option<(String, String)> = self.tools.recent.last().cloned();
-        let mut run = last.as_ref().map_or(0, |l| {
-            self.tools
-                .recent
-                .iter()
-                .rev()
-                .take_while(|s| *s == l)
-                .count() as u32
-        });
+        let recent = &self.tools.recent;
+        let mut last = recent.last().cloned();
+        let same = |s: &&(String, String)| Some(*s) == last.as_ref();
+        let mut repeats = recent.iter().rev().take_while(same).count() as u32;
         for (i, call) in message.tool_calls.iter().enumerate() {
-            let signature = (call.name.clone(), call.arguments.to_string());
-            let repeats = if last.as_ref() == Some(&signature) {
-                run + 1
-            } else {
-                1
-            };
-            last = Some(signature);
-            run = repeats;
+            let signature = Some((call.name.clone(), call.arguments.to_string()));
+            repeats = if last == signature { repeats + 1 } else { 1 };
+            last = signature;
             let looped = self.cfg.doom_loop.filter(|p| repeats >= p.threshold);
             if let Some(policy) = looped {
                 self.outbox.emit(AgentEvent::LoopDetected {
@@ -235,14 +225,12 @@ impl Calls<'_> {
         self.tools.cache.get(call)
     }
 
-    /// The denied result of `call` if its deciding rule denies it.
-    pub(crate) fn denial(&self, call: &ToolCall, policy: &CallPolicy) -> Option<ToolResult> {
-        if policy.action != RuleAction::Deny {
-            return None;
-        }
-        let i = policy.rule?;
-        let why = self.cfg.tool_rules.get(i)?.denial(i);
-        Some(tool_result(call, ToolStatus::Denied, why))
+    /// Why slot `i`'s deciding rule denies it (`denied` when the rule is gone).
+    pub(crate) fn denial(&self, i: usize) -> String {
+        let policy = &self.tools.slots.get(i).policy;
+        let rule = policy.rule.filter(|_| policy.action == RuleAction::Deny);
+        rule.and_then(|r| Some(self.cfg.tool_rules.get(r)?.denial(r)))
+            .unwrap_or_else(|| "denied".into())
     }
 
     /// `tool_rule_matched` for slot `i` if a rule decided it (rows that act on the rules'
@@ -266,8 +254,16 @@ impl Calls<'_> {
         self.outbox.emit(event);
     }
 
-    /// Persists and announces the result of slot `i`, which a chart row has just ended.
-    pub(crate) fn record_result(&mut self, i: usize, result: ToolResult) {
+    /// Gives slot `i`, which a chart row has just ended, its result (`status`, `content`):
+    /// persisted and announced.
+    pub(crate) fn record_result(&mut self, i: usize, status: ToolStatus, content: String) {
+        let call = &self.tools.slots.get(i).call;
+        let result = ToolResult {
+            tool_call_id: call.id.clone(),
+            name: call.name.clone(),
+            content,
+            status,
+        };
         self.outbox.persist(Entry::ToolResult {
             run_id: self.request.run_id.clone(),
             result: result.clone(),
@@ -477,8 +473,7 @@ impl Calls<'_> {
         } else {
             self.ending.stop("tool_rejected");
         }
-        let r = tool_result(&call, ToolStatus::Denied, why);
-        self.record_result(i, r);
+        self.record_result(i, ToolStatus::Denied, why);
     }
 
     /// Feeds every call without a result, in call order, `event` (`Abort` or `Skip`) under
@@ -490,15 +485,5 @@ impl Calls<'_> {
                 self.call_event(i, event, Facts::Kill(kill));
             }
         }
-    }
-}
-
-/// A result for `call` with `status` and `content`.
-pub(crate) fn tool_result(call: &ToolCall, status: ToolStatus, content: String) -> ToolResult {
-    ToolResult {
-        tool_call_id: call.id.clone(),
-        name: call.name.clone(),
-        content,
-        status,
     }
 }
