@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::chart::ToolCallState;
 use crate::event::{AttemptId, Event, KillPolicy};
 use crate::inline_tags::InlineTags;
-use crate::message::{AssistantMessage, ToolResult};
+use crate::message::AssistantMessage;
 use crate::model::ModelRequest;
 use crate::output::OutputRejected;
 use crate::process::accumulate::MessageAssembler;
@@ -203,37 +203,6 @@ impl ToolCalls {
         }
     }
 
-    /// The call `tool_call_id` if it is being asked about (approval).
-    pub(crate) fn asking(&self, tool_call_id: &str) -> Option<usize> {
-        self.slots.find(tool_call_id, ToolCallState::Asking)
-    }
-
-    /// The call `tool_call_id` if the hooks are being asked about it.
-    pub(crate) fn gating(&self, tool_call_id: &str) -> Option<usize> {
-        self.slots.find(tool_call_id, ToolCallState::Gating)
-    }
-
-    /// The call `tool_call_id` if it runs.
-    pub(crate) fn running(&self, tool_call_id: &str) -> Option<usize> {
-        self.slots.find(tool_call_id, ToolCallState::Running)
-    }
-
-    /// The call waiting for the person's answer to the question `tool_call_id`, if any.
-    pub(crate) fn asked_user(&self, tool_call_id: &str) -> Option<usize> {
-        self.slots.find(tool_call_id, ToolCallState::AwaitingUser)
-    }
-
-    /// A call waits for approval and none is being asked about.
-    pub(crate) fn approval_needed(&self) -> bool {
-        self.slots.count(ToolCallState::NeedsApproval) > 0
-            && self.slots.count(ToolCallState::Asking) == 0
-    }
-
-    /// Every call has its result.
-    pub(crate) fn all_results(&self) -> bool {
-        self.slots.all_done()
-    }
-
     /// Whether an "approve always" of this run covers `slot`'s call: its
     /// [`approval_scope`](crate::tool_rules::approval_scope) (a tool, or a shell-like tool's
     /// command family), so never a call a rule singled out by its arguments.
@@ -270,11 +239,6 @@ impl ToolCalls {
             .in_state(ToolCallState::Running)
             .into_iter()
             .any(|i| !cfg.kills(kill, &self.slots.get(i).call.name))
-    }
-
-    /// Tool results in the model's call order (R-IN-4).
-    pub(crate) fn results_in_call_order(&self) -> Vec<ToolResult> {
-        self.slots.iter().filter_map(|s| s.result.clone()).collect()
     }
 }
 

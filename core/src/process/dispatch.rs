@@ -38,14 +38,15 @@ pub(crate) fn chart_event(_data: &ProcessData, input: &Input<'_>) -> Option<Proc
 /// fired), a call being gated for a hooks' verdict — or `None` (a stale answer, or another
 /// input).
 pub(crate) fn prepare(data: &mut ProcessData, input: &Input<'_>) {
+    use crate::chart::ToolCallState as S;
+    let (tools, step) = (&data.tools, data.attempt.request.model_call_index);
+    let find = |tool_call_id: &str, state| tools.slots.find(tool_call_id, state);
     data.tools.answered = match input {
-        Input::Ext(Event::ToolFinished { tool_call_id, .. }) => data.tools.running(tool_call_id),
-        Input::Ext(Event::Approval { tool_call_id, .. }) => data.tools.asking(tool_call_id),
-        Input::Ext(Event::ToolGated { tool_call_id, .. }) => data.tools.gating(tool_call_id),
-        Input::Ext(Event::UserAnswered { tool_call_id, .. }) => data.tools.asked_user(tool_call_id),
-        Input::Ext(Event::TimerElapsed { timer_id }) => data
-            .tools
-            .approval_timer_of(*timer_id, data.attempt.request.model_call_index),
+        Input::Ext(Event::ToolFinished { tool_call_id, .. }) => find(tool_call_id, S::Running),
+        Input::Ext(Event::Approval { tool_call_id, .. }) => find(tool_call_id, S::Asking),
+        Input::Ext(Event::ToolGated { tool_call_id, .. }) => find(tool_call_id, S::Gating),
+        Input::Ext(Event::UserAnswered { tool_call_id, .. }) => find(tool_call_id, S::AwaitingUser),
+        Input::Ext(Event::TimerElapsed { timer_id }) => tools.approval_timer_of(*timer_id, step),
         _ => None,
     };
 }

@@ -9,6 +9,7 @@
 //! per guard the chart's rows name, with the signature the dispatch calls): a missing
 //! predicate, one no row names or a wrong signature is a compile error.
 
+use crate::chart::ToolCallState;
 use crate::error::{ErrorKind, ModelError};
 use crate::event::Event;
 use crate::process::data::ProcessData;
@@ -133,17 +134,18 @@ impl ProcessGuards for Guards {
 
     /// `approval_needed`: a call waits for approval and none is being asked.
     fn approval_needed(data: &ProcessData, _input: &Input<'_>) -> bool {
-        data.tools.approval_needed()
+        let slots = &data.tools.slots;
+        slots.count(ToolCallState::NeedsApproval) > 0 && slots.count(ToolCallState::Asking) == 0
     }
 
     /// `all_results`: every tool call has its result.
     fn all_results(data: &ProcessData, _input: &Input<'_>) -> bool {
-        data.tools.all_results()
+        data.tools.slots.all_done()
     }
 
     /// `tools_pending`: some calls are still running or queued.
     fn tools_pending(data: &ProcessData, _input: &Input<'_>) -> bool {
-        !data.tools.all_results()
+        !data.tools.slots.all_done()
     }
 
     /// `stream_moved`: the timer is the stall watchdog and a delta arrived since it was armed.

@@ -312,7 +312,8 @@ impl Process {
 
     /// Tool results in call order (complete once the step succeeded).
     pub fn results(&self) -> Vec<ToolResult> {
-        self.data.tools.results_in_call_order()
+        let slots = self.data.tools.slots.iter();
+        slots.filter_map(|s| s.result.clone()).collect()
     }
 
     /// The approval scopes approved "always" so far (see [`Process::new`]).
