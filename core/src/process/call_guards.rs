@@ -148,9 +148,6 @@ impl ToolCallGuards for Guards {
 
     /// The kill policy in force spares this running call.
     fn immune(data: &Calls<'_>, i: usize, facts: &Facts<'_>) -> bool {
-        match facts {
-            Facts::Kill(kill) => !data.cfg.kills(*kill, &data.tools.slots.get(i).call.name),
-            _ => false,
-        }
+        matches!(facts, Facts::Kill(_)) && !Self::killed(data, i, facts)
     }
 }

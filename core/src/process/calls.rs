@@ -305,22 +305,13 @@ impl Calls<'_> {
     /// arguments).
     pub(crate) fn ask_user(&mut self, i: usize) {
         let call = &self.tools.slots.get(i).call;
-        let question = match call.arguments.get("question").and_then(|q| q.as_str()) {
-            Some(q) => q.to_string(),
-            None => call.arguments.to_string(),
-        };
-        let options: Vec<String> = call
-            .arguments
-            .get("options")
-            .and_then(|o| o.as_array())
-            .map(|a| {
-                a.iter()
-                    .map(|v| match v.as_str() {
-                        Some(s) => s.to_string(),
-                        None => v.to_string(),
-                    })
-                    .collect()
-            })
+        // A string as it is, any other value as JSON text.
+        let text = |v: &serde_json::Value| v.as_str().map_or_else(|| v.to_string(), Into::into);
+        let question = call.arguments.get("question").filter(|q| q.is_string());
+        let question = question.map_or_else(|| call.arguments.to_string(), text);
+        let options = call.arguments.get("options").and_then(|o| o.as_array());
+        let options: Vec<String> = options
+            .map(|a| a.iter().map(text).collect())
             .unwrap_or_default();
         let tool_call_id = call.id.clone();
         self.outbox.emit(AgentEvent::AskUser {
