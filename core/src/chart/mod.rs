@@ -106,9 +106,10 @@ impl MachineKind {
     }
 }
 
-/// `allows` for a generated row type: whether `from --event--> to` is what the row allows.
-macro_rules! row_allows {
-    ($row:ty, $state:ty, $event:ty) => {
+/// What the oracle and the facades ask of a generated row type: whether a transition is what
+/// the row allows, and the verdicts on a handle that took it.
+macro_rules! row_checks {
+    ($row:ty, $state:ty, $event:ty, $machine:ident) => {
         impl $row {
             /// Whether `from --event--> to` is what this row allows.
             pub fn allows(self, from: $state, event: $event, to: $state) -> bool {
@@ -120,14 +121,44 @@ macro_rules! row_allows {
                         RowKind::Internal | RowKind::Ignored => to == from,
                     }
             }
+
+            /// The oracle's verdict on a handle in `from` for `event` that took `taken` where
+            /// the guards select `expected` (with `overlap`; without the oracle, `taken`).
+            pub(crate) fn guard_check(
+                from: &'static str,
+                event: &'static str,
+                taken: Option<Self>,
+                (expected, overlap): (Option<Self>, Option<(&'static str, &'static str)>),
+            ) -> GuardCheck {
+                GuardCheck {
+                    machine: MachineKind::$machine,
+                    from,
+                    event,
+                    taken: taken.map(|r| r.spec().id),
+                    expected: if ORACLE { expected } else { taken }.map(|r| r.spec().id),
+                    overlap,
+                }
+            }
+
+            /// The verdict on the effects (`own`, by name) that taking this row produced, when
+            /// the oracle runs and the row declares its effects.
+            pub(crate) fn effect_check(self, own: &[String]) -> Option<EffectCheck> {
+                let declared = self.effects().filter(|_| ORACLE)?;
+                Some(check_effects(
+                    MachineKind::$machine,
+                    self.spec().id,
+                    declared,
+                    own,
+                ))
+            }
         }
     };
 }
 
-row_allows!(ReactRow, ReactState, ReactEventKind);
-row_allows!(ProcessRow, ProcessState, ProcessEventKind);
-row_allows!(ToolCallRow, ToolCallState, ToolCallEventKind);
-row_allows!(SessionRow, SessionState, SessionEventKind);
+row_checks!(ReactRow, ReactState, ReactEventKind, React);
+row_checks!(ProcessRow, ProcessState, ProcessEventKind, Process);
+row_checks!(ToolCallRow, ToolCallState, ToolCallEventKind, ToolCall);
+row_checks!(SessionRow, SessionState, SessionEventKind, Session);
 
 /// The rows of `all` that a state (named `leaf`, inside `ancestors`, innermost first) may take
 /// for `event`, in the order the chart decides: the leaf's rows first, then each enclosing

@@ -8,9 +8,7 @@
 use std::collections::HashMap;
 
 use crate::agent_event::AgentEvent;
-use crate::chart::{
-    GuardCheck, MachineKind, ProcessRow, ToolCallEventKind, ToolCallRow, ToolCallState,
-};
+use crate::chart::{ProcessRow, ToolCallEventKind, ToolCallRow, ToolCallState};
 use crate::effect::Effect;
 use crate::entry::Entry;
 use crate::event::KillPolicy;
@@ -154,8 +152,9 @@ impl Calls<'_> {
     }
 
     /// Feeds slot `i` a tool-call chart event: the generated dispatch picks the row (the first
-    /// of the call's state and superstates whose guard holds), the call moves along it, the
-    /// transition is recorded with the oracle's verdict, and the row's action runs; in debug
+    /// of the call's state and superstates whose guard holds), the call moves along it (the
+    /// one place), the transition is recorded with the oracle's verdict, and the row's action
+    /// runs; in debug
     /// builds what the action produced is checked against the row's declared effects. `None`
     /// when no row of the call's state takes the event (nothing happens).
     pub(crate) fn call_event(
@@ -165,56 +164,35 @@ impl Calls<'_> {
         facts: Facts<'_>,
     ) -> Option<ToolCallRow> {
         let row = call_dispatch::select(event, self, i, &facts)?;
-        let from = self.tools.slots.get(i).state();
-        self.move_call(i, row, event, &facts);
-        let mark = self.outbox.out.len();
-        call_dispatch::act(row, self, i, from, &facts);
-        if let Some(declared) = row.effects().filter(|_| crate::chart::ORACLE) {
-            let own: Vec<String> = self.outbox.out[mark..]
-                .iter()
-                .map(crate::chart::effect_name)
-                .collect();
-            let check =
-                crate::chart::check_effects(MachineKind::ToolCall, row.spec().id, declared, &own);
-            self.outbox.effect_checks.push(check);
-        }
-        Some(row)
-    }
-
-    /// Moves slot `i` along tool-call chart row `row` and records the transition with the
-    /// chart oracle's verdict (the row the guards select, evaluated before the move).
-    fn move_call(
-        &mut self,
-        i: usize,
-        row: ToolCallRow,
-        event: ToolCallEventKind,
-        facts: &Facts<'_>,
-    ) {
-        let before = self.tools.slots.get(i).state();
-        let (expected, overlap) = if crate::chart::ORACLE {
-            call_dispatch::expected(before, event, self, i, facts)
+        // The row the guards select, evaluated before the move.
+        let verdict = if crate::chart::ORACLE {
+            call_dispatch::expected(self.tools.slots.get(i).state(), event, self, i, &facts)
         } else {
-            (Some(row), None)
+            (None, None)
         };
         let (from, to) = self.tools.slots.apply(i, row);
-        let check = GuardCheck {
-            machine: MachineKind::ToolCall,
-            from: from.name(),
-            event: event.name(),
-            taken: Some(row.spec().id),
-            expected: expected.map(|r| r.spec().id),
-            overlap,
-        };
+        let call = self.tools.slots.get(i).call.id.clone();
         let transition = Transition::ToolCall {
             index: i,
-            call: self.tools.slots.get(i).call.id.clone(),
+            call,
             from,
             event,
             to,
             row,
         };
         self.outbox.transitions.push(transition);
+        let check = ToolCallRow::guard_check(from.name(), event.name(), Some(row), verdict);
         self.outbox.checks.push(check);
+        let mark = self.outbox.out.len();
+        call_dispatch::act(row, self, i, from, &facts);
+        if crate::chart::ORACLE {
+            let own: Vec<String> = self.outbox.out[mark..]
+                .iter()
+                .map(crate::chart::effect_name)
+                .collect();
+            self.outbox.effect_checks.extend(row.effect_check(&own));
+        }
+        Some(row)
     }
 
     /// The cached result for an identical earlier call of a pure tool (R-TOOL-6).

@@ -26,7 +26,7 @@ use std::collections::BTreeSet;
 
 use statig::blocking::{InitializedStateMachine, IntoStateMachineExt};
 
-use crate::chart::{GuardCheck, MachineKind, ProcessEventKind, ProcessState};
+use crate::chart::{GuardCheck, MachineKind, ProcessEventKind, ProcessRow, ProcessState};
 use crate::effect::Effect;
 use crate::event::Event;
 use crate::message::{AssistantMessage, ToolResult};
@@ -186,7 +186,7 @@ impl Process {
         let from = self.state();
         let mark = self.data.outbox.open();
         dispatch::prepare(&mut self.data, &input);
-        let (expected, overlap) = if crate::chart::ORACLE {
+        let verdict = if crate::chart::ORACLE {
             dispatch::expected(from, k, &self.data, &input)
         } else {
             (None, None)
@@ -194,18 +194,10 @@ impl Process {
         self.sm.handle_with_context(&input, &mut self.data);
         let to = self.state();
         let outbox = &mut self.data.outbox;
-        if let Some(r) = outbox.row.filter(|_| crate::chart::ORACLE) {
-            if let Some(declared) = r.effects() {
-                // Everything the row's action pushed, the tool-call lifecycle's effects it
-                // drove included.
-                self.effect_checks.push(crate::chart::check_effects(
-                    MachineKind::Process,
-                    r.spec().id,
-                    declared,
-                    &outbox.own,
-                ));
-            }
-        }
+        // Everything the row's action pushed, the tool-call lifecycle's effects it drove
+        // included.
+        let check = outbox.row.and_then(|r| r.effect_check(&outbox.own));
+        self.effect_checks.extend(check);
         if from != to {
             outbox.out.insert(
                 mark,
@@ -214,14 +206,7 @@ impl Process {
         }
         let unhandled = outbox.unhandled;
         let row = outbox.row.take();
-        checks.push(GuardCheck {
-            machine: MachineKind::Process,
-            from: from.name(),
-            event: k.name(),
-            taken: row.map(|r| r.spec().id),
-            expected: if crate::chart::ORACLE { expected } else { row }.map(|r| r.spec().id),
-            overlap,
-        });
+        checks.push(ProcessRow::guard_check(from.name(), k.name(), row, verdict));
         transitions.push(Transition::Process {
             from,
             event: k,

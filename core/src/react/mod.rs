@@ -16,7 +16,7 @@ pub mod reminders;
 
 use statig::blocking::{InitializedStateMachine, IntoStateMachineExt};
 
-use crate::chart::{GuardCheck, MachineKind, ProcessState, ReactEventKind, ReactState};
+use crate::chart::{GuardCheck, ProcessState, ReactEventKind, ReactRow, ReactState};
 use crate::event::Event;
 use crate::message::{AssistantMessage, Message};
 use crate::step::{AgentState, Step, Transition};
@@ -189,7 +189,7 @@ impl Run {
         let from = self.react_state();
         let mark = self.data.outbox.open();
         self.data.prepare(from, &input);
-        let (expected, overlap) = if crate::chart::ORACLE {
+        let verdict = if crate::chart::ORACLE {
             dispatch::expected(from, k, &self.data, self.sm.state(), &input)
         } else {
             (None, None)
@@ -210,24 +210,9 @@ impl Run {
         let own = std::mem::take(&mut self.data.outbox.own);
         self.effect_checks
             .append(&mut self.data.outbox.effect_checks);
-        if let Some(r) = row.filter(|_| crate::chart::ORACLE) {
-            if let Some(declared) = r.effects() {
-                self.effect_checks.push(crate::chart::check_effects(
-                    MachineKind::React,
-                    r.spec().id,
-                    declared,
-                    &own,
-                ));
-            }
-        }
-        checks.push(GuardCheck {
-            machine: MachineKind::React,
-            from: from.name(),
-            event: k.name(),
-            taken: row.map(|r| r.spec().id),
-            expected: if crate::chart::ORACLE { expected } else { row }.map(|r| r.spec().id),
-            overlap,
-        });
+        self.effect_checks
+            .extend(row.and_then(|r| r.effect_check(&own)));
+        checks.push(ReactRow::guard_check(from.name(), k.name(), row, verdict));
         transitions.push(Transition::React {
             from,
             event: k,

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use statig::blocking::{InitializedStateMachine, IntoStateMachineExt};
 
 use crate::agent_event::AgentEvent;
-use crate::chart::{GuardCheck, MachineKind, SessionEventKind, SessionRow, SessionState};
+use crate::chart::{GuardCheck, SessionEventKind, SessionRow, SessionState};
 use crate::event::KillPolicy;
 
 pub use data::SessionData;
@@ -260,7 +260,7 @@ impl Session {
     pub fn handle(&mut self, input: SessionInput<'_>) -> SessionStep {
         let from = self.state();
         let kind = dispatch::event_kind(&input);
-        let (expected, overlap) = if crate::chart::ORACLE {
+        let verdict = if crate::chart::ORACLE {
             dispatch::expected(from, kind, &self.data, &input)
         } else {
             (None, None)
@@ -268,25 +268,15 @@ impl Session {
         self.data.begin();
         self.sm.handle_with_context(&input, &mut self.data);
         let (row, effects) = self.data.finish();
-        let effect_check = row
-            .filter(|_| crate::chart::ORACLE)
-            .and_then(|r| Some((r, r.effects()?)))
-            .map(|(r, declared)| {
-                let produced: Vec<String> = effects.iter().map(SessionEffect::name).collect();
-                crate::chart::check_effects(MachineKind::Session, r.spec().id, declared, &produced)
-            });
+        let effect_check = row.filter(|_| crate::chart::ORACLE).and_then(|r| {
+            let produced: Vec<String> = effects.iter().map(SessionEffect::name).collect();
+            r.effect_check(&produced)
+        });
         SessionStep {
             from,
             to: self.state(),
             row,
-            check: GuardCheck {
-                machine: MachineKind::Session,
-                from: from.name(),
-                event: kind.name(),
-                taken: row.map(|r| r.spec().id),
-                expected: if crate::chart::ORACLE { expected } else { row }.map(|r| r.spec().id),
-                overlap,
-            },
+            check: SessionRow::guard_check(from.name(), kind.name(), row, verdict),
             effects,
             effect_check,
         }
