@@ -165,11 +165,8 @@ impl Calls<'_> {
     ) -> Option<ToolCallRow> {
         let row = call_dispatch::select(event, self, i, &facts)?;
         // The row the guards select, evaluated before the move.
-        let verdict = if crate::chart::ORACLE {
-            call_dispatch::expected(self.tools.slots.get(i).state(), event, self, i, &facts)
-        } else {
-            (None, None)
-        };
+        let state = self.tools.slots.get(i).state();
+        let verdict = call_dispatch::expected(state, event, self, i, &facts);
         let (from, to) = self.tools.slots.apply(i, row);
         let call = self.tools.slots.get(i).call.id.clone();
         let transition = Transition::ToolCall {

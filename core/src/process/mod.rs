@@ -186,11 +186,7 @@ impl Process {
         let from = self.state();
         let mark = self.data.outbox.open();
         dispatch::prepare(&mut self.data, &input);
-        let verdict = if crate::chart::ORACLE {
-            dispatch::expected(from, k, &self.data, &input)
-        } else {
-            (None, None)
-        };
+        let verdict = dispatch::expected(from, k, &self.data, &input);
         self.sm.handle_with_context(&input, &mut self.data);
         let to = self.state();
         let outbox = &mut self.data.outbox;

@@ -189,11 +189,7 @@ impl Run {
         let from = self.react_state();
         let mark = self.data.outbox.open();
         self.data.prepare(from, &input);
-        let verdict = if crate::chart::ORACLE {
-            dispatch::expected(from, k, &self.data, self.sm.state(), &input)
-        } else {
-            (None, None)
-        };
+        let verdict = dispatch::expected(from, k, &self.data, self.sm.state(), &input);
         self.sm.handle_with_context(&input, &mut self.data);
         let to = self.react_state();
         if from != to {

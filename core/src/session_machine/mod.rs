@@ -260,11 +260,7 @@ impl Session {
     pub fn handle(&mut self, input: SessionInput<'_>) -> SessionStep {
         let from = self.state();
         let kind = dispatch::event_kind(&input);
-        let verdict = if crate::chart::ORACLE {
-            dispatch::expected(from, kind, &self.data, &input)
-        } else {
-            (None, None)
-        };
+        let verdict = dispatch::expected(from, kind, &self.data, &input);
         self.data.begin();
         self.sm.handle_with_context(&input, &mut self.data);
         let (row, effects) = self.data.finish();
