@@ -11,7 +11,7 @@ use crate::agent_event::AgentEvent;
 use crate::chart::{ProcessRow, ToolCallEventKind, ToolCallRow, ToolCallState};
 use crate::effect::Effect;
 use crate::entry::Entry;
-use crate::event::KillPolicy;
+use crate::event::{ApprovalDecision, GateVerdict, KillPolicy};
 use crate::message::{AssistantMessage, ToolCall, ToolResult, ToolStatus};
 use crate::model::ModelRequest;
 use crate::outbox::Outbox;
@@ -354,8 +354,7 @@ impl Calls<'_> {
     /// The hooks' verdict on gated slot `i` (R-EXT-1), as the chart event it stands for; a
     /// blocked call lets the next queued one start, and an asked call that an "approve always"
     /// covers (this run's, or the session's handed to the run) is answered by it at once.
-    pub(crate) fn gated(&mut self, i: usize, verdict: &crate::event::GateVerdict) {
-        use crate::event::GateVerdict;
+    pub(crate) fn gated(&mut self, i: usize, verdict: &GateVerdict) {
         let event = match verdict {
             GateVerdict::Allow => ToolCallEventKind::GateAllowed,
             GateVerdict::Modify { .. } => ToolCallEventKind::GateModified,
@@ -376,14 +375,9 @@ impl Calls<'_> {
     /// A human approved slot `i` (with new arguments, for `Modified`); "always" also answers
     /// every call of the same scope waiting for approval (R-CTL-4), and the approved call
     /// starts if the parallelism policy lets it.
-    pub(crate) fn approved(
-        &mut self,
-        i: usize,
-        decision: &crate::event::ApprovalDecision,
-        always: bool,
-    ) {
+    pub(crate) fn approved(&mut self, i: usize, decision: &ApprovalDecision, always: bool) {
         let event = match decision {
-            crate::event::ApprovalDecision::Modified { .. } => ToolCallEventKind::Modified,
+            ApprovalDecision::Modified { .. } => ToolCallEventKind::Modified,
             _ => ToolCallEventKind::Approved,
         };
         self.call_event(i, event, Facts::Approval(decision));
@@ -414,11 +408,9 @@ impl Calls<'_> {
     /// A rejection or approval timeout (row `rejected`): the call gets a denied result; the
     /// run stops after the step (`tool_rejected`) unless auto_resume, which announces the
     /// resume instead.
-    pub(crate) fn denied(&mut self, i: usize, decision: &crate::event::ApprovalDecision) {
-        use crate::event::ApprovalDecision;
-        let call = self.tools.slots.get(i).call.clone();
+    pub(crate) fn denied(&mut self, i: usize, decision: &ApprovalDecision) {
         self.outbox.emit(AgentEvent::ApprovalResolved {
-            tool_call_id: call.id.clone(),
+            tool_call_id: self.tools.slots.get(i).call.id.clone(),
             decision: decision.clone(),
             status: decision.status(),
         });
