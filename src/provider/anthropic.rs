@@ -314,60 +314,45 @@ impl AnthropicNormalizer {
                 .malformed(ev, "content_block_delta after content_block_stop", out);
         }
         let ty = delta.ty.as_deref().unwrap_or("");
-        let mismatch = match (ty, &mut block.kind) {
-            ("text_delta", BlockKind::Text) => match delta.text {
-                Some(t) => {
-                    if !t.is_empty() {
-                        out.push(MessageDelta::TextDelta {
-                            text: t.into_owned(),
-                        });
-                    }
-                    false
+        let fits = match (ty, &mut block.kind, delta.text) {
+            ("text_delta", BlockKind::Text, Some(t)) => {
+                if !t.is_empty() {
+                    out.push(MessageDelta::TextDelta { text: t.into() });
                 }
-                None => true,
-            },
-            ("input_json_delta", BlockKind::Tool { id, args, .. }) => match delta.text {
-                Some(p) => {
-                    if !p.is_empty() {
-                        args.push_str(&p);
-                        out.push(MessageDelta::ToolInputDelta {
-                            id: id.clone(),
-                            delta: p.into_owned(),
-                        });
-                    }
-                    false
-                }
-                None => true,
-            },
-            ("thinking_delta", BlockKind::Thinking) => match delta.text {
-                Some(t) => {
-                    if !t.is_empty() {
-                        out.push(MessageDelta::ReasoningDelta {
-                            text: t.into_owned(),
-                        });
-                    }
-                    false
-                }
-                None => true,
-            },
-            ("signature_delta", BlockKind::Thinking) => match delta.text {
-                Some(s) => {
-                    out.push(MessageDelta::ReasoningSignature {
-                        signature: s.into_owned(),
+                true
+            }
+            ("input_json_delta", BlockKind::Tool { id, args, .. }, Some(p)) => {
+                if !p.is_empty() {
+                    args.push_str(&p);
+                    let id = id.clone();
+                    out.push(MessageDelta::ToolInputDelta {
+                        id,
+                        delta: p.into(),
                     });
-                    false
                 }
-                None => true,
-            },
-            (
-                "text_delta" | "input_json_delta" | "thinking_delta" | "signature_delta",
-                BlockKind::Other,
-            ) => false,
-            ("text_delta" | "input_json_delta" | "thinking_delta" | "signature_delta", _) => true,
+                true
+            }
+            ("thinking_delta", BlockKind::Thinking, Some(t)) => {
+                if !t.is_empty() {
+                    out.push(MessageDelta::ReasoningDelta { text: t.into() });
+                }
+                true
+            }
+            ("signature_delta", BlockKind::Thinking, Some(s)) => {
+                out.push(MessageDelta::ReasoningSignature {
+                    signature: s.into(),
+                });
+                true
+            }
+            // A known delta without its text, or for a block of another type, is malformed;
+            // any delta of a block this client does not represent carries nothing for it.
+            ("text_delta" | "input_json_delta" | "thinking_delta" | "signature_delta", kind, _) => {
+                matches!(kind, BlockKind::Other)
+            }
             // citations_delta and future delta types carry nothing this client represents.
-            _ => false,
+            _ => true,
         };
-        if mismatch {
+        if !fits {
             let reason = format!("{ty} does not fit content block {index}");
             self.stream.malformed(ev, &reason, out);
         }
