@@ -428,11 +428,7 @@ impl SseNormalizer for AnthropicNormalizer {
     }
 
     fn finish(&mut self, eof: SseEof) -> Vec<MessageDelta> {
-        let mut out = Vec::new();
-        if !self.stream.ended {
-            self.stream.cut_short(eof, "message_stop", &mut out);
-        }
-        out
+        self.stream.cut_short(eof, "message_stop")
     }
 
     fn set_limits(&mut self, limits: &ResponseLimits) {

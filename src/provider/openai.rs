@@ -580,16 +580,13 @@ impl SseNormalizer for OpenAiNormalizer {
     }
 
     fn finish(&mut self, eof: SseEof) -> Vec<MessageDelta> {
+        if self.stream.ended || !self.finishing {
+            return self
+                .stream
+                .cut_short(eof, "[DONE] and before any finish_reason");
+        }
         let mut out = Vec::new();
-        if self.stream.ended {
-            return out;
-        }
-        if self.finishing {
-            self.end(&mut out);
-        } else {
-            let what = "[DONE] and before any finish_reason";
-            self.stream.cut_short(eof, what, &mut out);
-        }
+        self.end(&mut out);
         out
     }
 

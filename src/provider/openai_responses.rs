@@ -461,11 +461,7 @@ impl SseNormalizer for ResponsesNormalizer {
     }
 
     fn finish(&mut self, eof: SseEof) -> Vec<MessageDelta> {
-        let mut out = Vec::new();
-        if !self.stream.ended {
-            self.stream.cut_short(eof, "response.completed", &mut out);
-        }
-        out
+        self.stream.cut_short(eof, "response.completed")
     }
 
     fn set_limits(&mut self, limits: &ResponseLimits) {
