@@ -57,6 +57,7 @@ mod approvals;
 mod bus;
 mod metrics;
 mod questions;
+mod waiting;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -641,7 +642,7 @@ impl Session {
 
     /// Ids of calls waiting for approval.
     pub fn pending_approvals(&self) -> Vec<String> {
-        self.shared.approvals.pending_ids()
+        self.shared.approvals.ids()
     }
 
     /// Answers the `ask_user` question `reference` (the `ask_user` event's
@@ -653,7 +654,7 @@ impl Session {
     /// Refs of the `ask_user` questions waiting for an answer (the `ask_user` event of each
     /// carries its question and options).
     pub fn pending_questions(&self) -> Vec<String> {
-        self.shared.questions.pending()
+        self.shared.questions.ids()
     }
 
     /// Switches the model (R-CTL-5): idle → now; busy → from the next step. Returns false (and
