@@ -93,6 +93,23 @@
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+/// Builder methods that set fields (`AgentBuilder`, `HttpConfig`, `McpOptions`,
+/// `SessionConfig`), each with its rustdoc: `name(arg: Type, ...) => field.path = value, ...;`
+/// is `pub fn name(mut self, arg: Type, ...) -> Self`, which assigns each value and returns
+/// the builder.
+macro_rules! setters {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident($($arg:ident: $ty:ty),*) => $($($field:ident).+ = $value:expr),+;
+    )*) => {$(
+        $(#[$doc])*
+        pub fn $name(mut self, $($arg: $ty),*) -> Self {
+            $(self.$($field).+ = $value;)+
+            self
+        }
+    )*};
+}
+
 /// Declares an item `pub` with feature `wire` and `pub(crate)` without: the providers' wire
 /// layer (stream normalizers, request bodies, the scripted model's plan) is for tests,
 /// benchmarks, fuzz targets and the CLI's `agentloop decode`, not part of the surface an agent

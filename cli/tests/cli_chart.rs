@@ -1,14 +1,12 @@
 //! `agentloop chart` (R-ARCH-3): the session chart prints like the run's charts, as Mermaid
 //! (the committed `core/statecharts/session.mmd`) and as its TOML source.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
+
+mod support;
 
 fn agentloop(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentloop"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run agentloop")
+    support::agentloop(std::path::Path::new("."), args)
 }
 
 /// R-ARCH-3, R-CTL: `agentloop chart session` prints the committed diagram; `--format toml`

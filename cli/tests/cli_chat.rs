@@ -5,28 +5,9 @@
 
 use std::io::{BufRead, Write};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
 
-/// `agentloop ARGS` in `dir`, every stream piped.
-fn spawn(dir: &Path, args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_agentloop"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn agentloop")
-}
-
-/// Runs `agentloop ARGS` with `stdin` as its whole input.
-fn agentloop(dir: &Path, args: &[&str], stdin: impl AsRef<[u8]>) -> Output {
-    let mut child = spawn(dir, args);
-    let mut input = child.stdin.take().expect("stdin");
-    input.write_all(stdin.as_ref()).expect("write stdin");
-    drop(input);
-    child.wait_with_output().expect("agentloop output")
-}
+mod support;
+use support::{agentloop_fed as agentloop, spawn};
 
 /// A script of two text answers, `One.` and `Two.`, as `dir/s.json`.
 fn two_answers(dir: &Path) {

@@ -27,15 +27,10 @@ use agentloop::store::{Entry, FileStore};
 use agentloop::ToolStatus;
 
 mod support;
+use support::bin;
 use support::script_calls;
 
 /// See tests/durable_crash.rs: `$AGENTLOOP_BIN` overrides the binary under test.
-fn bin() -> PathBuf {
-    std::env::var_os("AGENTLOOP_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_agentloop")))
-}
-
 const FINAL: &str = "All batches written after compacting. Done.";
 const THRESHOLD: &str = "4";
 

@@ -7,14 +7,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-fn agentloop(dir: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentloop"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run agentloop")
-}
+mod support;
+use support::agentloop;
 
 #[test]
 fn main_job_answers_with_the_calculator_and_replays() {

@@ -3,24 +3,10 @@
 //! recorded traces: one tampered to diverge, one corrupt, one symbolic link (not followed).
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 
-fn agentloop(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentloop"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run agentloop")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod support;
+use support::{agentloop, stderr, stdout};
 
 /// A scripted run: one calculator call, then the answer (two steps).
 const SCRIPT: &str = r#"{"turns":[{"text":"calc","tool_calls":[{"name":"calculator","arguments":{"expression":"2+3"}}]},{"text":"The answer is {{last_tool_result}}."}]}"#;

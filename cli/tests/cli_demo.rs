@@ -2,23 +2,13 @@
 //! three prompts in a row on one session, with `run --session` and with `chat` on piped stdin,
 //! all complete; arithmetic goes through the calculator, anything else gets a short reply.
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
+
+mod support;
 
 fn agentloop(dir: &Path, args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentloop"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn agentloop");
-    let mut input = child.stdin.take().expect("stdin");
-    input.write_all(stdin.as_bytes()).expect("write stdin");
-    drop(input);
-    child.wait_with_output().expect("agentloop output")
+    support::agentloop_fed(dir, args, stdin)
 }
 
 fn show(out: &Output) -> String {

@@ -4,7 +4,7 @@
 //! twice), reads back as an `EventEnvelope`, and `tool_end` carries the call's result: the
 //! output, the error's text for a failed call, and at most 16 KiB of it, flagged when cut.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use agentloop::AgentEvent;
 use agentloop::EventEnvelope;
@@ -12,14 +12,8 @@ use agentloop_core::agent_event::TOOL_END_RESULT_MAX_BYTES;
 use agentloop_testkit::strict_json::parse_strict;
 use serde_json::Value;
 
-fn agentloop(dir: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentloop"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run agentloop")
-}
+mod support;
+use support::agentloop;
 
 /// Every stdout line, parsed strictly and read back as an envelope (panics on the first line
 /// that is not).

@@ -7,25 +7,19 @@
 #![cfg(unix)]
 #![allow(clippy::disallowed_methods)] // tests may read the wall clock
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod support;
+use support::bin;
+
 /// See tests/durable_crash.rs: `$AGENTLOOP_BIN` overrides the binary under test (to check
 /// that these tests fail on a build without the fixes).
-fn bin() -> PathBuf {
-    std::env::var_os("AGENTLOOP_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_agentloop")))
-}
-
 fn agentloop(dir: &Path, args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
-        .current_dir(dir)
+    support::command(dir, args)
         .env_remove("RUST_LOG")
         .env("AGENTLOOP_STORE", dir.join("store"))
-        .stdin(Stdio::null())
         .output()
         .expect("run agentloop")
 }

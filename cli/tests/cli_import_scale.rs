@@ -5,17 +5,14 @@
 //! it was.
 #![cfg(unix)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
+
+mod support;
+use support::bin;
 
 /// `$AGENTLOOP_BIN` overrides the binary under test (to check that these tests fail on a
 /// build without the fixes).
-fn bin() -> PathBuf {
-    std::env::var_os("AGENTLOOP_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_agentloop")))
-}
-
 /// Runs `agentloop ARGS` in `dir` with its address space capped at `limit_kib` (`ulimit -v`).
 fn agentloop_within(dir: &Path, limit_kib: u64, args: &[&str]) -> Output {
     Command::new("sh")

@@ -4,53 +4,18 @@
 //! imports back. (`scripts/check_inspect_export.py` reads an exported log with Inspect's own
 //! reader.)
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::Output;
 
-fn agentloop(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentloop"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run agentloop")
-}
+mod support;
+use support::{agentloop, export, stderr, stdout};
 
 fn inspect_fixture(name: &str) -> String {
-    let p: PathBuf = [
-        env!("CARGO_MANIFEST_DIR"),
-        "..",
-        "tests",
-        "fixtures",
-        "inspect",
-        name,
-    ]
-    .iter()
-    .collect();
-    p.display().to_string()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    support::fixture("inspect", name)
 }
 
 fn import(dir: &Path, log: &str, out: &str) -> Output {
-    agentloop(
-        dir,
-        &[
-            "trace",
-            "import",
-            "--from",
-            "inspect-eval",
-            log,
-            "--out",
-            out,
-        ],
-    )
+    support::import(dir, "inspect-eval", log, out)
 }
 
 #[test]
@@ -169,17 +134,12 @@ fn an_exported_inspect_log_holds_the_runs_and_imports_back_as_recorded() {
         );
         assert!(run.status.success(), "{}", stderr(&run));
     }
-    let export = agentloop(
-        dir.path(),
-        &[
-            "trace", "export", "--format", "inspect", "runs", "-o", "log.json",
-        ],
-    );
-    assert!(export.status.success(), "{}", stderr(&export));
+    let exported = export(dir.path(), "inspect", &["runs", "-o", "log.json"]);
+    assert!(exported.status.success(), "{}", stderr(&exported));
     assert!(
-        stdout(&export).contains("wrote log.json (an Inspect eval log: 2 samples from 2 traces)"),
+        stdout(&exported).contains("wrote log.json (an Inspect eval log: 2 samples from 2 traces)"),
         "{}",
-        stdout(&export)
+        stdout(&exported)
     );
     let log: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("log.json")).expect("log"))
@@ -225,12 +185,7 @@ fn an_exported_inspect_log_holds_the_runs_and_imports_back_as_recorded() {
     assert!(replay.status.success(), "{}", stdout(&replay));
 
     // `-o LOG.eval`: Inspect's zip form, which imports to the same files.
-    let zipped = agentloop(
-        dir.path(),
-        &[
-            "trace", "export", "--format", "inspect", "runs", "-o", "log.eval",
-        ],
-    );
+    let zipped = export(dir.path(), "inspect", &["runs", "-o", "log.eval"]);
     assert!(zipped.status.success(), "{}", stderr(&zipped));
     let bytes = std::fs::read(dir.path().join("log.eval")).expect("log.eval");
     assert!(bytes.starts_with(b"PK\x03\x04"), "a zip");
@@ -251,11 +206,10 @@ fn export_options_that_do_not_fit_together_are_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let run = agentloop(dir.path(), &["run", "--trace", "t.jsonl", "What is 2+3?"]);
     assert!(run.status.success(), "{}", stderr(&run));
-    let with_table = agentloop(
+    let with_table = export(
         dir.path(),
-        &[
-            "trace", "export", "--format", "inspect", "--table", "runs", "t.jsonl", "-o", "x.json",
-        ],
+        "inspect",
+        &["--table", "runs", "t.jsonl", "-o", "x.json"],
     );
     assert_eq!(with_table.status.code(), Some(2));
     assert!(stderr(&with_table).contains("leave out --table"));
@@ -264,12 +218,7 @@ fn export_options_that_do_not_fit_together_are_refused() {
     assert!(stderr(&no_table).contains("need --table"));
     // A directory at -o is not replaced.
     std::fs::create_dir(dir.path().join("d")).expect("mkdir");
-    let onto_dir = agentloop(
-        dir.path(),
-        &[
-            "trace", "export", "--format", "inspect", "t.jsonl", "-o", "d",
-        ],
-    );
+    let onto_dir = export(dir.path(), "inspect", &["t.jsonl", "-o", "d"]);
     assert_eq!(onto_dir.status.code(), Some(2));
     assert!(dir.path().join("d").is_dir());
     assert!(!dir.path().join("x.json").exists() && !dir.path().join("x.csv").exists());

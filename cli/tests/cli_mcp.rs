@@ -8,20 +8,14 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agentloop_testkit::external::{read_pid_file, server_env, wait_process_ended};
 use serde_json::{json, Value};
 
-fn agentloop(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentloop"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run agentloop")
-}
+mod support;
+use support::agentloop;
 
 fn write_script(dir: &Path, script: Value) {
     std::fs::write(dir.join("s.json"), script.to_string()).expect("script");

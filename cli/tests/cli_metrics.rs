@@ -1,16 +1,8 @@
 //! R-OBS: `agentloop run --metrics` prints the run's metrics on stderr at its end (a real
 //! child process on the built-in scripted demo model).
 
-use std::process::{Command, Output, Stdio};
-
-fn agentloop(dir: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentloop"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run agentloop")
-}
+mod support;
+use support::agentloop;
 
 #[test]
 fn r_obs_run_with_metrics_prints_latency_percentiles_tokens_retries_and_compactions() {

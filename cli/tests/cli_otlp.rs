@@ -4,24 +4,10 @@
 //! (`scripts/check_phoenix.py` sends a run's spans to a real Arize Phoenix.)
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
-fn agentloop(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentloop"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run agentloop")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod support;
+use support::{agentloop, export, import, imported_traces, stderr, stdout};
 
 /// The lines of `trace show` that name an assistant step (its tool calls, finish and usage),
 /// without the record numbers.
@@ -55,18 +41,7 @@ fn an_exported_run_imports_back_as_recorded_and_replays_identically() {
     assert!(run.status.success(), "{}", stderr(&run));
 
     // Without content: the spans, their GenAI attributes, no messages.
-    let bare = agentloop(
-        dir.path(),
-        &[
-            "trace",
-            "export",
-            "--format",
-            "otlp",
-            "a.jsonl",
-            "-o",
-            "bare.json",
-        ],
-    );
+    let bare = export(dir.path(), "otlp", &["a.jsonl", "-o", "bare.json"]);
     assert!(bare.status.success(), "{}", stderr(&bare));
     assert!(
         stdout(&bare).contains("wrote bare.json (OTLP JSON: 4 spans from 1 trace)"),
@@ -112,32 +87,16 @@ fn an_exported_run_imports_back_as_recorded_and_replays_identically() {
     );
 
     // With content: the same run comes back, with its usage per step and its tools' schemas.
-    let export = agentloop(
+    let exported = export(
         dir.path(),
-        &[
-            "trace",
-            "export",
-            "--format",
-            "otlp",
-            "--include-content",
-            "a.jsonl",
-            "-o",
-            "spans.json",
-        ],
+        "otlp",
+        &["--include-content", "a.jsonl", "-o", "spans.json"],
     );
-    assert!(export.status.success(), "{}", stderr(&export));
-    let again = agentloop(
+    assert!(exported.status.success(), "{}", stderr(&exported));
+    let again = export(
         dir.path(),
-        &[
-            "trace",
-            "export",
-            "--format",
-            "otlp",
-            "--include-content",
-            "a.jsonl",
-            "-o",
-            "again.json",
-        ],
+        "otlp",
+        &["--include-content", "a.jsonl", "-o", "again.json"],
     );
     assert!(again.status.success(), "{}", stderr(&again));
     assert_eq!(
@@ -145,33 +104,14 @@ fn an_exported_run_imports_back_as_recorded_and_replays_identically() {
         std::fs::read(dir.path().join("again.json")).expect("again"),
         "an export is reproducible"
     );
-    let back = agentloop(
-        dir.path(),
-        &[
-            "trace",
-            "import",
-            "--from",
-            "otel-genai",
-            "spans.json",
-            "--out",
-            "back",
-        ],
-    );
+    let back = import(dir.path(), "otel-genai", "spans.json", "back");
     assert!(back.status.success(), "{}{}", stdout(&back), stderr(&back));
     assert!(
         stdout(&back).contains("imported 1 trace into back (0 with differences)"),
         "{}",
         stdout(&back)
     );
-    let imported: Vec<_> = std::fs::read_dir(dir.path().join("back"))
-        .expect("back")
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| {
-            p.extension().is_some_and(|x| x == "jsonl")
-                && !p.to_string_lossy().ends_with(".script.json")
-        })
-        .collect();
+    let imported = imported_traces(&dir.path().join("back"));
     assert_eq!(imported.len(), 1, "{imported:?}");
     let imported = imported[0].display().to_string();
     let show = agentloop(dir.path(), &["trace", "show", &imported]);
@@ -258,22 +198,10 @@ fn a_collector_that_is_down_costs_a_warning_not_the_run() {
 /// usage of both steps and the request settings, and replay identically.
 #[test]
 fn real_instrumentations_spans_import_and_replay_identically() {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/otel");
     for name in ["openai_v2", "pydantic_ai", "openinference"] {
         let dir = tempfile::tempdir().expect("tempdir");
-        let file = fixtures.join(format!("{name}.json"));
-        let import = agentloop(
-            dir.path(),
-            &[
-                "trace",
-                "import",
-                "--from",
-                "otel-genai",
-                &file.display().to_string(),
-                "--out",
-                "back",
-            ],
-        );
+        let file = support::fixture("otel", &format!("{name}.json"));
+        let import = import(dir.path(), "otel-genai", &file, "back");
         // 1: imported, with findings (the seed has no place in a trace).
         assert_eq!(import.status.code(), Some(1), "{name}: {}", stderr(&import));
         let out = stdout(&import);
@@ -282,12 +210,7 @@ fn real_instrumentations_spans_import_and_replay_identically() {
             "{name}: {out}"
         );
         assert!(out.contains("seed = 7"), "{name}: {out}");
-        let trace = std::fs::read_dir(dir.path().join("back"))
-            .expect("back")
-            .filter_map(|e| e.ok())
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
-            .expect("a trace");
+        let trace = imported_traces(&dir.path().join("back")).remove(0);
         let show = agentloop(dir.path(), &["trace", "show", &trace.display().to_string()]);
         let lines = assistant_lines(&show);
         assert_eq!(lines.len(), 2, "{name}: {}", stdout(&show));

@@ -6,21 +6,14 @@
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
+
+mod support;
 
 /// `$AGENTLOOP_BIN` overrides the binary under test.
-fn bin() -> PathBuf {
-    std::env::var_os("AGENTLOOP_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_agentloop")))
-}
-
 fn agentloop(dir: &Path, args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
-        .current_dir(dir)
+    support::command(dir, args)
         .env_remove("AGENTLOOP_STORE")
-        .stdin(Stdio::null())
         .output()
         .expect("run agentloop")
 }

@@ -11,13 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// See tests/durable_crash.rs: `$AGENTLOOP_BIN` overrides the binary under test.
-fn bin() -> PathBuf {
-    std::env::var_os("AGENTLOOP_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_agentloop")))
-}
+mod support;
+use support::bin;
 
+/// See tests/durable_crash.rs: `$AGENTLOOP_BIN` overrides the binary under test.
 fn text(out: &Output) -> String {
     format!(
         "{}{}",

@@ -10,12 +10,11 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::{json, Value};
 
+mod support;
+
 fn agentloop(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentloop"))
-        .args(args)
-        .current_dir(dir)
+    support::command(dir, args)
         .env_remove("AGENTLOOP_STORE")
-        .stdin(Stdio::null())
         .output()
         .expect("run agentloop")
 }

@@ -3,18 +3,12 @@
 //! `append_line` call never writes its line and the model reads why; the allowed one writes;
 //! the events and the trace name the deciding rule, and the trace replays.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn agentloop(dir: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentloop"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run agentloop")
-}
+mod support;
+use support::agentloop;
 
 fn json_events(out: &Output) -> Vec<Value> {
     String::from_utf8_lossy(&out.stdout)

@@ -1,38 +1,11 @@
 //! `agentloop trace show`, `trace diff` and what-if `replay --set` as a real child process, on
 //! the fixture traces of each supported version and on a fresh recording.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-
-fn agentloop(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentloop"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run agentloop")
-}
+mod support;
+use support::{agentloop, import, stderr, stdout};
 
 fn fixture(name: &str) -> String {
-    let p: PathBuf = [
-        env!("CARGO_MANIFEST_DIR"),
-        "..",
-        "tests",
-        "fixtures",
-        "traces",
-        name,
-    ]
-    .iter()
-    .collect();
-    p.display().to_string()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    support::fixture("traces", name)
 }
 
 #[test]
@@ -248,17 +221,7 @@ fn what_if_replay_refuses_bad_settings_with_exit_2() {
 }
 
 fn openai(name: &str) -> String {
-    let p: PathBuf = [
-        env!("CARGO_MANIFEST_DIR"),
-        "..",
-        "tests",
-        "fixtures",
-        "openai",
-        name,
-    ]
-    .iter()
-    .collect();
-    p.display().to_string()
+    support::fixture("openai", name)
 }
 
 #[test]
@@ -331,27 +294,8 @@ fn import_reports_where_the_machines_differ_and_refuses_bad_input() {
 #[test]
 fn import_of_an_inspect_eval_log_writes_a_trace_and_a_script_per_sample() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let log: PathBuf = [
-        env!("CARGO_MANIFEST_DIR"),
-        "..",
-        "tests",
-        "fixtures",
-        "inspect",
-        "eval.json",
-    ]
-    .iter()
-    .collect();
-    let log = log.display().to_string();
-    let args = [
-        "trace",
-        "import",
-        "--from",
-        "inspect-eval",
-        &log,
-        "--out",
-        "evals",
-    ];
-    let import = agentloop(dir.path(), &args);
+    let log = support::fixture("inspect", "eval.json");
+    let import = import(dir.path(), "inspect-eval", &log, "evals");
     // The second sample's reasoning part is not imported: a difference, exit 1.
     assert_eq!(import.status.code(), Some(1), "{}", stderr(&import));
     let out = stdout(&import);
@@ -406,18 +350,7 @@ fn an_overlong_sample_id_is_shortened_with_a_hash_not_a_half_finished_import() {
     // Longer than any file name a file system takes.
     log["samples"][0]["id"] = serde_json::json!("sample-".repeat(1_000));
     std::fs::write(dir.path().join("long.json"), log.to_string()).expect("write");
-    let import = agentloop(
-        dir.path(),
-        &[
-            "trace",
-            "import",
-            "--from",
-            "inspect-eval",
-            "long.json",
-            "--out",
-            "evals",
-        ],
-    );
+    let import = import(dir.path(), "inspect-eval", "long.json", "evals");
     // The second sample differs (as in the fixture): exit 1, both imported.
     assert_eq!(import.status.code(), Some(1), "{}", stderr(&import));
     assert!(
@@ -447,27 +380,8 @@ fn an_overlong_sample_id_is_shortened_with_a_hash_not_a_half_finished_import() {
 #[test]
 fn import_of_otel_genai_spans_writes_a_trace_and_a_script_per_trace_id() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let spans: PathBuf = [
-        env!("CARGO_MANIFEST_DIR"),
-        "..",
-        "tests",
-        "fixtures",
-        "otel",
-        "genai.json",
-    ]
-    .iter()
-    .collect();
-    let spans = spans.display().to_string();
-    let args = [
-        "trace",
-        "import",
-        "--from",
-        "otel-genai",
-        &spans,
-        "--out",
-        "otel",
-    ];
-    let import = agentloop(dir.path(), &args);
+    let spans = support::fixture("otel", "genai.json");
+    let import = import(dir.path(), "otel-genai", &spans, "otel");
     // The final answer's reasoning part is not imported: a difference, exit 1.
     assert_eq!(import.status.code(), Some(1), "{}", stderr(&import));
     let out = stdout(&import);

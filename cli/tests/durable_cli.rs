@@ -3,17 +3,14 @@
 //! export, and `resume` on a finished session.
 #![allow(clippy::disallowed_methods)] // tests and benchmarks may read the wall clock
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// See tests/durable_crash.rs: `$AGENTLOOP_BIN` overrides the binary under test.
-fn bin() -> PathBuf {
-    std::env::var_os("AGENTLOOP_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_agentloop")))
-}
+mod support;
+use support::bin;
 
+/// See tests/durable_crash.rs: `$AGENTLOOP_BIN` overrides the binary under test.
 fn agentloop(args: &[&str], store: &Path) -> Output {
     Command::new(bin())
         .args(args)

@@ -21,15 +21,11 @@ use agentloop::store::{Entry, FileStore};
 use agentloop::ToolStatus;
 
 mod support;
+use support::bin;
 use support::script_calls;
 
 /// The binary under test: `$AGENTLOOP_BIN` when set (a target directory shared between
 /// worktrees can have another build's `agentloop` in it), else the one Cargo built.
-fn bin() -> PathBuf {
-    std::env::var_os("AGENTLOOP_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_agentloop")))
-}
 const MIN_KILLS: usize = 150;
 /// Kills per session at most (then the attempt runs to its end and the session is verified).
 const MAX_KILLS_PER_SESSION: usize = 40;

@@ -15,13 +15,16 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use agentloop::store::{Entry, FileStore};
+
+mod support;
+use support::bin;
 
 const PLAIN_URL: &str = "AGENTLOOP_REAL_LLM_URL";
 const TOOLS_URL: &str = "AGENTLOOP_REAL_LLM_TOOLS_URL";
@@ -44,12 +47,6 @@ fn server(var: &str) -> Option<String> {
 }
 
 /// See tests/durable_crash.rs: `$AGENTLOOP_BIN` overrides the binary under test.
-fn bin() -> PathBuf {
-    std::env::var_os("AGENTLOOP_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_agentloop")))
-}
-
 /// `agentloop VERB --provider openai --model gemma --base-url URL ...` in `dir`.
 fn agentloop(dir: &Path, url: &str, verb: &[&str]) -> Command {
     let mut cmd = Command::new(bin());

@@ -8,14 +8,13 @@
 mod postgres_support;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
+
+mod support;
 
 fn agentloop(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentloop"))
-        .args(args)
-        .current_dir(dir)
+    support::command(dir, args)
         .env_remove("AGENTLOOP_STORE")
-        .stdin(Stdio::null())
         .output()
         .expect("run agentloop")
 }

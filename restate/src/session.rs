@@ -658,24 +658,13 @@ impl Session {
     ) -> Result<(Option<Vec<Event>>, Option<AbortInput>), TerminalError> {
         let w = &*self.0;
         let bound = shortest(timers);
-        let rx = seen.subscribe();
-        // Set by the closure when it has its answer (see `race`).
-        let done = Arc::new(AtomicBool::new(false));
-        let closure_done = done.clone();
         match effect {
             Effect::CallModel { request } => {
                 let model = w.model.clone();
                 // A clone shares the tools, their specs and their compiled schemas.
                 let tools = w.tools.clone();
-                let work = ctx
-                    .run(|| async move {
-                        let attempt = call_model(model, request, bound, tools);
-                        let raced = interruptible(rx, Stoppable::Always, attempt).await;
-                        closure_done.store(true, Ordering::SeqCst);
-                        Ok(Json(raced))
-                    })
-                    .name("model");
-                let raced = race(ctx, seen, &done, work).await?.into_inner();
+                let attempt = call_model(model, request, bound, tools);
+                let raced = journaled(ctx, seen, "model", Stoppable::Always, attempt).await?;
                 let events = raced.result.map(|attempt| {
                     let mut events = attempt.events;
                     if let Some(id) = attempt.deadline {
@@ -695,35 +684,24 @@ impl Session {
                     allow_instruction_writes: false,
                 };
                 let id = call.id.clone();
-                let work = ctx
-                    .run(|| async move {
-                        let work = async move {
-                            let Some(tool) = tool else {
-                                return Some((
-                                    ToolStatus::Error,
-                                    format!("unknown tool: {}", call.name),
-                                ));
-                            };
-                            let work = tool.call(tool_ctx, call.arguments);
-                            let out = match bound {
-                                Some((_, ms)) => {
-                                    tokio::time::timeout(Duration::from_millis(ms), work)
-                                        .await
-                                        .ok()
-                                }
-                                None => Some(work.await),
-                            };
-                            out.map(|r| match r {
-                                Ok(content) => (ToolStatus::Completed, content),
-                                Err(e) => (ToolStatus::Error, e.to_string()),
-                            })
-                        };
-                        let raced = interruptible(rx, Stoppable::Tool { killable }, work).await;
-                        closure_done.store(true, Ordering::SeqCst);
-                        Ok(Json(raced))
+                let work = async move {
+                    let Some(tool) = tool else {
+                        return Some((ToolStatus::Error, format!("unknown tool: {}", call.name)));
+                    };
+                    let work = tool.call(tool_ctx, call.arguments);
+                    let out = match bound {
+                        Some((_, ms)) => tokio::time::timeout(Duration::from_millis(ms), work)
+                            .await
+                            .ok(),
+                        None => Some(work.await),
+                    };
+                    out.map(|r| match r {
+                        Ok(content) => (ToolStatus::Completed, content),
+                        Err(e) => (ToolStatus::Error, e.to_string()),
                     })
-                    .name("tool");
-                let raced = race(ctx, seen, &done, work).await?.into_inner();
+                };
+                let stop = Stoppable::Tool { killable };
+                let raced = journaled(ctx, seen, "tool", stop, work).await?;
                 let events = raced.result.map(|done| match (done, bound) {
                     (Some((status, content)), _) => vec![Event::ToolFinished {
                         tool_call_id: id,
@@ -740,33 +718,48 @@ impl Session {
                 budget_tokens,
                 max_messages,
             } => {
-                let work = ctx
-                    .run(|| async move {
-                        let work = async move {
-                            match agentloop_core::context::truncate(
-                                &messages,
-                                budget_tokens,
-                                max_messages,
-                            )
-                            .map_err(|e| e.to_string())
-                            {
-                                Ok((messages, removed)) => {
-                                    Event::CompactionDone { messages, removed }
-                                }
-                                Err(error) => Event::CompactionFailed { error },
-                            }
-                        };
-                        let raced = interruptible(rx, Stoppable::Always, work).await;
-                        closure_done.store(true, Ordering::SeqCst);
-                        Ok(Json(raced))
-                    })
-                    .name("compact");
-                let raced = race(ctx, seen, &done, work).await?.into_inner();
+                let work = async move {
+                    match agentloop_core::context::truncate(&messages, budget_tokens, max_messages)
+                    {
+                        Ok((messages, removed)) => Event::CompactionDone { messages, removed },
+                        Err(e) => Event::CompactionFailed {
+                            error: e.to_string(),
+                        },
+                    }
+                };
+                let raced = journaled(ctx, seen, "compact", Stoppable::Always, work).await?;
                 Ok((raced.result.map(|ev| vec![ev]), raced.abort))
             }
             _ => Ok((Some(vec![]), None)),
         }
     }
+}
+
+/// Performs `work` as one journaled `ctx.run` named `name` that an abort which
+/// [`stops`](AbortInput::stops) it (`stop`) cuts short, raced against the abort signal (see
+/// [`race`]): the journal records the closure's answer, result or not, with the abort seen.
+async fn journaled<T>(
+    ctx: &ObjectContext<'_>,
+    seen: &AbortSeen,
+    name: &str,
+    stop: Stoppable,
+    work: impl Future<Output = T> + Send + 'static,
+) -> Result<Raced<T>, TerminalError>
+where
+    T: Serialize + for<'de> Deserialize<'de> + Send + 'static,
+{
+    let rx = seen.subscribe();
+    // Set by the closure when it has its answer (see `race`).
+    let done = Arc::new(AtomicBool::new(false));
+    let closure_done = done.clone();
+    let run = ctx
+        .run(|| async move {
+            let raced = interruptible(rx, stop, work).await;
+            closure_done.store(true, Ordering::SeqCst);
+            Ok(Json(raced))
+        })
+        .name(name);
+    Ok(race(ctx, seen, &done, run).await?.into_inner())
 }
 
 /// Awaits an effect's journaled `ctx.run` (`work`) while also awaiting the `abort` signal;

@@ -152,40 +152,24 @@ impl Default for McpOptions {
 }
 
 impl McpOptions {
-    /// Sets the tool name prefix.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = Some(prefix.into());
-        self
-    }
+    setters! {
+        /// Sets the tool name prefix.
+        prefix(prefix: impl Into<String>) => prefix = Some(prefix.into());
 
-    /// Sets the connect timeout.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
+        /// Sets the connect timeout.
+        connect_timeout(timeout: Duration) => connect_timeout = timeout;
 
-    /// Sets [`McpOptions::max_tools`].
-    pub fn max_tools(mut self, n: usize) -> Self {
-        self.max_tools = n;
-        self
-    }
+        /// Sets [`McpOptions::max_tools`].
+        max_tools(n: usize) => max_tools = n;
 
-    /// Sets [`McpOptions::max_list_pages`].
-    pub fn max_list_pages(mut self, n: usize) -> Self {
-        self.max_list_pages = n;
-        self
-    }
+        /// Sets [`McpOptions::max_list_pages`].
+        max_list_pages(n: usize) => max_list_pages = n;
 
-    /// Sets [`McpOptions::max_list_bytes`].
-    pub fn max_list_bytes(mut self, n: usize) -> Self {
-        self.max_list_bytes = n;
-        self
-    }
+        /// Sets [`McpOptions::max_list_bytes`].
+        max_list_bytes(n: usize) => max_list_bytes = n;
 
-    /// Sets [`McpOptions::max_pending_requests`].
-    pub fn max_pending_requests(mut self, n: usize) -> Self {
-        self.max_pending_requests = n;
-        self
+        /// Sets [`McpOptions::max_pending_requests`].
+        max_pending_requests(n: usize) => max_pending_requests = n;
     }
 }
 

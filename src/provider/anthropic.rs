@@ -52,7 +52,9 @@ use crate::provider::limits::{too_many_blocks, ResponseLimits};
 use crate::provider::normalize::{
     complete_tool_call, error_event_body, start_tool_input, typed_error_event, Stream,
 };
+use crate::provider::request::{arguments_object, set_tools, Turns};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
+use crate::tools::ToolSpec;
 
 /// The `anthropic-version` header sent with every request.
 #[cfg_attr(not(feature = "http"), allow(dead_code))]
@@ -312,60 +314,45 @@ impl AnthropicNormalizer {
                 .malformed(ev, "content_block_delta after content_block_stop", out);
         }
         let ty = delta.ty.as_deref().unwrap_or("");
-        let mismatch = match (ty, &mut block.kind) {
-            ("text_delta", BlockKind::Text) => match delta.text {
-                Some(t) => {
-                    if !t.is_empty() {
-                        out.push(MessageDelta::TextDelta {
-                            text: t.into_owned(),
-                        });
-                    }
-                    false
+        let fits = match (ty, &mut block.kind, delta.text) {
+            ("text_delta", BlockKind::Text, Some(t)) => {
+                if !t.is_empty() {
+                    out.push(MessageDelta::TextDelta { text: t.into() });
                 }
-                None => true,
-            },
-            ("input_json_delta", BlockKind::Tool { id, args, .. }) => match delta.text {
-                Some(p) => {
-                    if !p.is_empty() {
-                        args.push_str(&p);
-                        out.push(MessageDelta::ToolInputDelta {
-                            id: id.clone(),
-                            delta: p.into_owned(),
-                        });
-                    }
-                    false
-                }
-                None => true,
-            },
-            ("thinking_delta", BlockKind::Thinking) => match delta.text {
-                Some(t) => {
-                    if !t.is_empty() {
-                        out.push(MessageDelta::ReasoningDelta {
-                            text: t.into_owned(),
-                        });
-                    }
-                    false
-                }
-                None => true,
-            },
-            ("signature_delta", BlockKind::Thinking) => match delta.text {
-                Some(s) => {
-                    out.push(MessageDelta::ReasoningSignature {
-                        signature: s.into_owned(),
+                true
+            }
+            ("input_json_delta", BlockKind::Tool { id, args, .. }, Some(p)) => {
+                if !p.is_empty() {
+                    args.push_str(&p);
+                    let id = id.clone();
+                    out.push(MessageDelta::ToolInputDelta {
+                        id,
+                        delta: p.into(),
                     });
-                    false
                 }
-                None => true,
-            },
-            (
-                "text_delta" | "input_json_delta" | "thinking_delta" | "signature_delta",
-                BlockKind::Other,
-            ) => false,
-            ("text_delta" | "input_json_delta" | "thinking_delta" | "signature_delta", _) => true,
+                true
+            }
+            ("thinking_delta", BlockKind::Thinking, Some(t)) => {
+                if !t.is_empty() {
+                    out.push(MessageDelta::ReasoningDelta { text: t.into() });
+                }
+                true
+            }
+            ("signature_delta", BlockKind::Thinking, Some(s)) => {
+                out.push(MessageDelta::ReasoningSignature {
+                    signature: s.into(),
+                });
+                true
+            }
+            // A known delta without its text, or for a block of another type, is malformed;
+            // any delta of a block this client does not represent carries nothing for it.
+            ("text_delta" | "input_json_delta" | "thinking_delta" | "signature_delta", kind, _) => {
+                matches!(kind, BlockKind::Other)
+            }
             // citations_delta and future delta types carry nothing this client represents.
-            _ => false,
+            _ => true,
         };
-        if mismatch {
+        if !fits {
             let reason = format!("{ty} does not fit content block {index}");
             self.stream.malformed(ev, &reason, out);
         }
@@ -441,11 +428,7 @@ impl SseNormalizer for AnthropicNormalizer {
     }
 
     fn finish(&mut self, eof: SseEof) -> Vec<MessageDelta> {
-        let mut out = Vec::new();
-        if !self.stream.ended {
-            self.stream.cut_short(eof, "message_stop", &mut out);
-        }
-        out
+        self.stream.cut_short(eof, "message_stop")
     }
 
     fn set_limits(&mut self, limits: &ResponseLimits) {
@@ -469,20 +452,11 @@ wire_pub! {
 /// server tools.
 pub fn request_body(req: &ModelRequest, model: &str, default_max_tokens: u32) -> Value {
     let mut system: Vec<&str> = req.system.iter().map(String::as_str).collect();
-    let mut messages: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    let mut push = |role: &'static str, blocks: Vec<Value>| {
-        if blocks.is_empty() {
-            return;
-        }
-        match messages.last_mut() {
-            Some((r, b)) if *r == role => b.extend(blocks),
-            _ => messages.push((role, blocks)),
-        }
-    };
+    let mut turns = Turns::default();
     for m in &req.messages {
         match m {
             Message::System { content } => system.push(content),
-            Message::User { content, parts } => push("user", user_blocks(content, parts)),
+            Message::User { content, parts } => turns.push("user", user_blocks(content, parts)),
             Message::Assistant(a) => {
                 let mut blocks = Vec::new();
                 if !a.reasoning.is_empty() {
@@ -502,18 +476,14 @@ pub fn request_body(req: &ModelRequest, model: &str, default_max_tokens: u32) ->
                     blocks.push(json!({"type": "text", "text": a.text}));
                 }
                 for c in &a.tool_calls {
-                    let input = if c.arguments.is_object() {
-                        c.arguments.clone()
-                    } else {
-                        json!({})
-                    };
+                    let input = arguments_object(&c.arguments);
                     blocks.push(
                         json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}),
                     );
                 }
-                push("assistant", blocks);
+                turns.push("assistant", blocks);
             }
-            Message::Tool(r) => push(
+            Message::Tool(r) => turns.push(
                 "user",
                 vec![json!({
                     "type": "tool_result",
@@ -524,10 +494,7 @@ pub fn request_body(req: &ModelRequest, model: &str, default_max_tokens: u32) ->
             ),
         }
     }
-    let messages: Vec<Value> = messages
-        .into_iter()
-        .map(|(role, content)| json!({"role": role, "content": content}))
-        .collect();
+    let messages = turns.into_json("content");
     let model = crate::provider::http::wire_model(
         crate::provider::http::ProviderKind::Anthropic,
         &req.model,
@@ -546,17 +513,8 @@ pub fn request_body(req: &ModelRequest, model: &str, default_max_tokens: u32) ->
     if !system.is_empty() {
         body["system"] = json!(system.join("\n\n"));
     }
-    if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
-            .collect();
-        body["tools"] = Value::Array(tools);
-        if let Some(choice) = &req.params.tool_choice {
-            body["tool_choice"] = tool_choice(choice);
-        }
-    }
+    let tool = |t: &ToolSpec| json!({"name": t.name, "description": t.description, "input_schema": t.parameters});
+    set_tools(&mut body, req, tool, tool_choice);
     if let Some(t) = req.params.temperature {
         body["temperature"] = json!(t);
     }

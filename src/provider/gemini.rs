@@ -31,6 +31,7 @@ use crate::error::ModelError;
 use crate::message::{ContentPart, MediaSource, Message};
 use crate::model::{ModelRequest, ToolChoice};
 use crate::provider::http::{HttpConfig, Provider};
+use crate::provider::request::{arguments_object, call_id_prefix, Turns};
 
 mod normalize;
 #[cfg(not(feature = "wire"))]
@@ -79,8 +80,7 @@ impl Provider for Gemini {
 
     fn normalizer_for(&self, request: &ModelRequest) -> GeminiNormalizer {
         // Gemini's function calls usually carry no id: derive unique ones per step.
-        let prefix = format!("call_{}_{}_", request.run_id, request.model_call_index);
-        GeminiNormalizer::new().with_id_prefix(prefix)
+        GeminiNormalizer::new().with_id_prefix(call_id_prefix(request))
     }
 }
 
@@ -102,31 +102,18 @@ wire_pub! {
 /// The `streamGenerateContent` request body for `req` (see the module docs).
 pub fn request_body(req: &ModelRequest) -> Value {
     let mut system: Vec<&str> = req.system.iter().map(String::as_str).collect();
-    let mut contents: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    let mut push = |role: &'static str, parts: Vec<Value>| {
-        if parts.is_empty() {
-            return;
-        }
-        match contents.last_mut() {
-            Some((r, p)) if *r == role => p.extend(parts),
-            _ => contents.push((role, parts)),
-        }
-    };
+    let mut turns = Turns::default();
     for m in req.messages.iter() {
         match m {
             Message::System { content } => system.push(content),
-            Message::User { content, parts } => push("user", user_parts(content, parts)),
+            Message::User { content, parts } => turns.push("user", user_parts(content, parts)),
             Message::Assistant(a) => {
                 let mut parts = Vec::new();
                 if !a.text.is_empty() {
                     parts.push(json!({"text": a.text}));
                 }
                 for (i, c) in a.tool_calls.iter().enumerate() {
-                    let args = if c.arguments.is_object() {
-                        c.arguments.clone()
-                    } else {
-                        json!({})
-                    };
+                    let args = arguments_object(&c.arguments);
                     let mut part = json!({"functionCall": {"name": c.name, "args": args}});
                     // Gemini's thinking models sign their first function call of a turn and
                     // want the signature back with it.
@@ -135,7 +122,7 @@ pub fn request_body(req: &ModelRequest) -> Value {
                     }
                     parts.push(part);
                 }
-                push("model", parts);
+                turns.push("model", parts);
             }
             Message::Tool(r) => {
                 let key = if r.is_error() { "error" } else { "output" };
@@ -143,15 +130,11 @@ pub fn request_body(req: &ModelRequest) -> Value {
                     "name": r.name,
                     "response": {key: r.content},
                 }});
-                push("user", vec![part]);
+                turns.push("user", vec![part]);
             }
         }
     }
-    let contents: Vec<Value> = contents
-        .into_iter()
-        .map(|(role, parts)| json!({"role": role, "parts": parts}))
-        .collect();
-    let mut body = json!({ "contents": contents });
+    let mut body = json!({ "contents": turns.into_json("parts") });
     if !system.is_empty() {
         body["systemInstruction"] = json!({"parts": [{"text": system.join("\n\n")}]});
     }

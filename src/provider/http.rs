@@ -413,37 +413,27 @@ impl HttpConfig {
         }
     }
 
-    /// Bounds the bytes of text, reasoning, refusal and tool-argument deltas (plus reasoning
-    /// signatures and redacted reasoning) of one response (default
-    /// [`DEFAULT_MAX_RESPONSE_BYTES`](crate::provider::limits::DEFAULT_MAX_RESPONSE_BYTES),
-    /// 32 MiB); beyond it the attempt ends with a `response_too_large` error.
-    pub fn with_max_response_bytes(mut self, bytes: usize) -> Self {
-        self.limits.max_response_bytes = bytes;
-        self
-    }
+    setters! {
+        /// Bounds the bytes of text, reasoning, refusal and tool-argument deltas (plus reasoning
+        /// signatures and redacted reasoning) of one response (default
+        /// [`DEFAULT_MAX_RESPONSE_BYTES`](crate::provider::limits::DEFAULT_MAX_RESPONSE_BYTES),
+        /// 32 MiB); beyond it the attempt ends with a `response_too_large` error.
+        with_max_response_bytes(bytes: usize) => limits.max_response_bytes = bytes;
 
-    /// Bounds the bytes of one tool call's arguments (default
-    /// [`DEFAULT_MAX_TOOL_ARGUMENT_BYTES`](crate::provider::limits::DEFAULT_MAX_TOOL_ARGUMENT_BYTES),
-    /// 8 MiB).
-    pub fn with_max_tool_argument_bytes(mut self, bytes: usize) -> Self {
-        self.limits.max_tool_argument_bytes = bytes;
-        self
-    }
+        /// Bounds the bytes of one tool call's arguments (default
+        /// [`DEFAULT_MAX_TOOL_ARGUMENT_BYTES`](crate::provider::limits::DEFAULT_MAX_TOOL_ARGUMENT_BYTES),
+        /// 8 MiB).
+        with_max_tool_argument_bytes(bytes: usize) => limits.max_tool_argument_bytes = bytes;
 
-    /// Bounds the content blocks of one response: Anthropic content blocks of any type;
-    /// OpenAI tool calls and text/reasoning runs, so the tool calls of one turn (default
-    /// [`DEFAULT_MAX_CONTENT_BLOCKS`](crate::provider::limits::DEFAULT_MAX_CONTENT_BLOCKS),
-    /// 1,024).
-    pub fn with_max_content_blocks(mut self, blocks: usize) -> Self {
-        self.limits.max_content_blocks = blocks;
-        self
-    }
+        /// Bounds the content blocks of one response: Anthropic content blocks of any type;
+        /// OpenAI tool calls and text/reasoning runs, so the tool calls of one turn (default
+        /// [`DEFAULT_MAX_CONTENT_BLOCKS`](crate::provider::limits::DEFAULT_MAX_CONTENT_BLOCKS),
+        /// 1,024).
+        with_max_content_blocks(blocks: usize) => limits.max_content_blocks = blocks;
 
-    /// Bounds the normalized deltas of one response, whatever their size (default
-    /// [`DEFAULT_MAX_DELTAS`](crate::provider::limits::DEFAULT_MAX_DELTAS), 262,144).
-    pub fn with_max_deltas(mut self, deltas: usize) -> Self {
-        self.limits.max_deltas = deltas;
-        self
+        /// Bounds the normalized deltas of one response, whatever their size (default
+        /// [`DEFAULT_MAX_DELTAS`](crate::provider::limits::DEFAULT_MAX_DELTAS), 262,144).
+        with_max_deltas(deltas: usize) => limits.max_deltas = deltas;
     }
 
     /// Removes the API key: no auth header is sent (Ollama, llama.cpp and vLLM need none).

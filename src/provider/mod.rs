@@ -14,6 +14,8 @@
 //! - `decode` (feature `wire`): `agentloop decode`'s offline decoding of a captured stream;
 //! - `normalize`: what the stream normalizers share (progress, typed errors, text runs, tool
 //!   call deltas);
+//! - `request`: what the request encoders share (merged turns, tool arguments, the tools
+//!   offered);
 //! - [`limits`]: the bounds on one response (size, one tool call's arguments, content
 //!   blocks), set on [`http::HttpConfig`] and enforced on every stream;
 //! - `fuzz` (feature `fuzzing`): the harnesses shared by the fuzz targets and the corpus
@@ -59,6 +61,7 @@ pub mod limits;
 pub(crate) mod normalize;
 pub mod openai;
 pub mod openai_responses;
+pub(crate) mod request;
 pub mod scripted;
 #[cfg(feature = "wire")]
 pub mod sse;

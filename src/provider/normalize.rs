@@ -70,15 +70,21 @@ impl Stream {
         self.ended = true;
     }
 
-    /// Ends the response with `incomplete_stream`: the body ended (`eof`) before `what`.
-    pub(crate) fn cut_short(&mut self, eof: SseEof, what: &str, out: &mut Vec<MessageDelta>) {
+    /// What the end of the body (`eof`) adds: nothing once the response ended, else
+    /// `incomplete_stream` (the body ended before `what`).
+    pub(crate) fn cut_short(&mut self, eof: SseEof, what: &str) -> Vec<MessageDelta> {
+        let mut out = Vec::new();
+        if self.ended {
+            return out;
+        }
         let mid = if eof == SseEof::MidEvent {
             " (it ended inside an event)"
         } else {
             ""
         };
         let e = incomplete_stream(&format!("the stream ended before {what}{mid}"));
-        self.fail(e, out);
+        self.fail(e, &mut out);
+        out
     }
 
     /// `data` (of the event `ev`) parsed as a `T`; else the response ends with a

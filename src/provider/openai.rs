@@ -72,7 +72,9 @@ use crate::provider::limits::{too_many_blocks, tool_arguments_too_large, Respons
 use crate::provider::normalize::{
     complete_tool_call, error_event_body, start_tool_input, Block, Stream,
 };
+use crate::provider::request::{arguments_text, call_id_prefix, file_name, set_tools};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
+use crate::tools::ToolSpec;
 
 #[derive(Deserialize)]
 struct Chunk<'a> {
@@ -578,16 +580,13 @@ impl SseNormalizer for OpenAiNormalizer {
     }
 
     fn finish(&mut self, eof: SseEof) -> Vec<MessageDelta> {
+        if self.stream.ended || !self.finishing {
+            return self
+                .stream
+                .cut_short(eof, "[DONE] and before any finish_reason");
+        }
         let mut out = Vec::new();
-        if self.stream.ended {
-            return out;
-        }
-        if self.finishing {
-            self.end(&mut out);
-        } else {
-            let what = "[DONE] and before any finish_reason";
-            self.stream.cut_short(eof, what, &mut out);
-        }
+        self.end(&mut out);
         out
     }
 
@@ -687,15 +686,7 @@ fn user_content(content: &str, parts: &[UserPart]) -> Value {
                 json!({"type": "image_url", "image_url": {"url": source.to_url()}})
             }
             UserPart::File { source, filename } => {
-                let media_type = match source {
-                    MediaSource::Base64 { media_type, .. } => media_type.as_str(),
-                    MediaSource::Url { .. } => "",
-                };
-                // OpenAI wants a name with `file_data`; one from the media type when none.
-                let filename = filename.clone().unwrap_or_else(|| match media_type {
-                    "application/pdf" => "document.pdf".into(),
-                    _ => "document".into(),
-                });
+                let filename = file_name(filename, source);
                 json!({"type": "file", "file": {"filename": filename, "file_data": source.to_url()}})
             }
         });
@@ -758,11 +749,7 @@ pub fn request_body_with(req: &ModelRequest, model: &str, replay: ReasoningRepla
                         .tool_calls
                         .iter()
                         .map(|c| {
-                            let args = if c.arguments.is_null() {
-                                "{}".to_string()
-                            } else {
-                                c.arguments.to_string()
-                            };
+                            let args = arguments_text(&c.arguments);
                             json!({"id": c.id, "type": "function",
                                    "function": {"name": c.name, "arguments": args}})
                         })
@@ -789,20 +776,11 @@ pub fn request_body_with(req: &ModelRequest, model: &str, replay: ReasoningRepla
         "stream": true,
         "stream_options": {"include_usage": true},
     });
-    if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": t.name, "description": t.description, "parameters": t.parameters}})
-            })
-            .collect();
-        body["tools"] = Value::Array(tools);
-        if let Some(choice) = &req.params.tool_choice {
-            body["tool_choice"] = tool_choice(choice);
-        }
-    }
+    let tool = |t: &ToolSpec| {
+        json!({"type": "function", "function": {
+            "name": t.name, "description": t.description, "parameters": t.parameters}})
+    };
+    set_tools(&mut body, req, tool, tool_choice);
     if let Some(t) = req.params.temperature {
         body["temperature"] = json!(t);
     }
@@ -903,8 +881,7 @@ impl Provider for ChatCompletions {
     }
 
     fn normalizer_for(&self, request: &ModelRequest) -> OpenAiNormalizer {
-        let prefix = format!("call_{}_{}_", request.run_id, request.model_call_index);
-        OpenAiNormalizer::new().with_id_prefix(prefix)
+        OpenAiNormalizer::new().with_id_prefix(call_id_prefix(request))
     }
 }
 

@@ -73,7 +73,9 @@ use crate::provider::limits::{too_many_blocks, tool_arguments_too_large, Respons
 use crate::provider::normalize::{
     complete_tool_call, error_event_body, start_tool_input, typed_error_event, Block, Stream,
 };
+use crate::provider::request::{arguments_text, file_name, set_tools};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
+use crate::tools::ToolSpec;
 
 /// One `response.*` event, the fields the normalizer reads. The per-token events (`delta`)
 /// are borrowed; the item and response objects are rare and kept as JSON.
@@ -459,11 +461,7 @@ impl SseNormalizer for ResponsesNormalizer {
     }
 
     fn finish(&mut self, eof: SseEof) -> Vec<MessageDelta> {
-        let mut out = Vec::new();
-        if !self.stream.ended {
-            self.stream.cut_short(eof, "response.completed", &mut out);
-        }
-        out
+        self.stream.cut_short(eof, "response.completed")
     }
 
     fn set_limits(&mut self, limits: &ResponseLimits) {
@@ -532,12 +530,7 @@ fn user_content(content: &str, parts: &[UserPart]) -> Value {
                 ..
             } => json!({"type": "input_file", "file_url": url}),
             UserPart::File { source, filename } => {
-                let filename = filename.clone().unwrap_or_else(|| match source {
-                    MediaSource::Base64 { media_type, .. } if media_type == "application/pdf" => {
-                        "document.pdf".into()
-                    }
-                    _ => "document".into(),
-                });
+                let filename = file_name(filename, source);
                 json!({"type": "input_file", "filename": filename, "file_data": source.to_url()})
             }
         });
@@ -601,11 +594,7 @@ pub fn request_body_with(req: &ModelRequest, model: &str, reasoning: &ResponsesR
                     input.push(json!({"role": "assistant", "content": text}));
                 }
                 for c in &a.tool_calls {
-                    let args = if c.arguments.is_null() {
-                        "{}".to_string()
-                    } else {
-                        c.arguments.to_string()
-                    };
+                    let args = arguments_text(&c.arguments);
                     input.push(json!({"type": "function_call", "call_id": c.id,
                                       "name": c.name, "arguments": args}));
                 }
@@ -639,20 +628,11 @@ pub fn request_body_with(req: &ModelRequest, model: &str, reasoning: &ResponsesR
     if let Some(system) = &req.system {
         body["instructions"] = json!(system);
     }
-    if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "name": t.name, "description": t.description,
-                       "parameters": t.parameters, "strict": false})
-            })
-            .collect();
-        body["tools"] = Value::Array(tools);
-        if let Some(choice) = &req.params.tool_choice {
-            body["tool_choice"] = tool_choice(choice);
-        }
-    }
+    let tool = |t: &ToolSpec| {
+        json!({"type": "function", "name": t.name, "description": t.description,
+               "parameters": t.parameters, "strict": false})
+    };
+    set_tools(&mut body, req, tool, tool_choice);
     if let Some(t) = req.params.temperature {
         body["temperature"] = json!(t);
     }

@@ -60,6 +60,7 @@ use serde_json::Value;
 use crate::error::{ErrorKind, ModelError};
 use crate::message::{FinishReason, Message, MessageDelta, Usage};
 use crate::model::{DeltaStream, Model, ModelRequest};
+use crate::provider::normalize::{complete_tool_call, start_tool_input};
 
 /// Characters per delta when a turn sets no `chunk_chars`.
 pub(crate) const DEFAULT_CHUNK_CHARS: usize = 8;
@@ -600,22 +601,14 @@ fn reply(
             other => templates.apply_to_value(other).to_string(),
         };
         output_chars += call.name.chars().count() + arguments.chars().count();
-        out.push(MessageDelta::ToolInputStart {
-            id: id.clone(),
-            name: call.name.clone(),
-        });
+        start_tool_input(&id, &call.name, "", &mut out);
         out.extend(
             chunks(&arguments, chunk).map(|delta| MessageDelta::ToolInputDelta {
                 id: id.clone(),
                 delta,
             }),
         );
-        out.push(MessageDelta::ToolInputEnd { id: id.clone() });
-        out.push(MessageDelta::ToolCall {
-            id,
-            name: call.name.clone(),
-            arguments,
-        });
+        complete_tool_call(id, call.name.clone(), arguments, &mut out);
     }
     let finish_reason = if turn.tool_calls.is_empty() {
         FinishReason::Stop

@@ -361,9 +361,6 @@ impl RunMetrics {
         self.tool_errors += other.tool_errors;
         self.usage.add(&other.usage);
         self.retries += other.retries;
-        for (k, n) in &other.retries_by_kind {
-            *self.retries_by_kind.entry(k.clone()).or_default() += n;
-        }
         self.retries_after_hint += other.retries_after_hint;
         self.compactions += other.compactions;
         self.compaction_messages_removed += other.compaction_messages_removed;
@@ -373,6 +370,7 @@ impl RunMetrics {
                 *to.entry(k.clone()).or_default() += n;
             }
         };
+        add(&mut self.retries_by_kind, &other.retries_by_kind);
         add(&mut self.outcomes, &other.outcomes);
         add(&mut self.transitions, &other.transitions);
         add(&mut self.time_in_state_ms, &other.time_in_state_ms);

@@ -12,11 +12,9 @@
 //! of `statecharts/session.toml`), which seeds every run it starts: the run's own machine
 //! then never asks about a whitelisted scope. Here are only the pending answers' channels.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use tokio::sync::oneshot;
 
 use crate::agent_event::AgentEvent;
 use crate::event::ApprovalDecision;
@@ -24,37 +22,16 @@ use crate::message::ToolCall;
 use crate::runtime::Approver;
 
 use super::bus::EventBus;
+use super::waiting::Waiting;
 use super::SessionError;
 
 pub use agentloop_core::tool_rules::{approval_scope, command_family};
 
-struct Pending {
-    call: ToolCall,
-    answer: oneshot::Sender<ApprovalDecision>,
-}
-
-/// Pending approvals (the answers' channels), shared by the handle and the approver.
-#[derive(Default)]
-pub(crate) struct Approvals {
-    pending: Mutex<HashMap<String, Pending>>,
-}
+/// Pending approvals (the calls, and the answers' channels), shared by the handle and the
+/// approver.
+pub(crate) type Approvals = Waiting<ToolCall, ApprovalDecision>;
 
 impl Approvals {
-    pub(crate) fn pending_ids(&self) -> Vec<String> {
-        self.pending
-            .lock()
-            .map(|p| {
-                let mut v: Vec<String> = p.keys().cloned().collect();
-                v.sort();
-                v
-            })
-            .unwrap_or_default()
-    }
-
-    pub(crate) fn has_pending(&self) -> bool {
-        self.pending.lock().map(|p| !p.is_empty()).unwrap_or(false)
-    }
-
     /// Answers a pending approval. `answered` sees the call first (the session tells its
     /// machine, which whitelists the call's [`approval_scope`] on `always`), before the run
     /// gets the answer: a run the session starts after this one is seeded with it.
@@ -66,46 +43,21 @@ impl Approvals {
         always: bool,
         answered: impl FnOnce(&ToolCall),
     ) -> Result<(), SessionError> {
-        let p = self
-            .pending
-            .lock()
-            .ok()
-            .and_then(|mut p| p.remove(tool_call_id))
+        let (call, answer) = self
+            .take(tool_call_id)
             .ok_or_else(|| SessionError::Approval(tool_call_id.to_string()))?;
-        answered(&p.call);
+        answered(&call);
         if always {
             bus.publish_current(AgentEvent::ToolApprovedAlways {
-                tool: p.call.name.clone(),
-                command_family: command_family(&p.call),
+                tool: call.name.clone(),
+                command_family: command_family(&call),
             });
         }
         // The run may have ended meanwhile (abort): then nobody waits, which is harmless.
         // The machine announces the resume (`agent_resumed`) before the resumed run's
         // events, or stops the run after a rejection (seed 001).
-        let _ = p.answer.send(decision);
+        let _ = answer.send(decision);
         Ok(())
-    }
-
-    fn park(&self, call: &ToolCall) -> oneshot::Receiver<ApprovalDecision> {
-        let (tx, rx) = oneshot::channel();
-        if let Ok(mut p) = self.pending.lock() {
-            p.insert(
-                call.id.clone(),
-                Pending {
-                    call: call.clone(),
-                    answer: tx,
-                },
-            );
-        }
-        rx
-    }
-
-    fn forget(&self, tool_call_id: &str) -> bool {
-        self.pending
-            .lock()
-            .ok()
-            .and_then(|mut p| p.remove(tool_call_id))
-            .is_some()
     }
 }
 
@@ -114,29 +66,19 @@ pub(crate) struct SessionApprover {
     pub(crate) approvals: Arc<Approvals>,
 }
 
-/// Removes a parked approval when its wait ends for any reason (answer, withdrawal, abort).
-struct Parked<'a>(&'a Approvals, String);
-
-impl Drop for Parked<'_> {
-    fn drop(&mut self) {
-        self.0.forget(&self.1);
-    }
-}
-
 #[async_trait]
 impl Approver for SessionApprover {
     async fn decide(&self, call: &ToolCall) -> Option<ApprovalDecision> {
         // A whitelisted scope never gets here: the run's machine, seeded with the session's
         // whitelist, does not ask about it.
-        let rx = self.approvals.park(call);
-        let _guard = Parked(&self.approvals, call.id.clone());
         // No deadline here: the machine's approval timer ends the wait (`withdraw`).
-        Some(rx.await.unwrap_or(ApprovalDecision::Rejected {
+        let answer = self.approvals.wait(call.id.clone(), call.clone()).await;
+        Some(answer.unwrap_or(ApprovalDecision::Rejected {
             reason: "approval channel closed".into(),
         }))
     }
 
     fn withdraw(&self, tool_call_id: &str) {
-        self.approvals.forget(tool_call_id);
+        self.approvals.take(tool_call_id);
     }
 }

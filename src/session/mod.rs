@@ -57,6 +57,7 @@ mod approvals;
 mod bus;
 mod metrics;
 mod questions;
+mod waiting;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -227,28 +228,18 @@ impl SessionConfig {
         }
     }
 
-    /// Records a trace of every run (R-TRACE-1): read it with [`Session::last_trace`].
-    pub fn record_traces(mut self, on: bool) -> Self {
-        self.record_traces = on;
-        self
-    }
+    setters! {
+        /// Records a trace of every run (R-TRACE-1): read it with [`Session::last_trace`].
+        record_traces(on: bool) => record_traces = on;
 
-    /// Sets the ring buffer size (R-EVT-1).
-    pub fn event_buffer_size(mut self, n: usize) -> Self {
-        self.event_buffer_size = n;
-        self
-    }
+        /// Sets the ring buffer size (R-EVT-1).
+        event_buffer_size(n: usize) => event_buffer_size = n;
 
-    /// Sets the steering queue capacity.
-    pub fn steering_capacity(mut self, n: usize) -> Self {
-        self.steering_capacity = n;
-        self
-    }
+        /// Sets the steering queue capacity.
+        steering_capacity(n: usize) => steering_capacity = n;
 
-    /// Sets the approval timeout.
-    pub fn approval_timeout_ms(mut self, ms: Option<u64>) -> Self {
-        self.approval_timeout_ms = ms;
-        self
+        /// Sets the approval timeout.
+        approval_timeout_ms(ms: Option<u64>) => approval_timeout_ms = ms;
     }
 
     /// Prices `model`'s tokens, in USD per million: input tokens (not served from cache) and
@@ -525,18 +516,16 @@ impl Session {
     /// Like [`Session::prompt`], for a prompt with images and files (content parts after its
     /// text). Hooks and events see the prompt's text.
     pub async fn prompt_with(&self, prompt: impl Into<Prompt>) -> Result<Ack, SessionError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Prompt(Box::new(prompt.into()), reply))?;
-        rx.await.map_err(|_| SessionError::Closed)?
+        self.request(|reply| Command::Prompt(Box::new(prompt.into()), reply))
+            .await?
     }
 
     /// Steers the running run (R-CTL-2): idle → like `prompt`; busy → queued for the next step
     /// boundary (`steering_received{status: queued}`), or `QueueFull` when the queue holds
     /// `steering_capacity` messages (`steering_received{status: rejected_full}`).
     pub async fn steer(&self, text: impl Into<String>) -> Result<Ack, SessionError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Steer(text.into(), reply))?;
-        rx.await.map_err(|_| SessionError::Closed)?
+        self.request(|reply| Command::Steer(text.into(), reply))
+            .await?
     }
 
     /// Queues a subtask: a call of `tool` (usually a
@@ -551,9 +540,8 @@ impl Session {
         tool: impl Into<String>,
         arguments: serde_json::Value,
     ) -> Result<Ack, SessionError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Subtask(Box::new((tool.into(), arguments)), reply))?;
-        rx.await.map_err(|_| SessionError::Closed)?
+        self.request(|reply| Command::Subtask(Box::new((tool.into(), arguments)), reply))
+            .await?
     }
 
     /// Aborts (R-CTL-3), in every status: idle → no-op plus `agent_abort`; busy → the run
@@ -565,14 +553,13 @@ impl Session {
         kill: KillTools,
         clear_queue: bool,
     ) -> Result<Ack, SessionError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Abort {
+        self.request(|reply| Command::Abort {
             reason: reason.into(),
             kill,
             clear_queue,
             reply,
-        })?;
-        rx.await.map_err(|_| SessionError::Closed)
+        })
+        .await
     }
 
     /// Like [`Session::abort`], without waiting for the answer (usable in `Drop`).
@@ -655,7 +642,7 @@ impl Session {
 
     /// Ids of calls waiting for approval.
     pub fn pending_approvals(&self) -> Vec<String> {
-        self.shared.approvals.pending_ids()
+        self.shared.approvals.ids()
     }
 
     /// Answers the `ask_user` question `reference` (the `ask_user` event's
@@ -667,29 +654,25 @@ impl Session {
     /// Refs of the `ask_user` questions waiting for an answer (the `ask_user` event of each
     /// carries its question and options).
     pub fn pending_questions(&self) -> Vec<String> {
-        self.shared.questions.pending()
+        self.shared.questions.ids()
     }
 
     /// Switches the model (R-CTL-5): idle → now; busy → from the next step. Returns false (and
     /// emits nothing) when it is already the model. The name must be registered.
     pub async fn switch_model(&self, model: impl Into<String>) -> Result<bool, SessionError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::SwitchModel(model.into(), reply))?;
-        rx.await.map_err(|_| SessionError::Closed)?
+        self.request(|reply| Command::SwitchModel(model.into(), reply))
+            .await?
     }
 
     /// Attaches (or replaces) a tool (R-CTL-6): offered from the next step on.
     pub async fn attach_tool(&self, tool: Arc<dyn Tool>) -> Result<(), SessionError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Attach(tool, reply))?;
-        rx.await.map_err(|_| SessionError::Closed)?
+        self.request(|reply| Command::Attach(tool, reply)).await?
     }
 
     /// Detaches a tool: later calls to it get an "unknown tool" error result.
     pub async fn detach_tool(&self, name: impl Into<String>) -> Result<(), SessionError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Detach(name.into(), reply))?;
-        rx.await.map_err(|_| SessionError::Closed)?
+        self.request(|reply| Command::Detach(name.into(), reply))
+            .await?
     }
 
     /// Detaches the tools named in `detach`, then attaches `attach` (replacing tools of the
@@ -701,13 +684,14 @@ impl Session {
         attach: Vec<Arc<dyn Tool>>,
         detach: Vec<String>,
     ) -> Result<(), SessionError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Update(Box::new(ToolUpdate {
-            attach,
-            detach,
-            reply,
-        })))?;
-        rx.await.map_err(|_| SessionError::Closed)?
+        self.request(|reply| {
+            Command::Update(Box::new(ToolUpdate {
+                attach,
+                detach,
+                reply,
+            }))
+        })
+        .await?
     }
 
     /// Subscribes to events (R-EVT-1). `since`: replay events after this index that the ring
@@ -785,6 +769,16 @@ impl Session {
     pub async fn wait_idle(&self) {
         let mut rx = self.shared.idle.subscribe();
         let _ = rx.wait_for(|idle| *idle).await;
+    }
+
+    /// Sends the command `command` makes around a reply channel, and awaits the reply.
+    async fn request<T>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, SessionError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(command(reply))?;
+        rx.await.map_err(|_| SessionError::Closed)
     }
 
     fn send(&self, c: Command) -> Result<(), SessionError> {

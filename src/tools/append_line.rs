@@ -55,14 +55,7 @@ impl TypedTool for AppendLine {
     const DESCRIPTION: &'static str =
         "Appends one line of text to a file under the root directory, creating the file if needed.";
 
-    fn killable(&self) -> bool {
-        true
-    }
-
-    fn retry_safe(&self) -> bool {
-        false
-    }
-
+    // Killable and not retry-safe: the defaults.
     async fn run(&self, ctx: ToolContext, args: AppendLineArgs) -> Result<String, ToolError> {
         if args.line.contains(['\n', '\r']) {
             return Err(ToolError::Failed(

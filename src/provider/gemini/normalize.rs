@@ -227,15 +227,11 @@ impl SseNormalizer for GeminiNormalizer {
     }
 
     fn finish(&mut self, eof: SseEof) -> Vec<MessageDelta> {
+        if self.stream.ended || self.raw_finish_reason.is_none() {
+            return self.stream.cut_short(eof, "a finishReason");
+        }
         let mut out = Vec::new();
-        if self.stream.ended {
-            return out;
-        }
-        if self.raw_finish_reason.is_some() {
-            self.finish_step(&mut out);
-        } else {
-            self.stream.cut_short(eof, "a finishReason", &mut out);
-        }
+        self.finish_step(&mut out);
         out
     }
 }
