@@ -161,3 +161,17 @@ fn issue9_a_panic_in_the_run_reaches_the_caller() {
         .unwrap_or_default();
     assert_eq!(message, "sink refuses deltas");
 }
+
+/// The future `Agent::run` returns is small: the run's own state (tens of kilobytes: the
+/// machines, the driver, the store's and the model's futures) lives in one heap allocation,
+/// so awaiting it, spawning it or moving it into a task does not copy it through the stack,
+/// whose pages would stay resident for the whole process.
+#[test]
+fn the_run_future_is_small() {
+    let agent = Agent::builder().model(ScriptedModel::demo()).build();
+    let run = agent.run("s1", "hello");
+    let size = std::mem::size_of_val(&run);
+    assert!(size <= 4096, "Agent::run's future is {size} bytes");
+    let out = multi_thread().block_on(run).expect("ran");
+    assert_eq!(out.result.outcome, Outcome::Completed);
+}

@@ -179,11 +179,14 @@ impl Agent {
     ) -> Result<RunOutput, AgentError> {
         let agent = self.clone();
         let session = session.to_string();
-        worker::on_worker(async move {
+        // Boxed: the run's future is tens of kilobytes; moved by value (into the caller's
+        // future, into a task) it is copied through the stack each time, and those stack
+        // pages stay resident.
+        worker::on_worker(Box::pin(async move {
             agent
                 .run_queued_here(&session, input, before, config, control, record)
                 .await
-        })
+        }))
         .await
     }
 

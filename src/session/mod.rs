@@ -1162,11 +1162,12 @@ impl Actor {
             .status
             .store(Status::Running as u8, Ordering::SeqCst);
         self.shared.idle.send_replace(false);
-        let run = tokio::spawn(async move {
+        // Boxed, as `Agent::run_queued` does: a run's future is tens of kilobytes.
+        let run = tokio::spawn(Box::pin(async move {
             agent
                 .run_queued_here(&id, input, before, config, Some(receiver), record)
                 .await
-        });
+        }));
         self.current = Some(Current { controller, run });
     }
 
