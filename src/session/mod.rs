@@ -913,23 +913,16 @@ impl Actor {
                 SessionEffect::StartRun { input, whitelist } => {
                     let (messages, before) = match input {
                         RunInput::Command => match payload.take() {
-                            Some(Payload::Prompt(p)) => {
-                                let before = p.subtask_events();
-                                (vec![p.into_message()], before)
-                            }
+                            Some(Payload::Prompt(p)) => run_input(p),
                             Some(Payload::Subtask(tool, arguments)) => {
                                 let p = Prompt::new("").subtask(tool, arguments);
                                 (Vec::new(), p.subtask_events())
                             }
                             None => (Vec::new(), Vec::new()),
                         },
-                        RunInput::Queued => match self.queue.pop_front() {
-                            Some(p) => {
-                                let before = p.subtask_events();
-                                (vec![p.into_message()], before)
-                            }
-                            None => (Vec::new(), Vec::new()),
-                        },
+                        RunInput::Queued => {
+                            self.queue.pop_front().map(run_input).unwrap_or_default()
+                        }
                         RunInput::Leftover(text) => {
                             (vec![Prompt::new(text).into_message()], Vec::new())
                         }
@@ -944,21 +937,25 @@ impl Actor {
                 SessionEffect::DropQueued => self.queue.clear(),
                 SessionEffect::Forward(f) => {
                     if let Some(c) = &self.current {
-                        match f {
-                            Forward::Steer(text) => forward_steer(&c.controller, &text),
-                            Forward::Subtask => {
-                                if let Some(Payload::Subtask(tool, arguments)) = payload.take() {
-                                    c.controller.send(Event::Subtask { tool, arguments });
+                        let _ = match f {
+                            Forward::Steer(text) => c.controller.send(Event::Steer { text }),
+                            Forward::Subtask => match payload.take() {
+                                Some(Payload::Subtask(tool, arguments)) => {
+                                    c.controller.send(Event::Subtask { tool, arguments })
                                 }
-                            }
+                                _ => false,
+                            },
                             Forward::Abort { reason, kill } => {
-                                forward_abort(&c.controller, reason, kill)
+                                c.controller.abort_with(reason, kill)
                             }
                             Forward::SwitchModel(model) => {
-                                forward_switch_model(&c.controller, &model)
+                                c.controller.send(Event::SwitchModel { model })
                             }
-                            Forward::SetTools => forward_set_tools(&c.controller, &self.config),
-                        }
+                            Forward::SetTools => c.controller.send(Event::SetTools {
+                                tools: self.config.tools.clone(),
+                                immune: self.config.step.immune.clone(),
+                            }),
+                        };
                     }
                 }
                 SessionEffect::UseModel(model) => Arc::make_mut(&mut self.config).model = model,
@@ -1096,9 +1093,10 @@ impl Actor {
                 } = *update;
                 let r = match self.agent.tools.update(&attach, &detach) {
                     Ok(()) => {
+                        let step = &mut Arc::make_mut(&mut self.config).step;
                         for name in &detach {
-                            Arc::make_mut(&mut self.config).step.immune.remove(name);
-                            Arc::make_mut(&mut self.config).step.set_pure(name, false);
+                            step.immune.remove(name);
+                            step.set_pure(name, false);
                         }
                         let attached = attach.iter().map(|t| self.configure_attached(t)).collect();
                         Arc::make_mut(&mut self.config).tools = self.agent.tools.specs();
@@ -1131,17 +1129,13 @@ impl Actor {
     /// (pure tools take effect from the next run: a running one keeps its own); its name.
     fn configure_attached(&mut self, tool: &Arc<dyn Tool>) -> String {
         let name = tool.spec().name;
+        let step = &mut Arc::make_mut(&mut self.config).step;
         if tool.killable() {
-            Arc::make_mut(&mut self.config).step.immune.remove(&name);
+            step.immune.remove(&name);
         } else {
-            Arc::make_mut(&mut self.config)
-                .step
-                .immune
-                .insert(name.clone());
+            step.immune.insert(name.clone());
         }
-        Arc::make_mut(&mut self.config)
-            .step
-            .set_pure(&name, tool.pure());
+        step.set_pure(&name, tool.pure());
         name
     }
 
@@ -1248,6 +1242,12 @@ fn state_at(i: u8) -> SessionState {
         .unwrap_or(SessionState::INITIAL)
 }
 
+/// A prompt as a run's input: its message, and its subtasks' events to feed first.
+fn run_input(p: Prompt) -> (Vec<Message>, Vec<Event>) {
+    let before = p.subtask_events();
+    (vec![p.into_message()], before)
+}
+
 /// The error a reply stands for (a command's error replies; `Closed` for a reply the command
 /// cannot get, which the chart rules out).
 fn error(reply: Option<SessionReply>) -> SessionError {
@@ -1257,32 +1257,6 @@ fn error(reply: Option<SessionReply>) -> SessionError {
         Some(SessionReply::UnknownModel(m)) => SessionError::UnknownModel(m, Vec::new()),
         _ => SessionError::Closed,
     }
-}
-
-// ---- forwarding into the running machine -------------------------------------------------
-// These are the only places that depend on the machines' control events.
-
-fn forward_abort(c: &Controller, reason: String, kill: KillTools) {
-    c.abort_with(reason, kill);
-}
-
-fn forward_steer(c: &Controller, text: &str) {
-    c.send(Event::Steer {
-        text: text.to_string(),
-    });
-}
-
-fn forward_switch_model(c: &Controller, model: &str) {
-    c.send(Event::SwitchModel {
-        model: model.to_string(),
-    });
-}
-
-fn forward_set_tools(c: &Controller, config: &RunConfig) {
-    c.send(Event::SetTools {
-        tools: config.tools.clone(),
-        immune: config.step.immune.clone(),
-    });
 }
 
 #[cfg(test)]
