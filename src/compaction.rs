@@ -125,8 +125,7 @@ pub(crate) struct LlmSummary {
     /// The summary call's deadlines (`first_chunk_ms`, `stall_ms`, `request_ms`; the tool and
     /// run fields are not used). Default: a model step's defaults.
     pub(crate) timeouts: Timeouts,
-    /// The clock the deadlines are measured on (the system clock; the crate's tests set a
-    /// virtual one).
+    /// The clock the deadlines are measured on (the system clock).
     pub(crate) clock: Arc<dyn Clock>,
     /// Truncate instead when the summary call fails (default on).
     pub(crate) fallback_to_truncate: bool,
@@ -186,13 +185,6 @@ impl LlmSummary {
         self
     }
 
-    /// The clock the deadlines are measured on (a test's virtual clock).
-    #[allow(dead_code)] // for the crate's own tests
-    pub(crate) fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
-    }
-
     /// One summary call of `transcript`, within the deadlines.
     pub(crate) async fn summarize(&self, transcript: String) -> Result<String, SummaryFailure> {
         let request = ModelRequest {
@@ -217,20 +209,12 @@ impl LlmSummary {
                 })
                 .await??;
             let mut text = String::new();
-            let mut first = true;
+            // The first delta has the first-chunk deadline, every later one the stall deadline.
+            let (mut ms, mut timeout): (u64, fn(u64) -> SummaryFailure) =
+                (t.first_chunk_ms, SummaryFailure::FirstChunkTimeout);
             loop {
-                let next = if first {
-                    self.within(
-                        t.first_chunk_ms,
-                        SummaryFailure::FirstChunkTimeout,
-                        stream.next(),
-                    )
-                    .await?
-                } else {
-                    self.within(t.stall_ms, SummaryFailure::Stalled, stream.next())
-                        .await?
-                };
-                first = false;
+                let next = self.within(ms, timeout, stream.next()).await?;
+                (ms, timeout) = (t.stall_ms, SummaryFailure::Stalled);
                 match next.map(|item| item.map_err(|e| SummaryFailure::Model(e.message))) {
                     None | Some(Ok(MessageDelta::Finish)) => break,
                     Some(Ok(MessageDelta::TextDelta { text: t })) => text.push_str(&t),
