@@ -97,25 +97,7 @@ impl Channel {
 }
 
 /// The session's event bus (R-EVT-1), cheap to share (`Arc`): one index per session, live
-/// subscribers, and an optional ring buffer for replay.
-///
-/// One queue holds every event anybody may still read: the last `ring_size` events (the ring
-/// buffer, replayed by `subscribe(since)`) and the events a live subscriber has not read yet,
-/// up to `capacity` behind the newest. The queue grows on demand and gives memory back when
-/// it empties, so an idle session without subscribers holds no event storage at all (a
-/// preallocated broadcast channel of 4,096 slots would cost every session about 650 KiB before
-/// its first event).
-///
-/// Ordering: an event gets its index and is queued under one lock, so every subscriber sees
-/// events in index order, and a `subscribe` taken under the same lock neither misses nor
-/// repeats an event between its replay and its live part.
-///
-/// Slow subscribers never block the loop: publishing never waits. A subscriber that falls more
-/// than `capacity` events behind loses the oldest events it did not read (unless the ring
-/// buffer still holds them); its next [`Subscription::recv`] returns
-/// [`SubscriptionItem::Lagged`] with the number lost, then it continues with the oldest event
-/// still available. The same notice is returned first when `subscribe(since)` asks for events
-/// older than the ring buffer keeps.
+/// subscribers, and an optional ring buffer for replay; the module docs say how.
 pub(crate) struct EventBus {
     channel: Arc<Channel>,
     clock: Arc<dyn Clock>,
