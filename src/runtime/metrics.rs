@@ -52,12 +52,7 @@ impl LatencySummary {
         let mut sorted = samples.to_vec();
         sorted.sort_unstable();
         let max_ms = *sorted.last()?;
-        // Nearest rank: the smallest sample with at least p % of the samples at or below it.
-        let rank = |p: usize| {
-            let n = sorted.len();
-            let r = (p * n).div_ceil(100).clamp(1, n);
-            sorted[r - 1]
-        };
+        let rank = |p| nearest_rank(&sorted, p).unwrap_or(max_ms);
         let total: u64 = sorted.iter().sum();
         Some(LatencySummary {
             count: sorted.len(),
@@ -68,6 +63,14 @@ impl LatencySummary {
             mean_ms: total / sorted.len() as u64,
         })
     }
+}
+
+/// The `p`th percentile of `sorted` by nearest rank: the smallest sample with at least p % of
+/// the samples at or below it; `None` without samples.
+fn nearest_rank(sorted: &[u64], p: usize) -> Option<u64> {
+    let n = sorted.len();
+    let r = (p * n).div_ceil(100).clamp(1, n.max(1));
+    sorted.get(r - 1).copied()
 }
 
 impl std::fmt::Display for LatencySummary {
@@ -439,12 +442,7 @@ impl RunMetrics {
     pub fn percentile_ms(samples: &[u64], p: u32) -> Option<u64> {
         let mut sorted = samples.to_vec();
         sorted.sort_unstable();
-        let n = sorted.len();
-        if n == 0 {
-            return None;
-        }
-        let r = (p as usize * n).div_ceil(100).clamp(1, n);
-        sorted.get(r - 1).copied()
+        nearest_rank(&sorted, p as usize)
     }
 
     /// Input tokens served from or written to the provider's prompt cache.
@@ -455,54 +453,48 @@ impl RunMetrics {
     /// A few lines for a person: latencies, tokens, retries, compactions (what
     /// `agentloop run --metrics` prints).
     pub fn summary_text(&self) -> String {
+        use std::fmt::Write;
         let latency = |h: &[u64]| match LatencySummary::of(h) {
             Some(s) => s.to_string(),
             None => "none".to_string(),
         };
-        let mut out = String::from("metrics:\n");
-        out.push_str(&format!(
-            "  steps: {} ({} model requests)\n",
-            self.steps, self.model_requests
-        ));
-        out.push_str(&format!(
-            "  step latency: {}\n",
-            latency(&self.step_latency)
-        ));
-        out.push_str(&format!(
-            "  time to first token: {}\n",
-            latency(&self.time_to_first_token)
-        ));
-        out.push_str(&format!(
-            "  tool latency: {} ({} calls, {} errors)\n",
+        let (steps, requests) = (self.steps, self.model_requests);
+        let mut out = format!("metrics:\n  steps: {steps} ({requests} model requests)\n");
+        let _ = writeln!(out, "  step latency: {}", latency(&self.step_latency));
+        let ttft = latency(&self.time_to_first_token);
+        let _ = writeln!(out, "  time to first token: {ttft}");
+        let _ = writeln!(
+            out,
+            "  tool latency: {} ({} calls, {} errors)",
             latency(&self.tool_latency),
             self.tool_calls,
             self.tool_errors
-        ));
-        out.push_str(&format!(
-            "  tokens: {} in, {} out, {} cached, {} reasoning\n",
-            self.usage.input_tokens,
-            self.usage.output_tokens,
+        );
+        let u = &self.usage;
+        let _ = writeln!(
+            out,
+            "  tokens: {} in, {} out, {} cached, {} reasoning",
+            u.input_tokens,
+            u.output_tokens,
             self.cached_tokens(),
-            self.usage.reasoning_tokens
-        ));
+            u.reasoning_tokens
+        );
         let kinds: Vec<String> = self
             .retries_by_kind
             .iter()
             .map(|(k, n)| format!("{k} {n}"))
             .collect();
-        out.push_str(&format!(
-            "  retries: {}{}\n",
-            self.retries,
-            if kinds.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", kinds.join(", "))
-            }
-        ));
-        out.push_str(&format!(
-            "  compactions: {} ({} messages, ~{} tokens removed)\n",
+        let kinds = if kinds.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", kinds.join(", "))
+        };
+        let _ = writeln!(out, "  retries: {}{kinds}", self.retries);
+        let _ = writeln!(
+            out,
+            "  compactions: {} ({} messages, ~{} tokens removed)",
             self.compactions, self.compaction_messages_removed, self.compaction_tokens_removed
-        ));
+        );
         out
     }
 }
