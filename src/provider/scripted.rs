@@ -296,20 +296,24 @@ pub enum ScriptLoadError {
     },
 }
 
+impl ScriptLoadError {
+    /// The `Parse` error for `e` (its message without serde's position suffix).
+    fn parse(origin: &str, e: &serde_json::Error) -> Self {
+        let full = e.to_string();
+        let suffix = format!(" at line {} column {}", e.line(), e.column());
+        ScriptLoadError::Parse {
+            origin: origin.to_string(),
+            line: e.line(),
+            column: e.column(),
+            message: full.strip_suffix(&suffix).unwrap_or(&full).to_string(),
+        }
+    }
+}
+
 impl Script {
     /// Parses a script; `origin` names it in errors (usually the file path).
     pub(crate) fn from_json_str(json: &str, origin: &str) -> Result<Script, ScriptLoadError> {
-        serde_json::from_str(json).map_err(|e| {
-            let full = e.to_string();
-            let suffix = format!(" at line {} column {}", e.line(), e.column());
-            let message = full.strip_suffix(&suffix).unwrap_or(&full).to_string();
-            ScriptLoadError::Parse {
-                origin: origin.to_string(),
-                line: e.line(),
-                column: e.column(),
-                message,
-            }
-        })
+        serde_json::from_str(json).map_err(|e| ScriptLoadError::parse(origin, &e))
     }
 
     /// Reads and parses a script file.
@@ -323,10 +327,7 @@ impl Script {
         Script::from_json_str(&text, &origin)
     }
 
-    /// The built-in demo, for every prompt of a session: a prompt with arithmetic in it gets a
-    /// `calculator` call on the expression, then an answer with its result; any other prompt
-    /// gets a short reply saying what the demo can do. `examples/scripts/demo.json` holds the
-    /// same script.
+    /// The script of [`ScriptedModel::demo`].
     pub(crate) fn demo() -> Script {
         Script {
             description: Some(
@@ -409,12 +410,7 @@ impl ScriptedModel {
     pub fn from_json(script: Value) -> Result<Self, ScriptLoadError> {
         serde_json::from_value(script)
             .map(Self::new)
-            .map_err(|e| ScriptLoadError::Parse {
-                origin: "script value".into(),
-                line: e.line(),
-                column: e.column(),
-                message: e.to_string(),
-            })
+            .map_err(|e| ScriptLoadError::parse("script value", &e))
     }
 
     /// The script as JSON (what [`from_json`](Self::from_json) reads back).
