@@ -65,14 +65,6 @@ impl AttachmentKind {
             AttachmentKind::File => "file",
         }
     }
-
-    /// The extensions this kind takes, for error messages.
-    fn known(self) -> &'static str {
-        match self {
-            AttachmentKind::Image => "png, jpg, jpeg, gif, webp",
-            AttachmentKind::File => "pdf",
-        }
-    }
 }
 
 /// Why a path could not be attached.
@@ -119,10 +111,9 @@ pub enum AttachmentError {
 
 /// The extensions an attachment of `kind` (`image` or `file`) takes, for error messages.
 fn known(kind: &str) -> &'static str {
-    if kind == AttachmentKind::Image.as_str() {
-        AttachmentKind::Image.known()
-    } else {
-        AttachmentKind::File.known()
+    match kind {
+        "image" => "png, jpg, jpeg, gif, webp",
+        _ => "pdf",
     }
 }
 
@@ -248,8 +239,7 @@ impl Prompt {
     pub fn new(text: impl Into<String>) -> Self {
         Prompt {
             text: text.into(),
-            parts: Vec::new(),
-            subtasks: Vec::new(),
+            ..Prompt::default()
         }
     }
 

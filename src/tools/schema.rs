@@ -87,9 +87,7 @@ pub(crate) fn compile_shared(name: &str, _schema: &Value) -> Option<Arc<Validato
     None
 }
 
-/// The validator of `schema` (of the tool or typed answer `name`): from the process-wide
-/// cache, or compiled and cached. A schema the validator cannot compile (not a JSON Schema,
-/// an unresolvable `$ref`) is logged and gives `None`.
+/// See the other `compile_shared`.
 #[cfg(feature = "json-schema")]
 pub(crate) fn compile_shared(name: &str, schema: &Value) -> Option<Arc<Validator>> {
     let key = schema.to_string();
@@ -244,8 +242,7 @@ fn integer_format_bound(format: Option<&Value>, min: bool) -> Option<serde_json:
         "uint8" => (0, u8::MAX.into()),
         "uint16" => (0, u16::MAX.into()),
         "uint32" => (0, u32::MAX.into()),
-        "uint64" => (0, u64::MAX),
-        "uint" => (0, u64::MAX),
+        "uint64" | "uint" => (0, u64::MAX),
         "int8" => (i8::MIN.into(), i8::MAX as u64),
         "int16" => (i16::MIN.into(), i16::MAX as u64),
         "int32" => (i32::MIN.into(), i32::MAX as u64),
