@@ -209,33 +209,25 @@ impl Clock for SystemClock {
 }
 
 /// A clock on tokio's time: with a paused runtime (`start_paused`), timestamps follow virtual
-/// time, so time-per-state metrics are deterministic in tests. Starts at `epoch_ms`.
+/// time, so time-per-state metrics are deterministic in tests. Reads 0 when made (inside a
+/// tokio runtime).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TokioClock {
     origin: tokio::time::Instant,
-    epoch_ms: u64,
-}
-
-impl TokioClock {
-    /// A clock reading `epoch_ms` now (call inside a tokio runtime).
-    pub(crate) fn starting_at(epoch_ms: u64) -> Self {
-        TokioClock {
-            origin: tokio::time::Instant::now(),
-            epoch_ms,
-        }
-    }
 }
 
 impl Default for TokioClock {
     fn default() -> Self {
-        TokioClock::starting_at(0)
+        TokioClock {
+            origin: tokio::time::Instant::now(),
+        }
     }
 }
 
 #[async_trait]
 impl Clock for TokioClock {
     fn now_ms(&self) -> u64 {
-        self.epoch_ms + self.origin.elapsed().as_millis() as u64
+        self.origin.elapsed().as_millis() as u64
     }
     async fn sleep(&self, ms: u64) {
         tokio::time::sleep(std::time::Duration::from_millis(ms)).await
