@@ -52,7 +52,7 @@ use crate::provider::limits::{too_many_blocks, ResponseLimits};
 use crate::provider::normalize::{
     complete_tool_call, error_event_body, start_tool_input, typed_error_event, Stream,
 };
-use crate::provider::request::{arguments_object, set_tools, Turns};
+use crate::provider::request::{arguments_object, set_tools, user_parts, Turns};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
 use crate::tools::ToolSpec;
 
@@ -528,24 +528,18 @@ pub fn request_body(req: &ModelRequest, model: &str, default_max_tokens: u32) ->
 /// (`{type: base64, media_type, data}` or `{type: url, url}`); a file's name is the
 /// document's `title`.
 fn user_blocks(content: &str, parts: &[ContentPart]) -> Vec<Value> {
-    let mut blocks = Vec::with_capacity(parts.len() + 1);
-    if parts.is_empty() || !content.is_empty() {
-        blocks.push(json!({"type": "text", "text": content}));
-    }
-    for p in parts {
-        blocks.push(match p {
-            ContentPart::Text { text } => json!({"type": "text", "text": text}),
-            ContentPart::Image { source } => json!({"type": "image", "source": source}),
-            ContentPart::File { source, filename } => {
-                let mut doc = json!({"type": "document", "source": source});
-                if let Some(name) = filename {
-                    doc["title"] = json!(name);
-                }
-                doc
+    let text = |text: &str| json!({"type": "text", "text": text});
+    user_parts(content, parts, text, |p| match p {
+        ContentPart::Text { text: t } => text(t),
+        ContentPart::Image { source } => json!({"type": "image", "source": source}),
+        ContentPart::File { source, filename } => {
+            let mut doc = json!({"type": "document", "source": source});
+            if let Some(name) = filename {
+                doc["title"] = json!(name);
             }
-        });
-    }
-    blocks
+            doc
+        }
+    })
 }
 
 /// The Messages API's `tool_choice` for `choice`.

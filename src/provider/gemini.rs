@@ -31,7 +31,7 @@ use crate::error::ModelError;
 use crate::message::{ContentPart, MediaSource, Message};
 use crate::model::{ModelRequest, ToolChoice};
 use crate::provider::http::{HttpConfig, Provider};
-use crate::provider::request::{arguments_object, call_id_prefix, Turns};
+use crate::provider::request::{self, arguments_object, call_id_prefix, Turns};
 
 mod normalize;
 #[cfg(not(feature = "wire"))]
@@ -176,22 +176,16 @@ pub fn request_body(req: &ModelRequest) -> Value {
 /// A user message's parts: its text (left out when empty and the message has parts), then
 /// one part per content part: `text`, `inlineData` (base64 bytes) or `fileData` (a URL).
 fn user_parts(content: &str, parts: &[ContentPart]) -> Vec<Value> {
-    let mut out = Vec::with_capacity(parts.len() + 1);
-    if parts.is_empty() || !content.is_empty() {
-        out.push(json!({"text": content}));
-    }
-    for p in parts {
-        out.push(match p {
-            ContentPart::Text { text } => json!({"text": text}),
-            ContentPart::Image { source } | ContentPart::File { source, .. } => match source {
-                MediaSource::Base64 { media_type, data } => {
-                    json!({"inlineData": {"mimeType": media_type, "data": data}})
-                }
-                MediaSource::Url { url } => json!({"fileData": {"fileUri": url}}),
-            },
-        });
-    }
-    out
+    let text = |text: &str| json!({"text": text});
+    request::user_parts(content, parts, text, |p| match p {
+        ContentPart::Text { text: t } => text(t),
+        ContentPart::Image { source } | ContentPart::File { source, .. } => match source {
+            MediaSource::Base64 { media_type, data } => {
+                json!({"inlineData": {"mimeType": media_type, "data": data}})
+            }
+            MediaSource::Url { url } => json!({"fileData": {"fileUri": url}}),
+        },
+    })
 }
 
 /// `toolConfig.functionCallingConfig` for `choice`.

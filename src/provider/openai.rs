@@ -72,7 +72,7 @@ use crate::provider::limits::{too_many_blocks, tool_arguments_too_large, Respons
 use crate::provider::normalize::{
     complete_tool_call, error_event_body, start_tool_input, Block, Stream,
 };
-use crate::provider::request::{arguments_text, call_id_prefix, file_name, set_tools};
+use crate::provider::request::{arguments_text, call_id_prefix, file_name, set_tools, user_parts};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
 use crate::tools::ToolSpec;
 
@@ -675,23 +675,17 @@ fn user_content(content: &str, parts: &[UserPart]) -> Value {
     if parts.is_empty() {
         return json!(content);
     }
-    let mut out = Vec::with_capacity(parts.len() + 1);
-    if !content.is_empty() {
-        out.push(json!({"type": "text", "text": content}));
-    }
-    for p in parts {
-        out.push(match p {
-            UserPart::Text { text } => json!({"type": "text", "text": text}),
-            UserPart::Image { source } => {
-                json!({"type": "image_url", "image_url": {"url": source.to_url()}})
-            }
-            UserPart::File { source, filename } => {
-                let filename = file_name(filename, source);
-                json!({"type": "file", "file": {"filename": filename, "file_data": source.to_url()}})
-            }
-        });
-    }
-    Value::Array(out)
+    let text = |text: &str| json!({"type": "text", "text": text});
+    Value::Array(user_parts(content, parts, text, |p| match p {
+        UserPart::Text { text: t } => text(t),
+        UserPart::Image { source } => {
+            json!({"type": "image_url", "image_url": {"url": source.to_url()}})
+        }
+        UserPart::File { source, filename } => {
+            let filename = file_name(filename, source);
+            json!({"type": "file", "file": {"filename": filename, "file_data": source.to_url()}})
+        }
+    }))
 }
 
 wire_pub! {

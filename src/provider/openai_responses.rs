@@ -73,7 +73,7 @@ use crate::provider::limits::{too_many_blocks, tool_arguments_too_large, Respons
 use crate::provider::normalize::{
     complete_tool_call, error_event_body, start_tool_input, typed_error_event, Block, Stream,
 };
-use crate::provider::request::{arguments_text, file_name, set_tools};
+use crate::provider::request::{arguments_text, file_name, set_tools, user_parts};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
 use crate::tools::ToolSpec;
 
@@ -515,27 +515,19 @@ fn user_content(content: &str, parts: &[UserPart]) -> Value {
     if parts.is_empty() {
         return json!(content);
     }
-    let mut out = Vec::with_capacity(parts.len() + 1);
-    if !content.is_empty() {
-        out.push(json!({"type": "input_text", "text": content}));
-    }
-    for p in parts {
-        out.push(match p {
-            UserPart::Text { text } => json!({"type": "input_text", "text": text}),
-            UserPart::Image { source } => {
-                json!({"type": "input_image", "image_url": source.to_url()})
-            }
-            UserPart::File {
-                source: MediaSource::Url { url },
-                ..
-            } => json!({"type": "input_file", "file_url": url}),
-            UserPart::File { source, filename } => {
-                let filename = file_name(filename, source);
-                json!({"type": "input_file", "filename": filename, "file_data": source.to_url()})
-            }
-        });
-    }
-    Value::Array(out)
+    let text = |text: &str| json!({"type": "input_text", "text": text});
+    Value::Array(user_parts(content, parts, text, |p| match p {
+        UserPart::Text { text: t } => text(t),
+        UserPart::Image { source } => json!({"type": "input_image", "image_url": source.to_url()}),
+        UserPart::File {
+            source: MediaSource::Url { url },
+            ..
+        } => json!({"type": "input_file", "file_url": url}),
+        UserPart::File { source, filename } => {
+            let filename = file_name(filename, source);
+            json!({"type": "input_file", "filename": filename, "file_data": source.to_url()})
+        }
+    }))
 }
 
 wire_pub! {

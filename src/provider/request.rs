@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use crate::message::MediaSource;
+use crate::message::{ContentPart, MediaSource};
 use crate::model::{ModelRequest, ToolChoice};
 use crate::tools::ToolSpec;
 
@@ -78,6 +78,19 @@ pub(crate) fn file_name(filename: &Option<String>, source: &MediaSource) -> Stri
         }
         _ => "document".into(),
     })
+}
+
+/// A user message's text, then each of its content parts as `part` writes it: the text (as
+/// `text` writes it) is left out when it is empty and the message has parts (the APIs refuse
+/// empty text parts). All four encoders.
+pub(crate) fn user_parts(
+    content: &str,
+    parts: &[ContentPart],
+    text: impl Fn(&str) -> Value,
+    part: impl Fn(&ContentPart) -> Value,
+) -> Vec<Value> {
+    let text = (parts.is_empty() || !content.is_empty()).then(|| text(content));
+    text.into_iter().chain(parts.iter().map(part)).collect()
 }
 
 /// The prefix of the call ids a normalizer makes up for one model call (for servers whose
