@@ -396,18 +396,11 @@ impl McpServer {
         for t in listed {
             let name = format!("{prefix}{}", t.name);
             // The server's own name must not be empty either (`p_` + `` is not a tool).
-            let own = if t.name.is_empty() {
-                Err(InvalidToolName::Empty)
-            } else {
-                Ok(())
+            let verdict = match names::check(&name) {
+                _ if t.name.is_empty() => Err(InvalidToolName::Empty),
+                Ok(()) if !seen.insert(name.clone()) => Err(InvalidToolName::Duplicate),
+                checked => checked,
             };
-            let verdict = own.and_then(|()| names::check(&name)).and_then(|()| {
-                if seen.insert(name.clone()) {
-                    Ok(())
-                } else {
-                    Err(InvalidToolName::Duplicate)
-                }
-            });
             if let Err(reason) = verdict {
                 let skip = SkippedTool {
                     name: names::shown(&name),
