@@ -185,16 +185,8 @@ pub fn classify_http(
     }
     let info = ErrorInfo::from_body(body);
     let kind = kind_for_status(status, &info);
-    let reason = reqwest::StatusCode::from_u16(status)
-        .ok()
-        .and_then(|s| s.canonical_reason())
-        .unwrap_or("");
     let detail = info.describe();
-    let mut message = format!("HTTP {status}");
-    if !reason.is_empty() {
-        message.push(' ');
-        message.push_str(reason);
-    }
+    let mut message = status_line(status);
     if !detail.is_empty() {
         message.push_str(": ");
         message.push_str(&detail);
@@ -221,23 +213,28 @@ pub fn redirect_error(status: u16, headers: &HeaderMap) -> ModelError {
         Some(Err(_)) => "to a path on the same host".to_string(),
         None => "without a Location".to_string(),
     };
-    let reason = reqwest::StatusCode::from_u16(status)
-        .ok()
-        .and_then(|s| s.canonical_reason())
-        .map(|r| format!(" {r}"))
-        .unwrap_or_default();
     ModelError::new(
         ErrorKind::Redirected,
         redact(
             &format!(
-                "HTTP {status}{reason} {target}: not followed (the client follows no \
+                "{} {target}: not followed (the client follows no \
                  redirects, so an API key never reaches another origin); set the base URL \
-                 to the final location"
+                 to the final location",
+                status_line(status)
             ),
             &[],
         ),
     )
     .with_status(status)
+}
+
+/// `HTTP <status>`, then the status's canonical reason when it has one (`HTTP 404 Not Found`).
+#[cfg(feature = "http")]
+fn status_line(status: u16) -> String {
+    match reqwest::StatusCode::from_u16(status).map(|s| s.canonical_reason()) {
+        Ok(Some(reason)) => format!("HTTP {status} {reason}"),
+        _ => format!("HTTP {status}"),
+    }
 }
 
 /// The kind for an HTTP status and the error body's fields (rules 1–4 of the module docs).
