@@ -100,22 +100,18 @@ impl OtlpExporter {
         }
     }
 
-    /// Whether the spans carry the messages, the tools' definitions, tool arguments and
-    /// results (off by default: they may hold personal or secret data).
-    pub fn include_content(mut self, yes: bool) -> OtlpExporter {
-        self.include_content = yes;
-        self
+    setters! {
+        /// Whether the spans carry the messages, the tools' definitions, tool arguments and
+        /// results (off by default: they may hold personal or secret data).
+        include_content(yes: bool) => include_content = yes;
+
+        /// How long a request may take, connecting included.
+        timeout(timeout: Duration) => timeout = timeout;
     }
 
     /// A header sent with the request (an API key, `authorization`); repeatable.
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> OtlpExporter {
         self.headers.push((name.into(), value.into()));
-        self
-    }
-
-    /// How long a request may take, connecting included.
-    pub fn timeout(mut self, timeout: Duration) -> OtlpExporter {
-        self.timeout = timeout;
         self
     }
 

@@ -71,17 +71,13 @@ impl SubagentTool {
         }
     }
 
-    /// Forwards the child's events into `parent`'s event bus (its subscribers see them as
-    /// `subagent_event`).
-    pub fn forward_to(mut self, parent: &Session) -> Self {
-        self.parent = Some(parent.bus().clone());
-        self
-    }
+    setters! {
+        /// Forwards the child's events into `parent`'s event bus (its subscribers see them as
+        /// `subagent_event`).
+        forward_to(parent: &Session) => parent = Some(parent.bus().clone());
 
-    /// Sets how child sessions are configured (from the child's session id).
-    pub fn child_config(mut self, f: fn(String) -> SessionConfig) -> Self {
-        self.child_config = f;
-        self
+        /// Sets how child sessions are configured (from the child's session id).
+        child_config(f: fn(String) -> SessionConfig) => child_config = f;
     }
 
     /// Live children, by the parent's tool call id: check `status()` / `metrics()` to detect a

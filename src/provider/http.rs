@@ -395,10 +395,12 @@ impl HttpConfig {
         self
     }
 
-    /// Sets the API key.
-    pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
-        self.api_key = Some(ApiKey::new(key));
-        self
+    setters! {
+        /// Sets the API key.
+        with_api_key(key: impl Into<String>) => api_key = Some(ApiKey::new(key));
+
+        /// Removes the API key: no auth header is sent (Ollama, llama.cpp and vLLM need none).
+        without_api_key() => api_key = None;
     }
 
     /// The OpenAI Responses reasoning settings (`reasoning_effort`, `reasoning_summary`,
@@ -434,12 +436,6 @@ impl HttpConfig {
         /// Bounds the normalized deltas of one response, whatever their size (default
         /// [`DEFAULT_MAX_DELTAS`](crate::provider::limits::DEFAULT_MAX_DELTAS), 262,144).
         with_max_deltas(deltas: usize) => limits.max_deltas = deltas;
-    }
-
-    /// Removes the API key: no auth header is sent (Ollama, llama.cpp and vLLM need none).
-    pub fn without_api_key(mut self) -> Self {
-        self.api_key = None;
-        self
     }
 
     /// Whether an API key is set (the key itself is never read back).
