@@ -471,7 +471,7 @@ impl Agent {
                 Some(e) => e,
                 None => {
                     tokio::select! {
-                        e = std::future::poll_fn(|cx| driver.poll_model(cx)) => {
+                        e = std::future::poll_fn(|cx| driver.poll_inputs(cx)) => {
                             driver.arrived(e, &mut pending);
                             continue;
                         }
