@@ -167,7 +167,7 @@ impl Agent {
     /// subtasks: rows `active_subtask`, then `planning_subtask` before the first
     /// model step).
     ///
-    /// On a multi-thread runtime the run is a task of its own ([`worker::on_worker`]).
+    /// On a tokio runtime the run is a task of its own ([`worker::on_worker`]).
     pub(crate) async fn run_queued(
         &self,
         session: &str,
