@@ -40,6 +40,7 @@ exits non-zero on any failure.
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -401,13 +402,32 @@ def main():
             where = os.path.join(HERE, AGENTLOOP_PACKAGE) if name in AGENTLOOP_BINARIES else HERE
             raise SystemExit(f"{exe(name)} missing: run `cargo build {' '.join(flag)}` in {where}")
     args.load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    if not args.smoke:
+        # Peak RSS is mostly pages of the binary, and how many of them one fault maps depends
+        # on how the file entered the page cache: a file just written (by the linker, or a
+        # copy) sits in larger folios than one read back from disk, up to 0.9 MB more for the
+        # same binary on Linux 6.18. Every client (a baseline too) runs from a fresh copy in
+        # one directory, so both libraries are measured alike, as a binary just built.
+        staged = tempfile.mkdtemp(prefix="rig-delta-")
+        for name in BINARIES:
+            shutil.copy2(exe(name), staged)
+        if args.baseline_dir:
+            base = os.path.join(staged, "baseline")
+            os.mkdir(base)
+            shutil.copy2(os.path.join(args.baseline_dir, "quickstart_client"), base)
+            args.baseline_dir = base
+        exe = lambda name: os.path.join(staged, name)
 
-    if args.smoke:
-        smoke(exe, args)
-    elif args.all:
-        compare_all(exe, args)
-    else:
-        compare_one_runtime(exe, args)
+    try:
+        if args.smoke:
+            smoke(exe, args)
+        elif args.all:
+            compare_all(exe, args)
+        else:
+            compare_one_runtime(exe, args)
+    finally:
+        if not args.smoke:
+            shutil.rmtree(staged, ignore_errors=True)
 
 
 if __name__ == "__main__":

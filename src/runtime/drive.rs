@@ -167,7 +167,7 @@ impl Agent {
     /// subtasks: rows `active_subtask`, then `planning_subtask` before the first
     /// model step).
     ///
-    /// On a multi-thread runtime the run is a task of its own ([`worker::on_worker`]).
+    /// On a tokio runtime the run is a task of its own ([`worker::on_worker`]).
     pub(crate) async fn run_queued(
         &self,
         session: &str,
@@ -471,7 +471,7 @@ impl Agent {
                 Some(e) => e,
                 None => {
                     tokio::select! {
-                        e = std::future::poll_fn(|cx| driver.poll_model(cx)) => {
+                        e = std::future::poll_fn(|cx| driver.poll_inputs(cx)) => {
                             driver.arrived(e, &mut pending);
                             continue;
                         }

@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures::FutureExt;
+use futures::future::{abortable, AbortHandle, Abortable, BoxFuture};
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -28,7 +30,12 @@ use agentloop_core::model::SharedMessages;
 /// compaction running on in the background.
 #[derive(Default)]
 pub(crate) struct Tasks {
-    timers: HashMap<u64, JoinHandle<()>>,
+    /// The machine's timers that have not fired or been cancelled, by id.
+    timers: HashMap<u64, AbortHandle>,
+    /// Their sleeps on the Clock port, polled by the drive loop itself (not spawned: a timer
+    /// costs no task, and on a multi-thread runtime no wake-up of another worker); each
+    /// yields its id when it fires.
+    sleeping: FuturesUnordered<Abortable<BoxFuture<'static, u64>>>,
     tools: HashMap<String, (JoinHandle<()>, bool)>,
     /// Approval requests waiting for their decision, by call id.
     approvals: HashMap<String, JoinHandle<()>>,
@@ -41,6 +48,7 @@ impl Tasks {
         for (_, h) in self.timers.drain() {
             h.abort();
         }
+        self.sleeping.clear();
         for (_, (h, killable)) in self.tools.drain() {
             if killable {
                 h.abort();
@@ -93,10 +101,19 @@ pub(crate) struct Driver<'a> {
 pub(crate) type ModelAttempt = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 impl Driver<'_> {
-    /// The next event of a model attempt: polls the attempts in flight on the caller's task
-    /// (their timers are on the Clock port) and returns what they produced, in order.
-    pub(crate) fn poll_model(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Event> {
+    /// The next timer that fired or event of a model attempt: polls the run's timers and the
+    /// attempts in flight on the caller's task and returns what they produced, in order.
+    pub(crate) fn poll_inputs(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Event> {
         use std::task::Poll;
+        // A timer first: a deadline that passed is not queued behind a stream's deltas.
+        while let Poll::Ready(Some(fired)) = self.tasks.sleeping.poll_next_unpin(cx) {
+            if let Ok(timer_id) = fired {
+                return Poll::Ready(Event::TimerElapsed { timer_id });
+            }
+        }
         loop {
             if let Ok(e) = self.model_rx.try_recv() {
                 return Poll::Ready(e);
@@ -222,12 +239,17 @@ impl Driver<'_> {
                 }
                 Effect::StartTimer { timer_id, delay_ms } => {
                     let clock = self.agent.clock.clone();
-                    let tx = self.tx.clone();
-                    let h = tokio::spawn(async move {
-                        clock.sleep(delay_ms).await;
-                        let _ = tx.send(Event::TimerElapsed { timer_id });
-                    });
-                    self.tasks.timers.insert(timer_id, h);
+                    let (sleep, h) = abortable(
+                        async move {
+                            clock.sleep(delay_ms).await;
+                            timer_id
+                        }
+                        .boxed(),
+                    );
+                    self.tasks.sleeping.push(sleep);
+                    if let Some(old) = self.tasks.timers.insert(timer_id, h) {
+                        old.abort();
+                    }
                 }
                 Effect::CancelTimer { timer_id } => {
                     if let Some(h) = self.tasks.timers.remove(&timer_id) {
