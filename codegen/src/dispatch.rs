@@ -25,6 +25,10 @@ pub(crate) struct Dispatched {
     pub(crate) prefix: &'static str,
     /// The machine's data type.
     pub(crate) data: &'static str,
+    /// The derives of statig's `State` enum.
+    pub(crate) state_derive: &'static str,
+    /// Whether the root marks an input no state accepted as unhandled (`outbox.unhandled`).
+    pub(crate) unhandled: bool,
 }
 
 /// The statig machines whose dispatch is generated (the tool-call lifecycle's, whose calls are
@@ -34,16 +38,22 @@ pub(crate) const DISPATCHED: &[Dispatched] = &[
         file: "react",
         prefix: "React",
         data: "ReactData",
+        state_derive: "Debug",
+        unhandled: true,
     },
     Dispatched {
         file: "process",
         prefix: "Process",
         data: "ProcessData",
+        state_derive: "Debug, Clone, PartialEq, Eq",
+        unhandled: true,
     },
     Dispatched {
         file: "session",
         prefix: "Session",
         data: "SessionData",
+        state_derive: "Debug, Clone, PartialEq, Eq",
+        unhandled: false,
     },
 ];
 

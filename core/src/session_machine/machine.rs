@@ -1,7 +1,7 @@
 //! The session machine as a blocking `statig` machine: statig keeps the hierarchy and the
-//! state enum; each state's handler calls its dispatch function, generated from
-//! `statecharts/session.toml` ([`super::dispatch`]), which picks the row, records it and runs
-//! its action.
+//! state enum; the `#[state_machine]` impl, generated from `statecharts/session.toml`
+//! (`generated/session_machine.rs`), has each state's handler call its dispatch function
+//! ([`super::dispatch`]), which picks the row, records it and runs its action.
 
 use statig::blocking::*;
 
@@ -14,55 +14,7 @@ use crate::chart::SessionState;
 #[derive(Debug, Default)]
 pub(crate) struct SessionMachine;
 
-#[state_machine(
-    initial = "State::idle()",
-    state(derive(Debug, Clone, PartialEq, Eq)),
-    superstate(derive(Debug))
-)]
-impl SessionMachine {
-    /// Root: an input no state accepts ends here (no row is recorded).
-    #[superstate]
-    fn root(context: &mut SessionData, event: &Input<'_>) -> Outcome<State> {
-        let _ = (context, event);
-        Handled
-    }
-
-    /// Open: its rows, generated from the chart.
-    #[superstate(superstate = "root")]
-    fn open(context: &mut SessionData, event: &Input<'_>) -> Outcome<State> {
-        dispatch::open(context, event)
-    }
-
-    /// Busy: its rows, generated from the chart.
-    #[superstate(superstate = "open")]
-    fn busy(context: &mut SessionData, event: &Input<'_>) -> Outcome<State> {
-        dispatch::busy(context, event)
-    }
-
-    /// Idle: its rows, generated from the chart.
-    #[state(superstate = "open")]
-    fn idle(context: &mut SessionData, event: &Input<'_>) -> Outcome<State> {
-        dispatch::idle(context, event)
-    }
-
-    /// Running: its rows, generated from the chart.
-    #[state(superstate = "busy")]
-    fn running(context: &mut SessionData, event: &Input<'_>) -> Outcome<State> {
-        dispatch::running(context, event)
-    }
-
-    /// Aborting: its rows, generated from the chart.
-    #[state(superstate = "busy")]
-    fn aborting(context: &mut SessionData, event: &Input<'_>) -> Outcome<State> {
-        dispatch::aborting(context, event)
-    }
-
-    /// Closed: terminal, absorbs every input.
-    #[state(superstate = "root")]
-    fn closed(context: &mut SessionData, event: &Input<'_>) -> Outcome<State> {
-        dispatch::closed(context, event)
-    }
-}
+include!("../generated/session_machine.rs");
 
 /// The chart state of a statig state.
 pub(crate) fn leaf(state: &State) -> SessionState {
