@@ -27,6 +27,8 @@ pub(crate) struct Dispatched {
     pub(crate) data: &'static str,
     /// The derives of statig's `State` enum.
     pub(crate) state_derive: &'static str,
+    /// Where the dispatch records the row it takes (`data.<take>(row)`).
+    pub(crate) take: &'static str,
     /// Whether the root marks an input no state accepted as unhandled (`outbox.unhandled`).
     pub(crate) unhandled: bool,
 }
@@ -39,6 +41,7 @@ pub(crate) const DISPATCHED: &[Dispatched] = &[
         prefix: "React",
         data: "ReactData",
         state_derive: "Debug",
+        take: "outbox.take",
         unhandled: true,
     },
     Dispatched {
@@ -46,6 +49,7 @@ pub(crate) const DISPATCHED: &[Dispatched] = &[
         prefix: "Process",
         data: "ProcessData",
         state_derive: "Debug, Clone, PartialEq, Eq",
+        take: "outbox.take",
         unhandled: true,
     },
     Dispatched {
@@ -53,6 +57,7 @@ pub(crate) const DISPATCHED: &[Dispatched] = &[
         prefix: "Session",
         data: "SessionData",
         state_derive: "Debug, Clone, PartialEq, Eq",
+        take: "take",
         unhandled: false,
     },
 ];
@@ -307,6 +312,10 @@ fn event_arm(
     let locals = locals(chart);
     let has_local = locals.contains_key(scope);
     let row = format_ident!("{}Row", m.prefix);
+    let take: TokenStream = m
+        .take
+        .parse()
+        .or_else(|e| fail(m.file, format!("take: {e}")))?;
     let mut stmts = Vec::new();
     let mut open = true;
     for r in rows {
@@ -332,7 +341,7 @@ fn event_arm(
                 let g = ident(g);
                 stmts.push(quote! {
                     if Guards::#g(#gargs) {
-                        data.take(#row::#v);
+                        data.#take(#row::#v);
                         #call
                         return #outcome;
                     }
@@ -340,7 +349,7 @@ fn event_arm(
             }
             None => {
                 stmts.push(quote! {
-                    data.take(#row::#v);
+                    data.#take(#row::#v);
                     #call
                     #outcome
                 });

@@ -271,7 +271,7 @@ mod tests {
         let (stop, fin) = order(&after);
         assert!(fin < stop, "swapped, limit_final_answer is tried first");
         assert!(after.contains(
-            "if Guards::limit_final_answer(data, input) {\n                data.take(ReactRow::PlanningLimitStop);"
+            "if Guards::limit_final_answer(data, input) {\n                data.outbox.take(ReactRow::PlanningLimitStop);"
         ));
     }
 

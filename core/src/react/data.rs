@@ -52,11 +52,6 @@ impl ReactData {
         }
     }
 
-    /// Records the chart row a handler took (the generated dispatch calls it).
-    pub(crate) fn take(&mut self, row: ReactRow) {
-        self.outbox.take(row);
-    }
-
     /// `messages` made well paired (R-IDEM-7), with one `session_repaired` event per repair.
     fn paired(
         &mut self,
