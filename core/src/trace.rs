@@ -491,15 +491,6 @@ enum Line {
     },
 }
 
-/// A `call_model` effect line with its `prefix`, serialized without cloning the record.
-#[derive(Serialize)]
-struct PrefixedLine<'a> {
-    kind: &'static str,
-    index: u64,
-    prefix: u64,
-    effect: &'a Effect,
-}
-
 /// Writes trace records as JSON lines, each request's messages once: from a version-7 header
 /// on, a `call_model` record holds only the messages after those it shares with the previous
 /// request (see [`TRACE_VERSION`]). Feed it every record of one trace, header first.
@@ -538,11 +529,10 @@ impl TraceEncoder {
                 if shared > 0 {
                     let mut rest = request.clone();
                     rest.messages = messages[shared..].to_vec().into();
-                    let line = PrefixedLine {
-                        kind: "effect",
+                    let line = Line::Effect {
                         index: *index,
-                        prefix: shared as u64,
-                        effect: &Effect::CallModel { request: rest },
+                        prefix: Some(shared as u64),
+                        effect: Effect::CallModel { request: rest },
                     };
                     serde_json::to_writer(&mut *out, &line)?;
                     out.push(b'\n');
