@@ -1,6 +1,7 @@
 //! The statig machine of a chart (`<x>_machine.rs`): one `#[state_machine]` impl whose
 //! handlers carry the chart's hierarchy (`superstate = ...`), state-local data (`local`) and
-//! entry/exit actions, each calling the scope's function or wrapper in `<x>_dispatch.rs`. The
+//! entry/exit actions, each calling the scope's function or wrapper in `<x>_dispatch.rs`; and
+//! `kind`, the chart state of a statig state. The
 //! module that includes the file brings statig, `dispatch`, the machine's `Input`, its data
 //! type and the state-local types into scope.
 
@@ -103,7 +104,17 @@ pub(crate) fn machine(chart: &Chart, m: &Dispatched) -> Result<TokenStream, Erro
         .parse()
         .or_else(|e| fail(m.file, format!("state_derive: {e}")))?;
     let machine = format_ident!("{}Machine", m.prefix);
+    let st = format_ident!("{}State", m.prefix);
+    let leaves: Vec<_> = chart.state.iter().map(|s| ident(&s.name)).collect();
+    let chart_leaves = leaves.clone();
     Ok(quote! {
+        /// The chart state of a statig state (generated).
+        pub(crate) fn kind(state: &State) -> crate::chart::#st {
+            match state {
+                #(State::#leaves { .. } => crate::chart::#st::#chart_leaves,)*
+            }
+        }
+
         #[state_machine(
             initial = #initial,
             state(derive(#derive)),

@@ -44,7 +44,7 @@ mod tests {
     crate::chart::superstates_are_the_charts_parents!(
         ProcessMachine,
         ProcessState,
-        crate::process::kind,
+        kind,
         [
             State::idle(),
             State::calling(),

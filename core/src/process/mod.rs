@@ -40,7 +40,7 @@ pub use config::{
 };
 use data::ProcessData;
 pub use data::StepOutcome;
-use machine::{Input, ProcessMachine, State};
+use machine::{kind, Input, ProcessMachine};
 pub use retry::{
     default_retry_decider, RetryDecider, RetryDeciderRef, RetryDeciderRegistry,
     UnknownRetryDecider, DEFAULT_RETRY_DECIDER,
@@ -113,20 +113,6 @@ pub(crate) fn state_changed(machine: MachineKind, from: &str, event: &str, to: &
             to: to.into(),
             event: event.into(),
         },
-    }
-}
-
-fn kind(state: &State) -> ProcessState {
-    match state {
-        State::Idle {} => ProcessState::Idle,
-        State::Calling {} => ProcessState::Calling,
-        State::Streaming {} => ProcessState::Streaming,
-        State::Retrying { .. } => ProcessState::Retrying,
-        State::RunningTools {} => ProcessState::RunningTools,
-        State::AwaitingApproval {} => ProcessState::AwaitingApproval,
-        State::Draining {} => ProcessState::Draining,
-        State::Success {} => ProcessState::Success,
-        State::Error {} => ProcessState::Error,
     }
 }
 

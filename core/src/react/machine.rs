@@ -44,7 +44,7 @@ mod tests {
     crate::chart::superstates_are_the_charts_parents!(
         ReactMachine,
         ReactState,
-        crate::react::kind,
+        kind,
         [
             State::init(),
             State::planning(),

@@ -27,7 +27,7 @@ pub use config::{
 };
 use data::ReactData;
 pub use limits::{CostLimit, LimitAction, LimitKind, UsageLimits, LIMIT_REMINDER};
-use machine::{Input, ReactMachine, State};
+use machine::{kind, Input, ReactMachine};
 
 /// One run: the outer machine, its data and the current step's inner machine.
 ///
@@ -53,20 +53,6 @@ pub struct Run {
 impl std::fmt::Debug for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Run").field("state", &self.state()).finish()
-    }
-}
-
-fn kind(state: &State) -> ReactState {
-    match state {
-        State::Init { .. } => ReactState::Init,
-        State::Planning { .. } => ReactState::Planning,
-        State::Executing { .. } => ReactState::Executing,
-        State::Observing { .. } => ReactState::Observing,
-        State::Compacting { .. } => ReactState::Compacting,
-        State::Finishing { .. } => ReactState::Finishing,
-        State::Completed { .. } => ReactState::Completed,
-        State::Failed { .. } => ReactState::Failed,
-        State::Aborted { .. } => ReactState::Aborted,
     }
 }
 

@@ -8,23 +8,12 @@ use statig::blocking::*;
 use super::data::SessionData;
 use super::dispatch;
 use super::SessionInput as Input;
-use crate::chart::SessionState;
 
 /// The statig machine; all data lives in the context ([`SessionData`]).
 #[derive(Debug, Default)]
 pub(crate) struct SessionMachine;
 
 include!("../generated/session_machine.rs");
-
-/// The chart state of a statig state.
-pub(crate) fn leaf(state: &State) -> SessionState {
-    match state {
-        State::Idle {} => SessionState::Idle,
-        State::Running {} => SessionState::Running,
-        State::Aborting {} => SessionState::Aborting,
-        State::Closed {} => SessionState::Closed,
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -34,7 +23,7 @@ mod tests {
     crate::chart::superstates_are_the_charts_parents!(
         SessionMachine,
         SessionState,
-        leaf,
+        kind,
         [
             State::idle(),
             State::running(),
