@@ -147,13 +147,6 @@ impl ReactData {
             .or_else(|| crate::context::known_context_window(&self.cfg.model))
     }
 
-    /// The context fits the whole budget (not only the compaction point below it): tokens
-    /// under [`budget_tokens`](Self::budget_tokens), or no budget known.
-    pub(crate) fn context_fits(&self) -> bool {
-        self.budget_tokens()
-            .is_none_or(|b| self.transcript.tokens() < b)
-    }
-
     pub(crate) fn over_budget(&self) -> bool {
         let by_tokens = self
             .budget_tokens()
@@ -792,22 +785,8 @@ impl ReactData {
     }
 
     /// The usage limit the run has reached, if any (with what was used and the limit).
-    fn limit_reached(&self) -> Option<(crate::react::limits::LimitKind, f64, f64)> {
+    pub(crate) fn limit_reached(&self) -> Option<(crate::react::limits::LimitKind, f64, f64)> {
         self.cfg.limits.reached(&self.counters.spent_now())
-    }
-
-    /// Guard `limit_stop`: a limit is reached and the run ends now.
-    pub(crate) fn limit_stops(&self) -> bool {
-        self.limit_reached().is_some()
-            && (self.cfg.limits.on_limit == crate::react::limits::LimitAction::Stop
-                || self.counters.limit_final_ran)
-    }
-
-    /// Guard `limit_final_answer`: a limit is reached and asks for one final-answer step.
-    pub(crate) fn limit_asks_final_answer(&self) -> bool {
-        self.limit_reached().is_some()
-            && self.cfg.limits.on_limit == crate::react::limits::LimitAction::FinalAnswer
-            && !self.counters.limit_final_ran
     }
 
     /// Announces the reached limit (once per run); returns the run-end reason it gives.
