@@ -298,28 +298,19 @@ impl ReactData {
             messages.push(Message::user(text));
         }
         let request = ModelRequest {
-            run_id: self.run_id.clone(),
-            model_call_index: index,
             attempt: self.current.next_attempt.take().unwrap_or(1),
-            session_turn: self.counters.session_turns,
-            model: self.cfg.model.clone(),
-            system: self.cfg.system.clone(),
             messages,
             tools: if last {
                 crate::tool_spec::ToolSpecs::default()
             } else {
                 self.cfg.tools.clone()
             },
-            params: self.params(),
+            ..self.request(index)
         };
-        let mut step = Process::new(
-            self.cfg.step.clone(),
-            request,
-            self.current.whitelist.clone(),
-        )
-        .with_recent_calls(self.current.recent_calls.clone())
-        .with_tool_cache(self.current.tool_cache.clone())
-        .with_earlier_call_ids(self.current.call_ids.clone());
+        let mut step = self
+            .process(request)
+            .with_recent_calls(self.current.recent_calls.clone())
+            .with_earlier_call_ids(self.current.call_ids.clone());
         let s = step.begin();
         self.counters.steps_created += 1;
         self.take_inner(s);
@@ -335,10 +326,9 @@ impl ReactData {
         self.run_committed(step, p.message.clone(), p.results.clone());
     }
 
-    /// An inner machine for step `model_call_index` whose message is already committed (a
-    /// resumed step, a subtask): its request carries no messages, it only runs the calls.
-    fn committed_step(&self, model_call_index: u32) -> Process {
-        let request = ModelRequest {
+    /// The first attempt's request of step `model_call_index`, without messages.
+    fn request(&self, model_call_index: u32) -> ModelRequest {
+        ModelRequest {
             run_id: self.run_id.clone(),
             model_call_index,
             attempt: 1,
@@ -348,13 +338,20 @@ impl ReactData {
             messages: SharedMessages::default(),
             tools: self.cfg.tools.clone(),
             params: self.params(),
-        };
-        Process::new(
-            self.cfg.step.clone(),
-            request,
-            self.current.whitelist.clone(),
-        )
-        .with_tool_cache(self.current.tool_cache.clone())
+        }
+    }
+
+    /// An inner machine for `request`, with the run's approval whitelist and tool cache.
+    fn process(&self, request: ModelRequest) -> Process {
+        let whitelist = self.current.whitelist.clone();
+        Process::new(self.cfg.step.clone(), request, whitelist)
+            .with_tool_cache(self.current.tool_cache.clone())
+    }
+
+    /// An inner machine for step `model_call_index` whose message is already committed (a
+    /// resumed step, a subtask): its request carries no messages, it only runs the calls.
+    fn committed_step(&self, model_call_index: u32) -> Process {
+        self.process(self.request(model_call_index))
     }
 
     /// Runs `step` around its committed `message` (the calls without a result in `results`).
