@@ -25,6 +25,12 @@ pub(crate) struct Dispatched {
     pub(crate) prefix: &'static str,
     /// The machine's data type.
     pub(crate) data: &'static str,
+    /// The derives of statig's `State` enum.
+    pub(crate) state_derive: &'static str,
+    /// Where the dispatch records the row it takes (`data.<take>(row)`).
+    pub(crate) take: &'static str,
+    /// Whether the root marks an input no state accepted as unhandled (`outbox.unhandled`).
+    pub(crate) unhandled: bool,
 }
 
 /// The statig machines whose dispatch is generated (the tool-call lifecycle's, whose calls are
@@ -34,16 +40,25 @@ pub(crate) const DISPATCHED: &[Dispatched] = &[
         file: "react",
         prefix: "React",
         data: "ReactData",
+        state_derive: "Debug",
+        take: "outbox.take",
+        unhandled: true,
     },
     Dispatched {
         file: "process",
         prefix: "Process",
         data: "ProcessData",
+        state_derive: "Debug, Clone, PartialEq, Eq",
+        take: "outbox.take",
+        unhandled: true,
     },
     Dispatched {
         file: "session",
         prefix: "Session",
         data: "SessionData",
+        state_derive: "Debug, Clone, PartialEq, Eq",
+        take: "take",
+        unhandled: false,
     },
 ];
 
@@ -297,6 +312,10 @@ fn event_arm(
     let locals = locals(chart);
     let has_local = locals.contains_key(scope);
     let row = format_ident!("{}Row", m.prefix);
+    let take: TokenStream = m
+        .take
+        .parse()
+        .or_else(|e| fail(m.file, format!("take: {e}")))?;
     let mut stmts = Vec::new();
     let mut open = true;
     for r in rows {
@@ -322,7 +341,7 @@ fn event_arm(
                 let g = ident(g);
                 stmts.push(quote! {
                     if Guards::#g(#gargs) {
-                        data.take(#row::#v);
+                        data.#take(#row::#v);
                         #call
                         return #outcome;
                     }
@@ -330,7 +349,7 @@ fn event_arm(
             }
             None => {
                 stmts.push(quote! {
-                    data.take(#row::#v);
+                    data.#take(#row::#v);
                     #call
                     #outcome
                 });

@@ -4,7 +4,8 @@
 //!
 //! Per chart `<x>`: `<x>_chart.rs` (the state, event, guard and row enums with their tables)
 //! and, for the statig machines, `<x>_dispatch.rs` (one function per state and superstate that
-//! tries the scope's rows in chart order, and the oracle's `holds`/`expected`); the tool-call
+//! tries the scope's rows in chart order, and the oracle's `holds`/`expected`) and
+//! `<x>_machine.rs` (the `#[state_machine]` impl whose handlers call them); the tool-call
 //! lifecycle's `tool_call_dispatch.rs` (`select`/`act`); `effect_name.rs` (the effect names the
 //! rows declare); `route.rs` (the one classification of runtime inputs, from the outer and
 //! inner charts' `input` patterns). Nothing here reads Rust source: what the generated code calls is checked by
@@ -17,6 +18,7 @@ mod model;
 mod dispatch;
 mod effects;
 mod enums;
+mod machine;
 mod names;
 mod route;
 mod tool_call;
@@ -133,6 +135,11 @@ pub fn generate_from(charts: &[(ChartFile, String)]) -> Result<Vec<Generated>, E
                 &format!("{}_dispatch.rs", c.file),
                 dispatch::dispatch(&chart, m)?,
             )?);
+            out.push(file(
+                c.file,
+                &format!("{}_machine.rs", c.file),
+                machine::machine(&chart, m)?,
+            )?);
         }
         parsed.push((chart, *c));
     }
@@ -217,12 +224,15 @@ mod tests {
             [
                 "react_chart.rs",
                 "react_dispatch.rs",
+                "react_machine.rs",
                 "process_chart.rs",
                 "process_dispatch.rs",
+                "process_machine.rs",
                 "tool_call_chart.rs",
                 "tool_call_dispatch.rs",
                 "session_chart.rs",
                 "session_dispatch.rs",
+                "session_machine.rs",
                 "effect_name.rs",
                 "route.rs"
             ]
@@ -261,7 +271,7 @@ mod tests {
         let (stop, fin) = order(&after);
         assert!(fin < stop, "swapped, limit_final_answer is tried first");
         assert!(after.contains(
-            "if Guards::limit_final_answer(data, input) {\n                data.take(ReactRow::PlanningLimitStop);"
+            "if Guards::limit_final_answer(data, input) {\n                data.outbox.take(ReactRow::PlanningLimitStop);"
         ));
     }
 

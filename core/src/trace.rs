@@ -491,15 +491,6 @@ enum Line {
     },
 }
 
-/// A `call_model` effect line with its `prefix`, serialized without cloning the record.
-#[derive(Serialize)]
-struct PrefixedLine<'a> {
-    kind: &'static str,
-    index: u64,
-    prefix: u64,
-    effect: &'a Effect,
-}
-
 /// Writes trace records as JSON lines, each request's messages once: from a version-7 header
 /// on, a `call_model` record holds only the messages after those it shares with the previous
 /// request (see [`TRACE_VERSION`]). Feed it every record of one trace, header first.
@@ -538,11 +529,10 @@ impl TraceEncoder {
                 if shared > 0 {
                     let mut rest = request.clone();
                     rest.messages = messages[shared..].to_vec().into();
-                    let line = PrefixedLine {
-                        kind: "effect",
+                    let line = Line::Effect {
                         index: *index,
-                        prefix: shared as u64,
-                        effect: &Effect::CallModel { request: rest },
+                        prefix: Some(shared as u64),
+                        effect: Effect::CallModel { request: rest },
                     };
                     serde_json::to_writer(&mut *out, &line)?;
                     out.push(b'\n');
@@ -877,32 +867,26 @@ pub fn as_recorded_by(version: u32, step: &mut Step) {
         step.transitions
             .retain(|t| !matches!(t, Transition::ToolCall { .. }));
     }
-    if version < 5 {
-        for effect in &mut step.effects {
-            if let Effect::Emit {
+    use crate::agent_event::AgentEvent;
+    for effect in &mut step.effects {
+        match effect {
+            Effect::Emit {
                 event:
-                    crate::agent_event::AgentEvent::ToolEnd {
+                    AgentEvent::ToolEnd {
                         result,
                         result_truncated,
                         result_bytes,
                         ..
                     },
-            } = effect
-            {
+            } if version < 5 => {
                 result.clear();
                 *result_truncated = false;
                 *result_bytes = 0;
             }
-        }
-    }
-    if version < 6 {
-        for effect in &mut step.effects {
-            if let Effect::Emit {
-                event: crate::agent_event::AgentEvent::Retry { retry_after_ms, .. },
-            } = effect
-            {
-                *retry_after_ms = None;
-            }
+            Effect::Emit {
+                event: AgentEvent::Retry { retry_after_ms, .. },
+            } if version < 6 => *retry_after_ms = None,
+            _ => {}
         }
     }
 }
@@ -951,6 +935,23 @@ pub struct Replayed {
     pub input: Option<u64>,
 }
 
+impl Replayed {
+    /// What was read, with the divergence found at `index`.
+    fn diverged(
+        self,
+        index: u64,
+        recorded: Option<TraceRecord>,
+        replayed: Option<TraceRecord>,
+    ) -> Replayed {
+        let divergence = Some(Divergence {
+            index,
+            recorded,
+            replayed,
+        });
+        Replayed { divergence, ..self }
+    }
+}
+
 /// [`replay_with`] over a trace read one record at a time: a trace of any length is replayed
 /// holding one step of it (and the run's context), so only the reader's file and line limits
 /// bound it. A record the reader refuses ends the replay with its error.
@@ -985,50 +986,27 @@ fn replay_records(
         push_step(pending, index, event, &step);
     };
     let mut records = records.into_iter();
-    let mut read = 0u64;
-    let mut input = None;
-    let mut inputs = 0u64;
-    let diverged = |index, recorded, replayed, read, inputs, input| Replayed {
-        records: read,
-        inputs,
-        divergence: Some(Divergence {
-            index,
-            recorded,
-            replayed,
-        }),
-        input,
+    let mut out = Replayed {
+        records: 0,
+        divergence: None,
+        inputs: 0,
+        input: None,
     };
     while let Some(recorded) = records.next() {
         let recorded = recorded?;
-        read += 1;
+        out.records += 1;
         let index = recorded.index().unwrap_or(0);
         if let TraceRecord::Input { event, .. } = &recorded {
             if let Some(extra) = pending.pop_front() {
-                return Ok(diverged(
-                    index,
-                    Some(recorded),
-                    Some(extra),
-                    read,
-                    inputs,
-                    input,
-                ));
+                return Ok(out.diverged(index, Some(recorded), Some(extra)));
             }
-            input = Some(index);
-            inputs += 1;
+            out.input = Some(index);
+            out.inputs += 1;
             step_of(event, index, &mut pending);
         }
         match pending.pop_front() {
             Some(replayed) if replayed == recorded => {}
-            Some(replayed) => {
-                return Ok(diverged(
-                    index,
-                    Some(recorded),
-                    Some(replayed),
-                    read,
-                    inputs,
-                    input,
-                ))
-            }
+            Some(replayed) => return Ok(out.diverged(index, Some(recorded), Some(replayed))),
             None => {
                 // The recording has more: replayed there is the next input's record.
                 let mut replayed = None;
@@ -1039,27 +1017,12 @@ fn replay_records(
                         break;
                     }
                 }
-                return Ok(diverged(
-                    index,
-                    Some(recorded),
-                    replayed,
-                    read,
-                    inputs,
-                    input,
-                ));
+                return Ok(out.diverged(index, Some(recorded), replayed));
             }
         }
     }
     Ok(match pending.pop_front() {
-        Some(extra) => {
-            let index = extra.index().unwrap_or(0);
-            diverged(index, None, Some(extra), read, inputs, input)
-        }
-        None => Replayed {
-            records: read,
-            inputs,
-            divergence: None,
-            input: None,
-        },
+        Some(extra) => out.diverged(extra.index().unwrap_or(0), None, Some(extra)),
+        None => Replayed { input: None, ..out },
     })
 }

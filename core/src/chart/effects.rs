@@ -8,7 +8,6 @@
 //! checked. Effects the inner machine produced while the row ran (an `inner Begin`) are its
 //! own rows', and the `state_changed` the facade inserts belongs to no row.
 
-use crate::agent_event::AgentEvent;
 use crate::chart::{EffectName, MachineKind};
 use crate::effect::Effect;
 use crate::entry::Entry;
@@ -41,7 +40,7 @@ pub fn effect_name(effect: &Effect) -> String {
         Effect::RequestApproval { .. } => "request_approval",
         Effect::WithdrawApproval { .. } => "withdraw_approval",
         Effect::Compact { .. } => "compact",
-        Effect::Emit { event } => return format!("emit:{}", event_name(event)),
+        Effect::Emit { event } => return format!("emit:{}", event.type_name()),
     };
     name.to_string()
 }
@@ -59,11 +58,6 @@ fn entry_name(entry: &Entry) -> &'static str {
         Entry::Title { .. } => "title",
         Entry::Repair { .. } => "repair",
     }
-}
-
-/// An event's type (its serialized `type`).
-fn event_name(event: &AgentEvent) -> String {
-    event.type_name()
 }
 
 /// The verdict on one row's effects (see the module docs for the rule).
@@ -129,6 +123,7 @@ pub fn check_effects(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent_event::AgentEvent;
     use crate::chart::ReactRow;
 
     fn names(effects: &[Effect]) -> Vec<String> {

@@ -419,7 +419,7 @@ pub(crate) fn scope_of<'c>(chart: &'c Chart, func: &str) -> Option<&'c String> {
 /// tests compare it with the chart's row order.
 #[cfg(test)]
 pub(crate) fn generated_order(src: &str, prefix: &str) -> Vec<(String, Vec<Tried>)> {
-    let take = format!("data.take({prefix}Row::");
+    let take = format!("take({prefix}Row::");
     let event = format!("{prefix}EventKind::");
     src.split("pub(crate) fn ")
         .skip(1)
@@ -430,7 +430,7 @@ pub(crate) fn generated_order(src: &str, prefix: &str) -> Vec<(String, Vec<Tried
             for line in f.lines().map(str::trim) {
                 if let Some(g) = line.strip_prefix("if Guards::") {
                     last_guard = g.split('(').next().map(str::to_string);
-                } else if let Some(r) = line.strip_prefix(take.as_str()) {
+                } else if let Some((_, r)) = line.split_once(take.as_str()) {
                     let row = r.split(')').next().unwrap_or_default().to_string();
                     rows.push((row, last_guard.take()));
                 } else if line.starts_with(event.as_str()) || line == "}" {

@@ -281,55 +281,55 @@ pub(crate) fn live(data: &mut ProcessData, input: &Input<'_>) -> Outcome<State> 
     match event {
         ProcessEventKind::RequestRewritten => {
             if Guards::stale(data, input) {
-                data.take(ProcessRow::LiveStaleRequestRewritten);
+                data.outbox.take(ProcessRow::LiveStaleRequestRewritten);
                 return Handled;
             }
             Super
         }
         ProcessEventKind::StreamOpened => {
             if Guards::stale(data, input) {
-                data.take(ProcessRow::LiveStaleStreamOpened);
+                data.outbox.take(ProcessRow::LiveStaleStreamOpened);
                 return Handled;
             }
             Super
         }
         ProcessEventKind::Delta => {
             if Guards::stale(data, input) {
-                data.take(ProcessRow::LiveStaleDelta);
+                data.outbox.take(ProcessRow::LiveStaleDelta);
                 return Handled;
             }
             Super
         }
         ProcessEventKind::Done => {
             if Guards::stale(data, input) {
-                data.take(ProcessRow::LiveStaleDone);
+                data.outbox.take(ProcessRow::LiveStaleDone);
                 return Handled;
             }
             Super
         }
         ProcessEventKind::TransportError => {
             if Guards::stale(data, input) {
-                data.take(ProcessRow::LiveStaleTransportError);
+                data.outbox.take(ProcessRow::LiveStaleTransportError);
                 return Handled;
             }
             Super
         }
         ProcessEventKind::ContextOverflow => {
             if Guards::stale(data, input) {
-                data.take(ProcessRow::LiveStaleContextOverflow);
+                data.outbox.take(ProcessRow::LiveStaleContextOverflow);
                 return Handled;
             }
             Super
         }
         ProcessEventKind::StreamStalled => {
             if Guards::stale(data, input) {
-                data.take(ProcessRow::LiveStaleStreamStalled);
+                data.outbox.take(ProcessRow::LiveStaleStreamStalled);
                 return Handled;
             }
             Super
         }
         ProcessEventKind::Abort => {
-            data.take(ProcessRow::LiveAbort);
+            data.outbox.take(ProcessRow::LiveAbort);
             Actions::live_abort(data, input);
             Transition(State::Error {})
         }
@@ -348,7 +348,7 @@ pub(crate) fn requesting(data: &mut ProcessData, input: &Input<'_>) -> Outcome<S
     match event {
         ProcessEventKind::RequestRewritten => {
             if Guards::current(data, input) {
-                data.take(ProcessRow::RequestingRewritten);
+                data.outbox.take(ProcessRow::RequestingRewritten);
                 Actions::requesting_rewritten(data, input);
                 return Handled;
             }
@@ -356,12 +356,12 @@ pub(crate) fn requesting(data: &mut ProcessData, input: &Input<'_>) -> Outcome<S
         }
         ProcessEventKind::TransportError => {
             if Guards::retry_budget_left(data, input) {
-                data.take(ProcessRow::RequestingRetry);
+                data.outbox.take(ProcessRow::RequestingRetry);
                 let next = Actions::requesting_retry(data, input);
                 return Transition(State::Retrying { local: next });
             }
             if Guards::no_retry(data, input) {
-                data.take(ProcessRow::RequestingFail);
+                data.outbox.take(ProcessRow::RequestingFail);
                 Actions::requesting_fail(data, input);
                 return Transition(State::Error {});
             }
@@ -369,12 +369,12 @@ pub(crate) fn requesting(data: &mut ProcessData, input: &Input<'_>) -> Outcome<S
         }
         ProcessEventKind::TimerElapsed => {
             if Guards::deadline_retry(data, input) {
-                data.take(ProcessRow::RequestingDeadlineRetry);
+                data.outbox.take(ProcessRow::RequestingDeadlineRetry);
                 let next = Actions::requesting_deadline_retry(data, input);
                 return Transition(State::Retrying { local: next });
             }
             if Guards::deadline_no_retry(data, input) {
-                data.take(ProcessRow::RequestingDeadlineFail);
+                data.outbox.take(ProcessRow::RequestingDeadlineFail);
                 Actions::requesting_deadline_fail(data, input);
                 return Transition(State::Error {});
             }
@@ -382,7 +382,7 @@ pub(crate) fn requesting(data: &mut ProcessData, input: &Input<'_>) -> Outcome<S
         }
         ProcessEventKind::ContextOverflow => {
             if Guards::current(data, input) {
-                data.take(ProcessRow::RequestingOverflow);
+                data.outbox.take(ProcessRow::RequestingOverflow);
                 Actions::requesting_overflow(data, input);
                 return Transition(State::Error {});
             }
@@ -390,12 +390,12 @@ pub(crate) fn requesting(data: &mut ProcessData, input: &Input<'_>) -> Outcome<S
         }
         ProcessEventKind::StreamStalled => {
             if Guards::retry_budget_left(data, input) {
-                data.take(ProcessRow::RequestingStallRetry);
+                data.outbox.take(ProcessRow::RequestingStallRetry);
                 let next = Actions::requesting_stall_retry(data, input);
                 return Transition(State::Retrying { local: next });
             }
             if Guards::no_retry(data, input) {
-                data.take(ProcessRow::RequestingStallFail);
+                data.outbox.take(ProcessRow::RequestingStallFail);
                 Actions::requesting_stall_fail(data, input);
                 return Transition(State::Error {});
             }
@@ -420,7 +420,7 @@ pub(crate) fn tool_executing(
     match event {
         ProcessEventKind::TimerElapsed => {
             if Guards::tool_deadline(data, input) {
-                data.take(ProcessRow::ToolsDeadline);
+                data.outbox.take(ProcessRow::ToolsDeadline);
                 Actions::tools_deadline(data, input);
                 return Handled;
             }
@@ -428,72 +428,72 @@ pub(crate) fn tool_executing(
         }
         ProcessEventKind::ToolFinished => {
             if Guards::current(data, input) {
-                data.take(ProcessRow::ToolsFinished);
+                data.outbox.take(ProcessRow::ToolsFinished);
                 Actions::tools_finished(data, input);
                 return Handled;
             }
             if Guards::stale(data, input) {
-                data.take(ProcessRow::ToolsFinishedStale);
+                data.outbox.take(ProcessRow::ToolsFinishedStale);
                 return Handled;
             }
             Super
         }
         ProcessEventKind::UserAnswered => {
             if Guards::current(data, input) {
-                data.take(ProcessRow::ToolsUserAnswered);
+                data.outbox.take(ProcessRow::ToolsUserAnswered);
                 Actions::tools_user_answered(data, input);
                 return Handled;
             }
             if Guards::stale(data, input) {
-                data.take(ProcessRow::ToolsUserAnsweredStale);
+                data.outbox.take(ProcessRow::ToolsUserAnsweredStale);
                 return Handled;
             }
             Super
         }
         ProcessEventKind::GateAllowed => {
             if Guards::current(data, input) {
-                data.take(ProcessRow::ToolsGateAllowed);
+                data.outbox.take(ProcessRow::ToolsGateAllowed);
                 Actions::tools_gate_allowed(data, input);
                 return Handled;
             }
             if Guards::stale(data, input) {
-                data.take(ProcessRow::ToolsGateAllowedStale);
+                data.outbox.take(ProcessRow::ToolsGateAllowedStale);
                 return Handled;
             }
             Super
         }
         ProcessEventKind::GateModified => {
             if Guards::current(data, input) {
-                data.take(ProcessRow::ToolsGateModified);
+                data.outbox.take(ProcessRow::ToolsGateModified);
                 Actions::tools_gate_modified(data, input);
                 return Handled;
             }
             if Guards::stale(data, input) {
-                data.take(ProcessRow::ToolsGateModifiedStale);
+                data.outbox.take(ProcessRow::ToolsGateModifiedStale);
                 return Handled;
             }
             Super
         }
         ProcessEventKind::GateBlocked => {
             if Guards::current(data, input) {
-                data.take(ProcessRow::ToolsGateBlocked);
+                data.outbox.take(ProcessRow::ToolsGateBlocked);
                 Actions::tools_gate_blocked(data, input);
                 return Handled;
             }
             if Guards::stale(data, input) {
-                data.take(ProcessRow::ToolsGateBlockedStale);
+                data.outbox.take(ProcessRow::ToolsGateBlockedStale);
                 return Handled;
             }
             Super
         }
         ProcessEventKind::GateAsked => {
             if Guards::current(data, input) {
-                data.take(ProcessRow::ToolsGateAsked);
+                data.outbox.take(ProcessRow::ToolsGateAsked);
                 Actions::tools_gate_asked(data, input);
                 return Handled;
             }
             if Guards::stale(data, input) {
-                data.take(ProcessRow::ToolsGateAskedStale);
+                data.outbox.take(ProcessRow::ToolsGateAskedStale);
                 return Handled;
             }
             Super
@@ -514,14 +514,14 @@ pub(crate) fn proceeding(data: &mut ProcessData, input: &Input<'_>) -> Outcome<S
     match event {
         ProcessEventKind::Abort => {
             if Guards::tools_to_drain(data, input) {
-                data.take(ProcessRow::ToolsAbortDrain);
+                data.outbox.take(ProcessRow::ToolsAbortDrain);
                 Actions::tools_abort_drain(data, input);
                 return Transition(State::Draining {});
             }
             Super
         }
         ProcessEventKind::Steer => {
-            data.take(ProcessRow::ToolsSteerSkip);
+            data.outbox.take(ProcessRow::ToolsSteerSkip);
             Actions::tools_steer_skip(data, input);
             Transition(State::RunningTools {})
         }
@@ -539,12 +539,12 @@ pub(crate) fn idle(data: &mut ProcessData, input: &Input<'_>) -> Outcome<State> 
     };
     match event {
         ProcessEventKind::Begin => {
-            data.take(ProcessRow::IdleBegin);
+            data.outbox.take(ProcessRow::IdleBegin);
             Actions::idle_begin(data, input);
             Transition(State::Calling {})
         }
         ProcessEventKind::Resume => {
-            data.take(ProcessRow::IdleResume);
+            data.outbox.take(ProcessRow::IdleResume);
             Actions::idle_resume(data, input);
             Transition(State::RunningTools {})
         }
@@ -563,7 +563,7 @@ pub(crate) fn calling(data: &mut ProcessData, input: &Input<'_>) -> Outcome<Stat
     match event {
         ProcessEventKind::StreamOpened => {
             if Guards::current(data, input) {
-                data.take(ProcessRow::CallingOpened);
+                data.outbox.take(ProcessRow::CallingOpened);
                 Actions::calling_opened(data, input);
                 return Transition(State::Streaming {});
             }
@@ -584,7 +584,7 @@ pub(crate) fn streaming(data: &mut ProcessData, input: &Input<'_>) -> Outcome<St
     match event {
         ProcessEventKind::Delta => {
             if Guards::current(data, input) {
-                data.take(ProcessRow::StreamingDelta);
+                data.outbox.take(ProcessRow::StreamingDelta);
                 Actions::streaming_delta(data, input);
                 return Handled;
             }
@@ -592,7 +592,7 @@ pub(crate) fn streaming(data: &mut ProcessData, input: &Input<'_>) -> Outcome<St
         }
         ProcessEventKind::TimerElapsed => {
             if Guards::stream_moved(data, input) {
-                data.take(ProcessRow::StreamingWatch);
+                data.outbox.take(ProcessRow::StreamingWatch);
                 Actions::streaming_watch(data, input);
                 return Handled;
             }
@@ -600,12 +600,12 @@ pub(crate) fn streaming(data: &mut ProcessData, input: &Input<'_>) -> Outcome<St
         }
         ProcessEventKind::Done => {
             if Guards::has_tool_calls(data, input) {
-                data.take(ProcessRow::StreamingDoneTools);
+                data.outbox.take(ProcessRow::StreamingDoneTools);
                 Actions::streaming_done_tools(data, input);
                 return Transition(State::RunningTools {});
             }
             if Guards::no_tool_calls(data, input) {
-                data.take(ProcessRow::StreamingDone);
+                data.outbox.take(ProcessRow::StreamingDone);
                 Actions::streaming_done(data, input);
                 return Transition(State::Success {});
             }
@@ -630,12 +630,12 @@ pub(crate) fn retrying(
     match event {
         ProcessEventKind::TimerElapsed => {
             if Guards::current(data, input) {
-                data.take(ProcessRow::RetryingTimer);
+                data.outbox.take(ProcessRow::RetryingTimer);
                 Actions::retrying_timer(data, local, input);
                 return Transition(State::Calling {});
             }
             if Guards::stale(data, input) {
-                data.take(ProcessRow::RetryingTimerStale);
+                data.outbox.take(ProcessRow::RetryingTimerStale);
                 return Handled;
             }
             Super
@@ -658,17 +658,17 @@ pub(crate) fn running_tools(
     match event {
         ProcessEventKind::Settle => {
             if Guards::approval_needed(data, input) {
-                data.take(ProcessRow::RunningSettleApproval);
+                data.outbox.take(ProcessRow::RunningSettleApproval);
                 Actions::running_settle_approval(data, input);
                 return Transition(State::AwaitingApproval {});
             }
             if Guards::all_results(data, input) {
-                data.take(ProcessRow::RunningSettleDone);
+                data.outbox.take(ProcessRow::RunningSettleDone);
                 Actions::running_settle_done(data, input);
                 return Transition(State::Success {});
             }
             if Guards::tools_pending(data, input) {
-                data.take(ProcessRow::RunningSettleWait);
+                data.outbox.take(ProcessRow::RunningSettleWait);
                 Actions::running_settle_wait(data, input);
                 return Handled;
             }
@@ -693,70 +693,70 @@ pub(crate) fn awaiting_approval(
     match event {
         ProcessEventKind::Approved => {
             if Guards::current(data, input) {
-                data.take(ProcessRow::AwaitingApproved);
+                data.outbox.take(ProcessRow::AwaitingApproved);
                 Actions::awaiting_approved(data, input);
                 return Transition(State::RunningTools {});
             }
             if Guards::stale(data, input) {
-                data.take(ProcessRow::AwaitingApprovedStale);
+                data.outbox.take(ProcessRow::AwaitingApprovedStale);
                 return Handled;
             }
             Super
         }
         ProcessEventKind::ApprovedAlways => {
             if Guards::current(data, input) {
-                data.take(ProcessRow::AwaitingApprovedAlways);
+                data.outbox.take(ProcessRow::AwaitingApprovedAlways);
                 Actions::awaiting_approved_always(data, input);
                 return Transition(State::RunningTools {});
             }
             if Guards::stale(data, input) {
-                data.take(ProcessRow::AwaitingApprovedAlwaysStale);
+                data.outbox.take(ProcessRow::AwaitingApprovedAlwaysStale);
                 return Handled;
             }
             Super
         }
         ProcessEventKind::Rejected => {
             if Guards::resume_after_reject(data, input) {
-                data.take(ProcessRow::AwaitingRejected);
+                data.outbox.take(ProcessRow::AwaitingRejected);
                 Actions::awaiting_rejected(data, input);
                 return Transition(State::RunningTools {});
             }
             if Guards::stop_after_reject(data, input) {
-                data.take(ProcessRow::AwaitingRejectedStop);
+                data.outbox.take(ProcessRow::AwaitingRejectedStop);
                 Actions::awaiting_rejected_stop(data, input);
                 return Transition(State::RunningTools {});
             }
             if Guards::stale(data, input) {
-                data.take(ProcessRow::AwaitingRejectedStale);
+                data.outbox.take(ProcessRow::AwaitingRejectedStale);
                 return Handled;
             }
             Super
         }
         ProcessEventKind::TimerElapsed => {
             if Guards::resume_after_reject(data, input) {
-                data.take(ProcessRow::AwaitingTimedOut);
+                data.outbox.take(ProcessRow::AwaitingTimedOut);
                 Actions::awaiting_timed_out(data, input);
                 return Transition(State::RunningTools {});
             }
             if Guards::stop_after_reject(data, input) {
-                data.take(ProcessRow::AwaitingTimedOutStop);
+                data.outbox.take(ProcessRow::AwaitingTimedOutStop);
                 Actions::awaiting_timed_out_stop(data, input);
                 return Transition(State::RunningTools {});
             }
             if Guards::stale_approval_timer(data, input) {
-                data.take(ProcessRow::AwaitingTimedOutStale);
+                data.outbox.take(ProcessRow::AwaitingTimedOutStale);
                 return Handled;
             }
             Super
         }
         ProcessEventKind::Modified => {
             if Guards::current(data, input) {
-                data.take(ProcessRow::AwaitingModified);
+                data.outbox.take(ProcessRow::AwaitingModified);
                 Actions::awaiting_modified(data, input);
                 return Transition(State::RunningTools {});
             }
             if Guards::stale(data, input) {
-                data.take(ProcessRow::AwaitingModifiedStale);
+                data.outbox.take(ProcessRow::AwaitingModifiedStale);
                 return Handled;
             }
             Super
@@ -777,12 +777,12 @@ pub(crate) fn draining(data: &mut ProcessData, input: &Input<'_>) -> Outcome<Sta
     match event {
         ProcessEventKind::Settle => {
             if Guards::all_results(data, input) {
-                data.take(ProcessRow::DrainingSettleDone);
+                data.outbox.take(ProcessRow::DrainingSettleDone);
                 Actions::draining_settle_done(data, input);
                 return Transition(State::Error {});
             }
             if Guards::tools_pending(data, input) {
-                data.take(ProcessRow::DrainingSettleWait);
+                data.outbox.take(ProcessRow::DrainingSettleWait);
                 Actions::draining_settle_wait(data, input);
                 return Handled;
             }

@@ -396,45 +396,45 @@ pub(crate) fn active(data: &mut ReactData, input: &Input<'_>) -> Outcome<State> 
     };
     match event {
         ReactEventKind::Steer => {
-            data.take(ReactRow::ActiveSteer);
+            data.outbox.take(ReactRow::ActiveSteer);
             Actions::active_steer(data, input);
             Handled
         }
         ReactEventKind::Subtask => {
-            data.take(ReactRow::ActiveSubtask);
+            data.outbox.take(ReactRow::ActiveSubtask);
             Actions::active_subtask(data, input);
             Handled
         }
         ReactEventKind::TitleReady => {
-            data.take(ReactRow::ActiveTitle);
+            data.outbox.take(ReactRow::ActiveTitle);
             Actions::active_title(data, input);
             Handled
         }
         ReactEventKind::SwitchModel => {
-            data.take(ReactRow::ActiveSwitchModel);
+            data.outbox.take(ReactRow::ActiveSwitchModel);
             Actions::active_switch_model(data, input);
             Handled
         }
         ReactEventKind::SetTools => {
-            data.take(ReactRow::ActiveSetTools);
+            data.outbox.take(ReactRow::ActiveSetTools);
             Actions::active_set_tools(data, input);
             Handled
         }
         ReactEventKind::RunDeadline => {
-            data.take(ReactRow::ActiveRunDeadline);
+            data.outbox.take(ReactRow::ActiveRunDeadline);
             Actions::active_run_deadline(data, input);
             Handled
         }
         ReactEventKind::Abort => {
             if Guards::nothing_to_drain(data, input) {
-                data.take(ReactRow::ActiveAbort);
+                data.outbox.take(ReactRow::ActiveAbort);
                 let next = Actions::active_abort(data, input);
                 return Transition(State::Finishing { local: next });
             }
             Super
         }
         ReactEventKind::StoreWriteFailed => {
-            data.take(ReactRow::ActiveStoreFailed);
+            data.outbox.take(ReactRow::ActiveStoreFailed);
             let next = Actions::active_store_failed(data, input);
             Transition(State::Failed { local: next })
         }
@@ -452,19 +452,19 @@ pub(crate) fn init(data: &mut ReactData, input: &Input<'_>) -> Outcome<State> {
     };
     match event {
         ReactEventKind::Start => {
-            data.take(ReactRow::InitStart);
+            data.outbox.take(ReactRow::InitStart);
             Actions::init_start(data, input);
             Transition(State::Planning {})
         }
         ReactEventKind::Resume => {
             if Guards::pending_tools(data, input) {
-                data.take(ReactRow::InitResumeTools);
+                data.outbox.take(ReactRow::InitResumeTools);
                 Actions::init_resume_tools(data, input);
                 return Transition(State::Executing {
                     local: Default::default(),
                 });
             }
-            data.take(ReactRow::InitResume);
+            data.outbox.take(ReactRow::InitResume);
             Actions::init_resume(data, input);
             Transition(State::Planning {})
         }
@@ -484,40 +484,40 @@ pub(crate) fn planning(data: &mut ReactData, input: &Input<'_>) -> Outcome<State
     match event {
         ReactEventKind::Plan => {
             if Guards::max_steps_answer_rejected(data, input) {
-                data.take(ReactRow::PlanningMaxStepsRejected);
+                data.outbox.take(ReactRow::PlanningMaxStepsRejected);
                 let next = Actions::planning_max_steps_rejected(data, input);
                 return Transition(State::Finishing { local: next });
             }
             if Guards::max_steps_reached(data, input) {
-                data.take(ReactRow::PlanningMaxSteps);
+                data.outbox.take(ReactRow::PlanningMaxSteps);
                 let next = Actions::planning_max_steps(data, input);
                 return Transition(State::Finishing { local: next });
             }
             if Guards::limit_stop(data, input) {
-                data.take(ReactRow::PlanningLimitStop);
+                data.outbox.take(ReactRow::PlanningLimitStop);
                 let next = Actions::planning_limit_stop(data, input);
                 return Transition(State::Finishing { local: next });
             }
             if Guards::limit_final_answer(data, input) {
-                data.take(ReactRow::PlanningLimitFinal);
+                data.outbox.take(ReactRow::PlanningLimitFinal);
                 Actions::planning_limit_final(data, input);
                 return Transition(State::Executing {
                     local: Default::default(),
                 });
             }
             if Guards::subtask_queued(data, input) {
-                data.take(ReactRow::PlanningSubtask);
+                data.outbox.take(ReactRow::PlanningSubtask);
                 Actions::planning_subtask(data, input);
                 return Transition(State::Executing {
                     local: Default::default(),
                 });
             }
             if Guards::over_threshold(data, input) {
-                data.take(ReactRow::PlanningCompact);
+                data.outbox.take(ReactRow::PlanningCompact);
                 let next = Actions::planning_compact(data, input);
                 return Transition(State::Compacting { local: next });
             }
-            data.take(ReactRow::PlanningExecute);
+            data.outbox.take(ReactRow::PlanningExecute);
             Actions::planning_execute(data, input);
             Transition(State::Executing {
                 local: Default::default(),
@@ -541,37 +541,37 @@ pub(crate) fn executing(
     };
     match event {
         ReactEventKind::InnerSucceeded => {
-            data.take(ReactRow::ExecutingSuccess);
+            data.outbox.take(ReactRow::ExecutingSuccess);
             Actions::executing_success(data, local, input);
             Transition(State::Observing {})
         }
         ReactEventKind::InnerOverflowed => {
-            data.take(ReactRow::ExecutingOverflow);
+            data.outbox.take(ReactRow::ExecutingOverflow);
             let next = Actions::executing_overflow(data, local, input);
             Transition(State::Compacting { local: next })
         }
         ReactEventKind::InnerFailed => {
             if Guards::fallback_available(data, local, input) {
-                data.take(ReactRow::ExecutingFallback);
+                data.outbox.take(ReactRow::ExecutingFallback);
                 Actions::executing_fallback(data, local, input);
                 return Transition(State::Executing {
                     local: Default::default(),
                 });
             }
-            data.take(ReactRow::ExecutingError);
+            data.outbox.take(ReactRow::ExecutingError);
             let next = Actions::executing_error(data, local, input);
             Transition(State::Finishing { local: next })
         }
         ReactEventKind::Abort => {
             if Guards::tools_draining(data, local, input) {
-                data.take(ReactRow::ExecutingAbortDrain);
+                data.outbox.take(ReactRow::ExecutingAbortDrain);
                 Actions::executing_abort_drain(data, local, input);
                 return Handled;
             }
             Super
         }
         ReactEventKind::InnerAborted => {
-            data.take(ReactRow::ExecutingAborted);
+            data.outbox.take(ReactRow::ExecutingAborted);
             let next = Actions::executing_aborted(data, local, input);
             Transition(State::Finishing { local: next })
         }
@@ -590,32 +590,32 @@ pub(crate) fn observing(data: &mut ReactData, input: &Input<'_>) -> Outcome<Stat
     match event {
         ReactEventKind::Decide => {
             if Guards::stop_requested(data, input) {
-                data.take(ReactRow::ObservingStop);
+                data.outbox.take(ReactRow::ObservingStop);
                 let next = Actions::observing_stop(data, input);
                 return Transition(State::Finishing { local: next });
             }
             if Guards::continue_over_budget(data, input) {
-                data.take(ReactRow::ObservingCompact);
+                data.outbox.take(ReactRow::ObservingCompact);
                 let next = Actions::observing_compact(data, input);
                 return Transition(State::Compacting { local: next });
             }
             if Guards::has_tool_calls(data, input) {
-                data.take(ReactRow::ObservingContinue);
+                data.outbox.take(ReactRow::ObservingContinue);
                 Actions::observing_continue(data, input);
                 return Transition(State::Planning {});
             }
             if Guards::output_retry(data, input) {
-                data.take(ReactRow::ObservingRetryOutput);
+                data.outbox.take(ReactRow::ObservingRetryOutput);
                 Actions::observing_retry_output(data, input);
                 return Transition(State::Planning {});
             }
             if Guards::output_invalid(data, input) {
-                data.take(ReactRow::ObservingOutputInvalid);
+                data.outbox.take(ReactRow::ObservingOutputInvalid);
                 let next = Actions::observing_output_invalid(data, input);
                 return Transition(State::Finishing { local: next });
             }
             if Guards::no_tool_calls(data, input) {
-                data.take(ReactRow::ObservingComplete);
+                data.outbox.take(ReactRow::ObservingComplete);
                 let next = Actions::observing_complete(data, input);
                 return Transition(State::Finishing { local: next });
             }
@@ -639,27 +639,27 @@ pub(crate) fn compacting(
     };
     match event {
         ReactEventKind::CompactionDone => {
-            data.take(ReactRow::CompactingDone);
+            data.outbox.take(ReactRow::CompactingDone);
             Actions::compacting_done(data, local, input);
             Transition(State::Planning {})
         }
         ReactEventKind::CompactionFailed => {
             if Guards::context_fits(data, local, input) {
-                data.take(ReactRow::CompactingFailedFits);
+                data.outbox.take(ReactRow::CompactingFailedFits);
                 Actions::compacting_failed_fits(data, local, input);
                 return Transition(State::Planning {});
             }
-            data.take(ReactRow::CompactingFailed);
+            data.outbox.take(ReactRow::CompactingFailed);
             let next = Actions::compacting_failed(data, local, input);
             Transition(State::Finishing { local: next })
         }
         ReactEventKind::CompactionVetoed => {
             if Guards::compaction_required(data, local, input) {
-                data.take(ReactRow::CompactingVetoedRequired);
+                data.outbox.take(ReactRow::CompactingVetoedRequired);
                 let next = Actions::compacting_vetoed_required(data, local, input);
                 return Transition(State::Finishing { local: next });
             }
-            data.take(ReactRow::CompactingVetoed);
+            data.outbox.take(ReactRow::CompactingVetoed);
             Actions::compacting_vetoed(data, local, input);
             Transition(State::Planning {})
         }
@@ -682,38 +682,38 @@ pub(crate) fn finishing(
     };
     match event {
         ReactEventKind::RunDeadline => {
-            data.take(ReactRow::FinishingRunDeadline);
+            data.outbox.take(ReactRow::FinishingRunDeadline);
             Handled
         }
         ReactEventKind::RunEndCommitted => {
             if Guards::ended_completed(data, local, input) {
-                data.take(ReactRow::FinishingCompleted);
+                data.outbox.take(ReactRow::FinishingCompleted);
                 let next = Actions::finishing_completed(data, local, input);
                 return Transition(State::Completed { local: next });
             }
             if Guards::ended_failed(data, local, input) {
-                data.take(ReactRow::FinishingFailed);
+                data.outbox.take(ReactRow::FinishingFailed);
                 let next = Actions::finishing_failed(data, local, input);
                 return Transition(State::Failed { local: next });
             }
             if Guards::ended_aborted(data, local, input) {
-                data.take(ReactRow::FinishingAborted);
+                data.outbox.take(ReactRow::FinishingAborted);
                 let next = Actions::finishing_aborted(data, local, input);
                 return Transition(State::Aborted { local: next });
             }
             Super
         }
         ReactEventKind::StoreWriteFailed => {
-            data.take(ReactRow::FinishingStoreFailed);
+            data.outbox.take(ReactRow::FinishingStoreFailed);
             let next = Actions::finishing_store_failed(data, local, input);
             Transition(State::Failed { local: next })
         }
         ReactEventKind::TitleReady => {
-            data.take(ReactRow::FinishingTitle);
+            data.outbox.take(ReactRow::FinishingTitle);
             Handled
         }
         ReactEventKind::Abort => {
-            data.take(ReactRow::FinishingAbort);
+            data.outbox.take(ReactRow::FinishingAbort);
             Handled
         }
         _ => Super,

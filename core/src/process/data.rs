@@ -62,11 +62,6 @@ impl ProcessData {
         }
     }
 
-    /// Records the chart row a handler took (the generated dispatch calls it).
-    pub(crate) fn take(&mut self, row: ProcessRow) {
-        self.outbox.take(row);
-    }
-
     /// Commits the accumulated message (R-STR-4) and, when it has tool calls, feeds each its
     /// `Commit` event (the tool-call chart picks its row). `rejected` holds the runtime's
     /// schema verdicts on the calls (R-TOOL-1, from `done`); doom-loop detection runs here, in

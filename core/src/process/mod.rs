@@ -40,7 +40,7 @@ pub use config::{
 };
 use data::ProcessData;
 pub use data::StepOutcome;
-use machine::{Input, ProcessMachine, State};
+use machine::{kind, Input, ProcessMachine};
 pub use retry::{
     default_retry_decider, RetryDecider, RetryDeciderRef, RetryDeciderRegistry,
     UnknownRetryDecider, DEFAULT_RETRY_DECIDER,
@@ -87,6 +87,21 @@ pub struct ProcessStep {
     pub effect_checks: Vec<crate::chart::EffectCheck>,
 }
 
+impl ProcessStep {
+    /// Nothing happened yet, in `state`.
+    fn at(state: ProcessState) -> Self {
+        ProcessStep {
+            from: state,
+            to: state,
+            effects: Vec::new(),
+            unhandled: false,
+            transitions: Vec::new(),
+            guard_checks: Vec::new(),
+            effect_checks: Vec::new(),
+        }
+    }
+}
+
 /// One step of a run: the inner machine with its data.
 pub struct Process {
     sm: InitializedStateMachine<ProcessMachine>,
@@ -113,20 +128,6 @@ pub(crate) fn state_changed(machine: MachineKind, from: &str, event: &str, to: &
             to: to.into(),
             event: event.into(),
         },
-    }
-}
-
-fn kind(state: &State) -> ProcessState {
-    match state {
-        State::Idle {} => ProcessState::Idle,
-        State::Calling {} => ProcessState::Calling,
-        State::Streaming {} => ProcessState::Streaming,
-        State::Retrying { .. } => ProcessState::Retrying,
-        State::RunningTools {} => ProcessState::RunningTools,
-        State::AwaitingApproval {} => ProcessState::AwaitingApproval,
-        State::Draining {} => ProcessState::Draining,
-        State::Success {} => ProcessState::Success,
-        State::Error {} => ProcessState::Error,
     }
 }
 
@@ -161,28 +162,14 @@ impl Process {
     pub fn handle(&mut self, event: &Event) -> ProcessStep {
         match crate::route::route(event).process {
             Some(k) => self.run(Input::Ext(event), k),
-            None => {
-                let s = self.state();
-                ProcessStep {
-                    from: s,
-                    to: s,
-                    effects: Vec::new(),
-                    unhandled: true,
-                    transitions: Vec::new(),
-                    guard_checks: Vec::new(),
-                    effect_checks: Vec::new(),
-                }
-            }
+            None => ProcessStep {
+                unhandled: true,
+                ..ProcessStep::at(self.state())
+            },
         }
     }
 
-    fn feed(
-        &mut self,
-        input: Input<'_>,
-        k: ProcessEventKind,
-        transitions: &mut Vec<Transition>,
-        checks: &mut Vec<GuardCheck>,
-    ) -> bool {
+    fn feed(&mut self, input: Input<'_>, k: ProcessEventKind, step: &mut ProcessStep) -> bool {
         let from = self.state();
         let mark = self.data.outbox.open();
         dispatch::prepare(&mut self.data, &input);
@@ -202,8 +189,9 @@ impl Process {
         }
         let unhandled = outbox.unhandled;
         let row = outbox.row.take();
-        checks.push(ProcessRow::guard_check(from.name(), k.name(), row, verdict));
-        transitions.push(Transition::Process {
+        step.guard_checks
+            .push(ProcessRow::guard_check(from.name(), k.name(), row, verdict));
+        step.transitions.push(Transition::Process {
             from,
             event: k,
             to,
@@ -211,16 +199,14 @@ impl Process {
             unhandled,
         });
         self.effect_checks.append(&mut outbox.effect_checks);
-        transitions.append(&mut outbox.transitions);
-        checks.append(&mut outbox.checks);
+        step.transitions.append(&mut outbox.transitions);
+        step.guard_checks.append(&mut outbox.checks);
         unhandled
     }
 
     fn run(&mut self, input: Input<'_>, k: ProcessEventKind) -> ProcessStep {
-        let from = self.state();
-        let mut transitions = Vec::new();
-        let mut checks = Vec::new();
-        let unhandled = self.feed(input, k, &mut transitions, &mut checks);
+        let mut step = ProcessStep::at(self.state());
+        step.unhandled = self.feed(input, k, &mut step);
         // Run to completion: while the machine is in RunningTools or Draining, Settle asks it
         // what comes next, until it is at rest (a Settle that neither moves it nor requests an
         // effect: a fixpoint). This terminates by construction: a Settle that moves the machine
@@ -233,25 +219,15 @@ impl Process {
             ProcessState::RunningTools | ProcessState::Draining
         ) {
             let (before, state) = (self.data.outbox.out.len(), self.state());
-            self.feed(
-                Input::Settle,
-                ProcessEventKind::Settle,
-                &mut transitions,
-                &mut checks,
-            );
+            self.feed(Input::Settle, ProcessEventKind::Settle, &mut step);
             if self.state() == state && self.data.outbox.out.len() == before {
                 break;
             }
         }
-        ProcessStep {
-            from,
-            to: self.state(),
-            effects: std::mem::take(&mut self.data.outbox.out),
-            unhandled,
-            transitions,
-            guard_checks: checks,
-            effect_checks: std::mem::take(&mut self.effect_checks),
-        }
+        step.to = self.state();
+        step.effects = std::mem::take(&mut self.data.outbox.out);
+        step.effect_checks = std::mem::take(&mut self.effect_checks);
+        step
     }
 
     /// The current leaf state.

@@ -52,11 +52,6 @@ impl ReactData {
         }
     }
 
-    /// Records the chart row a handler took (the generated dispatch calls it).
-    pub(crate) fn take(&mut self, row: ReactRow) {
-        self.outbox.take(row);
-    }
-
     /// `messages` made well paired (R-IDEM-7), with one `session_repaired` event per repair.
     fn paired(
         &mut self,
@@ -150,13 +145,6 @@ impl ReactData {
             .context_budget_tokens
             .or(self.cfg.context_window)
             .or_else(|| crate::context::known_context_window(&self.cfg.model))
-    }
-
-    /// The context fits the whole budget (not only the compaction point below it): tokens
-    /// under [`budget_tokens`](Self::budget_tokens), or no budget known.
-    pub(crate) fn context_fits(&self) -> bool {
-        self.budget_tokens()
-            .is_none_or(|b| self.transcript.tokens() < b)
     }
 
     pub(crate) fn over_budget(&self) -> bool {
@@ -310,28 +298,19 @@ impl ReactData {
             messages.push(Message::user(text));
         }
         let request = ModelRequest {
-            run_id: self.run_id.clone(),
-            model_call_index: index,
             attempt: self.current.next_attempt.take().unwrap_or(1),
-            session_turn: self.counters.session_turns,
-            model: self.cfg.model.clone(),
-            system: self.cfg.system.clone(),
             messages,
             tools: if last {
                 crate::tool_spec::ToolSpecs::default()
             } else {
                 self.cfg.tools.clone()
             },
-            params: self.params(),
+            ..self.request(index)
         };
-        let mut step = Process::new(
-            self.cfg.step.clone(),
-            request,
-            self.current.whitelist.clone(),
-        )
-        .with_recent_calls(self.current.recent_calls.clone())
-        .with_tool_cache(self.current.tool_cache.clone())
-        .with_earlier_call_ids(self.current.call_ids.clone());
+        let mut step = self
+            .process(request)
+            .with_recent_calls(self.current.recent_calls.clone())
+            .with_earlier_call_ids(self.current.call_ids.clone());
         let s = step.begin();
         self.counters.steps_created += 1;
         self.take_inner(s);
@@ -347,10 +326,9 @@ impl ReactData {
         self.run_committed(step, p.message.clone(), p.results.clone());
     }
 
-    /// An inner machine for step `model_call_index` whose message is already committed (a
-    /// resumed step, a subtask): its request carries no messages, it only runs the calls.
-    fn committed_step(&self, model_call_index: u32) -> Process {
-        let request = ModelRequest {
+    /// The first attempt's request of step `model_call_index`, without messages.
+    fn request(&self, model_call_index: u32) -> ModelRequest {
+        ModelRequest {
             run_id: self.run_id.clone(),
             model_call_index,
             attempt: 1,
@@ -360,13 +338,20 @@ impl ReactData {
             messages: SharedMessages::default(),
             tools: self.cfg.tools.clone(),
             params: self.params(),
-        };
-        Process::new(
-            self.cfg.step.clone(),
-            request,
-            self.current.whitelist.clone(),
-        )
-        .with_tool_cache(self.current.tool_cache.clone())
+        }
+    }
+
+    /// An inner machine for `request`, with the run's approval whitelist and tool cache.
+    fn process(&self, request: ModelRequest) -> Process {
+        let whitelist = self.current.whitelist.clone();
+        Process::new(self.cfg.step.clone(), request, whitelist)
+            .with_tool_cache(self.current.tool_cache.clone())
+    }
+
+    /// An inner machine for step `model_call_index` whose message is already committed (a
+    /// resumed step, a subtask): its request carries no messages, it only runs the calls.
+    fn committed_step(&self, model_call_index: u32) -> Process {
+        self.process(self.request(model_call_index))
     }
 
     /// Runs `step` around its committed `message` (the calls without a result in `results`).
@@ -797,22 +782,8 @@ impl ReactData {
     }
 
     /// The usage limit the run has reached, if any (with what was used and the limit).
-    fn limit_reached(&self) -> Option<(crate::react::limits::LimitKind, f64, f64)> {
+    pub(crate) fn limit_reached(&self) -> Option<(crate::react::limits::LimitKind, f64, f64)> {
         self.cfg.limits.reached(&self.counters.spent_now())
-    }
-
-    /// Guard `limit_stop`: a limit is reached and the run ends now.
-    pub(crate) fn limit_stops(&self) -> bool {
-        self.limit_reached().is_some()
-            && (self.cfg.limits.on_limit == crate::react::limits::LimitAction::Stop
-                || self.counters.limit_final_ran)
-    }
-
-    /// Guard `limit_final_answer`: a limit is reached and asks for one final-answer step.
-    pub(crate) fn limit_asks_final_answer(&self) -> bool {
-        self.limit_reached().is_some()
-            && self.cfg.limits.on_limit == crate::react::limits::LimitAction::FinalAnswer
-            && !self.counters.limit_final_ran
     }
 
     /// Announces the reached limit (once per run); returns the run-end reason it gives.

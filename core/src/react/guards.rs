@@ -15,6 +15,7 @@ use crate::react::config::Decision;
 use crate::react::context::{Compaction, Drain, Ended};
 use crate::react::data::ReactData;
 use crate::react::dispatch::ReactGuards;
+use crate::react::limits::LimitAction;
 use crate::react::machine::Input;
 
 /// Whether the inner step drains tools (after the abort was forwarded to it).
@@ -67,10 +68,13 @@ impl ReactGuards for Guards {
     }
 
     /// `context_fits` (Compacting): the compaction started at the compaction point (not on a
-    /// provider's overflow) and the context still fits the whole budget, so the step may go out
-    /// uncompacted.
+    /// provider's overflow) and the context still fits the whole budget (not only the
+    /// compaction point below it; or no budget is known), so the step may go out uncompacted.
     fn context_fits(data: &ReactData, compaction: &Compaction, _input: &Input<'_>) -> bool {
-        compaction.reason != "overflow" && data.context_fits()
+        compaction.reason != "overflow"
+            && data
+                .budget_tokens()
+                .is_none_or(|b| data.transcript.tokens() < b)
     }
 
     /// `pending_tools`: the resumed run's last committed message has calls without results.
@@ -143,11 +147,14 @@ impl ReactGuards for Guards {
 
     /// `limit_stop`: a usage limit is reached and the run stops now.
     fn limit_stop(data: &ReactData, _input: &Input<'_>) -> bool {
-        data.limit_stops()
+        data.limit_reached().is_some()
+            && (data.cfg.limits.on_limit == LimitAction::Stop || data.counters.limit_final_ran)
     }
 
     /// `limit_final_answer`: a usage limit is reached and asks for one final-answer step.
     fn limit_final_answer(data: &ReactData, _input: &Input<'_>) -> bool {
-        data.limit_asks_final_answer()
+        data.limit_reached().is_some()
+            && data.cfg.limits.on_limit == LimitAction::FinalAnswer
+            && !data.counters.limit_final_ran
     }
 }

@@ -16,7 +16,7 @@ pub mod reminders;
 
 use statig::blocking::{InitializedStateMachine, IntoStateMachineExt};
 
-use crate::chart::{GuardCheck, ProcessState, ReactEventKind, ReactRow, ReactState};
+use crate::chart::{ProcessState, ReactEventKind, ReactRow, ReactState};
 use crate::event::Event;
 use crate::message::{AssistantMessage, Message};
 use crate::step::{AgentState, Step, Transition};
@@ -27,7 +27,7 @@ pub use config::{
 };
 use data::ReactData;
 pub use limits::{CostLimit, LimitAction, LimitKind, UsageLimits, LIMIT_REMINDER};
-use machine::{Input, ReactMachine, State};
+use machine::{kind, Input, ReactMachine};
 
 /// One run: the outer machine, its data and the current step's inner machine.
 ///
@@ -56,20 +56,6 @@ impl std::fmt::Debug for Run {
     }
 }
 
-fn kind(state: &State) -> ReactState {
-    match state {
-        State::Init { .. } => ReactState::Init,
-        State::Planning { .. } => ReactState::Planning,
-        State::Executing { .. } => ReactState::Executing,
-        State::Observing { .. } => ReactState::Observing,
-        State::Compacting { .. } => ReactState::Compacting,
-        State::Finishing { .. } => ReactState::Finishing,
-        State::Completed { .. } => ReactState::Completed,
-        State::Failed { .. } => ReactState::Failed,
-        State::Aborted { .. } => ReactState::Aborted,
-    }
-}
-
 /// The id of the whole-run deadline's timer (R-IN-7): no step's timer uses it (see
 /// `process::deadlines`).
 pub const RUN_DEADLINE_TIMER: u64 = u64::MAX;
@@ -94,98 +80,63 @@ impl Run {
     pub fn handle(&mut self, event: Event) -> Step {
         let from = self.state();
         self.effect_checks.clear();
-        let mut transitions = Vec::new();
-        let mut effects = Vec::new();
-        let mut checks = Vec::new();
-        let name = std::borrow::Cow::Borrowed(event.name());
-        let unhandled;
-        match crate::route::route(&event).react {
-            Some(ReactEventKind::RunDeadline) => {
-                unhandled = self.run_deadline(&mut transitions, &mut effects, &mut checks);
-            }
-            Some(k) => {
-                unhandled = self.feed(
-                    Input::Ext(&event),
-                    k,
-                    &mut transitions,
-                    &mut effects,
-                    &mut checks,
-                );
-            }
+        let mut step = Step {
+            from,
+            event: std::borrow::Cow::Borrowed(event.name()),
+            to: from,
+            effects: Vec::new(),
+            unhandled: false,
+            transitions: Vec::new(),
+            guard_checks: Vec::new(),
+        };
+        step.unhandled = match crate::route::route(&event).react {
+            Some(ReactEventKind::RunDeadline) => self.run_deadline(&mut step),
+            Some(k) => self.feed(Input::Ext(&event), k, &mut step),
             // The inner machine's input: the current step takes it.
             None => {
-                unhandled = if self.react_state() == ReactState::Executing {
+                let unhandled = if self.react_state() == ReactState::Executing {
                     self.data.forward(&event)
                 } else {
                     true
                 };
-                self.drain(&mut transitions, &mut effects, &mut checks);
+                self.drain(&mut step);
+                unhandled
             }
-        }
-        self.run_to_completion(&mut transitions, &mut effects, &mut checks);
-        Step {
-            from,
-            event: name,
-            to: self.state(),
-            effects,
-            unhandled,
-            transitions,
-            guard_checks: checks,
-        }
+        };
+        self.run_to_completion(&mut step);
+        step.to = self.state();
+        step
     }
 
     /// The run's deadline fired: row `active_run_deadline` (or `finishing_run_deadline`), then,
     /// from an active state, the abort it stands for as an internal event.
-    fn run_deadline(
-        &mut self,
-        transitions: &mut Vec<Transition>,
-        effects: &mut Vec<crate::effect::Effect>,
-        checks: &mut Vec<GuardCheck>,
-    ) -> bool {
+    fn run_deadline(&mut self, step: &mut Step) -> bool {
         let timer = Event::TimerElapsed {
             timer_id: RUN_DEADLINE_TIMER,
         };
         let k = ReactEventKind::RunDeadline;
-        let unhandled = self.feed(Input::Ext(&timer), k, transitions, effects, checks);
+        let unhandled = self.feed(Input::Ext(&timer), k, step);
         if std::mem::take(&mut self.data.end.deadline_abort) {
             let abort = Event::Abort {
                 reason: "run deadline exceeded".into(),
                 kill: crate::event::KillPolicy::default(),
             };
-            self.feed(
-                Input::Ext(&abort),
-                ReactEventKind::Abort,
-                transitions,
-                effects,
-                checks,
-            );
+            self.feed(Input::Ext(&abort), ReactEventKind::Abort, step);
         }
         unhandled
     }
 
-    fn drain(
-        &mut self,
-        transitions: &mut Vec<Transition>,
-        effects: &mut Vec<crate::effect::Effect>,
-        checks: &mut Vec<GuardCheck>,
-    ) {
-        transitions.append(&mut self.data.outbox.transitions);
-        effects.append(&mut self.data.outbox.out);
-        checks.append(&mut self.data.outbox.checks);
+    fn drain(&mut self, step: &mut Step) {
+        step.transitions.append(&mut self.data.outbox.transitions);
+        step.effects.append(&mut self.data.outbox.out);
+        step.guard_checks.append(&mut self.data.outbox.checks);
         // The inner machine's rows (and the tool-call rows they drove) checked their effects
         // even when the outer machine did not move.
         self.effect_checks
             .append(&mut self.data.outbox.effect_checks);
     }
 
-    fn feed(
-        &mut self,
-        input: Input<'_>,
-        k: ReactEventKind,
-        transitions: &mut Vec<Transition>,
-        effects: &mut Vec<crate::effect::Effect>,
-        checks: &mut Vec<GuardCheck>,
-    ) -> bool {
+    fn feed(&mut self, input: Input<'_>, k: ReactEventKind, step: &mut Step) -> bool {
         let from = self.react_state();
         let mark = self.data.outbox.open();
         self.data.prepare(from, &input);
@@ -208,8 +159,9 @@ impl Run {
             .append(&mut self.data.outbox.effect_checks);
         self.effect_checks
             .extend(row.and_then(|r| r.effect_check(&own)));
-        checks.push(ReactRow::guard_check(from.name(), k.name(), row, verdict));
-        transitions.push(Transition::React {
+        step.guard_checks
+            .push(ReactRow::guard_check(from.name(), k.name(), row, verdict));
+        step.transitions.push(Transition::React {
             from,
             event: k,
             to,
@@ -217,44 +169,27 @@ impl Run {
             unhandled,
         });
         // Inner transitions caused by this outer handler (Begin) come after it.
-        self.drain(transitions, effects, checks);
+        self.drain(step);
         unhandled
     }
 
-    fn run_to_completion(
-        &mut self,
-        transitions: &mut Vec<Transition>,
-        effects: &mut Vec<crate::effect::Effect>,
-        checks: &mut Vec<GuardCheck>,
-    ) {
+    fn run_to_completion(&mut self, step: &mut Step) {
         loop {
             match self.react_state() {
                 ReactState::Planning => {
-                    self.feed(
-                        Input::Plan,
-                        ReactEventKind::Plan,
-                        transitions,
-                        effects,
-                        checks,
-                    );
+                    self.feed(Input::Plan, ReactEventKind::Plan, step);
                 }
                 ReactState::Observing => {
                     // The decision function runs once per observed step; its answer rides
                     // on the internal event the Observing guards read.
                     let decision = self.data.observe();
-                    self.feed(
-                        Input::Decide(decision),
-                        ReactEventKind::Decide,
-                        transitions,
-                        effects,
-                        checks,
-                    );
+                    self.feed(Input::Decide(decision), ReactEventKind::Decide, step);
                 }
                 ReactState::Executing if self.data.current.ended() => {
                     let Some(k) = dispatch::chart_event(&self.data, &Input::InnerEnded) else {
                         break;
                     };
-                    self.feed(Input::InnerEnded, k, transitions, effects, checks);
+                    self.feed(Input::InnerEnded, k, step);
                 }
                 _ => break,
             }

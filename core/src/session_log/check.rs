@@ -6,19 +6,22 @@
 //! number minus one for a [`FileStore`](https://docs.rs/agentloop/latest/agentloop/store/struct.FileStore.html) session.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
 
 use serde::Serialize;
 
 use crate::entry::{Entry, EntryKey, Repair};
 
 /// A broken session invariant (R-IDEM-1, R-IDEM-3, R-IDEM-6, R-IDEM-7).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Violation {
     /// A tool call of a committed assistant turn has no terminal result, and the turn is
     /// not the last, still-running step.
+    #[error(
+        "entry {index}: tool call {tool_call_id} ({name}) of run {run_id} step \
+         {model_call_index} has no result"
+    )]
     MissingToolResult {
         /// Position of the assistant entry.
         index: usize,
@@ -32,6 +35,7 @@ pub enum Violation {
         name: String,
     },
     /// A second assistant entry with the same `(run_id, model_call_index)`.
+    #[error("entry {index}: duplicate assistant turn (run {run_id}, step {model_call_index})")]
     DuplicateTurn {
         /// Position of the duplicate.
         index: usize,
@@ -41,6 +45,7 @@ pub enum Violation {
         model_call_index: u32,
     },
     /// A tool call id used by two calls.
+    #[error("entry {index}: tool call id {tool_call_id} used twice")]
     DuplicateToolCallId {
         /// Position of the assistant entry with the second use.
         index: usize,
@@ -48,6 +53,7 @@ pub enum Violation {
         tool_call_id: String,
     },
     /// A second result for the same call.
+    #[error("entry {index}: second result for tool call {tool_call_id}")]
     DuplicateToolResult {
         /// Position of the duplicate.
         index: usize,
@@ -55,6 +61,7 @@ pub enum Violation {
         tool_call_id: String,
     },
     /// A second start marker for the same call.
+    #[error("entry {index}: second start marker for tool call {tool_call_id}")]
     DuplicateToolStarted {
         /// Position of the duplicate.
         index: usize,
@@ -62,6 +69,7 @@ pub enum Violation {
         tool_call_id: String,
     },
     /// A result for a call no earlier assistant turn made.
+    #[error("entry {index}: result for tool call {tool_call_id}, which no earlier turn made")]
     OrphanToolResult {
         /// Position of the result.
         index: usize,
@@ -69,6 +77,10 @@ pub enum Violation {
         tool_call_id: String,
     },
     /// A start marker for a call no earlier assistant turn made.
+    #[error(
+        "entry {index}: start marker for tool call {tool_call_id}, which no earlier turn \
+         made"
+    )]
     OrphanToolStarted {
         /// Position of the marker.
         index: usize,
@@ -76,74 +88,13 @@ pub enum Violation {
         tool_call_id: String,
     },
     /// A start marker after the call's result.
+    #[error("entry {index}: tool call {tool_call_id} marked started after its result")]
     StartedAfterResult {
         /// Position of the marker.
         index: usize,
         /// The call id.
         tool_call_id: String,
     },
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Violation::MissingToolResult {
-                index,
-                run_id,
-                model_call_index,
-                tool_call_id,
-                name,
-            } => write!(
-                f,
-                "entry {index}: tool call {tool_call_id} ({name}) of run {run_id} step \
-                 {model_call_index} has no result"
-            ),
-            Violation::DuplicateTurn {
-                index,
-                run_id,
-                model_call_index,
-            } => write!(
-                f,
-                "entry {index}: duplicate assistant turn (run {run_id}, step {model_call_index})"
-            ),
-            Violation::DuplicateToolCallId {
-                index,
-                tool_call_id,
-            } => write!(f, "entry {index}: tool call id {tool_call_id} used twice"),
-            Violation::DuplicateToolResult {
-                index,
-                tool_call_id,
-            } => write!(f, "entry {index}: second result for tool call {tool_call_id}"),
-            Violation::DuplicateToolStarted {
-                index,
-                tool_call_id,
-            } => write!(
-                f,
-                "entry {index}: second start marker for tool call {tool_call_id}"
-            ),
-            Violation::OrphanToolResult {
-                index,
-                tool_call_id,
-            } => write!(
-                f,
-                "entry {index}: result for tool call {tool_call_id}, which no earlier turn made"
-            ),
-            Violation::OrphanToolStarted {
-                index,
-                tool_call_id,
-            } => write!(
-                f,
-                "entry {index}: start marker for tool call {tool_call_id}, which no earlier turn made"
-            ),
-            Violation::StartedAfterResult {
-                index,
-                tool_call_id,
-            } => write!(
-                f,
-                "entry {index}: tool call {tool_call_id} marked started after its result"
-            ),
-        }
-    }
 }
 
 impl Violation {

@@ -248,7 +248,7 @@ impl Session {
 
     /// The current state.
     pub fn state(&self) -> SessionState {
-        machine::leaf(self.sm.state())
+        machine::kind(self.sm.state())
     }
 
     /// The machine's data.

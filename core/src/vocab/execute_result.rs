@@ -68,11 +68,11 @@ pub struct StepRecord {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub compacted: bool,
     /// Tool calls of the committed message.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::vocab::is_zero")]
     pub tool_calls: usize,
     /// Tool results the step recorded (every call has one when the step succeeded, R-IDEM-7);
     /// they follow the message in the run's messages, in call order.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::vocab::is_zero")]
     pub tool_results: usize,
     /// Token usage the provider reported for the step (`None`: none reported, or nothing
     /// committed).
@@ -81,10 +81,6 @@ pub struct StepRecord {
     /// Why the step failed (`failed`, `context_overflow`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ModelError>,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
 }
 
 impl StepRecord {

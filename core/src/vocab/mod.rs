@@ -19,3 +19,8 @@ pub mod step;
 pub mod todo;
 pub mod tool_check;
 pub mod tool_spec;
+
+/// `skip_serializing_if` for a count left out of the JSON when zero.
+pub(crate) fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
+}

@@ -59,12 +59,8 @@ pub struct OutputRejected {
     /// The first violations (a JSON error is one violation at the root).
     pub violations: Vec<SchemaViolation>,
     /// How many more the validator reported.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::vocab::is_zero")]
     pub omitted: u32,
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
 
 impl OutputRejected {

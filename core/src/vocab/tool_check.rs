@@ -42,12 +42,8 @@ pub struct ArgumentsRejected {
     /// [`MAX_VIOLATION_CHARS`]).
     pub violations: Vec<SchemaViolation>,
     /// How many more violations the validator reported.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::vocab::is_zero")]
     pub omitted: u32,
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
 
 /// `s` cut to `max` characters, with `…` when something was cut.
