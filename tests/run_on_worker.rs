@@ -1,7 +1,8 @@
-//! Where a run is driven: on a multi-thread runtime `Agent::run` drives the
-//! run as a task of its own, so a streamed delta is handled by the worker that read it instead
-//! of being handed to the thread blocked in `block_on`. The task behaves like the future it
-//! replaces: dropping the run cancels it, and a panic in it reaches the caller.
+//! Where a run is driven: on a tokio runtime `Agent::run` drives the run as a task of its own,
+//! so on a multi-thread runtime a streamed delta is handled by the worker that read it instead
+//! of being handed to the thread blocked in `block_on`, and on a current-thread runtime the
+//! run stays on that one thread. The task behaves like the future it replaces: dropping the run
+//! cancels it, and a panic in it reaches the caller.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -56,7 +57,7 @@ fn issue9_on_a_multi_thread_runtime_the_run_is_driven_by_a_worker() {
 }
 
 #[test]
-fn issue9_on_a_current_thread_runtime_the_run_stays_in_place() {
+fn issue9_on_a_current_thread_runtime_the_run_stays_on_its_thread() {
     let (threads, sink) = thread_recorder();
     let agent = Agent::builder()
         .model(ScriptedModel::demo())

@@ -54,6 +54,11 @@ impl Agent {
     }
 
     /// Runs one prompt in `session` to completion, without external control or trace.
+    ///
+    /// On a tokio runtime the run is a task of its own on that runtime (so a streamed delta
+    /// is handled by the thread that read it), which the runtime must be driving
+    /// (`Runtime::block_on`, `#[tokio::main]`); dropping the returned future aborts it. See
+    /// "Design choices" in `docs/architecture.md`.
     pub async fn run(&self, session: &str, prompt: &str) -> Result<RunOutput, AgentError> {
         self.run_with(session, vec![Message::user(prompt)], None, false)
             .await
@@ -311,7 +316,11 @@ impl Agent {
         let control = control.map(Controller::receiver);
         let agent = self.clone();
         let session = session.to_string();
-        worker::on_worker(async move { agent.resume_here(&session, control, record).await }).await
+        // Boxed, as in `run_queued`.
+        worker::on_worker(Box::pin(async move {
+            agent.resume_here(&session, control, record).await
+        }))
+        .await
     }
 
     /// [`Agent::resume_with`] in the caller's task.
