@@ -255,6 +255,9 @@ def main() -> int:
                     help="the mutants whose name contains this text (repeat for several)")
     ap.add_argument("--check", action="append",
                     help="a check command; repeat for several (default: model checker, core suite)")
+    ap.add_argument("--build", default="cargo build -q -p agentloop-core",
+                    help="the build that tells a mutant the compiler refuses (\"not built\") "
+                         "from one a check catches; build what the checks run, in their profile")
     ap.add_argument("--workdir", default=str(ROOT / "target" / "chart-mutants" / "project"),
                     help="where the project copy lives (kept between runs)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per mutant")
@@ -312,7 +315,7 @@ def main() -> int:
         target.write_text(m.text)
         started = time.monotonic()
         # The dispatch is generated from the charts and committed: regenerate, then build.
-        built, _ = run("cargo run -q -p agentloop-codegen && cargo build -q -p agentloop-core",
+        built, _ = run(f"cargo run -q -p agentloop-codegen && {args.build}",
                        work, env, args.timeout)
         verdict, by = "survived", None
         if built != "ok":
