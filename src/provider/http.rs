@@ -292,18 +292,6 @@ pub struct HttpConfig {
     pub encrypted_reasoning: Option<bool>,
 }
 
-/// Whether OpenAI's `model` takes its output cap as `max_completion_tokens` (it refuses
-/// `max_tokens`): the o-series and gpt-5 families.
-#[cfg_attr(not(feature = "http"), allow(dead_code))]
-pub(crate) fn uses_max_completion_tokens(model: &str) -> bool {
-    let m = model.rsplit('/').next().unwrap_or(model);
-    // A family name, alone or followed by a version (`gpt-5.1`) or a variant (`o3-mini`).
-    ["o1", "o3", "o4", "gpt-5"].iter().any(|p| {
-        m.strip_prefix(p)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['-', '.']))
-    })
-}
-
 impl fmt::Debug for HttpConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let headers: Vec<(&str, &str)> = self
@@ -915,6 +903,7 @@ mod tests {
     #[test]
     #[cfg(feature = "openai")]
     fn reasoning_models_take_max_completion_tokens() {
+        use crate::provider::openai_responses::is_reasoning_model;
         for m in [
             "o1",
             "o3-mini",
@@ -925,10 +914,10 @@ mod tests {
             "gpt-5.1-codex-mini",
             "openai/o3",
         ] {
-            assert!(uses_max_completion_tokens(m), "{m}");
+            assert!(is_reasoning_model(m), "{m}");
         }
         for m in ["gpt-4o", "gpt-4.1-mini", "o1x", "llama3", "gpt-50", ""] {
-            assert!(!uses_max_completion_tokens(m), "{m}");
+            assert!(!is_reasoning_model(m), "{m}");
         }
     }
 
