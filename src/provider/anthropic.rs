@@ -593,8 +593,4 @@ impl Provider for Messages {
         }
         Ok(body)
     }
-
-    fn normalizer(&self) -> AnthropicNormalizer {
-        AnthropicNormalizer::new()
-    }
 }

@@ -71,7 +71,7 @@ pub(crate) trait Provider: Clone + fmt::Debug + Send + Sync + 'static {
     /// Whether this build has the provider's Cargo feature ([`build_model`] refuses it if not).
     const ENABLED: bool;
     /// The normalizer of one response.
-    type Normalizer: SseNormalizer + Send + 'static;
+    type Normalizer: SseNormalizer + Default + Send + 'static;
     /// This provider's settings, from the shared configuration.
     fn from_config(config: &HttpConfig) -> Self;
     /// The URL to POST to; `model` is the wire model name.
@@ -81,8 +81,11 @@ pub(crate) trait Provider: Clone + fmt::Debug + Send + Sync + 'static {
     fn headers(&self, api_key: Option<&str>) -> Vec<(String, String)>;
     /// The request body; `model` is the client's model, sent when the request names none.
     fn body(&self, request: &ModelRequest, model: &str) -> Result<Value, ModelError>;
-    /// A fresh normalizer with this provider's settings (what `agentloop decode` reads with).
-    fn normalizer(&self) -> Self::Normalizer;
+    /// A fresh normalizer with this provider's settings (what `agentloop decode` reads with;
+    /// default: the normalizer's `Default`).
+    fn normalizer(&self) -> Self::Normalizer {
+        Self::Normalizer::default()
+    }
     /// A fresh normalizer for the response to `request` (default: [`Self::normalizer`]).
     fn normalizer_for(&self, request: &ModelRequest) -> Self::Normalizer {
         let _ = request;

@@ -849,10 +849,6 @@ impl Provider for ChatCompletions {
         Ok(body)
     }
 
-    fn normalizer(&self) -> OpenAiNormalizer {
-        OpenAiNormalizer::new()
-    }
-
     fn normalizer_for(&self, request: &ModelRequest) -> OpenAiNormalizer {
         OpenAiNormalizer::new().with_id_prefix(call_id_prefix(request))
     }

@@ -670,10 +670,6 @@ impl Provider for Responses {
     fn body(&self, request: &ModelRequest, model: &str) -> Result<Value, ModelError> {
         Ok(request_body_with(request, model, &self.reasoning))
     }
-
-    fn normalizer(&self) -> ResponsesNormalizer {
-        ResponsesNormalizer::new()
-    }
 }
 
 #[cfg(test)]
