@@ -379,14 +379,11 @@ impl HttpConfig {
         cfg
     }
 
-    /// Sets the base URL (a trailing `/` is removed).
-    pub fn with_base_url(mut self, url: impl Into<String>) -> Self {
-        let url = url.into();
-        self.base_url = url.trim_end_matches('/').to_string();
-        self
-    }
-
     setters! {
+        /// Sets the base URL (a trailing `/` is removed).
+        with_base_url(url: impl Into<String>) =>
+            base_url = url.into().trim_end_matches('/').to_string();
+
         /// Sets the API key.
         with_api_key(key: impl Into<String>) => api_key = Some(ApiKey::new(key));
 
