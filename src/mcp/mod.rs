@@ -379,7 +379,7 @@ impl McpServer {
             options,
             live: tokio::sync::Mutex::new(Live::default()),
         };
-        let (peer, _) = conn.peer().await?;
+        let (peer, _, _) = conn.peer().await?;
         // The list is read once: rmcp's cache would only keep a second copy of every page.
         peer.set_response_cache_config(rmcp::ClientCacheConfig::disabled())
             .await;
@@ -551,17 +551,9 @@ struct Live {
 
 impl Connection {
     /// A peer of a running client: the current one, or a new one when there is none or the
-    /// current one's transport closed. Returns the client's generation.
-    async fn peer(&self) -> Result<(Peer<RoleClient>, u64), McpError> {
-        self.peer_guarded()
-            .await
-            .map(|(peer, generation, _)| (peer, generation))
-    }
-
-    /// [`peer`](Self::peer) with the bound on the client's unanswered server requests.
-    async fn peer_guarded(
-        &self,
-    ) -> Result<(Peer<RoleClient>, u64, Arc<guard::RequestGuard>), McpError> {
+    /// current one's transport closed. Returns the client's generation and the bound on its
+    /// unanswered server requests.
+    async fn peer(&self) -> Result<(Peer<RoleClient>, u64, Arc<guard::RequestGuard>), McpError> {
         let mut live = self.live.lock().await;
         if let (Some(client), Some(guard)) = (&live.client, &live.guard) {
             if !client.is_transport_closed() && guard.tripped().is_none() {
@@ -731,7 +723,7 @@ impl Tool for McpTool {
             }
         };
         let server = self.conn.endpoint.label();
-        let (peer, generation, guard) = self.conn.peer_guarded().await.map_err(|e| {
+        let (peer, generation, guard) = self.conn.peer().await.map_err(|e| {
             ToolError::Failed(format!(
                 "{e} (the call was not made; the next call tries again)"
             ))

@@ -64,23 +64,19 @@ pub(crate) const ANTHROPIC_VERSION: &str = "2023-06-01";
 struct Event<'a> {
     #[serde(rename = "type", default, borrow)]
     ty: Option<Cow<'a, str>>,
-    #[serde(default)]
     index: Option<usize>,
     // Boxed: they appear once per message/block, and keeping `Event` small keeps the hot
     // per-delta parse cheap.
-    #[serde(default)]
     message: Option<Box<StartMessage>>,
     #[serde(default, borrow)]
     content_block: Option<Box<ContentBlock<'a>>>,
     #[serde(default, borrow)]
     delta: Option<EventDelta<'a>>,
-    #[serde(default)]
     usage: Option<WireUsage>,
 }
 
 #[derive(Deserialize)]
 struct StartMessage {
-    #[serde(default)]
     usage: Option<WireUsage>,
 }
 
@@ -100,7 +96,6 @@ struct ContentBlock<'a> {
     signature: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     data: Option<Cow<'a, str>>,
-    #[serde(default)]
     input: Option<Value>,
 }
 
@@ -125,13 +120,9 @@ struct EventDelta<'a> {
 
 #[derive(Deserialize, Default)]
 struct WireUsage {
-    #[serde(default)]
     input_tokens: Option<u64>,
-    #[serde(default)]
     output_tokens: Option<u64>,
-    #[serde(default)]
     cache_read_input_tokens: Option<u64>,
-    #[serde(default)]
     cache_creation_input_tokens: Option<u64>,
 }
 
@@ -601,9 +592,5 @@ impl Provider for Messages {
             body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
         }
         Ok(body)
-    }
-
-    fn normalizer(&self) -> AnthropicNormalizer {
-        AnthropicNormalizer::new()
     }
 }

@@ -329,12 +329,7 @@ pub fn classify_non_stream_body(status: u16, mime: &str, body: &[u8]) -> ModelEr
     }
     let text = String::from_utf8_lossy(body);
     let text = text.trim();
-    let snippet: String = text.chars().take(BODY_SNIPPET_CHARS).collect();
-    let more = if text.chars().nth(BODY_SNIPPET_CHARS).is_some() {
-        "…"
-    } else {
-        ""
-    };
+    let (snippet, more) = head(text, BODY_SNIPPET_CHARS);
     let message = format!("HTTP {status}: expected text/event-stream, got {mime}: {snippet}{more}");
     ModelError::new(ErrorKind::MalformedResponse, redact(&message, &[])).with_status(status)
 }
@@ -430,12 +425,7 @@ pub fn malformed_event(
     reason: &str,
     data: &str,
 ) -> ModelError {
-    let snippet: String = data.chars().take(120).collect();
-    let ellipsis = if data.chars().nth(120).is_some() {
-        "…"
-    } else {
-        ""
-    };
+    let (snippet, ellipsis) = head(data, 120);
     ModelError::new(
         ErrorKind::MalformedResponse,
         redact(
@@ -522,11 +512,12 @@ pub fn redact(text: &str, secrets: &[&str]) -> String {
 }
 
 fn truncate(s: &str) -> String {
-    if s.chars().count() <= MAX_MESSAGE_CHARS {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(MAX_MESSAGE_CHARS).collect();
-        t.push('…');
-        t
-    }
+    let (head, more) = head(s, MAX_MESSAGE_CHARS);
+    format!("{head}{more}")
+}
+
+/// The first `n` characters of `s`, and `…` when it has more.
+fn head(s: &str, n: usize) -> (String, &'static str) {
+    let more = s.chars().nth(n).map_or("", |_| "…");
+    (s.chars().take(n).collect(), more)
 }

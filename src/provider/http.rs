@@ -71,7 +71,7 @@ pub(crate) trait Provider: Clone + fmt::Debug + Send + Sync + 'static {
     /// Whether this build has the provider's Cargo feature ([`build_model`] refuses it if not).
     const ENABLED: bool;
     /// The normalizer of one response.
-    type Normalizer: SseNormalizer + Send + 'static;
+    type Normalizer: SseNormalizer + Default + Send + 'static;
     /// This provider's settings, from the shared configuration.
     fn from_config(config: &HttpConfig) -> Self;
     /// The URL to POST to; `model` is the wire model name.
@@ -81,8 +81,11 @@ pub(crate) trait Provider: Clone + fmt::Debug + Send + Sync + 'static {
     fn headers(&self, api_key: Option<&str>) -> Vec<(String, String)>;
     /// The request body; `model` is the client's model, sent when the request names none.
     fn body(&self, request: &ModelRequest, model: &str) -> Result<Value, ModelError>;
-    /// A fresh normalizer with this provider's settings (what `agentloop decode` reads with).
-    fn normalizer(&self) -> Self::Normalizer;
+    /// A fresh normalizer with this provider's settings (what `agentloop decode` reads with;
+    /// default: the normalizer's `Default`).
+    fn normalizer(&self) -> Self::Normalizer {
+        Self::Normalizer::default()
+    }
     /// A fresh normalizer for the response to `request` (default: [`Self::normalizer`]).
     fn normalizer_for(&self, request: &ModelRequest) -> Self::Normalizer {
         let _ = request;
@@ -292,18 +295,6 @@ pub struct HttpConfig {
     pub encrypted_reasoning: Option<bool>,
 }
 
-/// Whether OpenAI's `model` takes its output cap as `max_completion_tokens` (it refuses
-/// `max_tokens`): the o-series and gpt-5 families.
-#[cfg_attr(not(feature = "http"), allow(dead_code))]
-pub(crate) fn uses_max_completion_tokens(model: &str) -> bool {
-    let m = model.rsplit('/').next().unwrap_or(model);
-    // A family name, alone or followed by a version (`gpt-5.1`) or a variant (`o3-mini`).
-    ["o1", "o3", "o4", "gpt-5"].iter().any(|p| {
-        m.strip_prefix(p)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['-', '.']))
-    })
-}
-
 impl fmt::Debug for HttpConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let headers: Vec<(&str, &str)> = self
@@ -388,14 +379,11 @@ impl HttpConfig {
         cfg
     }
 
-    /// Sets the base URL (a trailing `/` is removed).
-    pub fn with_base_url(mut self, url: impl Into<String>) -> Self {
-        let url = url.into();
-        self.base_url = url.trim_end_matches('/').to_string();
-        self
-    }
-
     setters! {
+        /// Sets the base URL (a trailing `/` is removed).
+        with_base_url(url: impl Into<String>) =>
+            base_url = url.into().trim_end_matches('/').to_string();
+
         /// Sets the API key.
         with_api_key(key: impl Into<String>) => api_key = Some(ApiKey::new(key));
 
@@ -915,6 +903,7 @@ mod tests {
     #[test]
     #[cfg(feature = "openai")]
     fn reasoning_models_take_max_completion_tokens() {
+        use crate::provider::openai_responses::is_reasoning_model;
         for m in [
             "o1",
             "o3-mini",
@@ -925,10 +914,10 @@ mod tests {
             "gpt-5.1-codex-mini",
             "openai/o3",
         ] {
-            assert!(uses_max_completion_tokens(m), "{m}");
+            assert!(is_reasoning_model(m), "{m}");
         }
         for m in ["gpt-4o", "gpt-4.1-mini", "o1x", "llama3", "gpt-50", ""] {
-            assert!(!uses_max_completion_tokens(m), "{m}");
+            assert!(!is_reasoning_model(m), "{m}");
         }
     }
 

@@ -124,6 +124,14 @@ pub(crate) fn typed_error_event(data: &str) -> ModelError {
     classify_stream_error(&v)
 }
 
+/// The `*_tokens_details` objects of the usage of both OpenAI wire formats: the cached input
+/// tokens and the reasoning output tokens.
+#[derive(Deserialize, Default)]
+pub(crate) struct TokenDetails {
+    pub(crate) cached_tokens: Option<u64>,
+    pub(crate) reasoning_tokens: Option<u64>,
+}
+
 /// The text or reasoning run open at the moment (a normalizer without per-index blocks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Block {

@@ -70,7 +70,7 @@ use crate::provider::classify::classify_stream_error;
 use crate::provider::http::{HttpConfig, Provider};
 use crate::provider::limits::{too_many_blocks, tool_arguments_too_large, ResponseLimits};
 use crate::provider::normalize::{
-    complete_tool_call, error_event_body, start_tool_input, Block, Stream,
+    complete_tool_call, error_event_body, start_tool_input, Block, Stream, TokenDetails,
 };
 use crate::provider::request::{arguments_text, call_id_prefix, file_name, set_tools, user_parts};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
@@ -80,9 +80,7 @@ use crate::tools::ToolSpec;
 struct Chunk<'a> {
     #[serde(default, borrow)]
     choices: Option<FirstChoice<'a>>,
-    #[serde(default)]
     usage: Option<WireUsage>,
-    #[serde(default)]
     error: Option<Value>,
 }
 
@@ -117,7 +115,6 @@ impl<'de: 'a, 'a> Deserialize<'de> for FirstChoice<'a> {
 
 #[derive(Deserialize)]
 struct Choice<'a> {
-    #[serde(default)]
     index: Option<u32>,
     #[serde(default, borrow)]
     delta: Option<Delta<'a>>,
@@ -226,7 +223,6 @@ struct ContentPart<'a> {
 
 #[derive(Deserialize)]
 struct ToolFragment<'a> {
-    #[serde(default)]
     index: Option<u32>,
     #[serde(default, borrow)]
     id: Option<Cow<'a, str>>,
@@ -244,29 +240,12 @@ struct FunctionFragment<'a> {
 
 #[derive(Deserialize)]
 struct WireUsage {
-    #[serde(default)]
     prompt_tokens: Option<u64>,
-    #[serde(default)]
     completion_tokens: Option<u64>,
-    #[serde(default)]
-    prompt_tokens_details: Option<PromptDetails>,
-    #[serde(default)]
-    completion_tokens_details: Option<CompletionDetails>,
+    prompt_tokens_details: Option<TokenDetails>,
+    completion_tokens_details: Option<TokenDetails>,
     /// DeepSeek's name for cached prompt tokens.
-    #[serde(default)]
     prompt_cache_hit_tokens: Option<u64>,
-}
-
-#[derive(Deserialize)]
-struct PromptDetails {
-    #[serde(default)]
-    cached_tokens: Option<u64>,
-}
-
-#[derive(Deserialize)]
-struct CompletionDetails {
-    #[serde(default)]
-    reasoning_tokens: Option<u64>,
 }
 
 impl WireUsage {
@@ -861,17 +840,13 @@ impl Provider for ChatCompletions {
         let wire = body["model"].as_str().unwrap_or_default();
         let completion = self
             .max_completion_tokens
-            .unwrap_or_else(|| crate::provider::http::uses_max_completion_tokens(wire));
+            .unwrap_or_else(|| crate::provider::openai_responses::is_reasoning_model(wire));
         if completion {
             if let Some(m) = body.as_object_mut().and_then(|b| b.remove("max_tokens")) {
                 body["max_completion_tokens"] = m;
             }
         }
         Ok(body)
-    }
-
-    fn normalizer(&self) -> OpenAiNormalizer {
-        OpenAiNormalizer::new()
     }
 
     fn normalizer_for(&self, request: &ModelRequest) -> OpenAiNormalizer {

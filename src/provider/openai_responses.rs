@@ -72,6 +72,7 @@ use crate::provider::http::{HttpConfig, Provider};
 use crate::provider::limits::{too_many_blocks, tool_arguments_too_large, ResponseLimits};
 use crate::provider::normalize::{
     complete_tool_call, error_event_body, start_tool_input, typed_error_event, Block, Stream,
+    TokenDetails,
 };
 use crate::provider::request::{arguments_text, file_name, set_tools, user_parts};
 use crate::provider::sse::{SseEof, SseEvent, SseNormalizer};
@@ -89,36 +90,17 @@ struct Event<'a> {
     delta: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     arguments: Option<Cow<'a, str>>,
-    #[serde(default)]
     summary_index: Option<u64>,
-    #[serde(default)]
     item: Option<Box<Value>>,
-    #[serde(default)]
     response: Option<Box<Value>>,
 }
 
 #[derive(Deserialize, Default)]
 struct WireUsage {
-    #[serde(default)]
     input_tokens: Option<u64>,
-    #[serde(default)]
     output_tokens: Option<u64>,
-    #[serde(default)]
-    input_tokens_details: Option<InputDetails>,
-    #[serde(default)]
-    output_tokens_details: Option<OutputDetails>,
-}
-
-#[derive(Deserialize, Default)]
-struct InputDetails {
-    #[serde(default)]
-    cached_tokens: Option<u64>,
-}
-
-#[derive(Deserialize, Default)]
-struct OutputDetails {
-    #[serde(default)]
-    reasoning_tokens: Option<u64>,
+    input_tokens_details: Option<TokenDetails>,
+    output_tokens_details: Option<TokenDetails>,
 }
 
 impl WireUsage {
@@ -487,6 +469,8 @@ pub struct ResponsesReasoning {
 
 /// Whether `model` (after a `vendor/` prefix) is one of OpenAI's reasoning model families:
 /// `o1`, `o3`, `o4`, `gpt-5`, alone or followed by `-` or `.` (`o4-mini`, `gpt-5.1-codex`).
+/// These ask for encrypted reasoning here, and take their output cap as
+/// `max_completion_tokens` over Chat Completions (they refuse `max_tokens`).
 pub(crate) fn is_reasoning_model(model: &str) -> bool {
     let m = model.rsplit('/').next().unwrap_or(model);
     ["o1", "o3", "o4", "gpt-5"].iter().any(|p| {
@@ -685,10 +669,6 @@ impl Provider for Responses {
 
     fn body(&self, request: &ModelRequest, model: &str) -> Result<Value, ModelError> {
         Ok(request_body_with(request, model, &self.reasoning))
-    }
-
-    fn normalizer(&self) -> ResponsesNormalizer {
-        ResponsesNormalizer::new()
     }
 }
 

@@ -79,20 +79,10 @@ impl Default for Controller {
 /// without keeping a copy of it.
 #[derive(Debug, Default)]
 pub(crate) struct SteeringCounts {
-    pub(super) received: std::sync::atomic::AtomicU64,
-    pub(super) pending: std::sync::atomic::AtomicUsize,
-}
-
-impl SteeringCounts {
     /// `steer` events the run has fed to its machine.
-    pub(crate) fn received(&self) -> u64 {
-        self.received.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
+    pub(super) received: std::sync::atomic::AtomicU64,
     /// Steering messages the machine holds, not yet applied.
-    pub(crate) fn pending(&self) -> usize {
-        self.pending.load(std::sync::atomic::Ordering::SeqCst)
-    }
+    pub(super) pending: std::sync::atomic::AtomicUsize,
 }
 
 /// The receiving side of a [`Controller`], taken by the run it is given to.
@@ -147,11 +137,6 @@ impl Controller {
         }
     }
 
-    fn send_event(&self, event: Event) -> bool {
-        let channel = self.channel.lock().unwrap_or_else(|e| e.into_inner());
-        channel.tx.send(event).is_ok()
-    }
-
     /// A snapshot of the message being streamed by the controlled run (R-STR-2): the message
     /// of the current step as assembled so far (the committed message once the step
     /// committed, while its tools run). `None` before the run starts a step, between steps and
@@ -163,12 +148,16 @@ impl Controller {
 
     /// Steering messages the run's machine holds, not yet applied (R-CTL-2).
     pub fn steering_pending(&self) -> usize {
-        self.steering.pending()
+        self.steering
+            .pending
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// `steer` events the run has fed to its machine (R-CTL-2).
     pub fn steering_received(&self) -> u64 {
-        self.steering.received()
+        self.steering
+            .received
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Aborts the run (R-CTL-3). Returns false if the run is gone.
@@ -178,7 +167,7 @@ impl Controller {
 
     /// Aborts the run with a kill policy for running tools (R-CTL-3).
     pub fn abort_with(&self, reason: impl Into<String>, kill: KillPolicy) -> bool {
-        self.send_event(Event::Abort {
+        self.send(Event::Abort {
             reason: reason.into(),
             kill,
         })
@@ -187,25 +176,27 @@ impl Controller {
     /// Steers the run (R-CTL-2): `text` joins the conversation at the next step boundary, as
     /// a user message. Returns false if the run is gone.
     pub fn steer(&self, text: impl Into<String>) -> bool {
-        self.send_event(Event::Steer { text: text.into() })
+        self.send(Event::Steer { text: text.into() })
     }
 
     /// Uses model `model` from the run's next step on (R-CTL-5); the same model again is no
     /// change. Returns false if the run is gone.
     pub fn switch_model(&self, model: impl Into<String>) -> bool {
-        self.send_event(Event::SwitchModel {
+        self.send(Event::SwitchModel {
             model: model.into(),
         })
     }
 
-    /// Sends any machine input into the run (a session's subtasks and tool sets).
+    /// Sends any machine input into the run (a session's subtasks and tool sets; the
+    /// controller's own commands). Returns false if the run is gone.
     pub(crate) fn send(&self, event: Event) -> bool {
-        self.send_event(event)
+        let channel = self.channel.lock().unwrap_or_else(|e| e.into_inner());
+        channel.tx.send(event).is_ok()
     }
 
     /// Answers an approval request (R-CTL-4).
     pub fn decide(&self, tool_call_id: impl Into<String>, decision: ApprovalDecision) -> bool {
-        self.send_event(Event::Approval {
+        self.send(Event::Approval {
             tool_call_id: tool_call_id.into(),
             decision,
         })

@@ -107,10 +107,7 @@ pub(crate) async fn attempt_events(
         }
     }
     let mut stream = match within(idle_ms, model.stream(request)).await? {
-        Err(e) => {
-            record_error(&e);
-            return Some(failure(attempt, e));
-        }
+        Err(e) => return Some(failure(attempt, e)),
         Ok(s) => s,
     };
     on_event(Event::StreamOpened {
@@ -130,10 +127,7 @@ pub(crate) async fn attempt_events(
                     ),
                 });
             }
-            Some(Err(e)) => {
-                record_error(&e);
-                return Some(failure(attempt, e));
-            }
+            Some(Err(e)) => return Some(failure(attempt, e)),
             Some(Ok(MessageDelta::Finish)) => {
                 return Some(Event::Done {
                     attempt,
@@ -143,10 +137,7 @@ pub(crate) async fn attempt_events(
                     output_rejected: None,
                 });
             }
-            Some(Ok(MessageDelta::Error { error })) => {
-                record_error(&error);
-                return Some(failure(attempt, error));
-            }
+            Some(Ok(MessageDelta::Error { error })) => return Some(failure(attempt, error)),
             Some(Ok(delta)) => {
                 if let MessageDelta::FinishStep {
                     finish_reason,
@@ -170,8 +161,10 @@ pub(crate) async fn attempt_events(
     }
 }
 
-/// The machine's input for a failed attempt: a context overflow is its own.
+/// The machine's input for a failed attempt (a context overflow is its own), its error kind
+/// recorded on the current (step) span.
 fn failure(attempt: AttemptId, error: ModelError) -> Event {
+    tracing::Span::current().record("error.type", error.kind.as_str());
     if error.context_overflow() {
         Event::ContextOverflow { attempt, error }
     } else {
@@ -196,9 +189,4 @@ fn record_finish(finish_reason: Option<FinishReason>, usage: Option<&Usage>) {
         span.record("gen_ai.usage.input_tokens", u.input_tokens);
         span.record("gen_ai.usage.output_tokens", u.output_tokens);
     }
-}
-
-/// Records a failed attempt's error kind on the current (step) span.
-fn record_error(error: &ModelError) {
-    tracing::Span::current().record("error.type", error.kind.as_str());
 }

@@ -90,10 +90,14 @@ impl Agent {
         prompt: &str,
     ) -> impl Stream<Item = RunStreamItem> + Send + Unpin + std::fmt::Debug + 'static {
         let (tx, events) = mpsc::unbounded_channel();
-        let agent = self.with_sink(Arc::new(Tee {
-            sink: self.sink.clone(),
-            tx,
-        }));
+        // The same agent (ports, tools, models and event numbering) with the tee as its sink.
+        let agent = Agent {
+            sink: Arc::new(Tee {
+                sink: self.sink.clone(),
+                tx,
+            }),
+            ..self.clone()
+        };
         let session = session.to_string();
         let input = vec![Message::user(prompt)];
         RunStream {
@@ -102,14 +106,6 @@ impl Agent {
             })),
             events,
             end: None,
-        }
-    }
-
-    /// The same agent (same ports, tools, models and event numbering) with another sink.
-    fn with_sink(&self, sink: Arc<dyn EventSink>) -> Agent {
-        Agent {
-            sink,
-            ..self.clone()
         }
     }
 }

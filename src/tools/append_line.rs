@@ -118,14 +118,12 @@ fn append_keyed(
     index_name.push(KEYS_SUFFIX);
     let index_path = target.with_file_name(index_name);
     super::protected::check(requested, &index_path)?;
-    let mut index = open_regular(
-        &index_path,
-        std::fs::OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true),
-    )
-    .map_err(|e| open_error(requested, e, "record a key for"))?;
+    let open = |path: &std::path::Path, doing: &str| {
+        let mut options = std::fs::OpenOptions::new();
+        options.create(true).read(true).append(true);
+        open_regular(path, &mut options).map_err(|e| open_error(requested, e, doing))
+    };
+    let mut index = open(&index_path, "record a key for")?;
     let _lock = IndexLock::exclusive(&index)
         .map_err(|e| format!("cannot lock the key index of `{requested}`: {e}"))?;
     let mut recorded = String::new();
@@ -136,14 +134,7 @@ fn append_keyed(
         let (offset, k) = l.split_once(' ')?;
         (k == key).then(|| offset.parse::<u64>().ok()).flatten()
     });
-    let mut file = open_regular(
-        &target,
-        std::fs::OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true),
-    )
-    .map_err(|e| open_error(requested, e, "append to"))?;
+    let mut file = open(&target, "append to")?;
     let len = file
         .metadata()
         .map_err(|e| format!("cannot read `{requested}`: {e}"))?

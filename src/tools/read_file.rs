@@ -157,13 +157,18 @@ pub(crate) fn resolve_existing(root: &Path, requested: &str) -> Result<PathBuf, 
         _ => format!("cannot resolve `{requested}`: {e}"),
     })?;
     if !real.starts_with(&root) {
-        return Err(format!(
-            "`{requested}` resolves outside the root directory `{}` (through a symbolic link): refused",
-            root.display()
-        ));
+        return Err(through_link(requested, &root));
     }
     super::protected::check(requested, &real)?;
     Ok(real)
+}
+
+/// The error for a path that a symbolic link takes outside `root`.
+fn through_link(requested: &str, root: &Path) -> String {
+    format!(
+        "`{requested}` resolves outside the root directory `{}` (through a symbolic link): refused",
+        root.display()
+    )
 }
 
 /// Resolves a file path under `root` that may not exist yet (its directory must). An existing
@@ -189,10 +194,7 @@ pub(crate) fn resolve_for_write(root: &Path, requested: &str) -> Result<PathBuf,
         _ => format!("cannot resolve the directory of `{requested}`: {e}"),
     })?;
     if !real_parent.starts_with(&canon_root) {
-        return Err(format!(
-            "`{requested}` resolves outside the root directory `{}` (through a symbolic link): refused",
-            canon_root.display()
-        ));
+        return Err(through_link(requested, &canon_root));
     }
     let target = real_parent.join(name);
     super::protected::check(requested, &target)?;

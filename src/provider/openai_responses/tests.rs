@@ -13,15 +13,20 @@ use crate::provider::test_support::{error_of, finish_of, reasoning_of, text_of};
 use crate::tools::ToolSpec;
 use agentloop_core::output::OutputSpec;
 
+/// A recorded stream of `tests/fixtures/sse/`, by name.
+macro_rules! fixture {
+    ($name:literal) => {
+        include_str!(concat!("../../../tests/fixtures/sse/", $name, ".sse"))
+    };
+}
+
 fn decode(body: &str) -> Vec<MessageDelta> {
     crate::provider::test_support::decode(ResponsesNormalizer::new(), body)
 }
 
 #[test]
 fn a_text_stream_decodes_to_text_stop_and_usage() {
-    let d = decode(include_str!(
-        "../../../tests/fixtures/sse/responses_text.sse"
-    ));
+    let d = decode(fixture!("responses_text"));
     assert_eq!(d.first(), Some(&MessageDelta::StartStep));
     assert_eq!(d.last(), Some(&MessageDelta::Finish));
     assert_eq!(text_of(&d), "The capital of France is Paris.");
@@ -39,9 +44,7 @@ fn a_text_stream_decodes_to_text_stop_and_usage() {
 
 #[test]
 fn a_reasoning_and_tool_call_stream_decodes_to_summary_encrypted_item_call_and_usage() {
-    let d = decode(include_str!(
-        "../../../tests/fixtures/sse/responses_reasoning_tool_call.sse"
-    ));
+    let d = decode(fixture!("responses_reasoning_tool_call"));
     assert_eq!(d.last(), Some(&MessageDelta::Finish));
     assert_eq!(
         reasoning_of(&d),
@@ -106,11 +109,9 @@ fn a_reasoning_and_tool_call_stream_decodes_to_summary_encrypted_item_call_and_u
 
 #[test]
 fn every_split_of_a_recorded_stream_decodes_the_same() {
-    let body =
-        include_str!("../../../tests/fixtures/sse/responses_reasoning_tool_call.sse").as_bytes();
-    let whole = decode(include_str!(
-        "../../../tests/fixtures/sse/responses_reasoning_tool_call.sse"
-    ));
+    let recorded = fixture!("responses_reasoning_tool_call");
+    let body = recorded.as_bytes();
+    let whole = decode(recorded);
     for step in [1usize, 7, 64, 333] {
         let mut p = SsePipeline::new(ResponsesNormalizer::new());
         let mut out = Vec::new();
@@ -124,9 +125,7 @@ fn every_split_of_a_recorded_stream_decodes_the_same() {
 
 #[test]
 fn incomplete_for_max_output_tokens_is_a_length_finish() {
-    let d = decode(include_str!(
-        "../../../tests/fixtures/sse/responses_incomplete.sse"
-    ));
+    let d = decode(fixture!("responses_incomplete"));
     assert_eq!(d.last(), Some(&MessageDelta::Finish));
     assert_eq!(text_of(&d), "Once upon a time there was");
     let (reason, raw, usage) = finish_of(&d);
@@ -137,9 +136,7 @@ fn incomplete_for_max_output_tokens_is_a_length_finish() {
 
 #[test]
 fn response_failed_with_context_length_exceeded_is_a_context_overflow() {
-    let d = decode(include_str!(
-        "../../../tests/fixtures/sse/responses_failed_context.sse"
-    ));
+    let d = decode(fixture!("responses_failed_context"));
     let e = error_of(&d);
     assert_eq!(e.kind, ErrorKind::ContextOverflow, "{e:?}");
     assert!(e.context_overflow());
@@ -147,9 +144,7 @@ fn response_failed_with_context_length_exceeded_is_a_context_overflow() {
 
 #[test]
 fn error_events_are_classified_like_the_other_providers() {
-    let d = decode(include_str!(
-        "../../../tests/fixtures/sse/responses_error_rate_limit.sse"
-    ));
+    let d = decode(fixture!("responses_error_rate_limit"));
     let e = error_of(&d);
     assert_eq!(e.kind, ErrorKind::RateLimited, "{e:?}");
     assert!(e.retryable());
@@ -195,7 +190,7 @@ fn nested_and_flat_error_events_and_failed_responses_from_openai() {
 
 #[test]
 fn eof_before_completed_is_incomplete_and_garbage_is_malformed() {
-    let body = include_str!("../../../tests/fixtures/sse/responses_text.sse");
+    let body = fixture!("responses_text");
     let cut = &body[..body.find("event: response.completed").expect("completed")];
     let d = decode(cut);
     assert_eq!(error_of(&d).kind, ErrorKind::IncompleteStream);
@@ -557,7 +552,7 @@ fn output_items_may_reach_the_block_limit_but_not_pass_it() {
 /// proxies add carry nothing and are skipped, wherever they come.
 #[test]
 fn keep_alives_and_a_done_sentinel_are_skipped() {
-    let recorded = include_str!("../../../tests/fixtures/sse/responses_text.sse");
+    let recorded = fixture!("responses_text");
     let plain = decode(recorded);
     assert_eq!(plain.last(), Some(&MessageDelta::Finish));
     let (head, tail) = recorded.split_at(recorded.find("\n\n").unwrap() + 2);
