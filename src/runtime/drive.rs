@@ -112,6 +112,9 @@ impl Agent {
                 type_name: type_name.clone(),
                 error: format!("the type's JSON Schema does not serialize: {e}"),
             })?;
+        // Without a JSON Schema validator the answer is checked by deserializing into `T`.
+        #[cfg(not(feature = "json-schema"))]
+        crate::tools::register_type::<T>(&schema);
         let mut config = (*self.config).clone();
         let retries = config.output.as_ref().map_or(1, |o| o.retries);
         config.output = Some(agentloop_core::output::OutputSpec {

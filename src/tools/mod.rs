@@ -54,6 +54,8 @@ use agentloop_core::tool_spec::ToolSpecs;
 pub(crate) use schema::ArgumentSchemas;
 
 mod schema;
+#[cfg(not(feature = "json-schema"))]
+pub(crate) use schema::register_type;
 pub(crate) use schema::{compile_shared, violations, Validator};
 
 /// What a tool invocation knows besides its arguments.

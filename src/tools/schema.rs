@@ -50,9 +50,31 @@ impl std::fmt::Debug for ArgumentSchemas {
 /// A compiled JSON Schema (feature `json-schema`).
 #[cfg(feature = "json-schema")]
 pub(crate) type Validator = jsonschema::Validator;
-/// Without feature `json-schema` there is no validator: no schema is ever compiled.
+/// Without feature `json-schema` no schema is compiled: a typed answer's schema is checked by
+/// deserializing into its Rust type ([`register_type`]), any other schema not at all.
 #[cfg(not(feature = "json-schema"))]
-pub(crate) enum Validator {}
+pub(crate) struct Validator(fn(&Value) -> Result<(), (String, String)>);
+
+/// Checkers by schema JSON text, of the types whose schemas [`register_type`] took.
+#[cfg(not(feature = "json-schema"))]
+static BY_TYPE: OnceLock<std::sync::Mutex<BTreeMap<String, Arc<Validator>>>> = OnceLock::new();
+
+/// Without feature `json-schema`: `schema` (`T`'s) is checked from now on by deserializing
+/// into `T` (what `run_typed::<T>` does with its answer's schema; the verdict of a schema that
+/// asserts only what the type does).
+#[cfg(not(feature = "json-schema"))]
+pub(crate) fn register_type<T: serde::de::DeserializeOwned>(schema: &Value) {
+    fn deserializes<T: serde::de::DeserializeOwned>(v: &Value) -> Result<(), (String, String)> {
+        serde_path_to_error::deserialize::<_, T>(v)
+            .map(drop)
+            .map_err(|e| (json_pointer(e.path()), e.into_inner().to_string()))
+    }
+    let checker = Arc::new(Validator(deserializes::<T>));
+    let by_type = BY_TYPE.get_or_init(Default::default);
+    if let Ok(mut m) = by_type.lock() {
+        m.insert(schema.to_string(), checker);
+    }
+}
 
 /// Where `value` breaks `validator`'s schema, every violation.
 pub(crate) fn violations<'a>(
@@ -65,10 +87,10 @@ pub(crate) fn violations<'a>(
         reason: e.to_string(),
     });
     #[cfg(not(feature = "json-schema"))]
-    {
-        let _ = (validator, value);
-        std::iter::empty()
-    }
+    (validator.0)(value)
+        .err()
+        .map(|(path, reason)| SchemaViolation { path, reason })
+        .into_iter()
 }
 
 /// Compiled validators by schema JSON text, shared by every registry of the process.
@@ -79,12 +101,17 @@ static SHARED: OnceLock<Shared> = OnceLock::new();
 
 /// The validator of `schema` (of the tool or typed answer `name`): from the process-wide
 /// cache, or compiled and cached. A schema the validator cannot compile (not a JSON Schema,
-/// an unresolvable `$ref`) is logged and gives `None`, as does every schema without feature
-/// `json-schema`.
+/// an unresolvable `$ref`) is logged and gives `None`. Without feature `json-schema`: the
+/// checker of a [registered](register_type) type's schema, else `None` (logged).
 #[cfg(not(feature = "json-schema"))]
-pub(crate) fn compile_shared(name: &str, _schema: &Value) -> Option<Arc<Validator>> {
-    tracing::debug!(schema = %name, "built without feature json-schema; not checked");
-    None
+pub(crate) fn compile_shared(name: &str, schema: &Value) -> Option<Arc<Validator>> {
+    let found = BY_TYPE
+        .get()
+        .and_then(|m| m.lock().ok()?.get(&schema.to_string()).cloned());
+    if found.is_none() {
+        tracing::warn!(schema = %name, "built without feature json-schema; not checked");
+    }
+    found
 }
 
 /// See the other `compile_shared`.
