@@ -103,7 +103,7 @@ fn traits(chart: &Chart, used: &BTreeSet<String>) -> TokenStream {
         .filter(|r| r.kind != RowKindDef::Ignored)
         .map(|r| {
             let d = row_doc(r);
-            let f = ident(&r.id);
+            let f = ident(r.action());
             quote! {
                 #d
                 fn #f(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>);
@@ -163,7 +163,7 @@ pub(crate) fn call_dispatch(chart: &Chart) -> Result<TokenStream, Error> {
         if r.kind == RowKindDef::Ignored {
             quote!(ToolCallRow::#v => { let _ = (data, i, from, facts); })
         } else {
-            let f = ident(&r.id);
+            let f = ident(r.action());
             quote!(ToolCallRow::#v => Actions::#f(data, i, from, facts))
         }
     });

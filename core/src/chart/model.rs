@@ -160,6 +160,16 @@ pub struct RowDef {
     /// Why this row wins the overlaps it declares in `wins_over` (required with it).
     #[serde(default)]
     pub why: Option<String>,
+    /// The action the row calls, when rows that act alike share one (default: the row's id).
+    #[serde(default)]
+    pub action: Option<String>,
+}
+
+impl RowDef {
+    /// The name of the action the row calls: its `action`, or its id.
+    pub fn action(&self) -> &str {
+        self.action.as_deref().unwrap_or(&self.id)
+    }
 }
 
 impl Chart {
