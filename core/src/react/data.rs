@@ -169,13 +169,16 @@ impl ReactData {
     /// Rows `planning_compact` / `observing_compact`: Compacting will compact to the
     /// configured budget (its entry action requests it).
     pub(crate) fn compaction(&self, reason: &'static str) -> Compaction {
-        let budget_tokens = self
-            .budget_tokens()
-            .map(|b| (b as f64 * self.cfg.compact_ratio) as u64);
         Compaction {
             reason,
-            budget_tokens,
+            budget_tokens: self.compaction_point(),
         }
+    }
+
+    /// The compaction point: `compact_ratio` of the budget, when one is known.
+    fn compaction_point(&self) -> Option<u64> {
+        let ratio = self.cfg.compact_ratio;
+        self.budget_tokens().map(|b| (b as f64 * ratio) as u64)
     }
 
     /// Row `executing_overflow`: the provider refused the context, so the compaction must
@@ -189,11 +192,8 @@ impl ReactData {
     pub(crate) fn overflow_compaction(&self, error: &crate::error::ModelError) -> Compaction {
         let sent = estimate_tokens(&self.transcript.messages);
         let floor = crate::context::pinned_tokens(&self.transcript.messages);
-        let configured = self
-            .budget_tokens()
-            .map(|b| (b as f64 * self.cfg.compact_ratio) as u64);
         let mut budget = crate::context::overflow_budget(sent, &error.message);
-        if let Some(c) = configured {
+        if let Some(c) = self.compaction_point() {
             budget = budget.min(c);
         }
         if floor < sent {
