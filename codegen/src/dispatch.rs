@@ -448,12 +448,7 @@ fn add_method(
 }
 
 /// The doc of a row's action: the row as the chart writes it, and its note.
-pub(crate) fn row_doc(r: &RowDef) -> TokenStream {
-    doc(&row_text(r))
-}
-
-/// [`row_doc`]'s text.
-fn row_text(r: &RowDef) -> String {
+pub(crate) fn row_text(r: &RowDef) -> String {
     let g = guard_label(r);
     let mut text = format!("`{}`: `{} --{}{g}--> {}`.", r.id, r.from, r.event, r.to);
     if let Some(n) = &r.note {
