@@ -417,25 +417,21 @@ impl ReactData {
                 .count_step(m.usage.as_ref(), m.tool_calls.len());
             self.observed
                 .step_committed(&step, !m.tool_calls.is_empty());
-            let pattern = self.current.remember_calls(&m.tool_calls);
-            if let Some((pattern, repeats)) = pattern {
+            // A repeated pattern of calls, then each file touched too often: a warning each.
+            use crate::agent_event::LoopKind;
+            let calls = self.current.remember_calls(&m.tool_calls);
+            let calls = calls.map(|(pattern, repeats)| (LoopKind::Repeat, None, pattern, repeats));
+            let files = self.current.remember_files(&m.tool_calls).into_iter();
+            let files =
+                files.map(|(path, tools, touches)| (LoopKind::File, Some(path), tools, touches));
+            for (kind, path, pattern, repeats) in calls.into_iter().chain(files) {
                 self.outbox.emit(AgentEvent::LoopDetected {
                     tool_call_id: None,
                     pattern,
                     repeats,
                     action: "warn".into(),
-                    kind: Default::default(),
-                    path: None,
-                });
-            }
-            for (path, tools, touches) in self.current.remember_files(&m.tool_calls) {
-                self.outbox.emit(AgentEvent::LoopDetected {
-                    tool_call_id: None,
-                    pattern: tools,
-                    repeats: touches,
-                    action: "warn".into(),
-                    kind: crate::agent_event::LoopKind::File,
-                    path: Some(path),
+                    kind,
+                    path,
                 });
             }
             let results = step.results();
