@@ -190,27 +190,20 @@ impl Chart {
 
     /// The enclosing superstates of `name`, innermost first.
     pub fn ancestors(&self, name: &str) -> Vec<String> {
+        // The parent of a state or superstate (names are unique across both).
+        let parent_of = |name: &str| {
+            let states = self.state.iter().map(|s| (&s.name, &s.parent));
+            let superstates = self.superstate.iter().map(|s| (&s.name, &s.parent));
+            let mut all = states.chain(superstates);
+            all.find(|(n, _)| *n == name).and_then(|(_, p)| p.clone())
+        };
         let mut out = Vec::new();
-        let mut parent = self
-            .state
-            .iter()
-            .find(|s| s.name == name)
-            .and_then(|s| s.parent.clone())
-            .or_else(|| {
-                self.superstate
-                    .iter()
-                    .find(|s| s.name == name)
-                    .and_then(|s| s.parent.clone())
-            });
+        let mut parent = parent_of(name);
         while let Some(p) = parent {
             if out.contains(&p) {
                 break;
             }
-            parent = self
-                .superstate
-                .iter()
-                .find(|s| s.name == p)
-                .and_then(|s| s.parent.clone());
+            parent = parent_of(&p);
             out.push(p);
         }
         out
