@@ -271,7 +271,7 @@ fn take_row(
     has_local: bool,
     locals: &BTreeMap<&str, (&str, bool)>,
 ) -> (TokenStream, TokenStream) {
-    let action = ident(&r.id);
+    let action = ident(r.action());
     let args = if has_local {
         quote!(data, local, input)
     } else {
@@ -448,13 +448,13 @@ fn add_method(
 }
 
 /// The doc of a row's action: the row as the chart writes it, and its note.
-pub(crate) fn row_doc(r: &RowDef) -> TokenStream {
+pub(crate) fn row_text(r: &RowDef) -> String {
     let g = guard_label(r);
     let mut text = format!("`{}`: `{} --{}{g}--> {}`.", r.id, r.from, r.event, r.to);
     if let Some(n) = &r.note {
         text.push_str(&format!(" {}", one_line(n)));
     }
-    doc(&text)
+    text
 }
 
 /// The methods of the actions trait: one per row that acts (with its state's data, returning
@@ -464,7 +464,7 @@ fn action_methods(chart: &Chart, m: &Dispatched) -> Result<Vec<TokenStream>, Err
     let locals = locals(chart);
     let local_type = |scope: &str| locals.get(scope).map(|(t, _)| ident(t));
     let mut actions: Vec<Method> = Vec::new();
-    let mut docs: BTreeMap<String, TokenStream> = BTreeMap::new();
+    let mut docs: BTreeMap<String, String> = BTreeMap::new();
     for r in chart.row.iter().filter(|r| r.kind != RowKindDef::Ignored) {
         let local = local_type(&r.from).map(|t| quote!(local: &mut #t,));
         let ret = match (r.kind, locals.get(r.to.as_str())) {
@@ -474,12 +474,15 @@ fn action_methods(chart: &Chart, m: &Dispatched) -> Result<Vec<TokenStream>, Err
             }
             _ => quote!(),
         };
-        let f = ident(&r.id);
-        docs.insert(r.id.clone(), row_doc(r));
+        let f = ident(r.action());
+        // An action rows share lists each of them, one paragraph a row.
+        docs.entry(r.action().to_string())
+            .and_modify(|d| *d = format!("{d}\n\n{}", row_text(r)))
+            .or_insert_with(|| row_text(r));
         add_method(
             &mut actions,
             m.file,
-            &r.id,
+            r.action(),
             quote!(fn #f(data: &mut #data, #local input: &Input<'_>) #ret;),
         )?;
     }
@@ -487,7 +490,7 @@ fn action_methods(chart: &Chart, m: &Dispatched) -> Result<Vec<TokenStream>, Err
         let local = local_type(&scope).map(|t| quote!(local: &mut #t));
         let f = ident(&action);
         docs.entry(action.clone())
-            .or_insert_with(|| doc(&format!("`{action}`: the {kind} action of `{scope}`.")));
+            .or_insert_with(|| format!("`{action}`: the {kind} action of `{scope}`."));
         add_method(
             &mut actions,
             m.file,
@@ -498,7 +501,7 @@ fn action_methods(chart: &Chart, m: &Dispatched) -> Result<Vec<TokenStream>, Err
     Ok(actions
         .iter()
         .map(|(name, sig)| {
-            let d = docs.get(name).cloned().unwrap_or_default();
+            let d = docs.get(name).map(|d| doc(d));
             quote!(#d #sig)
         })
         .collect())

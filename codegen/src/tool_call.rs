@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
-use crate::dispatch::{oracle_fns, row_doc, used_guards, OracleArgs};
+use crate::dispatch::{oracle_fns, row_text, used_guards, OracleArgs};
 use crate::enums::events_in;
 use crate::model::{Chart, RowDef, RowKindDef};
 use crate::names::{camel_ident, doc, ident, snake};
@@ -97,18 +97,21 @@ fn traits(chart: &Chart, used: &BTreeSet<String>) -> TokenStream {
                 fn #f(data: &Calls<'_>, i: usize, facts: &Facts<'_>) -> bool;
             }
         });
-    let actions = chart
-        .row
-        .iter()
-        .filter(|r| r.kind != RowKindDef::Ignored)
-        .map(|r| {
-            let d = row_doc(r);
-            let f = ident(&r.id);
-            quote! {
-                #d
-                fn #f(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>);
-            }
-        });
+    // One method per action, its doc a paragraph per row that calls it.
+    let mut docs: Vec<(&str, String)> = Vec::new();
+    for r in chart.row.iter().filter(|r| r.kind != RowKindDef::Ignored) {
+        match docs.iter_mut().find(|(a, _)| *a == r.action()) {
+            Some((_, d)) => *d = format!("{d}\n\n{}", row_text(r)),
+            None => docs.push((r.action(), row_text(r))),
+        }
+    }
+    let actions = docs.iter().map(|(a, text)| {
+        let (d, f) = (doc(text), ident(a));
+        quote! {
+            #d
+            fn #f(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>);
+        }
+    });
     quote! {
         /// The guards of `statecharts/tool_call.toml` (generated): one pure predicate per guard a
         /// row names, over the calls' view of the inner machine's data (`Calls`), the call's
@@ -163,7 +166,7 @@ pub(crate) fn call_dispatch(chart: &Chart) -> Result<TokenStream, Error> {
         if r.kind == RowKindDef::Ignored {
             quote!(ToolCallRow::#v => { let _ = (data, i, from, facts); })
         } else {
-            let f = ident(&r.id);
+            let f = ident(r.action());
             quote!(ToolCallRow::#v => Actions::#f(data, i, from, facts))
         }
     });

@@ -255,17 +255,9 @@ impl GuardCheck {
 /// embedded chart, parsed once.
 pub fn declared_wins(machine: MachineKind) -> &'static [(String, String)] {
     use std::sync::OnceLock;
-    static REACT: OnceLock<Vec<(String, String)>> = OnceLock::new();
-    static PROCESS: OnceLock<Vec<(String, String)>> = OnceLock::new();
-    static TOOL_CALL: OnceLock<Vec<(String, String)>> = OnceLock::new();
-    static SESSION: OnceLock<Vec<(String, String)>> = OnceLock::new();
-    let cell = match machine {
-        MachineKind::React => &REACT,
-        MachineKind::Process => &PROCESS,
-        MachineKind::ToolCall => &TOOL_CALL,
-        MachineKind::Session => &SESSION,
-    };
-    cell.get_or_init(|| machine.chart().declared_wins())
+    // One cell per machine, indexed by its discriminant.
+    static WINS: [OnceLock<Vec<(String, String)>>; 4] = [const { OnceLock::new() }; 4];
+    WINS[machine as usize].get_or_init(|| machine.chart().declared_wins())
 }
 
 /// The first pair of rows in `holding` (rows whose guards held, in the order the state tries
@@ -362,31 +354,27 @@ pub fn mermaid(chart: &Chart) -> String {
         }
     }
     children(chart, None, 1, &mut out);
-    for r in &chart.row {
-        if r.kind == model::RowKindDef::Ignored {
-            continue;
-        }
-        let guard = r
-            .guard
-            .as_ref()
-            .map(|g| format!(" [{g}]"))
-            .unwrap_or_default();
-        let _ = writeln!(out, "    {} --> {} : {}{guard}", r.from, r.to, r.event);
+    let guard = |r: &model::RowDef| r.guard.as_ref().map(|g| format!(" [{g}]"));
+    let (ignored, drawn): (Vec<_>, Vec<_>) = chart
+        .row
+        .iter()
+        .partition(|r| r.kind == model::RowKindDef::Ignored);
+    for r in drawn {
+        let g = guard(r).unwrap_or_default();
+        let _ = writeln!(out, "    {} --> {} : {}{g}", r.from, r.to, r.event);
     }
     for s in chart.state.iter().filter(|s| s.terminal) {
         let _ = writeln!(out, "    {} --> [*]", s.name);
     }
-    let ignored: Vec<String> = chart
-        .row
-        .iter()
-        .filter(|r| r.kind == model::RowKindDef::Ignored)
+    let ignored: Vec<String> = ignored
+        .into_iter()
         .map(|r| {
-            let guard = r
-                .guard
-                .as_ref()
-                .map(|g| format!(" [{g}]"))
-                .unwrap_or_default();
-            format!("{} ignores {}{guard}", r.from, r.event)
+            format!(
+                "{} ignores {}{}",
+                r.from,
+                r.event,
+                guard(r).unwrap_or_default()
+            )
         })
         .collect();
     if !ignored.is_empty() {
@@ -440,6 +428,57 @@ pub(crate) fn generated_order(src: &str, prefix: &str) -> Vec<(String, Vec<Tried
             (name, rows)
         })
         .collect()
+}
+
+/// Checks that the generated dispatch source `src` of the chart `toml` (enum prefix `prefix`,
+/// rows `all`, `id` naming each) has one function per state and superstate, which tries the
+/// scope's rows for each event in the order the chart lists them, each behind the guard the
+/// chart gives it, and that every row is dispatched once. Returns [`generated_order`]. Test
+/// support for the machines' dispatch tests.
+#[cfg(test)]
+pub(crate) fn check_dispatch_order<R: Copy + std::fmt::Debug>(
+    toml: &str,
+    src: &str,
+    prefix: &str,
+    all: &[R],
+    id: impl Fn(R) -> &'static str,
+) -> Vec<(String, Vec<Tried>)> {
+    let chart = Chart::parse(toml).expect("chart");
+    let order = generated_order(src, prefix);
+    let superstates = chart.superstate.iter().map(|s| &s.name);
+    let mut tried = 0;
+    for scope in superstates.chain(chart.state.iter().map(|s| &s.name)) {
+        let (_, rows) = order
+            .iter()
+            .find(|(f, _)| scope_of(&chart, f) == Some(scope))
+            .unwrap_or_else(|| panic!("no generated function for {scope}"));
+        let mut events: Vec<&str> = Vec::new();
+        for r in chart.row.iter().filter(|r| r.from == *scope) {
+            if !events.contains(&r.event.as_str()) {
+                events.push(&r.event);
+            }
+        }
+        let mut want: Vec<Tried> = Vec::new();
+        for e in events {
+            for r in chart
+                .row
+                .iter()
+                .filter(|r| r.from == *scope && r.event == e)
+            {
+                let row = all.iter().find(|&&x| id(x) == r.id).expect("generated row");
+                let guard = r.guard.clone().filter(|g| g != "otherwise");
+                want.push((format!("{row:?}"), guard));
+            }
+        }
+        assert_eq!(
+            *rows, want,
+            "{scope}: the generated dispatch must try the chart's rows in chart order, each \
+             behind its own guard"
+        );
+        tried += want.len();
+    }
+    assert_eq!(tried, all.len(), "every row is dispatched once");
+    order
 }
 
 #[cfg(test)]

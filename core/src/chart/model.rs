@@ -160,6 +160,16 @@ pub struct RowDef {
     /// Why this row wins the overlaps it declares in `wins_over` (required with it).
     #[serde(default)]
     pub why: Option<String>,
+    /// The action the row calls, when rows that act alike share one (default: the row's id).
+    #[serde(default)]
+    pub action: Option<String>,
+}
+
+impl RowDef {
+    /// The name of the action the row calls: its `action`, or its id.
+    pub fn action(&self) -> &str {
+        self.action.as_deref().unwrap_or(&self.id)
+    }
 }
 
 impl Chart {
@@ -180,27 +190,20 @@ impl Chart {
 
     /// The enclosing superstates of `name`, innermost first.
     pub fn ancestors(&self, name: &str) -> Vec<String> {
+        // The parent of a state or superstate (names are unique across both).
+        let parent_of = |name: &str| {
+            let states = self.state.iter().map(|s| (&s.name, &s.parent));
+            let superstates = self.superstate.iter().map(|s| (&s.name, &s.parent));
+            let mut all = states.chain(superstates);
+            all.find(|(n, _)| *n == name).and_then(|(_, p)| p.clone())
+        };
         let mut out = Vec::new();
-        let mut parent = self
-            .state
-            .iter()
-            .find(|s| s.name == name)
-            .and_then(|s| s.parent.clone())
-            .or_else(|| {
-                self.superstate
-                    .iter()
-                    .find(|s| s.name == name)
-                    .and_then(|s| s.parent.clone())
-            });
+        let mut parent = parent_of(name);
         while let Some(p) = parent {
             if out.contains(&p) {
                 break;
             }
-            parent = self
-                .superstate
-                .iter()
-                .find(|s| s.name == p)
-                .and_then(|s| s.parent.clone());
+            parent = parent_of(&p);
             out.push(p);
         }
         out
@@ -230,143 +233,87 @@ impl Chart {
 
     /// Checks that every name a row uses is declared, ids are unique, and the chart is consistent.
     pub fn validate(&self) -> Result<(), String> {
-        let mut names = std::collections::BTreeSet::new();
-        for n in self
-            .state
+        // Fails with the message, prefixed by the machine's name.
+        macro_rules! fail {
+            ($($arg:tt)*) => {
+                return Err(format!("{}: {}", self.machine, format_args!($($arg)*)))
+            };
+        }
+        let states = self.state.iter().map(|s| ("state", &s.name, &s.parent));
+        let superstates = self
+            .superstate
             .iter()
-            .map(|s| &s.name)
-            .chain(self.superstate.iter().map(|s| &s.name))
-        {
+            .map(|s| ("superstate", &s.name, &s.parent));
+        let mut names = std::collections::BTreeSet::new();
+        for (_, n, _) in states.clone().chain(superstates.clone()) {
             if !names.insert(n.clone()) {
-                return Err(format!("{}: state name {n} declared twice", self.machine));
+                fail!("state name {n} declared twice");
             }
         }
         if !self.is_state(&self.initial) {
-            return Err(format!(
-                "{}: initial state {} is not a leaf state",
-                self.machine, self.initial
-            ));
+            fail!("initial state {} is not a leaf state", self.initial);
         }
-        for s in &self.state {
-            if let Some(p) = &s.parent {
-                if !self.is_superstate(p) {
-                    return Err(format!(
-                        "{}: state {} has unknown parent {p}",
-                        self.machine, s.name
-                    ));
-                }
-            }
-        }
-        for s in &self.superstate {
-            if let Some(p) = &s.parent {
-                if !self.is_superstate(p) {
-                    return Err(format!(
-                        "{}: superstate {} has unknown parent {p}",
-                        self.machine, s.name
-                    ));
-                }
+        for (kind, name, parent) in states.chain(superstates) {
+            if let Some(p) = parent.as_ref().filter(|p| !self.is_superstate(p)) {
+                fail!("{kind} {name} has unknown parent {p}");
             }
         }
         let mut ids = std::collections::BTreeSet::new();
         for r in &self.row {
-            if !ids.insert(r.id.clone()) {
-                return Err(format!("{}: row id {} used twice", self.machine, r.id));
+            let id = &r.id;
+            if !ids.insert(id.clone()) {
+                fail!("row id {id} used twice");
             }
             if !names.contains(&r.from) {
-                return Err(format!(
-                    "{}: row {} from unknown state {}",
-                    self.machine, r.id, r.from
-                ));
+                fail!("row {id} from unknown state {}", r.from);
             }
             if !names.contains(&r.to) {
-                return Err(format!(
-                    "{}: row {} to unknown state {}",
-                    self.machine, r.id, r.to
-                ));
+                fail!("row {id} to unknown state {}", r.to);
             }
             if r.kind == RowKindDef::Transition && !self.is_state(&r.to) {
-                return Err(format!(
-                    "{}: row {} transitions to superstate {}",
-                    self.machine, r.id, r.to
-                ));
+                fail!("row {id} transitions to superstate {}", r.to);
             }
             if r.kind != RowKindDef::Transition && r.to != r.from {
-                return Err(format!(
-                    "{}: internal/ignored row {} must have to == from",
-                    self.machine, r.id
-                ));
+                fail!("internal/ignored row {id} must have to == from");
             }
             if !self.event.iter().any(|e| e.name == r.event) {
-                return Err(format!(
-                    "{}: row {} uses unknown event {}",
-                    self.machine, r.id, r.event
-                ));
+                fail!("row {id} uses unknown event {}", r.event);
             }
             if let Some(g) = &r.guard {
                 if !self.guard.iter().any(|d| &d.name == g) {
-                    return Err(format!(
-                        "{}: row {} uses unknown guard {g}",
-                        self.machine, r.id
-                    ));
+                    fail!("row {id} uses unknown guard {g}");
                 }
             }
             for l in &r.wins_over {
                 let Some(loser) = self.row.iter().find(|x| &x.id == l) else {
-                    return Err(format!(
-                        "{}: row {} wins over unknown row {l}",
-                        self.machine, r.id
-                    ));
+                    fail!("row {id} wins over unknown row {l}");
                 };
                 if !self.tried_before(r, loser) {
-                    return Err(format!(
-                        "{}: row {} wins over {l}, which is not a later row for the same event \
-                         in its state (the winner of an overlap is the row tried first)",
-                        self.machine, r.id
-                    ));
+                    fail!(
+                        "row {id} wins over {l}, which is not a later row for the same event in \
+                         its state (the winner of an overlap is the row tried first)"
+                    );
                 }
             }
             match (&r.why, r.wins_over.is_empty()) {
-                (None, false) => {
-                    return Err(format!(
-                        "{}: row {} declares wins_over without a why",
-                        self.machine, r.id
-                    ))
-                }
-                (Some(_), true) => {
-                    return Err(format!(
-                        "{}: row {} gives a why but wins over no row",
-                        self.machine, r.id
-                    ))
-                }
+                (None, false) => fail!("row {id} declares wins_over without a why"),
+                (Some(_), true) => fail!("row {id} gives a why but wins over no row"),
                 _ => {}
             }
             if self.state.iter().any(|s| {
                 s.terminal && (s.name == r.from || self.ancestors(&s.name).contains(&r.from))
             }) {
-                return Err(format!(
-                    "{}: row {} leaves a terminal state",
-                    self.machine, r.id
-                ));
+                fail!("row {id} leaves a terminal state");
             }
         }
         for g in &self.guard {
-            if !self
-                .row
-                .iter()
-                .any(|r| r.guard.as_deref() == Some(g.name.as_str()))
-            {
-                return Err(format!(
-                    "{}: guard {} is used by no row",
-                    self.machine, g.name
-                ));
+            if !self.row.iter().any(|r| r.guard.as_ref() == Some(&g.name)) {
+                fail!("guard {} is used by no row", g.name);
             }
         }
         for e in &self.event {
             if !self.row.iter().any(|r| r.event == e.name) {
-                return Err(format!(
-                    "{}: event {} is used by no row",
-                    self.machine, e.name
-                ));
+                fail!("event {} is used by no row", e.name);
             }
         }
         Ok(())

@@ -63,7 +63,12 @@ pub(crate) trait ProcessGuards {
 pub(crate) trait ProcessActions {
     /// `idle_begin`: `Idle --Begin--> Calling`. call model (run_id, model_call_index, attempt);
     /// start the attempt's first-chunk and request deadline timers; emit request_start
-    fn idle_begin(data: &mut ProcessData, input: &Input<'_>);
+    ///
+    /// `draining_settle_done`: `Draining --Settle [all_results]--> Error`. the immune tools'
+    /// results are kept
+    ///
+    /// `draining_settle_wait`: `Draining --Settle [tools_pending]--> Draining`.
+    fn nothing(data: &mut ProcessData, input: &Input<'_>);
     /// `idle_resume`: `Idle --Resume--> RunningTools`. persist tool start + run each call without a
     /// result (approval first where required)
     fn idle_resume(data: &mut ProcessData, input: &Input<'_>);
@@ -109,7 +114,7 @@ pub(crate) trait ProcessActions {
     /// derived id <id>_<n> (emit tool_call_id_derived), so every call that runs has its own record;
     /// persist tool start + run tool, or an error result for invalid/unknown calls; emit
     /// response_complete
-    fn streaming_done_tools(data: &mut ProcessData, input: &Input<'_>);
+    fn done(data: &mut ProcessData, input: &Input<'_>);
     /// `streaming_done`: `Streaming --Done [no_tool_calls]--> Success`. release text held back by
     /// the inline-tag filter (emit text_delta); commit (persist) the assistant message; emit
     /// response_complete
@@ -140,20 +145,24 @@ pub(crate) trait ProcessActions {
     fn tools_user_answered(data: &mut ProcessData, input: &Input<'_>);
     /// `tools_gate_allowed`: `ToolExecuting --GateAllowed [current]--> ToolExecuting`. persist
     /// tool_started; emit tool_start; run the tool
-    fn tools_gate_allowed(data: &mut ProcessData, input: &Input<'_>);
+    ///
     /// `tools_gate_modified`: `ToolExecuting --GateModified [current]--> ToolExecuting`. run with
     /// the hook's arguments: persist tool_started, emit tool_start, run the tool
-    fn tools_gate_modified(data: &mut ProcessData, input: &Input<'_>);
+    ///
     /// `tools_gate_blocked`: `ToolExecuting --GateBlocked [current]--> ToolExecuting`. emit
     /// tool_blocked; persist a denied result (blocked: reason); emit tool_end; then the next queued
     /// call starts, as after a finished tool (gated first, or run when it has passed its gate)
-    fn tools_gate_blocked(data: &mut ProcessData, input: &Input<'_>);
+    ///
     /// `tools_gate_asked`: `ToolExecuting --GateAsked [current]--> ToolExecuting`. the call waits
     /// for approval like an approval-policy call (one approval path); Settle asks
-    fn tools_gate_asked(data: &mut ProcessData, input: &Input<'_>);
+    fn gated(data: &mut ProcessData, input: &Input<'_>);
     /// `awaiting_approved`: `AwaitingApproval --Approved [current]--> RunningTools`. persist tool
     /// start; run the tool; emit approval_resolved (approved); emit agent_resumed (tool_approved)
-    fn awaiting_approved(data: &mut ProcessData, input: &Input<'_>);
+    ///
+    /// `awaiting_modified`: `AwaitingApproval --Modified [current]--> RunningTools`. persist tool
+    /// start; run the tool with the modified arguments; emit approval_resolved (approved); emit
+    /// agent_resumed (tool_approved)
+    fn approved(data: &mut ProcessData, input: &Input<'_>);
     /// `awaiting_approved_always`: `AwaitingApproval --ApprovedAlways [current]--> RunningTools`.
     /// whitelist the tool for this run; persist tool start; run the tool; emit approval_resolved
     /// (approved); emit agent_resumed (tool_approved)
@@ -161,31 +170,22 @@ pub(crate) trait ProcessActions {
     /// `awaiting_rejected`: `AwaitingApproval --Rejected [resume_after_reject]--> RunningTools`.
     /// persist a denied tool result; emit approval_resolved (rejected); emit agent_resumed
     /// (tool_rejected)
-    fn awaiting_rejected(data: &mut ProcessData, input: &Input<'_>);
+    ///
     /// `awaiting_rejected_stop`: `AwaitingApproval --Rejected [stop_after_reject]--> RunningTools`.
     /// persist a denied tool result; emit approval_resolved (rejected); ask the run to stop after
     /// this step (reason tool_rejected)
-    fn awaiting_rejected_stop(data: &mut ProcessData, input: &Input<'_>);
+    fn rejected(data: &mut ProcessData, input: &Input<'_>);
     /// `awaiting_timed_out`: `AwaitingApproval --TimerElapsed [resume_after_reject]-->
     /// RunningTools`. persist a denied tool result (approval timed out); emit approval_resolved
     /// (timeout); emit agent_resumed (tool_approval_timeout)
-    fn awaiting_timed_out(data: &mut ProcessData, input: &Input<'_>);
+    ///
     /// `awaiting_timed_out_stop`: `AwaitingApproval --TimerElapsed [stop_after_reject]-->
     /// RunningTools`. persist a denied tool result (approval timed out); emit approval_resolved
     /// (timeout); ask the run to stop after this step (reason tool_rejected)
-    fn awaiting_timed_out_stop(data: &mut ProcessData, input: &Input<'_>);
-    /// `awaiting_modified`: `AwaitingApproval --Modified [current]--> RunningTools`. persist tool
-    /// start; run the tool with the modified arguments; emit approval_resolved (approved); emit
-    /// agent_resumed (tool_approved)
-    fn awaiting_modified(data: &mut ProcessData, input: &Input<'_>);
+    fn timed_out(data: &mut ProcessData, input: &Input<'_>);
     /// `tools_abort_drain`: `Proceeding --Abort [tools_to_drain]--> Draining`. kill tools per
     /// policy; aborted results for calls not started or killed; emit tool_killed
     fn tools_abort_drain(data: &mut ProcessData, input: &Input<'_>);
-    /// `draining_settle_done`: `Draining --Settle [all_results]--> Error`. the immune tools'
-    /// results are kept
-    fn draining_settle_done(data: &mut ProcessData, input: &Input<'_>);
-    /// `draining_settle_wait`: `Draining --Settle [tools_pending]--> Draining`.
-    fn draining_settle_wait(data: &mut ProcessData, input: &Input<'_>);
     /// `tools_steer_skip`: `Proceeding --Steer--> RunningTools`. skipped results for calls not
     /// started; kill killable running calls (skipped results); emit tool_skipped_for_steering
     fn tools_steer_skip(data: &mut ProcessData, input: &Input<'_>);
@@ -453,7 +453,7 @@ pub(crate) fn tool_executing(
         ProcessEventKind::GateAllowed => {
             if Guards::current(data, input) {
                 data.outbox.take(ProcessRow::ToolsGateAllowed);
-                Actions::tools_gate_allowed(data, input);
+                Actions::gated(data, input);
                 return Handled;
             }
             if Guards::stale(data, input) {
@@ -465,7 +465,7 @@ pub(crate) fn tool_executing(
         ProcessEventKind::GateModified => {
             if Guards::current(data, input) {
                 data.outbox.take(ProcessRow::ToolsGateModified);
-                Actions::tools_gate_modified(data, input);
+                Actions::gated(data, input);
                 return Handled;
             }
             if Guards::stale(data, input) {
@@ -477,7 +477,7 @@ pub(crate) fn tool_executing(
         ProcessEventKind::GateBlocked => {
             if Guards::current(data, input) {
                 data.outbox.take(ProcessRow::ToolsGateBlocked);
-                Actions::tools_gate_blocked(data, input);
+                Actions::gated(data, input);
                 return Handled;
             }
             if Guards::stale(data, input) {
@@ -489,7 +489,7 @@ pub(crate) fn tool_executing(
         ProcessEventKind::GateAsked => {
             if Guards::current(data, input) {
                 data.outbox.take(ProcessRow::ToolsGateAsked);
-                Actions::tools_gate_asked(data, input);
+                Actions::gated(data, input);
                 return Handled;
             }
             if Guards::stale(data, input) {
@@ -540,7 +540,7 @@ pub(crate) fn idle(data: &mut ProcessData, input: &Input<'_>) -> Outcome<State> 
     match event {
         ProcessEventKind::Begin => {
             data.outbox.take(ProcessRow::IdleBegin);
-            Actions::idle_begin(data, input);
+            Actions::nothing(data, input);
             Transition(State::Calling {})
         }
         ProcessEventKind::Resume => {
@@ -601,7 +601,7 @@ pub(crate) fn streaming(data: &mut ProcessData, input: &Input<'_>) -> Outcome<St
         ProcessEventKind::Done => {
             if Guards::has_tool_calls(data, input) {
                 data.outbox.take(ProcessRow::StreamingDoneTools);
-                Actions::streaming_done_tools(data, input);
+                Actions::done(data, input);
                 return Transition(State::RunningTools {});
             }
             if Guards::no_tool_calls(data, input) {
@@ -694,7 +694,7 @@ pub(crate) fn awaiting_approval(
         ProcessEventKind::Approved => {
             if Guards::current(data, input) {
                 data.outbox.take(ProcessRow::AwaitingApproved);
-                Actions::awaiting_approved(data, input);
+                Actions::approved(data, input);
                 return Transition(State::RunningTools {});
             }
             if Guards::stale(data, input) {
@@ -718,12 +718,12 @@ pub(crate) fn awaiting_approval(
         ProcessEventKind::Rejected => {
             if Guards::resume_after_reject(data, input) {
                 data.outbox.take(ProcessRow::AwaitingRejected);
-                Actions::awaiting_rejected(data, input);
+                Actions::rejected(data, input);
                 return Transition(State::RunningTools {});
             }
             if Guards::stop_after_reject(data, input) {
                 data.outbox.take(ProcessRow::AwaitingRejectedStop);
-                Actions::awaiting_rejected_stop(data, input);
+                Actions::rejected(data, input);
                 return Transition(State::RunningTools {});
             }
             if Guards::stale(data, input) {
@@ -735,12 +735,12 @@ pub(crate) fn awaiting_approval(
         ProcessEventKind::TimerElapsed => {
             if Guards::resume_after_reject(data, input) {
                 data.outbox.take(ProcessRow::AwaitingTimedOut);
-                Actions::awaiting_timed_out(data, input);
+                Actions::timed_out(data, input);
                 return Transition(State::RunningTools {});
             }
             if Guards::stop_after_reject(data, input) {
                 data.outbox.take(ProcessRow::AwaitingTimedOutStop);
-                Actions::awaiting_timed_out_stop(data, input);
+                Actions::timed_out(data, input);
                 return Transition(State::RunningTools {});
             }
             if Guards::stale_approval_timer(data, input) {
@@ -752,7 +752,7 @@ pub(crate) fn awaiting_approval(
         ProcessEventKind::Modified => {
             if Guards::current(data, input) {
                 data.outbox.take(ProcessRow::AwaitingModified);
-                Actions::awaiting_modified(data, input);
+                Actions::approved(data, input);
                 return Transition(State::RunningTools {});
             }
             if Guards::stale(data, input) {
@@ -778,12 +778,12 @@ pub(crate) fn draining(data: &mut ProcessData, input: &Input<'_>) -> Outcome<Sta
         ProcessEventKind::Settle => {
             if Guards::all_results(data, input) {
                 data.outbox.take(ProcessRow::DrainingSettleDone);
-                Actions::draining_settle_done(data, input);
+                Actions::nothing(data, input);
                 return Transition(State::Error {});
             }
             if Guards::tools_pending(data, input) {
                 data.outbox.take(ProcessRow::DrainingSettleWait);
-                Actions::draining_settle_wait(data, input);
+                Actions::nothing(data, input);
                 return Handled;
             }
             Super

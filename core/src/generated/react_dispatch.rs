@@ -86,10 +86,13 @@ pub(crate) trait ReactActions {
     fn init_resume_tools(data: &mut ReactData, input: &Input<'_>);
     /// `init_resume`: `Init --Resume [otherwise]--> Planning`. emit run_start (the uncommitted step
     /// is re-requested with the same model_call_index)
-    fn init_resume(data: &mut ReactData, input: &Input<'_>);
+    fn resume(data: &mut ReactData, input: &Input<'_>);
     /// `planning_max_steps_rejected`: `Planning --Plan [max_steps_answer_rejected]--> Finishing`.
     /// emit output_invalid; commit run end (failed: output_invalid)
-    fn planning_max_steps_rejected(data: &mut ReactData, input: &Input<'_>) -> Ended;
+    ///
+    /// `observing_output_invalid`: `Observing --Decide [output_invalid]--> Finishing`. emit
+    /// output_invalid; commit run end (failed: output_invalid)
+    fn fail_output(data: &mut ReactData, input: &Input<'_>) -> Ended;
     /// `planning_max_steps`: `Planning --Plan [max_steps_reached]--> Finishing`. commit run end
     /// (max_steps)
     fn planning_max_steps(data: &mut ReactData, input: &Input<'_>) -> Ended;
@@ -144,9 +147,6 @@ pub(crate) trait ReactActions {
     /// `observing_retry_output`: `Observing --Decide [output_retry]--> Planning`. emit
     /// output_invalid (retrying); persist + append a user message with the answer's schema errors
     fn observing_retry_output(data: &mut ReactData, input: &Input<'_>);
-    /// `observing_output_invalid`: `Observing --Decide [output_invalid]--> Finishing`. emit
-    /// output_invalid; commit run end (failed: output_invalid)
-    fn observing_output_invalid(data: &mut ReactData, input: &Input<'_>) -> Ended;
     /// `observing_complete`: `Observing --Decide [no_tool_calls]--> Finishing`. commit run end
     /// (final_answer, or usage_limit:<limit> after a limit's final-answer step)
     fn observing_complete(data: &mut ReactData, input: &Input<'_>) -> Ended;
@@ -219,24 +219,12 @@ pub(crate) trait ReactActions {
     fn active_store_failed(data: &mut ReactData, input: &Input<'_>) -> Ended;
     /// `finishing_completed`: `Finishing --RunEndCommitted [ended_completed]--> Completed`. emit
     /// run_end (final text, usage)
-    fn finishing_completed(
-        data: &mut ReactData,
-        local: &mut Ended,
-        input: &Input<'_>,
-    ) -> Ended;
+    ///
     /// `finishing_failed`: `Finishing --RunEndCommitted [ended_failed]--> Failed`. emit run_error
-    fn finishing_failed(
-        data: &mut ReactData,
-        local: &mut Ended,
-        input: &Input<'_>,
-    ) -> Ended;
+    ///
     /// `finishing_aborted`: `Finishing --RunEndCommitted [ended_aborted]--> Aborted`. emit
     /// agent_abort (unless announced while draining)
-    fn finishing_aborted(
-        data: &mut ReactData,
-        local: &mut Ended,
-        input: &Input<'_>,
-    ) -> Ended;
+    fn pass_end(data: &mut ReactData, local: &mut Ended, input: &Input<'_>) -> Ended;
     /// `finishing_store_failed`: `Finishing --StoreWriteFailed--> Failed`. emit run_error
     /// (store_write_failed: a write of the final step, its message or the run end, failed; the
     /// error names the end the run had reached; the session stays resumable), unless agent_abort
@@ -465,7 +453,7 @@ pub(crate) fn init(data: &mut ReactData, input: &Input<'_>) -> Outcome<State> {
                 });
             }
             data.outbox.take(ReactRow::InitResume);
-            Actions::init_resume(data, input);
+            Actions::resume(data, input);
             Transition(State::Planning {})
         }
         _ => Super,
@@ -485,7 +473,7 @@ pub(crate) fn planning(data: &mut ReactData, input: &Input<'_>) -> Outcome<State
         ReactEventKind::Plan => {
             if Guards::max_steps_answer_rejected(data, input) {
                 data.outbox.take(ReactRow::PlanningMaxStepsRejected);
-                let next = Actions::planning_max_steps_rejected(data, input);
+                let next = Actions::fail_output(data, input);
                 return Transition(State::Finishing { local: next });
             }
             if Guards::max_steps_reached(data, input) {
@@ -611,7 +599,7 @@ pub(crate) fn observing(data: &mut ReactData, input: &Input<'_>) -> Outcome<Stat
             }
             if Guards::output_invalid(data, input) {
                 data.outbox.take(ReactRow::ObservingOutputInvalid);
-                let next = Actions::observing_output_invalid(data, input);
+                let next = Actions::fail_output(data, input);
                 return Transition(State::Finishing { local: next });
             }
             if Guards::no_tool_calls(data, input) {
@@ -688,17 +676,17 @@ pub(crate) fn finishing(
         ReactEventKind::RunEndCommitted => {
             if Guards::ended_completed(data, local, input) {
                 data.outbox.take(ReactRow::FinishingCompleted);
-                let next = Actions::finishing_completed(data, local, input);
+                let next = Actions::pass_end(data, local, input);
                 return Transition(State::Completed { local: next });
             }
             if Guards::ended_failed(data, local, input) {
                 data.outbox.take(ReactRow::FinishingFailed);
-                let next = Actions::finishing_failed(data, local, input);
+                let next = Actions::pass_end(data, local, input);
                 return Transition(State::Failed { local: next });
             }
             if Guards::ended_aborted(data, local, input) {
                 data.outbox.take(ReactRow::FinishingAborted);
-                let next = Actions::finishing_aborted(data, local, input);
+                let next = Actions::pass_end(data, local, input);
                 return Transition(State::Aborted { local: next });
             }
             Super

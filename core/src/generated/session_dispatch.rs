@@ -67,17 +67,17 @@ pub(crate) trait SessionActions {
     fn busy_close(data: &mut SessionData, input: &Input<'_>);
     /// `running_abort`: `Running --Abort--> Aborting`. drop queued prompts when asked
     /// (prompt_dropped each); remember the reason; forward Abort{reason, kill}; reply Aborting
-    fn running_abort(data: &mut SessionData, input: &Input<'_>);
-    /// `running_ended_next`: `Running --RunEnded [has_next]--> Running`. close the run (usage,
-    /// result); publish agent_resumed{queued_prompt}; start a run with the leftover steering, else
-    /// the next queued prompt
-    fn running_ended_next(data: &mut SessionData, input: &Input<'_>);
-    /// `running_ended_idle`: `Running --RunEnded--> Idle`. close the run (usage, result); idle
-    fn running_ended_idle(data: &mut SessionData, input: &Input<'_>);
+    ///
     /// `aborting_abort`: `Aborting --Abort--> Aborting`. drop queued prompts when asked
     /// (prompt_dropped each); forward Abort{reason, kill} again (the first reason stays); reply
     /// Aborting
-    fn aborting_abort(data: &mut SessionData, input: &Input<'_>);
+    fn abort_run(data: &mut SessionData, input: &Input<'_>);
+    /// `running_ended_next`: `Running --RunEnded [has_next]--> Running`. close the run (usage,
+    /// result); publish agent_resumed{queued_prompt}; start a run with the leftover steering, else
+    /// the next queued prompt
+    fn start_next(data: &mut SessionData, input: &Input<'_>);
+    /// `running_ended_idle`: `Running --RunEnded--> Idle`. close the run (usage, result); idle
+    fn running_ended_idle(data: &mut SessionData, input: &Input<'_>);
     /// `aborting_ended_next`: `Aborting --RunEnded [has_next]--> Running`. publish agent_abort{the
     /// first reason} unless the run did (it ended before the abort reached it); close the run;
     /// publish agent_resumed{queued_prompt}; start a run with the leftover steering, else the next
@@ -307,13 +307,13 @@ pub(crate) fn running(data: &mut SessionData, input: &Input<'_>) -> Outcome<Stat
     match event {
         SessionEventKind::Abort => {
             data.take(SessionRow::RunningAbort);
-            Actions::running_abort(data, input);
+            Actions::abort_run(data, input);
             Transition(State::Aborting {})
         }
         SessionEventKind::RunEnded => {
             if Guards::has_next(data, input) {
                 data.take(SessionRow::RunningEndedNext);
-                Actions::running_ended_next(data, input);
+                Actions::start_next(data, input);
                 return Transition(State::Running {});
             }
             data.take(SessionRow::RunningEndedIdle);
@@ -336,7 +336,7 @@ pub(crate) fn aborting(data: &mut SessionData, input: &Input<'_>) -> Outcome<Sta
     match event {
         SessionEventKind::Abort => {
             data.take(SessionRow::AbortingAbort);
-            Actions::aborting_abort(data, input);
+            Actions::abort_run(data, input);
             Handled
         }
         SessionEventKind::RunEnded => {

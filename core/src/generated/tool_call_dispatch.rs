@@ -88,7 +88,11 @@ pub(crate) trait ToolCallActions {
     /// `commit_denied_by_rule`: `Pending --Commit [denied_by_rule]--> Denied`. emit
     /// tool_rule_matched {rule, action deny}; persist a denied result naming the rule and its
     /// reason; emit tool_end
-    fn commit_denied_by_rule(
+    ///
+    /// `restore_denied_by_rule`: `Pending --Restore [denied_by_rule]--> Denied`. emit
+    /// tool_rule_matched {rule, action deny}; persist a denied result naming the rule and its
+    /// reason; emit tool_end
+    fn deny_by_rule(
         data: &mut Calls<'_>,
         i: usize,
         from: ToolCallState,
@@ -96,7 +100,15 @@ pub(crate) trait ToolCallActions {
     );
     /// `commit_loop_ask`: `Pending --Commit [loop_asks]--> NeedsApproval`. loop_detected is emitted
     /// for every looped call just before its row is chosen; the call is put to a human
-    fn commit_loop_ask(
+    ///
+    /// `commit_approval`: `Pending --Commit [needs_approval]--> NeedsApproval`.
+    ///
+    /// `commit_queued`: `Pending --Commit [otherwise]--> Queued`.
+    ///
+    /// `restore_approval`: `Pending --Restore [needs_approval]--> NeedsApproval`.
+    ///
+    /// `restore_queued`: `Pending --Restore [otherwise]--> Queued`.
+    fn announce_rule(
         data: &mut Calls<'_>,
         i: usize,
         from: ToolCallState,
@@ -110,45 +122,8 @@ pub(crate) trait ToolCallActions {
         from: ToolCallState,
         facts: &Facts<'_>,
     );
-    /// `commit_approval`: `Pending --Commit [needs_approval]--> NeedsApproval`.
-    fn commit_approval(
-        data: &mut Calls<'_>,
-        i: usize,
-        from: ToolCallState,
-        facts: &Facts<'_>,
-    );
-    /// `commit_queued`: `Pending --Commit [otherwise]--> Queued`.
-    fn commit_queued(
-        data: &mut Calls<'_>,
-        i: usize,
-        from: ToolCallState,
-        facts: &Facts<'_>,
-    );
     /// `restore_result`: `Pending --Restore [has_result]--> Restored`.
     fn restore_result(
-        data: &mut Calls<'_>,
-        i: usize,
-        from: ToolCallState,
-        facts: &Facts<'_>,
-    );
-    /// `restore_denied_by_rule`: `Pending --Restore [denied_by_rule]--> Denied`. emit
-    /// tool_rule_matched {rule, action deny}; persist a denied result naming the rule and its
-    /// reason; emit tool_end
-    fn restore_denied_by_rule(
-        data: &mut Calls<'_>,
-        i: usize,
-        from: ToolCallState,
-        facts: &Facts<'_>,
-    );
-    /// `restore_approval`: `Pending --Restore [needs_approval]--> NeedsApproval`.
-    fn restore_approval(
-        data: &mut Calls<'_>,
-        i: usize,
-        from: ToolCallState,
-        facts: &Facts<'_>,
-    );
-    /// `restore_queued`: `Pending --Restore [otherwise]--> Queued`.
-    fn restore_queued(
         data: &mut Calls<'_>,
         i: usize,
         from: ToolCallState,
@@ -197,15 +172,10 @@ pub(crate) trait ToolCallActions {
     /// `start_run`: `Queued --Start [otherwise]--> Running`. persist tool_started; emit tool_start;
     /// run the tool (RunTool); start its deadline timer (its deciding rule's timeout_ms, else
     /// tool_timeout_ms)
-    fn start_run(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>);
+    ///
     /// `gate_allowed`: `Gating --GateAllowed--> Running`. persist tool_started; emit tool_start;
     /// run the tool (RunTool)
-    fn gate_allowed(
-        data: &mut Calls<'_>,
-        i: usize,
-        from: ToolCallState,
-        facts: &Facts<'_>,
-    );
+    fn run(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>);
     /// `gate_modified`: `Gating --GateModified--> Running`. replace the arguments; persist
     /// tool_started; emit tool_start; run the tool (RunTool)
     fn gate_modified(
@@ -223,59 +193,36 @@ pub(crate) trait ToolCallActions {
         facts: &Facts<'_>,
     );
     /// `gate_asked`: `Gating --GateAsked--> NeedsApproval`.
-    fn gate_asked(
-        data: &mut Calls<'_>,
-        i: usize,
-        from: ToolCallState,
-        facts: &Facts<'_>,
-    );
+    ///
+    /// `whitelisted`: `NeedsApproval --Whitelisted--> Queued`.
+    ///
+    /// `abort_immune`: `Running --Abort [immune]--> Running`. none: the call runs to its end and
+    /// its result is kept (Draining)
+    ///
+    /// `skip_immune`: `Running --Skip [immune]--> Running`. none: the call runs to its end
+    fn nothing(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>);
     /// `ask`: `NeedsApproval --Ask--> Asking`. emit approval_required; ask the approver
     /// (RequestApproval)
     fn ask(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>);
     /// `approved`: `Asking --Approved--> Queued`. emit approval_resolved
-    fn approved(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>);
+    fn resolved(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>);
     /// `modified`: `Asking --Modified--> Queued`. emit approval_resolved; replace the arguments
     fn modified(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>);
     /// `rejected`: `Asking --Rejected--> Denied`. emit approval_resolved; persist a denied result;
     /// emit tool_end
     fn rejected(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>);
-    /// `whitelisted`: `NeedsApproval --Whitelisted--> Queued`.
-    fn whitelisted(
-        data: &mut Calls<'_>,
-        i: usize,
-        from: ToolCallState,
-        facts: &Facts<'_>,
-    );
     /// `finished_ok`: `Running --Finished [succeeded]--> Completed`. cancel its deadline timer;
     /// persist the result; emit tool_end
-    fn finished_ok(
-        data: &mut Calls<'_>,
-        i: usize,
-        from: ToolCallState,
-        facts: &Facts<'_>,
-    );
+    ///
     /// `finished_error`: `Running --Finished [otherwise]--> Failed`. cancel its deadline timer;
     /// persist the result; emit tool_end
-    fn finished_error(
-        data: &mut Calls<'_>,
-        i: usize,
-        from: ToolCallState,
-        facts: &Facts<'_>,
-    );
+    fn finish(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>);
     /// `deadline`: `Running --Deadline--> Failed`. kill the tool (KillTool); persist an error
     /// result: tool timed out after N ms (the call's deadline); emit tool_end
     fn deadline(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>);
     /// `abort_killed`: `Running --Abort [killed]--> Aborted`. kill the tool (KillTool); emit
     /// tool_killed; persist an aborted result; emit tool_end
     fn abort_killed(
-        data: &mut Calls<'_>,
-        i: usize,
-        from: ToolCallState,
-        facts: &Facts<'_>,
-    );
-    /// `abort_immune`: `Running --Abort [immune]--> Running`. none: the call runs to its end and
-    /// its result is kept (Draining)
-    fn abort_immune(
         data: &mut Calls<'_>,
         i: usize,
         from: ToolCallState,
@@ -291,13 +238,6 @@ pub(crate) trait ToolCallActions {
     /// `skip_killed`: `Running --Skip [killed]--> Skipped`. kill the tool (KillTool); emit
     /// tool_skipped_for_steering; persist a skipped result; emit tool_end
     fn skip_killed(
-        data: &mut Calls<'_>,
-        i: usize,
-        from: ToolCallState,
-        facts: &Facts<'_>,
-    );
-    /// `skip_immune`: `Running --Skip [immune]--> Running`. none: the call runs to its end
-    fn skip_immune(
         data: &mut Calls<'_>,
         i: usize,
         from: ToolCallState,
@@ -705,42 +645,38 @@ pub(crate) fn act(
         ToolCallRow::CommitLoopRefused => {
             Actions::commit_loop_refused(data, i, from, facts)
         }
-        ToolCallRow::CommitDeniedByRule => {
-            Actions::commit_denied_by_rule(data, i, from, facts)
-        }
-        ToolCallRow::CommitLoopAsk => Actions::commit_loop_ask(data, i, from, facts),
+        ToolCallRow::CommitDeniedByRule => Actions::deny_by_rule(data, i, from, facts),
+        ToolCallRow::CommitLoopAsk => Actions::announce_rule(data, i, from, facts),
         ToolCallRow::CommitCached => Actions::commit_cached(data, i, from, facts),
-        ToolCallRow::CommitApproval => Actions::commit_approval(data, i, from, facts),
-        ToolCallRow::CommitQueued => Actions::commit_queued(data, i, from, facts),
+        ToolCallRow::CommitApproval => Actions::announce_rule(data, i, from, facts),
+        ToolCallRow::CommitQueued => Actions::announce_rule(data, i, from, facts),
         ToolCallRow::RestoreResult => Actions::restore_result(data, i, from, facts),
-        ToolCallRow::RestoreDeniedByRule => {
-            Actions::restore_denied_by_rule(data, i, from, facts)
-        }
-        ToolCallRow::RestoreApproval => Actions::restore_approval(data, i, from, facts),
-        ToolCallRow::RestoreQueued => Actions::restore_queued(data, i, from, facts),
+        ToolCallRow::RestoreDeniedByRule => Actions::deny_by_rule(data, i, from, facts),
+        ToolCallRow::RestoreApproval => Actions::announce_rule(data, i, from, facts),
+        ToolCallRow::RestoreQueued => Actions::announce_rule(data, i, from, facts),
         ToolCallRow::StartAskUser => Actions::start_ask_user(data, i, from, facts),
         ToolCallRow::UserAnswered => Actions::user_answered(data, i, from, facts),
         ToolCallRow::UserUnavailable => Actions::user_unavailable(data, i, from, facts),
         ToolCallRow::UserDeadline => Actions::user_deadline(data, i, from, facts),
         ToolCallRow::StartGate => Actions::start_gate(data, i, from, facts),
-        ToolCallRow::StartRun => Actions::start_run(data, i, from, facts),
-        ToolCallRow::GateAllowed => Actions::gate_allowed(data, i, from, facts),
+        ToolCallRow::StartRun => Actions::run(data, i, from, facts),
+        ToolCallRow::GateAllowed => Actions::run(data, i, from, facts),
         ToolCallRow::GateModified => Actions::gate_modified(data, i, from, facts),
         ToolCallRow::GateBlocked => Actions::gate_blocked(data, i, from, facts),
-        ToolCallRow::GateAsked => Actions::gate_asked(data, i, from, facts),
+        ToolCallRow::GateAsked => Actions::nothing(data, i, from, facts),
         ToolCallRow::Ask => Actions::ask(data, i, from, facts),
-        ToolCallRow::Approved => Actions::approved(data, i, from, facts),
+        ToolCallRow::Approved => Actions::resolved(data, i, from, facts),
         ToolCallRow::Modified => Actions::modified(data, i, from, facts),
         ToolCallRow::Rejected => Actions::rejected(data, i, from, facts),
-        ToolCallRow::Whitelisted => Actions::whitelisted(data, i, from, facts),
-        ToolCallRow::FinishedOk => Actions::finished_ok(data, i, from, facts),
-        ToolCallRow::FinishedError => Actions::finished_error(data, i, from, facts),
+        ToolCallRow::Whitelisted => Actions::nothing(data, i, from, facts),
+        ToolCallRow::FinishedOk => Actions::finish(data, i, from, facts),
+        ToolCallRow::FinishedError => Actions::finish(data, i, from, facts),
         ToolCallRow::Deadline => Actions::deadline(data, i, from, facts),
         ToolCallRow::AbortKilled => Actions::abort_killed(data, i, from, facts),
-        ToolCallRow::AbortImmune => Actions::abort_immune(data, i, from, facts),
+        ToolCallRow::AbortImmune => Actions::nothing(data, i, from, facts),
         ToolCallRow::AbortUnstarted => Actions::abort_unstarted(data, i, from, facts),
         ToolCallRow::SkipKilled => Actions::skip_killed(data, i, from, facts),
-        ToolCallRow::SkipImmune => Actions::skip_immune(data, i, from, facts),
+        ToolCallRow::SkipImmune => Actions::nothing(data, i, from, facts),
         ToolCallRow::SkipUnstarted => Actions::skip_unstarted(data, i, from, facts),
     }
 }

@@ -434,14 +434,8 @@ impl FromStr for ToolRule {
             }
             None => (rest, None),
         };
-        let rule = ToolRule {
-            tool: tool.to_string(),
-            argument,
-            action,
-            timeout_ms,
-            reason: None,
-            compiled: Compiled::default(),
-        };
+        let mut rule = ToolRule::new(tool, action);
+        (rule.argument, rule.timeout_ms) = (argument, timeout_ms);
         rule.validate()?;
         Ok(rule)
     }

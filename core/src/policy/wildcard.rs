@@ -80,6 +80,14 @@ impl Token {
             Token::Literal(l) => l == c,
         }
     }
+
+    /// The character of a literal.
+    fn literal(self) -> Option<char> {
+        match self {
+            Token::Literal(c) => Some(c),
+            _ => None,
+        }
+    }
 }
 
 /// A compiled pattern (without the `" *"` tail rule of [`matches()`]; see [`Glob`]).
@@ -143,14 +151,7 @@ impl Pattern {
             let runs = inner
                 .split(|t| *t == Token::Star)
                 .filter(|run| !run.is_empty())
-                .map(|run| {
-                    run.iter()
-                        .filter_map(|t| match t {
-                            Token::Literal(c) => Some(*c),
-                            _ => None,
-                        })
-                        .collect()
-                })
+                .map(|run| run.iter().filter_map(|t| t.literal()).collect())
                 .collect();
             Some(Middle::Literals(runs))
         } else {
@@ -159,10 +160,7 @@ impl Pattern {
                 .max_by_key(|run| run.len())
                 .unwrap_or_default()
                 .iter()
-                .filter_map(|t| match t {
-                    Token::Literal(c) => Some(*c),
-                    _ => None,
-                })
+                .filter_map(|t| t.literal())
                 .collect();
             Some(Middle::Automaton(Automaton::new(inner), longest))
         };

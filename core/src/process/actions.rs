@@ -1,5 +1,5 @@
 //! The inner chart's row actions: one function per row of `statecharts/process.toml` (an
-//! ignored row has none), named after the row's id and called by the generated dispatch
+//! ignored row has none), named after the row's id (or the `action` rows share) and called by the generated dispatch
 //! ([`crate::process::dispatch`]) once the row is taken. An action does the row's effects on
 //! the data; it never chooses a row or a target state: the chart does.
 //!
@@ -52,53 +52,13 @@ fn approval<'a>(data: &ProcessData, input: &Input<'a>) -> Option<(usize, &'a App
     }
 }
 
-/// The part both done rows share: keep the runtime's verdict, commit the message.
-fn done(data: &mut ProcessData, input: &Input<'_>) {
-    if let Some(Event::Done {
-        rejected_arguments,
-        output_rejected,
-        ..
-    }) = ext(input)
-    {
-        data.ending.output_rejected = output_rejected.clone();
-        data.commit(rejected_arguments);
-    }
-}
-
-/// The part the four gate rows share: apply the hooks' verdict to the call being gated.
-fn gated(data: &mut ProcessData, input: &Input<'_>) {
-    if let (Some(Event::ToolGated { verdict, .. }), Some(i)) = (ext(input), data.tools.answered) {
-        data.calls().gated(i, verdict);
-    }
-}
-
-/// The part the rejection and timeout rows share: a denied result (and, without
-/// auto_resume, the stop request).
-fn rejected(data: &mut ProcessData, input: &Input<'_>) {
-    if let Some((i, decision)) = approval(data, input) {
-        data.calls()
-            .call_event(i, ToolCallEventKind::Rejected, Facts::Approval(decision));
-    }
-}
-
-/// The part both approval-timeout rows share: the approval timer of the call being asked
-/// about fired (its slot found before dispatch).
-fn timed_out(data: &mut ProcessData, input: &Input<'_>) {
-    if let (Some(_), Some(i)) = (timer(input), data.tools.answered) {
-        let after_ms = data.cfg.approval_timeout_ms.unwrap_or_default();
-        let decision = ApprovalDecision::TimedOut { after_ms };
-        let facts = Facts::ApprovalTimer(&decision);
-        data.calls()
-            .call_event(i, ToolCallEventKind::Rejected, facts);
-    }
-}
-
 /// The inner chart's actions, one method of [`ProcessActions`] each.
 pub(crate) struct Actions;
 
 impl ProcessActions for Actions {
-    /// `idle_begin`: nothing to do here: entering Requesting calls the model.
-    fn idle_begin(_data: &mut ProcessData, _input: &Input<'_>) {}
+    /// `idle_begin` (entering Requesting calls the model), `draining_settle_done` (the abort
+    /// decided the outcome), `draining_settle_wait` (immune tools still run): nothing to do.
+    fn nothing(_data: &mut ProcessData, _input: &Input<'_>) {}
 
     /// `idle_resume`: restore the committed message and its results, run the calls left.
     fn idle_resume(data: &mut ProcessData, input: &Input<'_>) {
@@ -218,14 +178,23 @@ impl ProcessActions for Actions {
         }
     }
 
-    /// `streaming_done_tools`: commit the message and schedule its calls.
-    fn streaming_done_tools(data: &mut ProcessData, input: &Input<'_>) {
-        done(data, input);
+    /// `streaming_done_tools`, and the part `streaming_done` shares: keep the runtime's
+    /// verdict, commit the message (and schedule its calls).
+    fn done(data: &mut ProcessData, input: &Input<'_>) {
+        if let Some(Event::Done {
+            rejected_arguments,
+            output_rejected,
+            ..
+        }) = ext(input)
+        {
+            data.ending.output_rejected = output_rejected.clone();
+            data.commit(rejected_arguments);
+        }
     }
 
     /// `streaming_done`: commit the message; the step succeeds.
     fn streaming_done(data: &mut ProcessData, input: &Input<'_>) {
-        done(data, input);
+        Self::done(data, input);
         data.ending.end(StepOutcome::Success);
     }
 
@@ -297,28 +266,18 @@ impl ProcessActions for Actions {
         }
     }
 
-    /// `tools_gate_allowed`: the hooks allow the call; run it.
-    fn tools_gate_allowed(data: &mut ProcessData, input: &Input<'_>) {
-        gated(data, input);
+    /// The four `tools_gate_*` rows: apply the hooks' verdict (allowed, modified, blocked,
+    /// asked) to the call being gated.
+    fn gated(data: &mut ProcessData, input: &Input<'_>) {
+        if let (Some(Event::ToolGated { verdict, .. }), Some(i)) = (ext(input), data.tools.answered)
+        {
+            data.calls().gated(i, verdict);
+        }
     }
 
-    /// `tools_gate_modified`: the hooks rewrote the call's arguments; run it.
-    fn tools_gate_modified(data: &mut ProcessData, input: &Input<'_>) {
-        gated(data, input);
-    }
-
-    /// `tools_gate_blocked`: the hooks blocked the call.
-    fn tools_gate_blocked(data: &mut ProcessData, input: &Input<'_>) {
-        gated(data, input);
-    }
-
-    /// `tools_gate_asked`: the hooks send the call to approval.
-    fn tools_gate_asked(data: &mut ProcessData, input: &Input<'_>) {
-        gated(data, input);
-    }
-
-    /// `awaiting_approved`: run the approved call.
-    fn awaiting_approved(data: &mut ProcessData, input: &Input<'_>) {
+    /// `awaiting_approved`, `awaiting_modified`: run the call approved (with the human's
+    /// arguments, if any).
+    fn approved(data: &mut ProcessData, input: &Input<'_>) {
         if let Some((i, decision)) = approval(data, input) {
             data.calls().approved(i, decision, false);
         }
@@ -331,30 +290,24 @@ impl ProcessActions for Actions {
         }
     }
 
-    /// `awaiting_rejected`: a denied result; the run goes on.
-    fn awaiting_rejected(data: &mut ProcessData, input: &Input<'_>) {
-        rejected(data, input);
-    }
-
-    /// `awaiting_rejected_stop`: a denied result; the run stops after this step.
-    fn awaiting_rejected_stop(data: &mut ProcessData, input: &Input<'_>) {
-        rejected(data, input);
-    }
-
-    /// `awaiting_timed_out`: a denied result (timed out); the run goes on.
-    fn awaiting_timed_out(data: &mut ProcessData, input: &Input<'_>) {
-        timed_out(data, input);
-    }
-
-    /// `awaiting_timed_out_stop`: a denied result (timed out); the run stops after this step.
-    fn awaiting_timed_out_stop(data: &mut ProcessData, input: &Input<'_>) {
-        timed_out(data, input);
-    }
-
-    /// `awaiting_modified`: run the call with the human's arguments.
-    fn awaiting_modified(data: &mut ProcessData, input: &Input<'_>) {
+    /// `awaiting_rejected` (the run goes on), `awaiting_rejected_stop` (without auto_resume,
+    /// the run stops after this step): a denied result.
+    fn rejected(data: &mut ProcessData, input: &Input<'_>) {
         if let Some((i, decision)) = approval(data, input) {
-            data.calls().approved(i, decision, false);
+            data.calls()
+                .call_event(i, ToolCallEventKind::Rejected, Facts::Approval(decision));
+        }
+    }
+
+    /// `awaiting_timed_out`, `awaiting_timed_out_stop`: the approval timer of the call being
+    /// asked about fired (its slot found before dispatch): a denied result (timed out).
+    fn timed_out(data: &mut ProcessData, input: &Input<'_>) {
+        if let (Some(_), Some(i)) = (timer(input), data.tools.answered) {
+            let after_ms = data.cfg.approval_timeout_ms.unwrap_or_default();
+            let decision = ApprovalDecision::TimedOut { after_ms };
+            let facts = Facts::ApprovalTimer(&decision);
+            data.calls()
+                .call_event(i, ToolCallEventKind::Rejected, facts);
         }
     }
 
@@ -367,12 +320,6 @@ impl ProcessActions for Actions {
             data.ending.end(StepOutcome::Aborted);
         }
     }
-
-    /// `draining_settle_done`: the immune tools finished (the abort decided the outcome).
-    fn draining_settle_done(_data: &mut ProcessData, _input: &Input<'_>) {}
-
-    /// `draining_settle_wait`: immune tools still run.
-    fn draining_settle_wait(_data: &mut ProcessData, _input: &Input<'_>) {}
 
     /// `tools_steer_skip`: calls not started are skipped for the steering message, killable
     /// running calls are killed and skipped; immune running calls finish (R-CTL-2).

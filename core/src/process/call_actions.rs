@@ -1,5 +1,5 @@
 //! The tool-call chart's row actions (`statecharts/tool_call.toml`): one function per row,
-//! named after it, that does what the row means for slot `i` after the generated dispatch
+//! named after it (or the `action` rows share), that does what the row means for slot `i` after the generated dispatch
 //! ([`crate::process::call_dispatch`]) chose the row and moved the call (`from` is the state
 //! the call left). An action never names a row or a target; what it produces is checked
 //! against the row's declared `effects` in debug builds (and with the `conformance` feature).
@@ -17,40 +17,6 @@ use crate::process::call_guards::Facts;
 use crate::process::calls::Calls;
 use crate::process::data::ToolCallState;
 use crate::tool_check::unknown_tool_message;
-
-/// The deciding rule is announced and the call gets the rule's denied result.
-fn deny_by_rule(data: &mut Calls<'_>, i: usize) {
-    data.announce_rule(i);
-    let why = data.denial(i);
-    data.record_result(i, ToolStatus::Denied, why);
-}
-
-/// A human's answer that lets the call run: the approval timer stops, the answer and the
-/// resume are announced (before any event of the resumed run).
-fn resolved(data: &mut Calls<'_>, i: usize, facts: &Facts<'_>) {
-    data.cancel_approval_timer(i);
-    let Facts::Approval(decision) = facts else {
-        return;
-    };
-    let tool_call_id = data.tools.slots.get(i).call.id.clone();
-    data.outbox.emit(AgentEvent::ApprovalResolved {
-        tool_call_id,
-        decision: (*decision).clone(),
-        status: decision.status(),
-    });
-    data.outbox.emit(AgentEvent::AgentResumed {
-        trigger: "tool_approved".into(),
-    });
-}
-
-/// The runtime's result ends the call: its deadline stops and the result is recorded.
-fn finish(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>) {
-    let Facts::Finished { status, content } = facts else {
-        return;
-    };
-    data.cancel_deadline(i, from);
-    data.record_result(i, *status, (*content).to_string());
-}
 
 /// Kills a running call and stops its deadline.
 fn kill(data: &mut Calls<'_>, i: usize, from: ToolCallState) {
@@ -132,14 +98,17 @@ impl ToolCallActions for Actions {
         data.record_result(i, ToolStatus::Error, why);
     }
 
-    /// A tool rule denies the call (R-TOOL-3): the rule is announced and the call gets a denied
-    /// result naming it.
-    fn commit_denied_by_rule(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
-        deny_by_rule(data, i);
+    /// A tool rule denies the call, committed or resumed (R-TOOL-3): the rule is announced and
+    /// the call gets a denied result naming it; it never runs.
+    fn deny_by_rule(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
+        data.announce_rule(i);
+        let why = data.denial(i);
+        data.record_result(i, ToolStatus::Denied, why);
     }
 
-    /// A doom loop whose policy asks: the call waits for a human.
-    fn commit_loop_ask(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    /// A committed or resumed call waits (for a human: a doom loop whose policy asks, an
+    /// approval; or for its turn to run): the deciding rule, if any, is announced.
+    fn announce_rule(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         data.announce_rule(i);
     }
 
@@ -157,36 +126,11 @@ impl ToolCallActions for Actions {
         data.record_result(i, ToolStatus::Completed, hit.content);
     }
 
-    /// The call waits to be put to a human.
-    fn commit_approval(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
-        data.announce_rule(i);
-    }
-
-    /// The call waits for its turn to run.
-    fn commit_queued(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
-        data.announce_rule(i);
-    }
-
     /// The session log holds the call's result: it is kept, nothing runs (R-IDEM-5).
     fn restore_result(data: &mut Calls<'_>, i: usize, _: ToolCallState, facts: &Facts<'_>) {
         if let Facts::Restore { stored } = facts {
             data.tools.slots.get_mut(i).result = stored.cloned();
         }
-    }
-
-    /// A resumed call the rules now deny: denied, never run.
-    fn restore_denied_by_rule(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
-        deny_by_rule(data, i);
-    }
-
-    /// A resumed call waits to be put to a human.
-    fn restore_approval(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
-        data.announce_rule(i);
-    }
-
-    /// A resumed call waits for its turn to run.
-    fn restore_queued(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
-        data.announce_rule(i);
     }
 
     /// The built-in `ask_user` call puts its question to the person.
@@ -235,13 +179,8 @@ impl ToolCallActions for Actions {
         data.outbox.push(Effect::GateTool { call });
     }
 
-    /// The call runs.
-    fn start_run(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
-        data.run(i);
-    }
-
-    /// The hooks let the call run as it is.
-    fn gate_allowed(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
+    /// The call runs (its turn came, or the hooks let it run as it is).
+    fn run(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
         data.run(i);
     }
 
@@ -268,8 +207,10 @@ impl ToolCallActions for Actions {
         data.record_result(i, ToolStatus::Denied, format!("blocked: {reason}"));
     }
 
-    /// The hooks want a human to decide: the call waits for its turn.
-    fn gate_asked(_: &mut Calls<'_>, _: usize, _: ToolCallState, _: &Facts<'_>) {}
+    /// Nothing to do: the hooks want a human to decide (the call waits for its turn), another
+    /// call of the same scope was approved "always" (no question needed), an abort or steering
+    /// spares an immune running call (it runs to its end).
+    fn nothing(_: &mut Calls<'_>, _: usize, _: ToolCallState, _: &Facts<'_>) {}
 
     /// The call is put to a human (R-CTL-4), with the approval timer if one is set.
     fn ask(data: &mut Calls<'_>, i: usize, _: ToolCallState, _: &Facts<'_>) {
@@ -283,17 +224,31 @@ impl ToolCallActions for Actions {
         data.start_approval_timer(i);
     }
 
-    /// A human approved the call: it waits for its turn to run.
-    fn approved(data: &mut Calls<'_>, i: usize, _: ToolCallState, facts: &Facts<'_>) {
-        resolved(data, i, facts);
+    /// A human approved the call (it waits for its turn to run), and the part `modified`
+    /// shares: the approval timer stops, the answer and the resume are announced (before any
+    /// event of the resumed run).
+    fn resolved(data: &mut Calls<'_>, i: usize, _: ToolCallState, facts: &Facts<'_>) {
+        data.cancel_approval_timer(i);
+        let Facts::Approval(decision) = facts else {
+            return;
+        };
+        let tool_call_id = data.tools.slots.get(i).call.id.clone();
+        data.outbox.emit(AgentEvent::ApprovalResolved {
+            tool_call_id,
+            decision: (*decision).clone(),
+            status: decision.status(),
+        });
+        data.outbox.emit(AgentEvent::AgentResumed {
+            trigger: "tool_approved".into(),
+        });
     }
 
     /// A human approved the call with new arguments.
-    fn modified(data: &mut Calls<'_>, i: usize, _: ToolCallState, facts: &Facts<'_>) {
+    fn modified(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>) {
         if let Facts::Approval(ApprovalDecision::Modified { arguments }) = facts {
             data.tools.slots.get_mut(i).call.arguments = arguments.clone();
         }
-        resolved(data, i, facts);
+        Self::resolved(data, i, from, facts);
     }
 
     /// A human rejected the call, or nobody answered in time (the approver's wait is withdrawn):
@@ -313,17 +268,14 @@ impl ToolCallActions for Actions {
         }
     }
 
-    /// Another call of the same scope was approved "always": this one needs no question.
-    fn whitelisted(_: &mut Calls<'_>, _: usize, _: ToolCallState, _: &Facts<'_>) {}
-
-    /// The tool succeeded: its result.
-    fn finished_ok(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>) {
-        finish(data, i, from, facts);
-    }
-
-    /// The tool failed: its result.
-    fn finished_error(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>) {
-        finish(data, i, from, facts);
+    /// The tool succeeded or failed: the runtime's result ends the call, its deadline stops
+    /// and the result is recorded.
+    fn finish(data: &mut Calls<'_>, i: usize, from: ToolCallState, facts: &Facts<'_>) {
+        let Facts::Finished { status, content } = facts else {
+            return;
+        };
+        data.cancel_deadline(i, from);
+        data.record_result(i, *status, (*content).to_string());
     }
 
     /// The call's deadline passed: the tool is killed and the call fails.
@@ -343,9 +295,6 @@ impl ToolCallActions for Actions {
         close(data, i, ToolStatus::Aborted);
     }
 
-    /// An abort spares the running call: it runs to its end (Draining).
-    fn abort_immune(_: &mut Calls<'_>, _: usize, _: ToolCallState, _: &Facts<'_>) {}
-
     /// An abort closes a call that has not started.
     fn abort_unstarted(data: &mut Calls<'_>, i: usize, from: ToolCallState, _: &Facts<'_>) {
         stop_waiting(data, i, from);
@@ -358,9 +307,6 @@ impl ToolCallActions for Actions {
         announce_skip(data, i);
         close(data, i, ToolStatus::Skipped);
     }
-
-    /// Steering with `skip_remaining` spares the running call: it runs to its end.
-    fn skip_immune(_: &mut Calls<'_>, _: usize, _: ToolCallState, _: &Facts<'_>) {}
 
     /// Steering with `skip_remaining` skips a call that has not started.
     fn skip_unstarted(data: &mut Calls<'_>, i: usize, from: ToolCallState, _: &Facts<'_>) {

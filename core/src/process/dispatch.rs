@@ -53,63 +53,19 @@ pub(crate) fn prepare(data: &mut ProcessData, input: &Input<'_>) {
 
 #[cfg(test)]
 mod tests {
-    use crate::chart::{Chart, ProcessRow, PROCESS_TOML};
-
-    use crate::chart::Tried;
-
-    /// The rows each generated function records, in source order, with their guards.
-    fn generated_order() -> Vec<(String, Vec<Tried>)> {
-        crate::chart::generated_order(include_str!("../generated/process_dispatch.rs"), "Process")
-    }
+    use crate::chart::{ProcessRow, PROCESS_TOML};
 
     /// The generated dispatch of the inner machine tries each scope's rows in the order the
     /// TOML lists them, each behind the guard the TOML gives it, and takes every row from its
     /// own scope's function exactly once (the stale rows of `Live` included).
     #[test]
     fn generated_dispatch_tries_rows_in_chart_order() {
-        let chart = Chart::parse(PROCESS_TOML).expect("chart");
-        let order = generated_order();
-        let scopes = chart
-            .superstate
-            .iter()
-            .map(|s| &s.name)
-            .chain(chart.state.iter().map(|s| &s.name));
-        let mut tried = 0;
-        for scope in scopes {
-            let func = order
-                .iter()
-                .find(|(f, _)| f.replace('_', "") == scope.to_lowercase())
-                .unwrap_or_else(|| panic!("no generated function for {scope}"));
-            let mut want: Vec<Tried> = Vec::new();
-            let mut events: Vec<&str> = Vec::new();
-            for r in chart.row.iter().filter(|r| r.from == *scope) {
-                if !events.contains(&r.event.as_str()) {
-                    events.push(&r.event);
-                }
-            }
-            for e in events {
-                for r in chart
-                    .row
-                    .iter()
-                    .filter(|r| r.from == *scope && r.event == e)
-                {
-                    let row = ProcessRow::ALL
-                        .iter()
-                        .find(|x| x.spec().id == r.id)
-                        .expect("generated row");
-                    want.push((
-                        format!("{row:?}"),
-                        r.guard.clone().filter(|g| g != "otherwise"),
-                    ));
-                }
-            }
-            assert_eq!(
-                func.1, want,
-                "{scope}: the generated dispatch must try the chart's rows in chart order, each \
-                 behind its own guard"
-            );
-            tried += want.len();
-        }
-        assert_eq!(tried, ProcessRow::ALL.len(), "every row is dispatched once");
+        crate::chart::check_dispatch_order(
+            PROCESS_TOML,
+            include_str!("../generated/process_dispatch.rs"),
+            "Process",
+            ProcessRow::ALL,
+            |r| r.spec().id,
+        );
     }
 }

@@ -16,31 +16,6 @@ use crate::process::data::ProcessData;
 use crate::process::dispatch::ProcessGuards;
 use crate::process::machine::Input;
 
-/// Whether the input's ids name what the step is waiting for: the current attempt (and an
-/// unseen seq for a delta), the current backoff timer, a running call, a call being asked about,
-/// a call the hooks are being asked about (the slot `dispatch::prepare` found).
-fn is_current(data: &ProcessData, input: &Input<'_>) -> bool {
-    let Input::Ext(event) = input else {
-        return true;
-    };
-    match event {
-        Event::StreamOpened { .. }
-        | Event::RequestRewritten { .. }
-        | Event::Delta { .. }
-        | Event::Done { .. }
-        | Event::TransportError { .. }
-        | Event::ContextOverflow { .. }
-        | Event::StreamStalled { .. } => !data.attempt.is_stale(event),
-        Event::TimerElapsed { timer_id } => *timer_id == data.attempt.timer_id(),
-        // The call's slot, looked up before dispatch (`dispatch::prepare`).
-        Event::ToolFinished { .. }
-        | Event::Approval { .. }
-        | Event::ToolGated { .. }
-        | Event::UserAnswered { .. } => data.tools.answered.is_some(),
-        _ => true,
-    }
-}
-
 /// Whether a failed attempt (error or stall) is retried: the budget is left and the retry
 /// decider says so (R-EXT-3).
 fn retryable(data: &ProcessData, input: &Input<'_>) -> bool {
@@ -71,7 +46,7 @@ fn deadline_retried(data: &ProcessData, input: &Input<'_>) -> Option<bool> {
 fn answers_asked(data: &ProcessData, input: &Input<'_>) -> bool {
     match input {
         Input::Ext(Event::TimerElapsed { .. }) => data.tools.answered.is_some(),
-        _ => is_current(data, input),
+        _ => Guards::current(data, input),
     }
 }
 
@@ -79,14 +54,35 @@ fn answers_asked(data: &ProcessData, input: &Input<'_>) -> bool {
 pub(crate) struct Guards;
 
 impl ProcessGuards for Guards {
-    /// `current`: the event belongs to this attempt, timer or call.
+    /// `current`: the event belongs to this attempt, timer or call: its ids name what the step
+    /// is waiting for (the current attempt, and an unseen seq for a delta; the current backoff
+    /// timer; a running call, a call being asked about, a call the hooks are being asked about:
+    /// the slot `dispatch::prepare` found).
     fn current(data: &ProcessData, input: &Input<'_>) -> bool {
-        is_current(data, input)
+        let Input::Ext(event) = input else {
+            return true;
+        };
+        match event {
+            Event::StreamOpened { .. }
+            | Event::RequestRewritten { .. }
+            | Event::Delta { .. }
+            | Event::Done { .. }
+            | Event::TransportError { .. }
+            | Event::ContextOverflow { .. }
+            | Event::StreamStalled { .. } => !data.attempt.is_stale(event),
+            Event::TimerElapsed { timer_id } => *timer_id == data.attempt.timer_id(),
+            // The call's slot, looked up before dispatch (`dispatch::prepare`).
+            Event::ToolFinished { .. }
+            | Event::Approval { .. }
+            | Event::ToolGated { .. }
+            | Event::UserAnswered { .. } => data.tools.answered.is_some(),
+            _ => true,
+        }
     }
 
     /// `stale`: the event is a duplicate or belongs to another attempt, timer or call.
     fn stale(data: &ProcessData, input: &Input<'_>) -> bool {
-        !is_current(data, input)
+        !Self::current(data, input)
     }
 
     /// `resume_after_reject`: the answer (or the approval timer) is current and the run continues
@@ -114,22 +110,22 @@ impl ProcessGuards for Guards {
 
     /// `retry_budget_left`: the current attempt failed and is retried.
     fn retry_budget_left(data: &ProcessData, input: &Input<'_>) -> bool {
-        is_current(data, input) && retryable(data, input)
+        Self::current(data, input) && retryable(data, input)
     }
 
     /// `no_retry`: the current attempt failed and is not retried.
     fn no_retry(data: &ProcessData, input: &Input<'_>) -> bool {
-        is_current(data, input) && !retryable(data, input)
+        Self::current(data, input) && !retryable(data, input)
     }
 
     /// `has_tool_calls`: the current attempt is done and its message has tool calls.
     fn has_tool_calls(data: &ProcessData, input: &Input<'_>) -> bool {
-        is_current(data, input) && data.attempt.acc.has_tool_calls()
+        Self::current(data, input) && data.attempt.acc.has_tool_calls()
     }
 
     /// `no_tool_calls`: the current attempt is done and its message has no tool calls.
     fn no_tool_calls(data: &ProcessData, input: &Input<'_>) -> bool {
-        is_current(data, input) && !data.attempt.acc.has_tool_calls()
+        Self::current(data, input) && !data.attempt.acc.has_tool_calls()
     }
 
     /// `approval_needed`: a call waits for approval and none is being asked.

@@ -1,5 +1,5 @@
 //! The outer chart's row actions: one function per row of `statecharts/react.toml` (an ignored
-//! row has none), named after the row's id and called by the generated dispatch
+//! row has none), named after the row's id (or the `action` rows share) and called by the generated dispatch
 //! ([`crate::react::dispatch`]) once the row is taken. An action does the row's effects on the
 //! data; it never chooses a row or a target state: the chart does. A row that enters a state
 //! with its own data (the chart's `local`: [`Compaction`], [`Ended`]) returns that data, which
@@ -41,21 +41,6 @@ fn error_text(input: &Input<'_>) -> String {
     }
 }
 
-/// The part both resume rows share: the run starts again from the persisted session.
-fn resume(data: &mut ReactData, input: &Input<'_>) {
-    if let Some(Event::Resume {
-        run_id,
-        history,
-        session_turns,
-        committed_steps,
-        ..
-    }) = ext(input)
-    {
-        data.start(run_id, history, &[], *session_turns);
-        data.counters.committed_steps = *committed_steps;
-    }
-}
-
 /// The outer chart's actions, one method of [`ReactActions`] each.
 pub(crate) struct Actions;
 
@@ -75,7 +60,7 @@ impl ReactActions for Actions {
 
     /// `init_resume_tools`: resume, then run the pending step's calls without results.
     fn init_resume_tools(data: &mut ReactData, input: &Input<'_>) {
-        resume(data, input);
+        Self::resume(data, input);
         if let Some(Event::Resume {
             pending: Some(p), ..
         }) = ext(input)
@@ -84,9 +69,20 @@ impl ReactActions for Actions {
         }
     }
 
-    /// `init_resume`: resume; Planning re-requests the uncommitted step.
-    fn init_resume(data: &mut ReactData, input: &Input<'_>) {
-        resume(data, input);
+    /// `init_resume`, and the part `init_resume_tools` shares: the run starts again from the
+    /// persisted session (Planning re-requests the uncommitted step).
+    fn resume(data: &mut ReactData, input: &Input<'_>) {
+        if let Some(Event::Resume {
+            run_id,
+            history,
+            session_turns,
+            committed_steps,
+            ..
+        }) = ext(input)
+        {
+            data.start(run_id, history, &[], *session_turns);
+            data.counters.committed_steps = *committed_steps;
+        }
     }
 
     /// Entry action of `Compacting`: emit compact_start, request the compaction the row decided.
@@ -109,9 +105,9 @@ impl ReactActions for Actions {
         data.disarm_deadline();
     }
 
-    /// `planning_max_steps_rejected`: the run fails (output_invalid): no step is left to ask
-    /// again.
-    fn planning_max_steps_rejected(data: &mut ReactData, _input: &Input<'_>) -> Ended {
+    /// `planning_max_steps_rejected` (no step is left to ask again), `observing_output_invalid`:
+    /// the run fails (output_invalid).
+    fn fail_output(data: &mut ReactData, _input: &Input<'_>) -> Ended {
         data.fail_output()
     }
 
@@ -227,11 +223,6 @@ impl ReactActions for Actions {
     /// `observing_retry_output`: the answer's schema errors go back to the model.
     fn observing_retry_output(data: &mut ReactData, _input: &Input<'_>) {
         data.retry_output();
-    }
-
-    /// `observing_output_invalid`: the run fails (output_invalid).
-    fn observing_output_invalid(data: &mut ReactData, _input: &Input<'_>) -> Ended {
-        data.fail_output()
     }
 
     /// `observing_complete`: the run ends with the final answer (or the limit that asked for it).
@@ -356,18 +347,9 @@ impl ReactActions for Actions {
         data.fail("store_write_failed", RunError::StoreWrite { message })
     }
 
-    /// `finishing_completed`: the end moves on to Completed, whose entry reports it.
-    fn finishing_completed(_data: &mut ReactData, ended: &mut Ended, _: &Input<'_>) -> Ended {
-        ended.take()
-    }
-
-    /// `finishing_failed`: the end moves on to Failed, whose entry reports it.
-    fn finishing_failed(_data: &mut ReactData, ended: &mut Ended, _: &Input<'_>) -> Ended {
-        ended.take()
-    }
-
-    /// `finishing_aborted`: the end moves on to Aborted, whose entry reports it.
-    fn finishing_aborted(_data: &mut ReactData, ended: &mut Ended, _: &Input<'_>) -> Ended {
+    /// `finishing_completed`, `finishing_failed`, `finishing_aborted`: the end moves on to
+    /// the terminal state, whose entry reports it.
+    fn pass_end(_data: &mut ReactData, ended: &mut Ended, _: &Input<'_>) -> Ended {
         ended.take()
     }
 

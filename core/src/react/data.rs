@@ -169,13 +169,16 @@ impl ReactData {
     /// Rows `planning_compact` / `observing_compact`: Compacting will compact to the
     /// configured budget (its entry action requests it).
     pub(crate) fn compaction(&self, reason: &'static str) -> Compaction {
-        let budget_tokens = self
-            .budget_tokens()
-            .map(|b| (b as f64 * self.cfg.compact_ratio) as u64);
         Compaction {
             reason,
-            budget_tokens,
+            budget_tokens: self.compaction_point(),
         }
+    }
+
+    /// The compaction point: `compact_ratio` of the budget, when one is known.
+    fn compaction_point(&self) -> Option<u64> {
+        let ratio = self.cfg.compact_ratio;
+        self.budget_tokens().map(|b| (b as f64 * ratio) as u64)
     }
 
     /// Row `executing_overflow`: the provider refused the context, so the compaction must
@@ -189,11 +192,8 @@ impl ReactData {
     pub(crate) fn overflow_compaction(&self, error: &crate::error::ModelError) -> Compaction {
         let sent = estimate_tokens(&self.transcript.messages);
         let floor = crate::context::pinned_tokens(&self.transcript.messages);
-        let configured = self
-            .budget_tokens()
-            .map(|b| (b as f64 * self.cfg.compact_ratio) as u64);
         let mut budget = crate::context::overflow_budget(sent, &error.message);
-        if let Some(c) = configured {
+        if let Some(c) = self.compaction_point() {
             budget = budget.min(c);
         }
         if floor < sent {
@@ -417,25 +417,21 @@ impl ReactData {
                 .count_step(m.usage.as_ref(), m.tool_calls.len());
             self.observed
                 .step_committed(&step, !m.tool_calls.is_empty());
-            let pattern = self.current.remember_calls(&m.tool_calls);
-            if let Some((pattern, repeats)) = pattern {
+            // A repeated pattern of calls, then each file touched too often: a warning each.
+            use crate::agent_event::LoopKind;
+            let calls = self.current.remember_calls(&m.tool_calls);
+            let calls = calls.map(|(pattern, repeats)| (LoopKind::Repeat, None, pattern, repeats));
+            let files = self.current.remember_files(&m.tool_calls).into_iter();
+            let files =
+                files.map(|(path, tools, touches)| (LoopKind::File, Some(path), tools, touches));
+            for (kind, path, pattern, repeats) in calls.into_iter().chain(files) {
                 self.outbox.emit(AgentEvent::LoopDetected {
                     tool_call_id: None,
                     pattern,
                     repeats,
                     action: "warn".into(),
-                    kind: Default::default(),
-                    path: None,
-                });
-            }
-            for (path, tools, touches) in self.current.remember_files(&m.tool_calls) {
-                self.outbox.emit(AgentEvent::LoopDetected {
-                    tool_call_id: None,
-                    pattern: tools,
-                    repeats: touches,
-                    action: "warn".into(),
-                    kind: crate::agent_event::LoopKind::File,
-                    path: Some(path),
+                    kind,
+                    path,
                 });
             }
             let results = step.results();

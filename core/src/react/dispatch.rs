@@ -37,14 +37,7 @@ pub(crate) fn chart_event(data: &ReactData, input: &Input<'_>) -> Option<ReactEv
 
 #[cfg(test)]
 mod tests {
-    use crate::chart::{Chart, ReactRow, REACT_TOML};
-
-    use crate::chart::Tried;
-
-    /// The rows each generated function records, in source order, with their guards.
-    fn generated_order() -> Vec<(String, Vec<Tried>)> {
-        crate::chart::generated_order(include_str!("../generated/react_dispatch.rs"), "React")
-    }
+    use crate::chart::{ReactRow, REACT_TOML};
 
     /// The generated dispatch tries each scope's rows for an event in the order the TOML
     /// lists them, each behind the guard the TOML gives it, and every row is tried by its own
@@ -52,47 +45,13 @@ mod tests {
     /// code: the chart decides; see docs/architecture.md, "Adding a chart row".)
     #[test]
     fn generated_dispatch_tries_rows_in_chart_order() {
-        let chart = Chart::parse(REACT_TOML).expect("chart");
-        let order = generated_order();
-        let mut tried = 0;
-        for (func, rows) in &order {
-            let Some(scope) = crate::chart::scope_of(&chart, func) else {
-                continue;
-            };
-            let mut events: Vec<&str> = Vec::new();
-            for r in chart.row.iter().filter(|r| r.from == *scope) {
-                if !events.contains(&r.event.as_str()) {
-                    events.push(&r.event);
-                }
-            }
-            for e in events {
-                let want: Vec<Tried> = chart
-                    .row
-                    .iter()
-                    .filter(|r| r.from == *scope && r.event == e)
-                    .map(|r| {
-                        let row = ReactRow::ALL
-                            .iter()
-                            .find(|x| x.spec().id == r.id)
-                            .expect("generated row");
-                        let guard = r.guard.clone().filter(|g| g != "otherwise");
-                        (format!("{row:?}"), guard)
-                    })
-                    .collect();
-                let got: Vec<Tried> = rows
-                    .iter()
-                    .filter(|(r, _)| want.iter().any(|(w, _)| w == r))
-                    .cloned()
-                    .collect();
-                assert_eq!(
-                    got, want,
-                    "{scope} --{e}-->: the generated dispatch must try the chart's rows in \
-                     chart order, each behind its own guard"
-                );
-                tried += got.len();
-            }
-        }
-        assert_eq!(tried, ReactRow::ALL.len(), "every row is dispatched once");
+        let order = crate::chart::check_dispatch_order(
+            REACT_TOML,
+            include_str!("../generated/react_dispatch.rs"),
+            "React",
+            ReactRow::ALL,
+            |r| r.spec().id,
+        );
         // The planning rows whose guards a chart edit may swap, in TOML order.
         let planning: Vec<(&str, Option<&str>)> = order
             .iter()

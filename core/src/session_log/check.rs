@@ -184,19 +184,11 @@ pub struct PendingCall {
     pub started: bool,
 }
 
-pub(super) struct Call {
-    pub(super) index: usize,
-    pub(super) run_id: String,
-    pub(super) model_call_index: u32,
-    pub(super) tool_call_id: String,
-    pub(super) name: String,
-}
-
 pub(super) struct Analysis {
     /// Broken invariants that no [`Entry::Repair`] marker settled, in entry order.
     pub(super) violations: Vec<Violation>,
-    /// Calls without a result: (call, started, pending).
-    pub(super) unanswered: Vec<(Call, bool, bool)>,
+    /// Calls without a result, each with whether it is of the still-running step.
+    pub(super) unanswered: Vec<(PendingCall, bool)>,
 }
 
 /// The drops recorded by [`Entry::Repair`] markers, each only for an entry before its marker.
@@ -218,7 +210,7 @@ fn recorded_drops(entries: &[Entry]) -> Vec<&Repair> {
 
 pub(super) fn analyze(entries: &[Entry]) -> Analysis {
     let mut violations = Vec::new();
-    let mut calls: Vec<Call> = Vec::new();
+    let mut calls: Vec<PendingCall> = Vec::new();
     let mut call_ids: HashSet<&str> = HashSet::new();
     let mut turns: HashSet<(&str, u32)> = HashSet::new();
     let mut started: HashSet<&str> = HashSet::new();
@@ -267,12 +259,13 @@ pub(super) fn analyze(entries: &[Entry]) -> Analysis {
                         });
                         continue;
                     }
-                    calls.push(Call {
+                    calls.push(PendingCall {
                         index,
                         run_id: run_id.clone(),
                         model_call_index: *model_call_index,
                         tool_call_id: call.id.clone(),
                         name: call.name.clone(),
+                        started: false,
                     });
                 }
             }
@@ -319,11 +312,11 @@ pub(super) fn analyze(entries: &[Entry]) -> Analysis {
 
     let pending_index = last_turn.filter(|_| last_turn_open).map(|(i, _)| i);
     let mut unanswered = Vec::new();
-    for call in calls {
+    for mut call in calls {
         if results.contains(call.tool_call_id.as_str()) {
             continue;
         }
-        let was_started = started.contains(call.tool_call_id.as_str());
+        call.started = started.contains(call.tool_call_id.as_str());
         let is_pending = Some(call.index) == pending_index;
         if !is_pending {
             violations.push(Violation::MissingToolResult {
@@ -334,7 +327,7 @@ pub(super) fn analyze(entries: &[Entry]) -> Analysis {
                 name: call.name.clone(),
             });
         }
-        unanswered.push((call, was_started, is_pending));
+        unanswered.push((call, is_pending));
     }
     violations.sort_by_key(Violation::index);
     let drops = recorded_drops(entries);
@@ -362,15 +355,7 @@ pub fn pending(entries: &[Entry]) -> Vec<PendingCall> {
     analyze(entries)
         .unanswered
         .into_iter()
-        .filter(|(_, _, is_pending)| *is_pending)
-        .map(|(call, started, _)| PendingCall {
-            index: call.index,
-            run_id: call.run_id,
-            model_call_index: call.model_call_index,
-            tool_call_id: call.tool_call_id,
-            name: call.name,
-            started,
-        })
+        .filter_map(|(call, is_pending)| is_pending.then_some(call))
         .collect()
 }
 

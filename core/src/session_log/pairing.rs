@@ -23,6 +23,11 @@ use crate::message::{Message, ToolResult, ToolStatus};
 pub fn pair_messages(messages: &[Message], source: ContextSource) -> (Vec<Message>, Vec<Repair>) {
     let mut out = Vec::with_capacity(messages.len());
     let mut repairs = Vec::new();
+    let dropped = |index, r: &ToolResult| Repair::ContextResultDropped {
+        index,
+        source,
+        tool_call_id: r.tool_call_id.clone(),
+    };
     let mut i = 0;
     while let Some(message) = messages.get(i) {
         match message {
@@ -34,11 +39,7 @@ pub fn pair_messages(messages: &[Message], source: ContextSource) -> (Vec<Messag
                 while let Some(Message::Tool(r)) = messages.get(i) {
                     match a.tool_calls.iter().position(|c| c.id == r.tool_call_id) {
                         Some(p) if block[p].is_none() => block[p] = Some(r),
-                        _ => repairs.push(Repair::ContextResultDropped {
-                            index: i,
-                            source,
-                            tool_call_id: r.tool_call_id.clone(),
-                        }),
+                        _ => repairs.push(dropped(i, r)),
                     }
                     i += 1;
                 }
@@ -68,11 +69,7 @@ pub fn pair_messages(messages: &[Message], source: ContextSource) -> (Vec<Messag
                 }
             }
             Message::Tool(r) => {
-                repairs.push(Repair::ContextResultDropped {
-                    index: i,
-                    source,
-                    tool_call_id: r.tool_call_id.clone(),
-                });
+                repairs.push(dropped(i, r));
                 i += 1;
             }
             _ => {

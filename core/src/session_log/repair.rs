@@ -70,8 +70,8 @@ pub fn repair(entries: &[Entry]) -> Repaired {
 pub fn repair_with(entries: &[Entry], retry_safe: impl Fn(&str) -> bool) -> Repaired {
     let analysis = analyze(entries);
     let mut fills: Vec<(usize, Entry, Repair)> = Vec::new();
-    for (call, started, is_pending) in analysis.unanswered {
-        let (status, content) = if started {
+    for (call, is_pending) in analysis.unanswered {
+        let (status, content) = if call.started {
             if is_pending && retry_safe(&call.name) {
                 continue;
             }

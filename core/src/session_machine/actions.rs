@@ -1,5 +1,5 @@
 //! The session chart's row actions (`statecharts/session.toml`): one function per row that is
-//! not ignored, named after the row: methods of [`Actions`], which implements the generated
+//! not ignored, named after the row (or the `action` rows share): methods of [`Actions`], which implements the generated
 //! trait [`SessionActions`], so the compiler ties their names and signatures to the chart.
 //! Helpers are free functions.
 
@@ -58,18 +58,6 @@ fn drop_queue(data: &mut SessionData, input: &Input<'_>) {
     }
 }
 
-fn forward_abort(data: &mut SessionData, input: &Input<'_>) {
-    if let Input::Abort { reason, kill, .. } = input {
-        if data.abort.is_none() {
-            data.abort = Some(reason.to_string());
-        }
-        data.push(SessionEffect::Forward(Forward::Abort {
-            reason: reason.to_string(),
-            kill: *kill,
-        }));
-    }
-}
-
 fn use_model(data: &mut SessionData, input: &Input<'_>) -> Option<(String, String)> {
     let Input::SwitchModel { model, .. } = input else {
         return None;
@@ -77,23 +65,6 @@ fn use_model(data: &mut SessionData, input: &Input<'_>) -> Option<(String, Strin
     let from = std::mem::replace(&mut data.model, model.to_string());
     data.push(SessionEffect::UseModel(model.to_string()));
     Some((from, model.to_string()))
-}
-
-/// The next run: the leftover steering joined, else the first queued prompt.
-fn start_next(data: &mut SessionData, input: &Input<'_>) {
-    data.push(SessionEffect::CloseRun);
-    data.publish(AgentEvent::AgentResumed {
-        trigger: "queued_prompt".into(),
-    });
-    match input {
-        Input::RunEnded { leftover, .. } if !leftover.is_empty() => {
-            start(data, RunInput::Leftover(leftover.join("\n\n")))
-        }
-        _ => {
-            data.queued.pop_front();
-            start(data, RunInput::Queued)
-        }
-    }
 }
 
 /// R-CTL-3: an abort always produces `agent_abort`, even when the run ended on its own just
@@ -217,16 +188,37 @@ impl SessionActions for Actions {
         }));
     }
 
-    /// Running, an abort: forwarded, its reason remembered.
-    fn running_abort(data: &mut SessionData, input: &Input<'_>) {
+    /// Running or Aborting, an abort: forwarded (again), the first reason remembered.
+    fn abort_run(data: &mut SessionData, input: &Input<'_>) {
         drop_queue(data, input);
-        forward_abort(data, input);
+        if let Input::Abort { reason, kill, .. } = input {
+            if data.abort.is_none() {
+                data.abort = Some(reason.to_string());
+            }
+            data.push(SessionEffect::Forward(Forward::Abort {
+                reason: reason.to_string(),
+                kill: *kill,
+            }));
+        }
         reply(data, SessionReply::Aborting);
     }
 
-    /// Running, the run ended with something next: the next run starts.
-    fn running_ended_next(data: &mut SessionData, input: &Input<'_>) {
-        start_next(data, input);
+    /// Running (or Aborting, once announced), the run ended with something next: the next run
+    /// starts, of the leftover steering joined, else of the first queued prompt.
+    fn start_next(data: &mut SessionData, input: &Input<'_>) {
+        data.push(SessionEffect::CloseRun);
+        data.publish(AgentEvent::AgentResumed {
+            trigger: "queued_prompt".into(),
+        });
+        match input {
+            Input::RunEnded { leftover, .. } if !leftover.is_empty() => {
+                start(data, RunInput::Leftover(leftover.join("\n\n")))
+            }
+            _ => {
+                data.queued.pop_front();
+                start(data, RunInput::Queued)
+            }
+        }
     }
 
     /// Running, the run ended with nothing next: idle.
@@ -235,17 +227,10 @@ impl SessionActions for Actions {
         data.push(SessionEffect::Idle);
     }
 
-    /// Aborting, another abort: forwarded again (the first reason stays).
-    fn aborting_abort(data: &mut SessionData, input: &Input<'_>) {
-        drop_queue(data, input);
-        forward_abort(data, input);
-        reply(data, SessionReply::Aborting);
-    }
-
     /// Aborting, the run ended with something next: announced, then the next run starts.
     fn aborting_ended_next(data: &mut SessionData, input: &Input<'_>) {
         announce_abort(data, input);
-        start_next(data, input);
+        Self::start_next(data, input);
     }
 
     /// Aborting, the run ended with nothing next: announced, idle.

@@ -35,58 +35,18 @@ fn chart_event(_: &SessionData, input: &Input<'_>) -> Option<SessionEventKind> {
 
 #[cfg(test)]
 mod tests {
-    use crate::chart::{Chart, SessionRow, Tried, SESSION_TOML};
+    use crate::chart::{SessionRow, SESSION_TOML};
 
     /// R-ARCH-3: the generated dispatch tries each scope's rows for an event in the order the
     /// TOML lists them, each behind the guard the TOML gives it, and every row once.
     #[test]
     fn r_arch_3_generated_session_dispatch_tries_rows_in_chart_order() {
-        let chart = Chart::parse(SESSION_TOML).expect("chart");
-        let order = crate::chart::generated_order(
+        crate::chart::check_dispatch_order(
+            SESSION_TOML,
             include_str!("../generated/session_dispatch.rs"),
             "Session",
+            SessionRow::ALL,
+            |r| r.spec().id,
         );
-        let mut tried = 0;
-        for (func, rows) in &order {
-            let Some(scope) = crate::chart::scope_of(&chart, func) else {
-                continue;
-            };
-            let want: Vec<Tried> = chart
-                .row
-                .iter()
-                .filter(|r| r.from == *scope)
-                .map(|r| {
-                    let row = SessionRow::ALL
-                        .iter()
-                        .find(|x| x.spec().id == r.id)
-                        .expect("generated row");
-                    (format!("{row:?}"), r.guard.clone())
-                })
-                .collect();
-            // Rows of one event are contiguous in the source; compare per event.
-            for (row, guard) in &want {
-                let got = rows.iter().find(|(r, _)| r == row);
-                assert_eq!(got, Some(&(row.clone(), guard.clone())), "{scope}: {row}");
-            }
-            let got_order: Vec<&String> = rows.iter().map(|(r, _)| r).collect();
-            let mut events: Vec<&str> = Vec::new();
-            for r in chart.row.iter().filter(|r| r.from == *scope) {
-                if !events.contains(&r.event.as_str()) {
-                    events.push(&r.event);
-                }
-            }
-            let want_order: Vec<&String> = events
-                .iter()
-                .flat_map(|e| {
-                    want.iter()
-                        .zip(chart.row.iter().filter(|r| r.from == *scope))
-                        .filter(move |(_, r)| r.event == *e)
-                        .map(|((w, _), _)| w)
-                })
-                .collect();
-            assert_eq!(got_order, want_order, "{scope}: rows in chart order");
-            tried += rows.len();
-        }
-        assert_eq!(tried, SessionRow::ALL.len(), "every row is dispatched once");
     }
 }
