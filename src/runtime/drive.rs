@@ -504,11 +504,9 @@ impl Agent {
                 _ => None,
             };
             let step = run.handle(event);
-            if let Some(text) = &steer {
-                // A run past its last step boundary does not take steering: it is handed back.
-                if step.unhandled {
-                    undelivered.push(text.clone());
-                }
+            // A run past its last step boundary does not take steering: it is handed back.
+            if let Some(text) = steer.as_ref().filter(|_| step.unhandled) {
+                undelivered.push(text.clone());
             }
             if let Some(s) = &steering {
                 if steer.is_some() {
@@ -546,7 +544,7 @@ impl Agent {
                 }
             }
         }
-        let result = run.result().cloned().unwrap_or_else(|| LoopResult {
+        let mut result = run.result().cloned().unwrap_or_else(|| LoopResult {
             outcome: crate::agent_event::Outcome::Failed,
             reason: "no result".into(),
             messages: run.messages().to_vec(),
@@ -556,7 +554,6 @@ impl Agent {
             error: Some(crate::error::RunError::NoResult),
             steps: run.steps().to_vec(),
         });
-        let mut result = result;
         result.steering_left.extend(undelivered);
         if let Some(s) = &steering {
             s.pending.store(0, std::sync::atomic::Ordering::SeqCst);
