@@ -97,9 +97,10 @@ chatter. Answer with the summary only.";
 /// deadline, a model error, an empty summary), the compaction falls
 /// back to truncation, so a slow or broken summary model never stalls or fails a run.
 pub fn llm_summary(model: Arc<dyn Model>, keep_recent: usize) -> Arc<dyn Compactor> {
-    let mut summary = LlmSummary::new(model);
-    summary.keep_recent = keep_recent;
-    Arc::new(summary)
+    Arc::new(LlmSummary {
+        keep_recent,
+        ..LlmSummary::new(model)
+    })
 }
 
 /// LLM summary: one extra model call through the [`Model`] port summarizes the older,
@@ -114,14 +115,10 @@ pub fn llm_summary(model: Arc<dyn Model>, keep_recent: usize) -> Arc<dyn Compact
 /// to truncation (the default compactor) unless `fallback_to_truncate` is off, so a slow or broken
 /// summary model never stalls or fails a run that truncation could continue.
 pub(crate) struct LlmSummary {
-    /// The model (usually the agent's own, shared as `Arc`).
+    /// The model (usually the agent's own, shared as `Arc`); its name goes in the request.
     pub(crate) model: Arc<dyn Model>,
-    /// The model name put in the request (the registry key).
-    pub(crate) model_name: String,
     /// Recent groups kept verbatim.
     pub(crate) keep_recent: usize,
-    /// The summary instructions.
-    pub(crate) prompt: String,
     /// The summary call's deadlines (`first_chunk_ms`, `stall_ms`, `request_ms`; the tool and
     /// run fields are not used). Default: a model step's defaults.
     pub(crate) timeouts: Timeouts,
@@ -134,7 +131,7 @@ pub(crate) struct LlmSummary {
 impl std::fmt::Debug for LlmSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LlmSummary")
-            .field("model", &self.model_name)
+            .field("model", &self.model.name())
             .field("keep_recent", &self.keep_recent)
             .field("timeouts", &self.timeouts)
             .field("fallback_to_truncate", &self.fallback_to_truncate)
@@ -166,12 +163,9 @@ impl LlmSummary {
     /// A summary compactor over `model`, keeping the 2 most recent groups, with a model
     /// step's default deadlines on the system clock and the fallback to truncation on.
     pub(crate) fn new(model: Arc<dyn Model>) -> Self {
-        let model_name = model.name();
         LlmSummary {
             model,
-            model_name,
             keep_recent: 2,
-            prompt: SUMMARY_PROMPT.into(),
             timeouts: Timeouts::default(),
             clock: Arc::new(SystemClock),
             fallback_to_truncate: true,
@@ -192,8 +186,8 @@ impl LlmSummary {
             model_call_index: 0,
             attempt: 1,
             session_turn: 0,
-            model: self.model_name.clone(),
-            system: Some(self.prompt.clone()),
+            model: self.model.name(),
+            system: Some(SUMMARY_PROMPT.into()),
             messages: vec![Message::user(transcript)].into(),
             tools: Default::default(),
             params: Default::default(),
