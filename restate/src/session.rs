@@ -140,20 +140,11 @@ pub(crate) struct PromptOutput {
 
 impl PromptOutput {
     fn of(run_id: String, r: &LoopResult) -> Self {
-        let text = r
-            .messages
-            .iter()
-            .rev()
-            .find_map(|m| match m {
-                Message::Assistant(a) => Some(a.text.clone()),
-                _ => None,
-            })
-            .unwrap_or_default();
         PromptOutput {
             run_id,
             outcome: r.outcome,
             reason: r.reason.clone(),
-            text,
+            text: r.final_text().unwrap_or_default().to_string(),
             iterations: r.iterations,
             error: r.error.as_ref().map(ToString::to_string),
         }
