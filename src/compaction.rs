@@ -38,7 +38,8 @@ use crate::context::SlidingWindow;
 pub use crate::context::SUMMARY_PREFIX;
 pub use crate::context::{cannot_fit, collect, fits, groups, pinned};
 use crate::message::{Message, MessageDelta};
-use crate::model::{Model, ModelRequest};
+use crate::model::Model;
+use crate::runtime::title::one_shot;
 use crate::runtime::{Clock, Compactor, SystemClock, Truncate};
 use agentloop_core::timeouts::Timeouts;
 
@@ -181,17 +182,8 @@ impl LlmSummary {
 
     /// One summary call of `transcript`, within the deadlines.
     pub(crate) async fn summarize(&self, transcript: String) -> Result<String, SummaryFailure> {
-        let request = ModelRequest {
-            run_id: "compaction".into(),
-            model_call_index: 0,
-            attempt: 1,
-            session_turn: 0,
-            model: self.model.name(),
-            system: Some(SUMMARY_PROMPT.into()),
-            messages: vec![Message::user(transcript)].into(),
-            tools: Default::default(),
-            params: Default::default(),
-        };
+        let model = self.model.name();
+        let request = one_shot("compaction", &model, SUMMARY_PROMPT, transcript);
         let call = async {
             let t = &self.timeouts;
             let mut stream = self
@@ -331,6 +323,7 @@ impl Compactor for LlmSummary {
 mod tests {
     use super::*;
     use crate::message::{AssistantMessage, ToolCall, ToolResult, ToolStatus};
+    use crate::model::ModelRequest;
 
     fn call(id: &str) -> Message {
         Message::Assistant(AssistantMessage {
