@@ -915,8 +915,7 @@ impl Actor {
                         RunInput::Command => match payload.take() {
                             Some(Payload::Prompt(p)) => run_input(p),
                             Some(Payload::Subtask(tool, arguments)) => {
-                                let p = Prompt::new("").subtask(tool, arguments);
-                                (Vec::new(), p.subtask_events())
+                                (Vec::new(), vec![Event::Subtask { tool, arguments }])
                             }
                             None => (Vec::new(), Vec::new()),
                         },
