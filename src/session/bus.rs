@@ -36,6 +36,7 @@ pub(crate) type Observer = Box<dyn Fn(&EventEnvelope) -> Vec<AgentEvent> + Send 
 const SHRINK_ABOVE: usize = 16;
 
 /// The queue and the subscribers' read positions.
+#[derive(Default)]
 struct Queue {
     /// The index the next event gets.
     next: u64,
@@ -139,13 +140,7 @@ impl EventBus {
     ) -> Self {
         EventBus {
             channel: Arc::new(Channel {
-                queue: Mutex::new(Queue {
-                    next: 0,
-                    events: VecDeque::new(),
-                    cursors: Vec::new(),
-                    next_subscriber: 0,
-                    closed: false,
-                }),
+                queue: Mutex::default(),
                 notify: Notify::new(),
                 ring_size,
                 capacity: capacity.max(1),

@@ -993,21 +993,12 @@ impl Actor {
                 let verdict = self.agent.hooks.before_steering(&text);
                 let rejected = verdict.as_ref().err().map(String::as_str);
                 // The run's machine's steering queue: what it holds and has received.
-                let (run_pending, run_received) = self
-                    .current
-                    .as_ref()
-                    .map(|c| {
-                        (
-                            c.controller.steering_pending(),
-                            c.controller.steering_received(),
-                        )
-                    })
-                    .unwrap_or_default();
+                let run = self.current.as_ref().map(|c| &c.controller);
                 let input = SessionInput::Steer {
                     text: &text,
                     rejected,
-                    run_pending,
-                    run_received,
+                    run_pending: run.map_or(0, Controller::steering_pending),
+                    run_received: run.map_or(0, Controller::steering_received),
                 };
                 let r = self.feed(input, Some(Payload::Prompt(Prompt::new(text.clone()))));
                 let _ = reply.send(ack(r));
