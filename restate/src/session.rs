@@ -651,10 +651,8 @@ impl Session {
         let bound = shortest(timers);
         match effect {
             Effect::CallModel { request } => {
-                let model = w.model.clone();
                 // A clone shares the tools, their specs and their compiled schemas.
-                let tools = w.tools.clone();
-                let attempt = call_model(model, request, bound, tools);
+                let attempt = call_model(w.model.clone(), request, bound, w.tools.clone());
                 let raced = journaled(ctx, seen, "model", Stoppable::Always, attempt).await?;
                 let events = raced.result.map(|attempt| {
                     let mut events = attempt.events;
