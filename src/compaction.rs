@@ -314,8 +314,7 @@ impl Compactor for LlmSummary {
         if !fits(&kept, budget_tokens, max_messages) {
             return Err(cannot_fit(&kept));
         }
-        let removed = old_messages.len();
-        Ok((kept, removed))
+        Ok((kept, old_messages.len()))
     }
 }
 

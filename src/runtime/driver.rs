@@ -149,11 +149,8 @@ impl Driver<'_> {
         {
             // R-EVT-2: transitions as span events, with the time spent in the state left.
             let now = self.agent.clock.now_ms();
-            let key = *machine as usize;
-            let since = self.state_since.get(key).copied().flatten();
-            if let Some(slot) = self.state_since.get_mut(key) {
-                *slot = Some(now);
-            }
+            let slot = self.state_since.get_mut(*machine as usize);
+            let since = slot.and_then(|entered| entered.replace(now));
             tracing::info!(
                 machine = ?machine,
                 from = %from,
