@@ -38,7 +38,8 @@ use crate::context::SlidingWindow;
 pub use crate::context::SUMMARY_PREFIX;
 pub use crate::context::{cannot_fit, collect, fits, groups, pinned};
 use crate::message::{Message, MessageDelta};
-use crate::model::{Model, ModelRequest};
+use crate::model::Model;
+use crate::runtime::title::one_shot;
 use crate::runtime::{Clock, Compactor, SystemClock, Truncate};
 use agentloop_core::timeouts::Timeouts;
 
@@ -97,9 +98,10 @@ chatter. Answer with the summary only.";
 /// deadline, a model error, an empty summary), the compaction falls
 /// back to truncation, so a slow or broken summary model never stalls or fails a run.
 pub fn llm_summary(model: Arc<dyn Model>, keep_recent: usize) -> Arc<dyn Compactor> {
-    let mut summary = LlmSummary::new(model);
-    summary.keep_recent = keep_recent;
-    Arc::new(summary)
+    Arc::new(LlmSummary {
+        keep_recent,
+        ..LlmSummary::new(model)
+    })
 }
 
 /// LLM summary: one extra model call through the [`Model`] port summarizes the older,
@@ -114,14 +116,10 @@ pub fn llm_summary(model: Arc<dyn Model>, keep_recent: usize) -> Arc<dyn Compact
 /// to truncation (the default compactor) unless `fallback_to_truncate` is off, so a slow or broken
 /// summary model never stalls or fails a run that truncation could continue.
 pub(crate) struct LlmSummary {
-    /// The model (usually the agent's own, shared as `Arc`).
+    /// The model (usually the agent's own, shared as `Arc`); its name goes in the request.
     pub(crate) model: Arc<dyn Model>,
-    /// The model name put in the request (the registry key).
-    pub(crate) model_name: String,
     /// Recent groups kept verbatim.
     pub(crate) keep_recent: usize,
-    /// The summary instructions.
-    pub(crate) prompt: String,
     /// The summary call's deadlines (`first_chunk_ms`, `stall_ms`, `request_ms`; the tool and
     /// run fields are not used). Default: a model step's defaults.
     pub(crate) timeouts: Timeouts,
@@ -134,7 +132,7 @@ pub(crate) struct LlmSummary {
 impl std::fmt::Debug for LlmSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LlmSummary")
-            .field("model", &self.model_name)
+            .field("model", &self.model.name())
             .field("keep_recent", &self.keep_recent)
             .field("timeouts", &self.timeouts)
             .field("fallback_to_truncate", &self.fallback_to_truncate)
@@ -166,12 +164,9 @@ impl LlmSummary {
     /// A summary compactor over `model`, keeping the 2 most recent groups, with a model
     /// step's default deadlines on the system clock and the fallback to truncation on.
     pub(crate) fn new(model: Arc<dyn Model>) -> Self {
-        let model_name = model.name();
         LlmSummary {
             model,
-            model_name,
             keep_recent: 2,
-            prompt: SUMMARY_PROMPT.into(),
             timeouts: Timeouts::default(),
             clock: Arc::new(SystemClock),
             fallback_to_truncate: true,
@@ -187,17 +182,8 @@ impl LlmSummary {
 
     /// One summary call of `transcript`, within the deadlines.
     pub(crate) async fn summarize(&self, transcript: String) -> Result<String, SummaryFailure> {
-        let request = ModelRequest {
-            run_id: "compaction".into(),
-            model_call_index: 0,
-            attempt: 1,
-            session_turn: 0,
-            model: self.model_name.clone(),
-            system: Some(self.prompt.clone()),
-            messages: vec![Message::user(transcript)].into(),
-            tools: Default::default(),
-            params: Default::default(),
-        };
+        let model = self.model.name();
+        let request = one_shot("compaction", &model, SUMMARY_PROMPT, transcript);
         let call = async {
             let t = &self.timeouts;
             let mut stream = self
@@ -328,8 +314,7 @@ impl Compactor for LlmSummary {
         if !fits(&kept, budget_tokens, max_messages) {
             return Err(cannot_fit(&kept));
         }
-        let removed = old_messages.len();
-        Ok((kept, removed))
+        Ok((kept, old_messages.len()))
     }
 }
 
@@ -337,6 +322,7 @@ impl Compactor for LlmSummary {
 mod tests {
     use super::*;
     use crate::message::{AssistantMessage, ToolCall, ToolResult, ToolStatus};
+    use crate::model::ModelRequest;
 
     fn call(id: &str) -> Message {
         Message::Assistant(AssistantMessage {

@@ -84,89 +84,66 @@ pub enum InstructionsError {
 }
 
 /// Loads `agent_id`'s instructions from the directory `dir`: the file `<dir>/<agent id>.md`
-/// (see the module docs for what is refused).
+/// (see the module docs for what is refused). The directory's instructions become read-only
+/// to the file tools ([`crate::tools::protected::protect_agents_dir`]).
 pub fn load(dir: impl AsRef<Path>, agent_id: &str) -> Result<String, InstructionsError> {
-    InstructionsDir::new(dir.as_ref()).load(agent_id)
+    let dir = dir.as_ref();
+    let path = path_of(dir, agent_id)?;
+    crate::tools::protected::protect_agents_dir(dir);
+    let file = match open_regular(&path, std::fs::OpenOptions::new().read(true)) {
+        Ok(f) => f,
+        Err(OpenError::NotRegular(kind)) => {
+            return Err(InstructionsError::NotRegular { path, kind })
+        }
+        Err(OpenError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(InstructionsError::NotFound {
+                id: agent_id.to_string(),
+                path,
+            })
+        }
+        Err(OpenError::Io(source)) => return Err(InstructionsError::Io { path, source }),
+    };
+    let mut bytes = Vec::new();
+    if let Err(source) = file
+        .take(MAX_INSTRUCTIONS_BYTES + 1)
+        .read_to_end(&mut bytes)
+    {
+        return Err(InstructionsError::Io { path, source });
+    }
+    if bytes.len() as u64 > MAX_INSTRUCTIONS_BYTES {
+        return Err(InstructionsError::TooLarge { path });
+    }
+    String::from_utf8(bytes).map_err(|_| InstructionsError::NotText { path })
 }
 
 /// The ids of the agents the directory `dir` has instructions for, sorted (files `*.md` whose
 /// stem is a plain name).
 pub fn agents(dir: impl AsRef<Path>) -> Result<Vec<String>, InstructionsError> {
-    InstructionsDir::new(dir.as_ref()).agents()
+    let dir = dir.as_ref();
+    let entries = std::fs::read_dir(dir).map_err(|source| InstructionsError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut ids: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let id = name.strip_suffix(".md")?;
+            is_plain_id(id).then(|| id.to_string())
+        })
+        .collect();
+    ids.sort();
+    Ok(ids)
 }
 
-/// A directory of agent instructions, one `<agent id>.md` per agent.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct InstructionsDir {
-    dir: PathBuf,
-}
-
-impl InstructionsDir {
-    /// The directory `dir`.
-    fn new(dir: impl Into<PathBuf>) -> Self {
-        InstructionsDir { dir: dir.into() }
+/// The file in `dir` that holds `agent_id`'s instructions, if the id is a plain name.
+fn path_of(dir: &Path, agent_id: &str) -> Result<PathBuf, InstructionsError> {
+    if !is_plain_id(agent_id) {
+        return Err(InstructionsError::BadId {
+            id: agent_id.to_string(),
+        });
     }
-
-    /// The file that holds `agent_id`'s instructions, if the id is a plain name.
-    fn path_of(&self, agent_id: &str) -> Result<PathBuf, InstructionsError> {
-        if !is_plain_id(agent_id) {
-            return Err(InstructionsError::BadId {
-                id: agent_id.to_string(),
-            });
-        }
-        Ok(self.dir.join(format!("{agent_id}.md")))
-    }
-
-    /// Loads `agent_id`'s instructions (see the module docs for what is refused). The
-    /// directory's instructions become read-only to the file tools
-    /// ([`crate::tools::protected::protect_agents_dir`]).
-    fn load(&self, agent_id: &str) -> Result<String, InstructionsError> {
-        let path = self.path_of(agent_id)?;
-        crate::tools::protected::protect_agents_dir(&self.dir);
-        let file = match open_regular(&path, std::fs::OpenOptions::new().read(true)) {
-            Ok(f) => f,
-            Err(OpenError::NotRegular(kind)) => {
-                return Err(InstructionsError::NotRegular { path, kind })
-            }
-            Err(OpenError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(InstructionsError::NotFound {
-                    id: agent_id.to_string(),
-                    path,
-                })
-            }
-            Err(OpenError::Io(source)) => return Err(InstructionsError::Io { path, source }),
-        };
-        let mut bytes = Vec::new();
-        if let Err(source) = file
-            .take(MAX_INSTRUCTIONS_BYTES + 1)
-            .read_to_end(&mut bytes)
-        {
-            return Err(InstructionsError::Io { path, source });
-        }
-        if bytes.len() as u64 > MAX_INSTRUCTIONS_BYTES {
-            return Err(InstructionsError::TooLarge { path });
-        }
-        String::from_utf8(bytes).map_err(|_| InstructionsError::NotText { path })
-    }
-
-    /// The ids of the agents the directory has instructions for, sorted (files `*.md` whose
-    /// stem is a plain name).
-    fn agents(&self) -> Result<Vec<String>, InstructionsError> {
-        let entries = std::fs::read_dir(&self.dir).map_err(|source| InstructionsError::Io {
-            path: self.dir.clone(),
-            source,
-        })?;
-        let mut ids: Vec<String> = entries
-            .filter_map(Result::ok)
-            .filter_map(|e| {
-                let name = e.file_name().into_string().ok()?;
-                let id = name.strip_suffix(".md")?;
-                is_plain_id(id).then(|| id.to_string())
-            })
-            .collect();
-        ids.sort();
-        Ok(ids)
-    }
+    Ok(dir.join(format!("{agent_id}.md")))
 }
 
 /// Whether `id` is a plain agent name (no path can hide in it).
@@ -205,24 +182,24 @@ mod tests {
     #[test]
     fn seed_002_loads_by_id_and_composes_after_the_base_prompt() {
         let dir = dir_with(&[("coder.md", b"\n  Write Rust.  \n"), ("notes.txt", b"x")]);
-        let d = InstructionsDir::new(dir.path());
-        let text = d.load("coder").expect("loaded");
+        let d = dir.path();
+        let text = load(d, "coder").expect("loaded");
         assert_eq!(build_system_prompt(None, &text), "Write Rust.");
         assert_eq!(
             build_system_prompt(Some("You are careful."), &text),
             "You are careful.\n\nWrite Rust."
         );
         assert_eq!(build_system_prompt(Some("Base"), "  "), "Base");
-        assert_eq!(d.agents().expect("listed"), ["coder"]);
+        assert_eq!(agents(d).expect("listed"), ["coder"]);
         assert!(matches!(
-            d.load("reviewer"),
+            load(d, "reviewer"),
             Err(InstructionsError::NotFound { id, .. }) if id == "reviewer"
         ));
     }
 
     #[test]
     fn seed_002_ids_cannot_name_a_path() {
-        let d = InstructionsDir::new("agents");
+        let d = Path::new("agents");
         for id in [
             "",
             "../secret",
@@ -233,11 +210,11 @@ mod tests {
             &"x".repeat(65),
         ] {
             assert!(
-                matches!(d.load(id), Err(InstructionsError::BadId { .. })),
+                matches!(load(d, id), Err(InstructionsError::BadId { .. })),
                 "{id:?}"
             );
         }
-        assert!(d.path_of("ok_Name-2").is_ok());
+        assert!(path_of(d, "ok_Name-2").is_ok());
     }
 
     #[test]
@@ -249,19 +226,19 @@ mod tests {
             ("full.md", &at_limit),
             ("bin.md", b"\xff\xfe"),
         ]);
-        let d = InstructionsDir::new(dir.path());
+        let d = dir.path();
         assert!(matches!(
-            d.load("big"),
+            load(d, "big"),
             Err(InstructionsError::TooLarge { .. })
         ));
-        assert_eq!(d.load("full").expect("at the limit").len(), at_limit.len());
+        assert_eq!(load(d, "full").expect("at the limit").len(), at_limit.len());
         assert!(matches!(
-            d.load("bin"),
+            load(d, "bin"),
             Err(InstructionsError::NotText { .. })
         ));
         std::fs::create_dir(dir.path().join("dir.md")).expect("dir");
         assert!(matches!(
-            d.load("dir"),
+            load(d, "dir"),
             Err(InstructionsError::NotRegular {
                 kind: FileKind::Directory,
                 ..
@@ -272,7 +249,7 @@ mod tests {
             std::os::unix::fs::symlink(dir.path().join("full.md"), dir.path().join("link.md"))
                 .expect("symlink");
             assert!(matches!(
-                d.load("link"),
+                load(d, "link"),
                 Err(InstructionsError::NotRegular {
                     kind: FileKind::SymbolicLink,
                     ..
@@ -284,7 +261,7 @@ mod tests {
             assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
             // Refused without blocking (no writer ever opens the FIFO).
             assert!(matches!(
-                d.load("pipe"),
+                load(d, "pipe"),
                 Err(InstructionsError::NotRegular {
                     kind: FileKind::Fifo,
                     ..

@@ -140,20 +140,11 @@ pub(crate) struct PromptOutput {
 
 impl PromptOutput {
     fn of(run_id: String, r: &LoopResult) -> Self {
-        let text = r
-            .messages
-            .iter()
-            .rev()
-            .find_map(|m| match m {
-                Message::Assistant(a) => Some(a.text.clone()),
-                _ => None,
-            })
-            .unwrap_or_default();
         PromptOutput {
             run_id,
             outcome: r.outcome,
             reason: r.reason.clone(),
-            text,
+            text: r.final_text().unwrap_or_default().to_string(),
             iterations: r.iterations,
             error: r.error.as_ref().map(ToString::to_string),
         }
@@ -660,10 +651,8 @@ impl Session {
         let bound = shortest(timers);
         match effect {
             Effect::CallModel { request } => {
-                let model = w.model.clone();
                 // A clone shares the tools, their specs and their compiled schemas.
-                let tools = w.tools.clone();
-                let attempt = call_model(model, request, bound, tools);
+                let attempt = call_model(w.model.clone(), request, bound, w.tools.clone());
                 let raced = journaled(ctx, seen, "model", Stoppable::Always, attempt).await?;
                 let events = raced.result.map(|attempt| {
                     let mut events = attempt.events;

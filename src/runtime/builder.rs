@@ -132,6 +132,16 @@ impl<M> AgentBuilder<M> {
         /// [`max_input_tokens`](Self::max_input_tokens)).
         max_tool_calls(calls: u64) => parts.config.limits.tool_calls = Some(calls);
 
+        /// Limits what the run may cost, in US dollars, its usage priced at
+        /// `input_usd_per_mtok` and `output_usd_per_mtok` per million tokens (see
+        /// [`max_input_tokens`](Self::max_input_tokens)).
+        max_cost_usd(max_usd: f64, input_usd_per_mtok: f64, output_usd_per_mtok: f64) =>
+            parts.config.limits.cost = Some(agentloop_core::react::CostLimit {
+                max_usd,
+                input_usd_per_mtok,
+                output_usd_per_mtok,
+            });
+
         /// Ends the run at once when it reaches a usage limit, instead of asking the model for a
         /// final answer first.
         stop_at_limit() =>
@@ -339,23 +349,6 @@ impl<M> AgentBuilder<M> {
         let name = name.into();
         self.parts.models.insert(name.clone(), model);
         self.parts.config.fallbacks.push(name);
-        self
-    }
-
-    /// Limits what the run may cost, in US dollars, its usage priced at
-    /// `input_usd_per_mtok` and `output_usd_per_mtok` per million tokens (see
-    /// [`max_input_tokens`](Self::max_input_tokens)).
-    pub fn max_cost_usd(
-        mut self,
-        max_usd: f64,
-        input_usd_per_mtok: f64,
-        output_usd_per_mtok: f64,
-    ) -> Self {
-        self.parts.config.limits.cost = Some(agentloop_core::react::CostLimit {
-            max_usd,
-            input_usd_per_mtok,
-            output_usd_per_mtok,
-        });
         self
     }
 

@@ -381,14 +381,10 @@ impl Agent {
             self.store.append(session, &e).await?;
             entries.push(e);
         }
+        let emitter = self.emitter(run_id);
         for repair in repairs {
             tracing::info!(session, run_id, %repair, "session_repaired");
-            self.sink.emit(&EventEnvelope {
-                index: self.next_event_index(),
-                ts_ms: self.clock.now_ms(),
-                run_id: run_id.to_string(),
-                event: crate::agent_event::AgentEvent::SessionRepaired { repair },
-            });
+            emitter.emit(crate::agent_event::AgentEvent::SessionRepaired { repair });
         }
         Ok(entries)
     }
@@ -416,161 +412,145 @@ impl Agent {
         );
         // The run's tools and hooks may emit events of their own (`emit_custom`).
         let emitter = self.emitter(&run_id);
-        with_custom_events(
-            emitter,
-            self.drive_inner(session, run_id, first, config, control, record),
-        )
-        .instrument(span)
-        .await
-    }
-
-    async fn drive_inner(
-        &self,
-        session: &str,
-        run_id: String,
-        first: Vec<Event>,
-        config: RunConfig,
-        control: Option<ControlReceiver>,
-        record: bool,
-    ) -> Result<RunOutput, AgentError> {
-        let mut config = config;
-        kit::apply_timeouts(&mut config, &self.timeouts);
-        // Backoff jitter is drawn from the injected ids port, and recorded with the config.
-        if config.step.retry.jitter_percent > 0 && config.step.retry.jitter_seed.is_none() {
-            config.step.retry.jitter_seed = Some(self.ids.jitter_seed(&run_id));
-        }
-        let output_check = kit::OutputCheck::new(config.output.as_ref());
-        let mut run = Run::new(config.clone());
-        let mut trace = record.then(|| {
-            Trace::new(TraceHeader {
-                version: TRACE_VERSION,
-                agentloop: env!("CARGO_PKG_VERSION").to_string(),
+        with_custom_events(emitter, async move {
+            let mut config = config;
+            kit::apply_timeouts(&mut config, &self.timeouts);
+            // Backoff jitter is drawn from the injected ids port, and recorded with the config.
+            if config.step.retry.jitter_percent > 0 && config.step.retry.jitter_seed.is_none() {
+                config.step.retry.jitter_seed = Some(self.ids.jitter_seed(&run_id));
+            }
+            let output_check = kit::OutputCheck::new(config.output.as_ref());
+            let mut run = Run::new(config.clone());
+            let mut trace = record.then(|| {
+                Trace::new(TraceHeader {
+                    version: TRACE_VERSION,
+                    agentloop: env!("CARGO_PKG_VERSION").to_string(),
+                    session: session.to_string(),
+                    timeouts: Some(self.timeouts),
+                    tools: config.tools.clone(),
+                    config,
+                })
+            });
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let (model_tx, model_rx) = mpsc::unbounded_channel();
+            let (mut ctl, partial, steering) = match control {
+                Some(c) => (Some(c.rx), Some(c.partial), Some(c.steering)),
+                None => (None, None, None),
+            };
+            let mut driver = Driver {
+                agent: self,
                 session: session.to_string(),
-                timeouts: Some(self.timeouts),
-                tools: config.tools.clone(),
-                config,
-            })
-        });
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let (model_tx, model_rx) = mpsc::unbounded_channel();
-        let (mut ctl, partial, steering) = match control {
-            Some(c) => (Some(c.rx), Some(c.partial), Some(c.steering)),
-            None => (None, None, None),
-        };
-        let mut driver = Driver {
-            agent: self,
-            session: session.to_string(),
-            run_id: run_id.clone(),
-            tx,
-            tasks: Tasks::default(),
-            state_since: [None; 2],
-            order: (self.timeouts.tool_order == ToolOrder::CallOrder)
-                .then(CompletionOrder::default),
-            answers: Vec::new(),
-            attempts: Vec::new(),
-            model_tx,
-            model_rx,
-            metrics: RunMetrics::default(),
-            compact_before: None,
-        };
-        // The first inputs: queued subtasks (if any), then `Start` or `Resume`.
-        let mut pending = VecDeque::from(first);
-        let mut partial_mark = None;
-        // Steering the machine did not take (it arrived after the run's end was decided).
-        let mut undelivered = Vec::new();
-        loop {
-            let event = match pending.pop_front() {
-                Some(e) => e,
-                None => {
-                    tokio::select! {
-                        e = std::future::poll_fn(|cx| driver.poll_inputs(cx)) => {
-                            driver.arrived(e, &mut pending);
-                            continue;
+                run_id: run_id.clone(),
+                tx,
+                tasks: Tasks::default(),
+                state_since: [None; 2],
+                order: (self.timeouts.tool_order == ToolOrder::CallOrder)
+                    .then(CompletionOrder::default),
+                answers: Vec::new(),
+                attempts: Vec::new(),
+                model_tx,
+                model_rx,
+                metrics: RunMetrics::default(),
+                compact_before: None,
+            };
+            // The first inputs: queued subtasks (if any), then `Start` or `Resume`.
+            let mut pending = VecDeque::from(first);
+            let mut partial_mark = None;
+            // Steering the machine did not take (it arrived after the run's end was decided).
+            let mut undelivered = Vec::new();
+            loop {
+                let event = match pending.pop_front() {
+                    Some(e) => e,
+                    None => {
+                        tokio::select! {
+                            e = std::future::poll_fn(|cx| driver.poll_inputs(cx)) => {
+                                driver.arrived(e, &mut pending);
+                                continue;
+                            }
+                            Some(e) = rx.recv() => {
+                                driver.arrived(e, &mut pending);
+                                continue;
+                            }
+                            Some(e) = async { match ctl.as_mut() { Some(c) => c.recv().await, None => None } } => e,
                         }
-                        Some(e) = rx.recv() => {
-                            driver.arrived(e, &mut pending);
-                            continue;
-                        }
-                        Some(e) = async { match ctl.as_mut() { Some(c) => c.recv().await, None => None } } => e,
                     }
-                }
-            };
-            // A typed final answer's verdict rides on its `done` (recorded with it).
-            let event = match &output_check {
-                Some(check) => check.annotate(event, &run),
-                None => event,
-            };
-            // The event is cloned only when a trace keeps it.
-            let kept = trace.as_ref().map(|_| event.clone());
-            let steer = match &event {
-                Event::Steer { text } => Some(text.clone()),
-                _ => None,
-            };
-            let step = run.handle(event);
-            if let Some(text) = &steer {
+                };
+                // A typed final answer's verdict rides on its `done` (recorded with it).
+                let event = match &output_check {
+                    Some(check) => check.annotate(event, &run),
+                    None => event,
+                };
+                // The event is cloned only when a trace keeps it.
+                let kept = trace.as_ref().map(|_| event.clone());
+                let steer = match &event {
+                    Event::Steer { text } => Some(text.clone()),
+                    _ => None,
+                };
+                let step = run.handle(event);
                 // A run past its last step boundary does not take steering: it is handed back.
-                if step.unhandled {
+                if let Some(text) = steer.as_ref().filter(|_| step.unhandled) {
                     undelivered.push(text.clone());
                 }
-            }
-            if let Some(s) = &steering {
-                if steer.is_some() {
-                    s.received.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if let Some(s) = &steering {
+                    if steer.is_some() {
+                        s.received.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    s.pending
+                        .store(run.steering().len(), std::sync::atomic::Ordering::SeqCst);
                 }
-                s.pending
-                    .store(run.steering().len(), std::sync::atomic::Ordering::SeqCst);
+                if let (Some(t), Some(event)) = (trace.as_mut(), kept.as_ref()) {
+                    t.record(event, &step);
+                }
+                // R-STR-2: observers see the message as the machines assembled it, before the
+                // step's events (a `text_delta`, say) are delivered.
+                if let Some(p) = &partial {
+                    p.refresh(&run, &mut partial_mark);
+                }
+                if let Some(failed) = driver.perform(step.effects).await {
+                    pending.push_front(failed);
+                }
+                pending.extend(driver.answers.drain(..));
+                if run.is_terminal() && pending.is_empty() {
+                    break;
+                }
             }
-            if let (Some(t), Some(event)) = (trace.as_mut(), kept.as_ref()) {
-                t.record(event, &step);
-            }
-            // R-STR-2: observers see the message as the machines assembled it, before the
-            // step's events (a `text_delta`, say) are delivered.
+            driver.tasks.shutdown();
             if let Some(p) = &partial {
-                p.refresh(&run, &mut partial_mark);
+                p.set(None);
             }
-            if let Some(failed) = driver.perform(step.effects).await {
-                pending.push_front(failed);
-            }
-            pending.extend(driver.answers.drain(..));
-            if run.is_terminal() && pending.is_empty() {
-                break;
-            }
-        }
-        driver.tasks.shutdown();
-        if let Some(p) = &partial {
-            p.set(None);
-        }
-        // Steering sent after the run's last step never reached its machine: it is handed
-        // back with the queue's leftovers.
-        if let Some(c) = ctl.as_mut() {
-            while let Ok(e) = c.try_recv() {
-                if let Event::Steer { text } = e {
-                    undelivered.push(text);
+            // Steering sent after the run's last step never reached its machine: it is handed
+            // back with the queue's leftovers.
+            if let Some(c) = ctl.as_mut() {
+                while let Ok(e) = c.try_recv() {
+                    if let Event::Steer { text } = e {
+                        undelivered.push(text);
+                    }
                 }
             }
-        }
-        let result = run.result().cloned().unwrap_or_else(|| LoopResult {
-            outcome: crate::agent_event::Outcome::Failed,
-            reason: "no result".into(),
-            messages: run.messages().to_vec(),
-            iterations: 0,
-            usage: Default::default(),
-            steering_left: run.steering().to_vec(),
-            error: Some(crate::error::RunError::NoResult),
-            steps: run.steps().to_vec(),
-        });
-        let mut result = result;
-        result.steering_left.extend(undelivered);
-        if let Some(s) = &steering {
-            s.pending.store(0, std::sync::atomic::Ordering::SeqCst);
-        }
-        let metrics = std::mem::take(&mut driver.metrics);
-        metrics.trace(&run_id);
-        Ok(RunOutput {
-            run_id,
-            result,
-            trace,
-            metrics,
+            let mut result = run.result().cloned().unwrap_or_else(|| LoopResult {
+                outcome: crate::agent_event::Outcome::Failed,
+                reason: "no result".into(),
+                messages: run.messages().to_vec(),
+                iterations: 0,
+                usage: Default::default(),
+                steering_left: run.steering().to_vec(),
+                error: Some(crate::error::RunError::NoResult),
+                steps: run.steps().to_vec(),
+            });
+            result.steering_left.extend(undelivered);
+            if let Some(s) = &steering {
+                s.pending.store(0, std::sync::atomic::Ordering::SeqCst);
+            }
+            let metrics = std::mem::take(&mut driver.metrics);
+            metrics.trace(&run_id);
+            Ok(RunOutput {
+                run_id,
+                result,
+                trace,
+                metrics,
+            })
         })
+        .instrument(span)
+        .await
     }
 }

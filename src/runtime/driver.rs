@@ -149,11 +149,8 @@ impl Driver<'_> {
         {
             // R-EVT-2: transitions as span events, with the time spent in the state left.
             let now = self.agent.clock.now_ms();
-            let key = *machine as usize;
-            let since = self.state_since.get(key).copied().flatten();
-            if let Some(slot) = self.state_since.get_mut(key) {
-                *slot = Some(now);
-            }
+            let slot = self.state_since.get_mut(*machine as usize);
+            let since = slot.and_then(|entered| entered.replace(now));
             tracing::info!(
                 machine = ?machine,
                 from = %from,
@@ -276,12 +273,10 @@ impl Driver<'_> {
                 Effect::GenerateTitle { model, text } => {
                     let request = title::request(&self.run_id, &model, &text);
                     let model = self.agent.model_for(&model);
-                    let tx = self.tx.clone();
-                    let h = tokio::spawn(async move {
+                    self.answer_later(async move {
                         let title = title::ask(model, request).await;
-                        let _ = tx.send(Event::TitleReady { title });
+                        Event::TitleReady { title }
                     });
-                    self.tasks.other.push(h);
                 }
                 Effect::GateTool { call } => {
                     // The hooks' verdict is an input of the machine (rows `tools_gate_*`).
@@ -298,13 +293,7 @@ impl Driver<'_> {
                     }));
                     match (&mut gate).now_or_never() {
                         Some(answer) => self.answers.push(answer),
-                        None => {
-                            let tx = self.tx.clone();
-                            let h = tokio::spawn(async move {
-                                let _ = tx.send(gate.await);
-                            });
-                            self.tasks.other.push(h);
-                        }
+                        None => self.answer_later(gate),
                     }
                 }
                 Effect::AskUser {
@@ -313,20 +302,18 @@ impl Driver<'_> {
                     options,
                 } => {
                     let asker = self.agent.asker.clone();
-                    let tx = self.tx.clone();
                     let question = crate::runtime::Question {
                         reference: tool_call_id,
                         question,
                         options,
                     };
-                    let h = tokio::spawn(async move {
+                    self.answer_later(async move {
                         let answer = asker.ask(&question).await;
-                        let _ = tx.send(Event::UserAnswered {
+                        Event::UserAnswered {
                             tool_call_id: question.reference,
                             answer,
-                        });
+                        }
                     });
-                    self.tasks.other.push(h);
                 }
                 Effect::RequestApproval { call } => {
                     let approver = self.agent.approver.clone();
@@ -361,29 +348,34 @@ impl Driver<'_> {
                     self.compact_before = Some(crate::context::estimate_tokens(&messages));
                     let hooks = self.agent.hooks.clone();
                     let compactor = self.agent.compactor.clone();
-                    let tx = self.tx.clone();
                     let emitter = self.agent.emitter(&self.run_id);
-                    let h = tokio::spawn(with_custom_events(emitter, async move {
+                    self.answer_later(with_custom_events(emitter, async move {
                         // A veto is the machine's `compaction_vetoed` input: in the trace,
                         // replayed without the hook.
                         if let Err(reason) = hooks.before_compact_async(&messages).await {
-                            let _ = tx.send(Event::CompactionVetoed { reason });
-                            return;
+                            return Event::CompactionVetoed { reason };
                         }
-                        let ev = match compactor
+                        match compactor
                             .compact(&messages, budget_tokens, max_messages)
                             .await
                         {
                             Ok((messages, removed)) => Event::CompactionDone { messages, removed },
                             Err(error) => Event::CompactionFailed { error },
-                        };
-                        let _ = tx.send(ev);
+                        }
                     }));
-                    self.tasks.other.push(h);
                 }
             }
         }
         answer
+    }
+
+    /// Runs `work` in a task of the run and feeds the machine the input it ends with.
+    fn answer_later(&mut self, work: impl std::future::Future<Output = Event> + Send + 'static) {
+        let tx = self.tx.clone();
+        let h = tokio::spawn(async move {
+            let _ = tx.send(work.await);
+        });
+        self.tasks.other.push(h);
     }
 
     /// An event from the run's background tasks: a tool completion goes through the

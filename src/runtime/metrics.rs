@@ -241,8 +241,9 @@ impl RunMetrics {
                     } => Some((*model_call_index, *attempt)),
                     _ => self.open.latest,
                 };
-                if let Some((step, attempt)) = at {
-                    self.first_token(step, attempt, ts);
+                // Only the first delta of the attempt counts: the start is taken out then.
+                if let Some(t) = at.and_then(|at| self.open.attempt_started.remove(&at)) {
+                    self.time_to_first_token.push(ts().saturating_sub(t));
                 }
             }
             AgentEvent::ResponseComplete {
@@ -268,6 +269,7 @@ impl RunMetrics {
             } => {
                 self.retries += 1;
                 *self.retries_by_kind.entry(retry_kind(reason)).or_default() += 1;
+                *self.retry_reasons.entry(reason.clone()).or_default() += 1;
                 if retry_after_ms.is_some() {
                     self.retries_after_hint += 1;
                 }
@@ -333,16 +335,6 @@ impl RunMetrics {
             } => self.cost_usd += cost_usd.unwrap_or(0.0),
             AgentEvent::LoopDetected { .. } => self.loops_detected += 1,
             _ => {}
-        }
-        if let AgentEvent::Retry { reason, .. } = event {
-            *self.retry_reasons.entry(reason.clone()).or_default() += 1;
-        }
-    }
-
-    fn first_token(&mut self, step: u32, attempt: u32, ts: impl Fn() -> u64) {
-        // Only the first delta of the attempt counts: the start is taken out then.
-        if let Some(t) = self.open.attempt_started.remove(&(step, attempt)) {
-            self.time_to_first_token.push(ts().saturating_sub(t));
         }
     }
 

@@ -49,7 +49,7 @@ mod output;
 mod ports;
 pub mod resume;
 mod stream;
-mod title;
+pub(crate) mod title;
 mod tool_order;
 mod worker;
 

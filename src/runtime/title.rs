@@ -23,15 +23,25 @@ const TITLE_SYSTEM: &str = "You write a short title for a conversation: at most 
 /// The request for a title of the conversation that starts with `text` (the first user
 /// message, cut to 2,000 characters).
 pub(crate) fn request(run_id: &str, model: &str, text: &str) -> ModelRequest {
-    let text: String = text.chars().take(2_000).collect();
+    // Routed by `model` (`openai:gpt-4o-mini`: the client sends it without the prefix).
+    one_shot(
+        run_id,
+        model,
+        TITLE_SYSTEM,
+        text.chars().take(2_000).collect(),
+    )
+}
+
+/// A request outside the run's steps (a title, a compaction's summary) to `model`: the
+/// instructions `system` and one user message of `text`.
+pub(crate) fn one_shot(run_id: &str, model: &str, system: &str, text: String) -> ModelRequest {
     ModelRequest {
         run_id: run_id.to_string(),
         model_call_index: 0,
         attempt: 1,
         session_turn: 0,
-        // Routed by this name (`openai:gpt-4o-mini`: the client sends it without the prefix).
         model: model.to_string(),
-        system: Some(TITLE_SYSTEM.to_string()),
+        system: Some(system.to_string()),
         messages: vec![Message::user(text)].into(),
         tools: Default::default(),
         params: Default::default(),

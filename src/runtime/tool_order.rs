@@ -44,15 +44,13 @@ impl CompletionOrder {
     /// in call order. Completions of calls this buffer does not await, and every other input
     /// (a streamed delta), pass straight through.
     pub(crate) fn arrived(&mut self, event: Event, out: &mut VecDeque<Event>) {
-        let Event::ToolFinished { tool_call_id, .. } = &event else {
-            out.push_back(event);
-            return;
+        let id = match &event {
+            Event::ToolFinished { tool_call_id, .. } if self.awaited.contains(tool_call_id) => {
+                tool_call_id.clone()
+            }
+            _ => return out.push_back(event),
         };
-        if !self.awaited.contains(tool_call_id) {
-            out.push_back(event);
-            return;
-        }
-        self.held.insert(tool_call_id.clone(), event);
+        self.held.insert(id, event);
         out.extend(self.release());
     }
 

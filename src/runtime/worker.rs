@@ -24,9 +24,8 @@ where
     F: Future<Output = Result<T, AgentError>> + Send + 'static,
     T: Send + 'static,
 {
-    let handle = match Handle::try_current() {
-        Ok(h) => h,
-        _ => return run.await,
+    let Ok(handle) = Handle::try_current() else {
+        return run.await;
     };
     let task = AbortOnDrop(handle.spawn(tracing::Instrument::in_current_span(run)));
     match task.await {

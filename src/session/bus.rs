@@ -36,6 +36,7 @@ pub(crate) type Observer = Box<dyn Fn(&EventEnvelope) -> Vec<AgentEvent> + Send 
 const SHRINK_ABOVE: usize = 16;
 
 /// The queue and the subscribers' read positions.
+#[derive(Default)]
 struct Queue {
     /// The index the next event gets.
     next: u64,
@@ -139,13 +140,7 @@ impl EventBus {
     ) -> Self {
         EventBus {
             channel: Arc::new(Channel {
-                queue: Mutex::new(Queue {
-                    next: 0,
-                    events: VecDeque::new(),
-                    cursors: Vec::new(),
-                    next_subscriber: 0,
-                    closed: false,
-                }),
+                queue: Mutex::default(),
                 notify: Notify::new(),
                 ring_size,
                 capacity: capacity.max(1),
@@ -255,28 +250,25 @@ impl EventBus {
     pub(crate) fn subscribe(&self, since: Option<u64>, types: Option<Vec<String>>) -> Subscription {
         let filter = types.map(|t| t.into_iter().collect::<BTreeSet<_>>());
         let mut missed = 0;
-        let id = match self.channel.lock() {
-            Some(mut q) => {
-                let cursor = match since {
-                    None => q.next,
-                    Some(since) => {
-                        // Replay comes from the ring only, not from events another subscriber
-                        // happens to hold.
-                        let ring_start = q
-                            .front()
-                            .max(q.next.saturating_sub(self.channel.ring_size as u64));
-                        let wanted = since.saturating_add(1);
-                        missed = ring_start.saturating_sub(wanted);
-                        wanted.clamp(ring_start, q.next)
-                    }
-                };
-                let id = q.next_subscriber;
-                q.next_subscriber += 1;
-                q.cursors.push((id, cursor));
-                Some(id)
-            }
-            None => None,
-        };
+        let id = self.channel.lock().map(|mut q| {
+            let cursor = match since {
+                None => q.next,
+                Some(since) => {
+                    // Replay comes from the ring only, not from events another subscriber
+                    // happens to hold.
+                    let ring_start = q
+                        .front()
+                        .max(q.next.saturating_sub(self.channel.ring_size as u64));
+                    let wanted = since.saturating_add(1);
+                    missed = ring_start.saturating_sub(wanted);
+                    wanted.clamp(ring_start, q.next)
+                }
+            };
+            let id = q.next_subscriber;
+            q.next_subscriber += 1;
+            q.cursors.push((id, cursor));
+            id
+        });
         Subscription {
             channel: self.channel.clone(),
             id,

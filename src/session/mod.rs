@@ -915,8 +915,7 @@ impl Actor {
                         RunInput::Command => match payload.take() {
                             Some(Payload::Prompt(p)) => run_input(p),
                             Some(Payload::Subtask(tool, arguments)) => {
-                                let p = Prompt::new("").subtask(tool, arguments);
-                                (Vec::new(), p.subtask_events())
+                                (Vec::new(), vec![Event::Subtask { tool, arguments }])
                             }
                             None => (Vec::new(), Vec::new()),
                         },
@@ -988,39 +987,21 @@ impl Actor {
                     text: &text,
                     rejected,
                 };
-                let r = self.feed(input, Some(Payload::Prompt(*prompt)));
-                let _ = reply.send(match r {
-                    Some(SessionReply::Started) => Ok(Ack::Started),
-                    Some(SessionReply::PromptQueued(n)) => Ok(Ack::Queued(n)),
-                    other => Err(error(other)),
-                });
+                let _ = reply.send(ack(self.feed(input, Some(Payload::Prompt(*prompt)))));
             }
             Command::Steer(text, reply) => {
                 let verdict = self.agent.hooks.before_steering(&text);
                 let rejected = verdict.as_ref().err().map(String::as_str);
                 // The run's machine's steering queue: what it holds and has received.
-                let (run_pending, run_received) = self
-                    .current
-                    .as_ref()
-                    .map(|c| {
-                        (
-                            c.controller.steering_pending(),
-                            c.controller.steering_received(),
-                        )
-                    })
-                    .unwrap_or_default();
+                let run = self.current.as_ref().map(|c| &c.controller);
                 let input = SessionInput::Steer {
                     text: &text,
                     rejected,
-                    run_pending,
-                    run_received,
+                    run_pending: run.map_or(0, Controller::steering_pending),
+                    run_received: run.map_or(0, Controller::steering_received),
                 };
                 let r = self.feed(input, Some(Payload::Prompt(Prompt::new(text.clone()))));
-                let _ = reply.send(match r {
-                    Some(SessionReply::Started) => Ok(Ack::Started),
-                    Some(SessionReply::SteerQueued(n)) => Ok(Ack::SteerQueued(n)),
-                    other => Err(error(other)),
-                });
+                let _ = reply.send(ack(r));
             }
             Command::Subtask(task, reply) => {
                 let (tool, arguments) = *task;
@@ -1028,11 +1009,7 @@ impl Actor {
                     SessionInput::Subtask,
                     Some(Payload::Subtask(tool, arguments)),
                 );
-                let _ = reply.send(match r {
-                    Some(SessionReply::Started) => Ok(Ack::Started),
-                    Some(SessionReply::SubtaskQueued) => Ok(Ack::SubtaskQueued),
-                    other => Err(error(other)),
-                });
+                let _ = reply.send(ack(r));
             }
             Command::Abort {
                 reason,
@@ -1080,9 +1057,7 @@ impl Actor {
             Command::Attach(tool, reply) => {
                 let name = self.configure_attached(&tool);
                 self.agent.tools.insert(tool);
-                Arc::make_mut(&mut self.config).tools = self.agent.tools.specs();
-                self.publish(AgentEvent::ToolAttached { name });
-                self.feed(SessionInput::ToolsChanged, None);
+                self.tools_changed(AgentEvent::ToolAttached { name });
                 let _ = reply.send(Ok(()));
             }
             Command::Update(update) => {
@@ -1099,12 +1074,10 @@ impl Actor {
                             step.set_pure(name, false);
                         }
                         let attached = attach.iter().map(|t| self.configure_attached(t)).collect();
-                        Arc::make_mut(&mut self.config).tools = self.agent.tools.specs();
-                        self.publish(AgentEvent::ToolsUpdated {
+                        self.tools_changed(AgentEvent::ToolsUpdated {
                             attached,
                             detached: detach,
                         });
-                        self.feed(SessionInput::ToolsChanged, None);
                         Ok(())
                     }
                     Err(name) => Err(SessionError::UnknownTool(name)),
@@ -1113,9 +1086,7 @@ impl Actor {
             }
             Command::Detach(name, reply) => {
                 let r = if self.agent.tools.remove(&name).is_some() {
-                    Arc::make_mut(&mut self.config).tools = self.agent.tools.specs();
-                    self.publish(AgentEvent::ToolDetached { name });
-                    self.feed(SessionInput::ToolsChanged, None);
+                    self.tools_changed(AgentEvent::ToolDetached { name });
                     Ok(())
                 } else {
                     Err(SessionError::UnknownTool(name))
@@ -1123,6 +1094,14 @@ impl Actor {
                 let _ = reply.send(r);
             }
         }
+    }
+
+    /// The agent's tools changed: the next runs offer them, `event` says how, and the machine
+    /// hears of it (a running run gets the new set).
+    fn tools_changed(&mut self, event: AgentEvent) {
+        Arc::make_mut(&mut self.config).tools = self.agent.tools.specs();
+        self.publish(event);
+        self.feed(SessionInput::ToolsChanged, None);
     }
 
     /// Records an attached tool's kill immunity and purity in the session's configuration
@@ -1173,8 +1152,9 @@ impl Actor {
             return;
         }
         let mut leftover = Vec::new();
-        let result = match out {
-            Ok(Ok(o)) => {
+        let out = out.map_err(|e| format!("run task failed: {e}"));
+        let result = match out.and_then(|r| r.map_err(|e| e.to_string())) {
+            Ok(o) => {
                 leftover = o.result.steering_left.clone();
                 if let (Some(t), Ok(mut traces)) = (o.trace, self.shared.traces.lock()) {
                     if traces.len() >= RECENT_TRACES {
@@ -1184,16 +1164,8 @@ impl Actor {
                 }
                 Some(o.result)
             }
-            Ok(Err(e)) => {
-                self.publish(AgentEvent::RunError {
-                    error: e.to_string(),
-                });
-                None
-            }
-            Err(e) => {
-                self.publish(AgentEvent::RunError {
-                    error: format!("run task failed: {e}"),
-                });
+            Err(error) => {
+                self.publish(AgentEvent::RunError { error });
                 None
             }
         };
@@ -1246,6 +1218,18 @@ fn state_at(i: u8) -> SessionState {
 fn run_input(p: Prompt) -> (Vec<Message>, Vec<Event>) {
     let before = p.subtask_events();
     (vec![p.into_message()], before)
+}
+
+/// The answer of `prompt`, `steer` or `subtask` a reply stands for (`Closed` for a reply no
+/// command gets, which the chart rules out).
+fn ack(reply: Option<SessionReply>) -> Result<Ack, SessionError> {
+    Ok(match reply {
+        Some(SessionReply::Started) => Ack::Started,
+        Some(SessionReply::PromptQueued(n)) => Ack::Queued(n),
+        Some(SessionReply::SteerQueued(n)) => Ack::SteerQueued(n),
+        Some(SessionReply::SubtaskQueued) => Ack::SubtaskQueued,
+        other => return Err(error(other)),
+    })
 }
 
 /// The error a reply stands for (a command's error replies; `Closed` for a reply the command
