@@ -923,7 +923,7 @@ pub fn replay_with(
 }
 
 /// What a streaming replay ([`replay_reader`]) found.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Replayed {
     /// The records read (up to the divergence, when there is one).
     pub records: u64,
@@ -986,12 +986,7 @@ fn replay_records(
         push_step(pending, index, event, &step);
     };
     let mut records = records.into_iter();
-    let mut out = Replayed {
-        records: 0,
-        divergence: None,
-        inputs: 0,
-        input: None,
-    };
+    let mut out = Replayed::default();
     while let Some(recorded) = records.next() {
         let recorded = recorded?;
         out.records += 1;

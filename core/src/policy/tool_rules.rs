@@ -467,7 +467,7 @@ impl fmt::Display for ToolRule {
 }
 
 /// What decides one call: the rule (if one matched), its action and the call's deadline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CallPolicy {
     /// The index of the deciding rule (`None`: no rule matched; the per-tool approval map
     /// decided).
@@ -479,17 +479,6 @@ pub struct CallPolicy {
     /// The deciding rule looks at the arguments: approving another call of the tool "always"
     /// does not cover this one (the session's approver may still, by command family).
     pub by_argument: bool,
-}
-
-impl Default for CallPolicy {
-    fn default() -> Self {
-        CallPolicy {
-            rule: None,
-            action: RuleAction::Allow,
-            timeout_ms: None,
-            by_argument: false,
-        }
-    }
 }
 
 /// Programs that run another command given in their arguments (`sudo rm`, `sh -c "…"`,

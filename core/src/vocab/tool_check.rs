@@ -178,10 +178,11 @@ pub fn unknown_tool_message<'a>(name: &str, offered: impl IntoIterator<Item = &'
 }
 
 /// What a rule does with the calls it decides.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RuleAction {
-    /// Run the call without asking.
+    /// Run the call without asking (the default).
+    #[default]
     Allow,
     /// Put the call to a human first (R-CTL-4).
     Ask,
