@@ -330,10 +330,7 @@ impl Trace {
         E: std::fmt::Display,
     {
         let mut reader = RecordReader::open(lines, origin, oldest, limits)?.holding();
-        let mut records = Vec::new();
-        for r in &mut reader {
-            records.push(r?);
-        }
+        let records = (&mut reader).collect::<Result<_, _>>()?;
         Ok(Trace {
             header: reader.header,
             records,
@@ -597,12 +594,8 @@ where
             loaded_bytes: None,
             previous: None,
         };
-        let line = loop {
-            match d.next_line(&mut lines)? {
-                None => return Err(d.no_header()),
-                Some(l) if l.as_ref().trim().is_empty() => continue,
-                Some(l) => break l,
-            }
+        let Some(line) = d.next_line(&mut lines)? else {
+            return Err(d.no_header());
         };
         let v: serde_json::Value = serde_json::from_str(line.as_ref()).map_err(|e| d.parse(&e))?;
         if v.get("kind").and_then(|k| k.as_str()) != Some("header") {
@@ -691,32 +684,35 @@ impl Decoder {
         Ok(())
     }
 
-    /// The next line of `lines`, counted against the file and line limits.
+    /// The next non-blank line of `lines`; every line, blank or not, is counted against the
+    /// file and line limits.
     fn next_line<J, S, E>(&mut self, lines: &mut J) -> Result<Option<S>, TraceError>
     where
         J: Iterator<Item = Result<S, E>>,
         S: AsRef<str>,
         E: std::fmt::Display,
     {
-        let Some(line) = lines.next() else {
-            return Ok(None);
-        };
-        self.lineno += 1;
-        let line = line.map_err(|e| TraceError::Io {
-            path: self.origin.clone(),
-            message: e.to_string(),
-        })?;
-        let len = line.as_ref().len() as u64;
-        if len > self.limits.line_bytes {
-            return Err(self.too_large(Limit::Line, self.limits.line_bytes));
+        for line in lines {
+            self.lineno += 1;
+            let line = line.map_err(|e| TraceError::Io {
+                path: self.origin.clone(),
+                message: e.to_string(),
+            })?;
+            let len = line.as_ref().len() as u64;
+            if len > self.limits.line_bytes {
+                return Err(self.too_large(Limit::Line, self.limits.line_bytes));
+            }
+            self.file_bytes = self.file_bytes.saturating_add(len + 1);
+            // The last line may lack its newline: one byte of slack.
+            if self.file_bytes > self.limits.file_bytes.saturating_add(1) {
+                return Err(self.too_large(Limit::File, self.limits.file_bytes));
+            }
+            self.hold(len + 1)?;
+            if !line.as_ref().trim().is_empty() {
+                return Ok(Some(line));
+            }
         }
-        self.file_bytes = self.file_bytes.saturating_add(len + 1);
-        // The last line may lack its newline: one byte of slack.
-        if self.file_bytes > self.limits.file_bytes.saturating_add(1) {
-            return Err(self.too_large(Limit::File, self.limits.file_bytes));
-        }
-        self.hold(len + 1)?;
-        Ok(Some(line))
+        Ok(None)
     }
 
     /// The record of one body line.
@@ -818,13 +814,10 @@ where
         if self.failed {
             return None;
         }
-        let r = loop {
-            match self.decoder.next_line(&mut self.lines) {
-                Ok(None) => break None,
-                Ok(Some(l)) if l.as_ref().trim().is_empty() => continue,
-                Ok(Some(l)) => break Some(self.decoder.record(l.as_ref())),
-                Err(e) => break Some(Err(e)),
-            }
+        let r = match self.decoder.next_line(&mut self.lines) {
+            Ok(None) => None,
+            Ok(Some(l)) => Some(self.decoder.record(l.as_ref())),
+            Err(e) => Some(Err(e)),
         };
         self.failed = matches!(r, Some(Err(_)));
         r
@@ -923,7 +916,7 @@ pub fn replay_with(
 }
 
 /// What a streaming replay ([`replay_reader`]) found.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Replayed {
     /// The records read (up to the divergence, when there is one).
     pub records: u64,
@@ -986,12 +979,7 @@ fn replay_records(
         push_step(pending, index, event, &step);
     };
     let mut records = records.into_iter();
-    let mut out = Replayed {
-        records: 0,
-        divergence: None,
-        inputs: 0,
-        input: None,
-    };
+    let mut out = Replayed::default();
     while let Some(recorded) = records.next() {
         let recorded = recorded?;
         out.records += 1;

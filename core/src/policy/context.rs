@@ -290,11 +290,11 @@ pub fn collect(messages: &[Message], groups: &[Vec<usize>], keep: &[bool]) -> Ve
 
 /// The error text when even the pinned groups do not fit.
 pub fn cannot_fit(kept: &[Message]) -> String {
-    format!(
-        "cannot compact below budget: {} messages / ~{} tokens remain after removing everything removable",
-        kept.len(),
-        estimate_tokens(kept)
-    )
+    CompactionError::CannotFit {
+        messages: kept.len(),
+        tokens: estimate_tokens(kept),
+    }
+    .to_string()
 }
 
 /// Keeps the pinned groups and the most recent `window` groups; drops everything older. If

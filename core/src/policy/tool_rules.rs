@@ -403,39 +403,27 @@ impl FromStr for ToolRule {
             Some((a, t)) => (a, Some(t)),
             None => (head, None),
         };
-        let action = match action {
-            "allow" => RuleAction::Allow,
-            "ask" => RuleAction::Ask,
-            "deny" => RuleAction::Deny,
-            other => {
-                return Err(syntax(&format!(
-                    "unknown action {other:?} (allow, ask, deny)"
-                )))
-            }
-        };
+        let action = [RuleAction::Allow, RuleAction::Ask, RuleAction::Deny]
+            .into_iter()
+            .find(|a| a.as_str() == action)
+            .ok_or_else(|| syntax(&format!("unknown action {action:?} (allow, ask, deny)")))?;
         let timeout_ms = timeout
             .map(|t| {
                 parse_duration_ms(t)
                     .ok_or_else(|| syntax(&format!("bad timeout {t:?} (e.g. 500ms, 30s)")))
             })
             .transpose()?;
-        let (tool, argument) = match rest.split_once(':') {
-            Some((tool, arg)) => {
-                let (field, pattern) = arg
-                    .split_once('=')
-                    .ok_or_else(|| syntax("no `=` between the argument and its pattern"))?;
-                (
-                    tool,
-                    Some(ArgumentPattern {
-                        field: field.to_string(),
-                        pattern: pattern.to_string(),
-                    }),
-                )
-            }
-            None => (rest, None),
-        };
+        let (tool, argument) = rest
+            .split_once(':')
+            .map_or((rest, None), |(t, a)| (t, Some(a)));
         let mut rule = ToolRule::new(tool, action);
-        (rule.argument, rule.timeout_ms) = (argument, timeout_ms);
+        if let Some(arg) = argument {
+            let (field, pattern) = arg
+                .split_once('=')
+                .ok_or_else(|| syntax("no `=` between the argument and its pattern"))?;
+            rule = rule.argument(field, pattern);
+        }
+        rule.timeout_ms = timeout_ms;
         rule.validate()?;
         Ok(rule)
     }
@@ -467,7 +455,7 @@ impl fmt::Display for ToolRule {
 }
 
 /// What decides one call: the rule (if one matched), its action and the call's deadline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CallPolicy {
     /// The index of the deciding rule (`None`: no rule matched; the per-tool approval map
     /// decided).
@@ -479,17 +467,6 @@ pub struct CallPolicy {
     /// The deciding rule looks at the arguments: approving another call of the tool "always"
     /// does not cover this one (the session's approver may still, by command family).
     pub by_argument: bool,
-}
-
-impl Default for CallPolicy {
-    fn default() -> Self {
-        CallPolicy {
-            rule: None,
-            action: RuleAction::Allow,
-            timeout_ms: None,
-            by_argument: false,
-        }
-    }
 }
 
 /// Programs that run another command given in their arguments (`sudo rm`, `sh -c "…"`,

@@ -91,35 +91,29 @@ fn insert_result(messages: &mut Vec<Message>, result: &crate::message::ToolResul
     messages.insert(at, Message::Tool(result.clone()));
 }
 
+/// The `(run_id, model_call_index)` of every assistant turn, in entry order.
+fn turns(entries: &[Entry]) -> impl Iterator<Item = (&str, u32)> {
+    entries.iter().filter_map(|e| match e {
+        Entry::Assistant {
+            run_id,
+            model_call_index,
+            ..
+        } => Some((run_id.as_str(), *model_call_index)),
+        _ => None,
+    })
+}
+
 /// The number of committed assistant turns (distinct `(run_id, model_call_index)` keys).
 pub fn committed_turns(entries: &[Entry]) -> u32 {
-    let turns: HashSet<(&str, u32)> = entries
-        .iter()
-        .filter_map(|e| match e {
-            Entry::Assistant {
-                run_id,
-                model_call_index,
-                ..
-            } => Some((run_id.as_str(), *model_call_index)),
-            _ => None,
-        })
-        .collect();
+    let turns: HashSet<(&str, u32)> = turns(entries).collect();
     u32::try_from(turns.len()).unwrap_or(u32::MAX)
 }
 
 /// The `model_call_index` the next step of `run_id` uses: one past the highest committed
 /// step of that run, or 1 (R-IDEM-5: an uncommitted step is re-requested with this index).
 pub fn next_model_call_index(entries: &[Entry], run_id: &str) -> u32 {
-    entries
-        .iter()
-        .filter_map(|e| match e {
-            Entry::Assistant {
-                run_id: r,
-                model_call_index,
-                ..
-            } if r == run_id => Some(*model_call_index),
-            _ => None,
-        })
+    turns(entries)
+        .filter_map(|(r, i)| (r == run_id).then_some(i))
         .max()
         .map_or(1, |i| i.saturating_add(1))
 }

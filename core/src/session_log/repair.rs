@@ -69,7 +69,13 @@ pub fn repair(entries: &[Entry]) -> Repaired {
 ///   context; the repair records it as dropped.
 pub fn repair_with(entries: &[Entry], retry_safe: impl Fn(&str) -> bool) -> Repaired {
     let analysis = analyze(entries);
-    let mut fills: Vec<(usize, Entry, Repair)> = Vec::new();
+    // Each repair with the position it concerns, the dropped entries' first.
+    let mut repairs: Vec<(usize, Repair)> = analysis
+        .violations
+        .iter()
+        .filter_map(|v| v.drop_repair().map(|r| (v.index(), r)))
+        .collect();
+    let mut filled = Vec::new();
     for (call, is_pending) in analysis.unanswered {
         let (status, content) = if call.started {
             if is_pending && retry_safe(&call.name) {
@@ -103,7 +109,8 @@ pub fn repair_with(entries: &[Entry], retry_safe: impl Fn(&str) -> bool) -> Repa
             name: call.name.clone(),
             status,
         };
-        let entry = Entry::ToolResult {
+        repairs.push((call.index, repair));
+        filled.push(Entry::ToolResult {
             run_id: call.run_id,
             result: ToolResult {
                 tool_call_id: call.tool_call_id,
@@ -111,18 +118,11 @@ pub fn repair_with(entries: &[Entry], retry_safe: impl Fn(&str) -> bool) -> Repa
                 content,
                 status,
             },
-        };
-        fills.push((call.index, entry, repair));
+        });
     }
-    let mut repairs: Vec<(usize, Repair)> = analysis
-        .violations
-        .iter()
-        .filter_map(|v| v.drop_repair().map(|r| (v.index(), r)))
-        .collect();
-    repairs.extend(fills.iter().map(|(i, _, r)| (*i, r.clone())));
     repairs.sort_by_key(|(i, _)| *i);
     Repaired {
-        entries: fills.into_iter().map(|(_, e, _)| e).collect(),
+        entries: filled,
         repairs: repairs.into_iter().map(|(_, r)| r).collect(),
     }
 }

@@ -33,10 +33,7 @@ pub enum Message {
 impl Message {
     /// A user message.
     pub fn user(content: impl Into<String>) -> Self {
-        Message::User {
-            content: content.into(),
-            parts: Vec::new(),
-        }
+        Message::user_with_parts(content, Vec::new())
     }
 
     /// The user's text, then each content part described ([`ContentPart::describe`]) on its

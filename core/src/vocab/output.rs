@@ -12,7 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::tool_check::{bounded_violations, SchemaViolation};
+use crate::tool_check::{bounded_violations, violation_lines, SchemaViolation};
 
 /// The final answer a run asks for.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -82,16 +82,11 @@ impl OutputRejected {
     /// Answer again with only a JSON value that matches the schema.
     /// ```
     pub fn message(&self) -> String {
-        let mut out = String::from("the answer does not match the required JSON Schema:\n");
-        for v in &self.violations {
-            let path = if v.path.is_empty() { "(root)" } else { &v.path };
-            out.push_str(&format!("- {path}: {}\n", v.reason));
-        }
-        if self.omitted > 0 {
-            out.push_str(&format!("- … and {} more\n", self.omitted));
-        }
-        out.push_str("Answer again with only a JSON value that matches the schema.");
-        out
+        format!(
+            "the answer does not match the required JSON Schema:\n{}Answer again with only a \
+             JSON value that matches the schema.",
+            violation_lines(&self.violations, self.omitted)
+        )
     }
 }
 

@@ -59,18 +59,15 @@ fn truncate(s: &str, max: usize) -> String {
 pub fn bounded_violations(
     violations: impl IntoIterator<Item = SchemaViolation>,
 ) -> (Vec<SchemaViolation>, u32) {
-    let mut kept = Vec::new();
-    let mut omitted = 0u32;
-    for v in violations {
-        if kept.len() < MAX_VIOLATIONS {
-            kept.push(SchemaViolation {
-                path: truncate(&v.path, MAX_VIOLATION_CHARS),
-                reason: truncate(&v.reason, MAX_VIOLATION_CHARS),
-            });
-        } else {
-            omitted = omitted.saturating_add(1);
-        }
-    }
+    let mut violations = violations.into_iter();
+    let kept = (&mut violations)
+        .take(MAX_VIOLATIONS)
+        .map(|v| SchemaViolation {
+            path: truncate(&v.path, MAX_VIOLATION_CHARS),
+            reason: truncate(&v.reason, MAX_VIOLATION_CHARS),
+        })
+        .collect();
+    let omitted = u32::try_from(violations.count()).unwrap_or(u32::MAX);
     (kept, omitted)
 }
 
@@ -99,18 +96,25 @@ impl ArgumentsRejected {
     /// The tool did not run; call it again with corrected arguments.
     /// ```
     pub fn message(&self, name: &str) -> String {
-        let mut out =
-            format!("invalid arguments for {name} (they do not match its JSON Schema):\n");
-        for v in &self.violations {
-            let path = if v.path.is_empty() { "(root)" } else { &v.path };
-            out.push_str(&format!("- {path}: {}\n", v.reason));
-        }
-        if self.omitted > 0 {
-            out.push_str(&format!("- … and {} more\n", self.omitted));
-        }
-        out.push_str("The tool did not run; call it again with corrected arguments.");
-        out
+        format!(
+            "invalid arguments for {name} (they do not match its JSON Schema):\n{}The tool did \
+             not run; call it again with corrected arguments.",
+            violation_lines(&self.violations, self.omitted)
+        )
     }
+}
+
+/// One line per violation, then one for those omitted, if any.
+pub(crate) fn violation_lines(violations: &[SchemaViolation], omitted: u32) -> String {
+    let mut out = String::new();
+    for v in violations {
+        let path = if v.path.is_empty() { "(root)" } else { &v.path };
+        out.push_str(&format!("- {path}: {}\n", v.reason));
+    }
+    if omitted > 0 {
+        out.push_str(&format!("- … and {omitted} more\n"));
+    }
+    out
 }
 
 /// Names longer than this are not compared for a near match (bounds the edit-distance work on
@@ -178,10 +182,11 @@ pub fn unknown_tool_message<'a>(name: &str, offered: impl IntoIterator<Item = &'
 }
 
 /// What a rule does with the calls it decides.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RuleAction {
-    /// Run the call without asking.
+    /// Run the call without asking (the default).
+    #[default]
     Allow,
     /// Put the call to a human first (R-CTL-4).
     Ask,
