@@ -771,7 +771,7 @@ pub(crate) fn prompt_expression(prompt: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::test_support::text_of;
+    use crate::provider::test_support::{self, finish_of, text_of};
 
     #[test]
     fn chunks_split_by_chars_not_bytes() {
@@ -811,42 +811,31 @@ mod tests {
             session_turn: 0,
             model: "scripted".into(),
             system: None,
-            messages: vec![Message::User {
-                content: prompt.into(),
-                parts: Vec::new(),
-            }]
-            .into(),
+            messages: vec![Message::user(prompt)].into(),
             tools: Default::default(),
             params: Default::default(),
         }
     }
 
-    fn served(script: &str, prompt: &str) -> Vec<MessageDelta> {
-        let model = ScriptedModel::from_json_str(script, "inline").unwrap();
-        let served = model.plan(&request(prompt)).unwrap();
+    fn serve(model: &ScriptedModel, request: &ModelRequest) -> Vec<MessageDelta> {
+        let served = model.plan(request).unwrap();
         served.items.into_iter().map(Result::unwrap).collect()
     }
 
+    fn served(script: &str, prompt: &str) -> Vec<MessageDelta> {
+        let model = ScriptedModel::from_json_str(script, "inline").unwrap();
+        serve(&model, &request(prompt))
+    }
+
     fn calls_of(deltas: &[MessageDelta]) -> Vec<(&str, Value)> {
-        deltas
-            .iter()
-            .filter_map(|d| match d {
-                MessageDelta::ToolCall {
-                    name, arguments, ..
-                } => Some((name.as_str(), serde_json::from_str(arguments).unwrap())),
-                _ => None,
-            })
+        let calls = test_support::calls_of(deltas).into_iter();
+        calls
+            .map(|(_, name, args)| (name, serde_json::from_str(args).unwrap()))
             .collect()
     }
 
     fn output_tokens(deltas: &[MessageDelta]) -> u64 {
-        deltas
-            .iter()
-            .find_map(|d| match d {
-                MessageDelta::FinishStep { usage, .. } => usage.map(|u| u.output_tokens),
-                _ => None,
-            })
-            .expect("a finish-step with usage")
+        finish_of(deltas).2.expect("usage").output_tokens
     }
 
     #[test]
@@ -892,10 +881,7 @@ mod tests {
         assert_eq!(output_tokens(&served(&script, "hi")), 19);
         // The input estimate is a quarter of the prompt's characters too.
         let d = served(r#"{"turns": [{"text": "ok"}]}"#, &"p".repeat(44));
-        let input = d.iter().find_map(|d| match d {
-            MessageDelta::FinishStep { usage, .. } => usage.map(|u| u.input_tokens),
-            _ => None,
-        });
+        let input = finish_of(&d).2.map(|u| u.input_tokens);
         assert_eq!(input, Some(11));
     }
 
@@ -935,27 +921,14 @@ mod tests {
     fn a_per_prompt_script_counts_the_steps_since_the_prompt() {
         let script = r#"{"per_prompt": true, "turns": [{"text": "first"}, {"text": "second"}]}"#;
         let model = ScriptedModel::from_json_str(script, "inline").unwrap();
-        let text = |req: &ModelRequest| {
-            let served: Vec<MessageDelta> = model
-                .plan(req)
-                .unwrap()
-                .items
-                .into_iter()
-                .map(Result::unwrap)
-                .collect();
-            text_of(&served)
-        };
+        let text = |req: &ModelRequest| text_of(&serve(&model, req));
         // A prompt's first step: the first turn, whatever the session's turn.
         let mut req = request("q0");
         req.session_turn = 3;
         assert_eq!(text(&req), "first");
         // One step of this prompt done (and one of an earlier prompt): the second turn.
-        let user = |q: &str| Message::User {
-            content: q.into(),
-            parts: Vec::new(),
-        };
         let step = || Message::Assistant(crate::message::AssistantMessage::default());
-        req.messages = vec![user("q0"), step(), user("q1"), step()].into();
+        req.messages = vec![Message::user("q0"), step(), Message::user("q1"), step()].into();
         assert_eq!(text(&req), "second");
     }
 }

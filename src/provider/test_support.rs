@@ -35,6 +35,21 @@ pub(crate) fn reasoning_of(deltas: &[MessageDelta]) -> String {
         .collect()
 }
 
+/// The id, name and arguments of every tool call.
+pub(crate) fn calls_of(deltas: &[MessageDelta]) -> Vec<(&str, &str, &str)> {
+    deltas
+        .iter()
+        .filter_map(|d| match d {
+            MessageDelta::ToolCall {
+                id,
+                name,
+                arguments,
+            } => Some((id.as_str(), name.as_str(), arguments.as_str())),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The first finish-step's reason, raw reason and usage.
 pub(crate) fn finish_of(
     deltas: &[MessageDelta],

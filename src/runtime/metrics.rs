@@ -543,12 +543,22 @@ mod tests {
         }
     }
 
-    fn complete(step: u32) -> AgentEvent {
+    fn complete(step: u32, usage: Option<Usage>) -> AgentEvent {
         AgentEvent::ResponseComplete {
             model_call_index: step,
-            usage: None,
+            usage,
             tool_calls: 0,
             message: Default::default(),
+        }
+    }
+
+    fn retry(step: u32, delay_ms: u64, reason: &str, retry_after_ms: Option<u64>) -> AgentEvent {
+        AgentEvent::Retry {
+            model_call_index: step,
+            attempt: 2,
+            delay_ms,
+            reason: reason.into(),
+            retry_after_ms,
         }
     }
 
@@ -574,20 +584,11 @@ mod tests {
             env(1_000, AgentEvent::RunStart {}),
             // Step 1: attempt 1 fails, attempt 2 streams after 40 ms, commits at 1 300.
             env(1_000, request(1, 1)),
-            env(
-                1_010,
-                AgentEvent::Retry {
-                    model_call_index: 1,
-                    attempt: 2,
-                    delay_ms: 150,
-                    reason: "server_error: HTTP 503".into(),
-                    retry_after_ms: Some(150),
-                },
-            ),
+            env(1_010, retry(1, 150, "server_error: HTTP 503", Some(150))),
             env(1_160, request(1, 2)),
             env(1_200, text(1, 2)),
             env(1_250, text(1, 2)),
-            env(1_300, complete(1)),
+            env(1_300, complete(1, None)),
             // A tool call of 75 ms.
             env(
                 1_300,
@@ -610,31 +611,20 @@ mod tests {
             ),
             // Step 2: 10 ms to first token, 30 ms in all; a stall retry.
             env(1_400, request(2, 1)),
-            env(
-                1_405,
-                AgentEvent::Retry {
-                    model_call_index: 2,
-                    attempt: 2,
-                    delay_ms: 1_000,
-                    reason: "stream stalled for 30000 ms".into(),
-                    retry_after_ms: None,
-                },
-            ),
+            env(1_405, retry(2, 1_000, "stream stalled for 30000 ms", None)),
             env(1_410, text(2, 1)),
             env(
                 1_430,
-                AgentEvent::ResponseComplete {
-                    model_call_index: 2,
-                    usage: Some(Usage {
+                complete(
+                    2,
+                    Some(Usage {
                         input_tokens: 100,
                         output_tokens: 20,
                         cache_read_input_tokens: 60,
                         cache_creation_input_tokens: 0,
                         reasoning_tokens: 5,
                     }),
-                    tool_calls: 0,
-                    message: Default::default(),
-                },
+                ),
             ),
             // A session's usage reports repeat the steps' usage: not counted again.
             env(

@@ -450,6 +450,13 @@ mod tests {
         }
     }
 
+    /// Publishes events `0..n`.
+    fn publish(bus: &EventBus, n: usize) {
+        for i in 0..n {
+            bus.publish("r", event(i));
+        }
+    }
+
     fn slots(bus: &EventBus) -> usize {
         bus.channel.lock().map_or(0, |q| q.events.capacity())
     }
@@ -468,9 +475,7 @@ mod tests {
     fn nothing_is_kept_without_ring_or_subscriber() {
         let b = bus(4096, 0);
         assert_eq!(slots(&b), 0, "no preallocation");
-        for i in 0..100 {
-            b.publish("r", event(i));
-        }
+        publish(&b, 100);
         assert_eq!(slots(&b), 0, "nobody could read them");
         assert_eq!(b.next_index(), 100);
     }
@@ -479,15 +484,11 @@ mod tests {
     fn the_queue_grows_with_a_slow_subscriber_and_shrinks_when_it_reads() {
         let b = bus(4096, 0);
         let mut sub = b.subscribe(None, None);
-        for i in 0..1000 {
-            b.publish("r", event(i));
-        }
+        publish(&b, 1000);
         assert!(slots(&b) >= 1000);
         assert_eq!(indices(sub.drain()), (0..1000).collect::<Vec<_>>());
         assert!(slots(&b) <= SHRINK_ABOVE, "{} slots left", slots(&b));
-        for i in 0..1000 {
-            b.publish("r", event(i));
-        }
+        publish(&b, 1000);
         drop(sub);
         assert!(
             slots(&b) <= SHRINK_ABOVE,
@@ -498,9 +499,7 @@ mod tests {
     #[test]
     fn the_ring_keeps_its_size_and_replays() {
         let b = bus(4096, 8);
-        for i in 0..20 {
-            b.publish("r", event(i));
-        }
+        publish(&b, 20);
         let kept: Vec<u64> = b.buffered().iter().map(|e| e.index).collect();
         assert_eq!(kept, (12..20).collect::<Vec<_>>());
         let mut sub = b.subscribe(Some(9), None);
@@ -513,9 +512,7 @@ mod tests {
     fn replay_comes_from_the_ring_only() {
         let b = bus(4096, 2);
         let _slow = b.subscribe(None, None); // holds every event unread
-        for i in 0..10 {
-            b.publish("r", event(i));
-        }
+        publish(&b, 10);
         let mut late = b.subscribe(Some(0), None);
         let items = late.drain();
         assert_eq!(items[0], SubscriptionItem::Lagged(7));

@@ -238,15 +238,6 @@ mod tests {
     use std::path::Path;
     use std::sync::Arc;
 
-    fn ctx(root: &Path, id: &str) -> ToolContext {
-        ToolContext {
-            call_id: id.into(),
-            root: root.to_path_buf(),
-            idempotency_key: None,
-            allow_instruction_writes: false,
-        }
-    }
-
     async fn append_via_tool(
         root: &Path,
         id: &str,
@@ -254,7 +245,10 @@ mod tests {
         line: &str,
     ) -> Result<String, String> {
         AppendLine
-            .call(ctx(root, id), json!({ "path": path, "line": line }))
+            .call(
+                ToolContext::for_test(root, id),
+                json!({ "path": path, "line": line }),
+            )
             .await
             .map_err(|e| e.to_string())
     }
@@ -278,7 +272,7 @@ mod tests {
     fn keyed(root: &Path, id: &str) -> ToolContext {
         ToolContext {
             idempotency_key: Some(format!("s/{id}")),
-            ..ctx(root, id)
+            ..ToolContext::for_test(root, id)
         }
     }
 
@@ -336,7 +330,7 @@ mod tests {
             tasks.push(tokio::spawn(async move {
                 let line = format!("line-{i}-{}", "x".repeat(200));
                 tool.call(
-                    ctx(&root, &format!("c{i}")),
+                    ToolContext::for_test(&root, &format!("c{i}")),
                     json!({"path": "p.txt", "line": line}),
                 )
                 .await

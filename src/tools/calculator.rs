@@ -185,15 +185,6 @@ mod tests {
     use crate::tools::Tool;
     use serde_json::json;
 
-    fn ctx() -> ToolContext {
-        ToolContext {
-            call_id: "call_0_0".into(),
-            root: std::env::temp_dir(),
-            idempotency_key: None,
-            allow_instruction_writes: false,
-        }
-    }
-
     #[test]
     fn integral_results_have_no_fraction() {
         assert_eq!(evaluate("2+3").as_deref(), Ok("5"));
@@ -254,6 +245,7 @@ mod tests {
             .as_str()
             .is_some_and(|d| d.contains("arithmetic")));
 
+        let ctx = || ToolContext::for_test(std::env::temp_dir(), "call_0_0");
         let out = tool.call(ctx(), json!({"expression": "2+3"})).await;
         assert_eq!(out.ok().as_deref(), Some("5"));
         let err = tool.call(ctx(), json!({"expr": "2+3"})).await;

@@ -77,6 +77,20 @@ pub struct ToolContext {
     pub allow_instruction_writes: bool,
 }
 
+#[cfg(test)]
+impl ToolContext {
+    /// A unit test's context: call `call_id` confined to `root`, unkeyed, instruction files
+    /// protected.
+    pub(crate) fn for_test(root: impl Into<PathBuf>, call_id: &str) -> Self {
+        ToolContext {
+            call_id: call_id.into(),
+            root: root.into(),
+            idempotency_key: None,
+            allow_instruction_writes: false,
+        }
+    }
+}
+
 /// A tool failure; it becomes an error result the model sees, never a machine error (R-IN-3).
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {

@@ -238,12 +238,7 @@ mod tests {
         std::fs::write(dir.path().join("store/s.jsonl"), "x\n").unwrap();
         std::fs::write(dir.path().join("free.txt"), "free").unwrap();
         for root in [dir.path().to_path_buf(), dir.path().join("store")] {
-            let ctx = ToolContext {
-                call_id: "c".into(),
-                root: root.clone(),
-                idempotency_key: None,
-                allow_instruction_writes: false,
-            };
+            let ctx = ToolContext::for_test(root.clone(), "c");
             let e = ReadFile
                 .call(
                     ctx.clone(),
@@ -268,12 +263,7 @@ mod tests {
             "x\n"
         );
         assert!(!dir.path().join("store/t.jsonl").exists());
-        let ctx = ToolContext {
-            call_id: "c".into(),
-            root: dir.path().to_path_buf(),
-            idempotency_key: None,
-            allow_instruction_writes: false,
-        };
+        let ctx = ToolContext::for_test(dir.path(), "c");
         let free = ReadFile.call(ctx, json!({"path": "free.txt"})).await;
         assert_eq!(free.unwrap(), "free");
     }

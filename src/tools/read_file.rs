@@ -208,12 +208,7 @@ mod tests {
     use serde_json::json;
 
     fn ctx(root: &Path) -> ToolContext {
-        ToolContext {
-            call_id: "call_0_0".into(),
-            root: root.to_path_buf(),
-            idempotency_key: None,
-            allow_instruction_writes: false,
-        }
+        ToolContext::for_test(root, "call_0_0")
     }
 
     async fn read(root: &Path, path: &str) -> Result<String, String> {

@@ -240,7 +240,7 @@ impl SseNormalizer for GeminiNormalizer {
 mod tests {
     use super::*;
     use crate::error::ErrorKind;
-    use crate::provider::test_support::{decode, error_of, finish_of, text_of};
+    use crate::provider::test_support::{calls_of, decode, error_of, finish_of, text_of};
 
     /// The deltas of a whole SSE body.
     fn deltas(body: &str) -> Vec<MessageDelta> {
@@ -278,19 +278,8 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"functionCall\": {\"name\":
         assert!(d.contains(&MessageDelta::ReasoningDelta {
             text: "thinking about it".into()
         }));
-        let calls: Vec<(&str, &str, &str)> = d
-            .iter()
-            .filter_map(|d| match d {
-                MessageDelta::ToolCall {
-                    id,
-                    name,
-                    arguments,
-                } => Some((id.as_str(), name.as_str(), arguments.as_str())),
-                _ => None,
-            })
-            .collect();
         assert_eq!(
-            calls,
+            calls_of(&d),
             [
                 ("c0", "calculator", r#"{"expression":"2+3"}"#),
                 ("given", "read_file", "{}")

@@ -9,7 +9,7 @@ use crate::error::ErrorKind;
 use crate::message::{AssistantMessage, ToolCall, ToolResult, ToolStatus};
 use crate::model::ModelParams;
 use crate::provider::sse::SsePipeline;
-use crate::provider::test_support::{error_of, finish_of, reasoning_of, text_of};
+use crate::provider::test_support::{calls_of, error_of, finish_of, reasoning_of, text_of};
 use crate::tools::ToolSpec;
 use agentloop_core::output::OutputSpec;
 
@@ -384,14 +384,9 @@ fn sse(events: &[serde_json::Value]) -> String {
     events.iter().map(|e| format!("data: {e}\n\n")).collect()
 }
 
-fn tool_calls_of(deltas: &[MessageDelta]) -> Vec<(String, String)> {
-    deltas
-        .iter()
-        .filter_map(|d| match d {
-            MessageDelta::ToolCall { id, arguments, .. } => Some((id.clone(), arguments.clone())),
-            _ => None,
-        })
-        .collect()
+fn tool_calls_of(deltas: &[MessageDelta]) -> Vec<(&str, &str)> {
+    let calls = calls_of(deltas).into_iter();
+    calls.map(|(id, _, arguments)| (id, arguments)).collect()
 }
 
 /// A server that sends a call's arguments only on the finished item (no argument deltas, no
@@ -410,16 +405,28 @@ fn a_function_call_item_done_completes_the_call_with_the_items_arguments() {
         json!({"type": "response.output_text.delta", "item_id": "msg_1", "delta": "Calling."}),
         json!({"type": "response.completed", "response": {"id": "r"}}),
     ]));
-    assert_eq!(
-        tool_calls_of(&d),
-        vec![("call_1".to_string(), r#"{"expression":"2+3"}"#.to_string())]
-    );
+    assert_eq!(tool_calls_of(&d), [("call_1", r#"{"expression":"2+3"}"#)]);
     let called = d
         .iter()
         .position(|x| matches!(x, MessageDelta::ToolCall { .. }));
     let text = d.iter().position(|x| *x == MessageDelta::TextStart);
     assert!(called.is_some() && called < text, "{d:?}");
     assert_eq!(finish_of(&d).0, Some(FinishReason::ToolCalls));
+}
+
+/// The deltas of `events` fed one by one to a normalizer bounded by `limits` alone.
+fn feed_limited(limits: &ResponseLimits, events: &[serde_json::Value]) -> Vec<MessageDelta> {
+    let mut n = ResponsesNormalizer::new();
+    n.set_limits(limits);
+    let mut out = Vec::new();
+    for e in events {
+        let ev = SseEvent {
+            data: e.to_string(),
+            ..SseEvent::default()
+        };
+        n.feed_into(&ev, &mut out);
+    }
+    out
 }
 
 /// The normalizer bounds the arguments it accumulates itself (the pipeline's meter counts the
@@ -432,8 +439,6 @@ fn a_calls_arguments_may_reach_the_argument_limit_but_not_pass_it() {
         ..ResponseLimits::default()
     };
     let stream = |deltas: &[&str]| {
-        let mut n = ResponsesNormalizer::new();
-        n.set_limits(&limits);
         let mut events = vec![
             json!({"type": "response.output_item.added", "output_index": 0,
             "item": {"type": "function_call", "id": "fc_1", "call_id": "call_1",
@@ -444,22 +449,10 @@ fn a_calls_arguments_may_reach_the_argument_limit_but_not_pass_it() {
                 "item_id": "fc_1", "delta": delta}));
         }
         events.push(json!({"type": "response.completed", "response": {"id": "r"}}));
-        let mut out = Vec::new();
-        for e in &events {
-            let ev = SseEvent {
-                data: e.to_string(),
-                ..SseEvent::default()
-            };
-            n.feed_into(&ev, &mut out);
-        }
-        out
+        feed_limited(&limits, &events)
     };
     let d = stream(&[r#"{"a":"#, "12}"]);
-    assert_eq!(
-        tool_calls_of(&d),
-        vec![("call_1".into(), r#"{"a":12}"#.into())],
-        "{d:?}"
-    );
+    assert_eq!(tool_calls_of(&d), [("call_1", r#"{"a":12}"#)], "{d:?}");
     let d = stream(&[r#"{"a":"#, "12345}"]);
     assert_eq!(error_of(&d).kind, ErrorKind::ResponseTooLarge, "{d:?}");
     assert!(tool_calls_of(&d).is_empty());
@@ -521,18 +514,15 @@ fn output_items_may_reach_the_block_limit_but_not_pass_it() {
                "arguments": ""}),
     ];
     let feed = |n: usize| {
-        let mut normalizer = ResponsesNormalizer::new();
-        normalizer.set_limits(&limits);
-        let mut out = Vec::new();
-        for (i, item) in items.iter().take(n).enumerate() {
-            let e = json!({"type": "response.output_item.added", "output_index": i, "item": item});
-            let ev = SseEvent {
-                data: e.to_string(),
-                ..SseEvent::default()
-            };
-            normalizer.feed_into(&ev, &mut out);
-        }
-        out
+        let events: Vec<_> = items
+            .iter()
+            .take(n)
+            .enumerate()
+            .map(|(i, item)| {
+                json!({"type": "response.output_item.added", "output_index": i, "item": item})
+            })
+            .collect();
+        feed_limited(&limits, &events)
     };
     let d = feed(2);
     assert!(
@@ -581,7 +571,7 @@ fn an_argument_delta_after_the_calls_done_is_dropped() {
     ]);
     let d = decode(&body);
     assert_eq!(d.last(), Some(&MessageDelta::Finish), "{d:?}");
-    assert_eq!(tool_calls_of(&d), vec![("call_1".into(), "{}".into())]);
+    assert_eq!(tool_calls_of(&d), [("call_1", "{}")]);
     let deltas: Vec<&str> = d
         .iter()
         .filter_map(|x| match x {
