@@ -1,0 +1,91 @@
+//! What [`DeciderRef`](crate::react::DeciderRef) and
+//! [`RetryDeciderRef`](crate::process::RetryDeciderRef), and their registries, share: a
+//! function recorded by name (serialized as the name, compared by name) and functions by name.
+
+/// The accessors, `Debug`, `PartialEq`, `Eq` and `Serialize` of `$ty`, a struct with a
+/// `name` (a `String` or a `Cow<'static, str>`) and an `f: Option<$f>`.
+macro_rules! named_fn_ref {
+    ($ty:ident, $f:ty) => {
+        impl $ty {
+            /// The name the function is recorded under.
+            pub fn name(&self) -> &str {
+                &self.name
+            }
+
+            /// The function, if the name is resolved.
+            pub fn function(&self) -> Option<$f> {
+                self.f.clone()
+            }
+
+            /// Whether the reference has its function.
+            pub fn is_resolved(&self) -> bool {
+                self.f.is_some()
+            }
+        }
+
+        impl std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($ty))
+                    .field("name", &self.name)
+                    .field("resolved", &self.is_resolved())
+                    .finish()
+            }
+        }
+
+        impl PartialEq for $ty {
+            /// Compared by name (functions and closures have no reliable identity).
+            fn eq(&self, other: &Self) -> bool {
+                self.name == other.name
+            }
+        }
+
+        impl Eq for $ty {}
+
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.name)
+            }
+        }
+    };
+}
+
+/// `Default` (`new`), `with`, `with_ref`, `get` and `names` of `$reg`, a struct with
+/// `deciders: BTreeMap<String, $f>`, a `new()` and a `register(name, f: $arg)`, whose
+/// references are `$ref`.
+macro_rules! named_fn_registry {
+    ($reg:ident, $ref:ident, $f:ty, $arg:ty) => {
+        impl Default for $reg {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl $reg {
+            /// Registers `f` under `name` (builder style).
+            pub fn with(mut self, name: impl Into<String>, f: $arg) -> Self {
+                self.register(name, f);
+                self
+            }
+
+            /// Registers a named decider.
+            pub fn with_ref(self, decider: &$ref) -> Self {
+                match decider.function() {
+                    Some(f) => self.with(decider.name(), f),
+                    None => self,
+                }
+            }
+
+            /// The function registered under `name`.
+            pub fn get(&self, name: &str) -> Option<$f> {
+                self.deciders.get(name).cloned()
+            }
+
+            /// The registered names, sorted.
+            pub fn names(&self) -> Vec<String> {
+                self.deciders.keys().cloned().collect()
+            }
+        }
+    };
+}
+
+pub(crate) use {named_fn_ref, named_fn_registry};
