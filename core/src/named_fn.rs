@@ -2,11 +2,21 @@
 //! [`RetryDeciderRef`](crate::process::RetryDeciderRef), and their registries, share: a
 //! function recorded by name (serialized as the name, compared by name) and functions by name.
 
-/// The accessors, `Debug`, `PartialEq`, `Eq` and `Serialize` of `$ty`, a struct with a
-/// `name` (a `String` or a `Cow<'static, str>`) and an `f: Option<$f>`.
+/// `unresolved`, the accessors, `Debug`, `PartialEq`, `Eq`, `Serialize` and `Deserialize` of
+/// `$ty`, a struct with a `name` (built from a `$name`: a `String` or a `Cow<'static, str>`), an
+/// `f: Option<$f>` and a `Default` (the built-in function, the one name deserializing
+/// resolves).
 macro_rules! named_fn_ref {
-    ($ty:ident, $f:ty) => {
+    ($ty:ident, $f:ty, $name:ty) => {
         impl $ty {
+            /// A name without a function (what deserializing an unknown name gives).
+            pub fn unresolved(name: $name) -> Self {
+                $ty {
+                    name: name.into(),
+                    f: None,
+                }
+            }
+
             /// The name the function is recorded under.
             pub fn name(&self) -> &str {
                 &self.name
@@ -44,6 +54,17 @@ macro_rules! named_fn_ref {
         impl serde::Serialize for $ty {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 serializer.serialize_str(&self.name)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let name = String::deserialize(deserializer)?;
+                let builtin = Self::default();
+                Ok(match builtin.name == name.as_str() {
+                    true => builtin,
+                    false => Self::unresolved(name),
+                })
             }
         }
     };

@@ -4,8 +4,6 @@
 
 use std::borrow::Cow;
 
-use serde::Deserialize;
-
 use crate::error::{ErrorKind, ModelError};
 
 /// Whether a failed attempt is worth retrying (R-EXT-3): a plain function, so it stays pure
@@ -77,14 +75,6 @@ impl RetryDeciderRef {
         }
     }
 
-    /// A name without a function (what deserializing an unknown name gives).
-    pub fn unresolved(name: impl Into<Cow<'static, str>>) -> Self {
-        RetryDeciderRef {
-            name: name.into(),
-            f: None,
-        }
-    }
-
     /// Whether this is the built-in default (by name).
     pub fn is_default(&self) -> bool {
         self.name == DEFAULT_RETRY_DECIDER
@@ -104,17 +94,7 @@ impl Default for RetryDeciderRef {
     }
 }
 
-crate::named_fn::named_fn_ref!(RetryDeciderRef, RetryDecider);
-
-impl<'de> Deserialize<'de> for RetryDeciderRef {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(deserializer)?;
-        if name == DEFAULT_RETRY_DECIDER {
-            return Ok(RetryDeciderRef::default());
-        }
-        Ok(RetryDeciderRef::unresolved(name))
-    }
-}
+crate::named_fn::named_fn_ref!(RetryDeciderRef, RetryDecider, impl Into<Cow<'static, str>>);
 
 /// A retry decider name no registry entry matches.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

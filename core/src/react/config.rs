@@ -124,14 +124,6 @@ impl DeciderRef {
         }
     }
 
-    /// A name without a function (what deserializing an unknown name gives).
-    pub fn unresolved(name: impl Into<String>) -> Self {
-        DeciderRef {
-            name: name.into(),
-            f: None,
-        }
-    }
-
     /// Decides. An unresolved decider (a configuration deserialized with a name nothing
     /// resolved) decides like [`default_decider`]; resolve it first
     /// ([`RunConfig::resolve_decider`]) wherever that difference matters, as replay does.
@@ -149,18 +141,7 @@ impl Default for DeciderRef {
     }
 }
 
-crate::named_fn::named_fn_ref!(DeciderRef, Decider);
-
-impl<'de> Deserialize<'de> for DeciderRef {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(deserializer)?;
-        let builtin = DeciderRegistry::new();
-        Ok(match builtin.get(&name) {
-            Some(f) => DeciderRef::new(name, f),
-            None => DeciderRef::unresolved(name),
-        })
-    }
-}
+crate::named_fn::named_fn_ref!(DeciderRef, Decider, impl Into<String>);
 
 /// A decider name no registry entry matches.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
