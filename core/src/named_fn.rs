@@ -70,11 +70,11 @@ macro_rules! named_fn_ref {
     };
 }
 
-/// `Default` (`new`), `with`, `with_ref`, `get` and `names` of `$reg`, a struct with
-/// `deciders: BTreeMap<String, $f>`, a `new()` and a `register(name, f: $arg)`, whose
-/// references are `$ref`.
+/// `Default` (`new`), `with`, `with_ref`, `get`, `names` and `resolve` of `$reg`, a struct
+/// with `deciders: BTreeMap<String, $f>`, a `new()` and a `register(name, f: $arg)`, whose
+/// references are `$ref` and whose unknown names are `$unknown`s.
 macro_rules! named_fn_registry {
-    ($reg:ident, $ref:ident, $f:ty, $arg:ty) => {
+    ($reg:ident, $ref:ident, $unknown:ident, $f:ty, $arg:ty) => {
         impl Default for $reg {
             fn default() -> Self {
                 Self::new()
@@ -104,6 +104,20 @@ macro_rules! named_fn_registry {
             /// The registered names, sorted.
             pub fn names(&self) -> Vec<String> {
                 self.deciders.keys().cloned().collect()
+            }
+
+            /// The reference named like `decider`, with this registry's function (the
+            /// built-in one keeps its static name).
+            pub fn resolve(&self, decider: &$ref) -> Result<$ref, $unknown> {
+                let builtin = $ref::default();
+                match self.get(decider.name()) {
+                    Some(f) if builtin == *decider => Ok($ref::new(builtin.name, f)),
+                    Some(f) => Ok($ref::new(decider.name().to_string(), f)),
+                    None => Err($unknown {
+                        name: decider.name().to_string(),
+                        known: self.names(),
+                    }),
+                }
             }
         }
     };

@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 
 use crate::error::{ErrorKind, ModelError};
+use crate::named_fn::{named_fn_ref, named_fn_registry};
 
 /// Whether a failed attempt is worth retrying (R-EXT-3): a plain function, so it stays pure
 /// and replaceable. It sees the typed error and `attempt`, the failed attempt's number among
@@ -94,7 +95,7 @@ impl Default for RetryDeciderRef {
     }
 }
 
-crate::named_fn::named_fn_ref!(RetryDeciderRef, RetryDecider, impl Into<Cow<'static, str>>);
+named_fn_ref!(RetryDeciderRef, RetryDecider, impl Into<Cow<'static, str>>);
 
 /// A retry decider name no registry entry matches.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -119,9 +120,10 @@ pub struct RetryDeciderRegistry {
     deciders: std::collections::BTreeMap<String, RetryDecider>,
 }
 
-crate::named_fn::named_fn_registry!(
+named_fn_registry!(
     RetryDeciderRegistry,
     RetryDeciderRef,
+    UnknownRetryDecider,
     RetryDecider,
     RetryDecider
 );
@@ -140,20 +142,5 @@ impl RetryDeciderRegistry {
     /// Registers `f` under `name`; returns the function it replaces, if any.
     pub fn register(&mut self, name: impl Into<String>, f: RetryDecider) -> Option<RetryDecider> {
         self.deciders.insert(name.into(), f)
-    }
-
-    /// The reference named like `decider`, with this registry's function.
-    pub fn resolve(
-        &self,
-        decider: &RetryDeciderRef,
-    ) -> Result<RetryDeciderRef, UnknownRetryDecider> {
-        match self.get(decider.name()) {
-            Some(f) if decider.is_default() => Ok(RetryDeciderRef::new(DEFAULT_RETRY_DECIDER, f)),
-            Some(f) => Ok(RetryDeciderRef::new(decider.name().to_string(), f)),
-            None => Err(UnknownRetryDecider {
-                name: decider.name().to_string(),
-                known: self.names(),
-            }),
-        }
     }
 }

@@ -7,6 +7,7 @@ use crate::agent_event::Outcome;
 use crate::execute_result::{ExecuteResult, StepRecord};
 use crate::message::{AssistantMessage, Message, Usage};
 use crate::model::ModelParams;
+use crate::named_fn::{named_fn_ref, named_fn_registry};
 use crate::process::{RetryDecider, RetryDeciderRegistry, StepConfig};
 use crate::react::limits::UsageLimits;
 use crate::tool_spec::ToolSpecs;
@@ -141,7 +142,7 @@ impl Default for DeciderRef {
     }
 }
 
-crate::named_fn::named_fn_ref!(DeciderRef, Decider, impl Into<String>);
+named_fn_ref!(DeciderRef, Decider, impl Into<String>);
 
 /// A decider name no registry entry matches.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -169,7 +170,13 @@ pub struct DeciderRegistry {
     retry: RetryDeciderRegistry,
 }
 
-crate::named_fn::named_fn_registry!(DeciderRegistry, DeciderRef, Decider, impl Into<Decider>);
+named_fn_registry!(
+    DeciderRegistry,
+    DeciderRef,
+    UnknownDecider,
+    Decider,
+    impl Into<Decider>
+);
 
 impl DeciderRegistry {
     /// A registry with the built-in [`DEFAULT_DECIDER`].
@@ -207,16 +214,6 @@ impl DeciderRegistry {
     /// Sync + 'static`) under `name`; returns the decider it replaces, if any.
     pub fn register(&mut self, name: impl Into<String>, f: impl Into<Decider>) -> Option<Decider> {
         self.deciders.insert(name.into(), f.into())
-    }
-
-    /// The decider named like `decider`, with this registry's function.
-    pub fn resolve(&self, decider: &DeciderRef) -> Result<DeciderRef, UnknownDecider> {
-        self.get(decider.name())
-            .map(|f| DeciderRef::new(decider.name(), f))
-            .ok_or_else(|| UnknownDecider {
-                name: decider.name().to_string(),
-                known: self.names(),
-            })
     }
 }
 
