@@ -2,16 +2,18 @@
 //! [`RetryDeciderRef`](crate::process::RetryDeciderRef), and their registries, share: a
 //! function recorded by name (serialized as the name, compared by name) and functions by name.
 
-/// `unresolved`, the accessors, `Debug`, `PartialEq`, `Eq`, `Serialize` and `Deserialize` of
-/// `$ty`, a struct with a `name` (built from a `$name`: a `String` or a `Cow<'static, str>`), an
-/// `f: Option<$f>` and a `Default` (the built-in function, the one name deserializing
-/// resolves).
-macro_rules! named_fn_ref {
-    ($ty:ident, $f:ty, $name:ty) => {
-        impl $ty {
+/// For `$ref`, a struct with a `name` (built from a `$name`: a `String` or a
+/// `Cow<'static, str>`), an `f: Option<$f>` and a `Default` (the built-in function, the one name
+/// deserializing resolves): `unresolved`, the accessors, `Debug`, `PartialEq`, `Eq`,
+/// `Serialize` and `Deserialize`. For `$reg`, a struct with `deciders: BTreeMap<String, $f>`, a
+/// `new()` and a `register(name, f: $arg)`: `Default` (`new`), `with`, `with_ref`, `get`,
+/// `names` and `resolve` (a name it lacks is an `$unknown`).
+macro_rules! named_fn {
+    ($ref:ident($name:ty), $reg:ident($arg:ty), $unknown:ident, $f:ty) => {
+        impl $ref {
             /// A name without a function (what deserializing an unknown name gives).
             pub fn unresolved(name: $name) -> Self {
-                $ty {
+                $ref {
                     name: name.into(),
                     f: None,
                 }
@@ -33,31 +35,31 @@ macro_rules! named_fn_ref {
             }
         }
 
-        impl std::fmt::Debug for $ty {
+        impl std::fmt::Debug for $ref {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(stringify!($ty))
+                f.debug_struct(stringify!($ref))
                     .field("name", &self.name)
                     .field("resolved", &self.is_resolved())
                     .finish()
             }
         }
 
-        impl PartialEq for $ty {
+        impl PartialEq for $ref {
             /// Compared by name (functions and closures have no reliable identity).
             fn eq(&self, other: &Self) -> bool {
                 self.name == other.name
             }
         }
 
-        impl Eq for $ty {}
+        impl Eq for $ref {}
 
-        impl serde::Serialize for $ty {
+        impl serde::Serialize for $ref {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 serializer.serialize_str(&self.name)
             }
         }
 
-        impl<'de> serde::Deserialize<'de> for $ty {
+        impl<'de> serde::Deserialize<'de> for $ref {
             fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
                 let name = String::deserialize(deserializer)?;
                 let builtin = Self::default();
@@ -67,14 +69,7 @@ macro_rules! named_fn_ref {
                 })
             }
         }
-    };
-}
 
-/// `Default` (`new`), `with`, `with_ref`, `get`, `names` and `resolve` of `$reg`, a struct
-/// with `deciders: BTreeMap<String, $f>`, a `new()` and a `register(name, f: $arg)`, whose
-/// references are `$ref` and whose unknown names are `$unknown`s.
-macro_rules! named_fn_registry {
-    ($reg:ident, $ref:ident, $unknown:ident, $f:ty, $arg:ty) => {
         impl Default for $reg {
             fn default() -> Self {
                 Self::new()
@@ -123,4 +118,4 @@ macro_rules! named_fn_registry {
     };
 }
 
-pub(crate) use {named_fn_ref, named_fn_registry};
+pub(crate) use named_fn;

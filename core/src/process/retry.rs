@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use crate::error::{ErrorKind, ModelError};
-use crate::named_fn::{named_fn_ref, named_fn_registry};
+use crate::named_fn::named_fn;
 
 /// Whether a failed attempt is worth retrying (R-EXT-3): a plain function, so it stays pure
 /// and replaceable. It sees the typed error and `attempt`, the failed attempt's number among
@@ -95,8 +95,6 @@ impl Default for RetryDeciderRef {
     }
 }
 
-named_fn_ref!(RetryDeciderRef, RetryDecider, impl Into<Cow<'static, str>>);
-
 /// A retry decider name no registry entry matches.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -120,11 +118,10 @@ pub struct RetryDeciderRegistry {
     deciders: std::collections::BTreeMap<String, RetryDecider>,
 }
 
-named_fn_registry!(
-    RetryDeciderRegistry,
-    RetryDeciderRef,
+named_fn!(
+    RetryDeciderRef(impl Into<Cow<'static, str>>),
+    RetryDeciderRegistry(RetryDecider),
     UnknownRetryDecider,
-    RetryDecider,
     RetryDecider
 );
 

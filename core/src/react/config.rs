@@ -7,7 +7,7 @@ use crate::agent_event::Outcome;
 use crate::execute_result::{ExecuteResult, StepRecord};
 use crate::message::{AssistantMessage, Message, Usage};
 use crate::model::ModelParams;
-use crate::named_fn::{named_fn_ref, named_fn_registry};
+use crate::named_fn::named_fn;
 use crate::process::{RetryDecider, RetryDeciderRegistry, StepConfig};
 use crate::react::limits::UsageLimits;
 use crate::tool_spec::ToolSpecs;
@@ -142,8 +142,6 @@ impl Default for DeciderRef {
     }
 }
 
-named_fn_ref!(DeciderRef, Decider, impl Into<String>);
-
 /// A decider name no registry entry matches.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -170,12 +168,11 @@ pub struct DeciderRegistry {
     retry: RetryDeciderRegistry,
 }
 
-named_fn_registry!(
-    DeciderRegistry,
-    DeciderRef,
+named_fn!(
+    DeciderRef(impl Into<String>),
+    DeciderRegistry(impl Into<Decider>),
     UnknownDecider,
-    Decider,
-    impl Into<Decider>
+    Decider
 );
 
 impl DeciderRegistry {
