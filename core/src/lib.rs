@@ -65,6 +65,7 @@
 #![warn(unreachable_pub)]
 #![forbid(unsafe_code)]
 
+mod named_fn;
 mod outbox;
 mod policy;
 mod vocab;

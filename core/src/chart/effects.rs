@@ -148,19 +148,17 @@ mod tests {
                 event: AgentEvent::CompactEnd { removed: 1 },
             },
         ];
-        let ok = check_effects(MachineKind::React, row.spec().id, declared, &names(&done));
+        let check = |declared: &[DeclaredEffect], effects: &[Effect]| {
+            check_effects(MachineKind::React, row.spec().id, declared, &names(effects))
+        };
+        let ok = check(declared, &done);
         assert!(ok.holds(), "{ok}");
         let mut extra = done.to_vec();
         extra.push(Effect::CancelTimer { timer_id: 1 });
-        let bad = check_effects(MachineKind::React, row.spec().id, declared, &names(&extra));
+        let bad = check(declared, &extra);
         assert!(!bad.holds());
         assert_eq!(bad.undeclared, ["cancel_timer"]);
-        let short = check_effects(
-            MachineKind::React,
-            row.spec().id,
-            declared,
-            &names(&done[..1]),
-        );
+        let short = check(declared, &done[..1]);
         assert_eq!(short.missing, [EffectName::EmitCompactEnd]);
         // A declared list edited to drop an effect: what the action still produces is reported.
         let fewer: Vec<DeclaredEffect> = declared
@@ -168,7 +166,7 @@ mod tests {
             .copied()
             .filter(|d| d.name != EffectName::EmitCompactEnd)
             .collect();
-        let mutated = check_effects(MachineKind::React, row.spec().id, &fewer, &names(&done));
+        let mutated = check(&fewer, &done);
         assert_eq!(mutated.undeclared, ["emit:compact_end"]);
         // Optional: may be absent, may appear.
         let optional: Vec<DeclaredEffect> = declared

@@ -303,6 +303,14 @@ mod tests {
         InlinePiece::Text(s.into())
     }
 
+    fn status(s: &str) -> InlinePiece {
+        InlinePiece::Tag(TagKind::Status, s.into())
+    }
+
+    fn title(s: &str) -> InlinePiece {
+        InlinePiece::Tag(TagKind::Title, s.into())
+    }
+
     /// Both tags leave the text and come out as tags, in order.
     #[test]
     fn plan_steps_drop_list_markers_and_blank_lines() {
@@ -317,11 +325,7 @@ mod tests {
     fn status_and_title_are_taken_out_of_the_text() {
         assert_eq!(
             run(["<status>Reading</status>The sum is 5.<title> Sum </title>"]),
-            vec![
-                InlinePiece::Tag(TagKind::Status, "Reading".into()),
-                t("The sum is 5."),
-                InlinePiece::Tag(TagKind::Title, "Sum".into()),
-            ]
+            vec![status("Reading"), t("The sum is 5."), title("Sum")]
         );
     }
 
@@ -335,10 +339,7 @@ mod tests {
         assert_eq!(f.push("tus>Rea"), vec![]);
         assert_eq!(
             f.push("ding</status> ok"),
-            vec![
-                InlinePiece::Tag(TagKind::Status, "Reading".into()),
-                t(" ok")
-            ]
+            vec![status("Reading"), t(" ok")]
         );
         assert_eq!(f.finish(), "");
     }
@@ -359,10 +360,7 @@ mod tests {
         ] {
             assert_eq!(run([s]), vec![t(s)], "{s:?}");
         }
-        assert_eq!(
-            run(["<<status>x</status>"]),
-            vec![t("<"), InlinePiece::Tag(TagKind::Status, "x".into())]
-        );
+        assert_eq!(run(["<<status>x</status>"]), vec![t("<"), status("x")]);
     }
 
     /// An unclosed tag at the end of the text is released as text.
@@ -382,7 +380,7 @@ mod tests {
         let limit = "é".repeat(MAX_TAG_BODY_CHARS);
         assert_eq!(
             run([format!("<status>{limit}</status>").as_str()]),
-            vec![InlinePiece::Tag(TagKind::Status, limit.clone())]
+            vec![status(&limit)]
         );
         let mut f = InlineTagFilter::new();
         let long = format!("<status>{limit}x");
@@ -410,9 +408,9 @@ mod tests {
             whole,
             vec![
                 t("日本"),
-                InlinePiece::Tag(TagKind::Status, "読んでいる…".into()),
+                status("読んでいる…"),
                 t("語😀"),
-                InlinePiece::Tag(TagKind::Title, "Σ".into()),
+                title("Σ"),
                 t("é<b>"),
             ]
         );

@@ -4,9 +4,8 @@
 
 use std::borrow::Cow;
 
-use serde::{Deserialize, Serialize};
-
 use crate::error::{ErrorKind, ModelError};
+use crate::named_fn::named_fn;
 
 /// Whether a failed attempt is worth retrying (R-EXT-3): a plain function, so it stays pure
 /// and replaceable. It sees the typed error and `attempt`, the failed attempt's number among
@@ -77,29 +76,6 @@ impl RetryDeciderRef {
         }
     }
 
-    /// A name without a function (what deserializing an unknown name gives).
-    pub fn unresolved(name: impl Into<Cow<'static, str>>) -> Self {
-        RetryDeciderRef {
-            name: name.into(),
-            f: None,
-        }
-    }
-
-    /// The name the function is recorded under.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The function, if the name is resolved.
-    pub fn function(&self) -> Option<RetryDecider> {
-        self.f
-    }
-
-    /// Whether the reference has its function.
-    pub fn is_resolved(&self) -> bool {
-        self.f.is_some()
-    }
-
     /// Whether this is the built-in default (by name).
     pub fn is_default(&self) -> bool {
         self.name == DEFAULT_RETRY_DECIDER
@@ -116,40 +92,6 @@ impl RetryDeciderRef {
 impl Default for RetryDeciderRef {
     fn default() -> Self {
         RetryDeciderRef::new(DEFAULT_RETRY_DECIDER, default_retry_decider)
-    }
-}
-
-impl std::fmt::Debug for RetryDeciderRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RetryDeciderRef")
-            .field("name", &self.name)
-            .field("resolved", &self.is_resolved())
-            .finish()
-    }
-}
-
-impl PartialEq for RetryDeciderRef {
-    /// Compared by name (function pointers have no reliable identity).
-    fn eq(&self, other: &Self) -> bool {
-        self.name == other.name
-    }
-}
-
-impl Eq for RetryDeciderRef {}
-
-impl Serialize for RetryDeciderRef {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.name)
-    }
-}
-
-impl<'de> Deserialize<'de> for RetryDeciderRef {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(deserializer)?;
-        if name == DEFAULT_RETRY_DECIDER {
-            return Ok(RetryDeciderRef::default());
-        }
-        Ok(RetryDeciderRef::unresolved(name))
     }
 }
 
@@ -176,11 +118,12 @@ pub struct RetryDeciderRegistry {
     deciders: std::collections::BTreeMap<String, RetryDecider>,
 }
 
-impl Default for RetryDeciderRegistry {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+named_fn!(
+    RetryDeciderRef(impl Into<Cow<'static, str>>),
+    RetryDeciderRegistry(RetryDecider),
+    UnknownRetryDecider,
+    RetryDecider
+);
 
 impl RetryDeciderRegistry {
     /// A registry with the built-in [`DEFAULT_RETRY_DECIDER`].
@@ -196,44 +139,5 @@ impl RetryDeciderRegistry {
     /// Registers `f` under `name`; returns the function it replaces, if any.
     pub fn register(&mut self, name: impl Into<String>, f: RetryDecider) -> Option<RetryDecider> {
         self.deciders.insert(name.into(), f)
-    }
-
-    /// Registers `f` under `name` (builder style).
-    pub fn with(mut self, name: impl Into<String>, f: RetryDecider) -> Self {
-        self.register(name, f);
-        self
-    }
-
-    /// Registers a named decider.
-    pub fn with_ref(self, decider: &RetryDeciderRef) -> Self {
-        match decider.function() {
-            Some(f) => self.with(decider.name(), f),
-            None => self,
-        }
-    }
-
-    /// The function registered under `name`.
-    pub fn get(&self, name: &str) -> Option<RetryDecider> {
-        self.deciders.get(name).copied()
-    }
-
-    /// The registered names, sorted.
-    pub fn names(&self) -> Vec<String> {
-        self.deciders.keys().cloned().collect()
-    }
-
-    /// The reference named like `decider`, with this registry's function.
-    pub fn resolve(
-        &self,
-        decider: &RetryDeciderRef,
-    ) -> Result<RetryDeciderRef, UnknownRetryDecider> {
-        match self.get(decider.name()) {
-            Some(f) if decider.is_default() => Ok(RetryDeciderRef::new(DEFAULT_RETRY_DECIDER, f)),
-            Some(f) => Ok(RetryDeciderRef::new(decider.name().to_string(), f)),
-            None => Err(UnknownRetryDecider {
-                name: decider.name().to_string(),
-                known: self.names(),
-            }),
-        }
     }
 }

@@ -7,6 +7,7 @@ use crate::agent_event::Outcome;
 use crate::execute_result::{ExecuteResult, StepRecord};
 use crate::message::{AssistantMessage, Message, Usage};
 use crate::model::ModelParams;
+use crate::named_fn::named_fn;
 use crate::process::{RetryDecider, RetryDeciderRegistry, StepConfig};
 use crate::react::limits::UsageLimits;
 use crate::tool_spec::ToolSpecs;
@@ -124,29 +125,6 @@ impl DeciderRef {
         }
     }
 
-    /// A name without a function (what deserializing an unknown name gives).
-    pub fn unresolved(name: impl Into<String>) -> Self {
-        DeciderRef {
-            name: name.into(),
-            f: None,
-        }
-    }
-
-    /// The name the decider is recorded under.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The function, if the name is resolved.
-    pub fn function(&self) -> Option<Decider> {
-        self.f.clone()
-    }
-
-    /// Whether the decider has its function.
-    pub fn is_resolved(&self) -> bool {
-        self.f.is_some()
-    }
-
     /// Decides. An unresolved decider (a configuration deserialized with a name nothing
     /// resolved) decides like [`default_decider`]; resolve it first
     /// ([`RunConfig::resolve_decider`]) wherever that difference matters, as replay does.
@@ -161,39 +139,6 @@ impl DeciderRef {
 impl Default for DeciderRef {
     fn default() -> Self {
         DeciderRef::new(DEFAULT_DECIDER, default_decider)
-    }
-}
-
-impl std::fmt::Debug for DeciderRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeciderRef")
-            .field("name", &self.name)
-            .field("resolved", &self.is_resolved())
-            .finish()
-    }
-}
-
-impl PartialEq for DeciderRef {
-    /// Deciders compare by name (functions and closures have no reliable identity).
-    fn eq(&self, other: &Self) -> bool {
-        self.name == other.name
-    }
-}
-
-impl Serialize for DeciderRef {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.name)
-    }
-}
-
-impl<'de> Deserialize<'de> for DeciderRef {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(deserializer)?;
-        let builtin = DeciderRegistry::new();
-        Ok(match builtin.get(&name) {
-            Some(f) => DeciderRef::new(name, f),
-            None => DeciderRef::unresolved(name),
-        })
     }
 }
 
@@ -223,11 +168,12 @@ pub struct DeciderRegistry {
     retry: RetryDeciderRegistry,
 }
 
-impl Default for DeciderRegistry {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+named_fn!(
+    DeciderRef(impl Into<String>),
+    DeciderRegistry(impl Into<Decider>),
+    UnknownDecider,
+    Decider
+);
 
 impl DeciderRegistry {
     /// A registry with the built-in [`DEFAULT_DECIDER`].
@@ -265,40 +211,6 @@ impl DeciderRegistry {
     /// Sync + 'static`) under `name`; returns the decider it replaces, if any.
     pub fn register(&mut self, name: impl Into<String>, f: impl Into<Decider>) -> Option<Decider> {
         self.deciders.insert(name.into(), f.into())
-    }
-
-    /// Registers `f` under `name` (builder style).
-    pub fn with(mut self, name: impl Into<String>, f: impl Into<Decider>) -> Self {
-        self.register(name, f);
-        self
-    }
-
-    /// Registers a named decider.
-    pub fn with_ref(self, decider: &DeciderRef) -> Self {
-        match decider.function() {
-            Some(f) => self.with(decider.name(), f),
-            None => self,
-        }
-    }
-
-    /// The function registered under `name`.
-    pub fn get(&self, name: &str) -> Option<Decider> {
-        self.deciders.get(name).cloned()
-    }
-
-    /// The registered names, sorted.
-    pub fn names(&self) -> Vec<String> {
-        self.deciders.keys().cloned().collect()
-    }
-
-    /// The decider named like `decider`, with this registry's function.
-    pub fn resolve(&self, decider: &DeciderRef) -> Result<DeciderRef, UnknownDecider> {
-        self.get(decider.name())
-            .map(|f| DeciderRef::new(decider.name(), f))
-            .ok_or_else(|| UnknownDecider {
-                name: decider.name().to_string(),
-                known: self.names(),
-            })
     }
 }
 

@@ -48,12 +48,13 @@ mod tests {
         (name.to_string(), "{}".to_string())
     }
 
+    fn calls(names: &[&str]) -> Vec<(String, String)> {
+        names.iter().map(|n| c(n)).collect()
+    }
+
     #[test]
     fn finds_an_abab_cycle_once() {
-        let calls: Vec<_> = ["a", "b", "a", "b", "a", "b"]
-            .iter()
-            .map(|n| c(n))
-            .collect();
+        let calls = calls(&["a", "b", "a", "b", "a", "b"]);
         assert_eq!(
             repeated_pattern(&calls),
             Some((vec!["a".into(), "b".into()], 3))
@@ -91,10 +92,7 @@ mod tests {
 
     #[test]
     fn ignores_varied_calls_and_single_repeats() {
-        let calls: Vec<_> = ["a", "b", "c", "a", "b", "d"]
-            .iter()
-            .map(|n| c(n))
-            .collect();
+        let calls = calls(&["a", "b", "c", "a", "b", "d"]);
         assert_eq!(repeated_pattern(&calls), None);
         let same: Vec<_> = (0..9).map(|_| c("a")).collect();
         assert_eq!(repeated_pattern(&same), None);
