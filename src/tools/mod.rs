@@ -186,11 +186,7 @@ impl<T: TypedTool> Tool for T {
         TypedTool::pure(self)
     }
     fn check_by_type(&self, arguments: &Value) -> Option<Result<(), (String, String)>> {
-        Some(
-            serde_path_to_error::deserialize::<_, T::Args>(arguments)
-                .map(drop)
-                .map_err(|e| (schema::json_pointer(e.path()), e.into_inner().to_string())),
-        )
+        Some(schema::deserializes::<T::Args>(arguments))
     }
     async fn call(&self, ctx: ToolContext, arguments: Value) -> Result<String, ToolError> {
         let args: T::Args = serde_json::from_value(arguments)

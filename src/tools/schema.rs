@@ -64,16 +64,21 @@ static BY_TYPE: OnceLock<std::sync::Mutex<BTreeMap<String, Arc<Validator>>>> = O
 /// asserts only what the type does).
 #[cfg(not(feature = "json-schema"))]
 pub(crate) fn register_type<T: serde::de::DeserializeOwned>(schema: &Value) {
-    fn deserializes<T: serde::de::DeserializeOwned>(v: &Value) -> Result<(), (String, String)> {
-        serde_path_to_error::deserialize::<_, T>(v)
-            .map(drop)
-            .map_err(|e| (json_pointer(e.path()), e.into_inner().to_string()))
-    }
     let checker = Arc::new(Validator(deserializes::<T>));
     let by_type = BY_TYPE.get_or_init(Default::default);
     if let Ok(mut m) = by_type.lock() {
         m.insert(schema.to_string(), checker);
     }
+}
+
+/// Whether `value` deserializes into `T`; else the first mismatch's JSON Pointer and reason
+/// (a typed tool's check of its arguments, and without feature `json-schema` a typed answer's).
+pub(crate) fn deserializes<T: serde::de::DeserializeOwned>(
+    value: &Value,
+) -> Result<(), (String, String)> {
+    serde_path_to_error::deserialize::<_, T>(value)
+        .map(drop)
+        .map_err(|e| (json_pointer(e.path()), e.into_inner().to_string()))
 }
 
 /// Where `value` breaks `validator`'s schema, every violation.
@@ -281,7 +286,7 @@ fn integer_format_bound(format: Option<&Value>, min: bool) -> Option<serde_json:
 
 /// `path` (where deserializing failed) as a JSON Pointer: `/items/0/name`, empty for the whole
 /// value.
-pub(crate) fn json_pointer(path: &serde_path_to_error::Path) -> String {
+fn json_pointer(path: &serde_path_to_error::Path) -> String {
     use serde_path_to_error::Segment;
     let mut out = String::new();
     for segment in path.iter() {
